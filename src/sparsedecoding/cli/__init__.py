@@ -1,0 +1,50 @@
+"""`sparsedecoding` command line. Each sub-command lives in its own module here and exposes
+`register(subparsers)`, which adds its parser and sets `func` to a function taking the parsed arguments.
+Heavy imports (torch, transformers, triton) happen inside those functions so that `--help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from ..errors import SparseDecodingError
+
+# Module names under sparsedecoding.cli, in the order their commands appear in --help.
+_COMMAND_MODULES = ["fetch", "prune", "demo"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparsedecoding",
+        description="Prune LLMs with Hessians calibrated on their own decode steps; decode fast with N:M kernels.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in _COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        result = args.func(args)
+    except SparseDecodingError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

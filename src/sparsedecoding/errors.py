@@ -1,0 +1,53 @@
+"""One exception type per user mistake. The CLI prints `ClassName: message` on one line and exits with code 2."""
+
+
+class SparseDecodingError(Exception):
+    """Base class: anything the user can fix by changing their input."""
+
+
+class SparsityPatternError(SparseDecodingError, ValueError):
+    """A pattern string that is not `N:M` with 0 < N < M, nor a percentage like `50%`."""
+
+
+class ModelNotFoundError(SparseDecodingError, FileNotFoundError):
+    """A model path or name that does not exist."""
+
+
+class UnsupportedArchitectureError(SparseDecodingError):
+    """A model whose architecture the pipeline or engine does not handle."""
+
+
+class PromptsError(SparseDecodingError):
+    """A prompt file that is missing, empty or malformed."""
+
+
+class CalibrationError(SparseDecodingError):
+    """Calibration produced no usable tokens (for example generation stopped at once)."""
+
+
+class NonFiniteActivationError(SparseDecodingError):
+    """NaN or inf in a layer input during calibration."""
+
+
+class OutputExistsError(SparseDecodingError, FileExistsError):
+    """The output directory exists and `--overwrite` was not given."""
+
+
+class FetchError(SparseDecodingError):
+    """Downloading or verifying an offline model or data wheel failed."""
+
+
+class PackingError(SparseDecodingError, ValueError):
+    """A weight that cannot be packed in the requested N:M format."""
+
+
+class KernelInputError(SparseDecodingError, ValueError):
+    """Inputs to the sparse kernel with the wrong dtype, device, layout or shape."""
+
+
+class EngineError(SparseDecodingError):
+    """Bad engine request: unknown preset, batch larger than the cache, non-N:M weight under `--sparse packed`."""
+
+
+class SandboxError(SparseDecodingError):
+    """The code sandbox could not be set up."""

@@ -1,0 +1,53 @@
+"""Sparsity patterns: semi-structured N:M (keep N of every M consecutive input columns) or unstructured (a fraction)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import SparsityPatternError
+
+_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+@dataclass(frozen=True)
+class SparsityPattern:
+    """`n:m` keeps n weights in every group of m consecutive columns of a row; `unstructured` prunes `sparsity`
+    of each row's weights (the solvers choose per row, or per block for SparseGPT).
+
+    Exactly one of the two forms is set: (n, m) for N:M, or `sparsity` with n = m = 0 for unstructured."""
+
+    n: int = 0
+    m: int = 0
+    sparsity: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str | SparsityPattern) -> SparsityPattern:
+        """`"2:4"`, `"4:8"`, `"16:32"`, any `"N:M"` with 0 < N < M, or `"50%"` (0 < p < 100)."""
+        if isinstance(text, SparsityPattern):
+            return text
+        if not isinstance(text, str):
+            raise SparsityPatternError(f"{text!r} is not a pattern string; use e.g. '2:4' or '50%'")
+        match = _NM.match(text)
+        if match:
+            n, m = int(match.group(1)), int(match.group(2))
+            if not 0 < n < m:
+                raise SparsityPatternError(f"{text!r} — N must satisfy 0 < N < M; try 2:4")
+            return cls(n=n, m=m, sparsity=1.0 - n / m)
+        match = _PERCENT.match(text)
+        if match:
+            percent = float(match.group(1))
+            if not 0.0 < percent < 100.0:
+                raise SparsityPatternError(f"{text!r} — the percentage must be strictly between 0 and 100; try 50%")
+            return cls(sparsity=percent / 100.0)
+        raise SparsityPatternError(f"{text!r} is not a sparsity pattern; use N:M (2:4, 4:8, 8:16, 16:32) or a percentage (50%)")
+
+    @property
+    def is_nm(self) -> bool:
+        return self.m > 0
+
+    def __str__(self) -> str:
+        if self.is_nm:
+            return f"{self.n}:{self.m}"
+        return f"{self.sparsity * 100:g}%"

@@ -1,0 +1,30 @@
+import os
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A private cache so tests never touch the user's."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("SPARSEDECODING_CACHE", str(path))
+    return path
+
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
