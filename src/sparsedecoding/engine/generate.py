@@ -1,0 +1,188 @@
+"""Generation with a static KV cache: an eager prefill, then decode steps that each read the last token and its
+position from static device buffers and write the next ones back. With `compile=True` (CUDA) the step runs compiled
+regions and is captured once in a CUDA graph, so a step is one graph launch and the loop never syncs with the host."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import EngineError
+from .model import Transformer
+
+MAX_BATCH = 16  # the sparse kernel's limit on rows per call
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """`temperature` 0 is greedy (argmax); otherwise tokens are drawn from softmax(logits / temperature), restricted
+    to the `top_k` most likely when set. Draws are a pure function of (seed, position, sequence, token id)."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise EngineError(f"temperature {self.temperature} is negative; use 0 for greedy or a positive value")
+        if self.top_k is not None and self.top_k < 1:
+            raise EngineError(f"top_k {self.top_k} must be at least 1")
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """An avalanche hash of 32-bit values held in int64; the multipliers are below 2³¹ so no product overflows."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x5F356495) & _MASK32
+    return x ^ (x >> 16)
+
+
+def uniform_noise(seed: Tensor, position: Tensor, batch: int, vocab: int) -> Tensor:
+    """Uniforms in (0, 1), [batch, vocab], hashed from a counter: no generator state, so sampling is reproducible,
+    needs no host sync and records into a CUDA graph. 24 bits per draw keep every value exactly below 1."""
+    stream = _mix32(_mix32(seed & _MASK32) ^ (position & _MASK32))
+    counter = torch.arange(batch, device=seed.device)[:, None] * vocab + torch.arange(vocab, device=seed.device)
+    bits = _mix32(_mix32((stream + counter) & _MASK32))
+    return ((bits >> 8).float() + 0.5) / 2**24
+
+
+def sample(logits: Tensor, sampling: Sampling, seed: Tensor, position: Tensor) -> Tensor:
+    """Next token ids [B] from logits [B, vocab]: argmax, or the Gumbel-max trick argmax(logits/T + G) with
+    G = -log(-log U), which draws exactly from softmax(logits/T)."""
+    if sampling.temperature == 0:
+        return logits.argmax(-1)
+    scores = logits.float() / sampling.temperature
+    if sampling.top_k is not None:
+        kth = scores.topk(min(sampling.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    gumbel = -torch.log(-torch.log(uniform_noise(seed, position, *scores.shape)))
+    return (scores + gumbel).argmax(-1)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Generated token ids [B, new_tokens] on the CPU, and the wall time of the decode steps alone (prefill, which
+    produces the first new token, is excluded), measured from a device sync after prefill to one after the last
+    step."""
+
+    tokens: Tensor
+    decode_seconds: float
+
+    @property
+    def decode_steps(self) -> int:
+        return self.tokens.shape[1] - 1
+
+
+class Engine:
+    """Generation for up to `batch` equal-length prompts of up to `max_seq_len` positions in all (prompt + new
+    tokens). The engine owns the model's KV cache: a newer Engine on the same model makes this one unusable.
+
+    compile: compile the model's regions and capture the decode step in a CUDA graph (CUDA only); the warm-up and
+    capture happen here, once per (model, batch). Eager mode runs the same step function without either."""
+
+    def __init__(self, model: Transformer, batch: int, max_seq_len: int, sampling: Sampling = Sampling(),
+                 compile: bool = False) -> None:
+        if not 1 <= batch <= MAX_BATCH:
+            raise EngineError(f"batch {batch} is outside 1..{MAX_BATCH}, the range the N:M kernel serves")
+        self.model, self.batch, self.sampling, self.compiled = model, batch, sampling, compile
+        model.setup_caches(batch, max_seq_len)
+        self.cache_version = model.cache_version
+        self.device = model.norm.weight.device
+        self.token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
+        self.position = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.seed = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.graph = None
+        if compile:
+            if self.device.type != "cuda":
+                raise EngineError("compile=True captures CUDA graphs and needs a CUDA model; use eager mode on CPU")
+            _configure_inductor()
+            model.compile_regions()
+            self.graph = self._capture()
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.model.max_seq_len
+
+    def generate(self, prompt: Tensor, new_tokens: int, seed: int = 0) -> Generation:
+        """Generates `new_tokens` for each row of prompt [B, T] without any host sync inside the decode loop."""
+        steps = self.stream(prompt, new_tokens, seed)
+        tokens = torch.empty(self.batch, new_tokens, dtype=torch.long, device=self.device)
+        tokens[:, 0] = next(steps)
+        _synchronize(self.device)
+        start = time.perf_counter()
+        for i, token in enumerate(steps, start=1):
+            tokens[:, i] = token
+        _synchronize(self.device)
+        return Generation(tokens=tokens[: prompt.shape[0]].cpu(), decode_seconds=time.perf_counter() - start)
+
+    def stream(self, prompt: Tensor, new_tokens: int, seed: int = 0) -> Iterator[Tensor]:
+        """Yields the next token of every cache row, [batch] on the device, `new_tokens` times: first from prefill,
+        then one per decode step. A yielded tensor is the engine's buffer: read it before resuming the iterator."""
+        self._prefill(prompt, new_tokens, seed)
+        yield self.token[:, 0]
+        for _ in range(new_tokens - 1):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._step()
+            yield self.token[:, 0]
+
+    @torch.no_grad()
+    def _prefill(self, prompt: Tensor, new_tokens: int, seed: int) -> None:
+        if self.model.cache_version != self.cache_version:
+            raise EngineError("another Engine was built on this model since; use that one or build a new one")
+        rows, length = prompt.shape
+        if rows > self.batch:
+            raise EngineError(f"a batch of {rows} prompts is larger than the KV cache ({self.batch} sequences); "
+                              f"build the Engine with batch={rows}")
+        if length < 1 or new_tokens < 1 or length + new_tokens > self.max_seq_len:
+            raise EngineError(f"a prompt of {length} tokens plus {new_tokens} new tokens does not fit the KV cache "
+                              f"of {self.max_seq_len} positions; build the Engine with a larger max_seq_len")
+        # Spare cache rows decode a copy of the first prompt, so that every step keeps the static batch shape.
+        prompt = torch.cat([prompt, prompt[:1].expand(self.batch - rows, length)]).to(self.device)
+        positions = torch.arange(length, device=self.device)
+        logits = self.model.output(self.model.hidden(prompt, positions)[:, -1])
+        self.seed.fill_(seed)
+        self.token.copy_(sample(logits, self.sampling, self.seed, positions[-1:])[:, None])
+        self.position.fill_(length)
+
+    @torch.no_grad()
+    def _step(self) -> None:
+        """One decode step on the static buffers: the token at `position` goes in, the next token replaces it and
+        the position advances."""
+        logits = self.model(self.token, self.position, compiled=self.compiled)[:, -1]
+        self.token.copy_(sample(logits, self.sampling, self.seed, self.position)[:, None])
+        self.position += 1
+
+    def _capture(self) -> torch.cuda.CUDAGraph:
+        # Warm-up runs on a side stream, as capture requires, and compiles and autotunes every kernel first. Its
+        # writes to cache slots are harmless: each generation writes a slot before any query can read it.
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step()
+        return graph
+
+
+def _configure_inductor() -> None:
+    # As in gpt-fast: tune the few reduction/pointwise kernels of a block by coordinate descent (cheap here because
+    # all layers share one compiled block) and cache compiled graphs on disk across processes.
+    import torch._inductor.config as inductor
+
+    inductor.coordinate_descent_tuning = True
+    inductor.fx_graph_cache = True
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,189 @@
+"""The engine's transformer: a pre-norm decoder with RMSNorm, rotary attention over a static KV cache with grouped
+KV heads, and a SwiGLU MLP. q|k|v and gate|up are single fused linears (row concatenation keeps an N:M mask valid,
+so a fused linear can be packed like its parts). Every linear is an `nn.Linear` or a `PackedLinear`; the model does
+not care which."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..errors import EngineError
+from .config import ModelArgs
+
+
+class RMSNorm(nn.Module):
+    """y = w · x / sqrt(mean(x²) + eps), the mean taken in float32 and the product in the input dtype (as HF does)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+def rope_frequencies(args: ModelArgs) -> Tensor:
+    """Angular frequencies ω_i = θ^(-2i/d) of the head dimension's pairs, with Llama-3 scaling when configured."""
+    omega = 1.0 / args.rope_theta ** (torch.arange(0, args.head_dim, 2, dtype=torch.float32) / args.head_dim)
+    scaling = args.rope_scaling
+    if scaling is None:
+        return omega
+    context = scaling.original_max_position_embeddings
+    wavelength = 2 * math.pi / omega
+    smooth = (context / wavelength - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    interpolated = (1 - smooth) * omega / scaling.factor + smooth * omega
+    scaled = torch.where(wavelength > context / scaling.low_freq_factor, omega / scaling.factor, interpolated)
+    return torch.where(wavelength < context / scaling.high_freq_factor, omega, scaled)
+
+
+def rope_tables(args: ModelArgs, max_seq_len: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos and sin of position·ω, [max_seq_len, head_dim], each frequency repeated for both halves of the head."""
+    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), rope_frequencies(args))
+    angles = torch.cat([angles, angles], dim=-1).to(device)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotates each pair (x_i, x_{i+d/2}) of x [B, T, heads, d] by its angle; cos/sin are [T, d]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, None] + rotated * sin[:, None]
+
+
+class Attention(nn.Module):
+    """Causal self-attention that writes the new keys and values into its cache and attends to the whole cache,
+    masking positions after each query."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        self.qkv = nn.Linear(args.dim, args.qkv_size, bias=args.qkv_bias)
+        self.out = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+        self.q_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        self.register_buffer("k_cache", None, persistent=False)
+        self.register_buffer("v_cache", None, persistent=False)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
+        q, k, v = self.qkv(x).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        q = q.view(batch, length, heads, head_dim)
+        k = k.view(batch, length, kv_heads, head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        self.k_cache[:, :, input_pos] = k.transpose(1, 2)
+        self.v_cache[:, :, input_pos] = v.view(batch, length, kv_heads, head_dim).transpose(1, 2)
+        # Query head h reads KV head h // group. Folding the group into the query axis lets every KV head serve its
+        # queries in one SDPA call without materialising repeated keys and values.
+        group = heads // kv_heads
+        q = q.view(batch, length, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
+        q = q.reshape(batch, kv_heads, group * length, head_dim)
+        y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask.repeat(group, 1))
+        y = y.view(batch, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4)
+        return self.out(y.reshape(batch, length, heads * head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate·x) ⊙ up·x), with gate|up one fused linear."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(args.dim, 2 * args.intermediate_size, bias=False)
+        self.down = nn.Linear(args.intermediate_size, args.dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    """One decoder layer. It takes the previous layer's MLP output separately and adds it to the residual stream
+    itself, so that a compiled block fuses that addition with its first RMSNorm instead of a kernel of its own."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps)
+        self.attention = Attention(args)
+        self.mlp_norm = RMSNorm(args.dim, args.norm_eps)
+        self.mlp = MLP(args)
+
+    def forward(self, x: Tensor, mlp_out: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+                input_pos: Tensor) -> tuple[Tensor, Tensor]:
+        x = x + mlp_out
+        h = x + self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
+        return h, self.mlp(self.mlp_norm(h))
+
+
+def _run_block(block: Block, *inputs: Tensor) -> tuple[Tensor, Tensor]:
+    return block(*inputs)
+
+
+def _run_final_norm(norm: RMSNorm, x: Tensor, mlp_out: Tensor) -> Tensor:
+    return norm(x + mlp_out)
+
+
+class Transformer(nn.Module):
+    """Embedding, `n_layers` blocks, final RMSNorm and lm_head (`output`, the embedding matrix when tied)."""
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.args = args
+        self.embed = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.register_buffer("rope_cos", None, persistent=False)
+        self.register_buffer("rope_sin", None, persistent=False)
+        self.cache_batch = 0
+        self.max_seq_len = 0
+        self.cache_version = 0  # bumped by each setup_caches, so that an Engine notices a newer one took the cache
+        self._compiled: tuple | None = None
+
+    def setup_caches(self, batch: int, max_seq_len: int) -> None:
+        """Allocates zeroed KV caches [batch, kv_heads, max_seq_len, head_dim] per layer and the RoPE tables. Zeros
+        matter: masked cache slots are multiplied by zero attention weights, and 0·NaN would poison the output."""
+        window = self.args.sliding_window
+        if window is not None and max_seq_len > window:
+            raise EngineError(f"a cache of {max_seq_len} positions exceeds this model's sliding window of {window}, "
+                              f"which the engine does not apply; generate at most {window} positions in all")
+        weight = self.norm.weight
+        shape = (batch, self.args.n_kv_heads, max_seq_len, self.args.head_dim)
+        for layer in self.layers:
+            layer.attention.k_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
+            layer.attention.v_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
+        self.rope_cos, self.rope_sin = rope_tables(self.args, max_seq_len, weight.dtype, weight.device)
+        self.cache_batch, self.max_seq_len = batch, max_seq_len
+        self.cache_version += 1
+
+    def compile_regions(self) -> None:
+        """Compiles one block and the final norm with torch.compile (static shapes). Dynamo treats a block's parameters
+        and buffers as graph inputs, so every layer reuses one compiled graph and compile time does not grow with
+        depth; the caller captures the whole decode step in a CUDA graph to remove launch overhead."""
+        self._compiled = (torch.compile(_run_block, fullgraph=True, dynamic=False),
+                          torch.compile(_run_final_norm, fullgraph=True, dynamic=False))
+
+    def forward(self, tokens: Tensor, input_pos: Tensor, compiled: bool = False) -> Tensor:
+        """Logits [B, T, vocab] for tokens [B, T] at cache positions input_pos [T]; writes their keys and values."""
+        return self.output(self.hidden(tokens, input_pos, compiled))
+
+    def hidden(self, tokens: Tensor, input_pos: Tensor, compiled: bool = False) -> Tensor:
+        """Final-normed hidden states [B, T, dim]; `compiled` runs the regions from `compile_regions`."""
+        if tokens.shape[0] != self.cache_batch:
+            raise EngineError(f"a batch of {tokens.shape[0]} sequences does not match the KV cache's batch of "
+                              f"{self.cache_batch}; call setup_caches with the batch size first")
+        run_block, run_final_norm = self._compiled if compiled else (_run_block, _run_final_norm)
+        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        mask = torch.arange(self.max_seq_len, device=input_pos.device) <= input_pos[:, None]
+        x = self.embed(tokens)
+        mlp_out = torch.zeros_like(x)
+        for layer in self.layers:
+            x, mlp_out = run_block(layer, x, mlp_out, cos, sin, mask, input_pos)
+        return run_final_norm(self.norm, x, mlp_out)
