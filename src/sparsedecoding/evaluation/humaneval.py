@@ -1,0 +1,83 @@
+"""HumanEval pass@1 for chat models: extract the answer's code, build a test program, run it in the sandbox.
+
+The instruction (`data.HUMANEVAL_INSTRUCTION`) asks for the complete function in one ```python block. The program is
+the problem's prompt (its imports and any helper functions it defines, e.g. `encode_cyclic` in HumanEval/38), then the
+extracted code, then the problem's tests and `check(entry_point)`. When the code defines the entry point it replaces the
+prompt's stub (a function whose body is only its docstring); otherwise the code is taken as the body that continues
+the prompt. With greedy decoding pass@1 is the share of problems whose program passes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .sandbox import SandboxLimits, SandboxResult, run_many
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block; an unclosed last block (generation cut at max tokens) runs to the end."""
+    return [(match.group(1).lower(), match.group(2)) for match in _FENCE.finditer(text)]
+
+
+def extract_code(completion: str, entry_point: str) -> str:
+    """The code of the answer: the first python (or unlabelled) block that defines `entry_point`, else the first
+    python block, else the first block of any language, else the whole text."""
+    blocks = code_blocks(completion)
+    python = [code for language, code in blocks if language in ("python", "py", "python3", "")]
+    for code in python:
+        if defines(code, entry_point):
+            return code
+    if python:
+        return python[0]
+    if blocks:
+        return blocks[0][1]
+    return completion
+
+
+def defines(code: str, entry_point: str) -> bool:
+    """Whether `code` defines the function at top level."""
+    return re.search(rf"^(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
+
+
+def build_program(problem: dict, completion: str) -> str:
+    """The test program for one problem and one model answer (see the module docstring)."""
+    entry_point = problem["entry_point"]
+    code = extract_code(completion, entry_point)
+    if defines(code, entry_point):
+        solution = problem["prompt"] + "\n\n" + code
+    else:
+        solution = problem["prompt"] + code
+    return f"{solution}\n\n{problem['test']}\n\ncheck({entry_point})\n"
+
+
+@dataclass(frozen=True)
+class ProblemResult:
+    task_id: str
+    passed: bool
+    outcome: str
+    error: str | None
+    message: str
+    completion: str
+
+    @classmethod
+    def from_run(cls, problem: dict, completion: str, run: SandboxResult) -> ProblemResult:
+        return cls(problem["task_id"], run.passed, run.outcome, run.error, run.message, completion)
+
+
+def check_completions(problems: list[dict], completions: list[str], limits: SandboxLimits = SandboxLimits(),
+                      workers: int | None = None) -> list[ProblemResult]:
+    """Run every (problem, completion) pair in its own sandbox, in parallel; results in problem order."""
+    if len(problems) != len(completions):
+        raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
+    runs = run_many([build_program(problem, completion) for problem, completion in zip(problems, completions)],
+                    limits, workers)
+    return [ProblemResult.from_run(problem, completion, run)
+            for problem, completion, run in zip(problems, completions, runs)]
+
+
+def pass_at_1(results: list[ProblemResult]) -> float:
+    """Share of problems solved by the single greedy answer."""
+    return sum(result.passed for result in results) / len(results)

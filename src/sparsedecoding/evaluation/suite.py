@@ -1,0 +1,200 @@
+"""`sparsedecoding eval`: every metric of one model, each usable alone, sharing one set of greedy generations.
+
+The evaluated model continues the held-out HumanEval prompts greedily once; those continuations serve pass@1 (run in
+the sandbox), on-policy KL and dense NLL against `--reference`, and the repetition statistics. Perplexity reads the
+held-out Lee corpus (`lee.cor`; calibration uses `lee_background.cor`). Results go to OUT/metrics.json and the
+per-problem records to OUT/humaneval.jsonl, written in OUT.partial/ and renamed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..data import chat_format, humaneval_problems, humaneval_prompts, lee_text, prompts_hash, read_prompts
+from ..errors import OutputExistsError, SparseDecodingError
+from ..generation import Generation, generate, tokenize_prompts
+from ..models import load_model, resolve_model
+from ..pipeline import MANIFEST, pick_device, versions, write_json
+from .humaneval import check_completions, pass_at_1
+from .metrics import on_policy_scores, perplexity, repetition_summary
+from .sandbox import SandboxLimits
+
+log = logging.getLogger(__name__)
+
+METRICS = ("pass@1", "kl", "repetition", "ppl")
+
+
+@dataclass
+class EvalSettings:
+    """metrics: any of pass@1, kl (needs a reference model), repetition, ppl. split: HumanEval half (eval = odd indices,
+    the held-out half). prompts: other prompts for kl/repetition (a file or humaneval:SPLIT; default the HumanEval
+    split). limit: only the first N problems/prompts (smoke tests). max_new_tokens / gen_batch_size: greedy generation. score_batch_size: sequences per teacher-forced
+    scoring pass. ppl_window: tokens per perplexity window. timeout_s / memory_mb / workers: the code sandbox."""
+
+    metrics: tuple[str, ...] = METRICS
+    split: str = "eval"
+    prompts: str | None = None
+    limit: int | None = None
+    max_new_tokens: int = 512
+    gen_batch_size: int = 32
+    score_batch_size: int = 8
+    ppl_window: int = 512
+    timeout_s: float = 10.0
+    memory_mb: int = 1024
+    workers: int | None = None
+
+    def validate(self, has_reference: bool) -> None:
+        unknown = [name for name in self.metrics if name not in METRICS]
+        if unknown or not self.metrics:
+            raise SparseDecodingError(f"unknown metric(s) {', '.join(unknown) or '(none given)'}; "
+                                      f"choose from {', '.join(METRICS)}")
+        if "kl" in self.metrics and not has_reference:
+            raise SparseDecodingError("the kl metric compares against a dense model: pass --reference DENSE_DIR "
+                                      "or leave kl out of --metrics")
+        if self.limit is not None and self.limit < 1:
+            raise SparseDecodingError(f"--limit must be a positive count, got {self.limit}")
+        for name in ("max_new_tokens", "gen_batch_size", "score_batch_size", "ppl_window"):
+            if getattr(self, name) < 1 or (name == "ppl_window" and self.ppl_window < 2):
+                raise SparseDecodingError(f"--{name.replace('_', '-')} must be a positive count, "
+                                          f"got {getattr(self, name)}")
+        SandboxLimits(self.timeout_s, self.memory_mb).check()
+
+
+class GenerationCache:
+    """Greedy continuations of one model, made once per prompt list and shared by the metrics that read them."""
+
+    def __init__(self, model, tokenizer, settings: EvalSettings, progress: bool):
+        self.model, self.tokenizer, self.settings, self.progress = model, tokenizer, settings, progress
+        self.made: dict[str, list[Generation]] = {}
+        self.seconds = 0.0
+
+    def get(self, prompts: list[str]) -> list[Generation]:
+        key = prompts_hash(prompts)
+        if key not in self.made:
+            started = time.perf_counter()
+            prompt_ids = tokenize_prompts(self.tokenizer, chat_format(self.tokenizer, prompts))
+            self.made[key] = generate(self.model, self.tokenizer, prompt_ids, self.settings.max_new_tokens,
+                                      batch_size=self.settings.gen_batch_size, progress=self.progress)
+            self.seconds += time.perf_counter() - started
+        return self.made[key]
+
+
+def evaluate(model, tokenizer, settings: EvalSettings, reference=None, progress: bool = True,
+             ) -> tuple[dict, list[dict]]:
+    """Metrics of a loaded model (and per-problem HumanEval records); `reference` is the dense model for kl."""
+    settings.validate(reference is not None)
+    if reference is not None and reference.get_output_embeddings().out_features != \
+            model.get_output_embeddings().out_features:
+        raise SparseDecodingError("the reference model has another vocabulary than the evaluated one; KL needs the "
+                                  "dense model the pruned one came from")
+    cache = GenerationCache(model, tokenizer, settings, progress)
+    results: dict = {}
+    seconds: dict[str, float] = {}
+    records: list[dict] = []
+    if {"kl", "repetition"} & set(settings.metrics):
+        source = settings.prompts or f"humaneval:{settings.split}"
+        task_prompts = read_prompts(source)[:settings.limit]
+        results["task_prompts"] = {"source": source, "count": len(task_prompts), "hash": prompts_hash(task_prompts)}
+
+    if "pass@1" in settings.metrics:
+        generations = cache.get(humaneval_prompts(settings.split)[:settings.limit])
+        completions = [tokenizer.decode(gen.new_ids, skip_special_tokens=True) for gen in generations]
+        started = time.perf_counter()
+        problems = humaneval_problems(settings.split)[:settings.limit]
+        checked = check_completions(problems, completions, SandboxLimits(settings.timeout_s, settings.memory_mb),
+                                    settings.workers)
+        seconds["sandbox"] = time.perf_counter() - started
+        results["pass@1"] = pass_at_1(checked)
+        results["humaneval_passed"] = sum(item.passed for item in checked)
+        results["humaneval_problems"] = len(checked)
+        records = [{**asdict(item), "new_tokens": len(gen.new_ids), "stopped": gen.stopped}
+                   for item, gen in zip(checked, generations)]
+
+    if "kl" in settings.metrics:
+        generations = cache.get(task_prompts)
+        started = time.perf_counter()
+        scores = on_policy_scores(reference, model, generations, tokenizer.pad_token_id, settings.score_batch_size)
+        seconds["scoring"] = time.perf_counter() - started
+        tokens = sum(score.tokens for score in scores)
+        results["kl"] = sum(score.kl for score in scores) / tokens
+        results["dense_nll"] = sum(score.dense_nll for score in scores) / tokens
+        results["scored_tokens"] = tokens
+
+    if "repetition" in settings.metrics:
+        generations = cache.get(task_prompts)
+        results.update(repetition_summary([gen.new_ids for gen in generations]))
+        results["stopped_share"] = sum(gen.stopped for gen in generations) / len(generations)
+
+    if "ppl" in settings.metrics:
+        started = time.perf_counter()
+        ids = tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"]
+        results["ppl"], results["ppl_tokens"] = perplexity(model, ids, settings.ppl_window, settings.score_batch_size)
+        seconds["perplexity"] = time.perf_counter() - started
+
+    seconds["generation"] = cache.seconds
+    results["seconds"] = {key: round(value, 2) for key, value in seconds.items()}
+    return results, records
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+
+
+def write_outputs(out: Path, payload: dict, records: list[dict]) -> None:
+    """OUT/metrics.json (+ OUT/humaneval.jsonl), built in OUT.partial/ and renamed, so OUT is complete or absent."""
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    if records:
+        write_jsonl(partial / "humaneval.jsonl", records)
+    write_json(partial / "metrics.json", payload)
+    if out.exists():  # only with overwrite: checked before any work
+        shutil.rmtree(out)
+    os.replace(partial, out)
+
+
+def model_manifest(folder: Path) -> dict | None:
+    """The pruning record of a model written by `sparsedecoding prune` (None for a dense model)."""
+    file = folder / MANIFEST
+    if not file.exists():
+        return None
+    manifest = json.loads(file.read_text())
+    return {key: manifest.get(key) for key in ("pattern", "solver", "propagation", "calibration", "source_model",
+                                               "seed")}
+
+
+@torch.no_grad()
+def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str | None = None,
+             device: str = "auto", overwrite: bool = False, progress: bool = True) -> Path:
+    """Load the model (and reference), evaluate, write OUT; returns OUT. See the module docstring."""
+    out = Path(out)
+    settings.validate(reference is not None)
+    if out.exists() and not overwrite:
+        raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
+    folder = resolve_model(model)
+    reference_folder = resolve_model(reference) if reference else None
+    torch_device = pick_device(device)
+    started = time.perf_counter()
+    evaluated, tokenizer, _ = load_model(folder, torch_device)
+    dense = load_model(reference_folder, torch_device)[0] if reference_folder else None
+    results, records = evaluate(evaluated, tokenizer, settings, dense, progress)
+    payload = {
+        "model": str(folder), "reference": str(reference_folder) if reference_folder else None,
+        "pruning": model_manifest(folder), "metrics": results, "settings": asdict(settings),
+        "device": str(torch_device), "dtype": str(next(evaluated.parameters()).dtype),
+        "total_seconds": round(time.perf_counter() - started, 2), "versions": versions(),
+        "command": ["sparsedecoding", *sys.argv[1:]],
+    }
+    write_outputs(out, payload, records)
+    return out
