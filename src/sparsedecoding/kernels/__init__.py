@@ -1,0 +1,12 @@
+"""N:M packed weights and the sparse matrix-vector kernel that decodes with them.
+
+`pack_nm` / `PackedNM`: the packed format (values + one bit per column). `nm_spmv`: y = x·Wᵀ for 1..16 rows of
+x, a torch custom op backed by a Triton kernel on CUDA and by `nm_spmv_reference` on CPU. `PackedLinear`: a
+module holding a packed weight. Triton is imported only when the CUDA kernel first runs."""
+
+from .format import PackedNM, pack_nm
+from .linear import PackedLinear
+from .op import nm_spmv
+from .reference import nm_spmv_reference
+
+__all__ = ["PackedLinear", "PackedNM", "nm_spmv", "nm_spmv_reference", "pack_nm"]
