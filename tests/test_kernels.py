@@ -1,0 +1,175 @@
+"""The sparse kernel against a float64 dense product. Without a GPU the Triton kernel itself runs under the Triton
+interpreter on CPU tensors (TRITON_INTERPRET=1 must be set before the kernel module is imported, which the
+package defers until the Triton path runs); with a GPU the same tests run it on CUDA."""
+
+import os
+
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from sparsedecoding.errors import KernelInputError  # noqa: E402
+from sparsedecoding.kernels import PackedLinear, PackedNM, nm_spmv, nm_spmv_reference, pack_nm  # noqa: E402
+
+from test_packed_format import PATTERNS, random_nm_weight  # noqa: E402
+
+
+def assert_matches_float64(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> None:
+    """|y - x·Wᵀ| within the rounding of the output (unit roundoff u of y's dtype) plus the worst case of an
+    fp32 sum of `in` exact products: u·|exact| + in·2⁻²⁴·Σ|w·x| (+ one subnormal spacing). The Triton
+    interpreter converts float32 to bfloat16 by truncation, not to nearest, so there the output term is 2u."""
+    x64, w64 = x.double().cpu(), weight.double().cpu()
+    exact = x64 @ w64.T
+    magnitude = x64.abs() @ w64.abs().T
+    info = torch.finfo(y.dtype)
+    output_rounding = info.eps if DEVICE == "cpu" and y.dtype == torch.bfloat16 else info.eps / 2
+    bound = output_rounding * exact.abs() + (1 + info.eps) * weight.shape[1] * 2.0**-24 * magnitude \
+        + info.tiny * info.eps
+    excess = (y.double().cpu() - exact).abs() - bound
+    assert excess.max() <= 0, f"worst excess over the bound {excess.max():.3g}"
+
+
+def packed_problem(out, in_features, batch, n, m, dtype=torch.bfloat16, seed=0):
+    weight = random_nm_weight(out, in_features, n, m, dtype, seed)
+    x = torch.randn(batch, in_features, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    return weight.to(DEVICE), pack_nm(weight, n, m).to(DEVICE), x.to(DEVICE)
+
+
+# (out, in, batch, config): one 2-D tile, split-K with uneven words, x transposed, ragged rows and batch, fp16.
+KERNEL_CASES = [
+    (64, 128, 1, dict(block_rows=32, block_words=2), torch.bfloat16),
+    (40, 160, 5, dict(block_rows=16, block_words=2, split_k=3), torch.bfloat16),
+    (32, 256, 8, dict(block_rows=32, block_words=4, x_batch_minor=True), torch.float16),
+    (48, 64, 16, dict(block_rows=32, block_words=2, split_k=2), torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("n,m", PATTERNS)
+@pytest.mark.parametrize("out,in_features,batch,config,dtype", KERNEL_CASES)
+def test_triton_kernel_matches_float64(n, m, out, in_features, batch, config, dtype):
+    from sparsedecoding.kernels.triton_spmv import SpmvConfig, launch
+
+    weight, packed, x = packed_problem(out, in_features, batch, n, m, dtype)
+    y = launch(x, packed.values, packed.bitmask, n, m, SpmvConfig(**config))
+    assert y.shape == (batch, out) and y.dtype == dtype
+    assert_matches_float64(y, x, weight)
+
+
+def test_triton_kernel_split_k_leaves_counters_zero_and_repeats_bitwise():
+    from sparsedecoding.kernels.triton_spmv import SpmvConfig, _arrival_counters, launch
+
+    _, packed, x = packed_problem(64, 256, 2, 2, 4)
+    config = SpmvConfig(block_rows=32, block_words=2, split_k=4)
+    first = launch(x, packed.values, packed.bitmask, 2, 4, config)
+    second = launch(x, packed.values, packed.bitmask, 2, 4, config)
+    assert torch.equal(first, second)
+    assert int(_arrival_counters[x.device].abs().sum()) == 0
+
+
+@pytest.mark.parametrize("shape", [(128,), (3, 128)])
+def test_nm_spmv_matches_float64_and_reference(shape):
+    weight, packed, x = packed_problem(48, 128, 1, 4, 8)
+    x = torch.randn(shape).bfloat16().to(DEVICE)
+    y = nm_spmv(x, packed)
+    assert y.shape == (*shape[:-1], 48)
+    assert_matches_float64(y.view(-1, 48), x.view(-1, 128), weight)
+    if DEVICE == "cpu":  # the op's CPU implementation is the reference itself
+        assert torch.equal(y, nm_spmv_reference(x, packed))
+
+
+def _bad_inputs():
+    """(what, x, values, bitmask, n, m, message) with a valid packed 2:4 weight [32, 64] unless stated."""
+    packed = pack_nm(random_nm_weight(32, 64, 2, 4), 2, 4)
+    v, b = packed.values, packed.bitmask
+    x = torch.randn(2, 64).bfloat16()
+    yield "float32 x", x.float(), v.float(), b, 2, 4, "bfloat16 or float16"
+    yield "dtype mismatch", x.half(), v, b, 2, 4, "cast x to torch.bfloat16"
+    yield "int64 bitmask", x, v, b.long(), 2, 4, "must be int32"
+    yield "non-contiguous x", torch.randn(64, 2).bfloat16().t(), v, b, 2, 4, "x is not contiguous"
+    yield "non-contiguous values", x, torch.randn(64, 32).bfloat16().t(), b, 2, 4, "values is not contiguous"
+    yield "wrong in_features", torch.randn(2, 96).bfloat16(), v, b, 2, 4, r"expected \[64\] or \[batch, 64\]"
+    yield "3-D x", torch.randn(1, 2, 64).bfloat16(), v, b, 2, 4, "expected"
+    yield "values do not fit bitmask", x, v[:, :-8].contiguous(), b, 2, 4, "do not form a packed 2:4 weight"
+    yield "pattern does not fit values", x, v, b, 4, 16, "do not form a packed 4:16 weight"
+    yield "batch 17", torch.randn(17, 64).bfloat16(), v, b, 2, 4, "outside 1..16"
+    yield "batch 0", torch.randn(0, 64).bfloat16(), v, b, 2, 4, "outside 1..16"
+    yield "x on another device", x.to("meta"), v, b, 2, 4, "one device"
+    p18 = pack_nm(random_nm_weight(32, 64, 1, 8), 1, 8)
+    yield "1:8 pattern", x, p18.values, p18.bitmask, 1, 8, "32·N/M a multiple of 8"
+    yield "M not dividing 32", x, v, b, 2, 5, "M dividing 32"
+
+
+BAD_INPUTS = list(_bad_inputs())
+
+
+@pytest.mark.parametrize("what,x,values,bitmask,n,m,message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_inputs_raise_kernel_input_error(what, x, values, bitmask, n, m, message):
+    to = (lambda t: t) if x.device.type == "meta" else (lambda t: t.to(DEVICE))
+    with pytest.raises(KernelInputError, match=message):
+        torch.ops.sparsedecoding.nm_spmv(to(x), values.to(DEVICE), bitmask.to(DEVICE), n, m)
+
+
+@pytest.mark.parametrize("rows_shape", [(3,), (2, 5), (4, 9)])  # 3 and 10 rows: kernel; 36 rows: dense
+def test_packed_linear_matches_float64(rows_shape):
+    weight = random_nm_weight(48, 96, 8, 16).to(DEVICE)
+    bias = torch.randn(48).bfloat16().to(DEVICE)
+    plain = PackedLinear.from_dense(weight, 8, 16)
+    with_bias = PackedLinear.from_dense(weight, 8, 16, bias=bias)
+    x = torch.randn(*rows_shape, 96).bfloat16().to(DEVICE)
+    y = plain(x)
+    assert y.shape == (*rows_shape, 48)
+    assert_matches_float64(y.view(-1, 48), x.view(-1, 96), weight)
+    assert torch.equal(with_bias(x), y + bias)
+
+
+def test_untuned_problem_inside_cuda_graph_capture_raises(monkeypatch):
+    from sparsedecoding.kernels import autotune
+
+    _, packed, x = packed_problem(32, 64, 1, 2, 4)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(KernelInputError, match="before capturing a CUDA graph"):
+        autotune.tuned_config(x, packed.values, packed.bitmask, 2, 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 3, 8, 16])
+@pytest.mark.parametrize("n,m", PATTERNS)
+def test_cuda_tuned_kernel_matches_float64(n, m, batch):
+    weight, packed, x = packed_problem(1000, 2048, batch, n, m)
+    assert_matches_float64(nm_spmv(x, packed), x, weight)
+
+
+@pytest.mark.gpu
+def test_cuda_nm_spmv_under_torch_compile():
+    weight, packed, x = packed_problem(512, 1024, 4, 2, 4)
+    compiled = torch.compile(lambda v: nm_spmv(v, packed) * 2, fullgraph=True)
+    eager = nm_spmv(x, packed) * 2
+    assert torch.equal(compiled(x), eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [None, dict(block_rows=32, block_words=8, split_k=4)])
+def test_cuda_graph_capture_and_replay(config):
+    from sparsedecoding.kernels.triton_spmv import SpmvConfig, launch
+
+    weight, packed, x = packed_problem(768, 1024, 8, 8, 16)
+    if config is None:
+        call = lambda v: nm_spmv(v, packed)  # noqa: E731
+    else:
+        call = lambda v: launch(v, packed.values, packed.bitmask, 8, 16, SpmvConfig(**config))  # noqa: E731
+    static_x = x.clone()
+    call(static_x)  # tunes and allocates split-K counters before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = call(static_x)
+    fresh = torch.randn_like(x)
+    static_x.copy_(fresh)
+    graph.replay()
+    graph.replay()  # counters are back to zero after every launch
+    torch.cuda.synchronize()
+    assert torch.equal(static_y, call(fresh))
+    assert_matches_float64(static_y, fresh, weight)
