@@ -1,0 +1,29 @@
+"""`sparsedecoding pack`: convert a pruned HF model folder into a packed N:M checkpoint (values + bitmask for every
+N:M sparse decoder linear, everything else dense, manifest.json with shapes and the source's sha256)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("pack", help="store a pruned model's N:M weights packed for the sparse kernel",
+                                   description=__doc__)
+    parser.add_argument("--model", required=True, type=Path, help="pruned HF model folder (safetensors)")
+    parser.add_argument("--out", required=True, type=Path, help="output folder (written atomically)")
+    parser.add_argument("--pattern", default="auto",
+                        help="N:M pattern every decoder linear must satisfy (2:4, 4:8, 8:16, 16:32), or auto: pack "
+                             "each linear with the first of those it satisfies and keep the rest dense (default)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..packed import MANIFEST, pack_checkpoint
+
+    manifest = pack_checkpoint(args.model, args.out, pattern=args.pattern, overwrite=args.overwrite)
+    packed = sum("pattern" in info for info in manifest["tensors"].values())
+    patterns = ", ".join(manifest["patterns"]) or "none"
+    print(f"packed {packed} of {len(manifest['tensors'])} tensors (patterns: {patterns}) into {args.out} "
+          f"(details in {args.out / MANIFEST})")
+    return 0

@@ -1,0 +1,144 @@
+"""Packed N:M checkpoints: a pruned HF model folder (safetensors, zeros kept) with every N:M sparse decoder linear
+stored as values + bitmask (see `kernels.format`), everything else dense, and a JSON manifest.
+
+Layout of the output folder: one safetensors shard per source shard, same file name; a packed weight `NAME`
+becomes `NAME.values` and `NAME.bitmask`; `manifest.json` records the requested pattern, each tensor's shape,
+dtype and (for packed ones) pattern, and the sha256 of every source safetensors file; the source's other files
+(config, tokenizer) are copied so the folder is a complete model. The folder is written as `OUT.partial` and
+renamed to OUT only when complete."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from .errors import ModelNotFoundError, OutputExistsError, PackingError, SparsityPatternError
+from .kernels.format import PackedNM, pack_nm
+from .models import sha256_file
+from .patterns import SparsityPattern
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+FORMAT = "sparsedecoding-packed-nm"
+PRUNABLE = re.compile(r"^model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$")
+# Tried in this order by pattern="auto": the first one a weight satisfies is used (all store the same bytes).
+AUTO_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
+
+
+def _requested_patterns(pattern: str | None) -> tuple[tuple[int, int], ...] | None:
+    """The N:M patterns to try, or None for "auto"/None (detect per weight, keep non-N:M weights dense)."""
+    if pattern is None or pattern == "auto":
+        return None
+    parsed = SparsityPattern.parse(pattern)
+    if not parsed.is_nm:
+        raise SparsityPatternError(f"{pattern!r} — packing needs an N:M pattern such as 2:4, or 'auto'")
+    return ((parsed.n, parsed.m),)
+
+
+def _pack_if_sparse(name: str, weight: torch.Tensor, patterns) -> PackedNM | None:
+    """The packed weight, or None to keep it dense (auto mode and no pattern fits)."""
+    for n, m in patterns or AUTO_PATTERNS:
+        try:
+            return pack_nm(weight, n, m)
+        except PackingError as exc:
+            if patterns is not None:
+                raise PackingError(f"{name}: {exc}") from exc
+    return None
+
+
+def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None = None,
+                    overwrite: bool = False) -> dict:
+    """Convert the HF folder `hf_dir` to a packed checkpoint in `out_dir` and return its manifest.
+
+    `pattern`: "2:4" (or another N:M) packs every prunable decoder linear with it and fails on one that is not
+    that sparse; None or "auto" packs each prunable linear with the first of 2:4, 4:8, 8:16, 16:32 it satisfies
+    and keeps the others dense. `overwrite` replaces an existing `out_dir`; without it OutputExistsError."""
+    source, out = Path(hf_dir), Path(out_dir)
+    patterns = _requested_patterns(pattern)
+    shards = sorted(source.glob("*.safetensors")) if source.is_dir() else []
+    if not shards:
+        raise ModelNotFoundError(f"{source} is not a folder with .safetensors weights; pass an HF model folder")
+    if out.exists() and not overwrite:
+        raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        manifest = _write_packed(source, shards, partial, patterns, pattern or "auto")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(partial, out)
+    return manifest
+
+
+def _write_packed(source: Path, shards: list[Path], out: Path, patterns, requested: str) -> dict:
+    tensors_info: dict[str, dict] = {}
+    for shard in shards:
+        written: dict[str, torch.Tensor] = {}
+        with safe_open(str(shard), framework="pt") as f:
+            for name in f.keys():
+                tensor = f.get_tensor(name)
+                info = {"file": shard.name, "shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch.")}
+                packed = _pack_if_sparse(name, tensor, patterns) if PRUNABLE.match(name) else None
+                if packed is None:
+                    written[name] = tensor.contiguous()
+                else:
+                    written.update(packed.state_dict(name))
+                    info["pattern"] = packed.pattern
+                tensors_info[name] = info
+        save_file(written, str(out / shard.name), metadata={"format": FORMAT})
+        log.info("packed %s", shard.name)
+    for path in source.iterdir():
+        if path.is_file() and path.suffix != ".safetensors" and path.name != "model.safetensors.index.json":
+            shutil.copy2(path, out / path.name)
+    manifest = {
+        "format": FORMAT,
+        "pattern": requested,
+        "patterns": sorted({info["pattern"] for info in tensors_info.values() if "pattern" in info}),
+        "source": {"dir": str(source.resolve()),
+                   "safetensors_sha256": {shard.name: sha256_file(shard) for shard in shards}},
+        "tensors": tensors_info,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.device = "cpu"
+                           ) -> tuple[dict[str, torch.Tensor | PackedNM], dict]:
+    """(state, manifest): every tensor of the original checkpoint by its original name, as a PackedNM where it
+    was packed (shape and popcounts checked) and as a dense tensor elsewhere."""
+    folder = Path(checkpoint_dir)
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        raise ModelNotFoundError(f"{folder} has no {MANIFEST}; create it with `sparsedecoding pack`")
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("format") != FORMAT:
+        raise PackingError(f"{manifest_path} is not a packed-checkpoint manifest (format {manifest.get('format')!r})")
+    by_file: dict[str, list[str]] = {}
+    for name, info in manifest["tensors"].items():
+        by_file.setdefault(info["file"], []).append(name)
+    state: dict[str, torch.Tensor | PackedNM] = {}
+    for file, names in by_file.items():
+        tensors = load_file(str(folder / file), device=str(device))
+        for name in names:
+            info = manifest["tensors"][name]
+            if "pattern" in info:
+                n, m = (int(v) for v in info["pattern"].split(":"))
+                state[name] = PackedNM.from_state_dict(tensors, name, n, m, tuple(info["shape"]))
+            elif name in tensors and list(tensors[name].shape) == info["shape"]:
+                state[name] = tensors[name]
+            else:
+                raise PackingError(f"{folder / file} lacks {name} of shape {info['shape']} listed in the manifest")
+    return state, manifest

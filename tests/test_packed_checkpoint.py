@@ -1,0 +1,104 @@
+"""Packed checkpoints: which tensors get packed, exact round trip, manifest contents, atomic output, CLI."""
+
+import hashlib
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from sparsedecoding.cli import main
+from sparsedecoding.errors import ModelNotFoundError, OutputExistsError, PackingError
+from sparsedecoding.kernels import PackedNM
+from sparsedecoding.packed import load_packed_checkpoint, pack_checkpoint
+
+from test_packed_format import random_nm_weight
+
+LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+           "mlp.up_proj", "mlp.down_proj"]
+
+
+def write_model(folder, dense_linear: str | None = None, sparse_pattern=(2, 4), layer1_pattern=(2, 4)):
+    """A two-shard HF-style folder: layer 0 in one shard, layer 1 plus embeddings and head in the other.
+    Every decoder linear is N:M sparse except `dense_linear` of layer 0; norms, embeddings, lm_head dense."""
+    folder.mkdir()
+    tensors = {}
+    for layer, pattern in ((0, sparse_pattern), (1, layer1_pattern)):
+        for i, linear in enumerate(LINEARS):
+            name = f"model.layers.{layer}.{linear}.weight"
+            weight = random_nm_weight(32, 64, *pattern, seed=10 * layer + i)
+            if layer == 0 and linear == dense_linear:
+                weight = torch.randn(32, 64).bfloat16()
+            tensors[name] = weight
+        tensors[f"model.layers.{layer}.input_layernorm.weight"] = torch.ones(64).bfloat16()
+    tensors["model.embed_tokens.weight"] = torch.randn(100, 64).bfloat16()
+    tensors["lm_head.weight"] = torch.zeros(100, 64).bfloat16()  # all zero: N:M sparse, but not prunable
+    save_file({k: v for k, v in tensors.items() if ".layers.0." in k}, str(folder / "model-00001-of-00002.safetensors"))
+    save_file({k: v for k, v in tensors.items() if ".layers.0." not in k},
+              str(folder / "model-00002-of-00002.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    return tensors
+
+
+def test_auto_packs_exactly_the_sparse_decoder_linears_and_round_trips(tmp_path):
+    tensors = write_model(tmp_path / "hf", dense_linear="mlp.up_proj", layer1_pattern=(8, 16))
+    manifest = pack_checkpoint(tmp_path / "hf", tmp_path / "packed")
+    state, loaded_manifest = load_packed_checkpoint(tmp_path / "packed")
+    assert loaded_manifest == manifest and set(state) == set(tensors)
+    for name, original in tensors.items():
+        packed_expected = ".layers." in name and name.endswith("_proj.weight") and "layers.0.mlp.up_proj" not in name
+        assert isinstance(state[name], PackedNM) == packed_expected, name
+        restored = state[name].to_dense() if packed_expected else state[name]
+        assert torch.equal(restored, original), name
+    assert state["model.layers.0.mlp.gate_proj.weight"].pattern == "2:4"
+    assert state["model.layers.1.mlp.gate_proj.weight"].pattern == "8:16"  # 8:16 but not 2:4 sparse
+    assert manifest["patterns"] == ["2:4", "8:16"] and manifest["pattern"] == "auto"
+    assert manifest["tensors"]["model.layers.0.self_attn.q_proj.weight"] == {
+        "file": "model-00001-of-00002.safetensors", "shape": [32, 64], "dtype": "bfloat16", "pattern": "2:4"}
+    for shard, digest in manifest["source"]["safetensors_sha256"].items():
+        assert digest == hashlib.sha256((tmp_path / "hf" / shard).read_bytes()).hexdigest()
+    assert json.loads((tmp_path / "packed" / "config.json").read_text())["model_type"] == "llama"
+
+
+def test_explicit_pattern_fails_on_a_dense_linear_and_leaves_nothing(tmp_path):
+    write_model(tmp_path / "hf", dense_linear="self_attn.o_proj")
+    with pytest.raises(PackingError, match=r"model\.layers\.0\.self_attn\.o_proj\.weight: weight is not 2:4 sparse"):
+        pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
+    assert not (tmp_path / "packed").exists() and not (tmp_path / "packed.partial").exists()
+
+
+def test_existing_output_needs_overwrite(tmp_path):
+    write_model(tmp_path / "hf")
+    (tmp_path / "packed").mkdir()
+    (tmp_path / "packed" / "old.txt").write_text("old")
+    with pytest.raises(OutputExistsError, match="--overwrite"):
+        pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
+    pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4", overwrite=True)
+    assert not (tmp_path / "packed" / "old.txt").exists()
+    assert (tmp_path / "packed" / "manifest.json").is_file()
+
+
+def test_missing_model_folder(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="safetensors"):
+        pack_checkpoint(tmp_path / "nowhere", tmp_path / "packed")
+
+
+def test_load_rejects_a_manifest_whose_tensor_is_missing(tmp_path):
+    write_model(tmp_path / "hf")
+    manifest = pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
+    manifest["tensors"]["model.extra.weight"] = {"file": "model-00002-of-00002.safetensors", "shape": [2],
+                                                 "dtype": "bfloat16"}
+    (tmp_path / "packed" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PackingError, match="lacks model.extra.weight"):
+        load_packed_checkpoint(tmp_path / "packed")
+
+
+def test_cli_pack(tmp_path, capsys):
+    write_model(tmp_path / "hf")
+    args = ["pack", "--model", str(tmp_path / "hf"), "--out", str(tmp_path / "packed"), "--pattern", "2:4"]
+    assert main(args) == 0
+    assert "packed 14 of 18 tensors (patterns: 2:4)" in capsys.readouterr().out
+    assert main(args) == 2
+    assert "OutputExistsError" in capsys.readouterr().err
+    assert main([*args[:-1], "50%", "--overwrite"]) == 2
+    assert "SparsityPatternError" in capsys.readouterr().err
