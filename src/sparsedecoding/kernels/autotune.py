@@ -28,6 +28,7 @@ _MAX_SPLIT_K = 16
 _WARMUP_MS, _REP_MS = 2, 10
 
 _tuned: dict[tuple, SpmvConfig] = {}
+_timings: dict[tuple, dict[SpmvConfig, float]] = {}  # milliseconds of every candidate timed
 
 
 def problem_key(x: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> tuple:
@@ -74,9 +75,10 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     config = min(timings, key=timings.get)
     log.debug("nm_spmv %s: %s (%.2f us)", key, config, timings[config] * 1e3)
     _tuned[key] = config
+    _timings[key] = timings
     return config
 
 
-def tuned_configs() -> dict[tuple, SpmvConfig]:
-    """Every configuration chosen so far, by problem key (for benchmarks and logs)."""
-    return dict(_tuned)
+def tuning_results() -> dict[tuple, tuple[SpmvConfig, dict[SpmvConfig, float]]]:
+    """For every problem tuned so far: the chosen configuration and each candidate's median time in ms."""
+    return {key: (config, dict(_timings[key])) for key, config in _tuned.items()}
