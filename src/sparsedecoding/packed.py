@@ -90,7 +90,8 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
         with safe_open(str(shard), framework="pt") as f:
             for name in f.keys():
                 tensor = f.get_tensor(name)
-                info = {"file": shard.name, "shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch.")}
+                dtype = str(tensor.dtype).removeprefix("torch.")
+                info = {"file": shard.name, "shape": list(tensor.shape), "dtype": dtype}
                 packed = _pack_if_sparse(name, tensor, patterns) if PRUNABLE.match(name) else None
                 if packed is None:
                     written[name] = tensor.contiguous()

@@ -51,7 +51,7 @@ def candidate_configs(out_features: int, words: int, batch: int, sm_count: int) 
             split *= 2
         for split_k in sorted({split, min(2 * split, most)}):
             for x_batch_minor in transpose_options:
-                configs.append(SpmvConfig(rows, block_words, split_k, warps, 1, x_batch_minor))
+                configs.append(SpmvConfig(rows, block_words, split_k, warps, x_batch_minor))
     return configs
 
 

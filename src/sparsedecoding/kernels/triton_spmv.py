@@ -3,9 +3,9 @@
 Each program owns BLOCK_ROWS output rows and one split of the mask words. Per 32-bit mask word it runs
 K = 32·N/M fixed steps: isolate the lowest set bit (`low = word & -word`), read its index from the float32
 exponent of `low` (exact for a power of two, bit 31 included when read as unsigned), gather x at that column,
-multiply by the next stored value and clear the bit. Values arrive in 16-byte vectors of 8 (4 int32 pairs) and are split
-and widened in registers, so every value is loaded once; each decoded column serves all batch rows. This module imports
-triton; `sparsedecoding.kernels` imports it only when the Triton path runs."""
+multiply by the next stored value and clear the bit. Values arrive in 16-byte vectors of 8 (4 int32 pairs) and
+are split and widened in registers, so every value is loaded once; each decoded column serves all batch rows.
+This module imports triton; `sparsedecoding.kernels` imports it only when the Triton path runs."""
 
 from __future__ import annotations
 
@@ -32,13 +32,11 @@ class SpmvConfig:
     block_words: int
     split_k: int = 1
     num_warps: int = 4
-    num_stages: int = 1
     x_batch_minor: bool = False
 
     def __str__(self) -> str:
         layout = "xT" if self.x_batch_minor else "x"
-        return (f"R{self.block_rows}xW{self.block_words} split{self.split_k} "
-                f"w{self.num_warps} s{self.num_stages} {layout}")
+        return f"R{self.block_rows}xW{self.block_words} split{self.split_k} w{self.num_warps} {layout}"
 
 
 @triton.jit
@@ -63,19 +61,19 @@ def _unpack_pair(pair, VALUE_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _step(acc, word, value, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE: tl.constexpr):
+def _step(acc, word, value, x_word, x_batch, x_ok, X_COLUMN_STRIDE: tl.constexpr):
     """One bit-scan step: the lowest set bit of `word` is the column of `value`; acc += value·x[:, column]."""
     low = word & -word
-    # float32(2^c) has exponent field 127 + c; x_word (an offset) already points 127 columns early.
+    # float32(2^c) has exponent field 127 + c; x_word already points 127 columns early.
     column = low.to(tl.uint32, bitcast=True).to(tl.float32).to(tl.int32, bitcast=True) >> 23
-    x_ptrs = x_ptr + ((x_word + column * X_COLUMN_STRIDE)[None, :, :, None] + x_batch)
+    x_ptrs = (x_word + column * X_COLUMN_STRIDE)[None, :, :, None] + x_batch
     x = tl.load(x_ptrs, mask=x_ok, other=0.0, eviction_policy="evict_last")
     acc += value[None, :, :, None] * x.to(tl.float32)
     return acc, word ^ low
 
 
 @triton.jit
-def _eight_steps(acc, word, pairs, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE: tl.constexpr,
+def _eight_steps(acc, word, pairs, x_word, x_batch, x_ok, X_COLUMN_STRIDE: tl.constexpr,
                  VALUE_DTYPE: tl.constexpr, BLOCK_WORDS: tl.constexpr, BLOCK_ROWS: tl.constexpr):
     """Steps for the 8 values of one vector, given as [words, rows, 4] int32 pairs."""
     p0, p1, p2, p3 = _split4(pairs, BLOCK_WORDS, BLOCK_ROWS)
@@ -83,14 +81,14 @@ def _eight_steps(acc, word, pairs, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE
     v2, v3 = _unpack_pair(p1, VALUE_DTYPE)
     v4, v5 = _unpack_pair(p2, VALUE_DTYPE)
     v6, v7 = _unpack_pair(p3, VALUE_DTYPE)
-    acc, word = _step(acc, word, v0, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v1, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v2, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v3, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v4, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v5, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v6, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v7, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
+    acc, word = _step(acc, word, v0, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
+    acc, word = _step(acc, word, v1, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
+    acc, word = _step(acc, word, v2, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
+    acc, word = _step(acc, word, v3, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
+    acc, word = _step(acc, word, v4, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
+    acc, word = _step(acc, word, v5, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
+    acc, word = _step(acc, word, v6, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
+    acc, word = _step(acc, word, v7, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
     return acc, word
 
 
@@ -141,12 +139,12 @@ def nm_spmv_kernel(
         w = w0 + word_lane[:, None]
         ok = ((w < w_end) | EVEN_WORDS) & row_ok[None, :]
         word = tl.load(mask_rows + w, mask=ok, other=0, eviction_policy="evict_first")
-        x_word = (w * 32 - 127) * X_COLUMN_STRIDE
+        x_word = x_ptr + (w * 32 - 127) * X_COLUMN_STRIDE
         x_ok = ok[None, :, :, None] & batch_ok
         for vector in tl.static_range(K // 8):
             offsets = (w * (K // 2) + vector * PAIRS_PER_VECTOR)[:, :, None] + pair_lane[None, None, :]
             pairs = tl.load(pair_rows + offsets, mask=ok[:, :, None], other=0, eviction_policy="evict_first")
-            acc, word = _eight_steps(acc, word, pairs, x_ptr, x_word, x_batch, x_ok, X_COLUMN_STRIDE, VALUE_DTYPE,
+            acc, word = _eight_steps(acc, word, pairs, x_word, x_batch, x_ok, X_COLUMN_STRIDE, VALUE_DTYPE,
                                      BLOCK_WORDS, BLOCK_ROWS)
 
     y_tile = tl.sum(acc, axis=1)  # [groups, rows, lanes]
@@ -216,6 +214,6 @@ def launch(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int,
         EVEN_ROWS=out_features % config.block_rows == 0,
         EVEN_WORDS=words % (config.block_words * config.split_k) == 0,
         EVEN_BATCH=batch == batch_block,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        num_warps=config.num_warps, num_stages=1,  # nothing to pipeline: no tl.dot, plain loads
     )
     return y
