@@ -144,3 +144,25 @@ def test_pattern_must_divide_columns():
         solvers.sparsegpt(W, H, "2:4")
     with pytest.raises(SparsityPatternError):
         solvers.wanda(W, H, "3:2")
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "16:32", "50%"])
+def test_shared_hessian_solve_equals_separate_solves(pattern):
+    W, H = random_problem(rows=40, cols=64, seed=4)
+    q, k, v = W[:24], W[24:32], W[32:]
+    together = solvers.sparsegpt_shared([q, k, v], H, pattern, blocksize=32)
+    for alone, stacked in zip((q, k, v), together):
+        torch.testing.assert_close(stacked, solvers.sparsegpt(alone, H, pattern, blocksize=32), rtol=1e-10,
+                                   atol=1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["2:4", "50%"])
+def test_cuda_graph_block_loop_equals_eager(pattern):
+    W, H = random_problem(rows=64, cols=256, dtype=torch.float32, seed=5)
+    W, H = W.cuda(), H.cuda()
+    graph = solvers.sparsegpt_shared([W[:40], W[40:]], H, pattern, cuda_graph=True)
+    eager = solvers.sparsegpt_shared([W[:40], W[40:]], H, pattern, cuda_graph=False)
+    for first, second in zip(graph, eager):
+        assert torch.equal(first == 0, second == 0)
+        torch.testing.assert_close(first, second, rtol=1e-5, atol=1e-5)

@@ -31,7 +31,7 @@ from .calibration import SOURCES, CalibrationSet, concat, decode_calibration, de
 from .data import lee_text, prompts_hash, read_prompts
 from .errors import OutputExistsError, SparseDecodingError
 from .generation import position_ids_from_mask
-from .hessian import KeepMask, accumulate_inputs, hessians_by_module, prunable_linears
+from .hessian import KeepMask, accumulate_inputs, hessians_by_module, input_groups, prunable_linears
 from .models import load_model, resolve_model
 from .patterns import SparsityPattern
 
@@ -192,16 +192,21 @@ def relative_error(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Te
 
 
 def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, hessians: dict) -> dict[str, dict]:
-    """Prune every linear of one layer in place; returns per-linear sparsity and relative reconstruction error."""
-    solver = SOLVERS[config.solver]
-    extra = {"blocksize": config.blocksize, "percdamp": config.percdamp} if config.solver == "sparsegpt" else {}
+    """Prune every linear of one layer in place; returns per-linear sparsity and relative reconstruction error.
+    Linears that share an input share a Hessian, and SparseGPT solves them together (same result, fewer launches)."""
     stats = {}
-    for name, linear in linears.items():
-        weight = linear.weight.data
-        pruned = solver(weight, hessians[name], pattern, **extra)
-        stats[name] = {"sparsity": round(float((pruned == 0).float().mean()), 6),
-                       "relative_error": relative_error(weight, pruned, hessians[name])}
-        linear.weight.data.copy_(pruned)
+    for names in input_groups(list(linears)).values():
+        weights = [linears[name].weight.data for name in names]
+        hessian = hessians[names[0]]
+        if config.solver == "sparsegpt":
+            pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
+                                              percdamp=config.percdamp)
+        else:
+            pruned = [SOLVERS[config.solver](weight, hessian, pattern) for weight in weights]
+        for name, weight, new in zip(names, weights, pruned):
+            stats[name] = {"sparsity": round(float((new == 0).float().mean()), 6),
+                           "relative_error": relative_error(weight, new, hessian)}
+            weight.copy_(new)
     return stats
 
 
@@ -262,6 +267,62 @@ def peak_memory_gb(device: torch.device) -> float:
 
 
 @torch.no_grad()
+def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDir | None = None,
+                 progress: bool = True) -> dict:
+    """Prune a loaded model in place, layer by layer (see the module docstring). With `work`, each finished layer is
+    saved there and layers finished by an interrupted run are restored instead of solved again.
+    Returns {"layers": {module name: stats}, "solver_seconds": float, "resumed_from_layer": int}."""
+    pattern = SparsityPattern.parse(config.pattern)
+    device = next(model.parameters()).device
+    hessian_dtype = getattr(torch, config.hessian_dtype)
+    batches = first_layer_inputs(model, calib, config.batch_size, device)
+    layers = model.model.layers
+    start = work.state["finished_layers"] if work else 0
+    layer_stats = {int(index): stats for index, stats in work.state["layers"].items()} if work else {}
+    solver_seconds = 0.0
+    bar = tqdm(range(len(layers)), desc=f"pruning {pattern} ({config.solver})", unit="layer", disable=not progress)
+    for index in bar:
+        layer = layers[index]
+        linears = prunable_linears(layer)
+        if index < start:  # finished before an interruption: replay exactly what the first run did
+            saved = work.load_layer(index)
+            if config.propagation == "dense":
+                outputs = run_layer(layer, batches)
+            for name, linear in linears.items():
+                linear.weight.data.copy_(saved[name])
+            if config.propagation == "sequential":
+                outputs = run_layer(layer, batches)
+        else:
+            keep = KeepMask()
+            with accumulate_inputs(linears, keep, hessian_dtype, where=f"layer {index} ") as accumulators:
+                outputs = []
+                for hidden, kwargs, kept in batches:
+                    keep.set(kept)
+                    out_hidden = layer(hidden, **kwargs)
+                    outputs.append(out_hidden[0] if isinstance(out_hidden, tuple) else out_hidden)
+            hessians = hessians_by_module(accumulators, list(linears))
+            del accumulators
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            solve_started = time.perf_counter()
+            layer_stats[index] = solve_layer(config, pattern, linears, hessians)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            solver_seconds += time.perf_counter() - solve_started
+            del hessians
+            if config.propagation == "sequential":
+                outputs = run_layer(layer, batches)
+            if work:
+                work.save_layer(index, linears, layer_stats[index])
+            worst = max(item["relative_error"] for item in layer_stats[index].values())
+            bar.set_postfix(max_rel_error=f"{worst:.3g}")
+        batches = [(output, kwargs, kept) for output, (_, kwargs, kept) in zip(outputs, batches)]
+    return {"layers": {f"model.layers.{index}.{name}": item for index, stats in sorted(layer_stats.items())
+                       for name, item in stats.items()},
+            "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
+
+
+@torch.no_grad()
 def prune(config: PruneConfig, progress: bool = True) -> Path:
     """Run (or resume) a pruning job and return the output folder. See the module docstring."""
     pattern = config.validate()
@@ -270,7 +331,6 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     if config.calibration in ("decode", "mix"):
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
     device = pick_device(config.device)
-    hessian_dtype = getattr(torch, config.hessian_dtype)
     work = WorkDir(out, config.fingerprint())
     try:
         started = time.perf_counter()
@@ -285,59 +345,16 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             calib.save(work.calibration_file)
             work.save_state()
         log.info("calibration: %s, %d tokens in %d sequences", calib.source, calib.tokens, len(calib))
-
-        batches = first_layer_inputs(model, calib, config.batch_size, device)
-        layers = model.model.layers
-        start = work.state["finished_layers"]
-        solver_seconds = 0.0
-        bar = tqdm(range(len(layers)), desc=f"pruning {pattern} ({config.solver})", unit="layer", disable=not progress)
-        for index in bar:
-            layer = layers[index]
-            linears = prunable_linears(layer)
-            if index < start:  # finished before an interruption: replay exactly what the first run did
-                saved = work.load_layer(index)
-                if config.propagation == "dense":
-                    outputs = run_layer(layer, batches)
-                for name, linear in linears.items():
-                    linear.weight.data.copy_(saved[name])
-                if config.propagation == "sequential":
-                    outputs = run_layer(layer, batches)
-            else:
-                keep = KeepMask()
-                with accumulate_inputs(linears, keep, hessian_dtype, where=f"layer {index} ") as accumulators:
-                    outputs = []
-                    for hidden, kwargs, kept in batches:
-                        keep.set(kept)
-                        out_hidden = layer(hidden, **kwargs)
-                        outputs.append(out_hidden[0] if isinstance(out_hidden, tuple) else out_hidden)
-                hessians = hessians_by_module(accumulators, list(linears))
-                del accumulators
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                solve_started = time.perf_counter()
-                stats = solve_layer(config, pattern, linears, hessians)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                solver_seconds += time.perf_counter() - solve_started
-                del hessians
-                if config.propagation == "sequential":
-                    outputs = run_layer(layer, batches)
-                work.save_layer(index, linears, stats)
-                worst = max(item["relative_error"] for item in stats.values())
-                bar.set_postfix(max_rel_error=f"{worst:.3g}")
-            batches = [(output, kwargs, kept) for output, (_, kwargs, kept) in zip(outputs, batches)]
-
+        result = prune_layers(model, calib, config, work, progress)
         manifest = {
             "pattern": str(pattern), "solver": config.solver, "propagation": config.propagation,
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
                                "hessian_dtype": config.hessian_dtype},
-            "seed": config.seed, "config": asdict(config),
-            "layers": {f"model.layers.{index}.{name}": item for index, layer_stats in work.state["layers"].items()
-                       for name, item in layer_stats.items()},
-            "timing": {"solver_seconds_this_run": round(solver_seconds, 2),
+            "seed": config.seed, "config": asdict(config), "layers": result["layers"],
+            "timing": {"solver_seconds_this_run": result["solver_seconds"],
                        "total_seconds_this_run": round(time.perf_counter() - started, 2),
-                       "resumed_from_layer": start},
+                       "resumed_from_layer": result["resumed_from_layer"]},
             "peak_memory_gb": peak_memory_gb(device), "device": str(device), "versions": versions(),
             "command": config.command or sys.argv,
         }

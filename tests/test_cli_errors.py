@@ -1,0 +1,113 @@
+"""Each bad input to `sparsedecoding prune` gives one clear error line, a non-zero exit code and no output."""
+
+import json
+
+import pytest
+
+from sparsedecoding.cli import main
+from tiny_models import make_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("cli") / "model")
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("def f(x):\nhello\n")
+    return path
+
+
+def run_prune(capsys, *args):
+    code = main(["prune", *map(str, args)])
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, [line for line in err if line.startswith("error:")]
+
+
+def assert_clean_failure(code, errors, out, expected):
+    assert code == 2
+    assert len(errors) == 1 and expected in errors[0], errors
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+
+
+@pytest.mark.parametrize("pattern,expected", [("3:2", "SparsityPatternError"), ("4:4", "0 < N < M"),
+                                              ("half", "not a sparsity pattern")])
+def test_bad_pattern(capsys, tmp_path, tiny_folder, prompts, pattern, expected):
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", tiny_folder, "--prompts", prompts, "--out", out, "--pattern", pattern)
+    assert_clean_failure(code, errors, out, expected)
+
+
+def test_missing_model(capsys, tmp_path, prompts):
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", tmp_path / "nope", "--prompts", prompts, "--out", out)
+    assert_clean_failure(code, errors, out, "ModelNotFoundError")
+
+
+def test_unsupported_architecture(capsys, tmp_path, prompts):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)).save_pretrained(folder)
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", folder, "--prompts", prompts, "--out", out)
+    assert_clean_failure(code, errors, out, "UnsupportedArchitectureError")
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n", '{"prompt": ""}\n'])
+def test_empty_prompt_file(capsys, tmp_path, tiny_folder, content):
+    path = tmp_path / ("prompts.jsonl" if content.startswith("{") else "prompts.txt")
+    path.write_text(content)
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", tiny_folder, "--prompts", path, "--out", out)
+    assert_clean_failure(code, errors, out, "PromptsError")
+
+
+def test_missing_prompt_file(capsys, tmp_path, tiny_folder):
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", tiny_folder, "--prompts", tmp_path / "none.jsonl", "--out", out)
+    assert_clean_failure(code, errors, out, "does not exist")
+
+
+def test_zero_decode_tokens(capsys, tmp_path, tiny_folder, prompts):
+    folder = tmp_path / "stops-at-once"
+    make_tiny_model(folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    config["eos_token_id"] = list(range(128))  # every token ends generation: nothing is ever read back
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", folder, "--prompts", prompts, "--out", out)
+    assert_clean_failure(code, errors, out, "no decode tokens")
+
+
+def test_non_finite_activations(capsys, tmp_path, prompts):
+    from safetensors.torch import load_file, save_file
+
+    folder = make_tiny_model(tmp_path / "nan")
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.layers.0.mlp.down_proj.weight"][0, 0] = float("inf")
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", folder, "--prompts", prompts, "--out", out, "--calibration", "text",
+                             "--tokens", "64")
+    assert_clean_failure(code, errors, out, "NonFiniteActivationError")
+
+
+def test_existing_output_needs_overwrite(capsys, tmp_path, tiny_folder, prompts):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code, errors = run_prune(capsys, "--model", tiny_folder, "--prompts", prompts, "--out", out)
+    assert code == 2 and len(errors) == 1 and "--overwrite" in errors[0]
+    assert (out / "keep.txt").read_text() == "mine"
+    code = main(["prune", "--model", str(tiny_folder), "--prompts", str(prompts), "--out", str(out), "--overwrite",
+                 "--tokens", "8", "--max-new-tokens", "8"])
+    assert code == 0 and not (out / "keep.txt").exists() and (out / "sparsedecoding.json").exists()
+
+
+def test_text_needs_a_budget(capsys, tmp_path, tiny_folder, prompts):
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", tiny_folder, "--out", out, "--calibration", "text", "--tokens", "0")
+    assert_clean_failure(code, errors, out, "--tokens")
