@@ -38,12 +38,12 @@ def packed_problem(out, in_features, batch, n, m, dtype=torch.bfloat16, seed=0):
     return weight.to(DEVICE), pack_nm(weight, n, m).to(DEVICE), x.to(DEVICE)
 
 
-# (out, in, batch, config, dtype): plain tile; ragged rows, uneven split-K and a padded float32 x^T; fp16 x^T;
-# batch 16 with x as given.
+# (out, in, batch, config, dtype): one row of x; ragged rows, uneven split-K and a zero-padded batch; fp16;
+# batch 16 with split-K.
 KERNEL_CASES = [
     (64, 128, 1, dict(block_rows=32, block_words=2), torch.bfloat16),
-    (40, 160, 5, dict(block_rows=16, block_words=2, split_k=3, x_batch_minor=True), torch.bfloat16),
-    (32, 256, 8, dict(block_rows=32, block_words=4, x_batch_minor=True), torch.float16),
+    (40, 160, 5, dict(block_rows=16, block_words=2, split_k=3), torch.bfloat16),
+    (32, 256, 8, dict(block_rows=32, block_words=4), torch.float16),
     (48, 64, 16, dict(block_rows=32, block_words=2, split_k=2), torch.bfloat16),
 ]
 

@@ -2,11 +2,9 @@
 
 Candidates fix rows per program, words per loop step and warps, and take split-K from the grid size: the
 smallest power of two that gives every SM at least two programs (and its double), as long as every split
-still runs two or more loop steps. With a batch of 2 or more, each candidate is also tried with x written as
-float32 [in, batch] first (one vector load per decoded column for four batch rows, no conversions, at the cost
-of one small copy kernel). Timing uses
+still runs two or more loop steps. Timing uses
 `triton.testing.do_bench` (median, L2 flushed between calls) on the caller's tensors and includes the whole
-launch (transpose and split-K workspace too). Results are kept per device, shape, batch, values per word and
+launch (the float32 copy of x for batches above 1 too). Results are kept per device, shape, batch, values per word and
 dtype; a CUDA-graph capture that meets an untuned problem raises instead of timing inside the capture."""
 
 from __future__ import annotations
@@ -39,7 +37,6 @@ def problem_key(x: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> tuple
 
 def candidate_configs(out_features: int, words: int, batch: int, sm_count: int) -> list[SpmvConfig]:
     """The configurations worth timing for one problem (see the module docstring)."""
-    transpose_options = [False, True] if batch >= 2 else [False]
     configs = []
     for rows, block_words, warps in _TILES:
         row_blocks = triton.cdiv(out_features, rows)
@@ -50,8 +47,7 @@ def candidate_configs(out_features: int, words: int, batch: int, sm_count: int) 
         while row_blocks * split < 2 * sm_count and split < most:
             split *= 2
         for split_k in sorted({split, min(2 * split, most)}):
-            for x_batch_minor in transpose_options:
-                configs.append(SpmvConfig(rows, block_words, split_k, warps, x_batch_minor))
+            configs.append(SpmvConfig(rows, block_words, split_k, warps))
     return configs
 
 

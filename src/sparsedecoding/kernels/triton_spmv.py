@@ -23,26 +23,22 @@ X_VECTOR = tl.constexpr(4)  # fp32 batch values per x vector load in the transpo
 
 @dataclass(frozen=True)
 class SpmvConfig:
-    """One launch configuration. `block_rows` output rows and `block_words` mask words per loop step and
-    program; `split_k` programs share a row block, each summing a contiguous range of words; with
-    `x_batch_minor` the launcher first writes x as float32 [in, batch] so one vector load fetches a column for
-    four batch rows, already converted."""
+    """One launch configuration: `block_rows` output rows and `block_words` mask words per loop step and
+    program; `split_k` programs share a row block, each summing a contiguous range of words."""
 
     block_rows: int
     block_words: int
     split_k: int = 1
     num_warps: int = 4
-    x_batch_minor: bool = False
 
     def __str__(self) -> str:
-        layout = "xT" if self.x_batch_minor else "x"
-        return f"R{self.block_rows}xW{self.block_words} split{self.split_k} w{self.num_warps} {layout}"
+        return f"R{self.block_rows}xW{self.block_words} split{self.split_k} w{self.num_warps}"
 
 
 @triton.jit
-def _split4(p, BLOCK_WORDS: tl.constexpr, BLOCK_ROWS: tl.constexpr):
-    """The 4 slices p[:, :, j] of a [words, rows, 4] tile, in order j = 0..3 (register moves only)."""
-    even, odd = tl.split(tl.reshape(p, (BLOCK_WORDS, BLOCK_ROWS, 2, 2)))
+def _split4(p, LANES: tl.constexpr):
+    """The 4 columns p[:, j] of a [lanes, 4] tile, in order j = 0..3 (register moves only)."""
+    even, odd = tl.split(tl.reshape(p, (LANES, 2, 2)))
     p0, p2 = tl.split(even)
     p1, p3 = tl.split(odd)
     return p0, p1, p2, p3
@@ -61,35 +57,66 @@ def _unpack_pair(pair, VALUE_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _step(acc, word, value, x_word, x_batch, x_ok, X_COLUMN_STRIDE: tl.constexpr):
-    """One bit-scan step: the lowest set bit of `word` is the column of `value`; acc += value·x[:, column]."""
+def _step(acc0, acc1, acc2, acc3, word, value, x_word, x_lane, x_ok, X_COLUMN_STRIDE: tl.constexpr,
+          BATCH_LANES: tl.constexpr, BATCH_GROUPS: tl.constexpr):
+    """One bit-scan step: the lowest set bit of `word` is the column of `value`; acc_g += value·x[group g, column]
+    for the (up to 4) groups of BATCH_LANES batch rows."""
     low = word & -word
     # float32(2^c) has exponent field 127 + c; x_word already points 127 columns early.
     column = low.to(tl.uint32, bitcast=True).to(tl.float32).to(tl.int32, bitcast=True) >> 23
-    x_ptrs = (x_word + column * X_COLUMN_STRIDE)[None, :, :, None] + x_batch
-    x = tl.load(x_ptrs, mask=x_ok, other=0.0, eviction_policy="evict_last")
-    acc += value[None, :, :, None] * x.to(tl.float32)
-    return acc, word ^ low
+    x_ptrs = (x_word + column * X_COLUMN_STRIDE)[:, None] + x_lane[None, :]
+    v = value[:, None]
+    acc0 += v * tl.load(x_ptrs, mask=x_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    if BATCH_GROUPS > 1:
+        acc1 += v * tl.load(x_ptrs + BATCH_LANES, mask=x_ok, other=0.0, eviction_policy="evict_last")
+    if BATCH_GROUPS > 2:
+        acc2 += v * tl.load(x_ptrs + 2 * BATCH_LANES, mask=x_ok, other=0.0, eviction_policy="evict_last")
+        acc3 += v * tl.load(x_ptrs + 3 * BATCH_LANES, mask=x_ok, other=0.0, eviction_policy="evict_last")
+    return acc0, acc1, acc2, acc3, word ^ low
 
 
 @triton.jit
-def _eight_steps(acc, word, pairs, x_word, x_batch, x_ok, X_COLUMN_STRIDE: tl.constexpr,
-                 VALUE_DTYPE: tl.constexpr, BLOCK_WORDS: tl.constexpr, BLOCK_ROWS: tl.constexpr):
-    """Steps for the 8 values of one vector, given as [words, rows, 4] int32 pairs."""
-    p0, p1, p2, p3 = _split4(pairs, BLOCK_WORDS, BLOCK_ROWS)
+def _eight_steps(acc0, acc1, acc2, acc3, word, pairs, x_word, x_lane, x_ok, X_COLUMN_STRIDE: tl.constexpr,
+                 BATCH_LANES: tl.constexpr, BATCH_GROUPS: tl.constexpr, VALUE_DTYPE: tl.constexpr,
+                 LANES: tl.constexpr):
+    """Steps for the 8 values of one vector, given as [lanes, 4] int32 pairs."""
+    p0, p1, p2, p3 = _split4(pairs, LANES)
     v0, v1 = _unpack_pair(p0, VALUE_DTYPE)
     v2, v3 = _unpack_pair(p1, VALUE_DTYPE)
     v4, v5 = _unpack_pair(p2, VALUE_DTYPE)
     v6, v7 = _unpack_pair(p3, VALUE_DTYPE)
-    acc, word = _step(acc, word, v0, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v1, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v2, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v3, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v4, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v5, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v6, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    acc, word = _step(acc, word, v7, x_word, x_batch, x_ok, X_COLUMN_STRIDE)
-    return acc, word
+    acc0, acc1, acc2, acc3, word = _step(acc0, acc1, acc2, acc3, word, v0, x_word, x_lane, x_ok, X_COLUMN_STRIDE,
+                                         BATCH_LANES, BATCH_GROUPS)
+    acc0, acc1, acc2, acc3, word = _step(acc0, acc1, acc2, acc3, word, v1, x_word, x_lane, x_ok, X_COLUMN_STRIDE,
+                                         BATCH_LANES, BATCH_GROUPS)
+    acc0, acc1, acc2, acc3, word = _step(acc0, acc1, acc2, acc3, word, v2, x_word, x_lane, x_ok, X_COLUMN_STRIDE,
+                                         BATCH_LANES, BATCH_GROUPS)
+    acc0, acc1, acc2, acc3, word = _step(acc0, acc1, acc2, acc3, word, v3, x_word, x_lane, x_ok, X_COLUMN_STRIDE,
+                                         BATCH_LANES, BATCH_GROUPS)
+    acc0, acc1, acc2, acc3, word = _step(acc0, acc1, acc2, acc3, word, v4, x_word, x_lane, x_ok, X_COLUMN_STRIDE,
+                                         BATCH_LANES, BATCH_GROUPS)
+    acc0, acc1, acc2, acc3, word = _step(acc0, acc1, acc2, acc3, word, v5, x_word, x_lane, x_ok, X_COLUMN_STRIDE,
+                                         BATCH_LANES, BATCH_GROUPS)
+    acc0, acc1, acc2, acc3, word = _step(acc0, acc1, acc2, acc3, word, v6, x_word, x_lane, x_ok, X_COLUMN_STRIDE,
+                                         BATCH_LANES, BATCH_GROUPS)
+    acc0, acc1, acc2, acc3, word = _step(acc0, acc1, acc2, acc3, word, v7, x_word, x_lane, x_ok, X_COLUMN_STRIDE,
+                                         BATCH_LANES, BATCH_GROUPS)
+    return acc0, acc1, acc2, acc3, word
+
+
+@triton.jit
+def _store_group(acc, group, y_ptr, partial_ptr, pid_split, out_features, batch, rows, row_ok,
+                 BATCH_LANES: tl.constexpr, BATCH_BLOCK: tl.constexpr, BLOCK_WORDS: tl.constexpr,
+                 BLOCK_ROWS: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_BATCH: tl.constexpr):
+    """Sum one group's accumulator over the tile's words; store it as y (one split) or as an fp32 partial."""
+    tile = tl.sum(tl.reshape(acc, (BLOCK_WORDS, BLOCK_ROWS, BATCH_LANES)), axis=0)  # [rows, lanes]
+    b = group * BATCH_LANES + tl.arange(0, BATCH_LANES)[None, :]
+    ok = row_ok[:, None] & ((b < batch) | EVEN_BATCH)
+    if SPLIT_K == 1:
+        tl.store(y_ptr + b * out_features + rows[:, None], tile.to(y_ptr.dtype.element_ty), mask=ok)
+    else:
+        split_offset = pid_split * BATCH_BLOCK * out_features
+        tl.store(partial_ptr + split_offset + b * out_features + rows[:, None], tile, mask=ok)
 
 
 @triton.jit
@@ -98,75 +125,81 @@ def nm_spmv_kernel(
     out_features, words, batch,
     N: tl.constexpr, M: tl.constexpr, BATCH_BLOCK: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_WORDS: tl.constexpr, SPLIT_K: tl.constexpr,
-    X_BATCH_MINOR: tl.constexpr, EVEN_ROWS: tl.constexpr, EVEN_WORDS: tl.constexpr, EVEN_BATCH: tl.constexpr,
+    EVEN_ROWS: tl.constexpr, EVEN_WORDS: tl.constexpr, EVEN_BATCH: tl.constexpr,
 ):
-    """y[b, o] for BLOCK_ROWS rows o and all b < batch; `pairs_ptr` is the values viewed as int32.
+    """y[b, o] for BLOCK_ROWS rows o and all b < batch; `pairs_ptr` is the values viewed as int32. x is the
+    caller's [1, in] for one row, else float32 [in, BATCH_BLOCK] (zero beyond `batch`).
 
-    Tiles are [words, rows, 4 pairs] for values and [batch groups, words, rows, batch lanes] for x and the
-    accumulator: the compiler gives the innermost axis to one thread, warp lanes to rows and warps to words,
-    the same for every tile, so no data moves between threads until the final sum over words."""
+    The tile's (word, row) pairs are flattened into one axis, rows fastest, and every tile is [that axis, a
+    short contiguous inner axis]: the compiler then gives the inner axis to one thread and the flat axis to warp
+    lanes for every tile alike (whatever its tie-breaking between equally strided axes), so lanes run over rows
+    of one word and no data moves between threads until the final sum over words."""
     K: tl.constexpr = 32 * N // M
-    VALUE_DTYPE: tl.constexpr = y_ptr.dtype.element_ty
+    LANES: tl.constexpr = BLOCK_WORDS * BLOCK_ROWS
+    if BATCH_BLOCK == 1:
+        X_COLUMN_STRIDE: tl.constexpr = 1
+        BATCH_LANES: tl.constexpr = 1
+    else:
+        X_COLUMN_STRIDE: tl.constexpr = BATCH_BLOCK
+        BATCH_LANES: tl.constexpr = X_VECTOR if BATCH_BLOCK >= X_VECTOR else BATCH_BLOCK
+    BATCH_GROUPS: tl.constexpr = BATCH_BLOCK // BATCH_LANES
     pid_rows = tl.program_id(0)
     pid_split = tl.program_id(1)
 
-    rows = pid_rows * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = (rows < out_features) | EVEN_ROWS
-    # Words run backwards across the tile so the compiler sees no contiguity along them and keeps warp lanes
-    # on rows for the mask words as for the other tiles, avoiding layout conversions between them.
-    word_lane = BLOCK_WORDS - 1 - tl.arange(0, BLOCK_WORDS)
+    lane = tl.arange(0, LANES)
+    lane_rows = pid_rows * BLOCK_ROWS + lane % BLOCK_ROWS
+    lane_row_ok = (lane_rows < out_features) | EVEN_ROWS
+    lane_word = lane // BLOCK_ROWS
+    x_lane = tl.arange(0, BATCH_LANES)
     pair_lane = tl.arange(0, PAIRS_PER_VECTOR)
-    if X_BATCH_MINOR:  # x is float32 [in, BATCH_BLOCK], zero beyond `batch`
-        X_COLUMN_STRIDE: tl.constexpr = BATCH_BLOCK
-        BATCH_LANES: tl.constexpr = min(BATCH_BLOCK, X_VECTOR)
-    else:  # x is [batch, in] in the values' dtype
-        X_COLUMN_STRIDE: tl.constexpr = 1
-        BATCH_LANES: tl.constexpr = 1
-    BATCH_GROUPS: tl.constexpr = BATCH_BLOCK // BATCH_LANES
-    b = (tl.arange(0, BATCH_GROUPS)[:, None, None, None] * BATCH_LANES
-         + tl.arange(0, BATCH_LANES)[None, None, None, :])  # [groups, 1, 1, lanes]
-    batch_ok = (b < batch) | EVEN_BATCH | X_BATCH_MINOR
-    x_batch = b if X_BATCH_MINOR else b * (words * 32)
 
     words_per_split = tl.cdiv(words, SPLIT_K * BLOCK_WORDS) * BLOCK_WORDS
     w_begin = pid_split * words_per_split
-    w_end = tl.minimum(w_begin + words_per_split, words)
-    mask_rows = bitmask_ptr + rows.to(tl.int64)[None, :] * words
-    pair_rows = pairs_ptr + rows.to(tl.int64)[None, :, None] * (words * (K // 2))
+    mask_rows = bitmask_ptr + lane_rows.to(tl.int64) * words
+    pair_rows = pairs_ptr + lane_rows.to(tl.int64) * (words * (K // 2))
 
-    acc = tl.zeros([BATCH_GROUPS, BLOCK_WORDS, BLOCK_ROWS, BATCH_LANES], dtype=tl.float32)
-    for w0 in range(w_begin, w_end, BLOCK_WORDS):
-        w = w0 + word_lane[:, None]
-        ok = ((w < w_end) | EVEN_WORDS) & row_ok[None, :]
+    acc0 = tl.zeros([LANES, BATCH_LANES], dtype=tl.float32)
+    acc1 = tl.zeros([LANES, BATCH_LANES] if BATCH_GROUPS > 1 else [1, 1], dtype=tl.float32)
+    acc2 = tl.zeros([LANES, BATCH_LANES] if BATCH_GROUPS > 2 else [1, 1], dtype=tl.float32)
+    acc3 = tl.zeros([LANES, BATCH_LANES] if BATCH_GROUPS > 2 else [1, 1], dtype=tl.float32)
+    for w0 in range(w_begin, w_begin + words_per_split, BLOCK_WORDS):  # the last split may run past `words`
+        w = w0 + lane_word
+        ok = ((w < words) | EVEN_WORDS) & lane_row_ok
         word = tl.load(mask_rows + w, mask=ok, other=0, eviction_policy="evict_first")
         x_word = x_ptr + (w * 32 - 127) * X_COLUMN_STRIDE
-        x_ok = ok[None, :, :, None] & batch_ok
+        x_ok = ok[:, None]
         for vector in tl.static_range(K // 8):
-            offsets = (w * (K // 2) + vector * PAIRS_PER_VECTOR)[:, :, None] + pair_lane[None, None, :]
-            pairs = tl.load(pair_rows + offsets, mask=ok[:, :, None], other=0, eviction_policy="evict_first")
-            acc, word = _eight_steps(acc, word, pairs, x_word, x_batch, x_ok, X_COLUMN_STRIDE, VALUE_DTYPE,
-                                     BLOCK_WORDS, BLOCK_ROWS)
+            offsets = (w * (K // 2) + vector * PAIRS_PER_VECTOR)[:, None] + pair_lane[None, :]
+            pairs = tl.load(pair_rows[:, None] + offsets, mask=ok[:, None], other=0, eviction_policy="evict_first")
+            acc0, acc1, acc2, acc3, word = _eight_steps(
+                acc0, acc1, acc2, acc3, word, pairs, x_word, x_lane, x_ok, X_COLUMN_STRIDE, BATCH_LANES,
+                BATCH_GROUPS, y_ptr.dtype.element_ty, LANES)
 
-    y_tile = tl.sum(acc, axis=1)  # [groups, rows, lanes]
-    out_rows = rows[None, :, None]
-    out_b = tl.reshape(b, (BATCH_GROUPS, 1, BATCH_LANES))
-    out_ok = ((out_rows < out_features) | EVEN_ROWS) & ((out_b < batch) | EVEN_BATCH)
-    y_ptrs = y_ptr + out_b * out_features + out_rows
-    if SPLIT_K == 1:
-        tl.store(y_ptrs, y_tile.to(VALUE_DTYPE), mask=out_ok)
-    else:
-        # Each split stores its fp32 partial; the last one to arrive adds all partials in split order
-        # (deterministic) and resets the counter for the next launch.
-        split_stride = BATCH_BLOCK * out_features
-        tl.store(partial_ptr + pid_split * split_stride + out_b * out_features + out_rows, y_tile, mask=out_ok)
+    rows = pid_rows * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = (rows < out_features) | EVEN_ROWS
+    _store_group(acc0, 0, y_ptr, partial_ptr, pid_split, out_features, batch, rows, row_ok, BATCH_LANES,
+                 BATCH_BLOCK, BLOCK_WORDS, BLOCK_ROWS, SPLIT_K, EVEN_BATCH)
+    if BATCH_GROUPS > 1:
+        _store_group(acc1, 1, y_ptr, partial_ptr, pid_split, out_features, batch, rows, row_ok, BATCH_LANES,
+                     BATCH_BLOCK, BLOCK_WORDS, BLOCK_ROWS, SPLIT_K, EVEN_BATCH)
+    if BATCH_GROUPS > 2:
+        _store_group(acc2, 2, y_ptr, partial_ptr, pid_split, out_features, batch, rows, row_ok, BATCH_LANES,
+                     BATCH_BLOCK, BLOCK_WORDS, BLOCK_ROWS, SPLIT_K, EVEN_BATCH)
+        _store_group(acc3, 3, y_ptr, partial_ptr, pid_split, out_features, batch, rows, row_ok, BATCH_LANES,
+                     BATCH_BLOCK, BLOCK_WORDS, BLOCK_ROWS, SPLIT_K, EVEN_BATCH)
+    if SPLIT_K > 1:
+        # Each split has stored its fp32 partial; the last one to arrive adds all partials in split order
+        # (deterministic), writes y and resets the counter for the next launch.
         tl.debug_barrier()  # every thread's partial is written before the counter says so
         arrived = tl.atomic_add(arrivals_ptr + pid_rows, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
-            total = tl.zeros([BATCH_GROUPS, BLOCK_ROWS, BATCH_LANES], dtype=tl.float32)
+            b = tl.arange(0, BATCH_BLOCK)[None, :]
+            ok = row_ok[:, None] & ((b < batch) | EVEN_BATCH)
+            total = tl.zeros([BLOCK_ROWS, BATCH_BLOCK], dtype=tl.float32)
             for split in tl.static_range(SPLIT_K):
-                ptrs = partial_ptr + split * split_stride + out_b * out_features + out_rows
-                total += tl.load(ptrs, mask=out_ok, other=0.0, cache_modifier=".cg")
-            tl.store(y_ptrs, total.to(VALUE_DTYPE), mask=out_ok)
+                ptrs = partial_ptr + split * BATCH_BLOCK * out_features + b * out_features + rows[:, None]
+                total += tl.load(ptrs, mask=ok, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptr + b * out_features + rows[:, None], total.to(y_ptr.dtype.element_ty), mask=ok)
             tl.atomic_xchg(arrivals_ptr + pid_rows, 0)
 
 
@@ -194,7 +227,7 @@ def launch(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int,
     out_features, words = bitmask.shape
     batch_block = triton.next_power_of_2(batch)
     x_arg = x
-    if config.x_batch_minor:
+    if batch > 1:  # float32 [in, batch]: one vector load per decoded column serves 4 batch rows, no conversions
         make = torch.empty if batch == batch_block else torch.zeros
         x_arg = make(x.shape[1], batch_block, dtype=torch.float32, device=x.device)
         x_arg[:, :batch].copy_(x.t())
@@ -210,7 +243,6 @@ def launch(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int,
         out_features, words, batch,
         N=n, M=m, BATCH_BLOCK=batch_block,
         BLOCK_ROWS=config.block_rows, BLOCK_WORDS=config.block_words, SPLIT_K=config.split_k,
-        X_BATCH_MINOR=config.x_batch_minor,
         EVEN_ROWS=out_features % config.block_rows == 0,
         EVEN_WORDS=words % (config.block_words * config.split_k) == 0,
         EVEN_BATCH=batch == batch_block,
