@@ -2,10 +2,10 @@
 
 Candidates fix rows per program, words per loop step and warps, and take split-K from the grid size: the
 smallest power of two that gives every SM at least two programs (and its double), as long as every split
-still runs two or more loop steps. Timing uses
-`triton.testing.do_bench` (median, L2 flushed between calls) on the caller's tensors and includes the whole
-launch (the float32 copy of x for batches above 1 too). Results are kept per device, shape, batch, values per word and
-dtype; a CUDA-graph capture that meets an untuned problem raises instead of timing inside the capture."""
+still runs two or more loop steps. Timing uses `triton.testing.do_bench` (median, L2 flushed between calls) on
+the caller's tensors and includes the whole launch (the float32 copy of x for batches above 1 too). Results are
+kept per device, shape, batch, values per word and dtype; a CUDA-graph capture that meets an untuned problem
+raises instead of timing inside the capture."""
 
 from __future__ import annotations
 
