@@ -1,0 +1,72 @@
+"""End-to-end decode speed on one GPU: presets × patterns × batch sizes, dense and sparse in one process, written to
+benchmarks/results/. Random weights (speed does not depend on values). Each model is built on the GPU, measured
+at its batch sizes and freed before the next, so the 70B model never meets another model in memory.
+
+    python benchmarks/e2e_bench.py            # full plan, about 6-7 minutes on an H200
+    python benchmarks/e2e_bench.py --quick    # Llama-3.1-8B dense and 2:4 at batch 1, about 2 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from sparsedecoding.engine.bench import bench_preset, copy_bandwidth, environment, format_table, model_bytes
+from sparsedecoding.engine.config import preset
+from sparsedecoding.patterns import SparsityPattern
+
+DENSE = None
+P = SparsityPattern.parse
+
+# preset -> [(pattern or DENSE, batch sizes)], measured in this order.
+FULL = {
+    "llama-3.1-8b": [(DENSE, [1, 2, 4, 8]), (P("2:4"), [1, 2, 4, 8]), (P("4:8"), [1]), (P("8:16"), [1]),
+                     (P("16:32"), [1])],
+    "qwen3-32b": [(DENSE, [1]), (P("2:4"), [1])],
+    "llama-3.3-70b": [(P("2:4"), [1])],
+}
+QUICK = {"llama-3.1-8b": [(DENSE, [1]), (P("2:4"), [1])]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="Llama-3.1-8B dense and 2:4 at batch 1 only")
+    parser.add_argument("--with-70b-dense", action="store_true",
+                        help="also try Llama-3.3-70B dense (141 GB of weights: runs only if the free memory allows)")
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/e2e_quick.md or e2e_full.md")
+    args = parser.parse_args()
+    plan = dict(QUICK if args.quick else FULL)
+    if args.with_70b_dense and not args.quick:
+        plan["llama-3.3-70b"] = plan["llama-3.3-70b"] + [(DENSE, [1])]
+    out = args.out or Path(__file__).parent / "results" / f"e2e_{'quick' if args.quick else 'full'}.md"
+
+    device = torch.device("cuda")
+    copy = copy_bandwidth(device)
+    results = []
+    for name, runs in plan.items():
+        results += bench_preset(name, runs, device, new_tokens=args.new_tokens, repeats=args.repeats)
+        print(format_table(results, copy), flush=True)
+    command = "python " + " ".join(sys.argv)
+    lines = ["# End-to-end decode speed (random weights, presets)", "", environment(device, command),
+             f"Decode steps only ({args.new_tokens - 1} per generation after a prefill of 16 random tokens), median "
+             f"of {args.repeats}; ratio = sparse tok/s / dense tok/s at the same model and batch.", "",
+             format_table(results, copy)]
+    if "llama-3.3-70b" in plan and not any(p is DENSE for p, _ in plan["llama-3.3-70b"]):
+        dense_bytes = model_bytes(preset("llama-3.3-70b"), None)
+        total = torch.cuda.get_device_properties(device).total_memory
+        lines.append(f"Llama-3.3-70B dense was not run: its bf16 weights alone are {dense_bytes / 1e9:.1f} GB against "
+                     f"{total / 1e9:.1f} GB on this GPU (try `--with-70b-dense`); the 2:4 model "
+                     f"({model_bytes(preset('llama-3.3-70b'), P('2:4')) / 1e9:.1f} GB) fits with room for the cache.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

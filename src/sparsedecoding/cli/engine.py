@@ -1,0 +1,119 @@
+"""`sparsedecoding generate` (stream text from a model with the decode engine) and `sparsedecoding bench` (dense
+and sparse decode speed side by side in one process)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from ..errors import EngineError
+from ..patterns import SparsityPattern
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    generate = subparsers.add_parser("generate", help="stream a continuation with the compiled decode engine")
+    generate.add_argument("--model", required=True, type=Path, help="HF safetensors folder or packed checkpoint")
+    generate.add_argument("--prompt", required=True)
+    generate.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    generate.add_argument("--new-tokens", type=int, default=256)
+    generate.add_argument("--sparse", choices=["none", "auto", "packed"], default="auto",
+                          help="auto: pack every N:M block linear (default); packed: require all to be N:M; "
+                               "none: all dense")
+    generate.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    generate.add_argument("--top-k", type=int)
+    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--device", help="default: cuda when available, else cpu")
+    generate.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
+                          help="weights and activations (packed linears need bfloat16 or float16)")
+    generate.add_argument("--no-compile", action="store_true", help="eager decode steps (no torch.compile/graph)")
+    generate.set_defaults(func=_generate)
+
+    bench = subparsers.add_parser("bench", help="decode tok/s of dense vs sparse weights, same process (CUDA)")
+    source = bench.add_mutually_exclusive_group(required=True)
+    source.add_argument("--preset", help="random weights of a named architecture, e.g. llama-3.1-8b")
+    source.add_argument("--model", type=Path, help="an HF folder with N:M-pruned weights (zeros kept)")
+    bench.add_argument("--pattern", nargs="+", type=SparsityPattern.parse,
+                       help="N:M patterns for --preset (default 2:4)")
+    bench.add_argument("--batch", nargs="+", type=int, default=[1])
+    bench.add_argument("--new-tokens", type=int, default=256)
+    bench.add_argument("--prompt-tokens", type=int, default=16)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--out", type=Path, help="also write the markdown report here")
+    bench.set_defaults(func=_bench)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoTokenizer
+
+    from ..engine import Engine, Sampling, load_model
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model = load_model(args.model, sparse=args.sparse, dtype=getattr(torch, args.dtype), device=device)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    if args.chat:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=True)["input_ids"]
+    else:
+        ids = tokenizer(args.prompt)["input_ids"]
+    engine = Engine(model, 1, len(ids) + args.new_tokens, Sampling(args.temperature, args.top_k),
+                    compile=device.type == "cuda" and not args.no_compile)
+    stops = _stop_ids(args.model, tokenizer)
+    generated: list[int] = []
+    shown = ""
+    start = time.perf_counter()
+    for token in engine.stream(torch.tensor([ids]), args.new_tokens, seed=args.seed):
+        token_id = int(token[0])
+        if token_id in stops:
+            break
+        generated.append(token_id)
+        text = tokenizer.decode(generated, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+            print(text[len(shown):], end="", flush=True)
+            shown = text
+    print()
+    elapsed = time.perf_counter() - start
+    log.info("%d tokens in %.2f s (%.1f tok/s, streaming syncs once per token)", len(generated), elapsed,
+             len(generated) / elapsed)
+    return 0
+
+
+def _stop_ids(folder: Path, tokenizer) -> set[int]:
+    from transformers import GenerationConfig
+
+    eos = GenerationConfig.from_pretrained(folder).eos_token_id if (folder / "generation_config.json").exists() \
+        else tokenizer.eos_token_id
+    return {eos} if isinstance(eos, int) else set(eos or [])
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..engine.bench import bench_folder, bench_preset, copy_bandwidth, environment, format_table
+    from ..engine.config import preset
+
+    if args.preset:
+        preset(args.preset)  # an unknown name fails here, before any GPU work
+    if not torch.cuda.is_available():
+        raise EngineError("bench measures GPU decode speed and needs a CUDA device")
+    if args.model is not None and args.pattern:
+        raise EngineError("--pattern applies to --preset; a --model folder is measured with its own N:M weights")
+    device = torch.device("cuda")
+    copy = copy_bandwidth(device)
+    if args.preset:
+        plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in args.pattern or
+                                       [SparsityPattern.parse("2:4")]]
+        results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats)
+    else:
+        results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats)
+    report = environment(device, "sparsedecoding " + " ".join(sys.argv[1:])) + "\n" + format_table(results, copy)
+    print(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
+    return 0

@@ -1,0 +1,201 @@
+"""Decode speed of the engine, dense and sparse side by side in one process. tok/s counts decode steps only
+(prefill, which yields the first new token, is excluded), timed by device syncs around the step loop after a warm-up
+generation, median over repeats. Achieved bandwidth = weight bytes a step reads (`weight_bytes`: every linear,
+packed = values + bitmask, and lm_head; embeddings excluded) / step time, against the copy bandwidth of a large
+device-to-device copy (bytes read + written) measured in the same process."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import platform
+import statistics
+import time
+from importlib import metadata
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..kernels import PackedLinear
+from ..patterns import SparsityPattern
+from .config import ModelArgs, preset
+from .generate import Engine
+from .loading import build_model, is_prunable, load_model, random_state, weight_bytes
+from .model import Transformer
+
+_GIB = 2**30
+
+
+@dataclass(frozen=True)
+class SpeedResult:
+    """One (model, weights, batch) measurement."""
+
+    model: str
+    weights: str  # "dense" or the N:M pattern of the packed block linears
+    batch: int
+    decode_steps: int
+    seconds: float  # median wall time of the decode steps
+    weight_bytes: int
+    setup_seconds: float  # Engine construction: compile, warm-up and CUDA graph capture
+
+    @property
+    def step_ms(self) -> float:
+        return 1000 * self.seconds / self.decode_steps
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Per sequence; the batch produces `batch` times as many."""
+        return self.decode_steps / self.seconds
+
+    @property
+    def bandwidth(self) -> float:
+        """Weight bytes read per second (bytes/s)."""
+        return self.weight_bytes * self.decode_steps / self.seconds
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A configuration that was not measured, and why (for example weights larger than the free GPU memory)."""
+
+    model: str
+    weights: str
+    reason: str
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = 2 * _GIB, repeats: int = 10) -> float:
+    """Bytes read + written per second by a device-to-device copy of `nbytes` (median of `repeats`)."""
+    source = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        target.copy_(source)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return 2 * nbytes / statistics.median(times)
+
+
+def model_bytes(args: ModelArgs, pattern: SparsityPattern | None, element_size: int = 2) -> int:
+    """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set."""
+    with torch.device("meta"):
+        shapes = {key: tensor.shape for key, tensor in Transformer(args).state_dict().items()}
+    total = 0
+    for key, shape in shapes.items():
+        if key == "output.weight" and args.tie_embeddings:
+            continue
+        if is_prunable(key) and pattern is not None:
+            rows, columns = shape
+            total += rows * columns * pattern.n // pattern.m * element_size + rows * columns // 8
+        else:
+            total += shape.numel() * element_size
+    return total
+
+
+def measure(model: Transformer, name: str, weights: str, batch: int, prompt_tokens: int, new_tokens: int,
+            repeats: int) -> SpeedResult:
+    """Builds a compiled Engine for `batch`, warms it up and times `repeats` generations of `new_tokens` from a
+    random prompt (random token ids: never time on zeros)."""
+    start = time.perf_counter()
+    engine = Engine(model, batch, prompt_tokens + new_tokens, compile=True)
+    setup = time.perf_counter() - start
+    generator = torch.Generator().manual_seed(batch)
+    prompt = torch.randint(model.args.vocab_size, (batch, prompt_tokens), generator=generator)
+    engine.generate(prompt, min(new_tokens, 16))
+    seconds = statistics.median(engine.generate(prompt, new_tokens).decode_seconds for _ in range(repeats))
+    return SpeedResult(model=name, weights=weights, batch=batch, decode_steps=new_tokens - 1, seconds=seconds,
+                       weight_bytes=weight_bytes(model), setup_seconds=setup)
+
+
+def bench_preset(name: str, plan: list[tuple[SparsityPattern | None, list[int]]], device: torch.device,
+                 prompt_tokens: int = 16, new_tokens: int = 256, repeats: int = 3) -> list[SpeedResult | NotRun]:
+    """For each (pattern or None for dense, batch sizes) of `plan`: random weights of preset `name` built on the
+    device, then one measurement per batch size. A model whose weights do not fit the free memory is reported as
+    not run instead of being attempted."""
+    args = preset(name)
+    results: list[SpeedResult | NotRun] = []
+    for pattern, batches in plan:
+        label = "dense" if pattern is None else str(pattern)
+        needed = model_bytes(args, pattern) + _working_memory(args, max(batches), prompt_tokens + new_tokens)
+        free, total = torch.cuda.mem_get_info(device)
+        if needed > free:
+            results.append(NotRun(name, label, f"needs {needed / 1e9:.1f} GB (weights + cache + 2 GiB working "
+                                               f"memory); {free / 1e9:.1f} GB of {total / 1e9:.1f} GB are free"))
+            continue
+        model = build_model(args, random_state(args, pattern, device=device))
+        results += [measure(model, name, label, batch, prompt_tokens, new_tokens, repeats) for batch in batches]
+        del model
+        release_memory()
+    return results
+
+
+def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_tokens: int = 16,
+                 new_tokens: int = 256, repeats: int = 3) -> list[SpeedResult | NotRun]:
+    """The folder's weights dense (`--sparse none`) and with its N:M linears packed (`--sparse auto`)."""
+    results: list[SpeedResult | NotRun] = []
+    for sparse in ("none", "auto"):
+        model = load_model(folder, sparse=sparse, device=device)
+        label = "dense" if sparse == "none" else _packed_label(model)
+        if label is None:
+            results.append(NotRun(folder.name, "sparse", "no block linear is N:M sparse; prune the model first"))
+        else:
+            results += [measure(model, folder.name, label, batch, prompt_tokens, new_tokens, repeats)
+                        for batch in batches]
+        del model
+        release_memory()
+    return results
+
+
+def environment(device: torch.device, command: str) -> str:
+    """Markdown lines for a results file: date, device, software versions and the exact command."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "CPU"
+    versions = ", ".join(f"{package} {_version(package)}" for package in ("torch", "triton", "transformers"))
+    return f"- date: {datetime.date.today()}\n- device: {name}\n- software: {versions}\n- command: `{command}`\n"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def release_memory() -> None:
+    """Drops compiled code (it holds no weights, but the per-code recompile limit counts every model), collects
+    engines and their CUDA graphs, and returns the cached blocks to the driver before the next model."""
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def format_table(results: list[SpeedResult | NotRun], copy_bytes_per_second: float) -> str:
+    """Markdown table; the ratio is against the dense result of the same model and batch."""
+    dense = {(r.model, r.batch): r for r in results if isinstance(r, SpeedResult) and r.weights == "dense"}
+    lines = [f"Copy bandwidth (device-to-device, read + write): {copy_bytes_per_second / 1e12:.2f} TB/s", "",
+             "| model | weights | batch | ms/step | tok/s per seq | tok/s total | vs dense | weight GB/step | "
+             "achieved TB/s | % of copy | compile+capture s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if isinstance(r, NotRun):
+            lines.append(f"| {r.model} | {r.weights} | | | not run: {r.reason} | | | | | | |")
+            continue
+        base = dense.get((r.model, r.batch))
+        ratio = f"{r.tokens_per_second / base.tokens_per_second:.3f}x" if base else "n/a"
+        lines.append(
+            f"| {r.model} | {r.weights} | {r.batch} | {r.step_ms:.3f} | {r.tokens_per_second:.1f} | "
+            f"{r.batch * r.tokens_per_second:.1f} | {ratio} | {r.weight_bytes / 1e9:.2f} | {r.bandwidth / 1e12:.2f} | "
+            f"{100 * r.bandwidth / copy_bytes_per_second:.0f}% | {r.setup_seconds:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _working_memory(args: ModelArgs, batch: int, max_seq_len: int) -> int:
+    cache = 2 * args.n_layers * batch * args.n_kv_heads * max_seq_len * args.head_dim * 2
+    return cache + 2 * _GIB
+
+
+def _packed_label(model: Transformer) -> str | None:
+    patterns = sorted({f"{m.n}:{m.m}" for m in model.modules() if isinstance(m, PackedLinear)})
+    return "+".join(patterns) or None

@@ -1,0 +1,274 @@
+"""Weights for the engine: from an HF safetensors folder (dense, or pruned with zeros kept), from a packed N:M
+checkpoint, or random from a preset for speed runs. Conversion is two explicit steps, as in gpt-fast's handlers:
+(1) build an engine state dict (fused names; each prunable linear a dense tensor or a `PackedNM`), then (2) build
+the model from it, swapping a `PackedLinear` in wherever the state holds a packed weight."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Literal
+
+import torch
+from safetensors import safe_open
+from torch import Tensor, nn
+
+from ..errors import EngineError, ModelNotFoundError
+from ..kernels import PackedLinear, PackedNM, pack_nm
+from ..kernels.format import values_per_word
+from ..packed import MANIFEST, load_packed_checkpoint
+from ..patterns import SparsityPattern
+from .config import ModelArgs, load_hf_config
+from .model import Transformer
+
+log = logging.getLogger(__name__)
+
+SparseMode = Literal["none", "auto", "packed"]
+SPARSE_MODES: tuple[SparseMode, ...] = ("none", "auto", "packed")
+Weight = Tensor | PackedNM
+
+# Engine module -> HF modules whose weights (and biases) it concatenates by rows, in this order.
+_HF_SOURCES = {
+    "attention.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "attention.out": ("self_attn.o_proj",),
+    "attention.q_norm": ("self_attn.q_norm",),
+    "attention.k_norm": ("self_attn.k_norm",),
+    "attention_norm": ("input_layernorm",),
+    "mlp.gate_up": ("mlp.gate_proj", "mlp.up_proj"),
+    "mlp.down": ("mlp.down_proj",),
+    "mlp_norm": ("post_attention_layernorm",),
+}
+_HF_TOP_LEVEL = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
+                 "output.weight": "lm_head.weight"}
+KERNEL_DTYPES = (torch.bfloat16, torch.float16)
+PRUNABLE = ("attention.qkv.weight", "attention.out.weight", "mlp.gate_up.weight", "mlp.down.weight")
+# N:M groups the format allows (M divides 32), finest first so that ties go to the finer pattern.
+_GROUP_SIZES = (4, 8, 16, 32)
+
+
+def is_prunable(key: str) -> bool:
+    """Linears inside decoder blocks; embeddings and lm_head always stay dense."""
+    return key.startswith("layers.") and key.endswith(PRUNABLE)
+
+
+def hf_sources(key: str) -> list[str]:
+    """HF tensor names that make up engine tensor `key` (several for a fused linear)."""
+    if key in _HF_TOP_LEVEL:
+        return [_HF_TOP_LEVEL[key]]
+    _, index, rest = key.split(".", 2)
+    module, leaf = rest.rsplit(".", 1)
+    return [f"model.layers.{index}.{source}.{leaf}" for source in _HF_SOURCES[module]]
+
+
+def load_model(folder: str | Path, sparse: SparseMode = "none", dtype: torch.dtype = torch.bfloat16,
+               device: str | torch.device = "cuda") -> Transformer:
+    """The engine model of an HF safetensors folder or a packed checkpoint folder (see `model_from_hf`)."""
+    folder = Path(folder)
+    read = _packed_reader(folder) if (folder / MANIFEST).is_file() else _safetensors_reader(folder)
+    return model_from_hf(load_hf_config(folder), read, sparse, dtype, device)
+
+
+def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: SparseMode = "none",
+                  dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cuda") -> Transformer:
+    """The engine model of HF-named weights, `read(name)` giving each (dense, or packed from a packed checkpoint).
+    `sparse`: `none` keeps every linear dense (packed weights are unpacked); `auto` packs every block linear whose
+    weight is N:M sparse and moves fewer bytes packed; `packed` requires every block linear to be N:M."""
+    if sparse not in SPARSE_MODES:
+        raise EngineError(f"--sparse {sparse!r} is not a mode; choose one of {', '.join(SPARSE_MODES)}")
+    if sparse != "none" and dtype not in KERNEL_DTYPES:
+        raise EngineError(f"packed linears run in bfloat16 or float16, not {dtype}; load with one of those or "
+                          f"with --sparse none")
+    state: dict[str, Weight] = {}
+    for key in _engine_keys(args):
+        if key == "output.weight" and args.tie_embeddings:
+            state[key] = state["embed.weight"]
+            continue
+        weight = concat_rows([_to(read(name), dtype, device) for name in hf_sources(key)])
+        state[key] = _sparsify(key, weight, sparse) if is_prunable(key) else weight
+    _log_packing(state)
+    return build_model(args, state)
+
+
+def build_model(args: ModelArgs, state: dict[str, Weight]) -> Transformer:
+    """The Transformer holding exactly the tensors of `state` (no copies): built on the meta device, each packed
+    weight's linear swapped for a `PackedLinear`, then the dense tensors assigned."""
+    with torch.device("meta"):
+        model = Transformer(args)
+    dense = {}
+    for key, weight in state.items():
+        module_name = key.rsplit(".", 1)[0]
+        if isinstance(weight, PackedNM):
+            model.set_submodule(module_name, PackedLinear(weight, bias=state.get(module_name + ".bias")))
+        elif not (key.endswith(".bias") and isinstance(state.get(module_name + ".weight"), PackedNM)):
+            dense[key] = weight
+    model.load_state_dict(dense, strict=False, assign=True)
+    model.requires_grad_(False)
+    if args.tie_embeddings:
+        model.output.weight = model.embed.weight
+    leftover = [name for name, tensor in model.state_dict().items() if tensor.is_meta]
+    if leftover:
+        raise EngineError(f"no weights for {', '.join(leftover[:3])}; the checkpoint does not match its config.json")
+    return model
+
+
+def random_state(args: ModelArgs, pattern: SparsityPattern | None = None, dtype: torch.dtype = torch.bfloat16,
+                 device: str | torch.device = "cuda", seed: int = 0) -> dict[str, Weight]:
+    """Random weights for speed runs, generated on `device` (decode speed does not depend on weight values). With
+    an N:M `pattern` every block linear is generated directly in packed form, so a model whose dense weights would
+    not fit is never materialised densely. Linears get std 1/sqrt(fan-in) so activations stay finite."""
+    generator = torch.Generator(device).manual_seed(seed)
+    with torch.device("meta"):
+        shapes = {key: tensor.shape for key, tensor in Transformer(args).state_dict().items()}
+    state: dict[str, Weight] = {}
+    for key, shape in shapes.items():
+        if key == "output.weight" and args.tie_embeddings:
+            state[key] = state["embed.weight"]
+        elif key.endswith("norm.weight"):
+            state[key] = torch.ones(shape, dtype=dtype, device=device)
+        elif is_prunable(key) and pattern is not None:
+            state[key] = random_packed(shape[0], shape[1], pattern, dtype, device, generator)
+        else:
+            scale = 1.0 if key == "embed.weight" else shape[-1] ** -0.5
+            state[key] = torch.randn(shape, dtype=dtype, device=device, generator=generator) * scale
+    return state
+
+
+def random_packed(rows: int, columns: int, pattern: SparsityPattern, dtype: torch.dtype,
+                  device: str | torch.device, generator: torch.Generator) -> PackedNM:
+    """A random packed N:M weight [rows, columns]. Mask words are drawn from a pool of 4096 random valid words
+    (N of every M bits set), which costs little even for a 70B model and gives the kernel no regular pattern."""
+    n, m = _require_nm(pattern)
+    pool = torch.rand(4096, 32 // m, m, device=device, generator=generator).argsort(-1)[..., :n]
+    bits = (pool + torch.arange(0, 32, m, device=device)[:, None]).flatten(1)
+    words = (torch.ones_like(bits) << bits).sum(-1)
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    bitmask = words[torch.randint(len(words), (rows, columns // 32), device=device, generator=generator)]
+    kept = columns * n // m
+    values = torch.randn(rows, kept, dtype=dtype, device=device, generator=generator) * kept**-0.5
+    return PackedNM(values=values, bitmask=bitmask, n=n, m=m, shape=(rows, columns))
+
+
+def nm_pattern(weight: Tensor) -> tuple[int, int] | None:
+    """The kernel-supported N:M pattern (M in 4, 8, 16, 32) that `weight` [out, in] satisfies with the smallest N/M,
+    ties going to the smaller M; None when there is none or `in` is not a multiple of 32 (packed format). N is the
+    largest nonzero count of a group, rounded up to what the kernel runs (32·N/M a multiple of 8): packing keeps
+    explicit zeros, so a sparser weight packs correctly under a denser pattern."""
+    rows, columns = weight.shape
+    if columns % 32:
+        return None
+    nonzero = weight != 0
+    best = None
+    for m in _GROUP_SIZES:
+        n = max(int(nonzero.view(rows, columns // m, m).sum(-1).max()), 1)
+        while values_per_word(n, m) % 8:
+            n += 1
+        if n < m and (best is None or n * best[1] < best[0] * m):
+            best = (n, m)
+    return best
+
+
+def concat_rows(parts: list[Weight]) -> Weight:
+    """Row concatenation of dense or packed weights. Packed parts of one N:M pattern stay packed (a row's mask and
+    values do not depend on other rows); any other mix is concatenated densely."""
+    if len(parts) == 1:
+        return parts[0]
+    patterns = {(p.n, p.m) if isinstance(p, PackedNM) else None for p in parts}
+    if len(patterns) == 1 and None not in patterns:
+        n, m = patterns.pop()
+        rows = sum(p.shape[0] for p in parts)
+        return PackedNM(values=torch.cat([p.values for p in parts]), bitmask=torch.cat([p.bitmask for p in parts]),
+                        n=n, m=m, shape=(rows, parts[0].shape[1]))
+    return torch.cat([p.to_dense() if isinstance(p, PackedNM) else p for p in parts])
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes a decode step reads from weights: every linear (packed: values + bitmask) and lm_head, bias included;
+    embeddings are excluded because a step reads one row per sequence."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, PackedLinear):
+            total += _nbytes(module.values) + _nbytes(module.bitmask)
+            total += _nbytes(module.bias) if module.bias is not None else 0
+        elif isinstance(module, nn.Linear):
+            total += sum(_nbytes(p) for p in module.parameters())
+    return total
+
+
+def _nbytes(tensor: Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _sparsify(key: str, weight: Weight, mode: SparseMode) -> Weight:
+    if mode == "none":
+        return weight.to_dense() if isinstance(weight, PackedNM) else weight
+    if isinstance(weight, PackedNM):
+        return weight
+    pattern = nm_pattern(weight)
+    if pattern is not None and _packing_saves_bytes(pattern, weight.element_size()):
+        return pack_nm(weight, *pattern)
+    if mode == "packed":
+        found = "no N:M pattern" if pattern is None else f"only {pattern[0]}:{pattern[1]}, which packs no smaller"
+        raise EngineError(f"{key} is not N:M sparse ({found}); prune the model to an N:M pattern first, "
+                          f"or load it with --sparse auto to keep such linears dense")
+    return weight
+
+
+def _packing_saves_bytes(pattern: tuple[int, int], element_size: int) -> bool:
+    n, m = pattern
+    return n / m * element_size + 1 / 8 < element_size
+
+
+def _require_nm(pattern: SparsityPattern) -> tuple[int, int]:
+    if not pattern.is_nm or 32 % pattern.m or values_per_word(pattern.n, pattern.m) % 8:
+        raise EngineError(f"the kernel cannot run pattern {pattern}; use N:M with M dividing 32 and 32·N/M a "
+                          f"multiple of 8 (2:4, 4:8, 8:16, 16:32)")
+    return pattern.n, pattern.m
+
+
+def _to(weight: Weight, dtype: torch.dtype, device: str | torch.device) -> Weight:
+    if isinstance(weight, PackedNM):
+        return PackedNM(weight.values.to(device=device, dtype=dtype), weight.bitmask.to(device), weight.n, weight.m,
+                        weight.shape)
+    return weight.to(device=device, dtype=dtype)
+
+
+def _engine_keys(args: ModelArgs) -> Iterable[str]:
+    with torch.device("meta"):
+        return list(Transformer(args).state_dict())
+
+
+def _log_packing(state: dict[str, Weight]) -> None:
+    prunable = [key for key in state if is_prunable(key)]
+    packed = {f"{w.n}:{w.m}" for key in prunable if isinstance(w := state[key], PackedNM)}
+    count = sum(isinstance(state[key], PackedNM) for key in prunable)
+    log.info("%d of %d block linears packed%s", count, len(prunable), f" ({', '.join(sorted(packed))})" * bool(count))
+
+
+def _packed_reader(folder: Path) -> Callable[[str], Weight]:
+    state, _ = load_packed_checkpoint(folder)
+
+    def read(name: str) -> Weight:
+        if name not in state:
+            raise EngineError(f"{folder} has no tensor {name}; the checkpoint does not match its config.json")
+        return state[name]
+
+    return read
+
+
+def _safetensors_reader(folder: Path) -> Callable[[str], Tensor]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelNotFoundError(f"{folder} has no *.safetensors files; convert the model to safetensors first")
+    index = {}
+    for file in files:
+        with safe_open(file, framework="pt") as handle:
+            index.update(dict.fromkeys(handle.keys(), file))
+
+    def read(name: str) -> Tensor:
+        if name not in index:
+            raise EngineError(f"{folder} has no tensor {name}; the checkpoint does not match its config.json")
+        with safe_open(index[name], framework="pt") as handle:
+            return handle.get_tensor(name)
+
+    return read

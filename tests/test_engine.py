@@ -1,0 +1,237 @@
+"""The engine's model math against transformers on tiny random models (CPU, float32 unless packed), KV-cache
+equivalence, sparse loading through the reference kernel, random preset weights and the generation loop."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from tiny_models import tiny_config
+
+from sparsedecoding.engine import Engine, Sampling, build_model, load_model, random_state, weight_bytes
+from sparsedecoding.engine.bench import model_bytes
+from sparsedecoding.engine.check import prune_in_place, replay_logits
+from sparsedecoding.engine.config import ModelArgs, from_hf_config
+from sparsedecoding.engine.generate import sample, uniform_noise
+from sparsedecoding.engine.loading import concat_rows, nm_pattern
+from sparsedecoding.engine.model import rope_frequencies
+from sparsedecoding.errors import EngineError
+from sparsedecoding.kernels import PackedLinear, PackedNM, pack_nm
+from sparsedecoding.kernels.format import bitmask_to_bits
+from sparsedecoding.packed import pack_checkpoint
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.solvers import magnitude
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+CASES = {
+    "llama-llama3-rope": ("llama", {"rope_parameters": LLAMA3_ROPE}),
+    "llama-tied-mqa": ("llama", {"tie_word_embeddings": True, "num_key_value_heads": 1}),
+    "qwen2-qkv-bias-tied": ("qwen2", {"tie_word_embeddings": True}),
+    "qwen3-qk-norm-wide-heads": ("qwen3", {"head_dim": 32}),
+    "mistral-gqa": ("mistral", {}),
+}
+
+
+def random_hf_model(arch: str, **overrides):
+    """A tiny transformers model with every parameter random (norm weights near 1, biases nonzero)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, **overrides), dtype=torch.float32).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name else 0.15 * torch.randn_like(p))
+    return model.requires_grad_(False)
+
+
+def saved(model, folder):
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_logits_match_transformers(case, tmp_path):
+    arch, overrides = CASES[case]
+    hf = random_hf_model(arch, **overrides)
+    model = load_model(saved(hf, tmp_path), dtype=torch.float32, device="cpu")
+    tokens = torch.randint(0, 128, (2, 40))
+    model.setup_caches(2, 48)
+    ours = model(tokens, torch.arange(40))
+    torch.testing.assert_close(ours, hf(tokens).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_llama3_scaling_case_covers_all_three_bands():
+    args = from_hf_config(tiny_config("llama", rope_parameters=LLAMA3_ROPE).to_dict())
+    scaled, plain = rope_frequencies(args), rope_frequencies(replace(args, rope_scaling=None))
+    kept, stretched = scaled == plain, torch.isclose(scaled, plain / 8)
+    assert kept.any() and stretched.any() and (~kept & ~stretched).any()
+
+
+def test_prefill_then_decode_steps_equal_a_full_forward(tmp_path):
+    model = load_model(saved(random_hf_model("qwen3"), tmp_path), dtype=torch.float32, device="cpu")
+    tokens = torch.randint(0, 128, (2, 12))
+    model.setup_caches(2, 16)
+    full = model(tokens, torch.arange(12))
+    model.setup_caches(2, 16)
+    steps = [model(tokens[:, :5], torch.arange(5))]
+    steps += [model(tokens[:, t:t + 1], torch.tensor([t])) for t in range(5, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_engine_greedy_tokens_equal_transformers_generate(tmp_path):
+    hf = random_hf_model("llama", rope_parameters=LLAMA3_ROPE)
+    model = load_model(saved(hf, tmp_path), dtype=torch.float32, device="cpu")
+    prompt = torch.randint(2, 128, (2, 7))
+    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)[:, 7:]
+    # A cache of 3 rows: the spare row decodes a copy of the first prompt and is dropped.
+    generation = Engine(model, batch=3, max_seq_len=32).generate(prompt, 20)
+    assert torch.equal(generation.tokens, expected)
+    assert generation.decode_steps == 19 and generation.decode_seconds > 0
+
+
+def pruned_folder(tmp_path, arch="qwen2", pattern="2:4"):
+    hf = random_hf_model(arch)
+    prune_in_place(hf, SparsityPattern.parse(pattern))
+    return saved(hf, tmp_path / "pruned"), hf
+
+
+def test_sparse_auto_packs_every_block_linear_and_matches_transformers(tmp_path):
+    folder, hf = pruned_folder(tmp_path)
+    sparse = load_model(folder, sparse="auto", dtype=torch.bfloat16, device="cpu")
+    packed = [m for m in sparse.modules() if isinstance(m, PackedLinear)]
+    assert len(packed) == 2 * 4 and {(m.n, m.m) for m in packed} == {(2, 4)}
+    assert isinstance(sparse.output, torch.nn.Linear) and isinstance(sparse.embed, torch.nn.Embedding)
+    prompt, continuation = torch.randint(0, 128, (6,)), torch.randint(0, 128, (10,))
+    # Replay: prefill (dense product of the unpacked weight), then 1-row decode steps through the reference kernel.
+    ours = replay_logits(sparse, prompt, continuation)
+    reference = hf(torch.cat([prompt, continuation])[None]).logits[0, :-1]
+    torch.testing.assert_close(ours, reference, atol=0.05 * reference.abs().max().item(), rtol=0)
+
+
+def test_sparse_and_dense_engines_agree_on_pruned_weights(tmp_path):
+    folder, _ = pruned_folder(tmp_path, arch="llama")
+    prompt = torch.randint(0, 128, (1, 5))
+    dense = load_model(folder, sparse="none", dtype=torch.bfloat16, device="cpu")
+    sparse = load_model(folder, sparse="auto", dtype=torch.bfloat16, device="cpu")
+    dense_tokens = Engine(dense, 1, 20).generate(prompt, 12).tokens
+    sparse_tokens = Engine(sparse, 1, 20).generate(prompt, 12).tokens
+    assert torch.equal(dense_tokens, sparse_tokens)
+
+
+def test_packed_checkpoint_loads_like_its_pruned_folder(tmp_path):
+    folder, _ = pruned_folder(tmp_path)
+    pack_checkpoint(folder, tmp_path / "packed")
+    tokens = torch.randint(0, 128, (1, 9))
+    for sparse in ("auto", "none"):
+        from_folder = load_model(folder, sparse=sparse, dtype=torch.bfloat16, device="cpu")
+        from_packed = load_model(tmp_path / "packed", sparse=sparse, dtype=torch.bfloat16, device="cpu")
+        for model in (from_folder, from_packed):
+            model.setup_caches(1, 9)
+        assert torch.equal(from_packed(tokens, torch.arange(9)), from_folder(tokens, torch.arange(9)))
+    assert isinstance(from_packed.layers[0].mlp.down, torch.nn.Linear)  # --sparse none unpacks
+
+
+def test_sparse_packed_refuses_a_dense_linear(tmp_path):
+    folder = saved(random_hf_model("llama"), tmp_path)
+    with pytest.raises(EngineError, match=r"layers\.0\.attention\.qkv\.weight is not N:M sparse"):
+        load_model(folder, sparse="packed", dtype=torch.bfloat16, device="cpu")
+
+
+def test_packing_needs_a_kernel_dtype(tmp_path):
+    folder, _ = pruned_folder(tmp_path)
+    with pytest.raises(EngineError, match="bfloat16 or float16"):
+        load_model(folder, sparse="auto", dtype=torch.float32, device="cpu")
+
+
+def test_nm_pattern_finds_the_finest_pattern_the_kernel_runs():
+    weight = torch.randn(64, 128)
+    assert nm_pattern(weight) is None
+    assert nm_pattern(magnitude(weight, None, "2:4")) == (2, 4)
+    assert nm_pattern(magnitude(weight, None, "16:32")) == (16, 32)
+    assert nm_pattern(magnitude(weight, None, "3:8")) == (4, 8)  # 32·3/8 = 12 values per word: not a kernel shape
+    assert nm_pattern(magnitude(torch.randn(64, 48), None, "2:4")) is None  # in_features not a multiple of 32
+
+
+def test_row_concatenation_keeps_packed_parts_packed():
+    parts = [pack_nm(magnitude(torch.randn(rows, 64), None, "2:4"), 2, 4) for rows in (8, 4, 4)]
+    fused = concat_rows(parts)
+    assert isinstance(fused, PackedNM) and fused.shape == (16, 64)
+    assert torch.equal(fused.to_dense(), torch.cat([p.to_dense() for p in parts]))
+    mixed = concat_rows([parts[0], pack_nm(magnitude(torch.randn(4, 64), None, "4:8"), 4, 8)])
+    assert isinstance(mixed, torch.Tensor) and mixed.shape == (12, 64)
+
+
+TINY = ModelArgs(architecture="llama", vocab_size=96, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+                 intermediate_size=96, norm_eps=1e-5, rope_theta=10000.0)
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "8:16", "16:32"])
+def test_random_packed_weights_keep_n_of_every_m(pattern):
+    pattern = SparsityPattern.parse(pattern)
+    state = random_state(TINY, pattern, dtype=torch.bfloat16, device="cpu")
+    packed = {key: w for key, w in state.items() if isinstance(w, PackedNM)}
+    assert len(packed) == 4 * TINY.n_layers
+    for weight in packed.values():
+        rows, columns = weight.shape
+        groups = bitmask_to_bits(weight.bitmask).view(rows, columns // pattern.m, pattern.m).sum(-1)
+        assert bool((groups == pattern.n).all())
+    model = build_model(TINY, state)
+    model.setup_caches(1, 8)
+    assert torch.isfinite(model(torch.randint(0, 96, (1, 8)), torch.arange(8)).float()).all()
+
+
+def test_weight_bytes_count_packed_values_masks_and_lm_head():
+    model = build_model(TINY, random_state(TINY, SparsityPattern.parse("2:4"), dtype=torch.bfloat16, device="cpu"))
+    linears = 2 * (TINY.qkv_size * 64 + 64 * 64 + 2 * 96 * 64 + 64 * 96)  # weights per layer × layers
+    assert weight_bytes(model) == linears // 2 * 2 + linears // 8 + 96 * 64 * 2
+    embeddings_and_norms = (96 * 64 + 64 * 5) * 2
+    assert model_bytes(TINY, SparsityPattern.parse("2:4")) == weight_bytes(model) + embeddings_and_norms
+
+
+def test_gumbel_max_sampling_draws_from_the_softmax():
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
+    noise = uniform_noise(torch.tensor([7]), torch.tensor([3]), batch=40000, vocab=4)
+    draws = (logits + -torch.log(-torch.log(noise))).argmax(-1)
+    frequencies = torch.bincount(draws, minlength=4) / len(draws)
+    torch.testing.assert_close(frequencies, logits.softmax(-1), atol=0.01, rtol=0)
+
+
+def test_sampling_is_reproducible_per_seed_and_respects_top_k():
+    logits = torch.randn(3, 50)
+    sampling = Sampling(temperature=1.0, top_k=5)
+    draws = [sample(logits, sampling, torch.tensor([s]), torch.tensor([p])) for s in range(4) for p in range(25)]
+    top5 = logits.topk(5).indices
+    assert all(bool((d[:, None] == top5).any(-1).all()) for d in draws)
+    again = sample(logits, sampling, torch.tensor([0]), torch.tensor([0]))
+    assert torch.equal(again, draws[0])
+    assert len({tuple(d.tolist()) for d in draws}) > 50
+    assert torch.equal(sample(logits, Sampling(), torch.tensor([0]), torch.tensor([0])), logits.argmax(-1))
+
+
+def test_engine_sampling_depends_only_on_the_seed(tmp_path):
+    model = load_model(saved(random_hf_model("llama"), tmp_path), dtype=torch.float32, device="cpu")
+    engine = Engine(model, 2, 24, Sampling(temperature=1.0))
+    prompt = torch.randint(0, 128, (2, 4))
+    first, second = engine.generate(prompt, 16, seed=1).tokens, engine.generate(prompt, 16, seed=1).tokens
+    assert torch.equal(first, second)
+    assert not torch.equal(first, engine.generate(prompt, 16, seed=2).tokens)
+
+
+def test_engine_refuses_requests_its_cache_cannot_hold(tmp_path):
+    model = build_model(TINY, random_state(TINY, None, dtype=torch.float32, device="cpu"))
+    engine = Engine(model, batch=2, max_seq_len=16)
+    with pytest.raises(EngineError, match="batch of 3 prompts is larger than the KV cache"):
+        engine.generate(torch.zeros(3, 4, dtype=torch.long), 4)
+    with pytest.raises(EngineError, match="does not fit the KV cache of 16 positions"):
+        engine.generate(torch.zeros(2, 10, dtype=torch.long), 7)
+    with pytest.raises(EngineError, match="outside 1..16"):
+        Engine(model, batch=17, max_seq_len=16)
+    Engine(model, batch=1, max_seq_len=16)
+    with pytest.raises(EngineError, match="another Engine"):
+        engine.generate(torch.zeros(2, 4, dtype=torch.long), 4)
+
+
+def test_sliding_window_limits_the_cache():
+    model = build_model(replace(TINY, sliding_window=8), random_state(TINY, None, torch.float32, "cpu"))
+    with pytest.raises(EngineError, match="sliding window of 8"):
+        model.setup_caches(1, 9)
