@@ -196,3 +196,19 @@ def test_bad_settings_fail_before_anything_is_written(tiny, tmp_path, settings, 
     with pytest.raises(SparseDecodingError):
         run_eval(str(tiny / "dense"), tmp_path / "out", settings, reference=reference)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_eval_command_prints_metrics_and_gives_one_error_line_on_bad_input(tiny, tmp_path, capsys):
+    from sparsedecoding.cli import main
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\nsort a list\n")
+    out = tmp_path / "out"
+    base = ["eval", "--model", str(tiny / "other"), "--prompts", str(prompts), "--max-new-tokens", "4", "--out"]
+    assert main([*base, str(out), "--reference", str(tiny / "dense"), "--metrics", "kl,repetition"]) == 0
+    assert "kl=" in capsys.readouterr().out and (out / "metrics.json").exists()
+    for wrong in (["--metrics", "kl"], ["--metrics", "pass@2"], ["--model", str(tmp_path / "missing")]):
+        assert main([*base, str(tmp_path / "bad"), *wrong]) == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1
+        assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.partial").exists()

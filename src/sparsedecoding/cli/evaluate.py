@@ -44,6 +44,7 @@ def register(subparsers) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.set_defaults(func=run_eval_command)
+    register_compare(subparsers)
 
 
 def run_eval_command(args) -> int:
@@ -61,4 +62,53 @@ def run_eval_command(args) -> int:
     shown = {key: value for key, value in results.items() if isinstance(value, (int, float))}
     print(" ".join(f"{key}={value:.4g}" for key, value in shown.items()))
     print(f"written to {out}")
+    return 0
+
+
+def register_compare(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "compare", help="the quality grid: dense vs text- vs decode-calibrated pruning, one markdown report",
+        description="Prune and evaluate the grid of configurations (see `--list`) and write OUT/quality.md. "
+                    "Finished configurations are skipped, so runs can be split with --configs and resumed.")
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="main model (default qwen2.5-coder-1.5b)")
+    parser.add_argument("--small-model", default="smollm2-135m",
+                        help="model of the cross-model ablation (default smollm2-135m)")
+    parser.add_argument("--out", default="benchmarks/results/quality", help="report folder")
+    parser.add_argument("--configs", default=None,
+                        help="comma-separated name globs, e.g. 'dense,*-sparsegpt-2of4' (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the configuration names and exit")
+    parser.add_argument("--calib-prompts", default="humaneval:calib", help="decode calibration prompts")
+    parser.add_argument("--text", default=None, help="natural text file of the text source (default: Lee corpus)")
+    parser.add_argument("--tokens", type=int, default=16384, help="calibration tokens per source (default 16384)")
+    parser.add_argument("--calib-new-tokens", type=int, default=512,
+                        help="new tokens per calibration prompt (default 512)")
+    parser.add_argument("--mix-ratio", type=float, default=0.5, help="decode share of the mix source (default 0.5)")
+    parser.add_argument("--gen-batch-size", type=int, default=82, help="prompts per calibration generation batch")
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per pruning replay batch")
+    parser.add_argument("--keep-models", action="store_true", help="keep the pruned checkpoints in OUT/models/")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
+    parser.add_argument("--seed", type=int, default=0)
+    add_eval_arguments(parser)
+    parser.set_defaults(func=run_compare_command, eval_batch_size=82, score_batch_size=16)
+
+
+def run_compare_command(args) -> int:
+    import sys
+
+    from ..compare import CompareSettings, grid, run_compare
+    from ..evaluation.suite import METRICS
+
+    if args.list:
+        print("\n".join(config.name for config in grid()))
+        return 0
+    settings = CompareSettings(
+        model=args.model, small_model=args.small_model, out=args.out, calib_prompts=args.calib_prompts,
+        text=args.text, tokens=args.tokens, max_new_tokens=args.calib_new_tokens, mix_ratio=args.mix_ratio,
+        gen_batch_size=args.gen_batch_size, batch_size=args.batch_size, device=args.device, seed=args.seed,
+        keep_models=args.keep_models, evaluation=settings_from_args(args, METRICS),
+        command=["sparsedecoding", *sys.argv[1:]])
+    patterns = [part.strip() for part in args.configs.split(",") if part.strip()] if args.configs else None
+    report = run_compare(settings, patterns)
+    text = report.read_text(encoding="utf-8")
+    print(text[text.index("## "):text.index("## Runs")])
     return 0

@@ -3,15 +3,13 @@
 The evaluated model continues the held-out HumanEval prompts greedily once; those continuations serve pass@1 (run in
 the sandbox), on-policy KL and dense NLL against `--reference`, and the repetition statistics. Perplexity reads the
 held-out Lee corpus (`lee.cor`; calibration uses `lee_background.cor`). Results go to OUT/metrics.json and the
-per-problem records to OUT/humaneval.jsonl, written in OUT.partial/ and renamed at the end.
+per-problem records to OUT/humaneval.jsonl (see `outputs.output_folder`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -20,12 +18,13 @@ from pathlib import Path
 import torch
 
 from ..data import chat_format, humaneval_problems, humaneval_prompts, lee_text, prompts_hash, read_prompts
-from ..errors import OutputExistsError, SparseDecodingError
+from ..errors import SparseDecodingError
 from ..generation import Generation, generate, tokenize_prompts
 from ..models import load_model, resolve_model
 from ..pipeline import MANIFEST, pick_device, versions, write_json
 from .humaneval import check_completions, pass_at_1
 from .metrics import on_policy_scores, perplexity, repetition_summary
+from .outputs import check_output, output_folder, write_jsonl
 from .sandbox import SandboxLimits
 
 log = logging.getLogger(__name__)
@@ -145,25 +144,6 @@ def evaluate(model, tokenizer, settings: EvalSettings, reference=None, progress:
     return results, records
 
 
-def write_jsonl(path: Path, records: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record) + "\n")
-
-
-def write_outputs(out: Path, payload: dict, records: list[dict]) -> None:
-    """OUT/metrics.json (+ OUT/humaneval.jsonl), built in OUT.partial/ and renamed, so OUT is complete or absent."""
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    if records:
-        write_jsonl(partial / "humaneval.jsonl", records)
-    write_json(partial / "metrics.json", payload)
-    if out.exists():  # only with overwrite: checked before any work
-        shutil.rmtree(out)
-    os.replace(partial, out)
-
-
 def model_manifest(folder: Path) -> dict | None:
     """The pruning record of a model written by `sparsedecoding prune` (None for a dense model)."""
     file = folder / MANIFEST
@@ -180,8 +160,7 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     """Load the model (and reference), evaluate, write OUT; returns OUT. See the module docstring."""
     out = Path(out)
     settings.validate(reference is not None)
-    if out.exists() and not overwrite:
-        raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
+    check_output(out, overwrite)
     folder = resolve_model(model)
     reference_folder = resolve_model(reference) if reference else None
     torch_device = pick_device(device)
@@ -196,5 +175,8 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
         "total_seconds": round(time.perf_counter() - started, 2), "versions": versions(),
         "command": ["sparsedecoding", *sys.argv[1:]],
     }
-    write_outputs(out, payload, records)
+    with output_folder(out, overwrite) as folder:
+        if records:
+            write_jsonl(folder / "humaneval.jsonl", records)
+        write_json(folder / "metrics.json", payload)
     return out

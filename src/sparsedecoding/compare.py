@@ -1,0 +1,340 @@
+"""`sparsedecoding compare`: the quality grid behind the paper's table, one report.
+
+Configurations (names are what `--configs` globs match):
+- `dense`: the unpruned model.
+- `{text,decode}-{sparsegpt,wanda}-{2of4,50pct}`: text- vs decode-calibrated pruning, dense propagation (every
+  Hessian from the dense model); `…-seq` with sequential propagation (SparseGPT); `mix-sparsegpt-…`: half the tokens
+  from each source.
+- `small-…`: the cross-model ablation on a small model (SmolLM2-135M): `small-dense`, `small-text-…`, `small-decode-…`
+  (calibrated on its own generations) and `small-cross-…` (on the main model's generations of the same prompts,
+  re-tokenized as text: prompt in the small model's chat template, continuation kept).
+Every calibration source gets the same token budget. Calibration sets are built once per source with the dense model
+and cached in OUT/calibration/; each configuration is pruned (pipeline), evaluated against its dense model with the
+same greedy generations for pass@1, on-policy KL and repetition, and written to OUT/configs/NAME.json. Configurations
+whose result exists are skipped, so a run can be split (`--configs`) and resumed; OUT/quality.md and quality.json are
+rebuilt from every result present after each configuration.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fnmatch
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .calibration import CalibrationSet, decode_set_from_generations, describe
+from .data import chat_format, read_prompts
+from .errors import SparseDecodingError
+from .evaluation.outputs import markdown_table, write_jsonl
+from .evaluation.suite import EvalSettings, evaluate
+from .generation import Generation, generate, tokenize_prompts
+from .models import load_model, resolve_model
+from .pipeline import MANIFEST, PruneConfig, WorkDir, build_calibration, pick_device, prune, versions, write_json
+
+log = logging.getLogger(__name__)
+
+PATTERNS = {"2of4": "2:4", "50pct": "50%"}
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """One row of the report. role: `main` or `small` model. calibration: None for the dense model, else decode,
+    text, mix or cross (decode on the main model's generations, for the small model only)."""
+
+    name: str
+    role: str
+    calibration: str | None = None
+    solver: str = "sparsegpt"
+    pattern: str = "2of4"
+    propagation: str = "dense"
+
+
+def grid() -> list[GridConfig]:
+    """Every configuration, in report order."""
+    configs = [GridConfig("dense", "main")]
+    for pattern in PATTERNS:
+        for solver in ("sparsegpt", "wanda"):
+            for calibration in ("text", "decode"):
+                configs.append(GridConfig(f"{calibration}-{solver}-{pattern}", "main", calibration, solver, pattern))
+        for calibration in ("text", "decode"):
+            configs.append(GridConfig(f"{calibration}-sparsegpt-{pattern}-seq", "main", calibration, "sparsegpt",
+                                      pattern, "sequential"))
+        configs.append(GridConfig(f"mix-sparsegpt-{pattern}", "main", "mix", "sparsegpt", pattern))
+    configs.append(GridConfig("small-dense", "small"))
+    for pattern in PATTERNS:
+        for calibration in ("text", "decode", "cross"):
+            configs.append(GridConfig(f"small-{calibration}-sparsegpt-{pattern}", "small", calibration, "sparsegpt",
+                                      pattern))
+    return configs
+
+
+def select(patterns: list[str] | None) -> list[GridConfig]:
+    """The grid filtered by name globs (all of it for None); a glob matching nothing is an error."""
+    configs = grid()
+    if not patterns:
+        return configs
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(config.name, pattern) for config in configs):
+            raise SparseDecodingError(f"--configs {pattern!r} matches no configuration; choose from "
+                                      f"{', '.join(config.name for config in configs)}")
+    return [config for config in configs if any(fnmatch.fnmatchcase(config.name, pattern) for pattern in patterns)]
+
+
+@dataclass
+class CompareSettings:
+    """model / small_model: the main model and the cross-model ablation's small one. out: the report folder.
+    calib_prompts: decode calibration prompts (the held-out half is evaluated). text: natural text file of the text
+    source (default the Lee background corpus). tokens: calibration tokens of every
+    source. max_new_tokens: decode calibration length. gen_batch_size: prompts per generation batch (calibration
+    and evaluation). batch_size: sequences per pruning replay. keep_models: keep the pruned checkpoints in
+    OUT/models/ (they are deleted after evaluation by default). evaluation: metric settings."""
+
+    model: str = "qwen2.5-coder-1.5b"
+    small_model: str = "smollm2-135m"
+    out: str = "benchmarks/results/quality"
+    calib_prompts: str = "humaneval:calib"
+    text: str | None = None
+    tokens: int = 16384
+    max_new_tokens: int = 512
+    mix_ratio: float = 0.5
+    gen_batch_size: int = 82
+    batch_size: int = 8
+    device: str = "auto"
+    seed: int = 0
+    keep_models: bool = False
+    evaluation: EvalSettings = field(default_factory=EvalSettings)
+    command: list[str] = field(default_factory=list)
+
+    def comparable(self) -> dict:
+        """What every result in one report folder must share."""
+        values = asdict(self)
+        for key in ("out", "device", "keep_models", "command"):
+            values.pop(key)
+        values["evaluation"].pop("workers")
+        return values
+
+
+class Report:
+    """The folder: settings.json (fixed at the first run), calibration/, configs/, models/, quality.{md,json}."""
+
+    def __init__(self, settings: CompareSettings):
+        self.root = Path(settings.out)
+        self.settings = settings
+        for sub in ("calibration", "configs", "models"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        fixed = self.root / "settings.json"
+        now = json.loads(json.dumps(settings.comparable()))  # tuples become lists, as in the stored file
+        if fixed.exists():
+            earlier = json.loads(fixed.read_text())
+            if earlier != now:
+                changed = sorted(key for key in earlier.keys() | now.keys() if earlier.get(key) != now.get(key))
+                raise SparseDecodingError(f"{self.root} holds results made with other settings ({', '.join(changed)});"
+                                          f" use another --out, or the same settings to add configurations")
+        else:
+            write_json(fixed, now)
+
+    def result_file(self, name: str) -> Path:
+        return self.root / "configs" / f"{name}.json"
+
+    def done(self, name: str) -> bool:
+        return self.result_file(name).exists()
+
+    def has_calibration(self, key: str) -> bool:
+        return (self.root / "calibration" / f"{key}.json").exists()
+
+    def calibration(self, key: str, build) -> tuple[CalibrationSet, dict]:
+        """A calibration set and its statistics from OUT/calibration/, built by `build()` the first time. The
+        statistics are written last (atomically), so their file marks a complete set."""
+        file, stats_file = self.root / "calibration" / f"{key}.safetensors", self.root / "calibration" / f"{key}.json"
+        if stats_file.exists():
+            return CalibrationSet.load(file), json.loads(stats_file.read_text())
+        calib, stats = build()
+        calib.save(file)
+        write_json(stats_file, stats)
+        return calib, stats
+
+    def save_result(self, name: str, payload: dict, records: list[dict]) -> None:
+        if records:
+            write_jsonl(self.root / "configs" / f"{name}.humaneval.jsonl", records)
+        write_json(self.result_file(name), payload)
+
+    def results(self) -> list[dict]:
+        order = {config.name: index for index, config in enumerate(grid())}
+        found = [json.loads(path.read_text()) for path in (self.root / "configs").glob("*.json")]
+        return sorted(found, key=lambda result: order.get(result["name"], len(order)))
+
+
+def cross_model_set(main, main_tokenizer, small_tokenizer, prompts: list[str], settings: CompareSettings,
+                    ) -> tuple[CalibrationSet, dict]:
+    """The main model's greedy continuations of `prompts`, re-tokenized for the small model: each prompt in the small
+    model's chat template, the continuation's text (special tokens dropped) as its generated tokens."""
+    prompt_ids = tokenize_prompts(main_tokenizer, chat_format(main_tokenizer, prompts))
+    generations = generate(main, main_tokenizer, prompt_ids, settings.max_new_tokens,
+                           batch_size=settings.gen_batch_size)
+    small_prompts = tokenize_prompts(small_tokenizer, chat_format(small_tokenizer, prompts))
+    retokenized = [
+        Generation(small_ids, small_tokenizer(main_tokenizer.decode(gen.new_ids, skip_special_tokens=True),
+                                              add_special_tokens=False)["input_ids"], gen.stopped)
+        for small_ids, gen in zip(small_prompts, generations)
+    ]
+    calib = decode_set_from_generations(retokenized, small_tokenizer.pad_token_id, settings.tokens)
+    return calib, {**describe(calib), "generated_by": str(resolve_model(settings.model))}
+
+
+def prune_config(settings: CompareSettings, config: GridConfig, folder: Path) -> PruneConfig:
+    calibration = "decode" if config.calibration == "cross" else config.calibration
+    return PruneConfig(
+        model=str(folder), out=str(Path(settings.out) / "models" / config.name), calibration=calibration,
+        prompts=settings.calib_prompts, text=settings.text, pattern=PATTERNS[config.pattern], solver=config.solver,
+        propagation=config.propagation, tokens=settings.tokens, max_new_tokens=settings.max_new_tokens,
+        mix_ratio=settings.mix_ratio, gen_batch_size=settings.gen_batch_size, batch_size=settings.batch_size,
+        device=settings.device, seed=settings.seed, overwrite=True, command=settings.command)
+
+
+def prune_with(config: PruneConfig, calib: CalibrationSet, stats: dict) -> Path:
+    """`pipeline.prune` on a calibration set made beforehand: the pipeline resumes from the calibration file of its
+    work folder, so placing the set there makes it skip building one."""
+    work = WorkDir(Path(config.out), config.fingerprint())
+    calib.save(work.calibration_file)
+    work.state["calibration"] = stats
+    work.save_state()
+    return prune(config)
+
+
+class Group:
+    """One dense model (main or small) loaded once, with everything its configurations need."""
+
+    def __init__(self, report: Report, role: str, spec: str):
+        self.report, self.role, self.settings = report, role, report.settings
+        self.folder = resolve_model(spec)
+        self.dense, self.tokenizer, _ = load_model(self.folder, pick_device(self.settings.device))
+
+    def calibration(self, config: GridConfig, main: Group | None) -> tuple[CalibrationSet, dict]:
+        key = f"{self.role}-{config.calibration}"
+        if config.calibration == "cross":
+            prompts = read_prompts(self.settings.calib_prompts)
+            return self.report.calibration(key, lambda: cross_model_set(
+                main.dense, main.tokenizer, self.tokenizer, prompts, self.settings))
+        build_config = prune_config(self.settings, config, self.folder)
+        return self.report.calibration(key, lambda: build_calibration(build_config, self.dense, self.tokenizer))
+
+    def run(self, config: GridConfig, main: Group | None) -> tuple[dict, list[dict]]:
+        """Prune (unless dense) and evaluate one configuration; returns its result and per-problem records."""
+        started = time.perf_counter()
+        if config.calibration is None:  # against itself: KL is exactly 0, dense NLL is measured as for the others
+            evaluated, pruning = self.dense, None
+        else:
+            calib, stats = self.calibration(config, main)
+            folder = prune_with(prune_config(self.settings, config, self.folder), calib, stats)
+            manifest = json.loads((folder / MANIFEST).read_text())
+            pruning = {key: manifest[key] for key in ("pattern", "solver", "propagation", "calibration", "timing")}
+            evaluated = load_model(folder, pick_device(self.settings.device))[0]
+        prune_seconds = time.perf_counter() - started
+        metrics, records = evaluate(evaluated, self.tokenizer, self.settings.evaluation, reference=self.dense)
+        if config.calibration is not None and not self.settings.keep_models:
+            shutil.rmtree(Path(self.settings.out) / "models" / config.name)
+        result = {"name": config.name, "config": asdict(config), "model": str(self.folder), "pruning": pruning,
+                  "metrics": metrics, "seconds": {"prune": round(prune_seconds, 1),
+                                                  "total": round(time.perf_counter() - started, 1)}}
+        return result, records
+
+
+def environment() -> dict:
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return {"date": datetime.date.today().isoformat(), "device": device, "versions": versions()}
+
+
+def run_compare(settings: CompareSettings, patterns: list[str] | None = None) -> Path:
+    """Run the selected configurations that have no result yet; rebuild the report; returns OUT/quality.md."""
+    chosen = select(patterns)
+    settings.evaluation.validate(has_reference=True)
+    report = Report(settings)
+    todo = [config for config in chosen if not report.done(config.name)]
+    log.info("%d configuration(s) selected, %d already done, %d to run", len(chosen), len(chosen) - len(todo),
+             len(todo))
+    groups: dict[str, Group] = {}
+    needs_cross = any(config.calibration == "cross" for config in todo) and not report.has_calibration("small-cross")
+    if needs_cross or any(config.role == "main" for config in todo):
+        groups["main"] = Group(report, "main", settings.model)
+    for role, spec in (("main", settings.model), ("small", settings.small_model)):
+        configs = [config for config in todo if config.role == role]
+        if not configs:
+            continue
+        group = groups.get(role) or Group(report, role, spec)
+        if role == "small":
+            if needs_cross:  # while the main model is still loaded
+                group.calibration(next(config for config in configs if config.calibration == "cross"), groups["main"])
+            groups.pop("main", None)
+        for number, config in enumerate(configs, 1):
+            log.info("[%s %d/%d] %s", role, number, len(configs), config.name)
+            result, records = group.run(config, groups.get("main"))
+            result.update(environment=environment(), settings=settings.comparable(), command=settings.command)
+            report.save_result(config.name, result, records)
+            log.info("%s: %s (%.0f s)", config.name, compact(result["metrics"]), result["seconds"]["total"])
+            write_report(report)
+    return write_report(report)
+
+
+def compact(metrics: dict) -> str:
+    keys = ("pass@1", "kl", "dense_nll", "ppl", "mean_length")
+    return " ".join(f"{key}={metrics[key]:.4g}" for key in keys if isinstance(metrics.get(key), (int, float)))
+
+
+COLUMNS = [("pass@1", "pass@1"), ("KL(dense‖pruned)", "kl"), ("dense NLL", "dense_nll"), ("ppl lee.cor", "ppl"),
+           ("distinct-4", "distinct_4"), ("longest repeat", "longest_repeat"), ("mean length", "mean_length"),
+           ("stopped", "stopped_share")]
+
+
+def table(results: list[dict]) -> str:
+    headers = ["config", "calibration", "solver", "pattern", "propagation", "calib tokens", *[h for h, _ in COLUMNS]]
+    rows = []
+    for result in results:
+        config, pruning = result["config"], result["pruning"] or {}
+        tokens = pruning.get("calibration", {}).get("tokens", "—")
+        metrics = result["metrics"]
+        rows.append([result["name"], config["calibration"] or "—", pruning.get("solver", "—"),
+                     pruning.get("pattern", "—"), pruning.get("propagation", "—"), tokens,
+                     *[metrics.get(key, "—") for _, key in COLUMNS]])
+    return markdown_table(headers, rows)
+
+
+def write_report(report: Report) -> Path:
+    """quality.md and quality.json from every result in the folder."""
+    results = report.results()
+    settings = report.settings
+    commands = sorted({" ".join(result["command"]) for result in results if result.get("command")})
+    environments = sorted({(r["environment"]["date"], r["environment"]["device"],
+                            json.dumps(r["environment"]["versions"], sort_keys=True)) for r in results})
+    main = [result for result in results if result["config"]["role"] == "main"]
+    small = [result for result in results if result["config"]["role"] == "small"]
+    evaluation = settings.evaluation
+    text = (
+        "# Quality: dense vs text- vs decode-calibrated pruning\n\n"
+        f"Main model `{settings.model}`; cross-model ablation on `{settings.small_model}`. Calibration prompts "
+        f"`{settings.calib_prompts}` (decode sources), `{settings.text or 'lee_background.cor'}` (text), "
+        f"{settings.tokens} tokens per "
+        f"source (mix: {settings.mix_ratio:g} decode), {settings.max_new_tokens} new tokens per calibration prompt, "
+        f"greedy, seed {settings.seed}. Evaluation: pass@1 on HumanEval `{evaluation.split}` (greedy, sandboxed, "
+        f"{evaluation.timeout_s:g} s and {evaluation.memory_mb} MB per problem); on-policy KL(dense‖evaluated), "
+        f"the dense model's NLL per token and repetition over the evaluated model's own greedy answers (at most "
+        f"{evaluation.max_new_tokens} tokens) to `{evaluation.prompts or 'humaneval:' + evaluation.split}`; "
+        f"perplexity on `lee.cor` (windows of {evaluation.ppl_window} tokens).\n\n"
+        f"## {Path(settings.model).name}\n\n" + table(main)
+        + f"\n## Cross-model ablation: {Path(settings.small_model).name}\n\n"
+        "`small-cross-…` is calibrated on the main model's generations of the calibration prompts (re-tokenized), "
+        "`small-decode-…` on its own.\n\n" + table(small)
+        + "\n## Runs\n\n" + "".join(f"- {date}, {device}, {versions}\n" for date, device, versions in environments)
+        + "\nCommands:\n\n" + "".join(f"    {command}\n" for command in commands)
+    )
+    path = report.root / "quality.md"
+    write_json(report.root / "quality.json", {"settings": settings.comparable(), "results": results})
+    partial = path.with_suffix(".md.tmp")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
+    return path

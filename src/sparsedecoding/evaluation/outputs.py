@@ -1,0 +1,50 @@
+"""Result folders that are complete or absent: refuse an existing folder up front (before any work), then fill
+`OUT.partial/` and rename it to OUT only when everything is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import OutputExistsError
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    if out.exists() and not overwrite:
+        raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
+
+
+@contextmanager
+def output_folder(out: Path, overwrite: bool):
+    """Yield OUT.partial/ to write into; on success it replaces OUT, on any error it is removed."""
+    check_output(out, overwrite)
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(partial, out)
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+
+
+def markdown_table(headers: list[str], rows: list[list]) -> str:
+    """A GitHub markdown table; floats with 4 significant digits."""
+    def cell(value) -> str:
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

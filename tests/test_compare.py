@@ -1,0 +1,76 @@
+import json
+
+import pytest
+
+from sparsedecoding import compare
+from sparsedecoding.calibration import CalibrationSet
+from sparsedecoding.compare import CompareSettings, run_compare, select
+from sparsedecoding.errors import SparseDecodingError
+from sparsedecoding.evaluation.suite import EvalSettings
+from tiny_models import make_tiny_model
+
+CONFIGS = ["dense", "decode-sparsegpt-2of4", "text-wanda-50pct", "small-cross-sparsegpt-50pct"]
+
+
+def test_select_filters_by_glob_and_rejects_globs_that_match_nothing():
+    assert [config.name for config in select(["*-seq"])] == [
+        "text-sparsegpt-2of4-seq", "decode-sparsegpt-2of4-seq", "text-sparsegpt-50pct-seq",
+        "decode-sparsegpt-50pct-seq"]
+    assert {config.role for config in select(["small-*"])} == {"small"}
+    with pytest.raises(SparseDecodingError, match="matches no configuration"):
+        select(["dense", "bogus-*"])
+
+
+@pytest.fixture
+def settings(tmp_path):
+    make_tiny_model(tmp_path / "main", seed=0)
+    make_tiny_model(tmp_path / "small", arch="qwen2", seed=1, hidden_size=32, intermediate_size=64)
+    calib = tmp_path / "calib.txt"
+    calib.write_text("write a function\nreverse a string\ncount the words\nsort a list\nadd two numbers\n")
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_text("def f(x):\nprint hello\nmultiply a and b\n")
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 30)
+    return CompareSettings(
+        model=str(tmp_path / "main"), small_model=str(tmp_path / "small"), out=str(tmp_path / "report"),
+        calib_prompts=str(calib), text=str(text), tokens=40, max_new_tokens=16, gen_batch_size=8, device="cpu",
+        evaluation=EvalSettings(metrics=("kl", "repetition"), prompts=str(heldout), max_new_tokens=8,
+                                gen_batch_size=8))
+
+
+def test_compare_runs_the_grid_with_equal_budgets_and_resumes(settings, monkeypatch):
+    report = run_compare(settings, CONFIGS)
+    folder = report.parent
+    results = {name: json.loads((folder / "configs" / f"{name}.json").read_text()) for name in CONFIGS}
+    assert results["dense"]["metrics"]["kl"] == 0.0 and results["dense"]["pruning"] is None
+    for name in CONFIGS[1:]:
+        assert results[name]["metrics"]["kl"] > 0
+        assert results[name]["pruning"]["calibration"]["tokens"] == 40  # the same budget for every source
+    assert results["text-wanda-50pct"]["pruning"]["pattern"] == "50%"
+    assert not any((folder / "models").iterdir())  # pruned checkpoints are removed after evaluation
+
+    # The cross-model set: the main model's continuations, in the small model's tokens.
+    cross = CalibrationSet.load(folder / "calibration" / "small-cross.safetensors")
+    stats = json.loads((folder / "calibration" / "small-cross.json").read_text())
+    assert cross.tokens == 40 and stats["generated_by"] == settings.model
+    table = report.read_text()
+    assert all(f"| {name} |" in table for name in CONFIGS)
+
+    # A second run finds every result and prunes nothing; the report is rebuilt.
+    monkeypatch.setattr(compare, "prune_with", lambda *args: pytest.fail("a finished configuration ran again"))
+    assert run_compare(settings, CONFIGS).read_text() == table
+
+
+def test_a_report_folder_refuses_other_settings(settings):
+    run_compare(settings, ["dense"])
+    settings.tokens = 80
+    with pytest.raises(SparseDecodingError, match="tokens"):
+        run_compare(settings, ["dense"])
+
+
+def test_the_compare_command_lists_the_grid(capsys):
+    from sparsedecoding.cli import main
+
+    assert main(["compare", "--list"]) == 0
+    names = capsys.readouterr().out.split()
+    assert names == [config.name for config in select(None)] and len(names) == len(set(names)) == 22
