@@ -99,10 +99,10 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.preset:
         preset(args.preset)  # an unknown name fails here, before any GPU work
-    if not torch.cuda.is_available():
-        raise EngineError("bench measures GPU decode speed and needs a CUDA device")
     if args.model is not None and args.pattern:
         raise EngineError("--pattern applies to --preset; a --model folder is measured with its own N:M weights")
+    if not torch.cuda.is_available():
+        raise EngineError("bench measures GPU decode speed and needs a CUDA device")
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
     if args.preset:

@@ -11,17 +11,19 @@ import gc
 import platform
 import statistics
 import time
-from importlib import metadata
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import torch
 
+from ..errors import EngineError
 from ..kernels import PackedLinear
 from ..patterns import SparsityPattern
 from .config import ModelArgs, preset
-from .generate import Engine
-from .loading import build_model, is_prunable, load_model, random_state, weight_bytes
+from .generate import MAX_BATCH, Engine
+from .loading import (build_model, is_prunable, load_model, random_state, require_kernel_pattern,
+                      weight_bytes)
 from .model import Transformer
 
 _GIB = 2**30
@@ -116,6 +118,11 @@ def bench_preset(name: str, plan: list[tuple[SparsityPattern | None, list[int]]]
     device, then one measurement per batch size. A model whose weights do not fit the free memory is reported as
     not run instead of being attempted."""
     args = preset(name)
+    for pattern, batches in plan:  # refuse a bad request before building any model
+        if pattern is not None:
+            require_kernel_pattern(pattern)
+        if not all(1 <= batch <= MAX_BATCH for batch in batches):
+            raise EngineError(f"batch sizes {batches} must lie in 1..{MAX_BATCH}, the range the N:M kernel serves")
     results: list[SpeedResult | NotRun] = []
     for pattern, batches in plan:
         label = "dense" if pattern is None else str(pattern)

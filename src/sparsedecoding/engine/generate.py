@@ -80,7 +80,8 @@ class Generation:
 
 class Engine:
     """Generation for up to `batch` equal-length prompts of up to `max_seq_len` positions in all (prompt + new
-    tokens). The engine owns the model's KV cache: a newer Engine on the same model makes this one unusable.
+    tokens; the cache rounds it up to a multiple of 16). The engine owns the model's KV cache: a newer Engine on
+    the same model makes this one unusable.
 
     compile: compile the model's regions and capture the decode step in a CUDA graph (CUDA only); the warm-up and
     capture happen here, once per (model, batch). Eager mode runs the same step function without either."""
@@ -90,7 +91,8 @@ class Engine:
         if not 1 <= batch <= MAX_BATCH:
             raise EngineError(f"batch {batch} is outside 1..{MAX_BATCH}, the range the N:M kernel serves")
         self.model, self.batch, self.sampling, self.compiled = model, batch, sampling, compile
-        model.setup_caches(batch, max_seq_len)
+        # Whole multiples of 16 positions keep the attention mask rows aligned for the fused attention kernels.
+        model.setup_caches(batch, -(-max_seq_len // 16) * 16)
         self.cache_version = model.cache_version
         self.device = model.norm.weight.device
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)

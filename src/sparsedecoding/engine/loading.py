@@ -6,7 +6,7 @@ the model from it, swapping a `PackedLinear` in wherever the state holds a packe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -65,15 +65,16 @@ def load_model(folder: str | Path, sparse: SparseMode = "none", dtype: torch.dty
                device: str | torch.device = "cuda") -> Transformer:
     """The engine model of an HF safetensors folder or a packed checkpoint folder (see `model_from_hf`)."""
     folder = Path(folder)
+    args = load_hf_config(folder)
     read = _packed_reader(folder) if (folder / MANIFEST).is_file() else _safetensors_reader(folder)
-    return model_from_hf(load_hf_config(folder), read, sparse, dtype, device)
+    return model_from_hf(args, read, sparse, dtype, device)
 
 
 def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: SparseMode = "none",
                   dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cuda") -> Transformer:
     """The engine model of HF-named weights, `read(name)` giving each (dense, or packed from a packed checkpoint).
     `sparse`: `none` keeps every linear dense (packed weights are unpacked); `auto` packs every block linear whose
-    weight is N:M sparse and moves fewer bytes packed; `packed` requires every block linear to be N:M."""
+    weight is N:M sparse (see `nm_pattern`); `packed` requires every block linear to be N:M."""
     if sparse not in SPARSE_MODES:
         raise EngineError(f"--sparse {sparse!r} is not a mode; choose one of {', '.join(SPARSE_MODES)}")
     if sparse != "none" and dtype not in KERNEL_DTYPES:
@@ -138,7 +139,7 @@ def random_packed(rows: int, columns: int, pattern: SparsityPattern, dtype: torc
                   device: str | torch.device, generator: torch.Generator) -> PackedNM:
     """A random packed N:M weight [rows, columns]. Mask words are drawn from a pool of 4096 random valid words
     (N of every M bits set), which costs little even for a 70B model and gives the kernel no regular pattern."""
-    n, m = _require_nm(pattern)
+    n, m = require_kernel_pattern(pattern)
     pool = torch.rand(4096, 32 // m, m, device=device, generator=generator).argsort(-1)[..., :n]
     bits = (pool + torch.arange(0, 32, m, device=device)[:, None]).flatten(1)
     words = (torch.ones_like(bits) << bits).sum(-1)
@@ -200,26 +201,22 @@ def _nbytes(tensor: Tensor) -> int:
 
 
 def _sparsify(key: str, weight: Weight, mode: SparseMode) -> Weight:
+    # Every pattern the kernel runs keeps at most 3/4 of the values, so packing always moves fewer bytes.
     if mode == "none":
         return weight.to_dense() if isinstance(weight, PackedNM) else weight
     if isinstance(weight, PackedNM):
         return weight
     pattern = nm_pattern(weight)
-    if pattern is not None and _packing_saves_bytes(pattern, weight.element_size()):
+    if pattern is not None:
         return pack_nm(weight, *pattern)
     if mode == "packed":
-        found = "no N:M pattern" if pattern is None else f"only {pattern[0]}:{pattern[1]}, which packs no smaller"
-        raise EngineError(f"{key} is not N:M sparse ({found}); prune the model to an N:M pattern first, "
+        raise EngineError(f"{key} is not N:M sparse; prune the model to an N:M pattern first, "
                           f"or load it with --sparse auto to keep such linears dense")
     return weight
 
 
-def _packing_saves_bytes(pattern: tuple[int, int], element_size: int) -> bool:
-    n, m = pattern
-    return n / m * element_size + 1 / 8 < element_size
-
-
-def _require_nm(pattern: SparsityPattern) -> tuple[int, int]:
+def require_kernel_pattern(pattern: SparsityPattern) -> tuple[int, int]:
+    """(N, M) of a pattern the sparse kernel runs, else an EngineError naming the ones it does."""
     if not pattern.is_nm or 32 % pattern.m or values_per_word(pattern.n, pattern.m) % 8:
         raise EngineError(f"the kernel cannot run pattern {pattern}; use N:M with M dividing 32 and 32·N/M a "
                           f"multiple of 8 (2:4, 4:8, 8:16, 16:32)")
@@ -239,24 +236,28 @@ def _engine_keys(args: ModelArgs) -> Iterable[str]:
 
 
 def _log_packing(state: dict[str, Weight]) -> None:
-    prunable = [key for key in state if is_prunable(key)]
-    packed = {f"{w.n}:{w.m}" for key in prunable if isinstance(w := state[key], PackedNM)}
-    count = sum(isinstance(state[key], PackedNM) for key in prunable)
-    log.info("%d of %d block linears packed%s", count, len(prunable), f" ({', '.join(sorted(packed))})" * bool(count))
+    prunable = [weight for key, weight in state.items() if is_prunable(key)]
+    packed = [weight for weight in prunable if isinstance(weight, PackedNM)]
+    patterns = ", ".join(sorted({f"{w.n}:{w.m}" for w in packed}))
+    log.info("%d of %d block linears packed %s", len(packed), len(prunable), patterns)
 
 
-def _packed_reader(folder: Path) -> Callable[[str], Weight]:
-    state, _ = load_packed_checkpoint(folder)
-
+def _checked_reader(folder: Path, available: Collection[str],
+                    get: Callable[[str], Weight]) -> Callable[[str], Weight]:
     def read(name: str) -> Weight:
-        if name not in state:
+        if name not in available:
             raise EngineError(f"{folder} has no tensor {name}; the checkpoint does not match its config.json")
-        return state[name]
+        return get(name)
 
     return read
 
 
-def _safetensors_reader(folder: Path) -> Callable[[str], Tensor]:
+def _packed_reader(folder: Path) -> Callable[[str], Weight]:
+    state, _ = load_packed_checkpoint(folder)
+    return _checked_reader(folder, state, state.__getitem__)
+
+
+def _safetensors_reader(folder: Path) -> Callable[[str], Weight]:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelNotFoundError(f"{folder} has no *.safetensors files; convert the model to safetensors first")
@@ -265,10 +266,8 @@ def _safetensors_reader(folder: Path) -> Callable[[str], Tensor]:
         with safe_open(file, framework="pt") as handle:
             index.update(dict.fromkeys(handle.keys(), file))
 
-    def read(name: str) -> Tensor:
-        if name not in index:
-            raise EngineError(f"{folder} has no tensor {name}; the checkpoint does not match its config.json")
+    def get(name: str) -> Tensor:
         with safe_open(index[name], framework="pt") as handle:
             return handle.get_tensor(name)
 
-    return read
+    return _checked_reader(folder, index, get)

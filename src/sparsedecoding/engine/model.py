@@ -57,8 +57,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    """Causal self-attention that writes the new keys and values into its cache and attends to the whole cache,
-    masking positions after each query."""
+    """Causal self-attention that writes the new keys and values into its cache and attends to the whole cache.
+    `mask` [group·T, cache length] is True where a query may attend (see `Transformer.hidden`)."""
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -86,7 +86,7 @@ class Attention(nn.Module):
         group = heads // kv_heads
         q = q.view(batch, length, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
         q = q.reshape(batch, kv_heads, group * length, head_dim)
-        y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask.repeat(group, 1))
+        y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask)
         y = y.view(batch, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4)
         return self.out(y.reshape(batch, length, heads * head_dim))
 
@@ -181,7 +181,9 @@ class Transformer(nn.Module):
                               f"{self.cache_batch}; call setup_caches with the batch size first")
         run_block, run_final_norm = self._compiled if compiled else (_run_block, _run_final_norm)
         cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
-        mask = torch.arange(self.max_seq_len, device=input_pos.device) <= input_pos[:, None]
+        # Built once per call, in the layout of the folded query axis (group copies of the [T, S] causal mask).
+        group = self.args.n_heads // self.args.n_kv_heads
+        mask = (torch.arange(self.max_seq_len, device=input_pos.device) <= input_pos[:, None]).repeat(group, 1)
         x = self.embed(tokens)
         mlp_out = torch.zeros_like(x)
         for layer in self.layers:

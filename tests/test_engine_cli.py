@@ -1,0 +1,58 @@
+"""`sparsedecoding generate` and `bench` from the command line: streamed text and one-line errors."""
+
+import json
+
+import torch
+from test_engine import random_hf_model
+from tiny_models import char_tokenizer
+
+from sparsedecoding.cli import main
+
+
+def tiny_folder(tmp_path, arch="llama"):
+    hf = random_hf_model(arch)
+    hf.generation_config.eos_token_id = [1, 3]
+    hf.save_pretrained(tmp_path)
+    tokenizer = char_tokenizer()
+    tokenizer.save_pretrained(tmp_path)
+    return hf, tokenizer
+
+
+def test_generate_streams_the_greedy_continuation(tmp_path, capsys):
+    hf, tokenizer = tiny_folder(tmp_path)
+    prompt = tokenizer("hello", return_tensors="pt")["input_ids"]
+    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
+                           eos_token_id=[1, 3], pad_token_id=0)[0, prompt.shape[1]:]
+    expected_text = tokenizer.decode(expected, skip_special_tokens=True)
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "hello", "--new-tokens", "12",
+                 "--device", "cpu", "--dtype", "float32", "--sparse", "none"]) == 0
+    assert capsys.readouterr().out == expected_text + "\n"
+
+
+def one_line_error(capsys, argv, expected):
+    capsys.readouterr()  # drop what building the fixture printed
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_unknown_preset_is_one_line(capsys):
+    one_line_error(capsys, ["bench", "--preset", "llama-9b"], "EngineError: unknown preset 'llama-9b'")
+
+
+def test_unsupported_architecture_is_one_line(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 8}))
+    one_line_error(capsys, ["generate", "--model", str(tmp_path), "--prompt", "hi", "--device", "cpu"],
+                   "UnsupportedArchitectureError: model_type 'gpt2' is not supported")
+
+
+def test_dense_weight_under_sparse_packed_is_one_line(tmp_path, capsys):
+    tiny_folder(tmp_path)
+    one_line_error(capsys, ["generate", "--model", str(tmp_path), "--prompt", "hi", "--device", "cpu",
+                            "--sparse", "packed"],
+                   "EngineError: layers.0.attention.qkv.weight is not N:M sparse")
+
+
+def test_pattern_with_a_model_folder_is_refused(tmp_path, capsys):
+    one_line_error(capsys, ["bench", "--model", str(tmp_path), "--pattern", "2:4"],
+                   "--pattern applies to --preset")
