@@ -102,7 +102,6 @@ class Engine:
         if compile:
             if self.device.type != "cuda":
                 raise EngineError("compile=True captures CUDA graphs and needs a CUDA model; use eager mode on CPU")
-            _configure_inductor()
             model.compile_regions()
             self.graph = self._capture()
 
@@ -174,15 +173,6 @@ class Engine:
         with torch.cuda.graph(graph):
             self._step()
         return graph
-
-
-def _configure_inductor() -> None:
-    # As in gpt-fast: tune the few reduction/pointwise kernels of a block by coordinate descent (cheap here because
-    # all layers share one compiled block) and cache compiled graphs on disk across processes.
-    import torch._inductor.config as inductor
-
-    inductor.coordinate_descent_tuning = True
-    inductor.fx_graph_cache = True
 
 
 def _synchronize(device: torch.device) -> None:

@@ -58,7 +58,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 class Attention(nn.Module):
     """Causal self-attention that writes the new keys and values into its cache and attends to the whole cache.
-    `mask` [group·T, cache length] is True where a query may attend (see `Transformer.hidden`)."""
+    `mask` [group·T, cache length] is added to the scores: 0 where a query may attend, -inf elsewhere (see
+    `Transformer.hidden`)."""
 
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -164,9 +165,11 @@ class Transformer(nn.Module):
         self.cache_version += 1
 
     def compile_regions(self) -> None:
-        """Compiles one block and the final norm with torch.compile (static shapes). Dynamo treats a block's parameters
-        and buffers as graph inputs, so every layer reuses one compiled graph and compile time does not grow with
-        depth; the caller captures the whole decode step in a CUDA graph to remove launch overhead."""
+        """Compiles one block and the final norm with torch.compile (static shapes, Inductor's defaults). Dynamo
+        treats a block's parameters and buffers as graph inputs, so every layer reuses one compiled graph and compile
+        time does not grow with depth; the caller captures the whole decode step in a CUDA graph to remove launch
+        overhead. Inductor options that benchmark candidates while compiling (gpt-fast's coordinate-descent
+        tuning) stay off: the benchmark would pay them at each of its compilations."""
         self._compiled = (torch.compile(_run_block, fullgraph=True, dynamic=False),
                           torch.compile(_run_final_norm, fullgraph=True, dynamic=False))
 
@@ -181,9 +184,12 @@ class Transformer(nn.Module):
                               f"{self.cache_batch}; call setup_caches with the batch size first")
         run_block, run_final_norm = self._compiled if compiled else (_run_block, _run_final_norm)
         cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
-        # Built once per call, in the layout of the folded query axis (group copies of the [T, S] causal mask).
+        # Built once per call as an additive mask in the layout of the folded query axis (group copies of the
+        # [T, S] causal mask), so that no block spends a kernel converting or repeating it.
         group = self.args.n_heads // self.args.n_kv_heads
-        mask = (torch.arange(self.max_seq_len, device=input_pos.device) <= input_pos[:, None]).repeat(group, 1)
+        allowed = torch.arange(self.max_seq_len, device=input_pos.device) <= input_pos[:, None]
+        mask = torch.zeros(allowed.shape, dtype=cos.dtype, device=cos.device).masked_fill(~allowed, float("-inf"))
+        mask = mask.repeat(group, 1)
         x = self.embed(tokens)
         mlp_out = torch.zeros_like(x)
         for layer in self.layers:
