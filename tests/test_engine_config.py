@@ -23,6 +23,18 @@ def test_presets_have_the_published_parameter_counts():
         assert preset(name).n_params() == count, name
 
 
+def test_engine_model_of_every_preset_has_the_published_parameter_count():
+    import torch
+
+    from sparsedecoding.engine.model import Transformer
+
+    for name, count in PUBLISHED_PARAMS.items():
+        with torch.device("meta"):
+            model = Transformer(preset(name))
+        tied = preset(name).tie_embeddings
+        assert sum(p.numel() for p in model.parameters()) - tied * model.output.weight.numel() == count, name
+
+
 def test_preset_parameter_count_matches_transformers_model_of_same_config():
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
