@@ -56,3 +56,13 @@ def test_dense_weight_under_sparse_packed_is_one_line(tmp_path, capsys):
 def test_pattern_with_a_model_folder_is_refused(tmp_path, capsys):
     one_line_error(capsys, ["bench", "--model", str(tmp_path), "--pattern", "2:4"],
                    "--pattern applies to --preset")
+
+
+def test_batch_beyond_the_kernel_is_one_line(capsys):
+    one_line_error(capsys, ["bench", "--preset", "smollm2-135m", "--batch", "1", "17"],
+                   "EngineError: batch sizes [1, 17] must lie in 1..16")
+
+
+def test_unstructured_pattern_is_one_line(capsys):
+    one_line_error(capsys, ["bench", "--preset", "smollm2-135m", "--pattern", "50%"],
+                   "EngineError: the kernel cannot run pattern 50%")

@@ -94,20 +94,21 @@ def _stop_ids(folder: Path, tokenizer) -> set[int]:
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
-    from ..engine.bench import bench_folder, bench_preset, copy_bandwidth, environment, format_table
+    from ..engine.bench import bench_folder, bench_preset, check_plan, copy_bandwidth, environment, format_table
     from ..engine.config import preset
 
-    if args.preset:
-        preset(args.preset)  # an unknown name fails here, before any GPU work
     if args.model is not None and args.pattern:
         raise EngineError("--pattern applies to --preset; a --model folder is measured with its own N:M weights")
+    patterns = args.pattern or [SparsityPattern.parse("2:4")]
+    plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in patterns]
+    if args.preset:
+        preset(args.preset)  # bad requests fail here, before any GPU work
+    check_plan(plan)
     if not torch.cuda.is_available():
         raise EngineError("bench measures GPU decode speed and needs a CUDA device")
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
     if args.preset:
-        plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in args.pattern or
-                                       [SparsityPattern.parse("2:4")]]
         results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats)
     else:
         results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats)

@@ -112,17 +112,22 @@ def measure(model: Transformer, name: str, weights: str, batch: int, prompt_toke
                        weight_bytes=weight_bytes(model), setup_seconds=setup)
 
 
+def check_plan(plan: list[tuple[SparsityPattern | None, list[int]]]) -> None:
+    """Refuses patterns the kernel cannot run and batch sizes outside 1..16 before any model is built."""
+    for pattern, batches in plan:
+        if pattern is not None:
+            require_kernel_pattern(pattern)
+        if not all(1 <= batch <= MAX_BATCH for batch in batches):
+            raise EngineError(f"batch sizes {batches} must lie in 1..{MAX_BATCH}, the range the N:M kernel serves")
+
+
 def bench_preset(name: str, plan: list[tuple[SparsityPattern | None, list[int]]], device: torch.device,
                  prompt_tokens: int = 16, new_tokens: int = 256, repeats: int = 3) -> list[SpeedResult | NotRun]:
     """For each (pattern or None for dense, batch sizes) of `plan`: random weights of preset `name` built on the
     device, then one measurement per batch size. A model whose weights do not fit the free memory is reported as
     not run instead of being attempted."""
     args = preset(name)
-    for pattern, batches in plan:  # refuse a bad request before building any model
-        if pattern is not None:
-            require_kernel_pattern(pattern)
-        if not all(1 <= batch <= MAX_BATCH for batch in batches):
-            raise EngineError(f"batch sizes {batches} must lie in 1..{MAX_BATCH}, the range the N:M kernel serves")
+    check_plan(plan)
     results: list[SpeedResult | NotRun] = []
     for pattern, batches in plan:
         label = "dense" if pattern is None else str(pattern)

@@ -133,11 +133,11 @@ def run(folder: Path, prune: SparsityPattern | None, prompts: list[str], new_tok
     """Runs the checks and returns the markdown report."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    args = load_hf_config(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval().requires_grad_(False)
     if prune is not None:
         prune_in_place(hf, prune)
-    args = load_hf_config(folder)
     weights = hf.state_dict()
     dense = model_from_hf(args, weights.__getitem__, "none", dtype, device)
     encoded = [torch.tensor(tokenizer(text)["input_ids"]) for text in prompts]
