@@ -103,7 +103,7 @@ def _bench(args: argparse.Namespace) -> int:
     plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in patterns]
     if args.preset:
         preset(args.preset)  # bad requests fail here, before any GPU work
-    check_plan(plan)
+    check_plan(plan, args.new_tokens)
     if not torch.cuda.is_available():
         raise EngineError("bench measures GPU decode speed and needs a CUDA device")
     device = torch.device("cuda")

@@ -22,7 +22,7 @@ from ..kernels import PackedLinear
 from ..patterns import SparsityPattern
 from .config import ModelArgs, preset
 from .generate import MAX_BATCH, Engine
-from .loading import (build_model, is_prunable, load_model, random_state, require_kernel_pattern,
+from .loading import (build_model, engine_shapes, is_prunable, load_model, random_state, require_kernel_pattern,
                       weight_bytes)
 from .model import Transformer
 
@@ -83,10 +83,8 @@ def copy_bandwidth(device: torch.device, nbytes: int = 2 * _GIB, repeats: int = 
 
 def model_bytes(args: ModelArgs, pattern: SparsityPattern | None, element_size: int = 2) -> int:
     """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set."""
-    with torch.device("meta"):
-        shapes = {key: tensor.shape for key, tensor in Transformer(args).state_dict().items()}
     total = 0
-    for key, shape in shapes.items():
+    for key, shape in engine_shapes(args).items():
         if key == "output.weight" and args.tie_embeddings:
             continue
         if is_prunable(key) and pattern is not None:
@@ -112,8 +110,11 @@ def measure(model: Transformer, name: str, weights: str, batch: int, prompt_toke
                        weight_bytes=weight_bytes(model), setup_seconds=setup)
 
 
-def check_plan(plan: list[tuple[SparsityPattern | None, list[int]]]) -> None:
-    """Refuses patterns the kernel cannot run and batch sizes outside 1..16 before any model is built."""
+def check_plan(plan: list[tuple[SparsityPattern | None, list[int]]], new_tokens: int) -> None:
+    """Refuses patterns the kernel cannot run, batch sizes outside 1..16 and generations without a decode step,
+    before any model is built."""
+    if new_tokens < 2:
+        raise EngineError(f"{new_tokens} new tokens leave no decode step to time (prefill makes the first); use 2+")
     for pattern, batches in plan:
         if pattern is not None:
             require_kernel_pattern(pattern)
@@ -127,7 +128,7 @@ def bench_preset(name: str, plan: list[tuple[SparsityPattern | None, list[int]]]
     device, then one measurement per batch size. A model whose weights do not fit the free memory is reported as
     not run instead of being attempted."""
     args = preset(name)
-    check_plan(plan)
+    check_plan(plan, new_tokens)
     results: list[SpeedResult | NotRun] = []
     for pattern, batches in plan:
         label = "dense" if pattern is None else str(pattern)

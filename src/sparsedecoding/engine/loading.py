@@ -6,7 +6,7 @@ the model from it, swapping a `PackedLinear` in wherever the state holds a packe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Literal
 
@@ -61,6 +61,12 @@ def hf_sources(key: str) -> list[str]:
     return [f"model.layers.{index}.{source}.{leaf}" for source in _HF_SOURCES[module]]
 
 
+def engine_shapes(args: ModelArgs) -> dict[str, torch.Size]:
+    """Name and shape of every tensor of the engine model (built on the meta device, so nothing is allocated)."""
+    with torch.device("meta"):
+        return {key: tensor.shape for key, tensor in Transformer(args).state_dict().items()}
+
+
 def load_model(folder: str | Path, sparse: SparseMode = "none", dtype: torch.dtype = torch.bfloat16,
                device: str | torch.device = "cuda") -> Transformer:
     """The engine model of an HF safetensors folder or a packed checkpoint folder (see `model_from_hf`)."""
@@ -81,7 +87,7 @@ def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: Sparse
         raise EngineError(f"packed linears run in bfloat16 or float16, not {dtype}; load with one of those or "
                           f"with --sparse none")
     state: dict[str, Weight] = {}
-    for key in _engine_keys(args):
+    for key in engine_shapes(args):
         if key == "output.weight" and args.tie_embeddings:
             state[key] = state["embed.weight"]
             continue
@@ -119,10 +125,8 @@ def random_state(args: ModelArgs, pattern: SparsityPattern | None = None, dtype:
     an N:M `pattern` every block linear is generated directly in packed form, so a model whose dense weights would
     not fit is never materialised densely. Linears get std 1/sqrt(fan-in) so activations stay finite."""
     generator = torch.Generator(device).manual_seed(seed)
-    with torch.device("meta"):
-        shapes = {key: tensor.shape for key, tensor in Transformer(args).state_dict().items()}
     state: dict[str, Weight] = {}
-    for key, shape in shapes.items():
+    for key, shape in engine_shapes(args).items():
         if key == "output.weight" and args.tie_embeddings:
             state[key] = state["embed.weight"]
         elif key.endswith("norm.weight"):
@@ -228,11 +232,6 @@ def _to(weight: Weight, dtype: torch.dtype, device: str | torch.device) -> Weigh
         return PackedNM(weight.values.to(device=device, dtype=dtype), weight.bitmask.to(device), weight.n, weight.m,
                         weight.shape)
     return weight.to(device=device, dtype=dtype)
-
-
-def _engine_keys(args: ModelArgs) -> Iterable[str]:
-    with torch.device("meta"):
-        return list(Transformer(args).state_dict())
 
 
 def _log_packing(state: dict[str, Weight]) -> None:
