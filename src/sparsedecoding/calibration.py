@@ -111,10 +111,15 @@ def decode_set_from_generations(generations: list[Generation], pad_id: int,
 def decode_calibration(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 512,
                        n_prompts: int | None = None, token_budget: int | None = None, batch_size: int = 32,
                        do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-                       progress: bool = True) -> CalibrationSet:
-    """The dense model continues the chat-formatted prompts; its decode steps become the calibration set."""
+                       samples_per_prompt: int = 1, progress: bool = True) -> CalibrationSet:
+    """The dense model continues the chat-formatted prompts; its decode steps become the calibration set.
+    `samples_per_prompt` > 1 (sampling only) draws several continuations per prompt: all prompts once, then again,
+    so a token budget that cuts the list keeps the prompt mix balanced."""
+    if samples_per_prompt > 1 and not do_sample:
+        raise CalibrationError("several samples per prompt need sampling (--sample); greedy would repeat itself")
     if n_prompts is not None:
         prompts = prompts[:n_prompts]
+    prompts = prompts * samples_per_prompt
     prompt_ids = tokenize_prompts(tokenizer, chat_format(tokenizer, prompts))
     generations = generate(model, tokenizer, prompt_ids, max_new_tokens, batch_size=batch_size, do_sample=do_sample,
                            temperature=temperature, top_p=top_p, seed=seed, progress=progress)

@@ -50,7 +50,8 @@ class PruneConfig:
     calibration: `decode` (dense model's own decode steps on `prompts`), `text` (teacher-forced `text`, default the Lee
     background corpus) or `mix` (`mix_ratio` of the tokens from decode, the rest from text).
     tokens: calibration token budget (None: every decode token generated; text and mix need a number).
-    n_prompts / max_new_tokens / do_sample / temperature / top_p / gen_batch_size: decode generation.
+    n_prompts / samples_per_prompt / max_new_tokens / do_sample / temperature / top_p / gen_batch_size: decode
+    generation (several samples per prompt need do_sample).
     text_seq_len: window length of the text source. pattern: `2:4`, `4:8`, `8:16`, `16:32`, any N:M, or `50%`.
     solver: sparsegpt | wanda | magnitude (blocksize and percdamp go to SparseGPT). propagation: dense | sequential.
     batch_size: sequences per replay batch. hessian_dtype: float32 | float64. device: auto | cpu | cuda[:i]."""
@@ -65,6 +66,7 @@ class PruneConfig:
     propagation: str = "dense"
     tokens: int | None = 16384
     n_prompts: int | None = None
+    samples_per_prompt: int = 1
     max_new_tokens: int = 512
     mix_ratio: float = 0.5
     text_seq_len: int = 512
@@ -94,6 +96,8 @@ class PruneConfig:
             raise SparseDecodingError(f"--calibration {self.calibration} needs a token budget (--tokens N)")
         if not 0.0 < self.mix_ratio < 1.0:
             raise SparseDecodingError(f"--mix-ratio must be strictly between 0 and 1, got {self.mix_ratio}")
+        if self.samples_per_prompt > 1 and not self.do_sample:
+            raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
         if self.tokens is not None and self.tokens <= 0:
             raise SparseDecodingError(f"--tokens must be positive, got {self.tokens}")
         out = Path(self.out)
@@ -123,11 +127,13 @@ def build_calibration(config: PruneConfig, model, tokenizer) -> tuple[Calibratio
     if config.calibration in ("decode", "mix"):
         prompts = read_prompts(config.prompts)
         stats["prompts_hash"] = prompts_hash(prompts[:config.n_prompts] if config.n_prompts else prompts)
+        stats["samples_per_prompt"] = config.samples_per_prompt
         started = time.perf_counter()
         decode_set = decode_calibration(
             model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, n_prompts=config.n_prompts,
             token_budget=decode_budget, batch_size=config.gen_batch_size, do_sample=config.do_sample,
-            temperature=config.temperature, top_p=config.top_p, seed=config.seed)
+            temperature=config.temperature, top_p=config.top_p, seed=config.seed,
+            samples_per_prompt=config.samples_per_prompt)
         seconds = time.perf_counter() - started
         stats["generation_seconds"] = round(seconds, 2)
         stats["generated_tokens_per_second"] = round(decode_set.tokens / seconds, 1)

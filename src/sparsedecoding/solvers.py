@@ -87,9 +87,10 @@ def prune_block(WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor, pattern: Sp
         start = 0
         for rows in segments:
             block = score[:, start:start + rows]
-            chosen = torch.zeros_like(block, dtype=torch.bool)
-            chosen.view(-1)[block.flatten().topk(int(block.numel() * pattern.sparsity), largest=False).indices] = True
-            pruned1[:, start:start + rows] = chosen
+            lowest = block.flatten().topk(int(block.numel() * pattern.sparsity), largest=False).indices
+            chosen = torch.zeros(block.numel(), dtype=torch.bool, device=block.device)
+            chosen.scatter_(0, lowest, torch.ones_like(lowest, dtype=torch.bool))  # no host scalar: graph-safe
+            pruned1[:, start:start + rows] = chosen.view(block.shape)
             start += rows
     scale = pruned1.to(WT.dtype) / d.unsqueeze(1)  # 1/[U]_ii where pruned, 0 where kept
     for i in range(WT.shape[0]):

@@ -1,7 +1,7 @@
-"""`sparsedecoding demo`: the whole idea in two minutes on a CPU. Fetch SmolLM2-135M-Instruct, let it answer the
-HumanEval calibration prompts, prune it to 2:4 with SparseGPT on Hessians from those decode steps only, and compare
-dense and pruned on held-out prompts (on-policy KL, the dense model's NLL of the pruned model's answers) and on
-held-out text (Lee corpus perplexity)."""
+"""`sparsedecoding demo`: the whole idea in a few minutes on a CPU. Fetch SmolLM2-135M-Instruct, let it answer the
+HumanEval calibration prompts, prune it to 2:4 with SparseGPT on Hessians from those decode steps only, prune it again
+from the same number of fixed-text tokens (the baseline), and compare the three models on held-out prompts (on-policy
+KL, the dense model's NLL of each model's own answers) and on held-out text (Lee corpus perplexity)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,16 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="sparsedecoding-demo",
                         help="output folder (default ./sparsedecoding-demo; an earlier demo there is replaced)")
     parser.add_argument("--pattern", default="2:4")
-    parser.add_argument("--eval-prompts", type=int, default=8, help="held-out HumanEval prompts scored (default 8)")
-    parser.add_argument("--eval-new-tokens", type=int, default=96)
+    parser.add_argument("--eval-prompts", type=int, default=6, help="held-out HumanEval prompts scored (default 6)")
+    parser.add_argument("--eval-new-tokens", type=int, default=64)
     parser.add_argument("--device", default="auto")
     add_calibration_arguments(parser)
-    parser.set_defaults(func=run, n_prompts=16, max_new_tokens=128, tokens=2048, gen_batch_size=16)
+    parser.set_defaults(func=run, n_prompts=12, max_new_tokens=96, tokens=1024, gen_batch_size=12)
 
 
-def held_out_scores(dense, pruned, tokenizer, prompts: list[str], new_tokens: int) -> dict:
-    """On-policy KL(dense ‖ pruned) and dense NLL per token of the pruned model's greedy answers; Lee perplexity."""
+def held_out_scores(dense, models: dict, tokenizer, prompts: list[str], new_tokens: int) -> dict:
+    """Per model: on-policy KL(dense ‖ model) and dense NLL per token of the model's own greedy answers, the first
+    answer, and Lee perplexity."""
     from ..data import chat_format, lee_text
     from ..evaluation.metrics import on_policy_scores, perplexity
     from ..generation import generate, tokenize_prompts
@@ -37,7 +38,7 @@ def held_out_scores(dense, pruned, tokenizer, prompts: list[str], new_tokens: in
     prompt_ids = tokenize_prompts(tokenizer, chat_format(tokenizer, prompts))
     text_ids = tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"][:4096]
     rows = {}
-    for name, model in (("dense", dense), ("pruned", pruned)):
+    for name, model in models.items():
         generations = generate(model, tokenizer, prompt_ids, new_tokens, batch_size=len(prompt_ids), progress=False)
         scores = on_policy_scores(dense, model, generations, tokenizer.pad_token_id)
         tokens = sum(score.tokens for score in scores)
@@ -53,6 +54,8 @@ def held_out_scores(dense, pruned, tokenizer, prompts: list[str], new_tokens: in
 def run(args) -> int:
     import shutil
 
+    from ..data import humaneval_prompts
+    from ..errors import OutputExistsError
     from ..models import fetch, load_model
     from ..pipeline import MANIFEST, prune
     from .prune import config_from_args
@@ -60,41 +63,38 @@ def run(args) -> int:
     out = Path(args.out)
     if out.exists():
         if not (out / DEMO_MARK).exists():
-            from ..errors import OutputExistsError
-
             raise OutputExistsError(f"{out} exists and is not an earlier demo; pass another --out")
         shutil.rmtree(out)
-    print(f"[1/3] fetching {args.model}")
-    folder = fetch(args.model) if "/" not in args.model else args.model
+    print(f"[1/4] fetching {args.model}")
+    folder = fetch(args.model) if Path(args.model).name == args.model else Path(args.model)
     print(f"      {folder}")
-    print(f"[2/3] pruning to {args.pattern} with {args.calibration} calibration ({args.tokens} tokens)")
     args.model, args.solver, args.propagation = str(folder), "sparsegpt", "dense"
     args.blocksize, args.percdamp, args.hessian_dtype, args.batch_size, args.seed = 128, 0.01, "float32", 8, 0
     args.overwrite = False
-    config = config_from_args(args)
-    prune(config)
+    print(f"[2/4] pruning to {args.pattern}, Hessians from the model's own decode steps ({args.tokens} tokens)")
+    decode_out = prune(config_from_args(args, calibration="decode", out=str(out / "decode")))
+    tokens = json.loads((decode_out / MANIFEST).read_text())["calibration"]["tokens"]
+    print(f"[3/4] pruning to {args.pattern}, Hessians from Lee news text (the same {tokens} tokens)")
+    text_out = prune(config_from_args(args, calibration="text", tokens=tokens, out=str(out / "text")))
     (out / DEMO_MARK).write_text(json.dumps({"command": ["sparsedecoding", *sys.argv[1:]]}))
 
-    print("[3/3] scoring dense and pruned on held-out prompts and text")
-    from ..data import humaneval_prompts
-
-    dense, tokenizer, _ = load_model(folder, config.device if config.device != "auto" else "cpu")
-    pruned, _, _ = load_model(out, next(dense.parameters()).device)
-    rows = held_out_scores(dense, pruned, tokenizer, humaneval_prompts("eval")[:args.eval_prompts],
+    print("[4/4] scoring the three models on held-out prompts and text")
+    dense, tokenizer, _ = load_model(folder, "cpu" if args.device == "auto" else args.device)
+    device = next(dense.parameters()).device
+    models = {"dense": dense, "text": load_model(text_out, device)[0], "decode": load_model(decode_out, device)[0]}
+    rows = held_out_scores(dense, models, tokenizer, humaneval_prompts("eval")[:args.eval_prompts],
                            args.eval_new_tokens)
-    manifest = json.loads((out / MANIFEST).read_text())
-    sparsity = sum(item["sparsity"] for item in manifest["layers"].values()) / len(manifest["layers"])
     print()
-    print(f"| model | linear sparsity | KL(dense‖model) on its answers | dense NLL of its answers | Lee ppl |")
-    print("|---|---|---|---|---|")
-    print(f"| dense | 0.000 | {rows['dense']['kl']:.4f} | {rows['dense']['dense_nll']:.3f} | {rows['dense']['ppl']:.2f} |")
-    print(f"| {args.pattern} ({args.calibration}-calibrated) | {sparsity:.3f} | {rows['pruned']['kl']:.4f} | "
-          f"{rows['pruned']['dense_nll']:.3f} | {rows['pruned']['ppl']:.2f} |")
+    print("| model | KL(dense ‖ model) on its own answers | dense NLL of its answers | Lee perplexity |")
+    print("|---|---|---|---|")
+    labels = {"dense": "dense", "text": f"{args.pattern}, text-calibrated", "decode": f"{args.pattern}, decode-calibrated"}
+    for name, row in rows.items():
+        print(f"| {labels[name]} | {row['kl']:.4f} | {row['dense_nll']:.3f} | {row['ppl']:.2f} |")
     print()
-    print(f"held-out prompt 1, dense answer:  {rows['dense']['sample'][:160]!r}")
-    print(f"held-out prompt 1, pruned answer: {rows['pruned']['sample'][:160]!r}")
+    for name, row in rows.items():
+        print(f"first held-out answer, {labels[name]}: {row['sample'][:120]!r}")
     print()
-    print(f"calibration: {manifest['calibration']['tokens']} decode tokens from "
-          f"{manifest['calibration']['sequences']} sequences; solver time {manifest['timing']['solver_seconds_this_run']} s")
-    print(f"pruned model saved to {out.resolve()} (HF safetensors, zeros kept; details in {MANIFEST})")
+    print(f"calibration: {tokens} tokens per source; held-out: {args.eval_prompts} odd-index HumanEval prompts")
+    print(f"pruned models saved to {(out / 'decode').resolve()} and {(out / 'text').resolve()} "
+          f"(HF safetensors, zeros kept; details in {MANIFEST})")
     return 0

@@ -18,6 +18,8 @@ def add_calibration_arguments(parser) -> None:
     group.add_argument("--tokens", type=int, default=16384,
                        help="calibration token budget, equal for every source (default 16384; 0: all decode tokens)")
     group.add_argument("--n-prompts", type=int, default=None, help="use only the first N prompts")
+    group.add_argument("--samples-per-prompt", type=int, default=1,
+                       help="continuations drawn per prompt (needs --sample; default 1)")
     group.add_argument("--max-new-tokens", type=int, default=512, help="new tokens per prompt (default 512)")
     group.add_argument("--mix-ratio", type=float, default=0.5, help="share of decode tokens in --calibration mix")
     group.add_argument("--sample", action="store_true", help="sample (seeded) instead of greedy decoding")
@@ -55,7 +57,8 @@ def config_from_args(args, **overrides):
     values = dict(
         model=args.model, out=args.out, calibration=args.calibration, prompts=args.prompts, text=args.text,
         pattern=args.pattern, solver=args.solver, propagation=args.propagation, tokens=args.tokens or None,
-        n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens, mix_ratio=args.mix_ratio,
+        n_prompts=args.n_prompts, samples_per_prompt=args.samples_per_prompt, max_new_tokens=args.max_new_tokens,
+        mix_ratio=args.mix_ratio,
         do_sample=args.sample, temperature=args.temperature, top_p=args.top_p, gen_batch_size=args.gen_batch_size,
         batch_size=args.batch_size, blocksize=args.blocksize, percdamp=args.percdamp,
         hessian_dtype=args.hessian_dtype, device=args.device, seed=args.seed, overwrite=args.overwrite,

@@ -204,18 +204,22 @@ def nm_spmv_kernel(
 
 
 _arrival_counters: dict[torch.device, torch.Tensor] = {}
+MAX_ROW_BLOCKS = 1 << 16  # far above any decoder linear (57344 rows / 8-row blocks = 7168)
 
 
 def _arrivals(device: torch.device, row_blocks: int) -> torch.Tensor:
     """Per-device int32 counters for split-K, all zero between launches (the last split of each row block
-    resets its counter). Created outside CUDA-graph capture so that graphs never own them."""
+    resets its counter). Allocated once at a fixed size and never replaced, so a CUDA graph captured earlier can
+    never point at freed counters; the first allocation must happen outside graph capture."""
+    if row_blocks > MAX_ROW_BLOCKS:
+        raise KernelInputError(f"nm_spmv split-K supports at most {MAX_ROW_BLOCKS} row blocks, got {row_blocks}")
     counters = _arrival_counters.get(device)
-    if counters is None or counters.numel() < row_blocks:
+    if counters is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise KernelInputError(
-                "nm_spmv needs more split-K counters than exist; run it once on this shape before capturing a "
-                "CUDA graph (warm-up also tunes the kernel)")
-        counters = torch.zeros(max(row_blocks, 4096), dtype=torch.int32, device=device)
+                "nm_spmv's split-K counters do not exist yet; run it once before capturing a CUDA graph "
+                "(warm-up also tunes the kernel)")
+        counters = torch.zeros(MAX_ROW_BLOCKS, dtype=torch.int32, device=device)
         _arrival_counters[device] = counters
     return counters
 
