@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import torch
 
 from sparsedecoding import compare
 from sparsedecoding.calibration import CalibrationSet
@@ -47,7 +48,7 @@ def test_compare_runs_the_grid_with_equal_budgets_and_resumes(settings, monkeypa
         assert results[name]["metrics"]["kl"] > 0
         assert results[name]["pruning"]["calibration"]["tokens"] == 40  # the same budget for every source
     assert results["text-wanda-50pct"]["pruning"]["pattern"] == "50%"
-    assert not any((folder / "models").iterdir())  # pruned checkpoints are removed after evaluation
+    assert results["decode-sparsegpt-2of4"]["pruning"]["max_relative_error"] > 0
 
     # The cross-model set: the main model's continuations, in the small model's tokens.
     cross = CalibrationSet.load(folder / "calibration" / "small-cross.safetensors")
@@ -57,7 +58,7 @@ def test_compare_runs_the_grid_with_equal_budgets_and_resumes(settings, monkeypa
     assert all(f"| {name} |" in table for name in CONFIGS)
 
     # A second run finds every result and prunes nothing; the report is rebuilt.
-    monkeypatch.setattr(compare, "prune_with", lambda *args: pytest.fail("a finished configuration ran again"))
+    monkeypatch.setattr(compare, "pruned_copy", lambda *args: pytest.fail("a finished configuration ran again"))
     assert run_compare(settings, CONFIGS).read_text() == table
 
 
@@ -74,3 +75,20 @@ def test_the_compare_command_lists_the_grid(capsys):
     assert main(["compare", "--list"]) == 0
     names = capsys.readouterr().out.split()
     assert names == [config.name for config in select(None)] and len(names) == len(set(names)) == 22
+
+
+def test_pruning_a_copy_leaves_the_dense_model_untouched(tmp_path):
+    from sparsedecoding.calibration import text_calibration
+    from sparsedecoding.compare import GridConfig, pruned_copy, prune_config
+    from sparsedecoding.models import load_model
+
+    dense, tokenizer, folder = load_model(make_tiny_model(tmp_path / "main"))
+    before = {name: weight.clone() for name, weight in dense.state_dict().items()}
+    calib = text_calibration(tokenizer, "Some calibration text for a tiny model. " * 20, token_budget=64, seq_len=32)
+    settings = CompareSettings(model=str(folder), out=str(tmp_path / "report"), tokens=64)
+    config = prune_config(settings, GridConfig("text-sparsegpt-2of4", "main", "text"), folder)
+    pruned, outcome = pruned_copy(dense, calib, config)
+    assert all(torch.equal(weight, before[name]) for name, weight in dense.state_dict().items())
+    q = pruned.model.layers[0].self_attn.q_proj.weight
+    assert (q.reshape(q.shape[0], -1, 4) != 0).sum(-1).max() == 2  # 2:4 in every group
+    assert len(outcome["layers"]) == 2 * 7

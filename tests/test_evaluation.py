@@ -212,3 +212,21 @@ def test_the_eval_command_prints_metrics_and_gives_one_error_line_on_bad_input(t
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
         assert len(errors) == 1
         assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.partial").exists()
+
+
+def test_pass_at_1_and_perplexity_are_wired_into_the_report(tiny, tmp_path, monkeypatch):
+    from sparsedecoding.evaluation import suite
+
+    problems = [dict(PROBLEM, task_id=f"Toy/{index}") for index in range(3)]
+    monkeypatch.setattr(suite, "humaneval_problems", lambda split: problems)
+    monkeypatch.setattr(suite, "humaneval_prompts", lambda split: [p["prompt"] for p in problems])
+    monkeypatch.setattr(suite, "lee_text", lambda part: "Some held-out news text. " * 20)
+    settings = EvalSettings(metrics=("pass@1", "ppl"), max_new_tokens=5, ppl_window=64, timeout_s=2.0)
+    out = run_eval(str(tiny / "dense"), tmp_path / "out", settings)
+    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
+    records = [json.loads(line) for line in (out / "humaneval.jsonl").read_text().splitlines()]
+    # A random tiny model cannot solve the toy problem: every program runs and fails, nothing passes.
+    assert metrics["pass@1"] == 0.0 and metrics["humaneval_problems"] == 3
+    assert [record["task_id"] for record in records] == ["Toy/0", "Toy/1", "Toy/2"]
+    assert all(not record["passed"] and record["error"] and 1 <= record["new_tokens"] <= 5 for record in records)
+    assert 1.0 < metrics["ppl"] < 128 * 4 and metrics["ppl_tokens"] > 0  # a random model: near its vocabulary size

@@ -9,19 +9,21 @@ Configurations (names are what `--configs` globs match):
   (calibrated on its own generations) and `small-cross-…` (on the main model's generations of the same prompts,
   re-tokenized as text: prompt in the small model's chat template, continuation kept).
 Every calibration source gets the same token budget. Calibration sets are built once per source with the dense model
-and cached in OUT/calibration/; each configuration is pruned (pipeline), evaluated against its dense model with the
-same greedy generations for pass@1, on-policy KL and repetition, and written to OUT/configs/NAME.json. Configurations
+and cached in OUT/calibration/. Each configuration prunes an in-memory copy of the dense model (`pipeline.prune_layers`,
+nothing written: `sparsedecoding prune` with the same settings gives the checkpoint), is evaluated against the dense
+model (one set of greedy answers serves pass@1, on-policy KL and repetition) and written to OUT/configs/NAME.json. Configurations
 whose result exists are skipped, so a run can be split (`--configs`) and resumed; OUT/quality.md and quality.json are
 rebuilt from every result present after each configuration.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
 import fnmatch
 import json
 import logging
-import shutil
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +37,7 @@ from .evaluation.outputs import markdown_table, write_jsonl
 from .evaluation.suite import EvalSettings, evaluate
 from .generation import Generation, generate, tokenize_prompts
 from .models import load_model, resolve_model
-from .pipeline import MANIFEST, PruneConfig, WorkDir, build_calibration, pick_device, prune, versions, write_json
+from .pipeline import PruneConfig, build_calibration, pick_device, prune_layers, versions, write_json
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,7 @@ class CompareSettings:
     calib_prompts: decode calibration prompts (the held-out half is evaluated). text: natural text file of the text
     source (default the Lee background corpus). tokens: calibration tokens of every
     source. max_new_tokens: decode calibration length. gen_batch_size: prompts per generation batch (calibration
-    and evaluation). batch_size: sequences per pruning replay. keep_models: keep the pruned checkpoints in
-    OUT/models/ (they are deleted after evaluation by default). evaluation: metric settings."""
+    and evaluation). batch_size: sequences per pruning replay. evaluation: metric settings."""
 
     model: str = "qwen2.5-coder-1.5b"
     small_model: str = "smollm2-135m"
@@ -107,26 +108,25 @@ class CompareSettings:
     batch_size: int = 8
     device: str = "auto"
     seed: int = 0
-    keep_models: bool = False
     evaluation: EvalSettings = field(default_factory=EvalSettings)
     command: list[str] = field(default_factory=list)
 
     def comparable(self) -> dict:
         """What every result in one report folder must share."""
         values = asdict(self)
-        for key in ("out", "device", "keep_models", "command"):
+        for key in ("out", "device", "command"):
             values.pop(key)
         values["evaluation"].pop("workers")
         return values
 
 
 class Report:
-    """The folder: settings.json (fixed at the first run), calibration/, configs/, models/, quality.{md,json}."""
+    """The folder: settings.json (fixed at the first run), calibration/, configs/, quality.{md,json}."""
 
     def __init__(self, settings: CompareSettings):
         self.root = Path(settings.out)
         self.settings = settings
-        for sub in ("calibration", "configs", "models"):
+        for sub in ("calibration", "configs"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         fixed = self.root / "settings.json"
         now = json.loads(json.dumps(settings.comparable()))  # tuples become lists, as in the stored file
@@ -188,23 +188,20 @@ def cross_model_set(main, main_tokenizer, small_tokenizer, prompts: list[str], s
 
 
 def prune_config(settings: CompareSettings, config: GridConfig, folder: Path) -> PruneConfig:
+    """The pipeline settings of one configuration (`out` stays empty: the grid prunes in memory)."""
     calibration = "decode" if config.calibration == "cross" else config.calibration
     return PruneConfig(
-        model=str(folder), out=str(Path(settings.out) / "models" / config.name), calibration=calibration,
+        model=str(folder), out="", calibration=calibration,
         prompts=settings.calib_prompts, text=settings.text, pattern=PATTERNS[config.pattern], solver=config.solver,
         propagation=config.propagation, tokens=settings.tokens, max_new_tokens=settings.max_new_tokens,
         mix_ratio=settings.mix_ratio, gen_batch_size=settings.gen_batch_size, batch_size=settings.batch_size,
-        device=settings.device, seed=settings.seed, overwrite=True, command=settings.command)
+        device=settings.device, seed=settings.seed, command=settings.command)
 
 
-def prune_with(config: PruneConfig, calib: CalibrationSet, stats: dict) -> Path:
-    """`pipeline.prune` on a calibration set made beforehand: the pipeline resumes from the calibration file of its
-    work folder, so placing the set there makes it skip building one."""
-    work = WorkDir(Path(config.out), config.fingerprint())
-    calib.save(work.calibration_file)
-    work.state["calibration"] = stats
-    work.save_state()
-    return prune(config)
+def pruned_copy(dense, calib: CalibrationSet, config: PruneConfig) -> tuple[torch.nn.Module, dict]:
+    """A copy of the dense model pruned in memory, and the pipeline's per-layer statistics."""
+    model = copy.deepcopy(dense)
+    return model, prune_layers(model, calib, config)
 
 
 class Group:
@@ -231,14 +228,15 @@ class Group:
             evaluated, pruning = self.dense, None
         else:
             calib, stats = self.calibration(config, main)
-            folder = prune_with(prune_config(self.settings, config, self.folder), calib, stats)
-            manifest = json.loads((folder / MANIFEST).read_text())
-            pruning = {key: manifest[key] for key in ("pattern", "solver", "propagation", "calibration", "timing")}
-            evaluated = load_model(folder, pick_device(self.settings.device))[0]
+            prune_settings = prune_config(self.settings, config, self.folder)
+            evaluated, outcome = pruned_copy(self.dense, calib, prune_settings)
+            errors = [layer["relative_error"] for layer in outcome["layers"].values()]
+            pruning = {"pattern": PATTERNS[config.pattern], "solver": config.solver, "propagation": config.propagation,
+                       "calibration": stats, "solver_seconds": outcome["solver_seconds"],
+                       "median_relative_error": statistics.median(errors), "max_relative_error": max(errors),
+                       "pipeline": asdict(prune_settings)}
         prune_seconds = time.perf_counter() - started
         metrics, records = evaluate(evaluated, self.tokenizer, self.settings.evaluation, reference=self.dense)
-        if config.calibration is not None and not self.settings.keep_models:
-            shutil.rmtree(Path(self.settings.out) / "models" / config.name)
         result = {"name": config.name, "config": asdict(config), "model": str(self.folder), "pruning": pruning,
                   "metrics": metrics, "seconds": {"prune": round(prune_seconds, 1),
                                                   "total": round(time.perf_counter() - started, 1)}}

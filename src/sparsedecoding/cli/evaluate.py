@@ -85,7 +85,6 @@ def register_compare(subparsers) -> None:
     parser.add_argument("--mix-ratio", type=float, default=0.5, help="decode share of the mix source (default 0.5)")
     parser.add_argument("--gen-batch-size", type=int, default=82, help="prompts per calibration generation batch")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per pruning replay batch")
-    parser.add_argument("--keep-models", action="store_true", help="keep the pruned checkpoints in OUT/models/")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
     parser.add_argument("--seed", type=int, default=0)
     add_eval_arguments(parser)
@@ -105,7 +104,7 @@ def run_compare_command(args) -> int:
         model=args.model, small_model=args.small_model, out=args.out, calib_prompts=args.calib_prompts,
         text=args.text, tokens=args.tokens, max_new_tokens=args.calib_new_tokens, mix_ratio=args.mix_ratio,
         gen_batch_size=args.gen_batch_size, batch_size=args.batch_size, device=args.device, seed=args.seed,
-        keep_models=args.keep_models, evaluation=settings_from_args(args, METRICS),
+        evaluation=settings_from_args(args, METRICS),
         command=["sparsedecoding", *sys.argv[1:]])
     patterns = [part.strip() for part in args.configs.split(",") if part.strip()] if args.configs else None
     report = run_compare(settings, patterns)

@@ -61,10 +61,11 @@ class EvalSettings:
                                       "or leave kl out of --metrics")
         if self.limit is not None and self.limit < 1:
             raise SparseDecodingError(f"--limit must be a positive count, got {self.limit}")
-        for name in ("max_new_tokens", "gen_batch_size", "score_batch_size", "ppl_window"):
-            if getattr(self, name) < 1 or (name == "ppl_window" and self.ppl_window < 2):
-                raise SparseDecodingError(f"--{name.replace('_', '-')} must be a positive count, "
-                                          f"got {getattr(self, name)}")
+        least = {"--max-new-tokens": (self.max_new_tokens, 1), "--eval-batch-size": (self.gen_batch_size, 1),
+                 "--score-batch-size": (self.score_batch_size, 1), "--ppl-window": (self.ppl_window, 2)}
+        for flag, (value, minimum) in least.items():
+            if value < minimum:
+                raise SparseDecodingError(f"{flag} must be at least {minimum}, got {value}")
         SandboxLimits(self.timeout_s, self.memory_mb).check()
 
 
