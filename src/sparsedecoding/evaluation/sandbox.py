@@ -41,9 +41,11 @@ GUARD = r'''
 def _sandbox():
     import os, resource, sys, traceback
     path, memory, cpu, file_size, token = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
-    for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
-                         (resource.RLIMIT_FSIZE, file_size), (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(limit, (value, value))
+    # The CPU hard limit is one second above the soft one so the kernel sends SIGXCPU (reported as a timeout)
+    # before SIGKILL.
+    for limit, soft, hard in ((resource.RLIMIT_AS, memory, memory), (resource.RLIMIT_CPU, cpu, cpu + 1),
+                              (resource.RLIMIT_FSIZE, file_size, file_size), (resource.RLIMIT_CORE, 0, 0)):
+        resource.setrlimit(limit, (soft, hard))
 
     import _socket, socket, subprocess
 
