@@ -126,7 +126,8 @@ def report(payload: dict) -> str:
         f"decode calibration on `{payload['settings']['calib_prompts']}` ({tokens['decode']['tokens']} tokens); "
         f"text calibration on `{payload['settings']['text']}` ({tokens['text']['tokens']} tokens). "
         f"ε_C = ‖Λ_k^(-1/2) U_kᵀ (H_C − H_dec) U_k Λ_k^(-1/2)‖₂ over the top k = max(1, ⌈ρ·d_in⌉) eigenpairs of "
-        f"H_dec, for every prunable linear.\n\n"
+        f"H_dec, for every prunable linear. For reference, the paper reports medians of 1.81-3.26 with decode "
+        f"smaller in at least 87% of modules (Qwen3-14B/32B).\n\n"
         + markdown_table(["ρ", "modules", "median ε_text/ε_decode", "IQR", "decode smaller", "median ε_text",
                           "median ε_decode", "rank-deficient H_dec"], rows)
         + f"\nCommand: `{' '.join(payload['command'])}`\n"
