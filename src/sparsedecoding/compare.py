@@ -93,7 +93,9 @@ class CompareSettings:
     """model / small_model: the main model and the cross-model ablation's small one. out: the report folder.
     calib_prompts: decode calibration prompts (the held-out half is evaluated). text: natural text file of the text
     source (default the Lee background corpus). tokens: calibration tokens of every
-    source. max_new_tokens: decode calibration length. gen_batch_size: prompts per generation batch (calibration
+    source. max_new_tokens: decode calibration length. samples_per_prompt > 1: that many sampled continuations per
+    prompt (at temperature / top_p), else greedy. percdamp: SparseGPT damping. gen_batch_size: prompts per
+    generation batch (calibration
     and evaluation). batch_size: sequences per pruning replay. evaluation: metric settings."""
 
     model: str = "qwen2.5-coder-1.5b"
@@ -103,6 +105,10 @@ class CompareSettings:
     text: str | None = None
     tokens: int = 16384
     max_new_tokens: int = 512
+    samples_per_prompt: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    percdamp: float = 0.01
     mix_ratio: float = 0.5
     gen_batch_size: int = 82
     batch_size: int = 8
@@ -194,6 +200,8 @@ def prune_config(settings: CompareSettings, config: GridConfig, folder: Path) ->
         model=str(folder), out="", calibration=calibration,
         prompts=settings.calib_prompts, text=settings.text, pattern=PATTERNS[config.pattern], solver=config.solver,
         propagation=config.propagation, tokens=settings.tokens, max_new_tokens=settings.max_new_tokens,
+        samples_per_prompt=settings.samples_per_prompt, do_sample=settings.samples_per_prompt > 1,
+        temperature=settings.temperature, top_p=settings.top_p, percdamp=settings.percdamp,
         mix_ratio=settings.mix_ratio, gen_batch_size=settings.gen_batch_size, batch_size=settings.batch_size,
         device=settings.device, seed=settings.seed, command=settings.command)
 
@@ -302,6 +310,13 @@ def table(results: list[dict]) -> str:
     return markdown_table(headers, rows)
 
 
+def sampling(settings: CompareSettings) -> str:
+    if settings.samples_per_prompt == 1:
+        return "greedy"
+    return (f"{settings.samples_per_prompt} sampled continuations per prompt (temperature {settings.temperature:g}, "
+            f"top-p {settings.top_p:g})")
+
+
 def write_report(report: Report) -> Path:
     """quality.md and quality.json from every result in the folder."""
     results = report.results()
@@ -318,7 +333,8 @@ def write_report(report: Report) -> Path:
         f"`{settings.calib_prompts}` (decode sources), `{settings.text or 'lee_background.cor'}` (text), "
         f"{settings.tokens} tokens per "
         f"source (mix: {settings.mix_ratio:g} decode), {settings.max_new_tokens} new tokens per calibration prompt, "
-        f"greedy, seed {settings.seed}. Evaluation: pass@1 on HumanEval `{evaluation.split}` (greedy, sandboxed, "
+        f"{sampling(settings)}, seed {settings.seed}, SparseGPT damping {settings.percdamp:g}. "
+        f"Evaluation: pass@1 on HumanEval `{evaluation.split}` (greedy, sandboxed, "
         f"{evaluation.timeout_s:g} s and {evaluation.memory_mb} MB per problem); on-policy KL(dense‖evaluated), "
         f"the dense model's NLL per token and repetition over the evaluated model's own greedy answers (at most "
         f"{evaluation.max_new_tokens} tokens) to `{evaluation.prompts or 'humaneval:' + evaluation.split}`; "
