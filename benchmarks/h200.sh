@@ -16,7 +16,9 @@ export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1 SPARSEDECODING_CACHE=/root/ca
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /root/cache/data
 cp -n .devdata/* /root/cache/data/ 2>/dev/null
-[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+if [ -d .whl ] && [ ! -d /tmp/site/gguf ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+fi
 case $stage in
   smoke)
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
@@ -35,7 +37,7 @@ case $stage in
     timeout 150 python3 -m sparsedecoding prune --model qwen2.5-coder-1.5b --pattern 2:4 --gen-batch-size 82 \
       --out /root/pruned/decode-2of4 2>&1 | grep -v -E "it/s]|layer/s]|batch/s]" | tail -5
     cp /root/pruned/decode-2of4/sparsedecoding.json "$OUT/prune_decode_2of4_manifest.json"
-    timeout 330 python3 benchmarks/quality_report.py --out /root/quality-16k --eval-batch-size 82 \
+    timeout 330 python3 benchmarks/quality_report.py --out /root/quality-16k --eval-batch-size 82 --timeout 6 \
       --configs dense,text-sparsegpt-2of4,decode-sparsegpt-2of4,decode-sparsegpt-2of4-seq,text-sparsegpt-50pct,decode-sparsegpt-50pct,decode-sparsegpt-50pct-seq \
       2>&1 | grep -E "INFO|Error|error" | tail -30
     tar czf "$OUT/quality-16k.tgz" -C /root quality-16k
@@ -49,13 +51,13 @@ case $stage in
       --out "$OUT/engine_check_smollm2-135m.md" 2>&1 | tail -12
     ;;
   quality2)
-    timeout 170 python3 benchmarks/quality_report.py --out /root/quality-64k --eval-batch-size 82 --tokens 65536 \
+    timeout 170 python3 benchmarks/quality_report.py --out /root/quality-64k --eval-batch-size 82 --timeout 6 --tokens 65536 \
       --samples-per-prompt 4 --temperature 0.7 --top-p 0.95 --gen-batch-size 328 \
       --configs decode-sparsegpt-2of4-seq,decode-sparsegpt-50pct-seq 2>&1 | grep -E "INFO|Error|error" | tail -8
     tar czf "$OUT/quality-64k.tgz" -C /root quality-64k
     timeout 60 python3 -m sparsedecoding analyze drift --dense qwen2.5-coder-1.5b --pruned /root/pruned/decode-2of4 \
       --no-plot --out /root/drift-decode-2of4 2>&1 | tail -4 && tar czf "$OUT/drift.tgz" -C /root drift-decode-2of4
-    timeout 200 python3 benchmarks/quality_report.py --out /root/quality-16k --eval-batch-size 82 \
+    timeout 200 python3 benchmarks/quality_report.py --out /root/quality-16k --eval-batch-size 82 --timeout 6 \
       --configs 'small-*,text-sparsegpt-2of4-seq,mix-sparsegpt-2of4,decode-wanda-2of4,text-wanda-2of4' \
       2>&1 | grep -E "INFO|Error|error" | tail -12
     tar czf "$OUT/quality-16k.tgz" -C /root quality-16k

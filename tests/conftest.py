@@ -27,4 +27,15 @@ def cache_dir(tmp_path, monkeypatch):
     return path
 
 
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    """Two tiny random Llama models (different seeds) with the character tokenizer: `dense/` and `other/`."""
+    from tiny_models import make_tiny_model
+
+    folder = tmp_path_factory.mktemp("tiny")
+    make_tiny_model(folder / "dense", seed=0)
+    make_tiny_model(folder / "other", seed=1)
+    return folder
+
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -11,7 +11,6 @@ from sparsedecoding.analysis.plots import redraw
 from sparsedecoding.errors import OutputExistsError, SparseDecodingError
 from sparsedecoding.generation import generate
 from sparsedecoding.models import load_model
-from tiny_models import make_tiny_model
 
 
 def random_hessian(d: int, tokens: int, generator: torch.Generator, scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -88,17 +87,9 @@ def test_decode_closer_than_text_shows_in_the_summary():
 
 # --- drift ----------------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny")
-    make_tiny_model(folder / "dense", seed=0)
-    make_tiny_model(folder / "other", seed=1)
-    return folder
-
-
-def test_replayed_layer_inputs_equal_the_kv_cached_decode(tiny):
+def test_replayed_layer_inputs_equal_the_kv_cached_decode(tiny_pair):
     """The documented fact the analysis rests on, checked with left padding (prompts of different lengths)."""
-    model, tokenizer, _ = load_model(tiny / "dense")
+    model, tokenizer, _ = load_model(tiny_pair / "dense")
     decoded = {index: [] for index in range(len(model.model.layers))}
 
     def make_hook(index):
@@ -120,9 +111,9 @@ def test_replayed_layer_inputs_equal_the_kv_cached_decode(tiny):
         torch.testing.assert_close(replayed[index], torch.stack(steps, 1)[:, :8], rtol=1e-4, atol=1e-5)
 
 
-def test_drift_is_zero_for_identical_models_and_positive_otherwise(tiny):
-    dense, tokenizer, _ = load_model(tiny / "dense")
-    other, _, _ = load_model(tiny / "other")
+def test_drift_is_zero_for_identical_models_and_positive_otherwise(tiny_pair):
+    dense, tokenizer, _ = load_model(tiny_pair / "dense")
+    other, _, _ = load_model(tiny_pair / "other")
     prompts = ["def f(x):", "hello", "print the sum of a list"]
     same = measure_drift(dense, dense, tokenizer, prompts, steps=6, batch_size=2, progress=False)
     assert all(value == 0.0 for layer in same["layers"] for value in layer["curve"])
@@ -141,8 +132,8 @@ def test_plateau_and_the_step_reaching_ninety_percent():
 
 # --- the commands ---------------------------------------------------------------------------------------------------
 
-def test_run_drift_writes_a_report_and_a_plot_that_can_be_redrawn(tiny, tmp_path):
-    out = run_drift(str(tiny / "dense"), str(tiny / "other"), tmp_path / "drift", prompts=str(prompts_file(tmp_path)),
+def test_run_drift_writes_a_report_and_a_plot_that_can_be_redrawn(tiny_pair, tmp_path):
+    out = run_drift(str(tiny_pair / "dense"), str(tiny_pair / "other"), tmp_path / "drift", prompts=str(prompts_file(tmp_path)),
                     steps=8, batch_size=4, progress=False)
     payload = json.loads((out / "drift.json").read_text())
     assert len(payload["layers"]) == 2 and len(payload["layers"][0]["curve"]) == 8
@@ -150,7 +141,7 @@ def test_run_drift_writes_a_report_and_a_plot_that_can_be_redrawn(tiny, tmp_path
     (out / "drift.png").unlink()
     assert redraw(out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(OutputExistsError):
-        run_drift(str(tiny / "dense"), str(tiny / "other"), out, prompts=str(prompts_file(tmp_path)))
+        run_drift(str(tiny_pair / "dense"), str(tiny_pair / "other"), out, prompts=str(prompts_file(tmp_path)))
 
 
 def prompts_file(folder, lines=("def add(a, b):", "sort a list", "hello world", "x = 1")):
@@ -159,13 +150,13 @@ def prompts_file(folder, lines=("def add(a, b):", "sort a list", "hello world", 
     return path
 
 
-def test_run_discrepancy_on_a_tiny_model(tiny, tmp_path):
+def test_run_discrepancy_on_a_tiny_model(tiny_pair, tmp_path):
     heldout = prompts_file(tmp_path)
     calib = tmp_path / "calib.txt"
     calib.write_text("write a function\nreverse a string\ncount words\n")
     text = tmp_path / "text.txt"
     text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
-    out = run_discrepancy(str(tiny / "dense"), tmp_path / "disc", heldout=str(heldout), calib_prompts=str(calib),
+    out = run_discrepancy(str(tiny_pair / "dense"), tmp_path / "disc", heldout=str(heldout), calib_prompts=str(calib),
                           text=str(text), tokens=48, max_new_tokens=24, rhos=(0.05, 0.5))
     payload = json.loads((out / "discrepancy.json").read_text())
     assert payload["calibration"]["decode"]["tokens"] == payload["calibration"]["text"]["tokens"] == 48
@@ -173,19 +164,19 @@ def test_run_discrepancy_on_a_tiny_model(tiny, tmp_path):
     assert (out / "discrepancy.png").exists() and "ε_text/ε_decode" in (out / "discrepancy.md").read_text()
 
 
-def test_discrepancy_refuses_the_same_prompts_for_both_roles(tiny, tmp_path):
+def test_discrepancy_refuses_the_same_prompts_for_both_roles(tiny_pair, tmp_path):
     prompts = prompts_file(tmp_path)
     with pytest.raises(SparseDecodingError, match="same list"):
-        run_discrepancy(str(tiny / "dense"), tmp_path / "disc", heldout=str(prompts), calib_prompts=str(prompts),
+        run_discrepancy(str(tiny_pair / "dense"), tmp_path / "disc", heldout=str(prompts), calib_prompts=str(prompts),
                         plot=False)
     assert not (tmp_path / "disc").exists()
 
 
-def test_the_analyze_commands(tiny, tmp_path, capsys):
+def test_the_analyze_commands(tiny_pair, tmp_path, capsys):
     from sparsedecoding.cli import main
 
     out = tmp_path / "drift"
-    args = ["analyze", "drift", "--dense", str(tiny / "dense"), "--pruned", str(tiny / "other"), "--prompts",
+    args = ["analyze", "drift", "--dense", str(tiny_pair / "dense"), "--pruned", str(tiny_pair / "other"), "--prompts",
             str(prompts_file(tmp_path)), "--steps", "6", "--no-plot", "--out", str(out)]
     assert main(args) == 0
     assert "| layer | plateau |" in capsys.readouterr().out and not (out / "drift.png").exists()
@@ -193,4 +184,4 @@ def test_the_analyze_commands(tiny, tmp_path, capsys):
     assert main(["analyze", "plot", str(tmp_path)]) == 2
     assert "neither discrepancy.json nor drift.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse rejects a malformed list before anything runs
-        main(["analyze", "discrepancy", "--model", str(tiny / "dense"), "--rhos", "0.1,x", "--out", str(tmp_path / "d")])
+        main(["analyze", "discrepancy", "--model", str(tiny_pair / "dense"), "--rhos", "0.1,x", "--out", str(tmp_path / "d")])

@@ -14,7 +14,6 @@ from sparsedecoding.evaluation.sandbox import SandboxLimits
 from sparsedecoding.evaluation.suite import EvalSettings, run_eval
 from sparsedecoding.generation import Generation
 from sparsedecoding.models import load_model
-from tiny_models import make_tiny_model
 
 PROBLEM = {
     "task_id": "Toy/0",
@@ -107,14 +106,6 @@ def test_kl_and_nll_match_a_hand_computation_on_a_tiny_vocabulary():
     assert scores[1].dense_nll == pytest.approx(nll(2, 1), rel=1e-5)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny")
-    make_tiny_model(folder / "dense", seed=0)
-    make_tiny_model(folder / "other", seed=1)
-    return folder
-
-
 def random_generations(count: int, seed: int) -> list[Generation]:
     rng = random.Random(seed)
     return [Generation([rng.randrange(4, 100) for _ in range(rng.randint(1, 9))],
@@ -122,9 +113,9 @@ def random_generations(count: int, seed: int) -> list[Generation]:
             for _ in range(count)]
 
 
-def test_kl_is_zero_for_identical_models_and_batching_does_not_change_scores(tiny):
-    dense, _, _ = load_model(tiny / "dense")
-    other, _, _ = load_model(tiny / "other")
+def test_kl_is_zero_for_identical_models_and_batching_does_not_change_scores(tiny_pair):
+    dense, _, _ = load_model(tiny_pair / "dense")
+    other, _, _ = load_model(tiny_pair / "other")
     generations = random_generations(7, seed=3)
     assert all(score.kl == 0.0 for score in on_policy_scores(dense, dense, generations, pad_id=0, batch_size=4))
     batched = on_policy_scores(dense, other, generations, pad_id=0, batch_size=4)
@@ -171,19 +162,19 @@ def test_distinct_n_and_repetition_summary():
 
 # --- The eval command ---------------------------------------------------------------------------------------------
 
-def test_eval_writes_metrics_and_refuses_to_overwrite(tiny, tmp_path):
+def test_eval_writes_metrics_and_refuses_to_overwrite(tiny_pair, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("def add(a, b):\nreturn the sum\nprint hello\n")
     settings = EvalSettings(metrics=("kl", "repetition"), prompts=str(prompts), max_new_tokens=6)
-    out = run_eval(str(tiny / "dense"), tmp_path / "same", settings, reference=str(tiny / "dense"))
+    out = run_eval(str(tiny_pair / "dense"), tmp_path / "same", settings, reference=str(tiny_pair / "dense"))
     metrics = json.loads((out / "metrics.json").read_text())["metrics"]
     assert metrics["kl"] == 0.0 and metrics["scored_tokens"] > 0
     assert metrics["task_prompts"]["count"] == 3 and 1 <= metrics["mean_length"] <= 6
     assert not (out / "humaneval.jsonl").exists()  # pass@1 was not asked for
-    differing = run_eval(str(tiny / "other"), tmp_path / "other", settings, reference=str(tiny / "dense"))
+    differing = run_eval(str(tiny_pair / "other"), tmp_path / "other", settings, reference=str(tiny_pair / "dense"))
     assert json.loads((differing / "metrics.json").read_text())["metrics"]["kl"] > 0
     with pytest.raises(OutputExistsError):
-        run_eval(str(tiny / "dense"), out, settings, reference=str(tiny / "dense"))
+        run_eval(str(tiny_pair / "dense"), out, settings, reference=str(tiny_pair / "dense"))
 
 
 @pytest.mark.parametrize("settings, reference", [
@@ -192,20 +183,20 @@ def test_eval_writes_metrics_and_refuses_to_overwrite(tiny, tmp_path):
     (EvalSettings(metrics=("ppl",), ppl_window=1), None),
     (EvalSettings(metrics=("pass@1",), timeout_s=0), None),
 ])
-def test_bad_settings_fail_before_anything_is_written(tiny, tmp_path, settings, reference):
+def test_bad_settings_fail_before_anything_is_written(tiny_pair, tmp_path, settings, reference):
     with pytest.raises(SparseDecodingError):
-        run_eval(str(tiny / "dense"), tmp_path / "out", settings, reference=reference)
+        run_eval(str(tiny_pair / "dense"), tmp_path / "out", settings, reference=reference)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_eval_command_prints_metrics_and_gives_one_error_line_on_bad_input(tiny, tmp_path, capsys):
+def test_the_eval_command_prints_metrics_and_gives_one_error_line_on_bad_input(tiny_pair, tmp_path, capsys):
     from sparsedecoding.cli import main
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hello\nsort a list\n")
     out = tmp_path / "out"
-    base = ["eval", "--model", str(tiny / "other"), "--prompts", str(prompts), "--max-new-tokens", "4", "--out"]
-    assert main([*base, str(out), "--reference", str(tiny / "dense"), "--metrics", "kl,repetition"]) == 0
+    base = ["eval", "--model", str(tiny_pair / "other"), "--prompts", str(prompts), "--max-new-tokens", "4", "--out"]
+    assert main([*base, str(out), "--reference", str(tiny_pair / "dense"), "--metrics", "kl,repetition"]) == 0
     assert "kl=" in capsys.readouterr().out and (out / "metrics.json").exists()
     for wrong in (["--metrics", "kl"], ["--metrics", "pass@2"], ["--model", str(tmp_path / "missing")]):
         assert main([*base, str(tmp_path / "bad"), *wrong]) == 2
@@ -214,7 +205,7 @@ def test_the_eval_command_prints_metrics_and_gives_one_error_line_on_bad_input(t
         assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.partial").exists()
 
 
-def test_pass_at_1_and_perplexity_are_wired_into_the_report(tiny, tmp_path, monkeypatch):
+def test_pass_at_1_and_perplexity_are_wired_into_the_report(tiny_pair, tmp_path, monkeypatch):
     from sparsedecoding.evaluation import suite
 
     problems = [dict(PROBLEM, task_id=f"Toy/{index}") for index in range(3)]
@@ -222,7 +213,7 @@ def test_pass_at_1_and_perplexity_are_wired_into_the_report(tiny, tmp_path, monk
     monkeypatch.setattr(suite, "humaneval_prompts", lambda split: [p["prompt"] for p in problems])
     monkeypatch.setattr(suite, "lee_text", lambda part: "Some held-out news text. " * 20)
     settings = EvalSettings(metrics=("pass@1", "ppl"), max_new_tokens=5, ppl_window=64, timeout_s=2.0)
-    out = run_eval(str(tiny / "dense"), tmp_path / "out", settings)
+    out = run_eval(str(tiny_pair / "dense"), tmp_path / "out", settings)
     metrics = json.loads((out / "metrics.json").read_text())["metrics"]
     records = [json.loads(line) for line in (out / "humaneval.jsonl").read_text().splitlines()]
     # A random tiny model cannot solve the toy problem: every program runs and fails, nothing passes.

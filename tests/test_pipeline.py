@@ -5,7 +5,6 @@ import torch
 from safetensors.torch import load_file
 
 from sparsedecoding import pipeline
-from sparsedecoding.calibration import CalibrationSet
 from sparsedecoding.hessian import collect_hessians
 from sparsedecoding.models import load_model
 from sparsedecoding.pipeline import PruneConfig, prune

@@ -33,7 +33,7 @@ import torch
 from .calibration import CalibrationSet, decode_set_from_generations, describe
 from .data import chat_format, read_prompts
 from .errors import SparseDecodingError
-from .evaluation.outputs import markdown_table, write_jsonl
+from .outputs import markdown_table, write_jsonl
 from .evaluation.suite import EvalSettings, evaluate
 from .generation import Generation, generate, tokenize_prompts
 from .models import load_model, resolve_model

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 from pathlib import Path
@@ -20,9 +19,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .errors import ModelNotFoundError, OutputExistsError, PackingError, SparsityPatternError
+from .errors import ModelNotFoundError, PackingError, SparsityPatternError
 from .kernels.format import PackedNM, pack_nm
 from .models import sha256_file
+from .outputs import output_folder
 from .patterns import SparsityPattern
 
 log = logging.getLogger(__name__)
@@ -67,19 +67,8 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
     shards = sorted(source.glob("*.safetensors")) if source.is_dir() else []
     if not shards:
         raise ModelNotFoundError(f"{source} is not a folder with .safetensors weights; pass an HF model folder")
-    if out.exists() and not overwrite:
-        raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    try:
+    with output_folder(out, overwrite) as partial:
         manifest = _write_packed(source, shards, partial, patterns, pattern or "auto")
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(partial, out)
     return manifest
 
 

@@ -27,7 +27,7 @@ import torch
 from ..calibration import decode_calibration, describe, text_calibration
 from ..data import lee_text, prompts_hash, read_prompts
 from ..errors import SparseDecodingError
-from ..evaluation.outputs import check_output, markdown_table, output_folder
+from ..outputs import check_output, markdown_table, output_folder
 from ..hessian import collect_hessians
 from ..models import load_model
 from ..pipeline import pick_device, versions, write_json

@@ -23,7 +23,7 @@ import torch
 
 from ..data import chat_format, prompts_hash, read_prompts
 from ..errors import SparseDecodingError
-from ..evaluation.outputs import check_output, markdown_table, output_folder
+from ..outputs import check_output, markdown_table, output_folder
 from ..generation import Generation, generate, left_pad, position_ids_from_mask, tokenize_prompts
 from ..models import load_model
 from ..pipeline import pick_device, versions, write_json

@@ -24,7 +24,7 @@ from ..models import load_model, resolve_model
 from ..pipeline import MANIFEST, pick_device, versions, write_json
 from .humaneval import check_completions, pass_at_1
 from .metrics import on_policy_scores, perplexity, repetition_summary
-from .outputs import check_output, output_folder, write_jsonl
+from ..outputs import check_output, output_folder, write_jsonl
 from .sandbox import SandboxLimits
 
 log = logging.getLogger(__name__)

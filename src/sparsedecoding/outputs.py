@@ -9,7 +9,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import OutputExistsError
+from .errors import OutputExistsError
 
 
 def check_output(out: Path, overwrite: bool) -> None:
