@@ -6,7 +6,7 @@ Every output is first checked against a float64 product (bound: output rounding 
 sum). Times are medians over repeated replays of a CUDA graph that calls the op on enough weight copies to rotate
 past the L2 cache; bandwidth = bytes that must move (weights as stored, x, y) / time, next to the bandwidth of a
 large device-to-device copy (bytes read + written) measured in the same run. The autotuner's timings of every
-candidate configuration are listed too (single calls, L2 flushed). Examples:
+candidate configuration are listed too (graph replays over rotated weight copies, like the table's). Examples:
 
     python benchmarks/kernel_bench.py --quick --out benchmarks/results/kernel_h200_quick.md
     python benchmarks/kernel_bench.py --out benchmarks/results/kernel_h200.md
@@ -20,13 +20,14 @@ import math
 import platform
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from sparsedecoding.kernels import PackedNM, nm_spmv, pack_nm
-from sparsedecoding.kernels.autotune import problem_key, tuning_results
+from sparsedecoding.kernels.autotune import problem_key, rejected_candidates, tuning_results
 
 # name: (hidden, intermediate, attention heads, kv heads, head dim)
 MODELS = {
@@ -177,13 +178,20 @@ def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: 
     rows = []
     for batch in batches:
         x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
-        check = check_float64(nm_spmv(x, packed), x, weight64)  # also tunes this problem
+        key = problem_key(x, packed.bitmask, n, m)
+        newly_tuned = key not in tuning_results()
+        start = time.perf_counter()
+        y = nm_spmv(x, packed)  # tunes this problem on first use: compiles, checks and times every candidate
+        torch.cuda.synchronize()
+        first_call_s = time.perf_counter() - start
+        check = check_float64(y, x, weight64)
         sparse_s, method = time_rotated([lambda p=p: nm_spmv(x, p) for p in sparse_copies], reps)
         dense_s, dense_method = time_rotated([lambda w=w: F.linear(x, w) for w in dense_copies], reps)
         io_bytes = 2 * batch * (in_features + out)
-        config = tuning_results()[problem_key(x, packed.bitmask, n, m)][0]
+        config = tuning_results()[key][0]
         row = Row(model, shape, out, in_features, pattern, batch, sparse_s, dense_s, packed_bytes + io_bytes,
                   weight_bytes + io_bytes, check, str(config), semi_note=semi_note)
+        row.notes.append(f"{'tuned' if newly_tuned else 'first call'} in {first_call_s:.1f} s")
         if method != "graph" or dense_method != "graph":
             row.notes.append(f"timed {method}/{dense_method}")
         if semi_copies:
@@ -256,13 +264,19 @@ def targets_table(rows: list[Row], copy_bw: float) -> str:
 
 
 def variants_table() -> str:
-    """Every candidate configuration the autotuner timed, per problem, fastest first."""
-    lines = ["| problem (device, out, words, batch, values/word, dtype) | config | us (do_bench median) | vs best |",
+    """Every candidate configuration the autotuner timed, per problem, fastest first; then any candidate that
+    failed to compile or to match the tuner's float64 check (a kernel bug: it was never used)."""
+    lines = ["| problem (device, out, words, batch, values/word, dtype) | config | us (graph replay median) | vs best |",
              "|---|---|---|---|"]
     for key, (_, timings) in tuning_results().items():
         best = min(timings.values())
         for config, ms in sorted(timings.items(), key=lambda item: item[1]):
             lines.append(f"| {key[1:5]} | {config} | {ms * 1e3:.1f} | {ms / best:.2f} |")
+    rejected = rejected_candidates()
+    lines += ["", f"Candidates that failed to compile or to match float64: {sum(len(r) for r in rejected.values())}",
+              ""]
+    for key, failures in rejected.items():
+        lines += [f"- {key[1:5]}: {config}: {reason}" for config, reason in failures.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -284,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="8B and 14B shapes plus the three largest at batch 1 and 8 on 2:4, and two shapes on "
-                             "all patterns (about 2-3 minutes on an H200 including tuning)")
+                             "all patterns (at most 3 minutes on an H200 including tuning)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--patterns", nargs="+", default=PATTERNS)
     parser.add_argument("--batches", nargs="+", type=int, default=BATCHES)
@@ -295,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("kernel_bench needs a CUDA GPU", file=sys.stderr)
         return 2
+    started = time.perf_counter()
     plan = quick_plan() if args.quick else full_plan(args.models, args.patterns, args.batches, args.unfused)
     generator = torch.Generator(device="cuda").manual_seed(0)
     copy_bw = copy_bandwidth()
@@ -306,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         "# Sparse N:M kernel vs cuBLAS dense vs PyTorch 2:4 semi-structured", "", environment(copy_bw),
         "## Targets", "", targets, "## All measurements", "",
         "Speedup = cuBLAS time / sparse time. Bytes: sparse = values + bitmask + x + y; dense = W + x + y.", "",
-        results_table(rows, copy_bw), "## Autotuner candidates", "", variants_table()])
+        results_table(rows, copy_bw), "## Autotuner candidates", "", variants_table(),
+        f"Whole run (tuning and Triton compiles included): {time.perf_counter() - started:.0f} s", ""])
     print(report)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:

@@ -38,13 +38,19 @@ def packed_problem(out, in_features, batch, n, m, dtype=torch.bfloat16, seed=0):
     return weight.to(DEVICE), pack_nm(weight, n, m).to(DEVICE), x.to(DEVICE)
 
 
-# (out, in, batch, config, dtype): one row of x; ragged rows, uneven split-K and a zero-padded batch; fp16;
-# batch 16 with split-K.
+# (out, in, batch, config, dtype): whole words per lane with one row of x; ragged rows, an uneven split-K with
+# a partial last loop step and a zero-padded batch; fp16; batch 16 with split-K; word halves per lane (2 words
+# of a row per warp with a ragged batch, 4 words with split-K and a partial step); 16-bit transposed x (bf16 with
+# word halves, fp16 with whole words).
 KERNEL_CASES = [
     (64, 128, 1, dict(block_rows=32, block_words=2), torch.bfloat16),
     (40, 160, 5, dict(block_rows=16, block_words=2, split_k=3), torch.bfloat16),
     (32, 256, 8, dict(block_rows=32, block_words=4), torch.float16),
     (48, 64, 16, dict(block_rows=32, block_words=2, split_k=2), torch.bfloat16),
+    (40, 192, 3, dict(block_rows=8, block_words=4, word_lanes=2, warp_words=2), torch.bfloat16),
+    (24, 320, 1, dict(block_rows=4, block_words=8, split_k=3, word_lanes=2, warp_words=4), torch.float16),
+    (48, 256, 8, dict(block_rows=8, block_words=4, word_lanes=2, warp_words=2, x_float32=False), torch.bfloat16),
+    (40, 160, 16, dict(block_rows=16, block_words=2, split_k=2, x_float32=False), torch.float16),
 ]
 
 
@@ -59,15 +65,51 @@ def test_triton_kernel_matches_float64(n, m, out, in_features, batch, config, dt
     assert_matches_float64(y, x, weight)
 
 
+def test_word_halves_need_a_multiple_of_16_values_per_word():
+    from sparsedecoding.kernels.triton_spmv import SpmvConfig, launch
+
+    _, packed, x = packed_problem(32, 64, 1, 1, 4)  # 8 values per word
+    with pytest.raises(KernelInputError, match="multiple of 16"):
+        launch(x, packed.values, packed.bitmask, 1, 4, SpmvConfig(8, 4, word_lanes=2, warp_words=2))
+    with pytest.raises(KernelInputError, match="powers of two"):
+        SpmvConfig(12, 4)
+
+
+def test_tuner_check_accepts_the_kernel_and_catches_a_lost_word():
+    from sparsedecoding.kernels.autotune import output_error
+    from sparsedecoding.kernels.triton_spmv import SpmvConfig, launch
+
+    _, packed, x = packed_problem(32, 256, 3, 2, 4)
+    y = launch(x, packed.values, packed.bitmask, 2, 4, SpmvConfig(8, 4, word_lanes=2, warp_words=2))
+    assert output_error(y, x, packed.values, packed.bitmask) <= 1
+    lost_word = packed.values.clone()
+    lost_word[5, 16:32] = 0  # the second word of row 5 contributes nothing
+    y_lost = launch(x, lost_word, packed.bitmask, 2, 4, SpmvConfig(8, 4))
+    assert output_error(y_lost, x, packed.values, packed.bitmask) > 10
+    assert not output_error(torch.full_like(y, float("nan")), x, packed.values, packed.bitmask) <= 1
+
+
 def test_triton_kernel_split_k_leaves_counters_zero_and_repeats_bitwise():
     from sparsedecoding.kernels.triton_spmv import SpmvConfig, _arrival_counters, launch
 
     _, packed, x = packed_problem(64, 256, 2, 2, 4)
-    config = SpmvConfig(block_rows=32, block_words=2, split_k=4)
+    config = SpmvConfig(block_rows=16, block_words=2, split_k=4, word_lanes=2, warp_words=2)
     first = launch(x, packed.values, packed.bitmask, 2, 4, config)
     second = launch(x, packed.values, packed.bitmask, 2, 4, config)
     assert torch.equal(first, second)
     assert int(_arrival_counters[x.device].abs().sum()) == 0
+
+
+def test_candidates_fit_the_problem():
+    from sparsedecoding.kernels.autotune import candidate_configs
+
+    for batch in (1, 3, 16):
+        for k in (8, 16, 24):
+            configs = candidate_configs(4096, 128, batch, k, 132)
+            assert configs and len(set(configs)) == len(configs)
+            assert all(c.word_lanes == 1 for c in configs) or k % 16 == 0
+            assert all(c.x_float32 for c in configs) or batch > 1
+            assert all(c.split_k == 1 or 128 >= 2 * c.block_words * c.split_k for c in configs)  # two steps a split
 
 
 @pytest.mark.parametrize("shape", [(128,), (3, 128)])
@@ -144,33 +186,62 @@ def test_cuda_tuned_kernel_matches_float64(n, m, batch):
 
 
 @pytest.mark.gpu
-def test_cuda_nm_spmv_under_torch_compile():
-    weight, packed, x = packed_problem(512, 1024, 4, 2, 4)
-    compiled = torch.compile(lambda v: nm_spmv(v, packed) * 2, fullgraph=True)
-    eager = nm_spmv(x, packed) * 2
-    assert torch.equal(compiled(x), eager)
+@pytest.mark.parametrize("batch", [1, 3, 8, 16])
+@pytest.mark.parametrize("n,m", PATTERNS)
+def test_cuda_every_candidate_matches_float64_eagerly_and_in_cuda_graph_replay(n, m, batch):
+    """Each configuration the tuner may pick, on ragged rows and a partial last loop step (65 words), run eagerly
+    and replayed from a CUDA graph with fresh x: the PTX bit scan against float64, bitwise equal both ways."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sparsedecoding.kernels.autotune import candidate_configs
+    from sparsedecoding.kernels.triton_spmv import compile_for, launch
+
+    weight, packed, x = packed_problem(1000, 2080, batch, n, m)
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = candidate_configs(1000, 65, batch, 32 * n // m, sm_count)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: compile_for(x, packed.values, packed.bitmask, n, m, c), configs))
+    for config in configs:
+        call = lambda v: launch(v, packed.values, packed.bitmask, n, m, config)  # noqa: E731
+        static_x = x.clone()
+        eager = call(static_x)
+        assert_matches_float64(eager, x, weight)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = call(static_x)
+        fresh = torch.randn_like(x)
+        static_x.copy_(fresh)
+        graph.replay()
+        graph.replay()  # split-K counters are back to zero after every launch
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, call(fresh)), str(config)
+        assert_matches_float64(static_y, fresh, weight)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [None, dict(block_rows=32, block_words=8, split_k=4)])
-def test_cuda_graph_capture_and_replay(config):
-    from sparsedecoding.kernels.triton_spmv import SpmvConfig, launch
+@pytest.mark.parametrize("n,m", PATTERNS)
+def test_cuda_nm_spmv_under_torch_compile(n, m):
+    for batch in (1, 3, 8, 16):
+        weight, packed, x = packed_problem(512, 1024, batch, n, m)
+        compiled = torch.compile(lambda v: nm_spmv(v, packed) * 2, fullgraph=True)
+        eager = nm_spmv(x, packed) * 2
+        assert torch.equal(compiled(x), eager)
+        assert_matches_float64(eager / 2, x, weight)
 
+
+@pytest.mark.gpu
+def test_cuda_tuned_op_in_cuda_graph_capture_and_replay():
     weight, packed, x = packed_problem(768, 1024, 8, 8, 16)
-    if config is None:
-        call = lambda v: nm_spmv(v, packed)  # noqa: E731
-    else:
-        call = lambda v: launch(v, packed.values, packed.bitmask, 8, 16, SpmvConfig(**config))  # noqa: E731
     static_x = x.clone()
-    call(static_x)  # tunes and allocates split-K counters before capture
+    nm_spmv(static_x, packed)  # tunes and allocates split-K counters before capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_y = call(static_x)
+        static_y = nm_spmv(static_x, packed)
     fresh = torch.randn_like(x)
     static_x.copy_(fresh)
     graph.replay()
-    graph.replay()  # counters are back to zero after every launch
     torch.cuda.synchronize()
-    assert torch.equal(static_y, call(fresh))
+    assert torch.equal(static_y, nm_spmv(fresh, packed))
     assert_matches_float64(static_y, fresh, weight)

@@ -1,33 +1,53 @@
 """Choose the launch configuration of the Triton kernel per problem by timing a few candidates on first use.
 
-Candidates fix rows per program, words per loop step and warps, and take split-K from the grid size: the
-smallest power of two that gives every SM at least two programs (and its double), as long as every split
-still runs two or more loop steps. Timing uses `triton.testing.do_bench` (median, L2 flushed between calls) on
-the caller's tensors and includes the whole launch (the float32 copy of x for batches above 1 too). Results are
-kept per device, shape, batch, values per word and dtype; a CUDA-graph capture that meets an untuned problem
-raises instead of timing inside the capture."""
+Candidates (`candidate_configs`) vary the lane layout (whole words or word halves per lane, words per warp),
+rows per program, words per loop step, warps, split-K and, for batches above 1, the dtype of the transposed x.
+They are compiled together on a thread pool, then each one's output is checked once against a float64 product
+of the same packed weight; a candidate that fails to compile or to match is logged, kept out of the choice and
+listed in `rejected_candidates()` (a kernel bug, never a silent substitute). Each candidate is timed as the
+decoder runs it: replayed from a CUDA graph, round-robin over enough temporary copies of the weight that the L2
+cache cannot serve them (median per launch, the copy of x for batches above 1 included); `do_bench`'s single
+launches after an L2 flush add 15-20 us of launch and write-back time that swamp the 4096-row shapes. Results
+are kept per device, shape, batch, values per word and dtype; a CUDA-graph capture that meets an untuned
+problem raises instead of timing inside the capture."""
 
 from __future__ import annotations
 
 import logging
+import math
+import os
+import statistics
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import triton
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources
 
 from ..errors import KernelInputError
-from .format import values_per_word
-from .triton_spmv import SpmvConfig, launch
+from .format import dense_from_parts, values_per_word
+from .triton_spmv import SpmvConfig, compile_for, launch
 
 log = logging.getLogger(__name__)
 
-# (rows per program, words per loop step, warps): 32 rows put a warp's lanes on 32 rows of one word, so an x
-# gather touches one word's columns; 16 rows trade that for twice the programs.
-_TILES = ((32, 8, 4), (32, 16, 4), (16, 16, 4))
 _MAX_SPLIT_K = 16
-_WARMUP_MS, _REP_MS = 2, 10
+_LAUNCHES_PER_REPLAY, _REPLAYS = 24, 5
+_MAX_WEIGHT_COPIES = 8  # rotation copies beyond the caller's weight: at most 2·L2 bytes in all
+_CHECK_CHUNK_ELEMENTS = 1 << 24  # densified weight elements per float64 check chunk: at most 128 MB
+_COMPILE_THREADS = min(16, os.cpu_count() or 1)
+
+# Tiles: (rows per program, words per loop step, warps, lanes per word, words of a row per warp). Word halves
+# per lane (lanes per word 2) read whole 128-byte lines per quarter-warp and suit one batch row; whole words
+# per lane keep a quarter-warp's x gathers on one line and suit wide batches (see triton_spmv).
+# The widest tiles (64-128 words a step, 4 word halves a thread) put a 4096-row matrix's loads in flight in one
+# or two rounds, which is what small shapes need.
+_HALF_WORD_TILES = ((8, 16, 4, 2, 2), (4, 16, 4, 2, 4), (16, 16, 8, 2, 2), (8, 32, 8, 2, 4), (8, 64, 8, 2, 4),
+                    (4, 128, 8, 2, 4))
+_WHOLE_WORD_TILES = ((8, 16, 4, 1, 1), (16, 16, 4, 1, 1))
 
 _tuned: dict[tuple, SpmvConfig] = {}
 _timings: dict[tuple, dict[SpmvConfig, float]] = {}  # milliseconds of every candidate timed
+_rejected: dict[tuple, dict[SpmvConfig, str]] = {}  # candidates that failed to compile or to match, and why
 
 
 def problem_key(x: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> tuple:
@@ -35,24 +55,109 @@ def problem_key(x: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> tuple
     return (str(x.device), out_features, words, x.shape[0], values_per_word(n, m), str(x.dtype))
 
 
-def candidate_configs(out_features: int, words: int, batch: int, sm_count: int) -> list[SpmvConfig]:
-    """The configurations worth timing for one problem (see the module docstring)."""
+def _splits(out_features: int, words: int, rows: int, block_words: int, sm_count: int) -> list[int]:
+    """The smallest power-of-two split-K that gives every SM two programs, and its double, as long as every
+    split keeps two or more loop steps."""
+    row_blocks = triton.cdiv(out_features, rows)
+    most = 1
+    while most < _MAX_SPLIT_K and words >= 2 * block_words * (2 * most):
+        most *= 2
+    split = 1
+    while row_blocks * split < 2 * sm_count and split < most:
+        split *= 2
+    return sorted({split, min(2 * split, most)})
+
+
+def candidate_configs(out_features: int, words: int, batch: int, values_per_word: int,
+                      sm_count: int) -> list[SpmvConfig]:
+    """The configurations worth timing for one problem. Word halves need 32·N/M a multiple of 16 (every 50%
+    pattern). Batch 1: the half-word tiles, and one whole-word tile. Wider batches: whole-word tiles with 16-bit
+    x (measured 1.2-1.4x faster than float32 x at batch 8), one with float32 x, and up to batch 4 one half-word
+    tile (2.5-2.9x slower than whole words at batch 8)."""
+    halves_fit = values_per_word % 16 == 0
+    if batch == 1:
+        tiles = [(t, True) for t in (_HALF_WORD_TILES if halves_fit else ()) + _WHOLE_WORD_TILES[1:]]
+    else:
+        tiles = [(t, False) for t in _WHOLE_WORD_TILES] + [(_WHOLE_WORD_TILES[0], True)]
+        tiles += [(_HALF_WORD_TILES[0], True)] if halves_fit and batch <= 4 else []
     configs = []
-    for rows, block_words, warps in _TILES:
-        row_blocks = triton.cdiv(out_features, rows)
-        most = 1  # the largest power-of-two split that leaves every split two loop steps
-        while most < _MAX_SPLIT_K and words >= 2 * block_words * (2 * most):
-            most *= 2
-        split = 1
-        while row_blocks * split < 2 * sm_count and split < most:
-            split *= 2
-        for split_k in sorted({split, min(2 * split, most)}):
-            configs.append(SpmvConfig(rows, block_words, split_k, warps))
+    for (rows, block_words, warps, word_lanes, warp_words), x_float32 in tiles:
+        for split_k in _splits(out_features, words, rows, block_words, sm_count):
+            configs.append(SpmvConfig(rows, block_words, split_k, warps, word_lanes, warp_words, x_float32))
     return configs
 
 
+class _Reference:
+    """x·Wᵀ in float64 (products of 16-bit floats are exact) and the error bound of one output: one unit of
+    y's last place (any rounding mode) + twice the worst case of an fp32 sum of `in` products
+    (2·in·2⁻²⁴·Σ|w·x|). A correct kernel stays within it; a wrong column or a lost word lands far outside."""
+
+    def __init__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor):
+        x64 = x.double()
+        chunk = max(1, _CHECK_CHUNK_ELEMENTS // x.shape[1])
+        exact, magnitude = [], []
+        for r0 in range(0, bitmask.shape[0], chunk):
+            weight = dense_from_parts(values[r0:r0 + chunk], bitmask[r0:r0 + chunk]).double()
+            exact.append(x64 @ weight.T)
+            magnitude.append(x64.abs() @ weight.abs().T)
+        self.exact = torch.cat(exact, dim=1)
+        info = torch.finfo(x.dtype)
+        self.bound = info.eps * self.exact.abs() + 2 * x.shape[1] * 2.0**-24 * torch.cat(magnitude, dim=1) + info.tiny
+
+    def error(self, y: torch.Tensor) -> float:
+        """Largest |y - x·Wᵀ| / bound (≤ 1 passes; NaN fails)."""
+        return float(((y.double() - self.exact).abs() / self.bound).max())
+
+
+def output_error(y: torch.Tensor, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> float:
+    """Largest |y - x·Wᵀ| / bound of `_Reference` for one output."""
+    return _Reference(x, values, bitmask).error(y)
+
+
+def _weight_copies(values: torch.Tensor, bitmask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The caller's weight and enough temporary copies that a round over them reads 2x the L2 cache."""
+    l2_bytes = torch.cuda.get_device_properties(values.device).L2_cache_size
+    weight_bytes = values.numel() * values.element_size() + bitmask.numel() * bitmask.element_size()
+    copies = min(_MAX_WEIGHT_COPIES, math.ceil(2 * l2_bytes / weight_bytes) - 1)
+    return [(values, bitmask)] + [(values.clone(), bitmask.clone()) for _ in range(copies)]
+
+
+def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int,
+                config: SpmvConfig) -> float:
+    """Median milliseconds per launch of a CUDA graph that calls `config` round-robin over `weights`."""
+    sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for values, bitmask in sequence:
+            launch(x, values, bitmask, n, m, config)
+    times = []
+    for _ in range(_REPLAYS + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / len(sequence))
+    return statistics.median(times[1:])  # the first replay also uploads the graph
+
+
+def _compile_all(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
+                 candidates: list[SpmvConfig]) -> dict[SpmvConfig, str]:
+    """Compile every candidate on a thread pool; the ones Triton cannot build, with the reason."""
+    def build(config: SpmvConfig) -> str | None:
+        try:
+            compile_for(x, values, bitmask, n, m, config)
+        except (CompilationError, OutOfResources) as exc:
+            return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}"
+        return None
+
+    with ThreadPoolExecutor(_COMPILE_THREADS) as pool:
+        failures = dict(zip(candidates, pool.map(build, candidates)))
+    return {config: reason for config, reason in failures.items() if reason is not None}
+
+
 def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> SpmvConfig:
-    """The fastest candidate for this problem, timed on first use."""
+    """The fastest correct candidate for this problem, compiled, checked and timed on first use."""
     key = problem_key(x, bitmask, n, m)
     config = _tuned.get(key)
     if config is not None:
@@ -62,11 +167,24 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
                                "before capturing a CUDA graph")
     out_features, words = bitmask.shape
     sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
-    timings = {}
-    for candidate in candidate_configs(out_features, words, x.shape[0], sm_count):
-        timings[candidate] = triton.testing.do_bench(
-            lambda: launch(x, values, bitmask, n, m, candidate), warmup=_WARMUP_MS, rep=_REP_MS,
-            return_mode="median")
+    candidates = candidate_configs(out_features, words, x.shape[0], values_per_word(n, m), sm_count)
+    rejected: dict[SpmvConfig, str] = _compile_all(x, values, bitmask, n, m, candidates)
+    reference = _Reference(x, values, bitmask)
+    for candidate in candidates:
+        if candidate not in rejected:
+            error = reference.error(launch(x, values, bitmask, n, m, candidate))
+            if not error <= 1:  # NaN fails too
+                rejected[candidate] = f"output off by {error:.3g} x the float64 bound"
+    for candidate, reason in rejected.items():
+        log.error("nm_spmv %s: candidate %s is not used: %s", key, candidate, reason)
+    _rejected[key] = rejected
+    passed = [c for c in candidates if c not in rejected]
+    if not passed:
+        raise RuntimeError(f"nm_spmv: no candidate configuration compiled and matched float64 for {key}: "
+                           f"{ {str(c): r for c, r in rejected.items()} }")
+    weights = _weight_copies(values, bitmask)
+    timings = {candidate: _graph_time(x, weights, n, m, candidate) for candidate in passed}
+    del weights
     config = min(timings, key=timings.get)
     log.debug("nm_spmv %s: %s (%.2f us)", key, config, timings[config] * 1e3)
     _tuned[key] = config
@@ -77,3 +195,8 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
 def tuning_results() -> dict[tuple, tuple[SpmvConfig, dict[SpmvConfig, float]]]:
     """For every problem tuned so far: the chosen configuration and each candidate's median time in ms."""
     return {key: (config, dict(_timings[key])) for key, config in _tuned.items()}
+
+
+def rejected_candidates() -> dict[tuple, dict[SpmvConfig, str]]:
+    """For every problem tuned so far: the candidates that failed to compile or to match float64, and why."""
+    return {key: dict(rejected) for key, rejected in _rejected.items() if rejected}
