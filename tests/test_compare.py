@@ -92,3 +92,12 @@ def test_pruning_a_copy_leaves_the_dense_model_untouched(tmp_path):
     q = pruned.model.layers[0].self_attn.q_proj.weight
     assert (q.reshape(q.shape[0], -1, 4) != 0).sum(-1).max() == 2  # 2:4 in every group
     assert len(outcome["layers"]) == 2 * 7
+
+
+def test_text_and_mix_get_as_many_tokens_as_decode_produced(settings):
+    settings.tokens = 10_000  # far more than 5 prompts x 15 decode steps can give
+    folder = run_compare(settings, ["decode-sparsegpt-2of4", "text-sparsegpt-2of4", "mix-sparsegpt-2of4"]).parent
+    tokens = {name: json.loads((folder / "configs" / f"{name}.json").read_text())["pruning"]["calibration"]["tokens"]
+              for name in ("decode-sparsegpt-2of4", "text-sparsegpt-2of4", "mix-sparsegpt-2of4")}
+    assert tokens["decode-sparsegpt-2of4"] < 10_000
+    assert len(set(tokens.values())) == 1

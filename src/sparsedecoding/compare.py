@@ -25,7 +25,7 @@ import json
 import logging
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -37,7 +37,8 @@ from .outputs import markdown_table, write_jsonl
 from .evaluation.suite import EvalSettings, evaluate
 from .generation import Generation, generate, tokenize_prompts
 from .models import load_model, resolve_model
-from .pipeline import PruneConfig, build_calibration, pick_device, prune_layers, versions, write_json
+from .pipeline import (PruneConfig, build_calibration, peak_memory_gb, pick_device, prune_layers, versions,
+                       write_json)
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +227,17 @@ class Group:
             prompts = read_prompts(self.settings.calib_prompts)
             return self.report.calibration(key, lambda: cross_model_set(
                 main.dense, main.tokenizer, self.tokenizer, prompts, self.settings))
-        build_config = prune_config(self.settings, config, self.folder)
+        build_config = self.prune_settings(config)
         return self.report.calibration(key, lambda: build_calibration(build_config, self.dense, self.tokenizer))
+
+    def prune_settings(self, config: GridConfig) -> PruneConfig:
+        """The configuration's pipeline settings. Text and mix sources get exactly as many tokens as this model's
+        decode source produced (greedy decoding can fall short of the budget), so every source has the same count."""
+        settings = prune_config(self.settings, config, self.folder)
+        if config.calibration in ("text", "mix"):
+            decode, _ = self.calibration(replace(config, calibration="decode"), None)
+            settings = replace(settings, tokens=min(settings.tokens, decode.tokens))
+        return settings
 
     def run(self, config: GridConfig, main: Group | None) -> tuple[dict, list[dict]]:
         """Prune (unless dense) and evaluate one configuration; returns its result and per-problem records."""
@@ -236,11 +246,15 @@ class Group:
             evaluated, pruning = self.dense, None
         else:
             calib, stats = self.calibration(config, main)
-            prune_settings = prune_config(self.settings, config, self.folder)
+            prune_settings = self.prune_settings(config)
+            device = next(self.dense.parameters()).device
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
             evaluated, outcome = pruned_copy(self.dense, calib, prune_settings)
             errors = [layer["relative_error"] for layer in outcome["layers"].values()]
             pruning = {"pattern": PATTERNS[config.pattern], "solver": config.solver, "propagation": config.propagation,
                        "calibration": stats, "solver_seconds": outcome["solver_seconds"],
+                       "peak_memory_gb": peak_memory_gb(device),
                        "median_relative_error": statistics.median(errors), "max_relative_error": max(errors),
                        "pipeline": asdict(prune_settings)}
         prune_seconds = time.perf_counter() - started
