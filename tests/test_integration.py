@@ -18,9 +18,10 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
     """The converted model, from the user's cache when it is there (set SPARSEDECODING_CACHE), else a fresh one."""
-    if not os.environ.get("SPARSEDECODING_CACHE"):
-        os.environ["SPARSEDECODING_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    return fetch("smollm2-135m")
+    with pytest.MonkeyPatch.context() as patch:
+        if not os.environ.get("SPARSEDECODING_CACHE"):
+            patch.setenv("SPARSEDECODING_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield fetch("smollm2-135m")
 
 
 def test_fetch_converts_the_gguf_to_a_bf16_folder(smollm2):
