@@ -56,7 +56,7 @@ def run(args) -> int:
 
     from ..data import humaneval_prompts
     from ..errors import OutputExistsError
-    from ..models import fetch, load_model
+    from ..models import load_model, resolve_model
     from ..pipeline import MANIFEST, prune
     from .prune import config_from_args
 
@@ -66,7 +66,7 @@ def run(args) -> int:
             raise OutputExistsError(f"{out} exists and is not an earlier demo; pass another --out")
         shutil.rmtree(out)
     print(f"[1/4] fetching {args.model}")
-    folder = fetch(args.model) if Path(args.model).name == args.model else Path(args.model)
+    folder = resolve_model(args.model)  # an offline name is fetched; a folder or .gguf is used as given
     print(f"      {folder}")
     args.model, args.solver, args.propagation = str(folder), "sparsegpt", "dense"
     args.blocksize, args.percdamp, args.hessian_dtype, args.batch_size, args.seed = 128, 0.01, "float32", 8, 0
