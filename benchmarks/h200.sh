@@ -3,6 +3,12 @@
 #   smoke:    GPU tests, a solver timing, the quick kernel and engine benchmarks
 #   receive:  copy the piece of the Qwen GGUF carried in .xfer/ to /root/m (one per call: a call carries <= 64 MiB)
 #   final:    assemble + verify + convert the GGUF, quick engine benchmark, core of the quality grid
+# Second session (a machine is held 30 min at most; the model pieces are received during the benchmark calls):
+#   bench:    receive a piece, GPU tests, the full kernel benchmark
+#   e2e:      receive a piece, the full end-to-end benchmark
+#   final2:   assemble both models, `prune` through the CLI (peak memory), the engine's correctness check on both
+#             real models, drift, the rest of the 16k quality grid (mix, cross-model ablation), the discrepancy analysis
+#   grid64k:  the pre-registered 64k-token sampled calibration grid (its own report folder)
 # Long steps run under `timeout` so that a slow step never costs the results of the others; results are written
 # to $OUT (tarred where a step makes many files).
 # Run from the repository root with OUT set to a folder for logs and reports.
@@ -26,23 +32,63 @@ case $stage in
   receive)
     mkdir -p /root/m && cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l
     ;;
-  final)
-    # One call: the GGUF (carried in 18 raw pieces by `receive`), the quick engine benchmark, then the core of the
-    # quality grid for $1 seconds, tarred every 20 s so that a cut-off run still returns every finished config.
-    grid_seconds=${1:-330}
+  bench)
+    mkdir -p /root/m && cp -n .xfer/*/* /root/m/
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+    timeout 200 python3 -m pytest -q -m gpu tests/test_kernels.py tests/test_solvers.py tests/test_engine_gpu.py \
+      -p no:cacheprovider 2>&1 | tail -40 | tee "$OUT/gpu_tests.log"
+    timeout 340 python3 benchmarks/kernel_bench.py --out "$OUT/kernel_h200_full.md" > "$OUT/kernel_full.log" 2>&1
+    tail -30 "$OUT/kernel_h200_full.md"
+    ;;
+  e2e)
+    mkdir -p /root/m && cp -n .xfer/*/* /root/m/
+    timeout 540 python3 benchmarks/e2e_bench.py --repeats 2 --out "$OUT/e2e_h200_full.md" > "$OUT/e2e_full.log" 2>&1
+    tail -30 "$OUT/e2e_full.log"
+    ;;
+  final2)
     mkdir -p /root/cache/gguf && cat /root/m/part* > /root/cache/gguf/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
+    cat /root/m/small* > /root/cache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 -m sparsedecoding fetch qwen2.5-coder-1.5b 2>&1 | tail -1
-    timeout 100 python3 benchmarks/e2e_bench.py --quick --out "$OUT/e2e_h200_quick_v2.md" 2>&1 | tail -8
-    timeout "$grid_seconds" python3 benchmarks/quality_report.py --out /root/quality-16k --eval-batch-size 82 \
-      --timeout 6 --configs dense,text-sparsegpt-2of4,decode-sparsegpt-2of4,decode-sparsegpt-2of4-seq,text-sparsegpt-50pct,decode-sparsegpt-50pct,decode-sparsegpt-50pct-seq \
-      > "$OUT/quality.log" 2>&1 &
+    python3 -m sparsedecoding fetch smollm2-135m 2>&1 | tail -1
+    qwen=/root/cache/models/qwen2.5-coder-1.5b
+    timeout 120 python3 -m sparsedecoding prune --model qwen2.5-coder-1.5b --pattern 2:4 --gen-batch-size 82 \
+      --out /root/pruned-2of4 > "$OUT/prune_cli.log" 2>&1
+    cp /root/pruned-2of4/sparsedecoding.json "$OUT/prune_cli_manifest.json"; tail -5 "$OUT/prune_cli.log"
+    mkdir -p "$OUT/checks"
+    timeout 100 python3 -m sparsedecoding.engine.check --model /root/pruned-2of4 --out "$OUT/checks/qwen_pruned_2of4.md" \
+      > "$OUT/checks/qwen.log" 2>&1
+    timeout 60 python3 -m sparsedecoding.engine.check --model /root/cache/models/smollm2-135m --prune 2:4 \
+      --out "$OUT/checks/smollm2_2of4.md" > "$OUT/checks/smollm2.log" 2>&1
+    timeout 60 python3 -m sparsedecoding analyze drift --dense $qwen --pruned /root/pruned-2of4 --out "$OUT/drift" \
+      --no-plot --batch-size 82 > "$OUT/checks/drift.log" 2>&1
+    tar czf "$OUT/checks.tgz" -C "$OUT" checks drift prune_cli_manifest.json prune_cli.log && rm -rf "$OUT/checks" "$OUT/drift"
+    # resumes the committed 16k report (same settings): adds the mix and the cross-model ablation
+    cp -rn benchmarks/results/quality-qwen2.5-coder-1.5b /root/quality-16k
+    timeout 280 python3 benchmarks/quality_report.py --out /root/quality-16k --eval-batch-size 82 --timeout 6 \
+      --configs 'mix-sparsegpt-*,small-*' > "$OUT/quality.log" 2>&1
+    tar czf "$OUT/quality-16k.tgz" -C /root quality-16k
+    timeout 150 python3 -m sparsedecoding analyze discrepancy --model $qwen --out /root/discrepancy --no-plot \
+      --gen-batch-size 82 --hessian-dtype float32 > "$OUT/discrepancy.log" 2>&1
+    tar czf "$OUT/discrepancy.tgz" -C /root discrepancy 2>/dev/null
+    grep -E "INFO sparsedecoding.compare" "$OUT/quality.log" | tail -12; tail -3 "$OUT/discrepancy.log"
+    ;;
+  grid64k)
+    # Pre-registered before any of its results existed: 4 sampled continuations per calibration prompt
+    # (temperature 0.7, top-p 0.95), 65536 tokens per source, SparseGPT damping 0.01; sequential propagation first
+    # (the configuration chosen in advance), then dense propagation, then the equal-budget text baseline.
+    deadline=$((SECONDS + ${1:-500}))
+    (for configs in 'decode-sparsegpt-*-seq' 'decode-sparsegpt-2of4,decode-sparsegpt-50pct' 'text-sparsegpt-2of4,text-sparsegpt-50pct'; do
+      left=$((deadline - SECONDS)); [ $left -gt 30 ] || break
+      timeout $left python3 benchmarks/quality_report.py --out /root/quality-64k --eval-batch-size 82 --timeout 6 \
+        --tokens 65536 --samples-per-prompt 4 --temperature 0.7 --top-p 0.95 --gen-batch-size 328 --configs "$configs"
+    done) > "$OUT/quality64k.log" 2>&1 &
     grid=$!
     while kill -0 $grid 2>/dev/null; do
       sleep 20
-      tar czf "$OUT/quality-16k.tgz" -C /root quality-16k 2>/dev/null
+      tar czf "$OUT/quality-64k.tgz" -C /root quality-64k 2>/dev/null
     done
-    tar czf "$OUT/quality-16k.tgz" -C /root quality-16k
-    grep -E "INFO sparsedecoding.compare" "$OUT/quality.log" | tail -12
+    tar czf "$OUT/quality-64k.tgz" -C /root quality-64k
+    grep -E "INFO sparsedecoding.compare" "$OUT/quality64k.log" | tail -12
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
