@@ -8,6 +8,7 @@
 #   e2e:      receive a piece, the full end-to-end benchmark
 #   final2:   assemble both models, `prune` through the CLI (peak memory), the engine's correctness check on both
 #             real models, drift, the rest of the 16k quality grid (mix, cross-model ablation), the discrepancy analysis
+#   discrepancy: the discrepancy analysis on the real model
 #   grid64k:  the pre-registered 64k-token sampled calibration grid (its own report folder)
 # Long steps run under `timeout` so that a slow step never costs the results of the others; results are written
 # to $OUT (tarred where a step makes many files).
@@ -67,10 +68,12 @@ case $stage in
     timeout 280 python3 benchmarks/quality_report.py --out /root/quality-16k --eval-batch-size 82 --timeout 6 \
       --configs 'mix-sparsegpt-*,small-*' > "$OUT/quality.log" 2>&1
     tar czf "$OUT/quality-16k.tgz" -C /root quality-16k
-    timeout 150 python3 -m sparsedecoding analyze discrepancy --model $qwen --out /root/discrepancy --no-plot \
-      --gen-batch-size 82 --hessian-dtype float32 > "$OUT/discrepancy.log" 2>&1
-    tar czf "$OUT/discrepancy.tgz" -C /root discrepancy 2>/dev/null
-    grep -E "INFO sparsedecoding.compare" "$OUT/quality.log" | tail -12; tail -3 "$OUT/discrepancy.log"
+    grep -E "INFO sparsedecoding.compare" "$OUT/quality.log" | tail -12
+    ;;
+  discrepancy)
+    timeout "${1:-300}" python3 -m sparsedecoding analyze discrepancy --model /root/cache/models/qwen2.5-coder-1.5b \
+      --out /root/discrepancy --no-plot --gen-batch-size 82 > "$OUT/discrepancy.log" 2>&1
+    tar czf "$OUT/discrepancy.tgz" -C /root discrepancy 2>/dev/null; tail -30 "$OUT/discrepancy.log"
     ;;
   grid64k)
     # Pre-registered before any of its results existed: 4 sampled continuations per calibration prompt
