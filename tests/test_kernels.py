@@ -41,7 +41,7 @@ def packed_problem(out, in_features, batch, n, m, dtype=torch.bfloat16, seed=0):
 # (out, in, batch, config, dtype): whole words per lane with one row of x; ragged rows, an uneven split-K with
 # a partial last loop step and a zero-padded batch; fp16; batch 16 with split-K; word halves per lane (2 words
 # of a row per warp with a ragged batch, 4 words with split-K and a partial step); 16-bit transposed x (bf16 with
-# word halves, fp16 with whole words).
+# word halves, fp16 with whole words; batch 2 and 4 with 4 words of a row per warp, the batch-1 layouts).
 KERNEL_CASES = [
     (64, 128, 1, dict(block_rows=32, block_words=2), torch.bfloat16),
     (40, 160, 5, dict(block_rows=16, block_words=2, split_k=3), torch.bfloat16),
@@ -51,6 +51,9 @@ KERNEL_CASES = [
     (24, 320, 1, dict(block_rows=4, block_words=8, split_k=3, word_lanes=2, warp_words=4), torch.float16),
     (48, 256, 8, dict(block_rows=8, block_words=4, word_lanes=2, warp_words=2, x_float32=False), torch.bfloat16),
     (40, 160, 16, dict(block_rows=16, block_words=2, split_k=2, x_float32=False), torch.float16),
+    (40, 320, 4, dict(block_rows=8, block_words=8, word_lanes=2, warp_words=4, x_float32=False), torch.bfloat16),
+    (24, 256, 2, dict(block_rows=4, block_words=4, split_k=2, word_lanes=2, warp_words=4, x_float32=False),
+     torch.float16),
 ]
 
 

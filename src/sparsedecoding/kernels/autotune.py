@@ -73,13 +73,17 @@ def candidate_configs(out_features: int, words: int, batch: int, values_per_word
     """The configurations worth timing for one problem. Word halves need 32·N/M a multiple of 16 (every 50%
     pattern). Batch 1: the half-word tiles, and one whole-word tile. Wider batches: whole-word tiles with 16-bit
     x (measured 1.2-1.4x faster than float32 x at batch 8), one with float32 x, and up to batch 4 one half-word
-    tile (2.5-2.9x slower than whole words at batch 8)."""
+    tile with float32 x (2.5-2.9x slower than whole words at batch 8) and every half-word tile with 16-bit x:
+    at batch 2-4 one 4- or 8-byte x gather per value serves every batch row, so the batch-1 layouts may win there
+    (added after the full H200 benchmark, where batch 2 ran 1.8x slower than batch 1 on whole words; not yet
+    timed on a GPU: the tuner keeps them only where they measure faster)."""
     halves_fit = values_per_word % 16 == 0
     if batch == 1:
         tiles = [(t, True) for t in (_HALF_WORD_TILES if halves_fit else ()) + _WHOLE_WORD_TILES[1:]]
     else:
         tiles = [(t, False) for t in _WHOLE_WORD_TILES] + [(_WHOLE_WORD_TILES[0], True)]
-        tiles += [(_HALF_WORD_TILES[0], True)] if halves_fit and batch <= 4 else []
+        if halves_fit and batch <= 4:
+            tiles += [(_HALF_WORD_TILES[0], True)] + [(t, False) for t in _HALF_WORD_TILES]
     configs = []
     for (rows, block_words, warps, word_lanes, warp_words), x_float32 in tiles:
         for split_k in _splits(out_features, words, rows, block_words, sm_count):
