@@ -10,6 +10,10 @@
 #             real models, drift, the rest of the 16k quality grid (mix, cross-model ablation), the discrepancy analysis
 #   discrepancy: the discrepancy analysis on the real model
 #   grid64k:  the pre-registered 64k-token sampled calibration grid (its own report folder)
+# Next session (written before it; nothing below has run yet):
+#   followup: receive a SmolLM2 piece (carry .xfer/spart00, then `receive` with spart01), GPU kernel tests with the
+#             batch-2-4 word-half candidates, the kernel benchmark at batch 1/2/4 and the engine at batch 1-8 to see
+#             whether they help, then the SmolLM2 engine check that ran out of time here
 # Long steps run under `timeout` so that a slow step never costs the results of the others; results are written
 # to $OUT (tarred where a step makes many files).
 # Run from the repository root with OUT set to a folder for logs and reports.
@@ -92,6 +96,21 @@ case $stage in
     done
     tar czf "$OUT/quality-64k.tgz" -C /root quality-64k
     grep -E "INFO sparsedecoding.compare" "$OUT/quality64k.log" | tail -12
+    ;;
+  followup)
+    mkdir -p /root/m && cp -n .xfer/*/* /root/m/
+    timeout 200 python3 -m pytest -q -m gpu tests/test_kernels.py -p no:cacheprovider 2>&1 | tail -20 | tee "$OUT/gpu_tests.log"
+    timeout 150 python3 benchmarks/kernel_bench.py --batches 1 2 4 --out "$OUT/kernel_h200_bs124.md" \
+      > "$OUT/kernel.log" 2>&1
+    timeout 150 python3 benchmarks/e2e_bench.py --preset llama-3.1-8b --repeats 2 --out "$OUT/e2e_h200_8b.md" \
+      > "$OUT/e2e.log" 2>&1
+    if [ -f /root/m/small01 ]; then
+      mkdir -p /root/cache/gguf && cat /root/m/small* > /root/cache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+      python3 -m sparsedecoding fetch smollm2-135m 2>&1 | tail -1
+      timeout 200 python3 -m sparsedecoding.engine.check --model /root/cache/models/smollm2-135m --prune 2:4 \
+        --out "$OUT/engine_check_smollm2-135m_2of4.md" > "$OUT/check_smollm2.log" 2>&1
+    fi
+    tail -12 "$OUT/kernel_h200_bs124.md"; grep -A12 "## Targets" "$OUT/e2e_h200_8b.md"
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac

@@ -139,7 +139,7 @@ def test_run_drift_writes_a_report_and_a_plot_that_can_be_redrawn(tiny_pair, tmp
     assert len(payload["layers"]) == 2 and len(payload["layers"][0]["curve"]) == 8
     assert "reaches 90% of its plateau" in (out / "drift.md").read_text()
     (out / "drift.png").unlink()
-    assert redraw(out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [path.read_bytes()[:8] for path in redraw(out)] == [b"\x89PNG\r\n\x1a\n"]
     with pytest.raises(OutputExistsError):
         run_drift(str(tiny_pair / "dense"), str(tiny_pair / "other"), out, prompts=str(prompts_file(tmp_path)))
 
@@ -182,6 +182,6 @@ def test_the_analyze_commands(tiny_pair, tmp_path, capsys):
     assert "| layer | plateau |" in capsys.readouterr().out and not (out / "drift.png").exists()
     assert main(["analyze", "plot", str(out)]) == 0 and (out / "drift.png").exists()
     assert main(["analyze", "plot", str(tmp_path)]) == 2
-    assert "neither discrepancy.json nor drift.json" in capsys.readouterr().err
+    assert "holds no discrepancy.json, drift.json or quality.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse rejects a malformed list before anything runs
         main(["analyze", "discrepancy", "--model", str(tiny_pair / "dense"), "--rhos", "0.1,x", "--out", str(tmp_path / "d")])

@@ -61,6 +61,13 @@ def test_compare_runs_the_grid_with_equal_budgets_and_resumes(settings, monkeypa
     monkeypatch.setattr(compare, "pruned_copy", lambda *args: pytest.fail("a finished configuration ran again"))
     assert run_compare(settings, CONFIGS).read_text() == table
 
+    # The figures are drawn from quality.json, one per model role.
+    pytest.importorskip("matplotlib")
+    from sparsedecoding.analysis.plots import redraw
+
+    assert [path.name for path in redraw(folder)] == ["quality-main.png", "quality-small.png"]
+    assert (folder / "quality-main.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
 
 def test_a_report_folder_refuses_other_settings(settings):
     run_compare(settings, ["dense"])

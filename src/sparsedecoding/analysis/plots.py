@@ -1,5 +1,6 @@
-"""PNG figures of the two analyses, drawn from their JSON results (so they can be redrawn on another machine with
-`sparsedecoding analyze plot DIR`). matplotlib is an optional dependency (`pip install sparsedecoding[plots]`)."""
+"""PNG figures of the two analyses and of a `compare` report, drawn from their JSON results (so they can be drawn on
+another machine with `sparsedecoding analyze plot DIR`). matplotlib is an optional dependency
+(`pip install sparsedecoding[plots]`)."""
 
 from __future__ import annotations
 
@@ -60,8 +61,58 @@ def plot_drift(layers: list[dict], path: Path, title: str) -> None:
     plt.close(figure)
 
 
-def redraw(folder: str | Path) -> Path:
-    """Draw the PNG of an analysis folder from its JSON (for results computed with --no-plot); returns the PNG."""
+SOURCE_COLOURS = {"text": "tab:orange", "decode": "tab:blue", "mix": "tab:green", "cross": "tab:purple"}
+
+
+def plot_quality(results: list[dict], path: Path, title: str) -> None:
+    """A `compare` report's pruned configurations of one model, one bar each, coloured by calibration source; left
+    pass@1 with the dense model's as a dashed line, right on-policy KL(dense‖pruned)."""
+    plt = require_matplotlib()
+    dense = [r for r in results if r["config"]["calibration"] is None]
+    pruned = [r for r in results if r["config"]["calibration"] is not None]
+    if not pruned:
+        raise SparseDecodingError("the report has no pruned configuration to draw")
+    names = [r["name"] for r in pruned]
+    colours = [SOURCE_COLOURS.get(r["config"]["calibration"], "tab:grey") for r in pruned]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 0.35 * len(names) + 1.8), constrained_layout=True,
+                                         sharey=True)
+    for axes, key, label in ((left, "pass@1", "pass@1 (held-out)"), (right, "kl", "KL(dense‖pruned)")):
+        values = [r["metrics"].get(key, float("nan")) for r in pruned]
+        axes.barh(names, values, color=colours)
+        for y, value in enumerate(values):
+            axes.annotate(f"{value:.3g}", (value, y), xytext=(3, 0), textcoords="offset points", va="center",
+                          fontsize=8)
+        if dense and key in dense[0]["metrics"] and key == "pass@1":
+            axes.axvline(dense[0]["metrics"][key], color="grey", linestyle="--", linewidth=1, label="dense")
+            axes.legend(loc="lower right")
+        axes.set(xlabel=label)
+    left.invert_yaxis()
+    figure.suptitle(title)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _quality_figures(folder: Path) -> list[Path]:
+    """quality-ROLE.png for each model role in a `compare` folder's quality.json."""
+    payload = json.loads((folder / "quality.json").read_text())
+    drawn = []
+    for role in ("main", "small"):
+        results = [r for r in payload["results"] if r["config"]["role"] == role]
+        if any(r["config"]["calibration"] is not None for r in results):
+            model = Path(payload["settings"]["model" if role == "main" else "small_model"]).name
+            partial = folder / f"quality-{role}.partial.png"
+            budget = payload["settings"]["tokens"]
+            plot_quality(results, partial, f"{model}: calibration budget {budget} tokens per source")
+            os.replace(partial, folder / f"quality-{role}.png")
+            drawn.append(folder / f"quality-{role}.png")
+    if not drawn:
+        raise SparseDecodingError(f"{folder}/quality.json has no pruned configuration to draw")
+    return drawn
+
+
+def redraw(folder: str | Path) -> list[Path]:
+    """Draw the PNGs of an analysis or `compare` folder from its JSON (for results computed with --no-plot, or on a
+    machine without matplotlib); returns them."""
     folder = Path(folder)
     if (folder / "discrepancy.json").exists():
         payload = json.loads((folder / "discrepancy.json").read_text())
@@ -69,10 +120,12 @@ def redraw(folder: str | Path) -> Path:
     elif (folder / "drift.json").exists():
         payload = json.loads((folder / "drift.json").read_text())
         draw, data, title, name = plot_drift, payload["layers"], f"{Path(payload['pruned']).name} vs dense", "drift"
+    elif (folder / "quality.json").exists():
+        return _quality_figures(folder)
     else:
-        raise SparseDecodingError(f"{folder} holds neither discrepancy.json nor drift.json; pass a folder written by "
-                                  f"`sparsedecoding analyze discrepancy` or `analyze drift`")
+        raise SparseDecodingError(f"{folder} holds no discrepancy.json, drift.json or quality.json; pass a folder "
+                                  f"written by `sparsedecoding analyze discrepancy`, `analyze drift` or `compare`")
     partial = folder / f"{name}.partial.png"
     draw(data, partial, title)
     os.replace(partial, folder / f"{name}.png")
-    return folder / f"{name}.png"
+    return [folder / f"{name}.png"]

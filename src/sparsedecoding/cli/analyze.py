@@ -61,8 +61,8 @@ def register(subparsers) -> None:
     add_output_arguments(drift)
     drift.set_defaults(func=run_drift_command)
 
-    plot = analyses.add_parser("plot", help="(re)draw the PNG of an analysis folder from its JSON")
-    plot.add_argument("folder", help="a folder written by `analyze discrepancy` or `analyze drift`")
+    plot = analyses.add_parser("plot", help="(re)draw the PNGs of an analysis or compare folder from its JSON")
+    plot.add_argument("folder", help="a folder written by `analyze discrepancy`, `analyze drift` or `compare`")
     plot.set_defaults(func=run_plot_command)
 
 
@@ -90,5 +90,6 @@ def run_drift_command(args) -> int:
 def run_plot_command(args) -> int:
     from ..analysis.plots import redraw
 
-    print(redraw(args.folder))
+    for path in redraw(args.folder):
+        print(path)
     return 0
