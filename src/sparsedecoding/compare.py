@@ -95,7 +95,8 @@ class CompareSettings:
     calib_prompts: decode calibration prompts (the held-out half is evaluated). text: natural text file of the text
     source (default the Lee background corpus). tokens: calibration tokens of every
     source. max_new_tokens: decode calibration length. samples_per_prompt > 1: that many sampled continuations per
-    prompt (at temperature / top_p), else greedy. percdamp: SparseGPT damping. gen_batch_size: prompts per
+    prompt (at temperature / top_p), else greedy. percdamp: SparseGPT damping. refine_steps / refine_lr: block-wise
+    refinement after the solver (0: off). gen_batch_size: prompts per
     generation batch (calibration
     and evaluation). batch_size: sequences per pruning replay. evaluation: metric settings."""
 
@@ -110,6 +111,8 @@ class CompareSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     percdamp: float = 0.01
+    refine_steps: int = 0
+    refine_lr: float = 1e-5
     mix_ratio: float = 0.5
     gen_batch_size: int = 82
     batch_size: int = 8
@@ -138,7 +141,10 @@ class Report:
         fixed = self.root / "settings.json"
         now = json.loads(json.dumps(settings.comparable()))  # tuples become lists, as in the stored file
         if fixed.exists():
-            earlier = json.loads(fixed.read_text())
+            # A setting added after the folder was made counts as its default there.
+            stored = json.loads(fixed.read_text())
+            defaults = json.loads(json.dumps(CompareSettings().comparable()))
+            earlier = {**{key: defaults[key] for key in now.keys() - stored.keys()}, **stored}
             if earlier != now:
                 changed = sorted(key for key in earlier.keys() | now.keys() if earlier.get(key) != now.get(key))
                 raise SparseDecodingError(f"{self.root} holds results made with other settings ({', '.join(changed)});"
@@ -203,6 +209,7 @@ def prune_config(settings: CompareSettings, config: GridConfig, folder: Path) ->
         propagation=config.propagation, tokens=settings.tokens, max_new_tokens=settings.max_new_tokens,
         samples_per_prompt=settings.samples_per_prompt, do_sample=settings.samples_per_prompt > 1,
         temperature=settings.temperature, top_p=settings.top_p, percdamp=settings.percdamp,
+        refine_steps=settings.refine_steps, refine_lr=settings.refine_lr,
         mix_ratio=settings.mix_ratio, gen_batch_size=settings.gen_batch_size, batch_size=settings.batch_size,
         device=settings.device, seed=settings.seed, command=settings.command)
 
@@ -254,6 +261,7 @@ class Group:
             errors = [layer["relative_error"] for layer in outcome["layers"].values()]
             pruning = {"pattern": PATTERNS[config.pattern], "solver": config.solver, "propagation": config.propagation,
                        "calibration": stats, "solver_seconds": outcome["solver_seconds"],
+                       "refinement": outcome.get("refinement"), "refine_seconds": outcome.get("refine_seconds"),
                        "peak_memory_gb": peak_memory_gb(device),
                        "median_relative_error": statistics.median(errors), "max_relative_error": max(errors),
                        "pipeline": asdict(prune_settings)}
@@ -331,6 +339,12 @@ def sampling(settings: CompareSettings) -> str:
             f"top-p {settings.top_p:g})")
 
 
+def refinement(settings: CompareSettings) -> str:
+    if not settings.refine_steps:
+        return ""
+    return f", block-wise refinement {settings.refine_steps} steps per layer at learning rate {settings.refine_lr:g}"
+
+
 def write_report(report: Report) -> Path:
     """quality.md and quality.json from every result in the folder."""
     results = report.results()
@@ -347,7 +361,8 @@ def write_report(report: Report) -> Path:
         f"`{settings.calib_prompts}` (decode sources), `{settings.text or 'lee_background.cor'}` (text), "
         f"{settings.tokens} tokens per "
         f"source (mix: {settings.mix_ratio:g} decode), {settings.max_new_tokens} new tokens per calibration prompt, "
-        f"{sampling(settings)}, seed {settings.seed}, SparseGPT damping {settings.percdamp:g}. "
+        f"{sampling(settings)}, seed {settings.seed}, SparseGPT damping {settings.percdamp:g}"
+        f"{refinement(settings)}. "
         f"Evaluation: pass@1 on HumanEval `{evaluation.split}` (greedy, sandboxed, "
         f"{evaluation.timeout_s:g} s and {evaluation.memory_mb} MB per problem); on-policy KL(dense‖evaluated), "
         f"the dense model's NLL per token and repetition over the evaluated model's own greedy answers (at most "

@@ -34,6 +34,7 @@ from .generation import position_ids_from_mask
 from .hessian import KeepMask, accumulate_inputs, hessians_by_module, input_groups, prunable_linears
 from .models import load_model, resolve_model
 from .patterns import SparsityPattern
+from .refine import refine_layer
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class PruneConfig:
     generation (several samples per prompt need do_sample).
     text_seq_len: window length of the text source. pattern: `2:4`, `4:8`, `8:16`, `16:32`, any N:M, or `50%`.
     solver: sparsegpt | wanda | magnitude (blocksize and percdamp go to SparseGPT). propagation: dense | sequential.
+    refine_steps / refine_lr: optional block-wise refinement after the solver (`refine.py`; 0 steps: off).
     batch_size: sequences per replay batch. hessian_dtype: float32 | float64. device: auto | cpu | cuda[:i]."""
 
     model: str
@@ -77,6 +79,8 @@ class PruneConfig:
     batch_size: int = 8
     blocksize: int = 128
     percdamp: float = 0.01
+    refine_steps: int = 0
+    refine_lr: float = 1e-5
     hessian_dtype: str = "float32"
     device: str = "auto"
     seed: int = 0
@@ -98,6 +102,9 @@ class PruneConfig:
             raise SparseDecodingError(f"--mix-ratio must be strictly between 0 and 1, got {self.mix_ratio}")
         if self.samples_per_prompt > 1 and not self.do_sample:
             raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
+        if self.refine_steps < 0 or self.refine_lr <= 0:
+            raise SparseDecodingError(f"--refine-steps must be ≥ 0 and --refine-lr positive, got {self.refine_steps} "
+                                      f"and {self.refine_lr}")
         if self.tokens is not None and self.tokens <= 0:
             raise SparseDecodingError(f"--tokens must be positive, got {self.tokens}")
         out = Path(self.out)
@@ -277,7 +284,8 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                  progress: bool = True) -> dict:
     """Prune a loaded model in place, layer by layer (see the module docstring). With `work`, each finished layer is
     saved there and layers finished by an interrupted run are restored instead of solved again.
-    Returns {"layers": {module name: stats}, "solver_seconds": float, "resumed_from_layer": int}."""
+    Returns {"layers": {module name: stats}, "solver_seconds": float, "resumed_from_layer": int} and, with
+    refinement, "refinement": {layer index: held-out errors} and "refine_seconds"."""
     pattern = SparsityPattern.parse(config.pattern)
     device = next(model.parameters()).device
     hessian_dtype = getattr(torch, config.hessian_dtype)
@@ -285,7 +293,8 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     layers = model.model.layers
     start = work.state["finished_layers"] if work else 0
     layer_stats = {int(index): stats for index, stats in work.state["layers"].items()} if work else {}
-    solver_seconds = 0.0
+    solver_seconds = refine_seconds = 0.0
+    refinement = {int(index): stats for index, stats in work.state.get("refinement", {}).items()} if work else {}
     bar = tqdm(range(len(layers)), desc=f"pruning {pattern} ({config.solver})", unit="layer", disable=not progress)
     for index in bar:
         layer = layers[index]
@@ -316,6 +325,13 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                 torch.cuda.synchronize(device)
             solver_seconds += time.perf_counter() - solve_started
             del hessians
+            if config.refine_steps:
+                refine_started = time.perf_counter()
+                refinement[index] = refine_layer(layer, linears, batches, outputs, config.refine_steps,
+                                                 config.refine_lr, seed=config.seed + index)
+                refine_seconds += time.perf_counter() - refine_started
+                if work:
+                    work.state.setdefault("refinement", {})[str(index)] = refinement[index]
             if config.propagation == "sequential":
                 outputs = run_layer(layer, batches)
             if work:
@@ -323,9 +339,13 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
             worst = max(item["relative_error"] for item in layer_stats[index].values())
             bar.set_postfix(max_rel_error=f"{worst:.3g}")
         batches = [(output, kwargs, kept) for output, (_, kwargs, kept) in zip(outputs, batches)]
-    return {"layers": {f"model.layers.{index}.{name}": item for index, stats in sorted(layer_stats.items())
-                       for name, item in stats.items()},
-            "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
+    result = {"layers": {f"model.layers.{index}.{name}": item for index, stats in sorted(layer_stats.items())
+                         for name, item in stats.items()},
+              "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
+    if config.refine_steps:
+        result.update(refinement={str(index): stats for index, stats in sorted(refinement.items())},
+                      refine_seconds=round(refine_seconds, 2))
+    return result
 
 
 @torch.no_grad()
@@ -356,8 +376,10 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "pattern": str(pattern), "solver": config.solver, "propagation": config.propagation,
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
-                               "hessian_dtype": config.hessian_dtype},
+                               "hessian_dtype": config.hessian_dtype, "refine_steps": config.refine_steps,
+                               "refine_lr": config.refine_lr},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
+            "refinement": result.get("refinement"),
             "timing": {"solver_seconds_this_run": result["solver_seconds"],
                        "total_seconds_this_run": round(time.perf_counter() - started, 2),
                        "resumed_from_layer": result["resumed_from_layer"]},

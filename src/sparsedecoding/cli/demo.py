@@ -70,6 +70,7 @@ def run(args) -> int:
     print(f"      {folder}")
     args.model, args.solver, args.propagation = str(folder), "sparsegpt", "dense"
     args.blocksize, args.percdamp, args.hessian_dtype, args.batch_size, args.seed = 128, 0.01, "float32", 8, 0
+    args.refine_steps, args.refine_lr = 0, 1e-5
     args.overwrite = False
     print(f"[2/4] pruning to {args.pattern}, Hessians from the model's own decode steps ({args.tokens} tokens)")
     decode_out = prune(config_from_args(args, calibration="decode", out=str(out / "decode")))

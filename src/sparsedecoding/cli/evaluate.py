@@ -87,6 +87,9 @@ def register_compare(subparsers) -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="calibration sampling temperature")
     parser.add_argument("--top-p", type=float, default=1.0, help="calibration sampling top-p")
     parser.add_argument("--percdamp", type=float, default=0.01, help="SparseGPT relative damping (default 0.01)")
+    parser.add_argument("--refine-steps", type=int, default=0,
+                        help="block-wise refinement steps per layer after SparseGPT (default 0: off; see prune)")
+    parser.add_argument("--refine-lr", type=float, default=1e-5, help="refinement learning rate (default 1e-5)")
     parser.add_argument("--mix-ratio", type=float, default=0.5, help="decode share of the mix source (default 0.5)")
     parser.add_argument("--gen-batch-size", type=int, default=82, help="prompts per calibration generation batch")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per pruning replay batch")
@@ -109,7 +112,7 @@ def run_compare_command(args) -> int:
         model=args.model, small_model=args.small_model, out=args.out, calib_prompts=args.calib_prompts,
         text=args.text, tokens=args.tokens, max_new_tokens=args.calib_new_tokens,
         samples_per_prompt=args.samples_per_prompt, temperature=args.temperature, top_p=args.top_p,
-        percdamp=args.percdamp, mix_ratio=args.mix_ratio,
+        percdamp=args.percdamp, refine_steps=args.refine_steps, refine_lr=args.refine_lr, mix_ratio=args.mix_ratio,
         gen_batch_size=args.gen_batch_size, batch_size=args.batch_size, device=args.device, seed=args.seed,
         evaluation=settings_from_args(args, METRICS),
         command=["sparsedecoding", *sys.argv[1:]])

@@ -44,6 +44,10 @@ def register(subparsers) -> None:
     solver.add_argument("--blocksize", type=int, default=128, help="SparseGPT block size (default 128)")
     solver.add_argument("--percdamp", type=float, default=0.01, help="SparseGPT relative damping (default 0.01)")
     solver.add_argument("--hessian-dtype", default="float32", choices=["float32", "float64"])
+    solver.add_argument("--refine-steps", type=int, default=0,
+                        help="after the solver, Adam steps per layer fitting the pruned layer's output to the dense "
+                             "one on the kept calibration positions, masks fixed (default 0: off)")
+    solver.add_argument("--refine-lr", type=float, default=1e-5, help="refinement learning rate (default 1e-5)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per replay batch (default 8)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
     parser.add_argument("--seed", type=int, default=0)
@@ -61,6 +65,7 @@ def config_from_args(args, **overrides):
         mix_ratio=args.mix_ratio,
         do_sample=args.sample, temperature=args.temperature, top_p=args.top_p, gen_batch_size=args.gen_batch_size,
         batch_size=args.batch_size, blocksize=args.blocksize, percdamp=args.percdamp,
+        refine_steps=args.refine_steps, refine_lr=args.refine_lr,
         hessian_dtype=args.hessian_dtype, device=args.device, seed=args.seed, overwrite=args.overwrite,
         command=["sparsedecoding", *sys.argv[1:]],
     )
