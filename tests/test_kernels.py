@@ -12,7 +12,7 @@ if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 
 from sparsedecoding.errors import KernelInputError  # noqa: E402
-from sparsedecoding.kernels import PackedLinear, PackedNM, nm_spmv, nm_spmv_reference, pack_nm  # noqa: E402
+from sparsedecoding.kernels import PackedLinear, nm_spmv, nm_spmv_reference, pack_nm  # noqa: E402
 
 from test_packed_format import PATTERNS, random_nm_weight  # noqa: E402
 
