@@ -77,6 +77,19 @@ def test_positions_that_are_not_kept_never_count(tiny_folder):
     assert all(torch.equal(linear.weight, first[name]) for name, linear in linears.items())
 
 
+def test_the_positions_given_are_the_ones_fitted(tiny_folder):
+    layer, linears, batches, targets = layer_problem(tiny_folder)
+    solver = snapshot(linears)
+    everywhere = [torch.ones_like(kept) for _, _, kept in batches]
+    refine_layer(layer, linears, batches, targets, steps=10, lr=1e-3, positions=everywhere)
+    first = snapshot(linears)
+    for name, linear in linears.items():
+        linear.weight.data.copy_(solver[name])
+    noisy = [torch.where(kept[..., None], target, target + 1.0) for target, (_, _, kept) in zip(targets, batches)]
+    refine_layer(layer, linears, batches, noisy, steps=10, lr=1e-3, positions=everywhere)
+    assert any(not torch.equal(linear.weight, first[name]) for name, linear in linears.items())
+
+
 def test_refinement_input_errors(tiny_folder):
     layer, linears, batches, targets = layer_problem(tiny_folder)
     with pytest.raises(SparseDecodingError, match="at least two"):
@@ -87,7 +100,16 @@ def test_refinement_input_errors(tiny_folder):
         PruneConfig(model="m", out="x", refine_steps=-1).validate()
 
 
-def test_prune_with_refinement_records_it_and_keeps_exact_counts(tiny_folder, tmp_path):
+def test_prune_with_refinement_records_it_and_keeps_exact_counts(tiny_folder, tmp_path, monkeypatch):
+    from sparsedecoding import pipeline
+
+    fitted = []
+
+    def spy(layer, linears, batches, targets, steps, lr, seed=0, positions=None):
+        fitted.append((sum(int(kept.sum()) for _, _, kept in batches), sum(int(p.sum()) for p in positions)))
+        return refine_layer(layer, linears, batches, targets, steps, lr, seed, positions)
+
+    monkeypatch.setattr(pipeline, "refine_layer", spy)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("def f(x):\nsort a list\nhello world\nprint numbers\nx = 1\nloop\n")
     out = prune(PruneConfig(model=str(tiny_folder), out=str(tmp_path / "out"), prompts=str(prompts), tokens=36,
@@ -95,6 +117,8 @@ def test_prune_with_refinement_records_it_and_keeps_exact_counts(tiny_folder, tm
                 progress=False)
     manifest = json.loads((out / "sparsedecoding.json").read_text())
     assert sorted(manifest["refinement"]) == ["0", "1"]
+    # every real token is fitted (prompt positions too), not only the kept decode positions
+    assert len(fitted) == 2 and all(real > kept for kept, real in fitted)
     assert manifest["solver_options"]["refine_steps"] == 20
     assert all({"held_out_error_before", "held_out_error_after", "kept"} <= stats.keys()
                for stats in manifest["refinement"].values())

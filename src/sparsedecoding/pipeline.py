@@ -290,6 +290,8 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     device = next(model.parameters()).device
     hessian_dtype = getattr(torch, config.hessian_dtype)
     batches = first_layer_inputs(model, calib, config.batch_size, device)
+    # Refinement fits every real token of the calibration sequences (see refine.py for why not only kept ones).
+    real_tokens = [mask.bool().to(device) for _, mask, _ in calib.batches(config.batch_size)]
     layers = model.model.layers
     start = work.state["finished_layers"] if work else 0
     layer_stats = {int(index): stats for index, stats in work.state["layers"].items()} if work else {}
@@ -328,7 +330,7 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
             if config.refine_steps:
                 refine_started = time.perf_counter()
                 refinement[index] = refine_layer(layer, linears, batches, outputs, config.refine_steps,
-                                                 config.refine_lr, seed=config.seed + index)
+                                                 config.refine_lr, seed=config.seed + index, positions=real_tokens)
                 refine_seconds += time.perf_counter() - refine_started
                 if work:
                     work.state.setdefault("refinement", {})[str(index)] = refinement[index]

@@ -1,10 +1,13 @@
 """Optional block-wise refinement after the solver: with every pruned linear's mask fixed, Adam adjusts the kept
-weights of one decoder layer so that the layer's output matches the dense layer's on the calibration positions.
+weights of one decoder layer so that the layer's output matches the dense layer's on the calibration sequences.
 
 SparseGPT minimizes each linear's own reconstruction error from its Hessian. A decoder layer chains its linears
 through attention and the MLP's nonlinearity, so the errors of q/k/v, o, gate/up and down interact. The refinement
-fits them jointly. The loss is ‖layer_pruned(x) − layer_dense(x)‖² / ‖layer_dense(x)‖², summed over the kept
-positions only, so decode-time calibration keeps its meaning: prompt, pad and post-EOS positions never count.
+fits them jointly. The loss is ‖layer_pruned(x) − layer_dense(x)‖² / ‖layer_dense(x)‖², summed over the positions
+`refine_layer` is given. The pipeline gives it every real token of the calibration sequences (prompt and
+continuation; padding never counts), not only the decode positions its Hessians come from. The reason was measured
+on SmolLM2-135M: fitted on decode positions alone, the refinement left the last prompt position unconstrained. That
+position predicts the first new token, and the refined model answered every prompt with an immediate end of turn.
 
 The last calibration batch is held out. If the refined weights do worse on it than the solver's weights, they are
 discarded and the solver's weights stay; the stats say so. This uses only calibration data, never the evaluation
@@ -25,10 +28,10 @@ def _layer_output(layer: nn.Module, weights: dict[str, torch.Tensor], hidden: to
 
 
 @torch.no_grad()
-def _relative_error(layer, weights, batches, targets) -> float:
-    """Σ‖out − target‖² / Σ‖target‖² over kept positions of the given batches."""
+def _relative_error(layer, weights, batches, targets, positions) -> float:
+    """Σ‖out − target‖² / Σ‖target‖² over the selected positions of the given batches."""
     error = energy = 0.0
-    for (hidden, kwargs, kept), target in zip(batches, targets):
+    for (hidden, kwargs, _), target, kept in zip(batches, targets, positions):
         out = _layer_output(layer, weights, hidden, kwargs).float()[kept]
         reference = target.float()[kept]
         error += float(((out - reference) ** 2).sum())
@@ -37,10 +40,11 @@ def _relative_error(layer, weights, batches, targets) -> float:
 
 
 def refine_layer(layer: nn.Module, linears: dict[str, nn.Linear], batches: list, targets: list[torch.Tensor],
-                 steps: int, lr: float, seed: int = 0) -> dict:
+                 steps: int, lr: float, seed: int = 0, positions: list[torch.Tensor] | None = None) -> dict:
     """Refine `linears` (the layer's pruned linears, by name relative to `layer`) in place; zeros stay zero.
     batches: [(hidden, layer kwargs, kept positions)] as the pipeline replays them; targets: the dense layer's outputs
-    on the same inputs. Returns the held-out relative output error before and after, and whether the refined
+    on the same inputs; positions: per batch, a bool [batch, seq] mask of the positions in the loss (default: the
+    batches' kept positions). Returns the held-out relative output error before and after, and whether the refined
     weights were kept."""
     if steps <= 0:
         raise SparseDecodingError(f"--refine-steps must be positive to refine, got {steps}")
@@ -49,7 +53,9 @@ def refine_layer(layer: nn.Module, linears: dict[str, nn.Linear], batches: list,
     if len(batches) < 2:
         raise SparseDecodingError("refinement holds out the last calibration batch and needs at least two; "
                                   "lower --batch-size or give more calibration sequences")
-    train, held_out = list(zip(batches[:-1], targets[:-1])), (batches[-1:], targets[-1:])
+    positions = [kept for _, _, kept in batches] if positions is None else positions
+    train = list(zip(batches[:-1], targets[:-1], positions[:-1]))
+    held_out = (batches[-1:], targets[-1:], positions[-1:])
     solver_weights = {f"{name}.weight": linear.weight.detach().clone() for name, linear in linears.items()}
     masks = {key: weight != 0 for key, weight in solver_weights.items()}
     dtypes = {key: weight.dtype for key, weight in solver_weights.items()}
@@ -87,7 +93,7 @@ def _fit(layer, start: dict[str, torch.Tensor], masks: dict[str, torch.Tensor], 
         for step in range(steps):
             if step % len(train) == 0:
                 permutation = torch.randperm(len(train), generator=order).tolist()
-            (hidden, kwargs, kept), target = train[permutation[step % len(train)]]
+            (hidden, kwargs, _), target, kept = train[permutation[step % len(train)]]
             out = _layer_output(layer, _cast(masters, dtypes), hidden, kwargs).float()[kept]
             reference = target.float()[kept]
             loss = ((out - reference) ** 2).sum() / (reference ** 2).sum().clamp(min=1e-30)
