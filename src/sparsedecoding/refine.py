@@ -5,9 +5,11 @@ SparseGPT minimizes each linear's own reconstruction error from its Hessian. A d
 through attention and the MLP's nonlinearity, so the errors of q/k/v, o, gate/up and down interact. The refinement
 fits them jointly. The loss is ‖layer_pruned(x) − layer_dense(x)‖² / ‖layer_dense(x)‖², summed over the positions
 `refine_layer` is given. The pipeline gives it every real token of the calibration sequences (prompt and
-continuation; padding never counts), not only the decode positions its Hessians come from. The reason was measured
-on SmolLM2-135M: fitted on decode positions alone, the refinement left the last prompt position unconstrained. That
-position predicts the first new token, and the refined model answered every prompt with an immediate end of turn.
+continuation; padding never counts), not only the decode positions its Hessians come from.
+
+Experimental, off by default: on SmolLM2-135M (`benchmarks/results/refine_smollm2_cpu.md`) it lowered every layer's
+held-out error yet made the model's answers end early (often at the first token), whether it fitted decode positions only
+or every real token.
 
 The last calibration batch is held out. If the refined weights do worse on it than the solver's weights, they are
 discarded and the solver's weights stay; the stats say so. This uses only calibration data, never the evaluation
