@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,6 +68,18 @@ def test_compare_runs_the_grid_with_equal_budgets_and_resumes(settings, monkeypa
 
     assert [path.name for path in redraw(folder)] == ["quality-main.png", "quality-small.png"]
     assert (folder / "quality-main.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_setting_added_later_counts_as_its_default_in_an_older_folder(settings):
+    run_compare(settings, ["dense"])
+    settings_file = Path(settings.out) / "settings.json"
+    stored = json.loads(settings_file.read_text())
+    del stored["refine_steps"], stored["refine_lr"]  # as written before refinement existed
+    settings_file.write_text(json.dumps(stored))
+    run_compare(settings, ["dense"])  # same settings: accepted
+    settings.refine_steps = 5
+    with pytest.raises(SparseDecodingError, match="refine_steps"):
+        run_compare(settings, ["dense"])
 
 
 def test_a_report_folder_refuses_other_settings(settings):

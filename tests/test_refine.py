@@ -100,7 +100,7 @@ def test_refinement_input_errors(tiny_folder):
         PruneConfig(model="m", out="x", refine_steps=-1).validate()
 
 
-def test_prune_with_refinement_records_it_and_keeps_exact_counts(tiny_folder, tmp_path, monkeypatch):
+def test_prune_with_refinement_fits_real_tokens_records_it_and_keeps_the_masks(tiny_folder, tmp_path, monkeypatch):
     from sparsedecoding import pipeline
 
     fitted = []

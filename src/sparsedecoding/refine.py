@@ -66,7 +66,7 @@ def refine_layer(layer: nn.Module, linears: dict[str, nn.Linear], batches: list,
     for parameter in trainable:  # gradients go to the fp32 masters only, never into the model's own tensors
         parameter.requires_grad_(False)
     try:
-        masters = _fit(layer, solver_weights, masks, train, steps, lr, seed)
+        masters = _fit(layer, solver_weights, masks, dtypes, train, steps, lr, seed)
     finally:
         for parameter, flag in trainable.items():
             parameter.requires_grad_(flag)
@@ -83,11 +83,10 @@ def _cast(weights: dict[str, torch.Tensor], dtypes: dict[str, torch.dtype]) -> d
     return {key: value.to(dtypes[key]) for key, value in weights.items()}
 
 
-def _fit(layer, start: dict[str, torch.Tensor], masks: dict[str, torch.Tensor], train: list, steps: int, lr: float,
-         seed: int) -> dict[str, torch.Tensor]:
+def _fit(layer, start: dict[str, torch.Tensor], masks: dict[str, torch.Tensor], dtypes: dict[str, torch.dtype],
+         train: list, steps: int, lr: float, seed: int) -> dict[str, torch.Tensor]:
     """Adam on fp32 master copies of `start` over the training batches in a seeded order, re-masked after every
-    step; the forward pass runs in the weights' own dtype. Returns the masters (detached)."""
-    dtypes = {key: weight.dtype for key, weight in start.items()}
+    step; the forward pass runs in `dtypes` (the weights' own). Returns the masters (detached)."""
     masters = {key: weight.float().clone().requires_grad_(True) for key, weight in start.items()}
     optimizer = torch.optim.Adam(list(masters.values()), lr=lr)
     order = torch.Generator().manual_seed(seed)

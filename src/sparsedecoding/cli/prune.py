@@ -45,8 +45,8 @@ def register(subparsers) -> None:
     solver.add_argument("--percdamp", type=float, default=0.01, help="SparseGPT relative damping (default 0.01)")
     solver.add_argument("--hessian-dtype", default="float32", choices=["float32", "float64"])
     solver.add_argument("--refine-steps", type=int, default=0,
-                        help="after the solver, Adam steps per layer fitting the pruned layer's output to the dense "
-                             "one on the kept calibration positions, masks fixed (default 0: off)")
+                        help="experimental: after the solver, Adam steps per layer fitting the pruned layer's output "
+                             "to the dense one on every real calibration token, masks fixed (default 0: off)")
     solver.add_argument("--refine-lr", type=float, default=1e-5, help="refinement learning rate (default 1e-5)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per replay batch (default 8)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
