@@ -7,7 +7,7 @@ fits them jointly. The loss is ‖layer_pruned(x) − layer_dense(x)‖² / ‖l
 `refine_layer` is given. The pipeline gives it every real token of the calibration sequences (prompt and
 continuation; padding never counts), not only the decode positions its Hessians come from.
 
-Experimental, off by default: on SmolLM2-135M (`benchmarks/results/refine_smollm2_cpu.md`) it lowered every
+Experimental, off by default: on SmolLM2-135M (`benchmarks/results/refine-smollm2-cpu/`) it lowered every
 layer's held-out error yet made the model's answers end early (often at the first token), whether it fitted decode
 positions only or every real token.
 
