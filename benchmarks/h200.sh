@@ -14,6 +14,9 @@
 #   followup: receive a SmolLM2 piece (carry .xfer/spart00, then `receive` with spart01), GPU kernel tests with the
 #             batch-2-4 word-half candidates, the kernel benchmark at batch 1/2/4 and the engine at batch 1-8 to see
 #             whether they help, then the SmolLM2 engine check that ran out of time here
+# Third session:
+#   dotsweep: the new tensor-core kernel (triton_dot) among the tuner's candidates: kernel benchmark of the 8B
+#             shapes at batch 2-16 (every candidate's time listed), then the 8B engine at batch 1-8
 #   refine64k: (after the 18 `receive` calls) the 64k sampled grid with block-wise refinement, fixed in advance:
 #             200 steps per layer at learning rate 5e-5, sequential propagation first, into its own folder
 # Long steps run under `timeout` so that a slow step never costs the results of the others; results are written
@@ -113,6 +116,15 @@ case $stage in
         --out "$OUT/engine_check_smollm2-135m_2of4.md" > "$OUT/check_smollm2.log" 2>&1
     fi
     tail -12 "$OUT/kernel_h200_bs124.md"; grep -A12 "## Targets" "$OUT/e2e_h200_8b.md"
+    ;;
+  dotsweep)
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+    timeout 300 python3 benchmarks/kernel_bench.py --models Llama-3.1-8B --patterns 2:4 16:32 --batches 2 4 8 16 \
+      --out "$OUT/kernel_dot_sweep.md" > "$OUT/kernel_dot.log" 2>&1
+    grep -E "b[0-9]+:" "$OUT/kernel_dot.log" | tail -40
+    timeout 260 python3 benchmarks/e2e_bench.py --preset llama-3.1-8b --repeats 2 --out "$OUT/e2e_h200_8b_dot.md" \
+      > "$OUT/e2e_dot.log" 2>&1
+    grep -A12 "## Targets" "$OUT/e2e_h200_8b_dot.md"; tail -5 "$OUT/e2e_dot.log"
     ;;
   refine64k)
     # Fixed before any refinement result existed: same calibration as grid64k (the same sets are rebuilt with the

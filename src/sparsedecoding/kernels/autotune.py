@@ -25,8 +25,10 @@ from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
 from ..errors import KernelInputError
+from . import triton_dot, triton_spmv
 from .format import dense_from_parts, values_per_word
-from .triton_spmv import SpmvConfig, compile_for, launch
+from .triton_dot import DotConfig
+from .triton_spmv import SpmvConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +46,16 @@ _COMPILE_THREADS = min(16, os.cpu_count() or 1)
 _HALF_WORD_TILES = ((8, 16, 4, 2, 2), (4, 16, 4, 2, 4), (16, 16, 8, 2, 2), (8, 32, 8, 2, 4), (8, 64, 8, 2, 4),
                     (4, 128, 8, 2, 4))
 _WHOLE_WORD_TILES = ((8, 16, 4, 1, 1), (16, 16, 4, 1, 1))
+# Tensor-core tiles for batches above 1: (rows per program, words per loop step, warps, pipeline stages), each
+# with both ways of ranking a column and both ways of fetching its value (see triton_dot).
+_DOT_TILES = ((64, 2, 4, 2), (128, 2, 8, 2), (64, 4, 4, 2), (32, 4, 4, 2), (128, 4, 8, 3))
+_DOT_WAYS = (("popc", "global"), ("popc", "register"), ("cumsum", "global"), ("cumsum", "register"))
 
-_tuned: dict[tuple, SpmvConfig] = {}
-_timings: dict[tuple, dict[SpmvConfig, float]] = {}  # milliseconds of every candidate timed
-_rejected: dict[tuple, dict[SpmvConfig, str]] = {}  # candidates that failed to compile or to match, and why
+Config = SpmvConfig | DotConfig
+
+_tuned: dict[tuple, Config] = {}
+_timings: dict[tuple, dict[Config, float]] = {}  # milliseconds of every candidate timed
+_rejected: dict[tuple, dict[Config, str]] = {}  # candidates that failed to compile or to match, and why
 
 
 def problem_key(x: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> tuple:
@@ -69,7 +77,7 @@ def _splits(out_features: int, words: int, rows: int, block_words: int, sm_count
 
 
 def candidate_configs(out_features: int, words: int, batch: int, values_per_word: int,
-                      sm_count: int) -> list[SpmvConfig]:
+                      sm_count: int) -> list[Config]:
     """The configurations worth timing for one problem. Word halves need 32·N/M a multiple of 16 (every 50%
     pattern). Batch 1: the half-word tiles, and one whole-word tile. Wider batches: whole-word tiles with 16-bit
     x (measured 1.2-1.4x faster than float32 x at batch 8), one with float32 x, and up to batch 4 one half-word
@@ -84,11 +92,30 @@ def candidate_configs(out_features: int, words: int, batch: int, values_per_word
         tiles = [(t, False) for t in _WHOLE_WORD_TILES] + [(_WHOLE_WORD_TILES[0], True)]
         if halves_fit and batch <= 4:
             tiles += [(_HALF_WORD_TILES[0], True)] + [(t, False) for t in _HALF_WORD_TILES]
-    configs = []
+    configs: list[Config] = []
     for (rows, block_words, warps, word_lanes, warp_words), x_float32 in tiles:
         for split_k in _splits(out_features, words, rows, block_words, sm_count):
             configs.append(SpmvConfig(rows, block_words, split_k, warps, word_lanes, warp_words, x_float32))
+    if batch > 1:
+        for rows, block_words, warps, stages in _DOT_TILES:
+            for split_k in _splits(out_features, words, rows, block_words, sm_count):
+                configs += [DotConfig(rows, block_words, split_k, warps, stages, rank, gather)
+                            for rank, gather in _DOT_WAYS]
     return configs
+
+
+def launch(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
+           config: Config) -> torch.Tensor:
+    """y = x·Wᵀ with the kernel and launch configuration `config` names (inputs already checked)."""
+    kernel = triton_dot if isinstance(config, DotConfig) else triton_spmv
+    return kernel.launch(x, values, bitmask, n, m, config)
+
+
+def compile_for(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
+                config: Config) -> None:
+    """Compile the kernel `launch` would run for these inputs and this configuration, without running it."""
+    kernel = triton_dot if isinstance(config, DotConfig) else triton_spmv
+    kernel.compile_for(x, values, bitmask, n, m, config)
 
 
 class _Reference:
@@ -127,7 +154,7 @@ def _weight_copies(values: torch.Tensor, bitmask: torch.Tensor) -> list[tuple[to
 
 
 def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int,
-                config: SpmvConfig) -> float:
+                config: Config) -> float:
     """Median milliseconds per launch of a CUDA graph that calls `config` round-robin over `weights`."""
     sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
     graph = torch.cuda.CUDAGraph()
@@ -146,9 +173,9 @@ def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]
 
 
 def _compile_all(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
-                 candidates: list[SpmvConfig]) -> dict[SpmvConfig, str]:
+                 candidates: list[Config]) -> dict[Config, str]:
     """Compile every candidate on a thread pool; the ones Triton cannot build, with the reason."""
-    def build(config: SpmvConfig) -> str | None:
+    def build(config: Config) -> str | None:
         try:
             compile_for(x, values, bitmask, n, m, config)
         except (CompilationError, OutOfResources) as exc:
@@ -160,7 +187,7 @@ def _compile_all(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     return {config: reason for config, reason in failures.items() if reason is not None}
 
 
-def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> SpmvConfig:
+def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> Config:
     """The fastest correct candidate for this problem, compiled, checked and timed on first use."""
     key = problem_key(x, bitmask, n, m)
     config = _tuned.get(key)
@@ -172,7 +199,7 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     out_features, words = bitmask.shape
     sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
     candidates = candidate_configs(out_features, words, x.shape[0], values_per_word(n, m), sm_count)
-    rejected: dict[SpmvConfig, str] = _compile_all(x, values, bitmask, n, m, candidates)
+    rejected: dict[Config, str] = _compile_all(x, values, bitmask, n, m, candidates)
     reference = _Reference(x, values, bitmask)
     for candidate in candidates:
         if candidate not in rejected:
@@ -196,11 +223,11 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     return config
 
 
-def tuning_results() -> dict[tuple, tuple[SpmvConfig, dict[SpmvConfig, float]]]:
+def tuning_results() -> dict[tuple, tuple[Config, dict[Config, float]]]:
     """For every problem tuned so far: the chosen configuration and each candidate's median time in ms."""
     return {key: (config, dict(_timings[key])) for key, config in _tuned.items()}
 
 
-def rejected_candidates() -> dict[tuple, dict[SpmvConfig, str]]:
+def rejected_candidates() -> dict[tuple, dict[Config, str]]:
     """For every problem tuned so far: the candidates that failed to compile or to match float64, and why."""
     return {key: dict(rejected) for key, rejected in _rejected.items() if rejected}
