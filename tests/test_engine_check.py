@@ -1,10 +1,13 @@
-"""The correctness check's verdicts: ties, divergences, logit tolerance, and a whole run on a tiny pruned model."""
+"""The correctness check's verdicts: ties, divergences, logit tolerance measured against transformers' own
+rounding, and whole runs on a tiny model (passing, and failing once the engine's RoPE is off)."""
 
+import pytest
 import torch
 from test_engine import random_hf_model
 from tiny_models import char_tokenizer
 
-from sparsedecoding.engine.check import compare_logits, compare_tokens, run
+from sparsedecoding.engine import model as engine_model
+from sparsedecoding.engine.check import compare_logits, compare_tokens, main, run
 from sparsedecoding.patterns import SparsityPattern
 
 
@@ -14,6 +17,13 @@ def logits_with_gap(gap: float) -> torch.Tensor:
     logits[:2, 0] = 5.0
     logits[2, 3], logits[2, 4] = 10.0, 10.0 - gap
     return logits
+
+
+@pytest.fixture
+def tiny_folder(tmp_path):
+    random_hf_model("qwen2").save_pretrained(tmp_path)
+    char_tokenizer().save_pretrained(tmp_path)
+    return tmp_path
 
 
 def test_divergence_after_a_tie_passes_and_after_a_clear_margin_fails():
@@ -27,6 +37,16 @@ def test_divergence_after_a_tie_passes_and_after_a_clear_margin_fails():
     assert same.passed and same.first_divergence is None and same.equal_fraction == 1.0
 
 
+def test_a_gap_within_the_measured_rounding_shift_is_a_tie():
+    dense, sparse = torch.tensor([0, 0, 3]), torch.tensor([0, 0, 4])
+    wide = logits_with_gap(-2.0)  # in the wide dtype token 4 leads by 2: rounding moved the gap by 3
+    moved = compare_tokens(dense, sparse, logits_with_gap(1.0), logits_with_gap(1.0), logits_with_gap(1.0), wide)
+    assert abs(moved.rounding_shift - 3.0) < 1e-6 and moved.tie and moved.passed
+    still = compare_tokens(dense, sparse, logits_with_gap(1.0), logits_with_gap(1.0), logits_with_gap(1.0),
+                           logits_with_gap(0.9))
+    assert abs(still.rounding_shift - 0.1) < 1e-6 and not still.passed
+
+
 def test_logit_comparison_flags_large_differences_and_non_tie_misses():
     reference = logits_with_gap(1.0)
     assert compare_logits(reference + 0.01, reference).passed
@@ -36,10 +56,48 @@ def test_logit_comparison_flags_large_differences_and_non_tie_misses():
     assert compare_logits(swapped, reference).unexplained_top1 == 1
 
 
-def test_check_run_reports_passes_on_a_tiny_pruned_model(tmp_path):
-    random_hf_model("qwen2").save_pretrained(tmp_path)
-    char_tokenizer().save_pretrained(tmp_path)
-    report = run(tmp_path, SparsityPattern.parse("2:4"), ["hello world"], 10, torch.device("cpu"), compile=False,
+def test_engine_error_is_judged_against_transformers_own_rounding_error():
+    wide = logits_with_gap(1.0)
+    noise = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.25]).repeat(3, 1)
+    reference = wide + noise  # transformers' own rounding: max error 1
+    close = compare_logits(wide - 1.5 * noise, reference, wide)  # error 1.5, yet 2.5 from transformers' logits
+    assert close.passed and not close.within_fixed_tolerance
+    assert (close.engine_error, close.reference_error) == (1.5, 1.0)
+    assert close.allowed_error == pytest.approx(2.0 + torch.finfo(torch.bfloat16).eps * 10.0)
+    far = compare_logits(wide + 2.2 * noise, reference, wide)
+    assert not far.passed and far.engine_error == pytest.approx(2.2)
+    assert compare_logits(wide, wide, wide).passed  # no rounding at all: the slack alone
+
+
+def test_check_run_reports_passes_on_a_tiny_pruned_model(tiny_folder):
+    report = run(tiny_folder, SparsityPattern.parse("2:4"), ["hello world"], 10, torch.device("cpu"), compile=False,
                  checks=["logits", "tokens"])
     assert "## Dense engine vs transformers" in report and "## Sparse engine vs dense engine" in report
     assert "| NO |" not in report
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_check_fails_an_engine_whose_rope_is_off_by_ten_percent(tiny_folder, monkeypatch, dtype):
+    prompts = ["hello world", "abc"]
+    report = run(tiny_folder, None, prompts, 10, torch.device("cpu"), compile=False, checks=["logits"], dtype=dtype)
+    assert report.count("| yes |\n") == 2 and "| NO |" not in report
+    exact = engine_model.rope_frequencies
+    monkeypatch.setattr(engine_model, "rope_frequencies", lambda args: 1.1 * exact(args))
+    report = run(tiny_folder, None, prompts, 10, torch.device("cpu"), compile=False, checks=["logits"], dtype=dtype)
+    assert report.count("| NO |\n") == 2
+
+
+def test_check_without_the_wide_reference_uses_the_fixed_rule(tiny_folder):
+    report = run(tiny_folder, None, ["hello world"], 10, torch.device("cpu"), compile=False, checks=["logits"],
+                 wide_reference=False)
+    assert "reference: none (fixed rule)" in report and "Pass (fixed rule)" in report and "| NO |" not in report
+
+
+def test_command_line_passes_the_dtype_and_the_reference_choice(tiny_folder, tmp_path):
+    out = tmp_path / "report.md"
+    common = ["--model", str(tiny_folder), "--checks", "logits", "--new-tokens", "4", "--device", "cpu", "--out",
+              str(out)]
+    assert main([*common, "--dtype", "float32"]) == 0
+    assert "- weights: float32;" in out.read_text() and "transformers in float32 and float64" in out.read_text()
+    assert main([*common, "--no-wide-reference"]) == 0
+    assert "- weights: bfloat16;" in out.read_text() and "Pass (fixed rule)" in out.read_text()

@@ -47,4 +47,4 @@ def test_correctness_check_passes_on_a_tiny_pruned_model(tmp_path):
     char_tokenizer().save_pretrained(tmp_path)
     report = run(tmp_path, SparsityPattern.parse("2:4"), ["hello world", "abc"], 24, torch.device("cuda"),
                  compile=True, checks=["logits", "tokens"])
-    assert "| NO |" not in report and report.count("| yes |") == 4
+    assert "| NO |" not in report and report.count("| yes |\n") == 4

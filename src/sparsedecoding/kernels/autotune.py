@@ -8,7 +8,7 @@ listed in `rejected_candidates()` (a kernel bug, never a silent substitute). Eac
 decoder runs it: replayed from a CUDA graph, round-robin over enough temporary copies of the weight that the L2
 cache cannot serve them (median per launch, the copy of x for batches above 1 included); `do_bench`'s single
 launches after an L2 flush add 15-20 us of launch and write-back time that swamp the 4096-row shapes. Results
-are kept per device, shape, batch, values per word and dtype; a CUDA-graph capture that meets an untuned
+are kept per device, shape, batch, pattern and dtype; a CUDA-graph capture that meets an untuned
 problem raises instead of timing inside the capture."""
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ _COMPILE_THREADS = min(16, os.cpu_count() or 1)
 _HALF_WORD_TILES = ((8, 16, 4, 2, 2), (4, 16, 4, 2, 4), (16, 16, 8, 2, 2), (8, 32, 8, 2, 4), (8, 64, 8, 2, 4),
                     (4, 128, 8, 2, 4))
 _WHOLE_WORD_TILES = ((8, 16, 4, 1, 1), (16, 16, 4, 1, 1))
-# Tensor-core tiles for batches above 1: (rows per program, words per loop step, warps, pipeline stages), each
-# with both ways of ranking a column and both ways of fetching its value (see triton_dot).
-_DOT_TILES = ((64, 2, 4, 2), (128, 2, 8, 2), (64, 4, 4, 2), (32, 4, 4, 2), (128, 4, 8, 3))
-_DOT_WAYS = (("popc", "global"), ("popc", "register"), ("cumsum", "global"), ("cumsum", "register"))
+# Tensor-core tiles for batches above 1 on the patterns triton_dot serves: (rows per program, words per loop step,
+# warps, pipeline stages).
+_DOT_TILES = ((64, 2, 4, 2), (128, 2, 8, 2), (64, 4, 4, 2), (32, 4, 4, 2), (128, 4, 8, 3), (64, 4, 4, 3),
+              (32, 8, 4, 2))
 
 Config = SpmvConfig | DotConfig
 
@@ -60,7 +60,7 @@ _rejected: dict[tuple, dict[Config, str]] = {}  # candidates that failed to comp
 
 def problem_key(x: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> tuple:
     out_features, words = bitmask.shape
-    return (str(x.device), out_features, words, x.shape[0], values_per_word(n, m), str(x.dtype))
+    return (str(x.device), out_features, words, x.shape[0], f"{n}:{m}", str(x.dtype))
 
 
 def _splits(out_features: int, words: int, rows: int, block_words: int, sm_count: int) -> list[int]:
@@ -76,16 +76,16 @@ def _splits(out_features: int, words: int, rows: int, block_words: int, sm_count
     return sorted({split, min(2 * split, most)})
 
 
-def candidate_configs(out_features: int, words: int, batch: int, values_per_word: int,
+def candidate_configs(out_features: int, words: int, batch: int, n: int, m: int,
                       sm_count: int) -> list[Config]:
     """The configurations worth timing for one problem. Word halves need 32·N/M a multiple of 16 (every 50%
     pattern). Batch 1: the half-word tiles, and one whole-word tile. Wider batches: whole-word tiles with 16-bit
     x (measured 1.2-1.4x faster than float32 x at batch 8), one with float32 x, and up to batch 4 one half-word
     tile with float32 x (2.5-2.9x slower than whole words at batch 8) and every half-word tile with 16-bit x:
-    at batch 2-4 one 4- or 8-byte x gather per value serves every batch row, so the batch-1 layouts may win there
-    (added after the full H200 benchmark, where batch 2 ran 1.8x slower than batch 1 on whole words; not yet
-    timed on a GPU: the tuner keeps them only where they measure faster)."""
-    halves_fit = values_per_word % 16 == 0
+    at batch 2-4 one 4- or 8-byte x gather per value serves every batch row, so the batch-1 layouts win there
+    (8B shapes at batch 2: 1.00-1.13x cuBLAS, against 0.55-0.6x for whole words). Above batch 1, the
+    tensor-core tiles of `triton_dot` on the patterns it serves (2:4, 4:8, 1:4)."""
+    halves_fit = values_per_word(n, m) % 16 == 0
     if batch == 1:
         tiles = [(t, True) for t in (_HALF_WORD_TILES if halves_fit else ()) + _WHOLE_WORD_TILES[1:]]
     else:
@@ -96,11 +96,10 @@ def candidate_configs(out_features: int, words: int, batch: int, values_per_word
     for (rows, block_words, warps, word_lanes, warp_words), x_float32 in tiles:
         for split_k in _splits(out_features, words, rows, block_words, sm_count):
             configs.append(SpmvConfig(rows, block_words, split_k, warps, word_lanes, warp_words, x_float32))
-    if batch > 1:
+    if batch > 1 and triton_dot.supports(n, m):
         for rows, block_words, warps, stages in _DOT_TILES:
             for split_k in _splits(out_features, words, rows, block_words, sm_count):
-                configs += [DotConfig(rows, block_words, split_k, warps, stages, rank, gather)
-                            for rank, gather in _DOT_WAYS]
+                configs.append(DotConfig(rows, block_words, split_k, warps, stages))
     return configs
 
 
@@ -198,7 +197,7 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
                                "before capturing a CUDA graph")
     out_features, words = bitmask.shape
     sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
-    candidates = candidate_configs(out_features, words, x.shape[0], values_per_word(n, m), sm_count)
+    candidates = candidate_configs(out_features, words, x.shape[0], n, m, sm_count)
     rejected: dict[Config, str] = _compile_all(x, values, bitmask, n, m, candidates)
     reference = _Reference(x, values, bitmask)
     for candidate in candidates:

@@ -1,20 +1,19 @@
 """Tensor-core Triton kernel for y[b, o] = Σ_i W[o, i]·x[b, i], W packed N:M (see `format.py`), for 2-16 rows.
 
 Why a second kernel: the bit-scan kernel (`triton_spmv`) decodes one stored value at a time on CUDA cores and
-gathers x at its column for every batch row, so its L1 traffic grows with the batch; from batch 2 on cuBLAS,
+gathers x at its column for every batch row, so its L1 traffic grows with the batch; from batch 3-4 on cuBLAS,
 which shares one x tile across many weight rows on tensor cores, is faster. Here each program rebuilds a dense
 [rows, 32·words] tile of W from the packed bytes in registers and hands it to `tl.dot` with an x tile padded to 16
-batch rows. The weight bytes read are the packed ones (1.125 per weight at 50%), the product costs the same for
-batch 2 and 16, and the price is a few integer instructions per dense element to rebuild the tile.
+batch rows. The weight bytes read are the packed ones (1.125 per weight at 50%), and the product costs the same
+for batch 2 and 16; the price is a few instructions per dense element to rebuild the tile.
 
-Rebuilding: column c of a word w is kept iff bit c is set; its value is the row's stored value number
-rank(c) = (set bits of the tile's row before c). Every mask word holds exactly K = 32·N/M set bits, so ranks
-restart at K·w for word w of the tile, and the tile's stored values are one contiguous run of K·words. Two ways
-to get rank (`DotConfig.rank`): `popc` counts the bits below c in c's word (PTX `popc`; a SWAR count in the
-interpreter), `cumsum` takes an exclusive prefix sum of the kept bits along the tile's row. Two ways to fetch the
-value (`DotConfig.gather`): `global` loads it at its own address (a 2-byte load per kept element, cache-served
-after the first touch of a line), `register` loads the row's run of stored values with wide contiguous loads and
-picks with `tl.gather`."""
+Rebuilding without gathers: `pack_nm` keeps exactly N columns in every group of M, so group g's stored values are
+values[N·g : N·g + N], loaded as plain contiguous vectors. Walking the group's M mask bits in order, column j
+takes the queue's head if its bit is set (zero otherwise) and a set bit pops the queue: N selects per column, all
+in registers. That is cheap for N ≤ 4 (2:4, 4:8, 1:4); 8:16 and 16:32 would need 8-16 selects per column and stay
+on the bit-scan kernel. A first version fetched each value at its rank (popcount or prefix sum of the bits below
+it) with a 2-byte gather or `tl.gather`: 4.4-12x slower than the bit-scan kernel on the H200, bound by the
+gathers' L1 traffic (benchmarks/KERNEL_NOTES.md)."""
 
 from __future__ import annotations
 
@@ -28,79 +27,93 @@ from ..errors import KernelInputError
 from .triton_spmv import _arrivals, interpreted
 
 BATCH_TILE = 16  # tl.dot needs ≥ 16 on every side: batch rows beyond x's are read as zeros
-_RANKS = ("popc", "cumsum")
-_GATHERS = ("global", "register")
+MAX_GROUP_VALUES = 4  # N: selects per rebuilt column
+
+
+def supports(n: int, m: int) -> bool:
+    """Whether the tensor-core kernel serves pattern N:M (power-of-two N ≤ 4, M ≤ 8)."""
+    return n in (1, 2, 4) and m in (2, 4, 8) and n < m
 
 
 @dataclass(frozen=True)
 class DotConfig:
     """One launch configuration of the tensor-core kernel: `block_rows` output rows and `block_words` mask words
     (32 columns each) per loop step and program; `split_k` programs share a row block, each summing a contiguous
-    range of words; `rank` and `gather` choose how the dense tile is rebuilt (module docstring)."""
+    range of words."""
 
     block_rows: int
     block_words: int
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 2
-    rank: str = "popc"
-    gather: str = "global"
 
     def __post_init__(self) -> None:
         sizes = (self.block_rows, self.block_words, self.split_k, self.num_warps, self.num_stages)
-        if self.rank not in _RANKS or self.gather not in _GATHERS or any(v < 1 for v in sizes) \
-                or self.block_rows < 16 or any(v & (v - 1) for v in (self.block_rows, self.block_words)):
-            raise KernelInputError(f"nm_dot configuration {self!r}: rank one of {_RANKS}, gather one of "
-                                   f"{_GATHERS}, block_rows ≥ 16 and tile sizes powers of two")
+        if any(v < 1 for v in sizes) or self.block_rows < 16 \
+                or any(v & (v - 1) for v in (self.block_rows, self.block_words)):
+            raise KernelInputError(f"nm_dot configuration {self!r}: block_rows ≥ 16 and tile sizes powers of two")
 
     def __str__(self) -> str:
-        return (f"dot R{self.block_rows}xW{self.block_words} split{self.split_k} w{self.num_warps} "
-                f"s{self.num_stages} {self.rank} {self.gather}")
+        return f"dot R{self.block_rows}xW{self.block_words} split{self.split_k} w{self.num_warps} s{self.num_stages}"
 
 
 @triton.jit
-def _bits_below(word, ON_GPU: tl.constexpr):
-    """Number of set bits of each int32 `word` (already masked to the bits below a column)."""
-    if ON_GPU:
-        count = tl.inline_asm_elementwise("popc.b32 $0, $1;", "=r,r", [word], dtype=tl.int32, is_pure=True, pack=1)
-    else:  # SWAR count on the unsigned word, for the interpreter
-        v = word.to(tl.uint32, bitcast=True)
-        v = v - ((v >> 1) & 0x55555555)
-        v = (v & 0x33333333) + ((v >> 2) & 0x33333333)
-        v = (v + (v >> 4)) & 0x0F0F0F0F
-        count = ((v * 0x01010101) >> 24).to(tl.int32)
-    return count
+def _column(field, j: tl.constexpr, q0, q1, q2, q3, N: tl.constexpr):
+    """Column j of every group (the queue head if the group's bit j is set, else 0) and the queue after it."""
+    kept = ((field >> j) & 1) != 0
+    column = tl.where(kept, q0, 0.0)
+    if N > 1:
+        q0 = tl.where(kept, q1, q0)
+    if N > 2:
+        q1 = tl.where(kept, q2, q1)
+        q2 = tl.where(kept, q3, q2)
+    return column, q0, q1, q2, q3
 
 
 @triton.jit
-def _dense_tile(mask_rows, value_rows, w0, w_stop, col_word, col_bit, below_col, MASKED: tl.constexpr,
-                K: tl.constexpr, BLOCK_WORDS: tl.constexpr, CUMSUM: tl.constexpr, REGISTER_GATHER: tl.constexpr,
-                ON_GPU: tl.constexpr):
-    """W[rows, 32·w0 : 32·(w0 + BLOCK_WORDS)] rebuilt from the packed parts; words ≥ w_stop read as zero
-    columns when MASKED."""
-    word_ptrs = mask_rows[:, None] + (w0 + col_word)[None, :]
+def _dense_tile(mask_rows, value_rows, w0, w_stop, MASKED: tl.constexpr, N: tl.constexpr, M: tl.constexpr,
+                BLOCK_ROWS: tl.constexpr, BLOCK_WORDS: tl.constexpr):
+    """W[rows, 32·w0 : 32·(w0 + BLOCK_WORDS)] rebuilt from the packed parts ([rows, columns]); words ≥ w_stop
+    read as zero columns when MASKED."""
+    GROUPS: tl.constexpr = BLOCK_WORDS * 32 // M
+    group = tl.arange(0, GROUPS)
+    word_ptrs = mask_rows[:, None] + (w0 + group // (32 // M))[None, :]
+    value_ptrs = value_rows[:, None, None] + (w0 * (32 * N // M) + group * N)[None, :, None] \
+        + tl.arange(0, N)[None, None, :]
     if MASKED:
-        word = tl.load(word_ptrs, mask=(w0 + col_word < w_stop)[None, :], other=0, eviction_policy="evict_first")
+        ok = (w0 + group // (32 // M) < w_stop)[None, :]
+        word = tl.load(word_ptrs, mask=ok, other=0, eviction_policy="evict_first")
+        stored = tl.load(value_ptrs, mask=ok[:, :, None], other=0.0, eviction_policy="evict_first")
     else:
         word = tl.load(word_ptrs, eviction_policy="evict_first")
-    bit = (word >> col_bit[None, :]) & 1
-    if CUMSUM:
-        rank = tl.cumsum(bit, axis=1) - bit
+        stored = tl.load(value_ptrs, eviction_policy="evict_first")
+    field = word >> ((group % (32 // M)) * M)[None, :]  # the group's bits at the bottom (higher bits unused)
+    if N == 1:
+        q0 = tl.reshape(stored, (BLOCK_ROWS, GROUPS))
+        q1, q2, q3 = q0, q0, q0
+    elif N == 2:
+        q0, q1 = tl.split(stored)
+        q2, q3 = q0, q0
     else:
-        rank = _bits_below(word & below_col[None, :], ON_GPU) + (col_word * K)[None, :]
-    kept = bit != 0
-    if REGISTER_GATHER:
-        run = tl.arange(0, K * BLOCK_WORDS)
-        run_ptrs = value_rows[:, None] + (w0 * K + run)[None, :]
-        if MASKED:
-            stored = tl.load(run_ptrs, mask=(w0 * K + run < w_stop * K)[None, :], other=0.0,
-                             eviction_policy="evict_first")
+        even, odd = tl.split(tl.reshape(stored, (BLOCK_ROWS, GROUPS, 2, 2)))
+        q0, q2 = tl.split(even)
+        q1, q3 = tl.split(odd)
+    c0, q0, q1, q2, q3 = _column(field, 0, q0, q1, q2, q3, N)
+    c1, q0, q1, q2, q3 = _column(field, 1, q0, q1, q2, q3, N)
+    if M == 2:
+        tile = tl.join(c0, c1)
+    else:
+        c2, q0, q1, q2, q3 = _column(field, 2, q0, q1, q2, q3, N)
+        c3, q0, q1, q2, q3 = _column(field, 3, q0, q1, q2, q3, N)
+        if M == 4:
+            tile = tl.join(tl.join(c0, c2), tl.join(c1, c3))  # [.., k, t] holds column 2k + t
         else:
-            stored = tl.load(run_ptrs, eviction_policy="evict_first")
-        tile = tl.where(kept, tl.gather(stored, tl.minimum(rank, K * BLOCK_WORDS - 1), axis=1), 0.0)
-    else:
-        tile = tl.load(value_rows[:, None] + w0 * K + rank, mask=kept, other=0.0)
-    return tile
+            c4, q0, q1, q2, q3 = _column(field, 4, q0, q1, q2, q3, N)
+            c5, q0, q1, q2, q3 = _column(field, 5, q0, q1, q2, q3, N)
+            c6, q0, q1, q2, q3 = _column(field, 6, q0, q1, q2, q3, N)
+            c7, q0, q1, q2, q3 = _column(field, 7, q0, q1, q2, q3, N)
+            tile = tl.join(tl.join(tl.join(c0, c4), tl.join(c2, c6)), tl.join(tl.join(c1, c5), tl.join(c3, c7)))
+    return tl.reshape(tile, (BLOCK_ROWS, BLOCK_WORDS * 32))
 
 
 @triton.jit
@@ -119,8 +132,7 @@ def nm_dot_kernel(
     x_ptr, values_ptr, bitmask_ptr, y_ptr, partial_ptr, arrivals_ptr,
     out_features, words, batch,
     N: tl.constexpr, M: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_WORDS: tl.constexpr,
-    SPLIT_K: tl.constexpr, CUMSUM: tl.constexpr, REGISTER_GATHER: tl.constexpr, EVEN_ROWS: tl.constexpr,
-    EVEN_WORDS: tl.constexpr, ON_GPU: tl.constexpr,
+    SPLIT_K: tl.constexpr, EVEN_ROWS: tl.constexpr, EVEN_WORDS: tl.constexpr, ON_GPU: tl.constexpr,
 ):
     """y[b, o] for BLOCK_ROWS rows o and all b < batch ≤ 16; x is the caller's [batch, in]."""
     K: tl.constexpr = 32 * N // M
@@ -136,9 +148,6 @@ def nm_dot_kernel(
     mask_rows = bitmask_ptr + row_ids * words
     value_rows = values_ptr + row_ids * (words * K)
     cols = tl.arange(0, BLOCK_COLS)
-    col_word = cols // 32
-    col_bit = cols % 32
-    below_col = ~(-1 << col_bit)  # bits 0..c-1 of a word
     b = tl.arange(0, BATCH)
     x_cols = x_ptr + b[None, :] * in_features + cols[:, None]  # [columns, batch] tile of x
     b_ok = (b < batch)[None, :]
@@ -150,14 +159,12 @@ def nm_dot_kernel(
 
     acc = tl.zeros([BLOCK_ROWS, BATCH], dtype=tl.float32)
     for w0 in range(w_begin, w_full_stop, BLOCK_WORDS):
-        tile = _dense_tile(mask_rows, value_rows, w0, w_stop, col_word, col_bit, below_col, False, K, BLOCK_WORDS,
-                           CUMSUM, REGISTER_GATHER, ON_GPU)
+        tile = _dense_tile(mask_rows, value_rows, w0, w_stop, False, N, M, BLOCK_ROWS, BLOCK_WORDS)
         x = tl.load(x_cols + w0 * 32, mask=b_ok, other=0.0, eviction_policy="evict_last")
         acc = _dot(tile, x, acc, ON_GPU)
     if not EVEN_WORDS:
         if w_full_stop < w_stop:  # one partial step, masked
-            tile = _dense_tile(mask_rows, value_rows, w_full_stop, w_stop, col_word, col_bit, below_col, True, K,
-                               BLOCK_WORDS, CUMSUM, REGISTER_GATHER, ON_GPU)
+            tile = _dense_tile(mask_rows, value_rows, w_full_stop, w_stop, True, N, M, BLOCK_ROWS, BLOCK_WORDS)
             x_ok = b_ok & (w_full_stop * 32 + cols < w_stop * 32)[:, None]
             x = tl.load(x_cols + w_full_stop * 32, mask=x_ok, other=0.0)
             acc = _dot(tile, x, acc, ON_GPU)
@@ -187,6 +194,9 @@ def _kernel_call(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     batch = x.shape[0]
     if batch > BATCH_TILE:
         raise KernelInputError(f"nm_dot serves at most {BATCH_TILE} rows of x, got {batch}")
+    if not supports(n, m):
+        raise KernelInputError(f"nm_dot rebuilds tiles for N ≤ {MAX_GROUP_VALUES} and M ≤ 8 (2:4, 4:8, 1:4); "
+                               f"{n}:{m} runs on the bit-scan kernel")
     out_features, words = bitmask.shape
     y = torch.empty(batch, out_features, dtype=x.dtype, device=x.device)
     row_blocks = triton.cdiv(out_features, config.block_rows)
@@ -198,7 +208,6 @@ def _kernel_call(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     arguments = (x, values, bitmask, y, partial, arrivals, out_features, words, batch)
     constants = dict(
         N=n, M=m, BLOCK_ROWS=config.block_rows, BLOCK_WORDS=config.block_words, SPLIT_K=config.split_k,
-        CUMSUM=config.rank == "cumsum", REGISTER_GATHER=config.gather == "register",
         EVEN_ROWS=out_features % config.block_rows == 0,
         EVEN_WORDS=words % (config.block_words * config.split_k) == 0, ON_GPU=not interpreted(),
         num_warps=config.num_warps, num_stages=config.num_stages,
