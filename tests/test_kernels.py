@@ -68,49 +68,6 @@ def test_triton_kernel_matches_float64(n, m, out, in_features, batch, config, dt
     assert_matches_float64(y, x, weight)
 
 
-# (out, in, batch, config, dtype) of the tensor-core kernel: one word a step; a ragged row block, a zero-padded
-# batch, uneven split-K with a partial last step; fp16 with 3 stages; batch 16 with 4 words a step and split-K;
-# batch 1.
-DOT_CASES = [
-    (64, 128, 2, dict(block_rows=16, block_words=1), torch.bfloat16),
-    (40, 160, 5, dict(block_rows=32, block_words=2, split_k=2), torch.bfloat16),
-    (48, 256, 8, dict(block_rows=16, block_words=2, num_stages=3), torch.float16),
-    (32, 640, 16, dict(block_rows=16, block_words=4, split_k=3), torch.bfloat16),
-    (16, 96, 1, dict(block_rows=16, block_words=2), torch.bfloat16),
-]
-DOT_PATTERNS = [(2, 4), (4, 8), (1, 4), (1, 2), (2, 8)]
-
-
-@pytest.mark.parametrize("n,m", DOT_PATTERNS)
-@pytest.mark.parametrize("out,in_features,batch,config,dtype", DOT_CASES)
-def test_tensor_core_kernel_matches_float64(n, m, out, in_features, batch, config, dtype):
-    from sparsedecoding.kernels.triton_dot import DotConfig, launch
-
-    weight, packed, x = packed_problem(out, in_features, batch, n, m, dtype)
-    y = launch(x, packed.values, packed.bitmask, n, m, DotConfig(**config))
-    assert y.shape == (batch, out) and y.dtype == dtype
-    assert_matches_float64(y, x, weight)
-
-
-def test_tensor_core_kernel_split_k_repeats_bitwise_and_rejects_what_it_cannot_do():
-    from sparsedecoding.kernels.triton_dot import DotConfig, launch
-    from sparsedecoding.kernels.triton_spmv import _arrival_counters
-
-    _, packed, x = packed_problem(64, 512, 3, 4, 8)
-    config = DotConfig(block_rows=32, block_words=2, split_k=4)
-    first = launch(x, packed.values, packed.bitmask, 4, 8, config)
-    assert torch.equal(first, launch(x, packed.values, packed.bitmask, 4, 8, config))
-    assert int(_arrival_counters[x.device].abs().sum()) == 0
-    for bad in (dict(block_rows=8, block_words=2), dict(block_rows=16, block_words=3)):
-        with pytest.raises(KernelInputError, match="nm_dot configuration"):
-            DotConfig(**bad)
-    with pytest.raises(KernelInputError, match="at most 16 rows"):
-        launch(torch.zeros(17, 512, dtype=x.dtype), packed.values, packed.bitmask, 4, 8, config)
-    _, packed, x = packed_problem(64, 512, 3, 8, 16)
-    with pytest.raises(KernelInputError, match="8:16 runs on the bit-scan kernel"):
-        launch(x, packed.values, packed.bitmask, 8, 16, config)
-
-
 def test_word_halves_need_a_multiple_of_16_values_per_word():
     from sparsedecoding.kernels.triton_spmv import SpmvConfig, launch
 
@@ -149,17 +106,12 @@ def test_triton_kernel_split_k_leaves_counters_zero_and_repeats_bitwise():
 def test_candidates_fit_the_problem():
     from sparsedecoding.kernels.autotune import candidate_configs
 
-    from sparsedecoding.kernels.triton_dot import DotConfig
-
     for batch in (1, 3, 16):
-        for n, m in ((1, 4), (2, 4), (16, 32), (3, 4)):
-            configs = candidate_configs(4096, 128, batch, n, m, 132)
+        for k in (8, 16, 24):
+            configs = candidate_configs(4096, 128, batch, k, 132)
             assert configs and len(set(configs)) == len(configs)
-            scans = [c for c in configs if not isinstance(c, DotConfig)]
-            assert all(c.word_lanes == 1 for c in scans) or 32 * n // m % 16 == 0
-            assert all(c.x_float32 for c in scans) or batch > 1
-            # tensor-core tiles serve batches above 1 on the patterns whose groups keep at most 4 values
-            assert (len(scans) < len(configs)) == (batch > 1 and n in (1, 2))
+            assert all(c.word_lanes == 1 for c in configs) or k % 16 == 0
+            assert all(c.x_float32 for c in configs) or batch > 1
             assert all(c.split_k == 1 or 128 >= 2 * c.block_words * c.split_k for c in configs)  # two steps a split
 
 
@@ -244,11 +196,12 @@ def test_cuda_every_candidate_matches_float64_eagerly_and_in_cuda_graph_replay(n
     and replayed from a CUDA graph with fresh x: the PTX bit scan against float64, bitwise equal both ways."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sparsedecoding.kernels.autotune import candidate_configs, compile_for, launch
+    from sparsedecoding.kernels.autotune import candidate_configs
+    from sparsedecoding.kernels.triton_spmv import compile_for, launch
 
     weight, packed, x = packed_problem(1000, 2080, batch, n, m)
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
-    configs = candidate_configs(1000, 65, batch, n, m, sm_count)
+    configs = candidate_configs(1000, 65, batch, 32 * n // m, sm_count)
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda c: compile_for(x, packed.values, packed.bitmask, n, m, c), configs))
     for config in configs:

@@ -8,7 +8,7 @@ listed in `rejected_candidates()` (a kernel bug, never a silent substitute). Eac
 decoder runs it: replayed from a CUDA graph, round-robin over enough temporary copies of the weight that the L2
 cache cannot serve them (median per launch, the copy of x for batches above 1 included); `do_bench`'s single
 launches after an L2 flush add 15-20 us of launch and write-back time that swamp the 4096-row shapes. Results
-are kept per device, shape, batch, pattern and dtype; a CUDA-graph capture that meets an untuned
+are kept per device, shape, batch, values per word and dtype; a CUDA-graph capture that meets an untuned
 problem raises instead of timing inside the capture."""
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
 from ..errors import KernelInputError
-from . import triton_dot, triton_spmv
 from .format import dense_from_parts, values_per_word
-from .triton_dot import DotConfig
-from .triton_spmv import SpmvConfig
+from .triton_spmv import SpmvConfig, compile_for, launch
 
 log = logging.getLogger(__name__)
 
@@ -46,21 +44,15 @@ _COMPILE_THREADS = min(16, os.cpu_count() or 1)
 _HALF_WORD_TILES = ((8, 16, 4, 2, 2), (4, 16, 4, 2, 4), (16, 16, 8, 2, 2), (8, 32, 8, 2, 4), (8, 64, 8, 2, 4),
                     (4, 128, 8, 2, 4))
 _WHOLE_WORD_TILES = ((8, 16, 4, 1, 1), (16, 16, 4, 1, 1))
-# Tensor-core tiles for batches above 1 on the patterns triton_dot serves: (rows per program, words per loop step,
-# warps, pipeline stages).
-_DOT_TILES = ((64, 2, 4, 2), (128, 2, 8, 2), (64, 4, 4, 2), (32, 4, 4, 2), (128, 4, 8, 3), (64, 4, 4, 3),
-              (32, 8, 4, 2))
 
-Config = SpmvConfig | DotConfig
-
-_tuned: dict[tuple, Config] = {}
-_timings: dict[tuple, dict[Config, float]] = {}  # milliseconds of every candidate timed
-_rejected: dict[tuple, dict[Config, str]] = {}  # candidates that failed to compile or to match, and why
+_tuned: dict[tuple, SpmvConfig] = {}
+_timings: dict[tuple, dict[SpmvConfig, float]] = {}  # milliseconds of every candidate timed
+_rejected: dict[tuple, dict[SpmvConfig, str]] = {}  # candidates that failed to compile or to match, and why
 
 
 def problem_key(x: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> tuple:
     out_features, words = bitmask.shape
-    return (str(x.device), out_features, words, x.shape[0], f"{n}:{m}", str(x.dtype))
+    return (str(x.device), out_features, words, x.shape[0], values_per_word(n, m), str(x.dtype))
 
 
 def _splits(out_features: int, words: int, rows: int, block_words: int, sm_count: int) -> list[int]:
@@ -76,45 +68,27 @@ def _splits(out_features: int, words: int, rows: int, block_words: int, sm_count
     return sorted({split, min(2 * split, most)})
 
 
-def candidate_configs(out_features: int, words: int, batch: int, n: int, m: int,
-                      sm_count: int) -> list[Config]:
+def candidate_configs(out_features: int, words: int, batch: int, values_per_word: int,
+                      sm_count: int) -> list[SpmvConfig]:
     """The configurations worth timing for one problem. Word halves need 32·N/M a multiple of 16 (every 50%
     pattern). Batch 1: the half-word tiles, and one whole-word tile. Wider batches: whole-word tiles with 16-bit
     x (measured 1.2-1.4x faster than float32 x at batch 8), one with float32 x, and up to batch 4 one half-word
     tile with float32 x (2.5-2.9x slower than whole words at batch 8) and every half-word tile with 16-bit x:
     at batch 2-4 one 4- or 8-byte x gather per value serves every batch row, so the batch-1 layouts win there
-    (8B shapes at batch 2: 1.00-1.13x cuBLAS, against 0.55-0.6x for whole words). Above batch 1, the
-    tensor-core tiles of `triton_dot` on the patterns it serves (2:4, 4:8, 1:4)."""
-    halves_fit = values_per_word(n, m) % 16 == 0
+    (Llama-3.1-8B shapes at batch 2 on the H200: 0.99-1.14x cuBLAS with them, 0.79-0.87x before; at batch 4
+    whole words still win, at 0.73-0.81x)."""
+    halves_fit = values_per_word % 16 == 0
     if batch == 1:
         tiles = [(t, True) for t in (_HALF_WORD_TILES if halves_fit else ()) + _WHOLE_WORD_TILES[1:]]
     else:
         tiles = [(t, False) for t in _WHOLE_WORD_TILES] + [(_WHOLE_WORD_TILES[0], True)]
         if halves_fit and batch <= 4:
             tiles += [(_HALF_WORD_TILES[0], True)] + [(t, False) for t in _HALF_WORD_TILES]
-    configs: list[Config] = []
+    configs = []
     for (rows, block_words, warps, word_lanes, warp_words), x_float32 in tiles:
         for split_k in _splits(out_features, words, rows, block_words, sm_count):
             configs.append(SpmvConfig(rows, block_words, split_k, warps, word_lanes, warp_words, x_float32))
-    if batch > 1 and triton_dot.supports(n, m):
-        for rows, block_words, warps, stages in _DOT_TILES:
-            for split_k in _splits(out_features, words, rows, block_words, sm_count):
-                configs.append(DotConfig(rows, block_words, split_k, warps, stages))
     return configs
-
-
-def launch(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
-           config: Config) -> torch.Tensor:
-    """y = x·Wᵀ with the kernel and launch configuration `config` names (inputs already checked)."""
-    kernel = triton_dot if isinstance(config, DotConfig) else triton_spmv
-    return kernel.launch(x, values, bitmask, n, m, config)
-
-
-def compile_for(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
-                config: Config) -> None:
-    """Compile the kernel `launch` would run for these inputs and this configuration, without running it."""
-    kernel = triton_dot if isinstance(config, DotConfig) else triton_spmv
-    kernel.compile_for(x, values, bitmask, n, m, config)
 
 
 class _Reference:
@@ -153,7 +127,7 @@ def _weight_copies(values: torch.Tensor, bitmask: torch.Tensor) -> list[tuple[to
 
 
 def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int,
-                config: Config) -> float:
+                config: SpmvConfig) -> float:
     """Median milliseconds per launch of a CUDA graph that calls `config` round-robin over `weights`."""
     sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
     graph = torch.cuda.CUDAGraph()
@@ -172,9 +146,9 @@ def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]
 
 
 def _compile_all(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
-                 candidates: list[Config]) -> dict[Config, str]:
+                 candidates: list[SpmvConfig]) -> dict[SpmvConfig, str]:
     """Compile every candidate on a thread pool; the ones Triton cannot build, with the reason."""
-    def build(config: Config) -> str | None:
+    def build(config: SpmvConfig) -> str | None:
         try:
             compile_for(x, values, bitmask, n, m, config)
         except (CompilationError, OutOfResources) as exc:
@@ -186,7 +160,7 @@ def _compile_all(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     return {config: reason for config, reason in failures.items() if reason is not None}
 
 
-def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> Config:
+def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> SpmvConfig:
     """The fastest correct candidate for this problem, compiled, checked and timed on first use."""
     key = problem_key(x, bitmask, n, m)
     config = _tuned.get(key)
@@ -197,8 +171,8 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
                                "before capturing a CUDA graph")
     out_features, words = bitmask.shape
     sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
-    candidates = candidate_configs(out_features, words, x.shape[0], n, m, sm_count)
-    rejected: dict[Config, str] = _compile_all(x, values, bitmask, n, m, candidates)
+    candidates = candidate_configs(out_features, words, x.shape[0], values_per_word(n, m), sm_count)
+    rejected: dict[SpmvConfig, str] = _compile_all(x, values, bitmask, n, m, candidates)
     reference = _Reference(x, values, bitmask)
     for candidate in candidates:
         if candidate not in rejected:
@@ -222,11 +196,11 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     return config
 
 
-def tuning_results() -> dict[tuple, tuple[Config, dict[Config, float]]]:
+def tuning_results() -> dict[tuple, tuple[SpmvConfig, dict[SpmvConfig, float]]]:
     """For every problem tuned so far: the chosen configuration and each candidate's median time in ms."""
     return {key: (config, dict(_timings[key])) for key, config in _tuned.items()}
 
 
-def rejected_candidates() -> dict[tuple, dict[Config, str]]:
+def rejected_candidates() -> dict[tuple, dict[SpmvConfig, str]]:
     """For every problem tuned so far: the candidates that failed to compile or to match float64, and why."""
     return {key: dict(rejected) for key, rejected in _rejected.items() if rejected}

@@ -106,19 +106,14 @@ class PackedNM:
         return dense_from_parts(self.values, self.bitmask)
 
     def check_popcounts(self) -> None:
-        """Raise PackingError unless every group of M columns has exactly N set bits (so every mask word has
-        32·N/M), which is what the kernels rely on and what `pack_nm` writes."""
-        field = (1 << self.m) - 1
-        for group in range(_BITS // self.m):
-            group_bits = torch.tensor(field << (group * self.m), dtype=torch.int64, device=self.bitmask.device)
-            group_bits = torch.where(group_bits >= 1 << 31, group_bits - (1 << 32), group_bits).to(torch.int32)
-            counts = popcount32(self.bitmask & group_bits)
-            bad = (counts != self.n).nonzero()
-            if len(bad):
-                row, word = bad[0].tolist()
-                raise PackingError(f"mask word ({row}, {word}) has {int(counts[row, word])} set bits in columns "
-                                   f"{group * self.m}..{group * self.m + self.m - 1}; {self.pattern} needs exactly "
-                                   f"{self.n} per group of {self.m}; repack the weight with pack_nm")
+        """Raise PackingError unless every mask word has exactly 32·N/M set bits (what the kernel relies on)."""
+        counts = popcount32(self.bitmask)
+        k = values_per_word(self.n, self.m)
+        bad = (counts != k).nonzero()
+        if len(bad):
+            row, word = bad[0].tolist()
+            raise PackingError(f"mask word ({row}, {word}) has {int(counts[row, word])} set bits, "
+                               f"{self.pattern} needs exactly {k}; repack the weight with pack_nm")
 
     def state_dict(self, prefix: str) -> dict[str, torch.Tensor]:
         """Tensors `{prefix}.values` and `{prefix}.bitmask` for a safetensors file."""

@@ -1,5 +1,4 @@
-"""`nm_spmv` as the torch custom op `sparsedecoding::nm_spmv`: CUDA runs the fastest Triton kernel for the shape and
-batch (the bit-scan kernel or, above batch 1, possibly the tensor-core one; see `autotune`), CPU runs the torch
+"""`nm_spmv` as the torch custom op `sparsedecoding::nm_spmv`: CUDA runs the Triton kernel, CPU runs the torch
 reference, and a fake implementation gives torch.compile the output shape. The op is opaque to the compiler,
 so it also runs unchanged inside CUDA graphs (tuning happens on the first eager call, before capture)."""
 
@@ -51,7 +50,8 @@ def check_spmv_inputs(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tens
 @torch.library.custom_op("sparsedecoding::nm_spmv", mutates_args=(), device_types="cuda")
 def _nm_spmv_op(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> torch.Tensor:
     check_spmv_inputs(x, values, bitmask, n, m)
-    from .autotune import launch, tuned_config  # imports triton
+    from .autotune import tuned_config  # imports triton
+    from .triton_spmv import launch
 
     x2 = x.view(1, -1) if x.dim() == 1 else x
     y = launch(x2, values, bitmask, n, m, tuned_config(x2, values, bitmask, n, m))
