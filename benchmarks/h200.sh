@@ -15,8 +15,11 @@
 #             batch-2-4 word-half candidates, the kernel benchmark at batch 1/2/4 and the engine at batch 1-8 to see
 #             whether they help, then the SmolLM2 engine check that ran out of time here
 # Third session:
-#   dotsweep: the new tensor-core kernel (triton_dot) among the tuner's candidates: kernel benchmark of the 8B
-#             shapes at batch 2-16 (every candidate's time listed), then the 8B engine at batch 1-8
+#   dotsweep: (run twice, with the tensor-core kernels of commits 8812f67 and ac3769a among the tuner's candidates,
+#             since removed) kernel benchmark of the 8B shapes at batch 2-16 with every candidate's time, then the
+#             8B engine at batch 1-8
+#   hybrid:   (after `receive` with .xfer/spart00) the 8B engine at batch 1-8 with the 2:4 model also holding dense
+#             copies from batch 3, the GPU kernel and engine tests, the SmolLM2 engine check
 #   refine64k: (after the 18 `receive` calls) the 64k sampled grid with block-wise refinement, fixed in advance:
 #             200 steps per layer at learning rate 5e-5, sequential propagation first, into its own folder
 # Long steps run under `timeout` so that a slow step never costs the results of the others; results are written
@@ -125,6 +128,24 @@ case $stage in
     timeout 260 python3 benchmarks/e2e_bench.py --preset llama-3.1-8b --repeats 2 --out "$OUT/e2e_h200_8b_dot.md" \
       > "$OUT/e2e_dot.log" 2>&1
     grep -A12 "## Targets" "$OUT/e2e_h200_8b_dot.md"; tail -5 "$OUT/e2e_dot.log"
+    ;;
+  hybrid)
+    mkdir -p /root/m && cp -n .xfer/*/* /root/m/
+    timeout 240 python3 benchmarks/e2e_bench.py --preset llama-3.1-8b --repeats 2 --out "$OUT/e2e_h200_8b_hybrid.md" \
+      > "$OUT/e2e_hybrid.log" 2>&1
+    grep -A16 "## Targets" "$OUT/e2e_h200_8b_hybrid.md"; tail -3 "$OUT/e2e_hybrid.log"
+    timeout 150 python3 -m pytest -q -m gpu tests/test_kernels.py tests/test_engine_gpu.py -p no:cacheprovider 2>&1 \
+      | tail -15 | tee "$OUT/gpu_tests_v3.log"
+    if [ -f /root/m/small01 ]; then
+      mkdir -p /root/cache/gguf && cat /root/m/small* > /root/cache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+      python3 -m sparsedecoding fetch smollm2-135m 2>&1 | tail -1
+      for prune in none 2:4; do
+        name=$([ $prune = none ] && echo dense || echo 2of4); extra=$([ $prune = none ] || echo "--prune $prune")
+        timeout 150 python3 -m sparsedecoding.engine.check --model /root/cache/models/smollm2-135m $extra \
+          --out "$OUT/engine_check_smollm2-135m_$name.md" > "$OUT/check_smollm2_$name.log" 2>&1
+        grep -iE "pass|fail" "$OUT/engine_check_smollm2-135m_$name.md" | tail -4
+      done
+    fi
     ;;
   refine64k)
     # Fixed before any refinement result existed: same calibration as grid64k (the same sets are rebuilt with the

@@ -7,8 +7,9 @@ import pytest
 import torch
 from tiny_models import tiny_config
 
-from sparsedecoding.engine import Engine, Sampling, build_model, load_model, random_state, weight_bytes
-from sparsedecoding.engine.bench import model_bytes
+from sparsedecoding.engine import (Engine, Sampling, build_model, keep_dense_copies, load_model, random_state,
+                                  resident_weight_bytes, weight_bytes)
+from sparsedecoding.engine.bench import check_plan, model_bytes
 from sparsedecoding.engine.check import prune_in_place, replay_logits
 from sparsedecoding.engine.config import ModelArgs, from_hf_config
 from sparsedecoding.engine.generate import sample, uniform_noise
@@ -186,6 +187,33 @@ def test_weight_bytes_count_packed_values_masks_and_lm_head():
     assert weight_bytes(model) == linears // 2 * 2 + linears // 8 + 96 * 64 * 2
     embeddings_and_norms = (96 * 64 + 64 * 5) * 2
     assert model_bytes(TINY, SparsityPattern.parse("2:4")) == weight_bytes(model) + embeddings_and_norms
+
+
+def test_dense_copies_serve_wide_batches_and_cost_their_memory(tmp_path):
+    folder, _ = pruned_folder(tmp_path, arch="llama")
+    model = load_model(folder, sparse="auto", dtype=torch.bfloat16, device="cpu")
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    read_packed, held_packed = weight_bytes(model, 4), resident_weight_bytes(model)
+    prompt = torch.randint(0, 128, (4, 5))
+    before = {batch: Engine(model, batch, 20).generate(prompt[:batch], 8).tokens for batch in (2, 4)}
+    assert keep_dense_copies(model, 3) == len(packed) == 2 * 4
+    dense_bytes = sum(m.dense.numel() * 2 for m in packed)
+    packed_bytes = sum(m.values.numel() * 2 + m.bitmask.numel() * 4 for m in packed)
+    assert resident_weight_bytes(model) == held_packed + dense_bytes
+    assert weight_bytes(model, 2) == read_packed and weight_bytes(model, 3) == read_packed - packed_bytes + dense_bytes
+    assert all("dense" not in key for key in model.state_dict())  # a cache, never saved
+    x = torch.randn(3, packed[0].in_features, dtype=torch.bfloat16)
+    assert torch.equal(packed[0](x), torch.nn.functional.linear(x, packed[0].packed.to_dense()))
+    # the batch below the threshold still runs the packed kernel (CPU: its reference), so its tokens are unchanged
+    assert torch.equal(Engine(model, 2, 20).generate(prompt[:2], 8).tokens, before[2])
+    assert Engine(model, 4, 20).generate(prompt, 8).tokens.shape == before[4].shape
+    with pytest.raises(EngineError, match="choose 2..17"):
+        keep_dense_copies(model, 1)
+    dense = load_model(folder, sparse="none", dtype=torch.bfloat16, device="cpu")
+    with pytest.raises(EngineError, match="no packed linear"):
+        keep_dense_copies(dense, 3)
+    with pytest.raises(EngineError, match="needs packed weights"):
+        check_plan([(None, [4], 3)], 16)
 
 
 def test_gumbel_max_sampling_draws_from_the_softmax():

@@ -66,3 +66,8 @@ def test_batch_beyond_the_kernel_is_one_line(capsys):
 def test_unstructured_pattern_is_one_line(capsys):
     one_line_error(capsys, ["bench", "--preset", "smollm2-135m", "--pattern", "50%"],
                    "EngineError: the kernel cannot run pattern 50%")
+
+
+def test_dense_copy_threshold_above_every_batch_is_one_line(capsys):
+    one_line_error(capsys, ["bench", "--preset", "smollm2-135m", "--batch", "1", "2", "--dense-copy-from-batch", "4"],
+                   "EngineError: --dense-copy-from-batch 4 is above every --batch [1, 2]")

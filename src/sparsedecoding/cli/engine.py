@@ -40,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--pattern", nargs="+", type=SparsityPattern.parse,
                        help="N:M patterns for --preset (default 2:4)")
     bench.add_argument("--batch", nargs="+", type=int, default=[1])
+    bench.add_argument("--dense-copy-from-batch", type=int, metavar="B",
+                       help="also measure the sparse model holding a dense copy of each packed linear, used from "
+                            "batch B on (the packed kernel is slower than cuBLAS from about batch 3; costs the "
+                            "memory of both)")
     bench.add_argument("--new-tokens", type=int, default=256)
     bench.add_argument("--prompt-tokens", type=int, default=16)
     bench.add_argument("--repeats", type=int, default=3)
@@ -101,6 +105,13 @@ def _bench(args: argparse.Namespace) -> int:
         raise EngineError("--pattern applies to --preset; a --model folder is measured with its own N:M weights")
     patterns = args.pattern or [SparsityPattern.parse("2:4")]
     plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in patterns]
+    dense_from = args.dense_copy_from_batch
+    if dense_from is not None:
+        wider = [batch for batch in args.batch if batch >= dense_from]
+        if not wider:
+            raise EngineError(f"--dense-copy-from-batch {dense_from} is above every --batch {args.batch}; "
+                              "nothing would use the copies")
+        plan += [(pattern, wider, dense_from) for pattern in patterns]
     if args.preset:
         preset(args.preset)  # bad requests fail here, before any GPU work
     check_plan(plan, args.new_tokens)
@@ -111,7 +122,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.preset:
         results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats)
     else:
-        results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats)
+        results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats,
+                               dense_from)
     report = environment(device, "sparsedecoding " + " ".join(sys.argv[1:])) + "\n" + format_table(results, copy)
     print(report)
     if args.out:

@@ -22,8 +22,8 @@ from ..kernels import PackedLinear
 from ..patterns import SparsityPattern
 from .config import ModelArgs, preset
 from .generate import MAX_BATCH, Engine
-from .loading import (build_model, engine_shapes, is_prunable, load_model, random_state, require_kernel_pattern,
-                      weight_bytes)
+from .loading import (build_model, engine_shapes, is_prunable, keep_dense_copies, load_model, random_state,
+                      require_kernel_pattern, resident_weight_bytes, weight_bytes)
 from .model import Transformer
 
 _GIB = 2**30
@@ -34,12 +34,13 @@ class SpeedResult:
     """One (model, weights, batch) measurement."""
 
     model: str
-    weights: str  # "dense" or the N:M pattern of the packed block linears
+    weights: str  # "dense", the N:M pattern of the packed block linears, or that + a dense copy from batch B
     batch: int
     decode_steps: int
     seconds: float  # median wall time of the decode steps
-    weight_bytes: int
+    weight_bytes: int  # read per decode step
     setup_seconds: float  # Engine construction: compile, warm-up and CUDA graph capture
+    resident_bytes: int = 0  # weights held on the device
 
     @property
     def step_ms(self) -> float:
@@ -81,11 +82,13 @@ def copy_bandwidth(device: torch.device, nbytes: int = 2 * _GIB, repeats: int = 
     return 2 * nbytes / statistics.median(times)
 
 
-def model_bytes(args: ModelArgs, pattern: SparsityPattern | None, element_size: int = 2) -> int:
-    """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set."""
+def model_bytes(args: ModelArgs, pattern: SparsityPattern | None, element_size: int = 2,
+                block_linears: bool = True) -> int:
+    """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set;
+    without the block linears when `block_linears` is False."""
     total = 0
     for key, shape in engine_shapes(args).items():
-        if key == "output.weight" and args.tie_embeddings:
+        if key == "output.weight" and args.tie_embeddings or not block_linears and is_prunable(key):
             continue
         if is_prunable(key) and pattern is not None:
             rows, columns = shape
@@ -107,38 +110,58 @@ def measure(model: Transformer, name: str, weights: str, batch: int, prompt_toke
     engine.generate(prompt, min(new_tokens, 16))
     seconds = statistics.median(engine.generate(prompt, new_tokens).decode_seconds for _ in range(repeats))
     return SpeedResult(model=name, weights=weights, batch=batch, decode_steps=new_tokens - 1, seconds=seconds,
-                       weight_bytes=weight_bytes(model), setup_seconds=setup)
+                       weight_bytes=weight_bytes(model, batch), setup_seconds=setup,
+                       resident_bytes=resident_weight_bytes(model))
 
 
-def check_plan(plan: list[tuple[SparsityPattern | None, list[int]]], new_tokens: int) -> None:
-    """Refuses patterns the kernel cannot run, batch sizes outside 1..16 and generations without a decode step,
-    before any model is built."""
+# One run of a plan: pattern (None: dense), batch sizes, and optionally the batch from which the packed linears use
+# a dense copy of their weight (`keep_dense_copies`).
+Run = tuple[SparsityPattern | None, list[int]] | tuple[SparsityPattern | None, list[int], int]
+
+
+def run_label(pattern: SparsityPattern | None, dense_from: int | None = None) -> str:
+    if pattern is None:
+        return "dense"
+    return str(pattern) if dense_from is None else f"{pattern} + dense copy from batch {dense_from}"
+
+
+def check_plan(plan: list[Run], new_tokens: int) -> None:
+    """Refuses patterns the kernel cannot run, batch sizes outside 1..16, dense copies of a dense model and
+    generations without a decode step, before any model is built."""
     if new_tokens < 2:
         raise EngineError(f"{new_tokens} new tokens leave no decode step to time (prefill makes the first); use 2+")
-    for pattern, batches in plan:
+    for pattern, batches, *dense_from in plan:
         if pattern is not None:
             require_kernel_pattern(pattern)
+        elif dense_from:
+            raise EngineError("a dense copy needs packed weights; give the run an N:M pattern")
         if not all(1 <= batch <= MAX_BATCH for batch in batches):
             raise EngineError(f"batch sizes {batches} must lie in 1..{MAX_BATCH}, the range the N:M kernel serves")
+        if dense_from and not 2 <= dense_from[0] <= MAX_BATCH + 1:
+            raise EngineError(f"dense copy from batch {dense_from[0]}: choose 2..{MAX_BATCH + 1}")
 
 
-def bench_preset(name: str, plan: list[tuple[SparsityPattern | None, list[int]]], device: torch.device,
-                 prompt_tokens: int = 16, new_tokens: int = 256, repeats: int = 3) -> list[SpeedResult | NotRun]:
-    """For each (pattern or None for dense, batch sizes) of `plan`: random weights of preset `name` built on the
-    device, then one measurement per batch size. A model whose weights do not fit the free memory is reported as
-    not run instead of being attempted."""
+def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens: int = 16, new_tokens: int = 256,
+                 repeats: int = 3) -> list[SpeedResult | NotRun]:
+    """For each (pattern or None for dense, batch sizes[, dense copy from batch]) of `plan`: random weights of
+    preset `name` built on the device, then one measurement per batch size. A model whose weights do not fit the
+    free memory is reported as not run instead of being attempted."""
     args = preset(name)
     check_plan(plan, new_tokens)
     results: list[SpeedResult | NotRun] = []
-    for pattern, batches in plan:
-        label = "dense" if pattern is None else str(pattern)
+    for pattern, batches, *dense_from in plan:
+        label = run_label(pattern, *dense_from)
         needed = model_bytes(args, pattern) + _working_memory(args, max(batches), prompt_tokens + new_tokens)
+        if dense_from:
+            needed += model_bytes(args, None) - model_bytes(args, None, block_linears=False)
         free, total = torch.cuda.mem_get_info(device)
         if needed > free:
             results.append(NotRun(name, label, f"needs {needed / 1e9:.1f} GB (weights + cache + 2 GiB working "
                                                f"memory); {free / 1e9:.1f} GB of {total / 1e9:.1f} GB are free"))
             continue
         model = build_model(args, random_state(args, pattern, device=device))
+        if dense_from:
+            keep_dense_copies(model, dense_from[0])
         results += [measure(model, name, label, batch, prompt_tokens, new_tokens, repeats) for batch in batches]
         del model
         release_memory()
@@ -146,8 +169,9 @@ def bench_preset(name: str, plan: list[tuple[SparsityPattern | None, list[int]]]
 
 
 def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_tokens: int = 16,
-                 new_tokens: int = 256, repeats: int = 3) -> list[SpeedResult | NotRun]:
-    """The folder's weights dense (`--sparse none`) and with its N:M linears packed (`--sparse auto`)."""
+                 new_tokens: int = 256, repeats: int = 3, dense_from: int | None = None) -> list[SpeedResult | NotRun]:
+    """The folder's weights dense (`--sparse none`) and with its N:M linears packed (`--sparse auto`); with
+    `dense_from`, the packed model again with dense copies from that batch on, at the batches that use them."""
     results: list[SpeedResult | NotRun] = []
     for sparse in ("none", "auto"):
         model = load_model(folder, sparse=sparse, device=device)
@@ -157,6 +181,10 @@ def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_
         else:
             results += [measure(model, folder.name, label, batch, prompt_tokens, new_tokens, repeats)
                         for batch in batches]
+            if sparse == "auto" and dense_from is not None and max(batches) >= dense_from:
+                keep_dense_copies(model, dense_from)
+                results += [measure(model, folder.name, f"{label} + dense copy from batch {dense_from}", batch,
+                                    prompt_tokens, new_tokens, repeats) for batch in batches if batch >= dense_from]
         del model
         release_memory()
     return results
@@ -189,18 +217,18 @@ def format_table(results: list[SpeedResult | NotRun], copy_bytes_per_second: flo
     dense = {(r.model, r.batch): r for r in results if isinstance(r, SpeedResult) and r.weights == "dense"}
     lines = [f"Copy bandwidth (device-to-device, read + write): {copy_bytes_per_second / 1e12:.2f} TB/s", "",
              "| model | weights | batch | ms/step | tok/s per seq | tok/s total | vs dense | weight GB/step | "
-             "achieved TB/s | % of copy | compile+capture s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "achieved TB/s | % of copy | weights held GB | compile+capture s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if isinstance(r, NotRun):
-            lines.append(f"| {r.model} | {r.weights} | | | not run: {r.reason} | | | | | | |")
+            lines.append(f"| {r.model} | {r.weights} | | | not run: {r.reason} | | | | | | | |")
             continue
         base = dense.get((r.model, r.batch))
         ratio = f"{r.tokens_per_second / base.tokens_per_second:.3f}x" if base else "n/a"
         lines.append(
             f"| {r.model} | {r.weights} | {r.batch} | {r.step_ms:.3f} | {r.tokens_per_second:.1f} | "
             f"{r.batch * r.tokens_per_second:.1f} | {ratio} | {r.weight_bytes / 1e9:.2f} | {r.bandwidth / 1e12:.2f} | "
-            f"{100 * r.bandwidth / copy_bytes_per_second:.0f}% | {r.setup_seconds:.1f} |")
+            f"{100 * r.bandwidth / copy_bytes_per_second:.0f}% | {r.resident_bytes / 1e9:.2f} | {r.setup_seconds:.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from ..errors import EngineError, ModelNotFoundError
 from ..kernels import PackedLinear, PackedNM, pack_nm
 from ..kernels.format import values_per_word
+from ..kernels.op import MAX_BATCH
 from ..packed import MANIFEST, load_packed_checkpoint
 from ..patterns import SparsityPattern
 from .config import ModelArgs, load_hf_config
@@ -187,17 +188,47 @@ def concat_rows(parts: list[Weight]) -> Weight:
     return torch.cat([p.to_dense() if isinstance(p, PackedNM) else p for p in parts])
 
 
-def weight_bytes(model: nn.Module) -> int:
-    """Bytes a decode step reads from weights: every linear (packed: values + bitmask) and lm_head, bias included;
-    embeddings are excluded because a step reads one row per sequence."""
+def keep_dense_copies(model: nn.Module, from_batch: int) -> int:
+    """Give every packed linear a dense copy of its weight, used from `from_batch` sequences on (see
+    `PackedLinear.keep_dense_copy`): batches below it decode on the packed kernel, wider ones as fast as the dense
+    model, for the memory of both. Returns the number of linears changed."""
+    if not 2 <= from_batch <= MAX_BATCH + 1:
+        raise EngineError(f"dense copies from batch {from_batch}: choose 2..{MAX_BATCH + 1} (batch 1 always runs "
+                          "the packed kernel; above 16 the engine does not go)")
+    packed = [module for module in model.modules() if isinstance(module, PackedLinear)]
+    if not packed:
+        raise EngineError("the model has no packed linear to keep a dense copy of; load it with --sparse auto")
+    for module in packed:
+        module.keep_dense_copy(from_batch)
+    return len(packed)
+
+
+def weight_bytes(model: nn.Module, batch: int = 1) -> int:
+    """Bytes a decode step of `batch` sequences reads from weights: every linear (packed: values + bitmask, or its
+    dense copy where the batch uses it) and lm_head, bias included; embeddings are excluded because a step reads
+    one row per sequence."""
     total = 0
     for module in model.modules():
         if isinstance(module, PackedLinear):
-            total += _nbytes(module.values) + _nbytes(module.bitmask)
+            if module.dense is not None and batch >= module.dense_from_rows:
+                total += _nbytes(module.dense)
+            else:
+                total += _nbytes(module.values) + _nbytes(module.bitmask)
             total += _nbytes(module.bias) if module.bias is not None else 0
         elif isinstance(module, nn.Linear):
             total += sum(_nbytes(p) for p in module.parameters())
     return total
+
+
+def resident_weight_bytes(model: nn.Module) -> int:
+    """Bytes of the weights the model holds: parameters (tied ones once) and the packed linears' buffers, dense
+    copies included; the KV cache and RoPE tables excluded."""
+    tensors = {id(p): p for p in model.parameters()}
+    for module in model.modules():
+        if isinstance(module, PackedLinear):
+            tensors.update({id(b): b for b in (module.values, module.bitmask, module.bias, module.dense)
+                            if b is not None})
+    return sum(_nbytes(t) for t in tensors.values())
 
 
 def _nbytes(tensor: Tensor) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..errors import KernelInputError
 from .format import PackedNM, dense_from_parts, pack_nm
 from .op import MAX_BATCH
 
@@ -14,7 +15,11 @@ class PackedLinear(torch.nn.Module):
     PackedNM. Up to 16 rows of x (decoding) run the sparse kernel `nm_spmv`, which reads 1.125 instead of 2 bytes
     per weight. More rows (prefill) multiply by W densified for the call: at that size the product is
     compute-bound, cuBLAS on the dense weight is faster than a vector kernel, and the dense copy is temporary,
-    so the layer keeps only the packed bytes."""
+    so the layer keeps only the packed bytes.
+
+    `keep_dense_copy(rows)` trades memory for speed at wider batches: the layer then also holds W dense and
+    multiplies `rows` or more rows of x by it with cuBLAS (the kernel is slower than cuBLAS from about 3 rows on,
+    see benchmarks/KERNEL_NOTES.md)."""
 
     def __init__(self, packed: PackedNM, bias: torch.Tensor | None = None):
         super().__init__()
@@ -23,6 +28,16 @@ class PackedLinear(torch.nn.Module):
         self.register_buffer("values", packed.values)
         self.register_buffer("bitmask", packed.bitmask)
         self.register_buffer("bias", bias)
+        self.register_buffer("dense", None, persistent=False)  # a cache of the packed weight, never saved
+        self.dense_from_rows: int | None = None
+
+    def keep_dense_copy(self, from_rows: int) -> None:
+        """Hold W dense as well, and use it (cuBLAS) whenever x has `from_rows` rows or more."""
+        if from_rows < 2:
+            raise KernelInputError(f"dense copy from {from_rows} rows of x: the packed kernel would never run; "
+                                   "use 2 or more")
+        self.dense = dense_from_parts(self.values, self.bitmask)
+        self.dense_from_rows = from_rows
 
     @classmethod
     def from_dense(cls, weight: torch.Tensor, n: int, m: int, bias: torch.Tensor | None = None) -> PackedLinear:
@@ -36,7 +51,9 @@ class PackedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
         x2 = x.reshape(rows, self.in_features)
-        if rows <= MAX_BATCH:
+        if self.dense is not None and rows >= self.dense_from_rows:
+            y = F.linear(x2, self.dense)
+        elif rows <= MAX_BATCH:
             y = torch.ops.sparsedecoding.nm_spmv(x2.contiguous(), self.values, self.bitmask, self.n, self.m)
         else:
             y = F.linear(x2, dense_from_parts(self.values, self.bitmask))
@@ -45,4 +62,5 @@ class PackedLinear(torch.nn.Module):
         return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, pattern={self.n}:{self.m}"
+        copy = f", dense copy from {self.dense_from_rows} rows" if self.dense is not None else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, pattern={self.n}:{self.m}{copy}"
