@@ -18,7 +18,7 @@
 #   dotsweep: (run twice, with the tensor-core kernels of commits 8812f67 and ac3769a among the tuner's candidates,
 #             since removed) kernel benchmark of the 8B shapes at batch 2-16 with every candidate's time, then the
 #             8B engine at batch 1-8
-#   hybrid:   (after `receive` with .xfer/spart00) the 8B engine at batch 1-8 with the 2:4 model also holding dense
+#   hybrid:   (after `receive` with .xfer/spart00 and spart01; pieces of 45 MiB) the 8B engine at batch 1-8 with the 2:4 model also holding dense
 #             copies from batch 3, the GPU kernel and engine tests, the SmolLM2 engine check
 #   refine64k: (after the 18 `receive` calls) the 64k sampled grid with block-wise refinement, fixed in advance:
 #             200 steps per layer at learning rate 5e-5, sequential propagation first, into its own folder
@@ -136,7 +136,7 @@ case $stage in
     grep -A16 "## Targets" "$OUT/e2e_h200_8b_hybrid.md"; tail -3 "$OUT/e2e_hybrid.log"
     timeout 150 python3 -m pytest -q -m gpu tests/test_kernels.py tests/test_engine_gpu.py -p no:cacheprovider 2>&1 \
       | tail -15 | tee "$OUT/gpu_tests_v3.log"
-    if [ -f /root/m/small01 ]; then
+    if ls /root/m/small* > /dev/null 2>&1; then  # fetch checks size and sha256 of the assembled file
       mkdir -p /root/cache/gguf && cat /root/m/small* > /root/cache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
       python3 -m sparsedecoding fetch smollm2-135m 2>&1 | tail -1
       for prune in none 2:4; do
