@@ -20,6 +20,9 @@
 #             8B engine at batch 1-8
 #   hybrid:   (after `receive` with .xfer/spart00 and spart01; pieces of 45 MiB) the 8B engine at batch 1-8 with the 2:4 model also holding dense
 #             copies from batch 3, the GPU kernel and engine tests, the SmolLM2 engine check
+#   checks3:  (after `receive` of the 45 MiB pieces .xfer/cpart00-22 and spart00-01; carry cpart23 + spart02) the
+#             engine check under the measured tolerance: SmolLM2 unpruned, Qwen unpruned (logits), Qwen pruned 2:4
+#             through the CLI (decode-time calibration, the default) then checked
 #   refine64k: (after the 18 `receive` calls) the 64k sampled grid with block-wise refinement, fixed in advance:
 #             200 steps per layer at learning rate 5e-5, sequential propagation first, into its own folder
 # Long steps run under `timeout` so that a slow step never costs the results of the others; results are written
@@ -146,6 +149,20 @@ case $stage in
         grep -iE "pass|fail" "$OUT/engine_check_smollm2-135m_$name.md" | tail -4
       done
     fi
+    ;;
+  checks3)
+    mkdir -p /root/m /root/cache/gguf && cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l
+    cat /root/m/part* > /root/cache/gguf/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
+    cat /root/m/small* > /root/cache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+    python3 -m sparsedecoding fetch smollm2-135m 2>&1 | tail -1
+    python3 -m sparsedecoding fetch qwen2.5-coder-1.5b 2>&1 | tail -1
+    check() { name=$1; shift; timeout 150 python3 -m sparsedecoding.engine.check "$@" --out "$OUT/engine_check_$name.md" \
+      > "$OUT/check_$name.log" 2>&1; grep -E "^\| [0-9]" "$OUT/engine_check_$name.md"; tail -1 "$OUT/check_$name.log"; }
+    check smollm2-135m_dense_h200 --model /root/cache/models/smollm2-135m --checks logits
+    check qwen2.5-coder-1.5b_dense_h200 --model /root/cache/models/qwen2.5-coder-1.5b --checks logits
+    timeout 120 python3 -m sparsedecoding prune --model qwen2.5-coder-1.5b --pattern 2:4 --gen-batch-size 82 \
+      --out /root/pruned-2of4 > "$OUT/prune_cli.log" 2>&1; tail -2 "$OUT/prune_cli.log"
+    check qwen2.5-coder-1.5b_2of4_h200 --model /root/pruned-2of4
     ;;
   refine64k)
     # Fixed before any refinement result existed: same calibration as grid64k (the same sets are rebuilt with the
