@@ -228,7 +228,8 @@ def format_table(results: list[SpeedResult | NotRun], copy_bytes_per_second: flo
         lines.append(
             f"| {r.model} | {r.weights} | {r.batch} | {r.step_ms:.3f} | {r.tokens_per_second:.1f} | "
             f"{r.batch * r.tokens_per_second:.1f} | {ratio} | {r.weight_bytes / 1e9:.2f} | {r.bandwidth / 1e12:.2f} | "
-            f"{100 * r.bandwidth / copy_bytes_per_second:.0f}% | {r.resident_bytes / 1e9:.2f} | {r.setup_seconds:.1f} |")
+            f"{100 * r.bandwidth / copy_bytes_per_second:.0f}% | {r.resident_bytes / 1e9:.2f} | "
+            f"{r.setup_seconds:.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -241,8 +241,8 @@ def _logit_section(rows: list[LogitComparison], dtype: torch.dtype, wide_referen
     fixed = f"max |engine − transformers| ≤ {LOGIT_TOLERANCE:g} · max |logit|, no top-1 miss outside a tie"
     if not wide_reference:
         lines = ["## Dense engine vs transformers (logits)", "", f"Pass (fixed rule): {fixed}.", "",
-                 "| prompt | positions | max abs diff | max abs logit | top-1 agreement | non-tie top-1 misses | pass |",
-                 "|---|---|---|---|---|---|---|"]
+                 "| prompt | positions | max abs diff | max abs logit | top-1 agreement | non-tie top-1 misses | "
+                 "pass |", "|---|---|---|---|---|---|---|"]
         for i, r in enumerate(rows):
             lines.append(f"| {i} | {r.positions} | {r.max_abs_diff:.4f} | {r.max_abs_logit:.2f} | "
                          f"{r.top1_agreement:.4f} | {r.unexplained_top1} | {_verdict(r.passed)} |")
@@ -251,8 +251,9 @@ def _logit_section(rows: list[LogitComparison], dtype: torch.dtype, wide_referen
     lines = ["## Dense engine vs transformers (logits)", "",
              f"Errors are max |logit − transformers in {wide}| over all positions of the prompt, on the same "
              f"weights. Pass: engine error ≤ {ERROR_FACTOR:g} · transformers-{low} error + "
-             f"{torch.finfo(dtype).eps:g} (eps of {low}) · max |logit|. Top-1 columns: agreement with the {wide} reference. Fixed rule (reported, not the pass "
-             f"rule): {fixed}; its columns compare with transformers in {low}.", "",
+             f"{torch.finfo(dtype).eps:g} (eps of {low}) · max |logit|. Top-1 columns: agreement with the {wide} "
+             f"reference. Fixed rule (reported, not the pass rule): {fixed}; its columns compare with transformers "
+             f"in {low}.", "",
              f"| prompt | positions | max abs logit | engine error | transformers-{low} error | allowed | engine top-1 "
              f"| transformers top-1 | diff vs transformers-{low} | non-tie top-1 misses | fixed rule | pass |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
