@@ -1,6 +1,8 @@
 """The correctness check's verdicts: ties, divergences, logit tolerance measured against transformers' own
 rounding, and whole runs on a tiny model (passing, and failing once the engine's RoPE is off)."""
 
+import re
+
 import pytest
 import torch
 from test_engine import random_hf_model
@@ -101,3 +103,16 @@ def test_command_line_passes_the_dtype_and_the_reference_choice(tiny_folder, tmp
     assert "- weights: float32;" in out.read_text() and "transformers in float32 and float64" in out.read_text()
     assert main([*common, "--no-wide-reference"]) == 0
     assert "- weights: bfloat16;" in out.read_text() and "Pass (fixed rule)" in out.read_text()
+
+
+@pytest.mark.parametrize("extra,message", [
+    ([], "no block linear of .* is N:M sparse"),  # an unpruned model has nothing to pack
+    (["--prune", "2:4", "--dtype", "float32"], "float32"),  # packed linears need a 16-bit dtype
+])
+def test_a_tokens_check_it_cannot_run_is_one_line_and_writes_nothing(tiny_folder, tmp_path, capsys, extra, message):
+    out = tmp_path / "report.md"
+    assert main(["--model", str(tiny_folder), "--new-tokens", "4", "--device", "cpu", "--out", str(out), *extra]) == 2
+    stderr = capsys.readouterr().err.strip().splitlines()  # transformers' loading bars come first
+    errors = [line for line in stderr if line.startswith("error:")]
+    assert errors == stderr[-1:] and errors[0].startswith("error: EngineError") and re.search(message, errors[0])
+    assert not out.exists()

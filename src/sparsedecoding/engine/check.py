@@ -190,6 +190,11 @@ def run(folder: Path, prune: SparsityPattern | None, prompts: list[str], new_tok
         prune_in_place(hf, prune)
     weights = hf.state_dict()
     dense = model_from_hf(args, weights.__getitem__, "none", dtype, device)
+    if "tokens" in checks:  # built first, so that a model the kernel cannot run fails before the long work
+        sparse = model_from_hf(args, weights.__getitem__, "auto", dtype, device)
+        if not any(isinstance(m, PackedLinear) for m in sparse.modules()):
+            raise EngineError(f"no block linear of {folder} is N:M sparse; pass a pruned folder or --prune 2:4, "
+                              "or run --checks logits")
     encoded = [torch.tensor(tokenizer(text)["input_ids"]) for text in prompts]
     max_seq_len = max(len(p) for p in encoded) + new_tokens
     dense_tokens = _greedy(dense, encoded, new_tokens, max_seq_len, compile)
@@ -207,9 +212,6 @@ def run(folder: Path, prune: SparsityPattern | None, prompts: list[str], new_tok
         rows = [compare_logits(*logits, dtype) for logits in zip(dense_logits, references, wides)]
         lines += _logit_section(rows, dtype, wide_reference)
     if "tokens" in checks:
-        sparse = model_from_hf(args, weights.__getitem__, "auto", dtype, device)
-        if not any(isinstance(m, PackedLinear) for m in sparse.modules()):
-            raise EngineError(f"no block linear of {folder} is N:M sparse; pass a pruned folder or --prune 2:4")
         sparse_tokens = _greedy(sparse, encoded, new_tokens, max_seq_len, compile)
         rows = []
         for prompt, d, s, logits, reference, wide in zip(encoded, dense_tokens, sparse_tokens, dense_logits,
