@@ -210,12 +210,15 @@ def test_dense_copies_serve_wide_batches_and_cost_their_memory(tmp_path):
     dense = load_model(folder, sparse="none", dtype=torch.bfloat16, device="cpu")
     assert torch.equal(Engine(model, 4, 20).generate(prompt, 8).tokens,
                        Engine(dense, 4, 20).generate(prompt, 8).tokens)
-    with pytest.raises(EngineError, match="choose 2..17"):
-        keep_dense_copies(model, 1)
+    for outside in (1, 17):
+        with pytest.raises(EngineError, match="choose 2..16"):
+            keep_dense_copies(model, outside)
     with pytest.raises(EngineError, match="no packed linear"):
         keep_dense_copies(dense, 3)
     with pytest.raises(EngineError, match="needs packed weights"):
         check_plan([(None, [4], 3)], 16)
+    with pytest.raises(EngineError, match="choose 2..16"):
+        check_plan([(SparsityPattern.parse("2:4"), [4], 1)], 16)
 
 
 def test_gumbel_max_sampling_draws_from_the_softmax():

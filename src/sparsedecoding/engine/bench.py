@@ -22,8 +22,8 @@ from ..kernels import PackedLinear
 from ..patterns import SparsityPattern
 from .config import ModelArgs, preset
 from .generate import MAX_BATCH, Engine
-from .loading import (build_model, engine_shapes, is_prunable, keep_dense_copies, load_model, random_state,
-                      require_kernel_pattern, resident_weight_bytes, weight_bytes)
+from .loading import (build_model, check_dense_copy_batch, engine_shapes, is_prunable, keep_dense_copies,
+                      load_model, random_state, require_kernel_pattern, resident_weight_bytes, weight_bytes)
 from .model import Transformer
 
 _GIB = 2**30
@@ -119,7 +119,8 @@ def measure(model: Transformer, name: str, weights: str, batch: int, prompt_toke
 Run = tuple[SparsityPattern | None, list[int]] | tuple[SparsityPattern | None, list[int], int]
 
 
-def run_label(pattern: SparsityPattern | None, dense_from: int | None = None) -> str:
+def run_label(pattern: SparsityPattern | str | None, dense_from: int | None = None) -> str:
+    """The weights column of a run: "dense", the pattern, or the pattern with its dense copies."""
     if pattern is None:
         return "dense"
     return str(pattern) if dense_from is None else f"{pattern} + dense copy from batch {dense_from}"
@@ -137,8 +138,8 @@ def check_plan(plan: list[Run], new_tokens: int) -> None:
             raise EngineError("a dense copy needs packed weights; give the run an N:M pattern")
         if not all(1 <= batch <= MAX_BATCH for batch in batches):
             raise EngineError(f"batch sizes {batches} must lie in 1..{MAX_BATCH}, the range the N:M kernel serves")
-        if dense_from and not 2 <= dense_from[0] <= MAX_BATCH + 1:
-            raise EngineError(f"dense copy from batch {dense_from[0]}: choose 2..{MAX_BATCH + 1}")
+        if dense_from:
+            check_dense_copy_batch(dense_from[0])
 
 
 def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens: int = 16, new_tokens: int = 256,
@@ -183,8 +184,8 @@ def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_
                         for batch in batches]
             if sparse == "auto" and dense_from is not None and max(batches) >= dense_from:
                 keep_dense_copies(model, dense_from)
-                results += [measure(model, folder.name, f"{label} + dense copy from batch {dense_from}", batch,
-                                    prompt_tokens, new_tokens, repeats) for batch in batches if batch >= dense_from]
+                results += [measure(model, folder.name, run_label(label, dense_from), batch, prompt_tokens,
+                                    new_tokens, repeats) for batch in batches if batch >= dense_from]
         del model
         release_memory()
     return results

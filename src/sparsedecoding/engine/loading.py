@@ -188,13 +188,19 @@ def concat_rows(parts: list[Weight]) -> Weight:
     return torch.cat([p.to_dense() if isinstance(p, PackedNM) else p for p in parts])
 
 
+def check_dense_copy_batch(from_batch: int) -> None:
+    """Raise EngineError unless dense copies from `from_batch` on leave batch 1 on the packed kernel and some batch
+    the engine serves on the copies."""
+    if not 2 <= from_batch <= MAX_BATCH:
+        raise EngineError(f"dense copies from batch {from_batch}: choose 2..{MAX_BATCH} (batch 1 always runs "
+                          f"the packed kernel; the engine serves batches up to {MAX_BATCH})")
+
+
 def keep_dense_copies(model: nn.Module, from_batch: int) -> int:
     """Give every packed linear a dense copy of its weight, used from `from_batch` sequences on (see
     `PackedLinear.keep_dense_copy`): batches below it decode on the packed kernel, wider ones as fast as the dense
     model, for the memory of both. Returns the number of linears changed."""
-    if not 2 <= from_batch <= MAX_BATCH + 1:
-        raise EngineError(f"dense copies from batch {from_batch}: choose 2..{MAX_BATCH + 1} (batch 1 always runs "
-                          "the packed kernel; above 16 the engine does not go)")
+    check_dense_copy_batch(from_batch)
     packed = [module for module in model.modules() if isinstance(module, PackedLinear)]
     if not packed:
         raise EngineError("the model has no packed linear to keep a dense copy of; load it with --sparse auto")
