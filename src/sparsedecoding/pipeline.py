@@ -291,7 +291,8 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     hessian_dtype = getattr(torch, config.hessian_dtype)
     batches = first_layer_inputs(model, calib, config.batch_size, device)
     # Refinement fits every real token of the calibration sequences (see refine.py for why not only kept ones).
-    real_tokens = [mask.bool().to(device) for _, mask, _ in calib.batches(config.batch_size)]
+    real_tokens = [mask.bool().to(device) for _, mask, _ in calib.batches(config.batch_size)] \
+        if config.refine_steps else None
     layers = model.model.layers
     start = work.state["finished_layers"] if work else 0
     layer_stats = {int(index): stats for index, stats in work.state["layers"].items()} if work else {}
