@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .errors import NonFiniteActivationError
+from .errors import CalibrationError, NonFiniteActivationError
 
 PRUNABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Linears of one decoder layer that always read the same tensor.
@@ -90,6 +90,90 @@ def accumulate_inputs(modules: dict[str, nn.Module], keep: KeepMask, dtype: torc
     finally:
         for handle in handles:
             handle.remove()
+
+
+class PairedInputs:
+    """Statistics for dense-target reconstruction of one decoder layer. The layer (weights still dense) runs every
+    batch twice: first on the dense model's hidden states (`mode = "dense"`: each group's kept input rows x_d are
+    held), then on the pruned model's (`mode = "pruned"`: H += x_p·x_pᵀ and C += x_d·x_pᵀ with the held rows of the
+    same positions). Fitting Ŵ·x_p to W·x_d gives the closed form W·C·H⁻¹ (`dense_target`)."""
+
+    def __init__(self):
+        self.mode = "dense"
+        self.held: dict[str, torch.Tensor] = {}
+        self.hessian: dict[str, HessianAccumulator] = {}
+        self.cross: dict[str, torch.Tensor] = {}
+
+
+@contextmanager
+def accumulate_paired_inputs(modules: dict[str, nn.Module], keep: KeepMask, dtype: torch.dtype = torch.float32,
+                             where: str = ""):
+    """Like `accumulate_inputs`, for `PairedInputs`: yields the state whose `mode` the caller switches between the
+    dense and the pruned run of each batch."""
+    groups = input_groups(list(modules))
+    state = PairedInputs()
+    handles = []
+
+    def make_hook(key: str):
+        def hook(module: nn.Module, args: tuple) -> None:
+            x = args[0]
+            rows = x.reshape(-1, x.shape[-1])[keep.flat.to(x.device)]
+            if not torch.isfinite(rows).all():
+                raise NonFiniteActivationError(f"NaN/inf in the input of {where}{key} during calibration; "
+                                               f"check the model weights or use float32")
+            if state.mode == "dense":
+                state.held[key] = rows
+                return
+            held = state.held.pop(key, None)
+            if held is None or held.shape != rows.shape:
+                raise RuntimeError(f"{where}{key}: the pruned run of a batch must follow its dense run")
+            state.hessian[key].add(rows)
+            state.cross[key].addmm_(held.to(dtype).T, rows.to(dtype))
+        return hook
+
+    for key, members in groups.items():
+        first = modules[members[0]]
+        state.hessian[key] = HessianAccumulator(first.in_features, dtype, first.weight.device)
+        state.cross[key] = torch.zeros(first.in_features, first.in_features, dtype=dtype, device=first.weight.device)
+        handles.append(first.register_forward_pre_hook(make_hook(key)))
+    try:
+        yield state
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def paired_by_module(state: PairedInputs, names: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """({name: H}, {name: C}) with C scaled as H (2/N), shared inputs sharing the tensors."""
+    hessians, crosses = {}, {}
+    for key, members in input_groups(names).items():
+        accumulator = state.hessian[key]
+        hessian = accumulator.hessian()
+        cross = state.cross[key] * (2.0 / accumulator.count)
+        for name in members:
+            hessians[name], crosses[name] = hessian, cross
+    return hessians, crosses
+
+
+def dense_target(weight: torch.Tensor, cross: torch.Tensor, hessian: torch.Tensor, percdamp: float) -> torch.Tensor:
+    """The weight W_t = W·C·(H + λI)⁻¹ that best maps the pruned model's inputs to the dense layer's outputs.
+
+    With H = Σ x_p·x_pᵀ and C = Σ x_d·x_pᵀ, ‖Ŵ·X_p − W·X_d‖² = ‖(Ŵ − W_t)·X_p‖² + const, so any solver that
+    minimises ‖(Ŵ − W_t)·X_p‖² for H (SparseGPT, Wanda, magnitude) fitted on W_t fits the dense target instead of
+    the pruned inputs' own outputs (asymmetric calibration, as GPTAQ does for quantization). λ = percdamp·mean(diag
+    H), the solver's damping; inputs that were always zero keep W_t = 0 there. Solved in float64; returns W's dtype."""
+    H = hessian.to(torch.float64).clone()
+    dead = H.diagonal() == 0
+    H[dead, dead] = 1
+    H.diagonal().add_(percdamp * float(hessian.diagonal().double().mean()))
+    rhs = cross.to(torch.float64).T @ weight.to(torch.float64).T  # Cᵀ·Wᵀ
+    lower, info = torch.linalg.cholesky_ex(H)
+    if info != 0:
+        raise CalibrationError(f"the pruned inputs' Hessian is not positive definite with damping {percdamp:g}; "
+                               f"raise --percdamp or calibrate on more tokens")
+    target = torch.cholesky_solve(rhs, lower).T
+    target[:, dead] = 0
+    return target.to(weight.dtype)
 
 
 def hessians_by_module(accumulators: dict[str, HessianAccumulator], names: list[str]) -> dict[str, torch.Tensor]:
