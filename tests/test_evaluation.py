@@ -210,7 +210,7 @@ def test_pass_at_1_and_perplexity_are_wired_into_the_report(tiny_pair, tmp_path,
 
     problems = [dict(PROBLEM, task_id=f"Toy/{index}") for index in range(3)]
     monkeypatch.setattr(suite, "humaneval_problems", lambda split: problems)
-    monkeypatch.setattr(suite, "humaneval_prompts", lambda split: [p["prompt"] for p in problems])
+    monkeypatch.setattr(suite, "humaneval_prompts", lambda split, wording="fenced": [p["prompt"] for p in problems])
     monkeypatch.setattr(suite, "lee_text", lambda part: "Some held-out news text. " * 20)
     settings = EvalSettings(metrics=("pass@1", "ppl"), max_new_tokens=5, ppl_window=64, timeout_s=2.0)
     out = run_eval(str(tiny_pair / "dense"), tmp_path / "out", settings)

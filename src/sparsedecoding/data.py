@@ -16,12 +16,20 @@ LEE = {
     "background": ("gensim==4.4.0", "gensim/test/test_data/lee_background.cor"),
     "test": ("gensim==4.4.0", "gensim/test/test_data/lee.cor"),
 }
-SPLITS = ("calib", "eval", "all")
+# calib: even indices (calibration side); eval: odd indices (held out). The calibration side splits again for
+# choosing recipes: fit (index % 4 == 0) may calibrate, dev (index % 4 == 2) only scores recipes.
+SPLITS = ("calib", "eval", "all", "fit", "dev")
+_SPLIT_RULE = {"calib": (2, 0), "eval": (2, 1), "fit": (4, 0), "dev": (4, 2)}
 
-HUMANEVAL_INSTRUCTION = (
-    "Complete the following Python function. Reply with the complete function, including the imports it needs, "
-    "in one ```python code block.\n\n```python\n{prompt}```"
-)
+# Two instruction wordings: pass@1 of a pruned model moves with the wording, so held-out results are reported under
+# both. `fenced` is the one calibration prompts use.
+HUMANEVAL_INSTRUCTIONS = {
+    "fenced": ("Complete the following Python function. Reply with the complete function, including the imports it "
+               "needs, in one ```python code block.\n\n```python\n{prompt}```"),
+    "plain": ("Write a Python implementation of the function below so that it passes its docstring's examples and "
+              "hidden tests. Return the whole function.\n\n{prompt}"),
+}
+HUMANEVAL_INSTRUCTION = HUMANEVAL_INSTRUCTIONS["fenced"]
 
 
 def humaneval_problems(split: str = "all") -> list[dict]:
@@ -33,13 +41,15 @@ def humaneval_problems(split: str = "all") -> list[dict]:
         problems = [json.loads(line) for line in handle if line.strip()]
     if split == "all":
         return problems
-    parity = 0 if split == "calib" else 1
-    return [problem for index, problem in enumerate(problems) if index % 2 == parity]
+    modulus, residue = _SPLIT_RULE[split]
+    return [problem for index, problem in enumerate(problems) if index % modulus == residue]
 
 
-def humaneval_prompts(split: str) -> list[str]:
-    """The user turns sent to a chat model for each problem of `split`."""
-    return [HUMANEVAL_INSTRUCTION.format(prompt=problem["prompt"]) for problem in humaneval_problems(split)]
+def humaneval_prompts(split: str, wording: str = "fenced") -> list[str]:
+    """The user turns sent to a chat model for each problem of `split`, in one of `HUMANEVAL_INSTRUCTIONS`."""
+    if wording not in HUMANEVAL_INSTRUCTIONS:
+        raise PromptsError(f"unknown instruction wording {wording!r}; choose one of {', '.join(HUMANEVAL_INSTRUCTIONS)}")
+    return [HUMANEVAL_INSTRUCTIONS[wording].format(prompt=problem["prompt"]) for problem in humaneval_problems(split)]
 
 
 def lee_text(part: str = "background") -> str:

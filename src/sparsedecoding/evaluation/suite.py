@@ -35,12 +35,14 @@ METRICS = ("pass@1", "kl", "repetition", "ppl")
 @dataclass
 class EvalSettings:
     """metrics: any of pass@1, kl (needs a reference model), repetition, ppl. split: HumanEval half (eval = odd indices,
-    the held-out half). prompts: other prompts for kl/repetition (a file or humaneval:SPLIT; default the HumanEval
+    the held-out half; dev is the recipe-choice quarter of the calibration side). wording: the HumanEval instruction
+    (`data.HUMANEVAL_INSTRUCTIONS`). prompts: other prompts for kl/repetition (a file or humaneval:SPLIT; default the HumanEval
     split). limit: only the first N problems/prompts (smoke tests). max_new_tokens / gen_batch_size: greedy generation. score_batch_size: sequences per teacher-forced
     scoring pass. ppl_window: tokens per perplexity window. timeout_s / memory_mb / workers: the code sandbox."""
 
     metrics: tuple[str, ...] = METRICS
     split: str = "eval"
+    wording: str = "fenced"
     prompts: str | None = None
     limit: int | None = None
     max_new_tokens: int = 512
@@ -106,7 +108,7 @@ def evaluate(model, tokenizer, settings: EvalSettings, reference=None, progress:
         results["task_prompts"] = {"source": source, "count": len(task_prompts), "hash": prompts_hash(task_prompts)}
 
     if "pass@1" in settings.metrics:
-        generations = cache.get(humaneval_prompts(settings.split)[:settings.limit])
+        generations = cache.get(humaneval_prompts(settings.split, settings.wording)[:settings.limit])
         completions = [tokenizer.decode(gen.new_ids, skip_special_tokens=True) for gen in generations]
         started = time.perf_counter()
         problems = humaneval_problems(settings.split)[:settings.limit]
