@@ -158,6 +158,28 @@ def test_bad_inputs_raise_kernel_input_error(what, x, values, bitmask, n, m, mes
         torch.ops.sparsedecoding.nm_spmv(to(x), values.to(DEVICE), bitmask.to(DEVICE), n, m)
 
 
+@pytest.mark.parametrize("what,x,values,bitmask,n,m,message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_eager_entry_raises_the_same_errors(what, x, values, bitmask, n, m, message):
+    from sparsedecoding.kernels.op import spmv
+
+    to = (lambda t: t) if x.device.type == "meta" else (lambda t: t.to(DEVICE))
+    with pytest.raises(KernelInputError, match=message):
+        spmv(to(x), values.to(DEVICE), bitmask.to(DEVICE), n, m)
+
+
+def test_cached_signature_still_checks_layout_and_batch():
+    """After a good call has cached its problem, an equal-signature x that is not contiguous, and a wider batch,
+    still raise."""
+    weight, packed, x = packed_problem(32, 64, 16, 2, 4)
+    assert_matches_float64(nm_spmv(x, packed), x, weight)
+    strided = torch.randn(64, 16).bfloat16().to(DEVICE).t()
+    assert strided.shape == x.shape
+    with pytest.raises(KernelInputError, match="x is not contiguous"):
+        nm_spmv(strided, packed)
+    with pytest.raises(KernelInputError, match="outside 1..16"):
+        nm_spmv(torch.cat([x, x[:1]]), packed)
+
+
 @pytest.mark.parametrize("rows_shape", [(3,), (2, 5), (4, 9)])  # 3 and 10 rows: kernel; 36 rows: dense
 def test_packed_linear_matches_float64(rows_shape):
     weight = random_nm_weight(48, 96, 8, 16).to(DEVICE)
@@ -248,3 +270,25 @@ def test_cuda_tuned_op_in_cuda_graph_capture_and_replay():
     torch.cuda.synchronize()
     assert torch.equal(static_y, nm_spmv(fresh, packed))
     assert_matches_float64(static_y, fresh, weight)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,m", PATTERNS)
+def test_cuda_eager_runner_equals_triton_launch_at_every_batch(n, m):
+    """The cached eager runner launches exactly the kernel Triton's own launch runs (bitwise equal), for 1-D x,
+    every batch 1..16, and x at an address off 16-byte alignment (served by Triton's launch)."""
+    from sparsedecoding.kernels.autotune import tuned_config
+    from sparsedecoding.kernels.triton_spmv import launch
+
+    for batch in range(1, 17):
+        weight, packed, x = packed_problem(1000, 2080, batch, n, m, seed=batch)
+        config = tuned_config(x, packed.values, packed.bitmask, n, m)
+        expected = launch(x, packed.values, packed.bitmask, n, m, config)
+        for _ in range(2):  # the first call builds the runner, the second only launches it
+            assert torch.equal(nm_spmv(x, packed), expected)
+        shifted = torch.empty(x.numel() + 1, dtype=x.dtype, device=DEVICE)[1:].view_as(x).copy_(x)
+        assert shifted.data_ptr() % 16
+        assert torch.equal(nm_spmv(shifted, packed), expected)
+        assert_matches_float64(expected, x, weight)
+        if batch == 1:
+            assert torch.equal(nm_spmv(x[0], packed), expected[0])

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from ..errors import KernelInputError
 from .format import PackedNM, dense_from_parts, pack_nm
-from .op import MAX_BATCH
+from .op import MAX_BATCH, spmv
 
 
 class PackedLinear(torch.nn.Module):
@@ -54,7 +54,7 @@ class PackedLinear(torch.nn.Module):
         if self.dense is not None and rows >= self.dense_from_rows:
             y = F.linear(x2, self.dense)
         elif rows <= MAX_BATCH:
-            y = torch.ops.sparsedecoding.nm_spmv(x2.contiguous(), self.values, self.bitmask, self.n, self.m)
+            y = spmv(x2.contiguous(), self.values, self.bitmask, self.n, self.m)
         else:
             y = F.linear(x2, dense_from_parts(self.values, self.bitmask))
         if self.bias is not None:

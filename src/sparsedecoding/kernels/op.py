@@ -1,8 +1,20 @@
-"""`nm_spmv` as the torch custom op `sparsedecoding::nm_spmv`: CUDA runs the Triton kernel, CPU runs the torch
-reference, and a fake implementation gives torch.compile the output shape. The op is opaque to the compiler,
-so it also runs unchanged inside CUDA graphs (tuning happens on the first eager call, before capture)."""
+"""`nm_spmv`: y = x·Wᵀ with W packed N:M, in two entry points that run the same kernels.
+
+- Eagerly (`nm_spmv`, `PackedLinear` outside torch.compile) a call goes straight to a runner cached per problem:
+  the first call with a given signature (shapes, dtypes, devices, pattern of x and the packed parts) checks the
+  inputs, tunes the Triton kernel and compiles it; later calls with an equal signature only compare that
+  signature (a dict lookup) and the memory layout, then launch. The torch custom-op dispatcher and Triton's
+  per-launch argument binding cost about 90 us a call, several times the kernel itself at 4096 rows.
+- Under torch.compile the custom op `sparsedecoding::nm_spmv` is traced instead: its fake implementation gives
+  the compiler the output shape, and at run time it calls the same cached runners. The op is opaque to the
+  compiler, so it also runs unchanged inside CUDA graphs (a runner is built on the first call, before capture).
+
+CUDA runs the Triton kernel; CPU runs the torch reference. `_make_runner` is the one place that decides which
+kernel serves a problem."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
@@ -12,6 +24,8 @@ from .reference import spmv_reference
 
 MAX_BATCH = 16
 _DTYPES = (torch.bfloat16, torch.float16)
+
+Runner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def check_spmv_inputs(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> None:
@@ -47,21 +61,106 @@ def check_spmv_inputs(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tens
                                "packed.to_dense() (PackedLinear does this)")
 
 
-@torch.library.custom_op("sparsedecoding::nm_spmv", mutates_args=(), device_types="cuda")
-def _nm_spmv_op(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> torch.Tensor:
-    check_spmv_inputs(x, values, bitmask, n, m)
-    from .autotune import tuned_config  # imports triton
-    from .triton_spmv import launch
+class _TritonRunner:
+    """One problem's tuned Triton kernel, launched through Triton's compiled-kernel runner. Binding and
+    specializing the arguments, building the cache key and looking the kernel up happen once, here; a call only
+    allocates y (and x transposed, partial sums) the way `triton_spmv.launch` does, and launches.
 
-    x2 = x.view(1, -1) if x.dim() == 1 else x
-    y = launch(x2, values, bitmask, n, m, tuned_config(x2, values, bitmask, n, m))
-    return y.view(-1) if x.dim() == 1 else y
+    The compiled kernel was specialized on the arguments of the first call; of those that can change between
+    calls with an equal signature, only the 16-byte alignment of the caller's pointers matters, so a call with a
+    pointer off that alignment (a view at an odd offset) goes through `launch`, which compiles for it."""
+
+    def __init__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int):
+        from .autotune import tuned_config  # imports triton
+        from .triton_spmv import _kernel_call, launch, nm_spmv_kernel
+
+        self.vector = x.dim() == 1
+        x2 = x.view(1, -1) if self.vector else x
+        self.n, self.m = n, m
+        self.config = tuned_config(x2, values, bitmask, n, m)
+        self.batch, self.in_features = x2.shape
+        self.out_features, self.words = bitmask.shape
+        grid, arguments, constants, _ = _kernel_call(x2, values, bitmask, n, m, self.config)
+        self.batch_block = constants["BATCH_BLOCK"]
+        self.x_dtype = torch.float32 if self.config.x_float32 else x.dtype
+        self.arrivals = arguments[5]  # split-K counters: one fixed tensor per device, never replaced
+        options = {name: constants.pop(name) for name in ("num_warps", "num_stages")}
+        # The compiled runner takes every kernel parameter in signature order, constexprs included.
+        self.constants = tuple(constants[name] for name in nm_spmv_kernel.arg_names[len(arguments):])
+        with torch.cuda.device(x.device):
+            self.run = nm_spmv_kernel.warmup(*arguments, grid=grid, **constants, **options)[grid]
+        expected = launch(x2, values, bitmask, n, m, self.config)
+        if not torch.equal(self(x, values, bitmask).view_as(expected), expected):
+            raise RuntimeError(f"nm_spmv: the cached launch of {self.config} differs from Triton's own launch for "
+                               f"x {tuple(x.shape)} and a {n}:{m} weight of {tuple(bitmask.shape)} words; "
+                               "this Triton version's compiled-kernel runner is not what this module expects")
+
+    def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+        if (x.data_ptr() | values.data_ptr() | bitmask.data_ptr()) % 16:
+            from .triton_spmv import launch
+
+            y = launch(x.view(1, -1) if self.vector else x, values, bitmask, self.n, self.m, self.config)
+            return y.view(-1) if self.vector else y
+        batch = self.batch
+        y = x.new_empty(self.out_features if self.vector else (batch, self.out_features))
+        if batch == 1:
+            x_arg = x
+        else:  # [in, batch]: one vector load per decoded column serves several batch rows (see triton_spmv)
+            shape = (self.in_features, self.batch_block)
+            if batch == self.batch_block:
+                x_arg = x.new_empty(shape, dtype=self.x_dtype).copy_(x.t())
+            else:
+                x_arg = x.new_zeros(shape, dtype=self.x_dtype)
+                x_arg[:, :batch].copy_(x.t())
+        if self.config.split_k > 1:
+            partial = x.new_empty((self.config.split_k, self.batch_block, self.out_features), dtype=torch.float32)
+            arrivals = self.arrivals
+        else:  # never read by the kernel when split_k == 1
+            partial, arrivals = y, bitmask
+        # values go in as they are: the runner reads only data_ptr(), and the kernel reads them as int32 pairs
+        self.run(x_arg, values, bitmask, y, partial, arrivals, self.out_features, self.words, batch,
+                 *self.constants)
+        return y
 
 
-@_nm_spmv_op.register_kernel("cpu")
-def _nm_spmv_cpu(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> torch.Tensor:
-    check_spmv_inputs(x, values, bitmask, n, m)
+def _reference_runner(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
     return spmv_reference(x, values, bitmask)
+
+
+def _make_runner(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> Runner:
+    """The kernel that serves this (checked) problem from now on: the one dispatch point for new kernels."""
+    if x.device.type == "cuda":
+        return _TritonRunner(x, values, bitmask, n, m)
+    return _reference_runner
+
+
+_runners: dict[tuple, Runner] = {}
+
+
+def _run(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """y = x·Wᵀ through the problem's cached runner. Two calls whose signatures are equal pass or fail
+    `check_spmv_inputs` alike, except for memory layout, which is compared on every call."""
+    signature = (x.shape, x.dtype, x.device, values.shape, values.dtype, values.device, bitmask.shape, bitmask.dtype,
+                 bitmask.device, n, m)
+    runner = _runners.get(signature)
+    if runner is None or not (x.is_contiguous() and values.is_contiguous() and bitmask.is_contiguous()):
+        check_spmv_inputs(x, values, bitmask, n, m)
+        if runner is None:
+            if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                # building a runner tunes and checks its output (host syncs); Triton's own launch can be captured
+                from .autotune import tuned_config
+                from .triton_spmv import launch
+
+                x2 = x.view(1, -1) if x.dim() == 1 else x
+                return launch(x2, values, bitmask, n, m, tuned_config(x2, values, bitmask, n, m)).view(
+                    *x.shape[:-1], bitmask.shape[0])
+            runner = _runners[signature] = _make_runner(x, values, bitmask, n, m)
+    return runner(x, values, bitmask)
+
+
+@torch.library.custom_op("sparsedecoding::nm_spmv", mutates_args=())
+def _nm_spmv_op(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    return _run(x, values, bitmask, n, m)
 
 
 @_nm_spmv_op.register_fake
@@ -70,7 +169,14 @@ def _nm_spmv_fake(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, 
     return x.new_empty((*x.shape[:-1], bitmask.shape[0]))
 
 
+def spmv(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """`nm_spmv` on the packed parts: the custom op while torch.compile traces, the cached runner otherwise."""
+    if torch.compiler.is_compiling():
+        return torch.ops.sparsedecoding.nm_spmv(x, values, bitmask, n, m)
+    return _run(x, values, bitmask, n, m)
+
+
 def nm_spmv(x: torch.Tensor, packed: PackedNM) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in] with b ≤ 16, bf16/fp16, fp32 accumulation, output in
     x's dtype, W given packed. On CUDA the Triton kernel runs; on CPU the torch reference."""
-    return torch.ops.sparsedecoding.nm_spmv(x, packed.values, packed.bitmask, packed.n, packed.m)
+    return spmv(x, packed.values, packed.bitmask, packed.n, packed.m)
