@@ -1,0 +1,198 @@
+"""Tensor-core kernel for 50% N:M packed weights (`csrc/nm_mma.cu`): y = x·Wᵀ for 1..16 rows of x.
+
+The CUDA source is compiled at first use with the machine's `nvcc` into a shared library for the device's
+architecture (cached under $SPARSEDECODING_CACHE/cuda_build, default ~/.cache/sparsedecoding/cuda_build, keyed by
+a hash of the source, the architecture and the nvcc version) and called through ctypes on torch's current stream,
+so it runs inside CUDA graphs. No torch headers or ninja are needed, which keeps the build to a few seconds.
+
+Every 50% pattern (2:4, 4:8, 8:16, 16:32) keeps exactly 16 values per 32-column mask word, so one kernel serves
+them all; 2:4 also keeps exactly 2 per group of 4 (`pack_nm` guarantees it) and takes a faster expansion."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import torch
+
+from ..errors import KernelInputError, SparseDecodingError
+from .format import PackedNM, values_per_word
+
+MAX_BATCH = 16
+SOURCE = Path(__file__).parent / "csrc" / "nm_mma.cu"
+_DTYPES = {torch.bfloat16: 1, torch.float16: 0}
+_COUNTER_SLOTS = 1 << 16  # one int per 64-row block of a split-K launch: outputs up to 4M rows
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_counters: dict[int, torch.Tensor] = {}
+
+
+class CudaKernelUnavailableError(SparseDecodingError, RuntimeError):
+    """The CUDA tensor-core kernel was asked for but cannot run here (no GPU, no nvcc, or the build failed)."""
+
+
+def _nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").is_file():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def available() -> bool:
+    """True when a CUDA device and an nvcc compiler are present (the build itself may still fail)."""
+    return torch.cuda.is_available() and _nvcc() is not None
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SPARSEDECODING_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "sparsedecoding"
+    return base / "cuda_build"
+
+
+def _arch() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        raise CudaKernelUnavailableError(f"the tensor-core kernel needs compute capability 8.0 or newer (bf16 "
+                                         f"mma.sync); this GPU is {major}.{minor}: use the Triton kernel (nm_spmv)")
+    return f"{major}{minor}"
+
+
+def build() -> Path:
+    """Compile `nm_mma.cu` for the current device unless a matching library is cached; return its path. Raises
+    CudaKernelUnavailableError with nvcc's messages if the compile fails."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        raise CudaKernelUnavailableError("nvcc not found (set CUDA_HOME or put nvcc on PATH) — the tensor-core "
+                                         "kernel is compiled at first use; use the Triton kernel (nm_spmv) instead")
+    arch = _arch()
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + arch.encode() + (version[-1] if version else "").encode()).hexdigest()[:16]
+    target = cache_dir() / f"nm_mma_sm{arch}_{key}.so"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    command = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17",
+               f"-gencode=arch=compute_{arch},code=sm_{arch}", "-o", str(partial), str(SOURCE)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        log = (result.stderr + result.stdout).strip()
+        raise CudaKernelUnavailableError(f"nvcc failed to build {SOURCE.name} (exit {result.returncode}); command: "
+                                         f"{' '.join(command)}\n{log}")
+    os.replace(partial, target)  # atomic, so concurrent first uses never load a half-written library
+    return target
+
+
+def _load() -> ctypes.CDLL:
+    global _library
+    with _lock:
+        if _library is None:
+            library = ctypes.CDLL(str(build()))
+            library.nm_mma_launch.restype = ctypes.c_int
+            library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 6 + [ctypes.c_void_p]
+            library.nm_mma_error_string.restype = ctypes.c_char_p
+            library.nm_mma_error_string.argtypes = [ctypes.c_int]
+            library.nm_mma_rows_per_block.restype = ctypes.c_int
+            library.nm_mma_chunk_words.restype = ctypes.c_int
+            _library = library
+        return _library
+
+
+def check_inputs(x: torch.Tensor, packed: PackedNM) -> None:
+    """Raise KernelInputError for anything the tensor-core kernel does not take: pattern, dtype, device, layout,
+    shape, batch size."""
+    if values_per_word(packed.n, packed.m) != 16:
+        raise KernelInputError(f"the tensor-core kernel runs 50% patterns (2:4, 4:8, 8:16, 16:32); got "
+                               f"{packed.pattern}: use nm_spmv")
+    values, bitmask = packed.values, packed.bitmask
+    if x.dtype not in _DTYPES:
+        raise KernelInputError(f"x is {x.dtype}; the tensor-core kernel takes bfloat16 or float16 activations")
+    if values.dtype != x.dtype:
+        raise KernelInputError(f"x is {x.dtype} but the packed values are {values.dtype}; cast x to {values.dtype}")
+    out, in_features = packed.shape
+    if out == 0 or in_features == 0:
+        raise KernelInputError(f"empty packed weight of shape {packed.shape}")
+    if x.dim() not in (1, 2) or x.shape[-1] != in_features:
+        raise KernelInputError(f"x has shape {tuple(x.shape)}; expected [{in_features}] or [batch, {in_features}]")
+    batch = x.shape[0] if x.dim() == 2 else 1
+    if not 1 <= batch <= MAX_BATCH:
+        raise KernelInputError(f"batch {batch} is outside 1..{MAX_BATCH}; for more rows multiply by "
+                               "packed.to_dense()")
+    if x.device.type != "cuda" or values.device != x.device or bitmask.device != x.device:
+        raise KernelInputError(f"x on {x.device}, values on {values.device}, bitmask on {bitmask.device}; the "
+                               "tensor-core kernel needs all three on one CUDA device")
+    for name, t in (("x", x), ("values", values), ("bitmask", bitmask)):
+        if not t.is_contiguous():
+            raise KernelInputError(f"{name} is not contiguous; call .contiguous() first")
+        if t.data_ptr() % 16:
+            raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
+
+
+def default_splits(out: int, words: int, sms: int) -> int:
+    """Column splits per 64-row block: enough CTAs for about four per multiprocessor (the kernel's occupancy),
+    each with at least four 128-column chunks to pipeline."""
+    row_blocks = -(-out // 64)
+    chunks = -(-words // 4)
+    wanted = -(-4 * sms // row_blocks)
+    return max(1, min(wanted, chunks // 4))
+
+
+def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None) -> torch.Tensor:
+    """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16, fp32 accumulation, y in x's dtype,
+    W a 50% N:M packed weight. `splits` (column ranges reduced in the kernel) defaults to `default_splits`.
+    Compiles the kernel on first use; raises CudaKernelUnavailableError if it cannot."""
+    check_inputs(x, packed)
+    if not available():
+        raise CudaKernelUnavailableError("the tensor-core kernel needs a CUDA GPU and nvcc; use nm_spmv")
+    library = _load()
+    x2 = x.view(1, -1) if x.dim() == 1 else x
+    batch = x2.shape[0]
+    out, in_features = packed.shape
+    words = in_features // 32
+    device = x.device
+    if splits is None:
+        splits = default_splits(out, words, torch.cuda.get_device_properties(device).multi_processor_count)
+    if splits < 1:
+        raise KernelInputError(f"splits = {splits}; it must be at least 1")
+    y = torch.empty(batch, out, dtype=x.dtype, device=device)
+    partials = counters = None
+    if splits > 1:
+        if -(-out // library.nm_mma_rows_per_block()) > _COUNTER_SLOTS:
+            raise KernelInputError(f"{out} output rows exceed the split-K counters; pass splits=1")
+        counters = _counters.get(device.index)
+        if counters is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture "
+                                       "(it allocates the kernel's counters); call nm_mm_cuda once eagerly first")
+            counters = _counters[device.index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32, device=device)
+        partials = torch.empty(splits * batch * out, dtype=torch.float32, device=device)
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        err = library.nm_mma_launch(x2.data_ptr(), packed.values.data_ptr(), packed.bitmask.data_ptr(), y.data_ptr(),
+                                    partials.data_ptr() if partials is not None else None,
+                                    counters.data_ptr() if counters is not None else None,
+                                    batch, out, words, _DTYPES[x.dtype], int(packed.n == 2 and packed.m == 4),
+                                    splits, stream)
+    if err:
+        raise RuntimeError(f"nm_mma kernel launch failed: {library.nm_mma_error_string(err).decode()}")
+    return y.view(-1) if x.dim() == 1 else y
+
+
+def compile_log() -> str:
+    """nvcc's register and spill report for every kernel instance (builds once more, uncached, with -v)."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        raise CudaKernelUnavailableError("nvcc not found")
+    arch = _arch()
+    result = subprocess.run([nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                             "--ptxas-options=-v", "-c", "-o", os.devnull, str(SOURCE)], capture_output=True, text=True)
+    lines = (result.stderr + result.stdout).splitlines()
+    return "\n".join(line for line in lines if re.search(r"registers|spill|entry function", line))

@@ -1,0 +1,183 @@
+"""Tensor-core kernel (`kernels/cuda_mma.py`, `csrc/nm_mma.cu`): input validation and an emulation of its tile
+expansion on CPU; the real kernel against a float64 product on GPU (every 50% pattern, batch 1..16, odd shapes,
+split-K, fp16, graph replay)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsedecoding.errors import KernelInputError
+from sparsedecoding.kernels import PackedNM, pack_nm
+from sparsedecoding.kernels.cuda_mma import check_inputs, default_splits, nm_mm_cuda
+
+PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32)]
+
+
+def random_nm(out: int, in_features: int, n: int, m: int, dtype=torch.bfloat16, device="cpu") -> torch.Tensor:
+    """Standard-normal weight with n random survivors in every group of m columns."""
+    keys = torch.rand(out, in_features // m, m)
+    kept = keys.argsort(-1).argsort(-1) < n
+    weight = torch.randn(out, in_features // m, m) * kept
+    return weight.view(out, in_features).to(dtype).to(device)
+
+
+def float64_error(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> float:
+    """Largest |y - x·Wᵀ| over its bound u·|x·Wᵀ| + in·2⁻²⁴·|x|·|W|ᵀ (output rounding plus any fp32 sum order)."""
+    x64, w64 = x.double(), weight.double()
+    exact = x64 @ w64.T
+    bound = torch.finfo(y.dtype).eps / 2 * exact.abs() + w64.shape[1] * 2.0**-24 * (x64.abs() @ w64.abs().T)
+    return float(((y.double() - exact).abs() / bound.clamp_min(1e-30)).max())
+
+
+# --- CPU: emulation of the kernel's column order and nibble expansion ------------------------------------------
+
+def _selectors(nib: int) -> list[int]:
+    """Per column of a nibble, the window element its permute takes: its rank if kept, else element 3."""
+    codes, rank = [], 0
+    for c in range(4):
+        kept = (nib >> c) & 1
+        codes.append(rank if kept else 3)
+        rank += kept
+    return codes
+
+
+def emulated_weight(values: torch.Tensor, bitmask: torch.Tensor, fast24: bool) -> torch.Tensor:
+    """W as the kernel's lanes rebuild it: lane t of word pair p owns columns 64p + 16t .. +15 (a half of mask
+    word 2p + t/2); nibble s of that half is expanded from a 4-value window (its kept values in order, the rest
+    zero) taken at the nibble's rank, or for 2:4 from the lane's value word s. Anything read past a row is NaN,
+    as garbage would be on the GPU."""
+    out, words = bitmask.shape
+    pairs = -(-words // 2)
+    vals = torch.full((out, pairs * 32 + 8), float("nan"), dtype=torch.float64)
+    vals[:, :words * 16] = values.double()
+    weight = torch.full((out, pairs * 64), float("nan"), dtype=torch.float64)
+    masks = bitmask.to(torch.int64) & 0xFFFFFFFF
+    for o in range(out):
+        for p in range(pairs):
+            row = vals[o, 32 * p:32 * p + 40]
+            for t in range(4):
+                w = 2 * p + t // 2
+                word = int(masks[o, w]) if w < words else 0
+                half = (word >> (16 * (t % 2))) & 0xFFFF
+                rank = 16 * (t // 2) + (bin(word & 0xFFFF).count("1") if t % 2 else 0)
+                for s in range(4):
+                    nib = (half >> (4 * s)) & 0xF
+                    count = bin(nib).count("1")
+                    if fast24:
+                        window = [row[16 * (t // 2) + 8 * (t % 2) + 2 * s + i] for i in (0, 1)] + [0.0, 0.0]
+                    else:
+                        window = [row[rank + i] if i < count else 0.0 for i in range(4)]
+                        rank += count
+                    for c, element in enumerate(_selectors(nib)):
+                        weight[o, 64 * p + 16 * t + 4 * s + c] = window[element]
+    return weight[:, :words * 32]
+
+
+@pytest.mark.parametrize("n,m", PATTERNS)
+def test_emulated_expansion_rebuilds_the_weight(n, m):
+    weight = random_nm(5, 96, n, m)  # 3 words: the last word pair is half past the end
+    packed = pack_nm(weight, n, m)
+    rebuilt = emulated_weight(packed.values, packed.bitmask, fast24=(n, m) == (2, 4))
+    assert torch.equal(rebuilt, weight.double())
+
+
+def test_emulated_fast_path_needs_two_per_group():
+    """A 16:32 weight whose nibbles keep 0-4 values is rebuilt wrongly by the 2:4 expansion: the test can fail."""
+    weight = torch.zeros(1, 32)
+    weight[0, :16] = torch.arange(1, 17).float()
+    packed = pack_nm(weight.bfloat16(), 16, 32)
+    assert not torch.equal(emulated_weight(packed.values, packed.bitmask, fast24=True), weight.double())
+    assert torch.equal(emulated_weight(packed.values, packed.bitmask, fast24=False), weight.double())
+
+
+# --- CPU: validation --------------------------------------------------------------------------------------------
+
+def _packed(out=32, in_features=64, n=2, m=4, dtype=torch.bfloat16):
+    return pack_nm(random_nm(out, in_features, n, m, dtype), n, m)
+
+
+@pytest.mark.parametrize("x_shape,packed_args,message", [
+    ((1, 64), dict(n=1, m=4), "50% patterns"),
+    ((1, 64), dict(n=6, m=8), "50% patterns"),
+    ((1, 32), {}, "expected [64] or [batch, 64]"),
+    ((17, 64), {}, "batch 17 is outside 1..16"),
+    ((2, 3, 64), {}, "expected [64] or [batch, 64]"),
+    ((1, 64), {}, "CUDA device"),
+])
+def test_bad_inputs_raise_one_line(x_shape, packed_args, message):
+    packed = _packed(**packed_args)
+    x = torch.randn(x_shape).bfloat16()
+    with pytest.raises(KernelInputError) as info:
+        check_inputs(x, packed)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_dtype_mismatch_raises():
+    with pytest.raises(KernelInputError, match="float32"):
+        check_inputs(torch.randn(1, 64), _packed())
+    with pytest.raises(KernelInputError, match="cast x to torch.float16"):
+        check_inputs(torch.randn(1, 64).bfloat16(), _packed(dtype=torch.float16))
+
+
+def test_default_splits_fill_the_gpu_without_tiny_ranges():
+    assert default_splits(28672, 128, 132) == 2      # 448 row blocks
+    assert default_splits(4096, 128, 132) == 8       # 64 row blocks, 32 chunks: 4 chunks a split
+    assert default_splits(4096, 448, 132) == 9
+    assert default_splits(16, 1, 132) == 1
+
+
+# --- GPU ---------------------------------------------------------------------------------------------------------
+
+SHAPES = [(16, 32), (77, 96), (130, 416), (1000, 4096), (200, 4128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,m", PATTERNS)
+@pytest.mark.parametrize("out,in_features", SHAPES)
+def test_kernel_matches_float64(n, m, out, in_features):
+    weight = random_nm(out, in_features, n, m, device="cuda")
+    packed = pack_nm(weight, n, m)
+    for batch in range(1, 17):
+        x = torch.randn(batch, in_features, device="cuda").bfloat16()
+        for splits in (1, 3, None):
+            y = nm_mm_cuda(x, packed, splits=splits)
+            assert y.shape == (batch, out) and y.dtype == torch.bfloat16
+            error = float64_error(y, x, weight)
+            assert error <= 1, (batch, splits, error)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,m", [(2, 4), (16, 32)])
+def test_kernel_float16_and_vector_input(n, m):
+    weight = random_nm(300, 640, n, m, dtype=torch.float16, device="cuda")
+    packed = pack_nm(weight, n, m)
+    x = torch.randn(640, device="cuda").half()
+    y = nm_mm_cuda(x, packed)
+    assert y.shape == (300,) and y.dtype == torch.float16
+    assert float64_error(y[None], x[None], weight) <= 1
+
+
+@pytest.mark.gpu
+def test_kernel_in_graph_replay_with_split_k():
+    weight = random_nm(4096, 4096, 2, 4, device="cuda")
+    packed = pack_nm(weight, 2, 4)
+    copy = PackedNM(packed.values.clone(), packed.bitmask.clone(), 2, 4, packed.shape)
+    x = torch.randn(8, 4096, device="cuda").bfloat16()
+    nm_mm_cuda(x, packed, splits=4)  # builds and allocates the split-K counters eagerly
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y1 = nm_mm_cuda(x, packed, splits=4)
+        y2 = nm_mm_cuda(x, copy, splits=4)
+    for _ in range(3):
+        x.copy_(torch.randn(8, 4096, device="cuda").bfloat16())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert float64_error(y1, x, weight) <= 1 and float64_error(y2, x, weight) <= 1
+
+
+@pytest.mark.gpu
+def test_kernel_rejects_batch_17_on_gpu():
+    packed = _packed().to("cuda")
+    with pytest.raises(KernelInputError, match="batch 17"):
+        nm_mm_cuda(torch.randn(17, 64, device="cuda").bfloat16(), packed)
