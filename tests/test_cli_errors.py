@@ -111,14 +111,3 @@ def test_text_needs_a_budget(capsys, tmp_path, tiny_folder, prompts):
     out = tmp_path / "out"
     code, errors = run_prune(capsys, "--model", tiny_folder, "--out", out, "--calibration", "text", "--tokens", "0")
     assert_clean_failure(code, errors, out, "--tokens")
-
-
-@pytest.mark.parametrize("args,expected", [(("--refine-lr", "0", "--refine-steps", "5"), "--refine-lr positive"),
-                                           (("--refine-steps", "-1"), "--refine-steps must be"),
-                                           # two prompts in one replay batch: nothing left to hold out
-                                           (("--refine-steps", "5", "--batch-size", "8"), "at least two")])
-def test_bad_refinement_settings(capsys, tmp_path, tiny_folder, prompts, args, expected):
-    out = tmp_path / "out"
-    code, errors = run_prune(capsys, "--model", tiny_folder, "--prompts", prompts, "--out", out,
-                             "--tokens", "8", "--max-new-tokens", "8", *args)
-    assert_clean_failure(code, errors, out, expected)

@@ -74,12 +74,25 @@ def test_a_setting_added_later_counts_as_its_default_in_an_older_folder(settings
     run_compare(settings, ["dense"])
     settings_file = Path(settings.out) / "settings.json"
     stored = json.loads(settings_file.read_text())
-    del stored["refine_steps"], stored["refine_lr"]  # as written before refinement existed
+    del stored["mix_ratio"]  # as written before the mix source existed
     settings_file.write_text(json.dumps(stored))
     run_compare(settings, ["dense"])  # same settings: accepted
-    settings.refine_steps = 5
-    with pytest.raises(SparseDecodingError, match="refine_steps"):
+    settings.mix_ratio = 0.25
+    with pytest.raises(SparseDecodingError, match="mix_ratio"):
         run_compare(settings, ["dense"])
+
+
+@pytest.mark.parametrize("steps,accepted", [(0, True), (5, False)])
+def test_a_removed_setting_in_an_older_folder_counts_only_at_its_off_value(settings, steps, accepted):
+    run_compare(settings, ["dense"])
+    settings_file = Path(settings.out) / "settings.json"
+    stored = json.loads(settings_file.read_text())
+    settings_file.write_text(json.dumps({**stored, "refine_steps": steps, "refine_lr": 1e-5}))
+    if accepted:
+        run_compare(settings, ["dense"])
+    else:
+        with pytest.raises(SparseDecodingError, match="refine_steps=5"):
+            run_compare(settings, ["dense"])
 
 
 def test_a_report_folder_refuses_other_settings(settings):

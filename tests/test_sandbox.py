@@ -1,8 +1,12 @@
 import os
 import select
+import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +14,7 @@ from sparsedecoding.errors import SandboxError
 from sparsedecoding.evaluation import sandbox
 from sparsedecoding.evaluation.sandbox import SandboxLimits, run_many, run_sandboxed
 
-FAST = SandboxLimits(timeout_s=1.0, memory_mb=256, file_mb=1)
+FAST = SandboxLimits(timeout_s=1.0, memory_mb=256, file_mb=1, processes=8)
 
 
 def test_a_plain_program_passes_in_a_fresh_private_directory(tmp_path, monkeypatch):
@@ -26,12 +30,147 @@ def test_a_plain_program_passes_in_a_fresh_private_directory(tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == []  # the scratch directory is removed afterwards
 
 
-def test_the_environment_is_scrubbed(monkeypatch):
+# --- Probes: each is an attack that a generated program made or could make; each must fail. The attacks go through
+# ctypes, around the Python-level guard, so what stops them is the kernel. ----------------------------------------
+
+@pytest.fixture
+def open_folder():
+    """A folder anyone may write to (under the world-writable temp root), so only the read-only mount stands between
+    the program and it."""
+    folder = Path(tempfile.mkdtemp(dir="/tmp", prefix="sandbox-probe-"))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_a_write_outside_the_folder_fails(tmp_path, open_folder):
+    outside = open_folder / "outside.txt"
+    program = (f"open('inside.txt', 'w').write('fine')\n"
+               f"open({str(outside)!r}, 'w').write('escaped')\n")
+    result = run_sandboxed(program, FAST, folder=tmp_path / "work")
+    assert (tmp_path / "work" / "inside.txt").read_text() == "fine"  # the same write inside the folder works
+    assert result.outcome == "failed" and "Read-only file system" in result.message, result
+    assert not outside.exists()
+
+
+def test_a_shell_command_through_ctypes_cannot_write_outside(tmp_path, open_folder):
+    outside = open_folder / "from_shell.txt"
+    program = ("import ctypes\nlibc = ctypes.CDLL(None)\n"
+               "libc.system(b'touch inside.txt')\n"
+               f"libc.system(b'touch {outside}')\n")
+    run_sandboxed(program, FAST, folder=tmp_path / "work")
+    assert (tmp_path / "work" / "inside.txt").exists()  # the shell did run
+    assert not outside.exists()
+
+
+@pytest.mark.parametrize("ending, late_s", [("while True:\n    pass\n", FAST.timeout_s + 0.5), ("", 0.5)],
+                         ids=["past the timeout", "after a normal end"])
+def test_no_process_outlives_the_run(tmp_path, ending, late_s):
+    """A forked child leaves the session and sleeps, then writes into the one folder it may write to."""
+    program = ("import ctypes, time\nlibc = ctypes.CDLL(None)\n"
+               "if libc.fork() == 0:\n"
+               "    libc.setsid()\n"
+               f"    time.sleep({late_s})\n"
+               "    open('late.txt', 'w').write('survived')\n"
+               "    libc._exit(0)\n"
+               "open('early.txt', 'w').write('ran')\n" + ending)
+    work = tmp_path / "work"
+    started = time.perf_counter()
+    run_sandboxed(program, FAST, folder=work)
+    assert (work / "early.txt").exists()
+    time.sleep(max(0.0, started + late_s + 1.0 - time.perf_counter()))
+    assert not (work / "late.txt").exists()
+
+
+def test_a_fork_bomb_stops_at_the_process_limit():
+    program = ("import ctypes, time\nlibc = ctypes.CDLL(None)\nforks = 0\n"
+               "while forks < 1000:\n"
+               "    pid = libc.fork()\n"
+               "    if pid == 0:\n"
+               "        time.sleep(30)\n"
+               "        libc._exit(0)\n"
+               "    if pid < 0:\n"
+               "        break\n"
+               "    forks += 1\n"
+               "raise RuntimeError(f'forked {forks}')\n")
+    started = time.perf_counter()
+    result = run_sandboxed(program, FAST)
+    assert result.message == f"RuntimeError: forked {FAST.processes - 1}"  # the program itself is one process
+    assert time.perf_counter() - started < FAST.timeout_s  # the sleeping children did not hold the run open
+
+
+def test_memory_is_capped_and_the_cap_cannot_be_raised():
+    assert run_sandboxed("block = bytearray(32 << 20)\n", FAST).passed  # below the cap: fine
+    program = ("import resource\n"
+               "try:\n"
+               "    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
+               "except ValueError:\n"
+               "    pass\n"
+               "block = bytearray(2 << 30)\n")
+    result = run_sandboxed(program, FAST)
+    assert result.outcome == "failed" and result.error == "MemoryError", result
+
+
+def test_a_huge_file_stops_at_the_file_size_limit(tmp_path):
+    result = run_sandboxed("open('big', 'wb').write(b'x' * (8 << 20))\n", FAST, folder=tmp_path)
+    assert result.outcome == "failed" and result.error in ("OSError", "SIGXFSZ"), result
+    assert (tmp_path / "big").stat().st_size <= FAST.file_mb << 20
+
+
+def test_output_is_capped_by_the_file_size_limit():
+    result = run_sandboxed("while True:\n    print('x' * 4096)\n", FAST)
+    assert result.outcome == "failed" and result.error in ("OSError", "SIGXFSZ")
+
+
+RAW_CONNECT = """import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.socket(2, 1, 0)
+address = struct.pack('=H', 2) + struct.pack('!H', {port}) + bytes([127, 0, 0, 1]) + bytes(8)
+if libc.connect(fd, address, len(address)) != 0:
+    raise ConnectionError(os.strerror(ctypes.get_errno()))
+"""
+
+
+def test_a_raw_network_connect_fails():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        probe = RAW_CONNECT.format(port=server.getsockname()[1])
+        result = run_sandboxed(probe, FAST)
+        # A completed TCP handshake would sit in the listen backlog and make the server readable.
+        assert select.select([server], [], [], 0)[0] == []
+        subprocess.run([sys.executable, "-c", probe], check=True, timeout=30)  # the same probe, unsandboxed, connects
+        assert select.select([server], [], [], 1)[0] == [server]
+    assert result.outcome == "failed" and result.error == "ConnectionError", result
+
+
+@pytest.mark.parametrize("attempt", [
+    "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n",
+    "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}/', timeout=1)\n",
+])
+def test_python_network_calls_are_refused(attempt):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        result = run_sandboxed(attempt.format(port=server.getsockname()[1]), FAST)
+        readable, _, _ = select.select([server], [], [], 0)
+    assert result.outcome == "failed", result
+    assert readable == []
+
+
+def test_the_parent_environment_and_processes_are_not_visible(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_TEST_SECRET", "hunter2")
-    program = "import os\nassert 'SPARSEDECODING_TEST_SECRET' not in os.environ\nassert 'hunter2' not in str(os.environ)\n"
+    program = ("import os\n"
+               "assert 'SPARSEDECODING_TEST_SECRET' not in os.environ\n"
+               "assert 'hunter2' not in str(os.environ)\n"
+               "pids = [name for name in os.listdir('/proc') if name.isdigit()]\n"
+               "assert len(pids) <= 2, pids  # its supervisor and itself\n"
+               "for pid in pids:\n"
+               "    try:\n"
+               "        assert b'hunter2' not in open(f'/proc/{pid}/environ', 'rb').read()\n"
+               "    except PermissionError:\n"
+               "        pass\n")
     assert run_sandboxed(program, FAST).passed
     assert not run_sandboxed("import os\nassert 'SPARSEDECODING_TEST_SECRET' in os.environ\n", FAST).passed
 
+
+# --- Timeouts, results and refusals --------------------------------------------------------------------------------
 
 def test_an_infinite_loop_is_killed_at_the_timeout():
     started = time.perf_counter()
@@ -47,44 +186,9 @@ def test_a_sleeping_program_is_killed_at_the_wall_clock_timeout():
     assert time.perf_counter() - started < FAST.timeout_s + 1.5
 
 
-def test_memory_is_capped():
-    assert run_sandboxed("block = bytearray(32 << 20)\n", FAST).passed  # below the cap: fine
-    result = run_sandboxed("block = bytearray(2 << 30)\n", FAST)
-    assert result.outcome == "failed" and result.error == "MemoryError"
-
-
-def test_output_is_capped_by_the_file_size_limit():
-    result = run_sandboxed("while True:\n    print('x' * 4096)\n", FAST)
-    assert result.outcome == "failed" and result.error in ("OSError", "SIGXFSZ")
-
-
-@pytest.fixture(params=["guard only", "network namespace"])
-def isolation(request, monkeypatch):
-    """The guard must refuse network on its own (CI has no user namespaces); the namespace is an extra layer."""
-    if request.param == "guard only":
-        monkeypatch.setattr(sandbox, "network_namespace_prefix", lambda: ())
-    elif not sandbox.network_namespace_prefix():
-        pytest.skip("this machine does not allow unprivileged network namespaces")
-    return request.param
-
-
-@pytest.mark.parametrize("attempt", [
-    "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n",
-    "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\ns.connect(('127.0.0.1', {port}))\n",
-    "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}/', timeout=1)\n",
-])
-def test_network_is_refused(isolation, attempt):
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        result = run_sandboxed(attempt.format(port=server.getsockname()[1]), FAST)
-        # A completed TCP handshake would sit in the listen backlog and make the server readable.
-        readable, _, _ = select.select([server], [], [], 0)
-    assert result.outcome == "failed", result
-    assert readable == []
-
-
 @pytest.mark.parametrize("program", ["import os\nos.system('true')\n", "import subprocess\nsubprocess.run(['true'])\n",
                                      "import os\nos.kill(os.getppid(), 9)\n"])
-def test_process_creation_and_signals_are_refused(program):
+def test_python_process_creation_and_signals_are_refused(program):
     result = run_sandboxed(program, FAST)
     assert result.outcome == "failed" and result.error == "PermissionError"
 
@@ -101,7 +205,27 @@ def test_failures_name_the_exception_class_and_results_keep_their_order():
     assert results[2].message == "AssertionError: wrong"
 
 
-@pytest.mark.parametrize("limits", [SandboxLimits(timeout_s=0), SandboxLimits(memory_mb=8), SandboxLimits(file_mb=0)])
+@pytest.mark.parametrize("limits", [SandboxLimits(timeout_s=0), SandboxLimits(memory_mb=8), SandboxLimits(file_mb=0),
+                                    SandboxLimits(processes=0)])
 def test_bad_limits_are_refused(limits):
     with pytest.raises(SandboxError):
         run_sandboxed("pass\n", limits)
+
+
+def test_without_root_nothing_runs(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(SandboxError, match="needs root"):
+        run_sandboxed("open('ran', 'w')\n", FAST, folder=tmp_path)
+    with pytest.raises(SandboxError, match="needs root"):
+        run_many(["pass\n"], FAST)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_when_the_namespaces_cannot_be_made_nothing_runs(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "NAMESPACES", ("unshare", "--no-such-namespace"))
+    with pytest.raises(SandboxError, match="could not isolate"):
+        run_sandboxed("open('ran', 'w')\n", FAST, folder=tmp_path)
+    assert not (tmp_path / "ran").exists()
+    monkeypatch.setattr(sandbox, "NAMESPACES", ("no-such-unshare-command",))
+    with pytest.raises(SandboxError, match="util-linux"):
+        run_sandboxed("pass\n", FAST)

@@ -25,8 +25,6 @@ from .generation import Generation, generate, left_pad, tokenize_prompts
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("decode", "text", "mix")
-
 
 @dataclass
 class CalibrationSet:

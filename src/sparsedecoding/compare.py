@@ -19,13 +19,12 @@ rebuilt from every result present after each configuration.
 from __future__ import annotations
 
 import copy
-import datetime
 import fnmatch
 import json
 import logging
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -34,11 +33,12 @@ from .calibration import CalibrationSet, decode_set_from_generations, describe
 from .data import chat_format, read_prompts
 from .errors import SparseDecodingError
 from .outputs import markdown_table, write_jsonl
-from .evaluation.suite import EvalSettings, evaluate
+from .evaluation.suite import evaluate
 from .generation import Generation, generate, tokenize_prompts
 from .models import load_model, resolve_model
-from .pipeline import (PruneConfig, build_calibration, peak_memory_gb, pick_device, prune_layers, versions,
-                       write_json)
+from .pipeline import build_calibration, prune_layers
+from .runenv import environment, peak_memory_gb, pick_device, write_json
+from .settings import CompareSettings, PruneConfig
 
 log = logging.getLogger(__name__)
 
@@ -89,45 +89,9 @@ def select(patterns: list[str] | None) -> list[GridConfig]:
     return [config for config in configs if any(fnmatch.fnmatchcase(config.name, pattern) for pattern in patterns)]
 
 
-@dataclass
-class CompareSettings:
-    """model / small_model: the main model and the cross-model ablation's small one. out: the report folder.
-    calib_prompts: decode calibration prompts (the held-out half is evaluated). text: natural text file of the text
-    source (default the Lee background corpus). tokens: calibration tokens of every
-    source. max_new_tokens: decode calibration length. samples_per_prompt > 1: that many sampled continuations per
-    prompt (at temperature / top_p), else greedy. percdamp: SparseGPT damping. refine_steps / refine_lr: block-wise
-    refinement after the solver (0: off). gen_batch_size: prompts per
-    generation batch (calibration
-    and evaluation). batch_size: sequences per pruning replay. evaluation: metric settings."""
-
-    model: str = "qwen2.5-coder-1.5b"
-    small_model: str = "smollm2-135m"
-    out: str = "benchmarks/results/quality"
-    calib_prompts: str = "humaneval:calib"
-    text: str | None = None
-    tokens: int = 16384
-    max_new_tokens: int = 512
-    samples_per_prompt: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    percdamp: float = 0.01
-    refine_steps: int = 0
-    refine_lr: float = 1e-5
-    mix_ratio: float = 0.5
-    gen_batch_size: int = 82
-    batch_size: int = 8
-    device: str = "auto"
-    seed: int = 0
-    evaluation: EvalSettings = field(default_factory=EvalSettings)
-    command: list[str] = field(default_factory=list)
-
-    def comparable(self) -> dict:
-        """What every result in one report folder must share."""
-        values = asdict(self)
-        for key in ("out", "device", "command"):
-            values.pop(key)
-        values["evaluation"].pop("workers")
-        return values
+# Settings that folders made by older versions may hold, with the value under which their results match today's code
+# (None: any value). Block-wise refinement was removed; see benchmarks/results/SUMMARY.md for its last commit.
+RETIRED_SETTINGS = {"refine_steps": 0, "refine_lr": None}
 
 
 class Report:
@@ -143,6 +107,11 @@ class Report:
         if fixed.exists():
             # A setting added after the folder was made counts as its default there.
             stored = json.loads(fixed.read_text())
+            for key, value in RETIRED_SETTINGS.items():
+                if value is not None and stored.get(key, value) != value:
+                    raise SparseDecodingError(f"{self.root} holds results made with {key}={stored[key]}, a setting "
+                                              f"that no longer exists; use another --out")
+                stored.pop(key, None)
             defaults = json.loads(json.dumps(CompareSettings().comparable()))
             earlier = {**{key: defaults[key] for key in now.keys() - stored.keys()}, **stored}
             if earlier != now:
@@ -209,7 +178,6 @@ def prune_config(settings: CompareSettings, config: GridConfig, folder: Path) ->
         propagation=config.propagation, tokens=settings.tokens, max_new_tokens=settings.max_new_tokens,
         samples_per_prompt=settings.samples_per_prompt, do_sample=settings.samples_per_prompt > 1,
         temperature=settings.temperature, top_p=settings.top_p, percdamp=settings.percdamp,
-        refine_steps=settings.refine_steps, refine_lr=settings.refine_lr,
         mix_ratio=settings.mix_ratio, gen_batch_size=settings.gen_batch_size, batch_size=settings.batch_size,
         device=settings.device, seed=settings.seed, command=settings.command)
 
@@ -261,7 +229,6 @@ class Group:
             errors = [layer["relative_error"] for layer in outcome["layers"].values()]
             pruning = {"pattern": PATTERNS[config.pattern], "solver": config.solver, "propagation": config.propagation,
                        "calibration": stats, "solver_seconds": outcome["solver_seconds"],
-                       "refinement": outcome.get("refinement"), "refine_seconds": outcome.get("refine_seconds"),
                        "peak_memory_gb": peak_memory_gb(device),
                        "median_relative_error": statistics.median(errors), "max_relative_error": max(errors),
                        "pipeline": asdict(prune_settings)}
@@ -273,15 +240,11 @@ class Group:
         return result, records
 
 
-def environment() -> dict:
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    return {"date": datetime.date.today().isoformat(), "device": device, "versions": versions()}
-
-
 def run_compare(settings: CompareSettings, patterns: list[str] | None = None) -> Path:
     """Run the selected configurations that have no result yet; rebuild the report; returns OUT/quality.md."""
     chosen = select(patterns)
-    settings.evaluation.validate(has_reference=True)
+    settings.validate()
+    pick_device(settings.device)
     report = Report(settings)
     todo = [config for config in chosen if not report.done(config.name)]
     log.info("%d configuration(s) selected, %d already done, %d to run", len(chosen), len(chosen) - len(todo),
@@ -302,7 +265,7 @@ def run_compare(settings: CompareSettings, patterns: list[str] | None = None) ->
         for number, config in enumerate(configs, 1):
             log.info("[%s %d/%d] %s", role, number, len(configs), config.name)
             result, records = group.run(config, groups.get("main"))
-            result.update(environment=environment(), settings=settings.comparable(), command=settings.command)
+            result.update(environment=environment(next(group.dense.parameters()).device), settings=settings.comparable(), command=settings.command)
             report.save_result(config.name, result, records)
             log.info("%s: %s (%.0f s)", config.name, compact(result["metrics"]), result["seconds"]["total"])
             write_report(report)
@@ -339,12 +302,6 @@ def sampling(settings: CompareSettings) -> str:
             f"top-p {settings.top_p:g})")
 
 
-def refinement(settings: CompareSettings) -> str:
-    if not settings.refine_steps:
-        return ""
-    return f", block-wise refinement {settings.refine_steps} steps per layer at learning rate {settings.refine_lr:g}"
-
-
 def write_report(report: Report) -> Path:
     """quality.md and quality.json from every result in the folder."""
     results = report.results()
@@ -362,7 +319,7 @@ def write_report(report: Report) -> Path:
         f"{settings.tokens} tokens per "
         f"source (mix: {settings.mix_ratio:g} decode), {settings.max_new_tokens} new tokens per calibration prompt, "
         f"{sampling(settings)}, seed {settings.seed}, SparseGPT damping {settings.percdamp:g}"
-        f"{refinement(settings)}. "
+        ". "
         f"Evaluation: pass@1 on HumanEval `{evaluation.split}` (greedy, sandboxed, "
         f"{evaluation.timeout_s:g} s and {evaluation.memory_mb} MB per problem); on-policy KL(dense‖evaluated), "
         f"the dense model's NLL per token and repetition over the evaluated model's own greedy answers (at most "

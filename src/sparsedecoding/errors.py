@@ -51,3 +51,7 @@ class EngineError(SparseDecodingError):
 
 class SandboxError(SparseDecodingError):
     """The code sandbox could not be set up."""
+
+
+class DeviceError(SparseDecodingError):
+    """A `--device` that is not a device name, or names a CUDA device this machine does not have."""

@@ -11,6 +11,9 @@ from pathlib import Path
 
 from .errors import OutputExistsError
 
+# The pruning record inside a checkpoint written by `sparsedecoding prune` (a packed checkpoint's is packed.MANIFEST).
+PRUNED_MANIFEST = "sparsedecoding.json"
+
 
 def check_output(out: Path, overwrite: bool) -> None:
     if out.exists() and not overwrite:

@@ -11,117 +11,34 @@ interrupted run resumes from the last finished layer; the finished checkpoint is
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import platform
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from . import solvers
-from .calibration import SOURCES, CalibrationSet, concat, decode_calibration, describe, text_calibration
+from . import settings, solvers
+from .calibration import CalibrationSet, concat, decode_calibration, describe, text_calibration
 from .data import lee_text, prompts_hash, read_prompts
-from .errors import OutputExistsError, SparseDecodingError
+from .errors import SparseDecodingError
 from .generation import position_ids_from_mask
 from .hessian import KeepMask, accumulate_inputs, hessians_by_module, input_groups, prunable_linears
 from .models import load_model, resolve_model
+from .outputs import PRUNED_MANIFEST
 from .patterns import SparsityPattern
-from .refine import refine_layer
+from .runenv import peak_memory_gb, pick_device, versions, write_json
+from .settings import PruneConfig
 
 log = logging.getLogger(__name__)
 
-SOLVERS = {"sparsegpt": solvers.sparsegpt, "wanda": solvers.wanda, "magnitude": solvers.magnitude}
-PROPAGATIONS = ("dense", "sequential")
-MANIFEST = "sparsedecoding.json"
-
-
-@dataclass
-class PruneConfig:
-    """Every knob of a pruning run.
-
-    model: offline model name, HF folder or GGUF file. out: output folder (HF checkpoint, zeros kept).
-    calibration: `decode` (dense model's own decode steps on `prompts`), `text` (teacher-forced `text`, default the Lee
-    background corpus) or `mix` (`mix_ratio` of the tokens from decode, the rest from text).
-    tokens: calibration token budget (None: every decode token generated; text and mix need a number).
-    n_prompts / samples_per_prompt / max_new_tokens / do_sample / temperature / top_p / gen_batch_size: decode
-    generation (several samples per prompt need do_sample).
-    text_seq_len: window length of the text source. pattern: `2:4`, `4:8`, `8:16`, `16:32`, any N:M, or `50%`.
-    solver: sparsegpt | wanda | magnitude (blocksize and percdamp go to SparseGPT). propagation: dense | sequential.
-    refine_steps / refine_lr: optional block-wise refinement after the solver (`refine.py`; 0 steps: off).
-    batch_size: sequences per replay batch. hessian_dtype: float32 | float64. device: auto | cpu | cuda[:i]."""
-
-    model: str
-    out: str
-    calibration: str = "decode"
-    prompts: str = "humaneval:calib"
-    text: str | None = None
-    pattern: str = "2:4"
-    solver: str = "sparsegpt"
-    propagation: str = "dense"
-    tokens: int | None = 16384
-    n_prompts: int | None = None
-    samples_per_prompt: int = 1
-    max_new_tokens: int = 512
-    mix_ratio: float = 0.5
-    text_seq_len: int = 512
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    gen_batch_size: int = 32
-    batch_size: int = 8
-    blocksize: int = 128
-    percdamp: float = 0.01
-    refine_steps: int = 0
-    refine_lr: float = 1e-5
-    hessian_dtype: str = "float32"
-    device: str = "auto"
-    seed: int = 0
-    overwrite: bool = False
-    command: list[str] = field(default_factory=list)
-
-    def validate(self) -> SparsityPattern:
-        """Check everything that can be checked before loading anything; returns the parsed pattern."""
-        pattern = SparsityPattern.parse(self.pattern)
-        choices = {"calibration": (self.calibration, SOURCES), "solver": (self.solver, tuple(SOLVERS)),
-                   "propagation": (self.propagation, PROPAGATIONS),
-                   "hessian_dtype": (self.hessian_dtype, ("float32", "float64"))}
-        for name, (value, allowed) in choices.items():
-            if value not in allowed:
-                raise SparseDecodingError(f"--{name.replace('_', '-')} {value!r} is not one of {', '.join(allowed)}")
-        if self.calibration in ("text", "mix") and not self.tokens:
-            raise SparseDecodingError(f"--calibration {self.calibration} needs a token budget (--tokens N)")
-        if not 0.0 < self.mix_ratio < 1.0:
-            raise SparseDecodingError(f"--mix-ratio must be strictly between 0 and 1, got {self.mix_ratio}")
-        if self.samples_per_prompt > 1 and not self.do_sample:
-            raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
-        if self.refine_steps < 0 or self.refine_lr <= 0:
-            raise SparseDecodingError(f"--refine-steps must be ≥ 0 and --refine-lr positive, got {self.refine_steps} "
-                                      f"and {self.refine_lr}")
-        if self.tokens is not None and self.tokens <= 0:
-            raise SparseDecodingError(f"--tokens must be positive, got {self.tokens}")
-        out = Path(self.out)
-        if out.exists() and not self.overwrite:
-            raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
-        return pattern
-
-    def fingerprint(self) -> str:
-        """What must match for a partial run to be resumed (everything but output handling)."""
-        relevant = {key: value for key, value in asdict(self).items() if key not in ("out", "overwrite", "command")}
-        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+SOLVERS = {name: getattr(solvers, name) for name in settings.SOLVERS}
 
 
 def build_calibration(config: PruneConfig, model, tokenizer) -> tuple[CalibrationSet, dict]:
@@ -223,13 +140,6 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, he
     return stats
 
 
-def write_json(path: Path, payload: dict) -> None:
-    """Atomic JSON write (temp file + rename)."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2))
-    os.replace(temporary, path)
-
-
 class WorkDir:
     """`OUT.partial/`: state.json, calibration.safetensors and layers/NNN.safetensors of finished layers."""
 
@@ -264,40 +174,20 @@ class WorkDir:
         return load_file(str(self.path / "layers" / f"{index:03d}.safetensors"))
 
 
-def versions() -> dict:
-    import transformers
-
-    return {"sparsedecoding": __import__("sparsedecoding").__version__, "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}
-
-
-def peak_memory_gb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-    import resource
-
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # Linux reports KiB
-
-
 @torch.no_grad()
 def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDir | None = None,
                  progress: bool = True) -> dict:
     """Prune a loaded model in place, layer by layer (see the module docstring). With `work`, each finished layer is
     saved there and layers finished by an interrupted run are restored instead of solved again.
-    Returns {"layers": {module name: stats}, "solver_seconds": float, "resumed_from_layer": int} and, with
-    refinement, "refinement": {layer index: held-out errors} and "refine_seconds"."""
+    Returns {"layers": {module name: stats}, "solver_seconds": float, "resumed_from_layer": int}."""
     pattern = SparsityPattern.parse(config.pattern)
     device = next(model.parameters()).device
     hessian_dtype = getattr(torch, config.hessian_dtype)
     batches = first_layer_inputs(model, calib, config.batch_size, device)
-    # Refinement fits every real token of the calibration sequences (see refine.py for why not only kept ones).
-    real_tokens = [mask.bool().to(device) for _, mask, _ in calib.batches(config.batch_size)] \
-        if config.refine_steps else None
     layers = model.model.layers
     start = work.state["finished_layers"] if work else 0
     layer_stats = {int(index): stats for index, stats in work.state["layers"].items()} if work else {}
-    solver_seconds = refine_seconds = 0.0
-    refinement = {int(index): stats for index, stats in work.state.get("refinement", {}).items()} if work else {}
+    solver_seconds = 0.0
     bar = tqdm(range(len(layers)), desc=f"pruning {pattern} ({config.solver})", unit="layer", disable=not progress)
     for index in bar:
         layer = layers[index]
@@ -328,13 +218,6 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                 torch.cuda.synchronize(device)
             solver_seconds += time.perf_counter() - solve_started
             del hessians
-            if config.refine_steps:
-                refine_started = time.perf_counter()
-                refinement[index] = refine_layer(layer, linears, batches, outputs, config.refine_steps,
-                                                 config.refine_lr, seed=config.seed + index, positions=real_tokens)
-                refine_seconds += time.perf_counter() - refine_started
-                if work:
-                    work.state.setdefault("refinement", {})[str(index)] = refinement[index]
             if config.propagation == "sequential":
                 outputs = run_layer(layer, batches)
             if work:
@@ -342,13 +225,9 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
             worst = max(item["relative_error"] for item in layer_stats[index].values())
             bar.set_postfix(max_rel_error=f"{worst:.3g}")
         batches = [(output, kwargs, kept) for output, (_, kwargs, kept) in zip(outputs, batches)]
-    result = {"layers": {f"model.layers.{index}.{name}": item for index, stats in sorted(layer_stats.items())
-                         for name, item in stats.items()},
-              "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
-    if config.refine_steps:
-        result.update(refinement={str(index): stats for index, stats in sorted(refinement.items())},
-                      refine_seconds=round(refine_seconds, 2))
-    return result
+    return {"layers": {f"model.layers.{index}.{name}": item for index, stats in sorted(layer_stats.items())
+                       for name, item in stats.items()},
+            "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
 
 
 @torch.no_grad()
@@ -356,10 +235,10 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     """Run (or resume) a pruning job and return the output folder. See the module docstring."""
     pattern = config.validate()
     out = Path(config.out)
+    device = pick_device(config.device)
     folder = resolve_model(config.model)
     if config.calibration in ("decode", "mix"):
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
-    device = pick_device(config.device)
     work = WorkDir(out, config.fingerprint())
     try:
         started = time.perf_counter()
@@ -379,10 +258,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "pattern": str(pattern), "solver": config.solver, "propagation": config.propagation,
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
-                               "hessian_dtype": config.hessian_dtype, "refine_steps": config.refine_steps,
-                               "refine_lr": config.refine_lr},
+                               "hessian_dtype": config.hessian_dtype},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
-            "refinement": result.get("refinement"),
             "timing": {"solver_seconds_this_run": result["solver_seconds"],
                        "total_seconds_this_run": round(time.perf_counter() - started, 2),
                        "resumed_from_layer": result["resumed_from_layer"]},
@@ -393,7 +270,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         shutil.rmtree(final, ignore_errors=True)
         model.save_pretrained(final)
         tokenizer.save_pretrained(final)
-        write_json(final / MANIFEST, manifest)
+        write_json(final / PRUNED_MANIFEST, manifest)
         if out.exists():  # only reachable with --overwrite (validate refuses otherwise)
             shutil.rmtree(out)
         os.replace(final, out)

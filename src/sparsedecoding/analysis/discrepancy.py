@@ -30,7 +30,8 @@ from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..hessian import collect_hessians
 from ..models import load_model
-from ..pipeline import pick_device, versions, write_json
+from ..runenv import pick_device, versions, write_json
+from ..settings import CALIBRATION_TOKENS
 from .plots import plot_discrepancy, require_matplotlib
 
 RHOS = (0.01, 0.02, 0.05, 0.10, 0.20, 0.50)
@@ -136,7 +137,7 @@ def report(payload: dict) -> str:
 
 @torch.no_grad()
 def run_discrepancy(model: str, out: str | Path, *, heldout: str = "humaneval:eval",
-                    calib_prompts: str = "humaneval:calib", text: str | None = None, tokens: int = 16384,
+                    calib_prompts: str = "humaneval:calib", text: str | None = None, tokens: int = CALIBRATION_TOKENS,
                     max_new_tokens: int = 512,
                     rhos: tuple[float, ...] = RHOS, gen_batch_size: int = 32, batch_size: int = 8,
                     hessian_dtype: str = "float64", device: str = "auto", seed: int = 0, plot: bool = True,

@@ -26,7 +26,7 @@ from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..generation import Generation, generate, left_pad, position_ids_from_mask, tokenize_prompts
 from ..models import load_model
-from ..pipeline import pick_device, versions, write_json
+from ..runenv import pick_device, versions, write_json
 from .plots import plot_drift, require_matplotlib
 
 

@@ -12,11 +12,18 @@ import sys
 from ..errors import SparseDecodingError
 
 # Module names under sparsedecoding.cli, in the order their commands appear in --help.
-_COMMAND_MODULES = ["fetch", "prune", "demo", "evaluate", "analyze", "pack", "engine"]
+_COMMAND_MODULES = ["fetch", "prune", "demo", "evaluate", "compare", "analyze", "pack", "engine"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes print one `error:` line (with the command to get help) and exit 2, like every other error."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sparsedecoding",
         description="Prune LLMs with Hessians calibrated on their own decode steps; decode fast with N:M kernels.",
     )
@@ -27,9 +34,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _attach_pattern_value(argv: list[str]) -> list[str]:
+    """`--pattern -1%` -> `--pattern=-1%`: argparse reads a value starting with "-" as an unknown option, so attach it
+    and let the pattern parser say what is wrong with it."""
+    joined: list[str] = []
+    for token in argv:
+        if joined and joined[-1] == "--pattern" and token.startswith("-") and not token.startswith("--"):
+            joined[-1] = f"--pattern={token}"
+        else:
+            joined.append(token)
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attach_pattern_value(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

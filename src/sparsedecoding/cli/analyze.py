@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..settings import CALIBRATION_TOKENS
+
 
 def fractions(text: str) -> tuple[float, ...]:
     import argparse
@@ -36,8 +38,8 @@ def register(subparsers) -> None:
                              help="prompts for decode calibration (default humaneval:calib)")
     discrepancy.add_argument("--text", default=None,
                              help="natural text file for text calibration (default: Lee background corpus)")
-    discrepancy.add_argument("--tokens", type=int, default=16384,
-                             help="calibration tokens of each source (default 16384)")
+    discrepancy.add_argument("--tokens", type=int, default=CALIBRATION_TOKENS,
+                             help=f"calibration tokens of each source (default {CALIBRATION_TOKENS})")
     discrepancy.add_argument("--max-new-tokens", type=int, default=512, help="new tokens per prompt (default 512)")
     discrepancy.add_argument("--rhos", type=fractions, default=(0.01, 0.02, 0.05, 0.10, 0.20, 0.50),
                              help="retained fractions (default 0.01,0.02,0.05,0.1,0.2,0.5)")

@@ -9,23 +9,24 @@ import json
 import sys
 from pathlib import Path
 
+from ..settings import CalibrationSettings, RunSettings, SolverSettings, add_arguments
+
 DEMO_MARK = "demo.json"
+# The demo's own defaults (small enough for a few CPU minutes); every other knob is prune's.
+DEMO = {"model": "smollm2-135m", "out": "sparsedecoding-demo", "n_prompts": 12, "max_new_tokens": 96, "tokens": 1024,
+        "gen_batch_size": 12}
 
 
 def register(subparsers) -> None:
-    from .prune import add_calibration_arguments
-
     parser = subparsers.add_parser("demo", help="prune the default model on CPU and print a before/after table",
                                    description=__doc__)
-    parser.add_argument("--model", default="smollm2-135m", help="model to prune (default smollm2-135m)")
-    parser.add_argument("--out", default="sparsedecoding-demo",
-                        help="output folder (default ./sparsedecoding-demo; an earlier demo there is replaced)")
-    parser.add_argument("--pattern", default="2:4")
-    parser.add_argument("--eval-prompts", type=int, default=6, help="held-out HumanEval prompts scored (default 6)")
-    parser.add_argument("--eval-new-tokens", type=int, default=64)
-    parser.add_argument("--device", default="auto")
-    add_calibration_arguments(parser)
-    parser.set_defaults(func=run, n_prompts=12, max_new_tokens=96, tokens=1024, gen_batch_size=12)
+    add_arguments(parser, RunSettings, defaults=DEMO, skip=("overwrite",))
+    parser.add_argument("--eval-prompts", type=int, default=6, help="held-out HumanEval prompts scored (default: 6)")
+    parser.add_argument("--eval-new-tokens", type=int, default=64,
+                        help="greedy new tokens per held-out answer (default: 64)")
+    add_arguments(parser, SolverSettings, "solver", defaults=DEMO)
+    add_arguments(parser, CalibrationSettings, "calibration", defaults=DEMO)
+    parser.set_defaults(func=run)
 
 
 def held_out_scores(dense, models: dict, tokenizer, prompts: list[str], new_tokens: int) -> dict:
@@ -57,7 +58,7 @@ def run(args) -> int:
     from ..data import humaneval_prompts
     from ..errors import OutputExistsError
     from ..models import load_model, resolve_model
-    from ..pipeline import MANIFEST, prune
+    from ..pipeline import PRUNED_MANIFEST, prune
     from .prune import config_from_args
 
     out = Path(args.out)
@@ -68,13 +69,10 @@ def run(args) -> int:
     print(f"[1/4] fetching {args.model}")
     folder = resolve_model(args.model)  # an offline name is fetched; a folder or .gguf is used as given
     print(f"      {folder}")
-    args.model, args.solver, args.propagation = str(folder), "sparsegpt", "dense"
-    args.blocksize, args.percdamp, args.hessian_dtype, args.batch_size, args.seed = 128, 0.01, "float32", 8, 0
-    args.refine_steps, args.refine_lr = 0, 1e-5
-    args.overwrite = False
+    args.model = str(folder)
     print(f"[2/4] pruning to {args.pattern}, Hessians from the model's own decode steps ({args.tokens} tokens)")
     decode_out = prune(config_from_args(args, calibration="decode", out=str(out / "decode")))
-    tokens = json.loads((decode_out / MANIFEST).read_text())["calibration"]["tokens"]
+    tokens = json.loads((decode_out / PRUNED_MANIFEST).read_text())["calibration"]["tokens"]
     print(f"[3/4] pruning to {args.pattern}, Hessians from Lee news text (the same {tokens} tokens)")
     text_out = prune(config_from_args(args, calibration="text", tokens=tokens, out=str(out / "text")))
     (out / DEMO_MARK).write_text(json.dumps({"command": ["sparsedecoding", *sys.argv[1:]]}))
@@ -97,5 +95,5 @@ def run(args) -> int:
     print()
     print(f"calibration: {tokens} tokens per source; held-out: {args.eval_prompts} odd-index HumanEval prompts")
     print(f"pruned models saved to {(out / 'decode').resolve()} and {(out / 'text').resolve()} "
-          f"(HF safetensors, zeros kept; details in {MANIFEST})")
+          f"(HF safetensors, zeros kept; details in {PRUNED_MANIFEST})")
     return 0

@@ -1,12 +1,20 @@
-"""Run untrusted model-written Python in a child process: one fresh temp dir per program as its working directory,
-a scrubbed environment, `python -I` (no user site, no PYTHON* variables, no script dir on sys.path), resource limits
-(address space, CPU seconds, file size, no core dumps), a wall-clock timeout after which the whole process group is
-killed, and no network.
+"""Run untrusted model-written Python in a child process, sealed by the kernel rather than by the program's goodwill.
 
-Network is refused twice where possible: the child runs in a fresh network namespace (`unshare --net`, only if this
-machine allows unprivileged user namespaces) and, always, a guard replaces the socket constructors, DNS lookups and
-process creation before the program runs. This is isolation for honest-but-buggy code (infinite loops, memory
-blow-ups, stray `os.system`), not a security boundary against code written to escape.
+Each program gets:
+- its own PID, mount, network, IPC and UTS namespaces (util-linux `unshare`). The first process in the PID namespace
+  is a small supervisor; when it ends, or is killed at the timeout, the kernel kills every process in the namespace,
+  so nothing the program started (forked, `setsid`, daemonized) outlives the run;
+- a read-only view of every mount, except a fresh temp folder that is its working directory (`mount_setattr`,
+  Linux 5.12 or later); the mount namespace keeps this view private to the run;
+- no network at all: the new network namespace has only a loopback interface, and it is down;
+- an unprivileged user id of its own (no capabilities, `no_new_privs`, no supplementary groups), so it cannot undo
+  the read-only mounts, and limits on address space, CPU seconds, file size, process count (for that user id, so
+  parallel sandboxes do not share it) and core dumps;
+- a scrubbed environment and `python -I` (no user site, no PYTHON* variables, no script dir on sys.path).
+
+The sandbox needs root (true in the containers this project runs in, and on CI) and fails closed: when the isolation
+cannot be set up, `SandboxError` says why and nothing runs. On top of the kernel's walls, a guard replaces the socket
+constructors and process creation in Python so that ordinary code gets a clear `PermissionError`.
 
 A program passes when it runs to its end: the guard prints a per-run random token after the program returns, so a
 program that calls `sys.exit(0)` or `os._exit(0)` before its tests ran does not pass.
@@ -14,7 +22,6 @@ program that calls `sys.exit(0)` or `os._exit(0)` before its tests ran does not 
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -34,18 +41,92 @@ from ..errors import SandboxError
 log = logging.getLogger(__name__)
 
 ERROR_PREFIX = "sandbox-error: "
+READY = "sandbox-ready"  # the supervisor's first line on stderr once every wall stands
+SETUP_PREFIX = "sandbox-setup-failed: "
+SETUP_EXIT = 125
 
-# Runs in the child before the program (as `python -I -c GUARD program.py MEMORY CPU FILE TOKEN`). Everything lives in
-# one function so the program cannot read the token from module globals.
+NAMESPACES = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount", "--net", "--ipc", "--uts")
+
+# Runs as PID 1 of the new namespaces (as `python -I -c GUARD program.py MEMORY CPU FILE PROCESSES UID TOKEN`).
+# Everything lives in one function so the program cannot read the token from module globals.
 GUARD = r'''
 def _sandbox():
-    import os, resource, sys, traceback
-    path, memory, cpu, file_size, token = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
+    import ctypes, os, resource, sys, traceback
+    path, memory, cpu, file_size, processes, uid, token = sys.argv[1], *map(int, sys.argv[2:7]), sys.argv[7]
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def failed(step):
+        sys.stderr.write("''' + SETUP_PREFIX + r'''" + step + ": " + os.strerror(ctypes.get_errno()) + "\n")
+        sys.stderr.flush()
+        os._exit(''' + str(SETUP_EXIT) + r''')
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                    ("userns_fd", ctypes.c_uint64)]
+
+    # mount_setattr has the same number on every architecture (new system calls share one table since Linux 5.1).
+    MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MS_BIND = 442, -100, 0x8000, 0x1000
+    MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, PR_SET_NO_NEW_PRIVS = 0x1, 0x2, 38
+    MS_MOVE, MS_REC = 0x2000, 0x4000
+    home = os.getcwd().encode()
+    if libc.mount(home, home, None, MS_BIND, None) != 0:
+        failed("bind the work folder")
+    os.chdir(home)  # the working directory still pointed into the mount below the new one
+    # The program runs as another user, who must still read the interpreter and its libraries. Where one of them
+    # sits below a folder only root may enter (a Python under /root), that folder is covered by an empty tmpfs that
+    # holds just the library folders, moved in from a staging mount.
+    import stat
+    wanted = sorted({os.path.realpath(entry or ".") for entry in (sys.base_prefix, sys.prefix, *sys.path)})
+    wanted = [entry for entry in wanted if os.path.isdir(entry)]
+    wanted = [entry for entry in wanted if not any(entry.startswith(other + "/") for other in wanted)]
+    closed = {}
+    for entry in wanted:
+        parts = entry.split("/")
+        for depth in range(2, len(parts)):
+            ancestor = "/".join(parts[:depth])
+            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+                closed.setdefault(ancestor, []).append(entry)
+                break
+    for ancestor, entries in closed.items():
+        stages = []
+        for entry in entries:
+            stage = os.path.join(os.getcwd(), ".stage%d" % len(stages))
+            os.mkdir(stage)
+            if libc.mount(entry.encode(), stage.encode(), None, MS_BIND | MS_REC, None) != 0:
+                failed("stage " + entry)
+            stages.append(stage)
+        if libc.mount(b"tmpfs", ancestor.encode(), b"tmpfs", 0, b"mode=0755,size=64k") != 0:
+            failed("cover " + ancestor)
+        for entry, stage in zip(entries, stages):
+            os.makedirs(entry, mode=0o755)
+            if libc.mount(stage.encode(), entry.encode(), None, MS_MOVE, None) != 0:
+                failed("move " + entry)
+            os.rmdir(stage)
+    for target, flags, attr in ((b"/", AT_RECURSIVE, MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)),
+                                (home, 0, MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0))):
+        if libc.syscall(ctypes.c_long(MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), ctypes.c_char_p(target),
+                        ctypes.c_uint(flags), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) != 0:
+            failed("make " + target.decode() + (" read-only (needs Linux 5.12 or later)" if flags else " writable"))
+    sys.stderr.write("''' + READY + r'''\n")
+    sys.stderr.flush()
+
+    child = os.fork()
+    if child:
+        # PID 1 only waits; its exit takes every other process of the namespace with it.
+        status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        os._exit(status if status >= 0 else 128 - status)
+
     # The CPU hard limit is one second above the soft one so the kernel sends SIGXCPU (reported as a timeout)
-    # before SIGKILL.
+    # before SIGKILL. Limits are set while still root; the program, as another user, can only lower them.
     for limit, soft, hard in ((resource.RLIMIT_AS, memory, memory), (resource.RLIMIT_CPU, cpu, cpu + 1),
-                              (resource.RLIMIT_FSIZE, file_size, file_size), (resource.RLIMIT_CORE, 0, 0)):
+                              (resource.RLIMIT_FSIZE, file_size, file_size), (resource.RLIMIT_CORE, 0, 0),
+                              (resource.RLIMIT_NPROC, processes, processes)):
         resource.setrlimit(limit, (soft, hard))
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        failed("set no_new_privs")
 
     import _socket, socket, subprocess
 
@@ -91,11 +172,13 @@ _sandbox()
 @dataclass(frozen=True)
 class SandboxLimits:
     """timeout_s: wall clock (the CPU limit is the same number of seconds, rounded up); memory_mb: address space;
-    file_mb: largest file (and stdout/stderr, which go to files) the program may write."""
+    file_mb: largest file (and stdout/stderr, which go to files) the program may write; processes: processes and
+    threads the program may run at once, itself included."""
 
     timeout_s: float = 10.0
     memory_mb: int = 1024
     file_mb: int = 16
+    processes: int = 16
 
     def check(self) -> None:
         if not self.timeout_s > 0:
@@ -105,6 +188,8 @@ class SandboxLimits:
                                f"got {self.memory_mb}")
         if self.file_mb < 1:
             raise SandboxError(f"the sandbox file size limit must be at least 1 MB, got {self.file_mb}")
+        if self.processes < 1:
+            raise SandboxError(f"the sandbox process limit must be at least 1, got {self.processes}")
 
 
 @dataclass(frozen=True)
@@ -123,30 +208,32 @@ class SandboxResult:
         return self.outcome == "passed"
 
 
-@functools.cache
-def network_namespace_prefix() -> tuple[str, ...]:
-    """`unshare` arguments that give the child an empty network namespace, or () where this machine forbids it
-    (common in containers and on CI); the guard refuses sockets either way."""
-    command = ("unshare", "--user", "--map-root-user", "--net")
-    if shutil.which("unshare") is None:
-        log.info("sandbox: no unshare binary; network is refused by the in-process guard only")
-        return ()
-    probe = subprocess.run([*command, "true"], capture_output=True, timeout=10)
-    if probe.returncode != 0:
-        log.info("sandbox: no unprivileged network namespace here; network is refused by the in-process guard only")
-        return ()
-    return command
+def isolation_command() -> tuple[str, ...]:
+    """The `unshare` prefix that gives the supervisor its namespaces; refuses (fails closed) where it cannot work."""
+    if os.geteuid() != 0:
+        raise SandboxError("the code sandbox needs root (it creates PID, mount and network namespaces and runs each "
+                           "program as an unprivileged user); run evaluation as root, e.g. in a container")
+    if shutil.which(NAMESPACES[0]) is None:
+        raise SandboxError("the code sandbox needs the `unshare` command from util-linux; install util-linux")
+    return NAMESPACES
 
 
-def scrubbed_environment(home: Path) -> dict[str, str]:
-    """Only what an interpreter needs; nothing from the parent (tokens, proxies, CUDA settings) leaks in."""
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8",
+def scrubbed_environment() -> dict[str, str]:
+    """Only what an interpreter needs; nothing from the parent (tokens, proxies, CUDA settings) leaks in. HOME and
+    TMPDIR are the working directory, the one place the program may write."""
+    return {"PATH": "/usr/bin:/bin", "HOME": ".", "TMPDIR": ".", "LANG": "C.UTF-8",
             "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+def sandbox_user() -> int:
+    """A user id no account has, fresh for each run, so the process limit counts this run's processes only."""
+    return 1_000_000_000 + secrets.randbelow(1_000_000_000)
+
+
 def kill_group(process: subprocess.Popen) -> None:
-    """Kill the program and anything it started (they share the session's process group)."""
+    """Kill `unshare` and the supervisor (they share the process group); the supervisor's death empties its PID
+    namespace, whatever sessions or groups the program's processes moved to."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:  # the group is already gone: nothing left to kill
@@ -160,10 +247,12 @@ def classify(returncode: int, stdout: str, stderr: str, token: str) -> tuple[str
     marked = [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
     if marked:
         return "failed", marked[-1][len(ERROR_PREFIX):]
-    if returncode == -signal.SIGXCPU:  # the CPU-seconds limit: a timeout that the kernel enforced first
+    # The supervisor reports a program killed by signal S as exit code 128 + S.
+    signum = returncode - 128 if returncode > 128 else -returncode
+    if signum == signal.SIGXCPU:  # the CPU-seconds limit: a timeout that the kernel enforced first
         return "timeout", "SIGXCPU"
-    if returncode < 0:
-        return "failed", signal.Signals(-returncode).name
+    if signum in signal.valid_signals():
+        return "failed", signal.Signals(signum).name
     return "failed", f"exit code {returncode}"
 
 
@@ -172,32 +261,48 @@ def last_line(text: str, width: int = 300) -> str:
     return lines[-1][:width] if lines else ""
 
 
-def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
-    """Run one program (Python source) under `limits` and report how it ended. See the module docstring."""
+def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits(), folder: Path | None = None
+                  ) -> SandboxResult:
+    """Run one program (Python source) under `limits` and report how it ended. See the module docstring.
+    folder: an empty folder to run in and keep (to inspect what the program wrote); default a fresh temp folder that
+    is removed afterwards."""
     limits.check()
-    token = secrets.token_hex(16)
-    with tempfile.TemporaryDirectory(prefix="sparsedecoding-sandbox-") as scratch:
-        home = Path(scratch)
-        (home / "program.py").write_text(program, encoding="utf-8")
-        command = [*network_namespace_prefix(), sys.executable, "-I", "-c", GUARD, "program.py",
-                   str(limits.memory_mb << 20), str(math.ceil(limits.timeout_s)), str(limits.file_mb << 20), token]
-        started = time.perf_counter()
-        with open(home / "stdout", "wb") as stdout, open(home / "stderr", "wb") as stderr:
-            try:
-                process = subprocess.Popen(command, cwd=home, env=scrubbed_environment(home), stdin=subprocess.DEVNULL,
-                                           stdout=stdout, stderr=stderr, start_new_session=True)
-            except OSError as exc:
-                raise SandboxError(f"could not start the sandboxed interpreter {sys.executable} ({exc})") from None
-            try:
-                process.wait(timeout=limits.timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            kill_group(process)
-            returncode = process.wait()
-        seconds = time.perf_counter() - started
-        out = (home / "stdout").read_text(encoding="utf-8", errors="replace")
-        err = (home / "stderr").read_text(encoding="utf-8", errors="replace")
+    prefix = isolation_command()
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="sparsedecoding-sandbox-") as scratch:
+            return _run_in(Path(scratch), program, limits, prefix)
+    folder.mkdir(parents=True, exist_ok=True)
+    return _run_in(folder, program, limits, prefix)
+
+
+def _run_in(home: Path, program: str, limits: SandboxLimits, prefix: tuple[str, ...]) -> SandboxResult:
+    token, uid = secrets.token_hex(16), sandbox_user()
+    (home / "program.py").write_text(program, encoding="utf-8")
+    os.chown(home, uid, uid)  # the program may write here and nowhere else
+    command = [*prefix, sys.executable, "-I", "-c", GUARD, "program.py", str(limits.memory_mb << 20),
+               str(math.ceil(limits.timeout_s)), str(limits.file_mb << 20), str(limits.processes), str(uid), token]
+    started = time.perf_counter()
+    with open(home / "stdout", "wb") as stdout, open(home / "stderr", "wb") as stderr:
+        try:
+            process = subprocess.Popen(command, cwd=home, env=scrubbed_environment(), stdin=subprocess.DEVNULL,
+                                       stdout=stdout, stderr=stderr, start_new_session=True)
+        except OSError as exc:
+            raise SandboxError(f"could not start the sandbox ({exc})") from None
+        try:
+            process.wait(timeout=limits.timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        kill_group(process)
+        returncode = process.wait()
+    seconds = time.perf_counter() - started
+    out = (home / "stdout").read_text(encoding="utf-8", errors="replace")
+    err = (home / "stderr").read_text(encoding="utf-8", errors="replace")
+    ready, _, err = err.partition("\n")
+    if ready != READY:
+        reason = ready[len(SETUP_PREFIX):] if ready.startswith(SETUP_PREFIX) else last_line(ready + "\n" + err)
+        raise SandboxError(f"could not isolate the program, so it was not run: {reason or 'no reason given'}"
+                           f"{' (timed out during setup)' if timed_out else ''}")
     if timed_out:
         return SandboxResult("timeout", "timeout", f"killed after {limits.timeout_s:g} s", seconds)
     outcome, error = classify(returncode, out, err, token)
@@ -208,6 +313,7 @@ def run_many(programs: list[str], limits: SandboxLimits = SandboxLimits(), worke
              ) -> list[SandboxResult]:
     """Run programs in parallel, one sandbox each (threads only wait on the child processes); results in order."""
     limits.check()
+    isolation_command()  # refuse once, before any thread starts
     workers = workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda program: run_sandboxed(program, limits), programs))

@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -21,55 +21,14 @@ from ..data import chat_format, humaneval_problems, humaneval_prompts, lee_text,
 from ..errors import SparseDecodingError
 from ..generation import Generation, generate, tokenize_prompts
 from ..models import load_model, resolve_model
-from ..pipeline import MANIFEST, pick_device, versions, write_json
+from ..runenv import pick_device, versions, write_json
+from ..settings import METRICS, EvalSettings
 from .humaneval import check_completions, pass_at_1
 from .metrics import on_policy_scores, perplexity, repetition_summary
-from ..outputs import check_output, output_folder, write_jsonl
+from ..outputs import PRUNED_MANIFEST, check_output, output_folder, write_jsonl
 from .sandbox import SandboxLimits
 
 log = logging.getLogger(__name__)
-
-METRICS = ("pass@1", "kl", "repetition", "ppl")
-
-
-@dataclass
-class EvalSettings:
-    """metrics: any of pass@1, kl (needs a reference model), repetition, ppl. split: HumanEval half (eval = odd indices,
-    the held-out half; dev is the recipe-choice quarter of the calibration side). wording: the HumanEval instruction
-    (`data.HUMANEVAL_INSTRUCTIONS`). prompts: other prompts for kl/repetition (a file or humaneval:SPLIT; default the HumanEval
-    split). limit: only the first N problems/prompts (smoke tests). max_new_tokens / gen_batch_size: greedy generation. score_batch_size: sequences per teacher-forced
-    scoring pass. ppl_window: tokens per perplexity window. timeout_s / memory_mb / workers: the code sandbox."""
-
-    metrics: tuple[str, ...] = METRICS
-    split: str = "eval"
-    wording: str = "fenced"
-    prompts: str | None = None
-    limit: int | None = None
-    max_new_tokens: int = 512
-    gen_batch_size: int = 32
-    score_batch_size: int = 8
-    ppl_window: int = 512
-    timeout_s: float = 10.0
-    memory_mb: int = 1024
-    workers: int | None = None
-
-    def validate(self, has_reference: bool) -> None:
-        unknown = [name for name in self.metrics if name not in METRICS]
-        if unknown or not self.metrics:
-            raise SparseDecodingError(f"unknown metric(s) {', '.join(unknown) or '(none given)'}; "
-                                      f"choose from {', '.join(METRICS)}")
-        if "kl" in self.metrics and not has_reference:
-            raise SparseDecodingError("the kl metric compares against a dense model: pass --reference DENSE_DIR "
-                                      "or leave kl out of --metrics")
-        if self.limit is not None and self.limit < 1:
-            raise SparseDecodingError(f"--limit must be a positive count, got {self.limit}")
-        least = {"--max-new-tokens": (self.max_new_tokens, 1), "--eval-batch-size": (self.gen_batch_size, 1),
-                 "--score-batch-size": (self.score_batch_size, 1), "--ppl-window": (self.ppl_window, 2)}
-        for flag, (value, minimum) in least.items():
-            if value < minimum:
-                raise SparseDecodingError(f"{flag} must be at least {minimum}, got {value}")
-        SandboxLimits(self.timeout_s, self.memory_mb).check()
-
 
 class GenerationCache:
     """Greedy continuations of one model, made once per prompt list and shared by the metrics that read them."""
@@ -149,7 +108,7 @@ def evaluate(model, tokenizer, settings: EvalSettings, reference=None, progress:
 
 def model_manifest(folder: Path) -> dict | None:
     """The pruning record of a model written by `sparsedecoding prune` (None for a dense model)."""
-    file = folder / MANIFEST
+    file = folder / PRUNED_MANIFEST
     if not file.exists():
         return None
     manifest = json.loads(file.read_text())

@@ -1,0 +1,39 @@
+"""`sparsedecoding compare`: the quality grid (dense vs text- vs decode-calibrated pruning) written as one report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..settings import METRICS, CompareSettings, EvalSettings, add_arguments, from_args
+from .evaluate import EVAL_PREFIX, eval_settings_from_args
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "compare", help="the quality grid: dense vs text- vs decode-calibrated pruning, one markdown report",
+        description="Prune and evaluate the grid of configurations (see `--list`) and write OUT/quality.md. "
+                    "Finished configurations are skipped, so runs can be split with --configs and resumed.")
+    parser.add_argument("--configs", default=None,
+                        help="comma-separated name globs, e.g. 'dense,*-sparsegpt-2of4' (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the configuration names and exit")
+    add_arguments(parser, CompareSettings)
+    add_arguments(parser, EvalSettings, "evaluation", defaults=asdict(CompareSettings().evaluation),
+                  prefix=EVAL_PREFIX)
+    parser.set_defaults(func=run_compare_command)
+
+
+def run_compare_command(args) -> int:
+    import sys
+
+    from ..compare import grid, run_compare
+
+    if args.list:
+        print("\n".join(config.name for config in grid()))
+        return 0
+    settings = CompareSettings(**from_args(CompareSettings, args, evaluation=eval_settings_from_args(args, METRICS),
+                                           command=["sparsedecoding", *sys.argv[1:]]))
+    patterns = [part.strip() for part in args.configs.split(",") if part.strip()] if args.configs else None
+    report = run_compare(settings, patterns)
+    text = report.read_text(encoding="utf-8")
+    print(text[text.index("## "):text.index("## Runs")])
+    return 0

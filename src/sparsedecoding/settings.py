@@ -1,0 +1,296 @@
+"""Every knob of pruning, evaluation and the quality grid, defined once: default, help text and the values it accepts.
+
+The settings are plain dataclasses in groups: `CalibrationSettings` (where the Hessians' tokens come from),
+`SolverSettings` (how each layer is pruned), `EvalSettings` (how a model is scored) and `RunSettings` (model, output,
+device, seed). `PruneConfig` is all of calibration, solver and run, flat; `CompareSettings` takes the grid's knobs from
+the same definitions. The command line is built from these fields (`add_arguments`, `from_args`), so `--help` always
+shows the defaults used, and `check` validates every value with a one-line `SparseDecodingError` before any model work.
+
+How to add a knob: add one `knob(...)` field to its group below (default, help, and `choices` or a numeric range).
+Its flag, its help line, its validation and its place in manifests and fingerprints follow; read it where it acts.
+
+This module imports neither torch nor transformers, so `sparsedecoding --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import MISSING, asdict, dataclass, field
+from pathlib import Path
+
+from .data import HUMANEVAL_INSTRUCTIONS, SPLITS
+from .errors import OutputExistsError, SparseDecodingError
+from .patterns import SparsityPattern
+
+CALIBRATION_TOKENS = 16384  # every calibration source gets this many tokens unless told otherwise
+SOLVERS = ("sparsegpt", "wanda", "magnitude")
+METRICS = ("pass@1", "kl", "repetition", "ppl")
+
+
+def knob(default=MISSING, help: str = "", *, flag: str | None = None, choices: tuple | None = None,
+         minimum: float | None = None, above: float | None = None, maximum: float | None = None,
+         below: float | None = None, shown: str | None = None, parse=None, factory=MISSING, cli: bool = True):
+    """A settings field. minimum/maximum are inclusive bounds, above/below exclusive; None (for a field whose default
+    is None) is always allowed. shown: how --help names the default when its value says little (None, a path).
+    parse: how the command line's text becomes the value (default: the type of the default). cli=False: no flag."""
+    metadata = {"help": help, "flag": flag, "choices": choices, "minimum": minimum, "above": above, "maximum": maximum,
+                "below": below, "shown": shown, "parse": parse, "cli": cli}
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def like(owner, name: str, **changes):
+    """The field `name` of settings class `owner` again (same help and validation), with `changes` (default, flag,
+    help, shown, ...): lets another settings class take a knob without defining it twice."""
+    original = next(item for item in dataclasses.fields(owner) if item.name == name)
+    metadata = {**original.metadata, **{key: value for key, value in changes.items() if key != "default"}}
+    if "default" not in changes and original.default_factory is not MISSING:
+        return field(default_factory=original.default_factory, metadata=metadata)
+    return field(default=changes.get("default", original.default), metadata=metadata)
+
+
+def flag_of(item: dataclasses.Field) -> str:
+    return item.metadata.get("flag") or "--" + item.name.replace("_", "-")
+
+
+def _range_text(meta: dict) -> str | None:
+    low = f"[{meta['minimum']:g}" if meta["minimum"] is not None else f"({meta['above']:g}" \
+        if meta["above"] is not None else None
+    high = f"{meta['maximum']:g}]" if meta["maximum"] is not None else f"{meta['below']:g})" \
+        if meta["below"] is not None else None
+    if low and high:
+        return f"in {low}, {high}"
+    if low:
+        return f"at least {meta['minimum']:g}" if meta["minimum"] is not None else f"above {meta['above']:g}"
+    if high:
+        return f"at most {meta['maximum']:g}" if meta["maximum"] is not None else f"below {meta['below']:g}"
+    return None
+
+
+def _in_range(value, meta: dict) -> bool:
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return ((meta["minimum"] is None or value >= meta["minimum"]) and (meta["above"] is None or value > meta["above"])
+            and (meta["maximum"] is None or value <= meta["maximum"])
+            and (meta["below"] is None or value < meta["below"]))
+
+
+def check(settings) -> None:
+    """Raise a one-line SparseDecodingError for the first field of `settings` outside its choices or range."""
+    for item in dataclasses.fields(settings):
+        meta, value = item.metadata, getattr(settings, item.name)
+        if "help" not in meta or value is None:
+            continue
+        if meta["choices"] and value not in meta["choices"]:
+            raise SparseDecodingError(f"{flag_of(item)} {value!r} is not one of {', '.join(meta['choices'])}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not _in_range(value, meta):
+            raise SparseDecodingError(f"{flag_of(item)} must be {_range_text(meta)}, got {value}")
+
+
+def _default_text(item: dataclasses.Field, default) -> str:
+    if item.metadata.get("shown"):
+        return item.metadata["shown"]
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return "none" if default is None else str(default)
+
+
+def add_arguments(parser, settings, title: str | None = None, defaults: dict | None = None, prefix: str = "",
+                  skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of the settings class `settings` (in an argument group titled `title`). defaults: other
+    defaults for this command (its --help shows them). prefix: put each value at args.<prefix><name>, so two groups
+    may share a field name."""
+    target = parser.add_argument_group(title) if title else parser
+    defaults = defaults or {}
+    for item in dataclasses.fields(settings):
+        meta = item.metadata
+        if not meta.get("cli") or item.name in skip:
+            continue
+        default = defaults.get(item.name, item.default)
+        help_text = meta["help"].replace("%", "%%")
+        options = {"dest": prefix + item.name}
+        if not meta["choices"] and not isinstance(default, bool):
+            options["metavar"] = flag_of(item)[2:].upper().replace("-", "_")
+        if isinstance(default, bool):
+            options.update(action="store_false" if default else "store_true", default=default)
+        else:
+            if default is MISSING:
+                options["required"] = True
+            else:
+                options["default"] = default
+            if meta["parse"] is not None:
+                options["type"] = meta["parse"]
+            elif isinstance(default, (int, float)) and not isinstance(default, bool):
+                options["type"] = type(default)
+            elif item.type in ("int | None", "int"):
+                options["type"] = int
+            elif item.type in ("float | None", "float"):
+                options["type"] = float
+            if meta["choices"]:
+                options["choices"] = meta["choices"]
+        if default is not MISSING:
+            help_text += f" (default: {_default_text(item, default)})"
+        target.add_argument(flag_of(item), help=help_text, **options)
+
+
+def from_args(settings, args, prefix: str = "", **values) -> dict:
+    """The values of `settings`' fields that `add_arguments` put on `args` (plus `values`), as keyword arguments."""
+    found = {item.name: getattr(args, prefix + item.name) for item in dataclasses.fields(settings)
+             if hasattr(args, prefix + item.name)}
+    return {**found, **values}
+
+
+def _tokens(text: str) -> int | None:
+    return int(text) or None
+
+
+@dataclass(kw_only=True)
+class RunSettings:
+    """What to prune, where the result goes, and where the work runs."""
+
+    model: str = knob(help="HF model folder, .gguf file, or offline model name (smollm2-135m, qwen2.5-coder-1.5b)")
+    out: str = knob(help="output folder (written atomically)")
+    device: str = knob("auto", "auto (cuda when available), cpu, cuda, cuda:1 ...")
+    seed: int = knob(0, "seed of sampling and text window order")
+    overwrite: bool = knob(False, "replace --out if it exists")
+    command: list[str] = knob(help="the command line recorded in the output", factory=list, cli=False)
+
+
+@dataclass(kw_only=True)
+class CalibrationSettings:
+    """Where the calibration tokens come from."""
+
+    calibration: str = knob("decode", "decode: the dense model's own decode steps on --prompts; text: teacher-forced "
+                            "--text; mix: both, --mix-ratio of the tokens from decode",
+                            choices=("decode", "text", "mix"))
+    prompts: str = knob("humaneval:calib", "task prompts: a .jsonl file (field 'prompt'), a text file (one prompt per "
+                        "line), or humaneval:calib (the even half of HumanEval)")
+    text: str | None = knob(None, "natural text file for text calibration", shown="the Lee background corpus")
+    tokens: int | None = knob(CALIBRATION_TOKENS, "calibration token budget, equal for every source (0: every decode "
+                              "token generated)", minimum=1, parse=_tokens)
+    n_prompts: int | None = knob(None, "use only the first N prompts", minimum=1, shown="all")
+    samples_per_prompt: int = knob(1, "continuations drawn per prompt (more than 1 needs --sample)", minimum=1)
+    max_new_tokens: int = knob(512, "new tokens per calibration prompt", minimum=1)
+    mix_ratio: float = knob(0.5, "share of decode tokens in --calibration mix", above=0.0, below=1.0)
+    text_seq_len: int = knob(512, "window length of the text source", minimum=2)
+    do_sample: bool = knob(False, "sample (seeded) instead of greedy decoding", flag="--sample")
+    temperature: float = knob(1.0, "sampling temperature", above=0.0)
+    top_p: float = knob(1.0, "sampling top-p", above=0.0, maximum=1.0)
+    gen_batch_size: int = knob(32, "prompts per generation batch", minimum=1)
+
+
+@dataclass(kw_only=True)
+class SolverSettings:
+    """How each layer is pruned from its Hessians."""
+
+    pattern: str = knob("2:4", "2:4, 4:8, 8:16, 16:32, any N:M, or 50%")
+    solver: str = knob("sparsegpt", "pruning solver", choices=SOLVERS)
+    propagation: str = knob("dense", "dense: every Hessian from the dense model (paper); sequential: layer l sees "
+                            "pruned layers < l", choices=("dense", "sequential"))
+    blocksize: int = knob(128, "SparseGPT block size", minimum=1)
+    percdamp: float = knob(0.01, "SparseGPT damping, relative to the mean Hessian diagonal", above=0.0, maximum=1.0)
+    hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))
+    batch_size: int = knob(8, "sequences per replay batch", minimum=1)
+
+
+@dataclass(kw_only=True)
+class PruneConfig(RunSettings, CalibrationSettings, SolverSettings):
+    """Every knob of a pruning run (`pipeline.prune`), flat: PruneConfig(model=..., out=..., pattern=..., tokens=...).
+    The fields, their defaults and help are those of RunSettings, CalibrationSettings and SolverSettings."""
+
+    def validate(self) -> SparsityPattern:
+        """Check everything that can be checked before loading anything; returns the parsed pattern."""
+        pattern = SparsityPattern.parse(self.pattern)
+        check(self)
+        if self.calibration in ("text", "mix") and not self.tokens:
+            raise SparseDecodingError(f"--calibration {self.calibration} needs a token budget (--tokens N)")
+        if self.samples_per_prompt > 1 and not self.do_sample:
+            raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
+        out = Path(self.out)
+        if out.exists() and not self.overwrite:
+            raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
+        return pattern
+
+    def fingerprint(self) -> str:
+        """What must match for a partial run to be resumed (everything but output handling)."""
+        relevant = {key: value for key, value in asdict(self).items() if key not in ("out", "overwrite", "command")}
+        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(kw_only=True)
+class EvalSettings:
+    """How a model is scored (`evaluation.suite`). split: HumanEval half (eval = odd indices, the held-out half; dev
+    is the recipe-choice quarter of the calibration side)."""
+
+    metrics: tuple[str, ...] = knob(METRICS, "any of pass@1, kl (needs a reference model), repetition, ppl", cli=False)
+    split: str = knob("eval", "HumanEval half for pass@1 (eval: the odd, held-out half; dev: the recipe-choice quarter "
+                      "of the calibration half)", choices=SPLITS)
+    wording: str = knob("fenced", "HumanEval instruction wording", choices=tuple(HUMANEVAL_INSTRUCTIONS))
+    prompts: str | None = knob(None, "prompts for kl/repetition: a .jsonl/.txt file or humaneval:SPLIT",
+                               shown="the --split")
+    limit: int | None = knob(None, "only the first N problems/prompts (smoke tests)", minimum=1, shown="all")
+    max_new_tokens: int = knob(512, "greedy new tokens per prompt", minimum=1)
+    gen_batch_size: int = knob(32, "prompts per generation batch", flag="--eval-batch-size", minimum=1)
+    score_batch_size: int = knob(8, "sequences per teacher-forced scoring pass", minimum=1)
+    ppl_window: int = knob(512, "tokens per perplexity window", minimum=2)
+    timeout_s: float = knob(10.0, "sandbox wall/CPU seconds per problem", flag="--timeout", above=0.0)
+    memory_mb: int = knob(1024, "sandbox address-space limit in MB (Python needs 64 to start)", minimum=64)
+    workers: int | None = knob(None, "parallel sandboxes", minimum=1, shown="CPU count")
+
+    def validate(self, has_reference: bool) -> None:
+        unknown = [name for name in self.metrics if name not in METRICS]
+        if unknown or not self.metrics:
+            raise SparseDecodingError(f"unknown metric(s) {', '.join(unknown) or '(none given)'}; "
+                                      f"choose from {', '.join(METRICS)}")
+        if "kl" in self.metrics and not has_reference:
+            raise SparseDecodingError("the kl metric compares against a dense model: pass --reference DENSE_DIR "
+                                      "or leave kl out of --metrics")
+        check(self)
+
+
+def _compare_evaluation() -> EvalSettings:
+    return EvalSettings(gen_batch_size=82, score_batch_size=16)
+
+
+@dataclass(kw_only=True)
+class CompareSettings:
+    """The quality grid's settings (`compare`); every pruning knob is the one of PruneConfig's groups. samples_per_prompt
+    > 1 samples that many continuations per prompt (at temperature / top_p), else greedy."""
+
+    model: str = like(RunSettings, "model", default="qwen2.5-coder-1.5b", help="main model")
+    small_model: str = knob("smollm2-135m", "model of the cross-model ablation")
+    out: str = like(RunSettings, "out", default="benchmarks/results/quality", help="report folder")
+    calib_prompts: str = like(CalibrationSettings, "prompts", flag="--calib-prompts")
+    text: str | None = like(CalibrationSettings, "text")
+    tokens: int = like(CalibrationSettings, "tokens", help="calibration tokens per source", parse=None)
+    max_new_tokens: int = like(CalibrationSettings, "max_new_tokens", flag="--calib-new-tokens")
+    samples_per_prompt: int = like(CalibrationSettings, "samples_per_prompt",
+                                   help="sampled calibration continuations per prompt (1: greedy)")
+    temperature: float = like(CalibrationSettings, "temperature")
+    top_p: float = like(CalibrationSettings, "top_p")
+    percdamp: float = like(SolverSettings, "percdamp")
+    mix_ratio: float = like(CalibrationSettings, "mix_ratio")
+    gen_batch_size: int = like(CalibrationSettings, "gen_batch_size", default=82,
+                               help="prompts per calibration generation batch")
+    batch_size: int = like(SolverSettings, "batch_size")
+    device: str = like(RunSettings, "device")
+    seed: int = like(RunSettings, "seed")
+    evaluation: EvalSettings = knob(help="metric settings", factory=_compare_evaluation, cli=False)
+    command: list[str] = like(RunSettings, "command")
+
+    def validate(self) -> None:
+        check(self)
+        self.evaluation.validate(has_reference=True)
+
+    def comparable(self) -> dict:
+        """What every result in one report folder must share."""
+        values = asdict(self)
+        for key in ("out", "device", "command"):
+            values.pop(key)
+        values["evaluation"].pop("workers")
+        return values
