@@ -53,5 +53,18 @@ class SandboxError(SparseDecodingError):
     """The code sandbox could not be set up."""
 
 
+class RepairError(SparseDecodingError):
+    """Bad repair settings, a student that does not match its teacher, or a work folder from other settings."""
+
+
 class DeviceError(SparseDecodingError):
     """A `--device` that is not a device name, or names a CUDA device this machine does not have."""
+
+
+class ModelFileError(SparseDecodingError):
+    """A model that exists but cannot be used: truncated or malformed weights or config, a file that is not a GGUF,
+    non-finite weights, or layer shapes that the requested pattern does not fit."""
+
+
+class OutputNotWritableError(SparseDecodingError, PermissionError):
+    """The output folder cannot be created: its parent is read-only, or a file stands where a folder must be."""
