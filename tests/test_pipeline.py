@@ -128,3 +128,35 @@ def test_resume_after_interruption_gives_the_same_weights(tiny_folder, prompts_f
         assert first.keys() == second.keys()
         for name in first:
             assert torch.equal(first[name], second[name]), name
+
+
+def test_a_bf16_model_pruned_on_the_cpu_is_written_in_bf16(tmp_path, prompts_file):
+    source = make_tiny_model(tmp_path / "bf16")
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(torch.bfloat16).save_pretrained(source)
+    out = prune(config(source, tmp_path / "out", prompts_file, device="cpu"), progress=False)
+    pruned = weights(out)
+    assert {tensor.dtype for tensor in pruned.values()} == {torch.bfloat16}
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    q = pruned["model.layers.0.self_attn.q_proj.weight"].float().reshape(-1, 4)
+    assert int((q != 0).sum(-1).max()) <= 2  # still 2:4 after the cast
+
+
+def test_the_source_dtype_comes_from_the_config_or_else_the_weights(tmp_path):
+    from sparsedecoding.models import source_dtype
+
+    folder = make_tiny_model(tmp_path / "model")
+    assert source_dtype(folder) == torch.float32
+    config_file = folder / "config.json"
+    settings = json.loads(config_file.read_text())
+    settings["dtype"] = "float16"
+    config_file.write_text(json.dumps(settings))
+    assert source_dtype(folder) == torch.float16
+    del settings["dtype"]
+    config_file.write_text(json.dumps(settings))
+    from safetensors.torch import save_file
+
+    save_file({name: tensor.to(torch.bfloat16) for name, tensor in weights(folder).items()},
+              str(folder / "model.safetensors"))
+    assert source_dtype(folder) == torch.bfloat16

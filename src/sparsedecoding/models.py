@@ -170,6 +170,28 @@ def resolve_model(spec: str | Path) -> Path:
                              f"or one of {', '.join(OFFLINE_MODELS)}")
 
 
+STORED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+
+
+def source_dtype(folder: Path) -> torch.dtype:
+    """The dtype a model folder stores its weights in, which is the dtype its pruned copy is written in whatever the
+    computation ran in (float32 on the CPU would double a bf16 model's size). config.json's `dtype` (`torch_dtype`
+    in older files) when it names one, else the first floating tensor in the safetensors headers."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    named = config.get("dtype") or config.get("torch_dtype")
+    if named in STORED_DTYPES:
+        return STORED_DTYPES[named]
+    for file in sorted(folder.glob("*.safetensors")):
+        with open(file, "rb") as handle:
+            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        for entry in header.values():
+            if isinstance(entry, dict) and entry.get("dtype") in SAFETENSORS_DTYPES:
+                return SAFETENSORS_DTYPES[entry["dtype"]]
+    log.warning("%s names no weight dtype; writing float32", folder)
+    return torch.float32
+
+
 def default_dtype(device: str | torch.device) -> torch.dtype:
     """bf16 on a GPU; float32 on the CPU, where bf16 matrix products are many times slower."""
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32

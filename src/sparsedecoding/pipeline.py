@@ -30,7 +30,7 @@ from .data import lee_text, prompts_hash, read_prompts
 from .errors import SparseDecodingError
 from .generation import position_ids_from_mask
 from .hessian import KeepMask, accumulate_inputs, hessians_by_module, input_groups, prunable_linears
-from .models import load_model, resolve_model
+from .models import load_model, resolve_model, source_dtype
 from .outputs import PRUNED_MANIFEST
 from .patterns import SparsityPattern
 from .runenv import peak_memory_gb, pick_device, versions, write_json
@@ -268,7 +268,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         }
         final = work.path / "final"
         shutil.rmtree(final, ignore_errors=True)
-        model.save_pretrained(final)
+        model.to(source_dtype(folder)).save_pretrained(final)
         tokenizer.save_pretrained(final)
         write_json(final / PRUNED_MANIFEST, manifest)
         if out.exists():  # only reachable with --overwrite (validate refuses otherwise)
