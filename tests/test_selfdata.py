@@ -12,7 +12,7 @@ from sparsedecoding.generation import generate
 from sparsedecoding.models import load_model
 from sparsedecoding.selfdata import (KINDS, LEVELS, TOPICS, SelfDataConfig, build, calibration_sets, check_no_heldout,
                                      clean_prompt, is_dev, meta_prompts, plan_answers)
-from tiny_models import make_tiny_model
+from helpers import make_tiny_model
 
 
 @pytest.fixture(autouse=True)
@@ -110,32 +110,38 @@ def test_plan_mixes_sources_by_weight_and_repeats_only_when_sampling():
 
 # --- the generator --------------------------------------------------------------------------------------------------
 
-def test_large_batch_greedy_equals_the_hf_generate_path(tiny):
+@pytest.mark.parametrize("batch_size, check_every, prefill_rows", [(8, 3, 64), (5, 2, 2), (64, 4, 64)])
+def test_large_batch_greedy_equals_the_hf_generate_path(tiny, batch_size, check_every, prefill_rows):
+    """Rows leave and join at different times (small batches and checks), or all decode at once (64)."""
     model, tokenizer = tiny
-    prompts = [[5 + index % 50] * (3 + index % 7) for index in range(21)]
+    prompts = [[5 + index % 50] * (3 + (index * 7) % 11) for index in range(21)]
     reference = generate(model, tokenizer, prompts, 24, batch_size=4, progress=False)
-    ours = batchgen.generate_many(model, tokenizer, prompts, 24, batch_size=8, check_every=3, progress=False)
+    ours = batchgen.generate_many(model, tokenizer, prompts, 24, batch_size=batch_size, check_every=check_every,
+                                  prefill_rows=prefill_rows, progress=False)
     assert [g.new_ids for g in ours] == [g.new_ids for g in reference]
     assert [g.stopped for g in ours] == [g.stopped for g in reference]
+    assert [g.prompt_ids for g in ours] == prompts
     assert any(g.stopped for g in ours) and any(not g.stopped for g in ours)
 
 
-def test_sampling_is_seeded_and_top_p_keeps_the_nucleus():
+def test_sampling_is_seeded_and_top_p_keeps_the_nucleus(tiny):
     logits = torch.tensor([[5.0, 4.0, -10.0, -10.0]]).repeat(500, 1)
     draws = batchgen.next_tokens(logits, True, 1.0, 0.5, torch.Generator().manual_seed(0))
     assert set(draws.tolist()) == {0}  # token 0 alone holds more than half the mass
     draws = batchgen.next_tokens(logits, True, 1.0, 0.99, torch.Generator().manual_seed(0))
     assert set(draws.tolist()) == {0, 1}
-    again = batchgen.next_tokens(logits, True, 1.0, 0.99, torch.Generator().manual_seed(0))
-    assert torch.equal(draws, again)
+    model, tokenizer = tiny
+    prompts = [[7] * 4, [9] * 6, [11] * 3]
+    first, again, other = (batchgen.generate_many(model, tokenizer, prompts, 10, do_sample=True, seed=seed,
+                                                  progress=False) for seed in (1, 1, 2))
+    assert [g.new_ids for g in first] == [g.new_ids for g in again] != [g.new_ids for g in other]
 
 
-def test_batches_respect_the_kv_budget_and_refuse_an_impossible_prompt():
-    lengths = [10, 50, 20, 40, 30]
-    batches = batchgen.plan_batches(lengths, batch_size=4, max_new_tokens=10, per_token=1, kv_budget_bytes=130)
-    assert batches == [[1, 3], [4, 2, 0]]  # 2 x 60 = 120; a third row would make 180; then 3 x 40 = 120
+def test_rows_respect_the_kv_budget_and_an_impossible_prompt_is_refused():
+    assert batchgen.row_capacity(50, 10, per_token=1, kv_budget_bytes=130, batch_size=4) == 2
+    assert batchgen.row_capacity(20, 10, per_token=1, kv_budget_bytes=1000, batch_size=4) == 4
     with pytest.raises(SparseDecodingError, match="budget"):
-        batchgen.plan_batches([200], batch_size=4, max_new_tokens=10, per_token=1, kv_budget_bytes=130)
+        batchgen.row_capacity(200, 10, per_token=1, kv_budget_bytes=130, batch_size=4)
 
 
 # --- end to end -----------------------------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
-"""Large-batch generation for building data: hundreds of rows per forward pass, so the per-step cost (kernel launches,
-Python) is shared by many tokens.
+"""Large-batch generation for building data: hundreds of rows per forward pass, with finished rows replaced by new
+prompts, so the per-step cost (kernel launches, Python) is shared by many tokens.
 
-`generation.generate` calls `model.generate` at batch 32; one decode step of a 1.5B model costs about the same at
-batch 32 as at 512 because the step is bound by launch overhead, not arithmetic. Here prompts are sorted by length
-(longest first, so a batch that does not fit in memory fails at once, not after an hour), left-padded, prefilled in one
-pass that sends only the last position through the output layer, then decoded with the model's own KV cache
-(`DynamicCache`, SDPA attention) one token per step. Every `check_every` steps the rows that have emitted a stop token
-are dropped from the batch and the cache, and the batch ends when every row has stopped or hit `max_new_tokens`. The
-rows a batch may hold are capped so that its KV cache stays within `kv_budget_bytes`.
+`generation.generate` calls `model.generate` at batch 32, and a batch there lasts as long as its longest answer. One
+decode step of a 1.5B model costs about the same at batch 32 as at 512 because the step is bound by launch overhead,
+not arithmetic. Here up to `batch_size` rows decode together with the model's own KV cache (`DynamicCache`, SDPA
+attention), one token per step. Every `check_every` steps (one host sync) the rows that emitted a stop token or reached
+`max_new_tokens` leave the batch and waiting prompts take their places: the newcomers are prefilled on their own (only
+their last position goes through the output layer), and their cache is joined to the running one, both left-padded to
+a common width; cache columns that have become padding in every row are cut off. Prompts are admitted longest first, so
+memory peaks early. A row spans at most (its prompt + max_new_tokens) columns, so the rows are capped such that
+rows × (longest prompt + max_new_tokens) positions of keys and values fit in `kv_budget_bytes`.
 
-Sampling is seeded per batch (`seed + batch index`), so a call's output is a pure function of its inputs and settings.
-The output format is `generation.Generation`, the same as the HF path, so calibration code takes either.
+Greedy output equals `generation.generate`'s (same model forward, padding masked). Sampling draws from one generator
+seeded with `seed`, so a call's output is a pure function of its inputs and settings, but a prompt's sample depends on
+the other prompts of the call. The output format is `generation.Generation`, as on the HF path.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import logging
 import torch
 from tqdm.auto import tqdm
 
-from .errors import SparseDecodingError
+from .errors import SparseDecodingError, UnsupportedArchitectureError
 from .generation import Generation, left_pad, position_ids_from_mask
 from .models import stop_token_ids
 
@@ -36,24 +39,15 @@ def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
     return 2 * config.num_hidden_layers * heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
-def plan_batches(lengths: list[int], batch_size: int, max_new_tokens: int, per_token: int,
-                 kv_budget_bytes: int) -> list[list[int]]:
-    """Indices grouped longest prompt first; a batch closes at `batch_size` rows or when one more row would make its
-    cache (rows × (longest prompt + max_new_tokens) × per_token) exceed the budget."""
-    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
-    batches: list[list[int]] = []
-    for index in order:
-        if batches and len(batches[-1]) < batch_size:
-            width = lengths[batches[-1][0]] + max_new_tokens
-            if (len(batches[-1]) + 1) * width * per_token <= kv_budget_bytes:
-                batches[-1].append(index)
-                continue
-        if (lengths[index] + max_new_tokens) * per_token > kv_budget_bytes:
-            raise SparseDecodingError(f"one prompt of {lengths[index]} tokens plus {max_new_tokens} new tokens needs "
-                                      f"more KV cache than the budget of {kv_budget_bytes} bytes; raise the budget "
-                                      f"or drop long prompts")
-        batches.append([index])
-    return batches
+def row_capacity(longest_prompt: int, max_new_tokens: int, per_token: int, kv_budget_bytes: int,
+                 batch_size: int) -> int:
+    """Rows that may decode at once: `batch_size`, or fewer when their KV cache would exceed the budget."""
+    rows = kv_budget_bytes // ((longest_prompt + max_new_tokens) * per_token)
+    if rows < 1:
+        raise SparseDecodingError(f"one prompt of {longest_prompt} tokens plus {max_new_tokens} new tokens needs "
+                                  f"more KV cache than the budget of {kv_budget_bytes} bytes; raise the budget "
+                                  f"or drop long prompts")
+    return min(batch_size, rows)
 
 
 def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p: float,
@@ -81,77 +75,131 @@ def check_settings(batch_size: int, max_new_tokens: int, do_sample: bool, temper
                                   f"{top_p}; for greedy decoding turn sampling off")
 
 
-@torch.inference_mode()
-def generate_batch(model, prompt_ids: list[list[int]], max_new_tokens: int, stops: list[int], pad_id: int,
-                   do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0,
-                   generator: torch.Generator | None = None, check_every: int = 16) -> list[list[int]]:
-    """The new tokens of each prompt (one batch), cut after the first stop token; see the module docstring."""
+class Rows:
+    """The rows decoding together: the KV cache, attention mask [R, T] (T = cache width), the position of each row's
+    last token, the logits of its next token, its generated tokens so far and which prompt it answers."""
+
+    def __init__(self, cache, mask, position, logits, prompt, out, count):
+        self.cache, self.mask, self.position, self.logits = cache, mask, position, logits
+        self.prompt, self.out, self.count = prompt, out, count
+        self.finished = torch.zeros_like(count, dtype=torch.bool)
+
+    def __len__(self) -> int:
+        return self.prompt.shape[0]
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep the rows `keep`, then cut the leading columns that are padding in every remaining row."""
+        self.cache.batch_select_indices(keep)
+        for name in ("mask", "position", "logits", "prompt", "out", "count", "finished"):
+            setattr(self, name, getattr(self, name)[keep])
+        first = int(self.mask.any(0).nonzero()[0])
+        if first:
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+            self.mask = self.mask[:, first:]
+
+    def join(self, other: Rows) -> None:
+        """Append `other`'s rows, left-padding the narrower cache and mask with masked zeros."""
+        width = max(self.mask.shape[1], other.mask.shape[1])
+
+        def widen(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+            missing = width - tensor.shape[dim]
+            if not missing:
+                return tensor
+            shape = list(tensor.shape)
+            shape[dim] = missing
+            return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            mine.keys = torch.cat([widen(mine.keys, 2), widen(theirs.keys, 2)])
+            mine.values = torch.cat([widen(mine.values, 2), widen(theirs.values, 2)])
+        self.mask = torch.cat([widen(self.mask, 1), widen(other.mask, 1)])
+        for name in ("position", "logits", "prompt", "out", "count", "finished"):
+            setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))
+
+
+def prefill(model, prompts: list[list[int]], indices: list[int], pad_id: int, out_width: int) -> Rows:
+    """New rows for `prompts` (prompt numbers `indices`): their cache and the logits of their first new token."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    ids, mask = left_pad(prompt_ids, pad_id)
+    ids, mask = left_pad(prompts, pad_id)
     ids, mask = ids.to(device), mask.to(device)
     positions = position_ids_from_mask(mask)
     cache = DynamicCache(config=model.config)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                    use_cache=True, logits_to_keep=1).logits[:, -1]
-    rows = len(prompt_ids)
-    out = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    live = torch.arange(rows, device=device)  # original row of each row still in the batch
-    stop_ids = torch.tensor(stops, device=device)
-    finished = torch.zeros(rows, dtype=torch.bool, device=device)
-    position = positions[:, -1]
-    for step in range(max_new_tokens):
-        token = next_tokens(logits, do_sample, temperature, top_p, generator)
-        out[live, step] = token
-        finished |= torch.isin(token, stop_ids)
-        if step == max_new_tokens - 1:
-            break
-        if (step + 1) % check_every == 0:
-            keep = (~finished).nonzero()[:, 0]  # one host sync per check, not per step
-            if keep.numel() == 0:
-                break
-            if keep.numel() < finished.numel():
-                cache.batch_select_indices(keep)
-                live, finished, token, mask, position = (live[keep], finished[keep], token[keep], mask[keep],
-                                                         position[keep])
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
-        position = position + 1
-        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position[:, None],
-                       past_key_values=cache, use_cache=True).logits[:, -1]
-    results = []
-    stop_set = set(stops)
-    for tokens in out.tolist():
-        cut = next((pos for pos, token in enumerate(tokens) if token in stop_set), None)
-        results.append(tokens if cut is None else tokens[:cut + 1])
-    return results
+    if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+        raise UnsupportedArchitectureError("the large-batch generator joins full-attention caches only; this model "
+                                           "uses sliding-window layers, use generation.generate")
+    rows = len(prompts)
+    out = torch.full((rows, out_width), pad_id, dtype=torch.long, device=device)
+    return Rows(cache, mask, positions[:, -1], logits, torch.tensor(indices, device=device), out,
+                torch.zeros(rows, dtype=torch.long, device=device))
 
 
+def decode_step(model, rows: Rows, stop_ids: torch.Tensor, max_new_tokens: int, do_sample: bool, temperature: float,
+                top_p: float, generator: torch.Generator | None) -> None:
+    """Pick every row's next token, record it, and run the model on it for the logits of the one after. Finished
+    rows keep stepping until the next check; what they write after their end is cut off when they are collected."""
+    token = next_tokens(rows.logits, do_sample, temperature, top_p, generator)
+    rows.out[torch.arange(len(rows), device=token.device), rows.count] = token
+    rows.count += 1
+    rows.finished |= torch.isin(token, stop_ids) | (rows.count >= max_new_tokens)
+    rows.mask = torch.cat([rows.mask, rows.mask.new_ones(len(rows), 1)], dim=1)
+    rows.position = rows.position + 1
+    rows.logits = model(input_ids=token[:, None], attention_mask=rows.mask, position_ids=rows.position[:, None],
+                        past_key_values=rows.cache, use_cache=True).logits[:, -1]
+
+
+@torch.inference_mode()
 def generate_many(model, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int, batch_size: int = 256,
                   do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-                  kv_budget_bytes: int = DEFAULT_KV_BUDGET, check_every: int = 16,
+                  kv_budget_bytes: int = DEFAULT_KV_BUDGET, check_every: int = 16, prefill_rows: int = 64,
                   progress: bool = True) -> list[Generation]:
     """Continue every prompt (token ids, already chat-formatted) and return one `Generation` per prompt, in order.
 
-    batch_size: most rows per forward pass (256-512 on an H200 for a 1.5B model). kv_budget_bytes: cap on one batch's
-    KV cache (rows are fewer when prompts are long). check_every: steps between dropping finished rows (each check
-    syncs with the host once). Sampling (do_sample, temperature, top_p) draws from a generator seeded with
-    `seed + batch index`; greedy otherwise."""
+    batch_size: most rows decoding at once (256-512 on an H200 for a 1.5B model). kv_budget_bytes: cap on the KV
+    cache (fewer rows when prompts are long). check_every: steps between collecting finished rows and admitting new
+    prompts (each check syncs with the host once). prefill_rows: most prompts prefilled in one pass (bounds the
+    prefill's activation memory). Sampling (do_sample, temperature, top_p) is seeded by `seed`; greedy otherwise."""
     check_settings(batch_size, max_new_tokens, do_sample, temperature, top_p, check_every)
-    if any(not ids for ids in prompt_ids):
-        raise SparseDecodingError("an empty prompt cannot be continued; drop empty prompts first")
+    if not prompt_ids or any(not ids for ids in prompt_ids):
+        raise SparseDecodingError("no prompts, or an empty prompt, to continue; drop empty prompts first")
     stops = stop_token_ids(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
-    device = next(model.parameters()).device
-    per_token = kv_bytes_per_token(model.config, next(model.parameters()).dtype)
-    batches = plan_batches([len(ids) for ids in prompt_ids], batch_size, max_new_tokens, per_token, kv_budget_bytes)
+    parameter = next(model.parameters())
+    capacity = row_capacity(max(map(len, prompt_ids)), max_new_tokens,
+                            kv_bytes_per_token(model.config, parameter.dtype), kv_budget_bytes, batch_size)
+    generator = torch.Generator(device=parameter.device).manual_seed(seed) if do_sample else None
+    stop_ids = torch.tensor(stops, device=parameter.device)
+    waiting = sorted(range(len(prompt_ids)), key=lambda index: -len(prompt_ids[index]))
     results: list[Generation | None] = [None] * len(prompt_ids)
-    for batch_index, batch in enumerate(tqdm(batches, desc="generating", unit="batch", disable=not progress)):
-        generator = None
-        if do_sample:
-            generator = torch.Generator(device=device).manual_seed(seed + batch_index)
-        new = generate_batch(model, [prompt_ids[index] for index in batch], max_new_tokens, stops, pad_id,
-                             do_sample, temperature, top_p, generator, check_every)
-        for index, tokens in zip(batch, new):
-            results[index] = Generation(list(prompt_ids[index]), tokens, bool(tokens) and tokens[-1] in stops)
+    rows: Rows | None = None
+    stop_set = set(stops)
+    with tqdm(total=len(prompt_ids), desc="generating", unit="prompt", disable=not progress) as bar:
+        while waiting or rows is not None:
+            while waiting and (rows is None or len(rows) < capacity):
+                room = capacity - (0 if rows is None else len(rows))
+                admitted, waiting = waiting[:min(room, prefill_rows)], waiting[min(room, prefill_rows):]
+                new = prefill(model, [prompt_ids[index] for index in admitted], admitted, pad_id,
+                              max_new_tokens + check_every)
+                if rows is None:
+                    rows = new
+                else:
+                    rows.join(new)
+            for _ in range(check_every):
+                decode_step(model, rows, stop_ids, max_new_tokens, do_sample, temperature, top_p, generator)
+            done = rows.finished.nonzero()[:, 0]
+            if done.numel():
+                for index, tokens in zip(rows.prompt[done].tolist(), rows.out[done].tolist()):
+                    tokens = tokens[:max_new_tokens]
+                    cut = next((pos for pos, token in enumerate(tokens) if token in stop_set), None)
+                    kept = tokens if cut is None else tokens[:cut + 1]
+                    results[index] = Generation(list(prompt_ids[index]), kept, cut is not None)
+                bar.update(done.numel())
+                if done.numel() == len(rows):
+                    rows = None
+                else:
+                    rows.select((~rows.finished).nonzero()[:, 0])
     return results  # type: ignore[return-value]
