@@ -1,0 +1,187 @@
+"""`sparsify` and `load_packed` on tiny transformers models pruned 2:4 by magnitude: which linears are swapped,
+logits against a float64 reference, greedy generation with a static cache, torch.compile tracing, bad inputs.
+On CPU the packed layers run the kernel's torch reference (the custom op's CPU implementation)."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from sparsedecoding import SparsifySummary, load_packed, sparsify
+from sparsedecoding.errors import KernelInputError, ModelNotFoundError, PackingError
+from sparsedecoding.kernels import PackedLinear
+from sparsedecoding.packed import pack_checkpoint
+from sparsedecoding.solvers import magnitude
+
+from helpers import make_tiny_model, tiny_config
+
+DENSE_LEFT = "model.layers.1.mlp.down_proj"  # left unpruned: sparsify must keep it dense
+
+
+def pruned_tiny(arch: str, dtype=torch.bfloat16, seed: int = 0) -> nn.Module:
+    """A tiny random causal LM whose decoder linears (all but DENSE_LEFT) are pruned 2:4 by magnitude."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch), dtype=torch.float32)
+    with torch.no_grad():
+        for name, module in model.model.layers.named_modules(prefix="model.layers"):
+            if isinstance(module, nn.Linear) and name != DENSE_LEFT:
+                module.weight.copy_(magnitude(module.weight, None, "2:4"))
+    return model.to(dtype).eval()
+
+
+def decoder_linears(model: nn.Module) -> set[str]:
+    return {name for name, module in model.model.layers.named_modules(prefix="model.layers")
+            if isinstance(module, nn.Linear | PackedLinear)}
+
+
+TOKENS = torch.tensor([[5, 17, 42, 9, 77, 23, 64, 11], [8, 8, 30, 101, 2, 55, 19, 90]])
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_sparsify_swaps_exactly_the_nm_linears_keeping_bias_dtype_and_device(arch):
+    model = pruned_tiny(arch)
+    before = {name: (module.weight.detach().clone(), module.bias) for name, module in model.named_modules()
+              if isinstance(module, nn.Linear)}
+    same, summary = sparsify(model)
+    assert same is model and isinstance(summary, SparsifySummary)
+    assert set(summary.swapped) == decoder_linears(model) - {DENSE_LEFT}
+    assert set(summary.swapped.values()) == {"2:4"}
+    assert set(summary.kept_dense) == {DENSE_LEFT, "lm_head"}
+    for name, module in model.named_modules():
+        if name in summary.swapped:
+            weight, bias = before[name]
+            assert isinstance(module, PackedLinear) and (module.n, module.m) == (2, 4)
+            assert torch.equal(module.packed.to_dense(), weight)
+            assert module.values.dtype == torch.bfloat16 and module.values.device == weight.device
+            assert (bias is None and module.bias is None) or torch.equal(module.bias, bias)
+        elif name in summary.kept_dense:
+            assert type(module) is nn.Linear and torch.equal(module.weight, before[name][0])
+    if arch == "qwen2":  # q, k, v carry biases
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
+    # 2:4 bf16: 2 bytes a weight dense; packed one bf16 value per two weights + one mask bit per weight
+    weights = sum(before[name][0].numel() for name in summary.swapped)
+    assert (summary.dense_bytes, summary.packed_bytes) == (2 * weights, weights + weights // 8)
+    assert summary.bytes_saved == summary.dense_bytes - summary.packed_bytes > 0
+    assert f"{len(summary.swapped)} linears packed (2:4 x{len(summary.swapped)}), 2 kept dense" in str(summary)
+
+
+def logit_errors(arch: str) -> tuple[float, float, float]:
+    """Largest |logit - float64 logit| of the pruned model in bf16 dense, in bf16 sparsified, and the largest
+    |float64 logit|."""
+    model = pruned_tiny(arch)
+    reference = copy.deepcopy(model).double()
+    with torch.no_grad():
+        exact = reference(TOKENS).logits
+        dense = model(TOKENS).logits.double()
+        sparsify(model)
+        sparse = model(TOKENS).logits.double()
+    return float((dense - exact).abs().max()), float((sparse - exact).abs().max()), float(exact.abs().max())
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_sparsified_logits_match_float64_as_closely_as_the_dense_model(arch):
+    """The packed layers sum bf16 products in fp32 like the dense bf16 matmul; the whole model's logits stay as
+    close to the float64 model as the dense bf16 model's do (bf16 rounding of every activation dominates)."""
+    dense_error, sparse_error, scale = logit_errors(arch)
+    assert dense_error < 0.05 * scale  # the bound below is meaningful: bf16 is close to float64 here
+    assert sparse_error <= 1.5 * dense_error + 2**-8 * scale
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_greedy_generate_with_static_cache_picks_the_dense_models_best_tokens(arch):
+    """Each token the sparsified model picks greedily (static cache) is the dense model's argmax at that position,
+    up to a bf16-sized tie."""
+    model = pruned_tiny(arch)
+    dense = copy.deepcopy(model)
+    sparsify(model)
+    prompt = TOKENS[:, :5]
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                         cache_implementation="static", pad_token_id=0, eos_token_id=None)
+    assert out.shape == (2, 13)
+    with torch.no_grad():
+        logits = dense(out).logits[:, 4:-1].float()
+    chosen = logits.gather(-1, out[:, 5:, None])[..., 0]
+    assert (chosen >= logits.max(-1).values - 2**-6 * logits.abs().max()).all()
+
+
+def test_packed_linear_traces_into_one_graph_under_torch_compile():
+    """Dynamo traces a sparsified decoder layer without a graph break (the custom op and its fake
+    implementation); AOT autograd's functionalisation runs the op, and the result equals eager."""
+    model = pruned_tiny("llama")
+    sparsify(model)
+    mlp = model.model.layers[0].mlp
+    x = torch.randn(1, 3, 64).bfloat16()
+    compiled = torch.compile(mlp, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), mlp(x))
+
+
+@pytest.mark.slow
+def test_generate_compiles_the_sparsified_decode_step_in_one_graph():
+    """transformers' own compiled decode step (static cache, CompileConfig fullgraph=True; AOT eager backend on
+    CPU) runs the sparsified model without a graph break and picks the tokens the uncompiled model picks."""
+    from transformers.generation import CompileConfig
+
+    model, _ = sparsify(pruned_tiny("qwen2"))
+    config = CompileConfig(fullgraph=True, backend="aot_eager", dynamic=False)
+    config._compile_all_devices = True  # transformers compiles only on accelerators unless told
+    prompt = TOKENS[:, :5]
+    settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                    cache_implementation="static")
+    compiled = model.generate(prompt, compile_config=config, **settings)
+    assert hasattr(model, "_compiled_call")
+    assert torch.equal(compiled, model.generate(prompt, disable_compile=True, **settings))
+
+
+def test_load_packed_builds_the_model_sparsify_makes(tmp_path):
+    """A pruned folder packed with `pack_checkpoint` loads as the transformers model with the same PackedLinear
+    modules, tensors and logits as the pruned folder loaded by transformers and sparsified; the tied output
+    embedding is restored."""
+    from transformers import AutoModelForCausalLM
+
+    for arch, tied in (("qwen2", True), ("llama", False)):
+        make_tiny_model(tmp_path / f"{arch}-dense", arch=arch, tie_word_embeddings=tied)
+        model = AutoModelForCausalLM.from_pretrained(tmp_path / f"{arch}-dense", dtype=torch.bfloat16)
+        with torch.no_grad():
+            for name, module in model.model.layers.named_modules(prefix="model.layers"):
+                if isinstance(module, nn.Linear) and name != DENSE_LEFT:
+                    module.weight.copy_(magnitude(module.weight, None, "2:4"))
+        model.save_pretrained(tmp_path / f"{arch}-pruned")
+        pack_checkpoint(tmp_path / f"{arch}-pruned", tmp_path / f"{arch}-packed")
+        loaded = load_packed(tmp_path / f"{arch}-packed")
+        sparsified, _ = sparsify(model.eval())
+        assert type(loaded) is type(sparsified)
+        packed_names = {name for name, m in loaded.named_modules() if isinstance(m, PackedLinear)}
+        assert packed_names == {name for name, m in sparsified.named_modules() if isinstance(m, PackedLinear)}
+        assert packed_names == decoder_linears(loaded) - {DENSE_LEFT}
+        expected = sparsified.state_dict()
+        assert set(loaded.state_dict()) == set(expected)
+        assert all(torch.equal(t, expected[k]) for k, t in loaded.state_dict().items())
+        assert (loaded.lm_head.weight is loaded.model.embed_tokens.weight) == tied
+        with torch.no_grad():
+            assert torch.equal(loaded(TOKENS).logits, sparsified(TOKENS).logits)
+
+
+def test_model_without_sparse_linear_is_refused_unchanged():
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(tiny_config("llama"), dtype=torch.bfloat16)
+    with pytest.raises(PackingError, match="no linear of this LlamaForCausalLM is N:M sparse.*prune the model"):
+        sparsify(model)
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+
+
+def test_float32_model_is_refused_before_any_swap():
+    model = pruned_tiny("llama", dtype=torch.float32)
+    with pytest.raises(KernelInputError, match=r"float32 weights.*model.to\(torch.bfloat16\)"):
+        sparsify(model)
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+
+
+def test_load_packed_refuses_a_folder_that_is_not_packed(tmp_path):
+    make_tiny_model(tmp_path / "dense")
+    with pytest.raises(ModelNotFoundError, match="sparsedecoding pack"):
+        load_packed(tmp_path / "dense")
