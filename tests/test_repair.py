@@ -7,11 +7,11 @@ import torch
 
 from sparsedecoding.calibration import from_segments
 from sparsedecoding.errors import RepairError
-from sparsedecoding.hessian import prunable_linears
 from sparsedecoding.models import load_model
+from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.repair import (RepairConfig, batch_indices, kl_sum, learning_rate, mean_kl, pruned_masks, repair,
                                    student_samples)
-from tiny_models import make_tiny_model
+from helpers import make_tiny_model, prune_in_place
 
 
 @pytest.fixture(autouse=True)
@@ -36,14 +36,10 @@ def teacher_folder(tmp_path_factory):
 
 
 def pruned_student(folder):
-    """The teacher with every prunable linear cut to 2:4 by magnitude (each group of 4 inputs keeps its 2 largest)."""
+    """The teacher with every decoder linear cut to 2:4 by magnitude."""
     student = load_model(folder)[0]
     with torch.no_grad():
-        for layer in student.model.layers:
-            for linear in prunable_linears(layer).values():
-                groups = linear.weight.reshape(-1, 4)
-                drop = groups.abs().argsort(-1)[:, :2]
-                groups.scatter_(1, drop, 0.0)
+        prune_in_place(student, SparsityPattern.parse("2:4"))
     return student
 
 
