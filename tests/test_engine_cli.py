@@ -71,3 +71,24 @@ def test_unstructured_pattern_is_one_line(capsys):
 def test_dense_copy_threshold_above_every_batch_is_one_line(capsys):
     one_line_error(capsys, ["bench", "--preset", "smollm2-135m", "--batch", "1", "2", "--dense-copy-from-batch", "4"],
                    "EngineError: --dense-copy-from-batch 4 is above every --batch [1, 2]")
+
+
+def test_sparse_auto_on_the_cpu_runs_dense_and_says_so(tmp_path, capsys, monkeypatch):
+    from helpers import prune_in_place
+
+    import sparsedecoding.engine as engine
+    from sparsedecoding.patterns import SparsityPattern
+
+    hf, _ = tiny_folder(tmp_path)
+    prune_in_place(hf, SparsityPattern.parse("2:4"))
+    hf.save_pretrained(tmp_path)
+    modes, load = [], engine.load_model
+    monkeypatch.setattr(engine, "load_model", lambda *args, **kwargs: modes.append(kwargs["sparse"]) or
+                        load(*args, **kwargs))
+    argv = ["generate", "--model", str(tmp_path), "--prompt", "hello", "--new-tokens", "4", "--device", "cpu"]
+    assert main(argv + ["--sparse", "auto"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "running the dense weights on cpu" in line]
+    assert modes == ["none"] and len(notes) == 1
+    assert main(argv + ["--sparse", "packed"]) == 0  # asked for explicitly, the packed path still runs
+    assert modes == ["none", "packed"]
+    assert "running the dense weights" not in capsys.readouterr().err

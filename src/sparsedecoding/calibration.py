@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from .data import chat_format
 from .errors import CalibrationError
-from .generation import Generation, generate, left_pad, tokenize_prompts
+from .generation import BatchStore, Generation, generate, left_pad, tokenize_prompts
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +109,12 @@ def decode_set_from_generations(generations: list[Generation], pad_id: int,
 def decode_calibration(model, tokenizer, prompts: list[str], *, max_new_tokens: int = 512,
                        n_prompts: int | None = None, token_budget: int | None = None, batch_size: int = 32,
                        do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-                       samples_per_prompt: int = 1, progress: bool = True) -> CalibrationSet:
+                       samples_per_prompt: int = 1, progress: bool = True,
+                       store: BatchStore | None = None) -> CalibrationSet:
     """The dense model continues the chat-formatted prompts; its decode steps become the calibration set.
     `samples_per_prompt` > 1 (sampling only) draws several continuations per prompt: all prompts once, then again,
-    so a token budget that cuts the list keeps the prompt mix balanced."""
+    so a token budget that cuts the list keeps the prompt mix balanced. Generation stops once the budget is met;
+    `store` keeps finished generation batches for a resumed run."""
     if samples_per_prompt > 1 and not do_sample:
         raise CalibrationError("several samples per prompt need sampling (--sample); greedy would repeat itself")
     if n_prompts is not None:
@@ -120,7 +122,8 @@ def decode_calibration(model, tokenizer, prompts: list[str], *, max_new_tokens: 
     prompts = prompts * samples_per_prompt
     prompt_ids = tokenize_prompts(tokenizer, chat_format(tokenizer, prompts))
     generations = generate(model, tokenizer, prompt_ids, max_new_tokens, batch_size=batch_size, do_sample=do_sample,
-                           temperature=temperature, top_p=top_p, seed=seed, progress=progress)
+                           temperature=temperature, top_p=top_p, seed=seed, progress=progress,
+                           token_budget=token_budget, store=store)
     calib = decode_set_from_generations(generations, tokenizer.pad_token_id, token_budget)
     if token_budget is not None and calib.tokens < token_budget:
         log.warning("decode calibration produced %d tokens, below the budget of %d; add prompts or new tokens",

@@ -3,8 +3,11 @@ token. Used by decode-time calibration and by the evaluation suite."""
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -51,6 +54,32 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+class BatchStore:
+    """Finished generation batches as one JSON file each in `folder`, so an interrupted generation resumes at the
+    first unfinished batch. A stored batch is reused only for the same prompts."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def file(self, index: int) -> Path:
+        return self.folder / f"batch-{index:05d}.json"
+
+    def load(self, index: int, prompts: list[list[int]]) -> list[Generation] | None:
+        file = self.file(index)
+        if not file.exists():
+            return None
+        rows = json.loads(file.read_text())
+        if [row["prompt_ids"] for row in rows] != prompts:
+            return None
+        return [Generation(**row) for row in rows]
+
+    def save(self, index: int, generations: list[Generation]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        temporary = self.file(index).with_suffix(".tmp")
+        temporary.write_text(json.dumps([asdict(generation) for generation in generations]))
+        os.replace(temporary, self.file(index))
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -63,29 +92,70 @@ def generate(
     top_p: float = 1.0,
     seed: int = 0,
     progress: bool = True,
+    token_budget: int | None = None,
+    store: BatchStore | None = None,
 ) -> list[Generation]:
     """Continue every prompt with the model (KV-cached `model.generate`), batched by similar length to waste little
-    padding. Greedy unless `do_sample`; sampling is seeded per batch so results do not depend on batch order."""
+    padding. Greedy unless `do_sample`; sampling is seeded per batch so results do not depend on batch order.
+
+    token_budget: stop once the finished continuations hold this many consumed tokens (`Generation.consumed_ids`);
+    batches then follow the prompt order, so what is generated is a prefix of the prompts (the prefix that
+    `calibration.budget_counts` takes), only that prefix is returned, and no continuation is longer than the budget
+    needs. store: reuse finished batches kept there and keep each new one (see `BatchStore`)."""
     stops = stop_token_ids(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     device = next(model.parameters()).device
-    order = sorted(range(len(prompt_ids)), key=lambda index: len(prompt_ids[index]))
+    order = list(range(len(prompt_ids)))
+    if token_budget is None:
+        order.sort(key=lambda index: len(prompt_ids[index]))
+    else:
+        max_new_tokens = min(max_new_tokens, token_budget + 1)  # the last token is never consumed
     results: list[Generation | None] = [None] * len(prompt_ids)
     batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-    for batch_index, batch in enumerate(tqdm(batches, desc="generating", unit="batch", disable=not progress)):
-        ids, mask = left_pad([prompt_ids[index] for index in batch], pad_id)
-        sampling = {"do_sample": False}
-        if do_sample:
-            torch.manual_seed(seed + batch_index)
-            sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
-        output = model.generate(
-            input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-            eos_token_id=stops, pad_token_id=pad_id, **sampling,
-        )
-        new_tokens = output[:, ids.shape[1]:].tolist()
-        for row, index in enumerate(batch):
-            tokens = new_tokens[row]
-            cut = next((pos for pos, token in enumerate(tokens) if token in stops), None)
-            kept = tokens if cut is None else tokens[:cut + 1]
-            results[index] = Generation(list(prompt_ids[index]), kept, cut is not None)
+    consumed, resumed = 0, 0
+    bar = tqdm(total=token_budget or len(batches), desc="generating", unit="tok" if token_budget else "batch",
+               disable=not progress)
+    for batch_index, batch in enumerate(batches):
+        if token_budget is not None and consumed >= token_budget:
+            break
+        prompts = [list(prompt_ids[index]) for index in batch]
+        generations = store.load(batch_index, prompts) if store else None
+        if generations is not None:
+            resumed = batch_index + 1
+        else:
+            if resumed and resumed == batch_index:
+                log.info("resuming generation at batch %d of %d (%d tokens kept)", batch_index + 1, len(batches),
+                         consumed)
+            generations = _generate_batch(model, prompts, max_new_tokens, stops, pad_id, device, do_sample,
+                                          temperature, top_p, seed + batch_index)
+            if store:
+                store.save(batch_index, generations)
+        for index, generation in zip(batch, generations):
+            results[index] = generation
+        batch_tokens = sum(len(generation.consumed_ids) for generation in generations)
+        consumed += batch_tokens
+        bar.update(min(batch_tokens, token_budget - bar.n) if token_budget else 1)
+        bar.set_postfix(batch=f"{batch_index + 1}/{len(batches)}", tokens=consumed)
+    bar.close()
+    if token_budget is not None:
+        return [generation for generation in results if generation is not None]
     return results  # type: ignore[return-value]
+
+
+def _generate_batch(model, prompts: list[list[int]], max_new_tokens: int, stops: list[int], pad_id: int, device,
+                    do_sample: bool, temperature: float, top_p: float, seed: int) -> list[Generation]:
+    ids, mask = left_pad(prompts, pad_id)
+    sampling = {"do_sample": False}
+    if do_sample:
+        torch.manual_seed(seed)
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+    output = model.generate(
+        input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
+        eos_token_id=stops, pad_token_id=pad_id, **sampling,
+    )
+    generations = []
+    for prompt, tokens in zip(prompts, output[:, ids.shape[1]:].tolist()):
+        cut = next((pos for pos, token in enumerate(tokens) if token in stops), None)
+        kept = tokens if cut is None else tokens[:cut + 1]
+        generations.append(Generation(prompt, kept, cut is not None))
+    return generations

@@ -5,8 +5,9 @@ Hessians of its linears over the kept positions, the solver prunes each linear, 
 layer's inputs. `dense` propagation (the paper) feeds every layer the dense model's activations; `sequential` feeds
 layer l the outputs of the already-pruned layers < l (as SparseGPT does). Only one layer's Hessians exist at a time.
 
-Work happens in `OUT.partial/`: the calibration set and each finished layer's pruned weights are saved there, so an
-interrupted run resumes from the last finished layer; the finished checkpoint is renamed to OUT at the very end.
+Work happens in `OUT.partial/`: each finished generation batch, the calibration set and each finished layer's pruned
+weights are saved there, so an interrupted run resumes at the first unfinished generation batch or layer; the finished
+checkpoint is renamed to OUT at the very end.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from . import settings, solvers
 from .calibration import CalibrationSet, concat, decode_calibration, describe, text_calibration
 from .data import lee_text, prompts_hash, read_prompts
 from .errors import SparseDecodingError
-from .generation import position_ids_from_mask
+from .generation import BatchStore, position_ids_from_mask
 from .hessian import KeepMask, accumulate_inputs, hessians_by_module, input_groups, prunable_linears
 from .models import load_model, resolve_model, source_dtype
 from .outputs import PRUNED_MANIFEST
@@ -41,8 +42,10 @@ log = logging.getLogger(__name__)
 SOLVERS = {name: getattr(solvers, name) for name in settings.SOLVERS}
 
 
-def build_calibration(config: PruneConfig, model, tokenizer) -> tuple[CalibrationSet, dict]:
-    """The calibration set for `config.calibration`, plus generation statistics for the manifest."""
+def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore | None = None,
+                      ) -> tuple[CalibrationSet, dict]:
+    """The calibration set for `config.calibration`, plus generation statistics for the manifest. `store` keeps the
+    finished generation batches (see `generation.BatchStore`)."""
     stats: dict = {}
     decode_budget = config.tokens
     if config.calibration == "mix":
@@ -57,7 +60,7 @@ def build_calibration(config: PruneConfig, model, tokenizer) -> tuple[Calibratio
             model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, n_prompts=config.n_prompts,
             token_budget=decode_budget, batch_size=config.gen_batch_size, do_sample=config.do_sample,
             temperature=config.temperature, top_p=config.top_p, seed=config.seed,
-            samples_per_prompt=config.samples_per_prompt)
+            samples_per_prompt=config.samples_per_prompt, store=store)
         seconds = time.perf_counter() - started
         stats["generation_seconds"] = round(seconds, 2)
         stats["generated_tokens_per_second"] = round(decode_set.tokens / seconds, 1)
@@ -156,6 +159,10 @@ class WorkDir:
         (self.path / "layers").mkdir(parents=True, exist_ok=True)
 
     @property
+    def generation_store(self) -> BatchStore:
+        return BatchStore(self.path / "generation")
+
+    @property
     def calibration_file(self) -> Path:
         return self.path / "calibration.safetensors"
 
@@ -188,6 +195,9 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     start = work.state["finished_layers"] if work else 0
     layer_stats = {int(index): stats for index, stats in work.state["layers"].items()} if work else {}
     solver_seconds = 0.0
+    if start:
+        log.info("resuming from layer %d of %d (the earlier layers are restored from %s)", start, len(layers),
+                 work.path)
     bar = tqdm(range(len(layers)), desc=f"pruning {pattern} ({config.solver})", unit="layer", disable=not progress)
     for index in bar:
         layer = layers[index]
@@ -249,7 +259,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             calib = CalibrationSet.load(work.calibration_file)
         else:
             torch.manual_seed(config.seed)
-            calib, work.state["calibration"] = build_calibration(config, model, tokenizer)
+            calib, work.state["calibration"] = build_calibration(config, model, tokenizer, work.generation_store)
             calib.save(work.calibration_file)
             work.save_state()
         log.info("calibration: %s, %d tokens in %d sequences", calib.source, calib.tokens, len(calib))

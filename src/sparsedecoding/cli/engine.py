@@ -58,7 +58,13 @@ def _generate(args: argparse.Namespace) -> int:
     from ..engine import Engine, Sampling, load_model
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model = load_model(args.model, sparse=args.sparse, dtype=getattr(torch, args.dtype), device=device)
+    sparse = args.sparse
+    if sparse == "auto" and device.type != "cuda":
+        print(f"generate: running the dense weights on {device.type}: the packed N:M kernel is CUDA-only, and its "
+              f"reference implementation here is many times slower than dense (--sparse packed forces it)",
+              file=sys.stderr)
+        sparse = "none"
+    model = load_model(args.model, sparse=sparse, dtype=getattr(torch, args.dtype), device=device)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     if args.chat:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
