@@ -17,10 +17,11 @@ from pathlib import Path
 
 import torch
 
-from sparsedecoding.engine.bench import (SpeedResult, bench_preset, copy_bandwidth, environment, format_table,
+from sparsedecoding.engine.bench import (SpeedResult, bench_preset, copy_bandwidth, format_table,
                                          model_bytes, run_label)
 from sparsedecoding.engine.config import preset
 from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.runenv import environment_markdown
 
 DENSE = None
 P = SparsityPattern.parse
@@ -86,7 +87,7 @@ def main() -> int:
         results += bench_preset(name, runs, device, new_tokens=args.new_tokens, repeats=args.repeats)
         print(format_table(results, copy), flush=True)
     command = "python " + " ".join(sys.argv)
-    lines = ["# End-to-end decode speed (random weights, presets)", "", environment(device, command),
+    lines = ["# End-to-end decode speed (random weights, presets)", "", environment_markdown(command, device),
              f"Decode steps only ({args.new_tokens - 1} per generation after a prefill of 16 random tokens), median "
              f"of {args.repeats}; ratio = sparse tok/s / dense tok/s at the same model and batch.", "",
              format_table(results, copy), *target_lines(results)]

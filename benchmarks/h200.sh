@@ -22,6 +22,7 @@ fi
 qwen=/root/cache/models/qwen2.5-coder-1.5b
 smol=/root/cache/models/smollm2-135m
 pruned=/root/pruned-2of4
+smol_pruned=/root/smol-2of4-magnitude  # magnitude 2:4: the engine check needs N:M weights, not a good model
 
 models() {  # join the received pieces; `fetch` checks size and sha256 before converting
   mkdir -p /root/cache/gguf
@@ -58,17 +59,18 @@ case $report in
     models; rm -rf $pruned; pruned_qwen
     mkdir -p "$OUT/prune-cli-qwen2.5-coder-1.5b" && cp $pruned/sparsedecoding.json "$OUT/prune-cli-qwen2.5-coder-1.5b/" ;;
   check-qwen-dense)  # engine_check_qwen2.5-coder-1.5b_dense_h200.md
-    models; python3 -m sparsedecoding.engine.check --model $qwen --checks logits \
+    models; python3 -m sparsedecoding check --model $qwen --checks logits \
       --out "$OUT/engine_check_qwen2.5-coder-1.5b_dense_h200.md" ;;
   check-qwen-2of4)  # engine_check_qwen2.5-coder-1.5b_2of4.md
     models; pruned_qwen
-    python3 -m sparsedecoding.engine.check --model $pruned --out "$OUT/engine_check_qwen2.5-coder-1.5b_2of4.md" ;;
+    python3 -m sparsedecoding check --model $pruned --out "$OUT/engine_check_qwen2.5-coder-1.5b_2of4.md" ;;
   check-smollm2-dense)  # engine_check_smollm2-135m_dense_h200.md
-    models; python3 -m sparsedecoding.engine.check --model $smol --checks logits \
+    models; python3 -m sparsedecoding check --model $smol --checks logits \
       --out "$OUT/engine_check_smollm2-135m_dense_h200.md" ;;
   check-smollm2-2of4)  # engine_check_smollm2-135m_2of4_h200.md
-    models; python3 -m sparsedecoding.engine.check --model $smol --prune 2:4 \
-      --out "$OUT/engine_check_smollm2-135m_2of4_h200.md" ;;
+    models; [ -d $smol_pruned ] || python3 -m sparsedecoding prune --model $smol --solver magnitude \
+      --calibration text --tokens 512 --out $smol_pruned
+    python3 -m sparsedecoding check --model $smol_pruned --out "$OUT/engine_check_smollm2-135m_2of4_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/
     models; pruned_qwen
     python3 -m sparsedecoding analyze drift --dense $qwen --pruned $pruned --out "$OUT/drift-qwen2.5-coder-1.5b-2of4" \

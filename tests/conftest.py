@@ -30,7 +30,7 @@ def cache_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
     """Two tiny random Llama models (different seeds) with the character tokenizer: `dense/` and `other/`."""
-    from tiny_models import make_tiny_model
+    from helpers import make_tiny_model
 
     folder = tmp_path_factory.mktemp("tiny")
     make_tiny_model(folder / "dense", seed=0)

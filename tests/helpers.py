@@ -1,4 +1,5 @@
-"""Tiny random models and a character-level tokenizer, built from configs, so tests need no download."""
+"""Shared test helpers: tiny random models and a character-level tokenizer built from configs (no download), random
+N:M weights, and in-memory magnitude pruning. Test files import from here, never from each other."""
 
 from __future__ import annotations
 
@@ -55,3 +56,45 @@ def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0, **override
     model.save_pretrained(folder)
     char_tokenizer().save_pretrained(folder)
     return folder
+
+
+def random_hf_model(arch: str, **overrides):
+    """A tiny transformers model with every parameter random (norm weights near 1, biases nonzero)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, **overrides), dtype=torch.float32).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name else 0.15 * torch.randn_like(p))
+    return model.requires_grad_(False)
+
+
+def saved(model, folder: Path) -> Path:
+    model.save_pretrained(folder)
+    return folder
+
+
+@torch.no_grad()
+def prune_in_place(hf_model, pattern) -> None:
+    """Magnitude-prunes every linear inside the decoder layers of a transformers model (embeddings and lm_head stay
+    dense): a pruned model for engine tests without a calibration run."""
+    from sparsedecoding.solvers import magnitude
+
+    for name, module in hf_model.named_modules():
+        if isinstance(module, torch.nn.Linear) and ".layers." in name:
+            module.weight.copy_(magnitude(module.weight, None, pattern))
+
+
+# The N:M patterns the kernels are tested on.
+PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32)]
+
+
+def random_nm_weight(rows: int, cols: int, n: int, m: int, dtype=torch.bfloat16, seed: int = 0) -> torch.Tensor:
+    """Random weight with at most n nonzeros per group of m; about a quarter of the groups keep fewer."""
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(rows, cols // m, m, generator=g).to(dtype)
+    order = torch.rand(rows, cols // m, m, generator=g).argsort(-1)
+    kept = torch.randint(0, n + 1, (rows, cols // m, 1), generator=g)
+    kept = torch.where(torch.rand(rows, cols // m, 1, generator=g) < 0.75, n, kept)
+    weight[order >= kept] = 0
+    return weight.view(rows, cols)

@@ -6,7 +6,7 @@ from sparsedecoding.calibration import (CalibrationSet, concat, decode_calibrati
 from sparsedecoding.errors import CalibrationError
 from sparsedecoding.generation import Generation
 from sparsedecoding.models import load_model
-from tiny_models import make_tiny_model
+from helpers import make_tiny_model
 
 PAD = 0
 

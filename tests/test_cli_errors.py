@@ -5,7 +5,7 @@ import json
 import pytest
 
 from sparsedecoding.cli import main
-from tiny_models import make_tiny_model
+from helpers import make_tiny_model
 
 
 @pytest.fixture(scope="module")

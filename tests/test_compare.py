@@ -9,7 +9,7 @@ from sparsedecoding.calibration import CalibrationSet
 from sparsedecoding.compare import CompareSettings, run_compare, select
 from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.evaluation.suite import EvalSettings
-from tiny_models import make_tiny_model
+from helpers import make_tiny_model
 
 CONFIGS = ["dense", "decode-sparsegpt-2of4", "text-wanda-50pct", "small-cross-sparsegpt-50pct"]
 

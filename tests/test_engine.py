@@ -5,12 +5,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-from tiny_models import tiny_config
+from helpers import prune_in_place, random_hf_model, saved, tiny_config
 
 from sparsedecoding.engine import (Engine, Sampling, build_model, keep_dense_copies, load_model, random_state,
                                   resident_weight_bytes, weight_bytes)
 from sparsedecoding.engine.bench import check_plan, model_bytes
-from sparsedecoding.engine.check import prune_in_place, replay_logits
+from sparsedecoding.evaluation.engine_check import replay_logits
 from sparsedecoding.engine.config import ModelArgs, from_hf_config
 from sparsedecoding.engine.generate import sample, uniform_noise
 from sparsedecoding.engine.loading import concat_rows, nm_pattern
@@ -31,22 +31,6 @@ CASES = {
     "qwen3-qk-norm-wide-heads": ("qwen3", {"head_dim": 32}),
     "mistral-gqa": ("mistral", {}),
 }
-
-
-def random_hf_model(arch: str, **overrides):
-    """A tiny transformers model with every parameter random (norm weights near 1, biases nonzero)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_config(tiny_config(arch, **overrides), dtype=torch.float32).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name else 0.15 * torch.randn_like(p))
-    return model.requires_grad_(False)
-
-
-def saved(model, folder):
-    model.save_pretrained(folder)
-    return folder
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -5,12 +5,11 @@ import re
 
 import pytest
 import torch
-from test_engine import random_hf_model
-from tiny_models import char_tokenizer
+from helpers import char_tokenizer, prune_in_place, random_hf_model
 
+from sparsedecoding.cli import main as cli_main
 from sparsedecoding.engine import model as engine_model
-from sparsedecoding.engine.check import compare_logits, compare_tokens, main, run
-from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.evaluation.engine_check import compare_logits, compare_tokens, run
 
 
 def logits_with_gap(gap: float) -> torch.Tensor:
@@ -26,6 +25,19 @@ def tiny_folder(tmp_path):
     random_hf_model("qwen2").save_pretrained(tmp_path)
     char_tokenizer().save_pretrained(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def pruned_folder(tmp_path):
+    model = random_hf_model("qwen2")
+    prune_in_place(model, "2:4")
+    model.save_pretrained(tmp_path / "pruned")
+    char_tokenizer().save_pretrained(tmp_path / "pruned")
+    return tmp_path / "pruned"
+
+
+def main(argv: list[str]) -> int:
+    return cli_main(["check", *argv])
 
 
 def test_divergence_after_a_tie_passes_and_after_a_clear_margin_fails():
@@ -71,9 +83,8 @@ def test_engine_error_is_judged_against_transformers_own_rounding_error():
     assert compare_logits(wide, wide, wide).passed  # no rounding at all: the slack alone
 
 
-def test_check_run_reports_passes_on_a_tiny_pruned_model(tiny_folder):
-    report = run(tiny_folder, SparsityPattern.parse("2:4"), ["hello world"], 10, torch.device("cpu"), compile=False,
-                 checks=["logits", "tokens"])
+def test_check_run_reports_passes_on_a_tiny_pruned_model(pruned_folder):
+    report = run(pruned_folder, ["hello world"], 10, torch.device("cpu"), compile=False, checks=["logits", "tokens"])
     assert "## Dense engine vs transformers" in report and "## Sparse engine vs dense engine" in report
     assert "| NO |" not in report
 
@@ -81,16 +92,16 @@ def test_check_run_reports_passes_on_a_tiny_pruned_model(tiny_folder):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_check_fails_an_engine_whose_rope_is_off_by_ten_percent(tiny_folder, monkeypatch, dtype):
     prompts = ["hello world", "abc"]
-    report = run(tiny_folder, None, prompts, 10, torch.device("cpu"), compile=False, checks=["logits"], dtype=dtype)
+    report = run(tiny_folder, prompts, 10, torch.device("cpu"), compile=False, checks=["logits"], dtype=dtype)
     assert report.count("| yes |\n") == 2 and "| NO |" not in report
     exact = engine_model.rope_frequencies
     monkeypatch.setattr(engine_model, "rope_frequencies", lambda args: 1.1 * exact(args))
-    report = run(tiny_folder, None, prompts, 10, torch.device("cpu"), compile=False, checks=["logits"], dtype=dtype)
+    report = run(tiny_folder, prompts, 10, torch.device("cpu"), compile=False, checks=["logits"], dtype=dtype)
     assert report.count("| NO |\n") == 2
 
 
 def test_check_without_the_wide_reference_uses_the_fixed_rule(tiny_folder):
-    report = run(tiny_folder, None, ["hello world"], 10, torch.device("cpu"), compile=False, checks=["logits"],
+    report = run(tiny_folder, ["hello world"], 10, torch.device("cpu"), compile=False, checks=["logits"],
                  wide_reference=False)
     assert "reference: none (fixed rule)" in report and "Pass (fixed rule)" in report and "| NO |" not in report
 
@@ -105,13 +116,15 @@ def test_command_line_passes_the_dtype_and_the_reference_choice(tiny_folder, tmp
     assert "- weights: bfloat16;" in out.read_text() and "Pass (fixed rule)" in out.read_text()
 
 
-@pytest.mark.parametrize("extra,message", [
-    ([], "no block linear of .* is N:M sparse"),  # an unpruned model has nothing to pack
-    (["--prune", "2:4", "--dtype", "float32"], "float32"),  # packed linears need a 16-bit dtype
+@pytest.mark.parametrize("pruned,extra,message", [
+    (False, [], "no block linear of .* is N:M sparse"),  # an unpruned model has nothing to pack
+    (True, ["--dtype", "float32"], "float32"),  # packed linears need a 16-bit dtype
 ])
-def test_a_tokens_check_it_cannot_run_is_one_line_and_writes_nothing(tiny_folder, tmp_path, capsys, extra, message):
+def test_a_tokens_check_it_cannot_run_is_one_line_and_writes_nothing(tiny_folder, pruned_folder, tmp_path, capsys,
+                                                                      pruned, extra, message):
     out = tmp_path / "report.md"
-    assert main(["--model", str(tiny_folder), "--new-tokens", "4", "--device", "cpu", "--out", str(out), *extra]) == 2
+    model = pruned_folder if pruned else tiny_folder
+    assert main(["--model", str(model), "--new-tokens", "4", "--device", "cpu", "--out", str(out), *extra]) == 2
     stderr = capsys.readouterr().err.strip().splitlines()  # transformers' loading bars come first
     errors = [line for line in stderr if line.startswith("error:")]
     assert errors == stderr[-1:] and errors[0].startswith("error: EngineError") and re.search(message, errors[0])

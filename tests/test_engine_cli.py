@@ -3,8 +3,7 @@
 import json
 
 import torch
-from test_engine import random_hf_model
-from tiny_models import char_tokenizer
+from helpers import char_tokenizer, random_hf_model
 
 from sparsedecoding.cli import main
 

@@ -1,7 +1,7 @@
 """Engine model arguments: presets as data, construction from HF configs, refusal of what the engine lacks."""
 
 import pytest
-from tiny_models import tiny_config
+from helpers import tiny_config
 
 from sparsedecoding.engine.config import PRESETS, Llama3RopeScaling, from_hf_config, load_hf_config, preset
 from sparsedecoding.errors import EngineError, ModelNotFoundError, UnsupportedArchitectureError

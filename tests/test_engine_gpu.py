@@ -5,12 +5,11 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_engine import random_hf_model
-from tiny_models import char_tokenizer
+from helpers import char_tokenizer, prune_in_place, random_hf_model
 
 from sparsedecoding.engine import PRESETS, Engine, build_model, random_state
 from sparsedecoding.engine.bench import NotRun, bench_preset, format_table
-from sparsedecoding.engine.check import compare_tokens, replay_logits, run
+from sparsedecoding.evaluation.engine_check import compare_tokens, replay_logits, run
 from sparsedecoding.patterns import SparsityPattern
 
 pytestmark = pytest.mark.gpu
@@ -43,8 +42,9 @@ def test_bench_measures_dense_and_sparse_side_by_side():
 
 
 def test_correctness_check_passes_on_a_tiny_pruned_model(tmp_path):
-    random_hf_model("qwen2").save_pretrained(tmp_path)
+    model = random_hf_model("qwen2")
+    prune_in_place(model, "2:4")
+    model.save_pretrained(tmp_path)
     char_tokenizer().save_pretrained(tmp_path)
-    report = run(tmp_path, SparsityPattern.parse("2:4"), ["hello world", "abc"], 24, torch.device("cuda"),
-                 compile=True, checks=["logits", "tokens"])
+    report = run(tmp_path, ["hello world", "abc"], 24, torch.device("cuda"), compile=True, checks=["logits", "tokens"])
     assert "| NO |" not in report and report.count("| yes |\n") == 4

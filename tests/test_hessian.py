@@ -7,7 +7,7 @@ from sparsedecoding.generation import generate, tokenize_prompts
 from sparsedecoding.data import chat_format
 from sparsedecoding.hessian import HessianAccumulator, KeepMask, accumulate_inputs, collect_hessians, input_groups
 from sparsedecoding.models import load_model
-from tiny_models import make_tiny_model
+from helpers import make_tiny_model
 
 
 def test_streaming_sum_equals_direct_formula():

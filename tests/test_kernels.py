@@ -14,7 +14,7 @@ if DEVICE == "cpu":
 from sparsedecoding.errors import KernelInputError  # noqa: E402
 from sparsedecoding.kernels import PackedLinear, nm_spmv, nm_spmv_reference, pack_nm  # noqa: E402
 
-from test_packed_format import PATTERNS, random_nm_weight  # noqa: E402
+from helpers import PATTERNS, random_nm_weight  # noqa: E402
 
 
 def assert_matches_float64(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> None:

@@ -12,7 +12,7 @@ from sparsedecoding.errors import ModelNotFoundError, OutputExistsError, Packing
 from sparsedecoding.kernels import PackedNM
 from sparsedecoding.packed import load_packed_checkpoint, pack_checkpoint
 
-from test_packed_format import random_nm_weight
+from helpers import random_nm_weight
 
 LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
            "mlp.up_proj", "mlp.down_proj"]

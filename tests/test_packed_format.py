@@ -9,19 +9,7 @@ from hypothesis import strategies as st
 from sparsedecoding.errors import PackingError
 from sparsedecoding.kernels import PackedNM, pack_nm
 from sparsedecoding.kernels.format import popcount32
-
-PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32)]
-
-
-def random_nm_weight(rows: int, cols: int, n: int, m: int, dtype=torch.bfloat16, seed: int = 0) -> torch.Tensor:
-    """Random weight with at most n nonzeros per group of m; about a quarter of the groups keep fewer."""
-    g = torch.Generator().manual_seed(seed)
-    weight = torch.randn(rows, cols // m, m, generator=g).to(dtype)
-    order = torch.rand(rows, cols // m, m, generator=g).argsort(-1)
-    kept = torch.randint(0, n + 1, (rows, cols // m, 1), generator=g)
-    kept = torch.where(torch.rand(rows, cols // m, 1, generator=g) < 0.75, n, kept)
-    weight[order >= kept] = 0
-    return weight.view(rows, cols)
+from helpers import PATTERNS, random_nm_weight
 
 
 @settings(max_examples=60, deadline=None)

@@ -8,7 +8,7 @@ from sparsedecoding import pipeline
 from sparsedecoding.hessian import collect_hessians
 from sparsedecoding.models import load_model
 from sparsedecoding.pipeline import PruneConfig, prune
-from tiny_models import make_tiny_model
+from helpers import make_tiny_model
 
 PRUNABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

@@ -27,12 +27,12 @@ from tqdm.auto import tqdm
 
 from . import settings, solvers
 from .calibration import CalibrationSet, concat, decode_calibration, describe, text_calibration
-from .data import lee_text, prompts_hash, read_prompts
+from .data import lee_text, prompts_hash, read_prompts, read_text_file
 from .errors import SparseDecodingError
 from .generation import BatchStore, position_ids_from_mask
 from .hessian import KeepMask, accumulate_inputs, hessians_by_module, input_groups, prunable_linears
-from .models import load_model, resolve_model, source_dtype
-from .outputs import PRUNED_MANIFEST
+from .models import check_pattern_fits, load_model, resolve_model, source_dtype
+from .outputs import PRUNED_MANIFEST, check_writable
 from .patterns import SparsityPattern
 from .runenv import peak_memory_gb, pick_device, versions, write_json
 from .settings import PruneConfig
@@ -66,7 +66,7 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
         stats["generated_tokens_per_second"] = round(decode_set.tokens / seconds, 1)
         sets.append(decode_set)
     if config.calibration in ("text", "mix"):
-        text = Path(config.text).read_text(encoding="latin-1") if config.text else lee_text("background")
+        text = read_text_file(config.text) if config.text else lee_text("background")
         text_budget = config.tokens - (sets[0].tokens if sets else 0)
         sets.append(text_calibration(tokenizer, text, token_budget=text_budget, seq_len=config.text_seq_len,
                                      seed=config.seed))
@@ -245,10 +245,14 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     """Run (or resume) a pruning job and return the output folder. See the module docstring."""
     pattern = config.validate()
     out = Path(config.out)
+    check_writable(out)
     device = pick_device(config.device)
     folder = resolve_model(config.model)
+    check_pattern_fits(folder, pattern, config.solver, config.blocksize)
     if config.calibration in ("decode", "mix"):
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
+    if config.text:
+        read_text_file(config.text)
     work = WorkDir(out, config.fingerprint())
     try:
         started = time.perf_counter()

@@ -12,7 +12,7 @@ import sys
 from ..errors import SparseDecodingError
 
 # Module names under sparsedecoding.cli, in the order their commands appear in --help.
-_COMMAND_MODULES = ["fetch", "prune", "demo", "evaluate", "compare", "analyze", "pack", "engine"]
+_COMMAND_MODULES = ["fetch", "prune", "demo", "evaluate", "compare", "analyze", "check", "pack", "engine"]
 
 
 class _Parser(argparse.ArgumentParser):

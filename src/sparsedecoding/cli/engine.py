@@ -104,8 +104,9 @@ def _stop_ids(folder: Path, tokenizer) -> set[int]:
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
-    from ..engine.bench import bench_folder, bench_preset, check_plan, copy_bandwidth, environment, format_table
+    from ..engine.bench import bench_folder, bench_preset, check_plan, copy_bandwidth, format_table
     from ..engine.config import preset
+    from ..runenv import environment_markdown
 
     if args.model is not None and args.pattern:
         raise EngineError("--pattern applies to --preset; a --model folder is measured with its own N:M weights")
@@ -130,7 +131,7 @@ def _bench(args: argparse.Namespace) -> int:
     else:
         results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats,
                                dense_from)
-    report = environment(device, "sparsedecoding " + " ".join(sys.argv[1:])) + "\n" + format_table(results, copy)
+    report = environment_markdown("sparsedecoding " + " ".join(sys.argv[1:]), device) + "\n" + format_table(results, copy)
     print(report)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,13 +6,10 @@ device-to-device copy (bytes read + written) measured in the same process."""
 
 from __future__ import annotations
 
-import datetime
 import gc
-import platform
 import statistics
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -21,7 +18,8 @@ from ..errors import EngineError
 from ..kernels import PackedLinear
 from ..patterns import SparsityPattern
 from .config import ModelArgs, preset
-from .generate import MAX_BATCH, Engine
+from ..kernels.op import MAX_BATCH
+from .generate import Engine
 from .loading import (build_model, check_dense_copy_batch, engine_shapes, is_prunable, keep_dense_copies,
                       load_model, random_state, require_kernel_pattern, resident_weight_bytes, weight_bytes)
 from .model import Transformer
@@ -189,20 +187,6 @@ def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_
         del model
         release_memory()
     return results
-
-
-def environment(device: torch.device, command: str) -> str:
-    """Markdown lines for a results file: date, device, software versions and the exact command."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "CPU"
-    versions = ", ".join(f"{package} {_version(package)}" for package in ("torch", "triton", "transformers"))
-    return f"- date: {datetime.date.today()}\n- device: {name}\n- software: {versions}\n- command: `{command}`\n"
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def release_memory() -> None:

@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 
 from ..errors import EngineError
+from ..kernels.op import MAX_BATCH
 from .model import Transformer
 
-MAX_BATCH = 16  # the sparse kernel's limit on rows per call
 _MASK32 = 0xFFFFFFFF
 
 

@@ -1,6 +1,10 @@
 """Correctness of the engine on a real checkpoint, one command, a markdown report:
 
-    python -m sparsedecoding.engine.check --model DIR [--prune 2:4] [--dtype bfloat16] --out report.md
+    sparsedecoding check --model DIR [--dtype bfloat16] --out report.md
+
+DIR is an HF safetensors folder, dense (the logits check) or N:M-pruned (both checks; e.g. from `sparsedecoding prune
+--solver magnitude --calibration text`). This module checks the runtime engine from outside: it imports the engine and
+transformers, nothing of the pruning side.
 
 `logits`: the dense engine against transformers on the same weights, over each prompt and the dense engine's own
 greedy continuation (prompt positions go through prefill, the rest through one-token decode steps, so the KV cache
@@ -28,23 +32,19 @@ moves logits by far more than a fixed fraction of the top one."""
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..errors import EngineError, SparseDecodingError
+from ..engine.config import load_hf_config
+from ..engine.generate import Engine
+from ..engine.loading import model_from_hf
+from ..engine.model import Transformer
+from ..errors import EngineError
 from ..kernels import PackedLinear
-from ..patterns import SparsityPattern
-from ..solvers import magnitude
-from .bench import environment
-from .config import load_hf_config
-from .generate import Engine
-from .loading import model_from_hf
-from .model import Transformer
+from ..runenv import environment_markdown
 
 # Relative size of a logit gap that bf16 rounding can flip: 2^-6 is four units in the last place of a bf16 number
 # at the bottom of its binade (8 significant bits).
@@ -169,16 +169,8 @@ def compare_tokens(dense_tokens: Tensor, sparse_tokens: Tensor, dense_logits: Te
         tie=is_tie(gap, dense_logits[p, a].item(), shift or 0.0), rounding_shift=shift)
 
 
-def prune_in_place(hf_model: nn.Module, pattern: SparsityPattern) -> None:
-    """Magnitude-prunes every linear inside the decoder layers of a transformers model (embeddings and lm_head
-    stay dense), so that the check can run on a model nobody has pruned yet."""
-    for name, module in hf_model.named_modules():
-        if isinstance(module, nn.Linear) and ".layers." in name:
-            module.weight.copy_(magnitude(module.weight, None, pattern))
-
-
-def run(folder: Path, prune: SparsityPattern | None, prompts: list[str], new_tokens: int, device: torch.device,
-        compile: bool, checks: list[str], dtype: torch.dtype = torch.bfloat16, wide_reference: bool = True) -> str:
+def run(folder: Path, prompts: list[str], new_tokens: int, device: torch.device, compile: bool, checks: list[str],
+        dtype: torch.dtype = torch.bfloat16, wide_reference: bool = True, command: str = "") -> str:
     """Runs the checks and returns the markdown report. `wide_reference`: also run transformers in WIDER[dtype]
     (float32 for bf16) and judge against it; without, the logits check falls back to the fixed tolerance."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -186,15 +178,13 @@ def run(folder: Path, prune: SparsityPattern | None, prompts: list[str], new_tok
     args = load_hf_config(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval().requires_grad_(False)
-    if prune is not None:
-        prune_in_place(hf, prune)
     weights = hf.state_dict()
     dense = model_from_hf(args, weights.__getitem__, "none", dtype, device)
     if "tokens" in checks:  # built first, so that a model the kernel cannot run fails before the long work
         sparse = model_from_hf(args, weights.__getitem__, "auto", dtype, device)
         if not any(isinstance(m, PackedLinear) for m in sparse.modules()):
-            raise EngineError(f"no block linear of {folder} is N:M sparse; pass a pruned folder or --prune 2:4, "
-                              "or run --checks logits")
+            raise EngineError(f"no block linear of {folder} is N:M sparse; pass a pruned folder (sparsedecoding "
+                              "prune --solver magnitude ...) or run --checks logits")
     encoded = [torch.tensor(tokenizer(text)["input_ids"]) for text in prompts]
     max_seq_len = max(len(p) for p in encoded) + new_tokens
     dense_tokens = _greedy(dense, encoded, new_tokens, max_seq_len, compile)
@@ -207,7 +197,7 @@ def run(folder: Path, prune: SparsityPattern | None, prompts: list[str], new_tok
         hf.to(WIDER[dtype])
         wides = [hf(sequence).logits[0, :-1] for sequence in sequences]
     del hf
-    lines = _header(folder, prune, new_tokens, device, dtype, wide_reference)
+    lines = _header(folder, new_tokens, device, dtype, wide_reference, command)
     if "logits" in checks:
         rows = [compare_logits(*logits, dtype) for logits in zip(dense_logits, references, wides)]
         lines += _logit_section(rows, dtype, wide_reference)
@@ -229,13 +219,11 @@ def _greedy(model: Transformer, prompts: list[Tensor], new_tokens: int, max_seq_
     return [engine.generate(prompt[None], new_tokens).tokens[0] for prompt in prompts]
 
 
-def _header(folder: Path, prune: SparsityPattern | None, new_tokens: int, device: torch.device,
-            dtype: torch.dtype, wide_reference: bool) -> list[str]:
-    command = " ".join(["python -m sparsedecoding.engine.check", *sys.argv[1:]])
-    pruned = f", magnitude-pruned to {prune} in memory" if prune else ""
+def _header(folder: Path, new_tokens: int, device: torch.device, dtype: torch.dtype, wide_reference: bool,
+            command: str) -> list[str]:
     wide = f"transformers in {_name(dtype)} and {_name(WIDER[dtype])}" if wide_reference else "none (fixed rule)"
-    return [f"# Engine correctness: {folder.name}", "", environment(device, command).rstrip(),
-            f"- weights: {_name(dtype)}{pruned}; {new_tokens} greedy tokens per prompt",
+    return [f"# Engine correctness: {folder.name}", "", environment_markdown(command, device).rstrip(),
+            f"- weights: {_name(dtype)}; {new_tokens} greedy tokens per prompt",
             f"- reference: {wide}", ""]
 
 
@@ -293,39 +281,3 @@ def _name(dtype: torch.dtype) -> str:
 
 def _verdict(passed: bool) -> str:
     return "yes" if passed else "NO"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparsedecoding.engine.check", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, type=Path, help="HF safetensors folder (dense or pruned)")
-    parser.add_argument("--prune", type=SparsityPattern.parse, help="magnitude-prune the block linears in memory")
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--prompt", action="append", help="prompt text (repeatable); default: four built-in prompts")
-    parser.add_argument("--checks", nargs="+", choices=["logits", "tokens"], default=["logits", "tokens"])
-    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
-                        help="weights and activations of the engines and of transformers (the tokens check packs "
-                             "linears, which needs bfloat16 or float16)")
-    parser.add_argument("--no-wide-reference", action="store_true",
-                        help="skip transformers in float32 (float64 for --dtype float32), for a model whose wide "
-                             "copy does not fit; logits are then judged by the fixed tolerance")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--no-compile", action="store_true", help="eager engine (CPU, or to isolate compile issues)")
-    parser.add_argument("--out", type=Path, help="markdown report path (default: stdout)")
-    args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    try:
-        report = run(args.model, args.prune, args.prompt or list(DEFAULT_PROMPTS), args.new_tokens, device,
-                     compile=device.type == "cuda" and not args.no_compile, checks=args.checks,
-                     dtype=getattr(torch, args.dtype), wide_reference=not args.no_wide_reference)
-    except SparseDecodingError as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report)
-    print(report)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,54 @@
+"""`sparsedecoding check`: the decode engine's correctness on a real checkpoint, as a markdown report (dense engine
+logits against transformers; sparse against dense engine greedy tokens). See evaluation/engine_check.py for the rules."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("check", help="engine correctness: logits vs transformers, sparse vs dense tokens",
+                                   description=__doc__)
+    parser.add_argument("--model", required=True, type=Path,
+                        help="HF safetensors folder: dense (logits check) or N:M-pruned (both checks)")
+    parser.add_argument("--new-tokens", type=int, default=256, help="greedy tokens per prompt (default: 256)")
+    parser.add_argument("--prompt", action="append",
+                        help="prompt text (repeatable) (default: four built-in prompts)")
+    parser.add_argument("--checks", nargs="+", choices=["logits", "tokens"], default=["logits", "tokens"],
+                        help="which checks to run (default: logits tokens)")
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
+                        help="weights and activations of the engines and of transformers; the tokens check packs "
+                             "linears, which needs bfloat16 or float16 (default: bfloat16)")
+    parser.add_argument("--no-wide-reference", action="store_true",
+                        help="skip transformers in float32 (float64 for --dtype float32), for a model whose wide "
+                             "copy does not fit; logits are then judged by the fixed tolerance (default: off)")
+    parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1 ... "
+                        "(default: auto)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="eager engine (CPU, or to isolate compile issues) (default: off)")
+    parser.add_argument("--out", type=Path, help="markdown report path (default: print only)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    import torch
+
+    from ..errors import EngineError
+    from ..evaluation.engine_check import DEFAULT_PROMPTS, run as run_check
+    from ..runenv import pick_device
+
+    if args.new_tokens < 1:
+        raise EngineError(f"--new-tokens must be at least 1, got {args.new_tokens}")
+    device = pick_device(args.device)
+    report = run_check(args.model, args.prompt or list(DEFAULT_PROMPTS), args.new_tokens, device,
+                       compile=device.type == "cuda" and not args.no_compile, checks=args.checks,
+                       dtype=getattr(torch, args.dtype), wide_reference=not args.no_wide_reference,
+                       command=" ".join(["sparsedecoding", *sys.argv[1:]]))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
+    print(report)
+    return 0
