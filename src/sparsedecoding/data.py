@@ -60,6 +60,19 @@ def lee_text(part: str = "background") -> str:
     return cached_data_file(*LEE[part]).read_text(encoding="latin-1")
 
 
+def read_text_file(path: str | Path) -> str:
+    """A natural-text calibration file, read as latin-1 (every byte decodes, like the Lee corpus); PromptsError when
+    it is missing or holds only whitespace."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise PromptsError(f"text file {file} does not exist; pass an existing file to --text, or leave --text out "
+                           f"for the Lee corpus")
+    text = file.read_text(encoding="latin-1")
+    if not text.strip():
+        raise PromptsError(f"text file {file} holds no text")
+    return text
+
+
 def read_prompts(path: str | Path) -> list[str]:
     """Prompts from a file: `.jsonl` with a `prompt` (or `text`) string per line, anything else one prompt per
     non-empty line. `humaneval:calib` / `humaneval:eval` / `humaneval:all` name the built-in split."""

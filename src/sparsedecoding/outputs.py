@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import OutputExistsError
+from .errors import OutputExistsError, OutputNotWritableError
 
 # The pruning record inside a checkpoint written by `sparsedecoding prune` (a packed checkpoint's is packed.MANIFEST).
 PRUNED_MANIFEST = "sparsedecoding.json"
@@ -18,6 +19,24 @@ PRUNED_MANIFEST = "sparsedecoding.json"
 def check_output(out: Path, overwrite: bool) -> None:
     if out.exists() and not overwrite:
         raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
+    check_writable(out)
+
+
+def check_writable(out: Path) -> None:
+    """Refuse an output folder that could not be created, before any work is spent on it. The nearest existing
+    ancestor must be a folder we can create entries in; a real probe folder is made and removed there because
+    permission bits say nothing about read-only mounts or root."""
+    ancestor = Path(out).absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputNotWritableError(f"cannot create {out}: {ancestor} is a file, not a folder; choose another --out")
+    try:
+        probe = tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=ancestor)
+    except OSError as exc:
+        raise OutputNotWritableError(f"cannot create {out}: {ancestor} is not writable ({exc.strerror}); "
+                                     f"choose another --out") from None
+    os.rmdir(probe)
 
 
 @contextmanager

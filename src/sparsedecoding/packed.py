@@ -21,9 +21,9 @@ from safetensors.torch import load_file, save_file
 
 from .errors import ModelNotFoundError, PackingError, SparsityPatternError
 from .kernels.format import PackedNM, pack_nm
-from .models import sha256_file
+from .models import check_weight_files, sha256_file
 from .outputs import output_folder
-from .patterns import SparsityPattern
+from .patterns import KERNEL_PATTERNS, SparsityPattern
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ MANIFEST = "manifest.json"
 FORMAT = "sparsedecoding-packed-nm"
 PRUNABLE = re.compile(r"^model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$")
 # Tried in this order by pattern="auto": the first one a weight satisfies is used (all store the same bytes).
-AUTO_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
+AUTO_PATTERNS = KERNEL_PATTERNS
 
 
 def _requested_patterns(pattern: str | None) -> tuple[tuple[int, int], ...] | None:
@@ -44,15 +44,33 @@ def _requested_patterns(pattern: str | None) -> tuple[tuple[int, int], ...] | No
     return ((parsed.n, parsed.m),)
 
 
-def _pack_if_sparse(name: str, weight: torch.Tensor, patterns) -> PackedNM | None:
-    """The packed weight, or None to keep it dense (auto mode and no pattern fits)."""
+def _pack_if_sparse(name: str, weight: torch.Tensor, patterns) -> tuple[PackedNM | None, str]:
+    """(the packed weight, ""), or (None, why the last pattern tried did not fit) to keep it dense (auto mode and no
+    pattern fits). A non-finite weight is an error in either mode: auto must not quietly keep it dense."""
+    if not bool(torch.isfinite(weight).all()):
+        raise PackingError(f"{name} holds NaN or inf; the checkpoint is corrupt: prune again from a finite model")
+    reason = ""
     for n, m in patterns or AUTO_PATTERNS:
         try:
-            return pack_nm(weight, n, m)
+            return pack_nm(weight, n, m), ""
         except PackingError as exc:
             if patterns is not None:
                 raise PackingError(f"{name}: {exc}") from exc
-    return None
+            reason = str(exc)
+    return None, reason
+
+
+def _nothing_packable(source: Path, refused: tuple[str, str] | None) -> PackingError:
+    """The error for a folder in which no tensor would be packed, saying why (a packed copy of a dense model is
+    only a slower copy)."""
+    patterns = ", ".join(f"{n}:{m}" for n, m in AUTO_PATTERNS)
+    if refused is None:
+        return PackingError(f"{source} has no decoder linear named like model.layers.N.mlp.up_proj.weight; pack "
+                            f"works on llama, qwen2, qwen3 and mistral checkpoints")
+    name, reason = refused
+    reason = reason.split("; ")[0]  # pack_nm's own advice names one pattern; the advice below names them all
+    return PackingError(f"no decoder linear of {source} is sparse in {patterns} (e.g. {name}: {reason}); prune it "
+                        f"to one of them first (`sparsedecoding prune --pattern 2:4`)")
 
 
 def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None = None,
@@ -64,9 +82,9 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
     and keeps the others dense. `overwrite` replaces an existing `out_dir`; without it OutputExistsError."""
     source, out = Path(hf_dir), Path(out_dir)
     patterns = _requested_patterns(pattern)
-    shards = sorted(source.glob("*.safetensors")) if source.is_dir() else []
-    if not shards:
+    if not source.is_dir():
         raise ModelNotFoundError(f"{source} is not a folder with .safetensors weights; pass an HF model folder")
+    shards = check_weight_files(source)
     with output_folder(out, overwrite) as partial:
         manifest = _write_packed(source, shards, partial, patterns, pattern or "auto")
     return manifest
@@ -74,6 +92,7 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
 
 def _write_packed(source: Path, shards: list[Path], out: Path, patterns, requested: str) -> dict:
     tensors_info: dict[str, dict] = {}
+    refused = None  # the first prunable tensor kept dense, and why
     for shard in shards:
         written: dict[str, torch.Tensor] = {}
         with safe_open(str(shard), framework="pt") as f:
@@ -81,7 +100,9 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
                 tensor = f.get_tensor(name)
                 dtype = str(tensor.dtype).removeprefix("torch.")
                 info = {"file": shard.name, "shape": list(tensor.shape), "dtype": dtype}
-                packed = _pack_if_sparse(name, tensor, patterns) if PRUNABLE.match(name) else None
+                packed, reason = _pack_if_sparse(name, tensor, patterns) if PRUNABLE.match(name) else (None, "")
+                if reason and refused is None:
+                    refused = name, reason
                 if packed is None:
                     written[name] = tensor.contiguous()
                 else:
@@ -90,6 +111,8 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
                 tensors_info[name] = info
         save_file(written, str(out / shard.name), metadata={"format": FORMAT})
         log.info("packed %s", shard.name)
+    if not any("pattern" in info for info in tensors_info.values()):
+        raise _nothing_packable(source, refused)
     for path in source.iterdir():
         if path.is_file() and path.suffix != ".safetensors" and path.name != "model.safetensors.index.json":
             shutil.copy2(path, out / path.name)

@@ -9,6 +9,8 @@ from .errors import SparsityPatternError
 
 _NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+# The N:M patterns the packed format and its kernels are built and tuned for, densest first.
+KERNEL_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ from ..errors import PackingError
 
 _PACK_CHUNK_ELEMENTS = 1 << 24  # rows are packed in slices of about this many weights to bound temporary memory
 _BITS = 32
+# The kernels read bf16 and fp16; fp32 is kept for CPU checkpoints and the reference path. float64 and float8 have
+# no kernel, so packing them would only defer the error to the first matrix product.
+PACKABLE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def check_pattern(n: int, m: int) -> None:
@@ -173,15 +176,22 @@ class PackedNM:
 def pack_nm(weight: torch.Tensor, n: int, m: int) -> PackedNM:
     """Pack an N:M sparse weight [out, in]: keep every nonzero, and in groups with fewer than N nonzeros also
     the first zeros, so each group keeps exactly N columns. Raises PackingError if a group has more than N
-    nonzeros, if M does not divide 32, or if in % 32 != 0."""
+    nonzeros, if M does not divide 32, if in % 32 != 0, if W has no rows, holds NaN or inf, or is not bf16, fp16 or
+    fp32."""
     check_pattern(n, m)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         raise PackingError(f"expected a 2-D weight [out, in], got {getattr(weight, 'shape', type(weight))}")
-    if not weight.is_floating_point():
-        raise PackingError(f"expected a floating-point weight, got {weight.dtype}")
+    if weight.dtype not in PACKABLE_DTYPES:
+        raise PackingError(f"expected a floating-point weight in bfloat16, float16 or float32, "
+                           f"got {str(weight.dtype).removeprefix('torch.')}; convert it first")
     out, in_features = weight.shape
+    if out == 0:
+        raise PackingError(f"weight of shape {tuple(weight.shape)} has no rows; there is nothing to pack")
     if in_features == 0 or in_features % _BITS:
         raise PackingError(f"in_features = {in_features} must be a positive multiple of 32 for the packed format")
+    if not bool(torch.isfinite(weight).all()):
+        raise PackingError("weight holds NaN or inf, which would make every output it touches non-finite; prune "
+                           "again from a finite checkpoint before packing")
     k = values_per_word(n, m)
     values = torch.empty(out, in_features // _BITS * k, dtype=weight.dtype, device=weight.device)
     bitmask = torch.empty(out, in_features // _BITS, dtype=torch.int32, device=weight.device)
