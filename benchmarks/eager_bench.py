@@ -1,6 +1,6 @@
 """Cost of one eager call: `nm_spmv` and `PackedLinear` (the cached runner), the custom op called through the torch
-dispatcher (what every eager call cost before the runner), against eager `F.linear` on the dense weight. Shapes
-4096x4096 and the Llama-3.1-8B gate_up 28672x4096, patterns 2:4 and 16:32, batch 1..16. Needs a CUDA GPU.
+dispatcher ("op": the dispatcher's cost on top of the same runner), against eager `F.linear` on the dense weight.
+Shapes 4096x4096 and the Llama-3.1-8B gate_up 28672x4096, patterns 2:4 and 16:32, batch 1..16. Needs a CUDA GPU.
 
 Every output is first checked against a float64 product (`autotune.output_error`, bound: output rounding plus the
 worst case of an fp32 sum). Then, per call:

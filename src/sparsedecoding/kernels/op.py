@@ -81,14 +81,17 @@ class _TritonRunner:
         self.batch, self.in_features = x2.shape
         self.out_features, self.words = bitmask.shape
         grid, arguments, constants, _ = _kernel_call(x2, values, bitmask, n, m, self.config)
-        self.batch_block = constants["BATCH_BLOCK"]
+        self.batch_block, self.split_k = constants["BATCH_BLOCK"], self.config.split_k
         self.x_dtype = torch.float32 if self.config.x_float32 else x.dtype
         self.arrivals = arguments[5]  # split-K counters: one fixed tensor per device, never replaced
         options = {name: constants.pop(name) for name in ("num_warps", "num_stages")}
         # The compiled runner takes every kernel parameter in signature order, constexprs included.
         self.constants = tuple(constants[name] for name in nm_spmv_kernel.arg_names[len(arguments):])
         with torch.cuda.device(x.device):
-            self.run = nm_spmv_kernel.warmup(*arguments, grid=grid, **constants, **options)[grid]
+            compiled = nm_spmv_kernel.warmup(*arguments, grid=grid, **constants, **options)
+            if hasattr(compiled, "result"):  # a future where Triton compiles asynchronously
+                compiled = compiled.result()
+            self.run = compiled[grid]
         expected = launch(x2, values, bitmask, n, m, self.config)
         if not torch.equal(self(x, values, bitmask).view_as(expected), expected):
             raise RuntimeError(f"nm_spmv: the cached launch of {self.config} differs from Triton's own launch for "
@@ -112,8 +115,8 @@ class _TritonRunner:
             else:
                 x_arg = x.new_zeros(shape, dtype=self.x_dtype)
                 x_arg[:, :batch].copy_(x.t())
-        if self.config.split_k > 1:
-            partial = x.new_empty((self.config.split_k, self.batch_block, self.out_features), dtype=torch.float32)
+        if self.split_k > 1:
+            partial = x.new_empty((self.split_k, self.batch_block, self.out_features), dtype=torch.float32)
             arrivals = self.arrivals
         else:  # never read by the kernel when split_k == 1
             partial, arrivals = y, bitmask
