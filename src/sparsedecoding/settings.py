@@ -93,7 +93,7 @@ def check(settings) -> None:
 
 
 def _default_text(item: dataclasses.Field, default) -> str:
-    if item.metadata.get("shown"):
+    if item.metadata.get("shown") and default == item.default:  # a command's own default is shown as it is
         return item.metadata["shown"]
     if isinstance(default, bool):
         return "on" if default else "off"

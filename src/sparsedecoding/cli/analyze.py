@@ -17,9 +17,9 @@ def fractions(text: str) -> tuple[float, ...]:
 def add_output_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="output folder (written atomically)")
     parser.add_argument("--no-plot", dest="plot", action="store_false",
-                        help="skip the PNG (no matplotlib here); draw it later with `analyze plot OUT`")
+                        help="skip the PNG (no matplotlib here); draw it later with `analyze plot OUT` (default: draw it)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (default: off)")
 
 
 def register(subparsers) -> None:
@@ -43,10 +43,11 @@ def register(subparsers) -> None:
     discrepancy.add_argument("--max-new-tokens", type=int, default=512, help="new tokens per prompt (default 512)")
     discrepancy.add_argument("--rhos", type=fractions, default=(0.01, 0.02, 0.05, 0.10, 0.20, 0.50),
                              help="retained fractions (default 0.01,0.02,0.05,0.1,0.2,0.5)")
-    discrepancy.add_argument("--gen-batch-size", type=int, default=32, help="prompts per generation batch")
-    discrepancy.add_argument("--batch-size", type=int, default=8, help="sequences per Hessian replay batch")
-    discrepancy.add_argument("--hessian-dtype", default="float64", choices=["float32", "float64"])
-    discrepancy.add_argument("--seed", type=int, default=0, help="text window order")
+    discrepancy.add_argument("--gen-batch-size", type=int, default=32, help="prompts per generation batch (default: 32)")
+    discrepancy.add_argument("--batch-size", type=int, default=8, help="sequences per Hessian replay batch (default: 8)")
+    discrepancy.add_argument("--hessian-dtype", default="float64", choices=["float32", "float64"],
+                             help="Hessian accumulation dtype (default: float64)")
+    discrepancy.add_argument("--seed", type=int, default=0, help="text window order (default: 0)")
     add_output_arguments(discrepancy)
     discrepancy.set_defaults(func=run_discrepancy_command)
 
@@ -57,13 +58,15 @@ def register(subparsers) -> None:
     drift.add_argument("--dense", required=True, help="the dense model")
     drift.add_argument("--pruned", required=True, help="the pruned model folder")
     drift.add_argument("--prompts", default="humaneval:eval", help="prompts (default humaneval:eval)")
-    drift.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    drift.add_argument("--limit", type=int, default=None, help="only the first N prompts (default: all)")
     drift.add_argument("--steps", type=int, default=64, help="decode steps to follow (default 64)")
     drift.add_argument("--batch-size", type=int, default=32, help="prompts per batch (default 32)")
     add_output_arguments(drift)
     drift.set_defaults(func=run_drift_command)
 
-    plot = analyses.add_parser("plot", help="(re)draw the PNGs of an analysis or compare folder from its JSON")
+    plot = analyses.add_parser("plot", help="(re)draw the PNGs of an analysis or compare folder from its JSON",
+                               description="Redraw the figures of a folder written by `analyze discrepancy`, "
+                                           "`analyze drift` or `compare` from the JSON it holds (needs matplotlib).")
     plot.add_argument("folder", help="a folder written by `analyze discrepancy`, `analyze drift` or `compare`")
     plot.set_defaults(func=run_plot_command)
 

@@ -15,7 +15,7 @@ def register(subparsers) -> None:
                     "Finished configurations are skipped, so runs can be split with --configs and resumed.")
     parser.add_argument("--configs", default=None,
                         help="comma-separated name globs, e.g. 'dense,*-sparsegpt-2of4' (default: all)")
-    parser.add_argument("--list", action="store_true", help="print the configuration names and exit")
+    parser.add_argument("--list", action="store_true", help="print the configuration names and exit (default: off)")
     add_arguments(parser, CompareSettings)
     add_arguments(parser, EvalSettings, "evaluation", defaults=asdict(CompareSettings().evaluation),
                   prefix=EVAL_PREFIX)

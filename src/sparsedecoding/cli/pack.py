@@ -13,8 +13,8 @@ def register(subparsers) -> None:
     parser.add_argument("--out", required=True, type=Path, help="output folder (written atomically)")
     parser.add_argument("--pattern", default="auto",
                         help="N:M pattern every decoder linear must satisfy (2:4, 4:8, 8:16, 16:32), or auto: pack "
-                             "each linear with the first of those it satisfies and keep the rest dense (default)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+                             "each linear with the first of those it satisfies and keep the rest dense (default: auto)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (default: off)")
     parser.set_defaults(func=run)
 
 
