@@ -1,9 +1,9 @@
 """Sparse N:M kernel (`nm_spmv`) vs cuBLAS dense (`F.linear`) vs PyTorch's 2:4 semi-structured path, on the
-linear shapes of Llama-3.1-8B, Qwen3-14B, Qwen3-32B and Llama-3.3-70B (fused qkv and gate_up, as the engine
-runs them), batch 1..16, patterns 2:4, 4:8, 8:16, 16:32. Needs a CUDA GPU.
+linear shapes of the engine presets llama-3.1-8b, qwen3-14b, qwen3-32b and llama-3.3-70b (fused qkv and gate_up, as
+the engine runs them), batch 1..16, the kernel patterns 2:4, 4:8, 8:16, 16:32. Needs a CUDA GPU.
 
-Every output is first checked against a float64 product (bound: output rounding plus the worst case of an fp32
-sum). Times are medians over repeated replays of a CUDA graph that calls the op on enough weight copies to rotate
+Every output is first checked against a float64 product with the autotuner's bound (`kernels.autotune.output_error`:
+output rounding plus the worst case of an fp32 sum). Times are medians over repeated replays of a CUDA graph that calls the op on enough weight copies to rotate
 past the L2 cache; bandwidth = bytes that must move (weights as stored, x, y) / time, next to the bandwidth of a
 large device-to-device copy (bytes read + written) measured in the same run. The autotuner's timings of every
 candidate configuration are listed too (graph replays over rotated weight copies, like the table's). Examples:
@@ -15,9 +15,7 @@ candidate configuration are listed too (graph replays over rotated weight copies
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
-import platform
 import statistics
 import sys
 import time
@@ -26,26 +24,26 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from sparsedecoding.engine.bench import copy_bandwidth
+from sparsedecoding.engine.config import preset
 from sparsedecoding.kernels import PackedNM, nm_spmv, pack_nm
-from sparsedecoding.kernels.autotune import problem_key, rejected_candidates, tuning_results
+from sparsedecoding.kernels.autotune import output_error, problem_key, rejected_candidates, tuning_results
+from sparsedecoding.kernels.op import MAX_BATCH
+from sparsedecoding.patterns import KERNEL_PATTERNS
+from sparsedecoding.runenv import environment_markdown
 
-# name: (hidden, intermediate, attention heads, kv heads, head dim)
-MODELS = {
-    "Llama-3.1-8B": (4096, 14336, 32, 8, 128),
-    "Qwen3-14B": (5120, 17408, 40, 8, 128),
-    "Qwen3-32B": (5120, 25600, 64, 8, 128),
-    "Llama-3.3-70B": (8192, 28672, 64, 8, 128),
-}
-PATTERNS = ["2:4", "4:8", "8:16", "16:32"]
-BATCHES = [1, 2, 4, 8, 16]
+MODELS = ["llama-3.1-8b", "qwen3-14b", "qwen3-32b", "llama-3.3-70b"]  # engine presets
+PATTERNS = [f"{n}:{m}" for n, m in KERNEL_PATTERNS]
+BATCHES = [batch for batch in (1, 2, 4, 8, 16) if batch <= MAX_BATCH]
 L2_ROTATION_BYTES = 3 * 60 * 2**20  # weight copies per graph replay add up to three H200 L2 caches
-TARGETS_BS1_MODELS = ("Llama-3.1-8B", "Qwen3-14B")
+TARGETS_BS1_MODELS = ("llama-3.1-8b", "qwen3-14b")
 
 
 def linear_shapes(model: str, unfused: bool) -> dict[str, tuple[int, int]]:
     """[out, in] of the decoder linears: fused qkv and gate_up (what the engine runs), o and down."""
-    hidden, inter, heads, kv_heads, head_dim = MODELS[model]
-    q, kv = heads * head_dim, kv_heads * head_dim
+    args = preset(model)
+    hidden, inter = args.dim, args.intermediate_size
+    q, kv = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
     shapes = {"qkv": (q + 2 * kv, hidden), "o": (hidden, q), "gate_up": (2 * inter, hidden), "down": (hidden, inter)}
     if unfused:
         shapes.update({"q": (q, hidden), "k/v": (kv, hidden), "gate/up": (inter, hidden)})
@@ -55,9 +53,9 @@ def linear_shapes(model: str, unfused: bool) -> dict[str, tuple[int, int]]:
 def quick_plan() -> list[tuple[str, str, str, list[int]]]:
     """(model, shape, pattern, batches): the bs-1 and bs-8 targets on 2:4, pattern spread on two shapes."""
     plan = [(model, shape, "2:4", [1, 8]) for model in TARGETS_BS1_MODELS for shape in ("qkv", "o", "gate_up", "down")]
-    plan += [("Qwen3-32B", "gate_up", "2:4", [1, 8]), ("Llama-3.3-70B", "gate_up", "2:4", [1, 8]),
-             ("Llama-3.3-70B", "down", "2:4", [1, 8])]
-    plan += [("Llama-3.1-8B", shape, pattern, [1, 8]) for shape in ("qkv", "gate_up") for pattern in PATTERNS[1:]]
+    plan += [("qwen3-32b", "gate_up", "2:4", [1, 8]), ("llama-3.3-70b", "gate_up", "2:4", [1, 8]),
+             ("llama-3.3-70b", "down", "2:4", [1, 8])]
+    plan += [("llama-3.1-8b", shape, pattern, [1, 8]) for shape in ("qkv", "gate_up") for pattern in PATTERNS[1:]]
     return plan
 
 
@@ -77,29 +75,6 @@ def random_nm_weight(out: int, in_features: int, n: int, m: int, generator: torc
         values = torch.randn(rows, in_features, device="cuda", generator=generator).view(rows, -1, m)
         weight[r0:r0 + rows] = (values * kept).view(rows, in_features).bfloat16()
     return weight
-
-
-def check_float64(y: torch.Tensor, x: torch.Tensor, weight64: torch.Tensor) -> float:
-    """Largest |y - x·Wᵀ| / bound, bound = u·|x·Wᵀ| + in·2⁻²⁴·|x|·|W|ᵀ (≤ 1 passes)."""
-    x64 = x.double()
-    exact = x64 @ weight64.T
-    bound = torch.finfo(y.dtype).eps / 2 * exact.abs() + weight64.shape[1] * 2.0**-24 * (x64.abs() @ weight64.abs().T)
-    return float(((y.double() - exact).abs() / bound.clamp_min(1e-30)).max())
-
-
-def copy_bandwidth() -> float:
-    """Bytes read + written per second by a 1 GiB device-to-device copy (median of 20)."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(22):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * src.numel() / statistics.median(times[2:])
 
 
 def time_rotated(calls: list, reps: int) -> tuple[float, str]:
@@ -174,7 +149,6 @@ def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: 
             semi_copies = [to_sparse_semi_structured(w) for w in dense_copies]
         except (RuntimeError, ValueError, NotImplementedError) as exc:
             semi_note = f"n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
-    weight64 = weight.double()
     rows = []
     for batch in batches:
         x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
@@ -184,7 +158,7 @@ def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: 
         y = nm_spmv(x, packed)  # tunes this problem on first use: compiles, checks and times every candidate
         torch.cuda.synchronize()
         first_call_s = time.perf_counter() - start
-        check = check_float64(y, x, weight64)
+        check = output_error(y, x, packed.values, packed.bitmask)
         sparse_s, method = time_rotated([lambda p=p: nm_spmv(x, p) for p in sparse_copies], reps)
         dense_s, dense_method = time_rotated([lambda w=w: F.linear(x, w) for w in dense_copies], reps)
         io_bytes = 2 * batch * (in_features + out)
@@ -204,7 +178,7 @@ def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: 
         rows.append(row)
         print(f"{model} {shape} {out}x{in_features} {pattern} b{batch}: sparse {sparse_s * 1e6:.1f} us, cuBLAS "
               f"{dense_s * 1e6:.1f} us, x{dense_s / sparse_s:.2f}, check {check:.2f}, {config}", flush=True)
-    del dense_copies, sparse_copies, semi_copies, weight64
+    del dense_copies, sparse_copies, semi_copies
     torch.cuda.empty_cache()
     return rows
 
@@ -281,17 +255,10 @@ def variants_table() -> str:
 
 
 def environment(copy_bw: float) -> str:
-    import triton
-
     props = torch.cuda.get_device_properties(0)
-    return "\n".join([
-        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"- GPU: {props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB",
-        f"- torch {torch.__version__} (CUDA {torch.version.cuda}), triton {triton.__version__}, "
-        f"Python {platform.python_version()}",
-        f"- command: `{' '.join(['python', *sys.argv])}`",
-        f"- copy bandwidth (1 GiB device-to-device, read + written): {copy_bw / 1e12:.2f} TB/s",
-    ]) + "\n"
+    return (environment_markdown(" ".join(["python", *sys.argv]), torch.device("cuda"))
+            + f"- GPU: {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB\n"
+            + f"- copy bandwidth (1 GiB device-to-device, read + written): {copy_bw / 1e12:.2f} TB/s\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,12 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="8B and 14B shapes plus the three largest at batch 1 and 8 on 2:4, and two shapes on "
                              "all patterns (at most 3 minutes on an H200 including tuning)")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--patterns", nargs="+", default=PATTERNS)
-    parser.add_argument("--batches", nargs="+", type=int, default=BATCHES)
+    parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS, help="engine presets (default: all)")
+    parser.add_argument("--patterns", nargs="+", default=PATTERNS, help="N:M patterns (default: %(default)s)")
+    parser.add_argument("--batches", nargs="+", type=int, default=BATCHES, help="batch sizes (default: %(default)s)")
     parser.add_argument("--unfused", action="store_true", help="also the separate q, k/v and gate/up shapes")
-    parser.add_argument("--reps", type=int, default=10, help="timed graph replays per measurement (median)")
-    parser.add_argument("--out", default=None, help="write the markdown report here too")
+    parser.add_argument("--reps", type=int, default=10,
+                        help="timed graph replays per measurement, median (default: %(default)s)")
+    parser.add_argument("--out", default=None, help="write the markdown report here too (default: print only)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernel_bench needs a CUDA GPU", file=sys.stderr)
@@ -312,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     plan = quick_plan() if args.quick else full_plan(args.models, args.patterns, args.batches, args.unfused)
     generator = torch.Generator(device="cuda").manual_seed(0)
-    copy_bw = copy_bandwidth()
+    copy_bw = copy_bandwidth(torch.device("cuda"), nbytes=2**30, repeats=20)
     rows = []
     for model, shape, pattern, batches in plan:
         rows += bench_shape(model, shape, pattern, batches, args.reps, generator)
