@@ -35,7 +35,7 @@ from sparsedecoding.solvers import magnitude
 
 SHAPES = {"4096x4096": (4096, 4096), "gate_up 28672x4096": (28672, 4096)}
 ROTATION_L2_MULTIPLE = 3
-SLEEP_CYCLES = 50_000_000  # about 25 ms at 2 GHz: longer than issuing the device-time calls takes
+SLEEP_CYCLES = 200_000_000  # about 100 ms at 2 GHz: longer than issuing the device-time calls takes
 
 
 def report_head(title: str) -> str:
