@@ -160,3 +160,47 @@ def test_the_source_dtype_comes_from_the_config_or_else_the_weights(tmp_path):
     save_file({name: tensor.to(torch.bfloat16) for name, tensor in weights(folder).items()},
               str(folder / "model.safetensors"))
     assert source_dtype(folder) == torch.bfloat16
+
+
+def test_an_interrupted_prune_resumes_at_its_generation_batch_and_then_its_layer(tiny_folder, prompts_file, tmp_path,
+                                                                                 monkeypatch, caplog):
+    """Generation is cut at its third batch, then solving at the second layer; each rerun reuses what was kept."""
+    from sparsedecoding import generation
+
+    calls, stop = {"generate": 0, "solve": 0}, {"generate": None, "solve": None}
+
+    def counted(kind, original):
+        def call(*args):
+            calls[kind] += 1
+            if calls[kind] == stop[kind]:
+                raise KeyboardInterrupt
+            return original(*args)
+        return call
+
+    monkeypatch.setattr(generation, "_generate_batch", counted("generate", generation._generate_batch))
+    monkeypatch.setattr(pipeline, "solve_layer", counted("solve", pipeline.solve_layer))
+
+    def run(out, kind=None, at=None):
+        calls.update(generate=0, solve=0)
+        stop.update(generate=None, solve=None)
+        stop[kind] = at
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            # one prompt per batch, so the 36-token budget takes several batches
+            return prune(config(tiny_folder, out, prompts_file, gen_batch_size=1), progress=False)
+
+    straight = run(tmp_path / "straight")
+    batches = calls["generate"]
+    assert batches >= 3
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        run(out, "generate", 3)
+    assert sorted(path.name for path in (tmp_path / "resumed.partial" / "generation").iterdir()) == \
+        ["batch-00000.json", "batch-00001.json"]
+    with pytest.raises(KeyboardInterrupt):
+        run(out, "solve", 2)
+    assert "resuming generation at batch 3 of 6" in caplog.text and calls["generate"] == batches - 2
+    run(out)
+    assert "resuming from layer 1 of 3" in caplog.text and calls["generate"] == 0
+    first, second = weights(straight), weights(out)
+    assert first.keys() == second.keys() and all(torch.equal(first[name], second[name]) for name in first)
