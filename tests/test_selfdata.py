@@ -124,6 +124,23 @@ def test_large_batch_greedy_equals_the_hf_generate_path(tiny, batch_size, check_
     assert any(g.stopped for g in ours) and any(not g.stopped for g in ours)
 
 
+def test_grouped_decode_attention_equals_hf_sdpa_with_repeated_heads(tiny):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    model, tokenizer = tiny
+    module = model.model.layers[0].self_attn  # 4 query heads share 2 KV heads
+    query, key, value = torch.randn(3, 4, 1, 16), torch.randn(3, 2, 9, 16), torch.randn(3, 2, 9, 16)
+    mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+    mask[0, ..., :4] = False
+    mask[2, ..., :7] = False
+    ours, _ = batchgen.grouped_decode_attention(module, query, key, value, mask, scaling=0.25)
+    reference, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    before = model.config._attn_implementation
+    batchgen.generate_many(model, tokenizer, [[5, 6, 7]], 3, progress=False)
+    assert model.config._attn_implementation == before
+
+
 def test_sampling_is_seeded_and_top_p_keeps_the_nucleus(tiny):
     logits = torch.tensor([[5.0, 4.0, -10.0, -10.0]]).repeat(500, 1)
     draws = batchgen.next_tokens(logits, True, 1.0, 0.5, torch.Generator().manual_seed(0))
