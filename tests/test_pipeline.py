@@ -7,10 +7,10 @@ from safetensors.torch import load_file
 from sparsedecoding import pipeline
 from sparsedecoding.hessian import collect_hessians
 from sparsedecoding.models import load_model
+from sparsedecoding.patterns import PRUNABLE_LINEARS as PRUNABLE
 from sparsedecoding.pipeline import PruneConfig, prune
 from helpers import make_tiny_model
 
-PRUNABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +80,9 @@ def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, 
         captured["calib"], stats = build(cfg, model, tokenizer, store)
         return captured["calib"], stats
 
-    def spy_solve(cfg, pattern, linears, hessians):
+    def spy_solve(cfg, pattern, linears, hessians, crosses=None):
         captured["hessians"].append({name: hessian.clone() for name, hessian in hessians.items()})
-        return solve(cfg, pattern, linears, hessians)
+        return solve(cfg, pattern, linears, hessians, crosses)
 
     monkeypatch.setattr(pipeline, "build_calibration", spy_build)
     monkeypatch.setattr(pipeline, "solve_layer", spy_solve)
@@ -103,31 +103,32 @@ def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, 
             assert min(diff for index, diff in differences if index > 0) > 1e-4
 
 
-def test_resume_after_interruption_gives_the_same_weights(tiny_folder, prompts_file, tmp_path, monkeypatch):
-    for propagation in ("dense", "sequential"):
-        straight = prune(config(tiny_folder, tmp_path / f"straight-{propagation}", prompts_file,
-                                propagation=propagation), progress=False)
-        out = tmp_path / f"resumed-{propagation}"
-        solve, calls = pipeline.solve_layer, []
+@pytest.mark.parametrize("propagation,target", [("dense", "self"), ("sequential", "self"), ("sequential", "dense")])
+def test_resume_after_interruption_gives_the_same_weights(tiny_folder, prompts_file, tmp_path, monkeypatch,
+                                                          propagation, target):
+    straight = prune(config(tiny_folder, tmp_path / f"straight-{propagation}", prompts_file,
+                            propagation=propagation, target=target), progress=False)
+    out = tmp_path / f"resumed-{propagation}"
+    solve, calls = pipeline.solve_layer, []
 
-        def interrupt_at_second_layer(*args):
-            calls.append(1)
-            if len(calls) == 2:
-                raise KeyboardInterrupt
-            return solve(*args)
+    def interrupt_at_second_layer(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return solve(*args)
 
-        monkeypatch.setattr(pipeline, "solve_layer", interrupt_at_second_layer)
-        with pytest.raises(KeyboardInterrupt):
-            prune(config(tiny_folder, out, prompts_file, propagation=propagation), progress=False)
-        assert not out.exists() and (tmp_path / f"resumed-{propagation}.partial" / "layers" / "000.safetensors").exists()
-        monkeypatch.setattr(pipeline, "solve_layer", solve)
-        prune(config(tiny_folder, out, prompts_file, propagation=propagation), progress=False)
-        manifest = json.loads((out / "sparsedecoding.json").read_text())
-        assert manifest["timing"]["resumed_from_layer"] == 1
-        first, second = weights(straight), weights(out)
-        assert first.keys() == second.keys()
-        for name in first:
-            assert torch.equal(first[name], second[name]), name
+    monkeypatch.setattr(pipeline, "solve_layer", interrupt_at_second_layer)
+    with pytest.raises(KeyboardInterrupt):
+        prune(config(tiny_folder, out, prompts_file, propagation=propagation, target=target), progress=False)
+    assert not out.exists() and (tmp_path / f"resumed-{propagation}.partial" / "layers" / "000.safetensors").exists()
+    monkeypatch.setattr(pipeline, "solve_layer", solve)
+    prune(config(tiny_folder, out, prompts_file, propagation=propagation, target=target), progress=False)
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert manifest["timing"]["resumed_from_layer"] == 1
+    first, second = weights(straight), weights(out)
+    assert first.keys() == second.keys()
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
 
 
 def test_a_bf16_model_pruned_on_the_cpu_is_written_in_bf16(tmp_path, prompts_file):
@@ -160,6 +161,33 @@ def test_the_source_dtype_comes_from_the_config_or_else_the_weights(tmp_path):
     save_file({name: tensor.to(torch.bfloat16) for name, tensor in weights(folder).items()},
               str(folder / "model.safetensors"))
     assert source_dtype(folder) == torch.bfloat16
+
+
+def test_dense_target_matches_self_target_where_the_streams_agree_and_differs_after(tiny_folder, prompts_file,
+                                                                                   tmp_path):
+    """Layer 0 reads the same inputs in both streams (nothing is pruned before it), so fitting the dense outputs
+    gives its own-output solution; from layer 1 on the pruned inputs drift and the dense target changes the weights."""
+    results = {target: weights(prune(config(tiny_folder, tmp_path / target, prompts_file, propagation="sequential",
+                                            target=target, pattern="2:4"), progress=False))
+               for target in ("self", "dense")}
+    for name, tensor in results["dense"].items():
+        if not name.endswith(tuple(f"{leaf}.weight" for leaf in PRUNABLE)):
+            continue
+        counts = (tensor != 0).reshape(tensor.shape[0], -1, 4).sum(-1)
+        assert torch.all(counts == 2), name
+        other = results["self"][name]
+        if name.startswith("model.layers.0."):
+            torch.testing.assert_close(tensor, other, rtol=1e-4, atol=1e-5)
+        else:
+            assert (tensor - other).abs().max() > 1e-3, name
+
+
+def test_dense_target_needs_sequential_propagation(tiny_folder, prompts_file, tmp_path):
+    from sparsedecoding.errors import SparseDecodingError
+
+    with pytest.raises(SparseDecodingError, match="sequential"):
+        prune(config(tiny_folder, tmp_path / "out", prompts_file, target="dense"), progress=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
 def test_an_interrupted_prune_resumes_at_its_generation_batch_and_then_its_layer(tiny_folder, prompts_file, tmp_path,

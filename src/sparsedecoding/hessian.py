@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from .errors import CalibrationError, NonFiniteActivationError
+from .patterns import PRUNABLE_LINEARS
 
-PRUNABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Linears of one decoder layer that always read the same tensor.
 SHARED_INPUT = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "gate_up", "up_proj": "gate_up"}
 
@@ -37,7 +37,7 @@ class HessianAccumulator:
 def prunable_linears(layer: nn.Module) -> dict[str, nn.Linear]:
     """The decoder layer's prunable linears by their name inside the layer (e.g. `self_attn.q_proj`)."""
     return {name: module for name, module in layer.named_modules()
-            if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in PRUNABLE}
+            if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in PRUNABLE_LINEARS}
 
 
 def input_groups(names: list[str]) -> dict[str, list[str]]:
@@ -156,22 +156,26 @@ def paired_by_module(state: PairedInputs, names: list[str]) -> tuple[dict[str, t
 
 
 def dense_target(weight: torch.Tensor, cross: torch.Tensor, hessian: torch.Tensor, percdamp: float) -> torch.Tensor:
-    """The weight W_t = W·C·(H + λI)⁻¹ that best maps the pruned model's inputs to the dense layer's outputs.
+    """The weight W_t that best maps the pruned model's inputs to the dense layer's outputs.
 
-    With H = Σ x_p·x_pᵀ and C = Σ x_d·x_pᵀ, ‖Ŵ·X_p − W·X_d‖² = ‖(Ŵ − W_t)·X_p‖² + const, so any solver that
-    minimises ‖(Ŵ − W_t)·X_p‖² for H (SparseGPT, Wanda, magnitude) fitted on W_t fits the dense target instead of
-    the pruned inputs' own outputs (asymmetric calibration, as GPTAQ does for quantization). λ = percdamp·mean(diag
-    H), the solver's damping; inputs that were always zero keep W_t = 0 there. Solved in float64; returns W's dtype."""
+    With H = Σ x_p·x_pᵀ and C = Σ x_d·x_pᵀ, ‖Ŵ·X_p − W·X_d‖² = ‖(Ŵ − W_t)·X_p‖² + const for W_t = W·C·H⁻¹, so any
+    solver that minimises ‖(Ŵ − W_t)·X_p‖² for H (SparseGPT, Wanda, magnitude) fitted on W_t fits the dense target
+    instead of the pruned inputs' own outputs (asymmetric calibration, as GPTAQ does for quantization). The damping
+    pulls towards W rather than towards zero: W_t = W·(C + λI)·(H + λI)⁻¹ = W + W·(C − H)·(H + λI)⁻¹, with
+    λ = percdamp·mean(diag H) as in the solver, so equal streams give W_t = W exactly. Inputs that were always zero
+    keep W_t = 0 there. Solved in float64; returns W's dtype."""
     H = hessian.to(torch.float64).clone()
     dead = H.diagonal() == 0
     H[dead, dead] = 1
-    H.diagonal().add_(percdamp * float(hessian.diagonal().double().mean()))
-    rhs = cross.to(torch.float64).T @ weight.to(torch.float64).T  # Cᵀ·Wᵀ
+    damping = percdamp * float(hessian.diagonal().double().mean())
+    H.diagonal().add_(damping)
+    C = cross.to(torch.float64).clone()
+    C.diagonal().add_(damping)
     lower, info = torch.linalg.cholesky_ex(H)
     if info != 0:
         raise CalibrationError(f"the pruned inputs' Hessian is not positive definite with damping {percdamp:g}; "
                                f"raise --percdamp or calibrate on more tokens")
-    target = torch.cholesky_solve(rhs, lower).T
+    target = torch.cholesky_solve(C.T @ weight.to(torch.float64).T, lower).T
     target[:, dead] = 0
     return target.to(weight.dtype)
 

@@ -30,7 +30,8 @@ from .calibration import CalibrationSet, concat, decode_calibration, describe, t
 from .data import lee_text, prompts_hash, read_prompts, read_text_file
 from .errors import SparseDecodingError
 from .generation import BatchStore, position_ids_from_mask
-from .hessian import KeepMask, accumulate_inputs, hessians_by_module, input_groups, prunable_linears
+from .hessian import (KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target, hessians_by_module,
+                      input_groups, paired_by_module, prunable_linears)
 from .models import check_pattern_fits, load_model, resolve_model, source_dtype
 from .outputs import PRUNED_MANIFEST, check_writable
 from .patterns import SparsityPattern
@@ -117,6 +118,23 @@ def run_layer(layer, batches) -> list[torch.Tensor]:
     return outputs
 
 
+def paired_statistics(layer, linears: dict, batches, dense_stream: list[torch.Tensor], keep: KeepMask,
+                      dtype: torch.dtype, where: str) -> tuple[dict, dict, list[torch.Tensor]]:
+    """Run the (still dense) layer on each batch's dense hidden states, then on the pruned model's, collecting H and
+    C per linear (`hessian.accumulate_paired_inputs`); returns them and the dense stream's next hidden states."""
+    with accumulate_paired_inputs(linears, keep, dtype, where=where) as state:
+        dense_outputs = []
+        for dense_hidden, (hidden, kwargs, kept) in zip(dense_stream, batches):
+            keep.set(kept)
+            state.mode = "dense"
+            out = layer(dense_hidden, **kwargs)
+            dense_outputs.append(out[0] if isinstance(out, tuple) else out)
+            state.mode = "pruned"
+            layer(hidden, **kwargs)
+    hessians, crosses = paired_by_module(state, list(linears))
+    return hessians, crosses, dense_outputs
+
+
 def relative_error(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Tensor) -> float:
     """tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ): the layer's reconstruction loss relative to its output energy."""
     W = weight.to(hessian.dtype)
@@ -124,13 +142,18 @@ def relative_error(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Te
     return float(((delta @ hessian) * delta).sum() / ((W @ hessian) * W).sum().clamp(min=1e-30))
 
 
-def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, hessians: dict) -> dict[str, dict]:
+def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, hessians: dict,
+                crosses: dict | None = None) -> dict[str, dict]:
     """Prune every linear of one layer in place; returns per-linear sparsity and relative reconstruction error.
-    Linears that share an input share a Hessian, and SparseGPT solves them together (same result, fewer launches)."""
+    Linears that share an input share a Hessian, and SparseGPT solves them together (same result, fewer launches).
+    With `crosses` (dense-target reconstruction) each solver runs on W·C·H⁻¹ instead of W, and the error is
+    relative to that target."""
     stats = {}
     for names in input_groups(list(linears)).values():
-        weights = [linears[name].weight.data for name in names]
         hessian = hessians[names[0]]
+        weights = [linears[name].weight.data for name in names]
+        if crosses is not None:
+            weights = [dense_target(weight, crosses[names[0]], hessian, config.percdamp) for weight in weights]
         if config.solver == "sparsegpt":
             pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
                                               percdamp=config.percdamp)
@@ -139,7 +162,7 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, he
         for name, weight, new in zip(names, weights, pruned):
             stats[name] = {"sparsity": round(float((new == 0).float().mean()), 6),
                            "relative_error": relative_error(weight, new, hessian)}
-            weight.copy_(new)
+            linears[name].weight.data.copy_(new)
     return stats
 
 
@@ -188,9 +211,13 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     saved there and layers finished by an interrupted run are restored instead of solved again.
     Returns {"layers": {module name: stats}, "solver_seconds": float, "resumed_from_layer": int}."""
     pattern = SparsityPattern.parse(config.pattern)
+    if config.target == "dense" and config.propagation != "sequential":
+        raise SparseDecodingError("target dense needs sequential propagation (the two streams are equal otherwise)")
     device = next(model.parameters()).device
     hessian_dtype = getattr(torch, config.hessian_dtype)
     batches = first_layer_inputs(model, calib, config.batch_size, device)
+    # Dense-target reconstruction carries the dense model's hidden states beside the pruned model's.
+    dense_stream = [hidden for hidden, _, _ in batches] if config.target == "dense" else None
     layers = model.model.layers
     start = work.state["finished_layers"] if work else 0
     layer_stats = {int(index): stats for index, stats in work.state["layers"].items()} if work else {}
@@ -204,6 +231,9 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
         linears = prunable_linears(layer)
         if index < start:  # finished before an interruption: replay exactly what the first run did
             saved = work.load_layer(index)
+            if dense_stream is not None:
+                dense_stream = run_layer(layer, [(hidden, kwargs, kept) for hidden, (_, kwargs, kept)
+                                                 in zip(dense_stream, batches)])
             if config.propagation == "dense":
                 outputs = run_layer(layer, batches)
             for name, linear in linears.items():
@@ -212,22 +242,28 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                 outputs = run_layer(layer, batches)
         else:
             keep = KeepMask()
-            with accumulate_inputs(linears, keep, hessian_dtype, where=f"layer {index} ") as accumulators:
-                outputs = []
-                for hidden, kwargs, kept in batches:
-                    keep.set(kept)
-                    out_hidden = layer(hidden, **kwargs)
-                    outputs.append(out_hidden[0] if isinstance(out_hidden, tuple) else out_hidden)
-            hessians = hessians_by_module(accumulators, list(linears))
-            del accumulators
+            crosses = None
+            if dense_stream is not None:
+                hessians, crosses, dense_stream = paired_statistics(layer, linears, batches, dense_stream, keep,
+                                                                    hessian_dtype, f"layer {index} ")
+                outputs = None  # sequential propagation (required) recomputes them after solving
+            else:
+                with accumulate_inputs(linears, keep, hessian_dtype, where=f"layer {index} ") as accumulators:
+                    outputs = []
+                    for hidden, kwargs, kept in batches:
+                        keep.set(kept)
+                        out_hidden = layer(hidden, **kwargs)
+                        outputs.append(out_hidden[0] if isinstance(out_hidden, tuple) else out_hidden)
+                hessians = hessians_by_module(accumulators, list(linears))
+                del accumulators
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             solve_started = time.perf_counter()
-            layer_stats[index] = solve_layer(config, pattern, linears, hessians)
+            layer_stats[index] = solve_layer(config, pattern, linears, hessians, crosses)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             solver_seconds += time.perf_counter() - solve_started
-            del hessians
+            del hessians, crosses
             if config.propagation == "sequential":
                 outputs = run_layer(layer, batches)
             if work:

@@ -192,6 +192,9 @@ class SolverSettings:
     solver: str = knob("sparsegpt", "pruning solver", choices=SOLVERS)
     propagation: str = knob("dense", "dense: every Hessian from the dense model (paper); sequential: layer l sees "
                             "pruned layers < l", choices=("dense", "sequential"))
+    target: str = knob("self", "what each pruned layer is fitted to: self (its own output on the inputs it sees, as "
+                       "SparseGPT) or dense (the dense model's output: the solver runs on W·C·H⁻¹ from paired dense "
+                       "and pruned inputs; needs --propagation sequential)", choices=("self", "dense"))
     blocksize: int = knob(128, "SparseGPT block size", minimum=1)
     percdamp: float = knob(0.01, "SparseGPT damping, relative to the mean Hessian diagonal", above=0.0, maximum=1.0)
     hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))
@@ -209,6 +212,9 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings):
         check(self)
         if self.calibration in ("text", "mix") and not self.tokens:
             raise SparseDecodingError(f"--calibration {self.calibration} needs a token budget (--tokens N)")
+        if self.target == "dense" and self.propagation != "sequential":
+            raise SparseDecodingError("--target dense fits the pruned model's inputs to the dense outputs, which differ "
+                                      "only with --propagation sequential; add it or use --target self")
         if self.samples_per_prompt > 1 and not self.do_sample:
             raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
         out = Path(self.out)
