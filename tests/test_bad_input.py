@@ -125,6 +125,12 @@ def not_gguf(case: Case) -> Path:
     return path
 
 
+def truncated_gguf(case: Case) -> Path:
+    path = case.tmp / "model.gguf"
+    path.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + b"\x00" * 10)  # magic and version, header cut short
+    return path
+
+
 def with_nan(case: Case, name: str = "tiny") -> Path:
     folder = case.copy(name)
     edit_weights(folder, lambda tensors: tensors["model.layers.1.mlp.up_proj.weight"].view(-1)[5].fill_(math.nan))
@@ -140,6 +146,7 @@ CASES = [
     row("truncated-safetensors", lambda c: c.prune(model=truncated(c)), "truncated"),
     row("malformed-config", lambda c: c.prune(model=malformed_config(c)), "config.json is not valid JSON"),
     row("not-a-gguf", lambda c: c.prune(model=not_gguf(c)), "not a GGUF file"),
+    row("truncated-gguf", lambda c: c.prune(model=truncated_gguf(c)), "could not be read as a GGUF"),
     row("out-read-only", lambda c: c.prune("--out", c.read_only / "out"), "not writable"),
     row("missing-text-file", lambda c: c.prune("--calibration", "text", "--text", c.tmp / "none.txt"), "does not exist"),
     row("pattern-2:3-shapes", lambda c: c.prune("--pattern", "2:3"), "divisible by 3"),
@@ -176,7 +183,7 @@ def run_case(capsys, case: Case, build) -> tuple[int, list[str], str]:
 
 
 @pytest.fixture
-def case(models, tmp_path, read_only) -> Case:
+def case(models, tmp_path, read_only, cache_dir) -> Case:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("def f(x):\nhello\n")
     return Case(models, tmp_path, tmp_path / "out", prompts, read_only)
