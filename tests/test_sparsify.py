@@ -101,9 +101,15 @@ def test_greedy_generate_with_static_cache_picks_the_dense_models_best_tokens(ar
     out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
                          cache_implementation="static", pad_token_id=0, eos_token_id=None)
     assert out.shape == (2, 13)
+    assert_greedy_choices(dense, out, prompt.shape[1])
+
+
+def assert_greedy_choices(model: nn.Module, out: torch.Tensor, prompt_length: int) -> None:
+    """Every token of `out` after the prompt is `model`'s argmax given the tokens before it, up to a bf16-sized
+    tie (1/64 of the largest logit)."""
     with torch.no_grad():
-        logits = dense(out).logits[:, 4:-1].float()
-    chosen = logits.gather(-1, out[:, 5:, None])[..., 0]
+        logits = model(out).logits[:, prompt_length - 1:-1].float()
+    chosen = logits.gather(-1, out[:, prompt_length:, None])[..., 0]
     assert (chosen >= logits.max(-1).values - 2**-6 * logits.abs().max()).all()
 
 
@@ -185,3 +191,26 @@ def test_load_packed_refuses_a_folder_that_is_not_packed(tmp_path):
     make_tiny_model(tmp_path / "dense")
     with pytest.raises(ModelNotFoundError, match="sparsedecoding pack"):
         load_packed(tmp_path / "dense")
+
+
+@pytest.mark.gpu
+def test_cuda_sparsified_model_runs_the_kernel_eagerly_and_in_compiled_generate():
+    """On CUDA: logits through the Triton kernel (16 rows) as close to float64 as the dense bf16 model's, and
+    transformers' compiled decode step (inductor, CUDA graphs, fullgraph) picks the eager model's best tokens."""
+    from transformers.generation import CompileConfig
+
+    model = pruned_tiny("qwen2").cuda()
+    reference = copy.deepcopy(model).double()
+    tokens = TOKENS.cuda()
+    with torch.no_grad():
+        exact = reference(tokens).logits
+        dense_error = float((model(tokens).logits.double() - exact).abs().max())
+        sparsify(model)
+        sparse_error = float((model(tokens).logits.double() - exact).abs().max())
+    assert sparse_error <= 1.5 * dense_error + 2**-8 * float(exact.abs().max())
+    prompt = tokens[:, :5]
+    settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                    cache_implementation="static")
+    compiled = model.generate(prompt, compile_config=CompileConfig(fullgraph=True), **settings)
+    assert hasattr(model, "_compiled_call") and compiled.shape == (2, 13)
+    assert_greedy_choices(model, compiled, prompt.shape[1])  # inductor rounds norms and attention its own way
