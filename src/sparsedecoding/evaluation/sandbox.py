@@ -90,7 +90,7 @@ def _sandbox():
     for ancestor, entries in closed.items():
         stages = []
         for entry in entries:
-            stage = os.path.join(os.getcwd(), ".stage%d" % len(stages))
+            stage = ".stage%d" % len(stages)  # relative: the cover may hide the work folder's path
             os.mkdir(stage)
             if libc.mount(entry.encode(), stage.encode(), None, MS_BIND | MS_REC, None) != 0:
                 failed("stage " + entry)
@@ -102,11 +102,14 @@ def _sandbox():
             if libc.mount(stage.encode(), entry.encode(), None, MS_MOVE, None) != 0:
                 failed("move " + entry)
             os.rmdir(stage)
-    for target, flags, attr in ((b"/", AT_RECURSIVE, MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)),
-                                (home, 0, MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0))):
+    # The work folder is named by the working directory: a cover above may hide its path, never the mount itself.
+    for target, flags, attr, step in (
+            (b"/", AT_RECURSIVE, MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0),
+             "make every mount read-only (needs Linux 5.12 or later)"),
+            (b".", 0, MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0), "make the work folder writable")):
         if libc.syscall(ctypes.c_long(MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), ctypes.c_char_p(target),
                         ctypes.c_uint(flags), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) != 0:
-            failed("make " + target.decode() + (" read-only (needs Linux 5.12 or later)" if flags else " writable"))
+            failed(step)
     sys.stderr.write("''' + READY + r'''\n")
     sys.stderr.flush()
 
