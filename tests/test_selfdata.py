@@ -88,8 +88,9 @@ def test_held_out_problems_are_refused_wherever_they_appear():
 def test_the_real_held_out_half_is_caught_and_the_calibration_half_passes():
     from sparsedecoding.data import humaneval_prompts
 
-    held_out = selfdata.heldout_texts()
-    assert len(held_out) == 82
+    held_out = selfdata.heldout_markers()
+    assert sum(not marker.startswith("def ") for marker in held_out) == 82
+    assert "def string_xor(" in held_out and "def correct_bracketing(" not in held_out  # the latter names a calib one
     check_no_heldout(humaneval_prompts("calib"), held_out)
     with pytest.raises(PromptsError, match="held-out"):
         check_no_heldout(humaneval_prompts("eval")[:1], held_out)
@@ -208,6 +209,16 @@ def test_build_stops_at_the_decode_token_target(tiny, tmp_path):
     data = build(model, tokenizer, tmp_path / "data", config, progress=False, held_out=[])
     assert data.stats["answered"] == 5  # the first shard already passes one token
     assert len(list((tmp_path / "data" / "answers").glob("*.jsonl"))) == 1
+
+
+def test_self_written_prompts_that_touch_held_out_markers_are_dropped(tiny, tmp_path):
+    model, tokenizer = tiny
+    marker = "e"  # common in the tiny model's random replies
+    data = build(model, tokenizer, tmp_path / "data", small_config(sources="self=1", n_meta=20), progress=False,
+                 held_out=[marker])
+    assert data.stats["self_prompts_dropped"]["held_out"] > 0
+    plan = selfdata.read_jsonl(tmp_path / "data" / "plan.jsonl")
+    assert plan and not any(marker in entry["prompt"] for entry in plan)
 
 
 def test_build_refuses_prompts_that_contain_held_out_problems(tiny, tmp_path):

@@ -7,8 +7,9 @@ too short, too long and duplicate prompts dropped).
 Stage 2 (answers): prompts from several sources, mixed by weight (`self` = stage 1, `humaneval:fit` or
 `humaneval:calib`, prompt files), are answered in the chat template. Every prompt goes to `train` or `dev` by a hash of
 its normalized text (`dev_share`), so a prompt and all its samples sit on one side; dev is kept apart for early
-stopping and for choosing recipes. The held-out half of HumanEval (`humaneval:eval`) is refused, and every prompt is
-checked not to contain one of its problems.
+stopping and for choosing recipes. The held-out half of HumanEval (`humaneval:eval`) is refused as a source; a
+self-written prompt that contains one of its problems or function names is dropped, and any other prompt that does
+stops the build.
 
 Both stages run in shards that are written to a folder as JSON lines (text, then token ids) with an atomic rename, so
 an interrupted build resumes at the first missing shard. The answers become `CalibrationSet`s through
@@ -83,7 +84,7 @@ class SelfDataConfig:
     gives what it has when greedy). answer_max_new_tokens / answer_do_sample / answer_temperature / answer_top_p:
     stage-2 decoding. decode_tokens: stop stage 2 after the shard in which the train side reaches this many decode
     tokens (None: answer all). dev_share: share of prompts (by hash) kept for dev. shard_size: prompts per shard
-    (the unit of resumption). batch_size / kv_budget_bytes: the generator's (`batchgen.generate_many`). seed: shuffles
+    (the unit of resumption; each shard ends with a drain in which finished rows are not replaced). batch_size / kv_budget_bytes: the generator's (`batchgen.generate_many`). seed: shuffles
     and sampling."""
 
     sources: str = "self=0.9,humaneval:fit=0.1"
@@ -100,7 +101,7 @@ class SelfDataConfig:
     answer_top_p: float = 0.95
     decode_tokens: int | None = None
     dev_share: float = 0.1
-    shard_size: int = 1024
+    shard_size: int = 4096
     batch_size: int = 256
     kv_budget_bytes: int = DEFAULT_KV_BUDGET
     seed: int = 0
@@ -199,17 +200,27 @@ def meta_prompts(n: int, seed: int) -> list[dict]:
             for topic, kind, level in chosen]
 
 
-def heldout_texts() -> list[str]:
-    """The problem texts of HumanEval's held-out half; no training prompt may contain one."""
-    return [problem["prompt"].strip() for problem in humaneval_problems("eval")]
+def heldout_markers() -> list[str]:
+    """Strings no training prompt may contain: each held-out HumanEval problem's text and its `def name(` line. The
+    dense model may have memorized HumanEval, so a self-written stub could reproduce a held-out problem nearly
+    verbatim; its function name gives it away even when the docstring differs. Three names (correct_bracketing,
+    solve, sum_squares) also name problems of the calibration half and are not markers."""
+    problems = humaneval_problems("eval")
+    calibration_names = {problem["entry_point"] for problem in humaneval_problems("calib")}
+    names = sorted({problem["entry_point"] for problem in problems} - calibration_names)
+    return [problem["prompt"].strip() for problem in problems] + [f"def {name}(" for name in names]
+
+
+def find_heldout(prompt: str, held_out: list[str]) -> str | None:
+    return next((marker for marker in held_out if marker in prompt), None)
 
 
 def check_no_heldout(prompts: list[str], held_out: list[str]) -> None:
     for index, prompt in enumerate(prompts):
-        for problem in held_out:
-            if problem in prompt:
-                raise PromptsError(f"prompt {index} contains a held-out HumanEval problem ({problem[:40]!r}…); "
-                                   f"remove it from the prompt source")
+        marker = find_heldout(prompt, held_out)
+        if marker is not None:
+            raise PromptsError(f"prompt {index} contains a held-out HumanEval problem ({marker[:40]!r}…); remove it "
+                               f"from the prompt source")
 
 
 def shard_seed(seed: int, stage: str, index: int) -> int:
@@ -250,8 +261,10 @@ def shards(items: list, size: int) -> list[list]:
     return [items[start:start + size] for start in range(0, len(items), size)]
 
 
-def write_prompts(model, tokenizer, folder: Path, config: SelfDataConfig, progress: bool = True) -> list[dict]:
-    """Stage 1: the cleaned, deduplicated self-written prompts [{"prompt", "kind", "topic", "level"}]."""
+def write_prompts(model, tokenizer, folder: Path, config: SelfDataConfig, held_out: list[str],
+                  progress: bool = True) -> tuple[list[dict], dict]:
+    """Stage 1: the cleaned, deduplicated self-written prompts [{"prompt", "kind", "topic", "level"}] without any
+    that touch a held-out marker, and counts of what was dropped."""
     metas = meta_prompts(config.n_meta, config.seed)
     for index, shard in enumerate(shards(metas, config.shard_size)):
         path = folder / "prompts" / f"{index:05d}.jsonl"
@@ -265,16 +278,20 @@ def write_prompts(model, tokenizer, folder: Path, config: SelfDataConfig, progre
         replies = [tokenizer.decode(gen.new_ids, skip_special_tokens=True) for gen in generations]
         write_jsonl(path, [{**meta, "reply": reply} for meta, reply in zip(shard, replies)])
     prompts, seen = [], set()
+    dropped = {"unusable": 0, "duplicate": 0, "held_out": 0}
     for index in range(len(shards(metas, config.shard_size))):
         for record in read_jsonl(folder / "prompts" / f"{index:05d}.jsonl"):
             text = clean_prompt(record["reply"], record["kind"], config.min_prompt_chars, config.max_prompt_chars)
-            if text is None or normalize(text) in seen:
+            reason = ("unusable" if text is None else "duplicate" if normalize(text) in seen
+                      else "held_out" if find_heldout(text, held_out) else None)
+            if reason is not None:
+                dropped[reason] += 1
                 continue
             seen.add(normalize(text))
             user_turn = KINDS[record["kind"]][1].format(prompt=text + "\n" if record["kind"] == "function" else text)
             prompts.append({"prompt": user_turn, "kind": record["kind"], "topic": record["topic"],
                             "level": record["level"]})
-    return prompts
+    return prompts, dropped
 
 
 def plan_answers(sources: dict[str, list[str]], config: SelfDataConfig) -> tuple[list[dict], dict]:
@@ -304,28 +321,33 @@ def plan_answers(sources: dict[str, list[str]], config: SelfDataConfig) -> tuple
     return plan, counts
 
 
-def load_sources(model, tokenizer, folder: Path, config: SelfDataConfig, progress: bool) -> dict[str, list[str]]:
-    sources = {}
+def load_sources(model, tokenizer, folder: Path, config: SelfDataConfig, held_out: list[str],
+                 progress: bool) -> tuple[dict[str, list[str]], dict]:
+    """Prompts by source name, and what stage 1 dropped (empty without a `self` source)."""
+    sources, dropped = {}, {}
     for name, _ in config.mix():
         if name == "self":
-            sources[name] = [record["prompt"] for record in write_prompts(model, tokenizer, folder, config, progress)]
+            records, dropped = write_prompts(model, tokenizer, folder, config, held_out, progress)
+            sources[name] = [record["prompt"] for record in records]
         else:
             sources[name] = read_prompts(name)
         if not sources[name]:
             raise PromptsError(f"source {name} gave no prompts; raise n_meta or check the source")
-    return sources
+    return sources, dropped
 
 
 def build(model, tokenizer, folder: str | Path, config: SelfDataConfig, progress: bool = True,
           held_out: list[str] | None = None) -> SelfData:
     """Run (or resume) both stages in `folder` with `model` (the dense model) and return the answers by split.
-    held_out: the texts no prompt may contain (default: HumanEval's held-out half)."""
+    held_out: the strings no prompt may contain (default: `heldout_markers()`); self-written prompts that contain
+    one are dropped, any other source that contains one is refused."""
     config.validate()
     folder = Path(folder)
+    held_out = heldout_markers() if held_out is None else held_out
     open_folder(folder, config)
-    sources = load_sources(model, tokenizer, folder, config, progress)
+    sources, dropped = load_sources(model, tokenizer, folder, config, held_out, progress)
     plan, counts = plan_answers(sources, config)
-    check_no_heldout(sorted({entry["prompt"] for entry in plan}), heldout_texts() if held_out is None else held_out)
+    check_no_heldout(sorted({entry["prompt"] for entry in plan}), held_out)
     write_jsonl(folder / "plan.jsonl", plan)
     train_tokens = 0
     answered = 0
@@ -345,7 +367,9 @@ def build(model, tokenizer, folder: str | Path, config: SelfDataConfig, progress
         records = read_jsonl(path)
         answered += len(records)
         train_tokens += sum(len(record["new_ids"]) - 1 for record in records if record["split"] == "train")
-    return load_answers(folder, answered, counts)
+    data = load_answers(folder, answered, counts)
+    data.stats["self_prompts_dropped"] = dropped
+    return data
 
 
 def load_answers(folder: Path, limit: int, counts: dict) -> SelfData:
