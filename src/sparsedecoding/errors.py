@@ -68,3 +68,12 @@ class ModelFileError(SparseDecodingError):
 
 class OutputNotWritableError(SparseDecodingError, PermissionError):
     """The output folder cannot be created: its parent is read-only, or a file stands where a folder must be."""
+
+
+class SolverSettingsError(SparseDecodingError, ValueError):
+    """Solver settings that cannot work, such as a damping that is not a positive finite number."""
+
+
+class QuantizationError(SparseDecodingError, ValueError):
+    """An unsupported quantization, a group size that is not positive or does not divide the row, or a weight that
+    is not on the quantization grid it is said to be on."""
