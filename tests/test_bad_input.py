@@ -20,7 +20,9 @@ from sparsedecoding import solvers
 from sparsedecoding.cli import main
 from sparsedecoding.errors import PackingError
 from sparsedecoding.kernels.format import pack_nm
+from sparsedecoding.models import check_pattern_fits
 from sparsedecoding.packed import PRUNABLE
+from sparsedecoding.patterns import SparsityPattern
 from helpers import make_tiny_model
 
 
@@ -113,9 +115,10 @@ def truncated(case: Case, name: str = "tiny") -> Path:
     return folder
 
 
-def malformed_config(case: Case) -> Path:
+def malformed_json(case: Case, name: str) -> Path:
     folder = case.copy()
-    (folder / "config.json").write_text('{"model_type": "llama", "hidden_size": 64,')
+    text = (folder / name).read_text()
+    (folder / name).write_text(text[: len(text) // 2])
     return folder
 
 
@@ -144,11 +147,12 @@ def row(name: str, build, expected: str, *marks):
 
 CASES = [
     row("truncated-safetensors", lambda c: c.prune(model=truncated(c)), "truncated"),
-    row("malformed-config", lambda c: c.prune(model=malformed_config(c)), "config.json is not valid JSON"),
+    row("malformed-config", lambda c: c.prune(model=malformed_json(c, "config.json")), "config.json is not valid JSON"),
+    row("malformed-tokenizer", lambda c: c.prune(model=malformed_json(c, "tokenizer.json")), "tokenizer.json is not"),
     row("not-a-gguf", lambda c: c.prune(model=not_gguf(c)), "not a GGUF file"),
     row("truncated-gguf", lambda c: c.prune(model=truncated_gguf(c)), "could not be read as a GGUF"),
     row("out-read-only", lambda c: c.prune("--out", c.read_only / "out"), "not writable"),
-    row("missing-text-file", lambda c: c.prune("--calibration", "text", "--text", c.tmp / "none.txt"), "does not exist"),
+    row("missing-text-file", lambda c: c.prune("--calibration", "text", "--text", c.tmp / "none"), "does not exist"),
     row("pattern-2:3-shapes", lambda c: c.prune("--pattern", "2:3"), "divisible by 3"),
     row("pattern-2:5-shapes", lambda c: c.prune("--pattern", "2:5"), "divisible by 5"),
     row("pattern-2:3-blocksize", lambda c: c.prune("--pattern", "2:3", model=c.models["by3"]), "--blocksize 126"),
@@ -159,7 +163,7 @@ CASES = [
     row("gen-batch-size-0", lambda c: c.prune("--gen-batch-size", "0"), "--gen-batch-size"),
     row("max-new-tokens-0", lambda c: c.prune("--max-new-tokens", "0"), "--max-new-tokens"),
     row("percdamp-0", lambda c: c.prune("--percdamp", "0"), "--percdamp"),
-    row("percdamp-negative", lambda c: c.prune("--percdamp=-1"), "--percdamp"),
+    row("percdamp-negative", lambda c: c.prune("--percdamp", "-1"), "--percdamp"),
     row("percdamp-nan", lambda c: c.prune("--percdamp", "nan"), "--percdamp"),
     row("n-prompts-0", lambda c: c.prune("--n-prompts", "0"), "--n-prompts"),
     row("device-tpu", lambda c: c.prune("--device", "tpu"), "tpu"),
@@ -218,9 +222,6 @@ def test_failed_overwrite_keeps_the_existing_output(capsys, case, build, expecte
 
 def test_the_pattern_fix_the_error_suggests_is_accepted(models):
     """The blocksize that the 2:3 error names passes the check (so the advice is not a dead end)."""
-    from sparsedecoding.models import check_pattern_fits
-    from sparsedecoding.patterns import SparsityPattern
-
     check_pattern_fits(models["by3"], SparsityPattern.parse("2:3"), "sparsegpt", 126)
     check_pattern_fits(models["tiny"], SparsityPattern.parse("2:4"), "sparsegpt", 128)
 
@@ -253,7 +254,7 @@ import torch
 from sparsedecoding import solvers
 from sparsedecoding.errors import SparseDecodingError
 try:
-    solvers.sparsegpt(torch.randn(8, 64), torch.ones(64, 64), "2:4", percdamp=0.0)  # rank 1: no Cholesky without damping
+    solvers.sparsegpt(torch.randn(8, 64), torch.ones(64, 64), "2:4", percdamp=0.0)  # rank 1: singular undamped
 except SparseDecodingError as exc:
     print(type(exc).__name__)
 """

@@ -130,13 +130,18 @@ def check_architecture(model_type: str, where: str) -> None:
             f"{where} is a {model_type!r} model; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
 
 
+def read_json(path: Path):
+    """A model folder's JSON file (config, tokenizer, generation config); ModelFileError when it does not parse."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"{path} is not valid JSON ({exc}); restore it from the model's source") from None
+
+
 def read_config(folder: Path) -> dict:
     """An HF folder's config.json as a dict; ModelFileError when it is not a JSON object."""
     path = folder / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"{path} is not valid JSON ({exc}); restore it from the model's source") from None
+    config = read_json(path)
     if not isinstance(config, dict):
         raise ModelFileError(f"{path} holds a JSON {type(config).__name__}, not an object; restore it from the "
                              f"model's source")
@@ -185,6 +190,9 @@ def resolve_model(spec: str | Path) -> Path:
             raise ModelNotFoundError(f"{path} has no config.json; pass an HF model folder, a .gguf file "
                                      f"or one of {', '.join(OFFLINE_MODELS)}")
         check_architecture(read_config(path).get("model_type", "?"), str(path))
+        # the tokenizer's and generation config's files too: a damaged one fails here, before any output exists
+        for file in sorted(path.glob("*.json")):
+            read_json(file)
         check_weight_files(path)
         return path
     if path.is_file():
