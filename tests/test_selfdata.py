@@ -86,10 +86,10 @@ def test_held_out_problems_are_refused_wherever_they_appear():
 
 @pytest.mark.integration
 def test_the_real_held_out_half_is_caught_and_the_calibration_half_passes():
-    from sparsedecoding.data import humaneval_prompts
+    from sparsedecoding.data import humaneval_problems, humaneval_prompts
 
     held_out = selfdata.heldout_markers()
-    assert sum(not marker.startswith("def ") for marker in held_out) == 82
+    assert held_out[:82] == [problem["prompt"].strip() for problem in humaneval_problems("eval")]
     assert "def string_xor(" in held_out and "def correct_bracketing(" not in held_out  # the latter names a calib one
     check_no_heldout(humaneval_prompts("calib"), held_out)
     with pytest.raises(PromptsError, match="held-out"):
