@@ -70,13 +70,13 @@ def _generate(args: argparse.Namespace) -> int:
     from ..runenv import pick_device
 
     device = pick_device(args.device)
-    sparse = args.sparse
-    if sparse == "auto" and device.type != "cuda":
+    dense_instead = args.sparse == "auto" and device.type != "cuda"
+    model = load_model(args.model, sparse="none" if dense_instead else args.sparse, dtype=getattr(torch, args.dtype),
+                       device=device)
+    if dense_instead:  # said once the model loaded, so a bad model still gives one error line
         print(f"generate: running the dense weights on {device.type}: the packed N:M kernel is CUDA-only, and its "
               f"reference implementation here is many times slower than dense (--sparse packed forces it)",
               file=sys.stderr)
-        sparse = "none"
-    model = load_model(args.model, sparse=sparse, dtype=getattr(torch, args.dtype), device=device)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     if args.chat:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
