@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from ..errors import KernelInputError
-from .format import PackedNM, values_per_word
+from .format import PackedNM, kernel_runs, values_per_word
 from .reference import spmv_reference
 
 MAX_BATCH = 16
@@ -31,7 +31,7 @@ Runner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 def check_spmv_inputs(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> None:
     """Raise KernelInputError for anything the kernel would compute wrongly: pattern, dtype, device, layout,
     shape and batch size."""
-    if not (0 < n < m and 32 % m == 0) or values_per_word(n, m) % 8:
+    if not kernel_runs(n, m):
         raise KernelInputError(f"nm_spmv supports N:M patterns with M dividing 32 and 32·N/M a multiple of 8 "
                                f"(2:4, 4:8, 8:16, 16:32, 1:4, ...); got {n}:{m}")
     if x.dtype not in _DTYPES:
@@ -62,9 +62,11 @@ def check_spmv_inputs(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tens
 
 
 class _TritonRunner:
-    """One problem's tuned Triton kernel, launched through Triton's compiled-kernel runner. Binding and
+    """One problem's tuned Triton kernel, launched through the compiled kernel's own launcher. Binding and
     specializing the arguments, building the cache key and looking the kernel up happen once, here; a call only
-    allocates y (and x transposed, partial sums) the way `triton_spmv.launch` does, and launches.
+    allocates y (and x transposed, partial sums) the way `triton_spmv.launch` does, and launches. Triton's launch
+    hooks (instrumentation callbacks such as proton's) are not called for these launches: building their
+    metadata costs a few microseconds a call.
 
     The compiled kernel was specialized on the arguments of the first call; of those that can change between
     calls with an equal signature, only the 16-byte alignment of the caller's pointers matters, so a call with a
@@ -85,18 +87,21 @@ class _TritonRunner:
         self.x_dtype = torch.float32 if self.config.x_float32 else x.dtype
         self.arrivals = arguments[5]  # split-K counters: one fixed tensor per device, never replaced
         options = {name: constants.pop(name) for name in ("num_warps", "num_stages")}
-        # The compiled runner takes every kernel parameter in signature order, constexprs included.
+        # The launcher takes every kernel parameter in signature order, constexprs included.
         self.constants = tuple(constants[name] for name in nm_spmv_kernel.arg_names[len(arguments):])
         with torch.cuda.device(x.device):
             compiled = nm_spmv_kernel.warmup(*arguments, grid=grid, **constants, **options)
             if hasattr(compiled, "result"):  # a future where Triton compiles asynchronously
                 compiled = compiled.result()
-            self.run = compiled[grid]
+            self.launcher = compiled.run  # loads the binary on this device
+        self.grid, self.device_index = grid, x.device.index
+        self.current_stream = torch._C._cuda_getCurrentRawStream  # what Triton's launch asks for the stream
+        self.function, self.packed_metadata = compiled.function, compiled.packed_metadata
         expected = launch(x2, values, bitmask, n, m, self.config)
         if not torch.equal(self(x, values, bitmask).view_as(expected), expected):
             raise RuntimeError(f"nm_spmv: the cached launch of {self.config} differs from Triton's own launch for "
                                f"x {tuple(x.shape)} and a {n}:{m} weight of {tuple(bitmask.shape)} words; "
-                               "this Triton version's compiled-kernel runner is not what this module expects")
+                               "this Triton version's kernel launcher is not what this module expects")
 
     def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
         if (x.data_ptr() | values.data_ptr() | bitmask.data_ptr()) % 16:
@@ -120,9 +125,12 @@ class _TritonRunner:
             arrivals = self.arrivals
         else:  # never read by the kernel when split_k == 1
             partial, arrivals = y, bitmask
-        # values go in as they are: the runner reads only data_ptr(), and the kernel reads them as int32 pairs
-        self.run(x_arg, values, bitmask, y, partial, arrivals, self.out_features, self.words, batch,
-                 *self.constants)
+        # What Triton's JITFunction.run passes: grid, stream, kernel, metadata, (launch metadata, enter and exit
+        # hooks), then every parameter. values go in as they are: the launcher reads only data_ptr(), and the
+        # kernel reads them as int32 pairs.
+        self.launcher(self.grid[0], self.grid[1], 1, self.current_stream(self.device_index), self.function,
+                      self.packed_metadata, None, None, None, x_arg, values, bitmask, y, partial, arrivals,
+                      self.out_features, self.words, batch, *self.constants)
         return y
 
 
