@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 from sparsedecoding.cli import main
 from sparsedecoding.errors import ModelNotFoundError, OutputExistsError, PackingError
 from sparsedecoding.kernels import PackedNM
-from sparsedecoding.packed import load_packed_checkpoint, pack_checkpoint
+from sparsedecoding.packed import PACKED_MANIFEST, load_packed_checkpoint, pack_checkpoint
 
 from helpers import random_nm_weight
 
@@ -75,7 +75,18 @@ def test_existing_output_needs_overwrite(tmp_path):
         pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
     pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4", overwrite=True)
     assert not (tmp_path / "packed" / "old.txt").exists()
-    assert (tmp_path / "packed" / "manifest.json").is_file()
+    assert (tmp_path / "packed" / PACKED_MANIFEST).is_file()
+
+
+def test_a_folder_packed_under_the_old_manifest_name_still_loads(tmp_path):
+    write_model(tmp_path / "hf")
+    pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
+    expected, _ = load_packed_checkpoint(tmp_path / "packed")
+    (tmp_path / "packed" / PACKED_MANIFEST).rename(tmp_path / "packed" / "manifest.json")
+    state, manifest = load_packed_checkpoint(tmp_path / "packed")
+    assert manifest["patterns"] == ["2:4"] and state.keys() == expected.keys()
+    assert all(torch.equal(state[k].values, expected[k].values) and torch.equal(state[k].bitmask, expected[k].bitmask)
+               if isinstance(state[k], PackedNM) else torch.equal(state[k], expected[k]) for k in state)
 
 
 def test_missing_model_folder(tmp_path):
@@ -88,7 +99,7 @@ def test_load_rejects_a_manifest_whose_tensor_is_missing(tmp_path):
     manifest = pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
     manifest["tensors"]["model.extra.weight"] = {"file": "model-00002-of-00002.safetensors", "shape": [2],
                                                  "dtype": "bfloat16"}
-    (tmp_path / "packed" / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "packed" / PACKED_MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(PackingError, match="lacks model.extra.weight"):
         load_packed_checkpoint(tmp_path / "packed")
 

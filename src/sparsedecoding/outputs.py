@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .errors import OutputExistsError, OutputNotWritableError
 
-# The pruning record inside a checkpoint written by `sparsedecoding prune` (a packed checkpoint's is packed.MANIFEST).
+# The pruning record inside a checkpoint written by `sparsedecoding prune` (a packed checkpoint's is packed.PACKED_MANIFEST).
 PRUNED_MANIFEST = "sparsedecoding.json"
 
 

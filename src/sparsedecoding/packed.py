@@ -2,7 +2,7 @@
 stored as values + bitmask (see `kernels.format`), everything else dense, and a JSON manifest.
 
 Layout of the output folder: one safetensors shard per source shard, same file name; a packed weight `NAME`
-becomes `NAME.values` and `NAME.bitmask`; `manifest.json` records the requested pattern, each tensor's shape,
+becomes `NAME.values` and `NAME.bitmask`; `packed.json` records the requested pattern, each tensor's shape,
 dtype and (for packed ones) pattern, and the sha256 of every source safetensors file; the source's other files
 (config, tokenizer) are copied so the folder is a complete model. The folder is written as `OUT.partial` and
 renamed to OUT only when complete."""
@@ -23,13 +23,16 @@ from .errors import ModelNotFoundError, PackingError, SparsityPatternError
 from .kernels.format import PackedNM, pack_nm
 from .models import check_weight_files, sha256_file
 from .outputs import output_folder
-from .patterns import KERNEL_PATTERNS, SparsityPattern
+from .patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
+# The packed checkpoint's record (a pruned checkpoint's is outputs.PRUNED_MANIFEST); folders packed before it had its
+# name are still read under the old one.
+PACKED_MANIFEST = "packed.json"
+_OLD_PACKED_MANIFEST = "manifest.json"
 FORMAT = "sparsedecoding-packed-nm"
-PRUNABLE = re.compile(r"^model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$")
+PRUNABLE = re.compile(rf"^model\.layers\.\d+\.(self_attn|mlp)\.({'|'.join(PRUNABLE_LINEARS)})\.weight$")
 # Tried in this order by pattern="auto": the first one a weight satisfies is used (all store the same bytes).
 AUTO_PATTERNS = KERNEL_PATTERNS
 
@@ -124,8 +127,16 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
                    "safetensors_sha256": {shard.name: sha256_file(shard) for shard in shards}},
         "tensors": tensors_info,
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    (out / PACKED_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def packed_manifest(folder: Path) -> Path | None:
+    """The manifest file of a packed checkpoint folder (under its current or its old name), None for another folder."""
+    for name in (PACKED_MANIFEST, _OLD_PACKED_MANIFEST):
+        if (folder / name).is_file():
+            return folder / name
+    return None
 
 
 def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.device = "cpu"
@@ -133,9 +144,9 @@ def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.devic
     """(state, manifest): every tensor of the original checkpoint by its original name, as a PackedNM where it
     was packed (shape and popcounts checked) and as a dense tensor elsewhere."""
     folder = Path(checkpoint_dir)
-    manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
-        raise ModelNotFoundError(f"{folder} has no {MANIFEST}; create it with `sparsedecoding pack`")
+    manifest_path = packed_manifest(folder)
+    if manifest_path is None:
+        raise ModelNotFoundError(f"{folder} has no {PACKED_MANIFEST}; create it with `sparsedecoding pack`")
     manifest = json.loads(manifest_path.read_text())
     if manifest.get("format") != FORMAT:
         raise PackingError(f"{manifest_path} is not a packed-checkpoint manifest (format {manifest.get('format')!r})")

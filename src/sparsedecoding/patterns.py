@@ -11,6 +11,8 @@ _NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 # The N:M patterns the packed format and its kernels are built and tuned for, densest first.
 KERNEL_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
+# The decoder linears that are pruned (and packed), by their name inside a layer; the rest stays dense.
+PRUNABLE_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)

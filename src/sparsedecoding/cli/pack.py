@@ -1,5 +1,5 @@
 """`sparsedecoding pack`: convert a pruned HF model folder into a packed N:M checkpoint (values + bitmask for every
-N:M sparse decoder linear, everything else dense, manifest.json with shapes and the source's sha256)."""
+N:M sparse decoder linear, everything else dense, packed.json with shapes and the source's sha256)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..packed import MANIFEST, pack_checkpoint
+    from ..packed import PACKED_MANIFEST, pack_checkpoint
 
     manifest = pack_checkpoint(args.model, args.out, pattern=args.pattern, overwrite=args.overwrite)
     packed = sum("pattern" in info for info in manifest["tensors"].values())
     patterns = ", ".join(manifest["patterns"]) or "none"
     print(f"packed {packed} of {len(manifest['tensors'])} tensors (patterns: {patterns}) into {args.out} "
-          f"(details in {args.out / MANIFEST})")
+          f"(details in {args.out / PACKED_MANIFEST})")
     return 0

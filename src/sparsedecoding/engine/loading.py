@@ -16,10 +16,10 @@ from torch import Tensor, nn
 
 from ..errors import EngineError, ModelNotFoundError
 from ..kernels import PackedLinear, PackedNM, pack_nm
-from ..kernels.format import values_per_word
+from ..kernels.format import kernel_runs
 from ..kernels.op import MAX_BATCH
-from ..packed import MANIFEST, load_packed_checkpoint
-from ..patterns import SparsityPattern
+from ..packed import load_packed_checkpoint, packed_manifest
+from ..patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 from .config import ModelArgs, load_hf_config
 from .model import Transformer
 
@@ -43,9 +43,11 @@ _HF_SOURCES = {
 _HF_TOP_LEVEL = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
                  "output.weight": "lm_head.weight"}
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)
-PRUNABLE = ("attention.qkv.weight", "attention.out.weight", "mlp.gate_up.weight", "mlp.down.weight")
-# N:M groups the format allows (M divides 32), finest first so that ties go to the finer pattern.
-_GROUP_SIZES = (4, 8, 16, 32)
+# Engine linears made of prunable HF linears: attention.qkv, attention.out, mlp.gate_up, mlp.down.
+PRUNABLE = tuple(f"{module}.weight" for module, sources in _HF_SOURCES.items()
+                 if all(source.rsplit(".", 1)[-1] in PRUNABLE_LINEARS for source in sources))
+# N:M group sizes of the kernel patterns, finest first so that ties go to the finer pattern.
+_GROUP_SIZES = tuple(m for _, m in KERNEL_PATTERNS)
 
 
 def is_prunable(key: str) -> bool:
@@ -73,7 +75,7 @@ def load_model(folder: str | Path, sparse: SparseMode = "none", dtype: torch.dty
     """The engine model of an HF safetensors folder or a packed checkpoint folder (see `model_from_hf`)."""
     folder = Path(folder)
     args = load_hf_config(folder)
-    read = _packed_reader(folder) if (folder / MANIFEST).is_file() else _safetensors_reader(folder)
+    read = _packed_reader(folder) if packed_manifest(folder) else _safetensors_reader(folder)
     return model_from_hf(args, read, sparse, dtype, device)
 
 
@@ -167,9 +169,9 @@ def nm_pattern(weight: Tensor) -> tuple[int, int] | None:
     best = None
     for m in _GROUP_SIZES:
         n = max(int(nonzero.view(rows, columns // m, m).sum(-1).max()), 1)
-        while values_per_word(n, m) % 8:
+        while n < m and not kernel_runs(n, m):
             n += 1
-        if n < m and (best is None or n * best[1] < best[0] * m):
+        if kernel_runs(n, m) and (best is None or n * best[1] < best[0] * m):
             best = (n, m)
     return best
 
@@ -258,7 +260,7 @@ def _sparsify(key: str, weight: Weight, mode: SparseMode) -> Weight:
 
 def require_kernel_pattern(pattern: SparsityPattern) -> tuple[int, int]:
     """(N, M) of a pattern the sparse kernel runs, else an EngineError naming the ones it does."""
-    if not pattern.is_nm or 32 % pattern.m or values_per_word(pattern.n, pattern.m) % 8:
+    if not pattern.is_nm or not kernel_runs(pattern.n, pattern.m):
         raise EngineError(f"the kernel cannot run pattern {pattern}; use N:M with M dividing 32 and 32·N/M a "
                           f"multiple of 8 (2:4, 4:8, 8:16, 16:32)")
     return pattern.n, pattern.m

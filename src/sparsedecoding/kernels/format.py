@@ -37,6 +37,12 @@ def values_per_word(n: int, m: int) -> int:
     return _BITS * n // m
 
 
+def kernel_runs(n: int, m: int) -> bool:
+    """Whether the sparse kernel runs N:M: M divides 32 and 32·N/M is a multiple of 8 (2:4, 4:8, 8:16, 16:32, 1:4,
+    ...). The one rule that the op, the engine's loader and its pattern detection share."""
+    return 0 < n < m and _BITS % m == 0 and values_per_word(n, m) % 8 == 0
+
+
 def popcount32(bitmask: torch.Tensor) -> torch.Tensor:
     """Number of set bits of every int32 word (read as uint32), as int64."""
     v = bitmask.to(torch.int64) & 0xFFFFFFFF
