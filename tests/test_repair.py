@@ -203,3 +203,19 @@ def test_student_samples_keep_exactly_the_decode_positions(teacher_folder):
         real = ids[mask.bool()].tolist()
         prompt = next(prompt for prompt in prompts if real[:len(prompt)] == prompt)
         assert ids[keep].tolist() == real[len(prompt):] and len(real) - len(prompt) <= 8
+
+
+@pytest.mark.gpu
+def test_repair_runs_in_bfloat16_on_cuda_with_masks_fixed(teacher_folder, data, tmp_path):
+    teacher = load_model(teacher_folder, device="cuda", dtype=torch.bfloat16)[0]
+    student = load_model(teacher_folder, device="cuda", dtype=torch.bfloat16)[0]
+    with torch.no_grad():
+        prune_in_place(student, SparsityPattern.parse("2:4"))
+    train, _ = data
+    masks = pruned_masks(student)
+    kl_before = mean_kl(teacher, student, train, 8, 16)
+    repair(teacher, student, train, train, tmp_path / "work", config(gradient_checkpointing=True))
+    parameters = dict(student.named_parameters())
+    assert all(torch.equal(parameters[name] != 0, mask) for name, mask in masks.items())
+    assert all(parameters[name].dtype == torch.bfloat16 for name in masks)
+    assert mean_kl(teacher, student, train, 8, 16) < kl_before

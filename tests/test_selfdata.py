@@ -229,3 +229,17 @@ def test_build_refuses_prompts_that_contain_held_out_problems(tiny, tmp_path):
     with pytest.raises(PromptsError, match="held-out"):
         build(model, tokenizer, tmp_path / "data", config, progress=False, held_out=["def secret(x)"])
     assert not list((tmp_path / "data" / "answers").glob("*.jsonl"))
+
+
+@pytest.mark.gpu
+def test_large_batch_generation_on_cuda_matches_hf_generate(tmp_path):
+    """The CUDA path (memory-efficient SDPA with a boolean mask, CUDA generator) on a tiny float32 model."""
+    model, tokenizer, _ = load_model(make_tiny_model(tmp_path / "dense", seed=0), device="cuda", dtype=torch.float32)
+    prompts = [[5 + index % 50] * (3 + (index * 7) % 11) for index in range(40)]
+    reference = generate(model, tokenizer, prompts, 32, batch_size=8, progress=False)
+    ours = batchgen.generate_many(model, tokenizer, prompts, 32, batch_size=16, check_every=4, prefill_rows=8,
+                                  progress=False)
+    assert [g.new_ids for g in ours] == [g.new_ids for g in reference]
+    sampled = batchgen.generate_many(model, tokenizer, prompts, 32, batch_size=16, do_sample=True, top_p=0.9,
+                                     progress=False)
+    assert all(len(g.new_ids) <= 32 for g in sampled)
