@@ -14,9 +14,7 @@ time, against a 1 GiB device copy measured in the same run. Examples:
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
-import platform
 import subprocess
 import sys
 import time
@@ -25,12 +23,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernel_bench import L2_ROTATION_BYTES, check_float64, copy_bandwidth, geomean, linear_shapes, random_nm_weight, \
-    time_rotated
-from sparsedecoding.kernels import PackedNM, nm_spmv, pack_nm
-from sparsedecoding.kernels import cuda_mma
+from kernel_bench import L2_ROTATION_BYTES, geomean, linear_shapes, random_nm_weight, time_rotated
+from sparsedecoding.engine.bench import copy_bandwidth
+from sparsedecoding.kernels import PackedNM, cuda_mma, nm_spmv, pack_nm
+from sparsedecoding.kernels.autotune import output_error
+from sparsedecoding.runenv import environment_markdown
 
-MODELS = ["Llama-3.1-8B", "Qwen3-14B"]
+MODELS = ["llama-3.1-8b", "qwen3-14b"]
 SHAPES = ["qkv", "o", "gate_up", "down"]
 PATTERNS = ["2:4", "16:32"]
 BATCHES = [1, 2, 3, 4, 8, 16]
@@ -48,14 +47,14 @@ class Row:
     cuda_s: float
     default_splits: int
     best_s: float
-    best_splits: int
+    best: str
     triton_s: float
     dense_s: float
     sparse_bytes: int
     check: float
 
 
-def bench_shape(model, shape, pattern, batches, reps, generator, sweep) -> list[Row]:
+def bench_shape(model, shape, pattern, batches, reps, generator, sweep, stages) -> list[Row]:
     out, in_features = linear_shapes(model, unfused=False)[shape]
     n, m = (int(v) for v in pattern.split(":"))
     weight = random_nm_weight(out, in_features, n, m, generator)
@@ -65,19 +64,20 @@ def bench_shape(model, shape, pattern, batches, reps, generator, sweep) -> list[
     dense_copies = [weight] + [weight.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / weight_bytes))]
     sparse_copies = [packed] + [PackedNM(packed.values.clone(), packed.bitmask.clone(), n, m, packed.shape)
                                 for _ in range(math.ceil(L2_ROTATION_BYTES / packed_bytes))]
-    weight64 = weight.double()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     default = cuda_mma.default_splits(out, in_features // 32, sms)
     chunks = -(-in_features // 128)
-    choices = sorted({default, *(s for s in SPLIT_CHOICES if s <= chunks)}) if sweep else [default]
+    splits_tried = sorted({default, *(s for s in SPLIT_CHOICES if s <= chunks)}) if sweep else [default]
+    choices = [(s, st) for s in splits_tried for st in stages]
     rows = []
     for batch in batches:
         x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
         check, times = 0.0, {}
-        for splits in choices:
-            check = max(check, check_float64(cuda_mma.nm_mm_cuda(x, packed, splits=splits), x, weight64))
-            times[splits], _ = time_rotated([lambda p=p, s=splits: cuda_mma.nm_mm_cuda(x, p, splits=s)
-                                             for p in sparse_copies], reps)
+        for splits, st in choices:
+            y = cuda_mma.nm_mm_cuda(x, packed, splits=splits, stages=st)
+            check = max(check, output_error(y, x, packed.values, packed.bitmask))
+            times[splits, st], _ = time_rotated([lambda p=p, s=splits, st=st: cuda_mma.nm_mm_cuda(x, p, s, st)
+                                                 for p in sparse_copies], reps)
         try:
             nm_spmv(x, packed)  # the Triton kernel tunes this problem on first use
             triton_s, _ = time_rotated([lambda p=p: nm_spmv(x, p) for p in sparse_copies], reps)
@@ -87,26 +87,26 @@ def bench_shape(model, shape, pattern, batches, reps, generator, sweep) -> list[
         dense_s, _ = time_rotated([lambda w=w: F.linear(x, w) for w in dense_copies], reps)
         best = min(times, key=times.get)
         io_bytes = 2 * batch * (in_features + out)
-        row = Row(model, shape, out, in_features, pattern, batch, times[default], default, times[best], best,
-                  triton_s, dense_s, packed_bytes + io_bytes, check)
+        row = Row(model, shape, out, in_features, pattern, batch, times[default, stages[0]], default, times[best],
+                  f"{best[0]} splits, {best[1]} stages", triton_s, dense_s, packed_bytes + io_bytes, check)
         rows.append(row)
         print(f"{model} {shape} {out}x{in_features} {pattern} b{batch}: cuda {row.cuda_s * 1e6:.1f} us "
-              f"(splits {default}; best {row.best_s * 1e6:.1f} at {best}), triton {triton_s * 1e6:.1f}, cuBLAS "
+              f"(splits {default}; best {row.best_s * 1e6:.1f} at {row.best}), triton {triton_s * 1e6:.1f}, cuBLAS "
               f"{dense_s * 1e6:.1f}, x{dense_s / row.cuda_s:.2f} vs cuBLAS, check {check:.2f}"
               f"{'' if check <= 1 else ' FAIL'}", flush=True)
-    del dense_copies, sparse_copies, weight64
+    del dense_copies, sparse_copies
     torch.cuda.empty_cache()
     return rows
 
 
 def results_table(rows: list[Row], copy_bw: float) -> str:
-    lines = ["| model | linear | out x in | pattern | batch | cuda us (splits) | best us (splits) | triton us | "
+    lines = ["| model | linear | out x in | pattern | batch | cuda us (splits) | best us (setting) | triton us | "
              "cuBLAS us | cuda vs cuBLAS | best vs cuBLAS | triton vs cuBLAS | cuda TB/s (% copy) | float64 check |",
              "|" + "---|" * 14]
     for r in rows:
         bw = r.sparse_bytes / r.cuda_s
         lines.append(f"| {r.model} | {r.shape} | {r.out}x{r.in_features} | {r.pattern} | {r.batch} | "
-                     f"{r.cuda_s * 1e6:.1f} ({r.default_splits}) | {r.best_s * 1e6:.1f} ({r.best_splits}) | "
+                     f"{r.cuda_s * 1e6:.1f} ({r.default_splits}) | {r.best_s * 1e6:.1f} ({r.best}) | "
                      f"{r.triton_s * 1e6:.1f} | {r.dense_s * 1e6:.1f} | {r.dense_s / r.cuda_s:.2f} | "
                      f"{r.dense_s / r.best_s:.2f} | {r.dense_s / r.triton_s:.2f} | {bw / 1e12:.2f} "
                      f"({100 * bw / copy_bw:.0f}%) | {'ok' if r.check <= 1 else 'FAIL'} ({r.check:.2f}) |")
@@ -128,21 +128,13 @@ def summary_table(rows: list[Row]) -> str:
 
 
 def environment(copy_bw: float, build_s: float) -> str:
-    import triton
-
     props = torch.cuda.get_device_properties(0)
-    nvcc = cuda_mma._nvcc()
-    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    return "\n".join([
-        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"- GPU: {props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB, "
-        f"compute capability {props.major}.{props.minor}",
-        f"- torch {torch.__version__} (CUDA {torch.version.cuda}), triton {triton.__version__}, nvcc {version}, "
-        f"Python {platform.python_version()}",
-        f"- command: `{' '.join(['python', *sys.argv])}`",
-        f"- copy bandwidth (1 GiB device-to-device, read + written): {copy_bw / 1e12:.2f} TB/s",
-        f"- kernel build (or cache load) at first use: {build_s:.1f} s",
-    ]) + "\n"
+    version = subprocess.run([cuda_mma._nvcc(), "--version"], capture_output=True, text=True).stdout.strip()
+    return (environment_markdown(" ".join(["python", *sys.argv]), torch.device("cuda"))
+            + f"- GPU: {props.multi_processor_count} SMs, compute capability {props.major}.{props.minor}\n"
+            + f"- nvcc: {version.splitlines()[-1] if version else 'unknown'}\n"
+            + f"- copy bandwidth (device-to-device, read + written): {copy_bw / 1e12:.2f} TB/s\n"
+            + f"- kernel build (or cache load) at first use: {build_s:.1f} s\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patterns", nargs="+", default=PATTERNS)
     parser.add_argument("--batches", nargs="+", type=int, default=BATCHES)
     parser.add_argument("--no-sweep", action="store_true", help="time only the default split-K setting")
+    parser.add_argument("--stages", nargs="+", type=int, default=[cuda_mma.DEFAULT_STAGES],
+                        help="pipeline depths to time; the first is the one in the cuda column")
     parser.add_argument("--reps", type=int, default=10, help="timed graph replays per measurement (median)")
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
@@ -159,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print("cuda_kernel_bench needs a CUDA GPU and nvcc", file=sys.stderr)
         return 2
     if args.quick:
-        args.models, args.batches, args.patterns = ["Llama-3.1-8B"], [1, 4, 8, 16], ["2:4"]
+        args.models, args.batches, args.patterns = ["llama-3.1-8b"], [1, 4, 8, 16], ["2:4"]
     started = time.perf_counter()
     try:
         cuda_mma.build()
@@ -169,19 +163,20 @@ def main(argv: list[str] | None = None) -> int:
     build_s = time.perf_counter() - started
     print(f"built in {build_s:.1f} s\n{cuda_mma.compile_log()}", flush=True)
     generator = torch.Generator(device="cuda").manual_seed(0)
-    copy_bw = copy_bandwidth()
+    copy_bw = copy_bandwidth(torch.device("cuda"))
     rows = []
     for model in args.models:
         for shape in SHAPES:
             for pattern in args.patterns:
-                rows += bench_shape(model, shape, pattern, args.batches, args.reps, generator, not args.no_sweep)
+                rows += bench_shape(model, shape, pattern, args.batches, args.reps, generator, not args.no_sweep,
+                                    args.stages)
     failures = [r for r in rows if r.check > 1]
     report = "\n".join([
         "# Tensor-core N:M kernel (CUDA) vs Triton nm_spmv vs cuBLAS", "", environment(copy_bw, build_s),
         "## Speedup over cuBLAS per batch (all shapes and patterns)", "", summary_table(rows),
         "## All measurements", "",
-        "cuda = `nm_mm_cuda` with its default split-K; best = fastest of the split settings tried (each checked "
-        "against float64). Bytes: packed values + bitmask + x + y.", "",
+        "cuda = `nm_mm_cuda` with its default split-K and the first --stages; best = fastest of the split-K and "
+        "pipeline settings tried (each checked against float64). Bytes: packed values + bitmask + x + y.", "",
         results_table(rows, copy_bw),
         f"float64 failures: {len(failures)}. Whole run: {time.perf_counter() - started:.0f} s", ""])
     print(report)

@@ -121,9 +121,9 @@ def test_dtype_mismatch_raises():
 
 
 def test_default_splits_fill_the_gpu_without_tiny_ranges():
-    assert default_splits(28672, 128, 132) == 2      # 448 row blocks
-    assert default_splits(4096, 128, 132) == 8       # 64 row blocks, 32 chunks: 4 chunks a split
-    assert default_splits(4096, 448, 132) == 9
+    assert default_splits(28672, 128, 132) == 3      # 224 row blocks
+    assert default_splits(4096, 128, 132) == 4       # 32 row blocks, 16 chunks: 4 chunks a split
+    assert default_splits(4096, 448, 132) == 14
     assert default_splits(16, 1, 132) == 1
 
 
@@ -140,11 +140,11 @@ def test_kernel_matches_float64(n, m, out, in_features):
     packed = pack_nm(weight, n, m)
     for batch in range(1, 17):
         x = torch.randn(batch, in_features, device="cuda").bfloat16()
-        for splits in (1, 3, None):
-            y = nm_mm_cuda(x, packed, splits=splits)
+        for splits, stages in ((1, 4), (3, 2), (3, 3), (None, 4)):
+            y = nm_mm_cuda(x, packed, splits=splits, stages=stages)
             assert y.shape == (batch, out) and y.dtype == torch.bfloat16
             error = float64_error(y, x, weight)
-            assert error <= 1, (batch, splits, error)
+            assert error <= 1, (batch, splits, stages, error)
 
 
 @pytest.mark.gpu

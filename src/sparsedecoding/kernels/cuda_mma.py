@@ -27,7 +27,11 @@ from .format import PackedNM, values_per_word
 MAX_BATCH = 16
 SOURCE = Path(__file__).parent / "csrc" / "nm_mma.cu"
 _DTYPES = {torch.bfloat16: 1, torch.float16: 0}
-_COUNTER_SLOTS = 1 << 16  # one int per 64-row block of a split-K launch: outputs up to 4M rows
+ROWS_PER_BLOCK = 128  # rows of W per CTA (kRows in nm_mma.cu)
+CHUNK_WORDS = 8  # mask words per pipeline stage (kChunkWords)
+STAGES = (2, 3, 4)  # pipeline depths the library is built with
+DEFAULT_STAGES = 4
+_COUNTER_SLOTS = 1 << 16  # one int per row block of a split-K launch: outputs up to 8M rows
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 _counters: dict[int, torch.Tensor] = {}
@@ -97,11 +101,13 @@ def _load() -> ctypes.CDLL:
         if _library is None:
             library = ctypes.CDLL(str(build()))
             library.nm_mma_launch.restype = ctypes.c_int
-            library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 6 + [ctypes.c_void_p]
+            library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.nm_mma_error_string.restype = ctypes.c_char_p
             library.nm_mma_error_string.argtypes = [ctypes.c_int]
             library.nm_mma_rows_per_block.restype = ctypes.c_int
             library.nm_mma_chunk_words.restype = ctypes.c_int
+            if (library.nm_mma_rows_per_block(), library.nm_mma_chunk_words()) != (ROWS_PER_BLOCK, CHUNK_WORDS):
+                raise CudaKernelUnavailableError("nm_mma.cu and cuda_mma.py disagree on the tile size; rebuild")
             _library = library
         return _library
 
@@ -137,17 +143,19 @@ def check_inputs(x: torch.Tensor, packed: PackedNM) -> None:
 
 
 def default_splits(out: int, words: int, sms: int) -> int:
-    """Column splits per 64-row block: enough CTAs for about four per multiprocessor (the kernel's occupancy),
-    each with at least four 128-column chunks to pipeline."""
-    row_blocks = -(-out // 64)
-    chunks = -(-words // 4)
+    """Column splits per row block: about four CTAs per multiprocessor, each split with at least four pipeline
+    chunks."""
+    row_blocks = -(-out // ROWS_PER_BLOCK)
+    chunks = -(-words // CHUNK_WORDS)
     wanted = -(-4 * sms // row_blocks)
     return max(1, min(wanted, chunks // 4))
 
 
-def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None) -> torch.Tensor:
+def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None,
+               stages: int = DEFAULT_STAGES) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16, fp32 accumulation, y in x's dtype,
-    W a 50% N:M packed weight. `splits` (column ranges reduced in the kernel) defaults to `default_splits`.
+    W a 50% N:M packed weight. `splits` (column ranges reduced in the kernel) defaults to `default_splits`;
+    `stages` is the depth of the kernel's copy pipeline (2-4).
     Compiles the kernel on first use; raises CudaKernelUnavailableError if it cannot."""
     check_inputs(x, packed)
     if not available():
@@ -162,10 +170,12 @@ def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None) -> 
         splits = default_splits(out, words, torch.cuda.get_device_properties(device).multi_processor_count)
     if splits < 1:
         raise KernelInputError(f"splits = {splits}; it must be at least 1")
+    if stages not in STAGES:
+        raise KernelInputError(f"stages = {stages}; the kernel is built for {STAGES}")
     y = torch.empty(batch, out, dtype=x.dtype, device=device)
     partials = counters = None
     if splits > 1:
-        if -(-out // library.nm_mma_rows_per_block()) > _COUNTER_SLOTS:
+        if -(-out // ROWS_PER_BLOCK) > _COUNTER_SLOTS:
             raise KernelInputError(f"{out} output rows exceed the split-K counters; pass splits=1")
         counters = _counters.get(device.index)
         if counters is None:
@@ -180,7 +190,7 @@ def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None) -> 
                                     partials.data_ptr() if partials is not None else None,
                                     counters.data_ptr() if counters is not None else None,
                                     batch, out, words, _DTYPES[x.dtype], int(packed.n == 2 and packed.m == 4),
-                                    splits, stream)
+                                    splits, stages, stream)
     if err:
         raise RuntimeError(f"nm_mma kernel launch failed: {library.nm_mma_error_string(err).decode()}")
     return y.view(-1) if x.dim() == 1 else y

@@ -1,7 +1,7 @@
 // y = x·Wᵀ for a 50% N:M bitmask-packed W (2:4, 4:8, 8:16, 16:32) and 1..16 rows of x, on tensor cores.
 //
 // "Load as sparse, compute as dense": the packed bytes (values + bitmask) stream into shared memory through a
-// cp.async pipeline; each warp rebuilds a dense 16-row slice of W in registers, directly in the A-operand layout
+// cp.async pipeline; each warp rebuilds two dense 16-row slices of W in registers, directly in the A-operand layout
 // of mma.sync.m16n8k16 (bf16/fp16 in, fp32 accumulate), and multiplies it by x as the B operand (batch = the
 // n side, one n-tile for batch 1-8, two for 9-16).
 //
@@ -14,9 +14,9 @@
 //
 // Expansion. Every mask nibble (4 columns, one k-step of one lane) becomes two A registers with two byte
 // permutes (prmt) from a 64-bit window holding the nibble's kept values in order, unused bytes zero; the permute
-// selectors come from a 16-entry table indexed by the nibble. For 2:4 every nibble keeps exactly 2 values, so
-// nibble s of a lane's half is exactly the lane's 32-bit value word s (FAST24: one 16-byte shared load per row
-// and k-range of 64 columns). Other 50% patterns fetch the window at the nibble's rank from shared memory.
+// selectors are computed from the nibble with a few integer multiplies. For 2:4 every nibble keeps exactly 2
+// values, so nibble s of a lane's half is exactly the lane's 32-bit value word s (FAST24: one 16-byte shared load
+// per row and 64 columns). Other 50% patterns fetch the window at the nibble's rank from shared memory.
 //
 // Split-K: blockIdx.y is a range of column chunks; with more than one split, each CTA writes fp32 partials and
 // the last CTA of a row block (counted with an atomic that it resets) sums them and writes y.
@@ -33,25 +33,25 @@
 
 namespace {
 
-constexpr int kWarps = 4;                        // warps per CTA, 16 rows each
-constexpr int kRows = 16 * kWarps;               // rows per CTA
+constexpr int kWarps = 8;                        // warps per CTA
+constexpr int kStrips = 1;                       // 16-row strips per warp, sharing the warp's x fragments
+constexpr int kRows = 16 * kStrips * kWarps;     // rows per CTA
 constexpr int kThreads = 32 * kWarps;
-constexpr int kChunkWords = 4;                   // mask words (128 columns) per pipeline stage
-constexpr int kStages = 4;
-constexpr int kValsBytes = kRows * kChunkWords * 32;   // [pair][row][64 B]
-constexpr int kValsPad = 16;                     // the generic path reads up to 8 bytes past the last row
+constexpr int kChunkWords = 8;                   // mask words (256 columns) per pipeline stage
+constexpr int kPairBytes = kRows * 64;           // one word pair of every row: [row][64 B]
+constexpr int kValsBytes = kPairBytes * kChunkWords / 2;
+constexpr int kValsPad = 16;                     // the generic path reads up to 16 bytes past the last row
 constexpr int kMaskBytes = kRows * kChunkWords * 4;    // [row][word]
 constexpr int kXStride = kChunkWords * 32 + 8;   // halves per x row; +16 B keeps the B loads conflict-free
-constexpr int kLutBytes = 64;
 
-template <int NT>
+template <int NT, int STAGES>
 struct Layout {
   static constexpr int x_rows = 8 * NT;
   static constexpr int vals = 0;
   static constexpr int mask = kValsBytes + kValsPad;
   static constexpr int x = mask + kMaskBytes;
   static constexpr int stage = x + x_rows * kXStride * 2;
-  static constexpr int smem = kLutBytes + kStages * stage;
+  static constexpr int smem = STAGES * stage;
   static_assert(mask % 16 == 0 && x % 16 == 0 && stage % 16 == 0, "16-byte alignment of stage parts");
 };
 
@@ -97,20 +97,17 @@ __device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uin
   }
 }
 
-// Permute selectors for one nibble: a kept column of rank r takes bytes 2r, 2r+1 of the window; a dropped one
-// takes byte 7 twice, which is zero whenever the nibble keeps fewer than 4 values (and with 4 kept none is
-// dropped). Low 16 bits: columns 0-1 (first A register), high 16 bits: columns 2-3.
+// Permute selectors for one nibble: a kept column of rank r takes bytes 2r, 2r+1 of the window (selector byte
+// 0x10 + 0x22·r); a dropped one takes byte 7 twice (0x77), which is zero whenever the nibble keeps fewer than 4
+// values (and with 4 kept none is dropped). Byte c of the result is column c's; the low 16 bits drive the first
+// A register (columns 0-1), the high 16 bits the second (columns 2-3). Computed bytewise in a few integer ops:
+// the multiply by 0x204081 moves bit c to bit 8c without carries, the one by 0x01010100 sums the bytes below.
 __device__ __forceinline__ uint32_t nibble_selectors(uint32_t nib) {
-  uint32_t sel = 0;
-  uint32_t rank = 0;
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const uint32_t kept = (nib >> c) & 1u;
-    const uint32_t code = kept ? ((2 * rank) | ((2 * rank + 1) << 4)) : 0x77u;
-    sel |= code << (8 * c);
-    rank += kept;
-  }
-  return sel;
+  const uint32_t kept = (nib * 0x204081u) & 0x01010101u;
+  const uint32_t rank = kept * 0x01010100u;
+  const uint32_t take = 0x10101010u + rank * 0x22u;
+  const uint32_t keep = kept * 0xFFu;
+  return (take & keep) | (0x77777777u & ~keep);
 }
 
 template <typename T>
@@ -141,15 +138,57 @@ __device__ __forceinline__ void value_window(const char* pair_row, uint32_t rank
   q1 = w1 & static_cast<uint32_t>(keep >> 32);
 }
 
+// A registers of one 16-row strip for the 4 k-steps of one word pair, fed straight into the MMAs.
 template <typename T, int NT, bool FAST24>
+__device__ __forceinline__ void strip_word_pair(float (&acc)[NT][4], const char* pair_g, uint32_t word_g,
+                                                uint32_t word_g8, int t, const uint32_t (&xb)[NT][8]) {
+  const char* pair_g8 = pair_g + 8 * 64;
+  const uint32_t half_g = (t % 2) ? word_g >> 16 : word_g & 0xFFFFu;
+  const uint32_t half_g8 = (t % 2) ? word_g8 >> 16 : word_g8 & 0xFFFFu;
+  uint4 v_g, v_g8;
+  uint32_t rank_g = 0, rank_g8 = 0;
+  if constexpr (FAST24) {
+    v_g = *reinterpret_cast<const uint4*>(pair_g + 16 * t);
+    v_g8 = *reinterpret_cast<const uint4*>(pair_g8 + 16 * t);
+  } else {
+    // first kept value of the lane's half, counted from the start of the word pair's 32 values
+    rank_g = 16 * (t / 2) + ((t % 2) ? __popc(word_g & 0xFFFFu) : 0);
+    rank_g8 = 16 * (t / 2) + ((t % 2) ? __popc(word_g8 & 0xFFFFu) : 0);
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const uint32_t nib_g = (half_g >> (4 * s)) & 0xFu;
+    const uint32_t nib_g8 = (half_g8 >> (4 * s)) & 0xFu;
+    const uint32_t sel_g = nibble_selectors(nib_g), sel_g8 = nibble_selectors(nib_g8);
+    uint32_t q0_g, q1_g, q0_g8, q1_g8;
+    if constexpr (FAST24) {
+      q0_g = s == 0 ? v_g.x : s == 1 ? v_g.y : s == 2 ? v_g.z : v_g.w;
+      q0_g8 = s == 0 ? v_g8.x : s == 1 ? v_g8.y : s == 2 ? v_g8.z : v_g8.w;
+      q1_g = q1_g8 = 0;
+    } else {
+      const uint32_t c_g = __popc(nib_g), c_g8 = __popc(nib_g8);
+      value_window(pair_g, rank_g, c_g, q0_g, q1_g);
+      value_window(pair_g8, rank_g8, c_g8, q0_g8, q1_g8);
+      rank_g += c_g;
+      rank_g8 += c_g8;
+    }
+    const uint32_t a0 = prmt(q0_g, q1_g, sel_g);
+    const uint32_t a2 = prmt(q0_g, q1_g, sel_g >> 16);
+    const uint32_t a1 = prmt(q0_g8, q1_g8, sel_g8);
+    const uint32_t a3 = prmt(q0_g8, q1_g8, sel_g8 >> 16);
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+      mma16816<std::is_same<T, __nv_bfloat16>::value>(acc[j], a0, a1, a2, a3, xb[j][2 * s], xb[j][2 * s + 1]);
+  }
+}
+
+template <typename T, int NT, bool FAST24, int STAGES>
 __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ x, const T* __restrict__ values,
                                                           const uint32_t* __restrict__ bitmask, T* __restrict__ y,
                                                           float* __restrict__ partials, int* __restrict__ counters,
                                                           int batch, int out, int words, int chunks_per_split) {
-  using L = Layout<NT>;
-  extern __shared__ __align__(16) char smem[];
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem);
-  char* stages = smem + kLutBytes;
+  using L = Layout<NT, STAGES>;
+  extern __shared__ __align__(16) char stages[];
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
@@ -160,73 +199,90 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
   const int chunk0 = split * chunks_per_split;
   const int n_chunks = max(0, min(chunks, chunk0 + chunks_per_split) - chunk0);
   const int in_features = words * 32;
+  const bool mask16 = words % 4 == 0;  // a row's mask words then come in aligned 16-byte pieces of 4
 
-  if (tid < 16) lut[tid] = nibble_selectors(tid);
+  // Copy assignments are fixed for the whole column range; a stage only adds its chunk's offset. Values: every
+  // thread copies the same 16-byte piece vq of a row's chunk (word vq/2, word pair vq/4) for kValPieces rows.
+  constexpr int kRowPieces = kChunkWords * 2;
+  constexpr int kValPieces = kRows * kRowPieces / kThreads;
+  static_assert(kRows * kRowPieces % kThreads == 0 && kThreads % kRowPieces == 0, "value pieces spread evenly");
+  const int vq = tid % kRowPieces;
+  const T* vsrc[kValPieces];
+  int vdst[kValPieces];
+#pragma unroll
+  for (int k = 0; k < kValPieces; ++k) {
+    const int r = tid / kRowPieces + k * (kThreads / kRowPieces);
+    vsrc[k] = values + static_cast<size_t>(min(row0 + r, out - 1)) * words * 16 + vq * 8;
+    vdst[k] = L::vals + (vq / 4) * kPairBytes + r * 64 + (vq % 4) * 16;
+  }
+  // Masks: aligned 16-byte pieces of 4 words when words % 4 == 0, else single 4-byte words.
+  constexpr int kMaskPieces = kRows * kChunkWords / 4 / kThreads;
+  constexpr int kMaskWords = kRows * kChunkWords / kThreads;
+  static_assert(kMaskPieces >= 1 && kRows * kChunkWords / 4 % kThreads == 0, "mask pieces spread evenly");
+  const int mp = tid % (kChunkWords / 4), mw = tid % kChunkWords;
+  // x: thread tid copies 16 bytes (8 columns, piece xq) of batch rows xb, xb + kThreads / kXPieces, ...; rows past
+  // the batch are never loaded, as they only feed output columns that are not stored.
+  constexpr int kXPieces = kChunkWords * 4;
+  constexpr int kXRowsPerPass = kThreads / kXPieces;
+  static_assert(kThreads % kXPieces == 0, "x pieces spread evenly");
+  const int xq = tid % kXPieces;
 
   auto load_stage = [&](int slot, int chunk) {
     char* st = stages + slot * L::stage;
     const int w0 = chunk * kChunkWords;
-    // values: per row 4 words = 128 B = 8 pieces of 16 B; piece q goes to word pair q/4, offset (q%4)·16.
+    const bool v_ok = w0 + vq / 2 < words;  // false only in a row's last, partial chunk: zero-filled
 #pragma unroll
-    for (int k = 0; k < kRows * 8 / kThreads; ++k) {
-      const int piece = tid + k * kThreads;
-      const int r = piece / 8, q = piece % 8;
-      const int grow = min(row0 + r, out - 1);
-      const bool ok = w0 + q / 2 < words;
-      const T* src = ok ? values + (static_cast<size_t>(grow) * words + w0) * 16 + q * 8 : values;
-      cp_async16(st + L::vals + (q / 4) * (kRows * 64) + r * 64 + (q % 4) * 16, src, ok ? 16 : 0);
+    for (int k = 0; k < kValPieces; ++k) cp_async16(st + vdst[k], v_ok ? vsrc[k] + w0 * 16 : values, v_ok ? 16 : 0);
+    if (mask16) {
+      const bool m_ok = w0 + 4 * mp < words;
+#pragma unroll
+      for (int k = 0; k < kMaskPieces; ++k) {
+        const int r = tid / (kChunkWords / 4) + k * (kThreads / (kChunkWords / 4));
+        const uint32_t* src = bitmask + static_cast<size_t>(min(row0 + r, out - 1)) * words + w0 + 4 * mp;
+        cp_async16(st + L::mask + (r * kChunkWords + 4 * mp) * 4, m_ok ? src : bitmask, m_ok ? 16 : 0);
+      }
+    } else {
+      const bool m_ok = w0 + mw < words;
+#pragma unroll
+      for (int k = 0; k < kMaskWords; ++k) {
+        const int r = tid / kChunkWords + k * (kThreads / kChunkWords);
+        const uint32_t* src = bitmask + static_cast<size_t>(min(row0 + r, out - 1)) * words + w0 + mw;
+        cp_async4(st + L::mask + (r * kChunkWords + mw) * 4, m_ok ? src : bitmask, m_ok ? 4 : 0);
+      }
     }
+    const bool x_ok = w0 * 32 + xq * 8 < in_features;
 #pragma unroll
-    for (int k = 0; k < kRows * kChunkWords / kThreads; ++k) {
-      const int e = tid + k * kThreads;
-      const int r = e / kChunkWords, wi = e % kChunkWords;
-      const int grow = min(row0 + r, out - 1);
-      const bool ok = w0 + wi < words;
-      const uint32_t* src = ok ? bitmask + static_cast<size_t>(grow) * words + w0 + wi : bitmask;
-      cp_async4(st + L::mask + (r * kChunkWords + wi) * 4, src, ok ? 4 : 0);
-    }
-    // x: rows past the batch are never loaded; they only feed output columns that are not stored.
-#pragma unroll
-    for (int k = 0; k < L::x_rows * 16 / kThreads; ++k) {
-      const int e = tid + k * kThreads;
-      const int b = e / 16, q = e % 16;
-      if (b < batch) {
-        const int col = w0 * 32 + q * 8;
-        const bool ok = col < in_features;
-        const T* src = ok ? x + static_cast<size_t>(b) * in_features + col : x;
-        cp_async16(st + L::x + (b * kXStride + q * 8) * 2, src, ok ? 16 : 0);
+    for (int k = 0; k < (L::x_rows + kXRowsPerPass - 1) / kXRowsPerPass; ++k) {
+      const int b = tid / kXPieces + k * kXRowsPerPass;
+      if (b < L::x_rows && b < batch) {
+        const T* src = x + static_cast<size_t>(b) * in_features + w0 * 32 + xq * 8;
+        cp_async16(st + L::x + (b * kXStride + xq * 8) * 2, x_ok ? src : x, x_ok ? 16 : 0);
       }
     }
   };
 
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < STAGES - 1; ++s) {
     if (s < n_chunks) load_stage(s, chunk0 + s);
     cp_async_commit();
   }
 
-  float acc[NT][4];
+  float acc[kStrips][NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int h = 0; h < kStrips; ++h)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[h][j][0] = acc[h][j][1] = acc[h][j][2] = acc[h][j][3] = 0.f;
 
-  const int rg = warp * 16 + g;  // this lane's first row within the CTA; the second is rg + 8
+  const int rw = warp * 16 * kStrips + g;  // this lane's first row within the CTA; strip h adds 16h, +8
   for (int i = 0; i < n_chunks; ++i) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage i has landed for every thread, and every warp is done with stage i - 1
-    if (i + kStages - 1 < n_chunks) load_stage((i + kStages - 1) % kStages, chunk0 + i + kStages - 1);
+    if (i + STAGES - 1 < n_chunks) load_stage((i + STAGES - 1) % STAGES, chunk0 + i + STAGES - 1);
     cp_async_commit();
 
-    const char* st = stages + (i % kStages) * L::stage;
-    const uint4 mask_g = *reinterpret_cast<const uint4*>(st + L::mask + rg * kChunkWords * 4);
-    const uint4 mask_g8 = *reinterpret_cast<const uint4*>(st + L::mask + (rg + 8) * kChunkWords * 4);
+    const char* st = stages + (i % STAGES) * L::stage;
 #pragma unroll
     for (int p = 0; p < kChunkWords / 2; ++p) {
-      // lane's mask word: 2p + t/2; its half: t % 2
-      const uint32_t word_g = (t / 2) ? (p ? mask_g.w : mask_g.y) : (p ? mask_g.z : mask_g.x);
-      const uint32_t word_g8 = (t / 2) ? (p ? mask_g8.w : mask_g8.y) : (p ? mask_g8.z : mask_g8.x);
-      const uint32_t half_g = (t % 2) ? word_g >> 16 : word_g & 0xFFFFu;
-      const uint32_t half_g8 = (t % 2) ? word_g8 >> 16 : word_g8 & 0xFFFFu;
-
       uint32_t xb[NT][8];
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -236,69 +292,44 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
         xb[j][0] = lo.x; xb[j][1] = lo.y; xb[j][2] = lo.z; xb[j][3] = lo.w;
         xb[j][4] = hi.x; xb[j][5] = hi.y; xb[j][6] = hi.z; xb[j][7] = hi.w;
       }
-
-      const char* pair_g = st + L::vals + p * (kRows * 64) + rg * 64;
-      const char* pair_g8 = pair_g + 8 * 64;
-      uint4 v_g, v_g8;
-      uint32_t rank_g = 0, rank_g8 = 0;
-      if constexpr (FAST24) {
-        v_g = *reinterpret_cast<const uint4*>(pair_g + 16 * t);
-        v_g8 = *reinterpret_cast<const uint4*>(pair_g8 + 16 * t);
-      } else {
-        // first kept value of the lane's half, counted from the start of the word pair's 32 values
-        rank_g = 16 * (t / 2) + ((t % 2) ? __popc(word_g & 0xFFFFu) : 0);
-        rank_g8 = 16 * (t / 2) + ((t % 2) ? __popc(word_g8 & 0xFFFFu) : 0);
-      }
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const uint32_t nib_g = (half_g >> (4 * s)) & 0xFu;
-        const uint32_t nib_g8 = (half_g8 >> (4 * s)) & 0xFu;
-        const uint32_t sel_g = lut[nib_g], sel_g8 = lut[nib_g8];
-        uint32_t q0_g, q1_g, q0_g8, q1_g8;
-        if constexpr (FAST24) {
-          q0_g = s == 0 ? v_g.x : s == 1 ? v_g.y : s == 2 ? v_g.z : v_g.w;
-          q0_g8 = s == 0 ? v_g8.x : s == 1 ? v_g8.y : s == 2 ? v_g8.z : v_g8.w;
-          q1_g = q1_g8 = 0;
-        } else {
-          const uint32_t c_g = __popc(nib_g), c_g8 = __popc(nib_g8);
-          value_window(pair_g, rank_g, c_g, q0_g, q1_g);
-          value_window(pair_g8, rank_g8, c_g8, q0_g8, q1_g8);
-          rank_g += c_g;
-          rank_g8 += c_g8;
-        }
-        const uint32_t a0 = prmt(q0_g, q1_g, sel_g);
-        const uint32_t a2 = prmt(q0_g, q1_g, sel_g >> 16);
-        const uint32_t a1 = prmt(q0_g8, q1_g8, sel_g8);
-        const uint32_t a3 = prmt(q0_g8, q1_g8, sel_g8 >> 16);
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-          mma16816<std::is_same<T, __nv_bfloat16>::value>(acc[j], a0, a1, a2, a3, xb[j][2 * s], xb[j][2 * s + 1]);
+      for (int h = 0; h < kStrips; ++h) {
+        // the lane's mask word is 2p + t/2 of the chunk
+        const uint32_t* mask = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
+        const uint32_t word_g = mask[2 * p + t / 2];
+        const uint32_t word_g8 = mask[8 * kChunkWords + 2 * p + t / 2];
+        strip_word_pair<T, NT, FAST24>(acc[h], st + L::vals + p * kPairBytes + (rw + 16 * h) * 64, word_g, word_g8,
+                                       t, xb);
       }
     }
   }
   cp_async_wait<0>();
 
-  // acc[j][0..1]: row rg, batch rows 8j + 2t, +1; acc[j][2..3]: row rg + 8.
+  // acc[h][j][0..1]: row rw + 16h, batch rows 8j + 2t, +1; acc[h][j][2..3]: row rw + 16h + 8.
   if (splits == 1) {
+#pragma unroll
+    for (int h = 0; h < kStrips; ++h)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int b = 8 * j + 2 * t + (e & 1);
+          const int row = row0 + rw + 16 * h + 8 * (e >> 1);
+          if (b < batch && row < out) y[static_cast<size_t>(b) * out + row] = from_float<T>(acc[h][j][e]);
+        }
+    return;
+  }
+
+#pragma unroll
+  for (int h = 0; h < kStrips; ++h)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int b = 8 * j + 2 * t + (e & 1);
-        const int row = row0 + rg + 8 * (e >> 1);
-        if (b < batch && row < out) y[static_cast<size_t>(b) * out + row] = from_float<T>(acc[j][e]);
+        const int row = row0 + rw + 16 * h + 8 * (e >> 1);
+        if (b < batch && row < out) partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[h][j][e];
       }
-    return;
-  }
-
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int b = 8 * j + 2 * t + (e & 1);
-      const int row = row0 + rg + 8 * (e >> 1);
-      if (b < batch && row < out) partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e];
-    }
   __threadfence();
   __syncthreads();
   __shared__ int last;
@@ -318,11 +349,11 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
   }
 }
 
-template <typename T, int NT, bool FAST24>
+template <typename T, int NT, bool FAST24, int STAGES>
 cudaError_t launch(const void* x, const void* values, const void* bitmask, void* y, float* partials, int* counters,
                    int batch, int out, int words, int splits, cudaStream_t stream) {
-  auto kernel = nm_mma_kernel<T, NT, FAST24>;
-  const int smem = Layout<NT>::smem;
+  auto kernel = nm_mma_kernel<T, NT, FAST24, STAGES>;
+  const int smem = Layout<NT, STAGES>::smem;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   const int chunks = (words + kChunkWords - 1) / kChunkWords;
@@ -335,32 +366,50 @@ cudaError_t launch(const void* x, const void* values, const void* bitmask, void*
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t dispatch(const void* x, const void* values, const void* bitmask, void* y, float* partials,
-                     int* counters, int batch, int out, int words, int fast24, int splits, cudaStream_t stream) {
-  if (batch <= 8) {
-    return fast24 ? launch<T, 1, true>(x, values, bitmask, y, partials, counters, batch, out, words, splits, stream)
-                  : launch<T, 1, false>(x, values, bitmask, y, partials, counters, batch, out, words, splits, stream);
+struct Problem {
+  const void *x, *values, *bitmask;
+  void* y;
+  float* partials;
+  int* counters;
+  int batch, out, words, splits;
+  cudaStream_t stream;
+};
+
+template <typename T, int NT, bool FAST24>
+cudaError_t launch_stages(const Problem& p, int stages) {
+  auto run = [&](auto kernel_launch) {
+    return kernel_launch(p.x, p.values, p.bitmask, p.y, p.partials, p.counters, p.batch, p.out, p.words, p.splits,
+                         p.stream);
+  };
+  switch (stages) {
+    case 2: return run(launch<T, NT, FAST24, 2>);
+    case 3: return run(launch<T, NT, FAST24, 3>);
+    case 4: return run(launch<T, NT, FAST24, 4>);
+    default: return cudaErrorInvalidValue;
   }
-  return fast24 ? launch<T, 2, true>(x, values, bitmask, y, partials, counters, batch, out, words, splits, stream)
-                : launch<T, 2, false>(x, values, bitmask, y, partials, counters, batch, out, words, splits, stream);
+}
+
+template <typename T>
+cudaError_t dispatch(const Problem& p, int fast24, int stages) {
+  if (p.batch <= 8) return fast24 ? launch_stages<T, 1, true>(p, stages) : launch_stages<T, 1, false>(p, stages);
+  return fast24 ? launch_stages<T, 2, true>(p, stages) : launch_stages<T, 2, false>(p, stages);
 }
 
 }  // namespace
 
 extern "C" {
 
-// Launch on `stream`. Returns 0 or a cudaError_t; bad arguments give cudaErrorInvalidValue (the Python wrapper
-// validates first, so that is a second line of defence). `partials` holds splits·batch·out floats and `counters`
-// one zeroed int per 64-row block when splits > 1; both are unused otherwise.
+// Launch on `stream` with `stages` (2-4) pipeline stages. Returns 0 or a cudaError_t; bad arguments give
+// cudaErrorInvalidValue (the Python wrapper validates first, so that is a second line of defence). `partials`
+// holds splits·batch·out floats and `counters` one zeroed int per block of nm_mma_rows_per_block() rows when
+// splits > 1; both are unused otherwise.
 int nm_mma_launch(const void* x, const void* values, const void* bitmask, void* y, float* partials, int* counters,
-                  int batch, int out, int words, int is_bf16, int fast24, int splits, void* stream) {
+                  int batch, int out, int words, int is_bf16, int fast24, int splits, int stages, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || words < 1 || splits < 1) return cudaErrorInvalidValue;
   if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
-  auto s = static_cast<cudaStream_t>(stream);
-  return is_bf16 ? dispatch<__nv_bfloat16>(x, values, bitmask, y, partials, counters, batch, out, words, fast24,
-                                           splits, s)
-                 : dispatch<__half>(x, values, bitmask, y, partials, counters, batch, out, words, fast24, splits, s);
+  const Problem p{x, values, bitmask, y, partials, counters, batch, out, words, splits,
+                  static_cast<cudaStream_t>(stream)};
+  return is_bf16 ? dispatch<__nv_bfloat16>(p, fast24, stages) : dispatch<__half>(p, fast24, stages);
 }
 
 const char* nm_mma_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
