@@ -144,8 +144,8 @@ def test_generate_compiles_the_sparsified_decode_step_in_one_graph():
 
 def test_load_packed_builds_the_model_sparsify_makes(tmp_path):
     """A pruned folder packed with `pack_checkpoint` loads as the transformers model with the same PackedLinear
-    modules, tensors and logits as the pruned folder loaded by transformers and sparsified; the tied output
-    embedding is restored."""
+    modules, tensors, logits and generation config as the pruned folder loaded by transformers and sparsified; the
+    tied output embedding is restored."""
     from transformers import AutoModelForCausalLM
 
     for arch, tied in (("qwen2", True), ("llama", False)):
@@ -155,6 +155,7 @@ def test_load_packed_builds_the_model_sparsify_makes(tmp_path):
             for name, module in model.model.layers.named_modules(prefix="model.layers"):
                 if isinstance(module, nn.Linear) and name != DENSE_LEFT:
                     module.weight.copy_(magnitude(module.weight, None, "2:4"))
+        model.generation_config.eos_token_id = [3]  # differs from config.json's [1, 3]
         model.save_pretrained(tmp_path / f"{arch}-pruned")
         pack_checkpoint(tmp_path / f"{arch}-pruned", tmp_path / f"{arch}-packed")
         loaded = load_packed(tmp_path / f"{arch}-packed")
@@ -167,6 +168,7 @@ def test_load_packed_builds_the_model_sparsify_makes(tmp_path):
         assert set(loaded.state_dict()) == set(expected)
         assert all(torch.equal(t, expected[k]) for k, t in loaded.state_dict().items())
         assert (loaded.lm_head.weight is loaded.model.embed_tokens.weight) == tied
+        assert loaded.generation_config.eos_token_id == sparsified.generation_config.eos_token_id == [3]
         with torch.no_grad():
             assert torch.equal(loaded(TOKENS).logits, sparsified(TOKENS).logits)
 

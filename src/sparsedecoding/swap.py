@@ -96,7 +96,7 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
     `PackedLinear` wherever the checkpoint holds a packed weight: the model `sparsify` makes from the pruned
     folder, without ever holding those weights dense. Raises ModelNotFoundError / PackingError for a folder that
     is not a packed checkpoint or does not match its config.json."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
     from transformers.initialization import no_init_weights
 
     state, _ = load_packed_checkpoint(folder, device)
@@ -104,6 +104,8 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
     dtype = next(iter(packed.values())).values.dtype
     with no_init_weights():  # every weight is assigned from the checkpoint below; skip the random initialisation
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype)
+    if (Path(folder) / "generation_config.json").is_file():  # stop tokens, sampling defaults: as from_pretrained
+        model.generation_config = GenerationConfig.from_pretrained(folder)
     for name, weight in packed.items():
         model.set_submodule(name, PackedLinear(weight, state.get(f"{name}.bias")))
     dense = {name: tensor for name, tensor in state.items() if not isinstance(tensor, PackedNM)}
