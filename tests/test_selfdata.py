@@ -39,6 +39,12 @@ def test_clean_prompt_strips_wrappers_and_drops_unusable_replies():
     stub = "def add(a: int, b: int) -> int:\n    \"\"\"Sum.\n    >>> add(1, 2)\n    3\n    \"\"\""
     assert clean_prompt(f"Here it is:\n```python\n{stub}\n```\nDone.", "function", 16, 500) == stub
     assert clean_prompt("Write a function that sums numbers.", "function", 16, 500) is None  # no def line
+    assert clean_prompt("Reverse the words of a sentence.\n\n**Solution:**\n```python\nx = 1\n```", "task", 16, 200) == \
+        "Reverse the words of a sentence."
+    assert clean_prompt("Answer the following: what is a closure?", "question", 16, 200) == \
+        "Answer the following: what is a closure?"
+    assert clean_prompt("Parse a date string.\nHere is a possible solution:\nimport datetime", "task", 16, 200) == \
+        "Parse a date string."
     assert clean_prompt("   ", "task", 16, 200) is None
     assert clean_prompt("too short", "task", 16, 200) is None
     assert clean_prompt("x" * 201, "task", 16, 200) is None

@@ -165,12 +165,15 @@ def is_dev(prompt: str, dev_share: float) -> bool:
 
 
 _FENCE = re.compile(r"```[\w+-]*\n(.*?)```", re.DOTALL)
+_SOLUTION = re.compile(r"^[#*_ \t]*(?:(?:example |sample )?(?:solution|answer)|here(?:'s| is) (?:a|the|one) "
+                       r"(?:possible )?(?:solution|answer)[^\n]*)[*_: \t]*$.*", re.IGNORECASE | re.MULTILINE | re.DOTALL)
 _PREAMBLE = re.compile(r"^(sure|certainly|of course|here(?:'s| is| are)|okay|ok)\b[^\n]*:\s*\n", re.IGNORECASE)
 
 
 def clean_prompt(reply: str, kind: str, min_chars: int, max_chars: int) -> str | None:
     """The request inside a stage-1 reply, or None when nothing usable remains. A function stub is taken from its
-    code block; other kinds lose a leading "Here is ...:" line and wrapping quotes or a `Task:` label."""
+    code block; other kinds lose a leading "Here is ...:" line, everything from a "Solution" or "Answer" line on,
+    and wrapping quotes or a `Task:` label."""
     text = reply.strip()
     if kind == "function":
         match = _FENCE.search(text)
@@ -178,7 +181,7 @@ def clean_prompt(reply: str, kind: str, min_chars: int, max_chars: int) -> str |
         if "def " not in text:
             return None
     else:
-        text = _PREAMBLE.sub("", text).strip()
+        text = _SOLUTION.sub("", _PREAMBLE.sub("", text)).strip()  # the request, not an answer the model added
         text = re.sub(r"^\**(task|question|request|message)\**:\**\s*", "", text, flags=re.IGNORECASE).strip()
         if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
             text = text[1:-1].strip()
