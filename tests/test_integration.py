@@ -3,13 +3,12 @@ GGUF, calibrate on its own decode steps and prune it to 2:4."""
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from sparsedecoding.models import OFFLINE_MODELS, fetch, sha256_file
+from sparsedecoding.models import OFFLINE_MODELS, fetch
 from sparsedecoding.pipeline import PruneConfig, prune
 
 pytestmark = pytest.mark.integration
@@ -50,12 +49,6 @@ def test_decode_calibrated_2of4_on_smollm2(smollm2, tmp_path):
             assert torch.all(counts <= 2) and (counts == 2).float().mean() > 0.999, name
         else:
             assert torch.equal(tensor, dense[name]), name
-
-
-def test_sha256_file_matches_a_known_digest(tmp_path):
-    path = Path(tmp_path / "abc")
-    path.write_bytes(b"abc")
-    assert sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 
 def test_a_gguf_placed_in_the_cache_by_hand_is_verified(tmp_path, monkeypatch):

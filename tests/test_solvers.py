@@ -111,11 +111,13 @@ def test_wanda_score_uses_input_norms():
     assert torch.equal(solvers.magnitude(W, H, "2:4"), torch.tensor([[0.0, 0.0, 3.0, 4.0]]))
 
 
-def test_dtype_and_device_preserved():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_dtype_and_device_preserved(device):
     W, H = random_problem(dtype=torch.float32)
+    W, H = W.bfloat16().to(device), H.to(device)
     for solver in (solvers.sparsegpt, solvers.wanda, solvers.magnitude):
-        out = solver(W.bfloat16(), H, "2:4")
-        assert out.dtype == torch.bfloat16 and out.shape == W.shape
+        out = solver(W, H, "2:4")
+        assert out.dtype == torch.bfloat16 and out.shape == W.shape and out.device == W.device, solver.__name__
 
 
 def test_dead_inputs_are_pruned_first():

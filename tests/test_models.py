@@ -1,0 +1,31 @@
+"""Offline model files: the streamed sha256 over several read chunks, and the size + digest check that keeps or
+deletes a GGUF found in the cache."""
+
+import hashlib
+
+import pytest
+
+from sparsedecoding import models
+from sparsedecoding.errors import FetchError
+from sparsedecoding.fetching import OfflineModel
+
+
+def test_sha256_file_streams_across_read_chunks(tmp_path):
+    data = bytes(range(256)) * (2 * (16 << 20) // 256) + b"tail"  # two full 16 MiB reads and a short third one
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    assert models.sha256_file(path) == hashlib.sha256(data).hexdigest()
+
+
+def test_verify_gguf_keeps_a_matching_file_and_deletes_one_changed_byte(tmp_path):
+    data = b"GGUF" + bytes(1000)
+    spec = OfflineModel(requirements=(), members=(), gguf_name="m.gguf", size=len(data),
+                        sha256=hashlib.sha256(data).hexdigest())
+    path = tmp_path / "m.gguf"
+    path.write_bytes(data)
+    models.verify_gguf(spec, path)
+    assert path.read_bytes() == data
+    path.write_bytes(data[:-1] + b"\x01")  # same size, other content
+    with pytest.raises(FetchError, match="sha256"):
+        models.verify_gguf(spec, path)
+    assert not path.exists()
