@@ -113,7 +113,8 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
                     info["pattern"] = packed.pattern
                 tensors_info[name] = info
         save_file(written, str(out / shard.name), metadata={"format": FORMAT})
-        log.info("packed %s", shard.name)
+        log.info("wrote %s: %d tensor(s) packed", shard.name,
+                 sum(info["file"] == shard.name and "pattern" in info for info in tensors_info.values()))
     if not any("pattern" in info for info in tensors_info.values()):
         raise _nothing_packable(source, refused)
     for path in source.iterdir():
