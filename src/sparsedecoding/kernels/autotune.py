@@ -7,7 +7,8 @@ of the same packed weight; a candidate that fails to compile or to match is logg
 listed in `rejected_candidates()` (a kernel bug, never a silent substitute). Each candidate is timed as the
 decoder runs it: replayed from a CUDA graph, round-robin over enough temporary copies of the weight that the L2
 cache cannot serve them (median per launch, the copy of x for batches above 1 included); `do_bench`'s single
-launches after an L2 flush add 15-20 us of launch and write-back time that swamp the 4096-row shapes. Results
+launches after an L2 flush add launch and write-back time that swamps the 4096-row shapes (benchmarks/KERNEL_NOTES.md,
+v2). Results
 are kept per device, shape, batch, values per word and dtype; a CUDA-graph capture that meets an untuned
 problem raises instead of timing inside the capture."""
 
@@ -72,11 +73,10 @@ def candidate_configs(out_features: int, words: int, batch: int, values_per_word
                       sm_count: int) -> list[SpmvConfig]:
     """The configurations worth timing for one problem. Word halves need 32·N/M a multiple of 16 (every 50%
     pattern). Batch 1: the half-word tiles, and one whole-word tile. Wider batches: whole-word tiles with 16-bit
-    x (measured 1.2-1.4x faster than float32 x at batch 8), one with float32 x, and up to batch 4 one half-word
-    tile with float32 x (2.5-2.9x slower than whole words at batch 8) and every half-word tile with 16-bit x:
-    at batch 2-4 one 4- or 8-byte x gather per value serves every batch row, so the batch-1 layouts win there
-    (Llama-3.1-8B shapes at batch 2 on the H200: 0.99-1.14x cuBLAS with them, 0.79-0.87x before; at batch 4
-    whole words still win, at 0.73-0.81x)."""
+    x (faster than float32 x at batch 8), one with float32 x, and up to batch 4 one half-word tile with float32 x
+    and every half-word tile with 16-bit x: at batch 2-4 one 4- or 8-byte x gather per value serves every batch
+    row, so the batch-1 layouts can win there. The measurements behind this set: benchmarks/KERNEL_NOTES.md
+    ("Why the tuner's candidate set")."""
     halves_fit = values_per_word % 16 == 0
     if batch == 1:
         tiles = [(t, True) for t in (_HALF_WORD_TILES if halves_fit else ()) + _WHOLE_WORD_TILES[1:]]

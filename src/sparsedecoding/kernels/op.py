@@ -4,7 +4,7 @@
   the first call with a given signature (shapes, dtypes, devices, pattern of x and the packed parts) checks the
   inputs, tunes the Triton kernel and compiles it; later calls with an equal signature only compare that
   signature (a dict lookup) and the memory layout, then launch. The torch custom-op dispatcher and Triton's
-  per-launch argument binding cost about 90 us a call, several times the kernel itself at 4096 rows.
+  per-launch argument binding cost several times the kernel itself at 4096 rows (benchmarks/KERNEL_NOTES.md).
 - Under torch.compile the custom op `sparsedecoding::nm_spmv` is traced instead: its fake implementation gives
   the compiler the output shape, and at run time it calls the same cached runners. The op is opaque to the
   compiler, so it also runs unchanged inside CUDA graphs (a runner is built on the first call, before capture).

@@ -5,8 +5,8 @@ K = 32·N/M fixed steps: find the lowest set bit, use its index as the column of
 there, multiply, accumulate in fp32) and clear it. Values arrive in 16-byte vectors of 8 (4 int32 pairs) and are
 split and widened in registers, so every value is loaded once; each decoded column serves all batch rows.
 
-What limits this kernel on an H200 is the L1 data pipe (one wavefront per clock per SM; measured at 90-96% busy
-with v1's layout while DRAM ran at a third of its peak): a 16-byte-per-lane load costs one wavefront for every
+What limits this kernel on an H200 is the L1 data pipe (one wavefront per clock per SM; the profile that shows it
+is in benchmarks/KERNEL_NOTES.md, v1): a 16-byte-per-lane load costs one wavefront for every
 128-byte line each quarter-warp touches, a narrower load one per line the warp touches. So the lane layout is
 chosen to touch few lines per instruction:
 - WORD_LANES = 1: a lane walks a whole word (two 16-byte value loads). Lanes of a quarter-warp are rows of one
