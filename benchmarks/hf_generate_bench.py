@@ -6,7 +6,8 @@ The pruned folder (N:M zeros kept, e.g. written by `sparsedecoding prune`) is lo
 sparsified. Each batch row decodes the same coding prompt; `min_new_tokens` keeps every run the same length. Per
 run: end-to-end tok/s (batch x new tokens / seconds, prefill included), and the decode step time from the
 difference of a long and a short run ((t_long - t_short) / (long - short) steps), which leaves prefill and
-compilation out. Medians over `--rounds`. Before timing, both models' next-token logits after the prompt's first 16
+compilation out. Medians over `--rounds`. `--eager` adds rows with the decode step uncompiled (every PackedLinear
+call eager, through the cached kernel runner). Before timing, both models' next-token logits after the prompt's first 16
 tokens are compared (report only: the sparse kernel sums in another order than cuBLAS). Example:
 
     PYTHONPATH=src python benchmarks/hf_generate_bench.py /path/to/pruned-qwen2.5-coder-1.5b \
@@ -30,17 +31,42 @@ PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a
 
 
 def timed_generate(model, ids: torch.Tensor, new_tokens: int, compile_config) -> float:
-    """Seconds for one greedy `generate` of exactly `new_tokens` tokens per row with a static cache."""
+    """Seconds for one greedy `generate` of exactly `new_tokens` tokens per row with a static cache; the decode step
+    compiled with `compile_config`, or eager when it is None."""
+    compiling = dict(compile_config=compile_config) if compile_config is not None else dict(disable_compile=True)
     torch.cuda.synchronize()
     start = time.perf_counter()
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                         min_new_tokens=new_tokens, do_sample=False, cache_implementation="static",
-                         compile_config=compile_config)
+                         min_new_tokens=new_tokens, do_sample=False, cache_implementation="static", **compiling)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     if out.shape[1] != ids.shape[1] + new_tokens:
         raise SystemExit(f"generate returned {out.shape[1] - ids.shape[1]} tokens, expected {new_tokens}")
     return seconds
+
+
+def measure(models: dict, ids: torch.Tensor, lengths: tuple[int, int], rounds: int, compile_config) -> dict:
+    """tok/s of the long runs and ms per decode step ((t_long - t_short) / (long - short)) of each model, medians
+    over `rounds` alternating runs after one warm-up run of each (compiles, records CUDA graphs, tunes the kernel).
+    Long runs go first: transformers then sizes every later static cache for them, so the short runs reuse the
+    compiled step (same shapes) and a step costs the same in both."""
+    long_tokens, short_tokens = lengths
+    for name, model in models.items():
+        for tokens in lengths:
+            timed_generate(model, ids, tokens, compile_config)
+        if compile_config is not None and not hasattr(model, "_compiled_call"):  # transformers only logs a skip
+            raise SystemExit(f"transformers did not compile the {name} model's decode step; see its log above")
+    times: dict[tuple[str, int], list[float]] = {}
+    for _ in range(rounds):
+        for name, model in models.items():
+            for tokens in lengths:
+                times.setdefault((name, tokens), []).append(timed_generate(model, ids, tokens, compile_config))
+    row = {"batch": ids.shape[0], "decode step": "eager" if compile_config is None else "compiled"}
+    for name in models:
+        long, short = (statistics.median(times[(name, t)]) for t in lengths)
+        row[f"{name} tok/s"] = ids.shape[0] * long_tokens / long
+        row[f"{name} step ms"] = (long - short) / (long_tokens - short_tokens) * 1e3
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens per long run")
     parser.add_argument("--short-tokens", type=int, default=32, help="tokens per short run (step time baseline)")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs of each model and length (median)")
+    parser.add_argument("--eager", action="store_true",
+                        help="also time generate with an uncompiled decode step (PackedLinear's eager calls)")
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -64,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     dense = AutoModelForCausalLM.from_pretrained(args.folder, dtype=torch.bfloat16).cuda().eval()
     sparse, summary = sparsify(copy.deepcopy(dense))
     models = {"dense": dense, "sparse": sparse}
-    compile_config = CompileConfig(fullgraph=True)  # inductor, mode reduce-overhead (CUDA graphs)
+    compile_config = CompileConfig(fullgraph=True, dynamic=False)  # inductor, mode reduce-overhead (CUDA graphs)
     prompt = tokenizer(PROMPT, return_tensors="pt").input_ids.cuda()
 
     with torch.no_grad():  # at most 16 rows, so the packed layers run the sparse kernel
@@ -75,35 +103,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for batch in args.batches:
         ids = prompt.expand(batch, -1).contiguous()
-        times: dict[tuple[str, int], list[float]] = {}
-        for name, model in models.items():  # warm-up: compiles, records CUDA graphs, tunes the kernel
-            for tokens in (args.short_tokens, args.new_tokens):
-                timed_generate(model, ids, tokens, compile_config)
-            if not hasattr(model, "_compiled_call"):  # transformers skips compiling with only a log line
-                raise SystemExit(f"transformers did not compile the {name} model's decode step; see its log above")
-        for _ in range(args.rounds):
-            for name, model in models.items():
-                for tokens in (args.short_tokens, args.new_tokens):
-                    times.setdefault((name, tokens), []).append(timed_generate(model, ids, tokens, compile_config))
-        row = {"batch": batch}
-        for name in models:
-            long, short = (statistics.median(times[(name, t)]) for t in (args.new_tokens, args.short_tokens))
-            row[f"{name} tok/s"] = batch * args.new_tokens / long
-            row[f"{name} step ms"] = (long - short) / (args.new_tokens - args.short_tokens) * 1e3
-        rows.append(row)
+        for config in [compile_config] + ([None] if args.eager else []):
+            rows.append(measure(models, ids, (args.new_tokens, args.short_tokens), args.rounds, config))
 
-    lines = ["| batch | dense tok/s | sparse tok/s | speedup | dense ms/step | sparse ms/step | step speedup |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| batch | decode step | dense tok/s | sparse tok/s | speedup | dense ms/step | sparse ms/step | "
+             "step speedup |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['batch']} | {r['dense tok/s']:.1f} | {r['sparse tok/s']:.1f} | "
+        lines.append(f"| {r['batch']} | {r['decode step']} | {r['dense tok/s']:.1f} | {r['sparse tok/s']:.1f} | "
                      f"{r['sparse tok/s'] / r['dense tok/s']:.2f}x | {r['dense step ms']:.3f} | "
                      f"{r['sparse step ms']:.3f} | {r['dense step ms'] / r['sparse step ms']:.2f}x |")
     report = "\n".join([
         report_head("transformers generate: dense vs sparsify(model), static cache + torch.compile"),
         f"- model: {args.folder} ({type(dense).__name__}, bfloat16)",
         f"- sparsify: {summary}",
-        f"- generate: greedy, static cache, CompileConfig(fullgraph=True) (inductor, reduce-overhead); prompt "
-        f"{prompt.shape[1]} tokens; {args.new_tokens} and {args.short_tokens} new tokens; median of "
+        f"- generate: greedy, static cache, CompileConfig(fullgraph=True, dynamic=False) (inductor, reduce-overhead); "
+        f"prompt {prompt.shape[1]} tokens; {args.new_tokens} and {args.short_tokens} new tokens; median of "
         f"{args.rounds} alternating runs",
         f"- next-token logits after 16 prompt tokens, dense vs sparse: max |difference| {logit_gap:.3g}, same argmax: "
         f"{same_argmax}", "",
