@@ -20,6 +20,16 @@ def _seed():
 
 
 @pytest.fixture
+def one_thread():
+    """One torch thread for tests on tiny matrices, where thread start-up costs more than the work (much more on a
+    busy machine). Use with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """A private cache so tests never touch the user's."""
     path = tmp_path / "cache"

@@ -14,13 +14,7 @@ from sparsedecoding.repair import (RepairConfig, batch_indices, kl_sum, learning
 from helpers import make_tiny_model, prune_in_place
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices: thread start-up costs more than the work, and much more on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

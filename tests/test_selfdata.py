@@ -15,12 +15,7 @@ from sparsedecoding.selfdata import (KINDS, LEVELS, TOPICS, SelfDataConfig, buil
 from helpers import make_tiny_model
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
