@@ -128,6 +128,17 @@ def _take_lowest_bit(scan, FAST_SCAN: tl.constexpr):
 
 
 @triton.jit
+def _scan_and_x(word, w, x_ptr, X_COLUMN_STRIDE: tl.constexpr, FAST_SCAN: tl.constexpr):
+    """(the scan state of mask word `word`, the x pointer of its column 0, biased as the scan's columns are)."""
+    scan = _scan_start(word, FAST_SCAN)
+    if FAST_SCAN:
+        x_word = x_ptr + w * 32 * X_COLUMN_STRIDE
+    else:
+        x_word = x_ptr + (w * 32 - FLOAT_EXPONENT_BIAS) * X_COLUMN_STRIDE
+    return scan, x_word
+
+
+@triton.jit
 def _load_x(ptrs, ok):
     """x at the decoded columns as float32; `ok` is None in full loop steps (no mask, no zero fill)."""
     if ok is None:
@@ -211,11 +222,7 @@ def _lane_words(acc0, acc1, acc2, acc3, w, half, ok, mask_rows, pair_rows, pair_
     if WORD_LANES == 2:  # the high lane's values start at the word's (K/2 + 1)-th set bit
         for _ in tl.static_range(LANE_VALUES):
             word = word & (word - half)
-    scan = _scan_start(word, FAST_SCAN)
-    if FAST_SCAN:
-        x_word = x_ptr + w * 32 * X_COLUMN_STRIDE
-    else:
-        x_word = x_ptr + (w * 32 - FLOAT_EXPONENT_BIAS) * X_COLUMN_STRIDE
+    scan, x_word = _scan_and_x(word, w, x_ptr, X_COLUMN_STRIDE, FAST_SCAN)
     x_ok = None if ok is None else ok[:, None]
     acc0, acc1, acc2, acc3, scan = _vector_steps(acc0, acc1, acc2, acc3, scan, v0, x_word, x_lane, x_ok,
                                                  X_COLUMN_STRIDE, BATCH_LANES, BATCH_GROUPS, VALUE_DTYPE, LANES,

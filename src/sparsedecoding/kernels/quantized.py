@@ -1,0 +1,221 @@
+"""Packed N:M weights with quantized kept values, and the dense weight-only quantized baseline.
+
+`PackedNMQ` is the bitmask of `format.py` plus integer codes of the kept values, in the same order as the bf16
+`values` (row by row, increasing column), and their scales: W[o, c] = code · scales[o, c // group_size].
+- int8: `codes` int8 [out, in·N/M]; `scales` [out, 1] (one per row, group_size = in).
+- int4: `codes` uint8 [out, in·N/M/2], two codes a byte, the earlier value in the low nibble, each a two's
+  complement −8..7; `scales` [out, in/group_size], groups counted in dense columns. group_size must be a multiple of
+  32, so that a mask word never straddles two groups and the kernel loads one scale per word.
+Scales are bfloat16: the solvers round scales to at most 8 significant bits, so they are exact there.
+
+`pack_nm_quantized` builds one from a weight whose kept values lie on the grid (`solvers.sparsegpt(...,
+quantize=...)` or `solvers.gptq`); `nmq_spmv` multiplies by it (the Triton kernel on CUDA, the reference on CPU);
+`DenseQuantized` is the dense int8 / int4 weight that PyTorch's `_weight_int8pack_mm` / `_weight_int4pack_mm`
+multiply, for the dense-quantized baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import KernelInputError, PackingError
+from ..solvers import QuantizedCodes, quantization_codes
+from .format import _BITS, bitmask_to_bits, check_pattern, pack_nm, popcount32, values_per_word
+
+QUANTIZED_FORMATS = ("int8", "int4")
+CODE_BITS = {"int8": 8, "int4": 4}
+SCALE_DTYPE = torch.bfloat16
+
+
+def code_count(n: int, m: int, in_features: int) -> int:
+    """Kept values per row: in·N/M."""
+    return in_features // _BITS * values_per_word(n, m)
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """int8 codes −8..7 [rows, 2k] → uint8 [rows, k], code 2j in the low nibble of byte j, code 2j+1 in the high."""
+    nibbles = codes.to(torch.int32) & 0xF
+    return (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).to(torch.uint8)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of `pack_int4`: uint8 [rows, k] → int8 codes [rows, 2k], sign-extended."""
+    pairs = torch.stack([packed.to(torch.int32) & 0xF, packed.to(torch.int32) >> 4], dim=-1)
+    return (pairs - ((pairs & 0x8) << 1)).to(torch.int8).reshape(packed.shape[0], -1)
+
+
+@dataclass(frozen=True)
+class PackedNMQ:
+    """An N:M sparse weight of `shape` [out, in] with `quantize` ("int8" or "int4") codes of its kept values, their
+    `scales` and the `bitmask` of `PackedNM` (see the module docstring for the layout)."""
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    bitmask: torch.Tensor
+    n: int
+    m: int
+    shape: tuple[int, int]
+    quantize: str
+    group_size: int
+
+    def __post_init__(self) -> None:
+        check_pattern(self.n, self.m)
+        out, in_features = self.shape
+        if self.quantize not in QUANTIZED_FORMATS:
+            raise PackingError(f"quantize = {self.quantize!r} is not a packed format; use int8 or int4")
+        if self.group_size <= 0 or self.group_size % _BITS or in_features % self.group_size:
+            raise PackingError(f"group_size {self.group_size} must be a multiple of 32 that divides in_features "
+                               f"{in_features}")
+        if self.quantize == "int8" and self.group_size != in_features:
+            raise PackingError(f"int8 has one scale per row: group_size must be in_features {in_features}, got "
+                               f"{self.group_size}")
+        if self.bitmask.dtype != torch.int32 or in_features % _BITS \
+                or tuple(self.bitmask.shape) != (out, in_features // _BITS):
+            raise PackingError(f"bitmask {self.bitmask.dtype} {tuple(self.bitmask.shape)} does not fit weight shape "
+                               f"{self.shape} (expected int32 ({out}, {in_features // _BITS}))")
+        count = code_count(self.n, self.m, in_features)
+        expected = (torch.int8, (out, count)) if self.quantize == "int8" else (torch.uint8, (out, count // 2))
+        if (self.codes.dtype, tuple(self.codes.shape)) != expected:
+            raise PackingError(f"codes {self.codes.dtype} {tuple(self.codes.shape)} do not fit a {self.pattern} "
+                               f"{self.quantize} weight of shape {self.shape} (expected {expected[0]} {expected[1]})")
+        if self.scales.dtype != SCALE_DTYPE or tuple(self.scales.shape) != (out, in_features // self.group_size):
+            raise PackingError(f"scales {self.scales.dtype} {tuple(self.scales.shape)} do not fit: expected "
+                               f"bfloat16 ({out}, {in_features // self.group_size})")
+        if not (self.codes.device == self.scales.device == self.bitmask.device):
+            raise PackingError(f"codes on {self.codes.device}, scales on {self.scales.device}, bitmask on "
+                               f"{self.bitmask.device}")
+
+    @property
+    def pattern(self) -> str:
+        return f"{self.n}:{self.m}"
+
+    def to(self, device: torch.device | str) -> PackedNMQ:
+        return PackedNMQ(self.codes.to(device), self.scales.to(device), self.bitmask.to(device), self.n, self.m,
+                         self.shape, self.quantize, self.group_size)
+
+    def kept_codes(self) -> torch.Tensor:
+        """int8 [out, in·N/M]: the code of every kept value, in storage order."""
+        return self.codes if self.quantize == "int8" else unpack_int4(self.codes)
+
+    def to_dense(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """W [out, in] in `dtype`: code·scale (computed in float32, exact) at kept columns, zeros elsewhere."""
+        keep = bitmask_to_bits(self.bitmask)
+        codes = torch.zeros(keep.shape, dtype=torch.float32, device=keep.device)
+        codes.masked_scatter_(keep, self.kept_codes().to(torch.float32))
+        scales = self.scales.to(torch.float32).repeat_interleave(self.group_size, dim=1)
+        return (codes * scales).to(dtype)
+
+    def kept_values(self) -> torch.Tensor:
+        """float32 [out, in·N/M]: the dequantized kept values in storage order, what `PackedNM.values` would hold."""
+        return self.to_dense(torch.float32)[bitmask_to_bits(self.bitmask)].view(self.shape[0], -1)
+
+    def check_popcounts(self) -> None:
+        """Raise PackingError unless every mask word has exactly 32·N/M set bits (what the kernel relies on)."""
+        bad = (popcount32(self.bitmask) != values_per_word(self.n, self.m)).nonzero()
+        if len(bad):
+            row, word = bad[0].tolist()
+            raise PackingError(f"mask word ({row}, {word}) does not have exactly {values_per_word(self.n, self.m)} "
+                               f"set bits; repack the weight with pack_nm_quantized")
+
+    def state_dict(self, prefix: str) -> dict[str, torch.Tensor]:
+        """Tensors `{prefix}.codes`, `{prefix}.scales` and `{prefix}.bitmask` for a safetensors file."""
+        return {f"{prefix}.codes": self.codes, f"{prefix}.scales": self.scales, f"{prefix}.bitmask": self.bitmask}
+
+    @classmethod
+    def from_state_dict(cls, tensors: dict[str, torch.Tensor], prefix: str, n: int, m: int, shape: tuple[int, int],
+                        quantize: str, group_size: int) -> PackedNMQ:
+        """Inverse of `state_dict`; checks shapes and popcounts since the tensors come from a file."""
+        names = [f"{prefix}.{part}" for part in ("codes", "scales", "bitmask")]
+        missing = [name for name in names if name not in tensors]
+        if missing:
+            raise PackingError(f"missing tensors {missing} for quantized packed weight {prefix!r}")
+        packed = cls(*(tensors[name] for name in names), n, m, tuple(shape), quantize, group_size)
+        packed.check_popcounts()
+        return packed
+
+
+def pack_nm_quantized(weight: torch.Tensor, n: int, m: int, quantize: str, group_size: int = 128) -> PackedNMQ:
+    """Pack an N:M sparse weight whose values lie on a `quantize` grid (int8: one scale per row, `group_size`
+    ignored; int4: one per `group_size` columns). The kept columns are `pack_nm`'s (every nonzero, then the first
+    zeros of a short group); codes and scales come from `solvers.quantization_codes`, so the packed weight
+    dequantizes to exactly `weight`. Raises PackingError for what `pack_nm` refuses or an int4 group size that is
+    not a multiple of 32, QuantizationError for a weight off the grid."""
+    if quantize not in QUANTIZED_FORMATS:
+        raise PackingError(f"quantize = {quantize!r} is not a packed format; use int8 or int4")
+    if quantize == "int4" and (not isinstance(group_size, int) or group_size <= 0 or group_size % _BITS):
+        raise PackingError(f"int4 group_size {group_size!r} must be a positive multiple of 32 for the packed format "
+                           f"(a mask word must not straddle two groups); 128 is the default")
+    packed = pack_nm(weight, n, m)
+    grid = quantization_codes(weight, quantize, group_size)
+    keep = bitmask_to_bits(packed.bitmask)
+    codes = grid.codes[keep].view(weight.shape[0], -1)
+    if quantize == "int4":
+        codes = pack_int4(codes)
+    return PackedNMQ(codes, grid.scales.to(SCALE_DTYPE), packed.bitmask, n, m, packed.shape, quantize,
+                     grid.group_size)
+
+
+def nmq_spmv_reference(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
+    """y = x·Wᵀ with W dequantized exactly, products summed in float32, the result in x's dtype."""
+    return (x.float() @ packed.to_dense(torch.float32).T).to(x.dtype)
+
+
+def nmq_spmv(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
+    """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16 activations, fp32 sums, output in
+    x's dtype. On CUDA the Triton kernel (`triton_nmq`) dequantizes the codes in registers; on CPU the reference."""
+    from .op import MAX_BATCH
+
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise KernelInputError(f"x is {x.dtype}; nmq_spmv takes bfloat16 or float16 activations")
+    if x.device != packed.codes.device:
+        raise KernelInputError(f"x on {x.device} but the packed weight on {packed.codes.device}; move them to one "
+                               "device")
+    if x.dim() not in (1, 2) or x.shape[-1] != packed.shape[1] or not 1 <= x.numel() // packed.shape[1] <= MAX_BATCH:
+        raise KernelInputError(f"x has shape {tuple(x.shape)}; expected [{packed.shape[1]}] or [batch, "
+                               f"{packed.shape[1]}] with batch 1..{MAX_BATCH}")
+    if x.device.type != "cuda":
+        return nmq_spmv_reference(x, packed)
+    from .triton_nmq import nmq_spmv_triton
+
+    return nmq_spmv_triton(x.contiguous(), packed)
+
+
+@dataclass(frozen=True)
+class DenseQuantized:
+    """A dense weight [out, in] on a `quantize` grid in the layout of PyTorch's weight-only quantized matmuls:
+    int8: `weight` int8 [out, in], `scales` [out] in the activations' dtype (`_weight_int8pack_mm`);
+    int4: `weight` the output of `_convert_weight_to_int4pack` (`_for_cpu` on CPU), `scales` the
+    [in/group_size, out, 2] scale-and-zero tensor of `_weight_int4pack_mm`, whose dequantization is
+    (q − 8)·scale + zero with q = code + 8 and zero = 0 for our symmetric grids."""
+
+    weight: torch.Tensor
+    scales: torch.Tensor
+    quantize: str
+    group_size: int
+    shape: tuple[int, int]
+
+    @classmethod
+    def from_codes(cls, grid: QuantizedCodes, dtype: torch.dtype = torch.bfloat16,
+                   inner_k_tiles: int = 8) -> DenseQuantized:
+        """From `solvers.quantization_codes` output, on its device. `inner_k_tiles` is the int4 kernel's K tiling
+        (2, 4 or 8; `_convert_weight_to_int4pack` checks that in_features fits it)."""
+        out, in_features = grid.codes.shape
+        if grid.quantize == "int8":
+            return cls(grid.codes.contiguous(), grid.scales[:, 0].to(dtype), "int8", in_features, (out, in_features))
+        unsigned = grid.codes.to(torch.int32) + 8
+        if grid.codes.device.type == "cuda":  # tinygemm takes uint8 pairs with the first value in the high nibble
+            pairs = (unsigned[:, 0::2] << 4 | unsigned[:, 1::2]).to(torch.uint8)
+            weight = torch.ops.aten._convert_weight_to_int4pack(pairs.contiguous(), inner_k_tiles)
+        else:
+            weight = torch.ops.aten._convert_weight_to_int4pack_for_cpu(unsigned.contiguous(), inner_k_tiles)
+        scale_and_zero = torch.stack([grid.scales.T, torch.zeros_like(grid.scales.T)], dim=-1).to(dtype)
+        return cls(weight, scale_and_zero.contiguous(), "int4", grid.group_size, (out, in_features))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """y = x·Wᵀ for x [b, in] in the scales' dtype."""
+        if self.quantize == "int8":
+            return torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scales)
+        if x.device.type == "cuda":
+            return torch.ops.aten._weight_int4pack_mm(x, self.weight, self.group_size, self.scales)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight, self.group_size, self.scales)

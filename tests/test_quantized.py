@@ -1,0 +1,150 @@
+"""Quantized N:M packing and its kernels: the packed weight dequantizes exactly to the solver's weight; the Triton
+kernel (under the Triton interpreter on CPU, TRITON_INTERPRET=1 set before the kernel module is imported) and the
+dense int8 / int4 baseline agree with a float64 product of that weight."""
+
+import os
+
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from sparsedecoding import solvers  # noqa: E402
+from sparsedecoding.errors import KernelInputError, PackingError, QuantizationError  # noqa: E402
+from sparsedecoding.kernels.format import pack_nm  # noqa: E402
+from sparsedecoding.kernels.quantized import (DenseQuantized, PackedNMQ, nmq_spmv, nmq_spmv_reference,  # noqa: E402
+                                              pack_int4, pack_nm_quantized, unpack_int4)
+
+from helpers import random_nm_weight  # noqa: E402
+
+PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32), (1, 4)]
+
+
+def grid_weight(out, in_features, n, m, quantize, group_size=64, dtype=torch.bfloat16, seed=0):
+    """An N:M weight on a `quantize` grid: random codes (some groups short, some kept codes 0) times random scales
+    with the solver's few significant bits, so that code·scale is exact in `dtype`."""
+    g = torch.Generator().manual_seed(seed)
+    low, high = solvers.CODE_RANGES[quantize]
+    group = in_features if quantize == "int8" else group_size
+    codes = torch.randint(low, high + 1, (out, in_features), generator=g).float()
+    codes *= random_nm_weight(out, in_features, n, m, torch.float32, seed) != 0
+    absmax = torch.rand(out, in_features // group, generator=g) * 4 + 1e-2
+    scales = solvers.grid_scale(absmax, quantize, solvers.scale_bits(quantize, dtype))
+    return (codes * scales.repeat_interleave(group, dim=1)).to(dtype)
+
+
+def max_error(y, x, packed):
+    """Largest |y − x·Wᵀ| over the autotuner's float64 bound (output rounding + worst-case fp32 sums); ≤ 1 passes."""
+    from sparsedecoding.kernels.autotune import output_error
+
+    return output_error(y.cpu(), x.cpu(), packed.kept_values().cpu(), packed.bitmask.cpu())
+
+
+def test_int4_nibbles_round_trip():
+    codes = torch.arange(-8, 8, dtype=torch.int8).repeat(3, 2)
+    packed = pack_int4(codes)
+    assert packed.dtype == torch.uint8 and packed.shape == (3, 16)
+    assert int(packed[0, 0]) == (-8 & 0xF) | ((-7 & 0xF) << 4)  # earlier value in the low nibble
+    assert torch.equal(unpack_int4(packed), codes)
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+@pytest.mark.parametrize("n,m", PATTERNS)
+def test_packed_weight_dequantizes_exactly(n, m, quantize):
+    weight = grid_weight(24, 128, n, m, quantize, seed=n + m)
+    packed = pack_nm_quantized(weight, n, m, quantize, group_size=64)
+    assert torch.equal(packed.to_dense(torch.bfloat16), weight)
+    assert torch.equal(packed.bitmask, pack_nm(weight, n, m).bitmask)  # the same kept columns as bf16 packing
+    assert torch.equal(packed.kept_values().bfloat16(), pack_nm(weight, n, m).values)  # in the same order
+    expected_codes = (24, 128 * n // m) if quantize == "int8" else (24, 64 * n // m)
+    assert tuple(packed.codes.shape) == expected_codes
+    assert tuple(packed.scales.shape) == ((24, 1) if quantize == "int8" else (24, 2))
+    restored = PackedNMQ.from_state_dict(packed.state_dict("w"), "w", n, m, packed.shape, quantize,
+                                         packed.group_size)
+    assert torch.equal(restored.to_dense(), packed.to_dense())
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_solver_output_packs_exactly(quantize):
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(16, 128, generator=g)
+    X = torch.randn(256, 128, generator=g)
+    pruned = solvers.sparsegpt(W.bfloat16(), 2 * X.T @ X / 256, "2:4", quantize=quantize, group_size=64)
+    packed = pack_nm_quantized(pruned, 2, 4, quantize, group_size=64)
+    assert torch.equal(packed.to_dense(torch.bfloat16), pruned)
+
+
+def test_packing_errors():
+    weight = grid_weight(8, 128, 2, 4, "int4", group_size=64)
+    with pytest.raises(PackingError, match="multiple of 32"):
+        pack_nm_quantized(weight, 2, 4, "int4", group_size=16)
+    with pytest.raises(PackingError, match="int8 or int4"):
+        pack_nm_quantized(weight, 2, 4, "int2")
+    off_grid = weight.clone()
+    off_grid[0, off_grid[0].nonzero()[0]] *= 1.01
+    with pytest.raises(QuantizationError, match="not on an int4 grid"):
+        pack_nm_quantized(off_grid, 2, 4, "int4", group_size=64)
+    with pytest.raises(PackingError, match="not 2:4 sparse"):
+        pack_nm_quantized(grid_weight(8, 128, 3, 4, "int4", group_size=64), 2, 4, "int4", group_size=64)
+    packed = pack_nm_quantized(weight, 2, 4, "int4", group_size=64)
+    with pytest.raises(PackingError, match="scales"):
+        PackedNMQ(packed.codes, packed.scales.float(), packed.bitmask, 2, 4, packed.shape, "int4", 64)
+
+
+# (out, in, batch, pattern, quantize, group, config): one row of x; ragged rows and a partial last step; batches
+# 3, 5 and 16 (padded and not); split-K with an uneven last split; int4 groups of 32 (one word) and 128.
+KERNEL_CASES = [
+    (16, 128, 1, (2, 4), "int8", 128, dict(block_rows=8, block_words=2)),
+    (20, 160, 3, (4, 8), "int4", 32, dict(block_rows=8, block_words=2)),
+    (24, 256, 16, (8, 16), "int8", 256, dict(block_rows=4, block_words=4, split_k=2)),
+    (12, 384, 5, (16, 32), "int4", 128, dict(block_rows=4, block_words=4, split_k=3)),
+    (8, 96, 2, (1, 4), "int4", 32, dict(block_rows=8, block_words=2)),
+    (9, 64, 1, (2, 4), "int4", 64, dict(block_rows=4, block_words=1)),
+]
+
+
+@pytest.mark.parametrize("out,in_features,batch,pattern,quantize,group,config", KERNEL_CASES)
+def test_triton_kernel_matches_float64(out, in_features, batch, pattern, quantize, group, config):
+    from sparsedecoding.kernels.triton_nmq import NmqConfig, nmq_spmv_triton
+
+    n, m = pattern
+    weight = grid_weight(out, in_features, n, m, quantize, group_size=group, seed=out)
+    packed = pack_nm_quantized(weight, n, m, quantize, group_size=group).to(DEVICE)
+    x = torch.randn(batch, in_features, generator=torch.Generator().manual_seed(batch)).bfloat16().to(DEVICE)
+    y = nmq_spmv_triton(x, packed, NmqConfig(**config))
+    assert y.shape == (batch, out) and y.dtype == torch.bfloat16
+    assert max_error(y, x, packed) <= 1
+    assert max_error(nmq_spmv_reference(x, packed), x, packed) <= 1
+
+
+def test_vector_input_and_entry_checks():
+    packed = pack_nm_quantized(grid_weight(8, 64, 2, 4, "int8"), 2, 4, "int8").to(DEVICE)
+    x = torch.randn(64).bfloat16().to(DEVICE)
+    assert nmq_spmv(x, packed).shape == (8,)
+    for bad, message in ((x.float(), "bfloat16 or float16"), (x[:32], "expected"),
+                         (torch.zeros(17, 64, dtype=torch.bfloat16, device=DEVICE), "batch 1..16")):
+        with pytest.raises(KernelInputError, match=message):
+            nmq_spmv(bad, packed)
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_dense_quantized_baseline_matches_float64(quantize):
+    if DEVICE == "cpu" and quantize == "int4" and not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
+        pytest.skip("this torch has no CPU int4 matmul")
+    weight = grid_weight(64, 256, 2, 4, quantize, group_size=64).to(DEVICE)
+    grid = solvers.quantization_codes(weight, quantize, 64)
+    dense = DenseQuantized.from_codes(grid, inner_k_tiles=2)
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(1)).bfloat16().to(DEVICE)
+    assert max_error(dense(x), x, pack_nm_quantized(weight.cpu(), 2, 4, quantize, group_size=64)) <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+@pytest.mark.parametrize("batch", [1, 2, 8, 16])
+def test_tuned_kernel_on_gpu_matches_float64(quantize, batch):
+    weight = grid_weight(1024, 4096, 2, 4, quantize, group_size=128, seed=batch)
+    packed = pack_nm_quantized(weight, 2, 4, quantize, group_size=128).to("cuda")
+    x = torch.randn(batch, 4096, device="cuda").bfloat16()
+    assert max_error(nmq_spmv(x, packed), x, packed) <= 1
