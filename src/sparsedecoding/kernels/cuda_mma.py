@@ -23,8 +23,7 @@ import torch
 
 from ..errors import KernelInputError, SparseDecodingError
 from .format import PackedNM, values_per_word
-
-MAX_BATCH = 16
+from .op import MAX_BATCH  # one m16 tile of x: the same rows as the Triton kernel serves
 SOURCE = Path(__file__).parent / "csrc" / "nm_mma.cu"
 _DTYPES = {torch.bfloat16: 1, torch.float16: 0}
 ROWS_PER_BLOCK = 128  # rows of W per CTA (kRows in nm_mma.cu)
