@@ -2,10 +2,12 @@
 kernel (under the Triton interpreter on CPU, TRITON_INTERPRET=1 set before the kernel module is imported) and the
 dense int8 / int4 baseline agree with a float64 product of that weight."""
 
+import json
 import os
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":
@@ -13,7 +15,8 @@ if DEVICE == "cpu":
 
 from sparsedecoding import solvers  # noqa: E402
 from sparsedecoding.errors import KernelInputError, PackingError, QuantizationError  # noqa: E402
-from sparsedecoding.kernels.format import pack_nm  # noqa: E402
+from sparsedecoding.kernels.format import PackedNM, pack_nm  # noqa: E402
+from sparsedecoding.packed import PACKED_MANIFEST, load_packed_checkpoint, pack_checkpoint  # noqa: E402
 from sparsedecoding.kernels.quantized import (DenseQuantized, PackedNMQ, nmq_spmv, nmq_spmv_reference,  # noqa: E402
                                               pack_int4, pack_nm_quantized, unpack_int4)
 
@@ -91,6 +94,52 @@ def test_packing_errors():
     packed = pack_nm_quantized(weight, 2, 4, "int4", group_size=64)
     with pytest.raises(PackingError, match="scales"):
         PackedNMQ(packed.codes, packed.scales.float(), packed.bitmask, 2, 4, packed.shape, "int4", 64)
+
+
+def write_quantized_model(folder, quantize, off_grid: str | None = None):
+    """One decoder layer whose linears are 2:4 on a `quantize` grid (int4 groups of 32), except `off_grid`."""
+    folder.mkdir()
+    tensors = {"model.layers.0.input_layernorm.weight": torch.ones(64).bfloat16()}
+    for i, linear in enumerate(["self_attn.q_proj", "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj"]):
+        weight = grid_weight(32, 64, 2, 4, quantize, group_size=32, seed=i)
+        if linear == off_grid:
+            weight = random_nm_weight(32, 64, 2, 4, seed=i)
+        tensors[f"model.layers.0.{linear}.weight"] = weight
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    return tensors
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_quantized_checkpoint_round_trips_and_old_manifests_load(tmp_path, quantize):
+    tensors = write_quantized_model(tmp_path / "hf", quantize)
+    manifest = pack_checkpoint(tmp_path / "hf", tmp_path / "packed", quantize=quantize, group_size=32)
+    assert manifest["version"] == 2 and manifest["quantize"] == quantize
+    state, _ = load_packed_checkpoint(tmp_path / "packed")
+    for name, original in tensors.items():
+        if name.endswith("_proj.weight"):
+            assert isinstance(state[name], PackedNMQ) and state[name].quantize == quantize
+            assert torch.equal(state[name].to_dense(torch.bfloat16), original)
+        else:
+            assert torch.equal(state[name], original)
+    pack_checkpoint(tmp_path / "hf", tmp_path / "plain")  # bf16 values, then made to look like a version-1 folder
+    manifest_path = tmp_path / "plain" / PACKED_MANIFEST
+    old = json.loads(manifest_path.read_text())
+    del old["version"], old["quantize"]
+    manifest_path.write_text(json.dumps(old))
+    up = "model.layers.0.mlp.up_proj.weight"
+    state, _ = load_packed_checkpoint(tmp_path / "plain")
+    assert isinstance(state[up], PackedNM) and torch.equal(state[up].to_dense(), tensors[up])
+    manifest_path.write_text(json.dumps(old | {"version": 3}))
+    with pytest.raises(PackingError, match="manifest version 3; this sparsedecoding reads versions 1 to 2"):
+        load_packed_checkpoint(tmp_path / "plain")
+
+
+def test_quantized_packing_names_an_off_grid_weight(tmp_path):
+    write_quantized_model(tmp_path / "hf", "int4", off_grid="mlp.up_proj")
+    with pytest.raises(QuantizationError, match="model.layers.0.mlp.up_proj.weight: row 0, .* not on an int4 grid"):
+        pack_checkpoint(tmp_path / "hf", tmp_path / "packed", quantize="int4", group_size=32)
+    assert not (tmp_path / "packed").exists()
 
 
 # (out, in, batch, pattern, quantize, group, config): one row of x; ragged rows and a partial last step; batches

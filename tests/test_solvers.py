@@ -370,7 +370,8 @@ def test_quantized_shared_solve_equals_separate_solves(pattern, quantize):
     (lambda W, H: solvers.sparsegpt(W, H, "2:4", quantize="int4", group_size=48), "group_size 48 does not divide"),
     (lambda W, H: solvers.sparsegpt(W, H, "2:4", quantize="int3"), "'int3' is not supported"),
     (lambda W, H: solvers.gptq(W, H, "int2"), "int8 or int4"),
-    (lambda W, H: solvers.sparsegpt(W, H, "2:4", quantize="int4", group_size=0), "group_size = 0 must be a positive integer"),
+    (lambda W, H: solvers.sparsegpt(W, H, "2:4", quantize="int4", group_size=0),
+     "group_size = 0 must be a positive integer"),
     (lambda W, H: solvers.gptq(W, H, "int8", group_size=-128), "group_size = -128 must be a positive integer"),
     (lambda W, H: solvers.quantization_codes(W, "int4", 32), "not on an int4 grid"),
 ])

@@ -5,7 +5,12 @@ Layout of the output folder: one safetensors shard per source shard, same file n
 becomes `NAME.values` and `NAME.bitmask`; `packed.json` records the requested pattern, each tensor's shape,
 dtype and (for packed ones) pattern, and the sha256 of every source safetensors file; the source's other files
 (config, tokenizer) are copied so the folder is a complete model. The folder is written as `OUT.partial` and
-renamed to OUT only when complete."""
+renamed to OUT only when complete.
+
+Quantized packing (`quantize` int8 or int4) stores a packed weight as `NAME.codes`, `NAME.scales` and
+`NAME.bitmask` (`kernels.quantized.PackedNMQ`) and records `quantize` and `group_size` with its pattern. The
+manifest's `version` is MANIFEST_VERSION; manifests without one (written before quantized packing) are version 1
+and still load."""
 
 from __future__ import annotations
 
@@ -19,8 +24,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .errors import ModelNotFoundError, PackingError, SparsityPatternError
+from .errors import ModelNotFoundError, PackingError, QuantizationError, SparsityPatternError
 from .kernels.format import PackedNM, pack_nm
+from .kernels.quantized import PackedNMQ, pack_nm_quantized
 from .models import check_weight_files, sha256_file
 from .outputs import output_folder
 from .patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
@@ -32,6 +38,7 @@ log = logging.getLogger(__name__)
 PACKED_MANIFEST = "packed.json"
 _OLD_PACKED_MANIFEST = "manifest.json"
 FORMAT = "sparsedecoding-packed-nm"
+MANIFEST_VERSION = 2  # 2: quantized packed weights; 1 (no version field): values + bitmask only
 PRUNABLE = re.compile(rf"^model\.layers\.\d+\.(self_attn|mlp)\.({'|'.join(PRUNABLE_LINEARS)})\.weight$")
 # Tried in this order by pattern="auto": the first one a weight satisfies is used (all store the same bytes).
 AUTO_PATTERNS = KERNEL_PATTERNS
@@ -47,15 +54,21 @@ def _requested_patterns(pattern: str | None) -> tuple[tuple[int, int], ...] | No
     return ((parsed.n, parsed.m),)
 
 
-def _pack_if_sparse(name: str, weight: torch.Tensor, patterns) -> tuple[PackedNM | None, str]:
+def _pack_if_sparse(name: str, weight: torch.Tensor, patterns, quantize: str | None = None,
+                    group_size: int = 128) -> tuple[PackedNM | PackedNMQ | None, str]:
     """(the packed weight, ""), or (None, why the last pattern tried did not fit) to keep it dense (auto mode and no
-    pattern fits). A non-finite weight is an error in either mode: auto must not quietly keep it dense."""
+    pattern fits). A non-finite weight is an error in either mode: auto must not quietly keep it dense; so is, with
+    `quantize`, a sparse weight off the quantization grid."""
     if not bool(torch.isfinite(weight).all()):
         raise PackingError(f"{name} holds NaN or inf; the checkpoint is corrupt: prune again from a finite model")
     reason = ""
     for n, m in patterns or AUTO_PATTERNS:
         try:
-            return pack_nm(weight, n, m), ""
+            if quantize is None:
+                return pack_nm(weight, n, m), ""
+            return pack_nm_quantized(weight, n, m, quantize, group_size), ""
+        except QuantizationError as exc:
+            raise QuantizationError(f"{name}: {exc}") from exc
         except PackingError as exc:
             if patterns is not None:
                 raise PackingError(f"{name}: {exc}") from exc
@@ -77,23 +90,26 @@ def _nothing_packable(source: Path, refused: tuple[str, str] | None) -> PackingE
 
 
 def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None = None,
-                    overwrite: bool = False) -> dict:
+                    overwrite: bool = False, quantize: str | None = None, group_size: int = 128) -> dict:
     """Convert the HF folder `hf_dir` to a packed checkpoint in `out_dir` and return its manifest.
 
     `pattern`: "2:4" (or another N:M) packs every prunable decoder linear with it and fails on one that is not
     that sparse; None or "auto" packs each prunable linear with the first of 2:4, 4:8, 8:16, 16:32 it satisfies
-    and keeps the others dense. `overwrite` replaces an existing `out_dir`; without it OutputExistsError."""
+    and keeps the others dense. `overwrite` replaces an existing `out_dir`; without it OutputExistsError.
+    `quantize` ("int8" or "int4", default None) stores each packed weight's kept values as codes and scales; the
+    weights must lie on that grid (`prune --quantize`), int4 with `group_size` (a multiple of 32) columns a scale."""
     source, out = Path(hf_dir), Path(out_dir)
     patterns = _requested_patterns(pattern)
     if not source.is_dir():
         raise ModelNotFoundError(f"{source} is not a folder with .safetensors weights; pass an HF model folder")
     shards = check_weight_files(source)
     with output_folder(out, overwrite) as partial:
-        manifest = _write_packed(source, shards, partial, patterns, pattern or "auto")
+        manifest = _write_packed(source, shards, partial, patterns, pattern or "auto", quantize, group_size)
     return manifest
 
 
-def _write_packed(source: Path, shards: list[Path], out: Path, patterns, requested: str) -> dict:
+def _write_packed(source: Path, shards: list[Path], out: Path, patterns, requested: str, quantize: str | None,
+                  group_size: int) -> dict:
     tensors_info: dict[str, dict] = {}
     refused = None  # the first prunable tensor kept dense, and why
     for shard in shards:
@@ -103,7 +119,8 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
                 tensor = f.get_tensor(name)
                 dtype = str(tensor.dtype).removeprefix("torch.")
                 info = {"file": shard.name, "shape": list(tensor.shape), "dtype": dtype}
-                packed, reason = _pack_if_sparse(name, tensor, patterns) if PRUNABLE.match(name) else (None, "")
+                packed, reason = (_pack_if_sparse(name, tensor, patterns, quantize, group_size)
+                                  if PRUNABLE.match(name) else (None, ""))
                 if reason and refused is None:
                     refused = name, reason
                 if packed is None:
@@ -111,6 +128,8 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
                 else:
                     written.update(packed.state_dict(name))
                     info["pattern"] = packed.pattern
+                    if isinstance(packed, PackedNMQ):
+                        info.update(quantize=packed.quantize, group_size=packed.group_size)
                 tensors_info[name] = info
         save_file(written, str(out / shard.name), metadata={"format": FORMAT})
         log.info("wrote %s: %d tensor(s) packed", shard.name,
@@ -122,7 +141,9 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
             shutil.copy2(path, out / path.name)
     manifest = {
         "format": FORMAT,
+        "version": MANIFEST_VERSION,
         "pattern": requested,
+        "quantize": quantize or "none",
         "patterns": sorted({info["pattern"] for info in tensors_info.values() if "pattern" in info}),
         "source": {"dir": str(source.resolve()),
                    "safetensors_sha256": {shard.name: sha256_file(shard) for shard in shards}},
@@ -141,9 +162,9 @@ def packed_manifest(folder: Path) -> Path | None:
 
 
 def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.device = "cpu"
-                           ) -> tuple[dict[str, torch.Tensor | PackedNM], dict]:
-    """(state, manifest): every tensor of the original checkpoint by its original name, as a PackedNM where it
-    was packed (shape and popcounts checked) and as a dense tensor elsewhere."""
+                           ) -> tuple[dict[str, torch.Tensor | PackedNM | PackedNMQ], dict]:
+    """(state, manifest): every tensor of the original checkpoint by its original name, as a PackedNM (or, where
+    quantized, a PackedNMQ) where it was packed (shape and popcounts checked) and as a dense tensor elsewhere."""
     folder = Path(checkpoint_dir)
     manifest_path = packed_manifest(folder)
     if manifest_path is None:
@@ -151,17 +172,25 @@ def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.devic
     manifest = json.loads(manifest_path.read_text())
     if manifest.get("format") != FORMAT:
         raise PackingError(f"{manifest_path} is not a packed-checkpoint manifest (format {manifest.get('format')!r})")
+    version = manifest.get("version", 1)
+    if not isinstance(version, int) or not 1 <= version <= MANIFEST_VERSION:
+        raise PackingError(f"{manifest_path} has manifest version {version!r}; this sparsedecoding reads versions 1 to "
+                           f"{MANIFEST_VERSION}: update it, or pack the checkpoint again")
     by_file: dict[str, list[str]] = {}
     for name, info in manifest["tensors"].items():
         by_file.setdefault(info["file"], []).append(name)
-    state: dict[str, torch.Tensor | PackedNM] = {}
+    state: dict[str, torch.Tensor | PackedNM | PackedNMQ] = {}
     for file, names in by_file.items():
         tensors = load_file(str(folder / file), device=str(device))
         for name in names:
             info = manifest["tensors"][name]
             if "pattern" in info:
                 n, m = (int(v) for v in info["pattern"].split(":"))
-                state[name] = PackedNM.from_state_dict(tensors, name, n, m, tuple(info["shape"]))
+                if "quantize" in info:
+                    state[name] = PackedNMQ.from_state_dict(tensors, name, n, m, tuple(info["shape"]),
+                                                            info["quantize"], int(info["group_size"]))
+                else:
+                    state[name] = PackedNM.from_state_dict(tensors, name, n, m, tuple(info["shape"]))
             elif name in tensors and list(tensors[name].shape) == info["shape"]:
                 state[name] = tensors[name]
             else:
