@@ -164,3 +164,25 @@ def test_help_imports_neither_torch_nor_transformers(argv):
              "print(sorted(m for m in ('torch', 'transformers', 'triton') if m in sys.modules))" % argv)
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_evaluation_analysis_and_engine_do_not_import_the_pruning_orchestration():
+    import ast
+    from pathlib import Path
+
+    import sparsedecoding
+
+    root = Path(sparsedecoding.__file__).parent
+    found = []
+    for package in ("evaluation", "analysis", "engine"):
+        for path in (root / package).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""] + [alias.name for alias in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                if any(name.rsplit(".", 1)[-1] in ("pipeline", "compare") for name in names):
+                    found.append(f"{package}/{path.name}")
+    assert not found, found
