@@ -186,3 +186,16 @@ def test_evaluation_analysis_and_engine_do_not_import_the_pruning_orchestration(
                 if any(name.rsplit(".", 1)[-1] in ("pipeline", "compare") for name in names):
                     found.append(f"{package}/{path.name}")
     assert not found, found
+
+
+def test_the_demo_checks_its_settings_before_fetching_or_removing_anything(tmp_path, capsys, monkeypatch):
+    from sparsedecoding import models
+
+    monkeypatch.setattr(models, "resolve_model", lambda name: pytest.fail("fetched before checking the settings"))
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "demo.json").write_text("{}")  # an earlier demo: it would be replaced
+    assert main(["demo", "--out", str(out), "--gen-batch-size", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: SparseDecodingError: --gen-batch-size must be at "
+                                                            "least 1, got 0"]
+    assert (out / "demo.json").exists()

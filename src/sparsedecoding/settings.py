@@ -208,6 +208,15 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings):
 
     def validate(self) -> SparsityPattern:
         """Check everything that can be checked before loading anything; returns the parsed pattern."""
+        pattern = self.check_values()
+        out = Path(self.out)
+        if out.exists() and not self.overwrite:
+            raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
+        return pattern
+
+    def check_values(self) -> SparsityPattern:
+        """The settings' own checks (ranges, choices, the pattern and rules between fields), the output folder aside;
+        returns the parsed pattern."""
         pattern = SparsityPattern.parse(self.pattern)
         check(self)
         if self.calibration in ("text", "mix") and not self.tokens:
@@ -217,9 +226,6 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings):
                                       "only with --propagation sequential; add it or use --target self")
         if self.samples_per_prompt > 1 and not self.do_sample:
             raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
-        out = Path(self.out)
-        if out.exists() and not self.overwrite:
-            raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
         return pattern
 
     def fingerprint(self) -> str:

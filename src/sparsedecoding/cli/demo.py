@@ -59,8 +59,12 @@ def run(args) -> int:
     from ..errors import OutputExistsError
     from ..models import load_model, resolve_model
     from ..pipeline import PRUNED_MANIFEST, prune
+    from ..runenv import pick_device
     from .prune import config_from_args
 
+    for calibration in ("decode", "text"):  # bad settings fail here, before anything is fetched or removed
+        config_from_args(args, calibration=calibration, out=args.out).check_values()
+    pick_device(args.device)
     out = Path(args.out)
     if out.exists():
         if not (out / DEMO_MARK).exists():
