@@ -143,7 +143,8 @@ def test_quantized_packing_names_an_off_grid_weight(tmp_path):
 
 
 # (out, in, batch, pattern, quantize, group, config): one row of x; ragged rows and a partial last step; batches
-# 3, 5 and 16 (padded and not); split-K with an uneven last split; int4 groups of 32 (one word) and 128.
+# 3, 5 and 16 (padded and not); split-K with an uneven last split; int4 groups of 32 (one word) and 128; every
+# code load width (16, 8 and 4 bytes a word, and the 24-code words of 3:4).
 KERNEL_CASES = [
     (16, 128, 1, (2, 4), "int8", 128, dict(block_rows=8, block_words=2)),
     (20, 160, 3, (4, 8), "int4", 32, dict(block_rows=8, block_words=2)),
@@ -151,6 +152,9 @@ KERNEL_CASES = [
     (12, 384, 5, (16, 32), "int4", 128, dict(block_rows=4, block_words=4, split_k=3)),
     (8, 96, 2, (1, 4), "int4", 32, dict(block_rows=8, block_words=2)),
     (9, 64, 1, (2, 4), "int4", 64, dict(block_rows=4, block_words=1)),
+    (16, 128, 2, (3, 4), "int8", 128, dict(block_rows=8, block_words=2)),  # 24 codes a word: 6 int32 loads
+    (12, 128, 1, (3, 4), "int4", 32, dict(block_rows=4, block_words=4, split_k=2)),  # 3 int32 loads
+    (8, 64, 4, (1, 4), "int8", 64, dict(block_rows=8, block_words=1)),  # 8 codes: one 8-byte load
 ]
 
 

@@ -3,7 +3,7 @@
 
 Each program owns BLOCK_ROWS output rows and a range of mask words; a lane walks one whole word of one row (lanes
 of a warp are neighbouring rows of the same word, so their x gathers share cache lines). Per word it loads the
-word's K = 32·N/M codes in chunks of 8 (two int32 for int8, one for int4), then runs K bit-scan steps: the lowest
+word's K = 32·N/M codes (one 16-byte load for int8 at 50%, one 8-byte load for int4), then runs K bit-scan steps: the lowest
 set bit is the column of the next code; the code, sign-extended from its byte or nibble by two shifts, is
 converted to float32 and multiplied with x there into a per-word sum. A word lies in one scale group (group sizes
 are multiples of 32), so its sum is multiplied by the word's scale once, after the K steps: the scale costs one
@@ -23,9 +23,7 @@ import triton.language as tl
 from ..errors import KernelInputError
 from .format import values_per_word
 from .quantized import CODE_BITS, PackedNMQ
-from .triton_spmv import _load_weights, _scan_and_x, _take_lowest_bit, interpreted
-
-CHUNK = 8  # codes per load
+from .triton_spmv import _load_weights, _scan_and_x, _split4, _take_lowest_bit, interpreted
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,9 @@ class NmqConfig:
         sizes = (self.block_rows, self.block_words)
         if any(v < 1 or v & (v - 1) for v in sizes) or self.split_k < 1 or self.num_warps < 1:
             raise KernelInputError(f"nmq_spmv configuration {self!r}: tile sizes must be powers of two, split_k >= 1")
+
+    def __str__(self) -> str:
+        return f"R{self.block_rows}xW{self.block_words} split{self.split_k} w{self.num_warps}"
 
 
 @triton.jit
@@ -82,18 +83,20 @@ def _word(acc, w, ok, mask_rows, code_rows, scale_rows, x_ptr, x_lane, K: tl.con
     x_ok = None if ok is None else ok[:, None]
     word_sum = tl.zeros([LANES, BATCH_BLOCK], dtype=tl.float32)
     code_ptrs = code_rows + w * INT32_PER_WORD
-    for c in tl.static_range(K // CHUNK):
-        if BITS == 8:  # 8 codes in two int32
-            pair = _load_weights(code_ptrs[:, None] + (c * 2 + tl.arange(0, 2))[None, :], x_ok)
-            low, high = tl.split(pair)
-            word_sum, scan = _int32_steps(word_sum, scan, low, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE,
-                                          FAST_SCAN)
-            word_sum, scan = _int32_steps(word_sum, scan, high, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE,
-                                          FAST_SCAN)
-        else:  # 8 codes in one int32
-            chunk = _load_weights(code_ptrs + c, ok)
-            word_sum, scan = _int32_steps(word_sum, scan, chunk, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE,
-                                          FAST_SCAN)
+    if INT32_PER_WORD == 4:  # int8 at 50%: the word's 16 codes in one 16-byte load
+        p0, p1, p2, p3 = _split4(_load_weights(code_ptrs[:, None] + tl.arange(0, 4)[None, :], x_ok), LANES)
+        word_sum, scan = _int32_steps(word_sum, scan, p0, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE, FAST_SCAN)
+        word_sum, scan = _int32_steps(word_sum, scan, p1, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE, FAST_SCAN)
+        word_sum, scan = _int32_steps(word_sum, scan, p2, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE, FAST_SCAN)
+        word_sum, scan = _int32_steps(word_sum, scan, p3, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE, FAST_SCAN)
+    elif INT32_PER_WORD == 2:  # int4 at 50%, int8 at 25%: one 8-byte load
+        low, high = tl.split(_load_weights(code_ptrs[:, None] + tl.arange(0, 2)[None, :], x_ok))
+        word_sum, scan = _int32_steps(word_sum, scan, low, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE, FAST_SCAN)
+        word_sum, scan = _int32_steps(word_sum, scan, high, x_word, x_lane, x_ok, BITS, X_COLUMN_STRIDE, FAST_SCAN)
+    else:  # 1, 3 or 6 int32s (int4 at 25%, 24 codes a word): one 4-byte load each
+        for c in tl.static_range(INT32_PER_WORD):
+            word_sum, scan = _int32_steps(word_sum, scan, _load_weights(code_ptrs + c, ok), x_word, x_lane, x_ok,
+                                          BITS, X_COLUMN_STRIDE, FAST_SCAN)
     return acc + scale[:, None] * word_sum
 
 
@@ -147,7 +150,7 @@ def nmq_spmv_kernel(
 
 def check_nmq_pattern(packed: PackedNMQ) -> None:
     k = values_per_word(packed.n, packed.m)
-    if k % CHUNK:
+    if k % 8:
         raise KernelInputError(f"nmq_spmv needs 32·N/M a multiple of 8 (2:4, 4:8, 8:16, 16:32, 1:4, ...); "
                                f"{packed.pattern} has {k}")
 
