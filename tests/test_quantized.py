@@ -201,3 +201,14 @@ def test_tuned_kernel_on_gpu_matches_float64(quantize, batch):
     packed = pack_nm_quantized(weight, 2, 4, quantize, group_size=128).to("cuda")
     x = torch.randn(batch, 4096, device="cuda").bfloat16()
     assert max_error(nmq_spmv(x, packed), x, packed) <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_dense_quantized_baseline_on_gpu_matches_float64(quantize):
+    """PyTorch's CUDA weight-only matmuls with our layout (tinygemm's nibble order and scale-and-zero tensor)."""
+    weight = grid_weight(512, 4096, 1, 2, quantize, group_size=128).cuda()
+    dense = DenseQuantized.from_codes(solvers.quantization_codes(weight, quantize, 128))
+    for batch in (1, 8, 16):
+        x = torch.randn(batch, 4096, device="cuda").bfloat16()
+        assert max_error(dense(x), x, pack_nm_quantized(weight.cpu(), 1, 2, quantize, group_size=128)) <= 1

@@ -125,7 +125,7 @@ def grid_scale(absmax: torch.Tensor, quantize: str, bits: int) -> torch.Tensor:
     """Scale of a group with largest magnitude `absmax`: absmax/(top code + ½), so round-to-nearest never clips more
     than half a step, rounded up to `bits` significant bits; 1 for an all-zero group."""
     mantissa, exponent = torch.frexp(absmax / (CODE_RANGES[quantize][1] + 0.5))
-    scale = torch.ldexp(torch.ceil(torch.ldexp(mantissa, torch.tensor(bits))), exponent - bits)
+    scale = torch.ldexp(torch.ceil(mantissa * 2**bits), exponent - bits)  # both steps exact
     return torch.where(absmax > 0, scale, torch.ones_like(scale))
 
 
