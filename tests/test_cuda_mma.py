@@ -121,9 +121,9 @@ def test_dtype_mismatch_raises():
 
 
 def test_default_splits_fill_the_gpu_without_tiny_ranges():
-    assert default_splits(28672, 128, 132) == 3      # 224 row blocks
-    assert default_splits(4096, 128, 132) == 4       # 32 row blocks, 16 chunks: 4 chunks a split
-    assert default_splits(4096, 448, 132) == 14
+    assert default_splits(28672, 128, 132) == 1      # 224 row blocks: one wave already
+    assert default_splits(4096, 128, 132) == 8       # 32 row blocks, 16 chunks: 2 chunks a split
+    assert default_splits(4096, 448, 132) == 8       # 264 CTAs
     assert default_splits(16, 1, 132) == 1
 
 

@@ -29,7 +29,7 @@ _DTYPES = {torch.bfloat16: 1, torch.float16: 0}
 ROWS_PER_BLOCK = 128  # rows of W per CTA (kRows in nm_mma.cu)
 CHUNK_WORDS = 8  # mask words per pipeline stage (kChunkWords)
 STAGES = (2, 3, 4)  # pipeline depths the library is built with
-DEFAULT_STAGES = 4
+DEFAULT_STAGES = 2  # fastest on the H200 at every 8B shape and batch but one (benchmarks/results)
 _COUNTER_SLOTS = 1 << 16  # one int per row block of a split-K launch: outputs up to 8M rows
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -60,9 +60,9 @@ def cache_dir() -> Path:
 
 def _arch() -> str:
     major, minor = torch.cuda.get_device_capability()
-    if major < 8:
-        raise CudaKernelUnavailableError(f"the tensor-core kernel needs compute capability 8.0 or newer (bf16 "
-                                         f"mma.sync); this GPU is {major}.{minor}: use the Triton kernel (nm_spmv)")
+    if major < 9:
+        raise CudaKernelUnavailableError(f"the tensor-core kernel needs compute capability 9.0 or newer (Hopper "
+                                         f"bulk copies); this GPU is {major}.{minor}: use the Triton kernel (nm_spmv)")
     return f"{major}{minor}"
 
 
@@ -142,12 +142,12 @@ def check_inputs(x: torch.Tensor, packed: PackedNM) -> None:
 
 
 def default_splits(out: int, words: int, sms: int) -> int:
-    """Column splits per row block: about four CTAs per multiprocessor, each split with at least four pipeline
-    chunks."""
+    """Column splits per row block: as many as keep the CTAs within one wave (two per multiprocessor at the
+    default pipeline depth), each split with at least two pipeline chunks; read off the H200 sweep of the 8B
+    shapes in benchmarks/results/cuda_kernel_h200_8b_sweep.md."""
     row_blocks = -(-out // ROWS_PER_BLOCK)
     chunks = -(-words // CHUNK_WORDS)
-    wanted = -(-4 * sms // row_blocks)
-    return max(1, min(wanted, chunks // 4))
+    return max(1, min(2 * sms // row_blocks, chunks // 2))
 
 
 def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None,
