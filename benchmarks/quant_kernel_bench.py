@@ -60,9 +60,9 @@ def weight_bytes(*tensors: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def copies(make, nbytes: int) -> list:
-    """The object `make()` returns and enough more that a round over them moves L2_ROTATION_BYTES."""
-    return [make() for _ in range(1 + math.ceil(L2_ROTATION_BYTES / nbytes))]
+def rotation(first, make, nbytes: int) -> list:
+    """`first` and enough copies from `make()` that a round over them moves more than L2_ROTATION_BYTES."""
+    return [first] + [make() for _ in range(math.ceil(L2_ROTATION_BYTES / nbytes))]
 
 
 @dataclass
@@ -85,9 +85,8 @@ def bench_sparse(quantize: str, weight: torch.Tensor, n: int, m: int, batches: l
     packed = pack_nm_quantized(weight, n, m, quantize, GROUP_SIZE)
     del weight
     nbytes = weight_bytes(packed.codes, packed.scales, packed.bitmask)
-    rotation = [packed] + copies(lambda: PackedNMQ(packed.codes.clone(), packed.scales.clone(),
-                                                   packed.bitmask.clone(), n, m, packed.shape, quantize,
-                                                   packed.group_size), nbytes)[1:]
+    weights = rotation(packed, lambda: PackedNMQ(packed.codes.clone(), packed.scales.clone(), packed.bitmask.clone(),
+                                                 n, m, packed.shape, quantize, packed.group_size), nbytes)
     kept = packed.kept_values()
     name = f"N:M+{quantize}"
     for batch in batches:
@@ -99,7 +98,7 @@ def bench_sparse(quantize: str, weight: torch.Tensor, n: int, m: int, batches: l
         best, best_s = None, math.inf
         for config in candidate_configs(*packed.bitmask.shape):
             row.checks[f"{name} {config}"] = output_error(nmq_spmv_triton(x, packed, config), x, kept, packed.bitmask)
-            seconds, method = time_rotated([lambda p=p, c=config: nmq_spmv_triton(x, p, c) for p in rotation], reps)
+            seconds, method = time_rotated([lambda p=p, c=config: nmq_spmv_triton(x, p, c) for p in weights], reps)
             if seconds < best_s:
                 best, best_s = config, seconds
             if config == tuned:
@@ -108,7 +107,7 @@ def bench_sparse(quantize: str, weight: torch.Tensor, n: int, m: int, batches: l
         row.times[name], row.bytes[name] = best_s, nbytes + 2 * batch * sum(packed.shape)
         row.notes.append(f"{name} fastest {best}")
         print(f"  {name} b{batch}: {best_s * 1e6:.1f} us ({best}), x{row.dense_s / best_s:.2f} vs cuBLAS", flush=True)
-    del rotation, kept
+    del weights, kept
     torch.cuda.empty_cache()
 
 
@@ -119,14 +118,14 @@ def bench_dense_quantized(quantize: str, weight: torch.Tensor, batches: list[int
     try:
         dense = DenseQuantized.from_codes(grid)
         nbytes = weight_bytes(dense.weight, dense.scales)
-        rotation = [dense] + copies(lambda: DenseQuantized(dense.weight.clone(), dense.scales.clone(), quantize,
-                                                           dense.group_size, dense.shape), nbytes)[1:]
+        weights = rotation(dense, lambda: DenseQuantized(dense.weight.clone(), dense.scales.clone(), quantize,
+                                                         dense.group_size, dense.shape), nbytes)
         values = weight.float()
         for batch in batches:
             row = rows[batch]
             x = torch.randn(batch, weight.shape[1], device="cuda").bfloat16()
             row.checks[name] = output_error(dense(x), x, values, full_mask(*weight.shape))
-            row.times[name], _ = time_rotated([lambda d=d: d(x) for d in rotation], reps)
+            row.times[name], _ = time_rotated([lambda d=d: d(x) for d in weights], reps)
             row.bytes[name] = nbytes + 2 * batch * sum(weight.shape)
             print(f"  {name} b{batch}: {row.times[name] * 1e6:.1f} us", flush=True)
     except (RuntimeError, NotImplementedError) as exc:  # e.g. no CUDA kernel for the op in this torch build
@@ -141,15 +140,15 @@ def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: 
     n, m = (int(v) for v in pattern.split(":"))
     print(f"{model} {shape} {out}x{in_features} {pattern}", flush=True)
     dense = torch.randn(out, in_features, device="cuda", generator=generator).bfloat16()
-    rotation = copies(lambda: dense.clone(), weight_bytes(dense))
+    weights = rotation(dense, dense.clone, weight_bytes(dense))
     rows = {}
     for batch in batches:
         x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
-        dense_s, _ = time_rotated([lambda w=w: F.linear(x, w) for w in rotation], reps)
+        dense_s, _ = time_rotated([lambda w=w: F.linear(x, w) for w in weights], reps)
         rows[batch] = Row(model, shape, out, in_features, pattern, batch, dense_s)
         rows[batch].bytes["cuBLAS bf16"] = weight_bytes(dense) + 2 * batch * (out + in_features)
         print(f"  cuBLAS b{batch}: {dense_s * 1e6:.1f} us", flush=True)
-    del rotation, dense
+    del weights, dense
     for quantize in ("int8", "int4"):
         bench_sparse(quantize, grid_weight(out, in_features, n, m, quantize, generator), n, m, batches, reps, rows)
         bench_dense_quantized(quantize, grid_weight(out, in_features, 1, 1, quantize, generator), batches, reps,
