@@ -111,6 +111,7 @@ def test_replayed_layer_inputs_equal_the_kv_cached_decode(tiny_pair):
         torch.testing.assert_close(replayed[index], torch.stack(steps, 1)[:, :8], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_drift_is_zero_for_identical_models_and_positive_otherwise(tiny_pair):
     dense, tokenizer, _ = load_model(tiny_pair / "dense")
     other, _, _ = load_model(tiny_pair / "other")
@@ -150,6 +151,7 @@ def prompts_file(folder, lines=("def add(a, b):", "sort a list", "hello world", 
     return path
 
 
+@pytest.mark.slow
 def test_run_discrepancy_on_a_tiny_model(tiny_pair, tmp_path):
     heldout = prompts_file(tmp_path)
     calib = tmp_path / "calib.txt"

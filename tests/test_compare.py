@@ -40,6 +40,7 @@ def settings(tmp_path):
                                 gen_batch_size=8))
 
 
+@pytest.mark.slow
 def test_compare_runs_the_grid_with_equal_budgets_and_resumes(settings, monkeypatch):
     report = run_compare(settings, CONFIGS)
     folder = report.parent

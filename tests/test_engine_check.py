@@ -90,6 +90,7 @@ def test_check_run_reports_passes_on_a_tiny_pruned_model(pruned_folder):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.slow
 def test_check_fails_an_engine_whose_rope_is_off_by_ten_percent(tiny_folder, monkeypatch, dtype):
     prompts = ["hello world", "abc"]
     report = run(tiny_folder, prompts, 10, torch.device("cpu"), compile=False, checks=["logits"], dtype=dtype)
@@ -106,6 +107,7 @@ def test_check_without_the_wide_reference_uses_the_fixed_rule(tiny_folder):
     assert "reference: none (fixed rule)" in report and "Pass (fixed rule)" in report and "| NO |" not in report
 
 
+@pytest.mark.slow
 def test_command_line_passes_the_dtype_and_the_reference_choice(tiny_folder, tmp_path):
     out = tmp_path / "report.md"
     common = ["--model", str(tiny_folder), "--checks", "logits", "--new-tokens", "4", "--device", "cpu", "--out",

@@ -57,6 +57,7 @@ def test_a_program_ends_with_the_tests_and_the_check_call():
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_every_canonical_humaneval_solution_passes_in_the_sandbox(cache_dir):
     from sparsedecoding.data import humaneval_problems
 

@@ -70,6 +70,7 @@ def test_prune_writes_a_valid_sparse_checkpoint(tiny_folder, prompts_file, tmp_p
     assert model.config.num_hidden_layers == 3
 
 
+@pytest.mark.slow
 def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, tmp_path, monkeypatch):
     """With dense propagation every layer's Hessians equal those of one pass of the dense model; with sequential
     propagation the later layers' differ (their inputs come from pruned layers)."""
@@ -104,6 +105,7 @@ def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, 
 
 
 @pytest.mark.parametrize("propagation,target", [("dense", "self"), ("sequential", "self"), ("sequential", "dense")])
+@pytest.mark.slow
 def test_resume_after_interruption_gives_the_same_weights(tiny_folder, prompts_file, tmp_path, monkeypatch,
                                                           propagation, target):
     straight = prune(config(tiny_folder, tmp_path / f"straight-{propagation}", prompts_file,
@@ -163,6 +165,7 @@ def test_the_source_dtype_comes_from_the_config_or_else_the_weights(tmp_path):
     assert source_dtype(folder) == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_dense_target_matches_self_target_where_the_streams_agree_and_differs_after(tiny_folder, prompts_file,
                                                                                    tmp_path):
     """Layer 0 reads the same inputs in both streams (nothing is pruned before it), so fitting the dense outputs
@@ -190,6 +193,7 @@ def test_dense_target_needs_sequential_propagation(tiny_folder, prompts_file, tm
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+@pytest.mark.slow
 def test_an_interrupted_prune_resumes_at_its_generation_batch_and_then_its_layer(tiny_folder, prompts_file, tmp_path,
                                                                                  monkeypatch, caplog):
     """Generation is cut at its third batch, then solving at the second layer; each rerun reuses what was kept."""
