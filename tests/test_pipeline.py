@@ -77,8 +77,8 @@ def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, 
     captured = {"hessians": []}
     build, solve = pipeline.build_calibration, pipeline.solve_layer
 
-    def spy_build(cfg, model, tokenizer, store):
-        captured["calib"], stats = build(cfg, model, tokenizer, store)
+    def spy_build(cfg, model, tokenizer, store, *rest):
+        captured["calib"], stats = build(cfg, model, tokenizer, store, *rest)
         return captured["calib"], stats
 
     def spy_solve(cfg, pattern, linears, hessians, crosses=None):

@@ -5,13 +5,20 @@ Hessians of its linears over the kept positions, the solver prunes each linear, 
 layer's inputs. `dense` propagation (the paper) feeds every layer the dense model's activations; `sequential` feeds
 layer l the outputs of the already-pruned layers < l (as SparseGPT does). Only one layer's Hessians exist at a time.
 
-Work happens in `OUT.partial/`: each finished generation batch, the calibration set and each finished layer's pruned
-weights are saved there, so an interrupted run resumes at the first unfinished generation batch or layer; the finished
-checkpoint is renamed to OUT at the very end.
+`--calibration self` takes its sequences from `selfdata`: the dense model writes task prompts and answers them; the
+train side (cut to `tokens`) calibrates, the dev side is kept for repair. With `repair_steps`, the pruned model is then
+distilled from a second copy of the dense model with its masks fixed (`repair`), on its own sampled answers to the
+train prompts (on-policy) or on the calibration sequences, stopping early on the dev prompts.
+
+Work happens in `OUT.partial/`: each finished generation batch, the calibration set, each finished layer's pruned
+weights, the selfdata shards, the repair data and repair's checkpoints are saved there, so an interrupted run resumes
+at the first unfinished generation batch, layer or repair checkpoint (finished layers are restored, not solved again;
+a finished repair is restored from its best state); the finished checkpoint is renamed to OUT at the very end.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -25,11 +32,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from . import settings, solvers
+from . import repair, selfdata, settings, solvers
 from .calibration import CalibrationSet, concat, decode_calibration, describe, text_calibration
-from .data import lee_text, prompts_hash, read_prompts, read_text_file
-from .errors import SparseDecodingError
-from .generation import BatchStore, position_ids_from_mask
+from .data import chat_format, lee_text, prompts_hash, read_prompts, read_text_file
+from .errors import RepairError, SparseDecodingError
+from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target, hessians_by_module,
                       input_groups, paired_by_module, prunable_linears)
 from .models import check_pattern_fits, load_model, resolve_model, source_dtype
@@ -43,11 +50,30 @@ log = logging.getLogger(__name__)
 SOLVERS = {name: getattr(solvers, name) for name in settings.SOLVERS}
 
 
+def selfdata_config(config: PruneConfig) -> selfdata.SelfDataConfig:
+    temperature, top_p = config.answer_sampling()
+    return selfdata.SelfDataConfig(sources=config.self_sources, n_meta=config.self_meta, n_answers=config.self_answers,
+                                   answer_max_new_tokens=config.max_new_tokens, answer_temperature=temperature,
+                                   answer_top_p=top_p, batch_size=config.self_batch_size, seed=config.seed)
+
+
 def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore | None = None,
-                      ) -> tuple[CalibrationSet, dict]:
+                      selfdata_folder: Path | None = None) -> tuple[CalibrationSet, dict]:
     """The calibration set for `config.calibration`, plus generation statistics for the manifest. `store` keeps the
-    finished generation batches (see `generation.BatchStore`)."""
+    finished generation batches (see `generation.BatchStore`); `selfdata_folder` the shards of `--calibration self`."""
     stats: dict = {}
+    if config.calibration == "self":
+        if selfdata_folder is None:
+            raise ValueError("--calibration self needs a folder for its shards")
+        started = time.perf_counter()
+        data = selfdata.build(model, tokenizer, selfdata_folder, selfdata_config(config))
+        calib, _ = selfdata.calibration_sets(data, tokenizer.pad_token_id, config.tokens)
+        temperature, top_p = config.answer_sampling()
+        stats["selfdata"] = {**data.stats, "answer_temperature": temperature, "answer_top_p": top_p,
+                             "seconds_this_run": round(time.perf_counter() - started, 2)}
+        stats.update(describe(calib))
+        stats["tokens_by_source"] = {calib.source: calib.tokens}
+        return calib, stats
     decode_budget = config.tokens
     if config.calibration == "mix":
         decode_budget = round(config.tokens * config.mix_ratio)
@@ -75,6 +101,102 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
     stats.update(describe(calib))
     stats["tokens_by_source"] = {calib_set.source: calib_set.tokens for calib_set in sets}
     return calib, stats
+
+
+def repair_config(config: PruneConfig) -> repair.RepairConfig:
+    """The prune settings as repair's: warm-up is a tenth of the steps up to 20; a checkpoint (masters, Adam state
+    and best state: about 18 GB for a 1.5B model) is written every ~200 steps, at an evaluation, and at the end."""
+    return repair.RepairConfig(lr=config.repair_lr, batch_size=config.repair_batch,
+                               micro_batch_size=config.repair_micro_batch, max_steps=config.repair_steps,
+                               warmup_steps=min(20, config.repair_steps // 10), time_budget_s=config.repair_time_budget,
+                               eval_every=config.repair_eval_every, patience=config.repair_patience,
+                               checkpoint_every=config.repair_eval_every * max(1, 200 // config.repair_eval_every),
+                               seed=config.seed)
+
+
+def split_by_hash(calib: CalibrationSet, dev_share: float = 0.1) -> tuple[CalibrationSet, CalibrationSet]:
+    """(train, dev) rows of `calib`, each row's side fixed by a hash of its tokens (as selfdata splits prompts)."""
+    dev_rows = [selfdata.is_dev(" ".join(map(str, ids[mask.bool()].tolist())), dev_share)
+                for ids, mask in zip(calib.input_ids, calib.attention_mask)]
+    sides = []
+    for want in (False, True):
+        index = torch.tensor([row for row, dev in enumerate(dev_rows) if dev == want], dtype=torch.long)
+        sides.append(CalibrationSet(calib.input_ids[index], calib.attention_mask[index], calib.keep[index],
+                                    calib.source))
+    if not len(sides[0]) or not len(sides[1]):
+        raise RepairError(f"the {len(calib)} calibration sequences leave one side of repair's train/dev split empty; "
+                          f"raise --tokens or use --calibration self")
+    return sides[0], sides[1]
+
+
+def on_policy_set(student, tokenizer, prompt_ids: list[list[int]], token_budget: int | None, config: PruneConfig,
+                  stage: str, progress: bool) -> CalibrationSet:
+    """The student's sampled answers to `prompt_ids` (`repair.student_samples`), in chunks with a seed each, going
+    round the prompts until `token_budget` decode tokens (None: every prompt once)."""
+    temperature, top_p = config.answer_sampling()
+    size = config.self_batch_size * 4
+    chunks = [prompt_ids[start:start + size] for start in range(0, len(prompt_ids), size)]
+    sets, tokens = [], 0
+    for index in itertools.count():
+        if token_budget is None and index == len(chunks):
+            break
+        part = repair.student_samples(student, tokenizer, chunks[index % len(chunks)], config.max_new_tokens,
+                                      config.self_batch_size, temperature, top_p,
+                                      selfdata.shard_seed(config.seed, stage, index),
+                                      None if token_budget is None else token_budget - tokens, progress=progress)
+        sets.append(part)
+        tokens += part.tokens
+        if token_budget is not None and tokens >= token_budget:
+            break
+    return sets[0] if len(sets) == 1 else concat(sets, tokenizer.pad_token_id, "student")
+
+
+def repair_data(config: PruneConfig, teacher, student, tokenizer, calib: CalibrationSet, work: WorkDir,
+                progress: bool) -> tuple[CalibrationSet, CalibrationSet]:
+    """(train, dev) sets for repair. Prompts: selfdata's two sides with `--calibration self` (rebuilt from the shards
+    with the dense `teacher`), else `--prompts` split by a hash of their text. On-policy: the student's answers to
+    them (at most 256 dev prompts, as many as repair scores); otherwise the dense answers, or the calibration
+    sequences split by a hash of their tokens."""
+    pad = tokenizer.pad_token_id
+    if config.calibration == "self":
+        data = selfdata.build(teacher, tokenizer, work.selfdata_folder, selfdata_config(config), progress)
+        if not config.repair_on_policy:
+            return selfdata.calibration_sets(data, pad, config.repair_tokens)
+        train_ids, dev_ids = [gen.prompt_ids for gen in data.train], [gen.prompt_ids for gen in data.dev]
+    elif not config.repair_on_policy:
+        return split_by_hash(calib)
+    else:
+        prompts = read_prompts(config.prompts)[:config.n_prompts]
+        sides = [[prompt for prompt in prompts if selfdata.is_dev(prompt, 0.1) == dev] for dev in (False, True)]
+        if not sides[0] or not sides[1]:
+            raise RepairError(f"the {len(prompts)} prompts leave one side of repair's train/dev split empty; add "
+                              f"prompts or use --calibration self")
+        train_ids, dev_ids = (tokenize_prompts(tokenizer, chat_format(tokenizer, side)) for side in sides)
+    if not dev_ids:
+        raise RepairError("selfdata's dev side is empty; raise --self-answers")
+    return (on_policy_set(student, tokenizer, train_ids, config.repair_tokens, config, "repair-train", progress),
+            on_policy_set(student, tokenizer, dev_ids[:256], None, config, "repair-dev", progress))
+
+
+def repair_model(config: PruneConfig, folder: Path, student, tokenizer, calib: CalibrationSet, work: WorkDir,
+                 progress: bool) -> dict:
+    """Distil the pruned `student` in place from a second copy of the dense model (`repair.repair`); returns the
+    report for the manifest. The data are saved in the work folder, so a resumed run trains on the same sequences
+    (repair's checkpoints are tied to them) and a finished repair only restores its best state."""
+    teacher, _, _ = load_model(folder, next(student.parameters()).device, next(student.parameters()).dtype)
+    files = work.path / "repair-train.safetensors", work.path / "repair-dev.safetensors"
+    if all(file.exists() for file in files):
+        train, dev = (CalibrationSet.load(file) for file in files)
+    else:
+        train, dev = repair_data(config, teacher, student, tokenizer, calib, work, progress)
+        dev.save(files[1])
+        train.save(files[0].with_suffix(".tmp"))
+        os.replace(files[0].with_suffix(".tmp"), files[0])  # last and atomic: its presence says both are complete
+    with torch.enable_grad():  # prune runs under no_grad
+        report = repair.repair(teacher, student, train, dev, work.repair_folder, repair_config(config))
+    del teacher
+    report["data"] = {"on_policy": config.repair_on_policy, "train": describe(train), "dev": describe(dev)}
+    return report
 
 
 class _FirstLayerInputs(Exception):
@@ -189,6 +311,14 @@ class WorkDir:
     def calibration_file(self) -> Path:
         return self.path / "calibration.safetensors"
 
+    @property
+    def selfdata_folder(self) -> Path:
+        return self.path / "selfdata"
+
+    @property
+    def repair_folder(self) -> Path:
+        return self.path / "repair"
+
     def save_state(self) -> None:
         write_json(self.path / "state.json", self.state)
 
@@ -285,8 +415,13 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     device = pick_device(config.device)
     folder = resolve_model(config.model)
     check_pattern_fits(folder, pattern, config.solver, config.blocksize)
-    if config.calibration in ("decode", "mix"):
+    if config.calibration in ("decode", "mix") or (config.repair_steps and config.repair_on_policy
+                                                   and config.calibration != "self"):
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
+    if config.calibration == "self":
+        for name, _ in selfdata_config(config).mix():
+            if name != "self":
+                read_prompts(name)
     if config.text:
         read_text_file(config.text)
     work = WorkDir(out, config.fingerprint())
@@ -299,11 +434,14 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             calib = CalibrationSet.load(work.calibration_file)
         else:
             torch.manual_seed(config.seed)
-            calib, work.state["calibration"] = build_calibration(config, model, tokenizer, work.generation_store)
+            calib, work.state["calibration"] = build_calibration(config, model, tokenizer, work.generation_store,
+                                                                 work.selfdata_folder)
             calib.save(work.calibration_file)
             work.save_state()
         log.info("calibration: %s, %d tokens in %d sequences", calib.source, calib.tokens, len(calib))
         result = prune_layers(model, calib, config, work, progress)
+        repair_report = repair_model(config, folder, model, tokenizer, calib, work, progress) \
+            if config.repair_steps else None
         manifest = {
             "pattern": str(pattern), "solver": config.solver, "propagation": config.propagation,
             "calibration": work.state["calibration"], "source_model": str(folder),
@@ -316,6 +454,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "peak_memory_gb": peak_memory_gb(device), "device": str(device), "versions": versions(),
             "command": config.command or sys.argv,
         }
+        if repair_report is not None:
+            manifest["repair"] = repair_report
         final = work.path / "final"
         shutil.rmtree(final, ignore_errors=True)
         model.to(source_dtype(folder)).save_pretrained(final)

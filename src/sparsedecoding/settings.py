@@ -1,13 +1,15 @@
 """Every knob of pruning, evaluation and the quality grid, defined once: default, help text and the values it accepts.
 
 The settings are plain dataclasses in groups: `CalibrationSettings` (where the Hessians' tokens come from),
-`SolverSettings` (how each layer is pruned), `EvalSettings` (how a model is scored) and `RunSettings` (model, output,
-device, seed). `PruneConfig` is all of calibration, solver and run, flat; `CompareSettings` takes the grid's knobs from
-the same definitions. The command line is built from these fields (`add_arguments`, `from_args`), so `--help` always
-shows the defaults used, and `check` validates every value with a one-line `SparseDecodingError` before any model work.
+`SolverSettings` (how each layer is pruned), `RepairSettings` (optional distillation after it), `EvalSettings` (how a
+model is scored) and `RunSettings` (model, output, device, seed). `PruneConfig` is all of calibration, solver, repair
+and run, flat; `CompareSettings` takes the grid's knobs from the same definitions. The command line is built from
+these fields (`add_arguments`, `from_args`), so `--help` always shows the defaults used, and `check` validates every
+value with a one-line `SparseDecodingError` before any model work.
 
 How to add a knob: add one `knob(...)` field to its group below (default, help, and `choices` or a numeric range).
 Its flag, its help line, its validation and its place in manifests and fingerprints follow; read it where it acts.
+For the compare grid as well, add `name: type = like(Group, "name")` to CompareSettings (passed on by name).
 
 This module imports neither torch nor transformers, so `sparsedecoding --help` stays fast.
 """
@@ -166,8 +168,10 @@ class CalibrationSettings:
     """Where the calibration tokens come from."""
 
     calibration: str = knob("decode", "decode: the dense model's own decode steps on --prompts; text: teacher-forced "
-                            "--text; mix: both, --mix-ratio of the tokens from decode",
-                            choices=("decode", "text", "mix"))
+                            "--text; mix: both, --mix-ratio of the tokens from decode; self: the dense model writes "
+                            "its own task prompts (--self-sources) and answers them, --tokens of the answers' decode "
+                            "steps, a prompt-hash tenth kept apart for repair's early stopping",
+                            choices=("decode", "text", "mix", "self"))
     prompts: str = knob("humaneval:calib", "task prompts: a .jsonl file (field 'prompt'), a text file (one prompt per "
                         "line), or humaneval:calib (the even half of HumanEval)")
     text: str | None = knob(None, "natural text file for text calibration", shown="the Lee background corpus")
@@ -179,9 +183,21 @@ class CalibrationSettings:
     mix_ratio: float = knob(0.5, "share of decode tokens in --calibration mix", above=0.0, below=1.0)
     text_seq_len: int = knob(512, "window length of the text source", minimum=2)
     do_sample: bool = knob(False, "sample (seeded) instead of greedy decoding", flag="--sample")
-    temperature: float = knob(1.0, "sampling temperature", above=0.0)
-    top_p: float = knob(1.0, "sampling top-p", above=0.0, maximum=1.0)
+    temperature: float = knob(1.0, "sampling temperature; --calibration self and on-policy repair always sample, "
+                              "at 0.7 while this is left at 1.0", above=0.0)
+    top_p: float = knob(1.0, "sampling top-p; --calibration self and on-policy repair use 0.95 while this is left at "
+                        "1.0", above=0.0, maximum=1.0)
     gen_batch_size: int = knob(32, "prompts per generation batch", minimum=1)
+    self_sources: str = knob("self=0.9,humaneval:fit=0.1", "--calibration self: prompt sources as name=weight pairs; "
+                             "self (written by the model), humaneval:fit, humaneval:calib or a prompt file")
+    self_meta: int = knob(4096, "--calibration self: meta-prompts asking the model for a task prompt", minimum=1)
+    self_answers: int = knob(4096, "--calibration self: prompts answered, mixed from --self-sources", minimum=1)
+    self_batch_size: int = knob(256, "--calibration self and on-policy repair: generator rows", minimum=1)
+
+    def answer_sampling(self) -> tuple[float, float]:
+        """(temperature, top_p) of self-written answers and on-policy repair samples: the given values, or 0.7 and
+        0.95 for a field left at its default of 1.0 (pure sampling at 1.0 drifts off-task)."""
+        return (0.7 if self.temperature == 1.0 else self.temperature, 0.95 if self.top_p == 1.0 else self.top_p)
 
 
 @dataclass(kw_only=True)
@@ -202,9 +218,28 @@ class SolverSettings:
 
 
 @dataclass(kw_only=True)
-class PruneConfig(RunSettings, CalibrationSettings, SolverSettings):
+class RepairSettings:
+    """Fixed-mask repair after the solver (`repair.repair`): the kept weights are trained towards the dense model."""
+
+    repair_steps: int = knob(0, "optimizer steps of fixed-mask distillation from the dense model after pruning "
+                             "(0: no repair)", minimum=0)
+    repair_lr: float = knob(2e-5, "repair peak learning rate (AdamW, warm-up then cosine)", above=0.0, below=1.0)
+    repair_batch: int = knob(16, "repair sequences per optimizer step", minimum=1)
+    repair_micro_batch: int = knob(4, "repair sequences per forward/backward pass (memory only)", minimum=1)
+    repair_eval_every: int = knob(50, "repair steps between dev KL evaluations", minimum=1)
+    repair_patience: int = knob(4, "stop repair after this many evaluations without a better dev KL", minimum=1)
+    repair_time_budget: float = knob(600.0, "stop repair after this many seconds of training", above=0.0)
+    repair_on_policy: bool = knob(True, "repair on the calibration sequences instead of the pruned model's own "
+                                  "sampled answers to the train prompts (dev: to the dev prompts) scored by the dense "
+                                  "model", flag="--no-repair-on-policy", shown="on-policy")
+    repair_tokens: int = knob(262144, "decode tokens of repair training data", minimum=1)
+
+
+@dataclass(kw_only=True)
+class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettings):
     """Every knob of a pruning run (`pipeline.prune`), flat: PruneConfig(model=..., out=..., pattern=..., tokens=...).
-    The fields, their defaults and help are those of RunSettings, CalibrationSettings and SolverSettings."""
+    The fields, their defaults and help are those of RunSettings, CalibrationSettings, SolverSettings and
+    RepairSettings."""
 
     def validate(self) -> SparsityPattern:
         """Check everything that can be checked before loading anything; returns the parsed pattern."""
@@ -226,6 +261,16 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings):
                                       "only with --propagation sequential; add it or use --target self")
         if self.samples_per_prompt > 1 and not self.do_sample:
             raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
+        if self.calibration == "self":
+            from .selfdata import SelfDataConfig  # imports torch: only when the source is used
+
+            SelfDataConfig(sources=self.self_sources).mix()
+        if self.repair_steps and self.repair_on_policy and self.calibration == "text":
+            raise SparseDecodingError("on-policy repair samples answers to task prompts, which --calibration text "
+                                      "has none of; use --calibration decode, mix or self, or --no-repair-on-policy")
+        if self.repair_steps and self.repair_micro_batch > self.repair_batch:
+            raise SparseDecodingError(f"--repair-micro-batch {self.repair_micro_batch} is larger than --repair-batch "
+                                      f"{self.repair_batch}; lower it")
         return pattern
 
     def fingerprint(self) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..settings import CalibrationSettings, PruneConfig, RunSettings, SolverSettings, add_arguments, from_args
+from ..settings import (CalibrationSettings, PruneConfig, RepairSettings, RunSettings, SolverSettings, add_arguments,
+                        from_args)
 
 
 def register(subparsers) -> None:
@@ -13,6 +14,7 @@ def register(subparsers) -> None:
     add_arguments(parser, RunSettings)
     add_arguments(parser, SolverSettings, "solver")
     add_arguments(parser, CalibrationSettings, "calibration")
+    add_arguments(parser, RepairSettings, "repair")
     parser.set_defaults(func=run)
 
 

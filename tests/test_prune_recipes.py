@@ -1,0 +1,150 @@
+"""`prune --calibration self` and `prune --repair-steps`: end to end on a tiny model, the masks kept by repair, and
+resumption of an interrupted repair without solving the layers or sampling the repair data again."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sparsedecoding import pipeline, repair, selfdata
+from sparsedecoding.patterns import PRUNABLE_LINEARS
+from sparsedecoding.settings import PruneConfig
+from helpers import make_tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PRUNED = tuple(f"{leaf}.weight" for leaf in PRUNABLE_LINEARS)
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    # stage 1 of selfdata writes up to 320 tokens after a ~250-character meta-prompt (one token per character)
+    return make_tiny_model(tmp_path_factory.mktemp("recipes") / "model", max_position_embeddings=1024)
+
+
+def split_prompts(train: int, dev: int) -> list[str]:
+    """Prompts of which exactly `dev` fall on the dev side of the 10% hash split, so neither side is empty."""
+    sides: dict[bool, list[str]] = {False: [], True: []}
+    for index in range(10_000):
+        prompt = f"write a function number {index}"
+        side = sides[selfdata.is_dev(prompt, 0.1)]
+        if len(side) < (dev if side is sides[True] else train):
+            side.append(prompt)
+        if len(sides[False]) == train and len(sides[True]) == dev:
+            return sides[False] + sides[True]
+    raise AssertionError("no split found")
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    path.write_text("\n".join(split_prompts(train=8, dev=3)) + "\n")
+    return path
+
+
+def config(folder, out, prompts, **overrides) -> PruneConfig:
+    values = dict(model=str(folder), out=str(out), prompts=str(prompts), tokens=40, max_new_tokens=12, batch_size=4,
+                  gen_batch_size=11, do_sample=True, seed=0, device="cpu", self_meta=6, self_answers=24,
+                  self_batch_size=12, self_sources=f"self=1,{prompts}=1", repair_eval_every=1, repair_batch=4,
+                  repair_micro_batch=2, repair_tokens=60, repair_lr=1e-3)
+    values.update(overrides)
+    return PruneConfig(**values)
+
+
+def manifest(out) -> dict:
+    return json.loads((out / "sparsedecoding.json").read_text())
+
+
+def test_self_calibration_writes_an_nm_checkpoint_with_selfdata_statistics(tiny_folder, prompts_file, tmp_path):
+    out = pipeline.prune(config(tiny_folder, tmp_path / "out", prompts_file, calibration="self"), progress=False)
+    for name, tensor in load_file(str(out / "model.safetensors")).items():
+        if name.endswith(PRUNED):
+            assert torch.all((tensor != 0).reshape(tensor.shape[0], -1, 4).sum(-1) == 2), name
+    calibration = manifest(out)["calibration"]
+    assert calibration["source"] == "selfdata" and calibration["tokens"] == 40
+    stats = calibration["selfdata"]
+    assert stats["answered"] == 24 and stats["dev_sequences"] > 0
+    assert set(stats["prompts_by_source"]) == {"self", str(prompts_file)}
+    assert (stats["answer_temperature"], stats["answer_top_p"]) == (0.7, 0.95)  # temperature and top-p left at 1.0
+    assert not (tmp_path / "out.partial").exists()
+
+
+@pytest.fixture(scope="module")
+def unrepaired(tiny_folder, prompts_file, tmp_path_factory):
+    return pipeline.prune(config(tiny_folder, tmp_path_factory.mktemp("plain") / "out", prompts_file), progress=False)
+
+
+def test_repair_keeps_the_masks_and_reports(tiny_folder, prompts_file, unrepaired, tmp_path):
+    out = pipeline.prune(config(tiny_folder, tmp_path / "out", prompts_file, repair_steps=2), progress=False)
+    before, after = load_file(str(unrepaired / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    moved = 0
+    for name, tensor in after.items():
+        if name.endswith(PRUNED):
+            assert torch.equal(tensor != 0, before[name] != 0), name
+            moved += not torch.equal(tensor, before[name])
+        else:
+            assert torch.equal(tensor, before[name]), name
+    report = manifest(out)["repair"]
+    assert report["step"] == 2 and report["stopped_by"] == "max_steps"
+    assert report["best_step"] > 0 and report["best_dev_kl"] < report["initial_dev_kl"]
+    assert moved > 0  # the best state is a trained one, so the kept weights changed
+    assert report["data"]["on_policy"] and report["data"]["train"]["source"] == "student"
+    assert report["data"]["train"]["tokens"] == 60
+    assert "repair" not in manifest(unrepaired)
+
+
+def test_an_interrupted_repair_resumes_without_solving_or_sampling_again(tiny_folder, prompts_file, tmp_path,
+                                                                         monkeypatch):
+    straight = pipeline.prune(config(tiny_folder, tmp_path / "straight", prompts_file, repair_steps=2),
+                              progress=False)
+    make_config = pipeline.repair_config
+    monkeypatch.setattr(pipeline, "repair_config", lambda cfg: replace(make_config(cfg), checkpoint_every=1))
+    evaluate, evaluations = repair._evaluate, []
+
+    def interrupt_at_step_two(*args):
+        evaluations.append(1)
+        if len(evaluations) == 2:  # step 1 is checkpointed, step 2 trained but not yet
+            raise KeyboardInterrupt
+        return evaluate(*args)
+
+    monkeypatch.setattr(repair, "_evaluate", interrupt_at_step_two)
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.prune(config(tiny_folder, out, prompts_file, repair_steps=2), progress=False)
+    assert json.loads((tmp_path / "resumed.partial" / "repair" / "progress.json").read_text())["step"] == 1
+
+    solved, sampled = [], []
+    monkeypatch.setattr(pipeline, "solve_layer", lambda *a: solved.append(1))
+    monkeypatch.setattr(repair, "student_samples", lambda *a, **k: sampled.append(1))
+    pipeline.prune(config(tiny_folder, out, prompts_file, repair_steps=2), progress=False)
+    assert not solved and not sampled
+    assert manifest(out)["repair"]["step"] == 2
+    first, second = load_file(str(straight / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
+
+
+def test_a_finished_repair_is_restored_not_trained_again(tiny_folder, prompts_file, unrepaired, tmp_path,
+                                                        monkeypatch):
+    source_dtype = pipeline.source_dtype
+
+    def interrupt(folder):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "source_dtype", interrupt)  # after repair, while the checkpoint is written
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.prune(config(tiny_folder, out, prompts_file, repair_steps=2), progress=False)
+    monkeypatch.setattr(pipeline, "source_dtype", source_dtype)
+    scored = []
+    batch_kl = repair.batch_kl
+    monkeypatch.setattr(repair, "batch_kl", lambda *a: scored.append(1) or batch_kl(*a))
+    pipeline.prune(config(tiny_folder, out, prompts_file, repair_steps=2), progress=False)
+    assert not scored
+    assert manifest(out)["repair"]["step"] == 2 and manifest(out)["repair"]["best_step"] > 0
+    before, after = load_file(str(unrepaired / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert any(not torch.equal(after[name], before[name]) for name in after if name.endswith(PRUNED))
