@@ -24,7 +24,7 @@ import json
 import logging
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -170,16 +170,15 @@ def cross_model_set(main, main_tokenizer, small_tokenizer, prompts: list[str], s
 
 
 def prune_config(settings: CompareSettings, config: GridConfig, folder: Path) -> PruneConfig:
-    """The pipeline settings of one configuration (`out` stays empty: the grid prunes in memory)."""
-    calibration = "decode" if config.calibration == "cross" else config.calibration
+    """The pipeline settings of one configuration (`out` stays empty: the grid prunes in memory). Every grid setting
+    named like a PruneConfig field is passed on, so a knob added to both reaches the pipeline without more code."""
+    shared = {field.name for field in fields(PruneConfig)} - {"model", "out"}
+    values = {field.name: getattr(settings, field.name) for field in fields(CompareSettings) if field.name in shared}
     return PruneConfig(
-        model=str(folder), out="", calibration=calibration,
-        prompts=settings.calib_prompts, text=settings.text, pattern=PATTERNS[config.pattern], solver=config.solver,
-        propagation=config.propagation, tokens=settings.tokens, max_new_tokens=settings.max_new_tokens,
-        samples_per_prompt=settings.samples_per_prompt, do_sample=settings.samples_per_prompt > 1,
-        temperature=settings.temperature, top_p=settings.top_p, percdamp=settings.percdamp,
-        mix_ratio=settings.mix_ratio, gen_batch_size=settings.gen_batch_size, batch_size=settings.batch_size,
-        device=settings.device, seed=settings.seed, command=settings.command)
+        **values, model=str(folder), out="", prompts=settings.calib_prompts,
+        calibration="decode" if config.calibration == "cross" else config.calibration,
+        pattern=PATTERNS[config.pattern], solver=config.solver, propagation=config.propagation,
+        do_sample=settings.samples_per_prompt > 1)
 
 
 def pruned_copy(dense, calib: CalibrationSet, config: PruneConfig) -> tuple[torch.nn.Module, dict]:
