@@ -172,6 +172,7 @@ CASES = [
                                                    "self=0.9,humaneval:eval=0.1"), "held-out"),
     row("self-sources-missing-file", lambda c: c.prune("--calibration", "self", "--self-sources",
                                                        f"self=1,{c.tmp / 'none.txt'}=1"), "does not exist"),
+    row("repair-dev-split-empty", lambda c: c.prune("--repair-steps", "2"), "train/dev split"),
     row("repair-on-policy-text", lambda c: c.prune("--calibration", "text", "--repair-steps", "2"), "task prompts"),
     row("device-tpu", lambda c: c.prune("--device", "tpu"), "tpu"),
     row("device-cuda-without-cuda", lambda c: c.prune("--device", "cuda"), "CUDA",

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from sparsedecoding import pipeline, repair, selfdata
+from sparsedecoding.calibration import CalibrationSet
 from sparsedecoding.patterns import PRUNABLE_LINEARS
 from sparsedecoding.settings import PruneConfig
 from helpers import make_tiny_model
@@ -148,3 +149,30 @@ def test_a_finished_repair_is_restored_not_trained_again(tiny_folder, prompts_fi
     assert manifest(out)["repair"]["step"] == 2 and manifest(out)["repair"]["best_step"] > 0
     before, after = load_file(str(unrepaired / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert any(not torch.equal(after[name], before[name]) for name in after if name.endswith(PRUNED))
+
+
+def test_off_policy_repair_trains_on_the_dense_answers_of_the_self_train_side(tiny_folder, prompts_file, tmp_path):
+    out = pipeline.prune(config(tiny_folder, tmp_path / "out", prompts_file, calibration="self", repair_steps=2,
+                                repair_on_policy=False), progress=False)
+    found = manifest(out)
+    data, stats = found["repair"]["data"], found["calibration"]["selfdata"]
+    assert not data["on_policy"] and data["train"]["source"] == data["dev"]["source"] == "selfdata"
+    assert data["train"]["tokens"] == min(60, stats["decode_tokens"]["train"])
+    assert data["dev"]["tokens"] == stats["decode_tokens"]["dev"]
+
+
+def test_the_hash_split_of_calibration_rows_is_disjoint_complete_and_stable():
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 100, (200, 9), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[::3, :4] = 0  # left padding on some rows: the hash reads only the real tokens
+    calib = CalibrationSet(torch.where(mask.bool(), ids, 0), mask, mask.bool(), "decode")
+    train, dev = pipeline.split_by_hash(calib)
+
+    def rows(part: CalibrationSet) -> set[tuple[int, ...]]:
+        return {tuple(row.tolist()) for row in part.input_ids}
+
+    assert len(train) + len(dev) == 200 and not rows(train) & rows(dev)
+    assert 5 <= len(dev) <= 40
+    shuffled = CalibrationSet(calib.input_ids.flip(0), calib.attention_mask.flip(0), calib.keep.flip(0), "decode")
+    assert rows(pipeline.split_by_hash(shuffled)[1]) == rows(dev)  # a row's side depends on its tokens only

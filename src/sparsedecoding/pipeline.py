@@ -129,6 +129,16 @@ def split_by_hash(calib: CalibrationSet, dev_share: float = 0.1) -> tuple[Calibr
     return sides[0], sides[1]
 
 
+def prompt_sides(config: PruneConfig) -> tuple[list[str], list[str]]:
+    """`--prompts` split for on-policy repair by a hash of their text (as selfdata splits its prompts): (train, dev)."""
+    prompts = read_prompts(config.prompts)[:config.n_prompts]
+    train, dev = ([prompt for prompt in prompts if selfdata.is_dev(prompt, 0.1) == side] for side in (False, True))
+    if not train or not dev:
+        raise RepairError(f"the {len(prompts)} prompts leave one side of repair's train/dev split empty; add "
+                          f"prompts or use --calibration self")
+    return train, dev
+
+
 def on_policy_set(student, tokenizer, prompt_ids: list[list[int]], token_budget: int | None, config: PruneConfig,
                   stage: str, progress: bool) -> CalibrationSet:
     """The student's sampled answers to `prompt_ids` (`repair.student_samples`), in chunks with a seed each, going
@@ -166,12 +176,7 @@ def repair_data(config: PruneConfig, teacher, student, tokenizer, calib: Calibra
     elif not config.repair_on_policy:
         return split_by_hash(calib)
     else:
-        prompts = read_prompts(config.prompts)[:config.n_prompts]
-        sides = [[prompt for prompt in prompts if selfdata.is_dev(prompt, 0.1) == dev] for dev in (False, True)]
-        if not sides[0] or not sides[1]:
-            raise RepairError(f"the {len(prompts)} prompts leave one side of repair's train/dev split empty; add "
-                              f"prompts or use --calibration self")
-        train_ids, dev_ids = (tokenize_prompts(tokenizer, chat_format(tokenizer, side)) for side in sides)
+        train_ids, dev_ids = (tokenize_prompts(tokenizer, chat_format(tokenizer, side)) for side in prompt_sides(config))
     if not dev_ids:
         raise RepairError("selfdata's dev side is empty; raise --self-answers")
     return (on_policy_set(student, tokenizer, train_ids, config.repair_tokens, config, "repair-train", progress),
@@ -415,9 +420,10 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     device = pick_device(config.device)
     folder = resolve_model(config.model)
     check_pattern_fits(folder, pattern, config.solver, config.blocksize)
-    if config.calibration in ("decode", "mix") or (config.repair_steps and config.repair_on_policy
-                                                   and config.calibration != "self"):
+    if config.calibration in ("decode", "mix"):
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
+    if config.repair_steps and config.repair_on_policy and config.calibration != "self":
+        prompt_sides(config)
     if config.calibration == "self":
         for name, _ in selfdata_config(config).mix():
             if name != "self":
