@@ -48,7 +48,7 @@ def grid_weight(out: int, in_features: int, n: int, m: int, quantize: str, gener
         keys = torch.rand(out, in_features // m, m, device="cuda", generator=generator)
         codes *= (keys.argsort(-1).argsort(-1) < n).view(out, in_features)
     absmax = torch.rand(out, in_features // group, device="cuda", generator=generator) * 0.1 + 0.01
-    scales = solvers.grid_scale(absmax, quantize, solvers.scale_bits(quantize, torch.bfloat16))
+    scales = solvers.grid_scale(absmax, quantize)
     return (codes.float() * scales.repeat_interleave(group, dim=1)).bfloat16()
 
 

@@ -27,14 +27,14 @@ PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32), (1, 4)]
 
 def grid_weight(out, in_features, n, m, quantize, group_size=64, dtype=torch.bfloat16, seed=0):
     """An N:M weight on a `quantize` grid: random codes (some groups short, some kept codes 0) times random scales
-    with the solver's few significant bits, so that code·scale is exact in `dtype`."""
+    with the solver's few significant bits, so that code·scale is exact in bfloat16 and `dtype`."""
     g = torch.Generator().manual_seed(seed)
     low, high = solvers.CODE_RANGES[quantize]
     group = in_features if quantize == "int8" else group_size
     codes = torch.randint(low, high + 1, (out, in_features), generator=g).float()
     codes *= random_nm_weight(out, in_features, n, m, torch.float32, seed) != 0
     absmax = torch.rand(out, in_features // group, generator=g) * 4 + 1e-2
-    scales = solvers.grid_scale(absmax, quantize, solvers.scale_bits(quantize, dtype))
+    scales = solvers.grid_scale(absmax, quantize)
     return (codes * scales.repeat_interleave(group, dim=1)).to(dtype)
 
 
@@ -212,3 +212,59 @@ def test_dense_quantized_baseline_on_gpu_matches_float64(quantize):
     for batch in (1, 8, 16):
         x = torch.randn(batch, 4096, device="cuda").bfloat16()
         assert max_error(dense(x), x, pack_nm_quantized(weight.cpu(), 1, 2, quantize, group_size=128)) <= 1
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_prune_quantize_writes_a_checkpoint_that_packs_exactly(tmp_path, quantize):
+    from transformers import AutoModelForCausalLM
+
+    from sparsedecoding.pipeline import PruneConfig, prune
+
+    from helpers import make_tiny_model
+
+    source = make_tiny_model(tmp_path / "bf16")
+    AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(torch.bfloat16).save_pretrained(source)
+    out = prune(PruneConfig(model=str(source), out=str(tmp_path / "out"), calibration="text", tokens=32,
+                            text_seq_len=16, batch_size=2, device="cpu", quantize=quantize, group_size=32),
+                progress=False)
+    manifest = pack_checkpoint(out, tmp_path / "packed", pattern="2:4", quantize=quantize, group_size=32)
+    state, _ = load_packed_checkpoint(tmp_path / "packed")
+    pruned = load_file_tensors(out)
+    for name, info in manifest["tensors"].items():
+        if "pattern" in info:
+            assert info["quantize"] == quantize
+            assert torch.equal(state[name].to_dense(torch.bfloat16), pruned[name])
+    assert sum("quantize" in info for info in manifest["tensors"].values()) == 2 * 7
+
+
+def load_file_tensors(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(quantize="int4", solver="wanda"), "--quantize int4 runs inside SparseGPT"),
+    (dict(quantize="int8", repair_steps=10), "--repair-steps 0"),
+    (dict(quantize="int3"), "int3"),
+    (dict(quantize="int4", group_size=0), "group"),
+])
+def test_prune_quantize_settings_fail_in_one_line(tmp_path, settings, message):
+    from sparsedecoding.errors import SparseDecodingError
+    from sparsedecoding.pipeline import PruneConfig
+
+    with pytest.raises(SparseDecodingError, match=message) as caught:
+        PruneConfig(model="x", out=str(tmp_path / "out"), **settings).check_values()
+    assert "\n" not in str(caught.value)
+
+
+def test_prune_refuses_a_group_size_that_does_not_divide_the_rows_before_model_work(tmp_path):
+    from sparsedecoding.pipeline import PruneConfig, prune
+
+    from helpers import make_tiny_model
+
+    source = make_tiny_model(tmp_path / "model")
+    with pytest.raises(QuantizationError, match="group_size 48 does not divide the row length 64"):
+        prune(PruneConfig(model=str(source), out=str(tmp_path / "out"), calibration="text", tokens=32,
+                          device="cpu", quantize="int4", group_size=48), progress=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

