@@ -6,7 +6,7 @@
 - int4: `codes` uint8 [out, in·N/M/2], two codes a byte, the earlier value in the low nibble, each a two's
   complement −8..7; `scales` [out, in/group_size], groups counted in dense columns. group_size must be a multiple of
   32, so that a mask word never straddles two groups and the kernel loads one scale per word.
-Scales are bfloat16: the solvers round scales to at most 8 significant bits, so they are exact there.
+Scales are bfloat16: the solvers round scales to 1 (int8) or 5 (int4) significant bits, so they are exact there.
 
 `pack_nm_quantized` builds one from a weight whose kept values lie on the grid (`solvers.sparsegpt(...,
 quantize=...)` or `solvers.gptq`); `nmq_spmv` multiplies by it (the Triton kernel on CUDA, the reference on CPU);
