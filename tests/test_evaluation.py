@@ -222,3 +222,17 @@ def test_pass_at_1_and_perplexity_are_wired_into_the_report(tiny_pair, tmp_path,
     assert [record["task_id"] for record in records] == ["Toy/0", "Toy/1", "Toy/2"]
     assert all(not record["passed"] and record["error"] and 1 <= record["new_tokens"] <= 5 for record in records)
     assert 1.0 < metrics["ppl"] < 128 * 4 and metrics["ppl_tokens"] > 0  # a random model: near its vocabulary size
+
+
+def test_eval_without_root_refuses_pass_at_1_before_loading_any_model(tiny_pair, tmp_path, monkeypatch):
+    """The sandbox needs root: a non-root pass@1 run must stop before generating anything, not after."""
+    import os
+
+    from sparsedecoding.evaluation import suite
+    from sparsedecoding.errors import SandboxError
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(suite, "load_model", lambda *args, **kwargs: pytest.fail("a model was loaded"))
+    with pytest.raises(SandboxError, match="root"):
+        run_eval(str(tiny_pair / "dense"), tmp_path / "out", EvalSettings(metrics=("pass@1",)))
+    assert not (tmp_path / "out").exists()

@@ -26,7 +26,7 @@ from ..settings import METRICS, EvalSettings
 from .humaneval import check_completions, pass_at_1
 from .metrics import on_policy_scores, perplexity, repetition_summary
 from ..outputs import PRUNED_MANIFEST, check_output, output_folder, write_jsonl
-from .sandbox import SandboxLimits
+from .sandbox import SandboxLimits, isolation_command
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,18 @@ class GenerationCache:
         return self.made[key]
 
 
+def check_settings(settings: EvalSettings, has_reference: bool) -> None:
+    """Everything that can fail before any model work: the values, and the sandbox pass@1 runs its programs in (it
+    needs root and util-linux; refusing here beats refusing after every completion has been generated)."""
+    settings.validate(has_reference)
+    if "pass@1" in settings.metrics:
+        isolation_command()
+
+
 def evaluate(model, tokenizer, settings: EvalSettings, reference=None, progress: bool = True,
              ) -> tuple[dict, list[dict]]:
     """Metrics of a loaded model (and per-problem HumanEval records); `reference` is the dense model for kl."""
-    settings.validate(reference is not None)
+    check_settings(settings, reference is not None)
     if reference is not None and reference.get_output_embeddings().out_features != \
             model.get_output_embeddings().out_features:
         raise SparseDecodingError("the reference model has another vocabulary than the evaluated one; KL needs the "
@@ -121,7 +129,7 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
              device: str = "auto", overwrite: bool = False, progress: bool = True) -> Path:
     """Load the model (and reference), evaluate, write OUT; returns OUT. See the module docstring."""
     out = Path(out)
-    settings.validate(reference is not None)
+    check_settings(settings, reference is not None)
     check_output(out, overwrite)
     folder = resolve_model(model)
     reference_folder = resolve_model(reference) if reference else None
