@@ -60,6 +60,15 @@ class KeepMask:
         self.flat = keep.reshape(-1)
 
 
+def kept_rows(x: torch.Tensor, keep: KeepMask, where: str) -> torch.Tensor:
+    """The rows of a linear's input [..., in] at the kept positions, refused if any is NaN/inf."""
+    rows = x.reshape(-1, x.shape[-1])[keep.flat.to(x.device)]
+    if not torch.isfinite(rows).all():
+        raise NonFiniteActivationError(f"NaN/inf in the input of {where} during calibration; "
+                                       f"check the model weights or use float32")
+    return rows
+
+
 @contextmanager
 def accumulate_inputs(modules: dict[str, nn.Module], keep: KeepMask, dtype: torch.dtype = torch.float32,
                       where: str = ""):
@@ -73,11 +82,7 @@ def accumulate_inputs(modules: dict[str, nn.Module], keep: KeepMask, dtype: torc
 
     def make_hook(key: str):
         def hook(module: nn.Module, args: tuple) -> None:
-            x = args[0]
-            rows = x.reshape(-1, x.shape[-1])[keep.flat.to(x.device)]
-            if not torch.isfinite(rows).all():
-                raise NonFiniteActivationError(f"NaN/inf in the input of {where}{key} during calibration; "
-                                               f"check the model weights or use float32")
+            rows = kept_rows(args[0], keep, f"{where}{key}")
             accumulators[key].add(rows)
         return hook
 
@@ -116,11 +121,7 @@ def accumulate_paired_inputs(modules: dict[str, nn.Module], keep: KeepMask, dtyp
 
     def make_hook(key: str):
         def hook(module: nn.Module, args: tuple) -> None:
-            x = args[0]
-            rows = x.reshape(-1, x.shape[-1])[keep.flat.to(x.device)]
-            if not torch.isfinite(rows).all():
-                raise NonFiniteActivationError(f"NaN/inf in the input of {where}{key} during calibration; "
-                                               f"check the model weights or use float32")
+            rows = kept_rows(args[0], keep, f"{where}{key}")
             if state.mode == "dense":
                 state.held[key] = rows
                 return
