@@ -147,7 +147,7 @@ class Engine:
         # Spare cache rows decode a copy of the first prompt, so that every step keeps the static batch shape.
         prompt = torch.cat([prompt, prompt[:1].expand(self.batch - rows, length)]).to(self.device)
         positions = torch.arange(length, device=self.device)
-        logits = self.model.output(self.model.hidden(prompt, positions)[:, -1])
+        logits = self.model.logits(self.model.hidden(prompt, positions)[:, -1])
         self.seed.fill_(seed)
         self.token.copy_(sample(logits, self.sampling, self.seed, positions[-1:])[:, None])
         self.position.fill_(length)

@@ -1,7 +1,8 @@
 """Weights for the engine: from an HF safetensors folder (dense, or pruned with zeros kept), from a packed N:M
 checkpoint, or random from a preset for speed runs. Conversion is two explicit steps, as in gpt-fast's handlers:
 (1) build an engine state dict (fused names; each prunable linear a dense tensor or a `PackedNM`), then (2) build
-the model from it, swapping a `PackedLinear` in wherever the state holds a packed weight."""
+the model from it, swapping a `PackedLinear` in wherever the state holds a packed weight. With a tensor-parallel
+group `tp` each rank keeps only its shard of every weight (`parallel.shard_weight`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..packed import load_packed_checkpoint, packed_manifest
 from ..patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 from .config import ModelArgs, load_hf_config
 from .model import Transformer
+from .parallel import ProcessGroup, rank_and_world, shard_weight
 
 log = logging.getLogger(__name__)
 
@@ -64,47 +66,56 @@ def hf_sources(key: str) -> list[str]:
     return [f"model.layers.{index}.{source}.{leaf}" for source in _HF_SOURCES[module]]
 
 
-def engine_shapes(args: ModelArgs) -> dict[str, torch.Size]:
-    """Name and shape of every tensor of the engine model (built on the meta device, so nothing is allocated)."""
+def engine_shapes(args: ModelArgs, tp: ProcessGroup | None = None) -> dict[str, torch.Size]:
+    """Name and shape of every tensor of the engine model, or of one rank's shards with `tp` (built on the meta
+    device, so nothing is allocated)."""
     with torch.device("meta"):
-        return {key: tensor.shape for key, tensor in Transformer(args).state_dict().items()}
+        return {key: tensor.shape for key, tensor in Transformer(args, tp).state_dict().items()}
 
 
 def load_model(folder: str | Path, sparse: SparseMode = "none", dtype: torch.dtype = torch.bfloat16,
-               device: str | torch.device = "cuda") -> Transformer:
+               device: str | torch.device = "cuda", tp: ProcessGroup | None = None) -> Transformer:
     """The engine model of an HF safetensors folder or a packed checkpoint folder (see `model_from_hf`)."""
     folder = Path(folder)
     args = load_hf_config(folder)
     read = _packed_reader(folder) if packed_manifest(folder) else _safetensors_reader(folder)
-    return model_from_hf(args, read, sparse, dtype, device)
+    return model_from_hf(args, read, sparse, dtype, device, tp)
 
 
 def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: SparseMode = "none",
-                  dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cuda") -> Transformer:
+                  dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cuda",
+                  tp: ProcessGroup | None = None) -> Transformer:
     """The engine model of HF-named weights, `read(name)` giving each (dense, or packed from a packed checkpoint).
     `sparse`: `none` keeps every linear dense (packed weights are unpacked); `auto` packs every block linear whose
-    weight is N:M sparse (see `nm_pattern`); `packed` requires every block linear to be N:M."""
+    weight is N:M sparse (see `nm_pattern`); `packed` requires every block linear to be N:M. With `tp`, this rank's
+    shards (each weight is read whole and cut on the CPU, so a GPU never holds more than its part)."""
     if sparse not in SPARSE_MODES:
         raise EngineError(f"--sparse {sparse!r} is not a mode; choose one of {', '.join(SPARSE_MODES)}")
     if sparse != "none" and dtype not in KERNEL_DTYPES:
         raise EngineError(f"packed linears run in bfloat16 or float16, not {dtype}; load with one of those or "
                           f"with --sparse none")
+    rank, world = rank_and_world(tp)
     state: dict[str, Weight] = {}
-    for key in engine_shapes(args):
+    for key in engine_shapes(args, tp):
         if key == "output.weight" and args.tie_embeddings:
-            state[key] = state["embed.weight"]
+            state[key] = shard_weight(key, state["embed.weight"], args, rank, world)
             continue
-        weight = concat_rows([_to(read(name), dtype, device) for name in hf_sources(key)])
+        if tp is None:
+            weight = concat_rows([_to(read(name), dtype, device) for name in hf_sources(key)])
+        else:
+            weight = concat_rows([read(name) for name in hf_sources(key)])
+            weight = _to(shard_weight(key, weight, args, rank, world), dtype, device)
         state[key] = _sparsify(key, weight, sparse) if is_prunable(key) else weight
     _log_packing(state)
-    return build_model(args, state)
+    return build_model(args, state, tp)
 
 
-def build_model(args: ModelArgs, state: dict[str, Weight]) -> Transformer:
+def build_model(args: ModelArgs, state: dict[str, Weight], tp: ProcessGroup | None = None) -> Transformer:
     """The Transformer holding exactly the tensors of `state` (no copies): built on the meta device, each packed
-    weight's linear swapped for a `PackedLinear`, then the dense tensors assigned."""
+    weight's linear swapped for a `PackedLinear`, then the dense tensors assigned. With `tp`, `state` holds this
+    rank's shards (`parallel.shard_state`)."""
     with torch.device("meta"):
-        model = Transformer(args)
+        model = Transformer(args, tp)
     dense = {}
     for key, weight in state.items():
         module_name = key.rsplit(".", 1)[0]
@@ -114,7 +125,7 @@ def build_model(args: ModelArgs, state: dict[str, Weight]) -> Transformer:
             dense[key] = weight
     model.load_state_dict(dense, strict=False, assign=True)
     model.requires_grad_(False)
-    if args.tie_embeddings:
+    if args.tie_embeddings and tp is None:  # a rank's lm_head is a slice of the embedding, loaded as such
         model.output.weight = model.embed.weight
     leftover = [name for name, tensor in model.state_dict().items() if tensor.is_meta]
     if leftover:
@@ -123,15 +134,18 @@ def build_model(args: ModelArgs, state: dict[str, Weight]) -> Transformer:
 
 
 def random_state(args: ModelArgs, pattern: SparsityPattern | None = None, dtype: torch.dtype = torch.bfloat16,
-                 device: str | torch.device = "cuda", seed: int = 0) -> dict[str, Weight]:
+                 device: str | torch.device = "cuda", seed: int = 0,
+                 tp: ProcessGroup | None = None) -> dict[str, Weight]:
     """Random weights for speed runs, generated on `device` (decode speed does not depend on weight values). With
     an N:M `pattern` every block linear is generated directly in packed form, so a model whose dense weights would
-    not fit is never materialised densely. Linears get std 1/sqrt(fan-in) so activations stay finite."""
+    not fit is never materialised densely. Linears get std 1/sqrt(fan-in) so activations stay finite. With `tp`,
+    shards of this rank's shapes are drawn directly (they are not slices of one random model)."""
     generator = torch.Generator(device).manual_seed(seed)
+    rank, world = rank_and_world(tp)
     state: dict[str, Weight] = {}
-    for key, shape in engine_shapes(args).items():
+    for key, shape in engine_shapes(args, tp).items():
         if key == "output.weight" and args.tie_embeddings:
-            state[key] = state["embed.weight"]
+            state[key] = shard_weight(key, state["embed.weight"], args, rank, world)
         elif key.endswith("norm.weight"):
             state[key] = torch.ones(shape, dtype=dtype, device=device)
         elif is_prunable(key) and pattern is not None:

@@ -1,7 +1,11 @@
 """The engine's transformer: a pre-norm decoder with RMSNorm, rotary attention over a static KV cache with grouped
 KV heads, and a SwiGLU MLP. q|k|v and gate|up are single fused linears (row concatenation keeps an N:M mask valid,
 so a fused linear can be packed like its parts). Every linear is an `nn.Linear` or a `PackedLinear`; the model does
-not care which."""
+not care which.
+
+With a tensor-parallel process group `tp` (see `parallel`) every block holds its rank's heads and intermediate slice,
+attention.out and mlp.down are followed by an all-reduce, and lm_head scores the rank's vocabulary slice before an
+all-gather; `tp=None` is one device."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from torch import Tensor, nn
 
 from ..errors import EngineError
 from .config import ModelArgs
+from .parallel import ProcessGroup, all_reduce, gather_vocab, local_args, rank_and_world
 
 
 class RMSNorm(nn.Module):
@@ -61,8 +66,9 @@ class Attention(nn.Module):
     `mask` [group·T, cache length] is added to the scores: 0 where a query may attend, -inf elsewhere (see
     `Transformer.hidden`)."""
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, tp: ProcessGroup | None = None) -> None:
         super().__init__()
+        self.tp = tp
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
         self.qkv = nn.Linear(args.dim, args.qkv_size, bias=args.qkv_bias)
         self.out = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
@@ -89,32 +95,33 @@ class Attention(nn.Module):
         q = q.reshape(batch, kv_heads, group * length, head_dim)
         y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask)
         y = y.view(batch, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4)
-        return self.out(y.reshape(batch, length, heads * head_dim))
+        return all_reduce(self.out(y.reshape(batch, length, heads * head_dim)), self.tp)
 
 
 class MLP(nn.Module):
     """SwiGLU: down(silu(gate·x) ⊙ up·x), with gate|up one fused linear."""
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, tp: ProcessGroup | None = None) -> None:
         super().__init__()
+        self.tp = tp
         self.gate_up = nn.Linear(args.dim, 2 * args.intermediate_size, bias=False)
         self.down = nn.Linear(args.intermediate_size, args.dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return all_reduce(self.down(F.silu(gate) * up), self.tp)
 
 
 class Block(nn.Module):
     """One decoder layer. It takes the previous layer's MLP output separately and adds it to the residual stream
     itself, so that a compiled block fuses that addition with its first RMSNorm instead of a kernel of its own."""
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, tp: ProcessGroup | None = None) -> None:
         super().__init__()
         self.attention_norm = RMSNorm(args.dim, args.norm_eps)
-        self.attention = Attention(args)
+        self.attention = Attention(args, tp)
         self.mlp_norm = RMSNorm(args.dim, args.norm_eps)
-        self.mlp = MLP(args)
+        self.mlp = MLP(args, tp)
 
     def forward(self, x: Tensor, mlp_out: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
                 input_pos: Tensor) -> tuple[Tensor, Tensor]:
@@ -132,15 +139,17 @@ def _run_final_norm(norm: RMSNorm, x: Tensor, mlp_out: Tensor) -> Tensor:
 
 
 class Transformer(nn.Module):
-    """Embedding, `n_layers` blocks, final RMSNorm and lm_head (`output`, the embedding matrix when tied)."""
+    """Embedding, `n_layers` blocks, final RMSNorm and lm_head (`output`, the embedding matrix when tied). `args` is
+    the whole model's; `local_args` the shapes of this rank's blocks (the same without `tp`)."""
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, tp: ProcessGroup | None = None) -> None:
         super().__init__()
-        self.args = args
+        world = rank_and_world(tp)[1]
+        self.args, self.local_args, self.tp = args, local_args(args, world), tp
         self.embed = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
+        self.layers = nn.ModuleList(Block(self.local_args, tp) for _ in range(args.n_layers))
         self.norm = RMSNorm(args.dim, args.norm_eps)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.output = nn.Linear(args.dim, args.vocab_size // world, bias=False)
         self.register_buffer("rope_cos", None, persistent=False)
         self.register_buffer("rope_sin", None, persistent=False)
         self.cache_batch = 0
@@ -156,7 +165,7 @@ class Transformer(nn.Module):
             raise EngineError(f"a cache of {max_seq_len} positions exceeds this model's sliding window of {window}, "
                               f"which the engine does not apply; generate at most {window} positions in all")
         weight = self.norm.weight
-        shape = (batch, self.args.n_kv_heads, max_seq_len, self.args.head_dim)
+        shape = (batch, self.local_args.n_kv_heads, max_seq_len, self.args.head_dim)
         for layer in self.layers:
             layer.attention.k_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
             layer.attention.v_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
@@ -175,7 +184,11 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: Tensor, input_pos: Tensor, compiled: bool = False) -> Tensor:
         """Logits [B, T, vocab] for tokens [B, T] at cache positions input_pos [T]; writes their keys and values."""
-        return self.output(self.hidden(tokens, input_pos, compiled))
+        return self.logits(self.hidden(tokens, input_pos, compiled))
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """lm_head over the whole vocabulary (every rank's slice gathered)."""
+        return gather_vocab(self.output(hidden), self.tp)
 
     def hidden(self, tokens: Tensor, input_pos: Tensor, compiled: bool = False) -> Tensor:
         """Final-normed hidden states [B, T, dim]; `compiled` runs the regions from `compile_regions`."""

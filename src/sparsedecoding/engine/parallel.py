@@ -1,0 +1,176 @@
+"""Tensor parallelism for the decode engine (Megatron-style): each of `world` GPUs holds a slice of every block linear
+and of lm_head, and the residual stream is replicated.
+
+- Column-parallel (split output rows): the fused q|k|v, whose q, k and v parts are each split so that a rank holds
+  whole heads (n_heads/world query heads and the n_kv_heads/world KV heads they read), and the fused gate|up, whose
+  gate and up parts are split alike so that a rank's gate row i meets its own up row i. No communication: each rank
+  attends with its heads and gates its slice of the intermediate activations.
+- Row-parallel (split input columns): attention.out and mlp.down take the rank's slice of heads or intermediate
+  activations and produce a partial sum of the full output; one all-reduce after each restores it. Packed weights
+  split on whole 32-column mask words, so every shard keeps exactly 32·N/M values per word and stays a valid packed
+  weight (`kernels.format`).
+- Vocabulary-parallel lm_head: each rank scores a contiguous slice of the vocabulary and an all-gather assembles the
+  logits, so every rank samples the same token from the same numbers. Embeddings, norms and the KV cache layout stay
+  as they are (the cache holds the rank's KV heads only).
+
+The shard functions are pure (rank and world size in, a slice out); the collectives take a process group, `None`
+meaning one GPU. Processes are started by `torchrun --nproc-per-node N`, which sets the environment that
+`start_from_env` reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..errors import EngineError
+from ..kernels.format import PackedNM, values_per_word
+from .config import ModelArgs
+
+Weight = Tensor | PackedNM
+ProcessGroup = dist.ProcessGroup
+_WORD = 32  # columns per packed mask word: the unit a row-parallel split must respect
+
+
+def rank_and_world(tp: ProcessGroup | None) -> tuple[int, int]:
+    """(rank, world size) of the group; (0, 1) without one."""
+    return (0, 1) if tp is None else (tp.rank(), tp.size())
+
+
+def check_world(args: ModelArgs, world: int) -> None:
+    """Raise EngineError unless `world` GPUs can split this model: query and KV heads, the vocabulary and the input
+    columns of the row-parallel linears (in whole 32-column words) must divide evenly."""
+    problems = []
+    if args.n_heads % world or args.n_kv_heads % world:
+        problems.append(f"{args.n_heads} query and {args.n_kv_heads} KV heads")
+    for name, columns in (("attention.out", args.n_heads * args.head_dim), ("mlp.down", args.intermediate_size)):
+        if columns % (_WORD * world):
+            problems.append(f"the {columns} input columns of {name} (split on whole {_WORD}-column words)")
+    if args.vocab_size % world:
+        problems.append(f"a vocabulary of {args.vocab_size}")
+    if problems:
+        raise EngineError(f"tensor parallelism over {world} GPUs cannot split {'; '.join(problems)}; use a number of "
+                          f"GPUs that divides them, or 1")
+
+
+def local_args(args: ModelArgs, world: int) -> ModelArgs:
+    """The block shapes one rank holds: its heads and its slice of the intermediate size (vocabulary and width are
+    the model's: embeddings are replicated, lm_head's slice is sized by the Transformer)."""
+    check_world(args, world)
+    return dataclasses.replace(args, n_heads=args.n_heads // world, n_kv_heads=args.n_kv_heads // world,
+                               intermediate_size=args.intermediate_size // world)
+
+
+def split_rows(weight: Weight, segments: list[int], rank: int, world: int) -> Weight:
+    """Rank `rank`'s rows of a weight made of consecutive row `segments` (q|k|v, gate|up, or one segment for
+    lm_head): the rank-th 1/world of every segment, concatenated in segment order. Works for a bias too (1-D)."""
+    rows = weight.shape[0]
+    if sum(segments) != rows or any(size % world for size in segments):
+        raise EngineError(f"cannot split rows {segments} of a weight with {rows} rows evenly over {world} GPUs")
+    starts = [sum(segments[:i]) + rank * size // world for i, size in enumerate(segments)]
+    pieces = [(start, size // world) for start, size in zip(starts, segments)]
+    if isinstance(weight, PackedNM):
+        values = torch.cat([weight.values.narrow(0, start, length) for start, length in pieces])
+        bitmask = torch.cat([weight.bitmask.narrow(0, start, length) for start, length in pieces])
+        return PackedNM(values, bitmask, weight.n, weight.m, (rows // world, weight.shape[1]))
+    if len(pieces) == 1:  # a view: a tied lm_head shard shares the embedding's memory
+        return weight.narrow(0, *pieces[0])
+    return torch.cat([weight.narrow(0, start, length) for start, length in pieces])
+
+
+def split_columns(weight: Weight, rank: int, world: int) -> Weight:
+    """Rank `rank`'s contiguous 1/world of the input columns, cut on whole 32-column words (for a packed weight
+    these are its mask words and the 32·N/M values of each)."""
+    rows, columns = weight.shape
+    if columns % (_WORD * world):
+        raise EngineError(f"cannot split {columns} input columns into {world} slices of whole {_WORD}-column words")
+    width = columns // world
+    if isinstance(weight, PackedNM):
+        words, k = width // _WORD, values_per_word(weight.n, weight.m)
+        return PackedNM(weight.values[:, rank * words * k:(rank + 1) * words * k].contiguous(),
+                        weight.bitmask[:, rank * words:(rank + 1) * words].contiguous(),
+                        weight.n, weight.m, (rows, width))
+    return weight[:, rank * width:(rank + 1) * width].contiguous()
+
+
+def shard_weight(key: str, weight: Weight, args: ModelArgs, rank: int, world: int) -> Weight:
+    """Rank `rank`'s part of engine tensor `key` (weight or bias) of a model with `args`; replicated tensors
+    (embeddings, norms) are returned as they are."""
+    if world == 1:
+        return weight
+    module = key.rsplit(".", 1)[0]
+    if module.endswith("attention.qkv"):
+        kv = args.n_kv_heads * args.head_dim
+        return split_rows(weight, [args.n_heads * args.head_dim, kv, kv], rank, world)
+    if module.endswith("mlp.gate_up"):
+        return split_rows(weight, [args.intermediate_size] * 2, rank, world)
+    if module.endswith(("attention.out", "mlp.down")):
+        return split_columns(weight, rank, world)
+    if module == "output":
+        return split_rows(weight, [args.vocab_size], rank, world)
+    return weight
+
+
+def shard_state(args: ModelArgs, state: dict[str, Weight], rank: int, world: int) -> dict[str, Weight]:
+    """Rank `rank`'s engine state dict of a full one (see `shard_weight`); a tied lm_head becomes a slice of the
+    embedding."""
+    check_world(args, world)
+    return {key: shard_weight(key, weight, args, rank, world) for key, weight in state.items()}
+
+
+def all_reduce(x: Tensor, tp: ProcessGroup | None) -> Tensor:
+    """Sum of x over the ranks (a row-parallel linear's partial outputs); x itself without a group. Functional
+    collectives, so that torch.compile traces them and a CUDA graph captures them with the step."""
+    if tp is None:
+        return x
+    c10d = torch.ops._c10d_functional
+    return c10d.wait_tensor(c10d.all_reduce(x, "sum", tp.group_name))
+
+
+def gather_vocab(logits: Tensor, tp: ProcessGroup | None) -> Tensor:
+    """Full logits [..., vocab] from every rank's slice [..., vocab/world], in rank order."""
+    if tp is None:
+        return logits
+    world = tp.size()
+    c10d = torch.ops._c10d_functional
+    # The collective stacks the ranks' tensors along dim 0; the slices then move to the last dim.
+    stacked = c10d.wait_tensor(c10d.all_gather_into_tensor(logits.contiguous(), world, tp.group_name))
+    stacked = stacked.view(world, *logits.shape)
+    return stacked.movedim(0, -2).reshape(*logits.shape[:-1], world * logits.shape[-1])
+
+
+def smallest(value: int, tp: ProcessGroup | None, device: torch.device) -> int:
+    """The minimum of `value` over the ranks, so that every rank takes the same decision (for example whether a
+    model fits the free memory) and none waits forever in a collective the others skipped."""
+    if tp is None:
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(tensor, dist.ReduceOp.MIN, group=tp)
+    return int(tensor.item())
+
+
+@contextmanager
+def start_from_env(device: torch.device) -> Iterator[tuple[ProcessGroup | None, torch.device]]:
+    """(process group, this rank's device) for a process started by `torchrun --nproc-per-node N` (N > 1): NCCL on
+    GPU `LOCAL_RANK` when `device` is CUDA, gloo on the CPU otherwise; (None, device) outside torchrun. The group is
+    destroyed on exit. NCCL's environment (NCCL_NVLS_ENABLE and friends) is left as the machine sets it."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        yield None, device
+        return
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        # device_id connects NCCL at once instead of at the first collective, which may be inside graph capture
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
+    try:
+        yield dist.group.WORLD, device
+    finally:
+        dist.destroy_process_group()

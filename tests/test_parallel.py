@@ -1,0 +1,198 @@
+"""Tensor parallelism (engine/parallel.py): shards recombine exactly into the weights they came from, dense and
+packed; world sizes that cannot split a model fail with one error; and a model split over 2 gloo processes on the
+CPU computes the logits and greedy tokens of the unsplit model."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from helpers import random_nm_weight
+from safetensors.torch import load_file, save_file
+
+from sparsedecoding.engine import Engine, build_model, random_state
+from sparsedecoding.engine.config import ModelArgs
+from sparsedecoding.engine.parallel import (check_world, rank_and_world, shard_state, split_columns, split_rows,
+                                            start_from_env)
+from sparsedecoding.errors import EngineError
+from sparsedecoding.kernels import PackedLinear, PackedNM, pack_nm
+from sparsedecoding.patterns import SparsityPattern
+
+# Every optional feature on (q/k/v bias, q/k norm, tied lm_head), so that every shard rule is exercised.
+ARGS = ModelArgs(architecture="qwen2", vocab_size=128, dim=64, n_layers=2, n_heads=8, n_kv_heads=4, head_dim=16,
+                 intermediate_size=128, norm_eps=1e-6, rope_theta=10000.0, qkv_bias=True, qk_norm=True,
+                 tie_embeddings=True)
+PACKED_ARGS = replace(ARGS, architecture="llama", qkv_bias=False, qk_norm=False, tie_embeddings=False)
+TWO_FOUR = SparsityPattern.parse("2:4")
+NEW_TOKENS = 8
+
+
+def dense(weight):
+    return weight.to_dense() if isinstance(weight, PackedNM) else weight
+
+
+def unsplit_rows(shards, segments):
+    """Inverse of split_rows: every segment's slices in rank order, segments in order."""
+    world = len(shards)
+    pieces = [torch.split(dense(shard), [size // world for size in segments]) for shard in shards]
+    return torch.cat([torch.cat([rank_pieces[i] for rank_pieces in pieces]) for i in range(len(segments))])
+
+
+def row_segments(key, args):
+    if ".qkv." in key:
+        return [args.n_heads * args.head_dim] + [args.n_kv_heads * args.head_dim] * 2
+    if ".gate_up." in key:
+        return [args.intermediate_size] * 2
+    return [args.vocab_size] if key == "output.weight" else None
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("args, pattern, dtype", [(ARGS, None, torch.float32),
+                                                  (PACKED_ARGS, TWO_FOUR, torch.bfloat16)])
+def test_shards_recombine_into_the_model(args, pattern, dtype, world):
+    state = random_state(args, pattern, dtype, "cpu", seed=3)
+    shards = [shard_state(args, state, rank, world) for rank in range(world)]
+    split_keys = set()
+    for key, weight in state.items():
+        parts = [shard[key] for shard in shards]
+        segments = row_segments(key, args)
+        if segments is not None:
+            assert all(part.shape[0] == weight.shape[0] // world for part in parts)
+            whole = unsplit_rows(parts, segments)
+            split_keys.add(key)
+        elif key.endswith(("out.weight", "down.weight")):
+            whole = torch.cat([dense(part) for part in parts], dim=1)
+            split_keys.add(key)
+        else:
+            assert all(part is weight for part in parts), f"{key} should be replicated"
+            whole = dense(weight)
+        torch.testing.assert_close(whole, dense(weight), rtol=0, atol=0)
+        for part in parts:
+            if isinstance(part, PackedNM):
+                part.check_popcounts()  # a shard is a valid packed weight, not just the right numbers
+    # q/k/v, o, gate/up and down in both layers, the qkv biases of the dense case, and lm_head
+    assert len(split_keys) == 4 * args.n_layers + (args.n_layers if args.qkv_bias else 0) + 1
+
+
+def test_qkv_rank_holds_whole_heads_of_q_k_and_v():
+    rows = ARGS.qkv_size
+    weight = torch.arange(rows, dtype=torch.float32)[:, None].expand(rows, 32)
+    q, kv = ARGS.n_heads * ARGS.head_dim, ARGS.n_kv_heads * ARGS.head_dim
+    shard = split_rows(weight, [q, kv, kv], rank=1, world=2)[:, 0].long().tolist()
+    # rank 1 of 2: the second half of the query heads, and the second half of the KV heads of k and of v
+    assert shard == list(range(q // 2, q)) + list(range(q + kv // 2, q + kv)) + list(range(q + kv + kv // 2, rows))
+
+
+def test_packed_column_split_is_on_whole_mask_words():
+    packed = pack_nm(random_nm_weight(8, 128, 2, 4, dtype=torch.bfloat16), 2, 4)
+    halves = [split_columns(packed, rank, 2) for rank in range(2)]
+    assert [h.shape for h in halves] == [(8, 64), (8, 64)]
+    assert [tuple(h.values.shape) for h in halves] == [(8, 32), (8, 32)]
+    torch.testing.assert_close(halves[1].bitmask, packed.bitmask[:, 2:], rtol=0, atol=0)
+
+
+def test_tied_lm_head_shard_is_a_view_of_the_embedding():
+    state = random_state(ARGS, None, torch.float32, "cpu")
+    shard = shard_state(ARGS, state, 1, 2)
+    assert shard["output.weight"].data_ptr() == state["embed.weight"][ARGS.vocab_size // 2:].data_ptr()
+
+
+@pytest.mark.parametrize("changes, world, what", [
+    (dict(n_heads=6, n_kv_heads=3), 2, "6 query and 3 KV heads"),
+    (dict(intermediate_size=96), 2, "96 input columns of mlp.down"),
+    (dict(n_heads=2, n_kv_heads=2, head_dim=48), 2, "96 input columns of attention.out"),
+    (dict(vocab_size=129), 2, "a vocabulary of 129"),
+    ({}, 8, "8 query and 4 KV heads"),
+])
+def test_world_sizes_that_cannot_split_the_model_fail_with_one_error(changes, world, what):
+    args = replace(ARGS, **changes)
+    with pytest.raises(EngineError, match=f"tensor parallelism over {world} GPUs cannot split .*{what}"):
+        check_world(args, world)
+    with pytest.raises(EngineError, match="cannot split"):
+        shard_state(args, random_state(args, None, torch.float32, "cpu"), 0, world)
+
+
+def test_packed_weight_with_words_not_divisible_by_world_is_refused():
+    packed = pack_nm(random_nm_weight(4, 96, 2, 4, dtype=torch.bfloat16), 2, 4)
+    with pytest.raises(EngineError, match="96 input columns into 2 slices of whole 32-column words"):
+        split_columns(packed, 0, 2)
+
+
+# --- two gloo processes on the CPU ----------------------------------------------------------------------------------
+
+CASES = {"dense": (ARGS, None, torch.float32), "packed": (PACKED_ARGS, TWO_FOUR, torch.bfloat16)}
+
+
+def _tp_worker(rank: int, port: int, folder: str) -> None:
+    """One rank: the unsplit model and this rank's shards of the same weights, both on one prompt batch; saves
+    logits, greedy tokens, and the unsplit model's logits along its own continuation (for the tie rule)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    with start_from_env(torch.device("cpu")) as (tp, device):
+        assert tp is not None and device.type == "cpu"
+        for name, (args, pattern, dtype) in CASES.items():
+            state = random_state(args, pattern, dtype, device, seed=1)
+            # A unit-scale tied embedding makes every token predict itself; smaller, the blocks decide the tokens.
+            state["embed.weight"].mul_(0.1)
+            single = build_model(args, state)
+            split = build_model(args, shard_state(args, state, *rank_and_world(tp)), tp)
+            assert isinstance(split.layers[0].mlp.down, PackedLinear) == (pattern is not None)
+            prompt = torch.randint(args.vocab_size, (2, 6), generator=torch.Generator().manual_seed(5))
+            out = {}
+            for label, model in (("tp1", single), ("tp2", split)):
+                out[f"{label}_tokens"] = Engine(model, 2, 6 + NEW_TOKENS).generate(prompt, NEW_TOKENS).tokens
+                model.setup_caches(2, 16)
+                out[f"{label}_logits"] = model(prompt, torch.arange(6))
+            sequence = torch.cat([prompt, out["tp1_tokens"][:, :-1]], dim=1)
+            single.setup_caches(2, 16)
+            out["tp1_replay"] = single(sequence, torch.arange(sequence.shape[1]))[:, 5:]
+            save_file({k: v.contiguous() for k, v in out.items()}, f"{folder}/{name}_rank{rank}.safetensors")
+
+
+@pytest.fixture(scope="module")
+def tp_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tp")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_tp_worker, args=(port, str(folder)), nprocs=2)
+    return {name: [load_file(folder / f"{name}_rank{rank}.safetensors") for rank in range(2)] for name in CASES}
+
+
+def assert_same_up_to_ties(tokens, reference_tokens, reference_logits, tolerance):
+    """Greedy tokens [B, n] equal the reference's, except from a position where the reference's logits [B, n, V]
+    of the two tokens are within `tolerance` (after which the sequences continue from different prefixes)."""
+    for row in range(tokens.shape[0]):
+        differ = (tokens[row] != reference_tokens[row]).nonzero()
+        if len(differ):
+            p = int(differ[0])
+            logits = reference_logits[row, p].float()
+            gap = logits[reference_tokens[row, p]] - logits[tokens[row, p]]
+            assert gap <= tolerance, f"row {row} diverges at token {p} without a tie (gap {gap:.4g})"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_ranks_compute_the_logits_of_one(tp_runs, case):
+    first, second = tp_runs[case]
+    tp1, tp2 = first["tp1_logits"].float(), first["tp2_logits"].float()
+    scale = tp1.abs().max()
+    # float32: only the order of the o and down sums differs (ranks' partial sums, then the all-reduce);
+    # bfloat16: each rank rounds its partial output before the all-reduce adds them, a few units in the last place
+    eps = torch.finfo(CASES[case][2]).eps
+    limit = (16 if case == "dense" else 4) * eps * scale
+    assert (tp2 - tp1).abs().max() <= limit
+    torch.testing.assert_close(second["tp2_logits"], first["tp2_logits"], rtol=0, atol=0)  # every rank agrees
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_ranks_decode_the_greedy_tokens_of_one(tp_runs, case):
+    first, second = tp_runs[case]
+    eps = torch.finfo(CASES[case][2]).eps
+    tolerance = 8 * eps * first["tp1_replay"].float().abs().max()
+    assert_same_up_to_ties(first["tp2_tokens"], first["tp1_tokens"], first["tp1_replay"], tolerance)
+    assert torch.equal(second["tp2_tokens"], first["tp2_tokens"])
