@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
-from helpers import random_nm_weight
+from helpers import char_tokenizer, make_tiny_model, prune_in_place, random_hf_model, random_nm_weight, saved
 from safetensors.torch import load_file, save_file
 
 from sparsedecoding.engine import Engine, build_model, random_state
@@ -196,3 +199,45 @@ def test_two_ranks_decode_the_greedy_tokens_of_one(tp_runs, case):
     tolerance = 8 * eps * first["tp1_replay"].float().abs().max()
     assert_same_up_to_ties(first["tp2_tokens"], first["tp1_tokens"], first["tp1_replay"], tolerance)
     assert torch.equal(second["tp2_tokens"], first["tp2_tokens"])
+
+
+# --- torchrun, as the two-GPU commands run (gloo on the CPU here) ----------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torchrun(*command: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           *command], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+@pytest.mark.slow
+def test_generate_under_torchrun_prints_the_text_of_one_process(tmp_path):
+    folder = make_tiny_model(tmp_path / "tiny")
+    command = ["generate", "--model", str(folder), "--prompt", "hello", "--new-tokens", "12", "--device", "cpu",
+               "--dtype", "float32"]
+    single = subprocess.run([sys.executable, "-m", "sparsedecoding", *command], capture_output=True, text=True,
+                            check=True)
+    split = torchrun("-m", "sparsedecoding", *command)
+    assert split.returncode == 0, split.stderr
+    assert split.stdout == single.stdout and len(single.stdout.strip()) > 0
+
+
+@pytest.mark.slow
+def test_tp_check_passes_on_a_packed_model_and_refuses_heads_that_do_not_split(tmp_path):
+    model = random_hf_model("qwen2")
+    prune_in_place(model, TWO_FOUR)
+    folder = saved(model, tmp_path / "pruned")
+    char_tokenizer().save_pretrained(folder)
+    result = torchrun("benchmarks/tp_check.py", "--model", str(folder), "--device", "cpu", "--sparse", "auto",
+                      "--new-tokens", "8", "--out", str(tmp_path / "report.md"))
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "report.md").read_text()
+    assert "**PASS**" in report and "8 packed block linears per rank" in report
+    odd = saved(random_hf_model("llama", num_attention_heads=3, num_key_value_heads=3, hidden_size=48),
+                tmp_path / "odd")
+    char_tokenizer().save_pretrained(odd)
+    result = torchrun("benchmarks/tp_check.py", "--model", str(odd), "--device", "cpu")
+    assert result.returncode != 0
+    assert "error: EngineError: tensor parallelism over 2 GPUs cannot split 3 query and 3 KV heads" in result.stderr

@@ -1,5 +1,6 @@
 """`sparsedecoding generate` (stream text from a model with the decode engine) and `sparsedecoding bench` (dense
-and sparse decode speed side by side in one process)."""
+and sparse decode speed side by side in one process). Both run tensor-parallel when started by
+`torchrun --nproc-per-node N -m sparsedecoding ...`: every rank runs the command on its shards and rank 0 prints."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "generate", help="stream a continuation with the compiled decode engine",
         description="Stream a continuation of --prompt from a dense, pruned or packed checkpoint with the decode "
                     "engine (static KV cache; on CUDA compiled and captured in a CUDA graph). N:M sparse linears run "
-                    "the packed kernel on CUDA; on the CPU the dense weights run, since the kernel is CUDA-only.")
+                    "the packed kernel on CUDA; on the CPU the dense weights run, since the kernel is CUDA-only. Under "
+                    "`torchrun --nproc-per-node N -m sparsedecoding generate ...` the model is split over N GPUs "
+                    "(tensor parallel, NCCL; gloo with --device cpu) and rank 0 prints.")
     generate.add_argument("--model", required=True, type=Path, help="HF safetensors folder or packed checkpoint")
     generate.add_argument("--prompt", required=True, help="the text to continue")
     generate.add_argument("--chat", action="store_true",
@@ -44,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bench", help="decode tok/s of dense vs sparse weights, same process (CUDA)",
         description="Measure decode speed (tok/s of decode steps, prefill excluded; median over repeats) of dense and "
                     "N:M sparse weights in one process, with the weight bytes each step reads and the achieved "
-                    "bandwidth against a device-to-device copy. Needs a CUDA device.")
+                    "bandwidth against a device-to-device copy. Needs a CUDA device. Under "
+                    "`torchrun --nproc-per-node N -m sparsedecoding bench ...` every model is split over N GPUs "
+                    "(tensor parallel) and the byte counts and bandwidth are per GPU.")
     source = bench.add_mutually_exclusive_group(required=True)
     source.add_argument("--preset", help="random weights of a named architecture, e.g. llama-3.1-8b")
     source.add_argument("--model", type=Path, help="an HF folder with N:M-pruned weights (zeros kept)")
@@ -63,17 +68,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from ..engine.parallel import start_from_env
+    from ..runenv import pick_device
+
+    with start_from_env(pick_device(args.device)) as (tp, device):
+        return _generate_on(args, device, tp)
+
+
+def _generate_on(args: argparse.Namespace, device, tp) -> int:
+    """generate on `device`, with this rank's shards when `tp` is a process group; only rank 0 prints."""
     import torch
     from transformers import AutoTokenizer
 
     from ..engine import Engine, Sampling, load_model
-    from ..runenv import pick_device
 
-    device = pick_device(args.device)
+    first = tp is None or tp.rank() == 0
     dense_instead = args.sparse == "auto" and device.type != "cuda"
     model = load_model(args.model, sparse="none" if dense_instead else args.sparse, dtype=getattr(torch, args.dtype),
-                       device=device)
-    if dense_instead:  # said once the model loaded, so a bad model still gives one error line
+                       device=device, tp=tp)
+    if dense_instead and first:  # said once the model loaded, so a bad model still gives one error line
         print(f"generate: running the dense weights on {device.type}: the packed N:M kernel is CUDA-only, and its "
               f"reference implementation here is many times slower than dense (--sparse packed forces it)",
               file=sys.stderr)
@@ -95,11 +108,13 @@ def _generate(args: argparse.Namespace) -> int:
             break
         generated.append(token_id)
         text = tokenizer.decode(generated, skip_special_tokens=True)
-        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+        if first and not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
             print(text[len(shown):], end="", flush=True)
             shown = text
-    print()
     elapsed = time.perf_counter() - start
+    if not first:
+        return 0
+    print()
     log.info("%d tokens in %.2f s (%.1f tok/s, streaming syncs once per token)", len(generated), elapsed,
              len(generated) / elapsed)
     return 0
@@ -118,6 +133,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     from ..engine.bench import bench_folder, bench_preset, check_plan, copy_bandwidth, format_table
     from ..engine.config import preset
+    from ..engine.parallel import start_from_env
     from ..runenv import environment_markdown
 
     if args.model is not None and args.pattern:
@@ -136,14 +152,19 @@ def _bench(args: argparse.Namespace) -> int:
     check_plan(plan, args.new_tokens)
     if not torch.cuda.is_available():
         raise EngineError("bench measures GPU decode speed and needs a CUDA device")
-    device = torch.device("cuda")
-    copy = copy_bandwidth(device)
-    if args.preset:
-        results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats)
-    else:
-        results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats,
-                               dense_from)
-    report = environment_markdown("sparsedecoding " + " ".join(sys.argv[1:]), device) + "\n" + format_table(results, copy)
+    with start_from_env(torch.device("cuda")) as (tp, device):
+        copy = copy_bandwidth(device)
+        if args.preset:
+            results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats, tp)
+        else:
+            results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats,
+                                   dense_from, tp)
+        if tp is not None and tp.rank() != 0:
+            return 0
+    command = "sparsedecoding " + " ".join(sys.argv[1:])
+    if tp is not None:
+        command = f"torchrun --nproc-per-node {tp.size()} -m {command}"
+    report = environment_markdown(command, device) + "\n" + format_table(results, copy)
     print(report)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

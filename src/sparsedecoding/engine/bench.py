@@ -2,7 +2,9 @@
 (prefill, which yields the first new token, is excluded), timed by device syncs around the step loop after a warm-up
 generation, median over repeats. Achieved bandwidth = weight bytes a step reads (`weight_bytes`: every linear,
 packed = values + bitmask, and lm_head; embeddings excluded) / step time, against the copy bandwidth of a large
-device-to-device copy (bytes read + written) measured in the same process."""
+device-to-device copy (bytes read + written) measured in the same process. Under tensor parallelism (a `tp` group,
+processes started by torchrun) every rank runs the same plan on its shards; weight bytes and bandwidth are then per
+GPU, each GPU reading its own shard every step."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from .generate import Engine
 from .loading import (build_model, check_dense_copy_batch, engine_shapes, is_prunable, keep_dense_copies,
                       load_model, random_state, require_kernel_pattern, resident_weight_bytes, weight_bytes)
 from .model import Transformer
+from .parallel import ProcessGroup, rank_and_world, smallest
 
 _GIB = 2**30
 
@@ -39,6 +42,7 @@ class SpeedResult:
     weight_bytes: int  # read per decode step
     setup_seconds: float  # Engine construction: compile, warm-up and CUDA graph capture
     resident_bytes: int = 0  # weights held on the device
+    gpus: int = 1  # tensor-parallel ranks; the byte counts are then one GPU's
 
     @property
     def step_ms(self) -> float:
@@ -81,11 +85,11 @@ def copy_bandwidth(device: torch.device, nbytes: int = 2 * _GIB, repeats: int = 
 
 
 def model_bytes(args: ModelArgs, pattern: SparsityPattern | None, element_size: int = 2,
-                block_linears: bool = True) -> int:
+                block_linears: bool = True, tp: ProcessGroup | None = None) -> int:
     """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set;
-    without the block linears when `block_linears` is False."""
+    without the block linears when `block_linears` is False; one rank's shards with `tp`."""
     total = 0
-    for key, shape in engine_shapes(args).items():
+    for key, shape in engine_shapes(args, tp).items():
         if key == "output.weight" and args.tie_embeddings or not block_linears and is_prunable(key):
             continue
         if is_prunable(key) and pattern is not None:
@@ -109,7 +113,7 @@ def measure(model: Transformer, name: str, weights: str, batch: int, prompt_toke
     seconds = statistics.median(engine.generate(prompt, new_tokens).decode_seconds for _ in range(repeats))
     return SpeedResult(model=name, weights=weights, batch=batch, decode_steps=new_tokens - 1, seconds=seconds,
                        weight_bytes=weight_bytes(model, batch), setup_seconds=setup,
-                       resident_bytes=resident_weight_bytes(model))
+                       resident_bytes=resident_weight_bytes(model), gpus=rank_and_world(model.tp)[1])
 
 
 # One run of a plan: pattern (None: dense), batch sizes, and optionally the batch from which the packed linears use
@@ -141,24 +145,28 @@ def check_plan(plan: list[Run], new_tokens: int) -> None:
 
 
 def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens: int = 16, new_tokens: int = 256,
-                 repeats: int = 3) -> list[SpeedResult | NotRun]:
+                 repeats: int = 3, tp: ProcessGroup | None = None) -> list[SpeedResult | NotRun]:
     """For each (pattern or None for dense, batch sizes[, dense copy from batch]) of `plan`: random weights of
     preset `name` built on the device, then one measurement per batch size. A model whose weights do not fit the
-    free memory is reported as not run instead of being attempted."""
+    free memory is reported as not run instead of being attempted. With `tp`, each rank builds and measures its
+    shards (the smallest free memory of the ranks decides, so that all take the same path)."""
     args = preset(name)
     check_plan(plan, new_tokens)
+    world = rank_and_world(tp)[1]
     results: list[SpeedResult | NotRun] = []
     for pattern, batches, *dense_from in plan:
         label = run_label(pattern, *dense_from)
-        needed = model_bytes(args, pattern) + _working_memory(args, max(batches), prompt_tokens + new_tokens)
+        needed = model_bytes(args, pattern, tp=tp) + _working_memory(args, max(batches), prompt_tokens + new_tokens,
+                                                                     world)
         if dense_from:
-            needed += model_bytes(args, None) - model_bytes(args, None, block_linears=False)
+            needed += model_bytes(args, None, tp=tp) - model_bytes(args, None, block_linears=False, tp=tp)
         free, total = torch.cuda.mem_get_info(device)
+        free = smallest(free, tp, device)
         if needed > free:
             results.append(NotRun(name, label, f"needs {needed / 1e9:.1f} GB (weights + cache + 2 GiB working "
                                                f"memory); {free / 1e9:.1f} GB of {total / 1e9:.1f} GB are free"))
             continue
-        model = build_model(args, random_state(args, pattern, device=device))
+        model = build_model(args, random_state(args, pattern, device=device, tp=tp), tp)
         if dense_from:
             keep_dense_copies(model, dense_from[0])
         results += [measure(model, name, label, batch, prompt_tokens, new_tokens, repeats) for batch in batches]
@@ -168,12 +176,13 @@ def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens
 
 
 def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_tokens: int = 16,
-                 new_tokens: int = 256, repeats: int = 3, dense_from: int | None = None) -> list[SpeedResult | NotRun]:
+                 new_tokens: int = 256, repeats: int = 3, dense_from: int | None = None,
+                 tp: ProcessGroup | None = None) -> list[SpeedResult | NotRun]:
     """The folder's weights dense (`--sparse none`) and with its N:M linears packed (`--sparse auto`); with
     `dense_from`, the packed model again with dense copies from that batch on, at the batches that use them."""
     results: list[SpeedResult | NotRun] = []
     for sparse in ("none", "auto"):
-        model = load_model(folder, sparse=sparse, device=device)
+        model = load_model(folder, sparse=sparse, device=device, tp=tp)
         label = "dense" if sparse == "none" else _packed_label(model)
         if label is None:
             results.append(NotRun(folder.name, "sparse", "no block linear is N:M sparse; prune the model first"))
@@ -198,28 +207,32 @@ def release_memory() -> None:
 
 
 def format_table(results: list[SpeedResult | NotRun], copy_bytes_per_second: float) -> str:
-    """Markdown table; the ratio is against the dense result of the same model and batch."""
-    dense = {(r.model, r.batch): r for r in results if isinstance(r, SpeedResult) and r.weights == "dense"}
-    lines = [f"Copy bandwidth (device-to-device, read + write): {copy_bytes_per_second / 1e12:.2f} TB/s", "",
-             "| model | weights | batch | ms/step | tok/s per seq | tok/s total | vs dense | weight GB/step | "
-             "achieved TB/s | % of copy | weights held GB | compile+capture s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """Markdown table; the ratio is against the dense result of the same model, batch and number of GPUs."""
+    dense = {(r.model, r.batch, r.gpus): r for r in results if isinstance(r, SpeedResult) and r.weights == "dense"}
+    lines = [f"Copy bandwidth (device-to-device, read + write): {copy_bytes_per_second / 1e12:.2f} TB/s", ""]
+    if any(isinstance(r, SpeedResult) and r.gpus > 1 for r in results):
+        lines += ["Rows marked TP=N ran tensor-parallel over N GPUs: weight GB/step, achieved TB/s, % of copy and "
+                  "weights held are per GPU (each reads its own shard every step); tok/s is the model's.", ""]
+    lines += ["| model | weights | batch | ms/step | tok/s per seq | tok/s total | vs dense | weight GB/step | "
+              "achieved TB/s | % of copy | weights held GB | compile+capture s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if isinstance(r, NotRun):
             lines.append(f"| {r.model} | {r.weights} | | | not run: {r.reason} | | | | | | | |")
             continue
-        base = dense.get((r.model, r.batch))
+        base = dense.get((r.model, r.batch, r.gpus))
         ratio = f"{r.tokens_per_second / base.tokens_per_second:.3f}x" if base else "n/a"
+        model = r.model if r.gpus == 1 else f"{r.model} TP={r.gpus}"
         lines.append(
-            f"| {r.model} | {r.weights} | {r.batch} | {r.step_ms:.3f} | {r.tokens_per_second:.1f} | "
+            f"| {model} | {r.weights} | {r.batch} | {r.step_ms:.3f} | {r.tokens_per_second:.1f} | "
             f"{r.batch * r.tokens_per_second:.1f} | {ratio} | {r.weight_bytes / 1e9:.2f} | {r.bandwidth / 1e12:.2f} | "
             f"{100 * r.bandwidth / copy_bytes_per_second:.0f}% | {r.resident_bytes / 1e9:.2f} | "
             f"{r.setup_seconds:.1f} |")
     return "\n".join(lines) + "\n"
 
 
-def _working_memory(args: ModelArgs, batch: int, max_seq_len: int) -> int:
-    cache = 2 * args.n_layers * batch * args.n_kv_heads * max_seq_len * args.head_dim * 2
+def _working_memory(args: ModelArgs, batch: int, max_seq_len: int, world: int = 1) -> int:
+    cache = 2 * args.n_layers * batch * args.n_kv_heads // world * max_seq_len * args.head_dim * 2
     return cache + 2 * _GIB
 
 
