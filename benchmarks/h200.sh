@@ -71,6 +71,19 @@ case $report in
     models; [ -d $smol_pruned ] || python3 -m sparsedecoding prune --model $smol --solver magnitude \
       --calibration text --tokens 512 --out $smol_pruned
     python3 -m sparsedecoding check --model $smol_pruned --out "$OUT/engine_check_smollm2-135m_2of4_h200.md" ;;
+  tp-check-qwen)  # tp_check_qwen2.5-coder-1.5b_h200x2.md; machine nvidia-h200-x2 (as all tp-*), about 2 min
+    models; python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_check.py --model $qwen \
+      --out "$OUT/tp_check_qwen2.5-coder-1.5b_h200x2.md" ;;
+  tp-check-qwen-2of4)  # tp_check_qwen2.5-coder-1.5b_2of4_h200x2.md (packed 2:4 linears split over the GPUs)
+    models; pruned_qwen
+    python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_check.py --model $pruned \
+      --sparse auto --out "$OUT/tp_check_qwen2.5-coder-1.5b_2of4_h200x2.md" ;;
+  tp-bench-70b)  # tp_h200x2_70b.md: Llama-3.3-70B dense and 2:4 at TP=2, batch 1 and 4
+    python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_bench.py --preset llama-3.3-70b \
+      --repeats 2 --out "$OUT/tp_h200x2_70b.md" ;;
+  tp-bench-8b)  # tp_h200x2_8b.md: Llama-3.1-8B dense and 2:4, TP=2 vs TP=1, batch 1 and 4
+    python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_bench.py --preset llama-3.1-8b \
+      --repeats 2 --out "$OUT/tp_h200x2_8b.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/
     models; pruned_qwen
     python3 -m sparsedecoding analyze drift --dense $qwen --pruned $pruned --out "$OUT/drift-qwen2.5-coder-1.5b-2of4" \
@@ -91,5 +104,5 @@ case $report in
     done ;;
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
-       "quality-16k, quality-64k-sampled" >&2; exit 2 ;;
+       "quality-16k, quality-64k-sampled, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b, tp-bench-8b" >&2; exit 2 ;;
 esac
