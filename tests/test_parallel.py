@@ -130,12 +130,23 @@ def test_packed_weight_with_words_not_divisible_by_world_is_refused():
 CASES = {"dense": (ARGS, None, torch.float32), "packed": (PACKED_ARGS, TWO_FOUR, torch.bfloat16)}
 
 
-def _tp_worker(rank: int, port: int, folder: str) -> None:
-    """One rank: the unsplit model and this rank's shards of the same weights, both on one prompt batch; saves
-    logits, greedy tokens, and the unsplit model's logits along its own continuation (for the tie rule)."""
+def _as_torchrun_rank(rank: int, port: int) -> None:
+    """The environment torchrun gives rank `rank` of 2, so that the workers start through `start_from_env`."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE="2")
     torch.set_num_threads(1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tp_worker(rank: int, port: int, folder: str) -> None:
+    """One rank: the unsplit model and this rank's shards of the same weights, both on one prompt batch; saves
+    logits, greedy tokens, and the unsplit model's logits along its own continuation (for the tie rule)."""
+    _as_torchrun_rank(rank, port)
     with start_from_env(torch.device("cpu")) as (tp, device):
         assert tp is not None and device.type == "cpu"
         for name, (args, pattern, dtype) in CASES.items():
@@ -160,10 +171,7 @@ def _tp_worker(rank: int, port: int, folder: str) -> None:
 @pytest.fixture(scope="module")
 def tp_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tp")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_tp_worker, args=(port, str(folder)), nprocs=2)
+    mp.spawn(_tp_worker, args=(free_port(), str(folder)), nprocs=2)
     return {name: [load_file(folder / f"{name}_rank{rank}.safetensors") for rank in range(2)] for name in CASES}
 
 
@@ -199,6 +207,28 @@ def test_two_ranks_decode_the_greedy_tokens_of_one(tp_runs, case):
     tolerance = 8 * eps * first["tp1_replay"].float().abs().max()
     assert_same_up_to_ties(first["tp2_tokens"], first["tp1_tokens"], first["tp1_replay"], tolerance)
     assert torch.equal(second["tp2_tokens"], first["tp2_tokens"])
+
+
+def _compiled_worker(rank: int, port: int, folder: str) -> None:
+    _as_torchrun_rank(rank, port)
+    with start_from_env(torch.device("cpu")) as (tp, _):
+        state = random_state(ARGS, None, torch.float32, "cpu", seed=1)
+        model = build_model(ARGS, shard_state(ARGS, state, rank, 2), tp)
+        model.setup_caches(2, 16)
+        prompt = torch.randint(ARGS.vocab_size, (2, 6), generator=torch.Generator().manual_seed(5))
+        eager = model(prompt, torch.arange(6))
+        model.compile_regions()
+        compiled = model(prompt, torch.arange(6), compiled=True)
+        save_file({"eager": eager, "compiled": compiled}, f"{folder}/rank{rank}.safetensors")
+
+
+@pytest.mark.slow
+def test_compiled_blocks_trace_the_collectives(tmp_path):
+    """torch.compile (Inductor, fullgraph) of a split block keeps its all-reduces: compiled logits match eager."""
+    mp.spawn(_compiled_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        run = load_file(tmp_path / f"rank{rank}.safetensors")
+        torch.testing.assert_close(run["compiled"], run["eager"], rtol=1e-4, atol=1e-4)
 
 
 # --- torchrun, as the two-GPU commands run (gloo on the CPU here) ----------------------------------------------------
