@@ -93,7 +93,8 @@ def run(args: argparse.Namespace, tp, device: torch.device) -> tuple[list[str], 
     lines = [f"# Tensor-parallel check: {args.model.name}, TP={world} vs TP=1", "",
              environment_markdown(command, device),
              f"- ranks: {world} × {device.type}; {args.dtype}, --sparse {args.sparse}, {args.new_tokens} new tokens, "
-             f"{'compiled + CUDA graph' if compile else 'eager'}; {packed} packed block linears per rank; {settings}", "",
+             f"{'compiled + CUDA graph' if compile else 'eager'}; {packed} packed block linears per rank; "
+             f"{settings}", "",
              f"**{'PASS' if passed else 'FAIL'}**", "",
              "## Logits (prompt + TP=1's greedy continuation, replayed)", "",
              f"Pass: max |TP={world} - float32| <= 2 · max |TP=1 - float32| + eps · max |float32|.", "",

@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from sparsedecoding.engine import Engine, build_model, random_state
 from sparsedecoding.engine.config import ModelArgs
-from sparsedecoding.engine.parallel import (check_world, rank_and_world, shard_state, split_columns, split_rows,
-                                            start_from_env)
+from sparsedecoding.engine.parallel import (check_world, local_args, rank_and_world, shard_state, split_columns,
+                                            split_rows, start_from_env)
 from sparsedecoding.errors import EngineError
 from sparsedecoding.kernels import PackedLinear, PackedNM, pack_nm
 from sparsedecoding.patterns import SparsityPattern
@@ -117,6 +117,12 @@ def test_world_sizes_that_cannot_split_the_model_fail_with_one_error(changes, wo
         check_world(args, world)
     with pytest.raises(EngineError, match="cannot split"):
         shard_state(args, random_state(args, None, torch.float32, "cpu"), 0, world)
+
+
+def test_one_rank_holds_any_model():
+    args = replace(ARGS, intermediate_size=100, n_heads=3, n_kv_heads=3, vocab_size=127)
+    assert local_args(args, 1) is args
+    assert build_model(args, random_state(args, None, torch.float32, "cpu")).output.weight.shape == (127, 64)
 
 
 def test_packed_weight_with_words_not_divisible_by_world_is_refused():

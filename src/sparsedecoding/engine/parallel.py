@@ -62,7 +62,10 @@ def check_world(args: ModelArgs, world: int) -> None:
 
 def local_args(args: ModelArgs, world: int) -> ModelArgs:
     """The block shapes one rank holds: its heads and its slice of the intermediate size (vocabulary and width are
-    the model's: embeddings are replicated, lm_head's slice is sized by the Transformer)."""
+    the model's: embeddings are replicated, lm_head's slice is sized by the Transformer). One rank holds `args`
+    whatever its shapes."""
+    if world == 1:
+        return args
     check_world(args, world)
     return dataclasses.replace(args, n_heads=args.n_heads // world, n_kv_heads=args.n_kv_heads // world,
                                intermediate_size=args.intermediate_size // world)
