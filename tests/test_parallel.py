@@ -18,6 +18,7 @@ from helpers import char_tokenizer, make_tiny_model, prune_in_place, random_hf_m
 from safetensors.torch import load_file, save_file
 
 from sparsedecoding.engine import Engine, build_model, random_state
+from sparsedecoding.engine.bench import SpeedResult, format_table, model_bytes
 from sparsedecoding.engine.config import ModelArgs
 from sparsedecoding.engine.parallel import (check_world, local_args, rank_and_world, shard_state, split_columns,
                                             split_rows, start_from_env)
@@ -129,6 +130,36 @@ def test_packed_weight_with_words_not_divisible_by_world_is_refused():
     packed = pack_nm(random_nm_weight(4, 96, 2, 4, dtype=torch.bfloat16), 2, 4)
     with pytest.raises(EngineError, match="96 input columns into 2 slices of whole 32-column words"):
         split_columns(packed, 0, 2)
+
+
+class _Group:
+    """Stands in for a process group where only rank and size are read (shapes, byte counts)."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self._rank, self._size = rank, size
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+
+@pytest.mark.parametrize("pattern", [None, TWO_FOUR])
+def test_a_rank_holds_its_share_of_the_weight_bytes(pattern):
+    args = PACKED_ARGS
+    whole, share = model_bytes(args, pattern), model_bytes(args, pattern, tp=_Group(0, 2))
+    replicated = (args.vocab_size + 2 * args.n_layers + 1) * args.dim * 2  # the embedding table and the norms
+    assert share == replicated + (whole - replicated) // 2
+
+
+def test_bench_table_marks_tensor_parallel_rows_and_compares_like_with_like():
+    rows = [SpeedResult("m", weights, 1, 10, seconds, 1000, 1.0, gpus=gpus)
+            for weights, seconds, gpus in [("dense", 1.0, 1), ("2:4", 0.5, 1), ("dense", 0.8, 2), ("2:4", 0.5, 2)]]
+    table = format_table(rows, 1e12)
+    assert "per GPU" in table
+    assert "| m | 2:4 | 1 |" in table and "| 2.000x |" in table  # 2:4 vs dense on one GPU
+    assert "| m TP=2 | 2:4 | 1 |" in table and "| 1.600x |" in table  # 2:4 vs dense on two
 
 
 # --- two gloo processes on the CPU ----------------------------------------------------------------------------------
