@@ -170,7 +170,10 @@ class Engine:
                 self._step()
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # Split over GPUs, NCCL's watchdog thread polls the events of earlier collectives while this thread
+        # captures; in the default "global" mode such a call from another thread invalidates the capture.
+        mode = "global" if self.model.tp is None else "thread_local"
+        with torch.cuda.graph(graph, capture_error_mode=mode):
             self._step()
         return graph
 
