@@ -1,0 +1,41 @@
+"""The demo's scores and its reading of them, on a tiny random model (no download)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from helpers import char_tokenizer, prune_in_place, random_hf_model
+from sparsedecoding.cli.demo import dense_answer_scores, what_it_shows
+from sparsedecoding.generation import generate, tokenize_prompts
+
+
+def greedy_answers(model, tokenizer):
+    prompts = tokenize_prompts(tokenizer, ["def add(a, b):", "print('hi')", "x = [1, 2"])
+    return generate(model, tokenizer, prompts, 12, batch_size=3, progress=False)
+
+
+def test_a_model_agrees_with_itself_on_its_greedy_answers_and_pruning_moves_it_away():
+    torch.manual_seed(0)
+    dense, tokenizer = random_hf_model("llama"), char_tokenizer()
+    answers = greedy_answers(dense, tokenizer)
+    kl, agree = dense_answer_scores(dense, dense, answers, tokenizer.pad_token_id)
+    assert abs(kl) < 1e-5 and agree == 1.0  # greedy tokens are the model's own top-1 choices
+    pruned = copy.deepcopy(dense)
+    prune_in_place(pruned, "2:4")
+    kl, agree = dense_answer_scores(dense, pruned, answers, tokenizer.pad_token_id)
+    assert kl > 1e-3 and 0.0 <= agree < 1.0
+
+
+def row(agree: float, kl: float, ppl: float) -> dict:
+    return {"agree": agree, "kl": kl, "ppl": ppl}
+
+
+def test_the_summary_reads_the_numbers_and_says_when_decode_loses():
+    wins = what_it_shows({"text": row(0.58, 1.5, 60.0), "decode": row(0.79, 0.5, 250.0)})
+    assert "79%" in wins[0] and "58%" in wins[0] and "3.0x lower KL" in wins[0]
+    assert "perplexity lower (60 vs 250)" in wins[1]
+    loses = what_it_shows({"text": row(0.80, 0.4, 300.0), "decode": row(0.70, 0.6, 60.0)})
+    assert loses == ["Here decode-time calibration did not beat text calibration on held-out prompts (agreement "
+                     "70% vs 80%, KL 0.600 vs 0.400)."]
