@@ -9,12 +9,18 @@ time, against a 1 GiB device copy measured in the same run. Examples:
 
     PYTHONPATH=src python benchmarks/cuda_kernel_bench.py --quick
     PYTHONPATH=src python benchmarks/cuda_kernel_bench.py --out benchmarks/results/cuda_kernel_h200.md
+
+--dispatch measures what the engine runs instead: `nm_spmv` (the op, with the kernel `op.choose_kernel` picks under
+SPARSEDECODING_KERNEL=auto) next to the Triton runner, the tensor-core kernel and cuBLAS, at every batch 1..16, and
+prints per pattern the CUDA_FROM_BATCH threshold these measurements give:
+
+    PYTHONPATH=src python benchmarks/cuda_kernel_bench.py --dispatch --out benchmarks/results/cuda_dispatch_h200.md
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import subprocess
 import sys
 import time
@@ -23,9 +29,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernel_bench import L2_ROTATION_BYTES, geomean, linear_shapes, random_nm_weight, time_rotated
+from kernel_bench import geomean, linear_shapes, rotated_weights, time_rotated
 from sparsedecoding.engine.bench import copy_bandwidth
-from sparsedecoding.kernels import PackedNM, cuda_mma, nm_spmv, pack_nm
+from sparsedecoding.kernels import cuda_mma, nm_spmv, op
 from sparsedecoding.kernels.autotune import output_error
 from sparsedecoding.runenv import environment_markdown
 
@@ -57,13 +63,9 @@ class Row:
 def bench_shape(model, shape, pattern, batches, reps, generator, sweep, stages) -> list[Row]:
     out, in_features = linear_shapes(model, unfused=False)[shape]
     n, m = (int(v) for v in pattern.split(":"))
-    weight = random_nm_weight(out, in_features, n, m, generator)
-    packed = pack_nm(weight, n, m)
-    weight_bytes = weight.numel() * 2
-    packed_bytes = packed.values.numel() * 2 + packed.bitmask.numel() * 4
-    dense_copies = [weight] + [weight.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / weight_bytes))]
-    sparse_copies = [packed] + [PackedNM(packed.values.clone(), packed.bitmask.clone(), n, m, packed.shape)
-                                for _ in range(math.ceil(L2_ROTATION_BYTES / packed_bytes))]
+    rotated = rotated_weights(out, in_features, n, m, generator)
+    packed, dense_copies, sparse_copies = rotated.packed, rotated.dense_copies, rotated.sparse_copies
+    packed_bytes = rotated.packed_bytes
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     default = cuda_mma.default_splits(out, in_features // 32, sms)
     chunks = -(-in_features // 128)
@@ -94,38 +96,144 @@ def bench_shape(model, shape, pattern, batches, reps, generator, sweep, stages) 
               f"(splits {default}; best {row.best_s * 1e6:.1f} at {row.best}), triton {triton_s * 1e6:.1f}, cuBLAS "
               f"{dense_s * 1e6:.1f}, x{dense_s / row.cuda_s:.2f} vs cuBLAS, check {check:.2f}"
               f"{'' if check <= 1 else ' FAIL'}", flush=True)
-    del dense_copies, sparse_copies
+    del rotated, dense_copies, sparse_copies
     torch.cuda.empty_cache()
     return rows
 
 
-def results_table(rows: list[Row], copy_bw: float) -> str:
-    lines = ["| model | linear | out x in | pattern | batch | cuda us (splits) | best us (setting) | triton us | "
-             "cuBLAS us | cuda vs cuBLAS | best vs cuBLAS | triton vs cuBLAS | cuda TB/s (% copy) | float64 check |",
-             "|" + "---|" * 14]
-    for r in rows:
-        bw = r.sparse_bytes / r.cuda_s
-        lines.append(f"| {r.model} | {r.shape} | {r.out}x{r.in_features} | {r.pattern} | {r.batch} | "
-                     f"{r.cuda_s * 1e6:.1f} ({r.default_splits}) | {r.best_s * 1e6:.1f} ({r.best}) | "
-                     f"{r.triton_s * 1e6:.1f} | {r.dense_s * 1e6:.1f} | {r.dense_s / r.cuda_s:.2f} | "
-                     f"{r.dense_s / r.best_s:.2f} | {r.dense_s / r.triton_s:.2f} | {bw / 1e12:.2f} "
-                     f"({100 * bw / copy_bw:.0f}%) | {'ok' if r.check <= 1 else 'FAIL'} ({r.check:.2f}) |")
+@dataclass
+class DispatchRow:
+    model: str
+    shape: str
+    out: int
+    in_features: int
+    pattern: str
+    batch: int
+    kernel: str  # what the op dispatched
+    op_s: float
+    triton_s: float
+    cuda_s: float
+    dense_s: float
+    sparse_bytes: int
+    check: float  # worst of the op, Triton and tensor-core outputs
+    timing: str  # "graph", or how a kernel had to be timed otherwise
+
+
+def bench_dispatch(model, shape, pattern, batches, reps, generator) -> list[DispatchRow]:
+    """The op as dispatched, the Triton runner, the tensor-core kernel (default split-K and stages) and cuBLAS on
+    one linear shape, every output checked against float64."""
+    out, in_features = linear_shapes(model, unfused=False)[shape]
+    n, m = (int(v) for v in pattern.split(":"))
+    rotated = rotated_weights(out, in_features, n, m, generator)
+    packed, dense_copies, sparse_copies = rotated.packed, rotated.dense_copies, rotated.sparse_copies
+    packed_bytes = rotated.packed_bytes
+    rows = []
+    for batch in batches:
+        x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
+        kernel, fallback = op.choose_kernel(n, m, batch, op.kernel_setting(), op._cuda_problem)
+        triton = op._TritonRunner(x, packed.values, packed.bitmask, n, m)
+        outputs = {"op": nm_spmv(x, packed), "triton": triton(x, packed.values, packed.bitmask),
+                   "cuda": cuda_mma.nm_mm_cuda(x, packed)}
+        check = max(output_error(y, x, packed.values, packed.bitmask) for y in outputs.values())
+        times, methods = {}, {}
+        for name, call in (("op", lambda p: nm_spmv(x, p)), ("triton", lambda p: triton(x, p.values, p.bitmask)),
+                           ("cuda", lambda p: cuda_mma.nm_mm_cuda(x, p)),
+                           ("cuBLAS", lambda w: F.linear(x, w))):
+            copies = dense_copies if name == "cuBLAS" else sparse_copies
+            times[name], methods[name] = time_rotated([lambda c=c, call=call: call(c) for c in copies], reps)
+        odd = [f"{name} {method}" for name, method in methods.items() if method != "graph"]
+        row = DispatchRow(model, shape, out, in_features, pattern, batch, kernel + (" (fallback)" if fallback else ""),
+                          times["op"], times["triton"], times["cuda"], times["cuBLAS"],
+                          packed_bytes + 2 * batch * (in_features + out), check, ", ".join(odd) or "graph")
+        rows.append(row)
+        print(f"{model} {shape} {out}x{in_features} {pattern} b{batch}: op ({row.kernel}) {row.op_s * 1e6:.1f} us, "
+              f"triton {row.triton_s * 1e6:.1f}, cuda {row.cuda_s * 1e6:.1f}, cuBLAS {row.dense_s * 1e6:.1f}, "
+              f"op x{row.dense_s / row.op_s:.2f} vs cuBLAS, check {check:.2f}{'' if check <= 1 else ' FAIL'}",
+              flush=True)
+    del rotated, dense_copies, sparse_copies
+    torch.cuda.empty_cache()
+    return rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows]) + "\n"
+
+
+def check_cell(error: float) -> str:
+    return f"{'ok' if error <= 1 else 'FAIL'} ({error:.2f})"
+
+
+def bandwidth_cell(nbytes: int, seconds: float, copy_bw: float) -> str:
+    return f"{nbytes / seconds / 1e12:.2f} ({100 * nbytes / seconds / copy_bw:.0f}%)"
+
+
+def by_pattern_and_batch(rows: list) -> list[tuple[str, int, list]]:
+    return [(pattern, batch, [r for r in rows if r.pattern == pattern and r.batch == batch])
+            for pattern in sorted({r.pattern for r in rows}) for batch in sorted({r.batch for r in rows})]
+
+
+def dispatch_summary(rows: list[DispatchRow]) -> str:
+    """Per pattern and batch, geomean speedups over cuBLAS: each kernel and the op; the kernels the op ran."""
+    cells = []
+    for pattern, batch, rs in by_pattern_and_batch(rows):
+        op_speed = [r.dense_s / r.op_s for r in rs]
+        cells.append([pattern, str(batch), f"{geomean([r.dense_s / r.cuda_s for r in rs]):.2f}x",
+                      f"{geomean([r.dense_s / r.triton_s for r in rs]):.2f}x", f"{geomean(op_speed):.2f}x",
+                      f"{min(op_speed):.2f}x", ", ".join(sorted({r.kernel for r in rs}))])
+    return markdown_table(["pattern", "batch", "cuda geomean", "triton geomean", "op geomean", "op min", "op kernel"],
+                          cells)
+
+
+def thresholds(rows: list[DispatchRow]) -> str:
+    """Per pattern, the CUDA_FROM_BATCH entry these rows give (the rule stated in kernels/op.py): the smallest batch
+    from which the tensor-core kernel's geomean beats Triton's at every measured batch; next to the one in use."""
+    lines = []
+    for pattern in sorted({r.pattern for r in rows}):
+        n, m = (int(v) for v in pattern.split(":"))
+        batches = sorted({r.batch for r in rows if r.pattern == pattern})
+        wins = {b: geomean([r.triton_s / r.cuda_s for r in rows if r.pattern == pattern and r.batch == b]) > 1
+                for b in batches}
+        first = next((b for b in batches if all(wins[c] for c in batches if c >= b)), None)
+        lines.append(f"- {pattern}: tensor-core kernel from batch {first if first is not None else 'none (never)'}"
+                     f"; op.CUDA_FROM_BATCH has {op.CUDA_FROM_BATCH.get((n, m), 'no entry (Triton)')}")
     return "\n".join(lines) + "\n"
+
+
+def dispatch_table(rows: list[DispatchRow], copy_bw: float) -> str:
+    header = ["model", "linear", "out x in", "pattern", "batch", "op kernel", "op us", "triton us", "cuda us",
+              "cuBLAS us", "op vs cuBLAS", "triton vs cuBLAS", "cuda vs cuBLAS", "op TB/s (% copy)", "float64 check",
+              "timing"]
+    return markdown_table(header, [
+        [r.model, r.shape, f"{r.out}x{r.in_features}", r.pattern, str(r.batch), r.kernel,
+         *(f"{t * 1e6:.1f}" for t in (r.op_s, r.triton_s, r.cuda_s, r.dense_s)),
+         *(f"{r.dense_s / t:.2f}" for t in (r.op_s, r.triton_s, r.cuda_s)),
+         bandwidth_cell(r.sparse_bytes, r.op_s, copy_bw), check_cell(r.check), r.timing] for r in rows])
+
+
+def results_table(rows: list[Row], copy_bw: float) -> str:
+    header = ["model", "linear", "out x in", "pattern", "batch", "cuda us (splits)", "best us (setting)", "triton us",
+              "cuBLAS us", "cuda vs cuBLAS", "best vs cuBLAS", "triton vs cuBLAS", "cuda TB/s (% copy)",
+              "float64 check"]
+    return markdown_table(header, [
+        [r.model, r.shape, f"{r.out}x{r.in_features}", r.pattern, str(r.batch),
+         f"{r.cuda_s * 1e6:.1f} ({r.default_splits})", f"{r.best_s * 1e6:.1f} ({r.best})",
+         f"{r.triton_s * 1e6:.1f}", f"{r.dense_s * 1e6:.1f}",
+         *(f"{r.dense_s / t:.2f}" for t in (r.cuda_s, r.best_s, r.triton_s)),
+         bandwidth_cell(r.sparse_bytes, r.cuda_s, copy_bw), check_cell(r.check)] for r in rows])
 
 
 def summary_table(rows: list[Row]) -> str:
     """Per pattern and batch: geomean and minimum speedup over cuBLAS of each kernel, and of the faster of the two."""
-    lines = ["| pattern | batch | cuda geomean | cuda min | best-setting geomean | triton geomean | "
-             "max(cuda, triton) geomean |", "|---|---|---|---|---|---|---|"]
-    for pattern in sorted({r.pattern for r in rows}):
-        for batch in sorted({r.batch for r in rows}):
-            rs = [r for r in rows if r.batch == batch and r.pattern == pattern]
-            cuda = [r.dense_s / r.cuda_s for r in rs]
-            lines.append(f"| {pattern} | {batch} | {geomean(cuda):.2f}x | {min(cuda):.2f}x | "
-                         f"{geomean([r.dense_s / r.best_s for r in rs]):.2f}x | "
-                         f"{geomean([r.dense_s / r.triton_s for r in rs]):.2f}x | "
-                         f"{geomean([r.dense_s / min(r.cuda_s, r.triton_s) for r in rs]):.2f}x |")
-    return "\n".join(lines) + "\n"
+    cells = []
+    for pattern, batch, rs in by_pattern_and_batch(rows):
+        cuda = [r.dense_s / r.cuda_s for r in rs]
+        cells.append([pattern, str(batch), f"{geomean(cuda):.2f}x", f"{min(cuda):.2f}x",
+                      f"{geomean([r.dense_s / r.best_s for r in rs]):.2f}x",
+                      f"{geomean([r.dense_s / r.triton_s for r in rs]):.2f}x",
+                      f"{geomean([r.dense_s / min(r.cuda_s, r.triton_s) for r in rs]):.2f}x"])
+    return markdown_table(["pattern", "batch", "cuda geomean", "cuda min", "best-setting geomean", "triton geomean",
+                           "max(cuda, triton) geomean"], cells)
 
 
 def environment(copy_bw: float, build_s: float) -> str:
@@ -138,12 +246,46 @@ def environment(copy_bw: float, build_s: float) -> str:
             + f"- kernel build (or cache load) at first use: {build_s:.1f} s\n")
 
 
+def write_report(report: str, out: str | None) -> None:
+    print(report)
+    if out:
+        with open(out, "w", encoding="utf-8") as handle:
+            handle.write(report)
+
+
+def dispatch_main(args, started: float, copy_bw: float, build_s: float, generator: torch.Generator) -> int:
+    rows = []
+    for model in args.models:
+        for shape in SHAPES:
+            for pattern in args.patterns:
+                rows += bench_dispatch(model, shape, pattern, args.batches, args.reps, generator)
+    failures = [r for r in rows if r.check > 1]
+    setting = os.environ.get(op.KERNEL_SETTING, "")
+    report = "\n".join([
+        "# nm_spmv as dispatched vs its two kernels vs cuBLAS", "", environment(copy_bw, build_s)
+        + f"- {op.KERNEL_SETTING}: {setting or 'unset (auto)'}\n",
+        "## Speedup over cuBLAS per pattern and batch (geomean over shapes)", "", dispatch_summary(rows),
+        "## Thresholds these measurements give (rule in kernels/op.py, CUDA_FROM_BATCH)", "", thresholds(rows),
+        "## All measurements", "",
+        "op = `nm_spmv` (the cached runner the engine calls; kernel chosen by `op.choose_kernel`); triton = the "
+        "Triton runner built for the problem (tuned); cuda = `nm_mm_cuda` with its default split-K and stages. "
+        "Times: median per call of CUDA-graph replays over weight copies rotating past the L2. Bytes: packed values "
+        "+ bitmask + x + y. float64 check = worst output error / bound of the three sparse outputs (<= 1 passes).",
+        "", dispatch_table(rows, copy_bw),
+        f"float64 failures: {len(failures)}. Whole run: {time.perf_counter() - started:.0f} s", ""])
+    write_report(report, args.out)
+    return 1 if failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Llama-3.1-8B shapes, batch 1, 4, 8, 16, 2:4 only")
     parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     parser.add_argument("--patterns", nargs="+", default=PATTERNS)
-    parser.add_argument("--batches", nargs="+", type=int, default=BATCHES)
+    parser.add_argument("--batches", nargs="+", type=int, default=None,
+                        help=f"default {BATCHES}, with --dispatch 1..16")
+    parser.add_argument("--dispatch", action="store_true",
+                        help="time the dispatched op (what the engine runs) next to both kernels and cuBLAS")
     parser.add_argument("--no-sweep", action="store_true", help="time only the default split-K setting")
     parser.add_argument("--stages", nargs="+", type=int, default=[cuda_mma.DEFAULT_STAGES],
                         help="pipeline depths to time; the first is the one in the cuda column")
@@ -153,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda_mma.available():
         print("cuda_kernel_bench needs a CUDA GPU and nvcc", file=sys.stderr)
         return 2
+    if args.batches is None:
+        args.batches = list(range(1, op.MAX_BATCH + 1)) if args.dispatch else BATCHES
     if args.quick:
         args.models, args.batches, args.patterns = ["llama-3.1-8b"], [1, 4, 8, 16], ["2:4"]
     started = time.perf_counter()
@@ -165,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built in {build_s:.1f} s\n{cuda_mma.compile_log()}", flush=True)
     generator = torch.Generator(device="cuda").manual_seed(0)
     copy_bw = copy_bandwidth(torch.device("cuda"))
+    if args.dispatch:
+        return dispatch_main(args, started, copy_bw, build_s, generator)
     rows = []
     for model in args.models:
         for shape in SHAPES:
@@ -180,10 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "pipeline settings tried (each checked against float64). Bytes: packed values + bitmask + x + y.", "",
         results_table(rows, copy_bw),
         f"float64 failures: {len(failures)}. Whole run: {time.perf_counter() - started:.0f} s", ""])
-    print(report)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(report)
+    write_report(report, args.out)
     return 1 if failures else 0
 
 

@@ -2,6 +2,9 @@
 linear shapes of the engine presets llama-3.1-8b, qwen3-14b, qwen3-32b and llama-3.3-70b (fused qkv and gate_up, as
 the engine runs them), batch 1..16, the kernel patterns 2:4, 4:8, 8:16, 16:32. Needs a CUDA GPU.
 
+It measures the Triton kernel (it sets SPARSEDECODING_KERNEL=triton); `cuda_kernel_bench.py --dispatch` measures
+what the op dispatches.
+
 Every output is first checked against a float64 product with the autotuner's bound (`kernels.autotune.output_error`:
 output rounding plus the worst case of an fp32 sum). Times are medians over repeated replays of a CUDA graph that calls the op on enough weight copies to rotate
 past the L2 cache; bandwidth = bytes that must move (weights as stored, x, y) / time, next to the bandwidth of a
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -28,7 +32,7 @@ from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.engine.config import preset
 from sparsedecoding.kernels import PackedNM, nm_spmv, pack_nm
 from sparsedecoding.kernels.autotune import output_error, problem_key, rejected_candidates, tuning_results
-from sparsedecoding.kernels.op import MAX_BATCH
+from sparsedecoding.kernels.op import KERNEL_SETTING, MAX_BATCH
 from sparsedecoding.patterns import KERNEL_PATTERNS
 from sparsedecoding.runenv import environment_markdown
 
@@ -75,6 +79,28 @@ def random_nm_weight(out: int, in_features: int, n: int, m: int, generator: torc
         values = torch.randn(rows, in_features, device="cuda", generator=generator).view(rows, -1, m)
         weight[r0:r0 + rows] = (values * kept).view(rows, in_features).bfloat16()
     return weight
+
+
+@dataclass
+class RotatedWeights:
+    """A random N:M weight dense and packed, each with enough copies that a round over them reads past the L2."""
+    weight: torch.Tensor
+    packed: PackedNM
+    dense_copies: list[torch.Tensor]
+    sparse_copies: list[PackedNM]
+    weight_bytes: int  # dense bf16
+    packed_bytes: int  # values + bitmask
+
+
+def rotated_weights(out: int, in_features: int, n: int, m: int, generator: torch.Generator) -> RotatedWeights:
+    weight = random_nm_weight(out, in_features, n, m, generator)
+    packed = pack_nm(weight, n, m)
+    weight_bytes = weight.numel() * 2
+    packed_bytes = packed.values.numel() * 2 + packed.bitmask.numel() * 4
+    dense_copies = [weight] + [weight.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / weight_bytes))]
+    sparse_copies = [packed] + [PackedNM(packed.values.clone(), packed.bitmask.clone(), n, m, packed.shape)
+                                for _ in range(math.ceil(L2_ROTATION_BYTES / packed_bytes))]
+    return RotatedWeights(weight, packed, dense_copies, sparse_copies, weight_bytes, packed_bytes)
 
 
 def time_rotated(calls: list, reps: int) -> tuple[float, str]:
@@ -134,13 +160,10 @@ class Row:
 def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: int, generator) -> list[Row]:
     out, in_features = linear_shapes(model, unfused=True)[shape]
     n, m = (int(v) for v in pattern.split(":"))
-    weight = random_nm_weight(out, in_features, n, m, generator)
-    packed = pack_nm(weight, n, m)
-    weight_bytes = weight.numel() * 2
-    packed_bytes = packed.values.numel() * 2 + packed.bitmask.numel() * 4
-    dense_copies = [weight] + [weight.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / weight_bytes))]
-    sparse_copies = [packed] + [PackedNM(packed.values.clone(), packed.bitmask.clone(), n, m, packed.shape)
-                                for _ in range(math.ceil(L2_ROTATION_BYTES / packed_bytes))]
+    rotated = rotated_weights(out, in_features, n, m, generator)
+    weight, packed, dense_copies, sparse_copies = (rotated.weight, rotated.packed, rotated.dense_copies,
+                                                   rotated.sparse_copies)
+    weight_bytes, packed_bytes = rotated.weight_bytes, rotated.packed_bytes
     semi_copies, semi_note = [], ""
     if pattern == "2:4":
         try:
@@ -178,7 +201,7 @@ def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: 
         rows.append(row)
         print(f"{model} {shape} {out}x{in_features} {pattern} b{batch}: sparse {sparse_s * 1e6:.1f} us, cuBLAS "
               f"{dense_s * 1e6:.1f} us, x{dense_s / sparse_s:.2f}, check {check:.2f}, {config}", flush=True)
-    del dense_copies, sparse_copies, semi_copies
+    del rotated, dense_copies, sparse_copies, semi_copies
     torch.cuda.empty_cache()
     return rows
 
@@ -277,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("kernel_bench needs a CUDA GPU", file=sys.stderr)
         return 2
+    # This report is the Triton kernel's and its tuner's; what the dispatched op runs is cuda_kernel_bench's.
+    os.environ[KERNEL_SETTING] = "triton"
     started = time.perf_counter()
     plan = quick_plan() if args.quick else full_plan(args.models, args.patterns, args.batches, args.unfused)
     generator = torch.Generator(device="cuda").manual_seed(0)

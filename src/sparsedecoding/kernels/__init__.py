@@ -1,8 +1,10 @@
 """N:M packed weights and the sparse matrix-vector kernel that decodes with them.
 
 `pack_nm` / `PackedNM`: the packed format (values + one bit per column). `nm_spmv`: y = x·Wᵀ for 1..16 rows of
-x, a torch custom op backed by a Triton kernel on CUDA and by `nm_spmv_reference` on CPU. `PackedLinear`: a
-module holding a packed weight. Triton is imported only when the CUDA kernel first runs."""
+x, a torch custom op backed on CUDA by a Triton kernel or a tensor-core kernel (chosen per pattern and batch in
+`op.choose_kernel`; SPARSEDECODING_KERNEL=auto|triton|cuda overrides) and by `nm_spmv_reference` on CPU.
+`PackedLinear`: a module holding a packed weight. Triton is imported, and the tensor-core kernel compiled, only when
+first needed."""
 
 from .format import PackedNM, pack_nm
 from .linear import PackedLinear

@@ -98,7 +98,11 @@ def _load() -> ctypes.CDLL:
     global _library
     with _lock:
         if _library is None:
-            library = ctypes.CDLL(str(build()))
+            path = build()
+            try:
+                library = ctypes.CDLL(str(path))
+            except OSError as exc:
+                raise CudaKernelUnavailableError(f"could not load the built kernel {path}: {exc}") from exc
             library.nm_mma_launch.restype = ctypes.c_int
             library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.nm_mma_error_string.restype = ctypes.c_char_p
@@ -150,49 +154,97 @@ def default_splits(out: int, words: int, sms: int) -> int:
     return max(1, min(2 * sms // row_blocks, chunks // 2))
 
 
+class Launch:
+    """The tensor-core kernel for one problem (shapes, dtype, device, pattern of the first x and packed weight),
+    with everything but the tensors fixed: a call allocates y (and split-K partials) and launches on torch's
+    current stream of the device, so it is recorded by CUDA graph capture. Construction checks the inputs,
+    builds or loads the library and allocates the device's split-K counters, so it must run outside capture the
+    first time a device uses split-K. A call checks only the 16-byte alignment of the three pointers; the caller
+    passes tensors of the first call's shapes, dtypes and device, contiguous (`op._run` compares exactly that).
+
+    `splits` (column ranges reduced in the kernel) defaults to `default_splits`; `stages` is the depth of the
+    kernel's copy pipeline (one of STAGES)."""
+
+    def __init__(self, x: torch.Tensor, packed: PackedNM, splits: int | None = None, stages: int = DEFAULT_STAGES):
+        check_inputs(x, packed)
+        if not available():
+            raise CudaKernelUnavailableError("the tensor-core kernel needs a CUDA GPU and nvcc; use nm_spmv")
+        self.library = _load()
+        self.vector = x.dim() == 1
+        self.batch = 1 if self.vector else x.shape[0]
+        self.out, in_features = packed.shape
+        self.words = in_features // 32
+        self.device = x.device
+        self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        if splits is None:
+            splits = default_splits(self.out, self.words,
+                                    torch.cuda.get_device_properties(self.device).multi_processor_count)
+        if splits < 1:
+            raise KernelInputError(f"splits = {splits}; it must be at least 1")
+        if stages not in STAGES:
+            raise KernelInputError(f"stages = {stages}; the kernel is built for {STAGES}")
+        self.splits, self.stages = splits, stages
+        self.dtype, self.dtype_code = x.dtype, _DTYPES[x.dtype]
+        self.fast24 = int(packed.n == 2 and packed.m == 4)
+        self.counters = None
+        if splits > 1:
+            if -(-self.out // ROWS_PER_BLOCK) > _COUNTER_SLOTS:
+                raise KernelInputError(f"{self.out} output rows exceed the split-K counters; pass splits=1")
+            self.counters = _counters.get(self.device_index)
+            if self.counters is None:
+                if torch.cuda.is_current_stream_capturing():
+                    raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture "
+                                           "(it allocates the kernel's counters); call nm_mm_cuda once eagerly first")
+                self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
+                                                                           device=self.device)
+
+    def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+        for name, t in (("x", x), ("values", values), ("bitmask", bitmask)):
+            if t.data_ptr() % 16:
+                raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
+        y = torch.empty((self.out,) if self.vector else (self.batch, self.out), dtype=self.dtype, device=self.device)
+        partials = None
+        if self.splits > 1:
+            partials = torch.empty(self.splits * self.batch * self.out, dtype=torch.float32, device=self.device)
+        # The launch goes to the current device's runtime context: switch only when the caller is elsewhere.
+        previous = torch.cuda.current_device()
+        switch = previous != self.device_index
+        if switch:
+            torch.cuda.set_device(self.device_index)
+        try:
+            err = self.library.nm_mma_launch(x.data_ptr(), values.data_ptr(), bitmask.data_ptr(), y.data_ptr(),
+                                             partials.data_ptr() if partials is not None else None,
+                                             self.counters.data_ptr() if self.counters is not None else None,
+                                             self.batch, self.out, self.words, self.dtype_code, self.fast24,
+                                             self.splits, self.stages, _current_raw_stream(self.device_index))
+        finally:
+            if switch:
+                torch.cuda.set_device(previous)
+        if err:
+            raise RuntimeError(f"nm_mma kernel launch failed: {self.library.nm_mma_error_string(err).decode()}")
+        return y
+
+
+def _current_raw_stream(device_index: int) -> int:
+    """The cudaStream_t of torch's current stream on the device (the stream a graph capture records)."""
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
 def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None,
                stages: int = DEFAULT_STAGES) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16, fp32 accumulation, y in x's dtype,
     W a 50% N:M packed weight. `splits` (column ranges reduced in the kernel) defaults to `default_splits`;
     `stages` is the depth of the kernel's copy pipeline (2-4).
     Compiles the kernel on first use; raises CudaKernelUnavailableError if it cannot."""
-    check_inputs(x, packed)
-    if not available():
-        raise CudaKernelUnavailableError("the tensor-core kernel needs a CUDA GPU and nvcc; use nm_spmv")
-    library = _load()
-    x2 = x.view(1, -1) if x.dim() == 1 else x
-    batch = x2.shape[0]
-    out, in_features = packed.shape
-    words = in_features // 32
-    device = x.device
-    if splits is None:
-        splits = default_splits(out, words, torch.cuda.get_device_properties(device).multi_processor_count)
-    if splits < 1:
-        raise KernelInputError(f"splits = {splits}; it must be at least 1")
-    if stages not in STAGES:
-        raise KernelInputError(f"stages = {stages}; the kernel is built for {STAGES}")
-    y = torch.empty(batch, out, dtype=x.dtype, device=device)
-    partials = counters = None
-    if splits > 1:
-        if -(-out // ROWS_PER_BLOCK) > _COUNTER_SLOTS:
-            raise KernelInputError(f"{out} output rows exceed the split-K counters; pass splits=1")
-        counters = _counters.get(device.index)
-        if counters is None:
-            if torch.cuda.is_current_stream_capturing():
-                raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture "
-                                       "(it allocates the kernel's counters); call nm_mm_cuda once eagerly first")
-            counters = _counters[device.index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32, device=device)
-        partials = torch.empty(splits * batch * out, dtype=torch.float32, device=device)
-    with torch.cuda.device(device):
-        stream = torch.cuda.current_stream(device).cuda_stream
-        err = library.nm_mma_launch(x2.data_ptr(), packed.values.data_ptr(), packed.bitmask.data_ptr(), y.data_ptr(),
-                                    partials.data_ptr() if partials is not None else None,
-                                    counters.data_ptr() if counters is not None else None,
-                                    batch, out, words, _DTYPES[x.dtype], int(packed.n == 2 and packed.m == 4),
-                                    splits, stages, stream)
-    if err:
-        raise RuntimeError(f"nm_mma kernel launch failed: {library.nm_mma_error_string(err).decode()}")
-    return y.view(-1) if x.dim() == 1 else y
+    return Launch(x, packed, splits, stages)(x, packed.values, packed.bitmask)
+
+
+def load() -> None:
+    """Build (or find cached) and load the library for the current device; raises CudaKernelUnavailableError with
+    the reason when it cannot run here."""
+    if not torch.cuda.is_available():
+        raise CudaKernelUnavailableError("no CUDA GPU: the tensor-core kernel runs on compute capability 9.0+")
+    _load()
 
 
 def compile_log() -> str:

@@ -9,23 +9,105 @@
   the compiler the output shape, and at run time it calls the same cached runners. The op is opaque to the
   compiler, so it also runs unchanged inside CUDA graphs (a runner is built on the first call, before capture).
 
-CUDA runs the Triton kernel; CPU runs the torch reference. `_make_runner` is the one place that decides which
-kernel serves a problem."""
+On CUDA one of two kernels serves a problem: the Triton kernel (`triton_spmv`) or the tensor-core kernel
+(`cuda_mma`, compiled with nvcc at first use), chosen per pattern and batch by `choose_kernel` from the measured
+table `CUDA_FROM_BATCH`, or forced with the environment variable SPARSEDECODING_KERNEL=auto|triton|cuda (read when
+a problem's runner is built, so set it before the first call). CPU runs the torch reference whatever the setting.
+`_make_runner` is the one place that builds the chosen kernel's runner."""
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Callable
 
 import torch
 
-from ..errors import KernelInputError
+from ..errors import KernelInputError, SparseDecodingError
 from .format import PackedNM, kernel_runs, values_per_word
 from .reference import spmv_reference
+
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 16
 _DTYPES = (torch.bfloat16, torch.float16)
 
 Runner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+KERNEL_SETTING = "SPARSEDECODING_KERNEL"
+KERNEL_CHOICES = ("auto", "triton", "cuda")
+
+# Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
+# smallest measured batch from which it was the faster of the two at every measured batch (geomean speedup over
+# cuBLAS on the Llama-3.1-8B and Qwen3-14B decoder linears, H200, benchmarks/results/cuda_kernel_h200.md):
+#   batch             1      2      3      4      8      16
+#   2:4   cuda     1.14x  1.12x  1.11x  1.10x  1.04x  0.92x   -> from batch 2
+#         triton   1.41x  1.08x  0.74x  0.76x  0.67x  0.43x
+#   16:32 cuda     0.67x  0.67x  0.66x  0.66x  0.63x  0.59x   -> from batch 8 (both slower than cuBLAS there)
+#         triton   1.41x  1.09x  0.72x  0.73x  0.61x  0.33x
+# Batches 5-7 and 9-15 were not measured and follow the threshold. 4:8 and 8:16 were not measured: Triton. The
+# tensor-core kernel runs only 50% patterns, so any other pattern is Triton's.
+CUDA_FROM_BATCH = {(2, 4): 2, (16, 32): 8}
+
+
+class KernelChoiceError(SparseDecodingError, ValueError):
+    """SPARSEDECODING_KERNEL holds something other than auto, triton or cuda."""
+
+
+def kernel_setting() -> str:
+    """SPARSEDECODING_KERNEL, lower-cased; "auto" when unset or empty."""
+    return os.environ.get(KERNEL_SETTING, "").strip().lower() or "auto"
+
+
+def choose_kernel(n: int, m: int, batch: int, setting: str,
+                  cuda_problem: Callable[[], str | None]) -> tuple[str, str | None]:
+    """Which kernel serves an N:M problem of `batch` rows on CUDA: ("cuda" | "triton", fallback), where fallback
+    says why "auto" took Triton although CUDA_FROM_BATCH prefers the tensor-core kernel (None otherwise).
+
+    setting: "auto" follows CUDA_FROM_BATCH; "triton" always the Triton kernel; "cuda" always the tensor-core
+    kernel, raising KernelInputError for a pattern it does not run and CudaKernelUnavailableError when it cannot
+    run here. Anything else raises KernelChoiceError.
+    cuda_problem: asked only when the tensor-core kernel would be chosen; returns None when it can run here, else
+    the reason it cannot (it may build the kernel, which takes seconds the first time)."""
+    if setting not in KERNEL_CHOICES:
+        raise KernelChoiceError(f"{KERNEL_SETTING}={setting!r}; use one of {', '.join(KERNEL_CHOICES)} "
+                                "(auto picks the faster kernel per pattern and batch)")
+    if setting == "triton":
+        return "triton", None
+    if setting == "cuda":
+        if values_per_word(n, m) != 16:
+            raise KernelInputError(f"{KERNEL_SETTING}=cuda, but the tensor-core kernel runs only 50% patterns "
+                                   f"(1:2, 2:4, 4:8, 8:16, 16:32); got {n}:{m}: set {KERNEL_SETTING}=auto or triton")
+        problem = cuda_problem()
+        if problem is not None:
+            from .cuda_mma import CudaKernelUnavailableError
+
+            raise CudaKernelUnavailableError(f"{KERNEL_SETTING}=cuda, but the tensor-core kernel cannot run: "
+                                             f"{problem}")
+        return "cuda", None
+    if batch < CUDA_FROM_BATCH.get((n, m), MAX_BATCH + 1):
+        return "triton", None
+    problem = cuda_problem()
+    return ("triton", problem) if problem is not None else ("cuda", None)
+
+
+_cuda_checked = False  # whether this process has tried to build and load the tensor-core kernel
+_cuda_reason: str | None = None  # why that failed
+_fallback_logged = False
+
+
+def _cuda_problem() -> str | None:
+    """Why the tensor-core kernel cannot run in this process, or None; builds and loads it on the first call."""
+    global _cuda_checked, _cuda_reason
+    if not _cuda_checked:
+        from .cuda_mma import CudaKernelUnavailableError, load
+
+        try:
+            load()
+        except CudaKernelUnavailableError as exc:
+            _cuda_reason = str(exc)
+        _cuda_checked = True
+    return _cuda_reason
 
 
 def check_spmv_inputs(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> None:
@@ -138,11 +220,49 @@ def _reference_runner(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tens
     return spmv_reference(x, values, bitmask)
 
 
+class _CudaRunner:
+    """One problem's tensor-core kernel launch (`cuda_mma.Launch`), checked once against float64 when built. An x
+    that does not start on a 16-byte boundary (a view at an odd offset) is copied first: the kernel's bulk copies
+    need the alignment, and x is at most 16 rows."""
+
+    def __init__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int):
+        from .autotune import output_error
+        from .cuda_mma import Launch
+
+        out_features, words = bitmask.shape
+        x = x if x.data_ptr() % 16 == 0 else x.clone()
+        self.launch = Launch(x, PackedNM(values, bitmask, n, m, (out_features, words * 32)))
+        error = output_error(self(x, values, bitmask).view(-1, out_features), x.view(-1, words * 32), values, bitmask)
+        if not error <= 1:  # NaN fails too
+            raise RuntimeError(f"nm_spmv: the tensor-core kernel is off by {error:.3g} x the float64 bound for x "
+                               f"{tuple(x.shape)} and a {n}:{m} weight of {tuple(bitmask.shape)} words; set "
+                               f"{KERNEL_SETTING}=triton and report this")
+
+    def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+        return self.launch(x if x.data_ptr() % 16 == 0 else x.clone(), values, bitmask)
+
+
 def _make_runner(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> Runner:
-    """The kernel that serves this (checked) problem from now on: the one dispatch point for new kernels."""
-    if x.device.type == "cuda":
-        return _TritonRunner(x, values, bitmask, n, m)
-    return _reference_runner
+    """The kernel that serves this (checked) problem from now on: the torch reference on CPU, else `_gpu_runner`."""
+    if x.device.type != "cuda":
+        return _reference_runner
+    return _gpu_runner(x, values, bitmask, n, m)
+
+
+def _gpu_runner(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> Runner:
+    """The runner of the kernel `choose_kernel` picks. When the table prefers the tensor-core kernel but it
+    cannot be built here, the Triton kernel runs and the reason is logged once, as a warning."""
+    global _fallback_logged
+    batch = 1 if x.dim() == 1 else x.shape[0]
+    kernel, fallback = choose_kernel(n, m, batch, kernel_setting(), _cuda_problem)
+    if fallback is not None and not _fallback_logged:
+        _fallback_logged = True
+        log.warning("nm_spmv: the tensor-core kernel, measured faster than Triton for %d:%d at batch %d, cannot run "
+                    "here; the Triton kernel serves this and every such problem instead. Reason: %s. Set %s=triton "
+                    "to choose Triton explicitly and silence this.", n, m, batch, fallback, KERNEL_SETTING)
+    if kernel == "cuda":
+        return _CudaRunner(x, values, bitmask, n, m)
+    return _TritonRunner(x, values, bitmask, n, m)
 
 
 _runners: dict[tuple, Runner] = {}
@@ -158,7 +278,8 @@ def _run(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m
         check_spmv_inputs(x, values, bitmask, n, m)
         if runner is None:
             if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                # building a runner tunes and checks its output (host syncs); Triton's own launch can be captured
+                # building a runner tunes or builds and checks its output (host syncs); Triton's own launch of a
+                # problem tuned earlier can be captured, whichever kernel `choose_kernel` would pick
                 from .autotune import tuned_config
                 from .triton_spmv import launch
 
@@ -189,5 +310,6 @@ def spmv(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m
 
 def nm_spmv(x: torch.Tensor, packed: PackedNM) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in] with b ≤ 16, bf16/fp16, fp32 accumulation, output in
-    x's dtype, W given packed. On CUDA the Triton kernel runs; on CPU the torch reference."""
+    x's dtype, W given packed. On CUDA the Triton or the tensor-core kernel runs (`choose_kernel`); on CPU the torch
+    reference."""
     return spmv(x, packed.values, packed.bitmask, packed.n, packed.m)
