@@ -4,6 +4,7 @@ its bad input from tiny random models and runs the CLI in-process, as a user wou
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -21,7 +22,8 @@ from sparsedecoding.cli import main
 from sparsedecoding.errors import PackingError
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.models import check_pattern_fits
-from sparsedecoding.packed import PRUNABLE
+from sparsedecoding.outputs import PRUNED_MANIFEST
+from sparsedecoding.packed import PACKED_MANIFEST, PRUNABLE, pack_checkpoint
 from sparsedecoding.patterns import SparsityPattern
 from helpers import make_tiny_model
 
@@ -31,6 +33,21 @@ def prune_to(source: Path, folder: Path, pattern: str) -> Path:
     shutil.copytree(source, folder)
     edit_weights(folder, lambda tensors: tensors.update(
         {name: solvers.magnitude(weight, None, pattern) for name, weight in tensors.items() if PRUNABLE.match(name)}))
+    return folder
+
+
+def on_int8_grid(source: Path, folder: Path) -> Path:
+    """A copy of the pruned `source` whose decoder linears lie on an int8 grid, recorded as `prune --quantize int8`
+    records it: what `pack` stores as int8 codes."""
+    shutil.copytree(source, folder)
+
+    def to_grid(weight):
+        scale = solvers.grid_scale(weight.float().abs().amax(1, keepdim=True), "int8")
+        return solvers.round_to_grid(weight.float(), scale, "int8").to(weight.dtype)
+
+    edit_weights(folder, lambda tensors: tensors.update(
+        {name: to_grid(weight) for name, weight in tensors.items() if PRUNABLE.match(name)}))
+    (folder / PRUNED_MANIFEST).write_text(json.dumps({"solver_options": {"quantize": "int8", "group_size": 128}}))
     return folder
 
 
@@ -50,6 +67,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     found["2:4"] = prune_to(found["tiny"], root / "pruned-2of4", "2:4")
     found["50%"] = prune_to(found["tiny"], root / "pruned-50", "50%")
     found["2:3"] = prune_to(found["by3"], root / "pruned-2of3", "2:3")
+    found["int8"] = on_int8_grid(found["2:4"], root / "pruned-2of4-int8")
     return found
 
 
@@ -140,6 +158,18 @@ def with_nan(case: Case, name: str = "tiny") -> Path:
     return folder
 
 
+def packed_with_bits(case: Case, bits: str) -> Path:
+    """The int8 checkpoint packed, its manifest then claiming `bits` codes."""
+    folder = case.tmp / "packed"
+    pack_checkpoint(case.models["int8"], folder, quantize="int8")
+    manifest = json.loads((folder / PACKED_MANIFEST).read_text())
+    for info in manifest["tensors"].values():
+        if "quantize" in info:
+            info["quantize"] = bits
+    (folder / PACKED_MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
 def row(name: str, build, expected: str, *marks):
     """One bad input: its id, a builder returning the argv, and text the error line must contain."""
     return pytest.param(build, expected, id=name, marks=marks)
@@ -183,6 +213,13 @@ CASES = [
     row("pack-dense", lambda c: c.pack(c.models["tiny"]), "no decoder linear"),
     row("pack-50%", lambda c: c.pack(c.models["50%"]), "no decoder linear"),
     row("pack-2:3", lambda c: c.pack(c.models["2:3"]), "no decoder linear"),
+    row("pack-quantized-1:8", lambda c: c.pack(c.models["int8"]) + ["--pattern", "1:8"],
+        "quantized kernel cannot run 1:8"),
+    row("pack-int4-group-16", lambda c: c.pack(c.models["int8"]) + ["--quantize", "int4", "--group-size", "16"],
+        "multiple of 32"),
+    row("pack-quantize-off-grid", lambda c: c.pack(c.models["2:4"]) + ["--quantize", "int4"], "not on an int4 grid"),
+    row("generate-int2-codes", lambda c: ["generate", "--model", str(packed_with_bits(c, "int2")), "--prompt", "hi",
+                                          "--device", "cpu", "--new-tokens", "2"], "'int2' is not a packed format"),
 ]
 
 

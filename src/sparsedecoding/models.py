@@ -236,7 +236,9 @@ def default_dtype(device: str | torch.device) -> torch.dtype:
 
 
 def load_model(spec: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None):
-    """Load (model, tokenizer, folder) for inference; the tokenizer pads on the left for batched generation."""
+    """Load (model, tokenizer, folder) for inference; the tokenizer pads on the left for batched generation. A
+    packed checkpoint (`sparsedecoding pack`) loads with its packed weights unpacked, quantized ones dequantized:
+    the same dense weights as the pruned folder it was packed from."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = resolve_model(spec)
@@ -244,12 +246,53 @@ def load_model(spec: str | Path, device: str | torch.device = "cpu", dtype: torc
     tokenizer = AutoTokenizer.from_pretrained(folder)
     tokenizer.padding_side = "left"
     tokenizer.clean_up_tokenization_spaces = False
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
+    unpacked = unpacked_state(folder)
+    if unpacked is None:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
+    else:
+        model = _model_from_state(folder, unpacked, dtype)
     model.to(device).eval()
     check_finite_weights(model, folder)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token_id = stop_token_ids(model)[0]
     return model, tokenizer, folder
+
+
+def unpacked_state(folder: Path) -> dict[str, torch.Tensor] | None:
+    """The dense HF state dict of a packed checkpoint folder (each packed weight unpacked in the dtype of the
+    source tensor it was packed from, exactly), None for any other folder."""
+    from .packed import load_packed_checkpoint, packed_manifest
+
+    if packed_manifest(folder) is None:
+        return None
+    from .kernels.format import PackedNM
+
+    state, manifest = load_packed_checkpoint(folder)
+    dense = {}
+    for name, tensor in state.items():
+        if isinstance(tensor, PackedNM):
+            tensor = tensor.to_dense()
+        elif not isinstance(tensor, torch.Tensor):  # quantized: codes and scales hold no dtype of their own
+            tensor = tensor.to_dense(STORED_DTYPES[manifest["tensors"][name]["dtype"]])
+        dense[name] = tensor.contiguous()
+    return dense
+
+
+def _model_from_state(folder: Path, state: dict[str, torch.Tensor], dtype: torch.dtype):
+    """The folder's model (config and generation config) holding exactly the tensors of `state`."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if unexpected or set(missing) - tied:
+        names = sorted(set(missing) - tied) or sorted(unexpected)
+        raise ModelFileError(f"{folder} does not match its config.json (e.g. {names[0]}); pack the pruned model "
+                             f"again")
+    if (folder / "generation_config.json").exists():
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+    return model
 
 
 def check_finite_weights(model, folder: Path) -> None:

@@ -25,10 +25,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .errors import ModelNotFoundError, PackingError, QuantizationError, SparsityPatternError
-from .kernels.format import PackedNM, pack_nm
-from .kernels.quantized import PackedNMQ, pack_nm_quantized
-from .models import check_weight_files, sha256_file
-from .outputs import output_folder
+from .kernels.format import PackedNM, kernel_runs, pack_nm
+from .kernels.quantized import PackedNMQ, check_packed_quantization, pack_nm_quantized
+from .models import check_weight_files, read_json, sha256_file
+from .outputs import PRUNED_MANIFEST, output_folder
 from .patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,30 @@ PRUNABLE = re.compile(rf"^model\.layers\.\d+\.(self_attn|mlp)\.({'|'.join(PRUNAB
 AUTO_PATTERNS = KERNEL_PATTERNS
 
 
-def _requested_patterns(pattern: str | None) -> tuple[tuple[int, int], ...] | None:
-    """The N:M patterns to try, or None for "auto"/None (detect per weight, keep non-N:M weights dense)."""
+def _requested_patterns(pattern: str | None, quantize: str | None = None) -> tuple[tuple[int, int], ...] | None:
+    """The N:M patterns to try, or None for "auto"/None (detect per weight, keep non-N:M weights dense). A quantized
+    pack must be one the quantized kernel runs: values in bf16 still run densified, codes would run nowhere."""
     if pattern is None or pattern == "auto":
         return None
     parsed = SparsityPattern.parse(pattern)
     if not parsed.is_nm:
         raise SparsityPatternError(f"{pattern!r} — packing needs an N:M pattern such as 2:4, or 'auto'")
+    if quantize is not None and not kernel_runs(parsed.n, parsed.m):
+        raise PackingError(f"the quantized kernel cannot run {parsed}: it needs M dividing 32 and 32·N/M a multiple of "
+                           f"8; pack with --pattern auto (a sparser weight packs under 2:4) or one of "
+                           f"{', '.join(f'{n}:{m}' for n, m in AUTO_PATTERNS)}")
     return ((parsed.n, parsed.m),)
+
+
+def recorded_quantization(folder: str | Path) -> tuple[str | None, int]:
+    """(quantize, group_size) that `sparsedecoding prune` recorded for the pruned checkpoint `folder`: ("int8" or
+    "int4", its group size) for `prune --quantize`, (None, 128) for an unquantized or foreign folder."""
+    manifest = Path(folder) / PRUNED_MANIFEST
+    if not manifest.is_file():
+        return None, 128
+    options = read_json(manifest).get("solver_options") or {}
+    quantize = options.get("quantize", "none")
+    return (None, 128) if quantize in (None, "none") else (quantize, int(options.get("group_size", 128)))
 
 
 def _pack_if_sparse(name: str, weight: torch.Tensor, patterns, quantize: str | None = None,
@@ -99,7 +115,9 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
     `quantize` ("int8" or "int4", default None) stores each packed weight's kept values as codes and scales; the
     weights must lie on that grid (`prune --quantize`), int4 with `group_size` (a multiple of 32) columns a scale."""
     source, out = Path(hf_dir), Path(out_dir)
-    patterns = _requested_patterns(pattern)
+    if quantize is not None:
+        check_packed_quantization(quantize, group_size)
+    patterns = _requested_patterns(pattern, quantize)
     if not source.is_dir():
         raise ModelNotFoundError(f"{source} is not a folder with .safetensors weights; pass an HF model folder")
     shards = check_weight_files(source)

@@ -55,6 +55,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--model", type=Path, help="an HF folder with N:M-pruned weights (zeros kept)")
     bench.add_argument("--pattern", nargs="+", type=SparsityPattern.parse,
                        help="N:M patterns for --preset (default: 2:4)")
+    bench.add_argument("--quantize", nargs="+", choices=["none", "int8", "int4"], default=["none"],
+                       help="value formats of the block linears for --preset: none (bf16), int8 (one scale a row), "
+                            "int4 (one scale per --group-size columns); each quantized format is measured dense "
+                            "(PyTorch's weight-only int8/int4 matmuls) and with every --pattern (the quantized N:M "
+                            "kernel). The bf16 dense model is always measured: ratios are against it "
+                            "(default: none)")
+    bench.add_argument("--group-size", type=int, default=128,
+                       help="int4: input columns that share a scale, a multiple of 32 (default: 128)")
     bench.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes (default: 1)")
     bench.add_argument("--dense-copy-from-batch", type=int, metavar="B",
                        help="also measure the sparse model holding a dense copy of each packed linear, used from "
@@ -131,31 +139,45 @@ def _stop_ids(folder: Path, tokenizer) -> set[int]:
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
-    from ..engine.bench import bench_folder, bench_preset, check_plan, copy_bandwidth, format_table
+    from ..engine.bench import (bench_folder, bench_preset, check_group_size, check_plan, copy_bandwidth,
+                                format_table)
     from ..engine.config import preset
     from ..engine.parallel import start_from_env
     from ..runenv import environment_markdown
 
     if args.model is not None and args.pattern:
         raise EngineError("--pattern applies to --preset; a --model folder is measured with its own N:M weights")
+    if args.model is not None and args.quantize != ["none"]:
+        raise EngineError("--quantize applies to --preset; a --model folder is measured with its own weights (pack "
+                          "a `prune --quantize` checkpoint to measure its quantized values)")
     patterns = args.pattern or [SparsityPattern.parse("2:4")]
-    plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in patterns]
+    bf16 = "none" in args.quantize
+    plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in patterns if bf16]
     dense_from = args.dense_copy_from_batch
     if dense_from is not None:
         wider = [batch for batch in args.batch if batch >= dense_from]
         if not wider:
             raise EngineError(f"--dense-copy-from-batch {dense_from} is above every --batch {args.batch}; "
                               "nothing would use the copies")
+        if not bf16:
+            raise EngineError("--dense-copy-from-batch keeps copies of bf16 packed weights; add none to --quantize")
         plan += [(pattern, wider, dense_from) for pattern in patterns]
-    if args.preset:
-        preset(args.preset)  # bad requests fail here, before any GPU work
+    quantized_plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in patterns]
+    quantizations = list(dict.fromkeys(q for q in args.quantize if q != "none"))
+    model_args = preset(args.preset) if args.preset else None  # bad requests fail here, before any GPU work
     check_plan(plan, args.new_tokens)
+    for quantize in quantizations:
+        check_plan(quantized_plan, args.new_tokens, quantize, args.group_size)
+        check_group_size(model_args, quantize, args.group_size)
     if not torch.cuda.is_available():
         raise EngineError("bench measures GPU decode speed and needs a CUDA device")
     with start_from_env(torch.device("cuda")) as (tp, device):
         copy = copy_bandwidth(device)
         if args.preset:
             results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats, tp)
+            for quantize in quantizations:
+                results += bench_preset(args.preset, quantized_plan, device, args.prompt_tokens, args.new_tokens,
+                                        args.repeats, tp, quantize, args.group_size)
         else:
             results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats,
                                    dense_from, tp)

@@ -2,7 +2,9 @@
 (prefill, which yields the first new token, is excluded), timed by device syncs around the step loop after a warm-up
 generation, median over repeats. Achieved bandwidth = weight bytes a step reads (`weight_bytes`: every linear,
 packed = values + bitmask, and lm_head; embeddings excluded) / step time, against the copy bandwidth of a large
-device-to-device copy (bytes read + written) measured in the same process. Under tensor parallelism (a `tp` group,
+device-to-device copy (bytes read + written) measured in the same process. Preset runs can make every block linear
+int8 or int4 (`quantize`): N:M packed with quantized values, or dense weight-only quantized without a pattern; their
+ratio is still against the bf16 dense model. Under tensor parallelism (a `tp` group,
 processes started by torchrun) every rank runs the same plan on its shards; weight bytes and bandwidth are then per
 GPU, each GPU reading its own shard every step."""
 
@@ -18,12 +20,16 @@ import torch
 
 from ..errors import EngineError
 from ..kernels import PackedLinear
+from ..kernels.quantized import QUANTIZED_FORMATS
+from ..kernels.quantized_linear import QuantizedPackedLinear
 from ..patterns import SparsityPattern
+from ..solvers import quantization_group
 from .config import ModelArgs, preset
 from ..kernels.op import MAX_BATCH
 from .generate import Engine
 from .loading import (build_model, check_dense_copy_batch, engine_shapes, is_prunable, keep_dense_copies,
-                      load_model, random_state, require_kernel_pattern, resident_weight_bytes, weight_bytes)
+                      load_model, random_state, require_kernel_pattern, resident_weight_bytes, weight_bytes,
+                      weight_format)
 from .model import Transformer
 from .parallel import ProcessGroup, rank_and_world, smallest
 
@@ -35,7 +41,8 @@ class SpeedResult:
     """One (model, weights, batch) measurement."""
 
     model: str
-    weights: str  # "dense", the N:M pattern of the packed block linears, or that + a dense copy from batch B
+    weights: str  # "dense", the N:M pattern of the packed block linears, or that + a dense copy from batch B;
+    # quantized ones add their format ("2:4 int8", "dense int4 g128")
     batch: int
     decode_steps: int
     seconds: float  # median wall time of the decode steps
@@ -85,14 +92,23 @@ def copy_bandwidth(device: torch.device, nbytes: int = 2 * _GIB, repeats: int = 
 
 
 def model_bytes(args: ModelArgs, pattern: SparsityPattern | None, element_size: int = 2,
-                block_linears: bool = True, tp: ProcessGroup | None = None) -> int:
-    """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set;
-    without the block linears when `block_linears` is False; one rank's shards with `tp`."""
+                block_linears: bool = True, tp: ProcessGroup | None = None, quantize: str | None = None,
+                group_size: int = 128) -> int:
+    """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set,
+    quantized ones with `quantize` (codes and scales); without the block linears when `block_linears` is False; one
+    rank's shards with `tp`."""
     total = 0
     for key, shape in engine_shapes(args, tp).items():
         if key == "output.weight" and args.tie_embeddings or not block_linears and is_prunable(key):
             continue
-        if is_prunable(key) and pattern is not None:
+        if is_prunable(key) and quantize is not None:
+            rows, columns = shape
+            kept = columns if pattern is None else columns * pattern.n // pattern.m
+            groups = columns // quantization_group(quantize, group_size, columns)
+            scale_bytes = 2 if pattern is not None or quantize == "int8" else 4  # int4 dense: scale and zero
+            mask = 0 if pattern is None else columns // 8
+            total += rows * (kept * (8 if quantize == "int8" else 4) // 8 + groups * scale_bytes + mask)
+        elif is_prunable(key) and pattern is not None:
             rows, columns = shape
             total += rows * columns * pattern.n // pattern.m * element_size + rows * columns // 8
         else:
@@ -121,43 +137,67 @@ def measure(model: Transformer, name: str, weights: str, batch: int, prompt_toke
 Run = tuple[SparsityPattern | None, list[int]] | tuple[SparsityPattern | None, list[int], int]
 
 
-def run_label(pattern: SparsityPattern | str | None, dense_from: int | None = None) -> str:
-    """The weights column of a run: "dense", the pattern, or the pattern with its dense copies."""
+def run_label(pattern: SparsityPattern | str | None, dense_from: int | None = None, quantize: str | None = None,
+              group_size: int = 128) -> str:
+    """The weights column of a run: "dense", the pattern, or the pattern with its dense copies; with `quantize`,
+    the format added ("2:4 int8", "dense int4 g128")."""
+    if quantize is not None:
+        return f"{pattern or 'dense'} {quantize}" + (f" g{group_size}" if quantize == "int4" else "")
     if pattern is None:
         return "dense"
     return str(pattern) if dense_from is None else f"{pattern} + dense copy from batch {dense_from}"
 
 
-def check_plan(plan: list[Run], new_tokens: int) -> None:
-    """Refuses patterns the kernel cannot run, batch sizes outside 1..16, dense copies of a dense model and
-    generations without a decode step, before any model is built."""
+def check_plan(plan: list[Run], new_tokens: int, quantize: str | None = None, group_size: int = 128) -> None:
+    """Refuses patterns the kernel cannot run, batch sizes outside 1..16, dense copies of a dense or quantized
+    model, quantization settings the format cannot hold and generations without a decode step, before any model
+    is built."""
     if new_tokens < 2:
         raise EngineError(f"{new_tokens} new tokens leave no decode step to time (prefill makes the first); use 2+")
+    if quantize is not None and quantize not in QUANTIZED_FORMATS:
+        raise EngineError(f"quantize {quantize!r} is not a weight format; use {' or '.join(QUANTIZED_FORMATS)}")
+    if quantize == "int4" and (group_size <= 0 or group_size % 32):
+        raise EngineError(f"--group-size {group_size}: quantized packed weights need a positive multiple of 32 (a "
+                          f"mask word must not straddle two scale groups); 128 is the default")
     for pattern, batches, *dense_from in plan:
         if pattern is not None:
             require_kernel_pattern(pattern)
         elif dense_from:
             raise EngineError("a dense copy needs packed weights; give the run an N:M pattern")
+        if dense_from and quantize is not None:
+            raise EngineError("dense copies are kept of bf16 packed weights only; measure them without quantize")
         if not all(1 <= batch <= MAX_BATCH for batch in batches):
             raise EngineError(f"batch sizes {batches} must lie in 1..{MAX_BATCH}, the range the N:M kernel serves")
         if dense_from:
             check_dense_copy_batch(dense_from[0])
 
 
+def check_group_size(args: ModelArgs, quantize: str | None, group_size: int) -> None:
+    """QuantizationError unless int4's `group_size` divides the row length of every block linear of `args`."""
+    if quantize is not None:
+        for key, shape in engine_shapes(args).items():
+            if is_prunable(key):
+                quantization_group(quantize, group_size, shape[1])
+
+
 def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens: int = 16, new_tokens: int = 256,
-                 repeats: int = 3, tp: ProcessGroup | None = None) -> list[SpeedResult | NotRun]:
+                 repeats: int = 3, tp: ProcessGroup | None = None, quantize: str | None = None,
+                 group_size: int = 128) -> list[SpeedResult | NotRun]:
     """For each (pattern or None for dense, batch sizes[, dense copy from batch]) of `plan`: random weights of
-    preset `name` built on the device, then one measurement per batch size. A model whose weights do not fit the
-    free memory is reported as not run instead of being attempted. With `tp`, each rank builds and measures its
-    shards (the smallest free memory of the ranks decides, so that all take the same path)."""
+    preset `name` built on the device, then one measurement per batch size. With `quantize` ("int8" or "int4",
+    `group_size` columns a scale) every block linear is quantized: N:M packed with codes and scales, or dense
+    weight-only quantized for a run without a pattern. A model whose weights do not fit the free memory is reported
+    as not run instead of being attempted. With `tp`, each rank builds and measures its shards (the smallest free
+    memory of the ranks decides, so that all take the same path)."""
     args = preset(name)
-    check_plan(plan, new_tokens)
+    check_plan(plan, new_tokens, quantize, group_size)
+    check_group_size(args, quantize, group_size)
     world = rank_and_world(tp)[1]
     results: list[SpeedResult | NotRun] = []
     for pattern, batches, *dense_from in plan:
-        label = run_label(pattern, *dense_from)
-        needed = model_bytes(args, pattern, tp=tp) + _working_memory(args, max(batches), prompt_tokens + new_tokens,
-                                                                     world)
+        label = run_label(pattern, *dense_from, quantize=quantize, group_size=group_size)
+        needed = model_bytes(args, pattern, tp=tp, quantize=quantize, group_size=group_size) \
+            + _working_memory(args, max(batches), prompt_tokens + new_tokens, world)
         if dense_from:
             needed += model_bytes(args, None, tp=tp) - model_bytes(args, None, block_linears=False, tp=tp)
         free, total = torch.cuda.mem_get_info(device)
@@ -166,7 +206,8 @@ def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens
             results.append(NotRun(name, label, f"needs {needed / 1e9:.1f} GB (weights + cache + 2 GiB working "
                                                f"memory); {free / 1e9:.1f} GB of {total / 1e9:.1f} GB are free"))
             continue
-        model = build_model(args, random_state(args, pattern, device=device, tp=tp), tp)
+        model = build_model(args, random_state(args, pattern, device=device, tp=tp, quantize=quantize,
+                                               group_size=group_size), tp)
         if dense_from:
             keep_dense_copies(model, dense_from[0])
         results += [measure(model, name, label, batch, prompt_tokens, new_tokens, repeats) for batch in batches]
@@ -237,5 +278,6 @@ def _working_memory(args: ModelArgs, batch: int, max_seq_len: int, world: int = 
 
 
 def _packed_label(model: Transformer) -> str | None:
-    patterns = sorted({f"{m.n}:{m.m}" for m in model.modules() if isinstance(m, PackedLinear)})
-    return "+".join(patterns) or None
+    formats = sorted({weight_format(module) for module in model.modules()
+                      if isinstance(module, (PackedLinear, QuantizedPackedLinear))})
+    return "+".join(formats) or None

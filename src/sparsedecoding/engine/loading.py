@@ -1,8 +1,10 @@
 """Weights for the engine: from an HF safetensors folder (dense, or pruned with zeros kept), from a packed N:M
-checkpoint, or random from a preset for speed runs. Conversion is two explicit steps, as in gpt-fast's handlers:
-(1) build an engine state dict (fused names; each prunable linear a dense tensor or a `PackedNM`), then (2) build
-the model from it, swapping a `PackedLinear` in wherever the state holds a packed weight. With a tensor-parallel
-group `tp` each rank keeps only its shard of every weight (`parallel.shard_weight`)."""
+checkpoint (bf16 values, or int8 / int4 codes and scales), or random from a preset for speed runs. Conversion is two
+explicit steps, as in gpt-fast's handlers: (1) build an engine state dict (fused names; each prunable linear a dense
+tensor, a `PackedNM`, a `PackedNMQ` or a `DenseQuantized`), then (2) build the model from it, swapping a
+`PackedLinear`, `QuantizedPackedLinear` or `DenseQuantizedLinear` in wherever the state holds such a weight. With a
+tensor-parallel group `tp` each rank keeps only its shard of every weight (`parallel.shard_weight`); quantized
+weights are not split."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from ..errors import EngineError, ModelNotFoundError
 from ..kernels import PackedLinear, PackedNM, pack_nm
 from ..kernels.format import kernel_runs
 from ..kernels.op import MAX_BATCH
+from ..kernels.quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ
+from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
+from ..solvers import CODE_RANGES, QuantizedCodes, quantization_group
 from ..packed import load_packed_checkpoint, packed_manifest
 from ..patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 from .config import ModelArgs, load_hf_config
@@ -29,7 +34,9 @@ log = logging.getLogger(__name__)
 
 SparseMode = Literal["none", "auto", "packed"]
 SPARSE_MODES: tuple[SparseMode, ...] = ("none", "auto", "packed")
-Weight = Tensor | PackedNM
+Weight = Tensor | PackedNM | PackedNMQ | DenseQuantized
+# The engine modules of the weight formats other than a dense tensor.
+_MODULES = {PackedNM: PackedLinear, PackedNMQ: QuantizedPackedLinear, DenseQuantized: DenseQuantizedLinear}
 
 # Engine module -> HF modules whose weights (and biases) it concatenates by rows, in this order.
 _HF_SOURCES = {
@@ -86,9 +93,11 @@ def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: Sparse
                   dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cuda",
                   tp: ProcessGroup | None = None) -> Transformer:
     """The engine model of HF-named weights, `read(name)` giving each (dense, or packed from a packed checkpoint).
-    `sparse`: `none` keeps every linear dense (packed weights are unpacked); `auto` packs every block linear whose
-    weight is N:M sparse (see `nm_pattern`); `packed` requires every block linear to be N:M. With `tp`, this rank's
-    shards (each weight is read whole and cut on the CPU, so a GPU never holds more than its part)."""
+    `sparse`: `none` keeps every linear dense (packed weights are unpacked, quantized ones dequantized into
+    `dtype`); `auto` packs every block linear whose weight is N:M sparse (see `nm_pattern`) and keeps packed ones,
+    quantized or not, as they are; `packed` requires every block linear to be N:M. With `tp`, this rank's shards
+    (each weight is read whole and cut on the CPU, so a GPU never holds more than its part); quantized packed
+    weights are refused there."""
     if sparse not in SPARSE_MODES:
         raise EngineError(f"--sparse {sparse!r} is not a mode; choose one of {', '.join(SPARSE_MODES)}")
     if sparse != "none" and dtype not in KERNEL_DTYPES:
@@ -101,27 +110,31 @@ def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: Sparse
             state[key] = shard_weight(key, state["embed.weight"], args, rank, world)
             continue
         if tp is None:
-            weight = concat_rows([_to(read(name), dtype, device) for name in hf_sources(key)])
+            weight = concat_rows([_to(read(name), dtype, device) for name in hf_sources(key)], dtype)
         else:
-            weight = concat_rows([read(name) for name in hf_sources(key)])
-            weight = _to(shard_weight(key, weight, args, rank, world), dtype, device)
-        state[key] = _sparsify(key, weight, sparse) if is_prunable(key) else weight
+            weight = concat_rows([read(name) for name in hf_sources(key)], dtype)
+            if isinstance(weight, PackedNMQ) and sparse != "none":
+                raise EngineError(f"{key} is quantized ({weight.quantize}); tensor parallelism does not split "
+                                  f"quantized weights: run it on one GPU, or with --sparse none (dequantized)")
+            weight = _to(shard_weight(key, _dequantized(weight, dtype), args, rank, world), dtype, device)
+        state[key] = _sparsify(key, weight, sparse, dtype) if is_prunable(key) else weight
     _log_packing(state)
     return build_model(args, state, tp)
 
 
 def build_model(args: ModelArgs, state: dict[str, Weight], tp: ProcessGroup | None = None) -> Transformer:
-    """The Transformer holding exactly the tensors of `state` (no copies): built on the meta device, each packed
-    weight's linear swapped for a `PackedLinear`, then the dense tensors assigned. With `tp`, `state` holds this
-    rank's shards (`parallel.shard_state`)."""
+    """The Transformer holding exactly the tensors of `state` (no copies): built on the meta device, the linear of
+    each packed or quantized weight swapped for its module (`PackedLinear`, `QuantizedPackedLinear`,
+    `DenseQuantizedLinear`), then the dense tensors assigned. With `tp`, `state` holds this rank's shards
+    (`parallel.shard_state`)."""
     with torch.device("meta"):
         model = Transformer(args, tp)
     dense = {}
     for key, weight in state.items():
         module_name = key.rsplit(".", 1)[0]
-        if isinstance(weight, PackedNM):
-            model.set_submodule(module_name, PackedLinear(weight, bias=state.get(module_name + ".bias")))
-        elif not (key.endswith(".bias") and isinstance(state.get(module_name + ".weight"), PackedNM)):
+        if type(weight) in _MODULES:
+            model.set_submodule(module_name, _MODULES[type(weight)](weight, bias=state.get(module_name + ".bias")))
+        elif not (key.endswith(".bias") and type(state.get(module_name + ".weight")) in _MODULES):
             dense[key] = weight
     model.load_state_dict(dense, strict=False, assign=True)
     model.requires_grad_(False)
@@ -134,12 +147,16 @@ def build_model(args: ModelArgs, state: dict[str, Weight], tp: ProcessGroup | No
 
 
 def random_state(args: ModelArgs, pattern: SparsityPattern | None = None, dtype: torch.dtype = torch.bfloat16,
-                 device: str | torch.device = "cuda", seed: int = 0,
-                 tp: ProcessGroup | None = None) -> dict[str, Weight]:
+                 device: str | torch.device = "cuda", seed: int = 0, tp: ProcessGroup | None = None,
+                 quantize: str | None = None, group_size: int = 128) -> dict[str, Weight]:
     """Random weights for speed runs, generated on `device` (decode speed does not depend on weight values). With
     an N:M `pattern` every block linear is generated directly in packed form, so a model whose dense weights would
-    not fit is never materialised densely. Linears get std 1/sqrt(fan-in) so activations stay finite. With `tp`,
-    shards of this rank's shapes are drawn directly (they are not slices of one random model)."""
+    not fit is never materialised densely. `quantize` ("int8" or "int4", `group_size` columns a scale) makes every
+    block linear quantized: a `PackedNMQ` with `pattern`, a `DenseQuantized` without. Linears get std
+    1/sqrt(fan-in) so activations stay finite. With `tp`, shards of this rank's shapes are drawn directly (they are
+    not slices of one random model); quantized weights are not split."""
+    if quantize is not None and tp is not None:
+        raise EngineError(f"{quantize} weights run on one GPU: tensor parallelism does not split quantized weights")
     generator = torch.Generator(device).manual_seed(seed)
     rank, world = rank_and_world(tp)
     state: dict[str, Weight] = {}
@@ -148,6 +165,8 @@ def random_state(args: ModelArgs, pattern: SparsityPattern | None = None, dtype:
             state[key] = shard_weight(key, state["embed.weight"], args, rank, world)
         elif key.endswith("norm.weight"):
             state[key] = torch.ones(shape, dtype=dtype, device=device)
+        elif is_prunable(key) and quantize is not None:
+            state[key] = random_quantized(shape[0], shape[1], pattern, quantize, group_size, dtype, device, generator)
         elif is_prunable(key) and pattern is not None:
             state[key] = random_packed(shape[0], shape[1], pattern, dtype, device, generator)
         else:
@@ -161,14 +180,44 @@ def random_packed(rows: int, columns: int, pattern: SparsityPattern, dtype: torc
     """A random packed N:M weight [rows, columns]. Mask words are drawn from a pool of 4096 random valid words
     (N of every M bits set), which costs little even for a 70B model and gives the kernel no regular pattern."""
     n, m = require_kernel_pattern(pattern)
+    bitmask = random_bitmask(rows, columns, n, m, device, generator)
+    kept = columns * n // m
+    values = torch.randn(rows, kept, dtype=dtype, device=device, generator=generator) * kept**-0.5
+    return PackedNM(values=values, bitmask=bitmask, n=n, m=m, shape=(rows, columns))
+
+
+def random_bitmask(rows: int, columns: int, n: int, m: int, device: str | torch.device,
+                   generator: torch.Generator) -> Tensor:
+    """int32 [rows, columns/32] mask words, each drawn from a pool of 4096 random valid words (N of every M bits
+    set): cheap even for a 70B model, and no regular pattern for the kernel."""
     pool = torch.rand(4096, 32 // m, m, device=device, generator=generator).argsort(-1)[..., :n]
     bits = (pool + torch.arange(0, 32, m, device=device)[:, None]).flatten(1)
     words = (torch.ones_like(bits) << bits).sum(-1)
     words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
-    bitmask = words[torch.randint(len(words), (rows, columns // 32), device=device, generator=generator)]
-    kept = columns * n // m
-    values = torch.randn(rows, kept, dtype=dtype, device=device, generator=generator) * kept**-0.5
-    return PackedNM(values=values, bitmask=bitmask, n=n, m=m, shape=(rows, columns))
+    return words[torch.randint(len(words), (rows, columns // 32), device=device, generator=generator)]
+
+
+def random_quantized(rows: int, columns: int, pattern: SparsityPattern | None, quantize: str, group_size: int,
+                     dtype: torch.dtype, device: str | torch.device,
+                     generator: torch.Generator) -> PackedNMQ | DenseQuantized:
+    """A random quantized weight [rows, columns]: uniform codes of the whole range, scales giving the weight std
+    about 1/sqrt(kept values per row); N:M packed (`PackedNMQ`, mask as `random_packed`) with an N:M `pattern`,
+    dense (`DenseQuantized`, activations of `dtype`) without one."""
+    group = quantization_group(quantize, group_size, columns)
+    low, high = CODE_RANGES[quantize]
+    kept = columns if pattern is None else columns * pattern.n // pattern.m
+    code_std = (high - low + 1) / 12**0.5
+    scales = (0.5 + torch.rand(rows, columns // group, device=device, generator=generator)) * kept**-0.5 / code_std
+    if pattern is None:
+        codes = torch.randint(low, high + 1, (rows, columns), device=device, generator=generator).to(torch.int8)
+        return DenseQuantized.from_codes(QuantizedCodes(codes, scales, quantize, group), dtype)
+    n, m = require_kernel_pattern(pattern)
+    bitmask = random_bitmask(rows, columns, n, m, device, generator)
+    if quantize == "int8":
+        codes = torch.randint(low, high + 1, (rows, kept), device=device, generator=generator).to(torch.int8)
+    else:  # two codes a byte, and any byte is a valid pair
+        codes = torch.randint(0, 256, (rows, kept // 2), device=device, generator=generator).to(torch.uint8)
+    return PackedNMQ(codes, scales.to(SCALE_DTYPE), bitmask, n, m, (rows, columns), quantize, group)
 
 
 def nm_pattern(weight: Tensor) -> tuple[int, int] | None:
@@ -190,18 +239,23 @@ def nm_pattern(weight: Tensor) -> tuple[int, int] | None:
     return best
 
 
-def concat_rows(parts: list[Weight]) -> Weight:
-    """Row concatenation of dense or packed weights. Packed parts of one N:M pattern stay packed (a row's mask and
-    values do not depend on other rows); any other mix is concatenated densely."""
+def concat_rows(parts: list[Weight], dtype: torch.dtype = torch.bfloat16) -> Weight:
+    """Row concatenation of dense or packed weights. Packed parts of one N:M pattern (and, quantized, one
+    quantization and group size) stay packed (a row's mask, values, codes and scales do not depend on other rows);
+    any other mix is concatenated densely, quantized parts dequantized into `dtype`."""
     if len(parts) == 1:
         return parts[0]
-    patterns = {(p.n, p.m) if isinstance(p, PackedNM) else None for p in parts}
-    if len(patterns) == 1 and None not in patterns:
-        n, m = patterns.pop()
-        rows = sum(p.shape[0] for p in parts)
+    formats = {(type(p), p.n, p.m, getattr(p, "quantize", None), getattr(p, "group_size", None))
+               if isinstance(p, (PackedNM, PackedNMQ)) else None for p in parts}
+    first, rows = parts[0], sum(p.shape[0] for p in parts)
+    if len(formats) == 1 and isinstance(first, PackedNM):
         return PackedNM(values=torch.cat([p.values for p in parts]), bitmask=torch.cat([p.bitmask for p in parts]),
-                        n=n, m=m, shape=(rows, parts[0].shape[1]))
-    return torch.cat([p.to_dense() if isinstance(p, PackedNM) else p for p in parts])
+                        n=first.n, m=first.m, shape=(rows, first.shape[1]))
+    if len(formats) == 1 and isinstance(first, PackedNMQ):
+        return PackedNMQ(torch.cat([p.codes for p in parts]), torch.cat([p.scales for p in parts]),
+                         torch.cat([p.bitmask for p in parts]), first.n, first.m, (rows, first.shape[1]),
+                         first.quantize, first.group_size)
+    return torch.cat([_dequantized(p.to_dense() if isinstance(p, PackedNM) else p, dtype) for p in parts])
 
 
 def check_dense_copy_batch(from_batch: int) -> None:
@@ -237,6 +291,8 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
             else:
                 total += _nbytes(module.values) + _nbytes(module.bitmask)
             total += _nbytes(module.bias) if module.bias is not None else 0
+        elif isinstance(module, (QuantizedPackedLinear, DenseQuantizedLinear)):
+            total += sum(_nbytes(b) for b in module.buffers(recurse=False))
         elif isinstance(module, nn.Linear):
             total += sum(_nbytes(p) for p in module.parameters())
     return total
@@ -250,6 +306,8 @@ def resident_weight_bytes(model: nn.Module) -> int:
         if isinstance(module, PackedLinear):
             tensors.update({id(b): b for b in (module.values, module.bitmask, module.bias, module.dense)
                             if b is not None})
+        elif isinstance(module, (QuantizedPackedLinear, DenseQuantizedLinear)):
+            tensors.update({id(b): b for b in module.buffers(recurse=False)})
     return sum(_nbytes(t) for t in tensors.values())
 
 
@@ -257,11 +315,16 @@ def _nbytes(tensor: Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def _sparsify(key: str, weight: Weight, mode: SparseMode) -> Weight:
+def _dequantized(weight: Weight, dtype: torch.dtype) -> Weight:
+    """A PackedNMQ as the dense tensor it stores (exact: the grids are exact in bfloat16); anything else as is."""
+    return weight.to_dense(dtype) if isinstance(weight, PackedNMQ) else weight
+
+
+def _sparsify(key: str, weight: Weight, mode: SparseMode, dtype: torch.dtype) -> Weight:
     # Every pattern the kernel runs keeps at most 3/4 of the values, so packing always moves fewer bytes.
     if mode == "none":
-        return weight.to_dense() if isinstance(weight, PackedNM) else weight
-    if isinstance(weight, PackedNM):
+        return weight.to_dense() if isinstance(weight, PackedNM) else _dequantized(weight, dtype)
+    if isinstance(weight, (PackedNM, PackedNMQ)):
         return weight
     pattern = nm_pattern(weight)
     if pattern is not None:
@@ -281,17 +344,29 @@ def require_kernel_pattern(pattern: SparsityPattern) -> tuple[int, int]:
 
 
 def _to(weight: Weight, dtype: torch.dtype, device: str | torch.device) -> Weight:
+    """On `device`, floating values in `dtype` (codes and scales of a quantized weight keep theirs)."""
     if isinstance(weight, PackedNM):
         return PackedNM(weight.values.to(device=device, dtype=dtype), weight.bitmask.to(device), weight.n, weight.m,
                         weight.shape)
+    if isinstance(weight, PackedNMQ):
+        return weight.to(device)
     return weight.to(device=device, dtype=dtype)
+
+
+def weight_format(weight: Weight | nn.Module) -> str:
+    """How a block linear's weight (or engine module) is stored: "2:4", "2:4 int8", "dense int4 g128", "dense"."""
+    quantize = getattr(weight, "quantize", None)
+    quantized = "" if quantize is None else f" {quantize}" + (f" g{weight.group_size}" if quantize == "int4" else "")
+    if isinstance(weight, (PackedNM, PackedNMQ, PackedLinear, QuantizedPackedLinear)):
+        return f"{weight.n}:{weight.m}{quantized}"
+    return "dense" + quantized
 
 
 def _log_packing(state: dict[str, Weight]) -> None:
     prunable = [weight for key, weight in state.items() if is_prunable(key)]
-    packed = [weight for weight in prunable if isinstance(weight, PackedNM)]
-    patterns = ", ".join(sorted({f"{w.n}:{w.m}" for w in packed}))
-    log.info("%d of %d block linears packed %s", len(packed), len(prunable), patterns)
+    packed = [weight for weight in prunable if isinstance(weight, (PackedNM, PackedNMQ))]
+    formats = ", ".join(sorted({weight_format(w) for w in packed}))
+    log.info("%d of %d block linears packed %s", len(packed), len(prunable), formats)
 
 
 def _checked_reader(folder: Path, available: Collection[str],

@@ -135,17 +135,22 @@ class PackedNMQ:
         return packed
 
 
+def check_packed_quantization(quantize: str, group_size: int) -> None:
+    """PackingError unless `quantize` is int8 or int4 and, for int4, `group_size` a positive multiple of 32."""
+    if quantize not in QUANTIZED_FORMATS:
+        raise PackingError(f"quantize = {quantize!r} is not a packed format; use int8 or int4")
+    if quantize == "int4" and (not isinstance(group_size, int) or group_size <= 0 or group_size % _BITS):
+        raise PackingError(f"int4 group_size {group_size!r} must be a positive multiple of 32 for the packed format "
+                           f"(a mask word must not straddle two groups); 128 is the default")
+
+
 def pack_nm_quantized(weight: torch.Tensor, n: int, m: int, quantize: str, group_size: int = 128) -> PackedNMQ:
     """Pack an N:M sparse weight whose values lie on a `quantize` grid (int8: one scale per row, `group_size`
     ignored; int4: one per `group_size` columns). The kept columns are `pack_nm`'s (every nonzero, then the first
     zeros of a short group); codes and scales come from `solvers.quantization_codes`, so the packed weight
     dequantizes to exactly `weight`. Raises PackingError for what `pack_nm` refuses or an int4 group size that is
     not a multiple of 32, QuantizationError for a weight off the grid."""
-    if quantize not in QUANTIZED_FORMATS:
-        raise PackingError(f"quantize = {quantize!r} is not a packed format; use int8 or int4")
-    if quantize == "int4" and (not isinstance(group_size, int) or group_size <= 0 or group_size % _BITS):
-        raise PackingError(f"int4 group_size {group_size!r} must be a positive multiple of 32 for the packed format "
-                           f"(a mask word must not straddle two groups); 128 is the default")
+    check_packed_quantization(quantize, group_size)
     packed = pack_nm(weight, n, m)
     grid = quantization_codes(weight, quantize, group_size)
     keep = bitmask_to_bits(packed.bitmask)
@@ -214,8 +219,14 @@ class DenseQuantized:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """y = x·Wᵀ for x [b, in] in the scales' dtype."""
-        if self.quantize == "int8":
-            return torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scales)
-        if x.device.type == "cuda":
-            return torch.ops.aten._weight_int4pack_mm(x, self.weight, self.group_size, self.scales)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight, self.group_size, self.scales)
+        return dense_quantized_mm(x, self.weight, self.scales, self.quantize, self.group_size)
+
+
+def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, quantize: str,
+                       group_size: int) -> torch.Tensor:
+    """y = x·Wᵀ for x [b, in] in the scales' dtype and W given as the parts of a `DenseQuantized`."""
+    if quantize == "int8":
+        return torch.ops.aten._weight_int8pack_mm(x, weight, scales)
+    if x.device.type == "cuda":
+        return torch.ops.aten._weight_int4pack_mm(x, weight, group_size, scales)
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(x, weight, group_size, scales)

@@ -1,0 +1,90 @@
+"""End-to-end decode speed of quantized weights (issue 13's engine targets), written to benchmarks/results/.
+
+One process, random weights of one preset (speed does not depend on values), every model built on the GPU, measured
+and freed before the next: dense bf16 (the baseline of every ratio), N:M bf16, then for int8 and int4 the dense
+weight-only quantized model (PyTorch's `_weight_int8pack_mm` / `_weight_int4pack_mm`) and the N:M quantized model
+(`nmq_spmv`), each with its decode step compiled and captured in a CUDA graph (`sparsedecoding bench`'s engine).
+The report checks the targets at batch 1: N:M+int8 >= 2.3x and N:M+int4 >= 3.0x dense bf16, each faster than the
+dense int4 model.
+
+    python benchmarks/quant_e2e_bench.py                         # Llama-3.1-8B, 2:4, batch 1, about 3 minutes
+    python benchmarks/quant_e2e_bench.py --batch 1 2 4 --pattern 2:4 16:32
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from sparsedecoding.engine.bench import SpeedResult, bench_preset, copy_bandwidth, format_table, run_label
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.runenv import environment_markdown
+
+# issue 13: N:M + quantized values vs our dense bf16 engine at batch 1
+TARGETS = {"int8": 2.3, "int4": 3.0}
+
+
+def target_lines(results: list, name: str, patterns: list[SparsityPattern], group_size: int) -> list[str]:
+    """The issue's targets at batch 1, checked against what this run measured (met / missed, or not measured)."""
+    speed = {r.weights: r.tokens_per_second for r in results
+             if isinstance(r, SpeedResult) and r.model == name and r.batch == 1}
+    dense_int4 = speed.get(run_label(None, quantize="int4", group_size=group_size))
+    lines = [f"## Targets ({name} preset, batch 1, vs our dense bf16)", ""]
+    if "dense" not in speed:
+        return lines + ["- dense bf16 was not measured at batch 1: no ratio to check", ""]
+    for quantize, target in TARGETS.items():
+        for pattern in patterns:
+            label = run_label(pattern, quantize=quantize, group_size=group_size)
+            if label not in speed:
+                lines.append(f"- {label}: not measured")
+                continue
+            ratio = speed[label] / speed["dense"]
+            verdict = "met" if ratio >= target else "missed"
+            line = f"- {label}: {ratio:.3f}x dense bf16 (target >= {target}: {verdict})"
+            if dense_int4 is not None:
+                faster = "faster" if speed[label] > dense_int4 else "NOT faster"
+                line += f"; {speed[label] / dense_int4:.3f}x dense int4 ({faster} than our dense int4 path)"
+            lines.append(line)
+    return lines + [""]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="llama-3.1-8b")
+    parser.add_argument("--pattern", nargs="+", type=SparsityPattern.parse, default=[SparsityPattern.parse("2:4")])
+    parser.add_argument("--batch", nargs="+", type=int, default=[1])
+    parser.add_argument("--group-size", type=int, default=128, help="int4 columns per scale (default: 128)")
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/quant_e2e_PRESET.md")
+    args = parser.parse_args()
+    out = args.out or Path(__file__).parent / "results" / f"quant_e2e_{args.preset}.md"
+
+    device = torch.device("cuda")
+    copy = copy_bandwidth(device)
+    runs = [(None, args.batch)] + [(pattern, args.batch) for pattern in args.pattern]
+    results = []
+    for quantize in (None, "int8", "int4"):
+        results += bench_preset(args.preset, runs, device, new_tokens=args.new_tokens, repeats=args.repeats,
+                                quantize=quantize, group_size=args.group_size)
+        print(format_table(results, copy), flush=True)
+    command = "python " + " ".join(sys.argv)
+    lines = ["# End-to-end decode speed of quantized weights (random weights, one preset)", "",
+             environment_markdown(command, device),
+             f"Decode steps only ({args.new_tokens - 1} per generation after a prefill of 16 random tokens), compiled "
+             f"and captured in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense bf16 tok/s at the same "
+             f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 / "
+             f"int4 run PyTorch's `_weight_int8pack_mm` / `_weight_int4pack_mm`; N:M ones the quantized Triton "
+             f"kernel `nmq_spmv`.", "",
+             format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Linear layers for quantized weights, as the engine runs them: `QuantizedPackedLinear` holds an N:M weight with
+int8 / int4 kept values (`PackedNMQ`) and decodes with `nmq_spmv`; `DenseQuantizedLinear` holds a dense int8 / int4
+weight (`DenseQuantized`) and multiplies with PyTorch's weight-only quantized matmuls, the baseline the sparse one
+is measured against.
+
+`nmq_spmv` is also registered as the torch custom op `sparsedecoding::nmq_spmv`, traced instead of the Python call
+while torch.compile runs: the compiler sees only its output shape, and the op runs unchanged inside a CUDA graph
+(the Triton kernel is tuned on the first call, which the engine makes in its warm-up before capture)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .op import MAX_BATCH
+from .quantized import DenseQuantized, PackedNMQ, dense_quantized_mm, nmq_spmv
+
+
+@torch.library.custom_op("sparsedecoding::nmq_spmv", mutates_args=())
+def _nmq_spmv_op(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
+                 quantize: str, group_size: int) -> torch.Tensor:
+    shape = (bitmask.shape[0], bitmask.shape[1] * 32)
+    return nmq_spmv(x, PackedNMQ(codes, scales, bitmask, n, m, shape, quantize, group_size))
+
+
+@_nmq_spmv_op.register_fake
+def _nmq_spmv_fake(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,
+                   quantize: str, group_size: int) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], bitmask.shape[0]))
+
+
+class QuantizedPackedLinear(torch.nn.Module):
+    """y = x·Wᵀ + bias for x [..., in], W [out, in] held as the buffers `codes`, `scales` and `bitmask` of a
+    `PackedNMQ`. Up to 16 rows of x (decoding) run `nmq_spmv`, which dequantizes in registers; more rows (prefill)
+    multiply by W dequantized for the call, as `PackedLinear` does with its values."""
+
+    def __init__(self, packed: PackedNMQ, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.n, self.m, self.quantize, self.group_size = packed.n, packed.m, packed.quantize, packed.group_size
+        self.out_features, self.in_features = packed.shape
+        self.register_buffer("codes", packed.codes)
+        self.register_buffer("scales", packed.scales)
+        self.register_buffer("bitmask", packed.bitmask)
+        self.register_buffer("bias", bias)
+
+    @property
+    def packed(self) -> PackedNMQ:
+        return PackedNMQ(self.codes, self.scales, self.bitmask, self.n, self.m,
+                         (self.out_features, self.in_features), self.quantize, self.group_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // self.in_features
+        x2 = x.reshape(rows, self.in_features)
+        if rows > MAX_BATCH:
+            y = F.linear(x2, self.packed.to_dense(x.dtype))
+        elif torch.compiler.is_compiling():
+            y = torch.ops.sparsedecoding.nmq_spmv(x2.contiguous(), self.codes, self.scales, self.bitmask, self.n,
+                                                  self.m, self.quantize, self.group_size)
+        else:
+            y = nmq_spmv(x2.contiguous(), self.packed)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        group = f", group_size={self.group_size}" if self.quantize == "int4" else ""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, pattern={self.n}:{self.m}, "
+                f"{self.quantize}{group}")
+
+
+class DenseQuantizedLinear(torch.nn.Module):
+    """y = x·Wᵀ + bias for x [..., in] in the scales' dtype, W [out, in] a `DenseQuantized` weight held as the
+    buffers `weight` and `scales` (the layout of `_weight_int8pack_mm` / `_weight_int4pack_mm`)."""
+
+    def __init__(self, dense: DenseQuantized, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.quantize, self.group_size = dense.quantize, dense.group_size
+        self.out_features, self.in_features = dense.shape
+        self.register_buffer("weight", dense.weight)
+        self.register_buffer("scales", dense.scales)
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // self.in_features
+        y = dense_quantized_mm(x.reshape(rows, self.in_features).contiguous(), self.weight, self.scales,
+                               self.quantize, self.group_size)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        group = f", group_size={self.group_size}" if self.quantize == "int4" else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, dense {self.quantize}{group}"
