@@ -30,7 +30,7 @@ models() {  # join the received pieces; `fetch` checks size and sha256 before co
     cat /root/m/part* > /root/cache/gguf/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
     python3 -m sparsedecoding fetch qwen2.5-coder-1.5b
   fi
-  if [ ! -d $smol ]; then
+  if [ ! -d $smol ] && ls /root/m/small* > /dev/null 2>&1; then
     cat /root/m/small* > /root/cache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 -m sparsedecoding fetch smollm2-135m
   fi
@@ -44,6 +44,40 @@ pruned_qwen() {  # the decode-calibrated 2:4 model that prune-cli, check-qwen-2o
 case $report in
   receive)  # once per piece: carry .xfer/cpartNN (Qwen) or .xfer/spartNN (SmolLM2)
     cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l ;;
+  models)  # join and convert the received pieces; marks /root/m/ready for the background steps that wait for it
+    models; touch /root/m/ready ;;
+  bg)  # `bg STEP...`: run the steps in order in the background (setsid: it outlives the call); logs in /root/bg
+    shift; mkdir -p /root/bg/out; echo "$*" >> /root/bg/chains
+    setsid nohup bash -c 'for step in "$@"; do OUT=/root/bg/out bash benchmarks/h200.sh "$step" \
+      > /root/bg/$step.log 2>&1; echo $? > /root/bg/$step.rc; done' _ "$@" > /dev/null 2>&1 < /dev/null &
+    echo "in the background: $*" ;;
+  collect)  # wait up to WAIT seconds (default 0) for every background step, then pack results and logs into $OUT
+    end=$((SECONDS + ${WAIT:-0}))
+    steps=$(cat /root/bg/chains 2>/dev/null | tr ' ' '\n' | sort -u)
+    pending() { for step in $steps; do [ -f /root/bg/$step.rc ] || echo $step; done; }
+    while [ -n "$(pending)" ] && [ $SECONDS -lt $end ]; do sleep 10; done
+    for step in $steps; do echo "$step: rc $(cat /root/bg/$step.rc 2>/dev/null || echo running)"; done
+    for log in /root/bg/*.log /root/recipes-w*.log; do [ -f "$log" ] && { echo "== $log"; tail -n 5 "$log" | cut -c1-300; }; done
+    tar czf "$OUT/bg.tgz" --exclude='*.safetensors' --exclude='answers' --exclude='claims' -C /root \
+      bg $(cd /root && ls -d recipes recipes-w*.log 2>/dev/null) ;;
+  quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
+    for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done  # the pieces and `models` come first
+    models; rm -rf /root/recipes/claims
+    gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+    for worker in $(seq 0 $((gpus - 1))); do
+      CUDA_VISIBLE_DEVICES=$worker python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan.json \
+        --out /root/recipes --worker $worker --deadline "${DEADLINE:-900}" > /root/recipes-w$worker.log 2>&1 &
+    done
+    wait
+    mkdir -p "$OUT/quality-recipes" && cp -r /root/recipes/dev /root/recipes/final /root/recipes/report.md \
+      /root/recipes/summary.json "$OUT/quality-recipes/" ;;
+  gpu-tests-new)  # not committed: this session's new GPU tests (dispatch, CUDA kernel, quantized engine)
+    python3 -m pytest -q -m gpu tests/test_kernel_dispatch.py tests/test_cuda_mma.py tests/test_kernels.py \
+      tests/test_quantized_engine.py tests/test_quantized.py -p no:cacheprovider 2>&1 | tail -40 ;;
+  quant-e2e)  # quant_e2e_h200.md: issue 13's engine targets (Llama-3.1-8B preset, batch 1)
+    python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200.md" ;;
+  cuda-dispatch)  # cuda_dispatch_h200.md: the dispatched op vs Triton, CUDA kernel and cuBLAS, batch 1-16
+    python3 benchmarks/cuda_kernel_bench.py --dispatch --out "$OUT/cuda_dispatch_h200.md" ;;
   gpu-tests)  # not committed; the count goes into SUMMARY.md
     python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tail -40 | tee "$OUT/gpu_tests.log" ;;
   kernel)  # kernel_h200_full.md, about 5 min
@@ -104,5 +138,6 @@ case $report in
     done ;;
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
-       "quality-16k, quality-64k-sampled, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b, tp-bench-8b" >&2; exit 2 ;;
+       "quality-16k, quality-64k-sampled, quality-recipes, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
+       "tp-bench-8b, quant-e2e, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

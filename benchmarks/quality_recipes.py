@@ -18,7 +18,11 @@ selection rule's families and the final stage's baselines.
   counts and exact McNemar tests of each pick against each baseline of its pattern.
 
 Every finished item is skipped when the script runs again, so a run can be split over several device calls;
-`--deadline` stops starting new items after that many seconds.
+`--deadline` stops starting new items after that many seconds. Several GPUs share one OUT: start one process per GPU
+with `--worker K --workers N` (stage `all`); each claims an item before it starts it (a folder under OUT/claims), so
+no item runs twice. The held-out scores of the dense model and of the baselines do not depend on the dev stage, so a
+second worker scores them while the first builds the self-written data; the picks are scored once every dev item
+has finished. Stage `report` only rewrites OUT/report.md from the results there.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import copy
 import datetime
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import asdict, fields
@@ -58,18 +63,40 @@ class Run:
         self.args = args
         self.plan = json.loads(Path(args.plan).read_text())
         self.out = Path(args.out)
-        for sub in ("dev", "final", "models", "data"):
+        for sub in ("dev", "final", "models", "data", "claims"):
             (self.out / sub).mkdir(parents=True, exist_ok=True)
         self.started = time.perf_counter()
         self.device = pick_device(args.device)
         self.folder = resolve_model(args.model)
         self.dense, self.tokenizer, _ = load_model(self.folder, self.device)
         self.limits = SandboxLimits(args.timeout, 1024)
+        self.mine: set[str] = set()
         self.lee_ids = self.tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"]
         self._selfdata = None
 
     def time_left(self, needed: float) -> bool:
         return time.perf_counter() - self.started + needed < self.args.deadline
+
+    def claim(self, key: str) -> bool:
+        """True if this process may work on `key`: it created the claim now or earlier; False if another did."""
+        if key in self.mine:
+            return True
+        try:
+            os.mkdir(self.out / "claims" / key)
+        except FileExistsError:
+            return False
+        self.mine.add(key)
+        return True
+
+    def wait_for(self, done, what: str, grace: float = 0.0) -> bool:
+        """Poll until `done()` (another worker is finishing `what`); False if the deadline (plus `grace` seconds)
+        comes first."""
+        while not done():
+            if not self.time_left(-grace):
+                return False
+            log.info("waiting for another worker: %s", what)
+            time.sleep(15)
+        return True
 
     # data --------------------------------------------------------------------------------------------------------
     def calibration(self, recipe: dict) -> tuple[CalibrationSet, dict]:
@@ -84,15 +111,22 @@ class Run:
             stats = {**describe(calib), "selfdata": data.stats}
         else:
             calib, stats = build_calibration(self.prune_config(recipe), self.dense, self.tokenizer)
-        calib.save(file)
+        temporary = file.with_name(f"{file.stem}.{os.getpid()}.tmp")
+        calib.save(temporary)
+        os.replace(temporary, file)
         write_json(stats_file, stats)
         return calib, stats
 
     def selfdata(self) -> selfdata.SelfData:
         """The dense model's self-written prompts and its answers (built once, resumable, in OUT/data/selfdata)."""
         if self._selfdata is None:
+            marker = self.out / "data" / "selfdata.done"
+            if not self.claim("selfdata") and not self.wait_for(marker.exists, "self-written data"):
+                raise SystemExit("deadline reached while another worker builds the self-written data")
             config = selfdata.SelfDataConfig(**self.plan["broad"], seed=self.args.seed)
-            self._selfdata = selfdata.build(self.dense, self.tokenizer, self.out / "data" / "selfdata", config)
+            self._selfdata = selfdata.build(self.dense, self.tokenizer, self.out / "data" / "selfdata", config,
+                                            progress=False)
+            marker.touch()
         return self._selfdata
 
     def repair(self, model, settings: dict, work: Path) -> dict:
@@ -138,11 +172,13 @@ class Run:
         outcome = prune_layers(model, calib, config)
         record = {"calibration": stats, "solver_seconds": outcome["solver_seconds"],
                   "prune_seconds": round(time.perf_counter() - started, 1), "config": asdict(config)}
-        if recipe.get("repair"):
+        if "repair" in recipe:
             record["repair"] = self.repair(model, {**self.plan["repair"], **recipe["repair"]},
                                            self.out / "data" / f"repair-{recipe['name']}")
         trained = {name: tensor for name, tensor in model.state_dict().items() if "layers." in name}
-        save_file({name: tensor.contiguous() for name, tensor in trained.items()}, str(file))
+        temporary = file.with_name(f"{file.stem}.{os.getpid()}.tmp")
+        save_file({name: tensor.contiguous() for name, tensor in trained.items()}, str(temporary))
+        os.replace(temporary, file)
         write_json(record_file, record)
         return model, record
 
@@ -184,12 +220,14 @@ class Run:
         metrics["seconds"] = seconds
         return metrics, records
 
-    def item(self, stage: str, recipe: dict, split: str, estimate: float) -> dict | None:
+    def item(self, stage: str, recipe: dict, split: str, estimate: float, grace: float = 0.0) -> dict | None:
         result_file = self.out / stage / f"{recipe['name']}.json"
         if result_file.exists():
             return json.loads(result_file.read_text())
-        if not self.time_left(estimate):
+        if not self.time_left(estimate - grace):
             log.info("deadline: %s/%s left for the next call", stage, recipe["name"])
+            return None
+        if not self.claim(f"{stage}-{recipe['name']}"):
             return None
         log.info("%s: %s", stage, recipe["name"])
         started = time.perf_counter()
@@ -207,60 +245,187 @@ class Run:
         return result
 
     # stages ------------------------------------------------------------------------------------------------------
-    def dev(self) -> None:
-        for recipe in [{"name": "dense", "dense": True}, *self.plan["recipes"]]:
-            self.item("dev", recipe, "dev", recipe.get("estimate_s", 120))
+    def queue(self, stages: set[str]) -> tuple[list[tuple[str, dict, str]], list[tuple[str, dict, str]]]:
+        """This worker's order over the items that do not depend on the dev results, as (before the picks, after
+        them): items the plan marks `late` (the pattern sweep, the text baseline) run after the picks' held-out
+        scores. Even workers start with the dense model and the recipes on the self-written data (they build it);
+        odd workers start with what needs no self-written data (recipes on HumanEval's fit quarter, then the
+        held-out scores of the dense model and the baselines) and then join the self-written recipes in plan order.
+        Claims keep workers off each other's items."""
+        dev = [("dev", recipe, "dev") for recipe in [{"name": "dense", "dense": True}, *self.plan["recipes"]]]
+        fixed = [("final", recipe, "eval") for recipe in [{"name": "dense", "dense": True}, *self.plan["baselines"]]]
+        dev = dev if "dev" in stages else []
+        fixed = fixed if "final" in stages else []
+        late = [item for item in dev + fixed if item[1].get("late")]
+        dev, fixed = [item for item in dev if item not in late], [item for item in fixed if item not in late]
+        broad = [item for item in dev if item[1].get("data") == "broad"]
+        rest = [item for item in dev if item not in broad]
+        if self.args.worker % 2 == 0:
+            return rest[:1] + broad + rest[1:] + fixed, late
+        return rest + fixed + broad, late
+
+    def families_settled(self) -> bool:
+        """Every recipe of a family has its dev result or nobody claimed it (no worker had time to start it)."""
+        names = {name for members in self.plan["families"].values() for name in members}
+        return all((self.out / "dev" / f"{name}.json").exists() or not (self.out / "claims" / f"dev-{name}").exists()
+                   for name in names)
+
+    def finals_settled(self) -> bool:
+        claimed = [path.name[len("final-"):] for path in (self.out / "claims").glob("final-*")]
+        return all((self.out / "final" / f"{name}.json").exists() for name in claimed)
 
     def picks(self) -> dict[str, dict]:
-        """The selection rule: per family, the highest mean dev pass@1 over both wordings, ties by lower dev KL."""
+        """The selection rule: per family, the highest mean dev pass@1 over both wordings, ties by lower dev KL,
+        among the family's recipes that ran (the ones that did not are listed in the pick's `not_run`)."""
         chosen = {}
         for family, names in self.plan["families"].items():
             results = [json.loads((self.out / "dev" / f"{name}.json").read_text()) for name in names
                        if (self.out / "dev" / f"{name}.json").exists()]
-            if len(results) < len(names):
-                raise SystemExit(f"family {family}: dev results missing; run --stage dev first")
+            if not results:
+                raise SystemExit(f"family {family}: no dev result; run --stage dev first")
             best = max(results, key=lambda r: (r["metrics"]["pass@1_mean"], -r["metrics"]["kl"]))
             chosen[family] = {**best["recipe"], "name": f"{family}-{best['recipe']['name']}",
-                              "model": best["recipe"]["name"]}
+                              "model": best["recipe"]["name"],
+                              "not_run": [name for name in names if name not in {r["name"] for r in results}]}
         return chosen
 
-    def final(self) -> None:
+    def run(self, stage: str) -> None:
+        stages = {"dev", "final"} if stage == "all" else {stage}
+        first, late = self.queue(stages)
+        for stage_name, recipe, split in first:
+            self.item(stage_name, recipe, split, recipe.get("estimate_s", 120))
+        if "final" not in stages:
+            for stage_name, recipe, split in late:
+                self.item(stage_name, recipe, split, recipe.get("estimate_s", 120))
+            return
+        if not self.wait_for(self.families_settled, "dev items of the families still running", self.args.pick_grace):
+            return
         chosen = self.picks()
         write_json(self.out / "final" / "picks.json", chosen)
-        for recipe in [{"name": "dense", "dense": True}, *chosen.values(), *self.plan["baselines"]]:
-            if self.item("final", recipe, "eval", recipe.get("estimate_s", 120)) is None:
-                return
-        self.report(chosen)
+        for recipe in chosen.values():
+            self.item("final", recipe, "eval", self.args.pick_estimate, self.args.pick_grace)
+        self.report()
+        for stage_name, recipe, split in late:
+            self.item(stage_name, recipe, split, recipe.get("estimate_s", 120))
+        self.wait_for(self.finals_settled, "items of other workers still running", self.args.pick_grace + 400)
+        self.report()
 
-    def report(self, chosen: dict) -> None:
-        results = {path.stem: json.loads(path.read_text()) for path in (self.out / "final").glob("*.json")
-                   if path.stem != "picks"}
-        solved = {}
-        for name in results:
-            rows = [json.loads(line) for line in (self.out / "final" / f"{name}.records.jsonl").read_text().splitlines()]
-            solved[name] = {w: [row["passed"] for row in rows if row["wording"] == w] for w in WORDINGS}
-        lines = ["# Held-out results (odd half of HumanEval, 82 problems)", "",
-                 "| model | pattern | pass@1 fenced | pass@1 plain | KL(dense‖model) | Lee ppl |", "|---|---|---|---|---|---|"]
-        for name, result in results.items():
-            m = result["metrics"]
-            pattern = result["recipe"].get("pattern", "dense")
-            lines.append(f"| {name} | {pattern} | {m['pass@1_fenced']:.3f} ({m['passed_fenced']}) | "
-                         f"{m['pass@1_plain']:.3f} ({m['passed_plain']}) | {m['kl']:.4f} | {m['ppl']:.1f} |")
-        lines += ["", "Paired exact McNemar tests (problems solved by the pick only / by the baseline only):", ""]
-        for pick in chosen.values():
-            for base in self.plan["baselines"]:
-                if base.get("pattern") != pick.get("pattern") or base["name"] not in solved:
-                    continue
-                for wording in WORDINGS:
-                    pairs = list(zip(solved[pick["name"]][wording], solved[base["name"]][wording]))
-                    only_a = sum(a and not b for a, b in pairs)
-                    only_b = sum(b and not a for a, b in pairs)
-                    lines.append(f"- {pick['name']} vs {base['name']} ({wording}): {only_a} vs {only_b}, "
-                                 f"p = {mcnemar(only_a, only_b):.3g}")
-        env = environment()
-        lines += ["", f"Run: {env['date']}, {env['device']}, {json.dumps(env['versions'])}",
-                  f"Command: `python {' '.join(sys.argv)}`"]
+    def report(self) -> None:
+        Report(self.out, self.plan, self.args.plan).write()
+
+
+TARGETS = {"nm50": 0.85, "2of4": 0.60}  # issue 11: share of dense held-out pass@1 (KL <= 0.020, ppl <= 2x for nm50)
+
+
+class Report:
+    """OUT/report.md and OUT/summary.json (one row per scored item, to reload and plot) from the result files."""
+
+    def __init__(self, out: Path, plan: dict, plan_path: str):
+        self.out, self.plan, self.plan_path = out, plan, plan_path
+
+    def results(self, stage: str) -> dict[str, dict]:
+        return {path.stem: json.loads(path.read_text()) for path in sorted((self.out / stage).glob("*.json"))
+                if path.stem != "picks"}
+
+    def solved(self, name: str) -> dict[str, list[bool]]:
+        rows = [json.loads(line) for line in (self.out / "final" / f"{name}.records.jsonl").read_text().splitlines()]
+        return {wording: [row["passed"] for row in rows if row["wording"] == wording] for wording in WORDINGS}
+
+    @staticmethod
+    def row(name: str, result: dict, dense: dict | None) -> dict:
+        recipe, metrics, pruning = result["recipe"], result["metrics"], result.get("pruning") or {}
+        repair = pruning.get("repair") or {}
+        row = {"name": name, "pattern": recipe.get("pattern", "dense"), "data": recipe.get("data", "-"),
+               "tokens": (pruning.get("calibration") or {}).get("tokens"),
+               "propagation": recipe.get("propagation", "-"), "target": recipe.get("target", "-"),
+               "repair_steps": repair.get("best_step"), "repair_tokens": repair.get("tokens"),
+               "repair_seconds": repair.get("seconds"), "initial_dev_kl": repair.get("initial_dev_kl"),
+               "best_dev_kl": repair.get("best_dev_kl"),
+               **{key: metrics[key] for key in ("pass@1_fenced", "pass@1_plain", "pass@1_mean", "passed_fenced",
+                                                  "passed_plain", "problems", "kl", "ppl")},
+               "seconds": result["seconds"], "prune_seconds": pruning.get("prune_seconds")}
+        if dense and dense["metrics"]["pass@1_mean"] > 0:
+            row["pass_vs_dense"] = row["pass@1_mean"] / dense["metrics"]["pass@1_mean"]
+        if dense:
+            row["ppl_vs_dense"] = row["ppl"] / dense["metrics"]["ppl"]
+        return row
+
+    def table(self, rows: list[dict]) -> list[str]:
+        lines = ["| name | pattern | data (tokens) | propagation, target | repair (best step, tokens, s) | "
+                 "pass@1 fenced | pass@1 plain | mean (x dense) | KL(dense‖model) | Lee ppl (x dense) | s |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            repair = (f"{r['repair_steps']}, {r['repair_tokens']}, {r['repair_seconds']:.0f}; dev KL "
+                      f"{r['initial_dev_kl']:.4f}->{r['best_dev_kl']:.4f}" if r["repair_tokens"] else "-")
+            versus = lambda key: f" ({r[key]:.2f}x)" if key in r else ""  # noqa: E731
+            lines.append(f"| {r['name']} | {r['pattern']} | {r['data']} ({r['tokens'] or '-'}) | {r['propagation']}, "
+                         f"{r['target']} | {repair} | {r['pass@1_fenced']:.3f} ({r['passed_fenced']}/{r['problems']}) "
+                         f"| {r['pass@1_plain']:.3f} ({r['passed_plain']}/{r['problems']}) | {r['pass@1_mean']:.3f}"
+                         f"{versus('pass_vs_dense')} | {r['kl']:.4f} | {r['ppl']:.1f}{versus('ppl_vs_dense')} | "
+                         f"{r['seconds']:.0f} |")
+        return lines
+
+    def write(self) -> None:
+        dev, final = self.results("dev"), self.results("final")
+        dev_rows = [self.row(name, result, dev.get("dense")) for name, result in dev.items()]
+        final_rows = [self.row(name, result, final.get("dense")) for name, result in final.items()]
+        lines = ["# Issue 11 recipe search (Qwen2.5-Coder-1.5B-Instruct)", "",
+                 f"Plan: `{self.plan_path}`, fixed before any held-out run. "
+                 "Greedy pass@1 under two instruction wordings (fenced, plain) in one sandboxed run; KL(dense‖model) "
+                 "on the model's own fenced answers; Lee perplexity on the held-out Lee corpus.", "",
+                 "## Dev quarter (HumanEval index % 4 == 2): every configuration tried", ""]
+        lines += self.table(dev_rows) if dev_rows else ["(no dev results)"]
+        picks_file = self.out / "final" / "picks.json"
+        picks = json.loads(picks_file.read_text()) if picks_file.exists() else {}
+        lines += ["", "## Picks (per family: highest mean dev pass@1, ties by lower dev KL)", ""]
+        for family, pick in picks.items():
+            missing = f"; not run: {', '.join(pick['not_run'])}" if pick.get("not_run") else ""
+            lines.append(f"- {family}: {pick['model']} (members: {', '.join(self.plan['families'][family])}{missing})")
+        lines += ["", "## Held-out odd half of HumanEval, each item scored once", ""]
+        lines += self.table(final_rows) if final_rows else ["(no held-out results)"]
+        lines += self.targets(picks, final) + self.tests(picks, final)
+        environments = [result["environment"] for result in [*dev.values(), *final.values()]]
+        commands = sorted({" ".join(result["command"]) for result in [*dev.values(), *final.values()]})
+        if environments:
+            env = environments[0]
+            lines += ["", f"Run: {env['date']}, {env['device']}, {json.dumps(env['versions'])}", "",
+                      "Commands:", *[f"- `{command}`" for command in commands]]
         (self.out / "report.md").write_text("\n".join(lines) + "\n")
+        write_json(self.out / "summary.json", {"dev": dev_rows, "final": final_rows, "picks": picks})
+
+    def targets(self, picks: dict, final: dict) -> list[str]:
+        if "dense" not in final:
+            return []
+        dense = final["dense"]["metrics"]
+        lines = ["", "## Targets (issue 11)", ""]
+        for family, pick in picks.items():
+            if pick["name"] not in final:
+                lines.append(f"- {family}: pick {pick['model']} not scored on the held-out half")
+                continue
+            m = final[pick["name"]]["metrics"]
+            need = TARGETS[family] * dense["pass@1_mean"]
+            verdict = "met" if m["pass@1_mean"] >= need else f"missed by {need - m['pass@1_mean']:.3f}"
+            lines.append(f"- {family} pass@1 {m['pass@1_mean']:.3f} vs >= {need:.3f} ({TARGETS[family]:.0%} of dense "
+                         f"{dense['pass@1_mean']:.3f}): {verdict}")
+            if family == "nm50":
+                lines.append(f"- {family} KL {m['kl']:.4f} vs <= 0.020: "
+                             f"{'met' if m['kl'] <= 0.020 else 'missed'}; Lee ppl {m['ppl']:.1f} vs <= "
+                             f"{2 * dense['ppl']:.1f}: {'met' if m['ppl'] <= 2 * dense['ppl'] else 'missed'}")
+        return lines
+
+    def tests(self, picks: dict, final: dict) -> list[str]:
+        lines = ["", "## Paired exact McNemar tests (problems solved only by the first / only by the second)", ""]
+        pairs = [(pick["name"], base["name"]) for pick in picks.values() for base in self.plan["baselines"]
+                 if base.get("pattern") == pick.get("pattern")] + [(pick["name"], "dense") for pick in picks.values()]
+        for first, second in pairs:
+            if first not in final or second not in final:
+                continue
+            a, b = self.solved(first), self.solved(second)
+            for wording in WORDINGS:
+                only_a = sum(x and not y for x, y in zip(a[wording], b[wording]))
+                only_b = sum(y and not x for x, y in zip(a[wording], b[wording]))
+                lines.append(f"- {first} vs {second} ({wording}): {only_a} vs {only_b}, p = {mcnemar(only_a, only_b):.3g}")
+        return lines
 
 
 def main() -> None:
@@ -268,7 +433,12 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--plan", default="benchmarks/recipes/plan.json")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--stage", choices=["dev", "final", "all"], default="all")
+    parser.add_argument("--stage", choices=["dev", "final", "all", "report"], default="all")
+    parser.add_argument("--worker", type=int, default=0, help="this process's index when several share OUT")
+    parser.add_argument("--pick-estimate", type=float, default=90.0,
+                        help="seconds a pick's held-out scoring needs (its model is already pruned)")
+    parser.add_argument("--pick-grace", type=float, default=240.0,
+                        help="the picks' held-out scores may start this many seconds past --deadline")
     parser.add_argument("--deadline", type=float, default=float("inf"), help="seconds after which no item starts")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--timeout", type=float, default=6.0, help="sandbox seconds per problem")
@@ -277,11 +447,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    run = Run(args)
-    if args.stage in ("dev", "all"):
-        run.dev()
-    if args.stage in ("final", "all"):
-        run.final()
+    if args.stage == "report":
+        Report(Path(args.out), json.loads(Path(args.plan).read_text()), args.plan).write()
+        return
+    Run(args).run(args.stage)
 
 
 if __name__ == "__main__":

@@ -112,9 +112,10 @@ class PairedInputs:
 
 @contextmanager
 def accumulate_paired_inputs(modules: dict[str, nn.Module], keep: KeepMask, dtype: torch.dtype = torch.float32,
-                             where: str = ""):
+                             where: str = "", dense_modules: dict[str, nn.Module] | None = None):
     """Like `accumulate_inputs`, for `PairedInputs`: yields the state whose `mode` the caller switches between the
-    dense and the pruned run of each batch."""
+    dense and the pruned run of each batch. `dense_modules` (same names): where the dense run's inputs are read when
+    the dense run goes through another copy of the layer (default: `modules`)."""
     groups = input_groups(list(modules))
     state = PairedInputs()
     handles = []
@@ -137,6 +138,8 @@ def accumulate_paired_inputs(modules: dict[str, nn.Module], keep: KeepMask, dtyp
         state.hessian[key] = HessianAccumulator(first.in_features, dtype, first.weight.device)
         state.cross[key] = torch.zeros(first.in_features, first.in_features, dtype=dtype, device=first.weight.device)
         handles.append(first.register_forward_pre_hook(make_hook(key)))
+        if dense_modules is not None:
+            handles.append(dense_modules[members[0]].register_forward_pre_hook(make_hook(key)))
     try:
         yield state
     finally:

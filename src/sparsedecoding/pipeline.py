@@ -18,6 +18,7 @@ a finished repair is restored from its best state); the finished checkpoint is r
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import logging
@@ -245,21 +246,42 @@ def run_layer(layer, batches) -> list[torch.Tensor]:
     return outputs
 
 
-def paired_statistics(layer, linears: dict, batches, dense_stream: list[torch.Tensor], keep: KeepMask,
-                      dtype: torch.dtype, where: str) -> tuple[dict, dict, list[torch.Tensor]]:
-    """Run the (still dense) layer on each batch's dense hidden states, then on the pruned model's, collecting H and
-    C per linear (`hessian.accumulate_paired_inputs`); returns them and the dense stream's next hidden states."""
-    with accumulate_paired_inputs(linears, keep, dtype, where=where) as state:
+def paired_statistics(layer, dense_layer, linears: dict, batches, dense_stream: list[torch.Tensor],
+                      keep: KeepMask, dtype: torch.dtype, where: str) -> tuple[dict, dict, list[torch.Tensor]]:
+    """Run the dense copy of the layer on each batch's dense hidden states and `layer` (whose earlier linears may
+    already be pruned) on the pruned model's, collecting H and C for `linears` (`hessian.accumulate_paired_inputs`);
+    returns them and the dense stream's next hidden states."""
+    dense_linears = prunable_linears(dense_layer)
+    with accumulate_paired_inputs(linears, keep, dtype, where=where,
+                                  dense_modules={name: dense_linears[name] for name in linears}) as state:
         dense_outputs = []
         for dense_hidden, (hidden, kwargs, kept) in zip(dense_stream, batches):
             keep.set(kept)
             state.mode = "dense"
-            out = layer(dense_hidden, **kwargs)
+            out = dense_layer(dense_hidden, **kwargs)
             dense_outputs.append(out[0] if isinstance(out, tuple) else out)
             state.mode = "pruned"
             layer(hidden, **kwargs)
     hessians, crosses = paired_by_module(state, list(linears))
     return hessians, crosses, dense_outputs
+
+
+def dense_target_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears: dict, batches,
+                       dense_stream: list[torch.Tensor], dtype: torch.dtype, where: str
+                       ) -> tuple[dict[str, dict], list[torch.Tensor]]:
+    """Dense-target reconstruction of one layer, one input group at a time in forward order (q/k/v, o, gate/up,
+    down): each group is fitted on the inputs the layer gives after its earlier groups were pruned and fitted, so a
+    later linear does not correct again what an earlier one already corrected. Returns the per-linear statistics
+    and the dense stream's next hidden states."""
+    dense_layer = copy.deepcopy(layer)
+    stats: dict[str, dict] = {}
+    dense_outputs = dense_stream
+    for names in input_groups(list(linears)).values():
+        group = {name: linears[name] for name in names}
+        hessians, crosses, dense_outputs = paired_statistics(layer, dense_layer, group, batches, dense_stream,
+                                                             KeepMask(), dtype, where)
+        stats.update(solve_layer(config, pattern, group, hessians, crosses))
+    return stats, dense_outputs
 
 
 def relative_error(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Tensor) -> float:
@@ -378,11 +400,11 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                 outputs = run_layer(layer, batches)
         else:
             keep = KeepMask()
-            crosses = None
             if dense_stream is not None:
-                hessians, crosses, dense_stream = paired_statistics(layer, linears, batches, dense_stream, keep,
-                                                                    hessian_dtype, f"layer {index} ")
-                outputs = None  # sequential propagation (required) recomputes them after solving
+                solve_started = time.perf_counter()
+                layer_stats[index], dense_stream = dense_target_layer(config, pattern, layer, linears, batches,
+                                                                      dense_stream, hessian_dtype, f"layer {index} ")
+                solver_seconds += time.perf_counter() - solve_started  # statistics included: they interleave
             else:
                 with accumulate_inputs(linears, keep, hessian_dtype, where=f"layer {index} ") as accumulators:
                     outputs = []
@@ -392,14 +414,14 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                         outputs.append(out_hidden[0] if isinstance(out_hidden, tuple) else out_hidden)
                 hessians = hessians_by_module(accumulators, list(linears))
                 del accumulators
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            solve_started = time.perf_counter()
-            layer_stats[index] = solve_layer(config, pattern, linears, hessians, crosses)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            solver_seconds += time.perf_counter() - solve_started
-            del hessians, crosses
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                solve_started = time.perf_counter()
+                layer_stats[index] = solve_layer(config, pattern, linears, hessians)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                solver_seconds += time.perf_counter() - solve_started
+                del hessians
             if config.propagation == "sequential":
                 outputs = run_layer(layer, batches)
             if work:
