@@ -46,9 +46,11 @@ case $report in
     cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l ;;
   models)  # join and convert the received pieces; marks /root/m/ready for the background steps that wait for it
     models; touch /root/m/ready ;;
-  bg)  # `bg STEP...`: run the steps in order in the background (setsid: it outlives the call); logs in /root/bg
+  bg)  # `[AFTER=STEP] bg STEP...`: run the steps in order in the background (setsid: it outlives the call), after
+        # background step AFTER has finished if set; logs and exit codes in /root/bg, reports in /root/bg/out
     shift; mkdir -p /root/bg/out; echo "$*" >> /root/bg/chains
-    setsid nohup bash -c 'for step in "$@"; do OUT=/root/bg/out bash benchmarks/h200.sh "$step" \
+    setsid nohup bash -c 'while [ -n "${AFTER:-}" ] && [ ! -f /root/bg/$AFTER.rc ]; do sleep 5; done
+      for step in "$@"; do OUT=/root/bg/out bash benchmarks/h200.sh "$step" \
       > /root/bg/$step.log 2>&1; echo $? > /root/bg/$step.rc; done' _ "$@" > /dev/null 2>&1 < /dev/null &
     echo "in the background: $*" ;;
   collect)  # wait up to WAIT seconds (default 0) for every background step, then pack results and logs into $OUT
@@ -63,10 +65,13 @@ case $report in
   quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
     for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done  # the pieces and `models` come first
     models; rm -rf /root/recipes/claims
+    # DEADLINE: seconds after which no item starts; default: 6 minutes before END_AT (epoch seconds), so that the
+    # picks (allowed 4 minutes past the deadline) end before it
+    deadline=${DEADLINE:-$(( ${END_AT:?set END_AT or DEADLINE} - $(date +%s) - 360 ))}
     gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
     for worker in $(seq 0 $((gpus - 1))); do
       CUDA_VISIBLE_DEVICES=$worker python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan.json \
-        --out /root/recipes --worker $worker --deadline "${DEADLINE:-900}" > /root/recipes-w$worker.log 2>&1 &
+        --out /root/recipes --worker $worker --deadline "$deadline" > /root/recipes-w$worker.log 2>&1 &
     done
     wait
     mkdir -p "$OUT/quality-recipes" && cp -r /root/recipes/dev /root/recipes/final /root/recipes/report.md \

@@ -231,8 +231,15 @@ class Run:
             return None
         log.info("%s: %s", stage, recipe["name"])
         started = time.perf_counter()
-        model, record = self.pruned(recipe)
-        metrics, records = self.score(model, split)
+        try:
+            model, record = self.pruned(recipe)
+            metrics, records = self.score(model, split)
+        except Exception as error:  # one broken recipe must not stop the search: it is reported as failed
+            log.exception("%s %s failed", stage, recipe["name"])
+            write_json(self.out / stage / f"{recipe['name']}.failed", {"name": recipe["name"], "recipe": recipe,
+                                                                       "error": f"{type(error).__name__}: {error}"})
+            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+            return None
         result = {"name": recipe["name"], "recipe": recipe, "pruning": record, "metrics": metrics,
                   "seconds": round(time.perf_counter() - started, 1), "environment": environment(),
                   "command": ["python", *sys.argv]}
@@ -267,12 +274,14 @@ class Run:
     def families_settled(self) -> bool:
         """Every recipe of a family has its dev result or nobody claimed it (no worker had time to start it)."""
         names = {name for members in self.plan["families"].values() for name in members}
-        return all((self.out / "dev" / f"{name}.json").exists() or not (self.out / "claims" / f"dev-{name}").exists()
-                   for name in names)
+        return all(self.settled("dev", name) or not (self.out / "claims" / f"dev-{name}").exists() for name in names)
+
+    def settled(self, stage: str, name: str) -> bool:
+        return (self.out / stage / f"{name}.json").exists() or (self.out / stage / f"{name}.failed").exists()
 
     def finals_settled(self) -> bool:
         claimed = [path.name[len("final-"):] for path in (self.out / "claims").glob("final-*")]
-        return all((self.out / "final" / f"{name}.json").exists() for name in claimed)
+        return all(self.settled("final", name) for name in claimed)
 
     def picks(self) -> dict[str, dict]:
         """The selection rule: per family, the highest mean dev pass@1 over both wordings, ties by lower dev KL,
@@ -375,6 +384,10 @@ class Report:
                  "on the model's own fenced answers; Lee perplexity on the held-out Lee corpus.", "",
                  "## Dev quarter (HumanEval index % 4 == 2): every configuration tried", ""]
         lines += self.table(dev_rows) if dev_rows else ["(no dev results)"]
+        failed = [json.loads(path.read_text()) for stage in ("dev", "final")
+                  for path in sorted((self.out / stage).glob("*.failed"))]
+        if failed:
+            lines += ["", "Failed (not scored):", *[f"- {item['name']}: {item['error']}" for item in failed]]
         picks_file = self.out / "final" / "picks.json"
         picks = json.loads(picks_file.read_text()) if picks_file.exists() else {}
         lines += ["", "## Picks (per family: highest mean dev pass@1, ties by lower dev KL)", ""]
