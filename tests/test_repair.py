@@ -213,3 +213,32 @@ def test_repair_runs_in_bfloat16_on_cuda_with_masks_fixed(teacher_folder, data, 
     assert all(torch.equal(parameters[name] != 0, mask) for name, mask in masks.items())
     assert all(parameters[name].dtype == torch.bfloat16 for name in masks)
     assert mean_kl(teacher, student, train, 8, 16) < kl_before
+
+
+@pytest.mark.parametrize("bad_steps,stopped_by", [({1}, "max_steps"), (set(range(20)), "non_finite")])
+def test_a_non_finite_step_is_skipped_and_counted_and_masks_stay_zero(teacher_folder, data, tmp_path, monkeypatch,
+                                                                      bad_steps, stopped_by):
+    """An overflowing batch (inf loss, NaN gradient) must not reach the weights, pruned ones included."""
+    from sparsedecoding import repair as repair_module
+
+    teacher = load_model(teacher_folder)[0]
+    student = pruned_student(teacher_folder)
+    train, dev = data
+    masks = pruned_masks(student)
+    calls = {"n": 0}
+    real = repair_module.batch_kl
+
+    def overflowing(*args, **kwargs):
+        loss = real(*args, **kwargs)
+        step = calls["n"] // 2  # two micro-batches per step
+        calls["n"] += 1
+        return loss * float("inf") if step in bad_steps else loss
+
+    monkeypatch.setattr(repair_module, "batch_kl", overflowing)
+    report = repair(teacher, student, train, dev, tmp_path / "work", config(max_skipped_steps=3))
+    parameters = dict(student.named_parameters())
+    for name, mask in masks.items():
+        assert torch.isfinite(parameters[name]).all(), name
+        assert torch.equal(parameters[name] != 0, mask), name
+    assert report["stopped_by"] == stopped_by
+    assert report["skipped_steps"] == (1 if stopped_by == "max_steps" else 4)

@@ -75,7 +75,9 @@ class RepairConfig:
     checkpoint_every (500): steps between checkpoints in the work folder; a multiple of eval_every (a checkpoint of
     a 1.5B model writes about 18 GB: masters, Adam state and the best state).
     kl_chunk (1024): positions per output-layer chunk. train_extra: `none` | `norms_biases` (module docstring).
-    gradient_checkpointing (True): recompute each decoder layer in the backward pass. seed (0): data order."""
+    gradient_checkpointing (True): recompute each decoder layer in the backward pass. max_skipped_steps (10): steps
+    whose gradient is not finite (a bf16 overflow on some sample) are skipped and counted; past this many, repair
+    stops (`stopped_by` = `non_finite`) and keeps its best state. seed (0): data order."""
 
     lr: float = 2e-5
     schedule: str = "cosine"
@@ -96,6 +98,7 @@ class RepairConfig:
     kl_chunk: int = 1024
     train_extra: str = "none"
     gradient_checkpointing: bool = True
+    max_skipped_steps: int = 10
     seed: int = 0
 
     def validate(self) -> None:
@@ -385,6 +388,7 @@ def repair(teacher, student, train: CalibrationSet, dev: CalibrationSet, work_di
     check_masks(student, masks)
     return {**{key: progress[key] for key in ("step", "tokens", "seconds", "best_step", "best_dev_kl",
                                                 "initial_dev_kl", "stopped_by", "curve")},
+            "skipped_steps": progress.get("skipped_steps", 0),
             "trained_tensors": len(params), "trained_weights": int(sum(int(mask.sum()) for mask in masks.values())),
             "settings": asdict(config)}
 
@@ -419,17 +423,26 @@ def _train(teacher, student, train, config, params, masks, masters, optimizer, p
                 (loss / max(tokens, 1)).backward()
         for name, parameter in params.items():
             grad = parameter.grad.float() if parameter.grad is not None else torch.zeros_like(masters[name])
-            masters[name].grad = grad * masks[name] if name in masks else grad
+            # where, not a product: inf·0 would put NaN on pruned weights
+            masters[name].grad = torch.where(masks[name], grad, 0.0) if name in masks else grad
             parameter.grad = None
-        if config.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(list(masters.values()), config.max_grad_norm)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(config, step)
-        optimizer.step()
+        finite = all(bool(torch.isfinite(master.grad).all()) for master in masters.values())
+        if finite:  # a non-finite step (a bf16 overflow on some sample) is skipped and counted, not applied
+            if config.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(list(masters.values()), config.max_grad_norm)
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(config, step)
+            optimizer.step()
+            with torch.no_grad():
+                for name, parameter in params.items():
+                    parameter.copy_(masters[name])
+        else:
+            progress["skipped_steps"] = progress.get("skipped_steps", 0) + 1
+            log.warning("repair step %d: non-finite gradient, step skipped (%d so far)", step,
+                        progress["skipped_steps"])
+            if progress["skipped_steps"] > config.max_skipped_steps:
+                progress["stopped_by"] = "non_finite"
         optimizer.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            for name, parameter in params.items():
-                parameter.copy_(masters[name])
         progress["step"] = step + 1
         progress["tokens"] += tokens
         window_tokens += tokens
