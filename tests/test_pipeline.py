@@ -27,7 +27,7 @@ def prompts_file(tmp_path):
 
 
 def config(folder, out, prompts, **overrides):
-    values = dict(model=str(folder), out=str(out), prompts=str(prompts), tokens=36, max_new_tokens=16,
+    values = dict(model=str(folder), out=str(out), prompts=str(prompts), pattern="2:4", tokens=36, max_new_tokens=16,
                   batch_size=2, gen_batch_size=4, do_sample=True, seed=0)
     values.update(overrides)
     return PruneConfig(**values)

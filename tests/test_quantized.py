@@ -224,7 +224,7 @@ def test_prune_quantize_writes_a_checkpoint_that_packs_exactly(tmp_path, quantiz
 
     source = make_tiny_model(tmp_path / "bf16")
     AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(torch.bfloat16).save_pretrained(source)
-    out = prune(PruneConfig(model=str(source), out=str(tmp_path / "out"), calibration="text", tokens=32,
+    out = prune(PruneConfig(model=str(source), out=str(tmp_path / "out"), pattern="2:4", calibration="text", tokens=32,
                             text_seq_len=16, batch_size=2, device="cpu", quantize=quantize, group_size=32),
                 progress=False)
     manifest = pack_checkpoint(out, tmp_path / "packed", pattern="2:4", quantize=quantize, group_size=32)
@@ -265,6 +265,6 @@ def test_prune_refuses_a_group_size_that_does_not_divide_the_rows_before_model_w
 
     source = make_tiny_model(tmp_path / "model")
     with pytest.raises(QuantizationError, match="group_size 48 does not divide the row length 64"):
-        prune(PruneConfig(model=str(source), out=str(tmp_path / "out"), calibration="text", tokens=32,
+        prune(PruneConfig(model=str(source), out=str(tmp_path / "out"), pattern="2:4", calibration="text", tokens=32,
                           device="cpu", quantize="int4", group_size=48), progress=False)
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

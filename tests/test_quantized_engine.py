@@ -43,7 +43,7 @@ def pruned(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
     source = make_tiny_model(root / "bf16")
     AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(torch.bfloat16).save_pretrained(source)
-    out = prune(PruneConfig(model=str(source), out=str(root / "pruned"), calibration="text", tokens=32,
+    out = prune(PruneConfig(model=str(source), out=str(root / "pruned"), pattern="2:4", calibration="text", tokens=32,
                             text_seq_len=16, batch_size=2, device="cpu", quantize=request.param, group_size=GROUP),
                 progress=False)
     return request.param, out

@@ -205,7 +205,8 @@ class CalibrationSettings:
 class SolverSettings:
     """How each layer is pruned from its Hessians."""
 
-    pattern: str = knob("2:4", "2:4, 4:8, 8:16, 16:32, any N:M, or 50%")
+    pattern: str = knob("16:32", "16:32 (default: keeps the most quality at full kernel speed), 2:4 (for hardware "
+                        "that needs it), 4:8, 8:16, any N:M, or 50%")
     solver: str = knob("sparsegpt", "pruning solver", choices=SOLVERS)
     propagation: str = knob("dense", "dense: every Hessian from the dense model (paper); sequential: layer l sees "
                             "pruned layers < l", choices=("dense", "sequential"))
