@@ -48,7 +48,10 @@ case $report in
     models; touch /root/m/ready ;;
   bg)  # `[AFTER=STEP] bg STEP...`: run the steps in order in the background (setsid: it outlives the call), after
         # background step AFTER has finished if set; logs and exit codes in /root/bg, reports in /root/bg/out
+    # it runs from a private copy of the tree: each device call re-copies the working tree, and a process that
+    # imports while that happens can find a module missing
     shift; mkdir -p /root/bg/out; echo "$*" >> /root/bg/chains
+    copy=/root/tree-$(date +%s%N); mkdir -p $copy && tar cf - --exclude=./.xfer . | tar xf - -C $copy && cd $copy
     setsid nohup bash -c 'while [ -n "${AFTER:-}" ] && [ ! -f /root/bg/$AFTER.rc ]; do sleep 5; done
       for step in "$@"; do OUT=/root/bg/out bash benchmarks/h200.sh "$step" \
       > /root/bg/$step.log 2>&1; echo $? > /root/bg/$step.rc; done' _ "$@" > /dev/null 2>&1 < /dev/null &
@@ -81,6 +84,8 @@ case $report in
       tests/test_quantized_engine.py tests/test_quantized.py -p no:cacheprovider 2>&1 | tail -40 ;;
   quant-e2e)  # quant_e2e_h200.md: issue 13's engine targets (Llama-3.1-8B preset, batch 1)
     python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200.md" ;;
+  quant-kernel)  # quant_kernel_h200.md: issue 13's kernel targets (8B + 14B shapes, batch 1), about 1 minute
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src python3 quant_kernel_bench.py --reps 5 --out "$OUT/quant_kernel_h200.md") ;;
   cuda-dispatch)  # cuda_dispatch_h200.md: the dispatched op vs Triton, CUDA kernel and cuBLAS, batch 1-16
     python3 benchmarks/cuda_kernel_bench.py --dispatch --out "$OUT/cuda_dispatch_h200.md" ;;
   gpu-tests)  # not committed; the count goes into SUMMARY.md
@@ -144,5 +149,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, quant-e2e, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

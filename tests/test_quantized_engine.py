@@ -214,15 +214,25 @@ def test_bench_model_folder_refuses_quantize(tmp_path, capsys):
 @pytest.mark.parametrize("quantize", ["int8", "int4"])
 @pytest.mark.parametrize("pattern", [None, "2:4"])
 def test_cuda_graph_decode_of_quantized_weights_equals_eager(quantize, pattern):
-    """The compiled, captured decode step runs the same kernels as the eager one: equal greedy tokens (random
-    weights, so no near-ties to speak of) on the preset shapes' small cousin."""
+    """The compiled, captured decode step runs the same kernels as the eager one: equal greedy tokens on the preset
+    shapes' small cousin, up to a logit tie. Fused compiled code rounds differently, so where the two first differ
+    the eager top-2 logits must be within 1/32 of the top one (the engine check's rule); on the H200 the 2:4 int8
+    case once differed at the 22nd of 24 tokens."""
     pattern = pattern and SparsityPattern.parse(pattern)
     args = ModelArgs(architecture="llama", vocab_size=512, dim=256, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=64,
                      intermediate_size=512, norm_eps=1e-5, rope_theta=10000.0)
     model = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize))
     prompt = torch.randint(0, 512, (1, 8))
     eager = Engine(model, 1, 40).generate(prompt, 24).tokens
-    assert torch.equal(Engine(model, 1, 40, compile=True).generate(prompt, 24).tokens, eager)
+    compiled = Engine(model, 1, 40, compile=True).generate(prompt, 24).tokens
+    differ = (compiled != eager).nonzero()
+    if len(differ):
+        first = int(differ[0, 1])
+        sequence = torch.cat([prompt, eager[:, :first]], 1).cuda()
+        with torch.no_grad():
+            logits = model.logits(model.hidden(sequence, torch.arange(sequence.shape[1], device="cuda"))[:, -1])
+        top = logits.float()[0].topk(2).values
+        assert top[0] - top[1] <= top[0].abs() / 32, (first, top)
 
 
 def test_pack_manifest_records_the_quantization_per_tensor(pruned, tmp_path):
