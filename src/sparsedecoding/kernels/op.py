@@ -38,16 +38,16 @@ KERNEL_SETTING = "SPARSEDECODING_KERNEL"
 KERNEL_CHOICES = ("auto", "triton", "cuda")
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
-# smallest measured batch from which it was the faster of the two at every measured batch (geomean speedup over
-# cuBLAS on the Llama-3.1-8B and Qwen3-14B decoder linears, H200, benchmarks/results/cuda_kernel_h200.md):
-#   batch             1      2      3      4      8      16
-#   2:4   cuda     1.14x  1.12x  1.11x  1.10x  1.04x  0.92x   -> from batch 2
-#         triton   1.41x  1.08x  0.74x  0.76x  0.67x  0.43x
-#   16:32 cuda     0.67x  0.67x  0.66x  0.66x  0.63x  0.59x   -> from batch 8 (both slower than cuBLAS there)
-#         triton   1.41x  1.09x  0.72x  0.73x  0.61x  0.33x
-# Batches 5-7 and 9-15 were not measured and follow the threshold. 4:8 and 8:16 were not measured: Triton. The
-# tensor-core kernel runs only 50% patterns, so any other pattern is Triton's.
-CUDA_FROM_BATCH = {(2, 4): 2, (16, 32): 8}
+# smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
+# Llama-3.1-8B and Qwen3-14B decoder linears, H200, benchmarks/results/cuda_dispatch_h200.md):
+#   batch             1      2      3      4      5      8      16
+#   2:4   cuda     1.16x  1.15x  1.11x  1.11x  1.09x  1.04x  0.92x   -> from batch 2
+#         triton   1.42x  1.10x  0.75x  0.77x  0.66x  0.67x  0.43x
+#   16:32 cuda     0.69x  0.68x  0.66x  0.67x  0.66x  0.64x  0.59x   -> from batch 5 (both slower than cuBLAS there)
+#         triton   1.44x  1.10x  0.73x  0.76x  0.61x  0.61x  0.33x
+# 4:8 and 8:16 were not measured: Triton. The tensor-core kernel runs only 50% patterns, so any other pattern is
+# Triton's.
+CUDA_FROM_BATCH = {(2, 4): 2, (16, 32): 5}
 
 
 class KernelChoiceError(SparseDecodingError, ValueError):
