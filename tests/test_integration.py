@@ -36,8 +36,8 @@ def test_fetch_converts_the_gguf_to_a_bf16_folder(smollm2):
 
 
 def test_decode_calibrated_2of4_on_smollm2(smollm2, tmp_path):
-    out = prune(PruneConfig(model=str(smollm2), out=str(tmp_path / "out"), pattern="2:4", n_prompts=6, max_new_tokens=24,
-                            tokens=96, gen_batch_size=6), progress=False)
+    out = prune(PruneConfig(model=str(smollm2), out=str(tmp_path / "out"), pattern="2:4", n_prompts=6,
+                            max_new_tokens=24, tokens=96, gen_batch_size=6), progress=False)
     manifest = json.loads((out / "sparsedecoding.json").read_text())
     assert manifest["calibration"]["source"] == "decode" and manifest["calibration"]["tokens"] == 96
     assert len(manifest["layers"]) == 30 * 7

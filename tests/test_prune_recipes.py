@@ -48,8 +48,8 @@ def prompts_file(tmp_path_factory):
 
 
 def config(folder, out, prompts, **overrides) -> PruneConfig:
-    values = dict(model=str(folder), out=str(out), prompts=str(prompts), pattern="2:4", tokens=40, max_new_tokens=12, batch_size=4,
-                  gen_batch_size=11, do_sample=True, seed=0, device="cpu", self_meta=6, self_answers=24,
+    values = dict(model=str(folder), out=str(out), prompts=str(prompts), pattern="2:4", tokens=40, max_new_tokens=12,
+                  batch_size=4, gen_batch_size=11, do_sample=True, seed=0, device="cpu", self_meta=6, self_answers=24,
                   self_batch_size=12, self_sources=f"self=1,{prompts}=1", repair_eval_every=1, repair_batch=4,
                   repair_micro_batch=2, repair_tokens=60, repair_lr=1e-3)
     values.update(overrides)
