@@ -1,0 +1,112 @@
+"""benchmarks/quality_recipes.py without a model: the workers' order, claims, the selection rule and the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+PLAN = {
+    "recipes": [
+        {"name": "fit", "pattern": "16:32", "data": "humaneval:fit"},
+        {"name": "broad-a", "pattern": "16:32", "data": "broad"},
+        {"name": "broad-b", "pattern": "2:4", "data": "broad"},
+        {"name": "sweep", "pattern": "4:8", "data": "broad", "late": True},
+    ],
+    "families": {"nm50": ["fit", "broad-a"], "2of4": ["broad-b"]},
+    "baselines": [{"name": "paper", "pattern": "16:32", "data": "humaneval:calib"},
+                  {"name": "text", "pattern": "16:32", "data": "text", "late": True}],
+}
+
+
+@pytest.fixture
+def recipes(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import quality_recipes
+
+    return quality_recipes
+
+
+def run_for(recipes, out: Path, worker: int):
+    """A Run with only what the scheduling needs (no model is loaded)."""
+    run = object.__new__(recipes.Run)
+    run.plan, run.out, run.mine = PLAN, out, set()
+    run.args = SimpleNamespace(worker=worker, deadline=float("inf"), plan="plan.json")
+    run.started = 0.0
+    (out / "claims").mkdir(parents=True, exist_ok=True)
+    for stage in ("dev", "final"):
+        (out / stage).mkdir(exist_ok=True)
+    return run
+
+
+def names(items):
+    return [f"{stage}:{recipe['name']}" for stage, recipe, _ in items]
+
+
+def test_workers_start_apart_and_leave_late_items_for_after_the_picks(recipes, tmp_path):
+    first, late = run_for(recipes, tmp_path, 0).queue({"dev", "final"})
+    assert names(first) == ["dev:dense", "dev:broad-a", "dev:broad-b", "dev:fit", "final:dense", "final:paper"]
+    assert names(late) == ["dev:sweep", "final:text"]
+    first, _ = run_for(recipes, tmp_path, 1).queue({"dev", "final"})
+    assert names(first) == ["dev:dense", "dev:fit", "final:dense", "final:paper", "dev:broad-a", "dev:broad-b"]
+
+
+def test_a_claimed_item_belongs_to_one_worker(recipes, tmp_path):
+    zero, one = run_for(recipes, tmp_path, 0), run_for(recipes, tmp_path, 1)
+    assert zero.claim("dev-fit") and zero.claim("dev-fit")  # its own claim stays its own
+    assert not one.claim("dev-fit")
+    assert not one.families_settled()  # claimed, no result yet
+    (tmp_path / "dev" / "fit.failed").write_text("{}")
+    assert one.families_settled()  # a failed item is settled; unclaimed ones will not run
+
+
+def result(name: str, recipe: dict, passed: list[tuple[bool, bool]], kl: float, ppl: float) -> dict:
+    fenced, plain = (sum(row[i] for row in passed) for i in (0, 1))
+    count = len(passed)
+    return {"name": name, "recipe": recipe, "pruning": None, "seconds": 1.0,
+            "environment": {"date": "2026-11-30", "device": "cpu", "versions": {}}, "command": ["python", "x"],
+            "metrics": {"pass@1_fenced": fenced / count, "pass@1_plain": plain / count,
+                        "pass@1_mean": (fenced + plain) / (2 * count), "passed_fenced": fenced,
+                        "passed_plain": plain, "problems": count, "kl": kl, "ppl": ppl}}
+
+
+def write(out: Path, stage: str, name: str, recipe: dict, passed, kl=0.0, ppl=10.0) -> None:
+    (out / stage / f"{name}.json").write_text(json.dumps(result(name, recipe, passed, kl, ppl)))
+    rows = [{"wording": wording, "passed": row[i]} for i, wording in enumerate(("fenced", "plain")) for row in passed]
+    (out / stage / f"{name}.records.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_the_rule_picks_the_best_dev_mean_and_the_report_counts_the_pairs(recipes, tmp_path):
+    run = run_for(recipes, tmp_path, 0)
+    by_name = {recipe["name"]: recipe for recipe in PLAN["recipes"]}
+    write(tmp_path, "dev", "dense", {"name": "dense", "dense": True}, [(True, True)] * 4)
+    write(tmp_path, "dev", "fit", by_name["fit"], [(True, False), (False, False)] * 2, kl=0.02)
+    write(tmp_path, "dev", "broad-a", by_name["broad-a"], [(True, True), (False, False)] * 2, kl=0.03)
+    (tmp_path / "dev" / "broad-b.failed").write_text(json.dumps({"name": "broad-b", "error": "RuntimeError: x"}))
+    (tmp_path / "claims" / "dev-broad-b").mkdir()
+    with pytest.raises(SystemExit, match="2of4"):
+        run.picks()  # a family none of whose recipes produced a result cannot be picked
+    write(tmp_path, "dev", "broad-b", by_name["broad-b"], [(False, False)] * 4, kl=0.1)
+    picks = run.picks()
+    assert picks["nm50"]["model"] == "broad-a" and picks["nm50"]["name"] == "nm50-broad-a"
+    (tmp_path / "final" / "picks.json").write_text(json.dumps(picks))
+    write(tmp_path, "final", "dense", {"name": "dense", "dense": True}, [(True, True)] * 4, ppl=10.0)
+    write(tmp_path, "final", "nm50-broad-a", picks["nm50"], [(True, True), (True, False), (False, False),
+                                                             (False, True)], kl=0.03, ppl=25.0)
+    write(tmp_path, "final", "paper", PLAN["baselines"][0], [(False, True), (False, False), (True, False),
+                                                             (False, True)])
+    recipes.Report(tmp_path, PLAN, "plan.json").write()
+    report = (tmp_path / "report.md").read_text()
+    assert "- nm50: broad-a (members: fit, broad-a)" in report
+    assert "- nm50-broad-a vs paper (fenced): 2 vs 1" in report  # problems 1 and 2 vs problem 3
+    assert "- nm50-broad-a vs paper (plain): 0 vs 0" in report  # both solve problems 1 and 4
+    assert "nm50 pass@1 0.500 vs >= 0.850" in report and "missed by 0.350" in report
+    assert "Lee ppl 25.0 vs <= 20.0: missed" in report
+    assert "broad-b: RuntimeError: x" in report
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {row["name"] for row in summary["final"]} == {"dense", "nm50-broad-a", "paper"}
+    assert [row["pass_vs_dense"] for row in summary["final"] if row["name"] == "nm50-broad-a"] == [0.5]
