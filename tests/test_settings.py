@@ -93,6 +93,7 @@ def test_demo_help_shows_the_demo_defaults_and_compare_shares_the_definitions():
     ("mix_ratio", 1.0, "--mix-ratio must be in (0, 1)"),
     ("solver", "obs", "--solver 'obs' is not one of sparsegpt, wanda, magnitude"),
     ("samples_per_prompt", 0, "--samples-per-prompt must be at least 1"),
+    ("recipe", "best", "--recipe 'best' is not one of none, recommended"),
 ])
 def test_a_bad_value_is_one_line_before_anything_is_loaded(tmp_path, field, value, expected):
     config = PruneConfig(model=str(tmp_path / "not-loaded"), out=str(tmp_path / "out"), **{field: value})
@@ -199,3 +200,16 @@ def test_the_demo_checks_its_settings_before_fetching_or_removing_anything(tmp_p
     assert capsys.readouterr().err.strip().splitlines() == ["error: SparseDecodingError: --gen-batch-size must be at "
                                                             "least 1, got 0"]
     assert (out / "demo.json").exists()
+
+
+def test_the_recommended_recipe_fills_the_fields_left_at_their_defaults(tmp_path):
+    """Issue 11's dev pick: 16:32 (the default pattern), 4 sampled continuations per prompt at 0.7 / 0.95, 32k
+    tokens; a value given explicitly is kept."""
+    config = PruneConfig(model="m", out=str(tmp_path / "out"), recipe="recommended")
+    assert (config.pattern, config.do_sample, config.samples_per_prompt, config.temperature, config.top_p,
+            config.tokens) == ("16:32", True, 4, 0.7, 0.95, 32768)
+    config.check_values()
+    mine = PruneConfig(model="m", out=str(tmp_path / "out"), recipe="recommended", tokens=4096, temperature=0.9)
+    assert (mine.tokens, mine.temperature, mine.samples_per_prompt) == (4096, 0.9, 4)
+    plain = PruneConfig(model="m", out=str(tmp_path / "out"))
+    assert (plain.do_sample, plain.samples_per_prompt, plain.tokens) == (False, 1, 16384)

@@ -161,6 +161,10 @@ class RunSettings:
     device: str = knob("auto", "auto (cuda when available), cpu, cuda, cuda:1 ...")
     seed: int = knob(0, "seed of sampling and text window order")
     overwrite: bool = knob(False, "replace --out if it exists")
+    recipe: str = knob("none", "recommended: the calibration chosen on the dev split of issue 11's recipe search "
+                       "(benchmarks/results/quality-recipes-qwen2.5-coder-1.5b): 4 sampled continuations per prompt at "
+                       "temperature 0.7, top-p 0.95, 32768 tokens; it sets those fields left at their defaults",
+                       choices=("none", "recommended"))
     command: list[str] = knob(help="the command line recorded in the output", factory=list, cli=False)
 
 
@@ -240,11 +244,25 @@ class RepairSettings:
     repair_tokens: int = knob(262144, "decode tokens of repair training data", minimum=1)
 
 
+# Issue 11's dev pick (p16-fit): with the default 16:32 pattern, dense propagation and the self target.
+RECIPES = {"recommended": {"do_sample": True, "samples_per_prompt": 4, "temperature": 0.7, "top_p": 0.95,
+                           "tokens": 32768}}
+
+
 @dataclass(kw_only=True)
 class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettings):
     """Every knob of a pruning run (`pipeline.prune`), flat: PruneConfig(model=..., out=..., pattern=..., tokens=...).
     The fields, their defaults and help are those of RunSettings, CalibrationSettings, SolverSettings and
     RepairSettings."""
+
+    def __post_init__(self) -> None:
+        """`recipe`: fill the recipe's fields that still hold their defaults (a value given explicitly wins)."""
+        if self.recipe not in RECIPES:  # "none", or a bad value that check_values reports
+            return
+        defaults = {item.name: item.default for item in dataclasses.fields(self)}
+        for name, value in RECIPES[self.recipe].items():
+            if getattr(self, name) == defaults[name]:
+                setattr(self, name, value)
 
     def validate(self) -> SparsityPattern:
         """Check everything that can be checked before loading anything; returns the parsed pattern."""

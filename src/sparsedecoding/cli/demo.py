@@ -26,7 +26,7 @@ DEMO = {"model": "smollm2-135m", "out": "sparsedecoding-demo", "pattern": "16:32
 def register(subparsers) -> None:
     parser = subparsers.add_parser("demo", help="prune the default model on CPU and print a before/after table",
                                    description=__doc__)
-    add_arguments(parser, RunSettings, defaults=DEMO, skip=("overwrite",))
+    add_arguments(parser, RunSettings, defaults=DEMO, skip=("overwrite", "recipe"))
     parser.add_argument("--eval-prompts", type=int, default=8, help="held-out HumanEval prompts scored (default: 8)")
     parser.add_argument("--eval-new-tokens", type=int, default=64,
                         help="greedy new tokens per held-out answer (default: 64)")
