@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernel_bench import geomean, linear_shapes, rotated_weights, time_rotated
+from kernel_bench import Problem, geomean, linear_shapes, rotated_weights, time_rotated
 from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.kernels import cuda_mma, nm_spmv, op
 from sparsedecoding.kernels.autotune import output_error
@@ -43,13 +43,7 @@ SPLIT_CHOICES = [1, 4, 8]  # tried besides the default split-K, unless --no-swee
 
 
 @dataclass
-class Row:
-    model: str
-    shape: str
-    out: int
-    in_features: int
-    pattern: str
-    batch: int
+class Row(Problem):
     cuda_s: float
     default_splits: int
     best_s: float
@@ -102,13 +96,7 @@ def bench_shape(model, shape, pattern, batches, reps, generator, sweep, stages) 
 
 
 @dataclass
-class DispatchRow:
-    model: str
-    shape: str
-    out: int
-    in_features: int
-    pattern: str
-    batch: int
+class DispatchRow(Problem):
     kernel: str  # what the op dispatched
     op_s: float
     triton_s: float

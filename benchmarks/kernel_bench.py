@@ -139,13 +139,20 @@ def time_rotated(calls: list, reps: int) -> tuple[float, str]:
 
 
 @dataclass
-class Row:
+class Problem:
+    """One timed problem: a decoder linear of a preset, its pattern and the batch (the key of every kernel
+    benchmark's rows)."""
+
     model: str
     shape: str
     out: int
     in_features: int
     pattern: str
     batch: int
+
+
+@dataclass
+class Row(Problem):
     sparse_s: float
     dense_s: float
     sparse_bytes: int

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from kernel_bench import L2_ROTATION_BYTES, environment, geomean, linear_shapes, time_rotated
+from kernel_bench import L2_ROTATION_BYTES, Problem, environment, geomean, linear_shapes, time_rotated
 from sparsedecoding import solvers
 from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.kernels.autotune import output_error
@@ -66,13 +66,7 @@ def rotation(first, make, nbytes: int) -> list:
 
 
 @dataclass
-class Row:
-    model: str
-    shape: str
-    out: int
-    in_features: int
-    pattern: str
-    batch: int
+class Row(Problem):
     dense_s: float
     times: dict[str, float] = field(default_factory=dict)  # kernel name -> seconds
     bytes: dict[str, int] = field(default_factory=dict)

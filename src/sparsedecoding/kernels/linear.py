@@ -18,8 +18,8 @@ class PackedLinear(torch.nn.Module):
     so the layer keeps only the packed bytes.
 
     `keep_dense_copy(rows)` trades memory for speed at wider batches: the layer then also holds W dense and
-    multiplies `rows` or more rows of x by it with cuBLAS (the kernel is slower than cuBLAS from about 3 rows on,
-    see benchmarks/KERNEL_NOTES.md)."""
+    multiplies `rows` or more rows of x by it with cuBLAS (2:4 stays at least as fast as cuBLAS through about 11 rows
+    on the tensor-core kernel, 16:32 is slower from 3 rows on: benchmarks/results/cuda_dispatch_h200.md)."""
 
     def __init__(self, packed: PackedNM, bias: torch.Tensor | None = None):
         super().__init__()
