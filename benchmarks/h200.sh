@@ -128,6 +128,17 @@ case $report in
   tp-bench-8b)  # tp_h200x2_8b.md: Llama-3.1-8B dense and 2:4, TP=2 vs TP=1, batch 1 and 4
     python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_bench.py --preset llama-3.1-8b \
       --repeats 2 --out "$OUT/tp_h200x2_8b.md" ;;
+  tp-one-shot-test)  # not committed: the one-shot all-reduce against NCCL on two GPUs, eager and in a CUDA graph
+    python3 -m pytest -q -m gpu tests/test_parallel.py -k one_shot -p no:cacheprovider 2>&1 | tail -15 ;;
+  tp-bench-70b-one-shot)  # tp_h200x2_70b_one_shot.md: tp-bench-70b with the one-shot all-reduce
+    python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_bench.py --preset llama-3.3-70b \
+      --repeats 2 --all-reduce one-shot --out "$OUT/tp_h200x2_70b_one_shot.md" ;;
+  tp-bench-8b-one-shot)  # tp_h200x2_8b_one_shot.md: tp-bench-8b with the one-shot all-reduce
+    python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_bench.py --preset llama-3.1-8b \
+      --repeats 2 --all-reduce one-shot --out "$OUT/tp_h200x2_8b_one_shot.md" ;;
+  tp-check-qwen-one-shot)  # tp_check_qwen2.5-coder-1.5b_h200x2_one_shot.md
+    models; python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_check.py --model $qwen \
+      --all-reduce one-shot --out "$OUT/tp_check_qwen2.5-coder-1.5b_h200x2_one_shot.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/
     models; pruned_qwen
     python3 -m sparsedecoding analyze drift --dense $qwen --pruned $pruned --out "$OUT/drift-qwen2.5-coder-1.5b-2of4" \
@@ -149,5 +160,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -35,6 +35,8 @@ PLAN = {
     "llama-3.1-8b": ([(DENSE, [1, 4]), (TWO_FOUR, [1, 4])], [(DENSE, [1, 4]), (TWO_FOUR, [1, 4])]),
 }
 NCCL_ENVIRONMENT = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
+ALL_REDUCE_NOTE = {"nccl": "NCCL's all-reduce, captured in the CUDA graph",
+                   "one-shot": "PyTorch's one-shot symmetric-memory kernel for decode-step sizes, NCCL for prefill"}
 
 
 def target_lines(results: list) -> list[str]:
@@ -63,13 +65,15 @@ def main() -> int:
                         help="run only these presets of the plan (repeatable; default: all)")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--all-reduce", choices=["nccl", "one-shot"], default="nccl",
+                        help="how TP=2 rows sum partial outputs (sparsedecoding.engine.parallel; default: nccl)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "tp_h200x2.md")
     args = parser.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) < 2 or not torch.cuda.is_available():
         print("error: run under `torchrun --nproc-per-node 2` on a machine with 2 GPUs", file=sys.stderr)
         return 2
     plan = {name: runs for name, runs in PLAN.items() if not args.preset or name in args.preset}
-    with start_from_env(torch.device("cuda")) as (tp, device):
+    with start_from_env(torch.device("cuda"), args.all_reduce) as (tp, device):
         first = tp.rank() == 0
         copy = copy_bandwidth(device)
         results = []
@@ -88,7 +92,8 @@ def main() -> int:
     command = "torchrun --nproc-per-node 2 " + " ".join(sys.argv)
     settings = ", ".join(f"{key}={os.environ.get(key, 'unset')}" for key in NCCL_ENVIRONMENT)
     lines = ["# Tensor-parallel decode speed (random weights, presets)", "", environment_markdown(command, device),
-             f"- GPUs: {gpus}; NCCL {nccl}; {settings}", "",
+             f"- GPUs: {gpus}; NCCL {nccl}; {settings}",
+             f"- all-reduce of the TP=2 rows: {args.all_reduce} ({ALL_REDUCE_NOTE[args.all_reduce]})", "",
              f"Decode steps only ({args.new_tokens - 1} per generation after a prefill of 16 random tokens), median "
              f"of {args.repeats}; ratio = sparse tok/s / dense tok/s at the same model, batch and GPU count. Copy "
              "bandwidth is one GPU's.", "", format_table(results, copy), *target_lines(results)]

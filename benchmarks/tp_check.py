@@ -124,13 +124,15 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--device", default="auto", help="auto (cuda when available) or cpu (gloo)")
     parser.add_argument("--no-compile", action="store_true", help="eager TP=N decode, no CUDA graph")
+    parser.add_argument("--all-reduce", choices=["nccl", "one-shot"], default="nccl",
+                        help="how the ranks sum partial outputs (sparsedecoding.engine.parallel; default: nccl)")
     parser.add_argument("--out", type=Path, help="also write the report here")
     args = parser.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:
         print("error: run under `torchrun --nproc-per-node N` with N >= 2", file=sys.stderr)
         return 2
     try:
-        with start_from_env(pick_device(args.device)) as (tp, device):
+        with start_from_env(pick_device(args.device), args.all_reduce) as (tp, device):
             outcome = run(args, tp, device)
     except SparseDecodingError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -20,8 +20,9 @@ from safetensors.torch import load_file, save_file
 from sparsedecoding.engine import Engine, build_model, random_state
 from sparsedecoding.engine.bench import SpeedResult, format_table, model_bytes
 from sparsedecoding.engine.config import ModelArgs
-from sparsedecoding.engine.parallel import (check_world, local_args, rank_and_world, shard_state, split_columns,
-                                            split_rows, start_from_env)
+from sparsedecoding.engine import parallel
+from sparsedecoding.engine.parallel import (all_reduce, check_world, enable_one_shot, local_args, rank_and_world,
+                                            shard_state, split_columns, split_rows, start_from_env, takes_one_shot)
 from sparsedecoding.errors import EngineError
 from sparsedecoding.kernels import PackedLinear, PackedNM, pack_nm
 from sparsedecoding.patterns import SparsityPattern
@@ -308,3 +309,77 @@ def test_tp_check_passes_on_a_packed_model_and_refuses_heads_that_do_not_split(t
     result = torchrun("benchmarks/tp_check.py", "--model", str(odd), "--device", "cpu")
     assert result.returncode != 0
     assert "error: EngineError: tensor parallelism over 2 GPUs cannot split 3 query and 3 KV heads" in result.stderr
+
+
+# --- one-shot all-reduce (symmetric memory; the kernel itself needs two CUDA GPUs) -----------------------------------
+
+def test_one_shot_is_taken_by_size_and_dtype_only_once_enabled(monkeypatch):
+    monkeypatch.setitem(parallel._one_shot_capacity, "g", 1024)
+    assert takes_one_shot(torch.zeros(512, dtype=torch.bfloat16), "g")
+    assert takes_one_shot(torch.zeros(2, 128, dtype=torch.float32), "g")
+    assert not takes_one_shot(torch.zeros(513, dtype=torch.bfloat16), "g")  # prefill-sized: NCCL
+    assert not takes_one_shot(torch.zeros(16, dtype=torch.float16), "g")  # the kernel adds bf16 and fp32 only
+    assert not takes_one_shot(torch.zeros(16, dtype=torch.bfloat16), "other group")
+
+
+def test_unknown_all_reduce_and_one_shot_on_the_cpu_fail_with_one_error():
+    with pytest.raises(EngineError, match="not one of nccl, one-shot"):
+        with start_from_env(torch.device("cpu"), "ring"):
+            pass
+    with pytest.raises(EngineError, match="needs CUDA GPUs"):
+        enable_one_shot(None, torch.device("cpu"))
+
+
+def _one_shot_worker(rank: int, port: int, folder: str) -> None:
+    """One GPU rank: the same partial sums reduced by NCCL and by the one-shot kernel, eagerly (including a view
+    that starts off the 16-byte grid and a prefill-sized tensor, which goes to NCCL) and replayed from a CUDA graph
+    with new inputs."""
+    _as_torchrun_rank(rank, port)
+    with start_from_env(torch.device("cuda"), "one-shot") as (tp, device):
+        out = {}
+        for dtype in (torch.bfloat16, torch.float32):
+            for shape in ((1, 8192), (4, 5120), (16, 3)):
+                x = torch.randn(shape, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(rank))
+                assert takes_one_shot(x, tp.group_name)
+                key = f"{dtype}_{shape[0]}x{shape[1]}"
+                out[f"one_shot_{key}"] = all_reduce(x, tp)
+                reference = x.clone()
+                torch.distributed.all_reduce(reference, group=tp)
+                out[f"nccl_{key}"] = reference
+        wide = torch.randn(1, 8200, dtype=torch.bfloat16, device=device)
+        shifted = wide[:, 8:]  # storage offset of 16 bytes: copied in by the kernel; 4: copied before it
+        odd = wide[:, 2:8194]
+        for name, x in (("shifted", shifted), ("odd", odd)):
+            reference = x.clone()
+            torch.distributed.all_reduce(reference, group=tp)
+            out[f"one_shot_{name}"], out[f"nccl_{name}"] = all_reduce(x, tp), reference
+        big = torch.randn(64, 8192, dtype=torch.bfloat16, device=device)
+        assert not takes_one_shot(big, tp.group_name)
+        static = torch.zeros(2, 4096, dtype=torch.bfloat16, device=device)
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            all_reduce(static, tp)  # warm-up outside capture
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            summed = all_reduce(static * 1.0, tp)
+        for step in range(3):
+            static.copy_(torch.full_like(static, float(rank + 1 + step)))
+            graph.replay()
+            out[f"graph_{step}"] = summed.clone()
+        torch.cuda.synchronize()
+        save_file({key: value.float().cpu() for key, value in out.items()}, f"{folder}/rank{rank}.safetensors")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_one_shot_all_reduce_equals_nccl_eagerly_and_in_a_cuda_graph(tmp_path):
+    mp.spawn(_one_shot_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    runs = [load_file(tmp_path / f"rank{rank}.safetensors") for rank in range(2)]
+    for key in runs[0]:
+        if key.startswith("one_shot_"):
+            torch.testing.assert_close(runs[0][key], runs[0]["nccl_" + key[len("one_shot_"):]], rtol=8e-3, atol=0)
+        torch.testing.assert_close(runs[0][key], runs[1][key], rtol=0, atol=0)  # every rank holds the same sum
+    for step in range(3):  # ranks hold rank + 1 + step: the sum is 3 + 2·step everywhere
+        assert torch.equal(runs[0][f"graph_{step}"], torch.full((2, 4096), 3.0 + 2 * step))

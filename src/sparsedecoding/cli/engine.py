@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="weights and activations; packed linears need bfloat16 or float16 (default: bfloat16)")
     generate.add_argument("--no-compile", action="store_true",
                           help="eager decode steps, no torch.compile or CUDA graph (default: off)")
+    generate.add_argument("--all-reduce", choices=["nccl", "one-shot"], default="nccl",
+                          help="under torchrun: how the ranks sum their partial outputs: nccl, or one-shot (a symmetric-memory "
+                         "kernel for decode-step sizes, CUDA only; NCCL above its buffer) (default: nccl)")
     generate.set_defaults(func=_generate)
 
     bench = subparsers.add_parser(
@@ -71,6 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--new-tokens", type=int, default=256, help="decode steps per generation (default: 256)")
     bench.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (default: 16)")
     bench.add_argument("--repeats", type=int, default=3, help="timed generations per row (default: 3)")
+    bench.add_argument("--all-reduce", choices=["nccl", "one-shot"], default="nccl",
+                       help="under torchrun: how the ranks sum their partial outputs: nccl, or one-shot (a symmetric-memory "
+                       "kernel for decode-step sizes, CUDA only; NCCL above its buffer) (default: nccl)")
     bench.add_argument("--out", type=Path, help="also write the markdown report here (default: print only)")
     bench.set_defaults(func=_bench)
 
@@ -79,7 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
     from ..engine.parallel import start_from_env
     from ..runenv import pick_device
 
-    with start_from_env(pick_device(args.device)) as (tp, device):
+    with start_from_env(pick_device(args.device), args.all_reduce) as (tp, device):
         return _generate_on(args, device, tp)
 
 
@@ -171,7 +177,7 @@ def _bench(args: argparse.Namespace) -> int:
         check_group_size(model_args, quantize, args.group_size)
     if not torch.cuda.is_available():
         raise EngineError("bench measures GPU decode speed and needs a CUDA device")
-    with start_from_env(torch.device("cuda")) as (tp, device):
+    with start_from_env(torch.device("cuda"), args.all_reduce) as (tp, device):
         copy = copy_bandwidth(device)
         if args.preset:
             results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats, tp)

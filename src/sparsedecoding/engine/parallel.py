@@ -15,7 +15,16 @@ and of lm_head, and the residual stream is replicated.
 
 The shard functions are pure (rank and world size in, a slice out); the collectives take a process group, `None`
 meaning one GPU. Processes are started by `torchrun --nproc-per-node N`, which sets the environment that
-`start_from_env` reads."""
+`start_from_env` reads.
+
+All-reduce, two ways (`ALL_REDUCE`): `nccl` (NCCL's all-reduce, traced as a functional collective) or `one-shot`
+(CUDA only): every rank copies its partial sum into a buffer of symmetric memory that all ranks have mapped (PyTorch's
+`torch.distributed._symmetric_memory`, peer-to-peer over NVLink, no multicast), waits at a barrier of signal flags,
+reads all ranks' buffers and adds them, then waits at a second barrier before the buffer may be written again. That
+is one kernel of a few microseconds for the small vectors of a decode step, where NCCL's all-reduce inside a CUDA
+graph costs about 25 us (measured: the 8B preset at TP=2 spends about 1.8 ms of a 4.2 ms step on 64 of them,
+benchmarks/results/tp_h200x2_8b.md). Tensors larger than the buffer (prefill) and dtypes the kernel does not
+handle (float16) go to NCCL; which one a call uses depends only on its size and dtype, the same on every rank."""
 
 from __future__ import annotations
 
@@ -37,6 +46,13 @@ from .config import ModelArgs
 Weight = Tensor | PackedNM
 ProcessGroup = dist.ProcessGroup
 _WORD = 32  # columns per packed mask word: the unit a row-parallel split must respect
+ALL_REDUCE = ("nccl", "one-shot")
+# one-shot buffer: 16 rows of a 16384-wide residual stream in bfloat16 (decode steps of every preset up to batch 16)
+ONE_SHOT_BYTES = 16 * 16384 * 2
+_ONE_SHOT_DTYPES = (torch.bfloat16, torch.float32)  # what PyTorch's one-shot kernel adds
+_one_shot_buffers: dict[str, Tensor] = {}  # group name -> this rank's symmetric buffer (bytes)
+_one_shot_capacity: dict[str, int] = {}  # group name -> its size in bytes; kept apart so torch.compile guards an int
+log = logging.getLogger(__name__)
 
 
 def rank_and_world(tp: ProcessGroup | None) -> tuple[int, int]:
@@ -129,12 +145,64 @@ def shard_state(args: ModelArgs, state: dict[str, Weight], rank: int, world: int
 
 
 def all_reduce(x: Tensor, tp: ProcessGroup | None) -> Tensor:
-    """Sum of x over the ranks (a row-parallel linear's partial outputs); x itself without a group. Functional
-    collectives, so that torch.compile traces them and a CUDA graph captures them with the step."""
+    """Sum of x over the ranks (a row-parallel linear's partial outputs); x itself without a group. With one-shot
+    enabled for the group (`enable_one_shot`) and x small enough, the one-shot kernel; otherwise NCCL through the
+    functional collectives. Both are traced by torch.compile and captured with the step in a CUDA graph."""
     if tp is None:
         return x
+    if takes_one_shot(x, tp.group_name):
+        return torch.ops.sparsedecoding.one_shot_all_reduce(x, tp.group_name)
     c10d = torch.ops._c10d_functional
     return c10d.wait_tensor(c10d.all_reduce(x, "sum", tp.group_name))
+
+
+def takes_one_shot(x: Tensor, group_name: str) -> bool:
+    """Whether `all_reduce` sums x with the one-shot kernel: enabled for the group, x fits its buffer, and the kernel
+    adds x's dtype. Decided from shapes and dtypes only, so every rank decides alike."""
+    return x.numel() * x.element_size() <= _one_shot_capacity.get(group_name, 0) and x.dtype in _ONE_SHOT_DTYPES
+
+
+@torch.library.custom_op("sparsedecoding::one_shot_all_reduce", mutates_args=())
+def one_shot_all_reduce(x: Tensor, group_name: str) -> Tensor:
+    """PyTorch's one-shot all-reduce on the group's symmetric buffer (see the module docstring). The buffer view must
+    have x's shape and the same alignment: x is copied in by the kernel itself when it starts on a 16-byte boundary,
+    by a separate copy otherwise (the sum is the same)."""
+    buffer = _one_shot_buffers[group_name][:x.numel() * x.element_size()].view(x.dtype).view(x.shape)
+    x = x.contiguous()
+    if x.storage_offset() * x.element_size() % 16 == 0:
+        return torch.ops.symm_mem.one_shot_all_reduce_copy(buffer, x, "sum", group_name)
+    buffer.copy_(x)
+    return torch.ops.symm_mem.one_shot_all_reduce(buffer, "sum", group_name)
+
+
+@one_shot_all_reduce.register_fake
+def _(x: Tensor, group_name: str) -> Tensor:
+    return torch.empty_like(x)
+
+
+def enable_one_shot(tp: ProcessGroup, device: torch.device, nbytes: int = ONE_SHOT_BYTES) -> None:
+    """Allocate this rank's symmetric buffer of `nbytes` on `device` and map every rank's (a collective: all ranks
+    call it); from then on `all_reduce` over `tp` uses the one-shot kernel for tensors of up to `nbytes`."""
+    if device.type != "cuda":
+        raise EngineError("the one-shot all-reduce needs CUDA GPUs that can read each other's memory; use "
+                          "--all-reduce nccl")
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    name = tp.group_name
+    if name in _one_shot_buffers:
+        return
+    if hasattr(symm_mem, "enable_symm_mem_for_group") and name not in symm_mem._group_name_to_store:
+        symm_mem.enable_symm_mem_for_group(name)  # needed by older PyTorch; later versions deprecate it
+    buffer = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
+    symm_mem.rendezvous(buffer, name)
+    _one_shot_buffers[name], _one_shot_capacity[name] = buffer, nbytes
+    log.info("all-reduce: one-shot over symmetric memory for tensors up to %d bytes, NCCL above", nbytes)
+
+
+def disable_one_shot(tp: ProcessGroup) -> None:
+    """Back to NCCL for every all-reduce over `tp` (the buffer is released with the group)."""
+    _one_shot_buffers.pop(tp.group_name, None)
+    _one_shot_capacity.pop(tp.group_name, None)
 
 
 def gather_vocab(logits: Tensor, tp: ProcessGroup | None) -> Tensor:
@@ -160,11 +228,15 @@ def smallest(value: int, tp: ProcessGroup | None, device: torch.device) -> int:
 
 
 @contextmanager
-def start_from_env(device: torch.device) -> Iterator[tuple[ProcessGroup | None, torch.device]]:
+def start_from_env(device: torch.device, all_reduce: str = "nccl") -> Iterator[tuple[ProcessGroup | None,
+                                                                                     torch.device]]:
     """(process group, this rank's device) for a process started by `torchrun --nproc-per-node N` (N > 1): NCCL on
-    GPU `LOCAL_RANK` when `device` is CUDA, gloo on the CPU otherwise; (None, device) outside torchrun. Ranks other
-    than 0 log warnings only, so that progress is logged once. The group is destroyed on exit. NCCL's environment
+    GPU `LOCAL_RANK` when `device` is CUDA, gloo on the CPU otherwise; (None, device) outside torchrun. `all_reduce`
+    (`ALL_REDUCE`): `one-shot` enables the symmetric-memory kernel for the group (CUDA only). Ranks other than 0 log
+    warnings only, so that progress is logged once. The group is destroyed on exit. NCCL's environment
     (NCCL_NVLS_ENABLE and friends) is left as the machine sets it."""
+    if all_reduce not in ALL_REDUCE:
+        raise EngineError(f"all-reduce {all_reduce!r} is not one of {', '.join(ALL_REDUCE)}")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         yield None, device
@@ -179,8 +251,11 @@ def start_from_env(device: torch.device) -> Iterator[tuple[ProcessGroup | None, 
     if dist.get_rank() != 0:
         logging.getLogger("sparsedecoding").setLevel(logging.WARNING)
     try:
+        if all_reduce == "one-shot":
+            enable_one_shot(dist.group.WORLD, device)
         yield dist.group.WORLD, device
     finally:
+        disable_one_shot(dist.group.WORLD)
         dist.destroy_process_group()
         # Frees the group's last references while the interpreter is whole: a gloo group left to interpreter
         # shutdown destroys its worker threads there and aborts the process (about half the runs with torch 2.13).
