@@ -41,6 +41,21 @@ pruned_qwen() {  # the decode-calibrated 2:4 model that prune-cli, check-qwen-2o
     --out $pruned
 }
 
+recipes() {  # PLAN WORK REPORT: one quality_recipes.py worker per GPU on PLAN, results in WORK, copied to $OUT/REPORT
+  for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done  # the pieces and `models` come first
+  models; rm -rf "$2/claims"
+  # DEADLINE: seconds after which no item starts; default: 6 minutes before END_AT (epoch seconds), so that the
+  # picks (allowed 4 minutes past the deadline) end before it
+  local deadline=${DEADLINE:-$(( ${END_AT:?set END_AT or DEADLINE} - $(date +%s) - 360 ))}
+  local gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+  for worker in $(seq 0 $((gpus - 1))); do
+    CUDA_VISIBLE_DEVICES=$worker python3 benchmarks/quality_recipes.py --plan "$1" --out "$2" --worker $worker \
+      --deadline "$deadline" > "$2-w$worker.log" 2>&1 &
+  done
+  wait
+  mkdir -p "$OUT/$3" && cp -r "$2/dev" "$2/final" "$2/report.md" "$2/summary.json" "$OUT/$3/"
+}
+
 case $report in
   receive)  # once per piece: carry .xfer/cpartNN (Qwen) or .xfer/spartNN (SmolLM2)
     cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l ;;
@@ -62,23 +77,13 @@ case $report in
     pending() { for step in $steps; do [ -f /root/bg/$step.rc ] || echo $step; done; }
     while [ -n "$(pending)" ] && [ $SECONDS -lt $end ]; do sleep 10; done
     for step in $steps; do echo "$step: rc $(cat /root/bg/$step.rc 2>/dev/null || echo running)"; done
-    for log in /root/bg/*.log /root/recipes-w*.log; do [ -f "$log" ] && { echo "== $log"; tail -n 5 "$log" | cut -c1-300; }; done
+    for log in /root/bg/*.log /root/recipes*-w*.log; do [ -f "$log" ] && { echo "== $log"; tail -n 5 "$log" | cut -c1-300; }; done
     tar czf "$OUT/bg.tgz" --exclude='*.safetensors' --exclude='answers' --exclude='claims' -C /root \
-      bg $(cd /root && ls -d recipes recipes-w*.log 2>/dev/null) ;;
+      bg $(cd /root && ls -d recipes recipes2 recipes*-w*.log 2>/dev/null) ;;
   quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
-    for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done  # the pieces and `models` come first
-    models; rm -rf /root/recipes/claims
-    # DEADLINE: seconds after which no item starts; default: 6 minutes before END_AT (epoch seconds), so that the
-    # picks (allowed 4 minutes past the deadline) end before it
-    deadline=${DEADLINE:-$(( ${END_AT:?set END_AT or DEADLINE} - $(date +%s) - 360 ))}
-    gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
-    for worker in $(seq 0 $((gpus - 1))); do
-      CUDA_VISIBLE_DEVICES=$worker python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan.json \
-        --out /root/recipes --worker $worker --deadline "$deadline" > /root/recipes-w$worker.log 2>&1 &
-    done
-    wait
-    mkdir -p "$OUT/quality-recipes" && cp -r /root/recipes/dev /root/recipes/final /root/recipes/report.md \
-      /root/recipes/summary.json "$OUT/quality-recipes/" ;;
+    recipes benchmarks/recipes/plan.json /root/recipes quality-recipes ;;
+  quality-repair)  # quality-repair/: issue 11's second round (benchmarks/recipes/plan-repair.json): repair
+    recipes benchmarks/recipes/plan-repair.json /root/recipes2 quality-repair ;;
   gpu-tests-new)  # not committed: this session's new GPU tests (dispatch, CUDA kernel, quantized engine)
     python3 -m pytest -q -m gpu tests/test_kernel_dispatch.py tests/test_cuda_mma.py tests/test_kernels.py \
       tests/test_quantized_engine.py tests/test_quantized.py -p no:cacheprovider 2>&1 | tail -40 ;;
@@ -139,6 +144,14 @@ case $report in
   tp-check-qwen-one-shot)  # tp_check_qwen2.5-coder-1.5b_h200x2_one_shot.md
     models; python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_check.py --model $qwen \
       --all-reduce one-shot --out "$OUT/tp_check_qwen2.5-coder-1.5b_h200x2_one_shot.md" ;;
+  hf-generate)  # hf_generate_h200.md: transformers generate, dense vs sparsify(model), on the real Qwen pruned 2:4
+    # by magnitude (the speed does not depend on which weights were kept; the model is not meant to be good)
+    models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
+      --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
+    python3 benchmarks/hf_generate_bench.py /root/qwen-2of4-magnitude --batches 1 4 --rounds 3 --eager \
+      --out "$OUT/hf_generate_h200.md" ;;
+  eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
+    python3 benchmarks/eager_bench.py --patterns 2:4 16:32 --batches 1 4 --out "$OUT/eager_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/
     models; pruned_qwen
     python3 -m sparsedecoding analyze drift --dense $qwen --pruned $pruned --out "$OUT/drift-qwen2.5-coder-1.5b-2of4" \
@@ -159,6 +172,6 @@ case $report in
     done ;;
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
-       "quality-16k, quality-64k-sampled, quality-recipes, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
+       "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
        "tp-bench-8b, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

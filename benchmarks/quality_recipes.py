@@ -17,6 +17,11 @@ selection rule's families and the final stage's baselines.
   held-out odd half under both wordings; OUT/final/NAME.json, per-problem records beside them, and OUT/report.md with
   counts and exact McNemar tests of each pick against each baseline of its pattern.
 
+A later round (a second plan file) may name the committed folder of an `earlier` round: its dev and held-out results
+are copied into OUT first (never its failures or picks), so the selection rule ranks old and new recipes together
+without running the old ones again. `held_out_checks` names recipes whose held-out score is reported whether or not
+they are picked (a repaired model, say), each with the items it is paired against; a check never feeds the selection.
+
 Every finished item is skipped when the script runs again, so a run can be split over several device calls;
 `--deadline` stops starting new items after that many seconds. Several GPUs share one OUT: start one process per GPU
 with `--worker K --workers N` (stage `all`); each claims an item before it starts it (a folder under OUT/claims), so
@@ -73,6 +78,8 @@ class Run:
         self.mine: set[str] = set()
         self.lee_ids = self.tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"]
         self._selfdata = None
+        if "earlier" in self.plan:
+            seed_from_earlier(Path(self.plan["earlier"]), self.out)
 
     def time_left(self, needed: float) -> bool:
         return time.perf_counter() - self.started + needed < self.args.deadline
@@ -313,6 +320,14 @@ class Run:
         write_json(self.out / "final" / "picks.json", chosen)
         for recipe in chosen.values():
             self.item("final", recipe, "eval", self.args.pick_estimate, self.args.pick_grace)
+        picked = {recipe["model"] for recipe in chosen.values()}
+        for check in self.plan.get("held_out_checks", []):
+            name = check["recipe"]
+            if name in picked or not (self.out / "dev" / f"{name}.json").exists():
+                continue  # scored as a pick, or it did not run (its dev failure is reported)
+            recipe = next(recipe for recipe in self.plan["recipes"] if recipe["name"] == name)
+            self.item("final", {**recipe, "name": f"check-{name}", "model": name}, "eval", self.args.pick_estimate,
+                      self.args.pick_grace)
         self.report()
         for stage_name, recipe, split in late:
             self.item(stage_name, recipe, split, recipe.get("estimate_s", 120))
@@ -321,6 +336,21 @@ class Run:
 
     def report(self) -> None:
         Report(self.out, self.plan, self.args.plan).write()
+
+
+def seed_from_earlier(earlier: Path, out: Path) -> None:
+    """Copy an earlier round's dev and held-out results (and their per-problem records) into OUT, leaving out its
+    failures and picks, and never over a result this round already has."""
+    if not earlier.is_dir():
+        raise SystemExit(f"the plan's earlier round {earlier} is not a folder")
+    for stage in ("dev", "final"):
+        for path in sorted((earlier / stage).glob("*.json")):
+            if path.stem == "picks":
+                continue
+            for source in (path, path.with_suffix(".records.jsonl")):
+                target = out / stage / source.name
+                if source.exists() and not target.exists():
+                    target.write_bytes(source.read_bytes())
 
 
 TARGETS = {"nm50": 0.85, "2of4": 0.60}  # issue 11: share of dense held-out pass@1 (KL <= 0.020, ppl <= 2x for nm50)
@@ -430,6 +460,8 @@ class Report:
         lines = ["", "## Paired exact McNemar tests (problems solved only by the first / only by the second)", ""]
         pairs = [(pick["name"], base["name"]) for pick in picks.values() for base in self.plan["baselines"]
                  if base.get("pattern") == pick.get("pattern")] + [(pick["name"], "dense") for pick in picks.values()]
+        pairs += [(f"check-{check['recipe']}", other) for check in self.plan.get("held_out_checks", [])
+                  for other in check.get("against", [])]
         for first, second in pairs:
             if first not in final or second not in final:
                 continue

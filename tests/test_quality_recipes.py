@@ -110,3 +110,45 @@ def test_the_rule_picks_the_best_dev_mean_and_the_report_counts_the_pairs(recipe
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert {row["name"] for row in summary["final"]} == {"dense", "nm50-broad-a", "paper"}
     assert [row["pass_vs_dense"] for row in summary["final"] if row["name"] == "nm50-broad-a"] == [0.5]
+
+
+def test_a_later_round_takes_the_earlier_results_but_not_its_failures_or_picks(recipes, tmp_path):
+    earlier, out = tmp_path / "earlier", tmp_path / "out"
+    for folder in (earlier, out):
+        (folder / "dev").mkdir(parents=True)
+        (folder / "final").mkdir()
+    by_name = {recipe["name"]: recipe for recipe in PLAN["recipes"]}
+    write(earlier, "dev", "fit", by_name["fit"], [(True, True)] * 2)
+    write(earlier, "final", "paper", PLAN["baselines"][0], [(True, False)] * 2)
+    (earlier / "dev" / "broad-b.failed").write_text("{}")
+    (earlier / "final" / "picks.json").write_text("{}")
+    write(out, "dev", "broad-a", by_name["broad-a"], [(False, False)] * 2)
+    write(earlier, "dev", "broad-a", by_name["broad-a"], [(True, True)] * 2)  # this round's own result wins
+    recipes.seed_from_earlier(earlier, out)
+    assert sorted(path.name for path in (out / "dev").iterdir()) == [
+        "broad-a.json", "broad-a.records.jsonl", "fit.json", "fit.records.jsonl"]
+    assert sorted(path.name for path in (out / "final").iterdir()) == ["paper.json", "paper.records.jsonl"]
+    assert json.loads((out / "dev" / "broad-a.json").read_text())["metrics"]["passed_fenced"] == 0
+    with pytest.raises(SystemExit, match="not a folder"):
+        recipes.seed_from_earlier(tmp_path / "missing", out)
+
+
+def test_a_held_out_check_is_paired_in_the_report_but_never_picked(recipes, tmp_path):
+    plan = {**PLAN, "held_out_checks": [{"recipe": "broad-a", "against": ["nm50-fit", "paper"]}]}
+    run = run_for(recipes, tmp_path, 0)
+    run.plan = plan
+    by_name = {recipe["name"]: recipe for recipe in PLAN["recipes"]}
+    write(tmp_path, "dev", "fit", by_name["fit"], [(True, True)] * 4)
+    write(tmp_path, "dev", "broad-a", by_name["broad-a"], [(True, False)] * 4)
+    write(tmp_path, "dev", "broad-b", by_name["broad-b"], [(False, False)] * 4)
+    picks = run.picks()
+    assert picks["nm50"]["model"] == "fit"
+    (tmp_path / "final" / "picks.json").write_text(json.dumps(picks))
+    write(tmp_path, "final", "nm50-fit", picks["nm50"], [(True, True), (False, False)])
+    write(tmp_path, "final", "check-broad-a", {**by_name["broad-a"], "model": "broad-a"},
+          [(True, True), (True, False)])
+    write(tmp_path, "final", "paper", PLAN["baselines"][0], [(False, False)] * 2)
+    recipes.Report(tmp_path, plan, "plan.json").write()
+    report = (tmp_path / "report.md").read_text()
+    assert "- check-broad-a vs nm50-fit (fenced): 1 vs 0" in report
+    assert "- check-broad-a vs paper (plain): 1 vs 0" in report
