@@ -43,12 +43,15 @@ pruned_qwen() {  # the decode-calibrated 2:4 model that prune-cli, check-qwen-2o
 
 recipes() {  # PLAN WORK REPORT: one quality_recipes.py worker per GPU on PLAN, results in WORK, copied to $OUT/REPORT
   for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done  # the pieces and `models` come first
-  models; rm -rf "$2/claims"
+  models
+  # stale claims of an interrupted earlier call go, unless a worker of this call may already hold some (WORKERS set)
+  [ -n "${WORKERS:-}" ] || rm -rf "$2/claims"
   # DEADLINE: seconds after which no item starts; default: 6 minutes before END_AT (epoch seconds), so that the
   # picks (allowed 4 minutes past the deadline) end before it
   local deadline=${DEADLINE:-$(( ${END_AT:?set END_AT or DEADLINE} - $(date +%s) - 360 ))}
   local gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
-  for worker in $(seq 0 $((gpus - 1))); do
+  # WORKERS: the GPUs (= worker indices) to start, e.g. "1" now and "0" later; workers share WORK through claims
+  for worker in ${WORKERS:-$(seq 0 $((gpus - 1)))}; do
     CUDA_VISIBLE_DEVICES=$worker python3 benchmarks/quality_recipes.py --plan "$1" --out "$2" --worker $worker \
       --deadline "$deadline" > "$2-w$worker.log" 2>&1 &
   done
@@ -84,6 +87,8 @@ case $report in
     recipes benchmarks/recipes/plan.json /root/recipes quality-recipes ;;
   quality-repair)  # quality-repair/: issue 11's second round (benchmarks/recipes/plan-repair.json): repair
     recipes benchmarks/recipes/plan-repair.json /root/recipes2 quality-repair ;;
+  quality-repair-gpu*)  # the same with one worker on GPU N (quality-repair-gpuN), so that the GPUs can join apart
+    WORKERS=${report#quality-repair-gpu} recipes benchmarks/recipes/plan-repair.json /root/recipes2 quality-repair ;;
   gpu-tests-new)  # not committed: this session's new GPU tests (dispatch, CUDA kernel, quantized engine)
     python3 -m pytest -q -m gpu tests/test_kernel_dispatch.py tests/test_cuda_mma.py tests/test_kernels.py \
       tests/test_quantized_engine.py tests/test_quantized.py -p no:cacheprovider 2>&1 | tail -40 ;;
