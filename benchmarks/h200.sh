@@ -155,6 +155,9 @@ case $report in
       --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
     python3 benchmarks/hf_generate_bench.py /root/qwen-2of4-magnitude --batches 1 4 --rounds 3 --eager \
       --out "$OUT/hf_generate_h200.md" ;;
+  gen-engine)  # gen_bench_h200.md: batchgen's engine and hf backends on the real Qwen, about 2.5 minutes
+    models; timeout 170 python3 benchmarks/gen_bench.py $qwen --backends engine hf --batches 256 --prompts 512 \
+      --max-new-tokens 256 --old-prompts 0 --time-limit 140 --out "$OUT/gen_bench_h200.md" ;;
   eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
     python3 benchmarks/eager_bench.py --patterns 2:4 16:32 --batches 1 4 --out "$OUT/eager_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/
@@ -178,5 +181,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

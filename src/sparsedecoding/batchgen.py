@@ -3,17 +3,26 @@ prompts, so the per-step cost (kernel launches, Python) is shared by many tokens
 
 `generation.generate` calls `model.generate` at batch 32, and a batch there lasts as long as its longest answer. One
 decode step of a 1.5B model costs about the same at batch 32 as at 512 because the step is bound by launch overhead,
-not arithmetic. Here up to `batch_size` rows decode together with the model's own KV cache (`DynamicCache`, SDPA
-attention), one token per step. Every `check_every` steps (one host sync) the rows that emitted a stop token or reached
-`max_new_tokens` leave the batch and waiting prompts take their places: the newcomers are prefilled on their own (only
-their last position goes through the output layer), and their cache is joined to the running one, both left-padded to
-a common width; cache columns that have become padding in every row are cut off. Prompts are admitted longest first, so
-memory peaks early. A row spans at most (its prompt + max_new_tokens) columns, so the rows are capped such that
-rows × (longest prompt + max_new_tokens) positions of keys and values fit in `kv_budget_bytes`.
+not arithmetic. Here up to `batch_size` rows decode together, one token per step. Every `check_every` steps (one host
+sync) the rows that emitted a stop token or reached `max_new_tokens` leave the batch and waiting prompts take their
+places. Prompts are admitted longest first, so memory peaks early. Two backends do the decoding:
 
-Greedy output equals `generation.generate`'s (same model forward, padding masked). Sampling draws from one generator
-seeded with `seed`, so a call's output is a pure function of its inputs and settings, but a prompt's sample depends on
-the other prompts of the call. The output format is `generation.Generation`, as on the HF path.
+- `hf` (the default): the model's own forward, eager, with its KV cache (`DynamicCache`, SDPA attention). Newcomers
+  are prefilled on their own (only their last position goes through the output layer), and their cache is joined to
+  the running one, both left-padded to a common width; cache columns that have become padding in every row are cut
+  off. A row spans at most (its prompt + max_new_tokens) columns, so the rows are capped such that
+  rows × (longest prompt + max_new_tokens) positions of keys and values fit in `kv_budget_bytes`.
+- `engine`: the engine's transformer (`engine.rows.RowDecoder`, built from the model's weights) over a static cache
+  of slots, each at its own position; a finished row's slot is prefilled with the next prompt in place, and the decode
+  step, sampling included, is one CUDA graph on a GPU. A slot spans longest prompt + max_new_tokens + check_every
+  positions. Llama, Qwen2, Qwen3 and Mistral models only (anything else is refused, never run on `hf` instead). Its
+  GPU speed has not been measured yet (benchmarks/gen_bench.py); `hf` stays the default until it is.
+
+Greedy output equals `generation.generate`'s on both backends (same model forward, padding masked; the engine's sums
+run in another order, so low-precision runs may part at a near-tie). Sampling: on `hf` one generator seeded with
+`seed` draws for all rows, so a prompt's sample depends on the other prompts of the call; on `engine` each prompt
+draws from its own hashed stream of (seed, prompt index), so its sample does not. The output format is
+`generation.Generation`, as on the HF path.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_KV_BUDGET = 32 * 2**30
 ATTENTION = "sparsedecoding_grouped_decode"
+BACKENDS = ("hf", "engine")
 
 
 def grouped_decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -78,12 +88,14 @@ def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
 
 
 def row_capacity(longest_prompt: int, max_new_tokens: int, per_token: int, kv_budget_bytes: int,
-                 batch_size: int) -> int:
-    """Rows that may decode at once: `batch_size`, or fewer when their KV cache would exceed the budget."""
-    rows = kv_budget_bytes // ((longest_prompt + max_new_tokens) * per_token)
+                 batch_size: int, slack: int = 0) -> int:
+    """Rows that may decode at once: `batch_size`, or fewer when their KV cache would exceed the budget. A row holds
+    longest_prompt + max_new_tokens + slack positions (slack: positions a backend reserves beyond the answer)."""
+    rows = kv_budget_bytes // ((longest_prompt + max_new_tokens + slack) * per_token)
     if rows < 1:
-        raise SparseDecodingError(f"one prompt of {longest_prompt} tokens plus {max_new_tokens} new tokens needs "
-                                  f"more KV cache than the budget of {kv_budget_bytes} bytes; raise the budget "
+        reserved = f" (and {slack} reserved positions)" if slack else ""
+        raise SparseDecodingError(f"one prompt of {longest_prompt} tokens plus {max_new_tokens} new tokens{reserved} "
+                                  f"needs more KV cache than the budget of {kv_budget_bytes} bytes; raise the budget "
                                   f"or drop long prompts")
     return min(batch_size, rows)
 
@@ -104,7 +116,9 @@ def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p
 
 
 def check_settings(batch_size: int, max_new_tokens: int, do_sample: bool, temperature: float, top_p: float,
-                   check_every: int) -> None:
+                   check_every: int, backend: str = "hf") -> None:
+    if backend not in BACKENDS:
+        raise SparseDecodingError(f"generation backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
     if batch_size < 1 or max_new_tokens < 1 or check_every < 1:
         raise SparseDecodingError(f"batch size, new tokens and check interval must be at least 1, got {batch_size}, "
                                   f"{max_new_tokens} and {check_every}")
@@ -195,21 +209,27 @@ def decode_step(model, rows: Rows, stop_ids: torch.Tensor, max_new_tokens: int, 
 def generate_many(model, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int, batch_size: int = 256,
                   do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                   kv_budget_bytes: int = DEFAULT_KV_BUDGET, check_every: int = 16, prefill_rows: int = 64,
-                  progress: bool = True) -> list[Generation]:
+                  progress: bool = True, backend: str = "hf") -> list[Generation]:
     """Continue every prompt (token ids, already chat-formatted) and return one `Generation` per prompt, in order.
 
     batch_size: most rows decoding at once (256-512 on an H200 for a 1.5B model). kv_budget_bytes: cap on the KV
     cache (fewer rows when prompts are long). check_every: steps between collecting finished rows and admitting new
     prompts (each check syncs with the host once). prefill_rows: most prompts prefilled in one pass (bounds the
-    prefill's activation memory). Sampling (do_sample, temperature, top_p) is seeded by `seed`; greedy otherwise."""
-    check_settings(batch_size, max_new_tokens, do_sample, temperature, top_p, check_every)
+    prefill's activation memory). Sampling (do_sample, temperature, top_p) is seeded by `seed`; greedy otherwise.
+    backend: "hf" (the model's own forward, eager) or "engine" (the engine's transformer over a static cache, the
+    decode step in CUDA graphs on a GPU; Llama, Qwen2, Qwen3 and Mistral models)."""
+    check_settings(batch_size, max_new_tokens, do_sample, temperature, top_p, check_every, backend)
     if not prompt_ids or any(not ids for ids in prompt_ids):
         raise SparseDecodingError("no prompts, or an empty prompt, to continue; drop empty prompts first")
     stops = stop_token_ids(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     parameter = next(model.parameters())
-    capacity = row_capacity(max(map(len, prompt_ids)), max_new_tokens,
-                            kv_bytes_per_token(model.config, parameter.dtype), kv_budget_bytes, batch_size)
+    per_token = kv_bytes_per_token(model.config, parameter.dtype)
+    if backend == "engine":
+        return generate_with_engine(model, prompt_ids, max_new_tokens, stops, pad_id, batch_size,
+                                    temperature if do_sample else 0.0, top_p if do_sample else 1.0, seed,
+                                    per_token, kv_budget_bytes, check_every, prefill_rows, progress)
+    capacity = row_capacity(max(map(len, prompt_ids)), max_new_tokens, per_token, kv_budget_bytes, batch_size)
     generator = torch.Generator(device=parameter.device).manual_seed(seed) if do_sample else None
     stop_ids = torch.tensor(stops, device=parameter.device)
     waiting = sorted(range(len(prompt_ids)), key=lambda index: -len(prompt_ids[index]))
@@ -233,13 +253,65 @@ def generate_many(model, tokenizer, prompt_ids: list[list[int]], max_new_tokens:
             done = rows.finished.nonzero()[:, 0]
             if done.numel():
                 for index, tokens in zip(rows.prompt[done].tolist(), rows.out[done].tolist()):
-                    tokens = tokens[:max_new_tokens]
-                    cut = next((pos for pos, token in enumerate(tokens) if token in stop_set), None)
-                    kept = tokens if cut is None else tokens[:cut + 1]
-                    results[index] = Generation(list(prompt_ids[index]), kept, cut is not None)
+                    results[index] = finished_generation(prompt_ids[index], tokens, max_new_tokens, stop_set)
                 bar.update(done.numel())
                 if done.numel() == len(rows):
                     rows = None
                 else:
                     rows.select((~rows.finished).nonzero()[:, 0])
+    return results  # type: ignore[return-value]
+
+
+def finished_generation(prompt: list[int], tokens: list[int], max_new_tokens: int, stop_set: set[int]) -> Generation:
+    """A row's `Generation` from its output columns: at most max_new_tokens, cut after the first stop token."""
+    tokens = tokens[:max_new_tokens]
+    cut = next((pos for pos, token in enumerate(tokens) if token in stop_set), None)
+    return Generation(list(prompt), tokens if cut is None else tokens[:cut + 1], cut is not None)
+
+
+def generate_with_engine(model, prompt_ids: list[list[int]], max_new_tokens: int, stops: list[int], pad_id: int,
+                         batch_size: int, temperature: float, top_p: float, seed: int, per_token: int,
+                         kv_budget_bytes: int, check_every: int, prefill_rows: int,
+                         progress: bool) -> list[Generation]:
+    """`generate_many` on the engine (`engine.rows.RowDecoder`): slots of a static cache instead of a growing one,
+    refilled in place; when no prompt waits any more, the running rows move to the front and the step narrows to
+    them. temperature 0 is greedy. A slot spans longest prompt + max_new_tokens + check_every positions (rounded up to
+    16), room for the steps a finished row runs until the next check. The engine model shares the embedding, norms
+    and o/down weights with `model` and holds its own fused q|k|v and gate|up weights (about 2/3 of the blocks'
+    weights) for the call."""
+    from .engine.rows import RowDecoder, RowSampling, engine_model, row_seed
+
+    longest = max(map(len, prompt_ids))
+    positions = longest + max_new_tokens + check_every
+    slots = min(row_capacity(longest, max_new_tokens, per_token, kv_budget_bytes, batch_size,
+                             slack=check_every + -positions % 16), len(prompt_ids))
+    decoder = RowDecoder(engine_model(model), slots, positions, max_new_tokens + check_every, stops, max_new_tokens,
+                         RowSampling(temperature, top_p))
+    owner: list[int | None] = [None] * slots  # the prompt each slot answers
+    waiting = sorted(range(len(prompt_ids)), key=lambda index: -len(prompt_ids[index]))
+    results: list[Generation | None] = [None] * len(prompt_ids)
+    stop_set = set(stops)
+    with tqdm(total=len(prompt_ids), desc="generating", unit="prompt", disable=not progress) as bar:
+        while waiting or any(index is not None for index in owner):
+            free = [slot for slot in range(decoder.width) if owner[slot] is None]
+            while waiting and free:
+                take = min(len(free), len(waiting), prefill_rows)
+                admitted, waiting = waiting[:take], waiting[take:]
+                chosen, free = free[:take], free[take:]
+                decoder.admit(chosen, [prompt_ids[index] for index in admitted],
+                              [row_seed(seed, index) for index in admitted], pad_id)
+                for slot, index in zip(chosen, admitted):
+                    owner[slot] = index
+            decoder.run(min(check_every, max_new_tokens - 1))  # a newcomer's first token comes from its prefill
+            finished = decoder.finished_slots()
+            done = [slot for slot, index in enumerate(owner) if index is not None and finished[slot]]
+            if done:
+                for slot, tokens in zip(done, decoder.outputs(done)):
+                    results[owner[slot]] = finished_generation(prompt_ids[owner[slot]], tokens, max_new_tokens,
+                                                               stop_set)
+                    owner[slot] = None
+                bar.update(len(done))
+            active = [slot for slot, index in enumerate(owner) if index is not None]
+            if not waiting and active and decoder.keep(active):
+                owner = [owner[slot] for slot in active] + [None] * (slots - len(active))
     return results  # type: ignore[return-value]
