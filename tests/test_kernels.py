@@ -193,6 +193,68 @@ def test_packed_linear_matches_float64(rows_shape):
     assert torch.equal(with_bias(x), y + bias)
 
 
+# PackedLinear's eager path: the runner cached per call signature (kernels/op.py) and the module's lean forward.
+# (x shape, contiguous): a row, a batch, the widest kernel batch, HF's [batch, tokens, in], a vector, a transposed x.
+EAGER_CASES = [((1, 96), True), ((3, 96), True), ((16, 96), True), ((2, 1, 96), True), ((96,), True),
+               ((3, 96), False)]
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("x_shape,contiguous", EAGER_CASES)
+def test_packed_linear_cached_calls_equal_a_runner_built_for_the_call(monkeypatch, x_shape, contiguous, with_bias):
+    """The first call (which checks and builds the runner) and later ones (a signature lookup) give bitwise what a
+    runner built for this one call gives, bias added after; the problem is cached once."""
+    from sparsedecoding.kernels import op
+
+    monkeypatch.setattr(op, "_runners", {})
+    weight = random_nm_weight(48, 96, 2, 4).to(DEVICE)
+    bias = torch.randn(48).bfloat16().to(DEVICE) if with_bias else None
+    layer = PackedLinear.from_dense(weight, 2, 4, bias=bias)
+    x = torch.randn(x_shape).bfloat16().to(DEVICE)
+    if not contiguous:
+        x = torch.randn(tuple(reversed(x_shape))).bfloat16().to(DEVICE).t()
+    x2 = x.reshape(-1, 96).contiguous()
+    product = op._make_runner(x2, layer.values, layer.bitmask, 2, 4)(x2, layer.values, layer.bitmask)
+    assert_matches_float64(product, x2, weight)
+    expected = (product if bias is None else product + bias).view(*x_shape[:-1], 48)
+    for _ in range(3):
+        assert torch.equal(layer(x), expected)
+    assert len(op._runners) == 1
+
+
+def test_packed_linear_checks_again_when_the_batch_dtype_device_or_weight_changes():
+    """After a call has cached its problem, every change that could make the kernel compute wrongly is checked
+    again: the batch, x's dtype and device, a replaced weight, a weight resized in place, the layer cast."""
+    weight = random_nm_weight(48, 96, 2, 4).to(DEVICE)
+    layer = PackedLinear.from_dense(weight, 2, 4)
+    x = torch.randn(2, 96).bfloat16().to(DEVICE)
+    layer(x)
+    wide = torch.randn(17, 96).bfloat16().to(DEVICE)
+    assert torch.equal(layer(wide), torch.nn.functional.linear(wide, weight))  # past 16 rows: the dense product
+    for bad, message in [(x[:0], "batch 0 is outside 1..16"), (x.half(), "cast x to torch.bfloat16"),
+                         (x.float(), "bfloat16 or float16"), (x.to("meta"), "move them to one device")]:
+        with pytest.raises(KernelInputError, match=message):
+            layer(bad)
+    other = PackedLinear.from_dense(random_nm_weight(48, 96, 2, 4, seed=1).to(DEVICE), 2, 4)
+    layer.values, layer.bitmask = other.values, other.bitmask
+    assert torch.equal(layer(x), other(x))
+    layer.half()
+    with pytest.raises(KernelInputError, match="cast x to torch.float16"):
+        layer(x)
+    assert torch.equal(layer(x.half()), other.half()(x.half()))
+    layer.values.data = layer.values.data[:24]  # the same tensor object, another shape
+    with pytest.raises(KernelInputError, match="do not form a packed 2:4 weight"):
+        layer(x.half())
+
+
+@pytest.mark.parametrize("x_shape", [(2, 95), (20, 95), (2, 1, 95), (95,), ()])
+def test_packed_linear_wrong_in_features_is_one_clear_error(x_shape):
+    layer = PackedLinear.from_dense(random_nm_weight(48, 96, 2, 4).to(DEVICE), 2, 4)
+    with pytest.raises(KernelInputError) as info:
+        layer(torch.randn(x_shape).bfloat16().to(DEVICE))
+    assert f"x has shape {x_shape}; this PackedLinear takes [..., 96]" == str(info.value)
+
+
 def test_untuned_problem_inside_cuda_graph_capture_raises(monkeypatch):
     from sparsedecoding.kernels import autotune
 

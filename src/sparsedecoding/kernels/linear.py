@@ -49,17 +49,27 @@ class PackedLinear(torch.nn.Module):
         return PackedNM(self.values, self.bitmask, self.n, self.m, (self.out_features, self.in_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // self.in_features
-        x2 = x.reshape(rows, self.in_features)
-        if self.dense is not None and rows >= self.dense_from_rows:
-            y = F.linear(x2, self.dense)
+        # The eager call is host-bound at 4096 rows, so this path is kept lean: buffers are read from their dict
+        # (Module.__getattr__ costs about 0.7 us a buffer) and a 2-D x goes to the kernel without a reshape and a
+        # view back (about 2 us); see benchmarks/KERNEL_NOTES.md, "Eager host cost of PackedLinear".
+        buffers = self._buffers
+        shape = x.shape
+        flat = len(shape) == 2 and shape[1] == self.in_features
+        if not flat and (len(shape) == 0 or shape[-1] != self.in_features):
+            raise KernelInputError(f"x has shape {tuple(shape)}; this PackedLinear takes [..., {self.in_features}]")
+        x2 = x if flat else x.reshape(-1, self.in_features)
+        rows = x2.shape[0]
+        dense = buffers["dense"]
+        if dense is not None and rows >= self.dense_from_rows:
+            y = F.linear(x2, dense)
         elif rows <= MAX_BATCH:
-            y = spmv(x2.contiguous(), self.values, self.bitmask, self.n, self.m)
+            y = spmv(x2.contiguous(), buffers["values"], buffers["bitmask"], self.n, self.m)
         else:
-            y = F.linear(x2, dense_from_parts(self.values, self.bitmask))
-        if self.bias is not None:
-            y = y + self.bias
-        return y.view(*x.shape[:-1], self.out_features)
+            y = F.linear(x2, dense_from_parts(buffers["values"], buffers["bitmask"]))
+        bias = buffers["bias"]
+        if bias is not None:
+            y = y + bias
+        return y if flat else y.view(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         copy = f", dense copy from {self.dense_from_rows} rows" if self.dense is not None else ""

@@ -192,7 +192,8 @@ class _TritonRunner:
             y = launch(x.view(1, -1) if self.vector else x, values, bitmask, self.n, self.m, self.config)
             return y.view(-1) if self.vector else y
         batch = self.batch
-        y = x.new_empty(self.out_features if self.vector else (batch, self.out_features))
+        # sizes as separate ints: the argument parser takes them 0.5 us faster than a tuple
+        y = x.new_empty(self.out_features) if self.vector else x.new_empty(batch, self.out_features)
         if batch == 1:
             x_arg = x
         else:  # [in, batch]: one vector load per decoded column serves several batch rows (see triton_spmv)
