@@ -229,6 +229,12 @@ def test_gumbel_max_sampling_draws_from_the_softmax():
     torch.testing.assert_close(frequencies, logits.softmax(-1), atol=0.01, rtol=0)
 
 
+def test_uniform_noise_never_reaches_zero_or_one():
+    noise = uniform_noise(torch.tensor([3]), torch.tensor([1]), batch=256, vocab=152064)
+    assert float(noise.min()) > 0 and float(noise.max()) < 1
+    assert bool(torch.isfinite(-torch.log(-torch.log(noise))).all())
+
+
 def test_sampling_is_reproducible_per_seed_and_respects_top_k():
     logits = torch.randn(3, 50)
     sampling = Sampling(temperature=1.0, top_k=5)

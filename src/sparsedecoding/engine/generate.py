@@ -44,11 +44,13 @@ def _mix32(x: Tensor) -> Tensor:
 
 def uniform_noise(seed: Tensor, position: Tensor, batch: int, vocab: int) -> Tensor:
     """Uniforms in (0, 1), [batch, vocab], hashed from a counter: no generator state, so sampling is reproducible,
-    needs no host sync and records into a CUDA graph. 24 bits per draw keep every value exactly below 1."""
+    needs no host sync and records into a CUDA graph. 23 bits per draw: (k + 0.5) / 2²³ is exact in float32 for every
+    k, so no draw is 0 or 1 (with 24 bits the largest, 2²⁴ − 0.5, rounds to 2²⁴ and gives 1, whose Gumbel noise is
+    infinite: about one row in a hundred per step would take a uniformly random token at a 152k vocabulary)."""
     stream = _mix32(_mix32(seed & _MASK32) ^ (position & _MASK32))
     counter = torch.arange(batch, device=seed.device)[:, None] * vocab + torch.arange(vocab, device=seed.device)
     bits = _mix32(_mix32((stream + counter) & _MASK32))
-    return ((bits >> 8).float() + 0.5) / 2**24
+    return ((bits >> 9).float() + 0.5) / 2**23
 
 
 def sample(logits: Tensor, sampling: Sampling, seed: Tensor, position: Tensor) -> Tensor:
