@@ -156,6 +156,7 @@ case $report in
     python3 benchmarks/hf_generate_bench.py /root/qwen-2of4-magnitude --batches 1 4 --rounds 3 --eager \
       --out "$OUT/hf_generate_h200.md" ;;
   gen-engine)  # gen_bench_h200.md: batchgen's engine and hf backends on the real Qwen, about 2.5 minutes
+    timeout 120 python3 -m pytest -q -m gpu tests/test_rows.py -p no:cacheprovider 2>&1 | tail -15 || true
     models; timeout 170 python3 benchmarks/gen_bench.py $qwen --backends engine hf --batches 256 --prompts 512 \
       --max-new-tokens 256 --old-prompts 0 --time-limit 140 --out "$OUT/gen_bench_h200.md" ;;
   eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
