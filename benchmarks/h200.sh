@@ -127,17 +127,17 @@ case $report in
     python3 -m sparsedecoding check --model $smol_pruned --out "$OUT/engine_check_smollm2-135m_2of4_h200.md" ;;
   tp-check-qwen)  # tp_check_qwen2.5-coder-1.5b_h200x2.md; machine nvidia-h200-x2 (as all tp-*), about 2 min
     models; python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_check.py --model $qwen \
-      --out "$OUT/tp_check_qwen2.5-coder-1.5b_h200x2.md" ;;
+      --all-reduce nccl --out "$OUT/tp_check_qwen2.5-coder-1.5b_h200x2.md" ;;
   tp-check-qwen-2of4)  # tp_check_qwen2.5-coder-1.5b_2of4_h200x2.md (packed 2:4 linears split over the GPUs)
     models; pruned_qwen
     python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_check.py --model $pruned \
-      --sparse auto --out "$OUT/tp_check_qwen2.5-coder-1.5b_2of4_h200x2.md" ;;
-  tp-bench-70b)  # tp_h200x2_70b.md: Llama-3.3-70B dense and 2:4 at TP=2, batch 1 and 4
+      --sparse auto --all-reduce nccl --out "$OUT/tp_check_qwen2.5-coder-1.5b_2of4_h200x2.md" ;;
+  tp-bench-70b)  # tp_h200x2_70b.md: Llama-3.3-70B dense and 2:4 at TP=2, batch 1 and 4, NCCL's all-reduce
     python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_bench.py --preset llama-3.3-70b \
-      --repeats 2 --out "$OUT/tp_h200x2_70b.md" ;;
+      --repeats 2 --all-reduce nccl --out "$OUT/tp_h200x2_70b.md" ;;
   tp-bench-8b)  # tp_h200x2_8b.md: Llama-3.1-8B dense and 2:4, TP=2 vs TP=1, batch 1 and 4
     python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/tp_bench.py --preset llama-3.1-8b \
-      --repeats 2 --out "$OUT/tp_h200x2_8b.md" ;;
+      --repeats 2 --all-reduce nccl --out "$OUT/tp_h200x2_8b.md" ;;
   tp-one-shot-test)  # not committed: the one-shot all-reduce against NCCL on two GPUs, eager and in a CUDA graph
     python3 -m pytest -q -m gpu tests/test_parallel.py -k one_shot -p no:cacheprovider 2>&1 | tail -15 ;;
   tp-bench-70b-one-shot)  # tp_h200x2_70b_one_shot.md: tp-bench-70b with the one-shot all-reduce

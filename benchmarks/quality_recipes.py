@@ -430,8 +430,8 @@ class Report:
         environments = [result["environment"] for result in [*dev.values(), *final.values()]]
         commands = sorted({" ".join(result["command"]) for result in [*dev.values(), *final.values()]})
         if environments:
-            env = environments[0]
-            lines += ["", f"Run: {env['date']}, {env['device']}, {json.dumps(env['versions'])}", "",
+            runs = sorted({f"{env['date']}, {env['device']}, {json.dumps(env['versions'])}" for env in environments})
+            lines += ["", "Runs (an earlier round's results keep their own):", *[f"- {run}" for run in runs], "",
                       "Commands:", *[f"- `{command}`" for command in commands]]
         (self.out / "report.md").write_text("\n".join(lines) + "\n")
         write_json(self.out / "summary.json", {"dev": dev_rows, "final": final_rows, "picks": picks})

@@ -35,7 +35,8 @@ PLAN = {
     "llama-3.1-8b": ([(DENSE, [1, 4]), (TWO_FOUR, [1, 4])], [(DENSE, [1, 4]), (TWO_FOUR, [1, 4])]),
 }
 NCCL_ENVIRONMENT = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
-ALL_REDUCE_NOTE = {"nccl": "NCCL's all-reduce, captured in the CUDA graph",
+ALL_REDUCE_NOTE = {"auto": "the one-shot symmetric-memory kernel for decode-step sizes, NCCL for prefill",
+                   "nccl": "NCCL's all-reduce, captured in the CUDA graph",
                    "one-shot": "PyTorch's one-shot symmetric-memory kernel for decode-step sizes, NCCL for prefill"}
 
 
@@ -65,8 +66,8 @@ def main() -> int:
                         help="run only these presets of the plan (repeatable; default: all)")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--all-reduce", choices=["nccl", "one-shot"], default="nccl",
-                        help="how TP=2 rows sum partial outputs (sparsedecoding.engine.parallel; default: nccl)")
+    parser.add_argument("--all-reduce", choices=["auto", "nccl", "one-shot"], default="auto",
+                        help="how TP=2 rows sum partial outputs (sparsedecoding.engine.parallel; auto: one-shot on CUDA; default: auto)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "tp_h200x2.md")
     args = parser.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) < 2 or not torch.cuda.is_available():

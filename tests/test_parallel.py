@@ -323,7 +323,7 @@ def test_one_shot_is_taken_by_size_and_dtype_only_once_enabled(monkeypatch):
 
 
 def test_unknown_all_reduce_and_one_shot_on_the_cpu_fail_with_one_error():
-    with pytest.raises(EngineError, match="not one of nccl, one-shot"):
+    with pytest.raises(EngineError, match="not one of auto, nccl, one-shot"):
         with start_from_env(torch.device("cpu"), "ring"):
             pass
     with pytest.raises(EngineError, match="needs CUDA GPUs"):

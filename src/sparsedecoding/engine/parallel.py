@@ -17,8 +17,8 @@ The shard functions are pure (rank and world size in, a slice out); the collecti
 meaning one GPU. Processes are started by `torchrun --nproc-per-node N`, which sets the environment that
 `start_from_env` reads.
 
-All-reduce, two ways (`ALL_REDUCE`): `nccl` (NCCL's all-reduce, traced as a functional collective) or `one-shot`
-(CUDA only): every rank copies its partial sum into a buffer of symmetric memory that all ranks have mapped (PyTorch's
+All-reduce, two ways (`ALL_REDUCE`; `auto`, the default, is one-shot on CUDA and NCCL's or gloo's otherwise):
+`nccl` (NCCL's all-reduce, traced as a functional collective) or `one-shot` (CUDA only): every rank copies its partial sum into a buffer of symmetric memory that all ranks have mapped (PyTorch's
 `torch.distributed._symmetric_memory`, peer-to-peer over NVLink, no multicast), waits at a barrier of signal flags,
 reads all ranks' buffers and adds them, then waits at a second barrier before the buffer may be written again. That
 is one kernel of a few microseconds for the small vectors of a decode step, where NCCL's all-reduce inside a CUDA
@@ -46,7 +46,7 @@ from .config import ModelArgs
 Weight = Tensor | PackedNM
 ProcessGroup = dist.ProcessGroup
 _WORD = 32  # columns per packed mask word: the unit a row-parallel split must respect
-ALL_REDUCE = ("nccl", "one-shot")
+ALL_REDUCE = ("auto", "nccl", "one-shot")
 # one-shot buffer: 16 rows of a 16384-wide residual stream in bfloat16 (decode steps of every preset up to batch 16)
 ONE_SHOT_BYTES = 16 * 16384 * 2
 _ONE_SHOT_DTYPES = (torch.bfloat16, torch.float32)  # what PyTorch's one-shot kernel adds
@@ -228,11 +228,12 @@ def smallest(value: int, tp: ProcessGroup | None, device: torch.device) -> int:
 
 
 @contextmanager
-def start_from_env(device: torch.device, all_reduce: str = "nccl") -> Iterator[tuple[ProcessGroup | None,
+def start_from_env(device: torch.device, all_reduce: str = "auto") -> Iterator[tuple[ProcessGroup | None,
                                                                                      torch.device]]:
     """(process group, this rank's device) for a process started by `torchrun --nproc-per-node N` (N > 1): NCCL on
     GPU `LOCAL_RANK` when `device` is CUDA, gloo on the CPU otherwise; (None, device) outside torchrun. `all_reduce`
-    (`ALL_REDUCE`): `one-shot` enables the symmetric-memory kernel for the group (CUDA only). Ranks other than 0 log
+    (`ALL_REDUCE`): `one-shot` enables the symmetric-memory kernel for the group (CUDA only), `auto` does so on CUDA
+    (on two H200s it made the 70B step 6% shorter than NCCL: benchmarks/results/tp_h200x2_70b_one_shot.md). Ranks other than 0 log
     warnings only, so that progress is logged once. The group is destroyed on exit. NCCL's environment
     (NCCL_NVLS_ENABLE and friends) is left as the machine sets it."""
     if all_reduce not in ALL_REDUCE:
@@ -251,7 +252,7 @@ def start_from_env(device: torch.device, all_reduce: str = "nccl") -> Iterator[t
     if dist.get_rank() != 0:
         logging.getLogger("sparsedecoding").setLevel(logging.WARNING)
     try:
-        if all_reduce == "one-shot":
+        if all_reduce == "one-shot" or (all_reduce == "auto" and device.type == "cuda"):
             enable_one_shot(dist.group.WORLD, device)
         yield dist.group.WORLD, device
     finally:
