@@ -143,8 +143,10 @@ class Run:
         settings = dict(settings)
         tokens = settings.pop("tokens")
         dev_tokens = settings.pop("dev_tokens")
+        # several samples of each train prompt (each its own draw) when the prompts alone give too few tokens
+        copies = settings.pop("samples_per_prompt", 1)
         started = time.perf_counter()
-        train = repair.student_samples(model, self.tokenizer, [gen.prompt_ids for gen in data.train],
+        train = repair.student_samples(model, self.tokenizer, [gen.prompt_ids for gen in data.train] * copies,
                                        token_budget=tokens, seed=self.args.seed, progress=False)
         dev = repair.student_samples(model, self.tokenizer, [gen.prompt_ids for gen in data.dev],
                                      token_budget=dev_tokens, seed=self.args.seed + 1, progress=False)

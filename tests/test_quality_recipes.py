@@ -152,3 +152,29 @@ def test_a_held_out_check_is_paired_in_the_report_but_never_picked(recipes, tmp_
     report = (tmp_path / "report.md").read_text()
     assert "- check-broad-a vs nm50-fit (fenced): 1 vs 0" in report
     assert "- check-broad-a vs paper (plain): 1 vs 0" in report
+
+
+@pytest.mark.parametrize("plan_file", sorted((BENCHMARKS / "recipes").glob("*.json")), ids=lambda path: path.name)
+def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
+    """A typo in a plan would surface only on the GPU: every family member and held-out check is a recipe of the plan
+    or a dev result of its earlier round, and every repair setting is one that repair or the script takes."""
+    from dataclasses import fields
+
+    from sparsedecoding.repair import RepairConfig
+
+    plan = json.loads(plan_file.read_text())
+    known = {recipe["name"] for recipe in plan["recipes"]}
+    if "earlier" in plan:
+        earlier = BENCHMARKS.parent / plan["earlier"]
+        assert earlier.is_dir()
+        known |= {path.stem for path in (earlier / "dev").glob("*.json")}
+    for family, members in plan["families"].items():
+        assert set(members) <= known, family
+    for check in plan.get("held_out_checks", []):
+        assert check["recipe"] in {recipe["name"] for recipe in plan["recipes"]}
+    repair_keys = {field.name for field in fields(RepairConfig)} | {"tokens", "dev_tokens", "samples_per_prompt"}
+    assert set(plan.get("repair", {})) <= repair_keys
+    if "repair" in plan:
+        settings = {key: value for key, value in plan["repair"].items()
+                    if key not in ("tokens", "dev_tokens", "samples_per_prompt")}
+        RepairConfig(**settings).validate()
