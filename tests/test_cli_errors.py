@@ -56,6 +56,24 @@ def test_unsupported_architecture(capsys, tmp_path, prompts):
     assert_clean_failure(code, errors, out, "UnsupportedArchitectureError")
 
 
+@pytest.mark.parametrize("flags", [["--calibration", "self"], ["--repair-steps", "1"]])
+def test_an_architecture_the_engine_refuses_names_gen_backend_hf(capsys, tmp_path, prompts, flags):
+    """Self-written data and on-policy repair generate on the engine by default: a model it cannot run is refused
+    before any work (not after the layers are solved), and the error says how to generate with hf instead."""
+    folder = make_tiny_model(tmp_path / "gelu", hidden_act="gelu")
+    prompts.write_text("".join(f"write function {index}\n" for index in range(40)))  # both sides of repair's split
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", folder, "--prompts", prompts, "--out", out, *flags)
+    assert_clean_failure(code, errors, out, "activation 'gelu'")
+    assert "UnsupportedArchitectureError" in errors[0] and "--gen-backend hf" in errors[0]
+    from sparsedecoding.pipeline import check_gen_backend
+    from sparsedecoding.settings import PruneConfig
+
+    gelu = json.loads((folder / "config.json").read_text())
+    for passes in (dict(calibration="self", gen_backend="hf"), dict(calibration="decode")):  # no engine: no check
+        check_gen_backend(PruneConfig(model="m", out="o", **passes), gelu)
+
+
 @pytest.mark.parametrize("content", ["", "\n  \n", '{"prompt": ""}\n'])
 def test_empty_prompt_file(capsys, tmp_path, tiny_folder, content):
     path = tmp_path / ("prompts.jsonl" if content.startswith("{") else "prompts.txt")

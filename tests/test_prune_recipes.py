@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from sparsedecoding import pipeline, repair, selfdata
 from sparsedecoding.calibration import CalibrationSet
+from sparsedecoding.cli import main
 from sparsedecoding.patterns import PRUNABLE_LINEARS
 from sparsedecoding.settings import PruneConfig
 from helpers import make_tiny_model
@@ -176,3 +177,29 @@ def test_the_hash_split_of_calibration_rows_is_disjoint_complete_and_stable():
     assert 5 <= len(dev) <= 40
     shuffled = CalibrationSet(calib.input_ids.flip(0), calib.attention_mask.flip(0), calib.keep.flip(0), "decode")
     assert rows(pipeline.split_by_hash(shuffled)[1]) == rows(dev)  # a row's side depends on its tokens only
+
+
+@pytest.mark.parametrize("flags, backend", [([], "engine"), (["--gen-backend", "hf"], "hf")])
+def test_the_gen_backend_reaches_selfdata_and_on_policy_repair(tiny_folder, prompts_file, tmp_path, monkeypatch,
+                                                               flags, backend):
+    """The flag (default engine) is what the generator of selfdata and of repair.student_samples is told."""
+    used = set()
+
+    def recording(module):
+        real = module.generate_many
+
+        def generate_many(*args, **kwargs):
+            used.add((module.__name__, kwargs["backend"]))
+            return real(*args, **kwargs)
+        return generate_many
+
+    for module in (selfdata, repair):
+        monkeypatch.setattr(module, "generate_many", recording(module))
+    code = main(["prune", "--model", str(tiny_folder), "--out", str(tmp_path / "out"), "--prompts", str(prompts_file),
+                 "--calibration", "self", "--self-sources", f"self=1,{prompts_file}=1", "--self-meta", "6",
+                 "--self-answers", "24", "--self-batch-size", "12", "--max-new-tokens", "12", "--tokens", "40",
+                 "--pattern", "2:4", "--repair-steps", "1", "--repair-batch", "4", "--repair-micro-batch", "2",
+                 "--repair-tokens", "60", "--device", "cpu", *flags])
+    assert code == 0
+    assert used == {("sparsedecoding.selfdata", backend), ("sparsedecoding.repair", backend)}
+    assert manifest(tmp_path / "out")["config"]["gen_backend"] == backend

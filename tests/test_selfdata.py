@@ -76,6 +76,8 @@ def test_other_bad_settings_are_refused():
                 {"decode_tokens": 0}):
         with pytest.raises(PromptsError):
             SelfDataConfig(**bad).validate()
+    with pytest.raises(SparseDecodingError, match="backend 'vllm' is unknown"):
+        SelfDataConfig(backend="vllm").validate()
 
 
 def test_held_out_problems_are_refused_wherever_they_appear():
@@ -189,6 +191,10 @@ def test_build_resumes_by_shard_and_yields_decode_only_sets(tiny, tmp_path, monk
     second = build(model, tokenizer, tmp_path / "data", config, progress=False, held_out=[])
     assert len(calls) == 1  # only the missing shard is generated again, with the same seed
     assert [g.new_ids for g in second.train] == [g.new_ids for g in first.train]
+    calls.clear()
+    other_backend = build(model, tokenizer, tmp_path / "data", small_config(sources=f"self=2,{prompt_file}=1",
+                                                                             backend="hf"), progress=False, held_out=[])
+    assert not calls and [g.new_ids for g in other_backend.train] == [g.new_ids for g in first.train]  # resumable
 
     train_prompts = {tuple(g.prompt_ids) for g in first.train}
     assert not train_prompts & {tuple(g.prompt_ids) for g in first.dev}

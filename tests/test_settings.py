@@ -94,6 +94,7 @@ def test_demo_help_shows_the_demo_defaults_and_compare_shares_the_definitions():
     ("solver", "obs", "--solver 'obs' is not one of sparsegpt, wanda, magnitude"),
     ("samples_per_prompt", 0, "--samples-per-prompt must be at least 1"),
     ("recipe", "best", "--recipe 'best' is not one of none, recommended"),
+    ("gen_backend", "vllm", "--gen-backend 'vllm' is not one of engine, hf"),
 ])
 def test_a_bad_value_is_one_line_before_anything_is_loaded(tmp_path, field, value, expected):
     config = PruneConfig(model=str(tmp_path / "not-loaded"), out=str(tmp_path / "out"), **{field: value})
@@ -118,13 +119,20 @@ def test_the_prune_command_reports_bad_values_in_one_line_and_writes_nothing(tmp
     assert not out.exists() and not out.with_name("out.partial").exists()
 
 
-def test_a_usage_mistake_is_one_error_line_and_exit_2(capsys):
+@pytest.mark.parametrize("flag, value", [("--solver", "obs"), ("--gen-backend", "vllm")])
+def test_a_usage_mistake_is_one_error_line_and_exit_2(capsys, flag, value):
     with pytest.raises(SystemExit) as caught:
-        main(["prune", "--model", "m", "--out", "o", "--solver", "obs"])
+        main(["prune", "--model", "m", "--out", "o", flag, value])
     assert caught.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: argument --solver: invalid choice: 'obs'")
+    assert len(err) == 1 and err[0].startswith(f"error: argument {flag}: invalid choice: '{value}'")
     assert err[0].endswith("(see `sparsedecoding prune --help`)")
+
+
+def test_the_gen_backend_choices_are_the_generators_and_engine_is_the_default():
+    from sparsedecoding.batchgen import BACKENDS
+
+    assert set(settings.GEN_BACKENDS) == set(BACKENDS) and PruneConfig(model="m", out="o").gen_backend == "engine"
 
 
 def test_eval_and_compare_settings_check_their_ranges():

@@ -4,11 +4,15 @@ The calibration sequences are replayed once up to the first decoder layer; then 
 Hessians of its linears over the kept positions, the solver prunes each linear, and the layer's outputs become the next
 layer's inputs. `dense` propagation (the paper) feeds every layer the dense model's activations; `sequential` feeds
 layer l the outputs of the already-pruned layers < l (as SparseGPT does). Only one layer's Hessians exist at a time.
+`--pattern dense` with `--quantize` prunes nothing: GPTQ rounds every weight to the grid on the same Hessians (the
+dense-quantized baseline of N:M + quantized values, calibrated on decode steps or text alike).
 
 `--calibration self` takes its sequences from `selfdata`: the dense model writes task prompts and answers them; the
 train side (cut to `tokens`) calibrates, the dev side is kept for repair. With `repair_steps`, the pruned model is then
 distilled from a second copy of the dense model with its masks fixed (`repair`), on its own sampled answers to the
-train prompts (on-policy) or on the calibration sequences, stopping early on the dev prompts.
+train prompts (on-policy) or on the calibration sequences, stopping early on the dev prompts. Those self-written
+data and on-policy samples come from `batchgen.generate_many` on the `--gen-backend` (default engine, hf on request);
+`--calibration decode` generates with `generation.generate` (HF's own `generate`).
 
 Work happens in `OUT.partial/`: each finished generation batch, the calibration set, each finished layer's pruned
 weights, the selfdata shards, the repair data and repair's checkpoints are saved there, so an interrupted run resumes
@@ -36,7 +40,7 @@ from tqdm.auto import tqdm
 from . import repair, selfdata, settings, solvers
 from .calibration import CalibrationSet, concat, decode_calibration, describe, text_calibration
 from .data import chat_format, lee_text, prompts_hash, read_prompts, read_text_file
-from .errors import RepairError, SparseDecodingError
+from .errors import RepairError, SparseDecodingError, UnsupportedArchitectureError
 from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target, hessians_by_module,
                       input_groups, paired_by_module, prunable_linears)
@@ -55,7 +59,24 @@ def selfdata_config(config: PruneConfig) -> selfdata.SelfDataConfig:
     temperature, top_p = config.answer_sampling()
     return selfdata.SelfDataConfig(sources=config.self_sources, n_meta=config.self_meta, n_answers=config.self_answers,
                                    answer_max_new_tokens=config.max_new_tokens, answer_temperature=temperature,
-                                   answer_top_p=top_p, batch_size=config.self_batch_size, seed=config.seed)
+                                   answer_top_p=top_p, batch_size=config.self_batch_size,
+                                   backend=config.gen_backend, seed=config.seed)
+
+
+def check_gen_backend(config: PruneConfig, model_config: dict) -> None:
+    """With --gen-backend engine, the model must be one the engine runs, where the large-batch generator is used
+    (--calibration self, on-policy repair): checked from its config.json before any work, so that a refusal does not
+    come after the layers are solved, and it names the way out instead of falling back to hf unasked."""
+    uses_generator = config.calibration == "self" or (config.repair_steps and config.repair_on_policy)
+    if config.gen_backend != "engine" or not uses_generator:
+        return
+    from .engine.config import from_hf_config
+
+    try:
+        from_hf_config(model_config)
+    except UnsupportedArchitectureError as error:
+        raise UnsupportedArchitectureError(f"{error}; pass --gen-backend hf to generate with the model's own "
+                                           f"forward") from None
 
 
 def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore | None = None,
@@ -154,7 +175,8 @@ def on_policy_set(student, tokenizer, prompt_ids: list[list[int]], token_budget:
         part = repair.student_samples(student, tokenizer, chunks[index % len(chunks)], config.max_new_tokens,
                                       config.self_batch_size, temperature, top_p,
                                       selfdata.shard_seed(config.seed, stage, index),
-                                      None if token_budget is None else token_budget - tokens, progress=progress)
+                                      None if token_budget is None else token_budget - tokens, progress=progress,
+                                      backend=config.gen_backend)
         sets.append(part)
         tokens += part.tokens
         if token_budget is not None and tokens >= token_budget:
@@ -266,7 +288,7 @@ def paired_statistics(layer, dense_layer, linears: dict, batches, dense_stream: 
     return hessians, crosses, dense_outputs
 
 
-def dense_target_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears: dict, batches,
+def dense_target_layer(config: PruneConfig, pattern: SparsityPattern | None, layer, linears: dict, batches,
                        dense_stream: list[torch.Tensor], dtype: torch.dtype, where: str
                        ) -> tuple[dict[str, dict], list[torch.Tensor]]:
     """Dense-target reconstruction of one layer, one input group at a time in forward order (q/k/v, o, gate/up,
@@ -291,7 +313,7 @@ def relative_error(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Te
     return float(((delta @ hessian) * delta).sum() / ((W @ hessian) * W).sum().clamp(min=1e-30))
 
 
-def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, hessians: dict,
+def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: dict, hessians: dict,
                 crosses: dict | None = None) -> dict[str, dict]:
     """Prune every linear of one layer in place; returns per-linear sparsity and relative reconstruction error.
     Linears that share an input share a Hessian, and SparseGPT solves them together (same result, fewer launches).
@@ -303,7 +325,10 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, he
         weights = [linears[name].weight.data for name in names]
         if crosses is not None:
             weights = [dense_target(weight, crosses[names[0]], hessian, config.percdamp) for weight in weights]
-        if config.solver == "sparsegpt":
+        if pattern is None:  # --pattern dense: GPTQ, the joint solver's loop without pruning
+            pruned = solvers.gptq_shared(weights, hessian, config.quantize, group_size=config.group_size,
+                                         blocksize=config.blocksize, percdamp=config.percdamp)
+        elif config.solver == "sparsegpt":
             pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
                                               percdamp=config.percdamp, quantize=config.quantize,
                                               group_size=config.group_size)
@@ -314,6 +339,11 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern, linears: dict, he
                            "relative_error": relative_error(weight, new, hessian)}
             linears[name].weight.data.copy_(new)
     return stats
+
+
+def solver_name(config: PruneConfig) -> str:
+    """The solver that runs: gptq for --pattern dense (nothing pruned), else --solver."""
+    return "gptq" if config.sparsity_pattern() is None else config.solver
 
 
 class WorkDir:
@@ -368,7 +398,7 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     """Prune a loaded model in place, layer by layer (see the module docstring). With `work`, each finished layer is
     saved there and layers finished by an interrupted run are restored instead of solved again.
     Returns {"layers": {module name: stats}, "solver_seconds": float, "resumed_from_layer": int}."""
-    pattern = SparsityPattern.parse(config.pattern)
+    pattern = config.sparsity_pattern()
     if config.target == "dense" and config.propagation != "sequential":
         raise SparseDecodingError("target dense needs sequential propagation (the two streams are equal otherwise)")
     device = next(model.parameters()).device
@@ -383,7 +413,7 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     if start:
         log.info("resuming from layer %d of %d (the earlier layers are restored from %s)", start, len(layers),
                  work.path)
-    bar = tqdm(range(len(layers)), desc=f"pruning {pattern} ({config.solver})", unit="layer", disable=not progress)
+    bar = tqdm(range(len(layers)), desc=f"pruning {config.pattern} ({solver_name(config)})", unit="layer", disable=not progress)
     for index in bar:
         layer = layers[index]
         linears = prunable_linears(layer)
@@ -442,7 +472,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     check_writable(out)
     device = pick_device(config.device)
     folder = resolve_model(config.model)
-    check_pattern_fits(folder, pattern, config.solver, config.blocksize)
+    if pattern is not None:
+        check_pattern_fits(folder, pattern, config.solver, config.blocksize)
     if config.quantize == "int4":  # every linear's rows must hold whole scale groups
         for size in linear_input_sizes(read_config(folder)).values():
             solvers.quantization_group(config.quantize, config.group_size, size)
@@ -456,6 +487,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                 read_prompts(name)
     if config.text:
         read_text_file(config.text)
+    check_gen_backend(config, read_config(folder))
     work = WorkDir(out, config.fingerprint())
     try:
         started = time.perf_counter()
@@ -475,7 +507,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         repair_report = repair_model(config, folder, model, tokenizer, calib, work, progress) \
             if config.repair_steps else None
         manifest = {
-            "pattern": str(pattern), "solver": config.solver, "propagation": config.propagation,
+            "pattern": config.pattern if pattern is None else str(pattern), "solver": solver_name(config),
+            "propagation": config.propagation,
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,

@@ -477,13 +477,13 @@ def _evaluate(progress, config, evaluate, snapshot, best, window_kl, window_toke
 def student_samples(student, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int = 512,
                     batch_size: int = 256, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                     token_budget: int | None = None, kv_budget_bytes: int = DEFAULT_KV_BUDGET,
-                    progress: bool = True) -> CalibrationSet:
+                    progress: bool = True, backend: str = "engine") -> CalibrationSet:
     """On-policy repair data: the student's own sampled continuations of chat-formatted prompts (for example
     `[gen.prompt_ids for gen in selfdata.train]`), as a set whose kept positions are its decode steps; repair then
-    scores them with the teacher."""
+    scores them with the teacher. backend: `batchgen.generate_many`'s, "engine" (default, the faster) or "hf"."""
     generations = generate_many(student, tokenizer, prompt_ids, max_new_tokens, batch_size, do_sample=True,
                                 temperature=temperature, top_p=top_p, seed=seed, kv_budget_bytes=kv_budget_bytes,
-                                progress=progress)
+                                progress=progress, backend=backend)
     calib = decode_set_from_generations(generations, tokenizer.pad_token_id, token_budget)
     calib.source = "student"
     return calib

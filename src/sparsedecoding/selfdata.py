@@ -27,7 +27,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .batchgen import DEFAULT_KV_BUDGET, generate_many
+from .batchgen import DEFAULT_KV_BUDGET, check_backend, generate_many
 from .calibration import CalibrationSet, decode_set_from_generations
 from .data import HUMANEVAL_INSTRUCTIONS, chat_format, humaneval_problems, read_prompts
 from .errors import CalibrationError, PromptsError
@@ -66,8 +66,9 @@ KINDS = {
                 "short essay, a plan or a story) related to {topic}. Reply with the request only.", "{prompt}"),
 }
 HELD_OUT = ("humaneval:eval", "humaneval:all")
-# Settings that may change when resuming a folder: they decide how much is built or how fast, not what.
-RESUMABLE = ("decode_tokens", "batch_size", "kv_budget_bytes")
+# Settings that may change when resuming a folder: they decide how much is built or how fast, not what (the batch
+# and the backend change which tokens a seed draws, not the distribution they are drawn from).
+RESUMABLE = ("decode_tokens", "batch_size", "kv_budget_bytes", "backend")
 
 
 @dataclass
@@ -84,8 +85,10 @@ class SelfDataConfig:
     gives what it has when greedy). answer_max_new_tokens / answer_do_sample / answer_temperature / answer_top_p:
     stage-2 decoding. decode_tokens: stop stage 2 after the shard in which the train side reaches this many decode
     tokens (None: answer all). dev_share: share of prompts (by hash) kept for dev. shard_size: prompts per shard
-    (the unit of resumption; each shard ends with a drain in which finished rows are not replaced). batch_size / kv_budget_bytes: the generator's (`batchgen.generate_many`). seed: shuffles
-    and sampling."""
+    (the unit of resumption; each shard ends with a drain in which finished rows are not replaced).
+    batch_size / kv_budget_bytes / backend: the generator's (`batchgen.generate_many`); backend "engine" (default:
+    the engine's transformer, 5.9x hf's tokens/s on an H200; Llama, Qwen2, Qwen3 and Mistral) or "hf" (the model's
+    own forward). seed: shuffles and sampling."""
 
     sources: str = "self=0.9,humaneval:fit=0.1"
     n_meta: int = 8192
@@ -104,6 +107,7 @@ class SelfDataConfig:
     shard_size: int = 4096
     batch_size: int = 256
     kv_budget_bytes: int = DEFAULT_KV_BUDGET
+    backend: str = "engine"
     seed: int = 0
 
     def mix(self) -> list[tuple[str, float]]:
@@ -126,6 +130,7 @@ class SelfDataConfig:
 
     def validate(self) -> None:
         self.mix()
+        check_backend(self.backend)
         counts = {"n_meta": self.n_meta, "n_answers": self.n_answers, "shard_size": self.shard_size,
                   "batch_size": self.batch_size, "prompt_max_new_tokens": self.prompt_max_new_tokens,
                   "answer_max_new_tokens": self.answer_max_new_tokens}
@@ -277,7 +282,7 @@ def write_prompts(model, tokenizer, folder: Path, config: SelfDataConfig, held_o
         generations = generate_many(model, tokenizer, ids, config.prompt_max_new_tokens, config.batch_size,
                                     do_sample=True, temperature=config.prompt_temperature, top_p=config.prompt_top_p,
                                     seed=shard_seed(config.seed, "prompts", index),
-                                    kv_budget_bytes=config.kv_budget_bytes, progress=progress)
+                                    kv_budget_bytes=config.kv_budget_bytes, progress=progress, backend=config.backend)
         replies = [tokenizer.decode(gen.new_ids, skip_special_tokens=True) for gen in generations]
         write_jsonl(path, [{**meta, "reply": reply} for meta, reply in zip(shard, replies)])
     prompts, seen = [], set()
@@ -363,7 +368,8 @@ def build(model, tokenizer, folder: str | Path, config: SelfDataConfig, progress
             generations = generate_many(model, tokenizer, ids, config.answer_max_new_tokens, config.batch_size,
                                         do_sample=config.answer_do_sample, temperature=config.answer_temperature,
                                         top_p=config.answer_top_p, seed=shard_seed(config.seed, "answers", index),
-                                        kv_budget_bytes=config.kv_budget_bytes, progress=progress)
+                                        kv_budget_bytes=config.kv_budget_bytes, progress=progress,
+                                        backend=config.backend)
             write_jsonl(path, [{"prompt_ids": gen.prompt_ids, "new_ids": gen.new_ids, "stopped": gen.stopped,
                                 "source": entry["source"], "split": entry["split"]}
                                for gen, entry in zip(generations, shard)])

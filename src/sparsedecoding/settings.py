@@ -32,6 +32,8 @@ CALIBRATION_TOKENS = 16384  # every calibration source gets this many tokens unl
 SOLVERS = ("sparsegpt", "wanda", "magnitude")
 QUANTIZATIONS = ("none", "int8", "int4")
 METRICS = ("pass@1", "kl", "repetition", "ppl")
+DENSE_PATTERN = "dense"  # --pattern dense: nothing pruned, the weights only quantized (GPTQ; needs --quantize)
+GEN_BACKENDS = ("engine", "hf")  # batchgen.BACKENDS, without importing torch
 
 
 def knob(default=MISSING, help: str = "", *, flag: str | None = None, choices: tuple | None = None,
@@ -198,6 +200,10 @@ class CalibrationSettings:
     self_meta: int = knob(4096, "--calibration self: meta-prompts asking the model for a task prompt", minimum=1)
     self_answers: int = knob(4096, "--calibration self: prompts answered, mixed from --self-sources", minimum=1)
     self_batch_size: int = knob(256, "--calibration self and on-policy repair: generator rows", minimum=1)
+    gen_backend: str = knob("engine", "--calibration self and on-policy repair: what runs the large-batch "
+                            "generator: engine (the engine's transformer in CUDA graphs, 5.9x hf's tokens/s on an "
+                            "H200; refuses models with extras it lacks, such as a non-SiLU activation) or hf (the "
+                            "model's own forward)", choices=GEN_BACKENDS)
 
     def answer_sampling(self) -> tuple[float, float]:
         """(temperature, top_p) of self-written answers and on-policy repair samples: the given values, or 0.7 and
@@ -210,7 +216,8 @@ class SolverSettings:
     """How each layer is pruned from its Hessians."""
 
     pattern: str = knob("16:32", "16:32 (default: keeps the most quality at full kernel speed), 2:4 (for hardware "
-                        "that needs it), 4:8, 8:16, any N:M, or 50%")
+                        "that needs it), 4:8, 8:16, any N:M, 50%, or dense (nothing pruned: with --quantize, GPTQ "
+                        "rounds every weight on the same Hessians)")
     solver: str = knob("sparsegpt", "pruning solver", choices=SOLVERS)
     propagation: str = knob("dense", "dense: every Hessian from the dense model (paper); sequential: layer l sees "
                             "pruned layers < l", choices=("dense", "sequential"))
@@ -264,19 +271,22 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
             if getattr(self, name) == defaults[name]:
                 setattr(self, name, value)
 
-    def validate(self) -> SparsityPattern:
-        """Check everything that can be checked before loading anything; returns the parsed pattern."""
+    def validate(self) -> SparsityPattern | None:
+        """Check everything that can be checked before loading anything; returns the parsed pattern (None: dense)."""
         pattern = self.check_values()
         out = Path(self.out)
         if out.exists() and not self.overwrite:
             raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
         return pattern
 
-    def check_values(self) -> SparsityPattern:
+    def check_values(self) -> SparsityPattern | None:
         """The settings' own checks (ranges, choices, the pattern and rules between fields), the output folder aside;
-        returns the parsed pattern."""
-        pattern = SparsityPattern.parse(self.pattern)
+        returns the parsed pattern (None for --pattern dense)."""
+        pattern = self.sparsity_pattern()
         check(self)
+        if pattern is None and self.quantize == "none":
+            raise SparseDecodingError("--pattern dense prunes nothing and, without --quantize, changes nothing; add "
+                                      "--quantize int8 or int4 (dense GPTQ), or choose a pattern such as 16:32")
         if self.calibration in ("text", "mix") and not self.tokens:
             raise SparseDecodingError(f"--calibration {self.calibration} needs a token budget (--tokens N)")
         if self.target == "dense" and self.propagation != "sequential":
@@ -298,6 +308,10 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
             raise SparseDecodingError(f"--repair-micro-batch {self.repair_micro_batch} is larger than --repair-batch "
                                       f"{self.repair_batch}; lower it")
         return pattern
+
+    def sparsity_pattern(self) -> SparsityPattern | None:
+        """The parsed --pattern; None for dense (GPTQ alone)."""
+        return None if self.pattern.strip() == DENSE_PATTERN else SparsityPattern.parse(self.pattern)
 
     def fingerprint(self) -> str:
         """What must match for a partial run to be resumed (everything but output handling)."""
