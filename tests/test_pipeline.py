@@ -238,3 +238,68 @@ def test_an_interrupted_prune_resumes_at_its_generation_batch_and_then_its_layer
     assert "resuming from layer 1 of 3" in caplog.text and calls["generate"] == 0
     first, second = weights(straight), weights(out)
     assert first.keys() == second.keys() and all(torch.equal(first[name], second[name]) for name in first)
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_pattern_dense_runs_gptq_on_the_same_hessians(tiny_folder, prompts_file, tmp_path, monkeypatch, quantize):
+    """`--pattern dense --quantize`: every prunable weight lands on its grid (int8: one scale a row, int4: one per 32
+    columns) with nothing pruned, each layer's error on its own Hessian is no worse than rounding to nearest, and
+    the checkpoint records GPTQ with the quantization that `pack` reads."""
+    from sparsedecoding import solvers
+    from sparsedecoding.packed import recorded_quantization
+
+    seen = {}
+    solve = pipeline.solve_layer
+
+    def spy_solve(cfg, pattern, linears, hessians, crosses=None):
+        assert pattern is None
+        index = len(seen) // len(linears)
+        for name, linear in linears.items():
+            seen[f"model.layers.{index}.{name}.weight"] = (linear.weight.detach().clone(), hessians[name].clone())
+        return solve(cfg, pattern, linears, hessians, crosses)
+
+    monkeypatch.setattr(pipeline, "solve_layer", spy_solve)
+    out = prune(config(tiny_folder, tmp_path / "out", prompts_file, pattern="dense", quantize=quantize,
+                       group_size=32), progress=False)
+    dense, quantized = weights(tiny_folder), weights(out)
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert manifest["pattern"] == "dense" and manifest["solver"] == "gptq"
+    assert recorded_quantization(out) == (quantize, 32)
+    assert len(seen) == 3 * len(PRUNABLE)
+    for name, tensor in quantized.items():
+        if name not in seen:
+            assert torch.equal(tensor, dense[name]), name  # embeddings, lm_head, norms: untouched
+            continue
+        codes = solvers.quantization_codes(tensor, quantize, 32)
+        assert torch.equal(codes.dequantize(torch.float64), tensor.double()), name
+        assert codes.scales.shape == (tensor.shape[0], 1 if quantize == "int8" else tensor.shape[1] // 32)
+        weight, hessian = seen[name]
+        rows, cols = weight.shape
+        group = cols if quantize == "int8" else 32
+        blocks = weight.double().reshape(rows, cols // group, group)
+        scale = solvers.grid_scale(blocks.abs().amax(-1), quantize)[..., None]
+        nearest = solvers.round_to_grid(blocks, scale, quantize).reshape(rows, cols)
+        # nothing is pruned: zeros are code 0 of the rounding, about as many as rounding to nearest gives
+        zeros, nearest_zeros = float((tensor == 0).float().mean()), float((nearest == 0).float().mean())
+        assert zeros < 0.25 and zeros <= nearest_zeros + 0.05, (name, zeros, nearest_zeros)
+        error = pipeline.relative_error(weight.double(), tensor.double(), hessian.double())
+        assert error <= pipeline.relative_error(weight.double(), nearest, hessian.double()) * (1 + 1e-6), name
+        assert manifest["layers"][name.removesuffix(".weight")]["relative_error"] == pytest.approx(error, rel=1e-3)
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({}, "--pattern dense prunes nothing and, without --quantize, changes nothing"),
+    ({"quantize": "int8", "solver": "wanda"}, "--quantize int8 runs inside SparseGPT"),
+    ({"quantize": "int4", "repair_steps": 5}, "--quantize int4 runs inside SparseGPT"),
+])
+def test_pattern_dense_refuses_what_it_cannot_do_in_one_line(tiny_folder, prompts_file, tmp_path, capsys, overrides,
+                                                             expected):
+    from sparsedecoding.cli import main
+
+    argv = ["prune", "--model", str(tiny_folder), "--out", str(tmp_path / "out"), "--pattern", "dense"]
+    for key, value in overrides.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and expected in err[0], err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

@@ -370,6 +370,16 @@ def test_quantized_shared_solve_equals_separate_solves(pattern, quantize):
         torch.testing.assert_close(stacked, separate, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_gptq_shared_solve_equals_separate_solves(quantize):
+    W, H = random_problem(rows=40, cols=64, seed=5)
+    q, k, v = W[:24], W[24:32], W[32:]
+    together = solvers.gptq_shared([q, k, v], H, quantize, group_size=32, blocksize=32)
+    for alone, stacked in zip((q, k, v), together):
+        torch.testing.assert_close(stacked, solvers.gptq(alone, H, quantize, group_size=32, blocksize=32),
+                                   rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda W, H: solvers.sparsegpt(W, H, "2:4", quantize="int4", group_size=48), "group_size 48 does not divide"),
     (lambda W, H: solvers.sparsegpt(W, H, "2:4", quantize="int3"), "'int3' is not supported"),

@@ -360,11 +360,20 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
                             blocksize=blocksize, percdamp=percdamp)[0]
 
 
+def gptq_shared(weights: list[torch.Tensor], hessian: torch.Tensor, quantize: str = "int8", *,
+                group_size: int = 128, blocksize: int = 128, percdamp: float = 0.01,
+                cuda_graph: bool | None = None) -> list[torch.Tensor]:
+    """`gptq` for several weights that read the same input, stacked by rows against one factorisation as in
+    `sparsegpt_shared` (each weight's result is the one it gets alone)."""
+    if quantize not in CODE_RANGES:
+        raise QuantizationError(f"gptq needs quantize = int8 or int4, got {quantize!r}")
+    return _solve(weights, hessian, None, quantize, group_size, blocksize, percdamp, cuda_graph)
+
+
 def gptq(weight: torch.Tensor, hessian: torch.Tensor, quantize: str = "int8", *, group_size: int = 128,
          blocksize: int = 128, percdamp: float = 0.01) -> torch.Tensor:
     """GPTQ: dense weight rounded to the `quantize` grid column by column, each column's rounding error spread over
     the later columns through the inverse Hessian's Cholesky factor exactly as in `sparsegpt` (which is this loop
     with pruning added). Same grids, settings and result conventions as `sparsegpt(..., quantize=...)`."""
-    if quantize not in CODE_RANGES:
-        raise QuantizationError(f"gptq needs quantize = int8 or int4, got {quantize!r}")
-    return _solve([weight], hessian, None, quantize, group_size, blocksize, percdamp, None)[0]
+    return gptq_shared([weight], hessian, quantize, group_size=group_size, blocksize=blocksize,
+                       percdamp=percdamp)[0]
