@@ -21,13 +21,16 @@ A later round (a second plan file) may name the committed folder of an `earlier`
 are copied into OUT first (never its failures or picks), so the selection rule ranks old and new recipes together
 without running the old ones again. `held_out_checks` names recipes whose held-out score is reported whether or not
 they are picked (a repaired model, say), each with the items it is paired against; a check never feeds the selection.
+A baseline may name items it is paired against (`against`) as well. A recipe or baseline takes any PruneConfig field
+by name: `quantize` and `group_size` give N:M + int8/int4 values, and `"pattern": "dense"` with `quantize` dense GPTQ.
 
 Every finished item is skipped when the script runs again, so a run can be split over several device calls;
 `--deadline` stops starting new items after that many seconds. Several GPUs share one OUT: start one process per GPU
 with `--worker K --workers N` (stage `all`); each claims an item before it starts it (a folder under OUT/claims), so
-no item runs twice. The held-out scores of the dense model and of the baselines do not depend on the dev stage, so a
-second worker scores them while the first builds the self-written data; the picks are scored once every dev item
-has finished. Stage `report` only rewrites OUT/report.md from the results there.
+no item runs twice, and one worker builds each calibration set while the others wait for it. The held-out scores of
+the dense model and of the baselines do not depend on the dev stage, so a second worker scores them while the first
+builds the self-written data; the picks are scored once every dev item has finished. Stage `report` only rewrites
+OUT/report.md from the results there.
 """
 
 from __future__ import annotations
@@ -111,6 +114,11 @@ class Run:
         key = f"{source}-{recipe['tokens']}-{recipe.get('samples_per_prompt', 1)}"
         file, stats_file = self.out / "data" / f"{key}.safetensors", self.out / "data" / f"{key}.json"
         if stats_file.exists():
+            return CalibrationSet.load(file), json.loads(stats_file.read_text())
+        # items on the same data must calibrate on the same tokens: one worker samples them, the others wait (past
+        # the deadline, or if that worker died, they sample them themselves, with the same seed)
+        if not self.claim(f"data-{key}") and self.wait_for(stats_file.exists, f"calibration data {key}",
+                                                          self.args.pick_grace):
             return CalibrationSet.load(file), json.loads(stats_file.read_text())
         if source == "broad":
             data = self.selfdata()
@@ -376,7 +384,9 @@ class Report:
     def row(name: str, result: dict, dense: dict | None) -> dict:
         recipe, metrics, pruning = result["recipe"], result["metrics"], result.get("pruning") or {}
         repair = pruning.get("repair") or {}
-        row = {"name": name, "pattern": recipe.get("pattern", "dense"), "data": recipe.get("data", "-"),
+        row = {"name": name, "pattern": recipe.get("pattern", "dense"), "quantize": recipe.get("quantize", "none"),
+               "group_size": recipe.get("group_size", 128) if recipe.get("quantize") == "int4" else None,
+               "data": recipe.get("data", "-"),
                "tokens": (pruning.get("calibration") or {}).get("tokens"),
                "propagation": recipe.get("propagation", "-"), "target": recipe.get("target", "-"),
                "repair_steps": repair.get("best_step"), "repair_tokens": repair.get("tokens"),
@@ -399,8 +409,11 @@ class Report:
             repair = (f"{r['repair_steps']}, {r['repair_tokens']}, {r['repair_seconds']:.0f}; dev KL "
                       f"{r['initial_dev_kl']:.4f}->{r['best_dev_kl']:.4f}" if r["repair_tokens"] else "-")
             versus = lambda key: f" ({r[key]:.2f}x)" if key in r else ""  # noqa: E731
-            lines.append(f"| {r['name']} | {r['pattern']} | {r['data']} ({r['tokens'] or '-'}) | {r['propagation']}, "
-                         f"{r['target']} | {repair} | {r['pass@1_fenced']:.3f} ({r['passed_fenced']}/{r['problems']}) "
+            values = "" if r.get("quantize", "none") == "none" else \
+                f" {r['quantize']}" + (f" g{r['group_size']}" if r["group_size"] else "")
+            lines.append(f"| {r['name']} | {r['pattern']}{values} | {r['data']} ({r['tokens'] or '-'}) | "
+                         f"{r['propagation']}, {r['target']} | {repair} | {r['pass@1_fenced']:.3f} "
+                         f"({r['passed_fenced']}/{r['problems']}) "
                          f"| {r['pass@1_plain']:.3f} ({r['passed_plain']}/{r['problems']}) | {r['pass@1_mean']:.3f}"
                          f"{versus('pass_vs_dense')} | {r['kl']:.4f} | {r['ppl']:.1f}{versus('ppl_vs_dense')} | "
                          f"{r['seconds']:.0f} |")
@@ -410,7 +423,7 @@ class Report:
         dev, final = self.results("dev"), self.results("final")
         dev_rows = [self.row(name, result, dev.get("dense")) for name, result in dev.items()]
         final_rows = [self.row(name, result, final.get("dense")) for name, result in final.items()]
-        lines = ["# Issue 11 recipe search (Qwen2.5-Coder-1.5B-Instruct)", "",
+        lines = [f"# {self.plan.get('title', 'Issue 11 recipe search')} (Qwen2.5-Coder-1.5B-Instruct)", "",
                  f"Plan: `{self.plan_path}`, fixed before any held-out run. "
                  "Greedy pass@1 under two instruction wordings (fenced, plain) in one sandboxed run; KL(dense‖model) "
                  "on the model's own fenced answers; Lee perplexity on the held-out Lee corpus.", "",
@@ -464,6 +477,7 @@ class Report:
                  if base.get("pattern") == pick.get("pattern")] + [(pick["name"], "dense") for pick in picks.values()]
         pairs += [(f"check-{check['recipe']}", other) for check in self.plan.get("held_out_checks", [])
                   for other in check.get("against", [])]
+        pairs += [(base["name"], other) for base in self.plan["baselines"] for other in base.get("against", [])]
         for first, second in pairs:
             if first not in final or second not in final:
                 continue

@@ -154,15 +154,69 @@ def test_a_held_out_check_is_paired_in_the_report_but_never_picked(recipes, tmp_
     assert "- check-broad-a vs paper (plain): 1 vs 0" in report
 
 
+def test_one_worker_samples_each_calibration_set_and_the_others_wait_for_it(recipes, tmp_path, monkeypatch):
+    import torch
+
+    from sparsedecoding.calibration import CalibrationSet
+
+    built = []
+
+    def build(config, model, tokenizer):
+        built.append(config.prompts)
+        ids = torch.full((2, 4), len(built))
+        return CalibrationSet(ids, torch.ones_like(ids), torch.ones_like(ids, dtype=torch.bool), "decode"), {"n": 1}
+
+    monkeypatch.setattr(recipes, "build_calibration", build)
+    zero, one = run_for(recipes, tmp_path, 0), run_for(recipes, tmp_path, 1)
+    (tmp_path / "data").mkdir()
+    for run in (zero, one):
+        run.folder, run.dense, run.tokenizer = tmp_path, None, None
+        run.args.pick_grace = 0.0
+    recipe = {"name": "q", "pattern": "dense", "quantize": "int8", "data": "humaneval:fit", "tokens": 8}
+    assert zero.claim("data-humaneval:fit-8-1")  # worker 0 is sampling them; worker 1 waits until they are there
+    monkeypatch.setattr(recipes.time, "sleep", lambda seconds: zero.calibration(recipe))
+    calib, stats = one.calibration(recipe)
+    assert built == ["humaneval:fit"] and int(calib.input_ids[0, 0]) == 1 and stats == {"n": 1}
+    other = {**recipe, "tokens": 16}
+    assert zero.claim("data-humaneval:fit-16-1")
+    one.args.deadline = 0.0  # past the deadline nobody waits: the set is sampled again (same seed, same data)
+    one.calibration(other)
+    assert built == ["humaneval:fit"] * 2
+
+
+def test_quantized_baselines_show_their_values_and_their_own_pairs(recipes, tmp_path):
+    baselines = [{"name": "gptq-int8", "pattern": "dense", "quantize": "int8", "data": "humaneval:fit",
+                  "against": ["dense"]},
+                 {"name": "nm-int4", "pattern": "16:32", "quantize": "int4", "group_size": 128, "data": "text"}]
+    plan = {**PLAN, "title": "Issue 13 quality", "baselines": baselines}
+    run_for(recipes, tmp_path, 0)
+    write(tmp_path, "final", "dense", {"name": "dense", "dense": True}, [(True, True), (True, False)])
+    write(tmp_path, "final", "gptq-int8", baselines[0], [(True, False), (False, False)])
+    write(tmp_path, "final", "nm-int4", baselines[1], [(False, False)] * 2)
+    recipes.Report(tmp_path, plan, "plan.json").write()
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# Issue 13 quality (")
+    assert "| gptq-int8 | dense int8 | humaneval:fit" in report and "| nm-int4 | 16:32 int4 g128 | text" in report
+    assert "- gptq-int8 vs dense (fenced): 0 vs 1" in report and "- gptq-int8 vs dense (plain): 0 vs 1" in report
+    rows = {row["name"]: row for row in json.loads((tmp_path / "summary.json").read_text())["final"]}
+    assert (rows["gptq-int8"]["quantize"], rows["nm-int4"]["group_size"], rows["dense"]["quantize"]) == \
+        ("int8", 128, "none")
+
+
 @pytest.mark.parametrize("plan_file", sorted((BENCHMARKS / "recipes").glob("*.json")), ids=lambda path: path.name)
 def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
     """A typo in a plan would surface only on the GPU: every family member and held-out check is a recipe of the plan
-    or a dev result of its earlier round, and every repair setting is one that repair or the script takes."""
+    or a dev result of its earlier round, every recipe and baseline is a valid prune configuration, and every repair
+    setting is one that repair or the script takes."""
     from dataclasses import fields
 
     from sparsedecoding.repair import RepairConfig
 
     plan = json.loads(plan_file.read_text())
+    run = object.__new__(recipes.Run)
+    run.folder = Path("not-loaded")
+    for recipe in plan["recipes"] + plan["baselines"]:
+        run.prune_config(recipe).check_values()
     known = {recipe["name"] for recipe in plan["recipes"]}
     if "earlier" in plan:
         earlier = BENCHMARKS.parent / plan["earlier"]

@@ -413,7 +413,8 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     if start:
         log.info("resuming from layer %d of %d (the earlier layers are restored from %s)", start, len(layers),
                  work.path)
-    bar = tqdm(range(len(layers)), desc=f"pruning {config.pattern} ({solver_name(config)})", unit="layer", disable=not progress)
+    bar = tqdm(range(len(layers)), desc=f"pruning {config.pattern} ({solver_name(config)})", unit="layer",
+               disable=not progress)
     for index in bar:
         layer = layers[index]
         linears = prunable_linears(layer)

@@ -1,0 +1,258 @@
+"""Issue 13's picture: held-out pass@1 of Qwen2.5-Coder-1.5B against batch-1 decode tok/s, one point per weight
+configuration (dense and 16:32, each in bf16, int8 and int4), decode- and text-calibrated marked apart, one panel
+per speed source. Draws from committed files only and measures nothing:
+
+- quality: `summary.json` of `quality_recipes.py` runs (held-out rows, `final`); the quant round
+  (benchmarks/recipes/plan-quant.json) holds its own items and the earlier round's dense bf16 and 16:32 bf16 ones;
+- speed: reports of `sparsedecoding bench` or `benchmarks/quant_e2e_bench.py` (their markdown table, batch-1 rows,
+  looked up by the weights column: "dense", "16:32", "dense int8", "16:32 int4 g128", ...), or a JSON object
+  {weights label: tok/s at batch 1}. Speed does not depend on weight values, so a preset's random weights time
+  the same shapes as the real checkpoints.
+
+    python benchmarks/quant_chart.py          # the committed summaries and reports named in DEFAULT_*
+    python benchmarks/quant_chart.py --summary S.json --speed "8B=a.md,b.md" --speed "Qwen=q.json" --out C.png
+
+writes the PNG (default benchmarks/results/quant_quality_speed.png) and a markdown table beside it (same name,
+.md). A configuration without a held-out result, or without a speed in some panel, is left out of that panel and
+listed as not measured; nothing is filled in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+GROUP_SIZE = 128  # int4 columns per scale in plan-quant.json and in the speed reports
+DEFAULT_SUMMARIES = (RESULTS / "quality-quant-qwen2.5-coder-1.5b" / "summary.json",
+                     RESULTS / "quality-recipes-qwen2.5-coder-1.5b" / "summary.json")
+# The panels by default, each from the reports that exist (first file wins): the 8B preset's 16:32 run (next GPU
+# session) before the committed 2:4 one, which has the dense rows; the Qwen2.5-Coder-1.5B preset's run.
+DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
+                  ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",)))
+TARGET_GAP = 0.03  # issue 13: N:M + int8 within this pass@1 of the same N:M in bf16 (decode-time calibration)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point: `pattern` ("dense" or N:M), `quantize` ("none", "int8", "int4"), `calibration` ("decode", "text"
+    or "none" for the unpruned bf16 model) and the held-out items that score it, first found wins."""
+
+    pattern: str
+    quantize: str
+    calibration: str
+    items: tuple[str, ...]
+
+    @property
+    def weights(self) -> str:
+        """The speed reports' label of these weights (`engine.bench.run_label`)."""
+        if self.quantize == "none":
+            return self.pattern
+        return f"{self.pattern} {self.quantize}" + (f" g{GROUP_SIZE}" if self.quantize == "int4" else "")
+
+    @property
+    def label(self) -> str:
+        values = "bf16" if self.quantize == "none" else self.quantize
+        return f"{self.pattern} {values}" + ("" if self.calibration == "none" else f", {self.calibration}")
+
+
+# nm16-bf16-fit (the quant round's own 16:32 bf16 control on the same data) before the first round's pick of the same
+# recipe: the target pairs N:M + int8 with the N:M bf16 model calibrated on the same sampled tokens.
+CONFIGS = (
+    Config("dense", "none", "none", ("dense",)),
+    Config("dense", "int8", "decode", ("gptq-int8-fit",)),
+    Config("dense", "int4", "decode", ("gptq-int4-fit",)),
+    Config("dense", "int4", "text", ("gptq-int4-text",)),
+    Config("16:32", "none", "decode", ("nm16-bf16-fit", "nm50-p16-fit")),
+    Config("16:32", "none", "text", ("text-16of32",)),
+    Config("16:32", "int8", "decode", ("nm16-int8-fit",)),
+    Config("16:32", "int4", "decode", ("nm16-int4-fit",)),
+    Config("16:32", "int4", "text", ("nm16-int4-text",)),
+)
+COLORS = {"none": "tab:blue", "int8": "tab:orange", "int4": "tab:green"}
+MARKERS = {"none": "*", "decode": "o", "text": "s"}
+
+
+def read_quality(paths: list[Path]) -> dict[str, dict]:
+    """Held-out rows by item name from the summaries, an earlier path's row winning over a later one's."""
+    rows: dict[str, dict] = {}
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"error: quality summary {path} does not exist (quality_recipes.py writes summary.json)")
+        for row in json.loads(path.read_text()).get("final", []):
+            rows.setdefault(row["name"], {**row, "source": str(path)})
+    return rows
+
+
+def quality_of(config: Config, rows: dict[str, dict]) -> dict | None:
+    """The first of the config's items with a held-out row; SystemExit if that row is another configuration."""
+    for item in config.items:
+        if item in rows:
+            row = rows[item]
+            found = (row.get("pattern", "dense"), row.get("quantize", "none"))
+            if found != (config.pattern, config.quantize):
+                raise SystemExit(f"error: held-out item {item} is {' '.join(found)}, not {config.label}; the plan "
+                                 f"and quant_chart.CONFIGS disagree")
+            return row
+    return None
+
+
+def parse_speed_table(path: Path, batch: int = 1) -> dict[str, tuple[float, str]]:
+    """{weights label: (tok/s per sequence, model)} of the `batch` rows of a bench report's table; the first row of
+    a label wins. Rows reported as not run are skipped."""
+    speeds: dict[str, tuple[float, str]] = {}
+    header = None
+    for line in path.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[:3] == ["model", "weights", "batch"]:
+            header = cells
+            continue
+        if header is None or len(cells) != len(header) or not cells[2].isdigit() or int(cells[2]) != batch:
+            continue
+        value = cells[header.index("tok/s per seq")]
+        try:
+            speeds.setdefault(cells[1], (float(value), cells[0]))
+        except ValueError:  # "not run: ..."
+            continue
+    if header is None:
+        raise SystemExit(f"error: {path} has no `sparsedecoding bench` table (| model | weights | batch | ...)")
+    return speeds
+
+
+def read_speed(spec: str) -> tuple[str, dict[str, tuple[float, str]]]:
+    """`TITLE=FILE[,FILE...]`: a panel's title and its batch-1 speeds (`read_panel`)."""
+    title, separator, files = spec.partition("=")
+    if not separator or not title.strip() or not files.strip():
+        raise SystemExit(f"error: --speed {spec!r} is not TITLE=FILE[,FILE...]")
+    return title.strip(), read_panel([Path(name.strip()) for name in files.split(",")])
+
+
+def read_panel(paths: list[Path]) -> dict[str, tuple[float, str]]:
+    """{weights label: (batch-1 tok/s, where it was read)} from bench reports or JSON {label: tok/s}, an earlier
+    file's value winning over a later one's."""
+    speeds: dict[str, tuple[float, str]] = {}
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"error: speed report {path} does not exist")
+        if path.suffix == ".json":
+            found = {label: (float(value), path.name) for label, value in json.loads(path.read_text()).items()}
+        else:
+            found = parse_speed_table(path)
+        for label, value in found.items():
+            speeds.setdefault(label, (value[0], f"{path.name}: {value[1]}"))
+    return speeds
+
+
+def chart(quality: dict[str, dict], panels: list[tuple[str, dict]], out: Path) -> list[str]:
+    """Draw the PNG at `out` and return the markdown lines of its table."""
+    from sparsedecoding.analysis.plots import require_matplotlib
+
+    plt = require_matplotlib()
+    scored = {config: quality_of(config, quality) for config in CONFIGS}
+    missing = [f"- {config.label}: no held-out result (items {', '.join(config.items)})"
+               for config, row in scored.items() if row is None]
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5), squeeze=False)
+    for axis, (title, speeds) in zip(axes[0], panels):
+        for config, row in scored.items():
+            if row is None:
+                continue
+            if config.weights not in speeds:
+                missing.append(f"- {config.label} in {title}: no batch-1 speed for weights `{config.weights}`")
+                continue
+            x, y = speeds[config.weights][0], row["pass@1_mean"]
+            text = config.calibration == "text"  # open marker, edge in the value format's colour
+            axis.scatter(x, y, s=140 if config.calibration == "none" else 70, marker=MARKERS[config.calibration],
+                         facecolors="none" if text else COLORS[config.quantize], zorder=3,
+                         edgecolors=COLORS[config.quantize] if text else "black", linewidths=1.8 if text else 0.6)
+            axis.annotate(config.label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        axis.set(title=title, xlabel="batch-1 decode tok/s", ylabel="held-out pass@1 (mean of two wordings)",
+                 ylim=(0, 0.05 + max([row["pass@1_mean"] for row in scored.values() if row] + [0.75])))
+        axis.set_xlim(left=0)
+        axis.grid(alpha=0.3)
+    handles = [plt.Line2D([], [], marker=MARKERS[c], linestyle="", color="gray",
+                          markerfacecolor="none" if c == "text" else "gray", label=text)
+               for c, text in (("none", "dense bf16"), ("decode", "decode-calibrated"), ("text", "text-calibrated"))]
+    handles += [plt.Line2D([], [], marker="o", linestyle="", color=color, label="bf16" if q == "none" else q)
+                for q, color in COLORS.items()]
+    figure.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    figure.suptitle("Qwen2.5-Coder-1.5B held-out HumanEval pass@1\n"
+                    "vs batch-1 decode speed (H200) of each panel's model")
+    figure.tight_layout(rect=(0, 0.06, 1, 0.93))
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return table(scored, panels) + ["", "Not measured (left out of the chart):", *(missing or ["- (none)"])] \
+        + target_lines(scored)
+
+
+def table(scored: dict[Config, dict | None], panels: list[tuple[str, dict]]) -> list[str]:
+    titles = [title for title, _ in panels]
+    lines = ["| weights | calibration | held-out item | pass@1 fenced | pass@1 plain | pass@1 mean | "
+             "KL(dense‖model) | " + " | ".join(f"tok/s: {title} (x dense bf16)" for title in titles) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(titles)]
+    for config, row in scored.items():
+        cells = [config.label.split(",")[0], config.calibration]
+        cells += ["-"] * 5 if row is None else [row["name"], f"{row['pass@1_fenced']:.3f}",
+                                               f"{row['pass@1_plain']:.3f}", f"{row['pass@1_mean']:.3f}",
+                                               f"{row['kl']:.4f}"]
+        for _, speeds in panels:
+            if config.weights not in speeds:
+                cells.append("not measured")
+                continue
+            value = speeds[config.weights][0]
+            ratio = f" ({value / speeds['dense'][0]:.2f}x)" if "dense" in speeds else ""
+            cells.append(f"{value:.1f}{ratio}")
+        lines.append("| " + " | ".join(cells) + " |")
+    sources = sorted({f"{title}: {source}" for title, speeds in panels for _, source in speeds.values()})
+    return lines + ["", "Speed rows read (panel: file: model):", *[f"- {source}" for source in sources]]
+
+
+def target_lines(scored: dict[Config, dict | None]) -> list[str]:
+    by_key = {(c.pattern, c.quantize, c.calibration): row for c, row in scored.items()}
+    lines = ["", f"## Target (issue 13): 16:32 + int8 within {TARGET_GAP} held-out pass@1 of 16:32 bf16, both "
+                 f"decode-calibrated", ""]
+    bf16, int8 = by_key[("16:32", "none", "decode")], by_key[("16:32", "int8", "decode")]
+    if bf16 is None or int8 is None:
+        return lines + ["- not measured: both held-out results are needed"]
+    gap = bf16["pass@1_mean"] - int8["pass@1_mean"]
+    verdict = "met" if gap <= TARGET_GAP else f"missed by {gap - TARGET_GAP:.3f}"
+    return lines + [f"- {int8['name']} {int8['pass@1_mean']:.3f} vs {bf16['name']} {bf16['pass@1_mean']:.3f}: "
+                    f"{gap:+.3f} below ({verdict}); paired per-problem counts in the quality report's McNemar tests"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--summary", type=Path, action="append",
+                        help="quality_recipes summary.json (repeat: an earlier one wins for an item in both) "
+                             "(default: the quant round's, then the first round's)")
+    parser.add_argument("--speed", action="append",
+                        help="TITLE=FILE[,FILE...]: one panel of batch-1 speeds (bench reports or JSON; repeat for "
+                             "more panels) (default: the 8B preset's and the Qwen preset's quant_e2e reports that "
+                             "exist in benchmarks/results)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "quant_quality_speed.png",
+                        help="the PNG; the table goes beside it as .md (default: %(default)s)")
+    args = parser.parse_args(argv)
+    # by default the summaries that exist: before the quant round only the first round's bf16 points
+    summaries = args.summary or [path for path in DEFAULT_SUMMARIES if path.is_file()]
+    panels = [read_speed(spec) for spec in args.speed] if args.speed else \
+        [(title, read_panel([path for path in paths if path.is_file()])) for title, paths in DEFAULT_SPEEDS]
+    quality = read_quality(summaries)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    lines = chart(quality, panels, args.out)
+    command = "python benchmarks/quant_chart.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    report = ["# Issue 13: held-out quality vs decode speed (Qwen2.5-Coder-1.5B-Instruct)", "",
+              f"Command: `{command.strip()}`", "",
+              f"![chart]({args.out.name})", "",
+              "Held-out odd half of HumanEval (82 problems), greedy, mean of the fenced and plain wordings; speed: "
+              "decode tok/s at batch 1 from the reports listed below, ratio against the same panel's dense bf16. int4: "
+              f"one scale per {GROUP_SIZE} input columns; int8: one per row.", "", *lines]
+    markdown = args.out.with_suffix(".md")
+    markdown.write_text("\n".join(report) + "\n")
+    print(f"wrote {args.out} and {markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

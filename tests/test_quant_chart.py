@@ -1,0 +1,122 @@
+"""benchmarks/quant_chart.py on synthetic summaries and speed reports, and on the committed 8B speed report: the
+speeds it reads, the points it leaves out as not measured, the issue 13 target line, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+@pytest.fixture
+def chart(monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import quant_chart
+
+    return quant_chart
+
+
+def row(name: str, pattern: str, quantize: str | None, mean: float) -> dict:
+    values = {"name": name, "pattern": pattern, "pass@1_fenced": mean + 0.01, "pass@1_plain": mean - 0.01,
+              "pass@1_mean": mean, "kl": 0.01}
+    return values if quantize is None else {**values, "quantize": quantize}  # the first round's rows have none
+
+
+SPEED_TABLE = """Copy bandwidth (device-to-device, read + write): 4.22 TB/s
+
+| model | weights | batch | ms/step | tok/s per seq | tok/s total | vs dense | weight GB/step | achieved TB/s | % of copy | weights held GB | compile+capture s |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+| qwen2.5-coder-1.5b | dense | 1 | 2.000 | 500.0 | 500.0 | 1.000x | 3.1 | 1.5 | 36% | 3.5 | 2.0 |
+| qwen2.5-coder-1.5b | dense | 2 | 2.100 | 476.2 | 952.4 | 1.000x | 3.1 | 1.5 | 36% | 3.5 | 2.0 |
+| qwen2.5-coder-1.5b | 16:32 | 1 | 1.600 | 625.0 | 625.0 | 1.250x | 1.9 | 1.2 | 28% | 2.3 | 1.0 |
+| qwen2.5-coder-1.5b | 16:32 int8 | 1 | | not run: needs 99 GB | | | | | | | |
+| qwen2.5-coder-1.5b | dense int4 g128 | 1 | 1.250 | 800.0 | 800.0 | 1.600x | 0.9 | 0.7 | 17% | 1.3 | 1.0 |
+"""
+
+
+def test_the_committed_8b_report_gives_its_batch_1_speeds(chart):
+    speeds = chart.parse_speed_table(BENCHMARKS / "results" / "quant_e2e_h200.md")
+    assert {label: value for label, (value, _) in speeds.items()} == {
+        "dense": 204.7, "2:4": 264.1, "dense int8": 16.0, "2:4 int8": 250.0, "dense int4 g128": 302.6,
+        "2:4 int4 g128": 253.5}
+    assert {model for _, model in speeds.values()} == {"llama-3.1-8b"}
+
+
+def test_labels_are_the_bench_reports_weights_column(chart):
+    from sparsedecoding.engine.bench import run_label
+    from sparsedecoding.patterns import SparsityPattern
+
+    for config in chart.CONFIGS:
+        pattern = None if config.pattern == "dense" else SparsityPattern.parse(config.pattern)
+        quantize = None if config.quantize == "none" else config.quantize
+        assert config.weights == run_label(pattern, quantize=quantize, group_size=chart.GROUP_SIZE)
+
+
+def test_the_chart_draws_what_was_measured_and_lists_the_rest(chart, tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"final": [
+        row("dense", "dense", None, 0.67), row("nm50-p16-fit", "16:32", None, 0.44),
+        row("nm16-bf16-fit", "16:32", "none", 0.45), row("nm16-int8-fit", "16:32", "int8", 0.43),
+        row("gptq-int4-fit", "dense", "int4", 0.60), row("gptq-int4-text", "dense", "int4", 0.55)]}))
+    report = tmp_path / "qwen.md"
+    report.write_text(SPEED_TABLE)
+    extra = tmp_path / "more.json"
+    extra.write_text(json.dumps({"16:32 int8": 700.0, "dense": 1.0}))  # dense: the report's value wins
+    out = tmp_path / "chart" / "q.png"
+    assert chart.main(["--summary", str(summary), "--speed", f"Qwen={report},{extra}", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = out.with_suffix(".md").read_text()
+    assert "| 16:32 bf16 | decode | nm16-bf16-fit | 0.460 | 0.440 | 0.450 | 0.0100 | 625.0 (1.25x) |" in text
+    assert "| 16:32 int8 | decode | nm16-int8-fit | 0.440 | 0.420 | 0.430 | 0.0100 | 700.0 (1.40x) |" in text
+    assert "| dense int4 | text | gptq-int4-text | 0.560 | 0.540 | 0.550 | 0.0100 | 800.0 (1.60x) |" in text
+    assert "| dense int8 | decode | - | - | - | - | - | not measured |" in text
+    assert "- dense int8, decode: no held-out result (items gptq-int8-fit)" in text
+    assert "- dense bf16 in Qwen" not in text and "- 16:32 int8, decode in Qwen" not in text
+    assert "- 16:32 int4, decode: no held-out result" in text
+    assert "- Qwen: qwen.md: qwen2.5-coder-1.5b" in text and "- Qwen: more.json: more.json" in text
+    assert "nm16-int8-fit 0.430 vs nm16-bf16-fit 0.450: +0.020 below (met)" in text
+
+
+def test_a_missing_speed_is_listed_never_filled_in(chart, tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"final": [row("nm50-p16-fit", "16:32", None, 0.44),
+                                             row("nm16-int8-fit", "16:32", "int8", 0.40)]}))
+    out = tmp_path / "q.png"
+    chart.main(["--summary", str(summary), "--speed", f"8B={BENCHMARKS / 'results' / 'quant_e2e_h200.md'}",
+                "--out", str(out)])
+    text = out.with_suffix(".md").read_text()
+    assert "| 16:32 bf16 | decode | nm50-p16-fit | 0.450 | 0.430 | 0.440 | 0.0100 | not measured |" in text
+    assert "- 16:32 int8, decode in 8B: no batch-1 speed for weights `16:32 int8`" in text
+    assert "nm16-int8-fit 0.400 vs nm50-p16-fit 0.440: +0.040 below (missed by 0.010)" in text
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--summary", "missing.json"], "quality summary missing.json does not exist"),
+    (["--speed", "no-title"], "is not TITLE=FILE"),
+    (["--speed", "8B=missing.md"], "speed report missing.md does not exist"),
+])
+def test_bad_inputs_are_one_error_line(chart, tmp_path, argv, expected):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"final": []}))
+    base = ["--summary", str(summary)] if "--summary" not in argv else []
+    with pytest.raises(SystemExit, match=expected):
+        chart.main(base + argv + ["--out", str(tmp_path / "q.png")])
+
+
+def test_a_row_of_another_configuration_is_refused(chart, tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"final": [row("nm16-int8-fit", "16:32", "int4", 0.4)]}))
+    with pytest.raises(SystemExit, match="nm16-int8-fit is 16:32 int4, not 16:32 int8, decode"):
+        chart.main(["--summary", str(summary), "--out", str(tmp_path / "q.png")])
+
+
+def test_it_runs_on_the_committed_files_alone(chart, tmp_path):
+    out = tmp_path / "q.png"
+    assert chart.main(["--out", str(out)]) == 0
+    text = out.with_suffix(".md").read_text()
+    assert "| dense bf16 | none | dense | 0.659 | 0.683 | 0.671 |" in text  # the first round's held-out dense row
+    assert "- 16:32 int8, decode: no held-out result (items nm16-int8-fit)" in text or "nm16-int8-fit |" in text
