@@ -155,21 +155,64 @@ KERNEL_CASES = [
     (16, 128, 2, (3, 4), "int8", 128, dict(block_rows=8, block_words=2)),  # 24 codes a word: 6 int32 loads
     (12, 128, 1, (3, 4), "int4", 32, dict(block_rows=4, block_words=4, split_k=2)),  # 3 int32 loads
     (8, 64, 4, (1, 4), "int8", 64, dict(block_rows=8, block_words=1)),  # 8 codes: one 8-byte load
+    # rows not a multiple of the tile, several full steps and a partial one, 16:32, int4 groups of 64
+    (13, 320, 1, (2, 4), "int4", 64, dict(block_rows=4, block_words=4)),
+    (10, 256, 1, (16, 32), "int4", 128, dict(block_rows=8, block_words=2, split_k=2)),
+    (7, 192, 2, (4, 8), "int8", 192, dict(block_rows=4, block_words=4)),
 ]
 
 
+@pytest.mark.parametrize("design", ["scan", "tile"])
 @pytest.mark.parametrize("out,in_features,batch,pattern,quantize,group,config", KERNEL_CASES)
-def test_triton_kernel_matches_float64(out, in_features, batch, pattern, quantize, group, config):
+def test_triton_kernel_matches_float64(out, in_features, batch, pattern, quantize, group, config, design):
     from sparsedecoding.kernels.triton_nmq import NmqConfig, nmq_spmv_triton
 
     n, m = pattern
     weight = grid_weight(out, in_features, n, m, quantize, group_size=group, seed=out)
     packed = pack_nm_quantized(weight, n, m, quantize, group_size=group).to(DEVICE)
     x = torch.randn(batch, in_features, generator=torch.Generator().manual_seed(batch)).bfloat16().to(DEVICE)
-    y = nmq_spmv_triton(x, packed, NmqConfig(**config))
+    y = nmq_spmv_triton(x, packed, NmqConfig(**config, design=design))
     assert y.shape == (batch, out) and y.dtype == torch.bfloat16
     assert max_error(y, x, packed) <= 1
     assert max_error(nmq_spmv_reference(x, packed), x, packed) <= 1
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_tuner_times_both_designs(batch):
+    from sparsedecoding.kernels.triton_nmq import NmqConfig, candidate_configs
+
+    candidates = candidate_configs(4096, 128, batch)
+    assert {config.design for config in candidates} == {"scan", "tile"}
+    assert candidates[0].design == "scan"  # the interpreter's pick
+    assert str(NmqConfig(16, 8, design="tile")) == "tile R16xW8 split1 w4"
+    with pytest.raises(KernelInputError, match="design"):
+        NmqConfig(design="gather")
+
+
+def test_tuner_rejects_a_wrong_candidate_and_picks_the_fastest_correct(monkeypatch):
+    """The tuner's choice with do_bench stubbed (no GPU): a candidate whose output is wrong is never chosen, even
+    when it would be the fastest, and is listed with the reason."""
+    import triton
+
+    from sparsedecoding.kernels import triton_nmq
+    from sparsedecoding.kernels.triton_nmq import NmqConfig
+
+    packed = pack_nm_quantized(grid_weight(8, 128, 2, 4, "int4", group_size=32), 2, 4, "int4", 32)
+    x = torch.randn(1, 128).bfloat16()
+    wrong, slow, fast = NmqConfig(4, 2), NmqConfig(8, 2), NmqConfig(8, 2, design="tile")
+    times, launched = {wrong: 1.0, slow: 3.0, fast: 2.0}, []
+    launch = triton_nmq.launch_nmq
+
+    def stub_launch(x, packed, config):
+        launched.append(config)
+        return launch(x, packed, config) * (2 if config == wrong else 1)
+
+    monkeypatch.setattr(triton_nmq, "launch_nmq", stub_launch)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn: (fn(), times[launched[-1]])[1])
+    monkeypatch.setattr(triton_nmq, "_rejected", {})
+    assert triton_nmq._fastest_correct(x, packed, [wrong, slow, fast], "key") == fast
+    assert list(triton_nmq.rejected_candidates()["key"]) == [wrong]
+    assert "float64 bound" in triton_nmq.rejected_candidates()["key"][wrong]
 
 
 def test_vector_input_and_entry_checks():

@@ -91,7 +91,7 @@ def candidate_configs(out_features: int, words: int, batch: int, values_per_word
     return configs
 
 
-class _Reference:
+class Float64Reference:
     """x·Wᵀ in float64 (products of 16-bit floats are exact) and the error bound of one output: one unit of
     y's last place (any rounding mode) + twice the worst case of an fp32 sum of `in` products
     (2·in·2⁻²⁴·Σ|w·x|). A correct kernel stays within it; a wrong column or a lost word lands far outside."""
@@ -114,8 +114,25 @@ class _Reference:
 
 
 def output_error(y: torch.Tensor, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> float:
-    """Largest |y - x·Wᵀ| / bound of `_Reference` for one output."""
-    return _Reference(x, values, bitmask).error(y)
+    """Largest |y - x·Wᵀ| / bound of `Float64Reference` for one output."""
+    return Float64Reference(x, values, bitmask).error(y)
+
+
+def compile_failure(exc: Exception) -> str:
+    """A candidate's rejection reason for a Triton compile error: its type and last line."""
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}"
+
+
+def passing_candidates(kernel: str, key: tuple, candidates: list, rejected: dict) -> list:
+    """The candidates not in `rejected` (candidate -> reason), in order, after logging every rejection as an
+    error; RuntimeError when none is left."""
+    for candidate, reason in rejected.items():
+        log.error("%s %s: candidate %s is not used: %s", kernel, key, candidate, reason)
+    passed = [c for c in candidates if c not in rejected]
+    if not passed:
+        raise RuntimeError(f"{kernel}: no candidate configuration compiled and matched float64 for {key}: "
+                           f"{ {str(c): r for c, r in rejected.items()} }")
+    return passed
 
 
 def _weight_copies(values: torch.Tensor, bitmask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -152,7 +169,7 @@ def _compile_all(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
         try:
             compile_for(x, values, bitmask, n, m, config)
         except (CompilationError, OutOfResources) as exc:
-            return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}"
+            return compile_failure(exc)
         return None
 
     with ThreadPoolExecutor(_COMPILE_THREADS) as pool:
@@ -173,19 +190,14 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count
     candidates = candidate_configs(out_features, words, x.shape[0], values_per_word(n, m), sm_count)
     rejected: dict[SpmvConfig, str] = _compile_all(x, values, bitmask, n, m, candidates)
-    reference = _Reference(x, values, bitmask)
+    reference = Float64Reference(x, values, bitmask)
     for candidate in candidates:
         if candidate not in rejected:
             error = reference.error(launch(x, values, bitmask, n, m, candidate))
             if not error <= 1:  # NaN fails too
                 rejected[candidate] = f"output off by {error:.3g} x the float64 bound"
-    for candidate, reason in rejected.items():
-        log.error("nm_spmv %s: candidate %s is not used: %s", key, candidate, reason)
     _rejected[key] = rejected
-    passed = [c for c in candidates if c not in rejected]
-    if not passed:
-        raise RuntimeError(f"nm_spmv: no candidate configuration compiled and matched float64 for {key}: "
-                           f"{ {str(c): r for c, r in rejected.items()} }")
+    passed = passing_candidates("nm_spmv", key, candidates, rejected)
     weights = _weight_copies(values, bitmask)
     timings = {candidate: _graph_time(x, weights, n, m, candidate) for candidate in passed}
     del weights

@@ -19,29 +19,40 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources
 
 from ..errors import KernelInputError
+from .autotune import Float64Reference, compile_failure, passing_candidates
 from .format import values_per_word
 from .quantized import CODE_BITS, PackedNMQ
+from .triton_nmq_tile import nmq_tile_kernel
 from .triton_spmv import _load_weights, _scan_and_x, _split4, _take_lowest_bit, interpreted
+
+DESIGNS = ("scan", "tile")
 
 
 @dataclass(frozen=True)
 class NmqConfig:
-    """`block_rows` rows and `block_words` words per program and loop step; `split_k` programs per row block."""
+    """`block_rows` rows and `block_words` words per program and loop step; `split_k` programs per row block;
+    `design` "scan" (this module's bit scan, one lane per word) or "tile" (`triton_nmq_tile`: every word's 32
+    columns expanded in parallel against a dense x tile)."""
 
     block_rows: int = 8
     block_words: int = 16
     split_k: int = 1
     num_warps: int = 4
+    design: str = "scan"
 
     def __post_init__(self) -> None:
         sizes = (self.block_rows, self.block_words)
-        if any(v < 1 or v & (v - 1) for v in sizes) or self.split_k < 1 or self.num_warps < 1:
-            raise KernelInputError(f"nmq_spmv configuration {self!r}: tile sizes must be powers of two, split_k >= 1")
+        if any(v < 1 or v & (v - 1) for v in sizes) or self.split_k < 1 or self.num_warps < 1 \
+                or self.design not in DESIGNS:
+            raise KernelInputError(f"nmq_spmv configuration {self!r}: tile sizes must be powers of two, split_k >= 1, "
+                                   f"design one of {DESIGNS}")
 
     def __str__(self) -> str:
-        return f"R{self.block_rows}xW{self.block_words} split{self.split_k} w{self.num_warps}"
+        return f"{self.design} R{self.block_rows}xW{self.block_words} split{self.split_k} w{self.num_warps}"
 
 
 @triton.jit
@@ -171,48 +182,90 @@ def launch_nmq(x: torch.Tensor, packed: PackedNMQ, config: NmqConfig) -> torch.T
     else:
         out = torch.empty(config.split_k, batch, out_features, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(out_features, config.block_rows), config.split_k)
-    nmq_spmv_kernel[grid](
-        x_arg, packed.codes.view(torch.int32), packed.scales, packed.bitmask, out,
-        out_features, words, batch, packed.scales.shape[1],
+    constants = dict(
         N=packed.n, M=packed.m, BITS=CODE_BITS[packed.quantize], WORDS_PER_GROUP=packed.group_size // 32,
         BATCH_BLOCK=batch_block, BLOCK_ROWS=config.block_rows, BLOCK_WORDS=config.block_words,
         SPLIT_K=config.split_k, EVEN_WORDS=words % (config.block_words * config.split_k) == 0,
-        FAST_SCAN=not interpreted(), num_warps=config.num_warps, num_stages=1,
+        num_warps=config.num_warps, num_stages=1,
     )
+    if config.design == "scan":
+        kernel, constants["FAST_SCAN"] = nmq_spmv_kernel, not interpreted()
+    else:
+        kernel = nmq_tile_kernel
+    kernel[grid](x_arg, packed.codes.view(torch.int32), packed.scales, packed.bitmask, out,
+                 out_features, words, batch, packed.scales.shape[1], **constants)
     if config.split_k > 1:
         y = out.sum(0).to(x.dtype)
     return y
 
 
-def candidate_configs(out_features: int, words: int) -> list[NmqConfig]:
-    """Tiles to time for one problem: a few row and word widths, and split-K when there are few row blocks."""
+# (rows, words per loop step, warps) per design. A tile program holds [32 columns, rows, words] (times the batch)
+# in registers, one (row, word) per thread: rows · words = 32 · warps.
+_SCAN_TILES = ((8, 16, 4), (4, 32, 4), (16, 8, 4), (8, 32, 8), (4, 16, 2))
+_TILE_TILES = ((16, 8, 4), (32, 4, 4), (8, 16, 4), (8, 4, 1))
+_TILE_TILES_WIDE_BATCH = ((16, 8, 4), (8, 4, 1))
+
+
+def candidate_configs(out_features: int, words: int, batch: int = 1) -> list[NmqConfig]:
+    """Tiles to time for one problem, for both designs: a few row and word widths, and split-K when there are
+    few row blocks. The scan design's first tile comes first (the interpreter's choice)."""
+    tiles = [(tile, "scan") for tile in _SCAN_TILES]
+    tiles += [(tile, "tile") for tile in (_TILE_TILES if batch <= 4 else _TILE_TILES_WIDE_BATCH)]
     configs = []
-    for rows, step, warps in ((8, 16, 4), (4, 32, 4), (16, 8, 4), (8, 32, 8), (4, 16, 2)):
+    for (rows, step, warps), design in tiles:
         blocks = triton.cdiv(out_features, rows)
         for split in (1, 2, 4):
             if split > 1 and (blocks * split > 4096 or words < 2 * step * split):
                 continue
-            configs.append(NmqConfig(rows, step, split, warps))
+            configs.append(NmqConfig(rows, step, split, warps, design))
     return configs
 
 
 _tuned: dict[tuple, NmqConfig] = {}
+_rejected: dict[tuple, dict[NmqConfig, str]] = {}  # candidates that failed to compile or to match, and why
+
+
+def _fastest_correct(x: torch.Tensor, packed: PackedNMQ, candidates: list[NmqConfig], key: tuple) -> NmqConfig:
+    """The fastest candidate by triton's do_bench among those that compile and match a float64 product within
+    the autotuner's bound; the others are logged and kept in `rejected_candidates()` (a kernel bug is reported,
+    never silently used)."""
+    reference = Float64Reference(x, packed.kept_values(), packed.bitmask)
+    rejected = {}
+    for config in candidates:
+        try:
+            error = reference.error(launch_nmq(x, packed, config))
+        except (CompilationError, OutOfResources) as exc:
+            rejected[config] = compile_failure(exc)
+            continue
+        if not error <= 1:  # NaN fails too
+            rejected[config] = f"output off by {error:.3g} x the float64 bound"
+    _rejected[key] = rejected
+    passed = passing_candidates("nmq_spmv", key, candidates, rejected)
+    times = {config: triton.testing.do_bench(lambda config=config: launch_nmq(x, packed, config))
+             for config in passed}
+    return min(times, key=times.get)
+
+
+def tuner_key(x: torch.Tensor, packed: PackedNMQ) -> tuple:
+    """What a tuning result is kept per: device, shape, batch, format and x's dtype."""
+    return (str(x.device), packed.shape, x.shape[0], packed.n, packed.m, packed.quantize, packed.group_size,
+            str(x.dtype))
 
 
 def tuned_config(x: torch.Tensor, packed: PackedNMQ) -> NmqConfig:
-    """The fastest of `candidate_configs` for this problem, timed once per (device, shape, batch, format) with
-    triton's do_bench (which clears the L2 between launches); under the interpreter the first candidate."""
-    key = (str(x.device), packed.shape, x.shape[0], packed.n, packed.m, packed.quantize, packed.group_size,
-           str(x.dtype))
+    """The fastest correct one of `candidate_configs` (both designs) for this problem, checked and timed once per
+    (device, shape, batch, format) with triton's do_bench (which clears the L2 between launches); under the
+    interpreter the first candidate."""
+    key = tuner_key(x, packed)
     if key not in _tuned:
-        candidates = candidate_configs(*packed.bitmask.shape)
-        if interpreted():
-            _tuned[key] = candidates[0]
-        else:
-            times = {config: triton.testing.do_bench(lambda config=config: launch_nmq(x, packed, config))
-                     for config in candidates}
-            _tuned[key] = min(times, key=times.get)
+        candidates = candidate_configs(*packed.bitmask.shape, x.shape[0])
+        _tuned[key] = candidates[0] if interpreted() else _fastest_correct(x, packed, candidates, key)
     return _tuned[key]
+
+
+def rejected_candidates() -> dict[tuple, dict[NmqConfig, str]]:
+    """For every problem tuned so far: the candidates that failed to compile or to match float64, and why."""
+    return {key: dict(rejected) for key, rejected in _rejected.items() if rejected}
 
 
 def nmq_spmv_triton(x: torch.Tensor, packed: PackedNMQ, config: NmqConfig | None = None) -> torch.Tensor:
