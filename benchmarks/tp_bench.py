@@ -67,7 +67,8 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--all-reduce", choices=["auto", "nccl", "one-shot"], default="auto",
-                        help="how TP=2 rows sum partial outputs (sparsedecoding.engine.parallel; auto: one-shot on CUDA; default: auto)")
+                        help="how TP=2 rows sum partial outputs (sparsedecoding.engine.parallel; auto: one-shot "
+                             "on one host of peer GPUs; default: auto)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "tp_h200x2.md")
     args = parser.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) < 2 or not torch.cuda.is_available():

@@ -125,7 +125,8 @@ def main() -> int:
     parser.add_argument("--device", default="auto", help="auto (cuda when available) or cpu (gloo)")
     parser.add_argument("--no-compile", action="store_true", help="eager TP=N decode, no CUDA graph")
     parser.add_argument("--all-reduce", choices=["auto", "nccl", "one-shot"], default="auto",
-                        help="how the ranks sum partial outputs (sparsedecoding.engine.parallel; auto: one-shot on CUDA; default: auto)")
+                        help="how the ranks sum partial outputs (sparsedecoding.engine.parallel; auto: one-shot "
+                             "on one host of peer GPUs; default: auto)")
     parser.add_argument("--out", type=Path, help="also write the report here")
     args = parser.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:

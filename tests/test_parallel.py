@@ -383,3 +383,16 @@ def test_one_shot_all_reduce_equals_nccl_eagerly_and_in_a_cuda_graph(tmp_path):
         torch.testing.assert_close(runs[0][key], runs[1][key], rtol=0, atol=0)  # every rank holds the same sum
     for step in range(3):  # ranks hold rank + 1 + step: the sum is 3 + 2·step everywhere
         assert torch.equal(runs[0][f"graph_{step}"], torch.full((2, 4096), 3.0 + 2 * step))
+
+
+def test_auto_takes_one_shot_only_on_one_host_of_peer_gpus(monkeypatch):
+    assert not parallel.one_shot_possible(torch.device("cpu"), 2)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: True)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert parallel.one_shot_possible(torch.device("cuda", 0), 2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # two hosts of one GPU each
+    assert not parallel.one_shot_possible(torch.device("cuda", 0), 2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: False)
+    assert not parallel.one_shot_possible(torch.device("cuda", 0), 2)

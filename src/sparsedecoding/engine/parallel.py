@@ -17,14 +17,16 @@ The shard functions are pure (rank and world size in, a slice out); the collecti
 meaning one GPU. Processes are started by `torchrun --nproc-per-node N`, which sets the environment that
 `start_from_env` reads.
 
-All-reduce, two ways (`ALL_REDUCE`; `auto`, the default, is one-shot on CUDA and NCCL's or gloo's otherwise):
-`nccl` (NCCL's all-reduce, traced as a functional collective) or `one-shot` (CUDA only): every rank copies its partial sum into a buffer of symmetric memory that all ranks have mapped (PyTorch's
-`torch.distributed._symmetric_memory`, peer-to-peer over NVLink, no multicast), waits at a barrier of signal flags,
-reads all ranks' buffers and adds them, then waits at a second barrier before the buffer may be written again. That
-is one kernel of a few microseconds for the small vectors of a decode step, where NCCL's all-reduce inside a CUDA
-graph costs about 25 us (measured: the 8B preset at TP=2 spends about 1.8 ms of a 4.2 ms step on 64 of them,
-benchmarks/results/tp_h200x2_8b.md). Tensors larger than the buffer (prefill) and dtypes the kernel does not
-handle (float16) go to NCCL; which one a call uses depends only on its size and dtype, the same on every rank."""
+All-reduce, two ways (`ALL_REDUCE`; `auto`, the default, is one-shot where it can run, see `one_shot_possible`, and
+NCCL's or gloo's otherwise): `nccl` (NCCL's all-reduce, traced as a functional collective) or `one-shot` (CUDA
+only): every rank copies its partial sum into a buffer of symmetric memory that all ranks have mapped (PyTorch's
+`torch.distributed._symmetric_memory`, peer to peer over NVLink, no multicast), waits at a barrier of signal flags,
+reads all ranks' buffers and adds them, then waits at a second barrier before the buffer may be written again: one
+kernel of a few microseconds for the small vectors of a decode step. On two H200s it shortened the 8B preset's TP=2
+step from 4.20 to 3.70 ms (64 all-reduces) and the 70B one's from 22.65 to 21.31 ms (benchmarks/results/
+tp_h200x2_*_one_shot.md against tp_h200x2_*.md). Tensors larger than the buffer (prefill) and dtypes the kernel
+does not add (float16) go to NCCL; which one a call uses depends only on its size and dtype, the same on every
+rank."""
 
 from __future__ import annotations
 
@@ -199,6 +201,21 @@ def enable_one_shot(tp: ProcessGroup, device: torch.device, nbytes: int = ONE_SH
     log.info("all-reduce: one-shot over symmetric memory for tensors up to %d bytes, NCCL above", nbytes)
 
 
+def one_shot_possible(device: torch.device, world: int) -> bool:
+    """Whether `auto` picks the one-shot all-reduce: CUDA, every rank on this host (symmetric memory maps peers'
+    memory, which needs one host), and every pair of its GPUs able to read each other's memory (NVLink or PCIe peer
+    access). Otherwise `auto` means NCCL, and says so once."""
+    if device.type != "cuda":
+        return False
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    gpus = range(min(world, torch.cuda.device_count()))
+    peers = all(torch.cuda.can_device_access_peer(a, b) for a in gpus for b in gpus if a != b)
+    if local != world or not peers:
+        log.info("all-reduce: NCCL (%s)", "ranks on several hosts" if local != world else "GPUs without peer access")
+        return False
+    return True
+
+
 def disable_one_shot(tp: ProcessGroup) -> None:
     """Back to NCCL for every all-reduce over `tp` (the buffer is released with the group)."""
     _one_shot_buffers.pop(tp.group_name, None)
@@ -232,10 +249,11 @@ def start_from_env(device: torch.device, all_reduce: str = "auto") -> Iterator[t
                                                                                      torch.device]]:
     """(process group, this rank's device) for a process started by `torchrun --nproc-per-node N` (N > 1): NCCL on
     GPU `LOCAL_RANK` when `device` is CUDA, gloo on the CPU otherwise; (None, device) outside torchrun. `all_reduce`
-    (`ALL_REDUCE`): `one-shot` enables the symmetric-memory kernel for the group (CUDA only), `auto` does so on CUDA
-    (on two H200s it made the 70B step 6% shorter than NCCL: benchmarks/results/tp_h200x2_70b_one_shot.md). Ranks other than 0 log
-    warnings only, so that progress is logged once. The group is destroyed on exit. NCCL's environment
-    (NCCL_NVLS_ENABLE and friends) is left as the machine sets it."""
+    (`ALL_REDUCE`): `one-shot` enables the symmetric-memory kernel for the group (CUDA only); `auto` does so where it
+    can run (`one_shot_possible`); on two H200s it made the 70B step 6% shorter than NCCL's all-reduce
+    (benchmarks/results/tp_h200x2_70b_one_shot.md). Ranks other than 0 log warnings only, so that progress is logged
+    once. The group is destroyed on exit. NCCL's environment (NCCL_NVLS_ENABLE and friends) is left as the machine
+    sets it."""
     if all_reduce not in ALL_REDUCE:
         raise EngineError(f"all-reduce {all_reduce!r} is not one of {', '.join(ALL_REDUCE)}")
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -252,7 +270,7 @@ def start_from_env(device: torch.device, all_reduce: str = "auto") -> Iterator[t
     if dist.get_rank() != 0:
         logging.getLogger("sparsedecoding").setLevel(logging.WARNING)
     try:
-        if all_reduce == "one-shot" or (all_reduce == "auto" and device.type == "cuda"):
+        if all_reduce == "one-shot" or (all_reduce == "auto" and one_shot_possible(device, world)):
             enable_one_shot(dist.group.WORLD, device)
         yield dist.group.WORLD, device
     finally:
