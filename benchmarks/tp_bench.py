@@ -26,6 +26,7 @@ from sparsedecoding.engine.bench import SpeedResult, bench_preset, copy_bandwidt
 from sparsedecoding.engine.parallel import start_from_env
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
+from sparsedecoding.settings import add_all_reduce_option
 
 DENSE = None
 TWO_FOUR = SparsityPattern.parse("2:4")
@@ -66,9 +67,7 @@ def main() -> int:
                         help="run only these presets of the plan (repeatable; default: all)")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--all-reduce", choices=["auto", "nccl", "one-shot"], default="auto",
-                        help="how TP=2 rows sum partial outputs (sparsedecoding.engine.parallel; auto: one-shot "
-                             "on one host of peer GPUs; default: auto)")
+    add_all_reduce_option(parser)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "tp_h200x2.md")
     args = parser.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) < 2 or not torch.cuda.is_available():

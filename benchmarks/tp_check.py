@@ -35,6 +35,7 @@ from sparsedecoding.evaluation.engine_check import (DEFAULT_PROMPTS, WIDER, comp
                                                     replay_logits)
 from sparsedecoding.kernels import PackedLinear
 from sparsedecoding.runenv import environment_markdown, pick_device
+from sparsedecoding.settings import add_all_reduce_option
 
 
 def greedy_and_replay(model, prompts: list[torch.Tensor], new_tokens: int, compile: bool,
@@ -124,9 +125,7 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--device", default="auto", help="auto (cuda when available) or cpu (gloo)")
     parser.add_argument("--no-compile", action="store_true", help="eager TP=N decode, no CUDA graph")
-    parser.add_argument("--all-reduce", choices=["auto", "nccl", "one-shot"], default="auto",
-                        help="how the ranks sum partial outputs (sparsedecoding.engine.parallel; auto: one-shot "
-                             "on one host of peer GPUs; default: auto)")
+    add_all_reduce_option(parser)
     parser.add_argument("--out", type=Path, help="also write the report here")
     args = parser.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:

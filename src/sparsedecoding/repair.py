@@ -426,7 +426,7 @@ def _train(teacher, student, train, config, params, masks, masters, optimizer, p
             # where, not a product: inf·0 would put NaN on pruned weights
             masters[name].grad = torch.where(masks[name], grad, 0.0) if name in masks else grad
             parameter.grad = None
-        finite = all(bool(torch.isfinite(master.grad).all()) for master in masters.values())
+        finite = bool(torch.stack([torch.isfinite(master.grad).all() for master in masters.values()]).all())  # one sync
         if finite:  # a non-finite step (a bf16 overflow on some sample) is skipped and counted, not applied
             if config.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(list(masters.values()), config.max_grad_norm)

@@ -34,6 +34,16 @@ QUANTIZATIONS = ("none", "int8", "int4")
 METRICS = ("pass@1", "kl", "repetition", "ppl")
 DENSE_PATTERN = "dense"  # --pattern dense: nothing pruned, the weights only quantized (GPTQ; needs --quantize)
 GEN_BACKENDS = ("engine", "hf")  # batchgen.BACKENDS, without importing torch
+ALL_REDUCE = ("auto", "nccl", "one-shot")  # engine.parallel's ways to sum tensor-parallel partial outputs
+ALL_REDUCE_HELP = ("under torchrun: how the ranks sum their partial outputs: nccl (NCCL's all-reduce), one-shot (a "
+                   "symmetric-memory kernel for decode-step sizes, CUDA only; NCCL above its buffer), or auto: "
+                   "one-shot when the GPUs share a host and have peer access, else NCCL (default: auto)")
+
+
+def add_all_reduce_option(parser) -> None:
+    """`--all-reduce` on an argparse parser: the one definition that `generate`, `bench` and the TP benchmarks share
+    (`engine.parallel.start_from_env` takes its value)."""
+    parser.add_argument("--all-reduce", choices=ALL_REDUCE, default="auto", help=ALL_REDUCE_HELP)
 
 
 def knob(default=MISSING, help: str = "", *, flag: str | None = None, choices: tuple | None = None,

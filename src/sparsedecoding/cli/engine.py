@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import EngineError
 from ..patterns import SparsityPattern
+from ..settings import add_all_reduce_option
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="weights and activations; packed linears need bfloat16 or float16 (default: bfloat16)")
     generate.add_argument("--no-compile", action="store_true",
                           help="eager decode steps, no torch.compile or CUDA graph (default: off)")
-    generate.add_argument("--all-reduce", choices=["auto", "nccl", "one-shot"], default="auto",
-                          help="under torchrun: how the ranks sum their partial outputs: nccl, or one-shot (a "
-                               "symmetric-memory kernel for decode-step sizes, CUDA only; NCCL above its buffer); "
-                               "auto: one-shot when the GPUs share a host and peer access (default: auto)")
+    add_all_reduce_option(generate)
     generate.set_defaults(func=_generate)
 
     bench = subparsers.add_parser(
@@ -75,10 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--new-tokens", type=int, default=256, help="decode steps per generation (default: 256)")
     bench.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (default: 16)")
     bench.add_argument("--repeats", type=int, default=3, help="timed generations per row (default: 3)")
-    bench.add_argument("--all-reduce", choices=["auto", "nccl", "one-shot"], default="auto",
-                       help="under torchrun: how the ranks sum their partial outputs: nccl, or one-shot (a "
-                            "symmetric-memory kernel for decode-step sizes, CUDA only; NCCL above its buffer); "
-                            "auto: one-shot when the GPUs share a host and peer access (default: auto)")
+    add_all_reduce_option(bench)
     bench.add_argument("--out", type=Path, help="also write the markdown report here (default: print only)")
     bench.set_defaults(func=_bench)
 

@@ -22,9 +22,9 @@ NCCL's or gloo's otherwise): `nccl` (NCCL's all-reduce, traced as a functional c
 only): every rank copies its partial sum into a buffer of symmetric memory that all ranks have mapped (PyTorch's
 `torch.distributed._symmetric_memory`, peer to peer over NVLink, no multicast), waits at a barrier of signal flags,
 reads all ranks' buffers and adds them, then waits at a second barrier before the buffer may be written again: one
-kernel of a few microseconds for the small vectors of a decode step. On two H200s it shortened the 8B preset's TP=2
-step from 4.20 to 3.70 ms (64 all-reduces) and the 70B one's from 22.65 to 21.31 ms (benchmarks/results/
-tp_h200x2_*_one_shot.md against tp_h200x2_*.md). Tensors larger than the buffer (prefill) and dtypes the kernel
+kernel of a few microseconds for the small vectors of a decode step. On two H200s the 8B preset's TP=2 step took
+3.70 ms with it and 4.20 ms with NCCL, the 70B one's 21.31 and 22.65 ms (benchmarks/results/tp_h200x2_*_one_shot.md
+and tp_h200x2_*.md: runs a day apart, not side by side). Tensors larger than the buffer (prefill) and dtypes the kernel
 does not add (float16) go to NCCL; which one a call uses depends only on its size and dtype, the same on every
 rank."""
 
@@ -42,13 +42,13 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..errors import EngineError
+from ..settings import ALL_REDUCE
 from ..kernels.format import PackedNM, values_per_word
 from .config import ModelArgs
 
 Weight = Tensor | PackedNM
 ProcessGroup = dist.ProcessGroup
 _WORD = 32  # columns per packed mask word: the unit a row-parallel split must respect
-ALL_REDUCE = ("auto", "nccl", "one-shot")
 # one-shot buffer: 16 rows of a 16384-wide residual stream in bfloat16 (decode steps of every preset up to batch 16)
 ONE_SHOT_BYTES = 16 * 16384 * 2
 _ONE_SHOT_DTYPES = (torch.bfloat16, torch.float32)  # what PyTorch's one-shot kernel adds
@@ -250,10 +250,9 @@ def start_from_env(device: torch.device, all_reduce: str = "auto") -> Iterator[t
     """(process group, this rank's device) for a process started by `torchrun --nproc-per-node N` (N > 1): NCCL on
     GPU `LOCAL_RANK` when `device` is CUDA, gloo on the CPU otherwise; (None, device) outside torchrun. `all_reduce`
     (`ALL_REDUCE`): `one-shot` enables the symmetric-memory kernel for the group (CUDA only); `auto` does so where it
-    can run (`one_shot_possible`); on two H200s it made the 70B step 6% shorter than NCCL's all-reduce
-    (benchmarks/results/tp_h200x2_70b_one_shot.md). Ranks other than 0 log warnings only, so that progress is logged
-    once. The group is destroyed on exit. NCCL's environment (NCCL_NVLS_ENABLE and friends) is left as the machine
-    sets it."""
+    can run (`one_shot_possible`; the module docstring quotes what it saved). Ranks other than 0 log warnings only,
+    so that progress is logged once. The group is destroyed on exit. NCCL's environment (NCCL_NVLS_ENABLE and
+    friends) is left as the machine sets it."""
     if all_reduce not in ALL_REDUCE:
         raise EngineError(f"all-reduce {all_reduce!r} is not one of {', '.join(ALL_REDUCE)}")
     world = int(os.environ.get("WORLD_SIZE", "1"))
