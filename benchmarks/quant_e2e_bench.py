@@ -2,8 +2,8 @@
 
 One process, random weights of one preset (speed does not depend on values), every model built on the GPU, measured
 and freed before the next: dense bf16 (the baseline of every ratio), N:M bf16, then for int8 and int4 the dense
-weight-only quantized model (PyTorch's `_weight_int8pack_mm` / `_weight_int4pack_mm`) and the N:M quantized model
-(`nmq_spmv`), each with its decode step compiled and captured in a CUDA graph (`sparsedecoding bench`'s engine).
+weight-only quantized model (int8: our `triton_w8` kernel; int4: PyTorch's `_weight_int4pack_mm`) and the N:M
+quantized model (`nmq_spmv`), each with its decode step compiled and captured in a CUDA graph (`sparsedecoding bench`'s engine).
 The report checks the targets at batch 1: N:M+int8 >= 2.3x and N:M+int4 >= 3.0x dense bf16, each faster than the
 dense int4 model.
 
@@ -76,9 +76,9 @@ def main() -> int:
              environment_markdown(command, device),
              f"Decode steps only ({args.new_tokens - 1} per generation after a prefill of 16 random tokens), compiled "
              f"and captured in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense bf16 tok/s at the same "
-             f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 / "
-             f"int4 run PyTorch's `_weight_int8pack_mm` / `_weight_int4pack_mm`; N:M ones the quantized Triton "
-             f"kernel `nmq_spmv`.", "",
+             f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 runs "
+             f"our `triton_w8` kernel (reports before 2026-12-01 ran PyTorch's `_weight_int8pack_mm`), dense int4 "
+             f"PyTorch's `_weight_int4pack_mm`; N:M ones the quantized Triton kernel `nmq_spmv`.", "",
              format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

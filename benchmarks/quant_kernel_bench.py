@@ -1,5 +1,6 @@
-"""Quantized sparse N:M kernel (`nmq_spmv`, int8 and int4 kept values) vs cuBLAS bf16 (`F.linear`) vs PyTorch's
-dense weight-only int8 / int4 matmuls (`_weight_int8pack_mm`, `_weight_int4pack_mm`), on the decoder linear shapes
+"""Quantized sparse N:M kernel (`nmq_spmv`, int8 and int4 kept values) vs cuBLAS bf16 (`F.linear`) vs the dense
+weight-only int8 / int4 baselines (our `triton_w8` int8 kernel, which `dense_quantized_mm` runs; PyTorch's
+`_weight_int4pack_mm`; PyTorch's `_weight_int8pack_mm` beside ours), on the decoder linear shapes
 of the engine presets llama-3.1-8b and qwen3-14b (fused qkv and gate_up, as the engine runs them). Needs a CUDA GPU.
 
 Weights are random codes on the grid (random N:M mask, random bf16-exact scales: one per row for int8, one per row
@@ -130,6 +131,14 @@ def bench_dense_quantized(quantize: str, weight: torch.Tensor, batches: list[int
             row.times[name], _ = time_rotated([lambda d=d: d(x) for d in weights], reps)
             row.bytes[name] = nbytes + 2 * batch * sum(weight.shape)
             print(f"  {name} b{batch}: {row.times[name] * 1e6:.1f} us", flush=True)
+            if quantize == "int8":  # PyTorch's own int8 kernel beside ours, which dense_quantized_mm runs
+                torch_name = "dense int8 PyTorch"
+                row.checks[torch_name] = output_error(torch.ops.aten._weight_int8pack_mm(x, dense.weight, dense.scales),
+                                                      x, values, full_mask(*weight.shape))
+                row.times[torch_name], _ = time_rotated(
+                    [lambda d=d: torch.ops.aten._weight_int8pack_mm(x, d.weight, d.scales) for d in weights], reps)
+                row.bytes[torch_name] = row.bytes[name]
+                print(f"  {torch_name} b{batch}: {row.times[torch_name] * 1e6:.1f} us", flush=True)
     except (RuntimeError, NotImplementedError) as exc:  # e.g. no CUDA kernel for the op in this torch build
         for row in rows.values():
             row.notes.append(f"{name} n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
@@ -158,7 +167,7 @@ def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: 
     return list(rows.values())
 
 
-KERNELS = ["N:M+int8", "N:M+int4", "dense int8", "dense int4"]
+KERNELS = ["N:M+int8", "N:M+int4", "dense int8", "dense int4", "dense int8 PyTorch"]
 
 
 def results_table(rows: list[Row], copy_bw: float) -> str:
@@ -191,10 +200,10 @@ def targets_table(rows: list[Row]) -> str:
         verdict = "not measured" if math.isnan(value) else "met" if value >= goal else \
             f"missed by {(goal - value) / goal * 100:.0f}%"
         lines.append(f"| 2:4 + {quantize} | {value:.2f}x | {goal:.1f}x | {verdict} |")
-    for quantize in ("int8", "int4"):
-        name = f"dense {quantize}"
+    for name, label in (("dense int8", "dense int8 (ours, triton_w8)"), ("dense int4", "dense int4 (PyTorch tinygemm)"),
+                        ("dense int8 PyTorch", "dense int8 (PyTorch `_weight_int8pack_mm`)")):
         value = geomean([r.dense_s / r.times[name] for r in two_four if name in r.times])
-        lines.append(f"| dense {quantize} (PyTorch) | {value:.2f}x | - | for comparison |")
+        lines.append(f"| {label} | {value:.2f}x | - | for comparison |")
     return "\n".join(lines) + "\n"
 
 
@@ -220,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows += bench_shape(model, shape, pattern, args.batches, args.reps, generator)
     failed = [r for r in rows if any(v > 1 or math.isnan(v) for v in r.checks.values())]
     report = "\n".join([
-        "# Quantized sparse N:M kernel vs cuBLAS bf16 vs PyTorch dense int8 / int4", "", environment(copy_bw),
+        "# Quantized sparse N:M kernel vs cuBLAS bf16 vs dense int8 / int4", "", environment(copy_bw),
         f"- int4 group size {GROUP_SIZE}; scales bf16; float64 checks failed in {len(failed)} of {len(rows)} rows",
         "", "## Targets", "", targets_table(rows), "## All measurements", "",
         "Sparse time = the fastest candidate configuration by graph-replay timing. Bytes: N:M = codes + scales + "

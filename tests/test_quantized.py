@@ -177,10 +177,11 @@ def test_triton_kernel_matches_float64(out, in_features, batch, pattern, quantiz
     assert max_error(nmq_spmv_reference(x, packed), x, packed) <= 1
 
 
-@pytest.mark.parametrize("batch", [1, 16])
-def test_tuner_times_both_designs(batch):
+@pytest.mark.parametrize("batch", [2, 16])
+def test_tuner_times_both_designs_from_batch_2(batch):
     from sparsedecoding.kernels.triton_nmq import NmqConfig, candidate_configs
 
+    assert {config.design for config in candidate_configs(4096, 128, 1)} == {"scan"}
     candidates = candidate_configs(4096, 128, batch)
     assert {config.design for config in candidates} == {"scan", "tile"}
     assert candidates[0].design == "scan"  # the interpreter's pick

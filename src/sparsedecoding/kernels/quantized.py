@@ -10,8 +10,9 @@ Scales are bfloat16: the solvers round scales to 1 (int8) or 5 (int4) significan
 
 `pack_nm_quantized` builds one from a weight whose kept values lie on the grid (`solvers.sparsegpt(...,
 quantize=...)` or `solvers.gptq`); `nmq_spmv` multiplies by it (the Triton kernel on CUDA, the reference on CPU);
-`DenseQuantized` is the dense int8 / int4 weight that PyTorch's `_weight_int8pack_mm` / `_weight_int4pack_mm`
-multiply, for the dense-quantized baseline."""
+`DenseQuantized` is the dense int8 / int4 weight of the dense-quantized baseline, in the layouts of PyTorch's
+`_weight_int8pack_mm` / `_weight_int4pack_mm`; on CUDA, int8 runs our `triton_w8` kernel (PyTorch's is 10-20x
+slower than cuBLAS bf16 at batch 1), int4 PyTorch's tinygemm kernel."""
 
 from __future__ import annotations
 
@@ -222,10 +223,30 @@ class DenseQuantized:
         return dense_quantized_mm(x, self.weight, self.scales, self.quantize, self.group_size)
 
 
+@torch.library.custom_op("sparsedecoding::w8_mm", mutates_args=())
+def _w8_mm_op(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    from .triton_w8 import w8_mm
+
+    return w8_mm(x, weight, scales)
+
+
+@_w8_mm_op.register_fake
+def _w8_mm_fake(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
 def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, quantize: str,
                        group_size: int) -> torch.Tensor:
-    """y = x·Wᵀ for x [b, in] in the scales' dtype and W given as the parts of a `DenseQuantized`."""
+    """y = x·Wᵀ for x [b, in] in the scales' dtype and W given as the parts of a `DenseQuantized`. Dense int8 on
+    CUDA runs our `triton_w8` kernel up to 16 rows (the op `sparsedecoding::w8_mm`, opaque to torch.compile and
+    tuned on its first, eager call), int4 PyTorch's tinygemm `_weight_int4pack_mm`."""
     if quantize == "int8":
+        if x.device.type == "cuda":  # our kernel up to 16 rows (PyTorch's runs at 0.05-0.09x cuBLAS there)
+            from .op import MAX_BATCH
+
+            if x.shape[0] <= MAX_BATCH:
+                return torch.ops.sparsedecoding.w8_mm(x, weight, scales)
+            return torch.nn.functional.linear(x, weight.to(x.dtype)) * scales
         return torch.ops.aten._weight_int8pack_mm(x, weight, scales)
     if x.device.type == "cuda":
         return torch.ops.aten._weight_int4pack_mm(x, weight, group_size, scales)

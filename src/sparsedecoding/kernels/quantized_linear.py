@@ -1,7 +1,7 @@
 """Linear layers for quantized weights, as the engine runs them: `QuantizedPackedLinear` holds an N:M weight with
 int8 / int4 kept values (`PackedNMQ`) and decodes with `nmq_spmv`; `DenseQuantizedLinear` holds a dense int8 / int4
-weight (`DenseQuantized`) and multiplies with PyTorch's weight-only quantized matmuls, the baseline the sparse one
-is measured against.
+weight (`DenseQuantized`) and multiplies with `dense_quantized_mm` (our int8 kernel, PyTorch's int4 one), the
+baseline the sparse one is measured against.
 
 `nmq_spmv` is also registered as the torch custom op `sparsedecoding::nmq_spmv`, traced instead of the Python call
 while torch.compile runs: the compiler sees only its output shape, and the op runs unchanged inside a CUDA graph
