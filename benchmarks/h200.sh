@@ -176,6 +176,13 @@ case $report in
     # with the dense-tile candidates, quantized engine); the log goes to $OUT
     timeout 300 python3 -m pytest -q -m gpu tests/test_rows.py tests/test_quantized.py tests/test_quantized_engine.py \
       -p no:cacheprovider 2>&1 | tail -30 | tee "$OUT/gpu_tests_7.log" ;;
+  quant-remeasure)  # the dense int8 baseline on triton_w8 (GPU tests, then quant-kernel, quant-e2e-8b-16of32 and
+    # quant-e2e-qwen again), each step cut by its own timeout so that a short lease returns what finished
+    timeout 80 python3 -m pytest -q -m gpu tests/test_triton_w8.py -p no:cacheprovider 2>&1 | tail -5 \
+      | tee "$OUT/gpu_tests_w8.log" || true
+    for step in quant-kernel:150 quant-e2e-8b-16of32:110 quant-e2e-qwen:100; do
+      timeout ${step#*:} bash benchmarks/h200.sh ${step%:*} > "$OUT/${step%:*}.log" 2>&1 || echo "${step%:*}: rc $?"
+    done ;;
   eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
     python3 benchmarks/eager_bench.py --patterns 2:4 16:32 --batches 1 4 --out "$OUT/eager_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/
@@ -199,5 +206,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
