@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,12 +101,28 @@ def quality_of(config: Config, rows: dict[str, dict]) -> dict | None:
     return None
 
 
+# Weights whose kernel the code no longer runs, and the report text that names the retired kernel: such a row is
+# not today's speed, so it is left out (listed as not measured, with the reason) instead of being drawn.
+RETIRED = {"dense int8": ("`_weight_int8pack_mm`", "ran PyTorch's `_weight_int8pack_mm` (0.07x cuBLAS at batch 1), "
+                          "which dense int8 no longer runs (triton_w8 since 2026-12-01); not re-measured end to end")}
+
+
+def retired_rows(text: str) -> dict[str, str]:
+    """{weights label: why its row is not today's speed} for a report's text (`RETIRED`)."""
+    runs_line = next((line for line in text.splitlines() if "Dense int8" in line and " run" in line), "")
+    return {label: reason for label, (mark, reason) in RETIRED.items() if mark in runs_line
+            and "triton_w8" not in runs_line}
+
+
 def parse_speed_table(path: Path, batch: int = 1) -> dict[str, tuple[float, str]]:
     """{weights label: (tok/s per sequence, model)} of the `batch` rows of a bench report's table; the first row of
-    a label wins. Rows reported as not run are skipped."""
+    a label wins. Rows reported as not run are skipped; a row whose kernel is retired (`RETIRED`) gets NaN and the
+    reason in place of the model."""
     speeds: dict[str, tuple[float, str]] = {}
     header = None
-    for line in path.read_text().splitlines():
+    text = path.read_text()
+    retired = retired_rows(text)
+    for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if cells[:3] == ["model", "weights", "batch"]:
             header = cells
@@ -113,6 +130,9 @@ def parse_speed_table(path: Path, batch: int = 1) -> dict[str, tuple[float, str]
         if header is None or len(cells) != len(header) or not cells[2].isdigit() or int(cells[2]) != batch:
             continue
         value = cells[header.index("tok/s per seq")]
+        if cells[1] in retired:
+            speeds.setdefault(cells[1], (float("nan"), retired[cells[1]]))
+            continue
         try:
             speeds.setdefault(cells[1], (float(value), cells[0]))
         except ValueError:  # "not run: ..."
@@ -156,21 +176,30 @@ def chart(quality: dict[str, dict], panels: list[tuple[str, dict]], out: Path) -
                for config, row in scored.items() if row is None]
     figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5), squeeze=False)
     for axis, (title, speeds) in zip(axes[0], panels):
+        placed: list[tuple[float, float]] = []
+        span = max([v for v, _ in speeds.values() if not math.isnan(v)] + [1.0])
+        label_offset = lambda points, span=span: 4 - 11 * sum(  # noqa: E731  (labels of near points stack down)
+            abs(px - points[-1][0]) < 0.12 * span and abs(py - points[-1][1]) < 0.04 for px, py in points[:-1])
         for config, row in scored.items():
             if row is None:
                 continue
             if config.weights not in speeds:
                 missing.append(f"- {config.label} in {title}: no batch-1 speed for weights `{config.weights}`")
                 continue
+            if math.isnan(speeds[config.weights][0]):
+                missing.append(f"- {config.label} in {title}: {speeds[config.weights][1]}")
+                continue
             x, y = speeds[config.weights][0], row["pass@1_mean"]
             text = config.calibration == "text"  # open marker, edge in the value format's colour
             axis.scatter(x, y, s=140 if config.calibration == "none" else 70, marker=MARKERS[config.calibration],
                          facecolors="none" if text else COLORS[config.quantize], zorder=3,
                          edgecolors=COLORS[config.quantize] if text else "black", linewidths=1.8 if text else 0.6)
-            axis.annotate(config.label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+            placed.append((x, y))
+            axis.annotate(config.label, (x, y), textcoords="offset points", xytext=(6, label_offset(placed)),
+                          fontsize=8)
         axis.set(title=title, xlabel="batch-1 decode tok/s", ylabel="held-out pass@1 (mean of two wordings)",
                  ylim=(0, 0.05 + max([row["pass@1_mean"] for row in scored.values() if row] + [0.75])))
-        axis.set_xlim(left=0)
+        axis.set_xlim(0, 1.3 * span)  # room for the labels of the fastest points
         axis.grid(alpha=0.3)
     handles = [plt.Line2D([], [], marker=MARKERS[c], linestyle="", color="gray",
                           markerfacecolor="none" if c == "text" else "gray", label=text)
@@ -202,10 +231,14 @@ def table(scored: dict[Config, dict | None], panels: list[tuple[str, dict]]) -> 
                 cells.append("not measured")
                 continue
             value = speeds[config.weights][0]
+            if math.isnan(value):
+                cells.append("not measured (retired kernel)")
+                continue
             ratio = f" ({value / speeds['dense'][0]:.2f}x)" if "dense" in speeds else ""
             cells.append(f"{value:.1f}{ratio}")
         lines.append("| " + " | ".join(cells) + " |")
-    sources = sorted({f"{title}: {source}" for title, speeds in panels for _, source in speeds.values()})
+    sources = sorted({f"{title}: {source}" for title, speeds in panels for value, source in speeds.values()
+                      if not math.isnan(value)})
     return lines + ["", "Speed rows read (panel: file: model):", *[f"- {source}" for source in sources]]
 
 

@@ -40,10 +40,20 @@ SPEED_TABLE = """Copy bandwidth (device-to-device, read + write): 4.22 TB/s
 
 def test_the_committed_8b_report_gives_its_batch_1_speeds(chart):
     speeds = chart.parse_speed_table(BENCHMARKS / "results" / "quant_e2e_h200.md")
+    retired = speeds.pop("dense int8")  # that report's dense int8 ran PyTorch's kernel, which the code no longer runs
+    assert retired[0] != retired[0] and "no longer runs" in retired[1]
     assert {label: value for label, (value, _) in speeds.items()} == {
-        "dense": 204.7, "2:4": 264.1, "dense int8": 16.0, "2:4 int8": 250.0, "dense int4 g128": 302.6,
-        "2:4 int4 g128": 253.5}
+        "dense": 204.7, "2:4": 264.1, "2:4 int8": 250.0, "dense int4 g128": 302.6, "2:4 int4 g128": 253.5}
     assert {model for _, model in speeds.values()} == {"llama-3.1-8b"}
+
+
+def test_a_dense_int8_row_of_our_kernel_is_read(chart, tmp_path):
+    report = tmp_path / "r.md"
+    report.write_text("Dense int8 runs our `triton_w8` kernel (reports before 2026-12-01 ran PyTorch's "
+                      "`_weight_int8pack_mm`), dense int4 PyTorch's.\n\n" + SPEED_TABLE.replace(
+                          "| qwen2.5-coder-1.5b | 16:32 int8 | 1 | | not run: needs 99 GB | | | | | | | |",
+                          "| qwen2.5-coder-1.5b | dense int8 | 1 | 1.5 | 666.0 | 666.0 | 1.3x | 1 | 1 | 1% | 1 | 1 |"))
+    assert chart.parse_speed_table(report)["dense int8"] == (666.0, "qwen2.5-coder-1.5b")
 
 
 def test_labels_are_the_bench_reports_weights_column(chart):
