@@ -183,6 +183,11 @@ case $report in
     for step in quant-kernel:150 quant-e2e-8b-16of32:110 quant-e2e-qwen:100; do
       timeout ${step#*:} bash benchmarks/h200.sh ${step%:*} > "$OUT/${step%:*}.log" 2>&1 || echo "${step%:*}: rc $?"
     done ;;
+  quant-cuda)  # not yet run: the tensor-core kernel on 2:4 codes (GPU tests of it and of the unchanged 16-bit path,
+    # then quant-kernel, which times it beside the Triton kernel), about 4 minutes
+    timeout 200 python3 -m pytest -q -m gpu tests/test_cuda_mma_codes.py tests/test_cuda_mma.py -p no:cacheprovider \
+      2>&1 | tail -8 | tee "$OUT/gpu_tests_cuda_codes.log" || true
+    bash benchmarks/h200.sh quant-kernel ;;
   eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
     python3 benchmarks/eager_bench.py --patterns 2:4 16:32 --batches 1 4 --out "$OUT/eager_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/
@@ -206,5 +211,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

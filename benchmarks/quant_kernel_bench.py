@@ -8,9 +8,11 @@ and 128 columns for int4), packed by `pack_nm_quantized`. Every kernel's output 
 product of its dequantized weight with the autotuner's bound (output rounding plus the worst case of an fp32 sum);
 a failing check is reported and makes the script exit 1. Times are medians of CUDA-graph replays that call the
 kernel round-robin on enough weight copies to rotate past the L2 cache (`kernel_bench.time_rotated`); every
-candidate configuration of the quantized kernel, of both designs (bit scan and dense tile, `triton_nmq_tile`), is
-timed that way and the fastest is reported; the notes list the tuner's own pick (timed by `do_bench`), the fastest
-configuration of each design, and any candidate the tuner rejected (compile failure or float64 mismatch).
+candidate configuration of the quantized Triton kernel (bit scan, and from batch 2 the dense tile,
+`triton_nmq_tile`) is timed that way and the fastest is reported, and for 2:4 the tensor-core kernel on the same
+codes (`cuda_mma.nmq_mm_cuda`, default split and split 1); the notes list the tuner's own pick (timed by
+`do_bench`), the fastest configuration of each design, and any candidate the tuner rejected (compile failure or
+float64 mismatch).
 Bandwidth = bytes that must move / time, next to a large device-to-device copy measured in the same run. Examples:
 
     PYTHONPATH=src python benchmarks/quant_kernel_bench.py --out benchmarks/results/quant_kernel_h200.md
@@ -110,8 +112,35 @@ def bench_sparse(quantize: str, weight: torch.Tensor, n: int, m: int, batches: l
         row.notes.append(f"{name} fastest {best}; per design: " + ", ".join(
             f"{design} {seconds * 1e6:.1f} us ({config})" for design, (seconds, config) in sorted(fastest.items())))
         print(f"  {name} b{batch}: {best_s * 1e6:.1f} us ({best}), x{row.dense_s / best_s:.2f} vs cuBLAS", flush=True)
+        if (n, m) == (2, 4):
+            bench_cuda_codes(name, packed, weights, kept, x, reps, row)
     del weights, kept
     torch.cuda.empty_cache()
+
+
+def bench_cuda_codes(name: str, packed: PackedNMQ, weights: list[PackedNMQ], kept: torch.Tensor, x: torch.Tensor,
+                     reps: int, row: Row) -> None:
+    """The tensor-core kernel on the same 2:4 codes (`cuda_mma.nmq_mm_cuda`), its default split and split 1, the
+    faster one reported; n/a with the reason where it cannot build or run here."""
+    from sparsedecoding.kernels.cuda_mma import CudaKernelUnavailableError, nmq_mm_cuda
+
+    cuda_name = f"{name} CUDA"
+    try:
+        timed = {}
+        for splits in (None, 1):
+            row.checks[f"{cuda_name} split {splits or 'default'}"] = output_error(
+                nmq_mm_cuda(x, packed, splits=splits), x, kept, packed.bitmask)
+            timed[splits], _ = time_rotated([lambda p=p, s=splits: nmq_mm_cuda(x, p, splits=s) for p in weights], reps)
+    except (CudaKernelUnavailableError, RuntimeError) as exc:
+        row.notes.append(f"{cuda_name} n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+        print(f"  {cuda_name}: n/a ({exc})", flush=True)
+        return
+    splits = min(timed, key=timed.get)
+    row.times[cuda_name], row.bytes[cuda_name] = timed[splits], row.bytes[name]
+    row.notes.append(f"{cuda_name}: split {splits or 'default'} {timed[splits] * 1e6:.1f} us, other "
+                     f"{max(timed.values()) * 1e6:.1f} us")
+    print(f"  {cuda_name} b{x.shape[0]}: {timed[splits] * 1e6:.1f} us, x{row.dense_s / timed[splits]:.2f} vs cuBLAS",
+          flush=True)
 
 
 def bench_dense_quantized(quantize: str, weight: torch.Tensor, batches: list[int], reps: int,
@@ -167,7 +196,8 @@ def bench_shape(model: str, shape: str, pattern: str, batches: list[int], reps: 
     return list(rows.values())
 
 
-KERNELS = ["N:M+int8", "N:M+int4", "dense int8", "dense int4", "dense int8 PyTorch"]
+KERNELS = ["N:M+int8", "N:M+int4", "N:M+int8 CUDA", "N:M+int4 CUDA", "dense int8", "dense int4",
+           "dense int8 PyTorch"]
 
 
 def results_table(rows: list[Row], copy_bw: float) -> str:
@@ -195,11 +225,12 @@ def targets_table(rows: list[Row]) -> str:
              "|---|---|---|---|"]
     two_four = [r for r in rows if r.batch == 1 and r.pattern == "2:4"]
     for quantize, goal in TARGETS.items():
-        name = f"N:M+{quantize}"
-        value = geomean([r.dense_s / r.times[name] for r in two_four if name in r.times])
-        verdict = "not measured" if math.isnan(value) else "met" if value >= goal else \
-            f"missed by {(goal - value) / goal * 100:.0f}%"
-        lines.append(f"| 2:4 + {quantize} | {value:.2f}x | {goal:.1f}x | {verdict} |")
+        for kernel, suffix in (("Triton", ""), ("CUDA tensor-core", " CUDA")):
+            name = f"N:M+{quantize}{suffix}"
+            value = geomean([r.dense_s / r.times[name] for r in two_four if name in r.times])
+            verdict = "not measured" if math.isnan(value) else "met" if value >= goal else \
+                f"missed by {(goal - value) / goal * 100:.0f}%"
+            lines.append(f"| 2:4 + {quantize} ({kernel}) | {value:.2f}x | {goal:.1f}x | {verdict} |")
     for name, label in (("dense int8", "dense int8 (ours, triton_w8)"), ("dense int4", "dense int4 (PyTorch tinygemm)"),
                         ("dense int8 PyTorch", "dense int8 (PyTorch `_weight_int8pack_mm`)")):
         value = geomean([r.dense_s / r.times[name] for r in two_four if name in r.times])

@@ -6,10 +6,12 @@ a hash of the source, the architecture and the nvcc version) and called through 
 so it runs inside CUDA graphs. No torch headers or ninja are needed, which keeps the build to a few seconds.
 
 Every 50% pattern (2:4, 4:8, 8:16, 16:32) keeps exactly 16 values per 32-column mask word, so one kernel serves
-them all; 2:4 also keeps exactly 2 per group of 4 (`pack_nm` guarantees it) and takes a faster expansion."""
+them all; 2:4 also keeps exactly 2 per group of 4 (`pack_nm` guarantees it) and takes a faster expansion.
+`nmq_mm_cuda` runs the same kernel on a 2:4 `PackedNMQ` (int8 or int4 codes, dequantized in registers)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -105,6 +107,8 @@ def _load() -> ctypes.CDLL:
                 raise CudaKernelUnavailableError(f"could not load the built kernel {path}: {exc}") from exc
             library.nm_mma_launch.restype = ctypes.c_int
             library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
+            library.nm_mma_codes_launch.restype = ctypes.c_int
+            library.nm_mma_codes_launch.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int] * 9 + [ctypes.c_void_p]
             library.nm_mma_error_string.restype = ctypes.c_char_p
             library.nm_mma_error_string.argtypes = [ctypes.c_int]
             library.nm_mma_rows_per_block.restype = ctypes.c_int
@@ -145,6 +149,36 @@ def check_inputs(x: torch.Tensor, packed: PackedNM) -> None:
             raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
 
 
+def check_codes_inputs(x: torch.Tensor, packed) -> None:
+    """Raise KernelInputError for anything the kernel does not take from a `PackedNMQ`: pattern (2:4 only), code
+    width, dtype, device, layout, shape, batch size."""
+    if (packed.n, packed.m) != (2, 4):
+        raise KernelInputError(f"the tensor-core kernel runs quantized values for 2:4 only; got {packed.pattern}: "
+                               "use nmq_spmv's Triton kernel")
+    out, in_features = packed.shape
+    if packed.quantize == "int4" and in_features % 64:
+        raise KernelInputError(f"int4 codes need in_features a multiple of 64 for the tensor-core kernel (16-byte "
+                               f"rows); got {in_features}: use nmq_spmv's Triton kernel")
+    if x.dtype not in _DTYPES:
+        raise KernelInputError(f"x is {x.dtype}; the tensor-core kernel takes bfloat16 or float16 activations")
+    if packed.scales.dtype != torch.bfloat16:
+        raise KernelInputError(f"scales are {packed.scales.dtype}; the kernel reads bfloat16 scales")
+    if x.dim() not in (1, 2) or x.shape[-1] != in_features:
+        raise KernelInputError(f"x has shape {tuple(x.shape)}; expected [{in_features}] or [batch, {in_features}]")
+    batch = x.shape[0] if x.dim() == 2 else 1
+    if not 1 <= batch <= MAX_BATCH:
+        raise KernelInputError(f"batch {batch} is outside 1..{MAX_BATCH}")
+    tensors = (("x", x), ("codes", packed.codes), ("scales", packed.scales), ("bitmask", packed.bitmask))
+    if x.device.type != "cuda" or any(t.device != x.device for _, t in tensors):
+        raise KernelInputError("x, codes, scales and bitmask must all be on one CUDA device; got "
+                               + ", ".join(f"{name} on {t.device}" for name, t in tensors))
+    for name, t in tensors:
+        if not t.is_contiguous():
+            raise KernelInputError(f"{name} is not contiguous; call .contiguous() first")
+        if t.data_ptr() % 16:
+            raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
+
+
 def default_splits(out: int, words: int, sms: int) -> int:
     """Column splits per row block: as many as keep the CTAs within one wave (two per multiprocessor at the
     default pipeline depth), each split with at least two pipeline chunks; read off the H200 sweep of the 8B
@@ -167,12 +201,16 @@ class Launch:
 
     def __init__(self, x: torch.Tensor, packed: PackedNM, splits: int | None = None, stages: int = DEFAULT_STAGES):
         check_inputs(x, packed)
+        self._init_common(x, packed.shape, int(packed.n == 2 and packed.m == 4), splits, stages)
+
+    def _init_common(self, x: torch.Tensor, shape: tuple[int, int], fast24: int, splits: int | None,
+                     stages: int) -> None:
         if not available():
             raise CudaKernelUnavailableError("the tensor-core kernel needs a CUDA GPU and nvcc; use nm_spmv")
         self.library = _load()
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
-        self.out, in_features = packed.shape
+        self.out, in_features = shape
         self.words = in_features // 32
         self.device = x.device
         self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
@@ -185,7 +223,7 @@ class Launch:
             raise KernelInputError(f"stages = {stages}; the kernel is built for {STAGES}")
         self.splits, self.stages = splits, stages
         self.dtype, self.dtype_code = x.dtype, _DTYPES[x.dtype]
-        self.fast24 = int(packed.n == 2 and packed.m == 4)
+        self.fast24 = fast24
         self.counters = None
         if splits > 1:
             if -(-self.out // ROWS_PER_BLOCK) > _COUNTER_SLOTS:
@@ -198,28 +236,68 @@ class Launch:
                 self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
                                                                            device=self.device)
 
-    def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
-        for name, t in (("x", x), ("values", values), ("bitmask", bitmask)):
-            if t.data_ptr() % 16:
-                raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
+    def _outputs(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """y, and the split-K partials (None without split-K), for one call."""
         y = torch.empty((self.out,) if self.vector else (self.batch, self.out), dtype=self.dtype, device=self.device)
         partials = None
         if self.splits > 1:
             partials = torch.empty(self.splits * self.batch * self.out, dtype=torch.float32, device=self.device)
-        # The launch goes to the current device's runtime context: switch only when the caller is elsewhere.
-        previous = torch.cuda.current_device()
-        switch = previous != self.device_index
-        if switch:
-            torch.cuda.set_device(self.device_index)
-        try:
+        return y, partials
+
+    def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+        for name, t in (("x", x), ("values", values), ("bitmask", bitmask)):
+            if t.data_ptr() % 16:
+                raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
+        y, partials = self._outputs()
+        with _on_device(self.device_index):
             err = self.library.nm_mma_launch(x.data_ptr(), values.data_ptr(), bitmask.data_ptr(), y.data_ptr(),
                                              partials.data_ptr() if partials is not None else None,
                                              self.counters.data_ptr() if self.counters is not None else None,
                                              self.batch, self.out, self.words, self.dtype_code, self.fast24,
                                              self.splits, self.stages, _current_raw_stream(self.device_index))
-        finally:
-            if switch:
-                torch.cuda.set_device(previous)
+        if err:
+            raise RuntimeError(f"nm_mma kernel launch failed: {self.library.nm_mma_error_string(err).decode()}")
+        return y
+
+
+@contextlib.contextmanager
+def _on_device(device_index: int):
+    """Launches go to the current device's runtime context: switch only when the caller is elsewhere."""
+    previous = torch.cuda.current_device()
+    if previous == device_index:
+        yield
+        return
+    torch.cuda.set_device(device_index)
+    try:
+        yield
+    finally:
+        torch.cuda.set_device(previous)
+
+
+class CodesLaunch(Launch):
+    """`Launch` for a 2:4 `PackedNMQ`: the same tile, pipeline and split-K, with int8 or int4 codes streamed in
+    place of 16-bit values and dequantized in registers (`nm_mma.cu`, CODE 8 or 4)."""
+
+    def __init__(self, x: torch.Tensor, packed, splits: int | None = None, stages: int = DEFAULT_STAGES):
+        check_codes_inputs(x, packed)
+        self._init_common(x, packed.shape, 1, splits, stages)
+        self.code_bits = 8 if packed.quantize == "int8" else 4
+        self.groups = packed.scales.shape[1]
+        self.group_words = packed.group_size // 32
+
+    def __call__(self, x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor,
+                 bitmask: torch.Tensor) -> torch.Tensor:
+        for name, t in (("x", x), ("codes", codes), ("scales", scales), ("bitmask", bitmask)):
+            if t.data_ptr() % 16:
+                raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
+        y, partials = self._outputs()
+        with _on_device(self.device_index):
+            err = self.library.nm_mma_codes_launch(
+                x.data_ptr(), codes.data_ptr(), scales.data_ptr(), bitmask.data_ptr(), y.data_ptr(),
+                partials.data_ptr() if partials is not None else None,
+                self.counters.data_ptr() if self.counters is not None else None, self.batch, self.out, self.words,
+                self.dtype_code, self.code_bits, self.groups, self.group_words, self.splits, self.stages,
+                _current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"nm_mma kernel launch failed: {self.library.nm_mma_error_string(err).decode()}")
         return y
@@ -237,6 +315,12 @@ def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None,
     `stages` is the depth of the kernel's copy pipeline (2-4).
     Compiles the kernel on first use; raises CudaKernelUnavailableError if it cannot."""
     return Launch(x, packed, splits, stages)(x, packed.values, packed.bitmask)
+
+
+def nmq_mm_cuda(x: torch.Tensor, packed, splits: int | None = None, stages: int = DEFAULT_STAGES) -> torch.Tensor:
+    """`nm_mm_cuda` for a 2:4 `PackedNMQ` (int8 or int4 codes with bf16 scales): y = x·Wᵀ with W dequantized in
+    registers, fp32 accumulation, y in x's dtype."""
+    return CodesLaunch(x, packed, splits, stages)(x, packed.codes, packed.scales, packed.bitmask)
 
 
 def load() -> None:

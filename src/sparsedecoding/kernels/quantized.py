@@ -169,8 +169,10 @@ def nmq_spmv_reference(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
 
 def nmq_spmv(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16 activations, fp32 sums, output in
-    x's dtype. On CUDA the Triton kernel (`triton_nmq`) dequantizes the codes in registers; on CPU the reference."""
-    from .op import MAX_BATCH
+    x's dtype. On CUDA the Triton kernel (`triton_nmq`) dequantizes the codes in registers; with
+    SPARSEDECODING_KERNEL=cuda a 2:4 weight runs the tensor-core kernel instead (`cuda_mma.nmq_mm_cuda`, checked
+    once per problem against float64; `auto` keeps Triton until that kernel is measured); on CPU the reference."""
+    from .op import KERNEL_CHOICES, KERNEL_SETTING, MAX_BATCH, KernelChoiceError, kernel_setting
 
     if x.dtype not in (torch.bfloat16, torch.float16):
         raise KernelInputError(f"x is {x.dtype}; nmq_spmv takes bfloat16 or float16 activations")
@@ -182,9 +184,41 @@ def nmq_spmv(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
                                f"{packed.shape[1]}] with batch 1..{MAX_BATCH}")
     if x.device.type != "cuda":
         return nmq_spmv_reference(x, packed)
+    setting = kernel_setting()
+    if setting not in KERNEL_CHOICES:
+        raise KernelChoiceError(f"{KERNEL_SETTING}={setting!r}; use one of {', '.join(KERNEL_CHOICES)}")
+    if setting == "cuda":
+        return _nmq_cuda(x.contiguous(), packed)
     from .triton_nmq import nmq_spmv_triton
 
     return nmq_spmv_triton(x.contiguous(), packed)
+
+
+_cuda_launches: dict[tuple, object] = {}  # checked `cuda_mma.CodesLaunch` per problem
+
+
+def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
+    """The tensor-core kernel on a 2:4 quantized weight; its first run per problem (device, shape, batch, format,
+    dtype) is checked against a float64 product, and a mismatch raises (a kernel bug is never used)."""
+    from .cuda_mma import CodesLaunch
+    from .op import KERNEL_SETTING
+
+    key = (str(x.device), packed.shape, tuple(x.shape), packed.quantize, packed.group_size, str(x.dtype))
+    launch = _cuda_launches.get(key)
+    if launch is None:
+        from .autotune import output_error
+
+        launch = CodesLaunch(x, packed)
+        y = launch(x, packed.codes, packed.scales, packed.bitmask)
+        error = output_error(y.view(-1, packed.shape[0]), x.view(-1, packed.shape[1]), packed.kept_values(),
+                             packed.bitmask)
+        if not error <= 1:
+            raise RuntimeError(f"the tensor-core kernel's output on a {packed.pattern} {packed.quantize} weight "
+                               f"{packed.shape} is off by {error:.3g} x the float64 bound: a kernel bug; unset "
+                               f"{KERNEL_SETTING} to use the Triton kernel")
+        _cuda_launches[key] = launch
+    return launch(x, packed.codes, packed.scales, packed.bitmask)
+
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,8 @@ def rejected_candidates() -> dict[tuple, dict[W8Config, str]]:
     return {key: dict(rejected) for key, rejected in _rejected.items() if rejected}
 
 
-def w8_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, config: W8Config | None = None) -> torch.Tensor:
+def w8_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
+          config: W8Config | None = None) -> torch.Tensor:
     """y = x·(scale·W)ᵀ for x [batch ≤ 16, in] bf16/fp16, W int8 [out, in], scales [out] in x's dtype."""
     check_w8_inputs(x, weight, scales)
     x = x.contiguous()

@@ -18,6 +18,13 @@
 // values, so nibble s of a lane's half is exactly the lane's 32-bit value word s (FAST24: one 16-byte shared load
 // per row and 64 columns). Other 50% patterns fetch the window at the nibble's rank from shared memory.
 //
+// Quantized values (2:4 only): CODE = 8 or 4 streams int8 codes or int4 codes (two a byte, the earlier value in
+// the low nibble) in the same order instead of 16-bit values, 2 or 4 times fewer bytes. A lane dequantizes its 8
+// codes per row and word pair with the row's scale of that word's group into the four 32-bit value words that
+// FAST24 reads from shared memory for 16-bit values, so the expansion and the MMAs are unchanged. code·scale is
+// exact in bf16 and fp16 (the solvers keep scales to a few significant bits), so the product equals the 16-bit
+// kernel's on the dequantized weight.
+//
 // Split-K: blockIdx.y is a range of column chunks; with more than one split, each CTA writes fp32 partials and
 // the last CTA of a row block (counted with an atomic that it resets) sums them and writes y.
 //
@@ -45,6 +52,9 @@ constexpr int kValsBytes = kRows * kRowBytes;
 constexpr int kBarrierBytes = 64;                // one 8-byte mbarrier per stage, at the start of shared memory
 constexpr int kMaskBytes = kRows * kChunkWords * 4;    // [row][word]
 constexpr int kXStride = kChunkWords * 32 + 8;   // halves per x row; +16 B keeps the B loads conflict-free
+// Bytes of one mask word's 16 kept values: 16-bit values (CODE 0), int8 codes (8) or int4 codes (4).
+template <int CODE>
+__host__ __device__ constexpr int word_bytes() { return CODE == 0 ? 32 : CODE * 2; }
 
 template <int NT, int STAGES>
 struct Layout {
@@ -170,18 +180,63 @@ __device__ __forceinline__ void value_window(const char* pair_row, uint32_t rank
   q1 = w1 & static_cast<uint32_t>(keep >> 32);
 }
 
-// A registers of one 16-row strip for the 4 k-steps of one word pair, fed straight into the MMAs.
-template <typename T, int NT, bool FAST24>
+// Two values as the 32-bit word of a 16-bit pair (the first in the low half), rounded to nearest (exact here).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Code k (0-3) of a 32-bit piece of codes, sign-extended, as float: bytes for CODE 8, nibbles for CODE 4 (of which
+// a piece holds 8; k then counts 0-7).
+template <int CODE>
+__device__ __forceinline__ float code_at(uint32_t piece, int k) {
+  return static_cast<float>(static_cast<int32_t>(piece << (32 - CODE * (k + 1))) >> (32 - CODE));
+}
+
+// The lane's 8 kept values of one row and word pair as four 16-bit pair words (value 2s in the low half of word s),
+// from 16-bit values or dequantized from codes with `scale`.
+template <typename T, int CODE>
+__device__ __forceinline__ uint4 lane_values(const char* pair, int t, float scale) {
+  if constexpr (CODE == 0) {
+    return *reinterpret_cast<const uint4*>(pair + 16 * t);
+  } else if constexpr (CODE == 8) {
+    const uint2 c = *reinterpret_cast<const uint2*>(pair + 8 * t);
+    return make_uint4(pack2<T>(code_at<8>(c.x, 0) * scale, code_at<8>(c.x, 1) * scale),
+                      pack2<T>(code_at<8>(c.x, 2) * scale, code_at<8>(c.x, 3) * scale),
+                      pack2<T>(code_at<8>(c.y, 0) * scale, code_at<8>(c.y, 1) * scale),
+                      pack2<T>(code_at<8>(c.y, 2) * scale, code_at<8>(c.y, 3) * scale));
+  } else {
+    const uint32_t c = *reinterpret_cast<const uint32_t*>(pair + 4 * t);
+    return make_uint4(pack2<T>(code_at<4>(c, 0) * scale, code_at<4>(c, 1) * scale),
+                      pack2<T>(code_at<4>(c, 2) * scale, code_at<4>(c, 3) * scale),
+                      pack2<T>(code_at<4>(c, 4) * scale, code_at<4>(c, 5) * scale),
+                      pack2<T>(code_at<4>(c, 6) * scale, code_at<4>(c, 7) * scale));
+  }
+}
+
+// A registers of one 16-row strip for the 4 k-steps of one word pair, fed straight into the MMAs. `pair_g` is the
+// pair's values (or codes) of row g in shared memory; scale_g / scale_g8 dequantize codes (CODE 8 or 4).
+template <typename T, int NT, bool FAST24, int CODE>
 __device__ __forceinline__ void strip_word_pair(float (&acc)[NT][4], const char* pair_g, uint32_t word_g,
-                                                uint32_t word_g8, int t, const uint32_t (&xb)[NT][8]) {
+                                                uint32_t word_g8, int t, const uint32_t (&xb)[NT][8],
+                                                float scale_g, float scale_g8) {
+  static_assert(CODE == 0 || FAST24, "quantized values run the 2:4 expansion only");
   const char* pair_g8 = pair_g + 8 * kRowBytes;
   const uint32_t half_g = (t % 2) ? word_g >> 16 : word_g & 0xFFFFu;
   const uint32_t half_g8 = (t % 2) ? word_g8 >> 16 : word_g8 & 0xFFFFu;
   uint4 v_g, v_g8;
   uint32_t rank_g = 0, rank_g8 = 0;
   if constexpr (FAST24) {
-    v_g = *reinterpret_cast<const uint4*>(pair_g + 16 * t);
-    v_g8 = *reinterpret_cast<const uint4*>(pair_g8 + 16 * t);
+    v_g = lane_values<T, CODE>(pair_g, t, scale_g);
+    v_g8 = lane_values<T, CODE>(pair_g8, t, scale_g8);
   } else {
     // first kept value of the lane's half, counted from the start of the word pair's 32 values
     rank_g = 16 * (t / 2) + ((t % 2) ? __popc(word_g & 0xFFFFu) : 0);
@@ -214,11 +269,16 @@ __device__ __forceinline__ void strip_word_pair(float (&acc)[NT][4], const char*
   }
 }
 
-template <typename T, int NT, bool FAST24, int STAGES>
-__global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ x, const T* __restrict__ values,
+// `values`: 16-bit values of type T (CODE 0) or codes (CODE 8, 4) with `scales` (bf16, [out][groups], a group
+// `group_words` mask words wide; unused for CODE 0).
+template <typename T, int NT, bool FAST24, int STAGES, int CODE>
+__global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ x, const void* __restrict__ values,
+                                                          const __nv_bfloat16* __restrict__ scales,
                                                           const uint32_t* __restrict__ bitmask, T* __restrict__ y,
                                                           float* __restrict__ partials, int* __restrict__ counters,
-                                                          int batch, int out, int words, int chunks_per_split) {
+                                                          int batch, int out, int words, int chunks_per_split,
+                                                          int groups, int group_words) {
+  constexpr int kWordBytes = word_bytes<CODE>();
   using L = Layout<NT, STAGES>;
   extern __shared__ __align__(16) char smem[];
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem);
@@ -238,7 +298,8 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
   // Copy assignments are fixed for the whole column range; a stage only adds its chunk's offset. Values: thread r
   // (r < kRows) bulk-copies row r's chunk.
   static_assert(kRows <= kThreads, "one copying thread per row");
-  const T* vsrc = values + static_cast<size_t>(min(row0 + tid % kRows, out - 1)) * words * 16;
+  const char* vsrc = static_cast<const char*>(values) +
+                     static_cast<size_t>(min(row0 + tid % kRows, out - 1)) * words * kWordBytes;
   if (tid == 0)
     for (int s = 0; s < STAGES; ++s) mbarrier_init(&bars[s], kRows);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -259,8 +320,9 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
     char* st = stages + slot * L::stage;
     const int w0 = chunk * kChunkWords;
     // A row's last chunk may be partial: its missing words have zero masks (below), so their values are unused.
-    if (tid < kRows) bulk_copy(st + L::vals + tid * kRowBytes, vsrc + w0 * 16, min(kChunkWords, words - w0) * 32,
-                               &bars[slot]);
+    if (tid < kRows)
+      bulk_copy(st + L::vals + tid * kRowBytes, vsrc + static_cast<size_t>(w0) * kWordBytes,
+                min(kChunkWords, words - w0) * kWordBytes, &bars[slot]);
     if (mask16) {
       const bool m_ok = w0 + 4 * mp < words;
 #pragma unroll
@@ -302,6 +364,13 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
     for (int j = 0; j < NT; ++j) acc[h][j][0] = acc[h][j][1] = acc[h][j][2] = acc[h][j][3] = 0.f;
 
   const int rw = warp * 16 * kStrips + g;  // this lane's first row within the CTA; strip h adds 16h, +8
+  // Scale rows of the lane's rows (rows past the end read the last row, like the values; never stored).
+  const __nv_bfloat16* scale_rows[kStrips][2];
+#pragma unroll
+  for (int h = 0; h < kStrips; ++h)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      scale_rows[h][e] = scales + static_cast<size_t>(min(row0 + rw + 16 * h + 8 * e, out - 1)) * groups;
   for (int i = 0; i < n_chunks; ++i) {
     cp_async_wait<STAGES - 2>();
     mbarrier_wait(&bars[i % STAGES], (i / STAGES) & 1);
@@ -327,8 +396,14 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
         const uint32_t* mask = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
         const uint32_t word_g = mask[2 * p + t / 2];
         const uint32_t word_g8 = mask[8 * kChunkWords + 2 * p + t / 2];
-        strip_word_pair<T, NT, FAST24>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + p * 64, word_g, word_g8,
-                                       t, xb);
+        float scale_g = 1.f, scale_g8 = 1.f;
+        if constexpr (CODE != 0) {  // the lane's word lies in one group (group sizes are multiples of 32)
+          const int group = min((chunk0 + i) * kChunkWords + 2 * p + t / 2, words - 1) / group_words;
+          scale_g = __bfloat162float(scale_rows[h][0][group]);
+          scale_g8 = __bfloat162float(scale_rows[h][1][group]);
+        }
+        strip_word_pair<T, NT, FAST24, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + p * 2 * kWordBytes,
+                                             word_g, word_g8, t, xb, scale_g, scale_g8);
       }
     }
   }
@@ -378,10 +453,11 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
   }
 }
 
-template <typename T, int NT, bool FAST24, int STAGES>
-cudaError_t launch(const void* x, const void* values, const void* bitmask, void* y, float* partials, int* counters,
-                   int batch, int out, int words, int splits, cudaStream_t stream) {
-  auto kernel = nm_mma_kernel<T, NT, FAST24, STAGES>;
+template <typename T, int NT, bool FAST24, int STAGES, int CODE>
+cudaError_t launch(const void* x, const void* values, const void* scales, const void* bitmask, void* y,
+                   float* partials, int* counters, int batch, int out, int words, int splits, int groups,
+                   int group_words, cudaStream_t stream) {
+  auto kernel = nm_mma_kernel<T, NT, FAST24, STAGES, CODE>;
   const int smem = Layout<NT, STAGES>::smem;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
@@ -389,39 +465,46 @@ cudaError_t launch(const void* x, const void* values, const void* bitmask, void*
   const int per_split = (chunks + splits - 1) / splits;
   const int used_splits = (chunks + per_split - 1) / per_split;  // no split without work
   dim3 grid((out + kRows - 1) / kRows, used_splits);
-  kernel<<<grid, kThreads, smem, stream>>>(static_cast<const T*>(x), static_cast<const T*>(values),
+  kernel<<<grid, kThreads, smem, stream>>>(static_cast<const T*>(x), values,
+                                           static_cast<const __nv_bfloat16*>(scales),
                                            static_cast<const uint32_t*>(bitmask), static_cast<T*>(y), partials,
-                                           counters, batch, out, words, per_split);
+                                           counters, batch, out, words, per_split, groups, group_words);
   return cudaGetLastError();
 }
 
 struct Problem {
-  const void *x, *values, *bitmask;
+  const void *x, *values, *scales, *bitmask;
   void* y;
   float* partials;
   int* counters;
-  int batch, out, words, splits;
+  int batch, out, words, splits, groups, group_words;
   cudaStream_t stream;
 };
 
-template <typename T, int NT, bool FAST24>
+template <typename T, int NT, bool FAST24, int CODE>
 cudaError_t launch_stages(const Problem& p, int stages) {
   auto run = [&](auto kernel_launch) {
-    return kernel_launch(p.x, p.values, p.bitmask, p.y, p.partials, p.counters, p.batch, p.out, p.words, p.splits,
-                         p.stream);
+    return kernel_launch(p.x, p.values, p.scales, p.bitmask, p.y, p.partials, p.counters, p.batch, p.out, p.words,
+                         p.splits, p.groups, p.group_words, p.stream);
   };
   switch (stages) {
-    case 2: return run(launch<T, NT, FAST24, 2>);
-    case 3: return run(launch<T, NT, FAST24, 3>);
-    case 4: return run(launch<T, NT, FAST24, 4>);
+    case 2: return run(launch<T, NT, FAST24, 2, CODE>);
+    case 3: return run(launch<T, NT, FAST24, 3, CODE>);
+    case 4: return run(launch<T, NT, FAST24, 4, CODE>);
     default: return cudaErrorInvalidValue;
   }
 }
 
 template <typename T>
 cudaError_t dispatch(const Problem& p, int fast24, int stages) {
-  if (p.batch <= 8) return fast24 ? launch_stages<T, 1, true>(p, stages) : launch_stages<T, 1, false>(p, stages);
-  return fast24 ? launch_stages<T, 2, true>(p, stages) : launch_stages<T, 2, false>(p, stages);
+  if (p.batch <= 8)
+    return fast24 ? launch_stages<T, 1, true, 0>(p, stages) : launch_stages<T, 1, false, 0>(p, stages);
+  return fast24 ? launch_stages<T, 2, true, 0>(p, stages) : launch_stages<T, 2, false, 0>(p, stages);
+}
+
+template <typename T, int CODE>
+cudaError_t dispatch_codes(const Problem& p, int stages) {
+  return p.batch <= 8 ? launch_stages<T, 1, true, CODE>(p, stages) : launch_stages<T, 2, true, CODE>(p, stages);
 }
 
 }  // namespace
@@ -436,9 +519,25 @@ int nm_mma_launch(const void* x, const void* values, const void* bitmask, void* 
                   int batch, int out, int words, int is_bf16, int fast24, int splits, int stages, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || words < 1 || splits < 1) return cudaErrorInvalidValue;
   if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
-  const Problem p{x, values, bitmask, y, partials, counters, batch, out, words, splits,
+  const Problem p{x, values, nullptr, bitmask, y, partials, counters, batch, out, words, splits, 1, 1,
                   static_cast<cudaStream_t>(stream)};
   return is_bf16 ? dispatch<__nv_bfloat16>(p, fast24, stages) : dispatch<__half>(p, fast24, stages);
+}
+
+// The same for a 2:4 weight with quantized kept values: `codes` int8 (code_bits 8) or int4 pairs (4, in_features a
+// multiple of 64 so that rows start on 16 bytes), `scales` bf16 [out][groups], each group `group_words` mask words.
+int nm_mma_codes_launch(const void* x, const void* codes, const void* scales, const void* bitmask, void* y,
+                        float* partials, int* counters, int batch, int out, int words, int is_bf16, int code_bits,
+                        int groups, int group_words, int splits, int stages, void* stream) {
+  if (batch < 1 || batch > 16 || out < 1 || words < 1 || splits < 1 || groups < 1 || group_words < 1 ||
+      groups * group_words != words || (code_bits != 8 && code_bits != 4) || (code_bits == 4 && words % 2))
+    return cudaErrorInvalidValue;
+  if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
+  const Problem p{x, codes, scales, bitmask, y, partials, counters, batch, out, words, splits, groups, group_words,
+                  static_cast<cudaStream_t>(stream)};
+  if (code_bits == 8)
+    return is_bf16 ? dispatch_codes<__nv_bfloat16, 8>(p, stages) : dispatch_codes<__half, 8>(p, stages);
+  return is_bf16 ? dispatch_codes<__nv_bfloat16, 4>(p, stages) : dispatch_codes<__half, 4>(p, stages);
 }
 
 const char* nm_mma_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
