@@ -209,8 +209,8 @@ _TILE_TILES_WIDE_BATCH = ((16, 8, 4), (8, 4, 1))
 def candidate_configs(out_features: int, words: int, batch: int = 1) -> list[NmqConfig]:
     """Tiles to time for one problem: a few row and word widths, and split-K when there are few row blocks. The
     scan design's first tile comes first (the interpreter's choice). The tile design only from batch 2: at batch 1
-    it was 1.7-2.4x slower than the scan on every 8B and 14B shape (results/quant_kernel_h200.md, 2026-12-01),
-    and the do_bench timing once picked it there at twice the scan's time."""
+    it was 1.7-2.4x slower than the scan on every 8B and 14B shape (results/quant_kernel_h200.md as of commit
+    36021fd), and the do_bench timing once picked it there at twice the scan's time."""
     tiles = [(tile, "scan") for tile in _SCAN_TILES]
     if batch > 1:
         tiles += [(tile, "tile") for tile in (_TILE_TILES if batch <= 4 else _TILE_TILES_WIDE_BATCH)]
