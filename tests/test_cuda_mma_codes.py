@@ -63,6 +63,41 @@ def test_emulated_lane_codes_are_the_packers_values(quantize):
                 assert [c * scale for c in lane] == expected, (row, p, t)
 
 
+def _prmt(a: int, b: int, sel: int) -> int:
+    """PTX prmt.b32 (default mode): byte i of the result is byte (sel >> 4i) & 7 of the 8 bytes b:a."""
+    pool = a | b << 32
+    return sum(((pool >> 8 * ((sel >> 4 * i) & 7)) & 0xFF) << 8 * i for i in range(4))
+
+
+def test_emulated_int8_exponent_trick_is_exact():
+    """nm_mma.cu `int8_code`: the offset-binary byte below 2^23's exponent, minus 2^23 + 128, is the code."""
+    import struct
+
+    for code in range(-128, 128):
+        piece = (code & 0xFF) << 8 | 0x11  # the code in byte 1 of a piece, another byte beside it
+        offset = piece ^ 0x80808080
+        bits = _prmt(offset, 0x4B000000, 0x7440 | 1)
+        value = struct.unpack("<f", struct.pack("<I", bits))[0]
+        assert value - 8388736.0 == code
+
+
+def test_emulated_int4_bf16_trick_is_exact():
+    """nm_mma.cu `int4_pair_bf16`: the lane's 8 int4 codes of a 32-bit piece become word s = (value 2s, value 2s+1)
+    as bf16 128 + q, and minus 136 the codes, for every code in every position."""
+    g = torch.Generator().manual_seed(0)
+    pieces = [int(v) for v in torch.randint(0, 2**32, (64,), generator=g, dtype=torch.int64)]
+    pieces += [0x01234567, 0x89ABCDEF, 0xFFFFFFFF, 0]
+    for piece in pieces:
+        codes = [((piece >> 4 * k) & 0xF) - 16 * ((piece >> 4 * k + 3) & 1) for k in range(8)]
+        q = piece ^ 0x88888888
+        even, odd = q & 0x0F0F0F0F, (q >> 4) & 0x0F0F0F0F
+        for s in range(4):
+            word = (_prmt(even, odd, s | (4 + s) << 8) & 0x00FF00FF) | 0x43004300
+            halves = torch.tensor([word & 0xFFFF, word >> 16], dtype=torch.int32).to(torch.int16)
+            values = halves.view(torch.bfloat16).float() - 136
+            assert values.tolist() == [codes[2 * s], codes[2 * s + 1]], (hex(piece), s)
+
+
 def test_bad_inputs_raise_one_line():
     int8 = pack_nm_quantized(grid_weight(16, 96, "int8"), 2, 4, "int8")
     int4 = pack_nm_quantized(grid_weight(16, 96, "int4", group_size=32), 2, 4, "int4", 32)

@@ -201,6 +201,23 @@ __device__ __forceinline__ float code_at(uint32_t piece, int k) {
   return static_cast<float>(static_cast<int32_t>(piece << (32 - CODE * (k + 1))) >> (32 - CODE));
 }
 
+// Dequantization without int-to-float conversions (a quarter-rate pipe on sm_90), by exponent tricks, exact:
+// - int8: a code v in offset binary (q = v + 128, one xor per 4 codes) becomes the low byte of the float
+//   2^23 + q (one prmt), and 2^23 + q - (2^23 + 128) = v; then v·scale in fp32 (exact) rounds once to T.
+// - int4, bf16: q = v + 8 (one xor per 8 codes) in the low nibble of the bf16 0x4300 (128.0, one unit per step)
+//   is 128 + q, two to a 32-bit word (prmt + lop3 per two codes); minus 136 gives v exactly, and one bf16x2
+//   multiply by the scale rounds v·scale once, as pack2 would. tests/test_cuda_mma_codes.py emulates both.
+__device__ __forceinline__ float int8_code(uint32_t offset_bytes, int k) {
+  return __uint_as_float(prmt(offset_bytes, 0x4B000000u, 0x7440u | k)) - 8388736.0f;
+}
+
+__device__ __forceinline__ uint32_t int4_pair_bf16(uint32_t even, uint32_t odd, int s, __nv_bfloat162 scale2) {
+  const uint32_t w = (prmt(even, odd, s | ((4 + s) << 8)) & 0x00FF00FFu) | 0x43004300u;  // 128 + q, two halves
+  const __nv_bfloat162 v = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&w), __float2bfloat162_rn(136.f));
+  const __nv_bfloat162 r = __hmul2(v, scale2);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
 // The lane's 8 kept values of one row and word pair as four 16-bit pair words (value 2s in the low half of word s),
 // from 16-bit values or dequantized from codes with `scale`.
 template <typename T, int CODE>
@@ -209,11 +226,18 @@ __device__ __forceinline__ uint4 lane_values(const char* pair, int t, float scal
     return *reinterpret_cast<const uint4*>(pair + 16 * t);
   } else if constexpr (CODE == 8) {
     const uint2 c = *reinterpret_cast<const uint2*>(pair + 8 * t);
-    return make_uint4(pack2<T>(code_at<8>(c.x, 0) * scale, code_at<8>(c.x, 1) * scale),
-                      pack2<T>(code_at<8>(c.x, 2) * scale, code_at<8>(c.x, 3) * scale),
-                      pack2<T>(code_at<8>(c.y, 0) * scale, code_at<8>(c.y, 1) * scale),
-                      pack2<T>(code_at<8>(c.y, 2) * scale, code_at<8>(c.y, 3) * scale));
-  } else {
+    const uint32_t q0 = c.x ^ 0x80808080u, q1 = c.y ^ 0x80808080u;
+    return make_uint4(pack2<T>(int8_code(q0, 0) * scale, int8_code(q0, 1) * scale),
+                      pack2<T>(int8_code(q0, 2) * scale, int8_code(q0, 3) * scale),
+                      pack2<T>(int8_code(q1, 0) * scale, int8_code(q1, 1) * scale),
+                      pack2<T>(int8_code(q1, 2) * scale, int8_code(q1, 3) * scale));
+  } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const uint32_t q = *reinterpret_cast<const uint32_t*>(pair + 4 * t) ^ 0x88888888u;
+    const uint32_t even = q & 0x0F0F0F0Fu, odd = (q >> 4) & 0x0F0F0F0Fu;  // q of values 0,2,4,6 / 1,3,5,7
+    const __nv_bfloat162 scale2 = __float2bfloat162_rn(scale);  // exact: the scale is a bf16
+    return make_uint4(int4_pair_bf16(even, odd, 0, scale2), int4_pair_bf16(even, odd, 1, scale2),
+                      int4_pair_bf16(even, odd, 2, scale2), int4_pair_bf16(even, odd, 3, scale2));
+  } else {  // int4 with fp16 activations: through float (a bf16 scale need not be an fp16)
     const uint32_t c = *reinterpret_cast<const uint32_t*>(pair + 4 * t);
     return make_uint4(pack2<T>(code_at<4>(c, 0) * scale, code_at<4>(c, 1) * scale),
                       pack2<T>(code_at<4>(c, 2) * scale, code_at<4>(c, 3) * scale),
