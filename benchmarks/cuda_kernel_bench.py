@@ -52,6 +52,7 @@ class Row(Problem):
     dense_s: float
     sparse_bytes: int
     check: float
+    sp_s: float = float("nan")  # 2:4 on sparse tensor cores (sparse_mma, default split, 2 stages); NaN otherwise
 
 
 def bench_shape(model, shape, pattern, batches, reps, generator, sweep, stages) -> list[Row]:
@@ -64,16 +65,19 @@ def bench_shape(model, shape, pattern, batches, reps, generator, sweep, stages) 
     default = cuda_mma.default_splits(out, in_features // 32, sms)
     chunks = -(-in_features // 128)
     splits_tried = sorted({default, *(s for s in SPLIT_CHOICES if s <= chunks)}) if sweep else [default]
-    choices = [(s, st) for s in splits_tried for st in stages]
+    choices = [(s, st, False) for s in splits_tried for st in stages]
+    if (n, m) == (2, 4):  # mma.sp: two stages only
+        choices += [(s, 2, True) for s in splits_tried]
     rows = []
     for batch in batches:
         x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
         check, times = 0.0, {}
-        for splits, st in choices:
-            y = cuda_mma.nm_mm_cuda(x, packed, splits=splits, stages=st)
+        for splits, st, sp in choices:
+            y = cuda_mma.nm_mm_cuda(x, packed, splits=splits, stages=st, sparse_mma=sp)
             check = max(check, output_error(y, x, packed.values, packed.bitmask))
-            times[splits, st], _ = time_rotated([lambda p=p, s=splits, st=st: cuda_mma.nm_mm_cuda(x, p, s, st)
-                                                 for p in sparse_copies], reps)
+            times[splits, st, sp], _ = time_rotated(
+                [lambda p=p, s=splits, st=st, sp=sp: cuda_mma.nm_mm_cuda(x, p, s, st, sp) for p in sparse_copies],
+                reps)
         try:
             nm_spmv(x, packed)  # the Triton kernel tunes this problem on first use
             triton_s, _ = time_rotated([lambda p=p: nm_spmv(x, p) for p in sparse_copies], reps)
@@ -83,8 +87,9 @@ def bench_shape(model, shape, pattern, batches, reps, generator, sweep, stages) 
         dense_s, _ = time_rotated([lambda w=w: F.linear(x, w) for w in dense_copies], reps)
         best = min(times, key=times.get)
         io_bytes = 2 * batch * (in_features + out)
-        row = Row(model, shape, out, in_features, pattern, batch, times[default, stages[0]], default, times[best],
-                  f"{best[0]} splits, {best[1]} stages", triton_s, dense_s, packed_bytes + io_bytes, check)
+        row = Row(model, shape, out, in_features, pattern, batch, times[default, stages[0], False], default,
+                  times[best], f"{best[0]} splits, {best[1]} stages{', mma.sp' if best[2] else ''}", triton_s,
+                  dense_s, packed_bytes + io_bytes, check, times.get((default, 2, True), float("nan")))
         rows.append(row)
         print(f"{model} {shape} {out}x{in_features} {pattern} b{batch}: cuda {row.cuda_s * 1e6:.1f} us "
               f"(splits {default}; best {row.best_s * 1e6:.1f} at {row.best}), triton {triton_s * 1e6:.1f}, cuBLAS "
@@ -200,14 +205,14 @@ def dispatch_table(rows: list[DispatchRow], copy_bw: float) -> str:
 
 
 def results_table(rows: list[Row], copy_bw: float) -> str:
-    header = ["model", "linear", "out x in", "pattern", "batch", "cuda us (splits)", "best us (setting)", "triton us",
-              "cuBLAS us", "cuda vs cuBLAS", "best vs cuBLAS", "triton vs cuBLAS", "cuda TB/s (% copy)",
-              "float64 check"]
+    header = ["model", "linear", "out x in", "pattern", "batch", "cuda us (splits)", "mma.sp us", "best us (setting)",
+              "triton us", "cuBLAS us", "cuda vs cuBLAS", "mma.sp vs cuBLAS", "best vs cuBLAS", "triton vs cuBLAS",
+              "cuda TB/s (% copy)", "float64 check"]
     return markdown_table(header, [
         [r.model, r.shape, f"{r.out}x{r.in_features}", r.pattern, str(r.batch),
-         f"{r.cuda_s * 1e6:.1f} ({r.default_splits})", f"{r.best_s * 1e6:.1f} ({r.best})",
+         f"{r.cuda_s * 1e6:.1f} ({r.default_splits})", f"{r.sp_s * 1e6:.1f}", f"{r.best_s * 1e6:.1f} ({r.best})",
          f"{r.triton_s * 1e6:.1f}", f"{r.dense_s * 1e6:.1f}",
-         *(f"{r.dense_s / t:.2f}" for t in (r.cuda_s, r.best_s, r.triton_s)),
+         *(f"{r.dense_s / t:.2f}" for t in (r.cuda_s, r.sp_s, r.best_s, r.triton_s)),
          bandwidth_cell(r.sparse_bytes, r.cuda_s, copy_bw), check_cell(r.check)] for r in rows])
 
 
@@ -217,11 +222,12 @@ def summary_table(rows: list[Row]) -> str:
     for pattern, batch, rs in by_pattern_and_batch(rows):
         cuda = [r.dense_s / r.cuda_s for r in rs]
         cells.append([pattern, str(batch), f"{geomean(cuda):.2f}x", f"{min(cuda):.2f}x",
+                      f"{geomean([r.dense_s / r.sp_s for r in rs]):.2f}x",
                       f"{geomean([r.dense_s / r.best_s for r in rs]):.2f}x",
                       f"{geomean([r.dense_s / r.triton_s for r in rs]):.2f}x",
                       f"{geomean([r.dense_s / min(r.cuda_s, r.triton_s) for r in rs]):.2f}x"])
-    return markdown_table(["pattern", "batch", "cuda geomean", "cuda min", "best-setting geomean", "triton geomean",
-                           "max(cuda, triton) geomean"], cells)
+    return markdown_table(["pattern", "batch", "cuda geomean", "cuda min", "mma.sp geomean", "best-setting geomean",
+                           "triton geomean", "max(cuda, triton) geomean"], cells)
 
 
 def environment(copy_bw: float, build_s: float) -> str:
@@ -310,8 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         "# Tensor-core N:M kernel (CUDA) vs Triton nm_spmv vs cuBLAS", "", environment(copy_bw, build_s),
         "## Speedup over cuBLAS per pattern and batch (geomean over shapes)", "", summary_table(rows),
         "## All measurements", "",
-        "cuda = `nm_mm_cuda` with its default split-K and the first --stages; best = fastest of the split-K and "
-        "pipeline settings tried (each checked against float64). Bytes: packed values + bitmask + x + y.", "",
+        "cuda = `nm_mm_cuda` with its default split-K and the first --stages; mma.sp = the same on sparse tensor "
+        "cores (`sparse_mma=True`, 2:4 only, 2 stages); best = fastest of the split-K, pipeline and mma.sp settings "
+        "tried (each checked against float64). Bytes: packed values + bitmask + x + y.", "",
         results_table(rows, copy_bw),
         f"float64 failures: {len(failures)}. Whole run: {time.perf_counter() - started:.0f} s", ""])
     write_report(report, args.out)

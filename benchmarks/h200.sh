@@ -183,11 +183,13 @@ case $report in
     for step in quant-kernel:150 quant-e2e-8b-16of32:110 quant-e2e-qwen:100; do
       timeout ${step#*:} bash benchmarks/h200.sh ${step%:*} > "$OUT/${step%:*}.log" 2>&1 || echo "${step%:*}: rc $?"
     done ;;
-  quant-cuda)  # not yet run: the tensor-core kernel on 2:4 codes (GPU tests of it and of the unchanged 16-bit path,
-    # then quant-kernel, which times it beside the Triton kernel), about 4 minutes
-    timeout 200 python3 -m pytest -q -m gpu tests/test_cuda_mma_codes.py tests/test_cuda_mma.py -p no:cacheprovider \
+  quant-cuda)  # not yet run: the tensor-core kernel on 2:4 codes and on sparse tensor cores (mma.sp): GPU tests of
+    # both and of the 16-bit path, then quant-kernel (times them beside the Triton kernel) and the 8B cuda-kernel
+    # bench with its mma.sp column, about 6 minutes
+    timeout 240 python3 -m pytest -q -m gpu tests/test_cuda_mma_codes.py tests/test_cuda_mma.py -p no:cacheprovider \
       2>&1 | tail -8 | tee "$OUT/gpu_tests_cuda_codes.log" || true
-    bash benchmarks/h200.sh quant-kernel ;;
+    bash benchmarks/h200.sh quant-kernel
+    python3 benchmarks/cuda_kernel_bench.py --quick --out "$OUT/cuda_kernel_h200_sp_quick.md" ;;
   eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
     python3 benchmarks/eager_bench.py --patterns 2:4 16:32 --batches 1 4 --out "$OUT/eager_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/

@@ -10,9 +10,9 @@ a failing check is reported and makes the script exit 1. Times are medians of CU
 kernel round-robin on enough weight copies to rotate past the L2 cache (`kernel_bench.time_rotated`); every
 candidate configuration of the quantized Triton kernel (bit scan, and from batch 2 the dense tile,
 `triton_nmq_tile`) is timed that way and the fastest is reported, and for 2:4 the tensor-core kernel on the same
-codes (`cuda_mma.nmq_mm_cuda`, default split and split 1); the notes list the tuner's own pick (timed by
-`do_bench`), the fastest configuration of each design, and any candidate the tuner rejected (compile failure or
-float64 mismatch).
+codes (`cuda_mma.nmq_mm_cuda`: default split and split 1, each with expansion and with mma.sp); the notes list the
+tuner's own pick (timed by `do_bench`), the fastest configuration of each design, and any candidate the tuner
+rejected (compile failure or float64 mismatch).
 Bandwidth = bytes that must move / time, next to a large device-to-device copy measured in the same run. Examples:
 
     PYTHONPATH=src python benchmarks/quant_kernel_bench.py --out benchmarks/results/quant_kernel_h200.md
@@ -125,22 +125,26 @@ def bench_cuda_codes(name: str, packed: PackedNMQ, weights: list[PackedNMQ], kep
     from sparsedecoding.kernels.cuda_mma import CudaKernelUnavailableError, nmq_mm_cuda
 
     cuda_name = f"{name} CUDA"
-    try:
-        timed = {}
-        for splits in (None, 1):
-            row.checks[f"{cuda_name} split {splits or 'default'}"] = output_error(
-                nmq_mm_cuda(x, packed, splits=splits), x, kept, packed.bitmask)
-            timed[splits], _ = time_rotated([lambda p=p, s=splits: nmq_mm_cuda(x, p, splits=s) for p in weights], reps)
-    except (CudaKernelUnavailableError, RuntimeError) as exc:
-        row.notes.append(f"{cuda_name} n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
-        print(f"  {cuda_name}: n/a ({exc})", flush=True)
+    timed = {}
+    for splits in (None, 1):
+        for sparse_mma in (False, True):
+            setting = f"split {splits or 'default'}{', mma.sp' if sparse_mma else ''}"
+            try:
+                row.checks[f"{cuda_name} {setting}"] = output_error(
+                    nmq_mm_cuda(x, packed, splits=splits, sparse_mma=sparse_mma), x, kept, packed.bitmask)
+                timed[setting], _ = time_rotated(
+                    [lambda p=p, s=splits, sp=sparse_mma: nmq_mm_cuda(x, p, splits=s, sparse_mma=sp) for p in weights],
+                    reps)
+            except (CudaKernelUnavailableError, RuntimeError) as exc:
+                row.notes.append(f"{cuda_name} {setting} n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+                print(f"  {cuda_name} {setting}: n/a ({exc})", flush=True)
+    if not timed:
         return
-    splits = min(timed, key=timed.get)
-    row.times[cuda_name], row.bytes[cuda_name] = timed[splits], row.bytes[name]
-    row.notes.append(f"{cuda_name}: split {splits or 'default'} {timed[splits] * 1e6:.1f} us, other "
-                     f"{max(timed.values()) * 1e6:.1f} us")
-    print(f"  {cuda_name} b{x.shape[0]}: {timed[splits] * 1e6:.1f} us, x{row.dense_s / timed[splits]:.2f} vs cuBLAS",
-          flush=True)
+    best = min(timed, key=timed.get)
+    row.times[cuda_name], row.bytes[cuda_name] = timed[best], row.bytes[name]
+    row.notes.append(f"{cuda_name}: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in timed.items()))
+    print(f"  {cuda_name} b{x.shape[0]}: {timed[best] * 1e6:.1f} us ({best}), x{row.dense_s / timed[best]:.2f} vs "
+          "cuBLAS", flush=True)
 
 
 def bench_dense_quantized(quantize: str, weight: torch.Tensor, batches: list[int], reps: int,

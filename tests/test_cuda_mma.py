@@ -93,6 +93,74 @@ def test_emulated_fast_path_needs_two_per_group():
 
 # --- CPU: validation --------------------------------------------------------------------------------------------
 
+def _prmt(a: int, b: int, sel: int) -> int:
+    """PTX prmt.b32 (default mode): byte i of the result is byte (sel >> 4i) & 7 of the 8 bytes b:a."""
+    pool = a | b << 32
+    return sum(((pool >> 8 * ((sel >> 4 * i) & 7)) & 0xFF) << 8 * i for i in range(4))
+
+
+def _sp_meta_codes(m: int) -> int:
+    """nm_mma.cu `sp_meta_codes` in Python integers."""
+    full = 0xFFFFFFFF
+    u, v, not_m = m >> 1, (m << 1) & full, ~m & full
+    return ((not_m & u) & 0x11111111) | (~(m | v) & full & 0x22222222) | ((u | not_m) & 0x44444444) \
+        | ((m | v) & 0x88888888)
+
+
+def test_sp_metadata_codes_every_two_of_four_nibble():
+    """Each nibble with two bits set becomes (lower position) | (upper position) << 2, in all eight places."""
+    for low, high in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]:
+        nibble = 1 << low | 1 << high
+        for place in range(8):
+            word = nibble << 4 * place | 0x3 << 4 * ((place + 1) % 8)  # a neighbour keeping positions 0, 1
+            assert (_sp_meta_codes(word) >> 4 * place) & 0xF == low | high << 2
+
+
+def test_emulated_sparse_mma_word_equals_the_dense_product():
+    """`strip_word_sp` in nm_mma.cu: one 2:4 mask word of a 16-row strip on mma.sp m16n8k32. Built here lane by
+    lane as the kernel builds its registers (A: kept values 4t..4t+3 of rows g and g+8; metadata from
+    sp_meta_codes, even or odd nibbles by t & 1, rows merged by prmt; B: x columns 8(t>>1) + 2(t&1) + {0, 16, 4,
+    20}), then multiplied with mma.sp's semantics as we read the PTX ISA (compressed A as m16n8k16's A; B register
+    i of lane (n, t) = k 2t + 8i + {0, 1}; metadata of rows g and g+8 in lanes t = 0 (k 0-15) and 1 (k 16-31), low
+    and high halves, 4 bits a group of 4 k): the result must be the dense W·x."""
+    g_ = torch.Generator().manual_seed(3)
+    weight = random_nm(16, 32, 2, 4, torch.float32)
+    weight = torch.where(weight != 0, torch.randint(-9, 10, (16, 32), generator=g_).float().clamp(min=1), weight)
+    x = torch.randint(-5, 6, (32, 8), generator=g_).float()
+    packed = pack_nm(weight, 2, 4)
+    values = packed.values.float()  # [16 rows, 16 kept]
+    masks = [int(v) & 0xFFFFFFFF for v in packed.bitmask[:, 0].tolist()]
+    compressed = torch.zeros(16, 16)
+    meta = {}
+    b_regs = {}
+    for g in range(8):
+        for t in range(4):
+            for half, row in ((0, g), (1, g + 8)):  # a0/a2 (row g), a1/a3 (row g + 8)
+                compressed[row, 2 * t:2 * t + 2] = values[row, 4 * t:4 * t + 2]
+                compressed[row, 2 * t + 8:2 * t + 10] = values[row, 4 * t + 2:4 * t + 4]
+            shift = 4 * (t & 1)
+            folded = []
+            for row in (g, g + 8):
+                f = (_sp_meta_codes(masks[row]) >> shift) & 0x0F0F0F0F
+                folded.append(f | f >> 4)
+            meta[g, t] = _prmt(folded[0], folded[1], 0x6420)
+            c0 = 8 * (t >> 1) + 2 * (t & 1)
+            b_regs[g, t] = [c0, c0 + 16, c0 + 4, c0 + 20]  # first x column of B registers 0..3 (batch row g)
+    b = torch.zeros(32, 8)  # the MMA's B, k by n
+    for (n, t), columns in b_regs.items():
+        for i, column in enumerate(columns):
+            for e in (0, 1):
+                b[2 * t + 8 * i + e, n] = x[column + e, n]
+    d = torch.zeros(16, 8)
+    for row in range(16):
+        for q in range(8):  # MMA group q: k 4q..4q+3
+            e = meta[row % 8, q // 4] >> 16 * (row // 8) + 4 * (q % 4)
+            for slot in (0, 1):
+                position = (e >> 2 * slot) & 3
+                d[row] += compressed[row, 2 * q + slot] * b[4 * q + position]
+    assert torch.equal(d, weight @ x)
+
+
 def _packed(out=32, in_features=64, n=2, m=4, dtype=torch.bfloat16):
     return pack_nm(random_nm(out, in_features, n, m, dtype), n, m)
 
@@ -181,3 +249,28 @@ def test_kernel_rejects_batch_17_on_gpu():
     packed = _packed().to("cuda")
     with pytest.raises(KernelInputError, match="batch 17"):
         nm_mm_cuda(torch.randn(17, 64, device="cuda").bfloat16(), packed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", SHAPES)
+def test_sparse_mma_matches_float64(out, in_features):
+    """2:4 on sparse tensor cores (mma.sp, `sparse_mma=True`), every batch 1..16, split-K on and off."""
+    weight = random_nm(out, in_features, 2, 4, device="cuda")
+    packed = pack_nm(weight, 2, 4)
+    for batch in range(1, 17):
+        x = torch.randn(batch, in_features, device="cuda").bfloat16()
+        for splits in (1, 3, None):
+            y = nm_mm_cuda(x, packed, splits=splits, stages=2, sparse_mma=True)
+            assert float64_error(y, x, weight) <= 1, (batch, splits)
+
+
+@pytest.mark.gpu
+def test_sparse_mma_float16_and_bad_settings():
+    weight = random_nm(300, 640, 2, 4, dtype=torch.float16, device="cuda")
+    packed = pack_nm(weight, 2, 4)
+    x = torch.randn(3, 640, device="cuda").half()
+    assert float64_error(nm_mm_cuda(x, packed, sparse_mma=True), x, weight) <= 1
+    with pytest.raises(KernelInputError, match="stages=2 only"):
+        nm_mm_cuda(x, packed, stages=3, sparse_mma=True)
+    with pytest.raises(KernelInputError, match="2:4 pattern"):
+        nm_mm_cuda(x, pack_nm(random_nm(300, 640, 16, 32, torch.float16, "cuda"), 16, 32), sparse_mma=True)

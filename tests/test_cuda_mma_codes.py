@@ -115,6 +115,12 @@ def test_bad_inputs_raise_one_line():
         assert message in str(info.value) and "\n" not in str(info.value)
 
 
+def test_group_widths_the_kernel_cannot_shift_are_refused():
+    packed = pack_nm_quantized(grid_weight(16, 192, "int4", group_size=96), 2, 4, "int4", 96)
+    with pytest.raises(KernelInputError, match="power-of-two multiple of 32"):
+        check_codes_inputs(torch.randn(1, 192).bfloat16(), packed)
+
+
 def test_other_patterns_are_refused():
     from sparsedecoding.kernels.quantized import PackedNMQ
 
@@ -130,16 +136,18 @@ SHAPES = [(16, 64), (77, 128), (130, 448), (1000, 4096), (200, 4160)]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("sparse_mma", [False, True])
 @pytest.mark.parametrize("quantize", ["int8", "int4"])
 @pytest.mark.parametrize("out,in_features", SHAPES)
-def test_kernel_matches_float64(quantize, out, in_features):
+def test_kernel_matches_float64(quantize, out, in_features, sparse_mma):
     group = 64 if in_features % 128 else 128
     weight = grid_weight(out, in_features, quantize, group, seed=out)
     packed = pack_nm_quantized(weight, 2, 4, quantize, group).to("cuda")
+    settings = ((1, 2), (3, 2), (None, 2)) if sparse_mma else ((1, 2), (3, 2), (None, 3))
     for batch in (1, 2, 5, 8, 9, 16):
         x = torch.randn(batch, in_features, device="cuda").bfloat16()
-        for splits, stages in ((1, 2), (3, 2), (None, 3)):
-            y = nmq_mm_cuda(x, packed, splits=splits, stages=stages)
+        for splits, stages in settings:
+            y = nmq_mm_cuda(x, packed, splits=splits, stages=stages, sparse_mma=sparse_mma)
             assert y.shape == (batch, out) and y.dtype == torch.bfloat16
             assert float64_error(y, x, weight) <= 1, (batch, splits, stages)
 

@@ -106,9 +106,9 @@ def _load() -> ctypes.CDLL:
             except OSError as exc:
                 raise CudaKernelUnavailableError(f"could not load the built kernel {path}: {exc}") from exc
             library.nm_mma_launch.restype = ctypes.c_int
-            library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
+            library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_void_p]
             library.nm_mma_codes_launch.restype = ctypes.c_int
-            library.nm_mma_codes_launch.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int] * 9 + [ctypes.c_void_p]
+            library.nm_mma_codes_launch.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int] * 10 + [ctypes.c_void_p]
             library.nm_mma_error_string.restype = ctypes.c_char_p
             library.nm_mma_error_string.argtypes = [ctypes.c_int]
             library.nm_mma_rows_per_block.restype = ctypes.c_int
@@ -159,6 +159,10 @@ def check_codes_inputs(x: torch.Tensor, packed) -> None:
     if packed.quantize == "int4" and in_features % 64:
         raise KernelInputError(f"int4 codes need in_features a multiple of 64 for the tensor-core kernel (16-byte "
                                f"rows); got {in_features}: use nmq_spmv's Triton kernel")
+    group_words = packed.group_size // 32
+    if packed.scales.shape[1] > 1 and group_words & (group_words - 1):
+        raise KernelInputError(f"group size {packed.group_size}: the tensor-core kernel needs a power-of-two multiple "
+                               "of 32 columns a scale; use nmq_spmv's Triton kernel")
     if x.dtype not in _DTYPES:
         raise KernelInputError(f"x is {x.dtype}; the tensor-core kernel takes bfloat16 or float16 activations")
     if packed.scales.dtype != torch.bfloat16:
@@ -197,14 +201,19 @@ class Launch:
     passes tensors of the first call's shapes, dtypes and device, contiguous (`op._run` compares exactly that).
 
     `splits` (column ranges reduced in the kernel) defaults to `default_splits`; `stages` is the depth of the
-    kernel's copy pipeline (one of STAGES)."""
+    kernel's copy pipeline (one of STAGES). `sparse_mma` runs 2:4 on sparse tensor cores (`mma.sp`, two stages
+    only) instead of expanding each mask nibble for dense MMAs; not yet measured, so off by default."""
 
-    def __init__(self, x: torch.Tensor, packed: PackedNM, splits: int | None = None, stages: int = DEFAULT_STAGES):
+    def __init__(self, x: torch.Tensor, packed: PackedNM, splits: int | None = None, stages: int = DEFAULT_STAGES,
+                 sparse_mma: bool = False):
         check_inputs(x, packed)
-        self._init_common(x, packed.shape, int(packed.n == 2 and packed.m == 4), splits, stages)
+        self._init_common(x, packed.shape, int(packed.n == 2 and packed.m == 4), splits, stages, sparse_mma)
 
     def _init_common(self, x: torch.Tensor, shape: tuple[int, int], fast24: int, splits: int | None,
-                     stages: int) -> None:
+                     stages: int, sparse_mma: bool = False) -> None:
+        if sparse_mma and (not fast24 or stages != 2):
+            raise KernelInputError("sparse_mma (mma.sp) runs the 2:4 pattern with stages=2 only; got "
+                                   f"{'2:4' if fast24 else 'another pattern'} with stages={stages}")
         if not available():
             raise CudaKernelUnavailableError("the tensor-core kernel needs a CUDA GPU and nvcc; use nm_spmv")
         self.library = _load()
@@ -224,6 +233,7 @@ class Launch:
         self.splits, self.stages = splits, stages
         self.dtype, self.dtype_code = x.dtype, _DTYPES[x.dtype]
         self.fast24 = fast24
+        self.sparse_mma = int(sparse_mma)
         self.counters = None
         if splits > 1:
             if -(-self.out // ROWS_PER_BLOCK) > _COUNTER_SLOTS:
@@ -254,7 +264,8 @@ class Launch:
                                              partials.data_ptr() if partials is not None else None,
                                              self.counters.data_ptr() if self.counters is not None else None,
                                              self.batch, self.out, self.words, self.dtype_code, self.fast24,
-                                             self.splits, self.stages, _current_raw_stream(self.device_index))
+                                             self.splits, self.stages, self.sparse_mma,
+                                             _current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"nm_mma kernel launch failed: {self.library.nm_mma_error_string(err).decode()}")
         return y
@@ -278,9 +289,10 @@ class CodesLaunch(Launch):
     """`Launch` for a 2:4 `PackedNMQ`: the same tile, pipeline and split-K, with int8 or int4 codes streamed in
     place of 16-bit values and dequantized in registers (`nm_mma.cu`, CODE 8 or 4)."""
 
-    def __init__(self, x: torch.Tensor, packed, splits: int | None = None, stages: int = DEFAULT_STAGES):
+    def __init__(self, x: torch.Tensor, packed, splits: int | None = None, stages: int = DEFAULT_STAGES,
+                 sparse_mma: bool = False):
         check_codes_inputs(x, packed)
-        self._init_common(x, packed.shape, 1, splits, stages)
+        self._init_common(x, packed.shape, 1, splits, stages, sparse_mma)
         self.code_bits = 8 if packed.quantize == "int8" else 4
         self.groups = packed.scales.shape[1]
         self.group_words = packed.group_size // 32
@@ -297,7 +309,7 @@ class CodesLaunch(Launch):
                 partials.data_ptr() if partials is not None else None,
                 self.counters.data_ptr() if self.counters is not None else None, self.batch, self.out, self.words,
                 self.dtype_code, self.code_bits, self.groups, self.group_words, self.splits, self.stages,
-                _current_raw_stream(self.device_index))
+                self.sparse_mma, _current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"nm_mma kernel launch failed: {self.library.nm_mma_error_string(err).decode()}")
         return y
@@ -308,19 +320,21 @@ def _current_raw_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)
 
 
-def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None,
-               stages: int = DEFAULT_STAGES) -> torch.Tensor:
+def nm_mm_cuda(x: torch.Tensor, packed: PackedNM, splits: int | None = None, stages: int = DEFAULT_STAGES,
+               sparse_mma: bool = False) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16, fp32 accumulation, y in x's dtype,
     W a 50% N:M packed weight. `splits` (column ranges reduced in the kernel) defaults to `default_splits`;
     `stages` is the depth of the kernel's copy pipeline (2-4).
-    Compiles the kernel on first use; raises CudaKernelUnavailableError if it cannot."""
-    return Launch(x, packed, splits, stages)(x, packed.values, packed.bitmask)
+    `sparse_mma`: 2:4 on sparse tensor cores (see `Launch`). Compiles the kernel on first use; raises
+    CudaKernelUnavailableError if it cannot."""
+    return Launch(x, packed, splits, stages, sparse_mma)(x, packed.values, packed.bitmask)
 
 
-def nmq_mm_cuda(x: torch.Tensor, packed, splits: int | None = None, stages: int = DEFAULT_STAGES) -> torch.Tensor:
+def nmq_mm_cuda(x: torch.Tensor, packed, splits: int | None = None, stages: int = DEFAULT_STAGES,
+                sparse_mma: bool = False) -> torch.Tensor:
     """`nm_mm_cuda` for a 2:4 `PackedNMQ` (int8 or int4 codes with bf16 scales): y = x·Wᵀ with W dequantized in
     registers, fp32 accumulation, y in x's dtype."""
-    return CodesLaunch(x, packed, splits, stages)(x, packed.codes, packed.scales, packed.bitmask)
+    return CodesLaunch(x, packed, splits, stages, sparse_mma)(x, packed.codes, packed.scales, packed.bitmask)
 
 
 def load() -> None:

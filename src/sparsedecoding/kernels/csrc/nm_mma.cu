@@ -25,6 +25,12 @@
 // exact in bf16 and fp16 (the solvers keep scales to a few significant bits), so the product equals the 16-bit
 // kernel's on the dequantized weight.
 //
+// Sparse tensor cores (SP, 2:4 only, not yet run on a GPU): instead of expanding, each mask word feeds one
+// mma.sp m16n8k32, the kept values as the compressed A operand and 2-bit positions as metadata. MMA group q of the
+// instruction is the word's column group 2q (q < 4) or 2(q - 4) + 1, so that lane (g, t)'s A registers are the
+// word's kept values 4t..4t+3, contiguous; B follows the same column map (four 4-byte x loads per MMA); the
+// metadata comes from the mask word by SWAR (`sp_meta_codes`). Layouts per the PTX ISA's m16n8k32 figures.
+//
 // Split-K: blockIdx.y is a range of column chunks; with more than one split, each CTA writes fp32 partials and
 // the last CTA of a row block (counted with an atomic that it resets) sums them and writes y.
 //
@@ -137,6 +143,32 @@ __device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uin
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_sp16832(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3, uint32_t e) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(b2), "r"(b3), "r"(e));
+  } else {
+    asm volatile(
+        "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(b2), "r"(b3), "r"(e));
+  }
+}
+
+// The mma.sp metadata code of every nibble of a 2:4 mask word at once (each nibble has exactly two bits set):
+// the lower kept position in bits 0-1 of the nibble, the upper in bits 2-3. Per nibble b3..b0: lower = (b1 & ~b0,
+// ~b1 & ~b0), upper = (b3 | ~b2, b3 | b2); u and v line the neighbouring bits up.
+__device__ __forceinline__ uint32_t sp_meta_codes(uint32_t m) {
+  const uint32_t u = m >> 1, v = m << 1;
+  return ((~m & u) & 0x11111111u) | (~(m | v) & 0x22222222u) | ((u | ~m) & 0x44444444u) | ((m | v) & 0x88888888u);
 }
 
 // Permute selectors for one nibble: a kept column of rank r takes bytes 2r, 2r+1 of the window (selector byte
@@ -293,15 +325,74 @@ __device__ __forceinline__ void strip_word_pair(float (&acc)[NT][4], const char*
   }
 }
 
+// One mask word of one 16-row strip on sparse tensor cores (SP): `vals_g` is the word's values (or codes) of row g
+// in shared memory, `x_word` the word's first x column of batch row 0.
+template <typename T, int NT, int CODE>
+__device__ __forceinline__ void strip_word_sp(float (&acc)[NT][4], const char* vals_g, uint32_t mask_g,
+                                              uint32_t mask_g8, int g, int t, const char* x_word, float scale_g,
+                                              float scale_g8) {
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  const char* vals_g8 = vals_g + 8 * kRowBytes;
+  uint32_t a0, a1, a2, a3;  // rows g / g+8; a0, a1: MMA group t (column group 2t), a2, a3: group t + 4 (2t + 1)
+  if constexpr (CODE == 0) {
+    const uint2 vg = *reinterpret_cast<const uint2*>(vals_g + 8 * t);
+    const uint2 vg8 = *reinterpret_cast<const uint2*>(vals_g8 + 8 * t);
+    a0 = vg.x; a2 = vg.y; a1 = vg8.x; a3 = vg8.y;
+  } else if constexpr (CODE == 8) {
+    const uint32_t qg = *reinterpret_cast<const uint32_t*>(vals_g + 4 * t) ^ 0x80808080u;
+    const uint32_t qg8 = *reinterpret_cast<const uint32_t*>(vals_g8 + 4 * t) ^ 0x80808080u;
+    a0 = pack2<T>(int8_code(qg, 0) * scale_g, int8_code(qg, 1) * scale_g);
+    a2 = pack2<T>(int8_code(qg, 2) * scale_g, int8_code(qg, 3) * scale_g);
+    a1 = pack2<T>(int8_code(qg8, 0) * scale_g8, int8_code(qg8, 1) * scale_g8);
+    a3 = pack2<T>(int8_code(qg8, 2) * scale_g8, int8_code(qg8, 3) * scale_g8);
+  } else {
+    const uint32_t cg = *reinterpret_cast<const uint16_t*>(vals_g + 2 * t);
+    const uint32_t cg8 = *reinterpret_cast<const uint16_t*>(vals_g8 + 2 * t);
+    if constexpr (kBf16) {
+      const uint32_t qg = cg ^ 0x8888u, qg8 = cg8 ^ 0x8888u;
+      const __nv_bfloat162 sg = __float2bfloat162_rn(scale_g), sg8 = __float2bfloat162_rn(scale_g8);
+      a0 = int4_pair_bf16(qg & 0x0F0Fu, (qg >> 4) & 0x0F0Fu, 0, sg);
+      a2 = int4_pair_bf16(qg & 0x0F0Fu, (qg >> 4) & 0x0F0Fu, 1, sg);
+      a1 = int4_pair_bf16(qg8 & 0x0F0Fu, (qg8 >> 4) & 0x0F0Fu, 0, sg8);
+      a3 = int4_pair_bf16(qg8 & 0x0F0Fu, (qg8 >> 4) & 0x0F0Fu, 1, sg8);
+    } else {
+      a0 = pack2<T>(code_at<4>(cg, 0) * scale_g, code_at<4>(cg, 1) * scale_g);
+      a2 = pack2<T>(code_at<4>(cg, 2) * scale_g, code_at<4>(cg, 3) * scale_g);
+      a1 = pack2<T>(code_at<4>(cg8, 0) * scale_g8, code_at<4>(cg8, 1) * scale_g8);
+      a3 = pack2<T>(code_at<4>(cg8, 2) * scale_g8, code_at<4>(cg8, 3) * scale_g8);
+    }
+  }
+  // metadata (used from lanes t = 0, 1): rows g (bits 0-15) and g+8 (16-31), MMA groups 4(t&1)..4(t&1)+3 = the
+  // word's even (t&1 = 0) or odd nibbles, lowest first
+  const uint32_t shift = 4 * (t & 1);
+  uint32_t fg = (sp_meta_codes(mask_g) >> shift) & 0x0F0F0F0Fu;
+  uint32_t fg8 = (sp_meta_codes(mask_g8) >> shift) & 0x0F0F0F0Fu;
+  fg |= fg >> 4;
+  fg8 |= fg8 >> 4;
+  const uint32_t e = prmt(fg, fg8, 0x6420u);
+  // B register i: MMA k = 2t + 8i + {0, 1}, MMA group (t >> 1) + 2i, so word columns 4·G + 2(t & 1) + {0, 1} with
+  // G = 2(t >> 1), 4 + 2(t >> 1), 2(t >> 1) + 1, 5 + 2(t >> 1)
+  const int c0 = 8 * (t >> 1) + 2 * (t & 1);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const char* xr = x_word + (8 * j + g) * kXStride * 2;
+    const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xr + 2 * c0);
+    const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xr + 2 * (c0 + 16));
+    const uint32_t b2 = *reinterpret_cast<const uint32_t*>(xr + 2 * (c0 + 4));
+    const uint32_t b3 = *reinterpret_cast<const uint32_t*>(xr + 2 * (c0 + 20));
+    mma_sp16832<kBf16>(acc[j], a0, a1, a2, a3, b0, b1, b2, b3, e);
+  }
+}
+
 // `values`: 16-bit values of type T (CODE 0) or codes (CODE 8, 4) with `scales` (bf16, [out][groups], a group
-// `group_words` mask words wide; unused for CODE 0).
-template <typename T, int NT, bool FAST24, int STAGES, int CODE>
+// 2^group_shift mask words wide, or one group a row when groups == 1; unused for CODE 0).
+template <typename T, int NT, bool FAST24, int STAGES, int CODE, bool SP>
 __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ x, const void* __restrict__ values,
                                                           const __nv_bfloat16* __restrict__ scales,
                                                           const uint32_t* __restrict__ bitmask, T* __restrict__ y,
                                                           float* __restrict__ partials, int* __restrict__ counters,
                                                           int batch, int out, int words, int chunks_per_split,
-                                                          int groups, int group_words) {
+                                                          int groups, int group_shift) {
   constexpr int kWordBytes = word_bytes<CODE>();
   using L = Layout<NT, STAGES>;
   extern __shared__ __align__(16) char smem[];
@@ -395,6 +486,22 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
 #pragma unroll
     for (int e = 0; e < 2; ++e)
       scale_rows[h][e] = scales + static_cast<size_t>(min(row0 + rw + 16 * h + 8 * e, out - 1)) * groups;
+  // One scale a row (int8): read once. Otherwise a word's group is its index shifted (no division in the loop).
+  float row_scale[kStrips][2];
+#pragma unroll
+  for (int h = 0; h < kStrips; ++h)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) row_scale[h][e] = CODE != 0 ? __bfloat162float(scale_rows[h][e][0]) : 1.f;
+  auto word_scales = [&](int h, int word, float& scale_g, float& scale_g8) {
+    if (groups == 1) {
+      scale_g = row_scale[h][0];
+      scale_g8 = row_scale[h][1];
+    } else {
+      const int group = min(word, words - 1) >> group_shift;
+      scale_g = __bfloat162float(scale_rows[h][0][group]);
+      scale_g8 = __bfloat162float(scale_rows[h][1][group]);
+    }
+  };
   for (int i = 0; i < n_chunks; ++i) {
     cp_async_wait<STAGES - 2>();
     mbarrier_wait(&bars[i % STAGES], (i / STAGES) & 1);
@@ -403,6 +510,20 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
     cp_async_commit();
 
     const char* st = stages + (i % STAGES) * L::stage;
+    if constexpr (SP) {
+#pragma unroll
+      for (int w = 0; w < kChunkWords; ++w) {
+#pragma unroll
+        for (int h = 0; h < kStrips; ++h) {
+          const uint32_t* mask = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
+          float scale_g = 1.f, scale_g8 = 1.f;
+          if constexpr (CODE != 0) word_scales(h, (chunk0 + i) * kChunkWords + w, scale_g, scale_g8);
+          strip_word_sp<T, NT, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + w * kWordBytes, mask[w],
+                                     mask[8 * kChunkWords + w], g, t, st + L::x + w * 64, scale_g, scale_g8);
+        }
+      }
+      continue;
+    }
 #pragma unroll
     for (int p = 0; p < kChunkWords / 2; ++p) {
       uint32_t xb[NT][8];
@@ -421,11 +542,8 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
         const uint32_t word_g = mask[2 * p + t / 2];
         const uint32_t word_g8 = mask[8 * kChunkWords + 2 * p + t / 2];
         float scale_g = 1.f, scale_g8 = 1.f;
-        if constexpr (CODE != 0) {  // the lane's word lies in one group (group sizes are multiples of 32)
-          const int group = min((chunk0 + i) * kChunkWords + 2 * p + t / 2, words - 1) / group_words;
-          scale_g = __bfloat162float(scale_rows[h][0][group]);
-          scale_g8 = __bfloat162float(scale_rows[h][1][group]);
-        }
+        if constexpr (CODE != 0)  // the lane's word lies in one group (group sizes are multiples of 32)
+          word_scales(h, (chunk0 + i) * kChunkWords + 2 * p + t / 2, scale_g, scale_g8);
         strip_word_pair<T, NT, FAST24, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + p * 2 * kWordBytes,
                                              word_g, word_g8, t, xb, scale_g, scale_g8);
       }
@@ -477,11 +595,11 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
   }
 }
 
-template <typename T, int NT, bool FAST24, int STAGES, int CODE>
+template <typename T, int NT, bool FAST24, int STAGES, int CODE, bool SP>
 cudaError_t launch(const void* x, const void* values, const void* scales, const void* bitmask, void* y,
                    float* partials, int* counters, int batch, int out, int words, int splits, int groups,
-                   int group_words, cudaStream_t stream) {
-  auto kernel = nm_mma_kernel<T, NT, FAST24, STAGES, CODE>;
+                   int group_shift, cudaStream_t stream) {
+  auto kernel = nm_mma_kernel<T, NT, FAST24, STAGES, CODE, SP>;
   const int smem = Layout<NT, STAGES>::smem;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
@@ -492,7 +610,7 @@ cudaError_t launch(const void* x, const void* values, const void* scales, const 
   kernel<<<grid, kThreads, smem, stream>>>(static_cast<const T*>(x), values,
                                            static_cast<const __nv_bfloat16*>(scales),
                                            static_cast<const uint32_t*>(bitmask), static_cast<T*>(y), partials,
-                                           counters, batch, out, words, per_split, groups, group_words);
+                                           counters, batch, out, words, per_split, groups, group_shift);
   return cudaGetLastError();
 }
 
@@ -501,34 +619,41 @@ struct Problem {
   void* y;
   float* partials;
   int* counters;
-  int batch, out, words, splits, groups, group_words;
+  int batch, out, words, splits, groups, group_shift;
   cudaStream_t stream;
 };
 
 template <typename T, int NT, bool FAST24, int CODE>
-cudaError_t launch_stages(const Problem& p, int stages) {
+cudaError_t launch_stages(const Problem& p, int stages, int sparse_mma) {
   auto run = [&](auto kernel_launch) {
     return kernel_launch(p.x, p.values, p.scales, p.bitmask, p.y, p.partials, p.counters, p.batch, p.out, p.words,
-                         p.splits, p.groups, p.group_words, p.stream);
+                         p.splits, p.groups, p.group_shift, p.stream);
   };
+  if (sparse_mma) {  // 2:4 only, two stages only (fewer instances to build)
+    if constexpr (FAST24) return stages == 2 ? run(launch<T, NT, true, 2, CODE, true>) : cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  }
   switch (stages) {
-    case 2: return run(launch<T, NT, FAST24, 2, CODE>);
-    case 3: return run(launch<T, NT, FAST24, 3, CODE>);
-    case 4: return run(launch<T, NT, FAST24, 4, CODE>);
+    case 2: return run(launch<T, NT, FAST24, 2, CODE, false>);
+    case 3: return run(launch<T, NT, FAST24, 3, CODE, false>);
+    case 4: return run(launch<T, NT, FAST24, 4, CODE, false>);
     default: return cudaErrorInvalidValue;
   }
 }
 
 template <typename T>
-cudaError_t dispatch(const Problem& p, int fast24, int stages) {
+cudaError_t dispatch(const Problem& p, int fast24, int stages, int sparse_mma) {
   if (p.batch <= 8)
-    return fast24 ? launch_stages<T, 1, true, 0>(p, stages) : launch_stages<T, 1, false, 0>(p, stages);
-  return fast24 ? launch_stages<T, 2, true, 0>(p, stages) : launch_stages<T, 2, false, 0>(p, stages);
+    return fast24 ? launch_stages<T, 1, true, 0>(p, stages, sparse_mma)
+                  : launch_stages<T, 1, false, 0>(p, stages, sparse_mma);
+  return fast24 ? launch_stages<T, 2, true, 0>(p, stages, sparse_mma)
+                : launch_stages<T, 2, false, 0>(p, stages, sparse_mma);
 }
 
 template <typename T, int CODE>
-cudaError_t dispatch_codes(const Problem& p, int stages) {
-  return p.batch <= 8 ? launch_stages<T, 1, true, CODE>(p, stages) : launch_stages<T, 2, true, CODE>(p, stages);
+cudaError_t dispatch_codes(const Problem& p, int stages, int sparse_mma) {
+  return p.batch <= 8 ? launch_stages<T, 1, true, CODE>(p, stages, sparse_mma)
+                      : launch_stages<T, 2, true, CODE>(p, stages, sparse_mma);
 }
 
 }  // namespace
@@ -539,29 +664,38 @@ extern "C" {
 // cudaErrorInvalidValue (the Python wrapper validates first, so that is a second line of defence). `partials`
 // holds splits·batch·out floats and `counters` one zeroed int per block of nm_mma_rows_per_block() rows when
 // splits > 1; both are unused otherwise.
+// sparse_mma = 1 runs 2:4 on sparse tensor cores (SP; fast24 must be 1 and stages 2).
 int nm_mma_launch(const void* x, const void* values, const void* bitmask, void* y, float* partials, int* counters,
-                  int batch, int out, int words, int is_bf16, int fast24, int splits, int stages, void* stream) {
+                  int batch, int out, int words, int is_bf16, int fast24, int splits, int stages, int sparse_mma,
+                  void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || words < 1 || splits < 1) return cudaErrorInvalidValue;
   if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
   const Problem p{x, values, nullptr, bitmask, y, partials, counters, batch, out, words, splits, 1, 1,
                   static_cast<cudaStream_t>(stream)};
-  return is_bf16 ? dispatch<__nv_bfloat16>(p, fast24, stages) : dispatch<__half>(p, fast24, stages);
+  return is_bf16 ? dispatch<__nv_bfloat16>(p, fast24, stages, sparse_mma)
+                 : dispatch<__half>(p, fast24, stages, sparse_mma);
 }
 
 // The same for a 2:4 weight with quantized kept values: `codes` int8 (code_bits 8) or int4 pairs (4, in_features a
-// multiple of 64 so that rows start on 16 bytes), `scales` bf16 [out][groups], each group `group_words` mask words.
+// multiple of 64 so that rows start on 16 bytes), `scales` bf16 [out][groups], each group `group_words` mask words
+// (a power of two when groups > 1).
 int nm_mma_codes_launch(const void* x, const void* codes, const void* scales, const void* bitmask, void* y,
                         float* partials, int* counters, int batch, int out, int words, int is_bf16, int code_bits,
-                        int groups, int group_words, int splits, int stages, void* stream) {
+                        int groups, int group_words, int splits, int stages, int sparse_mma, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || words < 1 || splits < 1 || groups < 1 || group_words < 1 ||
       groups * group_words != words || (code_bits != 8 && code_bits != 4) || (code_bits == 4 && words % 2))
     return cudaErrorInvalidValue;
+  int group_shift = 0;  // groups > 1 need a power-of-two group width in words
+  while ((1 << group_shift) < group_words) ++group_shift;
+  if (groups > 1 && (1 << group_shift) != group_words) return cudaErrorInvalidValue;
   if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
-  const Problem p{x, codes, scales, bitmask, y, partials, counters, batch, out, words, splits, groups, group_words,
+  const Problem p{x, codes, scales, bitmask, y, partials, counters, batch, out, words, splits, groups, group_shift,
                   static_cast<cudaStream_t>(stream)};
   if (code_bits == 8)
-    return is_bf16 ? dispatch_codes<__nv_bfloat16, 8>(p, stages) : dispatch_codes<__half, 8>(p, stages);
-  return is_bf16 ? dispatch_codes<__nv_bfloat16, 4>(p, stages) : dispatch_codes<__half, 4>(p, stages);
+    return is_bf16 ? dispatch_codes<__nv_bfloat16, 8>(p, stages, sparse_mma)
+                   : dispatch_codes<__half, 8>(p, stages, sparse_mma);
+  return is_bf16 ? dispatch_codes<__nv_bfloat16, 4>(p, stages, sparse_mma)
+                 : dispatch_codes<__half, 4>(p, stages, sparse_mma);
 }
 
 const char* nm_mma_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
