@@ -511,8 +511,12 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
 
     const char* st = stages + (i % STAGES) * L::stage;
     if constexpr (SP) {
+      // Words past the row's end (a partial last chunk) are skipped: their shared values are stale bytes, which the
+      // expansion masks out but an mma.sp would multiply (a stale NaN times a zero x is NaN).
+      const int valid_words = words - (chunk0 + i) * kChunkWords;
 #pragma unroll
       for (int w = 0; w < kChunkWords; ++w) {
+        if (w >= valid_words) break;
 #pragma unroll
         for (int h = 0; h < kStrips; ++h) {
           const uint32_t* mask = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
