@@ -122,6 +122,7 @@ def bench_cuda_codes(name: str, packed: PackedNMQ, weights: list[PackedNMQ], kep
                      reps: int, row: Row) -> None:
     """The tensor-core kernel on the same 2:4 codes (`cuda_mma.nmq_mm_cuda`), its default split and split 1, the
     faster one reported; n/a with the reason where it cannot build or run here."""
+    from sparsedecoding.errors import KernelInputError
     from sparsedecoding.kernels.cuda_mma import CudaKernelUnavailableError, nmq_mm_cuda
 
     cuda_name = f"{name} CUDA"
@@ -130,12 +131,16 @@ def bench_cuda_codes(name: str, packed: PackedNMQ, weights: list[PackedNMQ], kep
         for sparse_mma in (False, True):
             setting = f"split {splits or 'default'}{', mma.sp' if sparse_mma else ''}"
             try:
-                row.checks[f"{cuda_name} {setting}"] = output_error(
-                    nmq_mm_cuda(x, packed, splits=splits, sparse_mma=sparse_mma), x, kept, packed.bitmask)
+                error = output_error(nmq_mm_cuda(x, packed, splits=splits, sparse_mma=sparse_mma), x, kept,
+                                     packed.bitmask)
+                row.checks[f"{cuda_name} {setting}"] = error
+                if not error <= 1:  # counted as a failure, never timed as the best
+                    row.notes.append(f"{cuda_name} {setting}: float64 check FAILED ({error:.3g} x the bound)")
+                    continue
                 timed[setting], _ = time_rotated(
                     [lambda p=p, s=splits, sp=sparse_mma: nmq_mm_cuda(x, p, splits=s, sparse_mma=sp) for p in weights],
                     reps)
-            except (CudaKernelUnavailableError, RuntimeError) as exc:
+            except (CudaKernelUnavailableError, KernelInputError, RuntimeError) as exc:
                 row.notes.append(f"{cuda_name} {setting} n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
                 print(f"  {cuda_name} {setting}: n/a ({exc})", flush=True)
     if not timed:

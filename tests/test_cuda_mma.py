@@ -274,3 +274,18 @@ def test_sparse_mma_float16_and_bad_settings():
         nm_mm_cuda(x, packed, stages=3, sparse_mma=True)
     with pytest.raises(KernelInputError, match="2:4 pattern"):
         nm_mm_cuda(x, pack_nm(random_nm(300, 640, 16, 32, torch.float16, "cuda"), 16, 32), sparse_mma=True)
+
+
+def test_sparse_mma_refuses_a_mask_without_two_per_group():
+    """mma.sp metadata can only say which 2 of 4 columns are kept; a mask word with 16 set bits but a 3 + 1 split
+    (which the per-word count cannot see) is refused before launch."""
+    from sparsedecoding.kernels.cuda_mma import check_two_per_group
+
+    packed = _packed(out=8, in_features=64)
+    check_two_per_group(packed.bitmask)
+    damaged = packed.bitmask.clone()
+    word = 0x3333331B  # nibble 0: 0b1011 (3 kept), nibble 1: 0b0001 (1 kept), six nibbles of 2: 16 set bits
+    assert bin(word).count("1") == 16
+    damaged[3, 1] = word - (1 << 32) if word >= 1 << 31 else word
+    with pytest.raises(KernelInputError, match="exactly 2"):
+        check_two_per_group(damaged)

@@ -156,6 +156,8 @@ def check_codes_inputs(x: torch.Tensor, packed) -> None:
         raise KernelInputError(f"the tensor-core kernel runs quantized values for 2:4 only; got {packed.pattern}: "
                                "use nmq_spmv's Triton kernel")
     out, in_features = packed.shape
+    if out == 0 or in_features == 0:
+        raise KernelInputError(f"empty packed weight of shape {packed.shape}")
     if packed.quantize == "int4" and in_features % 64:
         raise KernelInputError(f"int4 codes need in_features a multiple of 64 for the tensor-core kernel (16-byte "
                                f"rows); got {in_features}: use nmq_spmv's Triton kernel")
@@ -183,6 +185,20 @@ def check_codes_inputs(x: torch.Tensor, packed) -> None:
             raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
 
 
+def check_two_per_group(bitmask: torch.Tensor) -> None:
+    """Raise KernelInputError unless every 4-column group of the bitmask keeps exactly two columns (what mma.sp's
+    metadata can express; `pack_nm` guarantees it, a hand-made or damaged bitmask may not). One pass over the
+    bitmask and a host sync, so not inside CUDA-graph capture: there the eager call before capture has checked."""
+    if torch.cuda.is_available() and bitmask.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    words = bitmask.to(torch.int64) & 0xFFFFFFFF
+    nibbles = torch.stack([(words >> (4 * k)) & 0xF for k in range(8)])
+    counts = (nibbles & 1) + ((nibbles >> 1) & 1) + ((nibbles >> 2) & 1) + ((nibbles >> 3) & 1)
+    if bool((counts != 2).any()):
+        raise KernelInputError("sparse_mma runs 2:4 weights whose every group of 4 columns keeps exactly 2; this "
+                               "bitmask has groups that do not (repack it with pack_nm)")
+
+
 def default_splits(out: int, words: int, sms: int) -> int:
     """Column splits per row block: as many as keep the CTAs within one wave (two per multiprocessor at the
     default pipeline depth), each split with at least two pipeline chunks; read off the H200 sweep of the 8B
@@ -208,6 +224,8 @@ class Launch:
                  sparse_mma: bool = False):
         check_inputs(x, packed)
         self._init_common(x, packed.shape, int(packed.n == 2 and packed.m == 4), splits, stages, sparse_mma)
+        if sparse_mma:
+            check_two_per_group(packed.bitmask)
 
     def _init_common(self, x: torch.Tensor, shape: tuple[int, int], fast24: int, splits: int | None,
                      stages: int, sparse_mma: bool = False) -> None:
@@ -293,6 +311,8 @@ class CodesLaunch(Launch):
                  sparse_mma: bool = False):
         check_codes_inputs(x, packed)
         self._init_common(x, packed.shape, 1, splits, stages, sparse_mma)
+        if sparse_mma:
+            check_two_per_group(packed.bitmask)
         self.code_bits = 8 if packed.quantize == "int8" else 4
         self.groups = packed.scales.shape[1]
         self.group_words = packed.group_size // 32

@@ -208,14 +208,23 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
     if launch is None:
         from .autotune import output_error
 
-        launch = CodesLaunch(x, packed)
+        if torch.cuda.is_current_stream_capturing():
+            raise KernelInputError(f"{KERNEL_SETTING}=cuda: the tensor-core kernel meets {packed.pattern} "
+                                   f"{packed.quantize} {packed.shape} at batch {x.numel() // packed.shape[1]} for the "
+                                   "first time inside CUDA-graph capture; run it once eagerly first (it is checked "
+                                   "against float64 then)")
+        try:
+            launch = CodesLaunch(x, packed)
+        except KernelInputError as exc:
+            raise KernelInputError(f"{KERNEL_SETTING}=cuda, but {exc}; set {KERNEL_SETTING}=auto or triton") from None
         y = launch(x, packed.codes, packed.scales, packed.bitmask)
         error = output_error(y.view(-1, packed.shape[0]), x.view(-1, packed.shape[1]), packed.kept_values(),
                              packed.bitmask)
         if not error <= 1:
             raise RuntimeError(f"the tensor-core kernel's output on a {packed.pattern} {packed.quantize} weight "
-                               f"{packed.shape} is off by {error:.3g} x the float64 bound: a kernel bug; unset "
-                               f"{KERNEL_SETTING} to use the Triton kernel")
+                               f"{packed.shape} is off by {error:.3g} x the float64 bound: a kernel bug, or scales "
+                               "with more significant bits than the solvers write (code·scale must be exact in x's "
+                               f"dtype); unset {KERNEL_SETTING} to use the Triton kernel")
         _cuda_launches[key] = launch
     return launch(x, packed.codes, packed.scales, packed.bitmask)
 
@@ -278,7 +287,7 @@ def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tens
         if x.device.type == "cuda":  # our kernel up to 16 rows (PyTorch's runs at 0.05-0.09x cuBLAS there)
             from .op import MAX_BATCH
 
-            if x.shape[0] <= MAX_BATCH:
+            if 0 < x.shape[0] <= MAX_BATCH:
                 return torch.ops.sparsedecoding.w8_mm(x, weight, scales)
             return torch.nn.functional.linear(x, weight.to(x.dtype)) * scales
         return torch.ops.aten._weight_int8pack_mm(x, weight, scales)
