@@ -82,7 +82,7 @@ case $report in
     for step in $steps; do echo "$step: rc $(cat /root/bg/$step.rc 2>/dev/null || echo running)"; done
     for log in /root/bg/*.log /root/recipes*-w*.log; do [ -f "$log" ] && { echo "== $log"; tail -n 5 "$log" | cut -c1-300; }; done
     tar czf "$OUT/bg.tgz" --exclude='*.safetensors' --exclude='answers' --exclude='claims' -C /root \
-      bg $(cd /root && ls -d recipes recipes2 recipes3 recipes-quant recipes*-w*.log 2>/dev/null) ;;
+      bg $(cd /root && ls -d recipes recipes2 recipes3 recipes-quant recipes-quant2 recipes*-w*.log 2>/dev/null) ;;
   quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
     recipes benchmarks/recipes/plan.json /root/recipes quality-recipes ;;
   quality-repair)  # quality-repair/: issue 11's second round (benchmarks/recipes/plan-repair.json): repair
@@ -92,6 +92,13 @@ case $report in
   quality-quant)  # quality-quant-qwen2.5-coder-1.5b/: issue 13's quality rows (benchmarks/recipes/plan-quant.json),
     # every item a held-out baseline, one worker per GPU, about 6 minutes on two
     recipes benchmarks/recipes/plan-quant.json /root/recipes-quant quality-quant-qwen2.5-coder-1.5b ;;
+  quality-quant2)  # quality-quant2-qwen2.5-coder-1.5b/: issue 13's second round (benchmarks/recipes/plan-quant2.json):
+    # the repaired 2:4 and 16:32 picks (recreated first, about 10 min each) quantized with their masks kept; about
+    # 25 minutes on one GPU, so run it with one worker per GPU where two are lent (quality-quant2-gpuN)
+    recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 quality-quant2-qwen2.5-coder-1.5b ;;
+  quality-quant2-gpu*)
+    WORKERS=${report#quality-quant2-gpu} recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 \
+      quality-quant2-qwen2.5-coder-1.5b ;;
   quant-e2e-qwen)  # quant_e2e_h200_qwen2.5-coder-1.5b.md: issue 13's chart speeds on the Qwen shapes (random weights)
     python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32 \
       --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b.md" ;;
@@ -212,6 +219,6 @@ case $report in
     done ;;
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
-       "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
+       "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
        "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -23,6 +23,9 @@ without running the old ones again. `held_out_checks` names recipes whose held-o
 they are picked (a repaired model, say), each with the items it is paired against; a check never feeds the selection.
 A baseline may name items it is paired against (`against`) as well. A recipe or baseline takes any PruneConfig field
 by name: `quantize` and `group_size` give N:M + int8/int4 values, and `"pattern": "dense"` with `quantize` dense GPTQ.
+`"start": NAME` begins from another recipe's or baseline's model of the same run (pruned and repaired first if its
+weights are not in OUT/models yet) instead of the dense one; with `"keep_mask": true` and `quantize` this quantizes a
+repaired N:M model without moving its mask.
 
 Every finished item is skipped when the script runs again, so a run can be split over several device calls;
 `--deadline` stops starting new items after that many seconds. Several GPUs share one OUT: start one process per GPU
@@ -183,12 +186,17 @@ class Run:
         if record_file.exists():
             model.load_state_dict(load_file(str(file), device=str(self.device)), strict=False)
             return model, json.loads(record_file.read_text())
+        start = None
+        if "start" in recipe:  # quantize (keep_mask) another item's model of this run, which is made first if needed
+            model, start = self.pruned(self.recipe_named(recipe["start"]))
         calib, stats = self.calibration(recipe)
         config = self.prune_config(recipe)
         started = time.perf_counter()
         outcome = prune_layers(model, calib, config)
         record = {"calibration": stats, "solver_seconds": outcome["solver_seconds"],
                   "prune_seconds": round(time.perf_counter() - started, 1), "config": asdict(config)}
+        if start is not None:
+            record["start"] = {"recipe": recipe["start"], "record": start}
         if "repair" in recipe:
             record["repair"] = self.repair(model, {**self.plan["repair"], **recipe["repair"]},
                                            self.out / "data" / f"repair-{recipe['name']}")
@@ -198,6 +206,13 @@ class Run:
         os.replace(temporary, file)
         write_json(record_file, record)
         return model, record
+
+    def recipe_named(self, name: str) -> dict:
+        """The plan's recipe or baseline called `name` (a `start`)."""
+        for recipe in [*self.plan["recipes"], *self.plan["baselines"]]:
+            if recipe["name"] == name:
+                return recipe
+        raise SystemExit(f"error: the plan names start {name!r}, which is neither a recipe nor a baseline of it")
 
     # scoring -----------------------------------------------------------------------------------------------------
     @torch.no_grad()

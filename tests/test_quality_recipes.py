@@ -226,9 +226,21 @@ def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
         assert set(members) <= known, family
     for check in plan.get("held_out_checks", []):
         assert check["recipe"] in {recipe["name"] for recipe in plan["recipes"]}
+    run.plan = plan
+    for item in plan["recipes"] + plan["baselines"]:
+        if "start" in item:
+            assert run.recipe_named(item["start"])["name"] == item["start"]
     repair_keys = {field.name for field in fields(RepairConfig)} | {"tokens", "dev_tokens", "samples_per_prompt"}
     assert set(plan.get("repair", {})) <= repair_keys
     if "repair" in plan:
         settings = {key: value for key, value in plan["repair"].items()
                     if key not in ("tokens", "dev_tokens", "samples_per_prompt")}
         RepairConfig(**settings).validate()
+
+
+def test_a_start_names_a_recipe_or_baseline_of_the_plan(recipes):
+    run = object.__new__(recipes.Run)
+    run.plan = PLAN
+    assert run.recipe_named("paper")["data"] == "humaneval:calib" and run.recipe_named("fit")["pattern"] == "16:32"
+    with pytest.raises(SystemExit, match="neither a recipe nor a baseline"):
+        run.recipe_named("missing")

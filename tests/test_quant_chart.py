@@ -130,3 +130,18 @@ def test_it_runs_on_the_committed_files_alone(chart, tmp_path):
     text = out.with_suffix(".md").read_text()
     assert "| dense bf16 | none | dense | 0.659 | 0.683 | 0.671 |" in text  # the first round's held-out dense row
     assert "- 16:32 int8, decode: no held-out result (items nm16-int8-fit)" in text or "nm16-int8-fit |" in text
+
+
+def test_repaired_pairs_get_their_own_target_line_and_old_rows_without_quantize_count_as_bf16(chart, tmp_path):
+    summary = tmp_path / "summary.json"
+    old_row = {**row("2of4-p2-broad-seq-repair-lr1e5", "2:4", None, 0.28), "quantize": None}  # before issue 13
+    summary.write_text(json.dumps({"final": [old_row, row("p2r-int8", "2:4", "int8", 0.24),
+                                             row("check-p16-fit-repair-lr1e5", "16:32", None, 0.48)]}))
+    out = tmp_path / "q.png"
+    chart.main(["--summary", str(summary), "--speed", f"8B={BENCHMARKS / 'results' / 'quant_e2e_h200.md'}",
+                "--out", str(out)])
+    text = out.with_suffix(".md").read_text()
+    assert "- 2:4, repaired: p2r-int8 0.240 vs 2of4-p2-broad-seq-repair-lr1e5 0.280: +0.040 below (missed by 0.010)" \
+        in text
+    assert "- 16:32, repaired: not measured" in text
+    assert "| 2:4 int8 | decode | p2r-int8 | 0.250 | 0.230 | 0.240 | 0.0100 | 250.0 (1.22x) |" in text

@@ -331,7 +331,7 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
         elif config.solver == "sparsegpt":
             pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
                                               percdamp=config.percdamp, quantize=config.quantize,
-                                              group_size=config.group_size)
+                                              group_size=config.group_size, keep_zeros=config.keep_mask)
         else:
             pruned = [SOLVERS[config.solver](weight, hessian, pattern) for weight in weights]
         for name, weight, new in zip(names, weights, pruned):

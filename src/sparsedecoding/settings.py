@@ -239,6 +239,8 @@ class SolverSettings:
     quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
                          "scale per output row) or int4 (one per --group-size input columns)", choices=QUANTIZATIONS)
     group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)
+    keep_mask: bool = knob(False, "keep the mask the model already has (its zeros; --model a pruned, possibly "
+                           "repaired checkpoint of --pattern) and only quantize its kept weights (needs --quantize)")
     hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))
     batch_size: int = knob(8, "sequences per replay batch", minimum=1)
 
@@ -302,6 +304,10 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
         if self.target == "dense" and self.propagation != "sequential":
             raise SparseDecodingError("--target dense fits the pruned model's inputs to the dense outputs, which differ "
                                       "only with --propagation sequential; add it or use --target self")
+        if self.keep_mask and (pattern is None or not pattern.is_nm or self.quantize == "none"):
+            raise SparseDecodingError("--keep-mask quantizes the kept weights of an already pruned model: it needs "
+                                      "the model's N:M --pattern (such as 2:4) and --quantize int8 or int4 (without "
+                                      "--quantize it changes nothing)")
         if self.quantize != "none" and (self.solver != "sparsegpt" or self.repair_steps):
             raise SparseDecodingError(f"--quantize {self.quantize} runs inside SparseGPT and needs its result untouched; "
                                       f"use --solver sparsegpt and --repair-steps 0")

@@ -30,6 +30,20 @@ def check_pattern(weight: torch.Tensor, pattern: SparsityPattern) -> None:
         raise SparsityPatternError(f"{pattern} needs in_features divisible by {pattern.m}, got {weight.shape[1]}")
 
 
+def check_kept_zeros(weight: torch.Tensor, pattern: SparsityPattern) -> None:
+    """`keep_zeros` keeps a weight's zeros as its mask, so they must already form the N:M pattern: at least M − N
+    zeros in every group of M columns (SparsityPatternError otherwise, naming how many groups fall short)."""
+    if not pattern.is_nm:
+        raise SparsityPatternError(f"keeping the existing mask needs an N:M pattern (the kernel's format); got "
+                                   f"{pattern}")
+    zeros = (weight == 0).view(weight.shape[0], -1, pattern.m).sum(-1)
+    short = int((zeros < pattern.m - pattern.n).sum())
+    if short:
+        raise SparsityPatternError(f"keeping the existing mask needs a {pattern} sparse weight, but {short} groups of "
+                                   f"{pattern.m} columns have fewer than {pattern.m - pattern.n} zeros: prune the "
+                                   "model first (this weight is not pruned, or was pruned with another pattern)")
+
+
 def keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
     """Boolean mask of kept entries: the N largest scores in each group of M consecutive columns of a row, or the
     (1 − sparsity) largest of each row for unstructured patterns."""
@@ -183,16 +197,19 @@ def quantization_codes(weight: torch.Tensor, quantize: str, group_size: int = 12
 
 def prune_block(WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor, pattern: SparsityPattern | None,
                 segments: tuple[int, ...], pruned1: torch.Tensor, ErrT: torch.Tensor, quantize: str | None = None,
-                scaleT: torch.Tensor | None = None) -> None:
+                scaleT: torch.Tensor | None = None, fixedT: torch.Tensor | None = None) -> None:
     """SparseGPT's in-block column loop, in place on the transposed block WT [B, rows] (column i is the row WT[i]).
 
     Fills `pruned1` [B, rows] (True = pruned; all False for pattern None, plain GPTQ) and `ErrT` [B, rows] (the
     scaled errors spread to later blocks) and leaves the updated weights in WT. With `quantize`, each column's kept
     entries are rounded to the grid of `scaleT` [B, rows] (the scale of each entry's group), its pruned ones set to 0,
     and the combined error spread. `segments` are the row counts of weights stacked on one Hessian: the unstructured
-    threshold is taken per segment so stacking never changes a weight's result."""
+    threshold is taken per segment so stacking never changes a weight's result. `fixedT` [B, rows] (True = pruned)
+    fixes the mask instead of choosing it (`keep_zeros`)."""
     pruned1.zero_()
-    if pattern is not None and not pattern.is_nm:
+    if fixedT is not None:
+        pruned1.copy_(fixedT)
+    elif pattern is not None and not pattern.is_nm:
         score = WT.square() / d.square().unsqueeze(1)
         start = 0
         for rows in segments:
@@ -202,7 +219,7 @@ def prune_block(WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor, pattern: Sp
             chosen.scatter_(0, lowest, torch.ones_like(lowest, dtype=torch.bool))  # no host scalar: graph-safe
             pruned1[:, start:start + rows] = chosen.view(block.shape)
             start += rows
-    nm = pattern is not None and pattern.is_nm
+    nm = pattern is not None and pattern.is_nm and fixedT is None
     if quantize is None:
         scale = pruned1.to(WT.dtype) / d.unsqueeze(1)  # 1/[U]_ii where pruned, 0 where kept
     for i in range(WT.shape[0]):
@@ -227,14 +244,16 @@ class CapturedBlock:
     replaying them from a graph removes the per-launch host overhead that otherwise dominates the solver's time."""
 
     def __init__(self, rows: int, blocksize: int, pattern: SparsityPattern | None, segments: tuple[int, ...],
-                 quantize: str | None, dtype: torch.dtype, device: torch.device):
+                 quantize: str | None, dtype: torch.dtype, device: torch.device, fixed: bool = False):
         self.WT = torch.zeros(blocksize, rows, dtype=dtype, device=device)
         self.U1 = torch.eye(blocksize, dtype=dtype, device=device)
         self.d = torch.ones(blocksize, dtype=dtype, device=device)
         self.scaleT = torch.ones(blocksize, rows, dtype=dtype, device=device) if quantize else None
         self.pruned1 = torch.zeros(blocksize, rows, dtype=torch.bool, device=device)
         self.ErrT = torch.zeros(blocksize, rows, dtype=dtype, device=device)
-        args = (self.WT, self.U1, self.d, pattern, segments, self.pruned1, self.ErrT, quantize, self.scaleT)
+        self.fixedT = torch.zeros(blocksize, rows, dtype=torch.bool, device=device) if fixed else None
+        args = (self.WT, self.U1, self.d, pattern, segments, self.pruned1, self.ErrT, quantize, self.scaleT,
+                self.fixedT)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):  # warm-up outside capture, as CUDA graphs require
@@ -244,13 +263,15 @@ class CapturedBlock:
         with torch.cuda.graph(self.graph):
             prune_block(*args)
 
-    def __call__(self, WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor,
-                 scaleT: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    def __call__(self, WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor, scaleT: torch.Tensor | None,
+                 fixedT: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         self.WT.copy_(WT)
         self.U1.copy_(U1)
         self.d.copy_(d)
         if scaleT is not None:
             self.scaleT.copy_(scaleT)
+        if fixedT is not None:
+            self.fixedT.copy_(fixedT)
         self.graph.replay()
         return self.WT, self.pruned1, self.ErrT
 
@@ -260,10 +281,11 @@ _captured: dict[tuple, CapturedBlock] = {}
 
 def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | None, segments: tuple[int, ...],
                  quantize: str | None, group: int, blocksize: int, use_graph: bool,
-                 scales: torch.Tensor | None = None) -> torch.Tensor:
+                 scales: torch.Tensor | None = None, fixed: torch.Tensor | None = None) -> torch.Tensor:
     """One left-to-right pass over W's columns in blocks (in place); returns the pruned mask. With `quantize`,
     a group's scale comes from its weights as they stand when its block starts, as in GPTQ, unless `scales`
-    [rows, cols/group] are given."""
+    [rows, cols/group] are given. `fixed` [rows, cols] (True = pruned) is the mask to keep instead of choosing
+    one."""
     rows, cols = W.shape
     pruned = torch.zeros(rows, cols, dtype=torch.bool, device=W.device)
     given_scales = scales is not None
@@ -273,18 +295,20 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
     for i1 in range(0, cols, blocksize):
         i2 = min(i1 + blocksize, cols)
         WT, U1, d, scaleT = W[:, i1:i2].T.contiguous(), U[i1:i2, i1:i2], U_diag[i1:i2], None
+        fixedT = None if fixed is None else fixed[:, i1:i2].T.contiguous()
         if quantize is not None:
             for g in range(-(-i1 // group) * group, i2, group) if not given_scales else ():
                 scales[:, g // group] = grid_scale(W[:, g:g + group].abs().amax(1), quantize)
             scaleT = scales[:, torch.arange(i1, i2, device=W.device) // group].T.contiguous()
         if use_graph:
-            key = (rows, i2 - i1, pattern, segments, quantize, W.dtype, W.device)
+            key = (rows, i2 - i1, pattern, segments, quantize, W.dtype, W.device, fixed is not None)
             if key not in _captured:
-                _captured[key] = CapturedBlock(rows, i2 - i1, pattern, segments, quantize, W.dtype, W.device)
-            WT, pruned1, ErrT = _captured[key](WT, U1, d, scaleT)
+                _captured[key] = CapturedBlock(rows, i2 - i1, pattern, segments, quantize, W.dtype, W.device,
+                                               fixed is not None)
+            WT, pruned1, ErrT = _captured[key](WT, U1, d, scaleT, fixedT)
         else:
             pruned1, ErrT = torch.empty_like(WT, dtype=torch.bool), torch.empty_like(WT)
-            prune_block(WT, U1, d, pattern, segments, pruned1, ErrT, quantize, scaleT)
+            prune_block(WT, U1, d, pattern, segments, pruned1, ErrT, quantize, scaleT, fixedT)
         W[:, i1:i2] = WT.T
         pruned[:, i1:i2] = pruned1.T
         W[:, i2:].addmm_(ErrT.T, U[i1:i2, i2:], alpha=-1)
@@ -294,21 +318,25 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
 
 @torch.no_grad()
 def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: SparsityPattern | None,
-           quantize: str | None, group_size: int, blocksize: int, percdamp: float, cuda_graph: bool | None
-           ) -> list[torch.Tensor]:
-    """SparseGPT (pattern set) or GPTQ (pattern None) on weights stacked by rows, all against one factorisation."""
+           quantize: str | None, group_size: int, blocksize: int, percdamp: float, cuda_graph: bool | None,
+           keep_zeros: bool = False) -> list[torch.Tensor]:
+    """SparseGPT (pattern set) or GPTQ (pattern None) on weights stacked by rows, all against one factorisation;
+    `keep_zeros`: the mask is the weights' zeros (checked against the N:M pattern), not chosen."""
     check_percdamp(percdamp)
     if isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize <= 0:
         raise SolverSettingsError(f"blocksize = {blocksize!r} must be a positive integer such as 128")
     if pattern is not None:
         for weight in weights:
             check_pattern(weight, pattern)
+            if keep_zeros:
+                check_kept_zeros(weight, pattern)
         if pattern.is_nm and blocksize % pattern.m != 0:
             raise SparsityPatternError(f"blocksize {blocksize} must be a multiple of M={pattern.m}")
     group = quantization_group(quantize, group_size, weights[0].shape[1])
     quantize = None if group is None else quantize
     compute = torch.float64 if weights[0].dtype == torch.float64 else torch.float32
     W = torch.cat([weight.to(compute) for weight in weights])
+    fixed = W == 0 if keep_zeros else None
     segments = tuple(weight.shape[0] for weight in weights)
     H = hessian.to(device=W.device, dtype=compute).clone()
     use_graph = W.is_cuda if cuda_graph is None else cuda_graph
@@ -323,25 +351,26 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
         # (by 15-20% at 2:4 on test problems): a scale set from W up front clips them. So an unquantized solve runs
         # first, for the scales only.
         pruned_first = W.clone()
-        _column_loop(pruned_first, U, pattern, segments, None, group, blocksize, use_graph)
+        _column_loop(pruned_first, U, pattern, segments, None, group, blocksize, use_graph, fixed=fixed)
         scales = grid_scale(pruned_first.abs().amax(1, keepdim=True), quantize)
-    _column_loop(W, U, pattern, segments, quantize, group, blocksize, use_graph, scales)
+    _column_loop(W, U, pattern, segments, quantize, group, blocksize, use_graph, scales, fixed)
     return [part.to(weight.dtype) for part, weight in zip(W.split(segments), weights)]
 
 
 def sparsegpt_shared(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: SparsityPattern | str, *,
                      quantize: str | None = None, group_size: int = 128, blocksize: int = 128,
-                     percdamp: float = 0.01, cuda_graph: bool | None = None) -> list[torch.Tensor]:
+                     percdamp: float = 0.01, cuda_graph: bool | None = None,
+                     keep_zeros: bool = False) -> list[torch.Tensor]:
     """`sparsegpt` for several weights that read the same input (q/k/v, gate/up): their rows are stacked and solved
     against one Hessian factorisation, which gives exactly the per-weight results at a fraction of the launches.
     `cuda_graph` (default: on for CUDA tensors) replays the in-block loop from a captured graph; same arithmetic."""
     return _solve(weights, hessian, SparsityPattern.parse(pattern), quantize, group_size, blocksize, percdamp,
-                  cuda_graph)
+                  cuda_graph, keep_zeros)
 
 
 def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern | str, *,
               quantize: str | None = None, group_size: int = 128, blocksize: int = 128,
-              percdamp: float = 0.01) -> torch.Tensor:
+              percdamp: float = 0.01, keep_zeros: bool = False) -> torch.Tensor:
     """SparseGPT (OBS with lazy block updates). Columns are visited left to right; column i's pruned entries are set
     to zero and the error err = (w_i − q_i)/[U]_ii is spread over the columns j > i by w_j −= err·U_ij, where U is the
     upper Cholesky factor of (H + λI)⁻¹ (inside the block at once, to later blocks in one product per block).
@@ -354,10 +383,14 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
     group's current weights when its block starts; int8 per row from the whole W), so the error spread is pruning
     plus rounding. The result's kept values are exactly on the grid; `quantization_codes` gives codes and scales.
 
+    `keep_zeros` keeps the mask W already has (its zeros; an N:M pattern, at least M − N zeros in every group of M)
+    instead of choosing one. The kept entries are re-solved against H, rounded to the grid with `quantize`, and the
+    error is spread over kept entries only: this quantizes a pruned (and repaired) model without touching its mask.
+
     Computes in float64 if W is float64, else float32; H may be any float dtype; returns W's dtype. `percdamp`
     (λ relative to mean(diag H), default 0.01) must be positive; a failed factorisation raises it tenfold, to 1."""
     return sparsegpt_shared([weight], hessian, pattern, quantize=quantize, group_size=group_size,
-                            blocksize=blocksize, percdamp=percdamp)[0]
+                            blocksize=blocksize, percdamp=percdamp, keep_zeros=keep_zeros)[0]
 
 
 def gptq_shared(weights: list[torch.Tensor], hessian: torch.Tensor, quantize: str = "int8", *,
