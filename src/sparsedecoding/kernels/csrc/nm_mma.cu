@@ -332,10 +332,11 @@ __device__ __forceinline__ void strip_word_pair(float (&acc)[NT][4], const char*
 }
 
 // One mask word of one 16-row strip on sparse tensor cores (SP): `vals_g` is the word's values (or codes) of row g
-// in shared memory, `x_word` the word's first x column of batch row 0.
+// in shared memory, `codes_g`/`codes_g8` its mask words of rows g and g+8 already through `sp_meta_codes`, `x_word`
+// the word's first x column of batch row 0.
 template <typename T, int NT, int CODE>
-__device__ __forceinline__ void strip_word_sp(float (&acc)[NT][4], const char* vals_g, uint32_t mask_g,
-                                              uint32_t mask_g8, int g, int t, const char* x_word, float scale_g,
+__device__ __forceinline__ void strip_word_sp(float (&acc)[NT][4], const char* vals_g, uint32_t codes_g,
+                                              uint32_t codes_g8, int g, int t, const char* x_word, float scale_g,
                                               float scale_g8) {
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   const char* vals_g8 = vals_g + 8 * kRowBytes;
@@ -371,8 +372,8 @@ __device__ __forceinline__ void strip_word_sp(float (&acc)[NT][4], const char* v
   // metadata (used from lanes t = 0, 1): rows g (bits 0-15) and g+8 (16-31), MMA groups 4(t&1)..4(t&1)+3 = the
   // word's even (t&1 = 0) or odd nibbles, lowest first
   const uint32_t shift = 4 * (t & 1);
-  uint32_t fg = (sp_meta_codes(mask_g) >> shift) & 0x0F0F0F0Fu;
-  uint32_t fg8 = (sp_meta_codes(mask_g8) >> shift) & 0x0F0F0F0Fu;
+  uint32_t fg = (codes_g >> shift) & 0x0F0F0F0Fu;
+  uint32_t fg8 = (codes_g8 >> shift) & 0x0F0F0F0Fu;
   fg |= fg >> 4;
   fg8 |= fg8 >> 4;
   const uint32_t e = prmt(fg, fg8, 0x6420u);
@@ -520,42 +521,51 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
       // Words past the row's end (a partial last chunk) are skipped: their shared values are stale bytes, which the
       // expansion masks out but an mma.sp would multiply (a stale NaN times a zero x is NaN).
       const int valid_words = words - (chunk0 + i) * kChunkWords;
+      // The warp's mask words of this stage become metadata codes in place, once: 4 words a lane instead of each
+      // lane of a quad converting the same two rows for every word (no other warp reads these rows' masks).
+      {
+        uint32_t* codes = reinterpret_cast<uint32_t*>(stages + (i % STAGES) * L::stage + L::mask) +
+                          warp * 16 * kStrips * kChunkWords;
+#pragma unroll
+        for (int k = lane; k < 16 * kStrips * kChunkWords; k += 32) codes[k] = sp_meta_codes(codes[k]);
+        __syncwarp();
+      }
 #pragma unroll
       for (int w = 0; w < kChunkWords; ++w) {
         if (w >= valid_words) break;
 #pragma unroll
         for (int h = 0; h < kStrips; ++h) {
-          const uint32_t* mask = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
+          const uint32_t* codes = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
           float scale_g = 1.f, scale_g8 = 1.f;
           if constexpr (CODE != 0) word_scales(h, (chunk0 + i) * kChunkWords + w, scale_g, scale_g8);
-          strip_word_sp<T, NT, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + w * kWordBytes, mask[w],
-                                     mask[8 * kChunkWords + w], g, t, st + L::x + w * 64, scale_g, scale_g8);
+          strip_word_sp<T, NT, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + w * kWordBytes, codes[w],
+                                     codes[8 * kChunkWords + w], g, t, st + L::x + w * 64, scale_g, scale_g8);
         }
       }
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int p = 0; p < kChunkWords / 2; ++p) {
-      uint32_t xb[NT][8];
+      for (int p = 0; p < kChunkWords / 2; ++p) {
+        uint32_t xb[NT][8];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const char* xr = st + L::x + ((8 * j + g) * kXStride + 64 * p + 16 * t) * 2;
-        const uint4 lo = *reinterpret_cast<const uint4*>(xr);
-        const uint4 hi = *reinterpret_cast<const uint4*>(xr + 16);
-        xb[j][0] = lo.x; xb[j][1] = lo.y; xb[j][2] = lo.z; xb[j][3] = lo.w;
-        xb[j][4] = hi.x; xb[j][5] = hi.y; xb[j][6] = hi.z; xb[j][7] = hi.w;
-      }
+        for (int j = 0; j < NT; ++j) {
+          const char* xr = st + L::x + ((8 * j + g) * kXStride + 64 * p + 16 * t) * 2;
+          const uint4 lo = *reinterpret_cast<const uint4*>(xr);
+          const uint4 hi = *reinterpret_cast<const uint4*>(xr + 16);
+          xb[j][0] = lo.x; xb[j][1] = lo.y; xb[j][2] = lo.z; xb[j][3] = lo.w;
+          xb[j][4] = hi.x; xb[j][5] = hi.y; xb[j][6] = hi.z; xb[j][7] = hi.w;
+        }
 #pragma unroll
-      for (int h = 0; h < kStrips; ++h) {
-        // the lane's mask word is 2p + t/2 of the chunk
-        const uint32_t* mask = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
-        const uint32_t word_g = mask[2 * p + t / 2];
-        const uint32_t word_g8 = mask[8 * kChunkWords + 2 * p + t / 2];
-        float scale_g = 1.f, scale_g8 = 1.f;
-        if constexpr (CODE != 0)  // the lane's word lies in one group (group sizes are multiples of 32)
-          word_scales(h, (chunk0 + i) * kChunkWords + 2 * p + t / 2, scale_g, scale_g8);
-        strip_word_pair<T, NT, FAST24, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + p * 2 * kWordBytes,
-                                             word_g, word_g8, t, xb, scale_g, scale_g8);
+        for (int h = 0; h < kStrips; ++h) {
+          // the lane's mask word is 2p + t/2 of the chunk
+          const uint32_t* mask = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
+          const uint32_t word_g = mask[2 * p + t / 2];
+          const uint32_t word_g8 = mask[8 * kChunkWords + 2 * p + t / 2];
+          float scale_g = 1.f, scale_g8 = 1.f;
+          if constexpr (CODE != 0)  // the lane's word lies in one group (group sizes are multiples of 32)
+            word_scales(h, (chunk0 + i) * kChunkWords + 2 * p + t / 2, scale_g, scale_g8);
+          strip_word_pair<T, NT, FAST24, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + p * 2 * kWordBytes,
+                                               word_g, word_g8, t, xb, scale_g, scale_g8);
+        }
       }
     }
   }
