@@ -393,7 +393,9 @@ __device__ __forceinline__ void strip_word_sp(float (&acc)[NT][4], const char* v
 
 // `values`: 16-bit values of type T (CODE 0) or codes (CODE 8, 4) with `scales` (bf16, [out][groups], a group
 // 2^group_shift mask words wide, or one group a row when groups == 1; unused for CODE 0).
-template <typename T, int NT, bool FAST24, int STAGES, int CODE, bool SP>
+// GW (SP with codes only): the group width in words when known at compile time (4: int4 with 128 columns a scale),
+// so that the scales are read where a group starts only; 0: every word looks its group up.
+template <typename T, int NT, bool FAST24, int STAGES, int CODE, bool SP, int GW = 0>
 __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ x, const void* __restrict__ values,
                                                           const __nv_bfloat16* __restrict__ scales,
                                                           const uint32_t* __restrict__ bitmask, T* __restrict__ y,
@@ -500,7 +502,7 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
 #pragma unroll
     for (int e = 0; e < 2; ++e) row_scale[h][e] = CODE != 0 ? __bfloat162float(scale_rows[h][e][0]) : 1.f;
   auto word_scales = [&](int h, int word, float& scale_g, float& scale_g8) {
-    if (groups == 1) {
+    if (CODE == 8 || groups == 1) {  // int8 always has one scale a row (PackedNMQ; the C entry checks)
       scale_g = row_scale[h][0];
       scale_g8 = row_scale[h][1];
     } else {
@@ -521,6 +523,9 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
       // Words past the row's end (a partial last chunk) are skipped: their shared values are stale bytes, which the
       // expansion masks out but an mma.sp would multiply (a stale NaN times a zero x is NaN).
       const int valid_words = words - (chunk0 + i) * kChunkWords;
+      float group_scale[kStrips][2] = {};  // 1 for 16-bit values (unused), else the current word's group's scales
+      if constexpr (CODE == 0)
+        for (int h = 0; h < kStrips; ++h) group_scale[h][0] = group_scale[h][1] = 1.f;
       // The warp's mask words of this stage become metadata codes in place, once: 4 words a lane instead of each
       // lane of a quad converting the same two rows for every word (no other warp reads these rows' masks).
       {
@@ -536,10 +541,16 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
 #pragma unroll
         for (int h = 0; h < kStrips; ++h) {
           const uint32_t* codes = reinterpret_cast<const uint32_t*>(st + L::mask) + (rw + 16 * h) * kChunkWords;
-          float scale_g = 1.f, scale_g8 = 1.f;
-          if constexpr (CODE != 0) word_scales(h, (chunk0 + i) * kChunkWords + w, scale_g, scale_g8);
+          if constexpr (CODE != 0) {
+            if constexpr (GW > 0) {  // chunks start on group boundaries (8 words, GW a power of two up to 8)
+              if (w % GW == 0) word_scales(h, (chunk0 + i) * kChunkWords + w, group_scale[h][0], group_scale[h][1]);
+            } else {
+              word_scales(h, (chunk0 + i) * kChunkWords + w, group_scale[h][0], group_scale[h][1]);
+            }
+          }
           strip_word_sp<T, NT, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + w * kWordBytes, codes[w],
-                                     codes[8 * kChunkWords + w], g, t, st + L::x + w * 64, scale_g, scale_g8);
+                                     codes[8 * kChunkWords + w], g, t, st + L::x + w * 64, group_scale[h][0],
+                                     group_scale[h][1]);
         }
       }
     } else {
@@ -615,11 +626,11 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
   }
 }
 
-template <typename T, int NT, bool FAST24, int STAGES, int CODE, bool SP>
+template <typename T, int NT, bool FAST24, int STAGES, int CODE, bool SP, int GW = 0>
 cudaError_t launch(const void* x, const void* values, const void* scales, const void* bitmask, void* y,
                    float* partials, int* counters, int batch, int out, int words, int splits, int groups,
                    int group_shift, cudaStream_t stream) {
-  auto kernel = nm_mma_kernel<T, NT, FAST24, STAGES, CODE, SP>;
+  auto kernel = nm_mma_kernel<T, NT, FAST24, STAGES, CODE, SP, GW>;
   const int smem = Layout<NT, STAGES>::smem;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
@@ -650,7 +661,12 @@ cudaError_t launch_stages(const Problem& p, int stages, int sparse_mma) {
                          p.splits, p.groups, p.group_shift, p.stream);
   };
   if (sparse_mma) {  // 2:4 only, two stages only (fewer instances to build)
-    if constexpr (FAST24) return stages == 2 ? run(launch<T, NT, true, 2, CODE, true>) : cudaErrorInvalidValue;
+    if (stages != 2) return cudaErrorInvalidValue;
+    if constexpr (FAST24) {
+      if constexpr (CODE == 4)
+        if (p.groups > 1 && p.group_shift == 2) return run(launch<T, NT, true, 2, CODE, true, 4>);
+      return run(launch<T, NT, true, 2, CODE, true>);
+    }
     return cudaErrorInvalidValue;
   }
   switch (stages) {
@@ -708,6 +724,7 @@ int nm_mma_codes_launch(const void* x, const void* codes, const void* scales, co
   int group_shift = 0;  // groups > 1 need a power-of-two group width in words
   while ((1 << group_shift) < group_words) ++group_shift;
   if (groups > 1 && (1 << group_shift) != group_words) return cudaErrorInvalidValue;
+  if (code_bits == 8 && groups != 1) return cudaErrorInvalidValue;  // int8: one scale a row
   if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
   const Problem p{x, codes, scales, bitmask, y, partials, counters, batch, out, words, splits, groups, group_shift,
                   static_cast<cudaStream_t>(stream)};
