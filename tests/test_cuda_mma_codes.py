@@ -63,6 +63,28 @@ def test_emulated_lane_codes_are_the_packers_values(quantize):
                 assert [c * scale for c in lane] == expected, (row, p, t)
 
 
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_emulated_sparse_mma_lane_codes_are_the_packers_values(quantize):
+    """`strip_word_sp` with codes: lane t of mask word w reads the word's kept values 4t..4t+3 (its A registers), from
+    bytes 4t.. of the word's 16 int8 bytes, or bytes 2t, 2t+1 (low nibble first) of its 8 int4 bytes, scaled by the
+    scale of the group holding word w; emulated on the packed tensors, the packer's kept values in order."""
+    out, in_features, group = 8, 256, 64
+    packed = pack_nm_quantized(grid_weight(out, in_features, quantize, group), 2, 4, quantize, group)
+    kept = packed.kept_values().float()
+    words, group_words = in_features // 32, packed.group_size // 32
+    for row in range(out):
+        for w in range(words):
+            for t in range(4):
+                if quantize == "int8":
+                    lane = packed.codes[row, 16 * w + 4 * t: 16 * w + 4 * t + 4].to(torch.int32).tolist()
+                else:
+                    pieces = packed.codes[row, 8 * w + 2 * t: 8 * w + 2 * t + 2].to(torch.int32).tolist()
+                    nibbles = [(b >> (4 * k)) & 0xF for b in pieces for k in (0, 1)]
+                    lane = [v - 16 if v >= 8 else v for v in nibbles]
+                scale = float(packed.scales[row, w // group_words])
+                assert [c * scale for c in lane] == kept[row, 16 * w + 4 * t: 16 * w + 4 * t + 4].tolist()
+
+
 def _prmt(a: int, b: int, sel: int) -> int:
     """PTX prmt.b32 (default mode): byte i of the result is byte (sel >> 4i) & 7 of the 8 bytes b:a."""
     pool = a | b << 32
