@@ -265,3 +265,15 @@ def test_bad_inputs_give_one_clear_error(fresh_dispatch, x_shape, dtype, device,
     with pytest.raises(KernelInputError) as info:
         nm_spmv(x, packed)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_sparse_mma_setting_is_off_unless_1_and_refuses_other_values(monkeypatch):
+    from sparsedecoding.kernels.op import KernelChoiceError, sparse_mma_setting
+
+    monkeypatch.delenv("SPARSEDECODING_SPARSE_MMA", raising=False)
+    assert sparse_mma_setting() is False
+    monkeypatch.setenv("SPARSEDECODING_SPARSE_MMA", "1")
+    assert sparse_mma_setting() is True
+    monkeypatch.setenv("SPARSEDECODING_SPARSE_MMA", "yes")
+    with pytest.raises(KernelChoiceError, match="use 1"):
+        sparse_mma_setting()

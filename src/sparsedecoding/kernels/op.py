@@ -12,7 +12,8 @@
 On CUDA one of two kernels serves a problem: the Triton kernel (`triton_spmv`) or the tensor-core kernel
 (`cuda_mma`, compiled with nvcc at first use), chosen per pattern and batch by `choose_kernel` from the measured
 table `CUDA_FROM_BATCH`, or forced with the environment variable SPARSEDECODING_KERNEL=auto|triton|cuda (read when
-a problem's runner is built, so set it before the first call). CPU runs the torch reference whatever the setting.
+a problem's runner is built, so set it before the first call); SPARSEDECODING_SPARSE_MMA=1 makes the tensor-core
+kernel run 2:4 on sparse tensor cores. CPU runs the torch reference whatever the setting.
 `_make_runner` is the one place that builds the chosen kernel's runner."""
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ Runner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 KERNEL_SETTING = "SPARSEDECODING_KERNEL"
 KERNEL_CHOICES = ("auto", "triton", "cuda")
+# 1: where the tensor-core kernel serves a 2:4 problem, it runs on sparse tensor cores (mma.sp) instead of expanding
+# the mask (not yet measured, so off by default); 0 or unset: the expansion
+SPARSE_MMA_SETTING = "SPARSEDECODING_SPARSE_MMA"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -57,6 +61,14 @@ class KernelChoiceError(SparseDecodingError, ValueError):
 def kernel_setting() -> str:
     """SPARSEDECODING_KERNEL, lower-cased; "auto" when unset or empty."""
     return os.environ.get(KERNEL_SETTING, "").strip().lower() or "auto"
+
+
+def sparse_mma_setting() -> bool:
+    """SPARSEDECODING_SPARSE_MMA: "1" on, "0" or unset off; anything else is a KernelChoiceError."""
+    value = os.environ.get(SPARSE_MMA_SETTING, "").strip() or "0"
+    if value not in ("0", "1"):
+        raise KernelChoiceError(f"{SPARSE_MMA_SETTING}={value!r}; use 1 (2:4 on sparse tensor cores) or 0")
+    return value == "1"
 
 
 def choose_kernel(n: int, m: int, batch: int, setting: str,
@@ -232,7 +244,8 @@ class _CudaRunner:
 
         out_features, words = bitmask.shape
         x = x if x.data_ptr() % 16 == 0 else x.clone()
-        self.launch = Launch(x, PackedNM(values, bitmask, n, m, (out_features, words * 32)))
+        self.launch = Launch(x, PackedNM(values, bitmask, n, m, (out_features, words * 32)),
+                             sparse_mma=(n, m) == (2, 4) and sparse_mma_setting())
         error = output_error(self(x, values, bitmask).view(-1, out_features), x.view(-1, words * 32), values, bitmask)
         if not error <= 1:  # NaN fails too
             raise RuntimeError(f"nm_spmv: the tensor-core kernel is off by {error:.3g} x the float64 bound for x "

@@ -171,7 +171,8 @@ def nmq_spmv(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16 activations, fp32 sums, output in
     x's dtype. On CUDA the Triton kernel (`triton_nmq`) dequantizes the codes in registers; with
     SPARSEDECODING_KERNEL=cuda a 2:4 weight runs the tensor-core kernel instead (`cuda_mma.nmq_mm_cuda`, checked
-    once per problem against float64; `auto` keeps Triton until that kernel is measured); on CPU the reference."""
+    once per problem against float64, on sparse tensor cores with SPARSEDECODING_SPARSE_MMA=1; `auto` keeps Triton
+    until that kernel is measured); on CPU the reference."""
     from .op import KERNEL_CHOICES, KERNEL_SETTING, MAX_BATCH, KernelChoiceError, kernel_setting
 
     if x.dtype not in (torch.bfloat16, torch.float16):
@@ -201,7 +202,7 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
     """The tensor-core kernel on a 2:4 quantized weight; its first run per problem (device, shape, batch, format,
     dtype) is checked against a float64 product, and a mismatch raises (a kernel bug is never used)."""
     from .cuda_mma import CodesLaunch
-    from .op import KERNEL_SETTING
+    from .op import KERNEL_SETTING, sparse_mma_setting
 
     key = (str(x.device), packed.shape, tuple(x.shape), packed.quantize, packed.group_size, str(x.dtype))
     launch = _cuda_launches.get(key)
@@ -214,7 +215,7 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
                                    "first time inside CUDA-graph capture; run it once eagerly first (it is checked "
                                    "against float64 then)")
         try:
-            launch = CodesLaunch(x, packed)
+            launch = CodesLaunch(x, packed, sparse_mma=sparse_mma_setting())
         except KernelInputError as exc:
             raise KernelInputError(f"{KERNEL_SETTING}=cuda, but {exc}; set {KERNEL_SETTING}=auto or triton") from None
         y = launch(x, packed.codes, packed.scales, packed.bitmask)
