@@ -197,6 +197,10 @@ case $report in
       2>&1 | tail -8 | tee "$OUT/gpu_tests_cuda_codes.log" || true
     bash benchmarks/h200.sh quant-kernel
     python3 benchmarks/cuda_kernel_bench.py --quick --out "$OUT/cuda_kernel_h200_sp_quick.md" ;;
+  quant-e2e-sp)  # not yet run: quant_e2e_h200_8b_sp.md, the 8B preset's 2:4 rows (bf16, int8, int4) with the
+    # tensor-core kernel on sparse tensor cores for every 2:4 linear (after quant-cuda has shown it correct)
+    SPARSEDECODING_KERNEL=cuda SPARSEDECODING_SPARSE_MMA=1 python3 benchmarks/quant_e2e_bench.py \
+      --out "$OUT/quant_e2e_h200_8b_sp.md" ;;
   eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
     python3 benchmarks/eager_bench.py --patterns 2:4 16:32 --batches 1 4 --out "$OUT/eager_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/
@@ -220,5 +224,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

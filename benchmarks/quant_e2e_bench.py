@@ -3,7 +3,8 @@
 One process, random weights of one preset (speed does not depend on values), every model built on the GPU, measured
 and freed before the next: dense bf16 (the baseline of every ratio), N:M bf16, then for int8 and int4 the dense
 weight-only quantized model (int8: our `triton_w8` kernel; int4: PyTorch's `_weight_int4pack_mm`) and the N:M
-quantized model (`nmq_spmv`), each with its decode step compiled and captured in a CUDA graph (`sparsedecoding bench`'s engine).
+quantized model (`nmq_spmv`), each with its decode step compiled and captured in a CUDA graph (`sparsedecoding
+bench`'s engine). The report names the kernel settings it ran under (SPARSEDECODING_KERNEL, SPARSEDECODING_SPARSE_MMA).
 The report checks the targets at batch 1: N:M+int8 >= 2.3x and N:M+int4 >= 3.0x dense bf16, each faster than the
 dense int4 model.
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 
 from sparsedecoding.engine.bench import SpeedResult, bench_preset, copy_bandwidth, format_table, run_label
+from sparsedecoding.kernels.op import KERNEL_SETTING, SPARSE_MMA_SETTING, kernel_setting, sparse_mma_setting
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
 
@@ -79,6 +81,8 @@ def main() -> int:
              f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 runs "
              f"our `triton_w8` kernel (reports before 2026-12-01 ran PyTorch's `_weight_int8pack_mm`), dense int4 "
              f"PyTorch's `_weight_int4pack_mm`; N:M ones the quantized Triton kernel `nmq_spmv`.", "",
+             f"Kernel settings: {KERNEL_SETTING}={kernel_setting()}, {SPARSE_MMA_SETTING}="
+             f"{int(sparse_mma_setting())} (`cuda` with 1: every 2:4 linear on sparse tensor cores).", "",
              format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
