@@ -160,10 +160,11 @@ def read_speed(spec: str) -> tuple[str, dict[str, tuple[float, str]]]:
     return title.strip(), read_panel([Path(name.strip()) for name in files.split(",")])
 
 
-def read_panel(paths: list[Path]) -> dict[str, tuple[float, str]]:
-    """{weights label: (batch-1 tok/s, where it was read)} from bench reports or JSON {label: tok/s}, an earlier
-    file's value winning over a later one's."""
-    speeds: dict[str, tuple[float, str]] = {}
+def read_panel(paths: list[Path]) -> dict[str, tuple[float, str, float]]:
+    """{weights label: (batch-1 tok/s, where it was read, dense bf16 tok/s of the same file or NaN)} from bench
+    reports or JSON {label: tok/s}, an earlier file's value winning over a later one's. The dense value of the same
+    file is what a ratio is taken against: two files are two runs."""
+    speeds: dict[str, tuple[float, str, float]] = {}
     for path in paths:
         if not path.is_file():
             raise SystemExit(f"error: speed report {path} does not exist")
@@ -171,8 +172,9 @@ def read_panel(paths: list[Path]) -> dict[str, tuple[float, str]]:
             found = {label: (float(value), path.name) for label, value in json.loads(path.read_text()).items()}
         else:
             found = parse_speed_table(path)
+        dense = found["dense"][0] if "dense" in found else math.nan
         for label, value in found.items():
-            speeds.setdefault(label, (value[0], f"{path.name}: {value[1]}"))
+            speeds.setdefault(label, (value[0], f"{path.name}: {value[1]}", dense))
     return speeds
 
 
@@ -187,7 +189,7 @@ def chart(quality: dict[str, dict], panels: list[tuple[str, dict]], out: Path) -
     figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5), squeeze=False)
     for axis, (title, speeds) in zip(axes[0], panels):
         placed: list[tuple[float, float]] = []
-        span = max([v for v, _ in speeds.values() if not math.isnan(v)] + [1.0])
+        span = max([entry[0] for entry in speeds.values() if not math.isnan(entry[0])] + [1.0])
         label_offset = lambda points, span=span: 4 - 11 * sum(  # noqa: E731  (labels of near points stack down)
             abs(px - points[-1][0]) < 0.12 * span and abs(py - points[-1][1]) < 0.04 for px, py in points[:-1])
         for config, row in scored.items():
@@ -234,7 +236,7 @@ def table(scored: dict[Config, dict | None], panels: list[tuple[str, dict]]) -> 
              "KL(dense‖model) | " + " | ".join(f"tok/s: {title} (x dense bf16)" for title in titles) + " |",
              "|---|---|---|---|---|---|---|" + "---|" * len(titles)]
     for config, row in scored.items():
-        cells = [config.label.split(",")[0], config.calibration]
+        cells = [config.label.split(",")[0], config.calibration + (" + repair" if config.repaired else "")]
         cells += ["-"] * 5 if row is None else [row["name"], f"{row['pass@1_fenced']:.3f}",
                                                f"{row['pass@1_plain']:.3f}", f"{row['pass@1_mean']:.3f}",
                                                f"{row['kl']:.4f}"]
@@ -246,10 +248,11 @@ def table(scored: dict[Config, dict | None], panels: list[tuple[str, dict]]) -> 
             if math.isnan(value):
                 cells.append("not measured (retired kernel)")
                 continue
-            ratio = f" ({value / speeds['dense'][0]:.2f}x)" if "dense" in speeds else ""
+            dense = speeds[config.weights][2]  # the same report's dense bf16: a ratio within one run
+            ratio = "" if math.isnan(dense) else f" ({value / dense:.2f}x)"
             cells.append(f"{value:.1f}{ratio}")
         lines.append("| " + " | ".join(cells) + " |")
-    sources = sorted({f"{title}: {source}" for title, speeds in panels for value, source in speeds.values()
+    sources = sorted({f"{title}: {source}" for title, speeds in panels for value, source, _ in speeds.values()
                       if not math.isnan(value)})
     return lines + ["", "Speed rows read (panel: file: model):", *[f"- {source}" for source in sources]]
 
@@ -299,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
               f"Command: `{command.strip()}`", "",
               f"![chart]({args.out.name})", "",
               "Held-out odd half of HumanEval (82 problems), greedy, mean of the fenced and plain wordings; speed: "
-              "decode tok/s at batch 1 from the reports listed below, ratio against the same panel's dense bf16. int4: "
+              "decode tok/s at batch 1 from the reports listed below, ratio against dense bf16 in the same report (one run; "
+              "a panel may draw from two runs, so compare tok/s across rows, ratios within a row's own run). int4: "
               f"one scale per {GROUP_SIZE} input columns; int8: one per row.", "", *lines]
     markdown = args.out.with_suffix(".md")
     markdown.write_text("\n".join(report) + "\n")

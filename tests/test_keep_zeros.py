@@ -97,8 +97,7 @@ def test_a_weight_that_is_not_pruned_is_refused_in_one_line():
     assert "\n" not in str(caught.value)
     pruned, _ = pruned_problem("16:32", rows=8, cols=64)
     with pytest.raises(SparsityPatternError, match="N:M pattern"):
-        solvers.sparsegpt(pruned, H[:64, :64] if H.shape[0] >= 64 else torch.eye(64, dtype=pruned.dtype), "50%",
-                          keep_zeros=True)
+        solvers.sparsegpt(pruned, torch.eye(64, dtype=pruned.dtype), "50%", keep_zeros=True)
 
 
 def test_shared_solve_equals_separate_solves():
@@ -153,3 +152,23 @@ def test_keep_mask_settings_fail_in_one_line(tmp_path, settings, message):
     with pytest.raises(SparseDecodingError, match=message) as caught:
         PruneConfig(model="m", out=str(tmp_path / "o"), calibration="text", tokens=32, **settings).validate()
     assert "\n" not in str(caught.value)
+
+
+def test_keep_mask_on_an_unpruned_model_fails_before_calibration_and_leaves_nothing(tmp_path, monkeypatch):
+    from sparsedecoding import pipeline
+    from sparsedecoding.pipeline import PruneConfig, prune
+
+    from helpers import make_tiny_model
+
+    source = make_tiny_model(tmp_path / "dense")
+
+    def no_calibration(*args, **kwargs):
+        raise AssertionError("calibration started before the mask was checked")
+
+    monkeypatch.setattr(pipeline, "build_calibration", no_calibration)
+    out = tmp_path / "out"
+    with pytest.raises(SparsityPatternError, match="fewer than 2 zeros") as caught:
+        prune(PruneConfig(model=str(source), out=str(out), pattern="2:4", quantize="int8", keep_mask=True,
+                          calibration="text", tokens=32, text_seq_len=16, device="cpu"), progress=False)
+    assert "\n" not in str(caught.value)
+    assert not out.exists() and not (tmp_path / "out.partial").exists()

@@ -75,13 +75,14 @@ def test_the_chart_draws_what_was_measured_and_lists_the_rest(chart, tmp_path):
     report = tmp_path / "qwen.md"
     report.write_text(SPEED_TABLE)
     extra = tmp_path / "more.json"
-    extra.write_text(json.dumps({"16:32 int8": 700.0, "dense": 1.0}))  # dense: the report's value wins
+    # dense: the report's value wins the dense row, but 16:32 int8's ratio is against its own file's dense (one run)
+    extra.write_text(json.dumps({"16:32 int8": 700.0, "dense": 350.0}))
     out = tmp_path / "chart" / "q.png"
     assert chart.main(["--summary", str(summary), "--speed", f"Qwen={report},{extra}", "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = out.with_suffix(".md").read_text()
     assert "| 16:32 bf16 | decode | nm16-bf16-fit | 0.460 | 0.440 | 0.450 | 0.0100 | 625.0 (1.25x) |" in text
-    assert "| 16:32 int8 | decode | nm16-int8-fit | 0.440 | 0.420 | 0.430 | 0.0100 | 700.0 (1.40x) |" in text
+    assert "| 16:32 int8 | decode | nm16-int8-fit | 0.440 | 0.420 | 0.430 | 0.0100 | 700.0 (2.00x) |" in text
     assert "| dense int4 | text | gptq-int4-text | 0.560 | 0.540 | 0.550 | 0.0100 | 800.0 (1.60x) |" in text
     assert "| dense int8 | decode | - | - | - | - | - | not measured |" in text
     assert "- dense int8, decode: no held-out result (items gptq-int8-fit)" in text
@@ -144,4 +145,4 @@ def test_repaired_pairs_get_their_own_target_line_and_old_rows_without_quantize_
     assert "- 2:4, repaired: p2r-int8 0.240 vs 2of4-p2-broad-seq-repair-lr1e5 0.280: +0.040 below (missed by 0.010)" \
         in text
     assert "- 16:32, repaired: not measured" in text
-    assert "| 2:4 int8 | decode | p2r-int8 | 0.250 | 0.230 | 0.240 | 0.0100 | 250.0 (1.22x) |" in text
+    assert "| 2:4 int8 | decode + repair | p2r-int8 | 0.250 | 0.230 | 0.240 | 0.0100 | 250.0 (1.22x) |" in text

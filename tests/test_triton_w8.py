@@ -12,7 +12,7 @@ if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 
 from sparsedecoding.errors import KernelInputError  # noqa: E402
-from sparsedecoding.kernels.triton_w8 import W8Config, _reference_error, candidate_configs, w8_mm  # noqa: E402
+from sparsedecoding.kernels.triton_w8 import W8Config, candidate_configs, float64_reference, w8_mm  # noqa: E402
 
 
 def int8_problem(out, in_features, batch, dtype=torch.bfloat16, seed=0):
@@ -48,7 +48,7 @@ def test_kernel_matches_float64(out, in_features, batch, config, dtype):
     y = w8_mm(x, weight, scales, config)
     assert y.shape == (batch, out) and y.dtype == dtype
     assert float64_error(y, x, weight, scales) <= 1
-    assert _reference_error(y, x, weight, scales) <= 1
+    assert float64_reference(x, weight, scales).error(y) <= 1
 
 
 def test_a_wrong_output_fails_the_check():
@@ -57,7 +57,7 @@ def test_a_wrong_output_fails_the_check():
     wrong = weight.clone()
     wrong[:, :32] = 0
     y = w8_mm(x, wrong, scales, W8Config(8, 32))
-    assert _reference_error(y, x, weight, scales) > 1
+    assert float64_reference(x, weight, scales).error(y) > 1
 
 
 def test_candidates_split_only_short_problems():

@@ -493,6 +493,10 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     try:
         started = time.perf_counter()
         model, tokenizer, _ = load_model(folder, device)
+        if config.keep_mask:  # the model must already be pruned to --pattern: say so before calibration
+            for layer in model.model.layers:
+                for linear in prunable_linears(layer).values():
+                    solvers.check_kept_zeros(linear.weight.data, pattern)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         if work.calibration_file.exists():

@@ -19,6 +19,7 @@ import math
 import os
 import statistics
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import torch
 import triton
@@ -97,11 +98,23 @@ class Float64Reference:
     (2·in·2⁻²⁴·Σ|w·x|). A correct kernel stays within it; a wrong column or a lost word lands far outside."""
 
     def __init__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor):
+        self._build(x, bitmask.shape[0], lambda r0, r1: dense_from_parts(values[r0:r1], bitmask[r0:r1]).double())
+
+    @classmethod
+    def of_rows(cls, x: torch.Tensor, rows: int,
+                weight_rows: Callable[[int, int], torch.Tensor]) -> Float64Reference:
+        """The same for a weight given by `weight_rows(r0, r1)`: its rows r0..r1 in float64 (a dense weight times
+        its scales, say), built a chunk at a time like the packed one."""
+        reference = cls.__new__(cls)
+        reference._build(x, rows, weight_rows)
+        return reference
+
+    def _build(self, x: torch.Tensor, rows: int, weight_rows: Callable[[int, int], torch.Tensor]) -> None:
         x64 = x.double()
         chunk = max(1, _CHECK_CHUNK_ELEMENTS // x.shape[1])
         exact, magnitude = [], []
-        for r0 in range(0, bitmask.shape[0], chunk):
-            weight = dense_from_parts(values[r0:r0 + chunk], bitmask[r0:r0 + chunk]).double()
+        for r0 in range(0, rows, chunk):
+            weight = weight_rows(r0, min(r0 + chunk, rows))
             exact.append(x64 @ weight.T)
             magnitude.append(x64.abs() @ weight.abs().T)
         self.exact = torch.cat(exact, dim=1)
@@ -133,6 +146,26 @@ def passing_candidates(kernel: str, key: tuple, candidates: list, rejected: dict
         raise RuntimeError(f"{kernel}: no candidate configuration compiled and matched float64 for {key}: "
                            f"{ {str(c): r for c, r in rejected.items()} }")
     return passed
+
+
+def fastest_correct(kernel: str, key: tuple, candidates: list, run: Callable[[object], torch.Tensor],
+                    reference: Float64Reference, rejected_store: dict) -> object:
+    """The fastest by triton's do_bench of the `candidates` whose output `run(candidate)` compiles and matches the
+    float64 `reference`; the others go into `rejected_store[key]` with the reason and are logged
+    (`passing_candidates`), never used. The per-kernel tuners of `triton_nmq` and `triton_w8` share this."""
+    rejected = {}
+    for config in candidates:
+        try:
+            error = reference.error(run(config))
+        except (CompilationError, OutOfResources) as exc:
+            rejected[config] = compile_failure(exc)
+            continue
+        if not error <= 1:  # NaN fails too
+            rejected[config] = f"output off by {error:.3g} x the float64 bound"
+    rejected_store[key] = rejected
+    passed = passing_candidates(kernel, key, candidates, rejected)
+    times = {config: triton.testing.do_bench(lambda config=config: run(config)) for config in passed}
+    return min(times, key=times.get)
 
 
 def _weight_copies(values: torch.Tensor, bitmask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:

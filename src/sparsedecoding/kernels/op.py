@@ -63,6 +63,13 @@ def kernel_setting() -> str:
     return os.environ.get(KERNEL_SETTING, "").strip().lower() or "auto"
 
 
+def check_kernel_setting(setting: str) -> None:
+    """KernelChoiceError unless `setting` is one of KERNEL_CHOICES."""
+    if setting not in KERNEL_CHOICES:
+        raise KernelChoiceError(f"{KERNEL_SETTING}={setting!r}; use one of {', '.join(KERNEL_CHOICES)} "
+                                "(auto picks the faster kernel per pattern and batch)")
+
+
 def sparse_mma_setting() -> bool:
     """SPARSEDECODING_SPARSE_MMA: "1" on, "0" or unset off; anything else is a KernelChoiceError."""
     value = os.environ.get(SPARSE_MMA_SETTING, "").strip() or "0"
@@ -81,9 +88,7 @@ def choose_kernel(n: int, m: int, batch: int, setting: str,
     run here. Anything else raises KernelChoiceError.
     cuda_problem: asked only when the tensor-core kernel would be chosen; returns None when it can run here, else
     the reason it cannot (it may build the kernel, which takes seconds the first time)."""
-    if setting not in KERNEL_CHOICES:
-        raise KernelChoiceError(f"{KERNEL_SETTING}={setting!r}; use one of {', '.join(KERNEL_CHOICES)} "
-                                "(auto picks the faster kernel per pattern and batch)")
+    check_kernel_setting(setting)
     if setting == "triton":
         return "triton", None
     if setting == "cuda":

@@ -173,7 +173,7 @@ def nmq_spmv(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
     SPARSEDECODING_KERNEL=cuda a 2:4 weight runs the tensor-core kernel instead (`cuda_mma.nmq_mm_cuda`, checked
     once per problem against float64, on sparse tensor cores with SPARSEDECODING_SPARSE_MMA=1; `auto` keeps Triton
     until that kernel is measured); on CPU the reference."""
-    from .op import KERNEL_CHOICES, KERNEL_SETTING, MAX_BATCH, KernelChoiceError, kernel_setting
+    from .op import MAX_BATCH, check_kernel_setting, kernel_setting
 
     if x.dtype not in (torch.bfloat16, torch.float16):
         raise KernelInputError(f"x is {x.dtype}; nmq_spmv takes bfloat16 or float16 activations")
@@ -186,8 +186,7 @@ def nmq_spmv(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
     if x.device.type != "cuda":
         return nmq_spmv_reference(x, packed)
     setting = kernel_setting()
-    if setting not in KERNEL_CHOICES:
-        raise KernelChoiceError(f"{KERNEL_SETTING}={setting!r}; use one of {', '.join(KERNEL_CHOICES)}")
+    check_kernel_setting(setting)
     if setting == "cuda":
         return _nmq_cuda(x.contiguous(), packed)
     from .triton_nmq import nmq_spmv_triton
@@ -228,7 +227,6 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
                                f"dtype); unset {KERNEL_SETTING} to use the Triton kernel")
         _cuda_launches[key] = launch
     return launch(x, packed.codes, packed.scales, packed.bitmask)
-
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.compiler.errors import CompilationError
-from triton.runtime.errors import OutOfResources
 
 from ..errors import KernelInputError
-from .autotune import Float64Reference, compile_failure, passing_candidates
+from .autotune import Float64Reference, fastest_correct
 from .format import values_per_word
 from .quantized import CODE_BITS, PackedNMQ
 from .triton_nmq_tile import nmq_tile_kernel
@@ -233,20 +231,8 @@ def _fastest_correct(x: torch.Tensor, packed: PackedNMQ, candidates: list[NmqCon
     the autotuner's bound; the others are logged and kept in `rejected_candidates()` (a kernel bug is reported,
     never silently used)."""
     reference = Float64Reference(x, packed.kept_values(), packed.bitmask)
-    rejected = {}
-    for config in candidates:
-        try:
-            error = reference.error(launch_nmq(x, packed, config))
-        except (CompilationError, OutOfResources) as exc:
-            rejected[config] = compile_failure(exc)
-            continue
-        if not error <= 1:  # NaN fails too
-            rejected[config] = f"output off by {error:.3g} x the float64 bound"
-    _rejected[key] = rejected
-    passed = passing_candidates("nmq_spmv", key, candidates, rejected)
-    times = {config: triton.testing.do_bench(lambda config=config: launch_nmq(x, packed, config))
-             for config in passed}
-    return min(times, key=times.get)
+    return fastest_correct("nmq_spmv", key, candidates, lambda config: launch_nmq(x, packed, config), reference,
+                           _rejected)
 
 
 def tuner_key(x: torch.Tensor, packed: PackedNMQ) -> tuple:

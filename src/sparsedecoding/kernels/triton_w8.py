@@ -21,11 +21,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.compiler.errors import CompilationError
-from triton.runtime.errors import OutOfResources
 
 from ..errors import KernelInputError
-from .autotune import compile_failure, passing_candidates
+from .autotune import Float64Reference, fastest_correct
 from .triton_spmv import interpreted
 
 MAX_BATCH = 16
@@ -156,14 +154,10 @@ _tuned: dict[tuple, W8Config] = {}
 _rejected: dict[tuple, dict[W8Config, str]] = {}
 
 
-def _reference_error(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> float:
-    """Largest |y − x·(scale·W)ᵀ| over the float64 bound of `autotune.Float64Reference` (one unit of y's last place
-    plus twice the worst case of an fp32 sum of `in` products)."""
-    w64 = weight.double() * scales.double()[:, None]
-    exact = x.double() @ w64.T
-    info = torch.finfo(x.dtype)
-    bound = info.eps * exact.abs() + 2 * x.shape[1] * 2.0**-24 * (x.double().abs() @ w64.abs().T) + info.tiny
-    return float(((y.double() - exact).abs() / bound).max())
+def float64_reference(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> Float64Reference:
+    """x·(scale·W)ᵀ in float64 with `autotune.Float64Reference`'s bound, a chunk of rows at a time."""
+    return Float64Reference.of_rows(x, weight.shape[0],
+                                    lambda r0, r1: weight[r0:r1].double() * scales[r0:r1].double()[:, None])
 
 
 def tuned_config(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> W8Config:
@@ -172,22 +166,9 @@ def tuned_config(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) ->
     key = (str(x.device), tuple(weight.shape), x.shape[0], str(x.dtype))
     if key not in _tuned:
         candidates = candidate_configs(*weight.shape, x.shape[0])
-        if interpreted():
-            _tuned[key] = candidates[0]
-        else:
-            rejected = {}
-            for config in candidates:
-                try:
-                    error = _reference_error(launch_w8(x, weight, scales, config), x, weight, scales)
-                except (CompilationError, OutOfResources) as exc:
-                    rejected[config] = compile_failure(exc)
-                    continue
-                if not error <= 1:  # NaN fails too
-                    rejected[config] = f"output off by {error:.3g} x the float64 bound"
-            _rejected[key] = rejected
-            passed = passing_candidates("w8_mm", key, candidates, rejected)
-            times = {c: triton.testing.do_bench(lambda c=c: launch_w8(x, weight, scales, c)) for c in passed}
-            _tuned[key] = min(times, key=times.get)
+        _tuned[key] = candidates[0] if interpreted() else fastest_correct(
+            "w8_mm", key, candidates, lambda config: launch_w8(x, weight, scales, config),
+            float64_reference(x, weight, scales), _rejected)
     return _tuned[key]
 
 
