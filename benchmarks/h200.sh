@@ -197,6 +197,11 @@ case $report in
       2>&1 | tail -8 | tee "$OUT/gpu_tests_cuda_codes.log" || true
     bash benchmarks/h200.sh quant-kernel
     python3 benchmarks/cuda_kernel_bench.py --quick --out "$OUT/cuda_kernel_h200_sp_quick.md" ;;
+  sp24)  # sp24_h200.md: the tiled 2:4 sparse tensor-core kernel: its GPU tests, then the kernel bench (8B + 14B
+    # shapes, batch 1-16, bf16 / int8 / int4 against cuBLAS and today's op), about 5 minutes
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -x 2>&1 | tail -15 \
+      | tee "$OUT/gpu_tests_sp24.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src python3 sp24_bench.py --out "$OUT/sp24_h200.md") ;;
   quant-e2e-sp)  # not yet run: quant_e2e_h200_8b_sp.md, the 8B preset's 2:4 rows (bf16, int8, int4) with the
     # tensor-core kernel on sparse tensor cores for every 2:4 linear (after quant-cuda has shown it correct)
     SPARSEDECODING_KERNEL=cuda SPARSEDECODING_SPARSE_MMA=1 python3 benchmarks/quant_e2e_bench.py \
@@ -224,5 +229,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

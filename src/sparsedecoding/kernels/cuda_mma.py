@@ -68,29 +68,30 @@ def _arch() -> str:
     return f"{major}{minor}"
 
 
-def build() -> Path:
-    """Compile `nm_mma.cu` for the current device unless a matching library is cached; return its path. Raises
-    CudaKernelUnavailableError with nvcc's messages if the compile fails."""
+def build(source_path: Path = SOURCE) -> Path:
+    """Compile `source_path` (default `nm_mma.cu`) for the current device unless a matching library is cached;
+    return its path. Raises CudaKernelUnavailableError with nvcc's messages if the compile fails."""
     nvcc = _nvcc()
     if nvcc is None:
         raise CudaKernelUnavailableError("nvcc not found (set CUDA_HOME or put nvcc on PATH) — the tensor-core "
                                          "kernel is compiled at first use; use the Triton kernel (nm_spmv) instead")
     arch = _arch()
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    source = SOURCE.read_bytes()
+    source = source_path.read_bytes()
     key = hashlib.sha256(source + arch.encode() + (version[-1] if version else "").encode()).hexdigest()[:16]
-    target = cache_dir() / f"nm_mma_sm{arch}_{key}.so"
+    target = cache_dir() / f"{source_path.stem}_sm{arch}_{key}.so"
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.tmp")
     command = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17",
-               f"-gencode=arch=compute_{arch},code=sm_{arch}", "-o", str(partial), str(SOURCE)]
+               f"-gencode=arch=compute_{arch},code=sm_{arch}", "-o", str(partial), str(source_path)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         log = (result.stderr + result.stdout).strip()
-        raise CudaKernelUnavailableError(f"nvcc failed to build {SOURCE.name} (exit {result.returncode}); command: "
+        raise CudaKernelUnavailableError(f"nvcc failed to build {source_path.name} (exit {result.returncode}); "
+                                         "command: "
                                          f"{' '.join(command)}\n{log}")
     os.replace(partial, target)  # atomic, so concurrent first uses never load a half-written library
     return target

@@ -1,0 +1,350 @@
+// y = x·Wᵀ for a 2:4 W on sparse tensor cores (mma.sp m16n8k32), from a tiled layout in which every warp load
+// is 512 contiguous bytes already in the lane order of the instruction's registers; 1..16 rows of x.
+//
+// Why a second 2:4 kernel. nm_mma.cu reads the bitmask format as stored (row-major values + mask words) and
+// rearranges it per warp in shared memory; it moves its bytes at 2.6-3.0 TB/s and, on codes, turns issue-bound
+// (results/quant_kernel_h200.md, results/cuda_sass_sm90.md). Here the weight is rearranged once, when a
+// model is loaded (sparsedecoding/kernels/sp24.py `tile`): for each 16-row tile and 32-column k-tile the four A
+// registers of mma.sp (kept values, or their int8/int4 codes), and the metadata words of lanes t = 0, 1. A warp
+// then streams its rows with 16-byte loads straight into registers, two steps in flight, and the only work per
+// k-tile is the dequantization (none for 16-bit values) and one mma.sp per 8 rows of x.
+//
+// Register semantics (the ones nm_mma.cu's SP path passed float64 checks with on the H200): lane (g, t)
+// (g = lane / 4, t = lane % 4) holds in a0 / a1 the kept values of MMA group t (k = 4t..4t+3) of rows g / g+8,
+// in a2 / a3 those of group t + 4, the lower column first; B register i holds k = 2t + 8i + {0, 1} of x row g;
+// the metadata (selector 0, lanes t = 0, 1) holds 4 bits per group, groups 4t..4t+3, row g in bits 0-15 and row
+// g+8 in bits 16-31, each the lower kept position in bits 0-1 and the upper in bits 2-3. Here MMA k is the
+// k-tile's column itself, so the metadata of lane t is 16 bits of the row's mma.sp codes for columns 16t..16t+15.
+//
+// x is staged once per CTA in shared memory, permuted so that a lane's four B registers of a k-tile are 16
+// contiguous bytes: byte 64s + 16t + 4i of a staged row holds columns 32s + 8i + 2t + {0, 1}.
+//
+// Values (CODE): 0 = bf16/fp16 kept values; 8 = int8 codes (offset binary, one scale a row, applied to the sum);
+// 4 = int4 codes (offset binary, group scales, bf16 only). Tiled layouts per step of KS k-tiles (sp24.py):
+//   a:    [row tile][step][load j][lane][16 B]; CODE 0: load j = k-tile j (a0..a3); CODE 8: k-tiles 2j, 2j+1,
+//         each two words (row g's codes of a0, a2; row g+8's of a1, a3); CODE 4: k-tiles 4j..4j+3, a word each,
+//         nibble r and r + 4 making register r.
+//   meta: [row tile][step][16 lanes (g, t < 2)][KS words]
+//   scales (CODE 4): [row tile][group][8 (g)][2] bf16: rows g and g+8
+//
+// Split-K: blockIdx.y is a range of steps; with more than one split each CTA writes fp32 partials and the last
+// CTA of a row block (counted with an atomic that it resets) sums them and writes y.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowsPerCta = 16 * kWarps;
+constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64) bytes
+
+template <int CODE>
+struct Steps {
+  static constexpr int ks = CODE == 0 ? 8 : 16;                      // k-tiles per step
+  static constexpr int a_loads = CODE == 4 ? 4 : 8;                  // 16-byte loads of values per lane and step
+  static constexpr int tiles_per_load = ks / a_loads;
+  static constexpr int meta_loads = ks / 4;                          // 16-byte metadata loads (lanes t < 2)
+};
+
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ld_u32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+#if (__CUDACC_VER_MAJOR__ > 12) || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 5)
+#define SP24_MMA_SP "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32."
+#else
+#define SP24_MMA_SP "mma.sp.sync.aligned.m16n8k32.row.col.f32."
+#endif
+
+template <bool BF16>
+__device__ __forceinline__ void mma_sp(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint4& b,
+                                       uint32_t e) {
+  if constexpr (BF16) {
+    asm volatile(SP24_MMA_SP "bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e));
+  } else {
+    asm volatile(SP24_MMA_SP "f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e));
+  }
+}
+
+// int8 offset-binary byte k of w as the exact float code: 2^23 + u, minus 2^23 + 128.
+__device__ __forceinline__ float int8_code(uint32_t w, int k) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - 8388736.f;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+__device__ __forceinline__ uint32_t int8_pair(uint32_t w, int k) {
+  return bf16x2_bits(__floats2bfloat162_rn(int8_code(w, k), int8_code(w, k + 1)));
+}
+
+// int4: nibbles r and r + 4 of q (offset binary u = code + 8) as bf16 128 + u, minus 136, times the row's scale.
+__device__ __forceinline__ uint32_t int4_pair(uint32_t q, int r, uint32_t scale2) {
+  const uint32_t biased = ((q >> (4 * r)) & 0x000F000Fu) | 0x43004300u;
+  __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&biased);
+  const __nv_bfloat162 offset = __floats2bfloat162_rn(136.f, 136.f);
+  v = __hmul2(__hsub2(v, offset), *reinterpret_cast<const __nv_bfloat162*>(&scale2));
+  return bf16x2_bits(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+template <int CODE, int SPS>
+struct StepRegs {
+  uint4 a[Steps<CODE>::a_loads];
+  uint4 m[Steps<CODE>::meta_loads];
+  uint32_t s[CODE == 4 ? SPS : 1];
+};
+
+// SPS (CODE 4): scale loads per step; group k-tiles 2^gk_shift.
+template <int CODE, int SPS>
+__device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a, const char* meta,
+                                          const char* scales, int step, int lane, int t, int g, int gk_shift,
+                                          int groups) {
+  using S = Steps<CODE>;
+#pragma unroll
+  for (int j = 0; j < S::a_loads; ++j)
+    r.a[j] = ld_stream(a + (static_cast<size_t>(step) * S::a_loads + j) * 512 + 16 * lane);
+  // lanes t = 2, 3 load the words of t - 2 (the same sectors, no extra traffic): mma.sp reads t = 0, 1 only
+  const char* mp = meta + (static_cast<size_t>(step) * 16 + 2 * g + (t & 1)) * (S::ks * 4);
+#pragma unroll
+  for (int j = 0; j < S::meta_loads; ++j) r.m[j] = ld_stream(mp + 16 * j);
+  if constexpr (CODE == 4) {
+#pragma unroll
+    for (int j = 0; j < SPS; ++j) {
+      const int group = (step * S::ks + j * (S::ks / SPS)) >> gk_shift;
+      r.s[j] = ld_u32(scales + (static_cast<size_t>(group) * 8 + g) * 4);
+    }
+  }
+  (void)groups;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <typename T, int NT, int CODE, int SPS>
+__device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
+                                             int xstride, int local_step, int g, int t, int batch) {
+  using S = Steps<CODE>;
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+#pragma unroll
+  for (int k = 0; k < S::ks; ++k) {
+    uint32_t a0, a1, a2, a3;
+    const uint4& v = r.a[k / S::tiles_per_load];
+    if constexpr (CODE == 0) {
+      a0 = v.x; a1 = v.y; a2 = v.z; a3 = v.w;
+    } else if constexpr (CODE == 8) {
+      const uint32_t wg = word_of(v, 2 * (k % 2)), wg8 = word_of(v, 2 * (k % 2) + 1);
+      a0 = int8_pair(wg, 0); a2 = int8_pair(wg, 2); a1 = int8_pair(wg8, 0); a3 = int8_pair(wg8, 2);
+    } else {
+      const uint32_t q = word_of(v, k % 4);
+      const uint32_t sv = r.s[k / (S::ks / SPS)];
+      const uint32_t sg = __byte_perm(sv, 0, 0x1010), sg8 = __byte_perm(sv, 0, 0x3232);
+      a0 = int4_pair(q, 0, sg); a1 = int4_pair(q, 1, sg8); a2 = int4_pair(q, 2, sg); a3 = int4_pair(q, 3, sg8);
+    }
+    const uint32_t e = word_of(r.m[k / 4], k % 4);
+    const int tile = local_step * S::ks + k;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int row = 8 * j + g;
+      uint4 b = make_uint4(0u, 0u, 0u, 0u);
+      if (row < batch) b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
+      mma_sp<kBf16>(acc[j], a0, a1, a2, a3, b, e);
+    }
+  }
+}
+
+// x [batch][in] (in = 32·k_tiles, contiguous); y [batch][out]; row_scales (CODE 8): bf16 [out].
+template <typename T, int NT, int CODE, int SPS>
+__global__ void __launch_bounds__(kThreads) sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
+                                                        const char* __restrict__ meta,
+                                                        const char* __restrict__ scales,
+                                                        const __nv_bfloat16* __restrict__ row_scales,
+                                                        T* __restrict__ y, float* __restrict__ partials,
+                                                        int* __restrict__ counters, int batch, int out, int in,
+                                                        int row_tiles, int steps, int per_split, int gk_shift,
+                                                        int groups) {
+  using S = Steps<CODE>;
+  extern __shared__ __align__(16) char xs[];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int splits = gridDim.y, split = blockIdx.y;
+  const int step0 = split * per_split, step1 = min(steps, step0 + per_split);
+  const int tile_row = blockIdx.x * kWarps + warp;
+  const bool active = tile_row < row_tiles;
+  const size_t a_stride = static_cast<size_t>(steps) * S::a_loads * 512;  // bytes per row tile
+  const size_t m_stride = static_cast<size_t>(steps) * 16 * S::ks * 4;
+  const char* a_tile = a + tile_row * a_stride;
+  const char* m_tile = meta + tile_row * m_stride;
+  const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
+
+  StepRegs<CODE, SPS> r0, r1;
+  if (active && step0 < step1) load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step0, lane, t, g, gk_shift, groups);
+
+  // Stage x columns [32·ks·step0, 32·ks·step1), permuted, zero past `in`.
+  const int col0 = step0 * S::ks * 32, cols = (step1 - step0) * S::ks * 32;
+  const int xstride = 2 * cols + 64;
+  const int units = cols / 8;
+  for (int idx = tid; idx < batch * units; idx += kThreads) {
+    const int n = idx / units, u = idx % units, col = col0 + 8 * u;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (col < in) v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
+    char* d = xs + n * xstride + 64 * (u >> 2) + 4 * (u & 3);
+    *reinterpret_cast<uint32_t*>(d) = v.x;
+    *reinterpret_cast<uint32_t*>(d + 16) = v.y;
+    *reinterpret_cast<uint32_t*>(d + 32) = v.z;
+    *reinterpret_cast<uint32_t*>(d + 48) = v.w;
+  }
+  __syncthreads();
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  if (active) {
+    for (int step = step0; step < step1; step += 2) {
+      if (step + 1 < step1) load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 1, lane, t, g, gk_shift, groups);
+      compute_step<T, NT, CODE, SPS>(acc, r0, xs, xstride, step - step0, g, t, batch);
+      if (step + 1 >= step1) break;
+      if (step + 2 < step1) load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step + 2, lane, t, g, gk_shift, groups);
+      compute_step<T, NT, CODE, SPS>(acc, r1, xs, xstride, step + 1 - step0, g, t, batch);
+    }
+  }
+
+  // acc[j][e]: batch row 8j + 2t + (e & 1), output row 16·tile_row + g + 8·(e >> 1)
+  if (splits == 1) {
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int b = 8 * j + 2 * t + (e & 1), row = 16 * tile_row + g + 8 * (e >> 1);
+        if (b < batch && row < out) {
+          float v = acc[j][e];
+          if constexpr (CODE == 8) v *= __bfloat162float(row_scales[row]);
+          y[static_cast<size_t>(b) * out + row] = from_float<T>(v);
+        }
+      }
+    return;
+  }
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int b = 8 * j + 2 * t + (e & 1), row = 16 * tile_row + g + 8 * (e >> 1);
+        if (b < batch && row < out) partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e];
+      }
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ int last;
+  if (tid == 0) {
+    last = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
+    if (last) counters[blockIdx.x] = 0;  // ready for the next launch; every other CTA of the block has counted
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int row0 = blockIdx.x * kRowsPerCta;
+  for (int e = tid; e < kRowsPerCta * batch; e += kThreads) {
+    const int b = e / kRowsPerCta, row = row0 + e % kRowsPerCta;
+    if (row >= out) continue;
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
+    if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
+    y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+  }
+}
+
+struct Problem {
+  const void *x, *a, *meta, *scales, *row_scales;
+  void* y;
+  float* partials;
+  int* counters;
+  int batch, out, in, row_tiles, steps, splits, gk_shift, groups;
+  cudaStream_t stream;
+};
+
+template <typename T, int NT, int CODE, int SPS>
+cudaError_t launch(const Problem& p) {
+  auto kernel = sp24_kernel<T, NT, CODE, SPS>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+  if (err != cudaSuccess) return err;
+  const int per_split = (p.steps + p.splits - 1) / p.splits;
+  const int used = (p.steps + per_split - 1) / per_split;  // no split without work
+  const int smem = p.batch * (2 * per_split * Steps<CODE>::ks * 32 + 64);
+  if (smem > kMaxSmem) return cudaErrorInvalidValue;
+  if (used > 1 && (p.partials == nullptr || p.counters == nullptr)) return cudaErrorInvalidValue;
+  dim3 grid((p.row_tiles + kWarps - 1) / kWarps, used);
+  kernel<<<grid, kThreads, smem, p.stream>>>(
+      static_cast<const T*>(p.x), static_cast<const char*>(p.a), static_cast<const char*>(p.meta),
+      static_cast<const char*>(p.scales), static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y),
+      p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups);
+  return cudaGetLastError();
+}
+
+template <typename T, int CODE, int SPS>
+cudaError_t by_batch(const Problem& p) {
+  return p.batch <= 8 ? launch<T, 1, CODE, SPS>(p) : launch<T, 2, CODE, SPS>(p);
+}
+
+}  // namespace
+
+extern "C" {
+
+// code_bits 0 (16-bit values, is_bf16 picks bf16 or fp16), 8 (int8, bf16 x, `row_scales` bf16 [out]) or 4 (int4,
+// bf16 x, `scales` tiled, a group 2^gk_shift k-tiles, `groups` groups a row tile). `steps`: steps of the tiled
+// layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). Returns 0 or a cudaError_t.
+int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
+                float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
+                int gk_shift, int groups, int splits, void* stream) {
+  if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0)
+    return cudaErrorInvalidValue;
+  const int row_tiles = (out + 15) / 16;
+  const Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
+                  gk_shift, groups, static_cast<cudaStream_t>(stream)};
+  if (code_bits == 0)
+    return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
+  if (!is_bf16) return cudaErrorInvalidValue;
+  if (code_bits == 8) return by_batch<__nv_bfloat16, 8, 1>(p);
+  if (code_bits != 4) return cudaErrorInvalidValue;
+  switch (gk_shift) {  // scale loads per step: one per group, at least one
+    case 0: return by_batch<__nv_bfloat16, 4, 16>(p);
+    case 1: return by_batch<__nv_bfloat16, 4, 8>(p);
+    case 2: return by_batch<__nv_bfloat16, 4, 4>(p);
+    case 3: return by_batch<__nv_bfloat16, 4, 2>(p);
+    default: return by_batch<__nv_bfloat16, 4, 1>(p);
+  }
+}
+
+const char* sp24_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
+
+int sp24_rows_per_block() { return kRowsPerCta; }
+
+int sp24_max_smem() { return kMaxSmem; }
+
+}  // extern "C"

@@ -1,0 +1,318 @@
+"""2:4 weights on sparse tensor cores from a tiled layout (`csrc/sp24.cu`): y = x·Wᵀ for 1..16 rows of x.
+
+The packed format (`PackedNM`, `PackedNMQ`: kept values or codes in row order plus a bitmask) stays what is saved
+and loaded. `tile` rearranges one 2:4 weight, once, into what the kernel's warps load: per 16-row tile and
+32-column k-tile, the four A registers of `mma.sp.m16n8k32` for every lane (kept values, int8 codes or int4 codes,
+in offset binary) and the instruction's metadata words (two 2-bit positions per group of 4 columns, derived from
+the bitmask), grouped so that each warp load is 512 contiguous bytes. The bytes are the format's: values or codes,
+plus 4 bits of metadata per 4 columns (the bitmask's 1 bit per column), plus, for int4, the same group scales.
+
+`Sp24Launch` / `sp24_mm` run it (built at first use with nvcc, like `cuda_mma`, on compute capability 9.0);
+`tiled_to_dense` reads a tiled weight back through the instruction's register semantics, so CPU tests check the
+layout without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import KernelInputError
+from . import cuda_mma
+from .format import PackedNM
+from .op import MAX_BATCH
+
+SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
+ROWS_PER_BLOCK = 128  # kRowsPerCta in sp24.cu
+MAX_SMEM = 66 * 1024  # kMaxSmem: staged x per CTA
+STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
+A_LOADS = {0: 8, 8: 8, 4: 4}  # 16-byte value loads per lane and step
+_PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_counters: dict[int, torch.Tensor] = {}
+_COUNTER_SLOTS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Sp24Weight:
+    """A 2:4 weight of `shape` [out, in] in the kernel's tiled layout. `code` is 0 (16-bit values of `dtype`),
+    8 (int8 codes, `row_scales` bf16 [out]) or 4 (int4 codes, `scales` tiled bf16, a group 2^`gk_shift` k-tiles,
+    `groups` groups per row tile). `a`, `meta` and `scales` are flat uint8 / int32 / bf16 tensors."""
+
+    a: torch.Tensor
+    meta: torch.Tensor
+    scales: torch.Tensor | None
+    row_scales: torch.Tensor | None
+    shape: tuple[int, int]
+    code: int
+    dtype: torch.dtype
+    steps: int
+    gk_shift: int = 0
+    groups: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.a, self.meta, self.scales, self.row_scales)
+                   if t is not None)
+
+    def to(self, device: torch.device | str) -> Sp24Weight:
+        def move(t):
+            return None if t is None else t.to(device)
+        return Sp24Weight(self.a.to(device), self.meta.to(device), move(self.scales), move(self.row_scales),
+                          self.shape, self.code, self.dtype, self.steps, self.gk_shift, self.groups)
+
+
+def meta_codes(bitmask: torch.Tensor) -> torch.Tensor:
+    """mma.sp metadata of every 4-column group of 2:4 mask words (int64 holding uint32): per nibble the lower
+    kept position in bits 0-1 and the upper in bits 2-3. Raises KernelInputError unless every group keeps exactly
+    two columns."""
+    m = bitmask.to(torch.int64) & 0xFFFFFFFF
+    codes = torch.zeros_like(m)
+    for q in range(8):
+        nib = (m >> (4 * q)) & 0xF
+        bits = torch.stack([(nib >> b) & 1 for b in range(4)], dim=-1)
+        if bool((bits.sum(-1) != 2).any()):
+            raise KernelInputError("the sparse tensor-core kernel runs 2:4 weights whose every group of 4 columns "
+                                   "keeps exactly 2; this bitmask has groups that do not (repack it with pack_nm)")
+        first = bits.argmax(-1)
+        second = 3 - bits.flip(-1).argmax(-1)
+        codes |= (first | (second << 2)) << (4 * q)
+    return codes
+
+
+def _lane_values(kept: torch.Tensor, row_tiles: int, k_tiles: int) -> torch.Tensor:
+    """Kept entries [rows, k_tiles·16] (any dtype) → [row_tiles, k_tiles, g 8, t 4, half 2, h 2, j 2]: lane (g, t)'s
+    register 2·half + h element j is row 16·tile + 8h + g, kept index 8·half + 2t + j of the k-tile."""
+    v = kept.reshape(row_tiles, 2, 8, k_tiles, 2, 4, 2)  # tile, h, g, k-tile, half, t, j
+    return v.permute(0, 3, 2, 5, 4, 1, 6)
+
+
+def _pad(t: torch.Tensor, rows: int, cols: int, value) -> torch.Tensor:
+    out = torch.full((rows, cols), value, dtype=t.dtype, device=t.device)
+    out[:t.shape[0], :t.shape[1]] = t
+    return out
+
+
+def tile(packed) -> Sp24Weight:
+    """The tiled layout of a 2:4 `PackedNM` (bf16/fp16 values) or `PackedNMQ` (int8, or int4 with a power-of-two
+    multiple of 32 columns a scale). Runs where the tensors are; raises KernelInputError for anything else."""
+    if (packed.n, packed.m) != (2, 4):
+        raise KernelInputError(f"the sparse tensor-core kernel runs the 2:4 pattern; got {packed.pattern}")
+    out, in_features = packed.shape
+    quantize = getattr(packed, "quantize", None)
+    code = {None: 0, "int8": 8, "int4": 4}[quantize]
+    if code == 0 and packed.values.dtype not in (torch.bfloat16, torch.float16):
+        raise KernelInputError(f"values are {packed.values.dtype}; the kernel takes bfloat16 or float16")
+    ks = STEP_TILES[code]
+    row_tiles, k_tiles = -(-out // 16), in_features // 32
+    steps = -(-k_tiles // ks)
+    rows, tiles = row_tiles * 16, steps * ks
+    device = packed.bitmask.device
+    meta = meta_codes(packed.bitmask)
+    meta = _pad(meta, rows, tiles, _PAD_META)
+    # lane (g, t < 2): 16 bits of row g's codes (columns 16t..16t+15) and of row g+8's above
+    halves = torch.stack([meta & 0xFFFF, meta >> 16], dim=-1).view(row_tiles, 2, 8, tiles, 2)  # tile h g s t
+    words = halves[:, 0] | (halves[:, 1] << 16)  # tile g s t
+    words = words.view(row_tiles, 8, steps, ks, 2).permute(0, 2, 1, 4, 3)  # tile step g t k
+    meta_t = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous().view(-1)
+    scales = row_scales = None
+    gk_shift = groups = 0
+    if code == 0:
+        kept = _pad(packed.values, rows, tiles * 16, 0)
+        lanes = _lane_values(kept, row_tiles, tiles)  # tile s g t half h j
+        a = lanes.reshape(row_tiles, steps, ks, 32, 8).contiguous().view(torch.uint8).view(-1)
+        dtype = packed.values.dtype
+    elif code == 8:
+        offset = (packed.codes.to(torch.int32) + 128).to(torch.uint8)
+        kept = _pad(offset, rows, tiles * 16, 128)
+        lanes = _lane_values(kept, row_tiles, tiles).permute(0, 1, 2, 3, 5, 4, 6)  # tile s g t h half j
+        a = lanes.reshape(row_tiles, steps, 8, 2, 32, 8).permute(0, 1, 2, 4, 3, 5).contiguous().view(-1)
+        row_scales = packed.scales.reshape(-1).contiguous()
+        dtype = torch.bfloat16
+    else:
+        group_tiles = packed.group_size // 32
+        if group_tiles & (group_tiles - 1):
+            raise KernelInputError(f"int4 group size {packed.group_size}: the sparse tensor-core kernel needs a "
+                                   "power-of-two multiple of 32 columns a scale")
+        gk_shift = group_tiles.bit_length() - 1
+        low, high = packed.codes.to(torch.int32) & 0xF, packed.codes.to(torch.int32) >> 4
+        nibbles = torch.stack([low, high], dim=-1).view(out, -1) ^ 0x8  # two's complement -> offset binary
+        kept = _pad(nibbles, rows, tiles * 16, 8).to(torch.int64)
+        lanes = _lane_values(kept, row_tiles, tiles).reshape(row_tiles, tiles, 32, 8)  # nibble index r + 4j
+        shifts = torch.tensor([0, 16, 4, 20, 8, 24, 12, 28], dtype=torch.int64, device=device)
+        word = (lanes << shifts).sum(-1)  # tile s lane
+        word = word.view(row_tiles, steps, 4, 4, 32).permute(0, 1, 2, 4, 3)
+        a = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32).contiguous().view(torch.uint8).view(-1)
+        groups = -(-tiles // group_tiles)
+        s = _pad(packed.scales, rows, groups, 0).view(row_tiles, 2, 8, groups)  # tile h g group
+        scales = s.permute(0, 3, 2, 1).contiguous().view(-1)
+        dtype = torch.bfloat16
+    return Sp24Weight(a, meta_t, scales, row_scales, (out, in_features), code, dtype, steps, gk_shift, groups)
+
+
+def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
+    """The float64 [out, in] weight that the kernel multiplies by, read back from the tiled tensors through
+    mma.sp's register semantics (each lane's A registers, dequantized as the kernel does, placed at the kept
+    positions its metadata names) — independent of `tile`, for tests."""
+    out, in_features = w.shape
+    ks = STEP_TILES[w.code]
+    row_tiles, tiles = -(-out // 16), w.steps * ks
+    a = w.a.cpu()
+    if w.code == 0:
+        regs = a.view(w.dtype).view(row_tiles, tiles, 8, 4, 4, 2).to(torch.float64)  # tile s g t reg j
+    elif w.code == 8:
+        # per load: [lane][k-tile of the pair][word (row g, row g+8)][byte]
+        b = a.view(row_tiles, w.steps, 8, 32, 2, 2, 4).to(torch.float64) - 128
+        b = b.permute(0, 1, 2, 4, 3, 5, 6).reshape(row_tiles, tiles, 8, 4, 2, 2, 2)  # tile s g t h half j
+        regs = b.permute(0, 1, 2, 3, 5, 4, 6).reshape(row_tiles, tiles, 8, 4, 4, 2)  # reg = 2·half + h
+        scale = w.row_scales.cpu().to(torch.float64)
+    else:
+        words = a.view(torch.int32).view(row_tiles, w.steps, 4, 32, 4).permute(0, 1, 2, 4, 3)
+        words = words.reshape(row_tiles, tiles, 8, 4).to(torch.int64) & 0xFFFFFFFF  # tile s g t
+        nib = torch.stack([(words >> (4 * n)) & 0xF for n in range(8)], dim=-1).to(torch.float64) - 8
+        regs = nib.view(row_tiles, tiles, 8, 4, 2, 4).transpose(-1, -2)  # element j = nibble r + 4j
+        sc = w.scales.cpu().view(torch.bfloat16).to(torch.float64).view(row_tiles, w.groups, 8, 2)
+        group = torch.arange(tiles) >> w.gk_shift
+        sc = sc[:, group]  # tile s g h
+        regs = regs * sc[:, :, :, None, [0, 1, 0, 1], None]  # reg r is row g + 8·(r % 2)
+    meta = w.meta.cpu().to(torch.int64).view(row_tiles, w.steps, 8, 2, ks) & 0xFFFFFFFF
+    meta = meta.permute(0, 1, 4, 2, 3).reshape(row_tiles, tiles, 8, 2)  # tile s g t<2
+    dense = torch.zeros(row_tiles, 16, tiles, 32, dtype=torch.float64)
+    for h in range(2):
+        for q in range(8):  # MMA group q: kept values in register 2·(q // 4) + h of lane t = q % 4
+            vals = regs[:, :, :, q % 4, 2 * (q // 4) + h]  # tile s g j
+            code = (meta[:, :, :, q // 4] >> (16 * h + 4 * (q % 4))) & 0xF  # tile s g
+            for j in range(2):
+                pos = 4 * q + ((code >> (2 * j)) & 3)
+                target = dense[:, 8 * h:8 * h + 8].permute(0, 2, 1, 3)  # tile s g col
+                target.scatter_add_(3, pos[..., None], vals[..., j][..., None])
+    dense = dense.reshape(row_tiles * 16, tiles * 32)
+    if w.code == 8:
+        dense = dense[:out] * scale[:, None]
+    return dense[:out, :in_features]
+
+
+def _load() -> ctypes.CDLL:
+    global _library
+    with _lock:
+        if _library is None:
+            path = cuda_mma.build(SOURCE)
+            try:
+                library = ctypes.CDLL(str(path))
+            except OSError as exc:
+                raise cuda_mma.CudaKernelUnavailableError(f"could not load the built kernel {path}: {exc}") from exc
+            library.sp24_launch.restype = ctypes.c_int
+            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 9 + [ctypes.c_void_p]
+            library.sp24_error_string.restype = ctypes.c_char_p
+            library.sp24_error_string.argtypes = [ctypes.c_int]
+            library.sp24_rows_per_block.restype = ctypes.c_int
+            library.sp24_max_smem.restype = ctypes.c_int
+            if (library.sp24_rows_per_block(), library.sp24_max_smem()) != (ROWS_PER_BLOCK, MAX_SMEM):
+                raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size; rebuild")
+            _library = library
+        return _library
+
+
+def min_splits(w: Sp24Weight, batch: int) -> int:
+    """Fewest step ranges whose staged x fits the CTA's shared memory."""
+    step_bytes = 2 * STEP_TILES[w.code] * 32
+    most_steps = (MAX_SMEM // batch - 64) // step_bytes
+    if most_steps < 1:
+        raise KernelInputError(f"batch {batch} does not fit the kernel's shared memory")
+    return -(-w.steps // most_steps)
+
+
+def default_splits(w: Sp24Weight, batch: int, sms: int) -> int:
+    """Step ranges per row block: enough CTAs for about two per multiprocessor, each with at least two steps,
+    and no fewer than the staged x needs."""
+    row_blocks = -(-w.shape[0] // ROWS_PER_BLOCK)
+    wanted = max(1, min(-(-2 * sms // row_blocks), w.steps // 2))
+    return max(wanted, min_splits(w, batch))
+
+
+def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
+    out, in_features = w.shape
+    if x.dtype != w.dtype:
+        raise KernelInputError(f"x is {x.dtype}; this weight runs with {w.dtype} activations")
+    if x.dim() not in (1, 2) or x.shape[-1] != in_features:
+        raise KernelInputError(f"x has shape {tuple(x.shape)}; expected [{in_features}] or [batch, {in_features}]")
+    batch = x.shape[0] if x.dim() == 2 else 1
+    if not 1 <= batch <= MAX_BATCH:
+        raise KernelInputError(f"batch {batch} is outside 1..{MAX_BATCH}")
+    tensors = [("x", x), ("a", w.a), ("meta", w.meta)] + [(n, t) for n, t in (("scales", w.scales),
+                                                                              ("row_scales", w.row_scales))
+                                                          if t is not None]
+    if x.device.type != "cuda" or any(t.device != x.device for _, t in tensors):
+        raise KernelInputError("x and the tiled weight must be on one CUDA device; got "
+                               + ", ".join(f"{name} on {t.device}" for name, t in tensors))
+    for name, t in tensors:
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            raise KernelInputError(f"{name} must be contiguous and start on a 16-byte boundary")
+
+
+class Sp24Launch:
+    """The kernel for one problem (the first x's batch, dtype and device, the weight's shape and code), built or
+    loaded at construction, which must run outside CUDA graph capture the first time a device uses split-K (it
+    allocates the counters). A call allocates y (and split-K partials) and launches on torch's current stream."""
+
+    def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None):
+        check_inputs(x, w)
+        if not cuda_mma.available():
+            raise cuda_mma.CudaKernelUnavailableError("the sparse tensor-core kernel needs a CUDA GPU and nvcc")
+        cuda_mma._arch()
+        self.library = _load()
+        self.vector = x.dim() == 1
+        self.batch = 1 if self.vector else x.shape[0]
+        self.out, self.in_features = w.shape
+        self.device = x.device
+        self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        self.splits = default_splits(w, self.batch, sms) if splits is None else splits
+        if self.splits < min_splits(w, self.batch):
+            raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
+                                   f"{min_splits(w, self.batch)} for its x to fit shared memory")
+        per_split = -(-w.steps // self.splits)
+        self.used_splits = -(-w.steps // per_split)
+        self.dtype = x.dtype
+        self.counters = None
+        if self.used_splits > 1:
+            self.counters = _counters.get(self.device_index)
+            if self.counters is None:
+                if torch.cuda.is_current_stream_capturing():
+                    raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture")
+                self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
+                                                                           device=self.device)
+
+    def __call__(self, x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
+        if x.data_ptr() % 16:
+            raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
+        y = torch.empty((self.out,) if self.vector else (self.batch, self.out), dtype=self.dtype, device=self.device)
+        partials = None
+        if self.used_splits > 1:
+            partials = torch.empty(self.used_splits * self.batch * self.out, dtype=torch.float32, device=self.device)
+
+        def ptr(t):
+            return t.data_ptr() if t is not None else None
+        with cuda_mma._on_device(self.device_index):
+            err = self.library.sp24_launch(
+                x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
+                ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
+                int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits,
+                cuda_mma._current_raw_stream(self.device_index))
+        if err:
+            raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")
+        return y
+
+
+def sp24_mm(x: torch.Tensor, w: Sp24Weight, splits: int | None = None) -> torch.Tensor:
+    """y = x·Wᵀ for x [in] or [b, in] (b ≤ 16) and a tiled 2:4 weight; fp32 accumulation, y in x's dtype."""
+    return Sp24Launch(x, w, splits)(x, w)
+
+
+def tile_packed_nm(packed: PackedNM) -> Sp24Weight:
+    """`tile` for a bf16/fp16 `PackedNM` (named for call sites that hold one)."""
+    return tile(packed)

@@ -1,0 +1,164 @@
+"""The tiled 2:4 sparse tensor-core kernel (`kernels/sp24.py`, `csrc/sp24.cu`): on CPU, the tiled layout read back
+through mma.sp's register semantics equals the packed weight (bf16, fp16, int8, int4 with several group sizes,
+odd shapes), the x staging permutation gives each lane the B registers the instruction expects, and bad inputs
+raise; on GPU, the kernel against a float64 product (batch 1-16, split-K, graph replay)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsedecoding.errors import KernelInputError
+from sparsedecoding.kernels.format import pack_nm
+from sparsedecoding.kernels.quantized import pack_nm_quantized
+from sparsedecoding.kernels.sp24 import meta_codes, min_splits, sp24_mm, tile, tiled_to_dense
+
+from helpers import random_nm_weight
+from test_cuda_mma_codes import float64_error, grid_weight
+
+SHAPES = [(16, 256), (40, 96), (128, 544), (24, 1024)]
+
+
+# --- CPU ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("out,in_features", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tiled_values_read_back_to_the_weight(out, in_features, dtype):
+    weight = random_nm_weight(out, in_features, 2, 4, dtype, seed=out + in_features)
+    packed = pack_nm(weight, 2, 4)
+    assert torch.equal(tiled_to_dense(tile(packed)), packed.to_dense().double())
+
+
+@pytest.mark.parametrize("out,in_features", SHAPES)
+def test_tiled_int8_codes_read_back_to_the_weight(out, in_features):
+    packed = pack_nm_quantized(grid_weight(out, in_features, "int8"), 2, 4, "int8", in_features)
+    assert torch.equal(tiled_to_dense(tile(packed)), packed.to_dense(torch.float64))
+
+
+@pytest.mark.parametrize("group", [32, 64, 128, 256, 512, 1024])
+@pytest.mark.parametrize("out,in_features", [(40, 1024), (16, 2048)])
+def test_tiled_int4_codes_read_back_to_the_weight(group, out, in_features):
+    packed = pack_nm_quantized(grid_weight(out, in_features, "int4", group), 2, 4, "int4", group)
+    assert torch.equal(tiled_to_dense(tile(packed)), packed.to_dense(torch.float64))
+
+
+def test_int4_group_not_a_power_of_two_raises():
+    packed = pack_nm_quantized(grid_weight(16, 384, "int4", 96), 2, 4, "int4", 96)
+    with pytest.raises(KernelInputError, match="power-of-two"):
+        tile(packed)
+
+
+def test_meta_codes_name_the_two_kept_positions():
+    pairs = [(a, b) for a in range(4) for b in range(a + 1, 4)]  # the six 2-of-4 nibbles
+    chosen = [[pairs[(i + q) % 6] for q in range(8)] for i in range(6)]
+    words = torch.tensor([[sum((1 << a | 1 << b) << (4 * q) for q, (a, b) in enumerate(row))] for row in chosen])
+    codes = meta_codes(torch.where(words >= 2**31, words - 2**32, words).to(torch.int32))
+    for i, row in enumerate(chosen):
+        for q, (a, b) in enumerate(row):
+            nibble = int(codes[i, 0] >> (4 * q)) & 0xF
+            assert (nibble & 3, nibble >> 2) == (a, b)
+
+
+def test_mask_without_two_per_group_raises():
+    weight = random_nm_weight(16, 64, 2, 4, torch.bfloat16, seed=1)
+    packed = pack_nm(weight, 2, 4)
+    bad = packed.bitmask.clone()
+    bad[0, 0] = 0x7  # three kept in the first group
+    with pytest.raises(KernelInputError, match="exactly 2"):
+        meta_codes(bad)
+
+
+def test_pattern_other_than_2of4_raises():
+    packed = pack_nm(random_nm_weight(16, 64, 16, 32, torch.bfloat16, seed=2), 16, 32)
+    with pytest.raises(KernelInputError, match="2:4"):
+        tile(packed)
+
+
+def test_emulated_x_staging_gives_each_lane_its_b_registers():
+    """sp24.cu stages 8 columns (unit u) at byte 64·(u >> 2) + 4·(u & 3) + 16·pair, and lane (g, t) reads 16 bytes
+    at 64·s + 16·t; register i element j must be column 32·s + 2t + 8i + j (mma.sp's B layout)."""
+    columns = 96
+    staged = [None] * (columns // 2)  # 4-byte slots, 2 columns each
+    for u in range(columns // 8):
+        for pair in range(4):
+            slot = (64 * (u >> 2) + 4 * (u & 3) + 16 * pair) // 4
+            staged[slot] = (8 * u + 2 * pair, 8 * u + 2 * pair + 1)
+    for s in range(columns // 32):
+        for t in range(4):
+            for i in range(4):
+                assert staged[(64 * s + 16 * t) // 4 + i] == (32 * s + 2 * t + 8 * i, 32 * s + 2 * t + 8 * i + 1)
+
+
+def test_min_splits_keep_staged_x_in_shared_memory():
+    packed = pack_nm(random_nm_weight(16, 14336, 2, 4, torch.bfloat16, seed=3), 2, 4)
+    w = tile(packed)
+    assert min_splits(w, 1) == 1
+    assert min_splits(w, 16) > 1
+    per = -(-w.steps // min_splits(w, 16))
+    assert 16 * (2 * per * 8 * 32 + 64) <= 66 * 1024
+
+
+def test_cpu_input_raises_one_line():
+    packed = pack_nm(random_nm_weight(16, 64, 2, 4, torch.bfloat16, seed=4), 2, 4)
+    with pytest.raises(KernelInputError, match="CUDA"):
+        sp24_mm(torch.randn(1, 64).bfloat16(), tile(packed))
+
+
+# --- GPU ---------------------------------------------------------------------------------------------------------
+
+GPU_SHAPES = [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", GPU_SHAPES)
+@pytest.mark.parametrize("kind", ["bf16", "fp16", "int8", "int4"])
+def test_kernel_matches_float64(out, in_features, kind):
+    if kind in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if kind == "bf16" else torch.float16
+        packed = pack_nm(random_nm_weight(out, in_features, 2, 4, dtype, seed=5).cuda(), 2, 4)
+        weight = packed.to_dense()
+    else:
+        group = in_features if kind == "int8" else 32
+        dtype = torch.bfloat16
+        packed = pack_nm_quantized(grid_weight(out, in_features, kind, group).cuda(), 2, 4, kind, group)
+        weight = packed.to_dense(torch.float64)
+    w = tile(packed)
+    for batch in (1, 2, 5, 8, 9, 16):
+        x = torch.randn(batch, in_features, device="cuda").to(dtype)
+        for splits in (None, 1, 3):
+            try:
+                y = sp24_mm(x, w, splits)
+            except KernelInputError:
+                assert splits is not None and splits < min_splits(w, batch)
+                continue
+            assert float64_error(y, x, weight) <= 1, (kind, out, in_features, batch, splits)
+
+
+@pytest.mark.gpu
+def test_kernel_vector_input_and_graph_replay():
+    packed = pack_nm(random_nm_weight(4096, 4096, 2, 4, torch.bfloat16, seed=6).cuda(), 2, 4)
+    w = tile(packed)
+    x = torch.randn(4096, device="cuda").bfloat16()
+    y = sp24_mm(x, w)
+    assert y.shape == (4096,)
+    assert float64_error(y[None], x[None], packed.to_dense()) <= 1
+    xs = torch.randn(4, 4096, device="cuda").bfloat16()
+    sp24_mm(xs, w, 4)  # counters allocated outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = sp24_mm(xs, w, 4)
+    for _ in range(3):
+        xs.copy_(torch.randn(4, 4096, device="cuda").bfloat16())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert float64_error(out, xs, packed.to_dense()) <= 1
+
+
+@pytest.mark.gpu
+def test_kernel_rejects_batch_17_and_wrong_dtype():
+    packed = pack_nm(random_nm_weight(64, 256, 2, 4, torch.bfloat16, seed=7).cuda(), 2, 4)
+    w = tile(packed)
+    with pytest.raises(KernelInputError, match="batch 17"):
+        sp24_mm(torch.randn(17, 256, device="cuda").bfloat16(), w)
+    with pytest.raises(KernelInputError, match="float16"):
+        sp24_mm(torch.randn(1, 256, device="cuda").half(), w)
