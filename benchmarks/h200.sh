@@ -202,6 +202,21 @@ case $report in
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -x 2>&1 | tail -15 \
       | tee "$OUT/gpu_tests_sp24.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src python3 sp24_bench.py --out "$OUT/sp24_h200.md") ;;
+  sp24-tests)  # not committed: GPU tests of the sp24 kernel, its engine modules, and the engine tests that now run
+    # 2:4 on it (compiled decode, bench, the quantized engine)
+    timeout 400 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py tests/test_engine_gpu.py \
+      tests/test_quantized_engine.py -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests_sp24_engine.log" || true ;;
+  sp24-e2e-8b)  # e2e_h200_8b_sp24.md: Llama-3.1-8B preset, dense vs 2:4 (2:4 linears on sp24), batch 1, 4, 8
+    python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --batch 1 4 8 --repeats 2 \
+      --out "$OUT/e2e_h200_8b_sp24.md" ;;
+  quant-e2e-sp24)  # quant_e2e_h200_sp24.md: issue 13's engine targets (8B, batch 1) with 2:4 on sp24
+    python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24.md" ;;
+  qwen-bench-sp24)  # bench_qwen2.5-coder-1.5b_2of4_h200.md: the real Qwen pruned 2:4 (by magnitude: speed does not
+    # depend on which weights were kept), dense vs 2:4 on sp24, batch 1, 4, 8
+    models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
+      --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
+    python3 -m sparsedecoding bench --model /root/qwen-2of4-magnitude --batch 1 4 8 \
+      --out "$OUT/bench_qwen2.5-coder-1.5b_2of4_h200.md" ;;
   quant-e2e-sp)  # not yet run: quant_e2e_h200_8b_sp.md, the 8B preset's 2:4 rows (bf16, int8, int4) with the
     # tensor-core kernel on sparse tensor cores for every 2:4 linear (after quant-cuda has shown it correct)
     SPARSEDECODING_KERNEL=cuda SPARSEDECODING_SPARSE_MMA=1 python3 benchmarks/quant_e2e_bench.py \
@@ -229,5 +244,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ import torch
 from sparsedecoding.errors import KernelInputError
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
-from sparsedecoding.kernels.sp24 import meta_codes, min_splits, sp24_mm, tile, tiled_to_dense
+from sparsedecoding.kernels.sp24 import meta_codes, min_splits, sp24_mm, tile, tiled_to_dense, untile
 
 from helpers import random_nm_weight
 from test_cuda_mma_codes import float64_error, grid_weight
@@ -40,6 +40,24 @@ def test_tiled_int8_codes_read_back_to_the_weight(out, in_features):
 def test_tiled_int4_codes_read_back_to_the_weight(group, out, in_features):
     packed = pack_nm_quantized(grid_weight(out, in_features, "int4", group), 2, 4, "int4", group)
     assert torch.equal(tiled_to_dense(tile(packed)), packed.to_dense(torch.float64))
+
+
+def _same_packed(a, b) -> bool:
+    fields = ("values", "bitmask") if not hasattr(a, "codes") else ("codes", "scales", "bitmask")
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in fields) and a.shape == b.shape and (
+        a.n, a.m, getattr(a, "quantize", None), getattr(a, "group_size", None)) == (
+        b.n, b.m, getattr(b, "quantize", None), getattr(b, "group_size", None))
+
+
+@pytest.mark.parametrize("out,in_features", SHAPES)
+def test_untile_gives_back_the_packed_weight(out, in_features):
+    seed = out * in_features
+    cases = [pack_nm(random_nm_weight(out, in_features, 2, 4, torch.bfloat16, seed=seed), 2, 4),
+             pack_nm(random_nm_weight(out, in_features, 2, 4, torch.float16, seed=seed + 1), 2, 4),
+             pack_nm_quantized(grid_weight(out, in_features, "int8", seed=seed), 2, 4, "int8", in_features),
+             pack_nm_quantized(grid_weight(out, in_features, "int4", 32, seed=seed), 2, 4, "int4", 32)]
+    for packed in cases:
+        assert _same_packed(untile(tile(packed)), packed)
 
 
 def test_int4_group_not_a_power_of_two_raises():

@@ -2,7 +2,9 @@
 sparse in a pattern the kernel runs for a `PackedLinear`; `load_packed` builds the same model from a packed
 checkpoint (`sparsedecoding pack`). Either way the result is the transformers model itself, so `generate`, its
 static cache and `torch.compile` work as on the dense model: `PackedLinear` calls the kernel through a cached
-runner eagerly and through the custom op (with a fake implementation) under torch.compile."""
+runner eagerly and through the custom op (with a fake implementation) under torch.compile. On CUDA, under
+SPARSEDECODING_KERNEL=auto, the 2:4 ones then become `Sp24Linear` (the sparse tensor-core kernel's tiled layout of
+the same bytes, `kernels.sp24_linear.tile_for_kernel`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from torch import nn
 from .engine.loading import nm_pattern
 from .errors import KernelInputError, PackingError
 from .kernels import PackedLinear, PackedNM, pack_nm
+from .kernels.sp24_linear import Sp24Linear, tile_for_kernel
 from .packed import load_packed_checkpoint
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
@@ -62,7 +65,7 @@ def sparsify(model: nn.Module) -> tuple[nn.Module, SparsifySummary]:
     plan: dict[str, tuple[nn.Linear, tuple[int, int]]] = {}
     kept: list[str] = []
     for name, module in model.named_modules():
-        if not isinstance(module, nn.Linear) or isinstance(module, PackedLinear):
+        if not isinstance(module, nn.Linear) or isinstance(module, (PackedLinear, Sp24Linear)):
             continue
         pattern = None if module is output else nm_pattern(module.weight.detach())
         if pattern is None:
@@ -88,6 +91,7 @@ def sparsify(model: nn.Module) -> tuple[nn.Module, SparsifySummary]:
         swapped[name] = f"{n}:{m}"
         dense_bytes += weight.numel() * weight.element_size()
         packed_bytes += sum(t.numel() * t.element_size() for t in (packed.values, packed.bitmask))
+    tile_for_kernel(model)  # 2:4 on CUDA: the sparse tensor-core kernel's layout, same bytes (kernels.sp24_linear)
     return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes)
 
 
@@ -118,4 +122,6 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
     if missing or result.unexpected_keys:
         raise PackingError(f"{folder} does not match its config.json: missing {missing[:3]}, "
                            f"unexpected {result.unexpected_keys[:3]}")
-    return model.to(device).eval().requires_grad_(False)
+    model = model.to(device).eval().requires_grad_(False)
+    tile_for_kernel(model)
+    return model

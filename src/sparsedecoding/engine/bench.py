@@ -22,6 +22,7 @@ from ..errors import EngineError
 from ..kernels import PackedLinear
 from ..kernels.quantized import QUANTIZED_FORMATS
 from ..kernels.quantized_linear import QuantizedPackedLinear
+from ..kernels.sp24_linear import Sp24Linear
 from ..patterns import SparsityPattern
 from ..solvers import quantization_group
 from .config import ModelArgs, preset
@@ -279,5 +280,5 @@ def _working_memory(args: ModelArgs, batch: int, max_seq_len: int, world: int = 
 
 def _packed_label(model: Transformer) -> str | None:
     formats = sorted({weight_format(module) for module in model.modules()
-                      if isinstance(module, (PackedLinear, QuantizedPackedLinear))})
+                      if isinstance(module, (PackedLinear, QuantizedPackedLinear, Sp24Linear))})
     return "+".join(formats) or None

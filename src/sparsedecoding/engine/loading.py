@@ -23,6 +23,7 @@ from ..kernels.format import kernel_runs
 from ..kernels.op import MAX_BATCH
 from ..kernels.quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ
 from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
+from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel, untile_model
 from ..solvers import CODE_RANGES, QuantizedCodes, quantization_group
 from ..packed import load_packed_checkpoint, packed_manifest
 from ..patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
@@ -143,6 +144,9 @@ def build_model(args: ModelArgs, state: dict[str, Weight], tp: ProcessGroup | No
     leftover = [name for name, tensor in model.state_dict().items() if tensor.is_meta]
     if leftover:
         raise EngineError(f"no weights for {', '.join(leftover[:3])}; the checkpoint does not match its config.json")
+    tiled = tile_for_kernel(model)
+    if tiled:
+        log.info("%d 2:4 linears tiled for sparse tensor cores (sp24)", tiled)
     return model
 
 
@@ -271,6 +275,7 @@ def keep_dense_copies(model: nn.Module, from_batch: int) -> int:
     `PackedLinear.keep_dense_copy`): batches below it decode on the packed kernel, wider ones as fast as the dense
     model, for the memory of both. Returns the number of linears changed."""
     check_dense_copy_batch(from_batch)
+    untile_model(model)  # dense copies live on PackedLinear
     packed = [module for module in model.modules() if isinstance(module, PackedLinear)]
     if not packed:
         raise EngineError("the model has no packed linear to keep a dense copy of; load it with --sparse auto")
@@ -291,7 +296,7 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
             else:
                 total += _nbytes(module.values) + _nbytes(module.bitmask)
             total += _nbytes(module.bias) if module.bias is not None else 0
-        elif isinstance(module, (QuantizedPackedLinear, DenseQuantizedLinear)):
+        elif isinstance(module, (QuantizedPackedLinear, DenseQuantizedLinear, Sp24Linear)):
             total += sum(_nbytes(b) for b in module.buffers(recurse=False))
         elif isinstance(module, nn.Linear):
             total += sum(_nbytes(p) for p in module.parameters())
@@ -306,7 +311,7 @@ def resident_weight_bytes(model: nn.Module) -> int:
         if isinstance(module, PackedLinear):
             tensors.update({id(b): b for b in (module.values, module.bitmask, module.bias, module.dense)
                             if b is not None})
-        elif isinstance(module, (QuantizedPackedLinear, DenseQuantizedLinear)):
+        elif isinstance(module, (QuantizedPackedLinear, DenseQuantizedLinear, Sp24Linear)):
             tensors.update({id(b): b for b in module.buffers(recurse=False)})
     return sum(_nbytes(t) for t in tensors.values())
 
@@ -357,7 +362,7 @@ def weight_format(weight: Weight | nn.Module) -> str:
     """How a block linear's weight (or engine module) is stored: "2:4", "2:4 int8", "dense int4 g128", "dense"."""
     quantize = getattr(weight, "quantize", None)
     quantized = "" if quantize is None else f" {quantize}" + (f" g{weight.group_size}" if quantize == "int4" else "")
-    if isinstance(weight, (PackedNM, PackedNMQ, PackedLinear, QuantizedPackedLinear)):
+    if isinstance(weight, (PackedNM, PackedNMQ, PackedLinear, QuantizedPackedLinear, Sp24Linear)):
         return f"{weight.n}:{weight.m}{quantized}"
     return "dense" + quantized
 

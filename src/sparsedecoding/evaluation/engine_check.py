@@ -44,6 +44,7 @@ from ..engine.loading import model_from_hf
 from ..engine.model import Transformer
 from ..errors import EngineError
 from ..kernels import PackedLinear
+from ..kernels.sp24_linear import Sp24Linear
 from ..runenv import environment_markdown
 
 # Relative size of a logit gap that bf16 rounding can flip: 2^-6 is four units in the last place of a bf16 number
@@ -182,7 +183,7 @@ def run(folder: Path, prompts: list[str], new_tokens: int, device: torch.device,
     dense = model_from_hf(args, weights.__getitem__, "none", dtype, device)
     if "tokens" in checks:  # built first, so that a model the kernel cannot run fails before the long work
         sparse = model_from_hf(args, weights.__getitem__, "auto", dtype, device)
-        if not any(isinstance(m, PackedLinear) for m in sparse.modules()):
+        if not any(isinstance(m, (PackedLinear, Sp24Linear)) for m in sparse.modules()):
             raise EngineError(f"no block linear of {folder} is N:M sparse; pass a pruned folder (sparsedecoding "
                               "prune --solver magnitude ...) or run --checks logits")
     encoded = [torch.tensor(tokenizer(text)["input_ids"]) for text in prompts]

@@ -60,22 +60,23 @@ def cache_dir() -> Path:
     return base / "cuda_build"
 
 
-def _arch() -> str:
+def _arch(min_major: int = 9) -> str:
     major, minor = torch.cuda.get_device_capability()
-    if major < 9:
+    if major < min_major:
         raise CudaKernelUnavailableError(f"the tensor-core kernel needs compute capability 9.0 or newer (Hopper "
                                          f"bulk copies); this GPU is {major}.{minor}: use the Triton kernel (nm_spmv)")
     return f"{major}{minor}"
 
 
-def build(source_path: Path = SOURCE) -> Path:
-    """Compile `source_path` (default `nm_mma.cu`) for the current device unless a matching library is cached;
-    return its path. Raises CudaKernelUnavailableError with nvcc's messages if the compile fails."""
+def build(source_path: Path = SOURCE, min_major: int = 9) -> Path:
+    """Compile `source_path` (default `nm_mma.cu`, which needs compute capability `min_major`.0) for the current
+    device unless a matching library is cached; return its path. Raises CudaKernelUnavailableError with nvcc's
+    messages if the compile fails."""
     nvcc = _nvcc()
     if nvcc is None:
         raise CudaKernelUnavailableError("nvcc not found (set CUDA_HOME or put nvcc on PATH) — the tensor-core "
                                          "kernel is compiled at first use; use the Triton kernel (nm_spmv) instead")
-    arch = _arch()
+    arch = _arch(min_major)
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     source = source_path.read_bytes()
     key = hashlib.sha256(source + arch.encode() + (version[-1] if version else "").encode()).hexdigest()[:16]

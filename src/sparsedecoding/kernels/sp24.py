@@ -154,6 +154,58 @@ def tile(packed) -> Sp24Weight:
     return Sp24Weight(a, meta_t, scales, row_scales, (out, in_features), code, dtype, steps, gk_shift, groups)
 
 
+def _codes_to_mask(codes: torch.Tensor) -> torch.Tensor:
+    """Inverse of `meta_codes`: int64 words of 2-bit position pairs → int32 mask words."""
+    mask = torch.zeros_like(codes)
+    for q in range(8):
+        nib = (codes >> (4 * q)) & 0xF
+        mask |= ((1 << (nib & 3)) | (1 << (nib >> 2))) << (4 * q)
+    return torch.where(mask >= 2**31, mask - 2**32, mask).to(torch.int32)
+
+
+def _lanes_to_kept(lanes: torch.Tensor, out: int, kept_per_row: int) -> torch.Tensor:
+    """Inverse of `_lane_values`: [tile, k-tile, g, t, half, h, j] → kept entries [out, kept_per_row]."""
+    row_tiles, tiles = lanes.shape[:2]
+    kept = lanes.permute(0, 5, 2, 1, 4, 3, 6).reshape(row_tiles * 16, tiles * 16)
+    return kept[:out, :kept_per_row].contiguous()
+
+
+def untile(w: Sp24Weight):
+    """The packed weight (`PackedNM`, or `PackedNMQ` for codes) that `tile` made `w` from, exactly; on w's
+    device."""
+    from .quantized import PackedNMQ
+
+    out, in_features = w.shape
+    ks = STEP_TILES[w.code]
+    row_tiles, tiles = -(-out // 16), w.steps * ks
+    words = w.meta.to(torch.int64).view(row_tiles, w.steps, 8, 2, ks) & 0xFFFFFFFF
+    words = words.permute(0, 2, 1, 4, 3).reshape(row_tiles, 8, tiles, 2)  # tile g s t
+    rows_g = (words[..., 0] & 0xFFFF) | ((words[..., 1] & 0xFFFF) << 16)
+    rows_g8 = (words[..., 0] >> 16) | ((words[..., 1] >> 16) << 16)
+    codes = torch.stack([rows_g, rows_g8], dim=1).reshape(row_tiles * 16, tiles)
+    bitmask = _codes_to_mask(codes[:out, :in_features // 32]).contiguous()
+    kept_per_row = in_features // 2
+    if w.code == 0:
+        lanes = w.a.view(w.dtype).view(row_tiles, tiles, 8, 4, 2, 2, 2)
+        return PackedNM(_lanes_to_kept(lanes, out, kept_per_row), bitmask, 2, 4, (out, in_features))
+    if w.code == 8:
+        b = w.a.view(row_tiles, w.steps, 8, 32, 2, 8).permute(0, 1, 2, 4, 3, 5)
+        lanes = b.reshape(row_tiles, tiles, 8, 4, 2, 2, 2).permute(0, 1, 2, 3, 5, 4, 6)  # h and half back
+        codes8 = (_lanes_to_kept(lanes, out, kept_per_row).to(torch.int32) - 128).to(torch.int8)
+        return PackedNMQ(codes8, w.row_scales.view(out, 1).clone(), bitmask, 2, 4, (out, in_features), "int8",
+                         in_features)
+    word = w.a.view(torch.int32).view(row_tiles, w.steps, 4, 32, 4).permute(0, 1, 2, 4, 3)
+    word = word.reshape(row_tiles, tiles, 32).to(torch.int64) & 0xFFFFFFFF
+    shifts = torch.tensor([0, 16, 4, 20, 8, 24, 12, 28], dtype=torch.int64, device=word.device)
+    nibbles = ((word[..., None] >> shifts) & 0xF) ^ 0x8  # offset binary -> two's complement nibble
+    kept = _lanes_to_kept(nibbles.view(row_tiles, tiles, 8, 4, 2, 2, 2), out, kept_per_row)
+    packed_codes = (kept[:, 0::2] | (kept[:, 1::2] << 4)).to(torch.uint8)
+    group_size = 32 << w.gk_shift
+    scales = w.scales.view(row_tiles, w.groups, 8, 2).permute(0, 3, 2, 1).reshape(row_tiles * 16, w.groups)
+    scales = scales[:out, :in_features // group_size].contiguous()
+    return PackedNMQ(packed_codes, scales, bitmask, 2, 4, (out, in_features), "int4", group_size)
+
+
 def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     """The float64 [out, in] weight that the kernel multiplies by, read back from the tiled tensors through
     mma.sp's register semantics (each lane's A registers, dequantized as the kernel does, placed at the kept
@@ -200,7 +252,7 @@ def _load() -> ctypes.CDLL:
     global _library
     with _lock:
         if _library is None:
-            path = cuda_mma.build(SOURCE)
+            path = cuda_mma.build(SOURCE, min_major=8)
             try:
                 library = ctypes.CDLL(str(path))
             except OSError as exc:
@@ -215,6 +267,20 @@ def _load() -> ctypes.CDLL:
                 raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size; rebuild")
             _library = library
         return _library
+
+
+def load() -> None:
+    """Build (or find cached) and load the library for the current device; raises CudaKernelUnavailableError with
+    the reason when it cannot run here (no GPU, compute capability below 8.0, no nvcc, a failed build)."""
+    if not torch.cuda.is_available():
+        raise cuda_mma.CudaKernelUnavailableError("no CUDA GPU")
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        raise cuda_mma.CudaKernelUnavailableError(f"sparse tensor cores need compute capability 8.0 or newer; this "
+                                                  f"GPU is {major}.{minor}")
+    if cuda_mma._nvcc() is None:
+        raise cuda_mma.CudaKernelUnavailableError("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    _load()
 
 
 def min_splits(w: Sp24Weight, batch: int) -> int:
@@ -261,9 +327,7 @@ class Sp24Launch:
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None):
         check_inputs(x, w)
-        if not cuda_mma.available():
-            raise cuda_mma.CudaKernelUnavailableError("the sparse tensor-core kernel needs a CUDA GPU and nvcc")
-        cuda_mma._arch()
+        load()
         self.library = _load()
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
@@ -309,10 +373,148 @@ class Sp24Launch:
 
 
 def sp24_mm(x: torch.Tensor, w: Sp24Weight, splits: int | None = None) -> torch.Tensor:
-    """y = x·Wᵀ for x [in] or [b, in] (b ≤ 16) and a tiled 2:4 weight; fp32 accumulation, y in x's dtype."""
+    """y = x·Wᵀ for x [in] or [b, in] (b ≤ 16) and a tiled 2:4 weight; fp32 accumulation, y in x's dtype. Without
+    `splits`, the problem's tuned launch (`sp24_linear`); with it, a launch of exactly that split."""
+    if splits is None:
+        return sp24_linear(x, w)
     return Sp24Launch(x, w, splits)(x, w)
 
 
-def tile_packed_nm(packed: PackedNM) -> Sp24Weight:
-    """`tile` for a bf16/fp16 `PackedNM` (named for call sites that hold one)."""
-    return tile(packed)
+# --- tuned launches per problem, as the engine runs them ------------------------------------------------------
+
+_SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)
+_LAUNCHES_PER_REPLAY, _REPLAYS, _MAX_COPIES = 24, 5, 8
+_launches: dict[tuple, Sp24Launch] = {}
+_timings: dict[tuple, dict[int, float]] = {}  # problem -> splits -> milliseconds per launch
+
+
+def problem_key(x: torch.Tensor, w: Sp24Weight) -> tuple:
+    batch = 1 if x.dim() == 1 else x.shape[0]
+    return (str(x.device), x.dim(), batch, str(x.dtype), w.shape, w.code, w.gk_shift, w.steps)
+
+
+def _reference(x: torch.Tensor, w: Sp24Weight):
+    """The float64 product's reference (`autotune.Float64Reference`) for x [b, in] and w, densified in chunks on
+    x's device."""
+    from .autotune import Float64Reference
+
+    packed = untile(w)
+    x2 = x.view(1, -1) if x.dim() == 1 else x
+    return Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1))
+
+
+def _dense_rows(packed, r0: int, r1: int) -> torch.Tensor:
+    from .format import dense_from_parts
+
+    if hasattr(packed, "codes"):
+        from .quantized import PackedNMQ
+
+        part = PackedNMQ(packed.codes[r0:r1], packed.scales[r0:r1], packed.bitmask[r0:r1], packed.n, packed.m,
+                         (r1 - r0, packed.shape[1]), packed.quantize, packed.group_size)
+        return part.to_dense(torch.float64)
+    return dense_from_parts(packed.values[r0:r1], packed.bitmask[r0:r1]).double()
+
+
+def _graph_ms(launch: Sp24Launch, x: torch.Tensor, weights: list[Sp24Weight]) -> float:
+    """Median milliseconds per launch of a CUDA graph calling `launch` round-robin over `weights`."""
+    import statistics
+
+    sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
+    stream = torch.cuda.Stream(x.device)
+    stream.wait_stream(torch.cuda.current_stream(x.device))
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for weight in sequence:
+                launch(x, weight)
+    torch.cuda.current_stream(x.device).wait_stream(stream)
+    times = []
+    for _ in range(_REPLAYS + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / len(sequence))
+    return statistics.median(times[1:])  # the first replay also uploads the graph
+
+
+def _copies(w: Sp24Weight) -> list[Sp24Weight]:
+    """w and enough temporary copies that a round over them reads past twice the L2 cache."""
+    import math
+
+    l2_bytes = torch.cuda.get_device_properties(w.a.device).L2_cache_size
+    count = min(_MAX_COPIES, math.ceil(2 * l2_bytes / w.nbytes) - 1)
+
+    def clone(t):
+        return None if t is None else t.clone()
+    return [w] + [Sp24Weight(w.a.clone(), w.meta.clone(), clone(w.scales), clone(w.row_scales), w.shape, w.code,
+                             w.dtype, w.steps, w.gk_shift, w.groups) for _ in range(max(0, count))]
+
+
+def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
+    """The problem's launch with the fastest correct split count, chosen on first use: each candidate's output is
+    checked against a float64 product (a mismatch raises: a kernel bug, never a silent substitute) and timed as
+    the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the L2. Raises
+    KernelInputError inside a CUDA-graph capture for a problem not seen before."""
+    key = problem_key(x, w)
+    launch = _launches.get(key)
+    if launch is not None:
+        return launch
+    if torch.cuda.is_available() and x.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise KernelInputError(f"sp24 is not tuned for {key} yet; run it once on this shape and batch before "
+                               "capturing a CUDA graph")
+    batch = 1 if x.dim() == 1 else x.shape[0]
+    check_inputs(x, w)
+    low = min_splits(w, batch)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    candidates = sorted({c for c in (*_SPLIT_CANDIDATES, default_splits(w, batch, sms)) if low <= c <= w.steps}
+                        | {low})
+    reference = _reference(x, w)
+    launches = {}
+    for splits in candidates:
+        launch = Sp24Launch(x, w, splits)
+        if launch.used_splits in {c.used_splits for c in launches.values()}:
+            continue  # the same grid as a candidate already kept
+        error = reference.error(launch(x, w).view(-1, w.shape[0]))
+        if not error <= 1:  # NaN fails too
+            raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
+                               f"{splits} splits; set SPARSEDECODING_KERNEL=triton and report this")
+        launches[splits] = launch
+    del reference
+    weights = _copies(w)
+    timings = {splits: _graph_ms(launch, x, weights) for splits, launch in launches.items()}
+    del weights
+    best = min(timings, key=timings.get)
+    _launches[key], _timings[key] = launches[best], timings
+    return launches[best]
+
+
+def tuning_results() -> dict[tuple, tuple[int, dict[int, float]]]:
+    """For every problem tuned so far: the chosen split count and each candidate's median time in ms."""
+    return {key: (launch.splits, dict(_timings[key])) for key, launch in _launches.items()}
+
+
+def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
+    """y = x·Wᵀ through the problem's tuned launch (eagerly a dict lookup, then the launch); an x off 16-byte
+    alignment is copied first."""
+    launch = _launches.get(problem_key(x, w))
+    if launch is None:
+        launch = tuned_launch(x if x.data_ptr() % 16 == 0 else x.clone(), w)
+    return launch(x if x.data_ptr() % 16 == 0 else x.clone(), w)
+
+
+@torch.library.custom_op("sparsedecoding::sp24_mm", mutates_args=())
+def _sp24_op(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch.Tensor | None,
+             row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
+             gk_shift: int, groups: int) -> torch.Tensor:
+    dtype = x.dtype
+    return sp24_linear(x, Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, dtype, steps,
+                                     gk_shift, groups))
+
+
+@_sp24_op.register_fake
+def _sp24_fake(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch.Tensor | None,
+               row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
+               gk_shift: int, groups: int) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))

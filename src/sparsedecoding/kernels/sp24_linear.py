@@ -1,0 +1,194 @@
+"""`Sp24Linear`: a 2:4 linear held in the sparse tensor-core kernel's tiled layout (`sp24.tile`), and
+`tile_model`, which swaps a model's 2:4 `PackedLinear` / `QuantizedPackedLinear` modules for it in place.
+
+The tiled layout holds the same bytes as the packed format (kept values or codes, 4 bits of positions per 4
+columns, the scales), so the swap costs no memory; `packed` and `state_dict` give back the packed format exactly
+(`sp24.untile`), so checkpoints saved from a tiled model are the ones `pack` writes. Up to 16 rows of x run the
+kernel (through the custom op `sparsedecoding::sp24_mm` while torch.compile traces); more rows (prefill) multiply
+by the weight densified for the call, as `PackedLinear` does."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import KernelInputError
+from .format import PackedNM, dense_from_parts
+from .linear import PackedLinear
+from .op import MAX_BATCH
+from .quantized_linear import QuantizedPackedLinear
+from .sp24 import STEP_TILES, Sp24Weight, sp24_linear, tile, untile
+
+log = logging.getLogger(__name__)
+
+
+class Sp24Linear(torch.nn.Module):
+    """y = x·Wᵀ + bias for x [..., in], W [out, in] 2:4, held as the tiled buffers `a`, `meta` (and `scales` for
+    int4, `row_scales` for int8) of an `Sp24Weight`."""
+
+    def __init__(self, weight: Sp24Weight, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.n, self.m = 2, 4
+        self.quantize = {0: None, 8: "int8", 4: "int4"}[weight.code]
+        self.group_size = {0: None, 8: self.in_features, 4: 32 << weight.gk_shift}[weight.code]
+        self.code, self.value_dtype, self.steps = weight.code, weight.dtype, weight.steps
+        self.gk_shift, self.groups = weight.gk_shift, weight.groups
+        self.register_buffer("a", weight.a)
+        self.register_buffer("meta", weight.meta)
+        self.register_buffer("scales", weight.scales)
+        self.register_buffer("row_scales", weight.row_scales)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_module(cls, module: PackedLinear | QuantizedPackedLinear) -> Sp24Linear:
+        return cls(tile(module.packed), module.bias)
+
+    @property
+    def weight(self) -> Sp24Weight:
+        return Sp24Weight(self.a, self.meta, self.scales, self.row_scales, (self.out_features, self.in_features),
+                          self.code, self.value_dtype, self.steps, self.gk_shift, self.groups)
+
+    @property
+    def packed(self):
+        """The packed weight (`PackedNM` or `PackedNMQ`) this layer holds, rebuilt exactly from the tiles."""
+        return untile(self.weight)
+
+    def to_packed_module(self) -> PackedLinear | QuantizedPackedLinear:
+        packed = self.packed
+        return (PackedLinear if isinstance(packed, PackedNM) else QuantizedPackedLinear)(packed, self.bias)
+
+    def _dense(self, dtype: torch.dtype) -> torch.Tensor:
+        packed = self.packed
+        if isinstance(packed, PackedNM):
+            return dense_from_parts(packed.values, packed.bitmask).to(dtype)
+        return packed.to_dense(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        if len(shape) == 0 or shape[-1] != self.in_features:
+            raise KernelInputError(f"x has shape {tuple(shape)}; this Sp24Linear takes [..., {self.in_features}]")
+        x2 = x.reshape(-1, self.in_features)
+        rows = x2.shape[0]
+        if rows > MAX_BATCH or not x.is_cuda:  # prefill, or CPU (the reference product)
+            y = F.linear(x2, self._dense(x.dtype))
+        elif torch.compiler.is_compiling():
+            y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), self.a, self.meta, self.scales, self.row_scales,
+                                                 self.out_features, self.in_features, self.code, self.steps,
+                                                 self.gk_shift, self.groups)
+        else:
+            y = sp24_linear(x2.contiguous(), self.weight)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*shape[:-1], self.out_features)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """Saved as the packed format (`PackedLinear` / `QuantizedPackedLinear` keys), never as tiles."""
+        packed = self.packed
+        parts = {"values": None, "bitmask": packed.bitmask}
+        if isinstance(packed, PackedNM):
+            parts["values"] = packed.values
+        else:
+            parts = {"codes": packed.codes, "scales": packed.scales, "bitmask": packed.bitmask}
+        for name, tensor in parts.items():
+            destination[prefix + name] = tensor
+        if self.bias is not None:
+            destination[prefix + "bias"] = self.bias if keep_vars else self.bias.detach()
+
+    def extra_repr(self) -> str:
+        values = {0: str(self.value_dtype).replace("torch.", ""), 8: "int8",
+                  4: f"int4, group_size={32 << self.gk_shift}"}
+        return (f"in_features={self.in_features}, out_features={self.out_features}, pattern=2:4, "
+                f"{values[self.code]}, tiled for sparse tensor cores")
+
+
+MAX_PADDING = 1 / 16  # tile only where the padded rows and columns add at most this share of bytes
+
+
+def padding_overhead(out: int, in_features: int, quantize: str | None) -> float:
+    """Share of extra bytes the tiled layout's padding (rows to 16, columns to whole steps) adds."""
+    columns = 32 * STEP_TILES[{None: 0, "int8": 8, "int4": 4}[quantize]]
+    return (-(-out // 16) * 16 * -(-in_features // columns) * columns) / (out * in_features) - 1
+
+
+def tileable(module: torch.nn.Module, require_cuda: bool = True) -> str | None:
+    """None when `module` can become an `Sp24Linear`, else why not (`require_cuda`: only on a CUDA device, where
+    the kernel runs)."""
+    if not isinstance(module, (PackedLinear, QuantizedPackedLinear)):
+        return "not a packed linear"
+    if (module.n, module.m) != (2, 4):
+        return f"pattern {module.n}:{module.m} (sparse tensor cores run 2:4)"
+    if isinstance(module, PackedLinear) and module.dense is not None:
+        return "it keeps a dense copy"
+    if isinstance(module, QuantizedPackedLinear) and module.quantize == "int4":
+        group_tiles = module.group_size // 32
+        if group_tiles & (group_tiles - 1):
+            return f"int4 group size {module.group_size} (needs a power-of-two multiple of 32)"
+    padded = padding_overhead(module.out_features, module.in_features, module.quantize if isinstance(
+        module, QuantizedPackedLinear) else None)
+    if padded > MAX_PADDING:
+        return (f"shape {module.out_features}x{module.in_features} pads to the kernel's tiles with {padded:.0%} more "
+                "bytes")
+    device = module.bitmask.device
+    if require_cuda and device.type != "cuda":
+        return f"on {device} (the kernel runs on CUDA)"
+    return None
+
+
+def tile_model(model: torch.nn.Module, require_cuda: bool = True) -> int:
+    """Swap, in place, every 2:4 `PackedLinear` / `QuantizedPackedLinear` on CUDA for an `Sp24Linear` holding the
+    same weight tiled (the packed tensors are released as each is replaced, so peak memory grows by one layer).
+    Returns how many were swapped."""
+    names = [name for name, module in model.named_modules() if tileable(module, require_cuda) is None]
+    for name in names:
+        model.set_submodule(name, Sp24Linear.from_module(model.get_submodule(name)))
+    return len(names)
+
+
+_unavailable: str | None = None  # why the kernel cannot run in this process, once known
+_checked = False
+
+
+def sp24_problem() -> str | None:
+    """None when the sparse tensor-core kernel can run here (it is built and loaded on the first call), else why
+    not."""
+    global _checked, _unavailable
+    if not _checked:
+        from . import cuda_mma
+        from .sp24 import load
+
+        try:
+            load()
+        except cuda_mma.CudaKernelUnavailableError as exc:
+            _unavailable = str(exc)
+        _checked = True
+    return _unavailable
+
+
+def tile_for_kernel(model: torch.nn.Module) -> int:
+    """What the engine does with a freshly built model: under SPARSEDECODING_KERNEL=auto (the default) every 2:4
+    packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules
+    stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
+    kernels. Returns how many linears were tiled."""
+    from .op import check_kernel_setting, kernel_setting
+
+    setting = kernel_setting()
+    check_kernel_setting(setting)
+    if setting != "auto" or not any(tileable(module) is None for module in model.modules()):
+        return 0
+    problem = sp24_problem()
+    if problem is not None:
+        log.warning("2:4 linears stay on the packed kernels: the sparse tensor-core kernel cannot run here (%s)",
+                    problem)
+        return 0
+    return tile_model(model)
+
+
+def untile_model(model: torch.nn.Module) -> int:
+    """Inverse of `tile_model`: every `Sp24Linear` back to its packed module. Returns how many."""
+    names = [name for name, module in model.named_modules() if isinstance(module, Sp24Linear)]
+    for name in names:
+        model.set_submodule(name, model.get_submodule(name).to_packed_module())
+    return len(names)
