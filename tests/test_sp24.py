@@ -153,6 +153,24 @@ def test_kernel_matches_float64(out, in_features, kind):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("group", [32, 128, 1024])
+def test_int4_with_any_bf16_scales_matches_float64(group):
+    """Scales off the solvers' grid (8 significant bits): code·scale is not exact in bf16, so the kernel must scale
+    each group's fp32 sums, not the codes."""
+    from sparsedecoding.engine.loading import random_quantized
+    from sparsedecoding.patterns import SparsityPattern
+
+    generator = torch.Generator("cuda").manual_seed(group)
+    packed = random_quantized(512, 2048, SparsityPattern.parse("2:4"), "int4", group, torch.bfloat16, "cuda",
+                              generator)
+    w, weight = tile(packed), packed.to_dense(torch.float64)
+    for batch in (1, 8, 16):
+        x = torch.randn(batch, 2048, device="cuda").bfloat16()
+        for splits in (None, 1, 2):
+            assert float64_error(sp24_mm(x, w, splits), x, weight) <= 1, (group, batch, splits)
+
+
+@pytest.mark.gpu
 def test_kernel_vector_input_and_graph_replay():
     packed = pack_nm(random_nm_weight(4096, 4096, 2, 4, torch.bfloat16, seed=6).cuda(), 2, 4)
     w = tile(packed)

@@ -98,21 +98,21 @@ def test_dense_copies_untile_first():
 @pytest.mark.gpu
 @pytest.mark.parametrize("quantize,group_size", KINDS)
 def test_engine_tiles_2of4_on_gpu_and_decodes_the_packed_models_tokens(quantize, group_size, monkeypatch):
-    """SmolLM2's shapes, 6 layers: the engine built under `auto` holds Sp24Linear modules, and its compiled
-    CUDA-graph decode gives the eager tokens of the same weights on the packed kernels (divergence only at a
-    logit tie)."""
+    """Qwen2.5-Coder-1.5B's shapes (every linear tileable), 4 layers: the engine built under `auto` holds
+    Sp24Linear modules, and its compiled CUDA-graph decode gives the eager tokens of the same weights on the packed
+    kernels (divergence only at a logit tie)."""
     from dataclasses import replace
 
     from sparsedecoding.engine import PRESETS, Engine
     from sparsedecoding.evaluation.engine_check import compare_tokens, replay_logits
 
-    args = replace(PRESETS["smollm2-135m"], n_layers=6)
+    args = replace(PRESETS["qwen2.5-coder-1.5b"], n_layers=4)
     pattern = SparsityPattern.parse("2:4")
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "triton")
     packed = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
     tiled = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
-    assert sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 6 * 4
+    assert sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
     prompt = torch.randint(0, args.vocab_size, (3, 8))
     eager = Engine(packed, 3, 40, compile=False).generate(prompt, 32).tokens
     compiled = Engine(tiled, 3, 40, compile=True).generate(prompt, 32).tokens

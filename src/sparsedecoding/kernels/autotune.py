@@ -176,14 +176,14 @@ def _weight_copies(values: torch.Tensor, bitmask: torch.Tensor) -> list[tuple[to
     return [(values, bitmask)] + [(values.clone(), bitmask.clone()) for _ in range(copies)]
 
 
-def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int,
-                config: SpmvConfig) -> float:
-    """Median milliseconds per launch of a CUDA graph that calls `config` round-robin over `weights`."""
+def replay_ms(call: Callable[[object], object], weights: list) -> float:
+    """Median milliseconds per launch of a CUDA graph that calls `call(weight)` round-robin over `weights` (at least
+    _LAUNCHES_PER_REPLAY launches a replay, the first replay discarded: it also uploads the graph)."""
     sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for values, bitmask in sequence:
-            launch(x, values, bitmask, n, m, config)
+        for weight in sequence:
+            call(weight)
     times = []
     for _ in range(_REPLAYS + 1):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -192,7 +192,13 @@ def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / len(sequence))
-    return statistics.median(times[1:])  # the first replay also uploads the graph
+    return statistics.median(times[1:])
+
+
+def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int,
+                config: SpmvConfig) -> float:
+    """Median milliseconds per launch of a CUDA graph that calls `config` round-robin over `weights`."""
+    return replay_ms(lambda weight: launch(x, *weight, n, m, config), weights)
 
 
 def _compile_all(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int,

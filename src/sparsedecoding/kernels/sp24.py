@@ -383,7 +383,7 @@ def sp24_mm(x: torch.Tensor, w: Sp24Weight, splits: int | None = None) -> torch.
 # --- tuned launches per problem, as the engine runs them ------------------------------------------------------
 
 _SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)
-_LAUNCHES_PER_REPLAY, _REPLAYS, _MAX_COPIES = 24, 5, 8
+_MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
 _timings: dict[tuple, dict[int, float]] = {}  # problem -> splits -> milliseconds per launch
 
@@ -413,30 +413,6 @@ def _dense_rows(packed, r0: int, r1: int) -> torch.Tensor:
                          (r1 - r0, packed.shape[1]), packed.quantize, packed.group_size)
         return part.to_dense(torch.float64)
     return dense_from_parts(packed.values[r0:r1], packed.bitmask[r0:r1]).double()
-
-
-def _graph_ms(launch: Sp24Launch, x: torch.Tensor, weights: list[Sp24Weight]) -> float:
-    """Median milliseconds per launch of a CUDA graph calling `launch` round-robin over `weights`."""
-    import statistics
-
-    sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
-    stream = torch.cuda.Stream(x.device)
-    stream.wait_stream(torch.cuda.current_stream(x.device))
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for weight in sequence:
-                launch(x, weight)
-    torch.cuda.current_stream(x.device).wait_stream(stream)
-    times = []
-    for _ in range(_REPLAYS + 1):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / len(sequence))
-    return statistics.median(times[1:])  # the first replay also uploads the graph
 
 
 def _copies(w: Sp24Weight) -> list[Sp24Weight]:
@@ -483,7 +459,10 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
         launches[splits] = launch
     del reference
     weights = _copies(w)
-    timings = {splits: _graph_ms(launch, x, weights) for splits, launch in launches.items()}
+    from .autotune import replay_ms  # imports triton
+
+    timings = {splits: replay_ms(lambda weight, launch=launch: launch(x, weight), weights)
+               for splits, launch in launches.items()}
     del weights
     best = min(timings, key=timings.get)
     _launches[key], _timings[key] = launches[best], timings

@@ -20,7 +20,8 @@
 // contiguous bytes: byte 64s + 16t + 4i of a staged row holds columns 32s + 8i + 2t + {0, 1}.
 //
 // Values (CODE): 0 = bf16/fp16 kept values; 8 = int8 codes (offset binary, one scale a row, applied to the sum);
-// 4 = int4 codes (offset binary, group scales, bf16 only). Tiled layouts per step of KS k-tiles (sp24.py):
+// 4 = int4 codes (offset binary, group scales applied to each group's fp32 sums, bf16 only). Codes enter the MMAs
+// exactly, so the product is exact for any bf16 scales. Tiled layouts per step of KS k-tiles (sp24.py):
 //   a:    [row tile][step][load j][lane][16 B]; CODE 0: load j = k-tile j (a0..a3); CODE 8: k-tiles 2j, 2j+1,
 //         each two words (row g's codes of a0, a2; row g+8's of a1, a3); CODE 4: k-tiles 4j..4j+3, a word each,
 //         nibble r and r + 4 making register r.
@@ -97,13 +98,12 @@ __device__ __forceinline__ uint32_t int8_pair(uint32_t w, int k) {
   return bf16x2_bits(__floats2bfloat162_rn(int8_code(w, k), int8_code(w, k + 1)));
 }
 
-// int4: nibbles r and r + 4 of q (offset binary u = code + 8) as bf16 128 + u, minus 136, times the row's scale.
-__device__ __forceinline__ uint32_t int4_pair(uint32_t q, int r, uint32_t scale2) {
+// int4: nibbles r and r + 4 of q (offset binary u = code + 8) as bf16 128 + u, minus 136: the codes, exactly.
+// The group's scales multiply the fp32 sums of the group's MMAs, so any bf16 scale gives the exact product.
+__device__ __forceinline__ uint32_t int4_pair(uint32_t q, int r) {
   const uint32_t biased = ((q >> (4 * r)) & 0x000F000Fu) | 0x43004300u;
-  __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&biased);
-  const __nv_bfloat162 offset = __floats2bfloat162_rn(136.f, 136.f);
-  v = __hmul2(__hsub2(v, offset), *reinterpret_cast<const __nv_bfloat162*>(&scale2));
-  return bf16x2_bits(v);
+  const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&biased);
+  return bf16x2_bits(__hsub2(v, __floats2bfloat162_rn(136.f, 136.f)));
 }
 
 template <typename T>
@@ -147,34 +147,60 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// One k-tile of a step: A from the step's registers (dequantized to exact codes for CODE 8 and 4), one mma.sp per
+// 8 rows of x into `acc`.
+template <typename T, int NT, int CODE, int SPS>
+__device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, int k,
+                                             const char* xs, int xstride, int local_step, int g, int t, int batch) {
+  using S = Steps<CODE>;
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  uint32_t a0, a1, a2, a3;
+  const uint4& v = r.a[k / S::tiles_per_load];
+  if constexpr (CODE == 0) {
+    a0 = v.x; a1 = v.y; a2 = v.z; a3 = v.w;
+  } else if constexpr (CODE == 8) {
+    const uint32_t wg = word_of(v, 2 * (k % 2)), wg8 = word_of(v, 2 * (k % 2) + 1);
+    a0 = int8_pair(wg, 0); a2 = int8_pair(wg, 2); a1 = int8_pair(wg8, 0); a3 = int8_pair(wg8, 2);
+  } else {
+    const uint32_t q = word_of(v, k % 4);
+    a0 = int4_pair(q, 0); a1 = int4_pair(q, 1); a2 = int4_pair(q, 2); a3 = int4_pair(q, 3);
+  }
+  const uint32_t e = word_of(r.m[k / 4], k % 4);
+  const int tile = local_step * S::ks + k;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int row = 8 * j + g;
+    uint4 b = make_uint4(0u, 0u, 0u, 0u);
+    if (row < batch) b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
+    mma_sp<kBf16>(acc[j], a0, a1, a2, a3, b, e);
+  }
+}
+
 template <typename T, int NT, int CODE, int SPS>
 __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
                                              int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
-  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  if constexpr (CODE != 4) {
 #pragma unroll
-  for (int k = 0; k < S::ks; ++k) {
-    uint32_t a0, a1, a2, a3;
-    const uint4& v = r.a[k / S::tiles_per_load];
-    if constexpr (CODE == 0) {
-      a0 = v.x; a1 = v.y; a2 = v.z; a3 = v.w;
-    } else if constexpr (CODE == 8) {
-      const uint32_t wg = word_of(v, 2 * (k % 2)), wg8 = word_of(v, 2 * (k % 2) + 1);
-      a0 = int8_pair(wg, 0); a2 = int8_pair(wg, 2); a1 = int8_pair(wg8, 0); a3 = int8_pair(wg8, 2);
-    } else {
-      const uint32_t q = word_of(v, k % 4);
-      const uint32_t sv = r.s[k / (S::ks / SPS)];
-      const uint32_t sg = __byte_perm(sv, 0, 0x1010), sg8 = __byte_perm(sv, 0, 0x3232);
-      a0 = int4_pair(q, 0, sg); a1 = int4_pair(q, 1, sg8); a2 = int4_pair(q, 2, sg); a3 = int4_pair(q, 3, sg8);
-    }
-    const uint32_t e = word_of(r.m[k / 4], k % 4);
-    const int tile = local_step * S::ks + k;
+    for (int k = 0; k < S::ks; ++k) compute_tile<T, NT, CODE, SPS>(acc, r, k, xs, xstride, local_step, g, t, batch);
+  } else {
+    // int4: each scale group's MMAs sum into `part`, which its rows' scales (fp32) then add into acc
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int row = 8 * j + g;
-      uint4 b = make_uint4(0u, 0u, 0u, 0u);
-      if (row < batch) b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
-      mma_sp<kBf16>(acc[j], a0, a1, a2, a3, b, e);
+    for (int s = 0; s < SPS; ++s) {
+      float part[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
+#pragma unroll
+      for (int k = s * (S::ks / SPS); k < (s + 1) * (S::ks / SPS); ++k)
+        compute_tile<T, NT, CODE, SPS>(part, r, k, xs, xstride, local_step, g, t, batch);
+      const float sg = __uint_as_float(r.s[s] << 16), sg8 = __uint_as_float(r.s[s] & 0xFFFF0000u);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        acc[j][0] = fmaf(sg, part[j][0], acc[j][0]);
+        acc[j][1] = fmaf(sg, part[j][1], acc[j][1]);
+        acc[j][2] = fmaf(sg8, part[j][2], acc[j][2]);
+        acc[j][3] = fmaf(sg8, part[j][3], acc[j][3]);
+      }
     }
   }
 }
