@@ -80,7 +80,9 @@ def main() -> int:
              f"and captured in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense bf16 tok/s at the same "
              f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 runs "
              f"our `triton_w8` kernel (reports before 2026-12-01 ran PyTorch's `_weight_int8pack_mm`), dense int4 "
-             f"PyTorch's `_weight_int4pack_mm`; N:M ones the quantized Triton kernel `nmq_spmv`.", "",
+             f"PyTorch's `_weight_int4pack_mm`; 2:4 ones the sparse tensor-core kernel `sp24` under "
+             f"{KERNEL_SETTING}=auto (the engine tiles them, `kernels/sp24_linear.py`), other N:M patterns and the "
+             "other settings the quantized Triton kernel `nmq_spmv`.", "",
              f"Kernel settings: {KERNEL_SETTING}={kernel_setting()}, {SPARSE_MMA_SETTING}="
              f"{int(sparse_mma_setting())} (`cuda` with 1: every 2:4 linear on sparse tensor cores).", "",
              format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size)]
