@@ -116,6 +116,20 @@ def test_min_splits_keep_staged_x_in_shared_memory():
     assert 16 * (2 * per * 8 * 32 + 64) <= 66 * 1024
 
 
+@pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
+def test_to_dense_on_cpu_is_the_packed_weight(kind):
+    from sparsedecoding.kernels.sp24 import to_dense
+
+    if kind == "bf16":
+        packed = pack_nm(random_nm_weight(40, 96, 2, 4, torch.bfloat16, seed=9), 2, 4)
+        expected = packed.to_dense()
+    else:
+        group = 96 if kind == "int8" else 32
+        packed = pack_nm_quantized(grid_weight(40, 96, kind, group), 2, 4, kind, group)
+        expected = packed.to_dense(torch.bfloat16)
+    assert torch.equal(to_dense(tile(packed)), expected)
+
+
 def test_cpu_input_raises_one_line():
     packed = pack_nm(random_nm_weight(16, 64, 2, 4, torch.bfloat16, seed=4), 2, 4)
     with pytest.raises(KernelInputError, match="CUDA"):
@@ -168,6 +182,24 @@ def test_int4_with_any_bf16_scales_matches_float64(group):
         x = torch.randn(batch, 2048, device="cuda").bfloat16()
         for splits in (None, 1, 2):
             assert float64_error(sp24_mm(x, w, splits), x, weight) <= 1, (group, batch, splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "fp16", "int8", "int4"])
+def test_dense_expansion_equals_the_packed_weight(kind):
+    """`to_dense` (one kernel) gives exactly the packed format's dense weight, odd shapes included."""
+    from sparsedecoding.kernels.sp24 import to_dense
+
+    for out, in_features in ((40, 96), (1000, 1536), (4096, 4096)):
+        if kind in ("bf16", "fp16"):
+            dtype = torch.bfloat16 if kind == "bf16" else torch.float16
+            packed = pack_nm(random_nm_weight(out, in_features, 2, 4, dtype, seed=8).cuda(), 2, 4)
+            expected = packed.to_dense()
+        else:
+            group = in_features if kind == "int8" else 32
+            packed = pack_nm_quantized(grid_weight(out, in_features, kind, group).cuda(), 2, 4, kind, group)
+            expected = packed.to_dense(torch.bfloat16)
+        assert torch.equal(to_dense(tile(packed)), expected), (kind, out, in_features)
 
 
 @pytest.mark.gpu

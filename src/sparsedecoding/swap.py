@@ -2,9 +2,10 @@
 sparse in a pattern the kernel runs for a `PackedLinear`; `load_packed` builds the same model from a packed
 checkpoint (`sparsedecoding pack`). Either way the result is the transformers model itself, so `generate`, its
 static cache and `torch.compile` work as on the dense model: `PackedLinear` calls the kernel through a cached
-runner eagerly and through the custom op (with a fake implementation) under torch.compile. On CUDA, under
-SPARSEDECODING_KERNEL=auto, the 2:4 ones then become `Sp24Linear` (the sparse tensor-core kernel's tiled layout of
-the same bytes, `kernels.sp24_linear.tile_for_kernel`)."""
+runner eagerly and through the custom op (with a fake implementation) under torch.compile. The 2:4 ones stay
+`PackedLinear` here: with transformers' separate q/k/v and gate/up projections the tiled sparse tensor-core kernel
+(`kernels.sp24_linear.tile_model`, which the engine applies) was measured slower end to end
+(benchmarks/results/hf_generate_h200_sp24.md); call `tile_model(model)` after `sparsify` to opt in."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from torch import nn
 from .engine.loading import nm_pattern
 from .errors import KernelInputError, PackingError
 from .kernels import PackedLinear, PackedNM, pack_nm
-from .kernels.sp24_linear import Sp24Linear, tile_for_kernel
+from .kernels.sp24_linear import Sp24Linear
 from .packed import load_packed_checkpoint
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
@@ -91,7 +92,6 @@ def sparsify(model: nn.Module) -> tuple[nn.Module, SparsifySummary]:
         swapped[name] = f"{n}:{m}"
         dense_bytes += weight.numel() * weight.element_size()
         packed_bytes += sum(t.numel() * t.element_size() for t in (packed.values, packed.bitmask))
-    tile_for_kernel(model)  # 2:4 on CUDA: the sparse tensor-core kernel's layout, same bytes (kernels.sp24_linear)
     return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes)
 
 
@@ -122,6 +122,4 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
     if missing or result.unexpected_keys:
         raise PackingError(f"{folder} does not match its config.json: missing {missing[:3]}, "
                            f"unexpected {result.unexpected_keys[:3]}")
-    model = model.to(device).eval().requires_grad_(False)
-    tile_for_kernel(model)
-    return model
+    return model.to(device).eval().requires_grad_(False)

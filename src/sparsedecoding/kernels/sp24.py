@@ -259,6 +259,8 @@ def _load() -> ctypes.CDLL:
                 raise cuda_mma.CudaKernelUnavailableError(f"could not load the built kernel {path}: {exc}") from exc
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 9 + [ctypes.c_void_p]
+            library.sp24_dense_launch.restype = ctypes.c_int
+            library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
             library.sp24_error_string.argtypes = [ctypes.c_int]
             library.sp24_rows_per_block.restype = ctypes.c_int
@@ -378,6 +380,28 @@ def sp24_mm(x: torch.Tensor, w: Sp24Weight, splits: int | None = None) -> torch.
     if splits is None:
         return sp24_linear(x, w)
     return Sp24Launch(x, w, splits)(x, w)
+
+
+def to_dense(w: Sp24Weight) -> torch.Tensor:
+    """The [out, in] weight in w's activation dtype (codes times scales, rounded once, as `PackedNMQ.to_dense`),
+    expanded by one kernel launch on w's CUDA device (prefill); elsewhere through `untile`."""
+    if w.a.device.type != "cuda":
+        packed = untile(w)
+        return packed.to_dense() if w.code == 0 else packed.to_dense(w.dtype)
+    library = _load()
+    dense = torch.empty(w.shape, dtype=w.dtype, device=w.a.device)
+
+    def ptr(t):
+        return t.data_ptr() if t is not None else None
+    index = w.a.device.index if w.a.device.index is not None else torch.cuda.current_device()
+    with cuda_mma._on_device(index):
+        err = library.sp24_dense_launch(w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales),
+                                        dense.data_ptr(), w.shape[0], w.shape[1], w.steps,
+                                        int(w.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups,
+                                        cuda_mma._current_raw_stream(index))
+    if err:
+        raise RuntimeError(f"sp24 dense expansion failed: {library.sp24_error_string(err).decode()}")
+    return dense
 
 
 # --- tuned launches per problem, as the engine runs them ------------------------------------------------------

@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import KernelInputError
-from .format import PackedNM, dense_from_parts
+from .format import PackedNM
 from .linear import PackedLinear
 from .op import MAX_BATCH
 from .quantized_linear import QuantizedPackedLinear
-from .sp24 import STEP_TILES, Sp24Weight, sp24_linear, tile, untile
+from .sp24 import STEP_TILES, Sp24Weight, sp24_linear, tile, to_dense, untile
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,7 @@ class Sp24Linear(torch.nn.Module):
         return (PackedLinear if isinstance(packed, PackedNM) else QuantizedPackedLinear)(packed, self.bias)
 
     def _dense(self, dtype: torch.dtype) -> torch.Tensor:
-        packed = self.packed
-        if isinstance(packed, PackedNM):
-            return dense_from_parts(packed.values, packed.bitmask).to(dtype)
-        return packed.to_dense(dtype)
+        return to_dense(self.weight).to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

@@ -333,6 +333,86 @@ cudaError_t launch(const Problem& p) {
   return cudaGetLastError();
 }
 
+// The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
+// warp per 16-row tile and k-tile, each lane writing its two rows' two 4-column groups (kept values at the
+// positions its quad's metadata names, zeros elsewhere), so every element is written once.
+template <typename T, int CODE>
+__global__ void __launch_bounds__(kThreads) sp24_dense_kernel(const char* __restrict__ a,
+                                                              const char* __restrict__ meta,
+                                                              const __nv_bfloat16* __restrict__ scales,
+                                                              const __nv_bfloat16* __restrict__ row_scales,
+                                                              T* __restrict__ dense, int out, int in, int steps,
+                                                              int gk_shift, int groups) {
+  using S = Steps<CODE>;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int k_tiles = in / 32;
+  const long long item = static_cast<long long>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int tile_row = static_cast<int>(item / k_tiles), s = static_cast<int>(item % k_tiles);
+  if (tile_row >= (out + 15) / 16) return;
+  const int step = s / S::ks, k = s % S::ks;
+  const char* a_tile = a + static_cast<size_t>(tile_row) * steps * S::a_loads * 512;
+  const char* m_tile = meta + static_cast<size_t>(tile_row) * steps * 16 * S::ks * 4;
+  const char* load = a_tile + (static_cast<size_t>(step) * S::a_loads + k / S::tiles_per_load) * 512 + 16 * lane;
+  uint32_t words[4];  // CODE 0: a0..a3; 8: words 0, 1 = rows g, g+8; 4: word 0
+  if constexpr (CODE == 0) {
+    const uint4 v = *reinterpret_cast<const uint4*>(load);
+    words[0] = v.x; words[1] = v.y; words[2] = v.z; words[3] = v.w;
+  } else if constexpr (CODE == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(load + 8 * (k % 2));
+    words[0] = v.x; words[1] = v.y; words[2] = words[3] = 0u;
+  } else {
+    words[0] = *reinterpret_cast<const uint32_t*>(load + 4 * (k % 4));
+    words[1] = words[2] = words[3] = 0u;
+  }
+  uint32_t e[2];
+#pragma unroll
+  for (int q = 0; q < 2; ++q)
+    e[q] = *reinterpret_cast<const uint32_t*>(m_tile +
+                                              ((static_cast<size_t>(step) * 16 + 2 * g + q) * S::ks + k) * 4);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int h = r & 1, half = r >> 1, group = t + 4 * half;
+    const int row = 16 * tile_row + g + 8 * h;
+    if (row >= out) continue;
+    float v[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if constexpr (CODE == 0) {
+        const uint16_t bits = static_cast<uint16_t>(words[r] >> (16 * j));
+        v[j] = std::is_same<T, __nv_bfloat16>::value ? __uint_as_float(static_cast<uint32_t>(bits) << 16)
+                                                     : __half2float(__ushort_as_half(bits));
+      } else if constexpr (CODE == 8) {
+        const int code = static_cast<int>((words[h] >> (8 * (2 * half + j))) & 0xFFu) - 128;
+        v[j] = static_cast<float>(code) * __bfloat162float(row_scales[row]);
+      } else {
+        const int code = static_cast<int>((words[0] >> (4 * (r + 4 * j))) & 0xFu) - 8;
+        const size_t at = ((static_cast<size_t>(tile_row) * groups + (s >> gk_shift)) * 8 + g) * 2 + h;
+        const __nv_bfloat16 scale = scales[at];
+        v[j] = static_cast<float>(code) * __bfloat162float(scale);
+      }
+    }
+    const uint32_t nib = (e[half] >> (16 * h + 4 * t)) & 0xFu;
+    const int lo = nib & 3, hi = nib >> 2;
+    T vals[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) vals[c] = from_float<T>(c == lo ? v[0] : c == hi ? v[1] : 0.f);
+    *reinterpret_cast<uint2*>(dense + static_cast<size_t>(row) * in + 32 * s + 4 * group) =
+        *reinterpret_cast<const uint2*>(vals);
+  }
+}
+
+template <typename T, int CODE>
+cudaError_t launch_dense(const Problem& p, void* dense) {
+  const long long items = static_cast<long long>(p.row_tiles) * (p.in / 32);
+  const long long blocks = (items + kWarps - 1) / kWarps;
+  if (blocks > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
+  sp24_dense_kernel<T, CODE><<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(
+      static_cast<const char*>(p.a), static_cast<const char*>(p.meta), static_cast<const __nv_bfloat16*>(p.scales),
+      static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(dense), p.out, p.in, p.steps, p.gk_shift,
+      p.groups);
+  return cudaGetLastError();
+}
+
 template <typename T, int CODE, int SPS>
 cudaError_t by_batch(const Problem& p) {
   return p.batch <= 8 ? launch<T, 1, CODE, SPS>(p) : launch<T, 2, CODE, SPS>(p);
@@ -365,6 +445,20 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
     case 3: return by_batch<__nv_bfloat16, 4, 2>(p);
     default: return by_batch<__nv_bfloat16, 4, 1>(p);
   }
+}
+
+// The dense [out][in] weight of a tiled one into `dense` (T = bf16 when is_bf16, else fp16; codes need bf16).
+int sp24_dense_launch(const void* a, const void* meta, const void* scales, const void* row_scales, void* dense,
+                      int out, int in, int steps, int is_bf16, int code_bits, int gk_shift, int groups,
+                      void* stream) {
+  if (out < 1 || in < 32 || in % 32 || steps < 1 || gk_shift < 0) return cudaErrorInvalidValue;
+  const Problem p{nullptr, a, meta, scales, row_scales, nullptr, nullptr, nullptr, 1, out, in, (out + 15) / 16,
+                  steps, 1, gk_shift, groups, static_cast<cudaStream_t>(stream)};
+  if (code_bits == 0) return is_bf16 ? launch_dense<__nv_bfloat16, 0>(p, dense) : launch_dense<__half, 0>(p, dense);
+  if (!is_bf16) return cudaErrorInvalidValue;
+  if (code_bits == 8) return launch_dense<__nv_bfloat16, 8>(p, dense);
+  if (code_bits == 4) return launch_dense<__nv_bfloat16, 4>(p, dense);
+  return cudaErrorInvalidValue;
 }
 
 const char* sp24_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
