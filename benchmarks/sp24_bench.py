@@ -59,7 +59,8 @@ class Row:
 
 
 def float64_error(y: torch.Tensor, x: torch.Tensor, weight64: torch.Tensor) -> float:
-    """Largest |y − x·Wᵀ| over u·|x·Wᵀ| + in·2⁻²⁴·|x|·|W|ᵀ (output rounding plus fp32 sums); ≤ 1 passes."""
+    """Largest |y − x·Wᵀ| over u·|x·Wᵀ| + in·2⁻²⁴·|x|·|W|ᵀ (output rounding plus fp32 sums); ≤ 1
+    passes."""
     x64 = x.double()
     exact = x64 @ weight64.T
     rounding = weight64.shape[1] * 2.0**-24 * (x64.abs() @ weight64.abs().T)

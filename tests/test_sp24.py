@@ -141,19 +141,22 @@ def test_cpu_input_raises_one_line():
 GPU_SHAPES = [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)]
 
 
+def _packed_on_gpu(kind: str, out: int, in_features: int, seed: int):
+    """(a packed 2:4 weight of `kind` on the GPU, its activation dtype): bf16 / fp16 values, int8 (a scale a row)
+    or int4 (32 columns a scale) on the solvers' grid."""
+    if kind in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if kind == "bf16" else torch.float16
+        return pack_nm(random_nm_weight(out, in_features, 2, 4, dtype, seed=seed).cuda(), 2, 4), dtype
+    group = in_features if kind == "int8" else 32
+    return pack_nm_quantized(grid_weight(out, in_features, kind, group).cuda(), 2, 4, kind, group), torch.bfloat16
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("out,in_features", GPU_SHAPES)
 @pytest.mark.parametrize("kind", ["bf16", "fp16", "int8", "int4"])
 def test_kernel_matches_float64(out, in_features, kind):
-    if kind in ("bf16", "fp16"):
-        dtype = torch.bfloat16 if kind == "bf16" else torch.float16
-        packed = pack_nm(random_nm_weight(out, in_features, 2, 4, dtype, seed=5).cuda(), 2, 4)
-        weight = packed.to_dense()
-    else:
-        group = in_features if kind == "int8" else 32
-        dtype = torch.bfloat16
-        packed = pack_nm_quantized(grid_weight(out, in_features, kind, group).cuda(), 2, 4, kind, group)
-        weight = packed.to_dense(torch.float64)
+    packed, dtype = _packed_on_gpu(kind, out, in_features, seed=5)
+    weight = packed.to_dense() if kind in ("bf16", "fp16") else packed.to_dense(torch.float64)
     w = tile(packed)
     for batch in (1, 2, 5, 8, 9, 16):
         x = torch.randn(batch, in_features, device="cuda").to(dtype)
@@ -191,14 +194,8 @@ def test_dense_expansion_equals_the_packed_weight(kind):
     from sparsedecoding.kernels.sp24 import to_dense
 
     for out, in_features in ((40, 96), (1000, 1536), (4096, 4096)):
-        if kind in ("bf16", "fp16"):
-            dtype = torch.bfloat16 if kind == "bf16" else torch.float16
-            packed = pack_nm(random_nm_weight(out, in_features, 2, 4, dtype, seed=8).cuda(), 2, 4)
-            expected = packed.to_dense()
-        else:
-            group = in_features if kind == "int8" else 32
-            packed = pack_nm_quantized(grid_weight(out, in_features, kind, group).cuda(), 2, 4, kind, group)
-            expected = packed.to_dense(torch.bfloat16)
+        packed, dtype = _packed_on_gpu(kind, out, in_features, seed=8)
+        expected = packed.to_dense() if kind in ("bf16", "fp16") else packed.to_dense(dtype)
         assert torch.equal(to_dense(tile(packed)), expected), (kind, out, in_features)
 
 
