@@ -32,10 +32,13 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant2-qwen2.5-coder-1.5b" / "summary.js
                      RESULTS / "quality-quant-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-repair-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-recipes-qwen2.5-coder-1.5b" / "summary.json")
-# The panels by default, each from the reports that exist (first file wins): the 8B preset's 16:32 run (next GPU
-# session) before the committed 2:4 one, which has the dense rows; the Qwen2.5-Coder-1.5B preset's run.
-DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
-                  ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",)))
+# The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's run
+# with 2:4 on the sparse tensor-core kernel (sp24) and dense int8 on triton_w8, then its 16:32 run, then the older
+# 2:4 one; the Qwen2.5-Coder-1.5B preset's run, then the real pruned Qwen's 2:4 run (sp24).
+DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_sp24.md", RESULTS / "quant_e2e_h200_8b_16of32.md",
+                                           RESULTS / "quant_e2e_h200.md")),
+                  ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
+                                                 RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200.md")))
 TARGET_GAP = 0.03  # issue 13: N:M + int8 within this pass@1 of the same N:M in bf16 (decode-time calibration)
 
 
