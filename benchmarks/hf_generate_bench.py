@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed runs of each model and length (median)")
     parser.add_argument("--eager", action="store_true",
                         help="also time generate with an uncompiled decode step (PackedLinear's eager calls)")
+    parser.add_argument("--tile", action="store_true",
+                        help="after sparsify, tile the 2:4 linears for the sparse tensor-core kernel (tile_model)")
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -91,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.folder)
     dense = AutoModelForCausalLM.from_pretrained(args.folder, dtype=torch.bfloat16).cuda().eval()
     sparse, summary = sparsify(copy.deepcopy(dense))
+    if args.tile:
+        from sparsedecoding.kernels.sp24_linear import tile_model
+
+        tile_model(sparse)
     models = {"dense": dense, "sparse": sparse}
     compile_config = CompileConfig(fullgraph=True, dynamic=False)  # inductor, mode reduce-overhead (CUDA graphs)
     prompt = tokenizer(PROMPT, return_tensors="pt").input_ids.cuda()

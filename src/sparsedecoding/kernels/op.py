@@ -14,7 +14,11 @@ On CUDA one of two kernels serves a problem: the Triton kernel (`triton_spmv`) o
 table `CUDA_FROM_BATCH`, or forced with the environment variable SPARSEDECODING_KERNEL=auto|triton|cuda (read when
 a problem's runner is built, so set it before the first call); SPARSEDECODING_SPARSE_MMA=1 makes the tensor-core
 kernel run 2:4 on sparse tensor cores. CPU runs the torch reference whatever the setting.
-`_make_runner` is the one place that builds the chosen kernel's runner."""
+`_make_runner` is the one place that builds the chosen kernel's runner.
+
+This op serves the packed format as stored. The engine, under SPARSEDECODING_KERNEL=auto, instead tiles every 2:4
+linear for the sparse tensor-core kernel `sp24` when it builds a model (`sp24_linear.tile_for_kernel`; faster in
+geomean at every batch 1-16: benchmarks/results/sp24_h200.md); 16:32 and the other patterns stay on this op."""
 
 from __future__ import annotations
 
