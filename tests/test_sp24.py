@@ -130,6 +130,21 @@ def test_to_dense_on_cpu_is_the_packed_weight(kind):
     assert torch.equal(to_dense(tile(packed)), expected)
 
 
+@pytest.mark.parametrize("x,message", [
+    (torch.randn(1, 32).bfloat16(), r"expected \[64\] or \[batch, 64\]"),
+    (torch.randn(1, 64).half(), "runs with torch.bfloat16 activations"),
+    (torch.randn(17, 64).bfloat16(), "batch 17 is outside 1..16"),
+    (torch.randn(2, 3, 64).bfloat16(), "expected"),
+])
+def test_bad_inputs_raise_one_line_before_any_launch(x, message):
+    from sparsedecoding.kernels.sp24 import check_inputs
+
+    w = tile(pack_nm(random_nm_weight(16, 64, 2, 4, torch.bfloat16, seed=10), 2, 4))
+    with pytest.raises(KernelInputError, match=message) as info:
+        check_inputs(x, w)
+    assert "\n" not in str(info.value)
+
+
 def test_cpu_input_raises_one_line():
     packed = pack_nm(random_nm_weight(16, 64, 2, 4, torch.bfloat16, seed=4), 2, 4)
     with pytest.raises(KernelInputError, match="CUDA"):

@@ -60,6 +60,19 @@ def test_tiled_state_dict_loads_into_a_packed_model():
             assert torch.equal(module.values, tiled.get_submodule(name).packed.values)
 
 
+@pytest.mark.parametrize("quantize,group_size", KINDS)
+def test_tiled_model_loads_a_packed_state_dict(quantize, group_size):
+    source = _model(quantize, group_size)
+    target = build_model(SMALL, random_state(SMALL, SparsityPattern.parse("2:4"), device="cpu", seed=1,
+                                             quantize=quantize, group_size=group_size))
+    tile_model(target, require_cuda=False)
+    target.load_state_dict(source.state_dict())
+    expected = source.state_dict()
+    assert all(torch.equal(expected[k], v) for k, v in target.state_dict().items())
+    with pytest.raises(RuntimeError, match="Missing key"):
+        target.load_state_dict({k: v for k, v in expected.items() if not k.endswith("mlp.down.bitmask")})
+
+
 def test_only_2of4_packed_linears_of_little_padding_are_tileable():
     tiny = _model(None, 128, args=TINY)
     assert {tileable(m, require_cuda=False) for m in tiny.modules() if isinstance(m, PackedLinear)} == {

@@ -14,7 +14,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from ..errors import KernelInputError
+from ..errors import KernelInputError, PackingError
 from .format import PackedNM
 from .linear import PackedLinear
 from .op import MAX_BATCH
@@ -48,8 +48,16 @@ class Sp24Linear(torch.nn.Module):
 
     @property
     def weight(self) -> Sp24Weight:
-        return Sp24Weight(self.a, self.meta, self.scales, self.row_scales, (self.out_features, self.in_features),
-                          self.code, self.value_dtype, self.steps, self.gk_shift, self.groups)
+        """The buffers as an `Sp24Weight`, rebuilt only when a buffer was replaced (`.to()`, `load_state_dict`)."""
+        buffers = self._buffers
+        cached = self.__dict__.get("_weight")
+        if cached is None or cached.a is not buffers["a"] or cached.meta is not buffers["meta"] \
+                or cached.scales is not buffers["scales"] or cached.row_scales is not buffers["row_scales"]:
+            cached = Sp24Weight(buffers["a"], buffers["meta"], buffers["scales"], buffers["row_scales"],
+                                (self.out_features, self.in_features), self.code, self.value_dtype, self.steps,
+                                self.gk_shift, self.groups)
+            self.__dict__["_weight"] = cached
+        return cached
 
     @property
     def packed(self):
@@ -93,6 +101,36 @@ class Sp24Linear(torch.nn.Module):
             destination[prefix + name] = tensor
         if self.bias is not None:
             destination[prefix + "bias"] = self.bias if keep_vars else self.bias.detach()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """Loads the packed format's keys (what `_save_to_state_dict` writes) and tiles them in place."""
+        from .quantized import PackedNMQ
+
+        names = ("values", "bitmask") if self.code == 0 else ("codes", "scales", "bitmask")
+        known = set(names) | {"bias"}
+        unexpected_keys += [key for key in state_dict if key.startswith(prefix) and "." not in key[len(prefix):]
+                            and key[len(prefix):] not in known]
+        absent = [prefix + name for name in names if prefix + name not in state_dict]
+        if self.bias is not None and prefix + "bias" not in state_dict:
+            absent.append(prefix + "bias")
+        if absent:
+            missing_keys += absent
+            return
+        device = self.a.device
+        parts = [state_dict[prefix + name].to(device) for name in names]
+        shape = (self.out_features, self.in_features)
+        try:
+            packed = PackedNM(*parts, 2, 4, shape) if self.code == 0 else PackedNMQ(
+                *parts, 2, 4, shape, self.quantize, self.group_size)
+            weight = tile(packed)
+        except (PackingError, KernelInputError) as exc:  # wrong shape, dtype or mask: reported as a load error
+            error_msgs.append(f"{prefix}: {exc}")
+            return
+        for name in ("a", "meta", "scales", "row_scales"):
+            self._buffers[name] = getattr(weight, name)
+        if self.bias is not None:
+            self.bias.copy_(state_dict[prefix + "bias"])
 
     def extra_repr(self) -> str:
         values = {0: str(self.value_dtype).replace("torch.", ""), 8: "int8",
