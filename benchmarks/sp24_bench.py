@@ -71,11 +71,7 @@ def float64_error(y: torch.Tensor, x: torch.Tensor, weight64: torch.Tensor) -> f
 
 
 def copies(w: Sp24Weight) -> list[Sp24Weight]:
-    def clone(t):
-        return None if t is None else t.clone()
-    return [w] + [Sp24Weight(w.a.clone(), w.meta.clone(), clone(w.scales), clone(w.row_scales), w.shape, w.code,
-                             w.dtype, w.steps, w.gk_shift, w.groups)
-                  for _ in range(math.ceil(L2_ROTATION_BYTES / w.nbytes))]
+    return [w] + [w.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / w.nbytes))]
 
 
 def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int, Row], reps: int, sms: int) -> None:

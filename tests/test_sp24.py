@@ -60,6 +60,13 @@ def test_untile_gives_back_the_packed_weight(out, in_features):
         assert _same_packed(untile(tile(packed)), packed)
 
 
+def test_clone_copies_every_tensor():
+    w = tile(pack_nm_quantized(grid_weight(32, 512, "int4", 128), 2, 4, "int4", 128))
+    c = w.clone()
+    assert c.a is not w.a and c.meta is not w.meta and c.scales is not w.scales and c.row_scales is None
+    assert _same_packed(untile(c), untile(w))
+
+
 def test_int4_group_not_a_power_of_two_raises():
     packed = pack_nm_quantized(grid_weight(16, 384, "int4", 96), 2, 4, "int4", 96)
     with pytest.raises(KernelInputError, match="power-of-two"):

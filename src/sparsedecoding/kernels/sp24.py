@@ -60,10 +60,17 @@ class Sp24Weight:
                    if t is not None)
 
     def to(self, device: torch.device | str) -> Sp24Weight:
-        def move(t):
-            return None if t is None else t.to(device)
-        return Sp24Weight(self.a.to(device), self.meta.to(device), move(self.scales), move(self.row_scales),
-                          self.shape, self.code, self.dtype, self.steps, self.gk_shift, self.groups)
+        return self._map(lambda t: t.to(device))
+
+    def clone(self) -> Sp24Weight:
+        """A copy with its own tensors (the benches and the tuner rotate copies past the L2)."""
+        return self._map(torch.Tensor.clone)
+
+    def _map(self, fn) -> Sp24Weight:
+        def apply(t):
+            return None if t is None else fn(t)
+        return Sp24Weight(fn(self.a), fn(self.meta), apply(self.scales), apply(self.row_scales), self.shape,
+                          self.code, self.dtype, self.steps, self.gk_shift, self.groups)
 
 
 def meta_codes(bitmask: torch.Tensor) -> torch.Tensor:
@@ -444,11 +451,7 @@ def _copies(w: Sp24Weight) -> list[Sp24Weight]:
 
     l2_bytes = torch.cuda.get_device_properties(w.a.device).L2_cache_size
     count = min(_MAX_COPIES, math.ceil(2 * l2_bytes / w.nbytes) - 1)
-
-    def clone(t):
-        return None if t is None else t.clone()
-    return [w] + [Sp24Weight(w.a.clone(), w.meta.clone(), clone(w.scales), clone(w.row_scales), w.shape, w.code,
-                             w.dtype, w.steps, w.gk_shift, w.groups) for _ in range(max(0, count))]
+    return [w] + [w.clone() for _ in range(max(0, count))]
 
 
 def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
