@@ -24,6 +24,7 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .op import MAX_BATCH
+from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
 ROWS_PER_BLOCK = 128  # kRowsPerCta in sp24.cu
@@ -104,7 +105,7 @@ def _pad(t: torch.Tensor, rows: int, cols: int, value) -> torch.Tensor:
     return out
 
 
-def tile(packed) -> Sp24Weight:
+def tile(packed: PackedNM | PackedNMQ) -> Sp24Weight:
     """The tiled layout of a 2:4 `PackedNM` (bf16/fp16 values) or `PackedNMQ` (int8, or int4 with a power-of-two
     multiple of 32 columns a scale). Runs where the tensors are; raises KernelInputError for anything else."""
     if (packed.n, packed.m) != (2, 4):
@@ -177,11 +178,9 @@ def _lanes_to_kept(lanes: torch.Tensor, out: int, kept_per_row: int) -> torch.Te
     return kept[:out, :kept_per_row].contiguous()
 
 
-def untile(w: Sp24Weight):
+def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
     """The packed weight (`PackedNM`, or `PackedNMQ` for codes) that `tile` made `w` from, exactly; on w's
     device."""
-    from .quantized import PackedNMQ
-
     out, in_features = w.shape
     ks = STEP_TILES[w.code]
     row_tiles, tiles = -(-out // 16), w.steps * ks
@@ -433,12 +432,10 @@ def _reference(x: torch.Tensor, w: Sp24Weight):
     return Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1))
 
 
-def _dense_rows(packed, r0: int, r1: int) -> torch.Tensor:
+def _dense_rows(packed: PackedNM | PackedNMQ, r0: int, r1: int) -> torch.Tensor:
     from .format import dense_from_parts
 
-    if hasattr(packed, "codes"):
-        from .quantized import PackedNMQ
-
+    if isinstance(packed, PackedNMQ):
         part = PackedNMQ(packed.codes[r0:r1], packed.scales[r0:r1], packed.bitmask[r0:r1], packed.n, packed.m,
                          (r1 - r0, packed.shape[1]), packed.quantize, packed.group_size)
         return part.to_dense(torch.float64)

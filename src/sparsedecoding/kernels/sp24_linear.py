@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..errors import KernelInputError, PackingError
 from .format import PackedNM
+from .quantized import PackedNMQ
 from .linear import PackedLinear
 from .op import MAX_BATCH
 from .quantized_linear import QuantizedPackedLinear
@@ -60,7 +61,7 @@ class Sp24Linear(torch.nn.Module):
         return cached
 
     @property
-    def packed(self):
+    def packed(self) -> PackedNM | PackedNMQ:
         """The packed weight (`PackedNM` or `PackedNMQ`) this layer holds, rebuilt exactly from the tiles."""
         return untile(self.weight)
 
@@ -105,8 +106,6 @@ class Sp24Linear(torch.nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         """Loads the packed format's keys (what `_save_to_state_dict` writes) and tiles them in place."""
-        from .quantized import PackedNMQ
-
         names = ("values", "bitmask") if self.code == 0 else ("codes", "scales", "bitmask")
         known = set(names) | {"bias"}
         unexpected_keys += [key for key in state_dict if key.startswith(prefix) and "." not in key[len(prefix):]
