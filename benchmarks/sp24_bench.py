@@ -28,6 +28,7 @@ from quant_kernel_bench import grid_weight
 from cuda_kernel_bench import environment, write_report
 from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.errors import KernelInputError
+from sparsedecoding.kernels.autotune import Float64Reference
 from sparsedecoding.kernels import nm_spmv
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
@@ -61,13 +62,8 @@ class Row:
 
 
 def float64_error(y: torch.Tensor, x: torch.Tensor, weight64: torch.Tensor) -> float:
-    """Largest |y − x·Wᵀ| over u·|x·Wᵀ| + in·2⁻²⁴·|x|·|W|ᵀ (output rounding plus fp32 sums); ≤ 1
-    passes."""
-    x64 = x.double()
-    exact = x64 @ weight64.T
-    rounding = weight64.shape[1] * 2.0**-24 * (x64.abs() @ weight64.abs().T)
-    bound = torch.finfo(y.dtype).eps / 2 * exact.abs() + rounding
-    return float(((y.double() - exact).abs() / bound.clamp_min(1e-30)).max())
+    """y's largest error over the float64 bound the engine's tuner uses (`autotune.Float64Reference`); ≤ 1 passes."""
+    return Float64Reference.of_rows(x, weight64.shape[0], lambda r0, r1: weight64[r0:r1]).error(y)
 
 
 def copies(w: Sp24Weight) -> list[Sp24Weight]:
@@ -154,8 +150,9 @@ def summary(rows: list[Row], kinds: list[str]) -> str:
                 ok = g >= target and (kind != "bf16" or min(ratios) >= 1.0)
                 verdict = "met" if ok else f"missed ({g:.2f}x vs {target:.2f}x" + (
                     f", min {min(ratios):.2f}x" if kind == "bf16" else "") + ")"
-            lines.append(f"| {kind} | {batch} | {geomean(ratios):.2f}x | {min(ratios):.2f}x | {geomean(default):.2f}x | "
-                         f"{geomean(best):.2f}x | {'-' if target is None else f'{target:.2f}x'} | {verdict} |")
+            lines.append(f"| {kind} | {batch} | {geomean(ratios):.2f}x | {min(ratios):.2f}x | "
+                         f"{geomean(default):.2f}x | {geomean(best):.2f}x | "
+                         f"{'-' if target is None else f'{target:.2f}x'} | {verdict} |")
         if kind == "bf16":
             for batch in batches:
                 sel = [r for r in rows if r.batch == batch and "op" in r.times]
@@ -190,12 +187,14 @@ def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--shapes", nargs="+", default=SHAPES)
-    parser.add_argument("--batches", nargs="+", type=int, default=BATCHES)
-    parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--out", help="write the markdown report here")
+    parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS, help="engine presets (default: all)")
+    parser.add_argument("--shapes", nargs="+", default=SHAPES, choices=SHAPES, help="linears (default: all)")
+    parser.add_argument("--batches", nargs="+", type=int, default=BATCHES, choices=range(1, 17),
+                        metavar="B", help="batch sizes 1..16 (default: %(default)s)")
+    parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS,
+                        help="kept values: bf16, int8 (a scale a row), int4 (128 columns a scale) (default: all)")
+    parser.add_argument("--reps", type=int, default=5, help="timed graph replays, median (default: %(default)s)")
+    parser.add_argument("--out", help="write the markdown report here too (default: print only)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: sp24_bench needs a CUDA GPU", file=sys.stderr)

@@ -142,6 +142,7 @@ def test_to_dense_on_cpu_is_the_packed_weight(kind):
     (torch.randn(1, 64).half(), "runs with torch.bfloat16 activations"),
     (torch.randn(17, 64).bfloat16(), "batch 17 is outside 1..16"),
     (torch.randn(2, 3, 64).bfloat16(), "expected"),
+    (torch.randn(64, 2).bfloat16().t(), "not contiguous"),
 ])
 def test_bad_inputs_raise_one_line_before_any_launch(x, message):
     from sparsedecoding.kernels.sp24 import check_inputs

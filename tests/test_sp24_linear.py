@@ -90,15 +90,48 @@ def test_only_2of4_packed_linears_of_little_padding_are_tileable():
 
 
 def test_kernel_setting_decides_whether_the_engine_tiles(monkeypatch):
-    monkeypatch.setenv("SPARSEDECODING_KERNEL", "triton")
-    assert tile_for_kernel(_model(None, 128)) == 0
-    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
-    assert tile_for_kernel(_model(None, 128)) == 0  # on CPU nothing is tileable
-    monkeypatch.setenv("SPARSEDECODING_KERNEL", "fast")
+    """With the kernel available (stubbed: this is a CPU test), the engine's `build_model` under `auto` tiles every
+    2:4 linear; `triton` and `cuda` keep the packed modules; anything else is refused."""
+    import sparsedecoding.kernels.sp24_linear as sl
     from sparsedecoding.kernels.op import KernelChoiceError
 
+    monkeypatch.setattr(sl, "sp24_problem", lambda: None)
+    original = sl.tileable
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
+    for setting, tiled in (("triton", 0), ("cuda", 0), ("auto", 2 * 4)):
+        monkeypatch.setenv("SPARSEDECODING_KERNEL", setting)
+        model = _model(None, 128)  # build_model applies tile_for_kernel
+        assert sum(isinstance(m, Sp24Linear) for m in model.modules()) == tiled
+        assert sum(isinstance(m, PackedLinear) for m in model.modules()) == 2 * 4 - tiled
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "fast")
     with pytest.raises(KernelChoiceError):
         tile_for_kernel(_model(None, 128))
+
+
+def test_a_kernel_that_cannot_run_warns_once(monkeypatch, caplog):
+    import sparsedecoding.kernels.sp24_linear as sl
+
+    monkeypatch.setattr(sl, "_warned", False)
+    monkeypatch.setattr(sl, "sp24_problem", lambda: "no CUDA GPU")
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: None if isinstance(module, PackedLinear)
+                        else "not a packed linear")
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
+    with caplog.at_level("WARNING", logger="sparsedecoding.kernels.sp24_linear"):
+        assert tile_for_kernel(_model(None, 128)) == 0
+        assert tile_for_kernel(_model(None, 128)) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "no CUDA GPU" in warnings[0] and "SPARSEDECODING_KERNEL=triton" in warnings[0]
+
+
+@pytest.mark.parametrize("command", [["bench", "--preset", "llama-3.1-8b"], ["generate", "--model", "nowhere",
+                                                                             "--prompt", "hi"]])
+def test_cli_refuses_a_bad_kernel_setting_before_any_work(command, monkeypatch, capsys):
+    from sparsedecoding.cli import main
+
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "fast")
+    assert main(command) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "SPARSEDECODING_KERNEL='fast'" in errors[0]
 
 
 def test_dense_copies_untile_first():

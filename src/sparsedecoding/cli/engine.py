@@ -78,10 +78,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.set_defaults(func=_bench)
 
 
+def _check_kernel_setting() -> None:
+    """SPARSEDECODING_KERNEL is read when the model is built; a bad value fails here, before any loading."""
+    from ..kernels.op import check_kernel_setting, kernel_setting
+
+    check_kernel_setting(kernel_setting())
+
+
 def _generate(args: argparse.Namespace) -> int:
     from ..engine.parallel import start_from_env
     from ..runenv import pick_device
 
+    _check_kernel_setting()
     with start_from_env(pick_device(args.device), args.all_reduce) as (tp, device):
         return _generate_on(args, device, tp)
 
@@ -142,6 +150,7 @@ def _stop_ids(folder: Path, tokenizer) -> set[int]:
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
+    _check_kernel_setting()
     from ..engine.bench import (bench_folder, bench_preset, check_group_size, check_plan, copy_bandwidth,
                                 format_table)
     from ..engine.config import preset

@@ -63,8 +63,9 @@ def cache_dir() -> Path:
 def _arch(min_major: int = 9) -> str:
     major, minor = torch.cuda.get_device_capability()
     if major < min_major:
-        raise CudaKernelUnavailableError(f"the tensor-core kernel needs compute capability 9.0 or newer (Hopper "
-                                         f"bulk copies); this GPU is {major}.{minor}: use the Triton kernel (nm_spmv)")
+        raise CudaKernelUnavailableError(f"the kernel needs compute capability {min_major}.0 or newer"
+                                         + (" (Hopper bulk copies)" if min_major == 9 else "")
+                                         + f"; this GPU is {major}.{minor}: use the Triton kernel (nm_spmv)")
     return f"{major}{minor}"
 
 
@@ -98,15 +99,21 @@ def build(source_path: Path = SOURCE, min_major: int = 9) -> Path:
     return target
 
 
+def open_library(source_path: Path = SOURCE, min_major: int = 9) -> ctypes.CDLL:
+    """`build` the source (or find it cached) and load the shared library; CudaKernelUnavailableError if either
+    fails."""
+    path = build(source_path, min_major)
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise CudaKernelUnavailableError(f"could not load the built kernel {path}: {exc}") from exc
+
+
 def _load() -> ctypes.CDLL:
     global _library
     with _lock:
         if _library is None:
-            path = build()
-            try:
-                library = ctypes.CDLL(str(path))
-            except OSError as exc:
-                raise CudaKernelUnavailableError(f"could not load the built kernel {path}: {exc}") from exc
+            library = open_library()
             library.nm_mma_launch.restype = ctypes.c_int
             library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_void_p]
             library.nm_mma_codes_launch.restype = ctypes.c_int

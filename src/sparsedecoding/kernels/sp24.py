@@ -7,7 +7,8 @@ in offset binary) and the instruction's metadata words (two 2-bit positions per 
 the bitmask), grouped so that each warp load is 512 contiguous bytes. The bytes are the format's: values or codes,
 plus 4 bits of metadata per 4 columns (the bitmask's 1 bit per column), plus, for int4, the same group scales.
 
-`Sp24Launch` / `sp24_mm` run it (built at first use with nvcc, like `cuda_mma`, on compute capability 9.0);
+`Sp24Launch` / `sp24_mm` run it (built at first use with nvcc, like `cuda_mma`, on compute capability 8.0 or
+newer);
 `tiled_to_dense` reads a tiled weight back through the instruction's register semantics, so CPU tests check the
 layout without a GPU."""
 
@@ -30,7 +31,9 @@ SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
 ROWS_PER_BLOCK = 128  # kRowsPerCta in sp24.cu
 MAX_SMEM = 66 * 1024  # kMaxSmem: staged x per CTA
 STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
-A_LOADS = {0: 8, 8: 8, 4: 4}  # 16-byte value loads per lane and step
+# int4: bit offset in a lane's 32-bit word of its element e = 4·half + 2·h + j (register r = 2·half + h holds
+# nibbles r and r + 4: element j of register r sits at nibble r + 4j)
+_INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -151,7 +154,7 @@ def tile(packed: PackedNM | PackedNMQ) -> Sp24Weight:
         nibbles = torch.stack([low, high], dim=-1).view(out, -1) ^ 0x8  # two's complement -> offset binary
         kept = _pad(nibbles, rows, tiles * 16, 8).to(torch.int64)
         lanes = _lane_values(kept, row_tiles, tiles).reshape(row_tiles, tiles, 32, 8)  # nibble index r + 4j
-        shifts = torch.tensor([0, 16, 4, 20, 8, 24, 12, 28], dtype=torch.int64, device=device)
+        shifts = torch.tensor(_INT4_SHIFTS, dtype=torch.int64, device=device)
         word = (lanes << shifts).sum(-1)  # tile s lane
         word = word.view(row_tiles, steps, 4, 4, 32).permute(0, 1, 2, 4, 3)
         a = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32).contiguous().view(torch.uint8).view(-1)
@@ -202,7 +205,7 @@ def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
                          in_features)
     word = w.a.view(torch.int32).view(row_tiles, w.steps, 4, 32, 4).permute(0, 1, 2, 4, 3)
     word = word.reshape(row_tiles, tiles, 32).to(torch.int64) & 0xFFFFFFFF
-    shifts = torch.tensor([0, 16, 4, 20, 8, 24, 12, 28], dtype=torch.int64, device=word.device)
+    shifts = torch.tensor(_INT4_SHIFTS, dtype=torch.int64, device=word.device)
     nibbles = ((word[..., None] >> shifts) & 0xF) ^ 0x8  # offset binary -> two's complement nibble
     kept = _lanes_to_kept(nibbles.view(row_tiles, tiles, 8, 4, 2, 2, 2), out, kept_per_row)
     packed_codes = (kept[:, 0::2] | (kept[:, 1::2] << 4)).to(torch.uint8)
@@ -258,11 +261,7 @@ def _load() -> ctypes.CDLL:
     global _library
     with _lock:
         if _library is None:
-            path = cuda_mma.build(SOURCE, min_major=8)
-            try:
-                library = ctypes.CDLL(str(path))
-            except OSError as exc:
-                raise cuda_mma.CudaKernelUnavailableError(f"could not load the built kernel {path}: {exc}") from exc
+            library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 9 + [ctypes.c_void_p]
             library.sp24_dense_launch.restype = ctypes.c_int
@@ -309,7 +308,8 @@ def default_splits(w: Sp24Weight, batch: int, sms: int) -> int:
 
 
 def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
-    out, in_features = w.shape
+    """Raise KernelInputError for anything the kernel would compute wrongly: dtype, shape, batch, device, layout."""
+    in_features = w.shape[1]
     if x.dtype != w.dtype:
         raise KernelInputError(f"x is {x.dtype}; this weight runs with {w.dtype} activations")
     if x.dim() not in (1, 2) or x.shape[-1] != in_features:
@@ -317,13 +317,15 @@ def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
     batch = x.shape[0] if x.dim() == 2 else 1
     if not 1 <= batch <= MAX_BATCH:
         raise KernelInputError(f"batch {batch} is outside 1..{MAX_BATCH}")
+    if not x.is_contiguous():
+        raise KernelInputError("x is not contiguous; call .contiguous() first")
     tensors = [("x", x), ("a", w.a), ("meta", w.meta)] + [(n, t) for n, t in (("scales", w.scales),
                                                                               ("row_scales", w.row_scales))
                                                           if t is not None]
     if x.device.type != "cuda" or any(t.device != x.device for _, t in tensors):
         raise KernelInputError("x and the tiled weight must be on one CUDA device; got "
                                + ", ".join(f"{name} on {t.device}" for name, t in tensors))
-    for name, t in tensors:
+    for name, t in tensors[1:]:  # x off a 16-byte boundary is copied by `sp24_linear`, refused by `Sp24Launch`
         if not t.is_contiguous() or t.data_ptr() % 16:
             raise KernelInputError(f"{name} must be contiguous and start on a 16-byte boundary")
 
@@ -335,6 +337,8 @@ class Sp24Launch:
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None):
         check_inputs(x, w)
+        if x.data_ptr() % 16:
+            raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         load()
         self.library = _load()
         self.vector = x.dim() == 1
@@ -419,7 +423,7 @@ _timings: dict[tuple, dict[int, float]] = {}  # problem -> splits -> millisecond
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight) -> tuple:
-    return (x.device, x.shape, x.dtype, w.shape, w.code, w.gk_shift, w.steps)
+    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps)
 
 
 def _reference(x: torch.Tensor, w: Sp24Weight):
@@ -499,9 +503,10 @@ def tuning_results() -> dict[tuple, tuple[int, dict[int, float]]]:
 
 def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
     """y = x·Wᵀ through the problem's tuned launch (eagerly a dict lookup, then the launch); an x off 16-byte
-    alignment is copied first."""
+    alignment is copied first. Equal keys pass `check_inputs` alike except for memory layout, checked per call."""
     launch = _launches.get(problem_key(x, w))
-    if launch is None:
+    if launch is None or not x.is_contiguous():
+        check_inputs(x, w)
         launch = tuned_launch(x if x.data_ptr() % 16 == 0 else x.clone(), w)
     return launch(x if x.data_ptr() % 16 == 0 else x.clone(), w)
 

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 
 from ..errors import KernelInputError, PackingError
 from .format import PackedNM
-from .quantized import PackedNMQ
 from .linear import PackedLinear
 from .op import MAX_BATCH
+from .quantized import PackedNMQ
 from .quantized_linear import QuantizedPackedLinear
 from .sp24 import STEP_TILES, Sp24Weight, sp24_linear, tile, to_dense, untile
 
@@ -90,23 +90,21 @@ class Sp24Linear(torch.nn.Module):
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
 
+    def _packed_keys(self) -> tuple[str, ...]:
+        return ("values", "bitmask") if self.code == 0 else ("codes", "scales", "bitmask")
+
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         """Saved as the packed format (`PackedLinear` / `QuantizedPackedLinear` keys), never as tiles."""
         packed = self.packed
-        parts = {"values": None, "bitmask": packed.bitmask}
-        if isinstance(packed, PackedNM):
-            parts["values"] = packed.values
-        else:
-            parts = {"codes": packed.codes, "scales": packed.scales, "bitmask": packed.bitmask}
-        for name, tensor in parts.items():
-            destination[prefix + name] = tensor
+        for name in self._packed_keys():
+            destination[prefix + name] = getattr(packed, name)
         if self.bias is not None:
             destination[prefix + "bias"] = self.bias if keep_vars else self.bias.detach()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         """Loads the packed format's keys (what `_save_to_state_dict` writes) and tiles them in place."""
-        names = ("values", "bitmask") if self.code == 0 else ("codes", "scales", "bitmask")
+        names = self._packed_keys()
         known = set(names) | {"bias"}
         unexpected_keys += [key for key in state_dict if key.startswith(prefix) and "." not in key[len(prefix):]
                             and key[len(prefix):] not in known]
@@ -183,6 +181,7 @@ def tile_model(model: torch.nn.Module, require_cuda: bool = True) -> int:
 
 _unavailable: str | None = None  # why the kernel cannot run in this process, once known
 _checked = False
+_warned = False
 
 
 def sp24_problem() -> str | None:
@@ -212,10 +211,13 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     check_kernel_setting(setting)
     if setting != "auto" or not any(tileable(module) is None for module in model.modules()):
         return 0
+    global _warned
     problem = sp24_problem()
     if problem is not None:
-        log.warning("2:4 linears stay on the packed kernels: the sparse tensor-core kernel cannot run here (%s)",
-                    problem)
+        if not _warned:
+            _warned = True
+            log.warning("2:4 linears stay on the packed kernels: the sparse tensor-core kernel cannot run here "
+                        "(%s). Set SPARSEDECODING_KERNEL=triton to choose them explicitly and silence this.", problem)
         return 0
     return tile_model(model)
 
