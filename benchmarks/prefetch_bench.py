@@ -7,6 +7,11 @@ of the next linear's tensors into L2 (sp24 inside its kernel; dense through `Pre
 Reported: microseconds per layer, for each gap setting and budget, and the gain against no prefetch. Outputs are
 checked to equal the unprefetched ones bit for bit.
 
+Then a probe of whether prefetched bytes are found in L2 at all: one 2:4 o weight (4096 x 4096) at a time, over 16
+copies: [prefetch the whole weight] -> [idle gap] -> [sp24 on it], against the same without the prefetch, and the
+prefetch + gap alone; the difference is what the kernel takes after the prefetch. Four ways to prefetch: bulk
+(cp.async.bulk.prefetch.L2), a line per thread (prefetch.global.L2, and with evict_last), and L2-only loads.
+
     PYTHONPATH=src python benchmarks/prefetch_bench.py --out benchmarks/results/prefetch_h200.md
 """
 
@@ -125,8 +130,8 @@ def main() -> int:
                 cells = " | ".join(f"{t:.1f} ({row[0] / t:.3f}x)" for t in row[1:])
                 lines.append(f"| {batch} | {gap_name} | {kind} | {row[0]:.1f} | {cells} |")
                 print(lines[-1], flush=True)
-    lines += ["", f"outputs differing from the unprefetched run: {mismatches}. Whole run: "
-              f"{time.time() - started:.0f} s"]
+    lines += ["", f"outputs differing from the unprefetched run: {mismatches}", ""] + probe(per_us)
+    lines += ["", f"Whole run: {time.time() - started:.0f} s"]
     report = "\n".join(["# L2 prefetch of the next linear: Llama-3.1-8B decoder linears with idle gaps", "",
                          environment(copy_bw)] + lines) + "\n"
     print(report)
@@ -134,6 +139,47 @@ def main() -> int:
         with open(args.out, "w", encoding="utf-8") as handle:
             handle.write(report)
     return 1 if mismatches else 0
+
+
+PROBE_MODES = {0: "bulk prefetch", 1: "prefetch.global.L2", 2: "prefetch.global.L2::evict_last", 3: "ld.global.cg"}
+PROBE_GAPS = [0, 10, 30]
+
+
+def probe(per_us: float, copies: int = 16) -> list[str]:
+    """Per copy of one tiled 2:4 o weight: the kernel's time cold and after each way of prefetching it whole."""
+    out, in_features = linear_shapes("llama-3.1-8b", unfused=False)["o"]
+    generator = torch.Generator("cuda").manual_seed(1)
+    weights = [tile(pack_nm(random_nm_weight(out, in_features, 2, 4, generator), 2, 4)) for _ in range(copies)]
+    x = torch.randn(1, in_features, device="cuda").bfloat16()
+    run = tuned_launch(x, weights[0])
+    plans = [L2Prefetch(_tensors(w), w.nbytes) for w in weights]
+
+    def timed(with_prefetch: int | None, with_kernel: bool, gap: int) -> float:
+        def one(i):
+            def call():
+                if with_prefetch is not None:
+                    prefetch.launch(plans[i], x.device, with_prefetch)
+                if gap:
+                    torch.cuda._sleep(int(gap * per_us))
+                if with_kernel:
+                    run(x, weights[i])
+            return call
+        return layer_time_us([one(i) for i in range(copies)], copies)
+
+    lines = [f"Probe: {copies} copies of the 8B o weight tiled 2:4 ({weights[0].nbytes / 1e6:.1f} MB each), batch 1; "
+             "us per copy", "",
+             "| gap us | gap alone | gap + kernel (kernel cold) | way | prefetch + gap | prefetch + gap + kernel | "
+             "kernel after the prefetch |", "|---|---|---|---|---|---|---|"]
+    for gap in PROBE_GAPS:
+        alone = timed(None, False, gap) if gap else 0.0
+        cold = timed(None, True, gap)
+        for mode, name in PROBE_MODES.items():
+            only = timed(mode, False, gap)
+            both = timed(mode, True, gap)
+            lines.append(f"| {gap} | {alone:.1f} | {cold:.1f} ({cold - alone:.1f}) | {name} | {only:.1f} | {both:.1f} | "
+                         f"{both - only:.1f} |")
+            print(lines[-1], flush=True)
+    return lines
 
 
 def _tensors(weight) -> list[torch.Tensor]:

@@ -86,8 +86,9 @@ def plan_for(source: torch.Tensor) -> L2Prefetch:
     return entry[1]
 
 
-def launch(plan: L2Prefetch, device: torch.device) -> None:
-    """Issue `plan` alone on torch's current stream (one small kernel; a no-op for an empty plan)."""
+def launch(plan: L2Prefetch, device: torch.device, mode: int = 0) -> None:
+    """Issue `plan` alone on torch's current stream (one small kernel; a no-op for an empty plan). `mode` 0: bulk
+    prefetches (sm_90); 1: prefetch.global.L2 a line per thread; 2: the same with evict_last; 3: L2-only loads."""
     if plan.nbytes == 0:
         return
     from . import cuda_mma, sp24
@@ -95,7 +96,7 @@ def launch(plan: L2Prefetch, device: torch.device) -> None:
     library = sp24._load()
     index = device.index if device.index is not None else torch.cuda.current_device()
     with cuda_mma._on_device(index):
-        err = library.sp24_prefetch_launch(plan.pointers, plan.lengths, cuda_mma._current_raw_stream(index))
+        err = library.sp24_prefetch_launch(plan.pointers, plan.lengths, mode, cuda_mma._current_raw_stream(index))
     if err:
         raise RuntimeError(f"L2 prefetch launch failed: {library.sp24_error_string(err).decode()}")
 

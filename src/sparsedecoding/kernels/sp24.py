@@ -266,7 +266,7 @@ def _load() -> ctypes.CDLL:
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 9 + [ctypes.c_void_p] * 3
             library.sp24_prefetch_launch.restype = ctypes.c_int
-            library.sp24_prefetch_launch.argtypes = [ctypes.c_void_p] * 3
+            library.sp24_prefetch_launch.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int, ctypes.c_void_p]
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p

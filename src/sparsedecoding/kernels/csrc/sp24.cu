@@ -373,6 +373,26 @@ __global__ void __launch_bounds__(32) prefetch_kernel(Prefetch pf) {
   prefetch_share(pf, blockIdx.x, gridDim.x, threadIdx.x);
 }
 
+// The same ranges a 128-byte line per thread and instruction (benchmarks/prefetch_bench.py compares the ways):
+// 1 = prefetch.global.L2, 2 = prefetch.global.L2::evict_last, 3 = a load that allocates in L2 only (ld.cg).
+__global__ void __launch_bounds__(256) line_prefetch_kernel(Prefetch pf, int mode) {
+  const unsigned long long stride = 128ull * gridDim.x * blockDim.x;
+  for (int r = 0; r < 3; ++r) {
+    for (unsigned long long off = 128ull * (blockIdx.x * blockDim.x + threadIdx.x); off < pf.n[r]; off += stride) {
+      const char* q = pf.p[r] + off;
+      if (mode == 1) {
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(q));
+      } else if (mode == 2) {
+        asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(q));
+      } else {
+        unsigned v;
+        asm volatile("ld.global.cg.u32 %0, [%1];\n" : "=r"(v) : "l"(q));
+        (void)v;
+      }
+    }
+  }
+}
+
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
 // warp per 16-row tile and k-tile, each lane writing its two rows' two 4-column groups (kept values at the
 // positions its quad's metadata names, zeros elsewhere), so every element is written once.
@@ -514,13 +534,21 @@ int sp24_dense_launch(const void* a, const void* meta, const void* scales, const
   return cudaErrorInvalidValue;
 }
 
-// Only the L2 prefetch of three ranges (as `sp24_launch` takes them), one 32-thread CTA per 128 KB: for a linear
-// that is not an sp24 one (a dense cuBLAS product) to fetch what the next linear reads.
-int sp24_prefetch_launch(const void* const* prefetch, const unsigned long long* prefetch_bytes, void* stream) {
+// Only the L2 prefetch of three ranges (as `sp24_launch` takes them): for a linear that is not an sp24 one (a
+// dense cuBLAS product) to fetch what the next linear reads. mode 0: bulk prefetches, one 32-thread CTA per 128 KB
+// (sm_90); 1-3: `line_prefetch_kernel`'s ways.
+int sp24_prefetch_launch(const void* const* prefetch, const unsigned long long* prefetch_bytes, int mode,
+                         void* stream) {
   Prefetch pf;
-  if (!make_prefetch(prefetch, prefetch_bytes, &pf)) return cudaErrorInvalidValue;
+  if (!make_prefetch(prefetch, prefetch_bytes, &pf) || mode < 0 || mode > 3) return cudaErrorInvalidValue;
   const unsigned long long total = pf.n[0] + pf.n[1] + pf.n[2];
   if (total == 0) return cudaSuccess;
+  if (mode > 0) {
+    const unsigned long long per_cta = 256ull * 128 * 8;
+    const unsigned ctas = static_cast<unsigned>(min(1056ull, (total + per_cta - 1) / per_cta));
+    line_prefetch_kernel<<<ctas, 256, 0, static_cast<cudaStream_t>(stream)>>>(pf, mode);
+    return cudaGetLastError();
+  }
   const unsigned long long per_cta = 32ull * kPrefetchPiece;
   const unsigned ctas = static_cast<unsigned>(min(4096ull, (total + per_cta - 1) / per_cta));
   prefetch_kernel<<<ctas, 32, 0, static_cast<cudaStream_t>(stream)>>>(pf);
