@@ -222,26 +222,6 @@ case $report in
       --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
     python3 -m sparsedecoding bench --model /root/qwen-2of4-magnitude --batch 1 4 8 \
       --out "$OUT/bench_qwen2.5-coder-1.5b_2of4_h200.md" ;;
-  prefetch-tests)  # not committed: GPU tests of the L2 prefetch and of sp24 (its launch bounds changed)
-    timeout 400 python3 -m pytest -q -m gpu tests/test_prefetch.py tests/test_sp24.py tests/test_sp24_linear.py \
-      -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests_prefetch.log" || true ;;
-  prefetch-bench)  # prefetch_h200.md: the 8B decoder linears over 8 layers with idle gaps, without and with L2
-    # prefetch of the next linear, sp24 and cuBLAS, batch 1 and 4, about 1 minute
-    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src python3 prefetch_bench.py --out "$OUT/prefetch_h200.md") ;;
-  e2e-8b-prefetch)  # e2e_h200_8b_prefetch.md: Llama-3.1-8B preset, dense and 2:4, each without and with L2 prefetch
-    # of the next linear (8, 16, 32 MiB), batch 1, 4, 8
-    python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --batch 1 4 8 --repeats 2 \
-      --l2-prefetch 8 16 32 --out "$OUT/e2e_h200_8b_prefetch.md" ;;
-  quant-e2e-prefetch)  # quant_e2e_h200_8b_prefetch.md: issue 13's engine rows (8B preset, batch 1: bf16, int8, int4,
-    # dense and 2:4) without and with L2 prefetch of the next linear (16, 32 MiB)
-    python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --quantize none int8 int4 --batch 1 \
-      --repeats 2 --l2-prefetch 16 32 --out "$OUT/quant_e2e_h200_8b_prefetch.md" ;;
-  qwen-bench-prefetch)  # bench_qwen2.5-coder-1.5b_2of4_prefetch_h200.md: the real Qwen pruned 2:4, dense and 2:4,
-    # each without and with L2 prefetch (8, 16, 32 MiB), batch 1, 4, 8
-    models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
-      --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
-    python3 -m sparsedecoding bench --model /root/qwen-2of4-magnitude --batch 1 4 8 --l2-prefetch 8 16 32 \
-      --out "$OUT/bench_qwen2.5-coder-1.5b_2of4_prefetch_h200.md" ;;
   quant-e2e-sp)  # not yet run: quant_e2e_h200_8b_sp.md, the 8B preset's 2:4 rows (bf16, int8, int4) with the
     # tensor-core kernel on sparse tensor cores for every 2:4 linear (after quant-cuda has shown it correct)
     SPARSEDECODING_KERNEL=cuda SPARSEDECODING_SPARSE_MMA=1 python3 benchmarks/quant_e2e_bench.py \
@@ -269,5 +249,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, prefetch-tests, prefetch-bench, e2e-8b-prefetch, quant-e2e-prefetch, qwen-bench-prefetch, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

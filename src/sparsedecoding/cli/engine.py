@@ -73,23 +73,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--new-tokens", type=int, default=256, help="decode steps per generation (default: 256)")
     bench.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (default: 16)")
     bench.add_argument("--repeats", type=int, default=3, help="timed generations per row (default: 3)")
-    bench.add_argument("--l2-prefetch", type=int, nargs="+", default=[], metavar="MIB",
-                       help="also measure every model with each linear prefetching this many MiB of the next "
-                            "linear's weight into L2 (one set of rows per value; 0 = off). The rows without it "
-                            "use SPARSEDECODING_L2_PREFETCH (default: none)")
     add_all_reduce_option(bench)
     bench.add_argument("--out", type=Path, help="also write the markdown report here (default: print only)")
     bench.set_defaults(func=_bench)
 
 
 def _check_kernel_setting() -> None:
-    """SPARSEDECODING_KERNEL and SPARSEDECODING_L2_PREFETCH are read when the model is built; a bad value fails
-    here, before any loading."""
+    """SPARSEDECODING_KERNEL is read when the model is built; a bad value fails here, before any loading."""
     from ..kernels.op import check_kernel_setting, kernel_setting
-    from ..kernels.prefetch import prefetch_setting
 
     check_kernel_setting(kernel_setting())
-    prefetch_setting()
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -169,8 +162,6 @@ def _bench(args: argparse.Namespace) -> int:
     if args.model is not None and args.quantize != ["none"]:
         raise EngineError("--quantize applies to --preset; a --model folder is measured with its own weights (pack "
                           "a `prune --quantize` checkpoint to measure its quantized values)")
-    if any(mib < 0 for mib in args.l2_prefetch):
-        raise EngineError(f"--l2-prefetch {args.l2_prefetch}: give MiB as whole numbers >= 0")
     patterns = args.pattern or [SparsityPattern.parse("2:4")]
     bf16 = "none" in args.quantize
     plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in patterns if bf16]
@@ -195,14 +186,13 @@ def _bench(args: argparse.Namespace) -> int:
     with start_from_env(torch.device("cuda"), args.all_reduce) as (tp, device):
         copy = copy_bandwidth(device)
         if args.preset:
-            results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats, tp,
-                                   prefetch=args.l2_prefetch)
+            results = bench_preset(args.preset, plan, device, args.prompt_tokens, args.new_tokens, args.repeats, tp)
             for quantize in quantizations:
                 results += bench_preset(args.preset, quantized_plan, device, args.prompt_tokens, args.new_tokens,
-                                        args.repeats, tp, quantize, args.group_size, args.l2_prefetch)
+                                        args.repeats, tp, quantize, args.group_size)
         else:
             results = bench_folder(args.model, args.batch, device, args.prompt_tokens, args.new_tokens, args.repeats,
-                                   dense_from, tp, args.l2_prefetch)
+                                   dense_from, tp)
         if tp is not None and tp.rank() != 0:
             return 0
     command = "sparsedecoding " + " ".join(sys.argv[1:])

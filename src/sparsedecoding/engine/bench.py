@@ -6,8 +6,7 @@ device-to-device copy (bytes read + written) measured in the same process. Prese
 int8 or int4 (`quantize`): N:M packed with quantized values, or dense weight-only quantized without a pattern; their
 ratio is still against the bf16 dense model. Under tensor parallelism (a `tp` group,
 processes started by torchrun) every rank runs the same plan on its shards; weight bytes and bandwidth are then per
-GPU, each GPU reading its own shard every step. `prefetch` budgets (MiB) measure every model again with each
-linear prefetching that much of the next into L2 (`kernels.prefetch`); its rows say so in the weights column."""
+GPU, each GPU reading its own shard every step."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ from ..patterns import SparsityPattern
 from ..solvers import quantization_group
 from .config import ModelArgs, preset
 from ..kernels.op import MAX_BATCH
-from ..kernels.prefetch import chain_prefetch
 from .generate import Engine
 from .loading import (build_model, check_dense_copy_batch, engine_shapes, is_prunable, keep_dense_copies,
                       load_model, random_state, require_kernel_pattern, resident_weight_bytes, weight_bytes,
@@ -135,31 +133,6 @@ def measure(model: Transformer, name: str, weights: str, batch: int, prompt_toke
                        resident_bytes=resident_weight_bytes(model), gpus=rank_and_world(model.tp)[1])
 
 
-def measure_rows(model: Transformer, name: str, label: str, batches: list[int], prompt_tokens: int,
-                 new_tokens: int, repeats: int, prefetch: list[int] = ()) -> list[SpeedResult]:
-    """`measure` at each batch as the model was built, then again with each `prefetch` budget (MiB; 0 = off) of
-    L2 prefetch chained through its linears; the model is left as built."""
-    built = model.l2_prefetch
-    rows = [measure(model, name, label + prefetch_label(built), batch, prompt_tokens, new_tokens, repeats)
-            for batch in batches]
-    for mib in prefetch:
-        if mib << 20 == built:
-            continue
-        torch._dynamo.reset()  # dense linears change type: keep the recompile limit for the new graphs
-        chain_prefetch(model, mib << 20)
-        model.l2_prefetch = mib << 20
-        rows += [measure(model, name, label + prefetch_label(mib << 20), batch, prompt_tokens, new_tokens, repeats)
-                 for batch in batches]
-    if prefetch:
-        chain_prefetch(model, built)
-        model.l2_prefetch = built
-    return rows
-
-
-def prefetch_label(nbytes: int) -> str:
-    return f", L2 prefetch {nbytes >> 20} MiB" if nbytes else ""
-
-
 # One run of a plan: pattern (None: dense), batch sizes, and optionally the batch from which the packed linears use
 # a dense copy of their weight (`keep_dense_copies`).
 Run = tuple[SparsityPattern | None, list[int]] | tuple[SparsityPattern | None, list[int], int]
@@ -210,7 +183,7 @@ def check_group_size(args: ModelArgs, quantize: str | None, group_size: int) -> 
 
 def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens: int = 16, new_tokens: int = 256,
                  repeats: int = 3, tp: ProcessGroup | None = None, quantize: str | None = None,
-                 group_size: int = 128, prefetch: list[int] = ()) -> list[SpeedResult | NotRun]:
+                 group_size: int = 128) -> list[SpeedResult | NotRun]:
     """For each (pattern or None for dense, batch sizes[, dense copy from batch]) of `plan`: random weights of
     preset `name` built on the device, then one measurement per batch size. With `quantize` ("int8" or "int4",
     `group_size` columns a scale) every block linear is quantized: N:M packed with codes and scales, or dense
@@ -238,7 +211,7 @@ def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens
                                                group_size=group_size), tp)
         if dense_from:
             keep_dense_copies(model, dense_from[0])
-        results += measure_rows(model, name, label, batches, prompt_tokens, new_tokens, repeats, prefetch)
+        results += [measure(model, name, label, batch, prompt_tokens, new_tokens, repeats) for batch in batches]
         del model
         release_memory()
     return results
@@ -246,7 +219,7 @@ def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens
 
 def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_tokens: int = 16,
                  new_tokens: int = 256, repeats: int = 3, dense_from: int | None = None,
-                 tp: ProcessGroup | None = None, prefetch: list[int] = ()) -> list[SpeedResult | NotRun]:
+                 tp: ProcessGroup | None = None) -> list[SpeedResult | NotRun]:
     """The folder's weights dense (`--sparse none`) and with its N:M linears packed (`--sparse auto`); with
     `dense_from`, the packed model again with dense copies from that batch on, at the batches that use them."""
     results: list[SpeedResult | NotRun] = []
@@ -256,8 +229,8 @@ def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_
         if label is None:
             results.append(NotRun(folder.name, "sparse", "no block linear is N:M sparse; prune the model first"))
         else:
-            results += measure_rows(model, folder.name, label, batches, prompt_tokens, new_tokens, repeats,
-                                    prefetch)
+            results += [measure(model, folder.name, label, batch, prompt_tokens, new_tokens, repeats)
+                        for batch in batches]
             if sparse == "auto" and dense_from is not None and max(batches) >= dense_from:
                 keep_dense_copies(model, dense_from)
                 results += [measure(model, folder.name, run_label(label, dense_from), batch, prompt_tokens,

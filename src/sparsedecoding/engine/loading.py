@@ -23,7 +23,6 @@ from ..kernels.format import kernel_runs
 from ..kernels.op import MAX_BATCH
 from ..kernels.quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ
 from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
-from ..kernels.prefetch import chain_prefetch, prefetch_for_engine, prefetch_setting
 from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel, untile_model
 from ..solvers import CODE_RANGES, QuantizedCodes, quantization_group
 from ..packed import load_packed_checkpoint, packed_manifest
@@ -148,8 +147,6 @@ def build_model(args: ModelArgs, state: dict[str, Weight], tp: ProcessGroup | No
     tiled = tile_for_kernel(model)
     if tiled:
         log.info("%d 2:4 linears tiled for sparse tensor cores (sp24)", tiled)
-    if prefetch_for_engine(model):
-        model.l2_prefetch = prefetch_setting()
     return model
 
 
@@ -284,8 +281,6 @@ def keep_dense_copies(model: nn.Module, from_batch: int) -> int:
         raise EngineError("the model has no packed linear to keep a dense copy of; load it with --sparse auto")
     for module in packed:
         module.keep_dense_copy(from_batch)
-    if getattr(model, "l2_prefetch", 0):  # the links named the tiled tensors just replaced
-        chain_prefetch(model, model.l2_prefetch)
     return len(packed)
 
 

@@ -155,7 +155,6 @@ class Transformer(nn.Module):
         self.cache_batch = 0
         self.max_seq_len = 0
         self.cache_version = 0  # bumped by each setup_caches, so that an Engine notices a newer one took the cache
-        self.l2_prefetch = 0  # bytes each linear prefetches of the next (kernels.prefetch.chain_prefetch)
         self._compiled: tuple | None = None
 
     def setup_caches(self, batch: int, max_seq_len: int) -> None:

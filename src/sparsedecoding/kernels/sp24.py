@@ -25,7 +25,6 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .op import MAX_BATCH
-from .prefetch import NO_PREFETCH, L2Prefetch, plan_for
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -264,9 +263,7 @@ def _load() -> ctypes.CDLL:
         if _library is None:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
-            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 9 + [ctypes.c_void_p] * 3
-            library.sp24_prefetch_launch.restype = ctypes.c_int
-            library.sp24_prefetch_launch.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int, ctypes.c_void_p]
+            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 9 + [ctypes.c_void_p]
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -336,8 +333,7 @@ def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
 class Sp24Launch:
     """The kernel for one problem (the first x's batch, dtype and device, the weight's shape and code), built or
     loaded at construction, which must run outside CUDA graph capture the first time a device uses split-K (it
-    allocates the counters). A call allocates y (and split-K partials) and launches on torch's current stream;
-    with a `prefetch` plan, each CTA then prefetches its share of the plan's bytes into L2 (`prefetch`)."""
+    allocates the counters). A call allocates y (and split-K partials) and launches on torch's current stream."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None):
         check_inputs(x, w)
@@ -367,7 +363,7 @@ class Sp24Launch:
                 self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
                                                                            device=self.device)
 
-    def __call__(self, x: torch.Tensor, w: Sp24Weight, prefetch: L2Prefetch = NO_PREFETCH) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         y = torch.empty((self.out,) if self.vector else (self.batch, self.out), dtype=self.dtype, device=self.device)
@@ -381,8 +377,8 @@ class Sp24Launch:
             err = self.library.sp24_launch(
                 x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
-                int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, prefetch.pointers,
-                prefetch.lengths, cuda_mma._current_raw_stream(self.device_index))
+                int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits,
+                cuda_mma._current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")
         return y
@@ -506,14 +502,13 @@ def tuning_results() -> dict[tuple, tuple[int, dict[int, float]]]:
 
 
 def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
-    """y = x·Wᵀ through the problem's tuned launch (eagerly a dict lookup, then the launch), prefetching what
-    `prefetch.plan_for(w.a)` names; an x off 16-byte alignment is copied first. Equal keys pass `check_inputs`
-    alike except for memory layout, checked per call."""
+    """y = x·Wᵀ through the problem's tuned launch (eagerly a dict lookup, then the launch); an x off 16-byte
+    alignment is copied first. Equal keys pass `check_inputs` alike except for memory layout, checked per call."""
     launch = _launches.get(problem_key(x, w))
     if launch is None or not x.is_contiguous():
         check_inputs(x, w)
         launch = tuned_launch(x if x.data_ptr() % 16 == 0 else x.clone(), w)
-    return launch(x if x.data_ptr() % 16 == 0 else x.clone(), w, plan_for(w.a))
+    return launch(x if x.data_ptr() % 16 == 0 else x.clone(), w)
 
 
 @torch.library.custom_op("sparsedecoding::sp24_mm", mutates_args=())

@@ -30,11 +30,6 @@
 //
 // Split-K: blockIdx.y is a range of steps; with more than one split each CTA writes fp32 partials and the last
 // CTA of a row block (counted with an atomic that it resets) sums them and writes y.
-//
-// L2 prefetch (optional): up to three byte ranges that the next linear of the decode step will read (its tiled
-// tensors, or a dense weight), shared among the CTAs and issued by each CTA once its own weight loads are done.
-// They are fetched while this kernel drains and while the kernels between the two linears run (attention, norms),
-// when the memory system is otherwise idle, so the next linear finds its first bytes in L2.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -49,13 +44,6 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRowsPerCta = 16 * kWarps;
 constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64) bytes
-constexpr unsigned kPrefetchPiece = 4096;  // bytes per prefetch instruction
-
-// Byte ranges to prefetch into L2: each start 16-byte aligned and each length a multiple of 16 (sp24.py rounds).
-struct Prefetch {
-  const char* p[3];
-  unsigned long long n[3];
-};
 
 template <int CODE>
 struct Steps {
@@ -124,27 +112,6 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-
-// CTA `cta` of `ctas` prefetches its share of every range, the lanes of one warp issuing 4 KB pieces: bulk
-// prefetches on sm_90 (one instruction per piece, no registers held), a line per instruction before.
-__device__ __forceinline__ void prefetch_share(const Prefetch& pf, unsigned cta, unsigned ctas, int lane) {
-#pragma unroll
-  for (int r = 0; r < 3; ++r) {
-    const unsigned long long n = pf.n[r];
-    if (n == 0) continue;
-    const unsigned long long chunk = ((n + ctas - 1) / ctas + 15) & ~15ull;
-    const unsigned long long begin = cta * chunk, end = min(n, begin + chunk);
-    for (unsigned long long off = begin + lane * kPrefetchPiece; off < end; off += 32ull * kPrefetchPiece) {
-      const unsigned size = static_cast<unsigned>(min(static_cast<unsigned long long>(kPrefetchPiece), end - off));
-#if __CUDA_ARCH__ >= 900
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(pf.p[r] + off), "r"(size) : "memory");
-#else
-      for (unsigned line = 0; line < size; line += 128)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(pf.p[r] + off + line));
-#endif
-    }
-  }
-}
 
 template <int CODE, int SPS>
 struct StepRegs {
@@ -238,7 +205,9 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
   }
 }
 
-// x [batch][in] (in = 32·k_tiles, contiguous); y [batch][out]; row_scales (CODE 8): bf16 [out].
+// x [batch][in] (in = 32·k_tiles, contiguous); y [batch][out]; row_scales (CODE 8): bf16 [out]. Two CTAs per SM:
+// left alone, the int8 and int4 kernels for 9-16 rows of x took 154 and 130 registers, one CTA per SM (int8 at
+// batch 16 went from 1.16x to 1.29x cuBLAS with this bound, results/sp24_h200.md).
 template <typename T, int NT, int CODE, int SPS>
 __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                                                         const char* __restrict__ meta,
@@ -247,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
                                                         T* __restrict__ y, float* __restrict__ partials,
                                                         int* __restrict__ counters, int batch, int out, int in,
                                                         int row_tiles, int steps, int per_split, int gk_shift,
-                                                        int groups, Prefetch pf) {
+                                                        int groups) {
   using S = Steps<CODE>;
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
@@ -292,7 +261,6 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
       compute_step<T, NT, CODE, SPS>(acc, r1, xs, xstride, step + 1 - step0, g, t, batch);
     }
   }
-  if (warp == 0) prefetch_share(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y, lane);
 
   // acc[j][e]: batch row 8j + 2t + (e & 1), output row 16·tile_row + g + 8·(e >> 1)
   if (splits == 1) {
@@ -347,7 +315,6 @@ struct Problem {
   int* counters;
   int batch, out, in, row_tiles, steps, splits, gk_shift, groups;
   cudaStream_t stream;
-  Prefetch prefetch;
 };
 
 template <typename T, int NT, int CODE, int SPS>
@@ -364,33 +331,8 @@ cudaError_t launch(const Problem& p) {
   kernel<<<grid, kThreads, smem, p.stream>>>(
       static_cast<const T*>(p.x), static_cast<const char*>(p.a), static_cast<const char*>(p.meta),
       static_cast<const char*>(p.scales), static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y),
-      p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
-      p.prefetch);
+      p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups);
   return cudaGetLastError();
-}
-
-__global__ void __launch_bounds__(32) prefetch_kernel(Prefetch pf) {
-  prefetch_share(pf, blockIdx.x, gridDim.x, threadIdx.x);
-}
-
-// The same ranges a 128-byte line per thread and instruction (benchmarks/prefetch_bench.py compares the ways):
-// 1 = prefetch.global.L2, 2 = prefetch.global.L2::evict_last, 3 = a load that allocates in L2 only (ld.cg).
-__global__ void __launch_bounds__(256) line_prefetch_kernel(Prefetch pf, int mode) {
-  const unsigned long long stride = 128ull * gridDim.x * blockDim.x;
-  for (int r = 0; r < 3; ++r) {
-    for (unsigned long long off = 128ull * (blockIdx.x * blockDim.x + threadIdx.x); off < pf.n[r]; off += stride) {
-      const char* q = pf.p[r] + off;
-      if (mode == 1) {
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(q));
-      } else if (mode == 2) {
-        asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(q));
-      } else {
-        unsigned v;
-        asm volatile("ld.global.cg.u32 %0, [%1];\n" : "=r"(v) : "l"(q));
-        (void)v;
-      }
-    }
-  }
 }
 
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
@@ -482,30 +424,17 @@ cudaError_t by_batch(const Problem& p) {
 
 extern "C" {
 
-static bool make_prefetch(const void* const* ptrs, const unsigned long long* bytes, Prefetch* pf) {
-  for (int r = 0; r < 3; ++r) {
-    if (bytes[r] % 16 || reinterpret_cast<uintptr_t>(ptrs[r]) % 16 || (bytes[r] && ptrs[r] == nullptr)) return false;
-    pf->p[r] = static_cast<const char*>(ptrs[r]);
-    pf->n[r] = bytes[r];
-  }
-  return true;
-}
-
 // code_bits 0 (16-bit values, is_bf16 picks bf16 or fp16), 8 (int8, bf16 x, `row_scales` bf16 [out]) or 4 (int4,
 // bf16 x, `scales` tiled, a group 2^gk_shift k-tiles, `groups` groups a row tile). `steps`: steps of the tiled
-// layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). `prefetch` / `prefetch_bytes`: three
-// ranges for L2 (16-byte aligned, lengths multiples of 16; length 0 for none). Returns 0 or a cudaError_t.
+// layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
-                int gk_shift, int groups, int splits, const void* const* prefetch,
-                const unsigned long long* prefetch_bytes, void* stream) {
+                int gk_shift, int groups, int splits, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0)
     return cudaErrorInvalidValue;
-  Prefetch pf;
-  if (!make_prefetch(prefetch, prefetch_bytes, &pf)) return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   const Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
-                  gk_shift, groups, static_cast<cudaStream_t>(stream), pf};
+                  gk_shift, groups, static_cast<cudaStream_t>(stream)};
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
@@ -526,33 +455,12 @@ int sp24_dense_launch(const void* a, const void* meta, const void* scales, const
                       void* stream) {
   if (out < 1 || in < 32 || in % 32 || steps < 1 || gk_shift < 0) return cudaErrorInvalidValue;
   const Problem p{nullptr, a, meta, scales, row_scales, nullptr, nullptr, nullptr, 1, out, in, (out + 15) / 16,
-                  steps, 1, gk_shift, groups, static_cast<cudaStream_t>(stream), Prefetch{}};
+                  steps, 1, gk_shift, groups, static_cast<cudaStream_t>(stream)};
   if (code_bits == 0) return is_bf16 ? launch_dense<__nv_bfloat16, 0>(p, dense) : launch_dense<__half, 0>(p, dense);
   if (!is_bf16) return cudaErrorInvalidValue;
   if (code_bits == 8) return launch_dense<__nv_bfloat16, 8>(p, dense);
   if (code_bits == 4) return launch_dense<__nv_bfloat16, 4>(p, dense);
   return cudaErrorInvalidValue;
-}
-
-// Only the L2 prefetch of three ranges (as `sp24_launch` takes them): for a linear that is not an sp24 one (a
-// dense cuBLAS product) to fetch what the next linear reads. mode 0: bulk prefetches, one 32-thread CTA per 128 KB
-// (sm_90); 1-3: `line_prefetch_kernel`'s ways.
-int sp24_prefetch_launch(const void* const* prefetch, const unsigned long long* prefetch_bytes, int mode,
-                         void* stream) {
-  Prefetch pf;
-  if (!make_prefetch(prefetch, prefetch_bytes, &pf) || mode < 0 || mode > 3) return cudaErrorInvalidValue;
-  const unsigned long long total = pf.n[0] + pf.n[1] + pf.n[2];
-  if (total == 0) return cudaSuccess;
-  if (mode > 0) {
-    const unsigned long long per_cta = 256ull * 128 * 8;
-    const unsigned ctas = static_cast<unsigned>(min(1056ull, (total + per_cta - 1) / per_cta));
-    line_prefetch_kernel<<<ctas, 256, 0, static_cast<cudaStream_t>(stream)>>>(pf, mode);
-    return cudaGetLastError();
-  }
-  const unsigned long long per_cta = 32ull * kPrefetchPiece;
-  const unsigned ctas = static_cast<unsigned>(min(4096ull, (total + per_cta - 1) / per_cta));
-  prefetch_kernel<<<ctas, 32, 0, static_cast<cudaStream_t>(stream)>>>(pf);
-  return cudaGetLastError();
 }
 
 const char* sp24_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
