@@ -85,7 +85,8 @@ def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int,
         row.times[kind], row.splits[kind] = results[default], default
         row.best[kind] = min((s, k) for k, s in results.items())
         tuned = tuned_launch(x, w)  # the engine's choice: its own float64 checks and timings, then timed here again
-        row.tuned[kind] = (time_rotated([lambda c=c: tuned(x, c) for c in rotation], reps)[0], tuned.splits)
+        choice = str(tuned.splits) if tuned.slices == 1 else f"{tuned.splits}/{tuned.slices}s"
+        row.tuned[kind] = (time_rotated([lambda c=c: tuned(x, c) for c in rotation], reps)[0], choice)
         row.bytes[kind] = w.nbytes + 2 * batch * sum(w.shape)
         print(f"{row.model} {row.shape} b{batch} {kind}: {results[default] * 1e6:.1f} us (splits {default}; best "
               f"{row.best[kind][0] * 1e6:.1f} at {row.best[kind][1]}), cuBLAS {row.dense_s * 1e6:.1f}, "
@@ -224,10 +225,11 @@ def main(argv: list[str] | None = None) -> int:
               + environment(copy_bw, build_s)
               + "\n## Targets (geomean over the shapes, speedup vs cuBLAS bf16 on the dense pruned weight)\n\n"
               + summary(rows, args.kinds) + "\n\n## All measurements\n\n"
-              + "Tuned = the split count `sp24.tuned_launch` picks (what the engine runs: its own float64 checks and "
-              + "graph-replay timings), timed again here; default = `sp24.default_splits`; fastest tried = the "
-              + "fastest of 1, 2, 4, 8, 16 and the default, each checked against float64 (a minimum over several "
-              + "timings, so slightly optimistic). Bytes: tiled weight (values or codes, metadata, scales) + x + y. "
+              + "Tuned = the launch `sp24.tuned_launch` picks (what the engine runs: its own float64 checks and "
+              + "graph-replay timings), timed again here: its split count, and `/Ns` when N warps share each row "
+              + "tile inside a CTA (slices); default = `sp24.default_splits`, one slice; fastest tried = the "
+              + "fastest of 1, 2, 4, 8, 16 splits and the default, one slice, each checked against float64 (a "
+              + "minimum over several timings, so slightly optimistic). Bytes: tiled weight (values or codes, metadata, scales) + x + y. "
               + "op = `nm_spmv` as dispatched today (bf16).\n\n"
               + details(rows, args.kinds, copy_bw)
               + f"\n\nfloat64 failures: {failures}. Whole run: {time.perf_counter() - started:.0f} s\n")

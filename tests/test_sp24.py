@@ -114,6 +114,28 @@ def test_emulated_x_staging_gives_each_lane_its_b_registers():
                 assert staged[(64 * s + 16 * t) // 4 + i] == (32 * s + 2 * t + 8 * i, 32 * s + 2 * t + 8 * i + 1)
 
 
+def test_tuner_candidates_leave_every_slice_a_step_and_fit_shared_memory():
+    from sparsedecoding.kernels.sp24 import SLICES, _candidates
+
+    w = tile(pack_nm(random_nm_weight(256, 4096, 2, 4, torch.bfloat16, seed=3), 2, 4))  # 16 steps
+    for batch in (1, 16):
+        low = min_splits(w, batch)
+        found = _candidates(w, batch, sms=132, low=low)
+        assert {slices for slices, _ in found} == set(SLICES)
+        assert (1, low) in found and (1, 16) in found
+        for slices, splits in found:
+            assert low <= splits <= w.steps and -(-w.steps // splits) >= slices
+        assert (8, 3) not in found  # 6 steps a split cannot give 8 warps one each
+
+
+def test_slices_other_than_a_divisor_of_the_warps_raise():
+    from sparsedecoding.kernels.sp24 import Sp24Launch
+
+    w = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    with pytest.raises(KernelInputError, match="slices = 3"):
+        Sp24Launch(torch.randn(1, 256).bfloat16(), w, 1, 3)
+
+
 def test_min_splits_keep_staged_x_in_shared_memory():
     packed = pack_nm(random_nm_weight(16, 14336, 2, 4, torch.bfloat16, seed=3), 2, 4)
     w = tile(packed)
@@ -183,13 +205,13 @@ def test_kernel_matches_float64(out, in_features, kind):
     w = tile(packed)
     for batch in (1, 2, 5, 8, 9, 16):
         x = torch.randn(batch, in_features, device="cuda").to(dtype)
-        for splits in (None, 1, 3):
+        for splits, slices in ((None, None), (1, 1), (3, 1), (1, 2), (3, 4), (2, 8)):
             try:
-                y = sp24_mm(x, w, splits)
+                y = sp24_mm(x, w, splits, slices)
             except KernelInputError:
                 assert splits is not None and splits < min_splits(w, batch)
                 continue
-            assert float64_error(y, x, weight) <= 1, (kind, out, in_features, batch, splits)
+            assert float64_error(y, x, weight) <= 1, (kind, out, in_features, batch, splits, slices)
 
 
 @pytest.mark.gpu
@@ -235,11 +257,13 @@ def test_kernel_vector_input_and_graph_replay():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = sp24_mm(xs, w, 4)
+        sliced = sp24_mm(xs, w, 2, 4)
     for _ in range(3):
         xs.copy_(torch.randn(4, 4096, device="cuda").bfloat16())
         graph.replay()
         torch.cuda.synchronize()
         assert float64_error(out, xs, packed.to_dense()) <= 1
+        assert float64_error(sliced, xs, packed.to_dense()) <= 1
 
 
 @pytest.mark.gpu

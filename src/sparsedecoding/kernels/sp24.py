@@ -28,7 +28,8 @@ from .op import MAX_BATCH
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
-ROWS_PER_BLOCK = 128  # kRowsPerCta in sp24.cu
+ROWS_PER_BLOCK = 128  # kRowsPerCta in sp24.cu: rows of a CTA with one warp per row tile (slices = 1)
+SLICES = (1, 2, 4, 8)  # warps per row tile in a CTA (sharing out its steps)
 MAX_SMEM = 66 * 1024  # kMaxSmem: staged x per CTA
 STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
 # int4: bit offset in a lane's 32-bit word of its element e = 4·half + 2·h + j (register r = 2·half + h holds
@@ -263,7 +264,7 @@ def _load() -> ctypes.CDLL:
         if _library is None:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
-            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 9 + [ctypes.c_void_p]
+            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 10 + [ctypes.c_void_p]
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -299,10 +300,10 @@ def min_splits(w: Sp24Weight, batch: int) -> int:
     return -(-w.steps // most_steps)
 
 
-def default_splits(w: Sp24Weight, batch: int, sms: int) -> int:
-    """Step ranges per row block: enough CTAs for about two per multiprocessor, each with at least two steps,
-    and no fewer than the staged x needs."""
-    row_blocks = -(-w.shape[0] // ROWS_PER_BLOCK)
+def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1) -> int:
+    """Step ranges per row block (of ROWS_PER_BLOCK / `slices` rows): enough CTAs for about two per
+    multiprocessor, each with at least two steps, and no fewer than the staged x needs."""
+    row_blocks = -(-w.shape[0] // (ROWS_PER_BLOCK // slices))
     wanted = max(1, min(-(-2 * sms // row_blocks), w.steps // 2))
     return max(wanted, min_splits(w, batch))
 
@@ -333,9 +334,13 @@ def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
 class Sp24Launch:
     """The kernel for one problem (the first x's batch, dtype and device, the weight's shape and code), built or
     loaded at construction, which must run outside CUDA graph capture the first time a device uses split-K (it
-    allocates the counters). A call allocates y (and split-K partials) and launches on torch's current stream."""
+    allocates the counters). `splits`: step ranges across CTAs (default `default_splits`); `slices`: warps per
+    row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
+    launches on torch's current stream."""
 
-    def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None):
+    def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1):
+        if slices not in SLICES:
+            raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
         check_inputs(x, w)
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
@@ -347,7 +352,8 @@ class Sp24Launch:
         self.device = x.device
         self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-        self.splits = default_splits(w, self.batch, sms) if splits is None else splits
+        self.slices = slices
+        self.splits = default_splits(w, self.batch, sms, slices) if splits is None else splits
         if self.splits < min_splits(w, self.batch):
             raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
                                    f"{min_splits(w, self.batch)} for its x to fit shared memory")
@@ -377,19 +383,20 @@ class Sp24Launch:
             err = self.library.sp24_launch(
                 x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
-                int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits,
+                int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 cuda_mma._current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")
         return y
 
 
-def sp24_mm(x: torch.Tensor, w: Sp24Weight, splits: int | None = None) -> torch.Tensor:
+def sp24_mm(x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int | None = None) -> torch.Tensor:
     """y = x·Wᵀ for x [in] or [b, in] (b ≤ 16) and a tiled 2:4 weight; fp32 accumulation, y in x's dtype. Without
-    `splits`, the problem's tuned launch (`sp24_linear`); with it, a launch of exactly that split."""
-    if splits is None:
+    `splits` and `slices`, the problem's tuned launch (`sp24_linear`); with either, a launch of exactly that split
+    (default splits, or one slice, for the one not given)."""
+    if splits is None and slices is None:
         return sp24_linear(x, w)
-    return Sp24Launch(x, w, splits)(x, w)
+    return Sp24Launch(x, w, splits, slices or 1)(x, w)
 
 
 def to_dense(w: Sp24Weight) -> torch.Tensor:
@@ -416,10 +423,11 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
 
 # --- tuned launches per problem, as the engine runs them ------------------------------------------------------
 
-_SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)
+_SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # with one slice
+_SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already splits the steps inside a CTA)
 _MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
-_timings: dict[tuple, dict[int, float]] = {}  # problem -> splits -> milliseconds per launch
+_timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, slices) -> ms per launch
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight) -> tuple:
@@ -471,34 +479,45 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
     check_inputs(x, w)
     low = min_splits(w, batch)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    candidates = sorted({c for c in (*_SPLIT_CANDIDATES, default_splits(w, batch, sms)) if low <= c <= w.steps}
-                        | {low})
     reference = _reference(x, w)
     launches = {}
-    for splits in candidates:
-        launch = Sp24Launch(x, w, splits)
-        if launch.used_splits in {c.used_splits for c in launches.values()}:
+    for slices, splits in _candidates(w, batch, sms, low):
+        launch = Sp24Launch(x, w, splits, slices)
+        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
             continue  # the same grid as a candidate already kept
         error = reference.error(launch(x, w).view(-1, w.shape[0]))
         if not error <= 1:  # NaN fails too
             raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
-                               f"{splits} splits; set SPARSEDECODING_KERNEL=triton and report this")
-        launches[splits] = launch
+                               f"{splits} splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report "
+                               "this")
+        launches[(splits, slices)] = launch
     del reference
     weights = _copies(w)
     from .autotune import replay_ms  # imports triton
 
-    timings = {splits: replay_ms(lambda weight, launch=launch: launch(x, weight), weights)
-               for splits, launch in launches.items()}
+    timings = {choice: replay_ms(lambda weight, launch=launch: launch(x, weight), weights)
+               for choice, launch in launches.items()}
     del weights
     best = min(timings, key=timings.get)
     _launches[key], _timings[key] = launches[best], timings
     return launches[best]
 
 
-def tuning_results() -> dict[tuple, tuple[int, dict[int, float]]]:
-    """For every problem tuned so far: the chosen split count and each candidate's median time in ms."""
-    return {key: (launch.splits, dict(_timings[key])) for key, launch in _launches.items()}
+def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int, int]]:
+    """(slices, splits) the tuner tries: one slice with every split candidate and the default, more slices with
+    few splits; only splits whose staged x fits (at least `low`) and that leave every slice a step."""
+    found = set()
+    for slices in SLICES:
+        splits = _SPLIT_CANDIDATES if slices == 1 else _SLICED_SPLIT_CANDIDATES
+        for count in {*splits, default_splits(w, batch, sms, slices), low}:
+            if low <= count <= w.steps and -(-w.steps // count) >= slices:
+                found.add((slices, count))
+    return sorted(found)
+
+
+def tuning_results() -> dict[tuple, tuple[tuple[int, int], dict[tuple[int, int], float]]]:
+    """For every problem tuned so far: the chosen (splits, slices) and each candidate's median time in ms."""
+    return {key: ((launch.splits, launch.slices), dict(_timings[key])) for key, launch in _launches.items()}
 
 
 def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:

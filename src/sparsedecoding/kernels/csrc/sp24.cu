@@ -28,8 +28,11 @@
 //   meta: [row tile][step][16 lanes (g, t < 2)][KS words]
 //   scales (CODE 4): [row tile][group][8 (g)][2] bf16: rows g and g+8
 //
-// Split-K: blockIdx.y is a range of steps; with more than one split each CTA writes fp32 partials and the last
-// CTA of a row block (counted with an atomic that it resets) sums them and writes y.
+// Split-K, two levels. Slices (in the CTA): its 8 warps cover 8 / slices row tiles, each row tile by `slices`
+// warps that share out the CTA's steps and add their accumulators through shared memory, so a small weight fills
+// the GPU with CTAs without a round trip through global memory. Splits (across CTAs): blockIdx.y is a range of
+// steps; with more than one split each CTA writes fp32 partials and the last CTA of a row block (counted with an
+// atomic that it resets) sums them and writes y.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -216,14 +219,18 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
                                                         T* __restrict__ y, float* __restrict__ partials,
                                                         int* __restrict__ counters, int batch, int out, int in,
                                                         int row_tiles, int steps, int per_split, int gk_shift,
-                                                        int groups) {
+                                                        int groups, int slices) {
   using S = Steps<CODE>;
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int splits = gridDim.y, split = blockIdx.y;
   const int step0 = split * per_split, step1 = min(steps, step0 + per_split);
-  const int tile_row = blockIdx.x * kWarps + warp;
+  const int cta_tiles = kWarps / slices, slice = warp / cta_tiles;
+  const int tile_row = blockIdx.x * cta_tiles + warp % cta_tiles;
   const bool active = tile_row < row_tiles;
+  // this warp's steps: its slice of the CTA's
+  const int per_slice = (step1 - step0 + slices - 1) / slices;
+  const int wstep0 = min(step1, step0 + slice * per_slice), wstep1 = min(step1, wstep0 + per_slice);
   const size_t a_stride = static_cast<size_t>(steps) * S::a_loads * 512;  // bytes per row tile
   const size_t m_stride = static_cast<size_t>(steps) * 16 * S::ks * 4;
   const char* a_tile = a + tile_row * a_stride;
@@ -231,7 +238,8 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
 
   StepRegs<CODE, SPS> r0, r1;
-  if (active && step0 < step1) load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step0, lane, t, g, gk_shift, groups);
+  if (active && wstep0 < wstep1)
+    load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, wstep0, lane, t, g, gk_shift, groups);
 
   // Stage x columns [32·ks·step0, 32·ks·step1), permuted, zero past `in`.
   const int col0 = step0 * S::ks * 32, cols = (step1 - step0) * S::ks * 32;
@@ -253,18 +261,33 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   if (active) {
-    for (int step = step0; step < step1; step += 2) {
-      if (step + 1 < step1) load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 1, lane, t, g, gk_shift, groups);
+    for (int step = wstep0; step < wstep1; step += 2) {
+      if (step + 1 < wstep1) load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 1, lane, t, g, gk_shift, groups);
       compute_step<T, NT, CODE, SPS>(acc, r0, xs, xstride, step - step0, g, t, batch);
-      if (step + 1 >= step1) break;
-      if (step + 2 < step1) load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step + 2, lane, t, g, gk_shift, groups);
+      if (step + 1 >= wstep1) break;
+      if (step + 2 < wstep1) load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step + 2, lane, t, g, gk_shift, groups);
       compute_step<T, NT, CODE, SPS>(acc, r1, xs, xstride, step + 1 - step0, g, t, batch);
     }
   }
+  if (slices > 1) {  // slice 0's warp of each row tile adds the others' sums, in slice order
+    __shared__ float sums[kWarps][NT * 4][32];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sums[warp][4 * j + e][lane] = acc[j][e];
+    __syncthreads();
+    if (slice == 0)
+      for (int other = 1; other < slices; ++other)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[j][e] += sums[other * cta_tiles + warp][4 * j + e][lane];
+  }
+  const bool writes = active && slice == 0;
 
   // acc[j][e]: batch row 8j + 2t + (e & 1), output row 16·tile_row + g + 8·(e >> 1)
   if (splits == 1) {
-    if (!active) return;
+    if (!writes) return;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -278,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
       }
     return;
   }
-  if (active) {
+  if (writes) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -297,9 +320,9 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const int row0 = blockIdx.x * kRowsPerCta;
-  for (int e = tid; e < kRowsPerCta * batch; e += kThreads) {
-    const int b = e / kRowsPerCta, row = row0 + e % kRowsPerCta;
+  const int cta_rows = 16 * cta_tiles, row0 = blockIdx.x * cta_rows;
+  for (int e = tid; e < cta_rows * batch; e += kThreads) {
+    const int b = e / cta_rows, row = row0 + e % cta_rows;
     if (row >= out) continue;
     float sum = 0.f;
     for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
@@ -313,7 +336,7 @@ struct Problem {
   void* y;
   float* partials;
   int* counters;
-  int batch, out, in, row_tiles, steps, splits, gk_shift, groups;
+  int batch, out, in, row_tiles, steps, splits, gk_shift, groups, slices;
   cudaStream_t stream;
 };
 
@@ -327,11 +350,13 @@ cudaError_t launch(const Problem& p) {
   const int smem = p.batch * (2 * per_split * Steps<CODE>::ks * 32 + 64);
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr)) return cudaErrorInvalidValue;
-  dim3 grid((p.row_tiles + kWarps - 1) / kWarps, used);
+  const int cta_tiles = kWarps / p.slices;
+  dim3 grid((p.row_tiles + cta_tiles - 1) / cta_tiles, used);
   kernel<<<grid, kThreads, smem, p.stream>>>(
       static_cast<const T*>(p.x), static_cast<const char*>(p.a), static_cast<const char*>(p.meta),
       static_cast<const char*>(p.scales), static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y),
-      p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups);
+      p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
+      p.slices);
   return cudaGetLastError();
 }
 
@@ -426,15 +451,17 @@ extern "C" {
 
 // code_bits 0 (16-bit values, is_bf16 picks bf16 or fp16), 8 (int8, bf16 x, `row_scales` bf16 [out]) or 4 (int4,
 // bf16 x, `scales` tiled, a group 2^gk_shift k-tiles, `groups` groups a row tile). `steps`: steps of the tiled
-// layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). Returns 0 or a cudaError_t.
+// layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). `splits` step ranges across CTAs, `slices`
+// (1, 2, 4 or 8) warps per row tile inside one. Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
-                int gk_shift, int groups, int splits, void* stream) {
-  if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0)
+                int gk_shift, int groups, int splits, int slices, void* stream) {
+  if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
+      slices < 1 || slices > kWarps || kWarps % slices)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   const Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
-                  gk_shift, groups, static_cast<cudaStream_t>(stream)};
+                  gk_shift, groups, slices, static_cast<cudaStream_t>(stream)};
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
@@ -455,7 +482,7 @@ int sp24_dense_launch(const void* a, const void* meta, const void* scales, const
                       void* stream) {
   if (out < 1 || in < 32 || in % 32 || steps < 1 || gk_shift < 0) return cudaErrorInvalidValue;
   const Problem p{nullptr, a, meta, scales, row_scales, nullptr, nullptr, nullptr, 1, out, in, (out + 15) / 16,
-                  steps, 1, gk_shift, groups, static_cast<cudaStream_t>(stream)};
+                  steps, 1, gk_shift, groups, 1, static_cast<cudaStream_t>(stream)};
   if (code_bits == 0) return is_bf16 ? launch_dense<__nv_bfloat16, 0>(p, dense) : launch_dense<__half, 0>(p, dense);
   if (!is_bf16) return cudaErrorInvalidValue;
   if (code_bits == 8) return launch_dense<__nv_bfloat16, 8>(p, dense);
