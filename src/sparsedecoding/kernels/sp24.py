@@ -15,7 +15,6 @@ layout without a GPU."""
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,6 @@ _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
-PDL_SETTING = "SPARSEDECODING_SP24_PDL"
 
 
 @dataclass(frozen=True)
@@ -266,7 +264,7 @@ def _load() -> ctypes.CDLL:
         if _library is None:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
-            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p]
+            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 10 + [ctypes.c_void_p]
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -291,17 +289,6 @@ def load() -> None:
     if cuda_mma._nvcc() is None:
         raise cuda_mma.CudaKernelUnavailableError("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
     _load()
-
-
-def pdl_setting() -> bool:
-    """SPARSEDECODING_SP24_PDL: "1" (default) launches the kernel programmatically on compute capability 9.0 (its
-    first weight loads overlap the previous kernel's tail), "0" plainly; anything else is a KernelChoiceError."""
-    from .op import KernelChoiceError
-
-    value = os.environ.get(PDL_SETTING, "").strip() or "1"
-    if value not in ("0", "1"):
-        raise KernelChoiceError(f"{PDL_SETTING}={value!r}; use 1 (programmatic launches) or 0")
-    return value == "1"
 
 
 def min_splits(w: Sp24Weight, batch: int) -> int:
@@ -366,7 +353,6 @@ class Sp24Launch:
         self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.slices = slices
-        self.pdl = int(pdl_setting() and torch.cuda.get_device_capability(self.device)[0] >= 9)
         self.splits = default_splits(w, self.batch, sms, slices) if splits is None else splits
         if self.splits < min_splits(w, self.batch):
             raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
@@ -397,7 +383,7 @@ class Sp24Launch:
             err = self.library.sp24_launch(
                 x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
-                int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices, self.pdl,
+                int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 cuda_mma._current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")

@@ -237,17 +237,12 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   const char* m_tile = meta + tile_row * m_stride;
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
 
-  // The first two steps' weights are requested before anything that depends on the previous kernel: with a
-  // programmatic launch (pdl) these loads overlap its tail, and griddepcontrol.wait then holds x, y and the
-  // split-K buffers back until it has finished (without one, the wait returns at once).
+  // Both first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   StepRegs<CODE, SPS> r0, r1;
   if (active && wstep0 < wstep1)
     load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, wstep0, lane, t, g, gk_shift, groups);
   if (active && wstep0 + 1 < wstep1)
     load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g, gk_shift, groups);
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
 
   // Stage x columns [32·ks·step0, 32·ks·step1), permuted, zero past `in`.
   const int col0 = step0 * S::ks * 32, cols = (step1 - step0) * S::ks * 32;
@@ -344,7 +339,7 @@ struct Problem {
   void* y;
   float* partials;
   int* counters;
-  int batch, out, in, row_tiles, steps, splits, gk_shift, groups, slices, pdl;
+  int batch, out, in, row_tiles, steps, splits, gk_shift, groups, slices;
   cudaStream_t stream;
 };
 
@@ -359,21 +354,13 @@ cudaError_t launch(const Problem& p) {
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr)) return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((p.row_tiles + cta_tiles - 1) / cta_tiles, used);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = p.stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = p.pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x), static_cast<const char*>(p.a),
-                            static_cast<const char*>(p.meta), static_cast<const char*>(p.scales),
-                            static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y), p.partials,
-                            p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
-                            p.slices);
+  dim3 grid((p.row_tiles + cta_tiles - 1) / cta_tiles, used);
+  kernel<<<grid, kThreads, smem, p.stream>>>(
+      static_cast<const T*>(p.x), static_cast<const char*>(p.a), static_cast<const char*>(p.meta),
+      static_cast<const char*>(p.scales), static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y),
+      p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
+      p.slices);
+  return cudaGetLastError();
 }
 
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
@@ -468,17 +455,16 @@ extern "C" {
 // code_bits 0 (16-bit values, is_bf16 picks bf16 or fp16), 8 (int8, bf16 x, `row_scales` bf16 [out]) or 4 (int4,
 // bf16 x, `scales` tiled, a group 2^gk_shift k-tiles, `groups` groups a row tile). `steps`: steps of the tiled
 // layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). `splits` step ranges across CTAs, `slices`
-// (1, 2, 4 or 8) warps per row tile inside one. `pdl`: a programmatic launch (compute capability 9.0), which may
-// start while the previous kernel on the stream finishes. Returns 0 or a cudaError_t.
+// (1, 2, 4 or 8) warps per row tile inside one. Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
-                int gk_shift, int groups, int splits, int slices, int pdl, void* stream) {
+                int gk_shift, int groups, int splits, int slices, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   const Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
-                  gk_shift, groups, slices, pdl, static_cast<cudaStream_t>(stream)};
+                  gk_shift, groups, slices, static_cast<cudaStream_t>(stream)};
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
@@ -499,7 +485,7 @@ int sp24_dense_launch(const void* a, const void* meta, const void* scales, const
                       void* stream) {
   if (out < 1 || in < 32 || in % 32 || steps < 1 || gk_shift < 0) return cudaErrorInvalidValue;
   const Problem p{nullptr, a, meta, scales, row_scales, nullptr, nullptr, nullptr, 1, out, in, (out + 15) / 16,
-                  steps, 1, gk_shift, groups, 1, 0, static_cast<cudaStream_t>(stream)};
+                  steps, 1, gk_shift, groups, 1, static_cast<cudaStream_t>(stream)};
   if (code_bits == 0) return is_bf16 ? launch_dense<__nv_bfloat16, 0>(p, dense) : launch_dense<__half, 0>(p, dense);
   if (!is_bf16) return cudaErrorInvalidValue;
   if (code_bits == 8) return launch_dense<__nv_bfloat16, 8>(p, dense);
