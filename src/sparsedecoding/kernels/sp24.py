@@ -8,8 +8,8 @@ the bitmask), grouped so that each warp load is 512 contiguous bytes. The bytes 
 plus 4 bits of metadata per 4 columns (the bitmask's 1 bit per column), plus, for int4, the same group scales.
 
 `Sp24Launch` / `sp24_mm` run it (built at first use with nvcc, like `cuda_mma`, on compute capability 8.0 or
-newer);
-`tiled_to_dense` reads a tiled weight back through the instruction's register semantics, so CPU tests check the
+newer), splitting the steps of a row tile across CTAs (splits) and across warps of one CTA (slices);
+`tuned_launch` picks both per problem. `tiled_to_dense` reads a tiled weight back through the instruction's register semantics, so CPU tests check the
 layout without a GPU."""
 
 from __future__ import annotations
@@ -464,10 +464,10 @@ def _copies(w: Sp24Weight) -> list[Sp24Weight]:
 
 
 def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
-    """The problem's launch with the fastest correct split count, chosen on first use: each candidate's output is
-    checked against a float64 product (a mismatch raises: a kernel bug, never a silent substitute) and timed as
-    the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the L2. Raises
-    KernelInputError inside a CUDA-graph capture for a problem not seen before."""
+    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), chosen on first use:
+    each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
+    substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
+    L2. Raises KernelInputError inside a CUDA-graph capture for a problem not seen before."""
     key = problem_key(x, w)
     launch = _launches.get(key)
     if launch is not None:
