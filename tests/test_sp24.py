@@ -60,6 +60,53 @@ def test_untile_gives_back_the_packed_weight(out, in_features):
         assert _same_packed(untile(tile(packed)), packed)
 
 
+def _glu_cases(out, in_features, seed):
+    return [pack_nm(random_nm_weight(out, in_features, 2, 4, torch.bfloat16, seed=seed), 2, 4),
+            pack_nm_quantized(grid_weight(out, in_features, "int8", seed=seed), 2, 4, "int8", in_features),
+            pack_nm_quantized(grid_weight(out, in_features, "int4", 64, seed=seed), 2, 4, "int4", 64)]
+
+
+@pytest.mark.parametrize("out,in_features", [(32, 256), (96, 576), (64, 1024)])
+def test_glu_tiling_pairs_gate_and_up_tiles_and_reads_back_in_order(out, in_features):
+    from dataclasses import replace
+
+    from sparsedecoding.kernels.sp24 import glu_order
+
+    order = glu_order(out)
+    half = out // 2
+    assert order[:16].tolist() == list(range(16)) and order[16:32].tolist() == list(range(half, half + 16))
+    assert sorted(order.tolist()) == list(range(out))
+    for packed in _glu_cases(out, in_features, seed=out + in_features):
+        w = tile(packed, glu=True)
+        assert w.glu and w.out_features == half
+        dense = packed.to_dense(torch.float64) if hasattr(packed, "codes") else packed.to_dense().double()
+        assert torch.equal(tiled_to_dense(w), dense)
+        as_tiled = tiled_to_dense(replace(w, glu=False))  # row tile 2k is gate tile k, 2k + 1 up tile k
+        for k in range(half // 16):
+            assert torch.equal(as_tiled[32 * k:32 * k + 16], dense[16 * k:16 * k + 16])
+            assert torch.equal(as_tiled[32 * k + 16:32 * k + 32], dense[half + 16 * k:half + 16 * k + 16])
+        assert _same_packed(untile(w), packed)
+
+
+def test_glu_needs_whole_tile_pairs():
+    with pytest.raises(KernelInputError, match="multiple of 32 rows"):
+        tile(pack_nm(random_nm_weight(48, 256, 2, 4, torch.bfloat16, seed=2), 2, 4), glu=True)
+
+
+def test_glu_reference_bounds_the_rounded_activation_and_catches_a_wrong_one():
+    from sparsedecoding.kernels.autotune import Float64Reference
+    from sparsedecoding.kernels.sp24 import GluReference
+
+    weight = random_nm_weight(64, 512, 2, 4, torch.bfloat16, seed=9).double()
+    x = torch.randn(3, 512).bfloat16()
+    reference = GluReference(Float64Reference.of_rows(x, 64, lambda r0, r1: weight[r0:r1]), torch.bfloat16)
+    product = x.double() @ weight.T
+    exact = torch.nn.functional.silu(product[:, :32]) * product[:, 32:]
+    assert torch.allclose(reference.exact, exact)
+    assert reference.error(exact.bfloat16()) <= 1
+    assert reference.error((product[:, :32] * product[:, 32:]).bfloat16()) > 1  # the activation left out
+
+
 def test_clone_copies_every_tensor():
     w = tile(pack_nm_quantized(grid_weight(32, 512, "int4", 128), 2, 4, "int4", 128))
     c = w.clone()
@@ -242,6 +289,37 @@ def test_dense_expansion_equals_the_packed_weight(kind):
         packed, dtype = _packed_on_gpu(kind, out, in_features, seed=8)
         expected = packed.to_dense() if kind in ("bf16", "fp16") else packed.to_dense(dtype)
         assert torch.equal(to_dense(tile(packed)), expected), (kind, out, in_features)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", [(64, 256), (1024, 4096), (28672, 4096), (2 * 8960, 1536)])
+@pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
+def test_glu_kernel_matches_float64(out, in_features, kind):
+    """silu(gate)·up from the kernel's epilogue (one CTA's pairs, and the last split-K CTA's) against float64."""
+    from sparsedecoding.kernels.autotune import Float64Reference
+    from sparsedecoding.kernels.sp24 import GluReference
+
+    packed, dtype = _packed_on_gpu(kind, out, in_features, seed=11)
+    weight = packed.to_dense() if kind == "bf16" else packed.to_dense(torch.float64)
+    w = tile(packed, glu=True)
+    for batch in (1, 5, 9, 16):
+        x = torch.randn(batch, in_features, device="cuda").to(dtype) / 8  # gate sums of a few units
+        reference = GluReference(Float64Reference.of_rows(x, out, lambda r0, r1: weight[r0:r1].double()), dtype)
+        for splits, slices in ((None, None), (1, 1), (3, 1), (1, 2), (2, 4)):
+            try:
+                y = sp24_mm(x, w, splits, slices)
+            except KernelInputError:
+                assert splits is not None and splits < min_splits(w, batch)
+                continue
+            assert y.shape == (batch, out // 2)
+            assert reference.error(y) <= 1, (kind, out, in_features, batch, splits, slices)
+
+
+@pytest.mark.gpu
+def test_glu_rejects_eight_slices():
+    w = tile(pack_nm(random_nm_weight(64, 256, 2, 4, torch.bfloat16, seed=3).cuda(), 2, 4), glu=True)
+    with pytest.raises(KernelInputError, match="at most 4 slices"):
+        sp24_mm(torch.randn(1, 256, device="cuda").bfloat16(), w, 1, 8)
 
 
 @pytest.mark.gpu

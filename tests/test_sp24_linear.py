@@ -73,6 +73,59 @@ def test_tiled_model_loads_a_packed_state_dict(quantize, group_size):
         target.load_state_dict({k: v for k, v in expected.items() if not k.endswith("mlp.down.bitmask")})
 
 
+@pytest.mark.parametrize("quantize,group_size", KINDS)
+def test_glu_tiled_mlps_compute_the_packed_mlps_and_save_the_same_state(quantize, group_size):
+    packed = _model(quantize, group_size)
+    fused = _model(quantize, group_size)
+    assert tile_model(fused, require_cuda=False, glu=True) == 2 * 4
+    gate_ups = [m for name, m in fused.named_modules() if name.endswith("mlp.gate_up")]
+    assert len(gate_ups) == 2 and all(m.glu and m.out_features == SMALL.intermediate_size for m in gate_ups)
+    assert not any(m.glu for name, m in fused.named_modules() if isinstance(m, Sp24Linear)
+                   and not name.endswith("mlp.gate_up"))
+    expected = packed.state_dict()
+    assert all(torch.equal(expected[k], v) for k, v in fused.state_dict().items())
+    x = torch.randn(3, SMALL.dim).bfloat16()
+    for layer in range(SMALL.n_layers):
+        torch.testing.assert_close(fused.layers[layer].mlp(x), packed.layers[layer].mlp(x), rtol=2e-2, atol=2e-2)
+    assert untile_model(fused) == 2 * 4
+    torch.testing.assert_close(fused.layers[0].mlp(x), packed.layers[0].mlp(x), rtol=0, atol=0)
+
+
+def test_glu_tiled_model_loads_a_packed_state_dict():
+    source = _model(None, 128)
+    target = build_model(SMALL, random_state(SMALL, SparsityPattern.parse("2:4"), device="cpu", seed=1))
+    tile_model(target, require_cuda=False, glu=True)
+    target.load_state_dict(source.state_dict())
+    x = torch.randn(2, SMALL.dim).bfloat16()
+    torch.testing.assert_close(target.layers[1].mlp(x), source.layers[1].mlp(x), rtol=2e-2, atol=2e-2)
+
+
+def test_fuse_glu_setting_decides_whether_the_engine_fuses(monkeypatch):
+    import sparsedecoding.kernels.sp24_linear as sl
+    from sparsedecoding.kernels.op import KernelChoiceError
+
+    monkeypatch.setattr(sl, "sp24_problem", lambda: None)
+    original = sl.tileable
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
+    for setting, fused in (("", 0), ("0", 0), ("1", 2)):
+        monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", setting)
+        model = _model(None, 128)
+        assert sum(isinstance(m, Sp24Linear) and m.glu for m in model.modules()) == fused
+    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", "yes")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_FUSE_GLU='yes'"):
+        tile_for_kernel(_model(None, 128))
+
+
+def test_cli_refuses_a_bad_fuse_glu_setting_before_any_work(monkeypatch, capsys):
+    from sparsedecoding.cli import main
+
+    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", "yes")
+    assert main(["bench", "--preset", "llama-3.1-8b"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "SPARSEDECODING_FUSE_GLU='yes'" in errors[0]
+
+
 def test_only_2of4_packed_linears_of_little_padding_are_tileable():
     tiny = _model(None, 128, args=TINY)
     assert {tileable(m, require_cuda=False) for m in tiny.modules() if isinstance(m, PackedLinear)} == {
@@ -142,8 +195,9 @@ def test_dense_copies_untile_first():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("glu", ["0", "1"])
 @pytest.mark.parametrize("quantize,group_size", KINDS)
-def test_engine_tiles_2of4_on_gpu_and_decodes_the_packed_models_tokens(quantize, group_size, monkeypatch):
+def test_engine_tiles_2of4_on_gpu_and_decodes_the_packed_models_tokens(quantize, group_size, glu, monkeypatch):
     """Qwen2.5-Coder-1.5B's shapes (every linear tileable), 4 layers: the engine built under `auto` holds
     Sp24Linear modules, and its compiled CUDA-graph decode gives the eager tokens of the same weights on the packed
     kernels (divergence only at a logit tie)."""
@@ -157,8 +211,10 @@ def test_engine_tiles_2of4_on_gpu_and_decodes_the_packed_models_tokens(quantize,
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "triton")
     packed = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
+    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", glu)
     tiled = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
     assert sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
+    assert sum(isinstance(m, Sp24Linear) and m.glu for m in tiled.modules()) == (4 if glu == "1" else 0)
     prompt = torch.randint(0, args.vocab_size, (3, 8))
     eager = Engine(packed, 3, 40, compile=False).generate(prompt, 32).tokens
     compiled = Engine(tiled, 3, 40, compile=True).generate(prompt, 32).tokens

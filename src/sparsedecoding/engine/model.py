@@ -108,8 +108,11 @@ class MLP(nn.Module):
         self.down = nn.Linear(args.intermediate_size, args.dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return all_reduce(self.down(F.silu(gate) * up), self.tp)
+        hidden = self.gate_up(x)
+        if not getattr(self.gate_up, "glu", False):  # a GLU-tiled 2:4 gate_up gives silu(gate)·up itself
+            gate, up = hidden.chunk(2, dim=-1)
+            hidden = F.silu(gate) * up
+        return all_reduce(self.down(hidden), self.tp)
 
 
 class Block(nn.Module):

@@ -44,6 +44,7 @@ KERNEL_CHOICES = ("auto", "triton", "cuda")
 # 1: where the tensor-core kernel serves a 2:4 problem, it runs on sparse tensor cores (mma.sp) instead of expanding
 # the mask (not yet measured, so off by default); 0 or unset: the expansion
 SPARSE_MMA_SETTING = "SPARSEDECODING_SPARSE_MMA"
+FUSE_GLU_SETTING = "SPARSEDECODING_FUSE_GLU"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -72,6 +73,16 @@ def check_kernel_setting(setting: str) -> None:
     if setting not in KERNEL_CHOICES:
         raise KernelChoiceError(f"{KERNEL_SETTING}={setting!r}; use one of {', '.join(KERNEL_CHOICES)} "
                                 "(auto picks the faster kernel per pattern and batch)")
+
+
+def fuse_glu_setting() -> bool:
+    """SPARSEDECODING_FUSE_GLU: "1" makes the engine tile 2:4 gate|up linears to apply silu(gate)·up in the sparse
+    tensor-core kernel's epilogue (`sp24_linear.tile_model`); "0" or unset leaves the activation to the model;
+    anything else is a KernelChoiceError."""
+    value = os.environ.get(FUSE_GLU_SETTING, "").strip() or "0"
+    if value not in ("0", "1"):
+        raise KernelChoiceError(f"{FUSE_GLU_SETTING}={value!r}; use 1 (silu(gate)·up in the 2:4 kernel) or 0")
+    return value == "1"
 
 
 def sparse_mma_setting() -> bool:

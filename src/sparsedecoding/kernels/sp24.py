@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -46,7 +46,9 @@ _COUNTER_SLOTS = 1 << 16
 class Sp24Weight:
     """A 2:4 weight of `shape` [out, in] in the kernel's tiled layout. `code` is 0 (16-bit values of `dtype`),
     8 (int8 codes, `row_scales` bf16 [out]) or 4 (int4 codes, `scales` tiled bf16, a group 2^`gk_shift` k-tiles,
-    `groups` groups per row tile). `a`, `meta` and `scales` are flat uint8 / int32 / bf16 tensors."""
+    `groups` groups per row tile). `a`, `meta` and `scales` are flat uint8 / int32 / bf16 tensors. `glu`: a
+    gate|up weight (gate rows, then as many up rows) tiled in row-tile pairs (`glu_order`); the kernel then gives
+    silu(gate)·up, `out_features` = out / 2 columns."""
 
     a: torch.Tensor
     meta: torch.Tensor
@@ -58,6 +60,12 @@ class Sp24Weight:
     steps: int
     gk_shift: int = 0
     groups: int = 0
+    glu: bool = False
+
+    @property
+    def out_features(self) -> int:
+        """Columns of y: out, or out / 2 for a GLU weight."""
+        return self.shape[0] // 2 if self.glu else self.shape[0]
 
     @property
     def nbytes(self) -> int:
@@ -75,7 +83,7 @@ class Sp24Weight:
         def apply(t):
             return None if t is None else fn(t)
         return Sp24Weight(fn(self.a), fn(self.meta), apply(self.scales), apply(self.row_scales), self.shape,
-                          self.code, self.dtype, self.steps, self.gk_shift, self.groups)
+                          self.code, self.dtype, self.steps, self.gk_shift, self.groups, self.glu)
 
 
 def meta_codes(bitmask: torch.Tensor) -> torch.Tensor:
@@ -109,11 +117,34 @@ def _pad(t: torch.Tensor, rows: int, cols: int, value) -> torch.Tensor:
     return out
 
 
-def tile(packed: PackedNM | PackedNMQ) -> Sp24Weight:
+def glu_order(out: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Row order of a gate|up weight tiled for GLU: gate rows 16k..16k+15, then up rows out/2 + 16k..., for each
+    k. Needs out a multiple of 32."""
+    half = out // 2
+    gate = torch.arange(half, device=device).view(-1, 16)
+    return torch.stack([gate, gate + half], dim=1).reshape(-1)
+
+
+def _rows(packed: PackedNM | PackedNMQ, order: torch.Tensor) -> PackedNM | PackedNMQ:
+    """`packed` with its rows taken in `order`."""
+    if isinstance(packed, PackedNMQ):
+        return PackedNMQ(packed.codes[order], packed.scales[order], packed.bitmask[order], packed.n, packed.m,
+                         packed.shape, packed.quantize, packed.group_size)
+    return PackedNM(packed.values[order], packed.bitmask[order], packed.n, packed.m, packed.shape)
+
+
+def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
     """The tiled layout of a 2:4 `PackedNM` (bf16/fp16 values) or `PackedNMQ` (int8, or int4 with a power-of-two
-    multiple of 32 columns a scale). Runs where the tensors are; raises KernelInputError for anything else."""
+    multiple of 32 columns a scale); with `glu`, of a gate|up weight whose kernel gives silu(gate)·up (rows a
+    multiple of 32). Runs where the tensors are; raises KernelInputError for anything else."""
     if (packed.n, packed.m) != (2, 4):
         raise KernelInputError(f"the sparse tensor-core kernel runs the 2:4 pattern; got {packed.pattern}")
+    if glu:
+        if packed.shape[0] % 32:
+            raise KernelInputError(f"a GLU weight needs a multiple of 32 rows (gate and up halves of whole tiles); "
+                                   f"got {packed.shape[0]}")
+        order = glu_order(packed.shape[0], packed.bitmask.device)
+        return replace(tile(_rows(packed, order)), glu=True)
     out, in_features = packed.shape
     quantize = getattr(packed, "quantize", None)
     code = {None: 0, "int8": 8, "int4": 4}[quantize]
@@ -183,8 +214,11 @@ def _lanes_to_kept(lanes: torch.Tensor, out: int, kept_per_row: int) -> torch.Te
 
 
 def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
-    """The packed weight (`PackedNM`, or `PackedNMQ` for codes) that `tile` made `w` from, exactly; on w's
-    device."""
+    """The packed weight (`PackedNM`, or `PackedNMQ` for codes) that `tile` made `w` from, exactly (rows in their
+    original order for a GLU weight); on w's device."""
+    if w.glu:
+        order = glu_order(w.shape[0], w.a.device)
+        return _rows(untile(replace(w, glu=False)), torch.argsort(order))
     out, in_features = w.shape
     ks = STEP_TILES[w.code]
     row_tiles, tiles = -(-out // 16), w.steps * ks
@@ -219,7 +253,10 @@ def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
 def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     """The float64 [out, in] weight that the kernel multiplies by, read back from the tiled tensors through
     mma.sp's register semantics (each lane's A registers, dequantized as the kernel does, placed at the kept
-    positions its metadata names) — independent of `tile`, for tests."""
+    positions its metadata names) — independent of `tile`, for tests. A GLU weight's rows come back in their
+    original order."""
+    if w.glu:
+        return tiled_to_dense(replace(w, glu=False))[torch.argsort(glu_order(w.shape[0]))]
     out, in_features = w.shape
     ks = STEP_TILES[w.code]
     row_tiles, tiles = -(-out // 16), w.steps * ks
@@ -264,7 +301,7 @@ def _load() -> ctypes.CDLL:
         if _library is None:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
-            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 10 + [ctypes.c_void_p]
+            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p]
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -341,6 +378,9 @@ class Sp24Launch:
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
+        if w.glu and slices > max(SLICES) // 2:
+            raise KernelInputError(f"slices = {slices}: a GLU weight needs its row-tile pairs in one CTA (at most "
+                                   f"{max(SLICES) // 2} slices)")
         check_inputs(x, w)
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
@@ -372,7 +412,8 @@ class Sp24Launch:
     def __call__(self, x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
-        y = torch.empty((self.out,) if self.vector else (self.batch, self.out), dtype=self.dtype, device=self.device)
+        columns = w.out_features
+        y = torch.empty((columns,) if self.vector else (self.batch, columns), dtype=self.dtype, device=self.device)
         partials = None
         if self.used_splits > 1:
             partials = torch.empty(self.used_splits * self.batch * self.out, dtype=torch.float32, device=self.device)
@@ -384,7 +425,7 @@ class Sp24Launch:
                 x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
-                cuda_mma._current_raw_stream(self.device_index))
+                int(w.glu), cuda_mma._current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")
         return y
@@ -401,7 +442,8 @@ def sp24_mm(x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: i
 
 def to_dense(w: Sp24Weight) -> torch.Tensor:
     """The [out, in] weight in w's activation dtype (codes times scales, rounded once, as `PackedNMQ.to_dense`),
-    expanded by one kernel launch on w's CUDA device (prefill); elsewhere through `untile`."""
+    expanded by one kernel launch on w's CUDA device (prefill); elsewhere through `untile`. A GLU weight's rows
+    come in their original order (gate, then up)."""
     if w.a.device.type != "cuda":
         packed = untile(w)
         return packed.to_dense() if w.code == 0 else packed.to_dense(w.dtype)
@@ -418,6 +460,8 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
                                         cuda_mma._current_raw_stream(index))
     if err:
         raise RuntimeError(f"sp24 dense expansion failed: {library.sp24_error_string(err).decode()}")
+    if w.glu:  # the kernel writes rows in the tiled order
+        return dense[torch.argsort(glu_order(w.shape[0], dense.device))]
     return dense
 
 
@@ -431,17 +475,38 @@ _timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, 
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight) -> tuple:
-    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps)
+    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu)
 
 
 def _reference(x: torch.Tensor, w: Sp24Weight):
     """The float64 product's reference (`autotune.Float64Reference`) for x [b, in] and w, densified in chunks on
-    x's device."""
+    x's device; for a GLU weight, `GluReference` over it."""
     from .autotune import Float64Reference
 
     packed = untile(w)
     x2 = x.view(1, -1) if x.dim() == 1 else x
-    return Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1))
+    reference = Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1))
+    return GluReference(reference, x.dtype) if w.glu else reference
+
+
+class GluReference:
+    """silu(gate)·up in float64 from a `Float64Reference` of the [gate; up] product, and a bound on the kernel's
+    error: the sums' bounds carried through (|silu'| ≤ 1.1), plus one unit of y's last place, plus the fp32
+    activation's own rounding (2⁻²⁰ relative)."""
+
+    def __init__(self, reference, dtype: torch.dtype):
+        half = reference.exact.shape[1] // 2
+        gate, up = reference.exact[:, :half], reference.exact[:, half:]
+        gate_bound, up_bound = reference.bound[:, :half], reference.bound[:, half:]
+        silu = gate * torch.sigmoid(gate)
+        self.exact = silu * up
+        info = torch.finfo(dtype)
+        self.bound = (1.1 * gate_bound * (up.abs() + up_bound) + (silu.abs() + 1.1 * gate_bound) * up_bound
+                      + (info.eps + 2.0**-20) * self.exact.abs() + info.tiny)
+
+    def error(self, y: torch.Tensor) -> float:
+        """Largest |y - silu(gate)·up| / bound (≤ 1 passes; NaN fails)."""
+        return float(((y.double() - self.exact).abs() / self.bound).max())
 
 
 def _dense_rows(packed: PackedNM | PackedNMQ, r0: int, r1: int) -> torch.Tensor:
@@ -485,7 +550,7 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
         launch = Sp24Launch(x, w, splits, slices)
         if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
             continue  # the same grid as a candidate already kept
-        error = reference.error(launch(x, w).view(-1, w.shape[0]))
+        error = reference.error(launch(x, w).view(-1, w.out_features))
         if not error <= 1:  # NaN fails too
             raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
                                f"{splits} splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report "
@@ -505,9 +570,10 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
 
 def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int, int]]:
     """(slices, splits) the tuner tries: one slice with every split candidate and the default, more slices with
-    few splits; only splits whose staged x fits (at least `low`) and that leave every slice a step."""
+    few splits (a GLU weight at most 4, its tile pairs in one CTA); only splits whose staged x fits (at least
+    `low`) and that leave every slice a step."""
     found = set()
-    for slices in SLICES:
+    for slices in SLICES[:-1] if w.glu else SLICES:
         splits = _SPLIT_CANDIDATES if slices == 1 else _SLICED_SPLIT_CANDIDATES
         for count in {*splits, default_splits(w, batch, sms, slices), low}:
             if low <= count <= w.steps and -(-w.steps // count) >= slices:
@@ -533,14 +599,15 @@ def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
 @torch.library.custom_op("sparsedecoding::sp24_mm", mutates_args=())
 def _sp24_op(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch.Tensor | None,
              row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
-             gk_shift: int, groups: int) -> torch.Tensor:
+             gk_shift: int, groups: int, glu: bool) -> torch.Tensor:
+    """`sp24_linear` for torch.compile; `out_features` is the weight's rows (twice y's columns with `glu`)."""
     dtype = x.dtype
     return sp24_linear(x, Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, dtype, steps,
-                                     gk_shift, groups))
+                                     gk_shift, groups, glu))
 
 
 @_sp24_op.register_fake
 def _sp24_fake(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch.Tensor | None,
                row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
-               gk_shift: int, groups: int) -> torch.Tensor:
-    return x.new_empty((*x.shape[:-1], out_features))
+               gk_shift: int, groups: int, glu: bool) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features))

@@ -27,11 +27,15 @@ log = logging.getLogger(__name__)
 
 class Sp24Linear(torch.nn.Module):
     """y = x·Wᵀ + bias for x [..., in], W [out, in] 2:4, held as the tiled buffers `a`, `meta` (and `scales` for
-    int4, `row_scales` for int8) of an `Sp24Weight`."""
+    int4, `row_scales` for int8) of an `Sp24Weight`. With `glu` (a gate|up weight tiled for it, no bias), y =
+    silu(gate)·up, `out_features` = `rows` / 2 columns."""
 
     def __init__(self, weight: Sp24Weight, bias: torch.Tensor | None = None):
         super().__init__()
-        self.out_features, self.in_features = weight.shape
+        if weight.glu and bias is not None:
+            raise KernelInputError("a GLU-tiled weight takes no bias (the kernel applies the activation to its sums)")
+        self.rows, self.in_features = weight.shape
+        self.out_features, self.glu = weight.out_features, weight.glu
         self.n, self.m = 2, 4
         self.quantize = {0: None, 8: "int8", 4: "int4"}[weight.code]
         self.group_size = {0: None, 8: self.in_features, 4: 32 << weight.gk_shift}[weight.code]
@@ -44,8 +48,9 @@ class Sp24Linear(torch.nn.Module):
         self.register_buffer("bias", bias)
 
     @classmethod
-    def from_module(cls, module: PackedLinear | QuantizedPackedLinear) -> Sp24Linear:
-        return cls(tile(module.packed), module.bias)
+    def from_module(cls, module: PackedLinear | QuantizedPackedLinear, glu: bool = False) -> Sp24Linear:
+        """`module`'s weight tiled; with `glu`, as a gate|up weight whose output is silu(gate)·up."""
+        return cls(tile(module.packed, glu), module.bias)
 
     @property
     def weight(self) -> Sp24Weight:
@@ -55,8 +60,8 @@ class Sp24Linear(torch.nn.Module):
         if cached is None or cached.a is not buffers["a"] or cached.meta is not buffers["meta"] \
                 or cached.scales is not buffers["scales"] or cached.row_scales is not buffers["row_scales"]:
             cached = Sp24Weight(buffers["a"], buffers["meta"], buffers["scales"], buffers["row_scales"],
-                                (self.out_features, self.in_features), self.code, self.value_dtype, self.steps,
-                                self.gk_shift, self.groups)
+                                (self.rows, self.in_features), self.code, self.value_dtype, self.steps,
+                                self.gk_shift, self.groups, self.glu)
             self.__dict__["_weight"] = cached
         return cached
 
@@ -66,6 +71,7 @@ class Sp24Linear(torch.nn.Module):
         return untile(self.weight)
 
     def to_packed_module(self) -> PackedLinear | QuantizedPackedLinear:
+        """The packed module of the same weight (for a GLU one, the plain gate|up linear)."""
         packed = self.packed
         return (PackedLinear if isinstance(packed, PackedNM) else QuantizedPackedLinear)(packed, self.bias)
 
@@ -80,10 +86,13 @@ class Sp24Linear(torch.nn.Module):
         rows = x2.shape[0]
         if rows > MAX_BATCH or not x.is_cuda:  # prefill, or CPU (the reference product)
             y = F.linear(x2, self._dense(x.dtype))
+            if self.glu:
+                gate, up = y.chunk(2, dim=-1)
+                y = F.silu(gate) * up
         elif torch.compiler.is_compiling():
             y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), self.a, self.meta, self.scales, self.row_scales,
-                                                 self.out_features, self.in_features, self.code, self.steps,
-                                                 self.gk_shift, self.groups)
+                                                 self.rows, self.in_features, self.code, self.steps,
+                                                 self.gk_shift, self.groups, self.glu)
         else:
             y = sp24_linear(x2.contiguous(), self.weight)
         if self.bias is not None:
@@ -116,11 +125,11 @@ class Sp24Linear(torch.nn.Module):
             return
         device = self.a.device
         parts = [state_dict[prefix + name].to(device) for name in names]
-        shape = (self.out_features, self.in_features)
+        shape = (self.rows, self.in_features)
         try:
             packed = PackedNM(*parts, 2, 4, shape) if self.code == 0 else PackedNMQ(
                 *parts, 2, 4, shape, self.quantize, self.group_size)
-            weight = tile(packed)
+            weight = tile(packed, self.glu)
         except (PackingError, KernelInputError) as exc:  # wrong shape, dtype or mask: reported as a load error
             error_msgs.append(f"{prefix}: {exc}")
             return
@@ -132,8 +141,9 @@ class Sp24Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         values = {0: str(self.value_dtype).replace("torch.", ""), 8: "int8",
                   4: f"int4, group_size={32 << self.gk_shift}"}
+        glu = f", silu(gate)·up of {self.rows} rows" if self.glu else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, pattern=2:4, "
-                f"{values[self.code]}, tiled for sparse tensor cores")
+                f"{values[self.code]}{glu}, tiled for sparse tensor cores")
 
 
 MAX_PADDING = 1 / 16  # tile only where the padded rows and columns add at most this share of bytes
@@ -169,13 +179,19 @@ def tileable(module: torch.nn.Module, require_cuda: bool = True) -> str | None:
     return None
 
 
-def tile_model(model: torch.nn.Module, require_cuda: bool = True) -> int:
+GLU_NAME = "gate_up"  # the engine's fused gate|up linear (engine.model.MLP), whose caller applies silu(gate)·up
+
+
+def tile_model(model: torch.nn.Module, require_cuda: bool = True, glu: bool = False) -> int:
     """Swap, in place, every 2:4 `PackedLinear` / `QuantizedPackedLinear` on CUDA for an `Sp24Linear` holding the
     same weight tiled (the packed tensors are released as each is replaced, so peak memory grows by one layer).
-    Returns how many were swapped."""
+    With `glu`, each linear named GLU_NAME without a bias (rows a multiple of 32) is tiled to give silu(gate)·up
+    itself, which the engine's MLP then skips. Returns how many were swapped."""
     names = [name for name, module in model.named_modules() if tileable(module, require_cuda) is None]
     for name in names:
-        model.set_submodule(name, Sp24Linear.from_module(model.get_submodule(name)))
+        module = model.get_submodule(name)
+        fuse = glu and name.rsplit(".", 1)[-1] == GLU_NAME and module.bias is None and module.out_features % 32 == 0
+        model.set_submodule(name, Sp24Linear.from_module(module, fuse))
     return len(names)
 
 
@@ -204,11 +220,13 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     """What the engine does with a freshly built model: under SPARSEDECODING_KERNEL=auto (the default) every 2:4
     packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules
     stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
-    kernels. Returns how many linears were tiled."""
-    from .op import check_kernel_setting, kernel_setting
+    kernels. SPARSEDECODING_FUSE_GLU=1 tiles the MLPs' gate|up linears to apply silu(gate)·up in the kernel.
+    Returns how many linears were tiled."""
+    from .op import check_kernel_setting, fuse_glu_setting, kernel_setting
 
     setting = kernel_setting()
     check_kernel_setting(setting)
+    glu = fuse_glu_setting()
     if setting != "auto" or not any(tileable(module) is None for module in model.modules()):
         return 0
     global _warned
@@ -219,7 +237,7 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
             log.warning("2:4 linears stay on the packed kernels: the sparse tensor-core kernel cannot run here "
                         "(%s). Set SPARSEDECODING_KERNEL=triton to choose them explicitly and silence this.", problem)
         return 0
-    return tile_model(model)
+    return tile_model(model, glu=glu)
 
 
 def untile_model(model: torch.nn.Module) -> int:

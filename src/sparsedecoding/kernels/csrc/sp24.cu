@@ -33,6 +33,10 @@
 // the GPU with CTAs without a round trip through global memory. Splits (across CTAs): blockIdx.y is a range of
 // steps; with more than one split each CTA writes fp32 partials and the last CTA of a row block (counted with an
 // atomic that it resets) sums them and writes y.
+//
+// GLU (glu = 1, for a fused gate|up linear): the row tiles come in pairs, gate tile k then up tile k (sp24.py
+// `tile(..., glu=True)` reorders the rows), and y holds silu(gate)·up, out / 2 columns, from the fp32 sums. A CTA
+// holds whole pairs (8 / slices row tiles, slices ≤ 4).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -94,6 +98,8 @@ __device__ __forceinline__ void mma_sp(float* c, uint32_t a0, uint32_t a1, uint3
 __device__ __forceinline__ float int8_code(uint32_t w, int k) {
   return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - 8388736.f;
 }
+
+__device__ __forceinline__ float silu_mul(float gate, float up) { return gate / (1.f + __expf(-gate)) * up; }
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
@@ -219,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
                                                         T* __restrict__ y, float* __restrict__ partials,
                                                         int* __restrict__ counters, int batch, int out, int in,
                                                         int row_tiles, int steps, int per_split, int gk_shift,
-                                                        int groups, int slices) {
+                                                        int groups, int slices, int glu) {
   using S = Steps<CODE>;
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
@@ -272,8 +278,8 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
       if (step + 3 < wstep1) load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 3, lane, t, g, gk_shift, groups);
     }
   }
+  __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
   if (slices > 1) {  // slice 0's warp of each row tile adds the others' sums, in slice order
-    __shared__ float sums[kWarps][NT * 4][32];
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -290,6 +296,18 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
 
   // acc[j][e]: batch row 8j + 2t + (e & 1), output row 16·tile_row + g + 8·(e >> 1)
   if (splits == 1) {
+    if (glu) {
+      // slice 0's warps are the CTA's row tiles in order (warp = local tile, of even count): the up tile's warp
+      // leaves its sums where the gate tile's reads them (entries of slice 0, which the slices' sums never read)
+      if (writes && (warp & 1)) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sums[warp][4 * j + e][lane] = acc[j][e];
+      }
+      __syncthreads();
+      if (warp & 1) return;
+    }
     if (!writes) return;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
@@ -299,7 +317,13 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
         if (b < batch && row < out) {
           float v = acc[j][e];
           if constexpr (CODE == 8) v *= __bfloat162float(row_scales[row]);
-          y[static_cast<size_t>(b) * out + row] = from_float<T>(v);
+          if (glu) {  // gate row `row`, up row `row + 16`: output row 16·(tile_row / 2) + g + 8·(e >> 1)
+            float up = sums[warp + 1][4 * j + e][lane];
+            if constexpr (CODE == 8) up *= __bfloat162float(row_scales[row + 16]);
+            y[static_cast<size_t>(b) * (out / 2) + row - 8 * tile_row] = from_float<T>(silu_mul(v, up));
+          } else {
+            y[static_cast<size_t>(b) * out + row] = from_float<T>(v);
+          }
         }
       }
     return;
@@ -324,6 +348,25 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   if (!last) return;
   __threadfence();
   const int cta_rows = 16 * cta_tiles, row0 = blockIdx.x * cta_rows;
+  if (glu) {  // output q of the CTA: gate row row0 + 32·(q / 16) + q % 16, its up row 16 further
+    const int half = cta_rows / 2;
+    for (int e = tid; e < half * batch; e += kThreads) {
+      const int b = e / half, q = e % half, row = row0 + 32 * (q / 16) + q % 16;
+      if (row + 16 >= out) continue;
+      float gate = 0.f, up = 0.f;
+      for (int s = 0; s < splits; ++s) {
+        const float* part = partials + (static_cast<size_t>(s) * batch + b) * out + row;
+        gate += __ldcg(part);
+        up += __ldcg(part + 16);
+      }
+      if constexpr (CODE == 8) {
+        gate *= __bfloat162float(row_scales[row]);
+        up *= __bfloat162float(row_scales[row + 16]);
+      }
+      y[static_cast<size_t>(b) * (out / 2) + row0 / 2 + q] = from_float<T>(silu_mul(gate, up));
+    }
+    return;
+  }
   for (int e = tid; e < cta_rows * batch; e += kThreads) {
     const int b = e / cta_rows, row = row0 + e % cta_rows;
     if (row >= out) continue;
@@ -339,7 +382,7 @@ struct Problem {
   void* y;
   float* partials;
   int* counters;
-  int batch, out, in, row_tiles, steps, splits, gk_shift, groups, slices;
+  int batch, out, in, row_tiles, steps, splits, gk_shift, groups, slices, glu;
   cudaStream_t stream;
 };
 
@@ -359,7 +402,7 @@ cudaError_t launch(const Problem& p) {
       static_cast<const T*>(p.x), static_cast<const char*>(p.a), static_cast<const char*>(p.meta),
       static_cast<const char*>(p.scales), static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y),
       p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
-      p.slices);
+      p.slices, p.glu);
   return cudaGetLastError();
 }
 
@@ -455,16 +498,17 @@ extern "C" {
 // code_bits 0 (16-bit values, is_bf16 picks bf16 or fp16), 8 (int8, bf16 x, `row_scales` bf16 [out]) or 4 (int4,
 // bf16 x, `scales` tiled, a group 2^gk_shift k-tiles, `groups` groups a row tile). `steps`: steps of the tiled
 // layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). `splits` step ranges across CTAs, `slices`
-// (1, 2, 4 or 8) warps per row tile inside one. Returns 0 or a cudaError_t.
+// (1, 2, 4 or 8) warps per row tile inside one. `glu`: a gate|up weight tiled in pairs, y = silu(gate)·up with
+// out / 2 columns (out a multiple of 32, slices at most 4). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
-                int gk_shift, int groups, int splits, int slices, void* stream) {
+                int gk_shift, int groups, int splits, int slices, int glu, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
-      slices < 1 || slices > kWarps || kWarps % slices)
+      slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)))
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   const Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
-                  gk_shift, groups, slices, static_cast<cudaStream_t>(stream)};
+                  gk_shift, groups, slices, glu ? 1 : 0, static_cast<cudaStream_t>(stream)};
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
@@ -485,7 +529,7 @@ int sp24_dense_launch(const void* a, const void* meta, const void* scales, const
                       void* stream) {
   if (out < 1 || in < 32 || in % 32 || steps < 1 || gk_shift < 0) return cudaErrorInvalidValue;
   const Problem p{nullptr, a, meta, scales, row_scales, nullptr, nullptr, nullptr, 1, out, in, (out + 15) / 16,
-                  steps, 1, gk_shift, groups, 1, static_cast<cudaStream_t>(stream)};
+                  steps, 1, gk_shift, groups, 1, 0, static_cast<cudaStream_t>(stream)};
   if (code_bits == 0) return is_bf16 ? launch_dense<__nv_bfloat16, 0>(p, dense) : launch_dense<__half, 0>(p, dense);
   if (!is_bf16) return cudaErrorInvalidValue;
   if (code_bits == 8) return launch_dense<__nv_bfloat16, 8>(p, dense);
