@@ -117,13 +117,14 @@ def test_fuse_glu_setting_decides_whether_the_engine_fuses(monkeypatch):
         tile_for_kernel(_model(None, 128))
 
 
-def test_cli_refuses_a_bad_fuse_glu_setting_before_any_work(monkeypatch, capsys):
+@pytest.mark.parametrize("variable", ["SPARSEDECODING_FUSE_GLU", "SPARSEDECODING_SPARSE_MMA"])
+def test_cli_refuses_a_bad_switch_before_any_work(variable, monkeypatch, capsys):
     from sparsedecoding.cli import main
 
-    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", "yes")
+    monkeypatch.setenv(variable, "yes")
     assert main(["bench", "--preset", "llama-3.1-8b"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "SPARSEDECODING_FUSE_GLU='yes'" in errors[0]
+    assert len(errors) == 1 and f"{variable}='yes'" in errors[0]
 
 
 def test_only_2of4_packed_linears_of_little_padding_are_tileable():
