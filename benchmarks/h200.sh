@@ -229,15 +229,17 @@ case $report in
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 170 python3 sp24_bench.py --out "$OUT/sp24_h200.md" \
       | grep -E "^\| (bf16|int8|int4) \||float64 failures")
     timeout 200 bash benchmarks/h200.sh sp24-e2e-8b ;;
-  sp24-glu)  # not yet run: e2e_h200_8b_sp24_glu{0,1}.md, bench_qwen2.5-coder-1.5b_2of4_glu{0,1}_h200.md: GPU tests of
-    # silu(gate)·up in sp24's epilogue (tests/test_sp24.py -k glu, the engine tests), then the 8B preset and the real
-    # Qwen with SPARSEDECODING_FUSE_GLU=0 and =1, each its own process, about 9 minutes
+  sp24-glu)  # not yet run: e2e_h200_8b_sp24_glu{0,1}.md: GPU tests of silu(gate)·up in sp24's epilogue
+    # (tests/test_sp24.py, the engine tests of test_sp24_linear.py), then the 8B preset with SPARSEDECODING_FUSE_GLU=0
+    # and =1, each its own process, about 6 minutes; GPU only, so it can run in the background while pieces arrive
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py -p no:cacheprovider -x \
       2>&1 | tail -4 | tee "$OUT/gpu_tests_sp24_glu.log" || true
     for glu in 0 1; do
       SPARSEDECODING_FUSE_GLU=$glu timeout 170 python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 \
         --batch 1 4 8 --repeats 2 --out "$OUT/e2e_h200_8b_sp24_glu$glu.md" 2>&1 | grep -E "^\| llama"
-    done
+    done ;;
+  sp24-glu-qwen)  # not yet run: bench_qwen2.5-coder-1.5b_2of4_glu{0,1}_h200.md: the real Qwen pruned 2:4 with
+    # SPARSEDECODING_FUSE_GLU=0 and =1, each its own process (needs the pieces), about 4 minutes
     models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
       --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
     for glu in 0 1; do
@@ -271,5 +273,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
