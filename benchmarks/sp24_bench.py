@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
               + "graph-replay timings), timed again here: its split count, and `/Ns` when N warps share each row "
               + "tile inside a CTA (slices); default = `sp24.default_splits`, one slice; fastest tried = the "
               + "fastest of 1, 2, 4, 8, 16 splits and the default, one slice, each checked against float64 (a "
-              + "minimum over several timings, so slightly optimistic). Bytes: tiled weight (values or codes, metadata, scales) + x + y. "
+              + "minimum over several timings, so slightly optimistic). Bytes: tiled weight (values or codes, "
+              + "metadata, scales) + x + y. "
               + "op = `nm_spmv` as dispatched today (bf16).\n\n"
               + details(rows, args.kinds, copy_bw)
               + f"\n\nfloat64 failures: {failures}. Whole run: {time.perf_counter() - started:.0f} s\n")

@@ -9,8 +9,8 @@ plus 4 bits of metadata per 4 columns (the bitmask's 1 bit per column), plus, fo
 
 `Sp24Launch` / `sp24_mm` run it (built at first use with nvcc, like `cuda_mma`, on compute capability 8.0 or
 newer), splitting the steps of a row tile across CTAs (splits) and across warps of one CTA (slices);
-`tuned_launch` picks both per problem. `tiled_to_dense` reads a tiled weight back through the instruction's register semantics, so CPU tests check the
-layout without a GPU."""
+`tuned_launch` picks both per problem. `tiled_to_dense` reads a tiled weight back through the instruction's
+register semantics, so CPU tests check the layout without a GPU."""
 
 from __future__ import annotations
 
