@@ -216,7 +216,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 
 // x [batch][in] (in = 32·k_tiles, contiguous); y [batch][out]; row_scales (CODE 8): bf16 [out]. Two CTAs per SM:
 // left alone, the int8 and int4 kernels for 9-16 rows of x took 154 and 130 registers, one CTA per SM (int8 at
-// batch 16 went from 1.16x to 1.29x cuBLAS with this bound, results/sp24_h200.md).
+// batch 16 went from 1.16x to 1.29x cuBLAS with this bound alone: results/sp24_h200.md at commit 903c604).
 template <typename T, int NT, int CODE, int SPS>
 __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                                                         const char* __restrict__ meta,
