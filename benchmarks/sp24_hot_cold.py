@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+from cuda_kernel_bench import write_report
 from kernel_bench import L2_ROTATION_BYTES, environment, linear_shapes, random_nm_weight
 from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.kernels.autotune import replay_ms
@@ -51,12 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{hot:.1f} | {hot / cold:.2f} | {floor:.1f} |")
             print(lines[-1], flush=True)
         del rotation
-    report = "\n".join(["# sp24 from memory and from L2 (Llama-3.1-8B linears, 2:4)", "", environment(copy_bw)]
-                       + lines) + "\n"
-    print(report)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(report)
+    write_report("\n".join(["# sp24 from memory and from L2 (Llama-3.1-8B linears, 2:4)", "", environment(copy_bw)]
+                           + lines) + "\n", args.out)
     return 0
 
 

@@ -88,6 +88,15 @@ def test_glu_tiling_pairs_gate_and_up_tiles_and_reads_back_in_order(out, in_feat
         assert _same_packed(untile(w), packed)
 
 
+def test_reference_rows_are_the_packed_weights_rows():
+    from sparsedecoding.kernels.sp24 import _dense_rows
+
+    packed = pack_nm(random_nm_weight(48, 256, 2, 4, torch.bfloat16, seed=1), 2, 4)
+    assert torch.equal(_dense_rows(packed, 16, 40), packed.to_dense().double()[16:40])
+    codes = pack_nm_quantized(grid_weight(48, 256, "int4", 32), 2, 4, "int4", 32)
+    assert torch.equal(_dense_rows(codes, 8, 48), codes.to_dense(torch.float64)[8:48])
+
+
 def test_glu_needs_whole_tile_pairs():
     with pytest.raises(KernelInputError, match="multiple of 32 rows"):
         tile(pack_nm(random_nm_weight(48, 256, 2, 4, torch.bfloat16, seed=2), 2, 4), glu=True)

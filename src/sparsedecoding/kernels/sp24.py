@@ -125,12 +125,14 @@ def glu_order(out: int, device: torch.device | str = "cpu") -> torch.Tensor:
     return torch.stack([gate, gate + half], dim=1).reshape(-1)
 
 
-def _rows(packed: PackedNM | PackedNMQ, order: torch.Tensor) -> PackedNM | PackedNMQ:
-    """`packed` with its rows taken in `order`."""
+def _rows(packed: PackedNM | PackedNMQ, index: torch.Tensor | slice) -> PackedNM | PackedNMQ:
+    """The rows of `packed` that `index` (an order of rows, or a slice) takes."""
+    bitmask = packed.bitmask[index]
+    shape = (bitmask.shape[0], packed.shape[1])
     if isinstance(packed, PackedNMQ):
-        return PackedNMQ(packed.codes[order], packed.scales[order], packed.bitmask[order], packed.n, packed.m,
-                         packed.shape, packed.quantize, packed.group_size)
-    return PackedNM(packed.values[order], packed.bitmask[order], packed.n, packed.m, packed.shape)
+        return PackedNMQ(packed.codes[index], packed.scales[index], bitmask, packed.n, packed.m, shape,
+                         packed.quantize, packed.group_size)
+    return PackedNM(packed.values[index], bitmask, packed.n, packed.m, shape)
 
 
 def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
@@ -510,13 +512,8 @@ class GluReference:
 
 
 def _dense_rows(packed: PackedNM | PackedNMQ, r0: int, r1: int) -> torch.Tensor:
-    from .format import dense_from_parts
-
-    if isinstance(packed, PackedNMQ):
-        part = PackedNMQ(packed.codes[r0:r1], packed.scales[r0:r1], packed.bitmask[r0:r1], packed.n, packed.m,
-                         (r1 - r0, packed.shape[1]), packed.quantize, packed.group_size)
-        return part.to_dense(torch.float64)
-    return dense_from_parts(packed.values[r0:r1], packed.bitmask[r0:r1]).double()
+    part = _rows(packed, slice(r0, r1))
+    return part.to_dense(torch.float64) if isinstance(part, PackedNMQ) else part.to_dense().double()
 
 
 def _copies(w: Sp24Weight) -> list[Sp24Weight]:
