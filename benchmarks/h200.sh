@@ -246,6 +246,8 @@ case $report in
       SPARSEDECODING_FUSE_GLU=$glu timeout 150 python3 -m sparsedecoding bench --model /root/qwen-2of4-magnitude \
         --batch 1 4 8 --out "$OUT/bench_qwen2.5-coder-1.5b_2of4_glu${glu}_h200.md" 2>&1 | grep -E "^\| qwen"
     done ;;
+  quant-e2e-sp24-glu)  # quant_e2e_h200_sp24_glu1.md: quant-e2e-sp24 with silu(gate)·up in the 2:4 kernels' epilogue
+    SPARSEDECODING_FUSE_GLU=1 python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24_glu1.md" ;;
   quant-e2e-sp)  # not yet run: quant_e2e_h200_8b_sp.md, the 8B preset's 2:4 rows (bf16, int8, int4) with the
     # tensor-core kernel on sparse tensor cores for every 2:4 linear (after quant-cuda has shown it correct)
     SPARSEDECODING_KERNEL=cuda SPARSEDECODING_SPARSE_MMA=1 python3 benchmarks/quant_e2e_bench.py \
