@@ -108,7 +108,7 @@ def test_fuse_glu_setting_decides_whether_the_engine_fuses(monkeypatch):
     original = sl.tileable
     monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
-    for setting, fused in (("", 0), ("0", 0), ("1", 2)):
+    for setting, fused in (("", 2), ("0", 0), ("1", 2)):
         monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", setting)
         model = _model(None, 128)
         assert sum(isinstance(m, Sp24Linear) and m.glu for m in model.modules()) == fused

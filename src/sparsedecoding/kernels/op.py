@@ -76,10 +76,10 @@ def check_kernel_setting(setting: str) -> None:
 
 
 def fuse_glu_setting() -> bool:
-    """SPARSEDECODING_FUSE_GLU: "1" makes the engine tile 2:4 gate|up linears to apply silu(gate)·up in the sparse
-    tensor-core kernel's epilogue (`sp24_linear.tile_model`); "0" or unset leaves the activation to the model;
-    anything else is a KernelChoiceError."""
-    value = os.environ.get(FUSE_GLU_SETTING, "").strip() or "0"
+    """SPARSEDECODING_FUSE_GLU: "1" or unset makes the engine tile 2:4 gate|up linears to apply silu(gate)·up in the
+    sparse tensor-core kernel's epilogue (`sp24_linear.tile_model`; measured faster: results/e2e_h200_8b_sp24_glu*.md);
+    "0" leaves the activation to the model; anything else is a KernelChoiceError."""
+    value = os.environ.get(FUSE_GLU_SETTING, "").strip() or "1"
     if value not in ("0", "1"):
         raise KernelChoiceError(f"{FUSE_GLU_SETTING}={value!r}; use 1 (silu(gate)·up in the 2:4 kernel) or 0")
     return value == "1"

@@ -220,7 +220,7 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     """What the engine does with a freshly built model: under SPARSEDECODING_KERNEL=auto (the default) every 2:4
     packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules
     stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
-    kernels. SPARSEDECODING_FUSE_GLU=1 tiles the MLPs' gate|up linears to apply silu(gate)·up in the kernel.
+    kernels. SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply silu(gate)·up in the kernel.
     Returns how many linears were tiled."""
     from .op import check_kernel_setting, fuse_glu_setting, kernel_setting
 
