@@ -229,7 +229,7 @@ case $report in
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 170 python3 sp24_bench.py --out "$OUT/sp24_h200.md" \
       | grep -E "^\| (bf16|int8|int4) \||float64 failures")
     timeout 200 bash benchmarks/h200.sh sp24-e2e-8b ;;
-  sp24-glu)  # not yet run: e2e_h200_8b_sp24_glu{0,1}.md: GPU tests of silu(gate)·up in sp24's epilogue
+  sp24-glu)  # e2e_h200_8b_sp24_glu{0,1}.md: GPU tests of silu(gate)·up in sp24's epilogue
     # (tests/test_sp24.py, the engine tests of test_sp24_linear.py), then the 8B preset with SPARSEDECODING_FUSE_GLU=0
     # and =1, each its own process, about 6 minutes; GPU only, so it can run in the background while pieces arrive
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py -p no:cacheprovider -x \
@@ -238,7 +238,18 @@ case $report in
       SPARSEDECODING_FUSE_GLU=$glu timeout 170 python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 \
         --batch 1 4 8 --repeats 2 --out "$OUT/e2e_h200_8b_sp24_glu$glu.md" 2>&1 | grep -E "^\| llama"
     done ;;
-  sp24-glu-qwen)  # not yet run: bench_qwen2.5-coder-1.5b_2of4_glu{0,1}_h200.md: the real Qwen pruned 2:4 with
+  sp24-stage)  # sp24_h200.md, e2e_h200_8b_sp24.md, quant_e2e_h200_sp24.md again with x staged by asynchronous
+    # chunks (ldmatrix reads, GLU on by default): the sp24 GPU tests and the int4 engine tests, the kernel bench, the 8B
+    # preset and issue 13's engine rows; about 12 minutes, GPU only
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -x 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_sp24.log" || true
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k int4 -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_sp24_linear_int4.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 170 python3 sp24_bench.py --out "$OUT/sp24_h200.md" \
+      | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
+    timeout 200 bash benchmarks/h200.sh sp24-e2e-8b || true
+    timeout 200 bash benchmarks/h200.sh quant-e2e-sp24 ;;
+  sp24-glu-qwen)  # bench_qwen2.5-coder-1.5b_2of4_glu{0,1}_h200.md: the real Qwen pruned 2:4 with
     # SPARSEDECODING_FUSE_GLU=0 and =1, each its own process (needs the pieces), about 4 minutes
     models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
       --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
