@@ -238,9 +238,9 @@ case $report in
       SPARSEDECODING_FUSE_GLU=$glu timeout 170 python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 \
         --batch 1 4 8 --repeats 2 --out "$OUT/e2e_h200_8b_sp24_glu$glu.md" 2>&1 | grep -E "^\| llama"
     done ;;
-  sp24-stage)  # sp24_h200.md, e2e_h200_8b_sp24.md, quant_e2e_h200_sp24.md again with x staged by asynchronous
-    # chunks (ldmatrix reads, GLU on by default): the sp24 GPU tests and the int4 engine tests, the kernel bench, the 8B
-    # preset and issue 13's engine rows; about 12 minutes, GPU only
+  sp24-stage)  # *_async_stage.md (run at commit 371a69f, whose asynchronous staging of x was then dropped): the
+    # sp24 GPU tests and the int4 engine tests, the kernel bench, the 8B preset and issue 13's engine rows, about 6
+    # minutes, GPU only
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -x 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_sp24.log" || true
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k int4 -p no:cacheprovider 2>&1 | tail -4 \

@@ -31,7 +31,6 @@ SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
 ROWS_PER_BLOCK = 128  # kRowsPerCta in sp24.cu: rows of a CTA with one warp per row tile (slices = 1)
 SLICES = (1, 2, 4, 8)  # warps per row tile in a CTA (sharing out its steps)
 MAX_SMEM = 66 * 1024  # kMaxSmem: staged x per CTA
-STAGE_PAD = 16  # kStagePad: bytes after each staged row of x
 STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
 # int4: bit offset in a lane's 32-bit word of its element e = 4·half + 2·h + j (register r = 2·half + h holds
 # nibbles r and r + 4: element j of register r sits at nibble r + 4j)
@@ -311,11 +310,8 @@ def _load() -> ctypes.CDLL:
             library.sp24_error_string.argtypes = [ctypes.c_int]
             library.sp24_rows_per_block.restype = ctypes.c_int
             library.sp24_max_smem.restype = ctypes.c_int
-            library.sp24_stage_pad.restype = ctypes.c_int
-            built = (library.sp24_rows_per_block(), library.sp24_max_smem(), library.sp24_stage_pad())
-            if built != (ROWS_PER_BLOCK, MAX_SMEM, STAGE_PAD):
-                raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size or the "
-                                                          "staging; rebuild")
+            if (library.sp24_rows_per_block(), library.sp24_max_smem()) != (ROWS_PER_BLOCK, MAX_SMEM):
+                raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size; rebuild")
             _library = library
         return _library
 
@@ -337,7 +333,7 @@ def load() -> None:
 def min_splits(w: Sp24Weight, batch: int) -> int:
     """Fewest step ranges whose staged x fits the CTA's shared memory."""
     step_bytes = 2 * STEP_TILES[w.code] * 32
-    most_steps = (MAX_SMEM // batch - STAGE_PAD) // step_bytes
+    most_steps = (MAX_SMEM // batch - 64) // step_bytes
     if most_steps < 1:
         raise KernelInputError(f"batch {batch} does not fit the kernel's shared memory")
     return -(-w.steps // most_steps)

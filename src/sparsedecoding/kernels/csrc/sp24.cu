@@ -16,11 +16,8 @@
 // g+8 in bits 16-31, each the lower kept position in bits 0-1 and the upper in bits 2-3. Here MMA k is the
 // k-tile's column itself, so the metadata of lane t is 16 bits of the row's mma.sp codes for columns 16t..16t+15.
 //
-// x is staged once per CTA in shared memory, in its own order (rows of 2·columns + 16 bytes, so that the 16-byte
-// pieces of 8 rows fall in distinct banks), by asynchronous copies in up to kChunks chunks of steps, each with an
-// mbarrier: a warp waits only for the chunk of the step it is about to compute, so the first MMAs overlap the rest
-// of the staging. One ldmatrix.x4 per 8 rows of x and k-tile then gives each lane its four B registers (matrix i:
-// columns 8i..8i+7 of the k-tile, row g; the lane gets columns 8i + 2t + {0, 1}).
+// x is staged once per CTA in shared memory, permuted so that a lane's four B registers of a k-tile are 16
+// contiguous bytes: byte 64s + 16t + 4i of a staged row holds columns 32s + 8i + 2t + {0, 1}.
 //
 // Values (CODE): 0 = bf16/fp16 kept values; 8 = int8 codes (offset binary, one scale a row, applied to the sum);
 // 4 = int4 codes (offset binary, group scales applied to each group's fp32 sums, bf16 only). Codes enter the MMAs
@@ -53,9 +50,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRowsPerCta = 16 * kWarps;
-constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + kStagePad) bytes
-constexpr int kStagePad = 16;
-constexpr int kChunks = 8;  // staging chunks (mbarriers) per CTA
+constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64) bytes
 
 template <int CODE>
 struct Steps {
@@ -84,46 +79,6 @@ __device__ __forceinline__ uint32_t ld_u32(const void* p) {
 #else
 #define SP24_MMA_SP "mma.sp.sync.aligned.m16n8k32.row.col.f32."
 #endif
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; `bytes` 0 writes zeros (columns past the end of x)
-__device__ __forceinline__ void copy_async16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void barrier_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
-}
-
-// the barrier counts this thread once all of its earlier asynchronous copies have landed
-__device__ __forceinline__ void barrier_arrive_on_copies(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
-}
-
-__device__ __forceinline__ void barrier_wait(uint64_t* bar) {  // phase 0: each barrier completes once a launch
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(shared_address(bar))
-        : "memory");
-}
-
-__device__ __forceinline__ void copies_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-// B registers of one k-tile for 8 rows of x: lane L addresses row L % 8 of matrix L / 8
-__device__ __forceinline__ uint4 load_b(uint32_t address) {
-  uint4 b;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w)
-               : "r"(address)
-               : "memory");
-  return b;
-}
 
 template <bool BF16>
 __device__ __forceinline__ void mma_sp(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint4& b,
@@ -205,7 +160,7 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 // 8 rows of x into `acc`.
 template <typename T, int NT, int CODE, int SPS>
 __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, int k,
-                                             const uint32_t (&xb)[NT], int local_step) {
+                                             const char* xs, int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   uint32_t a0, a1, a2, a3;
@@ -222,16 +177,21 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   const uint32_t e = word_of(r.m[k / 4], k % 4);
   const int tile = local_step * S::ks + k;
 #pragma unroll
-  for (int j = 0; j < NT; ++j) mma_sp<kBf16>(acc[j], a0, a1, a2, a3, load_b(xb[j] + 64 * tile), e);
+  for (int j = 0; j < NT; ++j) {
+    const int row = 8 * j + g;
+    uint4 b = make_uint4(0u, 0u, 0u, 0u);
+    if (row < batch) b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
+    mma_sp<kBf16>(acc[j], a0, a1, a2, a3, b, e);
+  }
 }
 
 template <typename T, int NT, int CODE, int SPS>
-__device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r,
-                                             const uint32_t (&xb)[NT], int local_step) {
+__device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
+                                             int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
   if constexpr (CODE != 4) {
 #pragma unroll
-    for (int k = 0; k < S::ks; ++k) compute_tile<T, NT, CODE, SPS>(acc, r, k, xb, local_step);
+    for (int k = 0; k < S::ks; ++k) compute_tile<T, NT, CODE, SPS>(acc, r, k, xs, xstride, local_step, g, t, batch);
   } else {
     // int4: each scale group's MMAs sum into `part`, which its rows' scales (fp32) then add into acc
 #pragma unroll
@@ -241,7 +201,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
       for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
 #pragma unroll
       for (int k = s * (S::ks / SPS); k < (s + 1) * (S::ks / SPS); ++k)
-        compute_tile<T, NT, CODE, SPS>(part, r, k, xb, local_step);
+        compute_tile<T, NT, CODE, SPS>(part, r, k, xs, xstride, local_step, g, t, batch);
       const float sg = __uint_as_float(r.s[s] << 16), sg8 = __uint_as_float(r.s[s] & 0xFFFF0000u);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -283,10 +243,6 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   const char* m_tile = meta + tile_row * m_stride;
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
 
-  __shared__ uint64_t staged[kChunks];
-  if (tid < kChunks) barrier_init(&staged[tid], kThreads);
-  __syncthreads();
-
   // Both first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   StepRegs<CODE, SPS> r0, r1;
   if (active && wstep0 < wstep1)
@@ -294,52 +250,34 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   if (active && wstep0 + 1 < wstep1)
     load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g, gk_shift, groups);
 
-  // Stage x columns [32·ks·step0, 32·ks·step1), zero past `in`, chunk by chunk of steps.
-  constexpr int step_units = S::ks * 32 / 8;  // 16-byte pieces of a row per step
-  const int col0 = step0 * S::ks * 32, nsteps = step1 - step0;
-  const int xstride = 2 * nsteps * S::ks * 32 + kStagePad;
-  const int chunk_steps = (nsteps + kChunks - 1) / kChunks, chunks = (nsteps + chunk_steps - 1) / chunk_steps;
-  const uint32_t xs0 = shared_address(xs);
-  for (int c = 0; c < chunks; ++c) {
-    const int u0 = c * chunk_steps * step_units, units = min(nsteps, (c + 1) * chunk_steps) * step_units - u0;
-    for (int idx = tid; idx < batch * units; idx += kThreads) {
-      const int n = idx / units, u = u0 + idx % units, col = col0 + 8 * u;
-      const bool inside = col < in;
-      copy_async16(xs0 + n * xstride + 16 * u, inside ? x + static_cast<size_t>(n) * in + col : x, inside ? 16 : 0);
-    }
-    barrier_arrive_on_copies(&staged[c]);
+  // Stage x columns [32·ks·step0, 32·ks·step1), permuted, zero past `in`.
+  const int col0 = step0 * S::ks * 32, cols = (step1 - step0) * S::ks * 32;
+  const int xstride = 2 * cols + 64;
+  const int units = cols / 8;
+  for (int idx = tid; idx < batch * units; idx += kThreads) {
+    const int n = idx / units, u = idx % units, col = col0 + 8 * u;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (col < in) v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
+    char* d = xs + n * xstride + 64 * (u >> 2) + 4 * (u & 3);
+    *reinterpret_cast<uint32_t*>(d) = v.x;
+    *reinterpret_cast<uint32_t*>(d + 16) = v.y;
+    *reinterpret_cast<uint32_t*>(d + 32) = v.z;
+    *reinterpret_cast<uint32_t*>(d + 48) = v.w;
   }
-
-  // lane L reads row 8j + L % 8 of x (rows past the batch read the last row: their sums are never written), at
-  // columns 8·(L / 8) of each k-tile
-  uint32_t xb[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) xb[j] = xs0 + min(8 * j + lane % 8, batch - 1) * xstride + 16 * (lane / 8);
+  __syncthreads();
 
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
   if (active) {
-    // the first local step of the chunk this warp waits for next (a chunk's barrier implies the earlier chunks')
-    int due = 0;
-    auto wait_for = [&](int local_step) {
-      if (local_step >= due) {
-        const int c = local_step / chunk_steps;
-        barrier_wait(&staged[c]);
-        due = (c + 1) * chunk_steps;
-      }
-    };
     for (int step = wstep0; step < wstep1; step += 2) {
-      wait_for(step - step0);
-      compute_step<T, NT, CODE, SPS>(acc, r0, xb, step - step0);
+      compute_step<T, NT, CODE, SPS>(acc, r0, xs, xstride, step - step0, g, t, batch);
       if (step + 2 < wstep1) load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step + 2, lane, t, g, gk_shift, groups);
       if (step + 1 >= wstep1) break;
-      wait_for(step + 1 - step0);
-      compute_step<T, NT, CODE, SPS>(acc, r1, xb, step + 1 - step0);
+      compute_step<T, NT, CODE, SPS>(acc, r1, xs, xstride, step + 1 - step0, g, t, batch);
       if (step + 3 < wstep1) load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 3, lane, t, g, gk_shift, groups);
     }
   }
-  copies_wait_all();  // no thread leaves with copies in flight
   __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
   if (slices > 1) {  // slice 0's warp of each row tile adds the others' sums, in slice order
 #pragma unroll
@@ -455,7 +393,7 @@ cudaError_t launch(const Problem& p) {
   if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
   const int used = (p.steps + per_split - 1) / per_split;  // no split without work
-  const int smem = p.batch * (2 * per_split * Steps<CODE>::ks * 32 + kStagePad);
+  const int smem = p.batch * (2 * per_split * Steps<CODE>::ks * 32 + 64);
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr)) return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
@@ -604,7 +542,5 @@ const char* sp24_error_string(int err) { return cudaGetErrorString(static_cast<c
 int sp24_rows_per_block() { return kRowsPerCta; }
 
 int sp24_max_smem() { return kMaxSmem; }
-
-int sp24_stage_pad() { return kStagePad; }
 
 }  // extern "C"
