@@ -249,6 +249,11 @@ case $report in
       | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
     timeout 200 bash benchmarks/h200.sh sp24-e2e-8b || true
     timeout 200 bash benchmarks/h200.sh quant-e2e-sp24 ;;
+  step-profile)  # step_profile_h200_8b.md: the 8B preset's decode step by kernel, dense and 2:4 (batch 1), and the
+    # int4 engine tests of the GLU epilogue, about 4 minutes, GPU only
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k int4 -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_sp24_linear_int4.log" || true
+    timeout 200 python3 benchmarks/step_profile.py --out "$OUT/step_profile_h200_8b.md" ;;
   sp24-glu-qwen)  # bench_qwen2.5-coder-1.5b_2of4_glu{0,1}_h200.md: the real Qwen pruned 2:4 with
     # SPARSEDECODING_FUSE_GLU=0 and =1, each its own process (needs the pieces), about 4 minutes
     models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \

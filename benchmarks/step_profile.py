@@ -1,0 +1,106 @@
+"""Where a decode step's GPU time goes: every kernel of the compiled, CUDA-graph-captured decode step of a preset
+(random weights), dense and N:M, by kernel and by kind, per step.
+
+    python benchmarks/step_profile.py --preset llama-3.1-8b --pattern 2:4 --batch 1 --out results/step_profile.md
+
+The profiler (CUPTI through torch.profiler) records the kernels that graph replays launch. Per step: the wall time
+(what `bench` reports), the sum of kernel times, and the difference (launch gaps and idle SMs between kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from sparsedecoding.engine.bench import release_memory
+from sparsedecoding.engine.config import preset
+from sparsedecoding.engine.generate import Engine
+from sparsedecoding.engine.loading import build_model, random_state
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.runenv import environment_markdown
+
+KINDS = (  # first match wins: (kind, substrings of the kernel name)
+    ("sp24 (2:4 linears)", ("sp24",)),
+    ("packed N:M linears", ("nm_", "spmv", "nmq")),
+    ("cuBLAS (dense linears)", ("gemv", "gemm", "nvjet", "cutlass", "xmma", "splitK")),
+    ("attention", ("fmha", "attention", "flash", "efficient")),
+    ("Inductor (norms, rope, adds, ...)", ("triton",)),
+)
+
+
+def kind_of(name: str) -> str:
+    for kind, keys in KINDS:
+        if any(key in name for key in keys):
+            return kind
+    return "other"
+
+
+def profile(model, batch: int, steps: int, prompt_tokens: int = 16) -> tuple[float, dict[str, tuple[int, float]]]:
+    """(wall ms per step, {kernel name: (launches per step, us per step)}) over `steps` graph replays."""
+    engine = Engine(model, batch, prompt_tokens + steps + 8, compile=True)
+    prompt = torch.randint(model.args.vocab_size, (batch, prompt_tokens), generator=torch.Generator().manual_seed(0))
+    engine.generate(prompt, 8)  # warm
+    wall = engine.generate(prompt, steps + 1).decode_seconds / steps * 1e3
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        engine.generate(prompt, steps + 1)
+    torch.cuda.synchronize()
+    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            entry = totals[event.name]
+            entry[0] += 1
+            entry[1] += event.time_range.elapsed_us()
+    # the prefill and the first token's step ran too: count per decode step over the whole window, a small
+    # overestimate of what one step launches (shown as launches per step)
+    return wall, {name: (count / steps, us / steps) for name, (count, us) in totals.items()}
+
+
+def section(title: str, wall: float, kernels: dict[str, tuple[float, float]]) -> list[str]:
+    busy = sum(us for _, us in kernels.values()) / 1e3
+    lines = [f"## {title}", "", f"- wall time per step: {wall:.3f} ms; kernel time per step: {busy:.3f} ms; "
+             f"between kernels: {wall - busy:.3f} ms ({(wall - busy) / wall:.0%})", "",
+             "| kind | launches per step | us per step | share of wall |", "|---|---|---|---|"]
+    by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for name, (count, us) in kernels.items():
+        by_kind[kind_of(name)][0] += count
+        by_kind[kind_of(name)][1] += us
+    for kind, (count, us) in sorted(by_kind.items(), key=lambda item: -item[1][1]):
+        lines.append(f"| {kind} | {count:.1f} | {us:.1f} | {us / 1e3 / wall:.1%} |")
+    lines += ["", "| kernel | launches per step | us per step | us per launch |", "|---|---|---|---|"]
+    for name, (count, us) in sorted(kernels.items(), key=lambda item: -item[1][1])[:25]:
+        short = name if len(name) <= 110 else name[:107] + "..."
+        lines.append(f"| `{short}` | {count:.1f} | {us:.1f} | {us / count:.2f} |")
+    return lines + [""]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="llama-3.1-8b")
+    parser.add_argument("--pattern", type=SparsityPattern.parse, default=SparsityPattern.parse("2:4"))
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    model_args = preset(args.preset)
+    lines = [f"# Decode-step profile: {args.preset}, batch {args.batch}", "",
+             environment_markdown("python " + " ".join(sys.argv), device), __doc__.split("\n\n")[2].strip(), ""]
+    for pattern in (None, args.pattern):
+        model = build_model(model_args, random_state(model_args, pattern, device=device))
+        wall, kernels = profile(model, args.batch, args.steps)
+        lines += section("dense" if pattern is None else str(pattern), wall, kernels)
+        print("\n".join(lines[-40:]), flush=True)
+        del model
+        release_memory()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
