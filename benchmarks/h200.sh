@@ -254,6 +254,15 @@ case $report in
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k int4 -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_sp24_linear_int4.log" || true
     timeout 200 python3 benchmarks/step_profile.py --out "$OUT/step_profile_h200_8b.md" ;;
+  fuse-norm)  # fuse_norm_h200_8b.md: each residual addition and RMSNorm in the 2:4 qkv / gate_up kernels
+    # (SPARSEDECODING_FUSE_NORM): the kernel's GPU tests, the 8B preset dense once and 2:4 with the setting 0 and 1
+    # side by side (batch 1 and 4), then the engine test of fused norms (bf16); about 6 minutes
+    timeout 170 python3 -m pytest -q -m gpu tests/test_sp24.py -k norm -p no:cacheprovider -x 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_sp24_norm.log" || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 0 1 --batch 1 4 \
+      --repeats 2 --out "$OUT/fuse_norm_h200_8b.md" 2>&1 | grep -E "^\| llama|wrote|Error" || true
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k "fused_norms and None" -p no:cacheprovider \
+      2>&1 | tail -4 | tee "$OUT/gpu_tests_sp24_linear_norm.log" || true ;;
   sp24-glu-qwen)  # bench_qwen2.5-coder-1.5b_2of4_glu{0,1}_h200.md: the real Qwen pruned 2:4 with
     # SPARSEDECODING_FUSE_GLU=0 and =1, each its own process (needs the pieces), about 4 minutes
     models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \

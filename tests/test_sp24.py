@@ -242,6 +242,40 @@ def test_cpu_input_raises_one_line():
 GPU_SHAPES = [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)]
 
 
+@pytest.mark.parametrize("glu", [False, True])
+def test_norm_reference_accepts_the_kernels_arithmetic_and_not_a_wrong_scale(glu):
+    """`NormReference` (the tuner's check of the RMSNorm-in-front launches) passes the kernel's arithmetic emulated
+    in fp32 (u = w ⊙ (x + res) rounded, fp32 sums, fp32 1/rms, y rounded; silu(gate)·up for a GLU weight) and
+    fails the same with a wrong 1/rms (off by 2⁻⁶, GLU 2⁻³) or a wrong residual."""
+    from sparsedecoding.kernels.sp24 import GluReference, NormReference
+
+    out, in_features, eps = 64, 512, 1e-5
+    packed = pack_nm(random_nm_weight(out, in_features, 2, 4, torch.bfloat16, seed=21), 2, 4)
+    weight = packed.to_dense()
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(3, in_features, generator=generator).bfloat16()
+    res = torch.randn(3, in_features, generator=generator).bfloat16()
+    norm_weight = (1 + torch.randn(in_features, generator=generator) / 4).bfloat16()
+
+    def emulated(scale_error=0.0, residual=res):
+        total = (x.float() + residual.float()).bfloat16()
+        staged = (norm_weight.float() * total.float()).bfloat16()
+        inv_rms = torch.rsqrt(total.float().pow(2).sum(-1, keepdim=True) / in_features + eps) * (1 + scale_error)
+        sums = (staged.float() @ weight.float().T) * inv_rms
+        if glu:
+            gate, up = sums.chunk(2, dim=-1)
+            sums = gate / (1 + torch.exp(-gate)) * up
+        return sums.bfloat16()
+
+    reference = NormReference(x, res, norm_weight, eps, out, lambda r0, r1: weight[r0:r1].double())
+    assert torch.equal(reference.sum, (x.float() + res.float()).bfloat16())
+    if glu:
+        reference = GluReference(reference, torch.bfloat16)
+    assert reference.error(emulated()) <= 1
+    assert reference.error(emulated(scale_error=2.0**-3 if glu else 2.0**-6)) > 1  # GLU carries looser bounds
+    assert reference.error(emulated(residual=res * (1.5 if glu else 1.01))) > 1
+
+
 def _packed_on_gpu(kind: str, out: int, in_features: int, seed: int):
     """(a packed 2:4 weight of `kind` on the GPU, its activation dtype): bf16 / fp16 values, int8 (a scale a row)
     or int4 (32 columns a scale) on the solvers' grid."""
@@ -329,6 +363,40 @@ def test_glu_rejects_eight_slices():
     w = tile(pack_nm(random_nm_weight(64, 256, 2, 4, torch.bfloat16, seed=3).cuda(), 2, 4), glu=True)
     with pytest.raises(KernelInputError, match="at most 4 slices"):
         sp24_mm(torch.randn(1, 256, device="cuda").bfloat16(), w, 1, 8)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", [(64, 256), (1000, 4096), (6144, 4096), (2 * 8960, 1536)])
+@pytest.mark.parametrize("kind", ["bf16", "fp16", "int8", "int4"])
+@pytest.mark.parametrize("glu", [False, True])
+def test_norm_kernel_matches_float64(out, in_features, kind, glu):
+    """The RMSNorm in front (residual sum written exactly, 1/rms from one CTA's Σs² or from every split's): against
+    float64 for batch 1-16, with and without split-K and slices, with and without res, plain and GLU."""
+    from sparsedecoding.kernels.sp24 import GluReference, NormReference, Sp24Launch, sp24_norm_linear
+
+    if glu and (kind == "fp16" or out % 32):
+        pytest.skip("GLU weights: bf16 activations, rows a multiple of 32")
+    packed, dtype = _packed_on_gpu(kind, out, in_features, seed=13)
+    weight = packed.to_dense() if kind in ("bf16", "fp16") else packed.to_dense(torch.float64)
+    w = tile(packed, glu=glu)
+    norm_weight = (1 + torch.randn(in_features, device="cuda") / 4).to(dtype)
+    for batch in (1, 3, 9, 16):
+        x = torch.randn(batch, in_features, device="cuda").to(dtype)
+        for res in (torch.randn(batch, in_features, device="cuda").to(dtype), None):
+            reference = NormReference(x, res, norm_weight, 1e-6, out, lambda r0, r1: weight[r0:r1].double())
+            expected_sum = reference.sum
+            if glu:
+                reference = GluReference(reference, dtype)
+            for splits, slices in ((1, 1), (3, 1), (1, 2), (2, 4), (5, 1)):
+                if splits < min_splits(w, batch) or -(-w.steps // splits) < slices:
+                    continue
+                y, total = Sp24Launch(x, w, splits, slices, norm=True)(x, w, res, norm_weight, 1e-6)
+                assert y.shape == (batch, out // 2 if glu else out)
+                assert torch.equal(total, expected_sum), (kind, out, batch, splits, slices)
+                assert reference.error(y) <= 1, (kind, out, in_features, batch, splits, slices, res is None)
+            if batch == 9 and res is not None:  # the tuner's choice, once a test (tuning times every candidate)
+                y, total = sp24_norm_linear(x, w, res, norm_weight, 1e-6)
+                assert torch.equal(total, expected_sum) and reference.error(y) <= 1
 
 
 @pytest.mark.gpu

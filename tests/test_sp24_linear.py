@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sparsedecoding.engine.config import ModelArgs
+from sparsedecoding.errors import KernelInputError
 from sparsedecoding.engine.loading import build_model, keep_dense_copies, random_state, weight_bytes
 from sparsedecoding.kernels import PackedLinear
 from sparsedecoding.kernels.quantized_linear import QuantizedPackedLinear
@@ -117,7 +118,55 @@ def test_fuse_glu_setting_decides_whether_the_engine_fuses(monkeypatch):
         tile_for_kernel(_model(None, 128))
 
 
-@pytest.mark.parametrize("variable", ["SPARSEDECODING_FUSE_GLU", "SPARSEDECODING_SPARSE_MMA"])
+@pytest.mark.parametrize("quantize,group_size", KINDS)
+def test_blocks_with_fused_norms_compute_what_the_plain_blocks_do(quantize, group_size):
+    """Off the GPU, `Sp24Linear.normed` adds, norms and multiplies exactly as a plain block does, so a model whose
+    blocks hand their residual additions and RMSNorms to qkv and gate_up (`fuse_norms`) gives the same logits bit
+    for bit: the blocks' routing through `attend` and `finish` is the plain one. `untile_model` turns it off."""
+    from sparsedecoding.kernels.sp24_linear import fuse_norms
+
+    plain = _model(quantize, group_size)
+    fused = _model(quantize, group_size)
+    tile_model(plain, require_cuda=False)
+    tile_model(fused, require_cuda=False)
+    assert fuse_norms(fused) == 2 and all(block.fuse_norms for block in fused.layers)
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 5))
+    for model in (plain, fused):
+        model.setup_caches(2, 16)
+    positions = torch.arange(5)
+    assert torch.equal(fused(tokens, positions), plain(tokens, positions))
+    untile_model(fused)
+    assert not any(block.fuse_norms for block in fused.layers)
+
+
+def test_normed_refuses_mismatched_shapes():
+    model = _model(None, 128)
+    tile_model(model, require_cuda=False)
+    qkv = model.layers[0].attention.qkv
+    x = torch.randn(2, 1, qkv.in_features).bfloat16()
+    with pytest.raises(KernelInputError, match="this Sp24Linear takes both"):
+        qkv.normed(x, x[:1], model.layers[0].attention_norm.weight, 1e-5)
+
+
+def test_fuse_norm_setting_decides_whether_blocks_fuse(monkeypatch):
+    import sparsedecoding.kernels.sp24_linear as sl
+    from sparsedecoding.kernels.op import KernelChoiceError
+
+    monkeypatch.setattr(sl, "sp24_problem", lambda: None)
+    original = sl.tileable
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
+    for setting, fused in (("", 0), ("0", 0), ("1", 2)):
+        monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", setting)
+        model = _model(None, 128)
+        assert sum(block.fuse_norms for block in model.layers) == fused
+    monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", "on")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_FUSE_NORM='on'"):
+        tile_for_kernel(_model(None, 128))
+
+
+@pytest.mark.parametrize("variable", ["SPARSEDECODING_FUSE_GLU", "SPARSEDECODING_FUSE_NORM",
+                                      "SPARSEDECODING_SPARSE_MMA"])
 def test_cli_refuses_a_bad_switch_before_any_work(variable, monkeypatch, capsys):
     from sparsedecoding.cli import main
 
@@ -216,6 +265,33 @@ def test_engine_tiles_2of4_on_gpu_and_decodes_the_packed_models_tokens(quantize,
     tiled = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
     assert sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
     assert sum(isinstance(m, Sp24Linear) and m.glu for m in tiled.modules()) == (4 if glu == "1" else 0)
+    prompt = torch.randint(0, args.vocab_size, (3, 8))
+    eager = Engine(packed, 3, 40, compile=False).generate(prompt, 32).tokens
+    compiled = Engine(tiled, 3, 40, compile=True).generate(prompt, 32).tokens
+    for row in range(3):
+        logits = replay_logits(packed, prompt[row], eager[row])[7:]
+        assert compare_tokens(eager[row], compiled[row], logits, logits).passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quantize,group_size", KINDS)
+def test_engine_with_fused_norms_decodes_the_packed_models_tokens(quantize, group_size, monkeypatch):
+    """As above with SPARSEDECODING_FUSE_NORM=1 (and the GLU epilogue): every block's qkv and gate_up kernels take
+    its residual additions and RMSNorms, and the compiled decode still gives the packed model's eager tokens."""
+    from dataclasses import replace
+
+    from sparsedecoding.engine import PRESETS, Engine
+    from sparsedecoding.evaluation.engine_check import compare_tokens, replay_logits
+
+    args = replace(PRESETS["qwen2.5-coder-1.5b"], n_layers=4)
+    pattern = SparsityPattern.parse("2:4")
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "triton")
+    packed = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
+    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", "1")
+    monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", "1")
+    tiled = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
+    assert all(block.fuse_norms for block in tiled.layers)
     prompt = torch.randint(0, args.vocab_size, (3, 8))
     eager = Engine(packed, 3, 40, compile=False).generate(prompt, 32).tokens
     compiled = Engine(tiled, 3, 40, compile=True).generate(prompt, 32).tokens

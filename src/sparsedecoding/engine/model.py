@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import EngineError
+from ..kernels.reference import rms_norm
 from .config import ModelArgs
 from .parallel import ProcessGroup, all_reduce, gather_vocab, local_args, rank_and_world
 
@@ -29,8 +30,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        x32 = x.float()
-        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_frequencies(args: ModelArgs) -> Tensor:
@@ -78,9 +78,13 @@ class Attention(nn.Module):
         self.register_buffer("v_cache", None, persistent=False)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
-        batch, length, _ = x.shape
+        return self.attend(self.qkv(x), cos, sin, mask, input_pos)
+
+    def attend(self, qkv: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
+        """The rest of `forward` from the qkv projection's output [B, T, qkv_size] on."""
+        batch, length, _ = qkv.shape
         heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
-        q, k, v = self.qkv(x).split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         q = q.view(batch, length, heads, head_dim)
         k = k.view(batch, length, kv_heads, head_dim)
         if self.q_norm is not None:
@@ -108,7 +112,10 @@ class MLP(nn.Module):
         self.down = nn.Linear(args.intermediate_size, args.dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = self.gate_up(x)
+        return self.finish(self.gate_up(x))
+
+    def finish(self, hidden: Tensor) -> Tensor:
+        """The rest of `forward` from the gate_up projection's output on."""
         if not getattr(self.gate_up, "glu", False):  # a GLU-tiled 2:4 gate_up gives silu(gate)·up itself
             gate, up = hidden.chunk(2, dim=-1)
             hidden = F.silu(gate) * up
@@ -117,7 +124,9 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """One decoder layer. It takes the previous layer's MLP output separately and adds it to the residual stream
-    itself, so that a compiled block fuses that addition with its first RMSNorm instead of a kernel of its own."""
+    itself, so that a compiled block fuses that addition with its first RMSNorm instead of a kernel of its own.
+    With `fuse_norms` (set by `kernels.sp24_linear.tile_for_kernel` when qkv and gate_up are `Sp24Linear`), those
+    two linears take each residual addition and RMSNorm into their kernel (`Sp24Linear.normed`)."""
 
     def __init__(self, args: ModelArgs, tp: ProcessGroup | None = None) -> None:
         super().__init__()
@@ -125,9 +134,17 @@ class Block(nn.Module):
         self.attention = Attention(args, tp)
         self.mlp_norm = RMSNorm(args.dim, args.norm_eps)
         self.mlp = MLP(args, tp)
+        self.fuse_norms = False
 
     def forward(self, x: Tensor, mlp_out: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
                 input_pos: Tensor) -> tuple[Tensor, Tensor]:
+        if self.fuse_norms:
+            norm = self.attention_norm
+            qkv, x = self.attention.qkv.normed(x, mlp_out, norm.weight, norm.eps)
+            attended = self.attention.attend(qkv, cos, sin, mask, input_pos)
+            norm = self.mlp_norm
+            hidden, h = self.mlp.gate_up.normed(x, attended, norm.weight, norm.eps)
+            return h, self.mlp.finish(hidden)
         x = x + mlp_out
         h = x + self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
         return h, self.mlp(self.mlp_norm(h))

@@ -118,8 +118,9 @@ class Float64Reference:
             exact.append(x64 @ weight.T)
             magnitude.append(x64.abs() @ weight.abs().T)
         self.exact = torch.cat(exact, dim=1)
+        self.magnitude = torch.cat(magnitude, dim=1)  # Σ|w·x| per output
         info = torch.finfo(x.dtype)
-        self.bound = info.eps * self.exact.abs() + 2 * x.shape[1] * 2.0**-24 * torch.cat(magnitude, dim=1) + info.tiny
+        self.bound = info.eps * self.exact.abs() + 2 * x.shape[1] * 2.0**-24 * self.magnitude + info.tiny
 
     def error(self, y: torch.Tensor) -> float:
         """Largest |y - x·Wᵀ| / bound (≤ 1 passes; NaN fails)."""

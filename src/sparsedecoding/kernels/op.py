@@ -45,6 +45,7 @@ KERNEL_CHOICES = ("auto", "triton", "cuda")
 # the mask (not yet measured, so off by default); 0 or unset: the expansion
 SPARSE_MMA_SETTING = "SPARSEDECODING_SPARSE_MMA"
 FUSE_GLU_SETTING = "SPARSEDECODING_FUSE_GLU"
+FUSE_NORM_SETTING = "SPARSEDECODING_FUSE_NORM"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -82,6 +83,16 @@ def fuse_glu_setting() -> bool:
     value = os.environ.get(FUSE_GLU_SETTING, "").strip() or "1"
     if value not in ("0", "1"):
         raise KernelChoiceError(f"{FUSE_GLU_SETTING}={value!r}; use 1 (silu(gate)·up in the 2:4 kernel) or 0")
+    return value == "1"
+
+
+def fuse_norm_setting() -> bool:
+    """SPARSEDECODING_FUSE_NORM: "1" makes the engine's blocks hand each residual addition and RMSNorm to the 2:4
+    qkv and gate_up kernels (`engine.model.Block.fuse_norms`); "0" or unset keeps them in the compiled block;
+    anything else is a KernelChoiceError."""
+    value = os.environ.get(FUSE_NORM_SETTING, "").strip() or "0"
+    if value not in ("0", "1"):
+        raise KernelChoiceError(f"{FUSE_NORM_SETTING}={value!r}; use 1 (RMSNorm in the 2:4 kernels) or 0")
     return value == "1"
 
 

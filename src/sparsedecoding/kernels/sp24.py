@@ -303,7 +303,8 @@ def _load() -> ctypes.CDLL:
         if _library is None:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
-            library.sp24_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p]
+            library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
+                                            + [ctypes.c_float, ctypes.c_void_p])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -370,14 +371,28 @@ def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
             raise KernelInputError(f"{name} must be contiguous and start on a 16-byte boundary")
 
 
+def check_norm_inputs(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, weight: torch.Tensor) -> None:
+    """KernelInputError unless `res` (or None) matches x and `weight` is the norm's [in] of x's dtype, each on x's
+    device, contiguous and on a 16-byte boundary."""
+    checks = [("norm weight", weight, (w.shape[1],))] + ([("res", res, tuple(x.shape))] if res is not None else [])
+    for name, t, shape in checks:
+        if tuple(t.shape) != shape or t.dtype != x.dtype or t.device != x.device:
+            raise KernelInputError(f"{name} is {t.dtype} {tuple(t.shape)} on {t.device}; expected {x.dtype} "
+                                   f"{shape} on {x.device}")
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            raise KernelInputError(f"{name} must be contiguous and start on a 16-byte boundary")
+
+
 class Sp24Launch:
     """The kernel for one problem (the first x's batch, dtype and device, the weight's shape and code), built or
     loaded at construction, which must run outside CUDA graph capture the first time a device uses split-K (it
     allocates the counters). `splits`: step ranges across CTAs (default `default_splits`); `slices`: warps per
     row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
-    launches on torch's current stream."""
+    launches on torch's current stream. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`,
+    `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu)."""
 
-    def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1):
+    def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
+                 norm: bool = False):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
         if w.glu and slices > max(SLICES) // 2:
@@ -401,6 +416,9 @@ class Sp24Launch:
                                    f"{min_splits(w, self.batch)} for its x to fit shared memory")
         per_split = -(-w.steps // self.splits)
         self.used_splits = -(-w.steps // per_split)
+        self.norm = norm
+        row_tiles = -(-self.out // 16)
+        self.row_blocks = -(-row_tiles // (ROWS_PER_BLOCK // 16 // slices))
         self.dtype = x.dtype
         self.counters = None
         if self.used_splits > 1:
@@ -411,14 +429,23 @@ class Sp24Launch:
                 self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
                                                                            device=self.device)
 
-    def __call__(self, x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None = None,
+                 norm_weight: torch.Tensor | None = None, eps: float = 0.0):
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
+        if self.norm != (norm_weight is not None):
+            raise KernelInputError("this launch was built " + ("with" if self.norm else "without") + " the RMSNorm "
+                                   "in front; pass norm_weight exactly when it was")
         columns = w.out_features
         y = torch.empty((columns,) if self.vector else (self.batch, columns), dtype=self.dtype, device=self.device)
-        partials = None
+        partials = ss_slots = total = None
         if self.used_splits > 1:
             partials = torch.empty(self.used_splits * self.batch * self.out, dtype=torch.float32, device=self.device)
+            if self.norm:
+                ss_slots = torch.empty(self.row_blocks * self.used_splits * self.batch, dtype=torch.float32,
+                                       device=self.device)
+        if self.norm:
+            total = torch.empty_like(x)
 
         def ptr(t):
             return t.data_ptr() if t is not None else None
@@ -427,10 +454,11 @@ class Sp24Launch:
                 x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
-                int(w.glu), cuda_mma._current_raw_stream(self.device_index))
+                int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps),
+                cuda_mma._current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")
-        return y
+        return (y, total) if self.norm else y
 
 
 def sp24_mm(x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int | None = None) -> torch.Tensor:
@@ -476,19 +504,51 @@ _launches: dict[tuple, Sp24Launch] = {}
 _timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, slices) -> ms per launch
 
 
-def problem_key(x: torch.Tensor, w: Sp24Weight) -> tuple:
-    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu)
+def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
+    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm)
 
 
-def _reference(x: torch.Tensor, w: Sp24Weight):
+# (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
+NormInputs = tuple[torch.Tensor | None, torch.Tensor, float]
+
+
+def _reference(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None):
     """The float64 product's reference (`autotune.Float64Reference`) for x [b, in] and w, densified in chunks on
-    x's device; for a GLU weight, `GluReference` over it."""
+    x's device; `NormReference` with the RMSNorm in front; for a GLU weight, `GluReference` over either."""
     from .autotune import Float64Reference
 
     packed = untile(w)
     x2 = x.view(1, -1) if x.dim() == 1 else x
-    reference = Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1))
+    if norm is None:
+        reference = Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1))
+    else:
+        res, weight, eps = norm
+        reference = NormReference(x2, None if res is None else res.view_as(x2), weight, eps, w.shape[0],
+                                  lambda r0, r1: _dense_rows(packed, r0, r1))
     return GluReference(reference, x.dtype) if w.glu else reference
+
+
+class NormReference:
+    """W·rmsnorm(x + res) in float64 as the kernel computes it: the residual sum s = x + res and the staged
+    u = w ⊙ s each rounded to x's dtype (exactly what the kernel writes and stages), times r = 1/sqrt(mean(s²) + eps)
+    taken in float64. Bound: r times the product's bound over u, plus 2⁻¹⁰·r·Σ|W·u| for the kernel's 1/rms (fp32
+    Σs² of up to 2¹⁴ exact squares and rsqrt: well under 2⁻¹⁰ relative)."""
+
+    def __init__(self, x: torch.Tensor, res: torch.Tensor | None, weight: torch.Tensor, eps: float, rows: int,
+                 weight_rows):
+        from .autotune import Float64Reference
+
+        self.sum = x if res is None else (x.float() + res.float()).to(x.dtype)
+        staged = (weight.float() * self.sum.float()).to(x.dtype)
+        s64 = self.sum.double()
+        r = 1 / torch.sqrt((s64 * s64).mean(-1, keepdim=True) + eps)
+        product = Float64Reference.of_rows(staged, rows, weight_rows)
+        self.exact = product.exact * r
+        self.bound = product.bound * r + 2.0**-10 * r * product.magnitude
+
+    def error(self, y: torch.Tensor) -> float:
+        """Largest |y - W·rmsnorm(s)| / bound (≤ 1 passes; NaN fails)."""
+        return float(((y.double() - self.exact).abs() / self.bound).max())
 
 
 class GluReference:
@@ -497,6 +557,7 @@ class GluReference:
     activation's own rounding (2⁻¹⁸ relative: __expf, a division and a product in fp32)."""
 
     def __init__(self, reference, dtype: torch.dtype):
+        self.reference = reference
         half = reference.exact.shape[1] // 2
         gate, up = reference.exact[:, :half], reference.exact[:, half:]
         gate_bound, up_bound = reference.bound[:, :half], reference.bound[:, half:]
@@ -525,12 +586,13 @@ def _copies(w: Sp24Weight) -> list[Sp24Weight]:
     return [w] + [w.clone() for _ in range(max(0, count))]
 
 
-def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
+def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None) -> Sp24Launch:
     """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), chosen on first use:
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
-    L2. Raises KernelInputError inside a CUDA-graph capture for a problem not seen before."""
-    key = problem_key(x, w)
+    L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
+    Raises KernelInputError inside a CUDA-graph capture for a problem not seen before."""
+    key = problem_key(x, w, norm is not None)
     launch = _launches.get(key)
     if launch is not None:
         return launch
@@ -541,13 +603,22 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
     check_inputs(x, w)
     low = min_splits(w, batch)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    reference = _reference(x, w)
+    reference = _reference(x, w, norm)
+    if norm is not None:
+        check_norm_inputs(x, w, norm[0], norm[1])
     launches = {}
     for slices, splits in _candidates(w, batch, sms, low):
-        launch = Sp24Launch(x, w, splits, slices)
+        launch = Sp24Launch(x, w, splits, slices, norm is not None)
         if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
             continue  # the same grid as a candidate already kept
-        error = reference.error(launch(x, w).view(-1, w.out_features))
+        y = launch(x, w, *(norm or ()))
+        if norm is not None:
+            y, total = y
+            expected = (reference.reference if w.glu else reference).sum
+            if not torch.equal(total.view_as(expected), expected):
+                raise RuntimeError(f"sp24: the residual sum x + res differs from torch's for {key} with {splits} "
+                                   f"splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report this")
+        error = reference.error(y.view(-1, w.out_features))
         if not error <= 1:  # NaN fails too
             raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
                                f"{splits} splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report "
@@ -557,7 +628,7 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight) -> Sp24Launch:
     weights = _copies(w)
     from .autotune import replay_ms  # imports triton
 
-    timings = {choice: replay_ms(lambda weight, launch=launch: launch(x, weight), weights)
+    timings = {choice: replay_ms(lambda weight, launch=launch: launch(x, weight, *(norm or ())), weights)
                for choice, launch in launches.items()}
     del weights
     best = min(timings, key=timings.get)
@@ -583,6 +654,21 @@ def tuning_results() -> dict[tuple, tuple[tuple[int, int], dict[tuple[int, int],
     return {key: ((launch.splits, launch.slices), dict(_timings[key])) for key, launch in _launches.items()}
 
 
+def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W·rmsnorm(s), s) for the residual sum s = x + res (`res` None: s = x) through the problem's tuned launch;
+    x, res and the norm weight off 16-byte alignment are copied first."""
+    x, res, norm_weight = (t if t is None or (t.is_contiguous() and t.data_ptr() % 16 == 0) else t.contiguous().clone()
+                           for t in (x, res, norm_weight))
+    norm = (res, norm_weight, eps)
+    launch = _launches.get(problem_key(x, w, True))
+    if launch is None:
+        check_inputs(x, w)
+        check_norm_inputs(x, w, res, norm_weight)
+        launch = tuned_launch(x, w, norm)
+    return launch(x, w, *norm)
+
+
 def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
     """y = x·Wᵀ through the problem's tuned launch (eagerly a dict lookup, then the launch); an x off 16-byte
     alignment is copied first. Equal keys pass `check_inputs` alike except for memory layout, checked per call."""
@@ -601,6 +687,25 @@ def _sp24_op(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch
     dtype = x.dtype
     return sp24_linear(x, Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, dtype, steps,
                                      gk_shift, groups, glu))
+
+
+@torch.library.custom_op("sparsedecoding::sp24_norm_mm", mutates_args=())
+def _sp24_norm_op(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor, eps: float, a: torch.Tensor,
+                  meta: torch.Tensor, scales: torch.Tensor | None, row_scales: torch.Tensor | None, out_features: int,
+                  in_features: int, code: int, steps: int, gk_shift: int, groups: int,
+                  glu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sp24_norm_linear` for torch.compile: (W·rmsnorm(x + res), x + res)."""
+    w = Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, x.dtype, steps, gk_shift, groups,
+                   glu)
+    return sp24_norm_linear(x, w, res, norm_weight, eps)
+
+
+@_sp24_norm_op.register_fake
+def _sp24_norm_fake(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor, eps: float, a: torch.Tensor,
+                    meta: torch.Tensor, scales: torch.Tensor | None, row_scales: torch.Tensor | None,
+                    out_features: int, in_features: int, code: int, steps: int, gk_shift: int, groups: int,
+                    glu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return (x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features)), torch.empty_like(x))
 
 
 @_sp24_op.register_fake

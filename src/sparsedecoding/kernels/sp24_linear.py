@@ -20,7 +20,8 @@ from .linear import PackedLinear
 from .op import MAX_BATCH
 from .quantized import PackedNMQ
 from .quantized_linear import QuantizedPackedLinear
-from .sp24 import STEP_TILES, Sp24Weight, sp24_linear, tile, to_dense, untile
+from .reference import rms_norm
+from .sp24 import STEP_TILES, Sp24Weight, sp24_linear, sp24_norm_linear, tile, to_dense, untile
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,30 @@ class Sp24Linear(torch.nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
+
+    def normed(self, x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor,
+               eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(self(rms_norm(s)), s) for the residual sum s = x + res: in the kernel for up to 16 rows on CUDA (which
+        scales its sums by 1/rms instead of the normed x, so the two differ by rounding: see sp24.cu), elsewhere
+        exactly as the separate add, RMSNorm and linear compute it."""
+        shape = x.shape
+        if len(shape) == 0 or shape[-1] != self.in_features or res.shape != shape:
+            raise KernelInputError(f"x has shape {tuple(shape)} and res {tuple(res.shape)}; this Sp24Linear takes "
+                                   f"both [..., {self.in_features}]")
+        x2, res2 = x.reshape(-1, self.in_features), res.reshape(-1, self.in_features)
+        if x2.shape[0] > MAX_BATCH or not x.is_cuda:
+            total = x + res
+            return self(rms_norm(total, norm_weight, eps)), total
+        if torch.compiler.is_compiling():
+            y, total = torch.ops.sparsedecoding.sp24_norm_mm(
+                x2.contiguous(), res2.contiguous(), norm_weight, eps, self.a, self.meta, self.scales,
+                self.row_scales, self.rows, self.in_features, self.code, self.steps, self.gk_shift, self.groups,
+                self.glu)
+        else:
+            y, total = sp24_norm_linear(x2.contiguous(), self.weight, res2.contiguous(), norm_weight, eps)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*shape[:-1], self.out_features), total.view(shape)
 
     def _packed_keys(self) -> tuple[str, ...]:
         return ("values", "bitmask") if self.code == 0 else ("codes", "scales", "bitmask")
@@ -220,13 +245,15 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     """What the engine does with a freshly built model: under SPARSEDECODING_KERNEL=auto (the default) every 2:4
     packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules
     stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
-    kernels. SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply silu(gate)·up in the kernel.
-    Returns how many linears were tiled."""
-    from .op import check_kernel_setting, fuse_glu_setting, kernel_setting
+    kernels. SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply silu(gate)·up in the
+    kernel; SPARSEDECODING_FUSE_NORM=1 lets each block's qkv and gate_up kernels take its residual additions and
+    RMSNorms (`fuse_norms`). Returns how many linears were tiled."""
+    from .op import check_kernel_setting, fuse_glu_setting, fuse_norm_setting, kernel_setting
 
     setting = kernel_setting()
     check_kernel_setting(setting)
     glu = fuse_glu_setting()
+    norms = fuse_norm_setting()
     if setting != "auto" or not any(tileable(module) is None for module in model.modules()):
         return 0
     global _warned
@@ -237,11 +264,29 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
             log.warning("2:4 linears stay on the packed kernels: the sparse tensor-core kernel cannot run here "
                         "(%s). Set SPARSEDECODING_KERNEL=triton to choose them explicitly and silence this.", problem)
         return 0
-    return tile_model(model, glu=glu)
+    tiled = tile_model(model, glu=glu)
+    if norms:
+        fuse_norms(model)
+    return tiled
+
+
+def fuse_norms(model: torch.nn.Module) -> int:
+    """Set `fuse_norms` on every engine block (`engine.model.Block`) whose qkv and gate_up are `Sp24Linear`, so that
+    their kernels take the block's residual additions and RMSNorms. Returns how many blocks."""
+    count = 0
+    for module in model.modules():
+        if hasattr(module, "fuse_norms") and isinstance(module.attention.qkv, Sp24Linear) \
+                and isinstance(module.mlp.gate_up, Sp24Linear):
+            module.fuse_norms = True
+            count += 1
+    return count
 
 
 def untile_model(model: torch.nn.Module) -> int:
-    """Inverse of `tile_model`: every `Sp24Linear` back to its packed module. Returns how many."""
+    """Inverse of `tile_model` (and `fuse_norms`): every `Sp24Linear` back to its packed module. Returns how many."""
+    for module in model.modules():
+        if hasattr(module, "fuse_norms"):
+            module.fuse_norms = False
     names = [name for name, module in model.named_modules() if isinstance(module, Sp24Linear)]
     for name in names:
         model.set_submodule(name, model.get_submodule(name).to_packed_module())

@@ -37,6 +37,12 @@
 // GLU (glu = 1, for a fused gate|up linear): the row tiles come in pairs, gate tile k then up tile k (sp24.py
 // `tile(..., glu=True)` reorders the rows), and y holds silu(gate)·up, out / 2 columns, from the fp32 sums. A CTA
 // holds whole pairs (8 / slices row tiles, slices ≤ 4).
+//
+// RMSNorm in front (NORM, for the engine's qkv and gate_up): y = W·rmsnorm(s) with s = x + res, the residual sum,
+// which the CTAs of row block 0 also write out (`sum_out`, rounded to T). Since the norm's 1/rms is one factor per
+// row of x, the kernel stages u = w ⊙ s (T, rounded once) while it sums s² over its columns, and multiplies the fp32
+// sums by 1/rms = rsqrt(Σs² / in + eps) at the end: without split-K from its own Σs², with split-K the last CTA adds
+// the Σs² each split's CTA left in `ss_slots`. The separate add+norm kernel, its launch and a pass over x go.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -116,11 +122,47 @@ __device__ __forceinline__ uint32_t int4_pair(uint32_t q, int r) {
 }
 
 template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+
+template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Stages one 16-byte unit (8 columns) of a row of x at unit u of the CTA's range, permuted (see the top).
+__device__ __forceinline__ void stage_unit(char* row, int u, const uint4& v) {
+  char* d = row + 64 * (u >> 2) + 4 * (u & 3);
+  *reinterpret_cast<uint32_t*>(d) = v.x;
+  *reinterpret_cast<uint32_t*>(d + 16) = v.y;
+  *reinterpret_cast<uint32_t*>(d + 32) = v.z;
+  *reinterpret_cast<uint32_t*>(d + 48) = v.w;
+}
+
+// NORM, 8 columns of a row: s = x + res and u = w·s, each rounded to T, and sq += Σs² (the squares of T values are
+// exact in fp32).
+template <typename T>
+__device__ __forceinline__ void norm_unit(const uint4& xv, const uint4& rv, const uint4& wv, uint4& sv, uint4& uv,
+                                          float& sq) {
+  const T* xe = reinterpret_cast<const T*>(&xv);
+  const T* re = reinterpret_cast<const T*>(&rv);
+  const T* we = reinterpret_cast<const T*>(&wv);
+  T* se = reinterpret_cast<T*>(&sv);
+  T* ue = reinterpret_cast<T*>(&uv);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const T si = from_float<T>(to_float(xe[i]) + to_float(re[i]));
+    const float sf = to_float(si);
+    sq = fmaf(sf, sf, sq);
+    se[i] = si;
+    ue[i] = from_float<T>(to_float(we[i]) * sf);
+  }
+}
 
 template <int CODE, int SPS>
 struct StepRegs {
@@ -217,7 +259,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 // x [batch][in] (in = 32·k_tiles, contiguous); y [batch][out]; row_scales (CODE 8): bf16 [out]. Two CTAs per SM:
 // left alone, the int8 and int4 kernels for 9-16 rows of x took 154 and 130 registers, one CTA per SM (int8 at
 // batch 16 went from 1.16x to 1.29x cuBLAS with this bound alone: results/sp24_h200.md at commit 903c604).
-template <typename T, int NT, int CODE, int SPS>
+template <typename T, int NT, int CODE, int SPS, bool NORM>
 __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                                                         const char* __restrict__ meta,
                                                         const char* __restrict__ scales,
@@ -225,7 +267,10 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
                                                         T* __restrict__ y, float* __restrict__ partials,
                                                         int* __restrict__ counters, int batch, int out, int in,
                                                         int row_tiles, int steps, int per_split, int gk_shift,
-                                                        int groups, int slices, int glu) {
+                                                        int groups, int slices, int glu,
+                                                        const T* __restrict__ res, const T* __restrict__ norm_w,
+                                                        T* __restrict__ sum_out, float* __restrict__ ss_slots,
+                                                        float eps) {
   using S = Steps<CODE>;
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
@@ -254,17 +299,58 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   const int col0 = step0 * S::ks * 32, cols = (step1 - step0) * S::ks * 32;
   const int xstride = 2 * cols + 64;
   const int units = cols / 8;
-  for (int idx = tid; idx < batch * units; idx += kThreads) {
-    const int n = idx / units, u = idx % units, col = col0 + 8 * u;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (col < in) v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
-    char* d = xs + n * xstride + 64 * (u >> 2) + 4 * (u & 3);
-    *reinterpret_cast<uint32_t*>(d) = v.x;
-    *reinterpret_cast<uint32_t*>(d + 16) = v.y;
-    *reinterpret_cast<uint32_t*>(d + 32) = v.z;
-    *reinterpret_cast<uint32_t*>(d + 48) = v.w;
+  __shared__ float ss_part[NORM ? kWarps : 1][NORM ? 16 : 1];  // NORM: each warp's Σs² per row of x
+  if constexpr (NORM) {
+    // every row of x at once per unit (their loads in flight together), Σs² per row in registers
+    float sq[8 * NT];
+#pragma unroll
+    for (int n = 0; n < 8 * NT; ++n) sq[n] = 0.f;
+    const bool writes_sum = sum_out != nullptr && blockIdx.x == 0;  // row block 0 writes s, each split its range
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int u = tid; u < units; u += kThreads) {
+      const int col = col0 + 8 * u;
+      const bool inside = col < in;
+      const uint4 wv = inside ? *reinterpret_cast<const uint4*>(norm_w + col) : zero;
+#pragma unroll
+      for (int n = 0; n < 8 * NT; ++n) {
+        if (n < batch) {
+          uint4 sv, uv = zero;
+          if (inside) {
+            const size_t at = static_cast<size_t>(n) * in + col;
+            const uint4 xv = *reinterpret_cast<const uint4*>(x + at);
+            const uint4 rv = res != nullptr ? *reinterpret_cast<const uint4*>(res + at) : zero;
+            norm_unit<T>(xv, rv, wv, sv, uv, sq[n]);
+            if (writes_sum) *reinterpret_cast<uint4*>(sum_out + at) = sv;
+          }
+          stage_unit(xs + n * xstride, u, uv);
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 8 * NT; ++n) {
+      if (n < batch) {  // the same for the whole CTA: the shuffles see every lane
+        float v = sq[n];
+#pragma unroll
+        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) ss_part[warp][n] = v;
+      }
+    }
+  } else {
+    for (int idx = tid; idx < batch * units; idx += kThreads) {
+      const int n = idx / units, u = idx % units, col = col0 + 8 * u;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (col < in) v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
+      stage_unit(xs + n * xstride, u, v);
+    }
   }
   __syncthreads();
+  // NORM: this CTA's Σs² of row b of x (its columns), warps added in order
+  auto cta_ss = [&](int b) {
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += ss_part[NORM ? w : 0][NORM ? b : 0];
+    return total;
+  };
 
   float acc[NT][4];
 #pragma unroll
@@ -315,10 +401,11 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
       for (int e = 0; e < 4; ++e) {
         const int b = 8 * j + 2 * t + (e & 1), row = 16 * tile_row + g + 8 * (e >> 1);
         if (b < batch && row < out) {
-          float v = acc[j][e];
+          const float norm = NORM ? rsqrtf(cta_ss(b) / in + eps) : 1.f;
+          float v = acc[j][e] * norm;
           if constexpr (CODE == 8) v *= __bfloat162float(row_scales[row]);
           if (glu) {  // gate row `row`, up row `row + 16`: output row 16·(tile_row / 2) + g + 8·(e >> 1)
-            float up = sums[warp + 1][4 * j + e][lane];
+            float up = sums[warp + 1][4 * j + e][lane] * norm;
             if constexpr (CODE == 8) up *= __bfloat162float(row_scales[row + 16]);
             y[static_cast<size_t>(b) * (out / 2) + row - 8 * tile_row] = from_float<T>(silu_mul(v, up));
           } else {
@@ -337,6 +424,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
         if (b < batch && row < out) partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e];
       }
   }
+  if (NORM && tid < batch) ss_slots[(blockIdx.x * splits + split) * batch + tid] = cta_ss(tid);
   __threadfence();
   __syncthreads();
   __shared__ int last;
@@ -348,6 +436,12 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   if (!last) return;
   __threadfence();
   const int cta_rows = 16 * cta_tiles, row0 = blockIdx.x * cta_rows;
+  auto norm_of = [&](int b) {  // NORM: 1/rms of row b of x from every split's Σs²
+    if constexpr (!NORM) return 1.f;
+    float total = 0.f;
+    for (int s = 0; s < splits; ++s) total += __ldcg(ss_slots + (blockIdx.x * splits + s) * batch + b);
+    return rsqrtf(total / in + eps);
+  };
   if (glu) {  // output q of the CTA: gate row row0 + 32·(q / 16) + q % 16, its up row 16 further
     const int half = cta_rows / 2;
     for (int e = tid; e < half * batch; e += kThreads) {
@@ -358,6 +452,11 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
         const float* part = partials + (static_cast<size_t>(s) * batch + b) * out + row;
         gate += __ldcg(part);
         up += __ldcg(part + 16);
+      }
+      if constexpr (NORM) {
+        const float norm = norm_of(b);
+        gate *= norm;
+        up *= norm;
       }
       if constexpr (CODE == 8) {
         gate *= __bfloat162float(row_scales[row]);
@@ -372,6 +471,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
     if (row >= out) continue;
     float sum = 0.f;
     for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
+    if constexpr (NORM) sum *= norm_of(b);
     if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
     y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
   }
@@ -384,25 +484,31 @@ struct Problem {
   int* counters;
   int batch, out, in, row_tiles, steps, splits, gk_shift, groups, slices, glu;
   cudaStream_t stream;
+  const void *res = nullptr, *norm_w = nullptr;  // NORM (norm_w set): see sp24_kernel
+  void* sum_out = nullptr;
+  float* ss_slots = nullptr;
+  float eps = 0.f;
 };
 
-template <typename T, int NT, int CODE, int SPS>
+template <typename T, int NT, int CODE, int SPS, bool NORM>
 cudaError_t launch(const Problem& p) {
-  auto kernel = sp24_kernel<T, NT, CODE, SPS>;
+  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
   if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
   const int used = (p.steps + per_split - 1) / per_split;  // no split without work
   const int smem = p.batch * (2 * per_split * Steps<CODE>::ks * 32 + 64);
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
-  if (used > 1 && (p.partials == nullptr || p.counters == nullptr)) return cudaErrorInvalidValue;
+  if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
+    return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
   dim3 grid((p.row_tiles + cta_tiles - 1) / cta_tiles, used);
   kernel<<<grid, kThreads, smem, p.stream>>>(
       static_cast<const T*>(p.x), static_cast<const char*>(p.a), static_cast<const char*>(p.meta),
       static_cast<const char*>(p.scales), static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y),
       p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
-      p.slices, p.glu);
+      p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w), static_cast<T*>(p.sum_out),
+      p.ss_slots, p.eps);
   return cudaGetLastError();
 }
 
@@ -488,7 +594,9 @@ cudaError_t launch_dense(const Problem& p, void* dense) {
 
 template <typename T, int CODE, int SPS>
 cudaError_t by_batch(const Problem& p) {
-  return p.batch <= 8 ? launch<T, 1, CODE, SPS>(p) : launch<T, 2, CODE, SPS>(p);
+  if (p.norm_w != nullptr)
+    return p.batch <= 8 ? launch<T, 1, CODE, SPS, true>(p) : launch<T, 2, CODE, SPS, true>(p);
+  return p.batch <= 8 ? launch<T, 1, CODE, SPS, false>(p) : launch<T, 2, CODE, SPS, false>(p);
 }
 
 }  // namespace
@@ -499,16 +607,24 @@ extern "C" {
 // bf16 x, `scales` tiled, a group 2^gk_shift k-tiles, `groups` groups a row tile). `steps`: steps of the tiled
 // layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). `splits` step ranges across CTAs, `slices`
 // (1, 2, 4 or 8) warps per row tile inside one. `glu`: a gate|up weight tiled in pairs, y = silu(gate)·up with
-// out / 2 columns (out a multiple of 32, slices at most 4). Returns 0 or a cudaError_t.
+// out / 2 columns (out a multiple of 32, slices at most 4). `norm_w` (T [in], or null): y = W·rmsnorm(x + res)
+// (`res` [batch][in] or null), the sum x + res into `sum_out` (or not, if null), `ss_slots` (with split-K) one float
+// per row block, split and row of x. Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
-                int gk_shift, int groups, int splits, int slices, int glu, void* stream) {
+                int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
+                void* sum_out, float* ss_slots, float eps, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)))
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
-  const Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
-                  gk_shift, groups, slices, glu ? 1 : 0, static_cast<cudaStream_t>(stream)};
+  Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
+            gk_shift, groups, slices, glu ? 1 : 0, static_cast<cudaStream_t>(stream)};
+  p.res = res;
+  p.norm_w = norm_w;
+  p.sum_out = sum_out;
+  p.ss_slots = ss_slots;
+  p.eps = eps;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;

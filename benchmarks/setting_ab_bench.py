@@ -1,0 +1,58 @@
+"""One engine setting, A/B, side by side in one process: the preset's dense model once, then its N:M model built
+under each value of the setting (read when the engine builds a model), every one measured like `sparsedecoding
+bench` (random weights, decode steps compiled and captured in a CUDA graph, median of the repeats).
+
+    python benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 0 1 \\
+        --preset llama-3.1-8b --batch 1 4 --out results/fuse_norm_h200_8b.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from sparsedecoding.engine.bench import SpeedResult, bench_preset, copy_bandwidth, format_table
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.runenv import environment_markdown
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--setting", required=True, help="an environment variable the engine reads")
+    parser.add_argument("--values", nargs="+", required=True)
+    parser.add_argument("--preset", default="llama-3.1-8b")
+    parser.add_argument("--pattern", type=SparsityPattern.parse, default=SparsityPattern.parse("2:4"))
+    parser.add_argument("--batch", nargs="+", type=int, default=[1])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if not args.setting.startswith("SPARSEDECODING_"):
+        parser.error(f"--setting {args.setting}: expected one of the engine's SPARSEDECODING_* settings")
+
+    device = torch.device("cuda")
+    copy = copy_bandwidth(device)
+    results = bench_preset(args.preset, [(None, args.batch)], device, repeats=args.repeats)
+    for value in args.values:
+        os.environ[args.setting] = value
+        runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, repeats=args.repeats)
+        results += [dataclasses.replace(r, weights=f"{r.weights}, {args.setting}={value}")
+                    if isinstance(r, SpeedResult) else r for r in runs]
+        print(format_table(results, copy), flush=True)
+    lines = [f"# {args.setting} A/B: {args.preset}, {args.pattern}, side by side", "",
+             environment_markdown("python " + " ".join(sys.argv), device), "",
+             "One process: dense once, then the N:M model built under each value; decode steps compiled and captured "
+             f"in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense tok/s at the same batch.", "",
+             format_table(results, copy), ""]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
