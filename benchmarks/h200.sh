@@ -263,6 +263,14 @@ case $report in
       --repeats 2 --out "$OUT/fuse_norm_h200_8b.md" 2>&1 | grep -E "^\| llama|wrote|Error" || true
     timeout 150 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k "fused_norms and None" -p no:cacheprovider \
       2>&1 | tail -4 | tee "$OUT/gpu_tests_sp24_linear_norm.log" || true ;;
+  fuse-norm-2)  # fuse_norm_h200_8b_b1.md and fuse_norm_h200_qwen.md: fuse-norm's A/B again, the 8B preset at batch 1
+    # and the Qwen2.5-Coder-1.5B preset (random weights, the real model's shapes) at batch 1, 2 and 4; about 4 minutes
+    for preset in llama-3.1-8b qwen2.5-coder-1.5b; do
+      name=$([ $preset = llama-3.1-8b ] && echo 8b_b1 || echo qwen); batches=$([ $preset = llama-3.1-8b ] && echo 1 || echo 1 2 4)
+      timeout 150 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 0 1 \
+        --preset $preset --batch $batches --repeats 2 --out "$OUT/fuse_norm_h200_$name.md" 2>&1 \
+        | grep -E "^\| (llama|qwen)|wrote|Error" || true
+    done ;;
   sp24-glu-qwen)  # bench_qwen2.5-coder-1.5b_2of4_glu{0,1}_h200.md: the real Qwen pruned 2:4 with
     # SPARSEDECODING_FUSE_GLU=0 and =1, each its own process (needs the pieces), about 4 minutes
     models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
