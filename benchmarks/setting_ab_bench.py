@@ -18,7 +18,7 @@ import torch
 
 from sparsedecoding.engine.bench import SpeedResult, bench_preset, copy_bandwidth, format_table
 from sparsedecoding.patterns import SparsityPattern
-from sparsedecoding.runenv import environment_markdown
+from sparsedecoding.runenv import environment_markdown, write_report
 
 
 def main() -> int:
@@ -48,9 +48,7 @@ def main() -> int:
              "One process: dense once, then the N:M model built under each value; decode steps compiled and captured "
              f"in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense tok/s at the same batch.", "",
              format_table(results, copy), ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    print(f"wrote {args.out}")
+    write_report(args.out, "\n".join(lines))
     return 0
 
 

@@ -21,7 +21,7 @@ from sparsedecoding.engine.config import preset
 from sparsedecoding.engine.generate import Engine
 from sparsedecoding.engine.loading import build_model, random_state
 from sparsedecoding.patterns import SparsityPattern
-from sparsedecoding.runenv import environment_markdown
+from sparsedecoding.runenv import environment_markdown, write_report
 
 KINDS = (  # first match wins: (kind, substrings of the kernel name)
     ("sp24 (2:4 linears)", ("sp24",)),
@@ -96,9 +96,7 @@ def main() -> int:
         print("\n".join(lines[-40:]), flush=True)
         del model
         release_memory()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    print(f"wrote {args.out}")
+    write_report(args.out, "\n".join(lines))
     return 0
 
 

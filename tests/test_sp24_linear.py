@@ -156,7 +156,7 @@ def test_fuse_norm_setting_decides_whether_blocks_fuse(monkeypatch):
     original = sl.tileable
     monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
-    for setting, fused in (("", 0), ("0", 0), ("1", 2)):
+    for setting, fused in (("", 2), ("0", 0), ("1", 2)):
         monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", setting)
         model = _model(None, 128)
         assert sum(block.fuse_norms for block in model.layers) == fused

@@ -84,6 +84,15 @@ def peak_memory_gb(device: torch.device) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # Linux reports KiB
 
 
+def write_report(path: Path, text: str) -> None:
+    """A results file (markdown), its folder created, written atomically (temp file + rename); says where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+    print(f"wrote {path}")
+
+
 def write_json(path: Path, payload: dict) -> None:
     """Atomic JSON write (temp file + rename)."""
     temporary = path.with_name(path.name + ".tmp")

@@ -87,10 +87,10 @@ def fuse_glu_setting() -> bool:
 
 
 def fuse_norm_setting() -> bool:
-    """SPARSEDECODING_FUSE_NORM: "1" makes the engine's blocks hand each residual addition and RMSNorm to the 2:4
-    qkv and gate_up kernels (`engine.model.Block.fuse_norms`); "0" or unset keeps them in the compiled block;
-    anything else is a KernelChoiceError."""
-    value = os.environ.get(FUSE_NORM_SETTING, "").strip() or "0"
+    """SPARSEDECODING_FUSE_NORM: "1" or unset makes the engine's blocks hand each residual addition and RMSNorm to the
+    2:4 qkv and gate_up kernels (`engine.model.Block.fuse_norms`; measured faster: results/fuse_norm_h200_*.md); "0"
+    keeps them in the compiled block; anything else is a KernelChoiceError."""
+    value = os.environ.get(FUSE_NORM_SETTING, "").strip() or "1"
     if value not in ("0", "1"):
         raise KernelChoiceError(f"{FUSE_NORM_SETTING}={value!r}; use 1 (RMSNorm in the 2:4 kernels) or 0")
     return value == "1"

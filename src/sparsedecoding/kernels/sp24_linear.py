@@ -246,8 +246,8 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules
     stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
     kernels. SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply silu(gate)·up in the
-    kernel; SPARSEDECODING_FUSE_NORM=1 lets each block's qkv and gate_up kernels take its residual additions and
-    RMSNorms (`fuse_norms`). Returns how many linears were tiled."""
+    kernel; SPARSEDECODING_FUSE_NORM (1, the default) lets each block's qkv and gate_up kernels take its residual
+    additions and RMSNorms (`fuse_norms`). Returns how many linears were tiled."""
     from .op import check_kernel_setting, fuse_glu_setting, fuse_norm_setting, kernel_setting
 
     setting = kernel_setting()
