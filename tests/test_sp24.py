@@ -192,6 +192,35 @@ def test_slices_other_than_a_divisor_of_the_warps_raise():
         Sp24Launch(torch.randn(1, 256).bfloat16(), w, 1, 3)
 
 
+def test_norm_inputs_are_checked_before_a_launch():
+    """The RMSNorm-in-front launch refuses a residual or norm weight of another shape or dtype, with one message
+    naming what it got and what it expected (checked before any kernel work, on any device)."""
+    from sparsedecoding.kernels.sp24 import check_norm_inputs
+
+    w = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    x = torch.randn(2, 256).bfloat16()
+    check_norm_inputs(x, w, torch.randn(2, 256).bfloat16(), torch.ones(256).bfloat16())
+    check_norm_inputs(x, w, None, torch.ones(256).bfloat16())
+    with pytest.raises(KernelInputError, match=r"res is torch.bfloat16 \(1, 256\) on cpu; expected torch.bfloat16 "
+                                               r"\(2, 256\)"):
+        check_norm_inputs(x, w, torch.randn(1, 256).bfloat16(), torch.ones(256).bfloat16())
+    with pytest.raises(KernelInputError, match="norm weight is torch.float32"):
+        check_norm_inputs(x, w, None, torch.ones(256))
+    with pytest.raises(KernelInputError, match="norm weight must be contiguous"):
+        check_norm_inputs(x, w, None, torch.ones(512).bfloat16()[::2])
+
+
+@pytest.mark.parametrize("glu", [False, True])
+def test_norm_op_fake_gives_the_shapes_compile_traces_with(glu):
+    from sparsedecoding.kernels.sp24 import _sp24_norm_fake
+
+    x = torch.empty(3, 256, dtype=torch.bfloat16)
+    y, total = _sp24_norm_fake(x, x, torch.empty(256, dtype=torch.bfloat16), 1e-5, x, x, None, None, 64, 256, 0, 1,
+                               0, 0, glu)
+    assert y.shape == (3, 32 if glu else 64) and y.dtype == x.dtype
+    assert total.shape == x.shape and total.dtype == x.dtype
+
+
 def test_min_splits_keep_staged_x_in_shared_memory():
     packed = pack_nm(random_nm_weight(16, 14336, 2, 4, torch.bfloat16, seed=3), 2, 4)
     w = tile(packed)
