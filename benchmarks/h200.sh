@@ -208,8 +208,8 @@ case $report in
       | tee "$OUT/gpu_tests_sp24.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src python3 sp24_bench.py --out "$OUT/sp24_h200.md") ;;
   sp24-tests)  # not committed: GPU tests of the sp24 kernel, its engine modules, and the engine tests that now run
-    # 2:4 on it (compiled decode, bench, the quantized engine)
-    timeout 400 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py tests/test_engine_gpu.py \
+    # 2:4 on it (compiled decode with the GLU epilogue and fused norms, bench, the quantized engine), about 8 minutes
+    timeout 540 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py tests/test_engine_gpu.py \
       tests/test_quantized_engine.py -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests_sp24_engine.log" || true ;;
   sp24-e2e-8b)  # e2e_h200_8b_sp24.md: Llama-3.1-8B preset, dense vs 2:4 (2:4 linears on sp24), batch 1, 4, 8
     python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --batch 1 4 8 --repeats 2 \
