@@ -101,7 +101,12 @@ def test_glu_tiled_model_loads_a_packed_state_dict():
     torch.testing.assert_close(target.layers[1].mlp(x), source.layers[1].mlp(x), rtol=2e-2, atol=2e-2)
 
 
-def test_fuse_glu_setting_decides_whether_the_engine_fuses(monkeypatch):
+@pytest.mark.parametrize("variable,bad,count", [
+    ("SPARSEDECODING_FUSE_GLU", "yes", lambda model: sum(isinstance(m, Sp24Linear) and m.glu
+                                                          for m in model.modules())),
+    ("SPARSEDECODING_FUSE_NORM", "on", lambda model: sum(block.fuse_norms for block in model.layers))])
+def test_fusion_settings_decide_whether_the_engine_fuses(variable, bad, count, monkeypatch):
+    """Unset and "1" fuse (both fusions are on by default), "0" does not, anything else is refused by name."""
     import sparsedecoding.kernels.sp24_linear as sl
     from sparsedecoding.kernels.op import KernelChoiceError
 
@@ -110,11 +115,10 @@ def test_fuse_glu_setting_decides_whether_the_engine_fuses(monkeypatch):
     monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
     for setting, fused in (("", 2), ("0", 0), ("1", 2)):
-        monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", setting)
-        model = _model(None, 128)
-        assert sum(isinstance(m, Sp24Linear) and m.glu for m in model.modules()) == fused
-    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", "yes")
-    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_FUSE_GLU='yes'"):
+        monkeypatch.setenv(variable, setting)
+        assert count(_model(None, 128)) == fused
+    monkeypatch.setenv(variable, bad)
+    with pytest.raises(KernelChoiceError, match=f"{variable}='{bad}'"):
         tile_for_kernel(_model(None, 128))
 
 
@@ -146,23 +150,6 @@ def test_normed_refuses_mismatched_shapes():
     x = torch.randn(2, 1, qkv.in_features).bfloat16()
     with pytest.raises(KernelInputError, match="this Sp24Linear takes both"):
         qkv.normed(x, x[:1], model.layers[0].attention_norm.weight, 1e-5)
-
-
-def test_fuse_norm_setting_decides_whether_blocks_fuse(monkeypatch):
-    import sparsedecoding.kernels.sp24_linear as sl
-    from sparsedecoding.kernels.op import KernelChoiceError
-
-    monkeypatch.setattr(sl, "sp24_problem", lambda: None)
-    original = sl.tileable
-    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
-    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
-    for setting, fused in (("", 2), ("0", 0), ("1", 2)):
-        monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", setting)
-        model = _model(None, 128)
-        assert sum(block.fuse_norms for block in model.layers) == fused
-    monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", "on")
-    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_FUSE_NORM='on'"):
-        tile_for_kernel(_model(None, 128))
 
 
 @pytest.mark.parametrize("variable", ["SPARSEDECODING_FUSE_GLU", "SPARSEDECODING_FUSE_NORM",

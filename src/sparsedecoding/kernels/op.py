@@ -76,32 +76,32 @@ def check_kernel_setting(setting: str) -> None:
                                 "(auto picks the faster kernel per pattern and batch)")
 
 
+def _switch(name: str, default: str, meaning: str) -> bool:
+    """An on/off setting: "1" on, "0" off, unset or empty `default`; anything else is a KernelChoiceError naming
+    what "1" means."""
+    value = os.environ.get(name, "").strip() or default
+    if value not in ("0", "1"):
+        raise KernelChoiceError(f"{name}={value!r}; use 1 ({meaning}) or 0")
+    return value == "1"
+
+
 def fuse_glu_setting() -> bool:
     """SPARSEDECODING_FUSE_GLU: "1" or unset makes the engine tile 2:4 gate|up linears to apply silu(gate)·up in the
     sparse tensor-core kernel's epilogue (`sp24_linear.tile_model`; measured faster: results/e2e_h200_8b_sp24_glu*.md);
-    "0" leaves the activation to the model; anything else is a KernelChoiceError."""
-    value = os.environ.get(FUSE_GLU_SETTING, "").strip() or "1"
-    if value not in ("0", "1"):
-        raise KernelChoiceError(f"{FUSE_GLU_SETTING}={value!r}; use 1 (silu(gate)·up in the 2:4 kernel) or 0")
-    return value == "1"
+    "0" leaves the activation to the model."""
+    return _switch(FUSE_GLU_SETTING, "1", "silu(gate)·up in the 2:4 kernel")
 
 
 def fuse_norm_setting() -> bool:
     """SPARSEDECODING_FUSE_NORM: "1" or unset makes the engine's blocks hand each residual addition and RMSNorm to the
     2:4 qkv and gate_up kernels (`engine.model.Block.fuse_norms`; measured faster: results/fuse_norm_h200_*.md); "0"
-    keeps them in the compiled block; anything else is a KernelChoiceError."""
-    value = os.environ.get(FUSE_NORM_SETTING, "").strip() or "1"
-    if value not in ("0", "1"):
-        raise KernelChoiceError(f"{FUSE_NORM_SETTING}={value!r}; use 1 (RMSNorm in the 2:4 kernels) or 0")
-    return value == "1"
+    keeps them in the compiled block."""
+    return _switch(FUSE_NORM_SETTING, "1", "RMSNorm in the 2:4 kernels")
 
 
 def sparse_mma_setting() -> bool:
-    """SPARSEDECODING_SPARSE_MMA: "1" on, "0" or unset off; anything else is a KernelChoiceError."""
-    value = os.environ.get(SPARSE_MMA_SETTING, "").strip() or "0"
-    if value not in ("0", "1"):
-        raise KernelChoiceError(f"{SPARSE_MMA_SETTING}={value!r}; use 1 (2:4 on sparse tensor cores) or 0")
-    return value == "1"
+    """SPARSEDECODING_SPARSE_MMA: "1" on, "0" or unset off."""
+    return _switch(SPARSE_MMA_SETTING, "0", "2:4 on sparse tensor cores")
 
 
 def choose_kernel(n: int, m: int, batch: int, setting: str,
