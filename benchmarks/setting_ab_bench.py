@@ -31,8 +31,20 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if not args.setting.startswith("SPARSEDECODING_"):
-        parser.error(f"--setting {args.setting}: expected one of the engine's SPARSEDECODING_* settings")
+    from sparsedecoding.cli.engine import _check_kernel_setting
+    from sparsedecoding.errors import SparseDecodingError
+    from sparsedecoding.kernels import op
+
+    known = (op.KERNEL_SETTING, op.SPARSE_MMA_SETTING, op.FUSE_GLU_SETTING, op.FUSE_NORM_SETTING)
+    if args.setting not in known:
+        parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
+
+    for value in args.values:  # every value checked before the first model is built
+        os.environ[args.setting] = value
+        try:
+            _check_kernel_setting()
+        except SparseDecodingError as exc:
+            parser.error(str(exc))
 
     device = torch.device("cuda")
     copy = copy_bandwidth(device)

@@ -23,12 +23,13 @@ from sparsedecoding.engine.loading import build_model, random_state
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown, write_report
 
-KINDS = (  # first match wins: (kind, substrings of the kernel name)
+KINDS = (  # first match wins: (kind, substrings of the kernel name); Inductor's kernels come before attention,
+    # whose name some of them carry (`triton_poi_fused__scaled_dot_product_cudnn_attention_...`)
     ("sp24 (2:4 linears)", ("sp24",)),
     ("packed N:M linears", ("nm_", "spmv", "nmq")),
+    ("Inductor (norms, rope, adds, ...)", ("triton",)),
     ("cuBLAS (dense linears)", ("gemv", "gemm", "nvjet", "cutlass", "xmma", "splitK")),
     ("attention", ("fmha", "attention", "flash", "efficient")),
-    ("Inductor (norms, rope, adds, ...)", ("triton",)),
 )
 
 
@@ -85,6 +86,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if not 1 <= args.batch <= 16 or args.steps < 1:
+        parser.error(f"--batch {args.batch} --steps {args.steps}: the engine runs batch 1-16, and at least one step")
     device = torch.device("cuda")
     model_args = preset(args.preset)
     lines = [f"# Decode-step profile: {args.preset}, batch {args.batch}", "",

@@ -603,9 +603,9 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     check_inputs(x, w)
     low = min_splits(w, batch)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    reference = _reference(x, w, norm)
     if norm is not None:
         check_norm_inputs(x, w, norm[0], norm[1])
+    reference = _reference(x, w, norm)
     launches = {}
     for slices, splits in _candidates(w, batch, sms, low):
         launch = Sp24Launch(x, w, splits, slices, norm is not None)
