@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -55,7 +56,8 @@ class Row:
     dense_s: float
     times: dict[str, float] = field(default_factory=dict)  # "bf16" / "int8" / "int4" (default split), "op"
     best: dict[str, tuple[float, int]] = field(default_factory=dict)  # kind -> (seconds, splits)
-    tuned: dict[str, tuple[float, int]] = field(default_factory=dict)  # the engine's tuner pick, timed again
+    tuned: dict[str, tuple[float, str]] = field(default_factory=dict)  # the engine's tuner pick, timed again
+    no_prefetch: dict[str, float] = field(default_factory=dict)  # the tuner's (splits, slices) without L2 prefetch
     splits: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     checks: dict[str, float] = field(default_factory=dict)  # worst error / bound per kind, <= 1 passes
@@ -70,13 +72,14 @@ def copies(w: Sp24Weight) -> list[Sp24Weight]:
     return [w] + [w.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / w.nbytes))]
 
 
-def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int, Row], reps: int, sms: int) -> None:
+def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int, Row], reps: int, sms: int,
+               sweep: bool = True) -> None:
     rotation = copies(w)
     for batch, row in rows.items():
         x = torch.randn(batch, w.shape[1], device="cuda").to(w.dtype)
         default = default_splits(w, batch, sms)
         results = {}
-        for splits in sorted({default, *SPLIT_CHOICES}):
+        for splits in sorted({default, *SPLIT_CHOICES}) if sweep else [default]:
             if splits < min_splits(w, batch) or splits > w.steps:
                 continue
             launch = Sp24Launch(x, w, splits)
@@ -86,7 +89,10 @@ def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int,
         row.best[kind] = min((s, k) for k, s in results.items())
         tuned = tuned_launch(x, w)  # the engine's choice: its own float64 checks and timings, then timed here again
         choice = str(tuned.splits) if tuned.slices == 1 else f"{tuned.splits}/{tuned.slices}s"
+        choice += f" L2+{tuned.ahead}" if tuned.ahead else ""
         row.tuned[kind] = (time_rotated([lambda c=c: tuned(x, c) for c in rotation], reps)[0], choice)
+        plain = tuned if tuned.ahead == 0 else Sp24Launch(x, w, tuned.splits, tuned.slices)
+        row.no_prefetch[kind] = time_rotated([lambda c=c: plain(x, c) for c in rotation], reps)[0]
         row.bytes[kind] = w.nbytes + 2 * batch * sum(w.shape)
         print(f"{row.model} {row.shape} b{batch} {kind}: {results[default] * 1e6:.1f} us (splits {default}; best "
               f"{row.best[kind][0] * 1e6:.1f} at {row.best[kind][1]}), cuBLAS {row.dense_s * 1e6:.1f}, "
@@ -96,7 +102,7 @@ def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int,
 
 
 def bench_shape(model: str, shape: str, batches: list[int], kinds: list[str], reps: int, generator,
-                sms: int) -> list[Row]:
+                sms: int, sweep: bool = True) -> list[Row]:
     out, in_features = linear_shapes(model, unfused=False)[shape]
     weight = random_nm_weight(out, in_features, 2, 4, generator)
     dense = [weight] + [weight.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / (weight.numel() * 2)))]
@@ -114,7 +120,7 @@ def bench_shape(model: str, shape: str, batches: list[int], kinds: list[str], re
             x = torch.randn(batch, in_features, device="cuda").bfloat16()
             row.times["op"] = time_rotated([lambda p=p: nm_spmv(x, p) for p in op_copies], reps)[0]
         del op_copies
-        bench_kind("bf16", tile(packed), weight.double(), rows, reps, sms)
+        bench_kind("bf16", tile(packed), weight.double(), rows, reps, sms, sweep)
     del packed
     for kind in [k for k in kinds if k != "bf16"]:
         group = in_features if kind == "int8" else GROUP_SIZE
@@ -122,7 +128,7 @@ def bench_shape(model: str, shape: str, batches: list[int], kinds: list[str], re
         w = tile(quantized)
         weight64 = quantized.to_dense(torch.float64)
         del quantized
-        bench_kind(kind, w, weight64, rows, reps, sms)
+        bench_kind(kind, w, weight64, rows, reps, sms, sweep)
         del w, weight64
     torch.cuda.empty_cache()
     return list(rows.values())
@@ -133,8 +139,9 @@ def pct(nbytes: int, seconds: float, copy_bw: float) -> str:
 
 
 def summary(rows: list[Row], kinds: list[str]) -> str:
-    lines = ["| values | batch | geomean vs cuBLAS, tuned (as the engine runs it) | min | geomean, default splits | "
-             "geomean, fastest split tried | target | verdict |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| values | batch | geomean vs cuBLAS, tuned (as the engine runs it) | min | tuned without L2 prefetch | "
+             "geomean, default splits | geomean, fastest split tried | target | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
     batches = sorted({r.batch for r in rows})
     for kind in kinds:
         for batch in batches:
@@ -144,6 +151,7 @@ def summary(rows: list[Row], kinds: list[str]) -> str:
             ratios = [r.dense_s / r.tuned[kind][0] for r in sel]
             default = [r.dense_s / r.times[kind] for r in sel]
             best = [r.dense_s / r.best[kind][0] for r in sel]
+            plain = [r.dense_s / r.no_prefetch[kind] for r in sel]
             target = TARGETS_12.get(batch) if kind == "bf16" else (TARGETS_13[kind] if batch == 1 else None)
             verdict = "-"
             if target is not None:
@@ -152,21 +160,22 @@ def summary(rows: list[Row], kinds: list[str]) -> str:
                 verdict = "met" if ok else f"missed ({g:.2f}x vs {target:.2f}x" + (
                     f", min {min(ratios):.2f}x" if kind == "bf16" else "") + ")"
             lines.append(f"| {kind} | {batch} | {geomean(ratios):.2f}x | {min(ratios):.2f}x | "
-                         f"{geomean(default):.2f}x | {geomean(best):.2f}x | "
+                         f"{geomean(plain):.2f}x | {geomean(default):.2f}x | {geomean(best):.2f}x | "
                          f"{'-' if target is None else f'{target:.2f}x'} | {verdict} |")
         if kind == "bf16":
             for batch in batches:
                 sel = [r for r in rows if r.batch == batch and "op" in r.times]
                 lines.append(f"| bf16, today's op (nm_spmv) | {batch} | "
                              f"{geomean([r.dense_s / r.times['op'] for r in sel]):.2f}x | "
-                             f"{min(r.dense_s / r.times['op'] for r in sel):.2f}x | - | - | - | for comparison |")
+                             f"{min(r.dense_s / r.times['op'] for r in sel):.2f}x | - | - | - | - | for comparison |")
     return "\n".join(lines)
 
 
 def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
     header = ["model", "linear", "out x in", "batch", "cuBLAS us (% copy)", "op us (x)"]
     for kind in kinds:
-        header += [f"{kind} tuned us (splits; x cuBLAS; % copy)", f"{kind} default us (splits)",
+        header += [f"{kind} tuned us (splits; x cuBLAS; % copy)", f"{kind} tuned, no L2 prefetch us",
+                   f"{kind} default us (splits)",
                    f"{kind} fastest tried us (splits)", f"{kind} float64"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
@@ -175,10 +184,11 @@ def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
                  f"{r.times['op'] * 1e6:.1f} (x{r.dense_s / r.times['op']:.2f})" if "op" in r.times else "-"]
         for kind in kinds:
             if kind not in r.times:
-                cells += ["-", "-", "-", "-"]
+                cells += ["-", "-", "-", "-", "-"]
                 continue
             s, splits = r.tuned[kind]
             cells += [f"{s * 1e6:.1f} ({splits}; x{r.dense_s / s:.2f}; {pct(r.bytes[kind], s, copy_bw)})",
+                      f"{r.no_prefetch[kind] * 1e6:.1f}",
                       f"{r.times[kind] * 1e6:.1f} ({r.splits[kind]})",
                       f"{r.best[kind][0] * 1e6:.1f} ({r.best[kind][1]})",
                       "ok" if r.checks[kind] <= 1 else "FAIL" + f" ({r.checks[kind]:.2f})"]
@@ -195,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS,
                         help="kept values: bf16, int8 (a scale a row), int4 (128 columns a scale) (default: all)")
     parser.add_argument("--reps", type=int, default=5, help="timed graph replays, median (default: %(default)s)")
+    parser.add_argument("--no-sweep", action="store_true",
+                        help="time only the default split besides the tuned launch (a quicker run: the 'fastest "
+                             "split tried' column is then the default)")
     parser.add_argument("--out", help="write the markdown report here too (default: print only)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -216,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models:
         for shape in args.shapes:
             try:
-                rows += bench_shape(model, shape, args.batches, args.kinds, args.reps, generator, sms)
+                rows += bench_shape(model, shape, args.batches, args.kinds, args.reps, generator, sms,
+                                    not args.no_sweep)
             except KernelInputError as exc:
                 print(f"error: {model} {shape}: {exc}", file=sys.stderr)
                 return 2
@@ -227,8 +241,14 @@ def main(argv: list[str] | None = None) -> int:
               + summary(rows, args.kinds) + "\n\n## All measurements\n\n"
               + "Tuned = the launch `sp24.tuned_launch` picks (what the engine runs: its own float64 checks and "
               + "graph-replay timings), timed again here: its split count, and `/Ns` when N warps share each row "
-              + "tile inside a CTA (slices); default = `sp24.default_splits`, one slice; fastest tried = the "
-              + "fastest of 1, 2, 4, 8, 16 splits and the default, one slice, each checked against float64 (a "
+              + "tile inside a CTA (slices), and `L2+N` when its warps prefetch their steps into L2 N steps "
+              + "ahead of their loads (SPARSEDECODING_L2_AHEAD: "
+              + (os.environ.get("SPARSEDECODING_L2_AHEAD", "") or "auto") + "); tuned without L2 prefetch = the "
+              + "same splits and slices, no prefetch, timed in the same loop; default = `sp24.default_splits`, "
+              + "one slice; fastest tried = the fastest of "
+              + ("1, 2, 4, 8, 16 splits and the default" if not args.no_sweep else "the default split alone "
+                 "(--no-sweep)")
+              + ", one slice, each checked against float64 (a "
               + "minimum over several timings, so slightly optimistic). Bytes: tiled weight (values or codes, "
               + "metadata, scales) + x + y. "
               + "op = `nm_spmv` as dispatched today (bf16).\n\n"

@@ -184,6 +184,28 @@ def test_tuner_candidates_leave_every_slice_a_step_and_fit_shared_memory():
         assert (8, 3) not in found  # 6 steps a split cannot give 8 warps one each
 
 
+def test_prefetch_distance_outside_the_kernels_range_raises():
+    from sparsedecoding.kernels.sp24 import Sp24Launch
+
+    w = tile(pack_nm(random_nm_weight(64, 256, 2, 4, torch.bfloat16, seed=3), 2, 4))
+    for ahead in (-1, 17):
+        with pytest.raises(KernelInputError, match="ahead"):
+            Sp24Launch(torch.randn(1, 256).bfloat16(), w, 1, 1, ahead=ahead)
+
+
+@pytest.mark.parametrize("value,expected", [("", None), ("auto", None), (" AUTO ", None), ("0", 0), ("4", 4),
+                                            ("16", 16), ("17", "error"), ("-1", "error"), ("two", "error")])
+def test_l2_ahead_setting(monkeypatch, value, expected):
+    from sparsedecoding.kernels.op import KernelChoiceError, l2_ahead_setting
+
+    monkeypatch.setenv("SPARSEDECODING_L2_AHEAD", value)
+    if expected == "error":
+        with pytest.raises(KernelChoiceError, match="SPARSEDECODING_L2_AHEAD"):
+            l2_ahead_setting()
+    else:
+        assert l2_ahead_setting() == expected
+
+
 def test_slices_other_than_a_divisor_of_the_warps_raise():
     from sparsedecoding.kernels.sp24 import Sp24Launch
 
@@ -426,6 +448,50 @@ def test_norm_kernel_matches_float64(out, in_features, kind, glu):
             if batch == 9 and res is not None:  # the tuner's choice, once a test (tuning times every candidate)
                 y, total = sp24_norm_linear(x, w, res, norm_weight, 1e-6)
                 assert torch.equal(total, expected_sum) and reference.error(y) <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
+def test_l2_prefetch_changes_no_bit_of_the_product(kind):
+    """Prefetching steps into L2 ahead of their loads (every distance, with split-K and slices, plain and with the
+    RMSNorm in front) gives bit for bit the product without it, which matches float64."""
+    from sparsedecoding.kernels.sp24 import Sp24Launch
+
+    packed, dtype = _packed_on_gpu(kind, 1000, 8192, seed=17)
+    weight = packed.to_dense() if kind == "bf16" else packed.to_dense(torch.float64)
+    w = tile(packed)
+    norm_weight = (1 + torch.randn(8192, device="cuda") / 4).to(dtype)
+    for batch in (1, 9):
+        x = torch.randn(batch, 8192, device="cuda").to(dtype)
+        res = torch.randn(batch, 8192, device="cuda").to(dtype)
+        for splits, slices in ((1, 1), (3, 1), (1, 4), (2, 8)):
+            if splits < min_splits(w, batch):
+                continue
+            plain = Sp24Launch(x, w, splits, slices)(x, w)
+            normed = Sp24Launch(x, w, splits, slices, norm=True)(x, w, res, norm_weight, 1e-6)
+            assert float64_error(plain, x, weight) <= 1
+            for ahead in (1, 2, 5, 16):
+                assert torch.equal(Sp24Launch(x, w, splits, slices, ahead=ahead)(x, w), plain), (batch, ahead)
+                y, total = Sp24Launch(x, w, splits, slices, norm=True, ahead=ahead)(x, w, res, norm_weight, 1e-6)
+                assert torch.equal(y, normed[0]) and torch.equal(total, normed[1]), (batch, splits, slices, ahead)
+
+
+@pytest.mark.gpu
+def test_tuner_tries_prefetch_distances_unless_the_setting_fixes_one(monkeypatch):
+    from sparsedecoding.kernels.sp24 import AHEAD_CANDIDATES, tuned_launch, tuning_results, problem_key
+
+    packed, _ = _packed_on_gpu("int4", 272, 4096, seed=19)  # a shape no other test tunes
+    w = tile(packed)
+    x = torch.randn(3, 4096, device="cuda").bfloat16()
+    monkeypatch.delenv("SPARSEDECODING_L2_AHEAD", raising=False)
+    tuned_launch(x, w)
+    chosen, timings = tuning_results()[problem_key(x, w)]
+    assert {key[2] for key in timings} == {0, *AHEAD_CANDIDATES} and chosen in timings
+    assert timings[chosen] == min(timings.values())
+    monkeypatch.setenv("SPARSEDECODING_L2_AHEAD", "3")
+    x = torch.randn(5, 4096, device="cuda").bfloat16()
+    assert tuned_launch(x, w).ahead == 3
+    assert {key[2] for key in tuning_results()[problem_key(x, w)][1]} == {3}
 
 
 @pytest.mark.gpu

@@ -116,7 +116,10 @@ __device__ __forceinline__ uint32_t int8_pair(uint32_t w, int k) {
 // int4: nibbles r and r + 4 of q (offset binary u = code + 8) as bf16 128 + u, minus 136: the codes, exactly.
 // The group's scales multiply the fp32 sums of the group's MMAs, so any bf16 scale gives the exact product.
 __device__ __forceinline__ uint32_t int4_pair(uint32_t q, int r) {
-  const uint32_t biased = ((q >> (4 * r)) & 0x000F000Fu) | 0x43004300u;
+  // (q >> 4r) & 0x000F000F | 0x43004300 as one LOP3: with both constants immediate, ptxas emits two
+  uint32_t biased, magic;
+  asm("mov.b32 %0, 0x43004300;\n" : "=r"(magic));
+  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;\n" : "=r"(biased) : "r"(q >> (4 * r)), "r"(magic));
   const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&biased);
   return bf16x2_bits(__hsub2(v, __floats2bfloat162_rn(136.f, 136.f)));
 }
@@ -190,6 +193,32 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
   (void)groups;
 }
 
+// Asks L2 for a step's bytes (values or codes, metadata, int4 scales), so that the register loads issued `ahead`
+// steps later find them there: more of each warp's stream is in flight than its two register buffers hold.
+// sm_90: one bulk prefetch per range from lanes 0-2; older: one 128-byte line per lane.
+__device__ __forceinline__ void l2_prefetch(const char* p, unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#else
+  for (unsigned line = 0; line < bytes; line += 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + line));
+#endif
+}
+
+template <int CODE>
+__device__ __forceinline__ void prefetch_step(const char* a, const char* meta, const char* scales, int step,
+                                              int lane, int gk_shift) {
+  using S = Steps<CODE>;
+  constexpr unsigned a_bytes = S::a_loads * 512, m_bytes = 16 * S::ks * 4;
+  if (lane == 0) {
+    l2_prefetch(a + static_cast<size_t>(step) * a_bytes, a_bytes);
+  } else if (lane == 1) {
+    l2_prefetch(meta + static_cast<size_t>(step) * m_bytes, m_bytes);
+  } else if (CODE == 4 && lane == 2) {  // the step's scale groups, 32 bytes each
+    const int first = (step * S::ks) >> gk_shift, last = ((step + 1) * S::ks - 1) >> gk_shift;
+    l2_prefetch(scales + static_cast<size_t>(first) * 32, 32u * (last - first + 1));
+  }
+}
+
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -216,9 +245,10 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   const int tile = local_step * S::ks + k;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    const int row = 8 * j + g;
-    uint4 b = make_uint4(0u, 0u, 0u, 0u);
-    if (row < batch) b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
+    // rows of x past the batch read the last row: their sums are never written, and no zeroing or predicate
+    // is spent on them
+    const int row = min(8 * j + g, batch - 1);
+    const uint4 b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
     mma_sp<kBf16>(acc[j], a0, a1, a2, a3, b, e);
   }
 }
@@ -266,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
                                                         int groups, int slices, int glu,
                                                         const T* __restrict__ res, const T* __restrict__ norm_w,
                                                         T* __restrict__ sum_out, float* __restrict__ ss_slots,
-                                                        float eps) {
+                                                        float eps, int ahead) {
   using S = Steps<CODE>;
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
@@ -290,6 +320,10 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
     load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, wstep0, lane, t, g, gk_shift, groups);
   if (active && wstep0 + 1 < wstep1)
     load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g, gk_shift, groups);
+  // `ahead` > 0: every later step is prefetched into L2 `ahead` steps before its register load
+  if (active)
+    for (int q = wstep0 + 2; q < min(wstep1, wstep0 + 2 + ahead); ++q)
+      prefetch_step<CODE>(a_tile, m_tile, s_tile, q, lane, gk_shift);
 
   // Stage x columns [32·ks·step0, 32·ks·step1), permuted, zero past `in`.
   const int col0 = step0 * S::ks * 32, cols = (step1 - step0) * S::ks * 32;
@@ -354,10 +388,16 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   if (active) {
     for (int step = wstep0; step < wstep1; step += 2) {
       compute_step<T, NT, CODE, SPS>(acc, r0, xs, xstride, step - step0, g, t, batch);
-      if (step + 2 < wstep1) load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step + 2, lane, t, g, gk_shift, groups);
+      if (step + 2 < wstep1) {
+        load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step + 2, lane, t, g, gk_shift, groups);
+        if (step + 2 + ahead < wstep1 && ahead) prefetch_step<CODE>(a_tile, m_tile, s_tile, step + 2 + ahead, lane, gk_shift);
+      }
       if (step + 1 >= wstep1) break;
       compute_step<T, NT, CODE, SPS>(acc, r1, xs, xstride, step + 1 - step0, g, t, batch);
-      if (step + 3 < wstep1) load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 3, lane, t, g, gk_shift, groups);
+      if (step + 3 < wstep1) {
+        load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 3, lane, t, g, gk_shift, groups);
+        if (step + 3 + ahead < wstep1 && ahead) prefetch_step<CODE>(a_tile, m_tile, s_tile, step + 3 + ahead, lane, gk_shift);
+      }
     }
   }
   __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
@@ -484,6 +524,7 @@ struct Problem {
   void* sum_out = nullptr;
   float* ss_slots = nullptr;
   float eps = 0.f;
+  int ahead = 0;  // L2 prefetch distance in steps (0: none)
 };
 
 template <typename T, int NT, int CODE, int SPS, bool NORM>
@@ -504,7 +545,7 @@ cudaError_t launch(const Problem& p) {
       static_cast<const char*>(p.scales), static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y),
       p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
       p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w), static_cast<T*>(p.sum_out),
-      p.ss_slots, p.eps);
+      p.ss_slots, p.eps, p.ahead);
   return cudaGetLastError();
 }
 
@@ -605,13 +646,15 @@ extern "C" {
 // (1, 2, 4 or 8) warps per row tile inside one. `glu`: a gate|up weight tiled in pairs, y = silu(gate)·up with
 // out / 2 columns (out a multiple of 32, slices at most 4). `norm_w` (T [in], or null): y = W·rmsnorm(x + res)
 // (`res` [batch][in] or null), the sum x + res into `sum_out` (or not, if null), `ss_slots` (with split-K) one float
-// per row block, split and row of x. Returns 0 or a cudaError_t.
+// per row block, split and row of x. `ahead` (0-16): each warp prefetches its steps into L2 that many steps before
+// their register loads (0: no prefetch). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
-                void* sum_out, float* ss_slots, float eps, void* stream) {
+                void* sum_out, float* ss_slots, float eps, int ahead, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
-      slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)))
+      slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) || ahead < 0 ||
+      ahead > 16)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
@@ -621,6 +664,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.sum_out = sum_out;
   p.ss_slots = ss_slots;
   p.eps = eps;
+  p.ahead = ahead;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
