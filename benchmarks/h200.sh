@@ -285,22 +285,28 @@ case $report in
     # tensor-core kernel on sparse tensor cores for every 2:4 linear (after quant-cuda has shown it correct)
     SPARSEDECODING_KERNEL=cuda SPARSEDECODING_SPARSE_MMA=1 python3 benchmarks/quant_e2e_bench.py \
       --out "$OUT/quant_e2e_h200_8b_sp.md" ;;
-  sp24-ahead)  # sp24_h200.md and quant_e2e_h200_sp24.md with each warp prefetching its steps into L2 ahead of its
-    # register loads (the tuner picks the distance, SPARSEDECODING_L2_AHEAD), the int4 dequantization in one LOP3
-    # and rows of x past the batch read without a predicate: every sp24 GPU test, the kernel bench (tuned with and
-    # without the prefetch, no split sweep), issue 13's engine rows; about 8 minutes, GPU only
+  sp24-ahead)  # sp24_h200_l2_ahead.md and quant_e2e_h200_sp24_l2_ahead.md (run at commit ac1fe9c, whose L2 prefetch
+    # was then dropped): every sp24 GPU test, the kernel bench without the split sweep, issue 13's engine rows
     timeout 260 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -6 \
       | tee "$OUT/gpu_tests_sp24_ahead.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py --no-sweep \
       --out "$OUT/sp24_h200.md" | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
     timeout 150 python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24.md" | grep -E "^- 2:4|^\| llama" \
       || true ;;
-  sp24-ahead-2)  # l2_ahead_h200_8b.md: the 8B preset, dense once and 2:4 with SPARSEDECODING_L2_AHEAD=0 and auto side by
-    # side (batch 1, 4, 8), then every engine GPU test (sp24-tests); about 9 minutes, GPU only
-    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_L2_AHEAD --values 0 auto \
-      --batch 1 4 8 --repeats 2 --out "$OUT/l2_ahead_h200_8b.md" 2>&1 | grep -E "^\| llama|wrote|rror" || true
+  sp24-fp16)  # sp24_h200.md and quant_e2e_h200_sp24.md with int8 / int4 codes on fp16 MMAs (x staged in fp16 times a
+    # power of two per row): every sp24 GPU test, the kernel bench without the split sweep, issue 13's engine rows;
+    # about 6 minutes, GPU only
+    timeout 260 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -6 \
+      | tee "$OUT/gpu_tests_sp24_fp16.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py --no-sweep \
+      --out "$OUT/sp24_h200.md" | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
+    timeout 150 python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24.md" | grep -E "^- 2:4|^\| llama" \
+      || true ;;
+  sp24-fp16-2)  # every engine GPU test (sp24-tests: bf16, int8, int4, both fusions), then the 8B preset's 2:4 rows
+    # (e2e_h200_8b_sp24.md); about 9 minutes, GPU only
     timeout 330 python3 -m pytest -q -m gpu tests/test_sp24_linear.py tests/test_engine_gpu.py \
-      tests/test_quantized_engine.py -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests_sp24_engine.log" || true ;;
+      tests/test_quantized_engine.py -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests_sp24_engine.log" || true
+    timeout 200 bash benchmarks/h200.sh sp24-e2e-8b ;;
   eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
     python3 benchmarks/eager_bench.py --patterns 2:4 16:32 --batches 1 4 --out "$OUT/eager_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/

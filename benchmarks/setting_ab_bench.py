@@ -35,8 +35,7 @@ def main() -> int:
     from sparsedecoding.errors import SparseDecodingError
     from sparsedecoding.kernels import op
 
-    known = (op.KERNEL_SETTING, op.SPARSE_MMA_SETTING, op.FUSE_GLU_SETTING, op.FUSE_NORM_SETTING,
-             op.L2_AHEAD_SETTING)
+    known = (op.KERNEL_SETTING, op.SPARSE_MMA_SETTING, op.FUSE_GLU_SETTING, op.FUSE_NORM_SETTING)
     if args.setting not in known:
         parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
 

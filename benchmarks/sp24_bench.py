@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -56,8 +55,7 @@ class Row:
     dense_s: float
     times: dict[str, float] = field(default_factory=dict)  # "bf16" / "int8" / "int4" (default split), "op"
     best: dict[str, tuple[float, int]] = field(default_factory=dict)  # kind -> (seconds, splits)
-    tuned: dict[str, tuple[float, str]] = field(default_factory=dict)  # the engine's tuner pick, timed again
-    no_prefetch: dict[str, float] = field(default_factory=dict)  # the tuner's (splits, slices) without L2 prefetch
+    tuned: dict[str, tuple[float, int]] = field(default_factory=dict)  # the engine's tuner pick, timed again
     splits: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     checks: dict[str, float] = field(default_factory=dict)  # worst error / bound per kind, <= 1 passes
@@ -89,10 +87,7 @@ def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int,
         row.best[kind] = min((s, k) for k, s in results.items())
         tuned = tuned_launch(x, w)  # the engine's choice: its own float64 checks and timings, then timed here again
         choice = str(tuned.splits) if tuned.slices == 1 else f"{tuned.splits}/{tuned.slices}s"
-        choice += f" L2+{tuned.ahead}" if tuned.ahead else ""
         row.tuned[kind] = (time_rotated([lambda c=c: tuned(x, c) for c in rotation], reps)[0], choice)
-        plain = tuned if tuned.ahead == 0 else Sp24Launch(x, w, tuned.splits, tuned.slices)
-        row.no_prefetch[kind] = time_rotated([lambda c=c: plain(x, c) for c in rotation], reps)[0]
         row.bytes[kind] = w.nbytes + 2 * batch * sum(w.shape)
         print(f"{row.model} {row.shape} b{batch} {kind}: {results[default] * 1e6:.1f} us (splits {default}; best "
               f"{row.best[kind][0] * 1e6:.1f} at {row.best[kind][1]}), cuBLAS {row.dense_s * 1e6:.1f}, "
@@ -139,9 +134,8 @@ def pct(nbytes: int, seconds: float, copy_bw: float) -> str:
 
 
 def summary(rows: list[Row], kinds: list[str]) -> str:
-    lines = ["| values | batch | geomean vs cuBLAS, tuned (as the engine runs it) | min | tuned without L2 prefetch | "
-             "geomean, default splits | geomean, fastest split tried | target | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| values | batch | geomean vs cuBLAS, tuned (as the engine runs it) | min | geomean, default splits | "
+             "geomean, fastest split tried | target | verdict |", "|---|---|---|---|---|---|---|---|"]
     batches = sorted({r.batch for r in rows})
     for kind in kinds:
         for batch in batches:
@@ -151,7 +145,6 @@ def summary(rows: list[Row], kinds: list[str]) -> str:
             ratios = [r.dense_s / r.tuned[kind][0] for r in sel]
             default = [r.dense_s / r.times[kind] for r in sel]
             best = [r.dense_s / r.best[kind][0] for r in sel]
-            plain = [r.dense_s / r.no_prefetch[kind] for r in sel]
             target = TARGETS_12.get(batch) if kind == "bf16" else (TARGETS_13[kind] if batch == 1 else None)
             verdict = "-"
             if target is not None:
@@ -160,22 +153,21 @@ def summary(rows: list[Row], kinds: list[str]) -> str:
                 verdict = "met" if ok else f"missed ({g:.2f}x vs {target:.2f}x" + (
                     f", min {min(ratios):.2f}x" if kind == "bf16" else "") + ")"
             lines.append(f"| {kind} | {batch} | {geomean(ratios):.2f}x | {min(ratios):.2f}x | "
-                         f"{geomean(plain):.2f}x | {geomean(default):.2f}x | {geomean(best):.2f}x | "
+                         f"{geomean(default):.2f}x | {geomean(best):.2f}x | "
                          f"{'-' if target is None else f'{target:.2f}x'} | {verdict} |")
         if kind == "bf16":
             for batch in batches:
                 sel = [r for r in rows if r.batch == batch and "op" in r.times]
                 lines.append(f"| bf16, today's op (nm_spmv) | {batch} | "
                              f"{geomean([r.dense_s / r.times['op'] for r in sel]):.2f}x | "
-                             f"{min(r.dense_s / r.times['op'] for r in sel):.2f}x | - | - | - | - | for comparison |")
+                             f"{min(r.dense_s / r.times['op'] for r in sel):.2f}x | - | - | - | for comparison |")
     return "\n".join(lines)
 
 
 def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
     header = ["model", "linear", "out x in", "batch", "cuBLAS us (% copy)", "op us (x)"]
     for kind in kinds:
-        header += [f"{kind} tuned us (splits; x cuBLAS; % copy)", f"{kind} tuned, no L2 prefetch us",
-                   f"{kind} default us (splits)",
+        header += [f"{kind} tuned us (splits; x cuBLAS; % copy)", f"{kind} default us (splits)",
                    f"{kind} fastest tried us (splits)", f"{kind} float64"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
@@ -184,11 +176,10 @@ def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
                  f"{r.times['op'] * 1e6:.1f} (x{r.dense_s / r.times['op']:.2f})" if "op" in r.times else "-"]
         for kind in kinds:
             if kind not in r.times:
-                cells += ["-", "-", "-", "-", "-"]
+                cells += ["-", "-", "-", "-"]
                 continue
             s, splits = r.tuned[kind]
             cells += [f"{s * 1e6:.1f} ({splits}; x{r.dense_s / s:.2f}; {pct(r.bytes[kind], s, copy_bw)})",
-                      f"{r.no_prefetch[kind] * 1e6:.1f}",
                       f"{r.times[kind] * 1e6:.1f} ({r.splits[kind]})",
                       f"{r.best[kind][0] * 1e6:.1f} ({r.best[kind][1]})",
                       "ok" if r.checks[kind] <= 1 else "FAIL" + f" ({r.checks[kind]:.2f})"]
@@ -241,11 +232,8 @@ def main(argv: list[str] | None = None) -> int:
               + summary(rows, args.kinds) + "\n\n## All measurements\n\n"
               + "Tuned = the launch `sp24.tuned_launch` picks (what the engine runs: its own float64 checks and "
               + "graph-replay timings), timed again here: its split count, and `/Ns` when N warps share each row "
-              + "tile inside a CTA (slices), and `L2+N` when its warps prefetch their steps into L2 N steps "
-              + "ahead of their loads (SPARSEDECODING_L2_AHEAD: "
-              + (os.environ.get("SPARSEDECODING_L2_AHEAD", "") or "auto") + "); tuned without L2 prefetch = the "
-              + "same splits and slices, no prefetch, timed in the same loop; default = `sp24.default_splits`, "
-              + "one slice; fastest tried = the fastest of "
+              + "tile inside a CTA (slices); default = `sp24.default_splits`, one slice; fastest tried = the "
+              + "fastest of "
               + ("1, 2, 4, 8, 16 splits and the default" if not args.no_sweep else "the default split alone "
                  "(--no-sweep)")
               + ", one slice, each checked against float64 (a "

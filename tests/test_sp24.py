@@ -184,28 +184,6 @@ def test_tuner_candidates_leave_every_slice_a_step_and_fit_shared_memory():
         assert (8, 3) not in found  # 6 steps a split cannot give 8 warps one each
 
 
-def test_prefetch_distance_outside_the_kernels_range_raises():
-    from sparsedecoding.kernels.sp24 import Sp24Launch
-
-    w = tile(pack_nm(random_nm_weight(64, 256, 2, 4, torch.bfloat16, seed=3), 2, 4))
-    for ahead in (-1, 17):
-        with pytest.raises(KernelInputError, match="ahead"):
-            Sp24Launch(torch.randn(1, 256).bfloat16(), w, 1, 1, ahead=ahead)
-
-
-@pytest.mark.parametrize("value,expected", [("", None), ("auto", None), (" AUTO ", None), ("0", 0), ("4", 4),
-                                            ("16", 16), ("17", "error"), ("-1", "error"), ("two", "error")])
-def test_l2_ahead_setting(monkeypatch, value, expected):
-    from sparsedecoding.kernels.op import KernelChoiceError, l2_ahead_setting
-
-    monkeypatch.setenv("SPARSEDECODING_L2_AHEAD", value)
-    if expected == "error":
-        with pytest.raises(KernelChoiceError, match="SPARSEDECODING_L2_AHEAD"):
-            l2_ahead_setting()
-    else:
-        assert l2_ahead_setting() == expected
-
-
 def test_slices_other_than_a_divisor_of_the_warps_raise():
     from sparsedecoding.kernels.sp24 import Sp24Launch
 
@@ -451,47 +429,32 @@ def test_norm_kernel_matches_float64(out, in_features, kind, glu):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
-def test_l2_prefetch_changes_no_bit_of_the_product(kind):
-    """Prefetching steps into L2 ahead of their loads (every distance, with split-K and slices, plain and with the
-    RMSNorm in front) gives bit for bit the product without it, which matches float64."""
-    from sparsedecoding.kernels.sp24 import Sp24Launch
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_codes_keep_rows_of_any_magnitude(kind):
+    """Codes run fp16 MMAs on x staged as fp16 times a power of two per row: rows near bf16's extremes, a zero row,
+    and rows whose elements span far more than fp16's range all match float64, with split-K, slices and the RMSNorm
+    in front."""
+    from sparsedecoding.kernels.sp24 import NormReference, Sp24Launch
 
-    packed, dtype = _packed_on_gpu(kind, 1000, 8192, seed=17)
-    weight = packed.to_dense() if kind == "bf16" else packed.to_dense(torch.float64)
+    packed, _ = _packed_on_gpu(kind, 384, 4096, seed=23)
+    weight = packed.to_dense(torch.float64)
     w = tile(packed)
-    norm_weight = (1 + torch.randn(8192, device="cuda") / 4).to(dtype)
-    for batch in (1, 9):
-        x = torch.randn(batch, 8192, device="cuda").to(dtype)
-        res = torch.randn(batch, 8192, device="cuda").to(dtype)
-        for splits, slices in ((1, 1), (3, 1), (1, 4), (2, 8)):
-            if splits < min_splits(w, batch):
-                continue
-            plain = Sp24Launch(x, w, splits, slices)(x, w)
-            normed = Sp24Launch(x, w, splits, slices, norm=True)(x, w, res, norm_weight, 1e-6)
-            assert float64_error(plain, x, weight) <= 1
-            for ahead in (1, 2, 5, 16):
-                assert torch.equal(Sp24Launch(x, w, splits, slices, ahead=ahead)(x, w), plain), (batch, ahead)
-                y, total = Sp24Launch(x, w, splits, slices, norm=True, ahead=ahead)(x, w, res, norm_weight, 1e-6)
-                assert torch.equal(y, normed[0]) and torch.equal(total, normed[1]), (batch, splits, slices, ahead)
-
-
-@pytest.mark.gpu
-def test_tuner_tries_prefetch_distances_unless_the_setting_fixes_one(monkeypatch):
-    from sparsedecoding.kernels.sp24 import AHEAD_CANDIDATES, tuned_launch, tuning_results, problem_key
-
-    packed, _ = _packed_on_gpu("int4", 272, 4096, seed=19)  # a shape no other test tunes
-    w = tile(packed)
-    x = torch.randn(3, 4096, device="cuda").bfloat16()
-    monkeypatch.delenv("SPARSEDECODING_L2_AHEAD", raising=False)
-    tuned_launch(x, w)
-    chosen, timings = tuning_results()[problem_key(x, w)]
-    assert {key[2] for key in timings} == {0, *AHEAD_CANDIDATES} and chosen in timings
-    assert timings[chosen] == min(timings.values())
-    monkeypatch.setenv("SPARSEDECODING_L2_AHEAD", "3")
-    x = torch.randn(5, 4096, device="cuda").bfloat16()
-    assert tuned_launch(x, w).ahead == 3
-    assert {key[2] for key in tuning_results()[problem_key(x, w)][1]} == {3}
+    scales = torch.tensor([1e-30, 1e-6, 1.0, 3e4, 1e30, 0.0, 1.0, 1.0, 1.0], device="cuda")
+    x = torch.randn(9, 4096, device="cuda") * scales[:, None]
+    x[6, ::7] *= 1e6  # elements six orders above the rest of their row: the rest stays exact in fp16 (2^-29 of it)
+    x[7, 5] = 7e4  # one element above fp16's largest
+    x[8, :100] *= 1e-12  # some far below the rest
+    x = x.bfloat16()
+    for splits, slices in ((1, 1), (3, 1), (1, 4)):
+        y = Sp24Launch(x, w, splits, slices)(x, w)
+        assert float64_error(y, x, weight) <= 1, (splits, slices)
+        assert torch.equal(y[5], torch.zeros_like(y[5]))
+    norm_weight = torch.ones(4096, device="cuda").bfloat16()
+    for row in (x[:1] * 0 + 1e-20, x[4:5], x[6:7]):
+        row = row.bfloat16().contiguous()
+        reference = NormReference(row, None, norm_weight, 1e-6, 384, lambda r0, r1: weight[r0:r1])
+        y, total = Sp24Launch(row, w, 2, 1, norm=True)(row, w, None, norm_weight, 1e-6)
+        assert reference.error(y) <= 1
 
 
 @pytest.mark.gpu

@@ -46,8 +46,6 @@ KERNEL_CHOICES = ("auto", "triton", "cuda")
 SPARSE_MMA_SETTING = "SPARSEDECODING_SPARSE_MMA"
 FUSE_GLU_SETTING = "SPARSEDECODING_FUSE_GLU"
 FUSE_NORM_SETTING = "SPARSEDECODING_FUSE_NORM"
-L2_AHEAD_SETTING = "SPARSEDECODING_L2_AHEAD"
-MAX_L2_AHEAD = 16  # the kernel's bound on its prefetch distance (sp24.cu)
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -99,19 +97,6 @@ def fuse_norm_setting() -> bool:
     2:4 qkv and gate_up kernels (`engine.model.Block.fuse_norms`; measured faster: results/fuse_norm_h200_*.md); "0"
     keeps them in the compiled block."""
     return _switch(FUSE_NORM_SETTING, "1", "RMSNorm in the 2:4 kernels")
-
-
-def l2_ahead_setting() -> int | None:
-    """SPARSEDECODING_L2_AHEAD: how many steps ahead of its register loads each warp of the 2:4 sparse tensor-core
-    kernel prefetches its weight into L2. Unset, empty or "auto": None, the tuner picks per problem (0 included);
-    "0" none; an integer up to MAX_L2_AHEAD fixes it. Anything else is a KernelChoiceError."""
-    value = os.environ.get(L2_AHEAD_SETTING, "").strip().lower() or "auto"
-    if value == "auto":
-        return None
-    if not value.isdigit() or int(value) > MAX_L2_AHEAD:
-        raise KernelChoiceError(f"{L2_AHEAD_SETTING}={value!r}; use auto (tuned per problem) or a step count 0-"
-                                f"{MAX_L2_AHEAD}")
-    return int(value)
 
 
 def sparse_mma_setting() -> bool:

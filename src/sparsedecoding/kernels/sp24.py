@@ -24,7 +24,7 @@ import torch
 from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
-from .op import MAX_BATCH, MAX_L2_AHEAD, l2_ahead_setting
+from .op import MAX_BATCH
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -304,7 +304,7 @@ def _load() -> ctypes.CDLL:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
-                                            + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
+                                            + [ctypes.c_float, ctypes.c_void_p])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -389,15 +389,12 @@ class Sp24Launch:
     allocates the counters). `splits`: step ranges across CTAs (default `default_splits`); `slices`: warps per
     row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
     launches on torch's current stream. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`,
-    `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). `ahead`: each warp
-    prefetches its steps into L2 that many steps before loading them into registers (0: no prefetch)."""
+    `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu)."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
-                 norm: bool = False, ahead: int = 0):
+                 norm: bool = False):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
-        if not 0 <= ahead <= MAX_L2_AHEAD:
-            raise KernelInputError(f"ahead = {ahead}; use 0 (no L2 prefetch) to {MAX_L2_AHEAD} steps")
         if w.glu and slices > max(SLICES) // 2:
             raise KernelInputError(f"slices = {slices}: a GLU weight needs its row-tile pairs in one CTA (at most "
                                    f"{max(SLICES) // 2} slices)")
@@ -413,7 +410,6 @@ class Sp24Launch:
         self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.slices = slices
-        self.ahead = ahead
         self.splits = default_splits(w, self.batch, sms, slices) if splits is None else splits
         if self.splits < min_splits(w, self.batch):
             raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
@@ -458,7 +454,7 @@ class Sp24Launch:
                 x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
-                int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), self.ahead,
+                int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps),
                 cuda_mma._current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")
@@ -503,17 +499,13 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
 
 _SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # with one slice
 _SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already splits the steps inside a CTA)
-AHEAD_CANDIDATES = (1, 2, 4)  # L2 prefetch distances (steps) tried with the fastest (splits, slices), besides 0
 _MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
-_timings: dict[tuple, dict[tuple[int, int, int], float]] = {}  # problem -> (splits, slices, ahead) -> ms per launch
+_timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, slices) -> ms per launch
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
-    """What a tuned launch is kept for: the problem, and SPARSEDECODING_L2_AHEAD (a launch tuned under one value is
-    not reused under another)."""
-    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            l2_ahead_setting())
+    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm)
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -598,10 +590,8 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), chosen on first use:
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
-    L2. The fastest pair is then timed with each L2 prefetch distance of AHEAD_CANDIDATES (checked the same way)
-    and the fastest of all kept, unless SPARSEDECODING_L2_AHEAD fixes the distance. With `norm`, the launches take
-    that RMSNorm in front, and their residual sums must equal x + res exactly. Raises KernelInputError inside a
-    CUDA-graph capture for a problem not seen before."""
+    L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
+    Raises KernelInputError inside a CUDA-graph capture for a problem not seen before."""
     key = problem_key(x, w, norm is not None)
     launch = _launches.get(key)
     if launch is not None:
@@ -609,7 +599,6 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     if torch.cuda.is_available() and x.is_cuda and torch.cuda.is_current_stream_capturing():
         raise KernelInputError(f"sp24 is not tuned for {key} yet; run it once on this shape and batch before "
                                "capturing a CUDA graph")
-    fixed_ahead = l2_ahead_setting()
     batch = 1 if x.dim() == 1 else x.shape[0]
     check_inputs(x, w)
     low = min_splits(w, batch)
@@ -617,42 +606,31 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     if norm is not None:
         check_norm_inputs(x, w, norm[0], norm[1])
     reference = _reference(x, w, norm)
-
-    def checked(splits: int, slices: int, ahead: int) -> Sp24Launch:
-        launch = Sp24Launch(x, w, splits, slices, norm is not None, ahead)
+    launches = {}
+    for slices, splits in _candidates(w, batch, sms, low):
+        launch = Sp24Launch(x, w, splits, slices, norm is not None)
+        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
+            continue  # the same grid as a candidate already kept
         y = launch(x, w, *(norm or ()))
-        where = f"{key} with {splits} splits, {slices} slices and L2 prefetch {ahead} steps ahead"
         if norm is not None:
             y, total = y
             expected = (reference.reference if w.glu else reference).sum
             if not torch.equal(total.view_as(expected), expected):
-                raise RuntimeError(f"sp24: the residual sum x + res differs from torch's for {where}; set "
-                                   "SPARSEDECODING_KERNEL=triton and report this")
+                raise RuntimeError(f"sp24: the residual sum x + res differs from torch's for {key} with {splits} "
+                                   f"splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report this")
         error = reference.error(y.view(-1, w.out_features))
         if not error <= 1:  # NaN fails too
-            raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {where}; set "
-                               "SPARSEDECODING_KERNEL=triton and report this")
-        return launch
-
-    first_ahead = fixed_ahead or 0
-    launches = {}
-    for slices, splits in _candidates(w, batch, sms, low):
-        if (-(-w.steps // -(-w.steps // splits)), slices) in {(c.used_splits, c.slices) for c in launches.values()}:
-            continue  # the same grid as a candidate already kept
-        launches[(splits, slices, first_ahead)] = checked(splits, slices, first_ahead)
+            raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
+                               f"{splits} splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report "
+                               "this")
+        launches[(splits, slices)] = launch
+    del reference
     weights = _copies(w)
     from .autotune import replay_ms  # imports triton
 
-    def timed(launch: Sp24Launch) -> float:
-        return replay_ms(lambda weight: launch(x, weight, *(norm or ())), weights)
-
-    timings = {choice: timed(launch) for choice, launch in launches.items()}
-    if fixed_ahead is None:
-        splits, slices, _ = min(timings, key=timings.get)
-        for ahead in AHEAD_CANDIDATES:
-            launches[(splits, slices, ahead)] = checked(splits, slices, ahead)
-            timings[(splits, slices, ahead)] = timed(launches[(splits, slices, ahead)])
-    del reference, weights
+    timings = {choice: replay_ms(lambda weight, launch=launch: launch(x, weight, *(norm or ())), weights)
+               for choice, launch in launches.items()}
+    del weights
     best = min(timings, key=timings.get)
     _launches[key], _timings[key] = launches[best], timings
     return launches[best]
@@ -671,11 +649,9 @@ def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int
     return sorted(found)
 
 
-def tuning_results() -> dict[tuple, tuple[tuple[int, int, int], dict[tuple[int, int, int], float]]]:
-    """For every problem tuned so far: the chosen (splits, slices, L2 prefetch distance) and each candidate's median
-    time in ms."""
-    return {key: ((launch.splits, launch.slices, launch.ahead), dict(_timings[key]))
-            for key, launch in _launches.items()}
+def tuning_results() -> dict[tuple, tuple[tuple[int, int], dict[tuple[int, int], float]]]:
+    """For every problem tuned so far: the chosen (splits, slices) and each candidate's median time in ms."""
+    return {key: ((launch.splits, launch.slices), dict(_timings[key])) for key, launch in _launches.items()}
 
 
 def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,
