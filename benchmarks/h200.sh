@@ -59,6 +59,15 @@ recipes() {  # PLAN WORK REPORT: one quality_recipes.py worker per GPU on PLAN, 
   mkdir -p "$OUT/$3" && cp -r "$2/dev" "$2/final" "$2/report.md" "$2/summary.json" "$OUT/$3/"
 }
 
+sp24_codes_reports() {  # LOG: every sp24 GPU test (their tail in $OUT/LOG), sp24_bench without the split sweep, then
+  # issue 13's engine rows
+  timeout 260 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -6 | tee "$OUT/$1" || true
+  (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py --no-sweep \
+    --out "$OUT/sp24_h200.md" | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
+  timeout 150 python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24.md" | grep -E "^- 2:4|^\| llama" \
+    || true
+}
+
 case $report in
   receive)  # once per piece: carry .xfer/cpartNN (Qwen) or .xfer/spartNN (SmolLM2)
     cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l ;;
@@ -286,22 +295,12 @@ case $report in
     SPARSEDECODING_KERNEL=cuda SPARSEDECODING_SPARSE_MMA=1 python3 benchmarks/quant_e2e_bench.py \
       --out "$OUT/quant_e2e_h200_8b_sp.md" ;;
   sp24-ahead)  # sp24_h200_l2_ahead.md and quant_e2e_h200_sp24_l2_ahead.md (run at commit ac1fe9c, whose L2 prefetch
-    # was then dropped): every sp24 GPU test, the kernel bench without the split sweep, issue 13's engine rows
-    timeout 260 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -6 \
-      | tee "$OUT/gpu_tests_sp24_ahead.log" || true
-    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py --no-sweep \
-      --out "$OUT/sp24_h200.md" | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
-    timeout 150 python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24.md" | grep -E "^- 2:4|^\| llama" \
-      || true ;;
+    # was then dropped): as sp24-fp16 below, at that commit
+    sp24_codes_reports gpu_tests_sp24_ahead.log ;;
   sp24-fp16)  # sp24_h200.md and quant_e2e_h200_sp24.md with int8 / int4 codes on fp16 MMAs (x staged in fp16 times a
     # power of two per row): every sp24 GPU test, the kernel bench without the split sweep, issue 13's engine rows;
     # about 6 minutes, GPU only
-    timeout 260 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -6 \
-      | tee "$OUT/gpu_tests_sp24_fp16.log" || true
-    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py --no-sweep \
-      --out "$OUT/sp24_h200.md" | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
-    timeout 150 python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24.md" | grep -E "^- 2:4|^\| llama" \
-      || true ;;
+    sp24_codes_reports gpu_tests_sp24_fp16.log ;;
   sp24-fp16-2)  # every engine GPU test (sp24-tests: bf16, int8, int4, both fusions), then the 8B preset's 2:4 rows
     # (e2e_h200_8b_sp24.md); about 9 minutes, GPU only
     timeout 330 python3 -m pytest -q -m gpu tests/test_sp24_linear.py tests/test_engine_gpu.py \
