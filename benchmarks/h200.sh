@@ -59,9 +59,10 @@ recipes() {  # PLAN WORK REPORT: one quality_recipes.py worker per GPU on PLAN, 
   mkdir -p "$OUT/$3" && cp -r "$2/dev" "$2/final" "$2/report.md" "$2/summary.json" "$OUT/$3/"
 }
 
-sp24_codes_reports() {  # LOG: every sp24 GPU test (their tail in $OUT/LOG), sp24_bench without the split sweep, then
-  # issue 13's engine rows
-  timeout 260 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -6 | tee "$OUT/$1" || true
+sp24_codes_reports() {  # [LOG]: every sp24 GPU test (their tail in $OUT/LOG; none without LOG), sp24_bench without the
+  # split sweep, then issue 13's engine rows
+  [ -z "${1:-}" ] || timeout 260 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -6 \
+    | tee "$OUT/$1" || true
   (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py --no-sweep \
     --out "$OUT/sp24_h200.md" | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
   timeout 150 python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24.md" | grep -E "^- 2:4|^\| llama" \
@@ -297,15 +298,19 @@ case $report in
   sp24-ahead)  # sp24_h200_l2_ahead.md and quant_e2e_h200_sp24_l2_ahead.md (run at commit ac1fe9c, whose L2 prefetch
     # was then dropped): as sp24-fp16 below, at that commit
     sp24_codes_reports gpu_tests_sp24_ahead.log ;;
-  sp24-fp16)  # sp24_h200.md and quant_e2e_h200_sp24.md with int8 / int4 codes on fp16 MMAs (x staged in fp16 times a
-    # power of two per row): every sp24 GPU test, the kernel bench without the split sweep, issue 13's engine rows;
-    # about 6 minutes, GPU only
+  sp24-fp16)  # sp24_h200_fp16_codes.md and quant_e2e_h200_sp24_fp16_codes.md (run at commit 642f0a8, whose fp16 MMAs
+    # for codes were then dropped): as sp24-ahead, at that commit
     sp24_codes_reports gpu_tests_sp24_fp16.log ;;
-  sp24-fp16-2)  # every engine GPU test (sp24-tests: bf16, int8, int4, both fusions), then the 8B preset's 2:4 rows
-    # (e2e_h200_8b_sp24.md); about 9 minutes, GPU only
-    timeout 330 python3 -m pytest -q -m gpu tests/test_sp24_linear.py tests/test_engine_gpu.py \
+  sp24-lop3)  # sp24_h200.md, quant_e2e_h200_sp24.md and e2e_h200_8b_sp24.md with the int4 dequantization in one LOP3 and
+    # unpredicated reads of x (this session's kept changes; every other sp24 GPU test passed on them at ac1fe9c): the
+    # sp24 GPU tests of codes at extreme magnitudes and of the fused norm, every engine GPU test (sp24-tests: bf16,
+    # int8, int4, both fusions), the kernel bench, issue 13's engine rows, the 8B preset; about 9 minutes, GPU only
+    timeout 100 python3 -m pytest -q -m gpu tests/test_sp24.py -k "magnitude or norm_kernel" -p no:cacheprovider \
+      2>&1 | tail -3 | tee "$OUT/gpu_tests_sp24_lop3.log" || true
+    timeout 300 python3 -m pytest -q -m gpu tests/test_sp24_linear.py tests/test_engine_gpu.py \
       tests/test_quantized_engine.py -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests_sp24_engine.log" || true
-    timeout 200 bash benchmarks/h200.sh sp24-e2e-8b ;;
+    sp24_codes_reports
+    timeout 150 bash benchmarks/h200.sh sp24-e2e-8b ;;
   eager)  # eager_h200.md: eager per-call cost of nm_spmv, PackedLinear and the op vs F.linear
     python3 benchmarks/eager_bench.py --patterns 2:4 16:32 --batches 1 4 --out "$OUT/eager_h200.md" ;;
   drift)  # drift-qwen2.5-coder-1.5b-2of4/

@@ -21,12 +21,7 @@
 //
 // Values (CODE): 0 = bf16/fp16 kept values; 8 = int8 codes (offset binary, one scale a row, applied to the sum);
 // 4 = int4 codes (offset binary, group scales applied to each group's fp32 sums, bf16 only). Codes enter the MMAs
-// exactly, so the product is exact for any bf16 scales. They run fp16 MMAs: a code takes one integer op and one
-// fp16 op there (fp16's 10 fraction bits hold 1024 + a byte; bf16's 7 do not, and cost 5 ops an int8 pair). For
-// that, each CTA stages its bf16 x as fp16 times 2^e per row of x, e chosen from the row's largest |element| in
-// the CTA's columns so that it lands below 2^15: exact for every element down to 2^-29 of that largest (below, fp16
-// subnormals round), and the fp32 sums are multiplied by 2^-e before anything else touches them.
-// Tiled layouts per step of KS k-tiles (sp24.py):
+// exactly, so the product is exact for any bf16 scales. Tiled layouts per step of KS k-tiles (sp24.py):
 //   a:    [row tile][step][load j][lane][16 B]; CODE 0: load j = k-tile j (a0..a3); CODE 8: k-tiles 2j, 2j+1,
 //         each two words (row g's codes of a0, a2; row g+8's of a1, a3); CODE 4: k-tiles 4j..4j+3, a word each,
 //         nibble r and r + 4 making register r.
@@ -105,42 +100,28 @@ __device__ __forceinline__ void mma_sp(float* c, uint32_t a0, uint32_t a1, uint3
   }
 }
 
+// int8 offset-binary byte k of w as the exact float code: 2^23 + u, minus 2^23 + 128.
+__device__ __forceinline__ float int8_code(uint32_t w, int k) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - 8388736.f;
+}
+
 __device__ __forceinline__ float silu_mul(float gate, float up) { return gate / (1.f + __expf(-gate)) * up; }
 
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
-__device__ __forceinline__ uint32_t half2_bits(__half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
-
-// Codes enter fp16 MMAs (x is staged in fp16 for them, scaled by a power of two: see the top), where a code needs
-// one integer op and one fp16 op: fp16 has 10 fraction bits, so 1024 + u is exact for a byte u.
-// int8: bytes k, k + 1 of w (offset binary u = code + 128) as fp16 1024 + u (one PRMT with 0x64 exponent bytes),
-// minus 1152: the codes, exactly.
 __device__ __forceinline__ uint32_t int8_pair(uint32_t w, int k) {
-  const uint32_t biased = __byte_perm(w, 0x64646464u, k == 0 ? 0x4140 : 0x4342);
-  return half2_bits(__hsub2(*reinterpret_cast<const __half2*>(&biased), __floats2half2_rn(1152.f, 1152.f)));
+  return bf16x2_bits(__floats2bfloat162_rn(int8_code(w, k), int8_code(w, k + 1)));
 }
 
-// (v & mask) | 0x64006400 as one LOP3 (with both constants immediate, ptxas emits two).
-template <uint32_t MASK>
-__device__ __forceinline__ uint32_t fp16_magic(uint32_t v) {
-  uint32_t biased, magic;
-  asm("mov.b32 %0, 0x64006400;\n" : "=r"(magic));
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(biased) : "r"(v), "n"(MASK), "r"(magic));
-  return biased;
-}
-
-// int4: nibbles r and r + 4 of q (offset binary u = code + 8), the codes, exactly: nibbles at bits 0-3 of each
-// half as fp16 1024 + u, minus 1032; nibbles at bits 4-7 as 1024 + 16u, times 1/16 minus 72. Registers 2 and 3
-// read q >> 8. The group's scales multiply the fp32 sums of the group's MMAs, so any bf16 scale gives the exact
-// product.
+// int4: nibbles r and r + 4 of q (offset binary u = code + 8) as bf16 128 + u, minus 136: the codes, exactly.
+// The group's scales multiply the fp32 sums of the group's MMAs, so any bf16 scale gives the exact product.
 __device__ __forceinline__ uint32_t int4_pair(uint32_t q, int r) {
-  const uint32_t v = r < 2 ? q : q >> 8;
-  if (r % 2 == 0) {
-    const uint32_t biased = fp16_magic<0x000F000Fu>(v);
-    return half2_bits(__hsub2(*reinterpret_cast<const __half2*>(&biased), __floats2half2_rn(1032.f, 1032.f)));
-  }
-  const uint32_t biased = fp16_magic<0x00F000F0u>(v);
-  return half2_bits(__hfma2(*reinterpret_cast<const __half2*>(&biased), __floats2half2_rn(0.0625f, 0.0625f),
-                            __floats2half2_rn(-72.f, -72.f)));
+  // (q >> 4r) & 0x000F000F | 0x43004300 as one LOP3: with both constants immediate, ptxas emits two
+  uint32_t biased, magic;
+  asm("mov.b32 %0, 0x43004300;\n" : "=r"(magic));
+  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;\n" : "=r"(biased) : "r"(q >> (4 * r)), "r"(magic));
+  const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&biased);
+  return bf16x2_bits(__hsub2(v, __floats2bfloat162_rn(136.f, 136.f)));
 }
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -179,34 +160,6 @@ __device__ __forceinline__ void norm_unit(const uint4& xv, const uint4& rv, cons
     sq = fmaf(sf, sf, sq);
     se[i] = si;
     ue[i] = from_float<T>(to_float(we[i]) * sf);
-  }
-}
-
-// Largest |element| of 8 bf16 as bf16 bits (non-negative bf16 order as unsigned integers; NaN above inf).
-__device__ __forceinline__ uint32_t abs_max_bits(const uint4& v) {
-  const uint32_t m = __vmaxu2(__vmaxu2(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), __vmaxu2(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu));
-  return max(m & 0xFFFFu, m >> 16);
-}
-
-// The power of two that brings a row of x whose largest |element| has bf16 bits `max_bits` below 2^15 (fp16's
-// largest is 65504), as the fp32 exponent field of the factor: bf16 values times it are exact in fp16 down to
-// 2^-29 of the row's largest. A zero, subnormal, inf or NaN largest gives 1 (zero rows stay zero; inf and NaN go
-// through as they would in bf16).
-__device__ __forceinline__ int fp16_row_exponent(uint32_t max_bits) {
-  const int e8 = static_cast<int>((max_bits >> 7) & 0xFF);
-  if (e8 == 0 || e8 == 0xFF) return 0;
-  return min(126, 141 - e8);  // max < 2^(e8 - 126), so max · 2^(141 - e8) < 2^15
-}
-
-// A staged unit (8 bf16 of a row, spread over four words as stage_unit writes them) as fp16 times 2^exponent.
-__device__ __forceinline__ void unit_to_fp16(char* row, int u, int exponent) {
-  char* d = row + 64 * (u >> 2) + 4 * (u & 3);
-  const float up = __uint_as_float(static_cast<uint32_t>(exponent + 127) << 23);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    uint32_t* word = reinterpret_cast<uint32_t*>(d + 16 * i);
-    const float lo = __uint_as_float(*word << 16) * up, hi = __uint_as_float(*word & 0xFFFF0000u) * up;
-    *word = half2_bits(__floats2half2_rn(lo, hi));
   }
 }
 
@@ -270,7 +223,7 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     // is spent on them
     const int row = min(8 * j + g, batch - 1);
     const uint4 b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
-    mma_sp<CODE == 0 && kBf16>(acc[j], a0, a1, a2, a3, b, e);  // codes: fp16 (x staged in fp16 for them)
+    mma_sp<kBf16>(acc[j], a0, a1, a2, a3, b, e);
   }
 }
 
@@ -347,18 +300,6 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   const int xstride = 2 * cols + 64;
   const int units = cols / 8;
   __shared__ float ss_part[NORM ? kWarps : 1][NORM ? 16 : 1];  // NORM: each warp's Σs² per row of x
-  // codes: each warp's largest |staged element| per row of x (bf16 bits), for the rows' fp16 scales. A warp's 32
-  // staged units always lie in one row (units per row are a multiple of 64), so one REDUX per unit and lane 0
-  // keep it, without atomics.
-  __shared__ uint32_t max_part[CODE != 0 ? kWarps : 1][CODE != 0 ? 16 : 1];
-  if (CODE != 0 && lane < 16) max_part[warp][lane] = 0u;
-  __syncwarp();
-  auto keep_max = [&](int n, const uint4& v) {
-    if constexpr (CODE != 0) {
-      const uint32_t m = __reduce_max_sync(0xffffffffu, abs_max_bits(v));
-      if (lane == 0) max_part[warp][n] = max(max_part[warp][n], m);
-    }
-  };
   if constexpr (NORM) {
     // every row of x at once per unit (their loads in flight together), Σs² per row in registers
     float sq[8 * NT];
@@ -381,7 +322,6 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
             norm_unit<T>(xv, rv, wv, sv, uv, sq[n]);
             if (writes_sum) *reinterpret_cast<uint4*>(sum_out + at) = sv;
           }
-          keep_max(n, uv);
           stage_unit(xs + n * xstride, u, uv);
         }
       }
@@ -400,30 +340,10 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
       const int n = idx / units, u = idx % units, col = col0 + 8 * u;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (col < in) v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
-      keep_max(n, v);
       stage_unit(xs + n * xstride, u, v);
     }
   }
   __syncthreads();
-  // codes: row b of x is staged as fp16 times 2^row_exponent(b), and its sums are scaled back by 2^-row_exponent(b)
-  auto row_exponent = [&](int b) {
-    if constexpr (CODE == 0) return 0;
-    uint32_t m = 0u;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = max(m, max_part[CODE != 0 ? w : 0][CODE != 0 ? b : 0]);
-    return fp16_row_exponent(m);
-  };
-  auto x_down = [&](int b) {  // 2^-row_exponent(b)
-    if constexpr (CODE == 0) return 1.f;
-    return __uint_as_float(static_cast<uint32_t>(127 - row_exponent(b)) << 23);
-  };
-  if constexpr (CODE != 0) {
-    for (int idx = tid; idx < batch * units; idx += kThreads) {
-      const int n = idx / units;
-      unit_to_fp16(xs + n * xstride, idx % units, row_exponent(n));
-    }
-    __syncthreads();
-  }
   // NORM: this CTA's Σs² of row b of x (its columns), warps added in order
   auto cta_ss = [&](int b) {
     float total = 0.f;
@@ -481,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
       for (int e = 0; e < 4; ++e) {
         const int b = 8 * j + 2 * t + (e & 1), row = 16 * tile_row + g + 8 * (e >> 1);
         if (b < batch && row < out) {
-          const float norm = (NORM ? rsqrtf(cta_ss(b) / in + eps) : 1.f) * x_down(b);
+          const float norm = NORM ? rsqrtf(cta_ss(b) / in + eps) : 1.f;
           float v = acc[j][e] * norm;
           if constexpr (CODE == 8) v *= __bfloat162float(row_scales[row]);
           if (glu) {  // gate row `row`, up row `row + 16`: output row 16·(tile_row / 2) + g + 8·(e >> 1)
@@ -501,8 +421,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int b = 8 * j + 2 * t + (e & 1), row = 16 * tile_row + g + 8 * (e >> 1);
-        if (b < batch && row < out)
-          partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e] * x_down(b);
+        if (b < batch && row < out) partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e];
       }
   }
   if (NORM && tid < batch) ss_slots[(blockIdx.x * splits + split) * batch + tid] = cta_ss(tid);
