@@ -221,6 +221,10 @@ case $report in
     # 2:4 on it (compiled decode with the GLU epilogue and fused norms, bench, the quantized engine), about 8 minutes
     timeout 540 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py tests/test_engine_gpu.py \
       tests/test_quantized_engine.py -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests_sp24_engine.log" || true ;;
+  sp24-lop3-tests)  # not committed: the GPU tests sp24-lop3 did not finish in its call: codes at extreme magnitudes
+    # and the engine's fused-norm decode for bf16, int8 and int4; about 4 minutes
+    timeout 420 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py -k "magnitude or fused_norms" \
+      -p no:cacheprovider 2>&1 | tail -8 | tee "$OUT/gpu_tests_sp24_lop3.log" || true ;;
   sp24-e2e-8b)  # e2e_h200_8b_sp24.md: Llama-3.1-8B preset, dense vs 2:4 (2:4 linears on sp24), batch 1, 4, 8
     python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --batch 1 4 8 --repeats 2 \
       --out "$OUT/e2e_h200_8b_sp24.md" ;;
