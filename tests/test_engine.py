@@ -274,3 +274,23 @@ def test_sliding_window_limits_the_cache():
     model = build_model(replace(TINY, sliding_window=8), random_state(TINY, None, torch.float32, "cpu"))
     with pytest.raises(EngineError, match="sliding window of 8"):
         model.setup_caches(1, 9)
+
+
+@pytest.mark.parametrize("vocab", [128256, 151936, 49152, 32000, 1000, 257])
+def test_two_stage_argmax_gives_torchs_index(vocab):
+    """argmax_rows: the index torch.argmax gives, ties (first maximum), NaN and -inf rows included, for vocabularies
+    with a large, a small and no usable power-of-two factor."""
+    from sparsedecoding.engine.generate import argmax_rows
+
+    generator = torch.Generator().manual_seed(vocab)
+    scores = torch.randn(6, vocab, generator=generator).bfloat16()  # bf16: many exact ties
+    scores[1] = 0.0  # a constant row: index 0
+    scores[2, vocab // 2] = scores[2, vocab - 1] = 99.0  # a tie across chunks
+    scores[3, vocab // 3] = float("nan")
+    scores[3, vocab - 2] = float("nan")
+    scores[4] = float("-inf")
+    scores[5, -1] = 99.0  # the last index
+    for dtype in (torch.bfloat16, torch.float32):
+        x = scores.to(dtype)
+        assert torch.equal(argmax_rows(x), x.argmax(-1)), dtype
+    assert argmax_rows(scores).tolist()[1:3] == [0, vocab // 2]

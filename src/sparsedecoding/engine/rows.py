@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from ..errors import EngineError
 from .config import from_hf_config
-from .generate import uniform_noise
+from .generate import argmax_rows, uniform_noise
 from .loading import model_from_hf
 from .model import Block, Transformer
 
@@ -61,7 +61,7 @@ def choose(logits: Tensor, sampling: RowSampling, seed: Tensor, count: Tensor) -
     u · (kept mass), u uniform from `uniform_noise` keyed by (seed[r], count[r]): one uniform per row, no generator
     state and no host sync, so the step records into a CUDA graph."""
     if sampling.temperature == 0:
-        return logits.argmax(-1)
+        return argmax_rows(logits)
     probs = (logits.float() / sampling.temperature).softmax(-1)
     if sampling.top_p < 1:
         probs, order = probs.sort(dim=-1, descending=True, stable=True)
