@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from sparsedecoding.engine.bench import SpeedResult, bench_preset, copy_bandwidth, format_table
+from sparsedecoding.engine.bench import SpeedResult, bench_preset, check_group_size, copy_bandwidth, format_table
+from sparsedecoding.engine.config import preset
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown, write_report
 
@@ -29,16 +30,24 @@ def main() -> int:
     parser.add_argument("--pattern", type=SparsityPattern.parse, default=SparsityPattern.parse("2:4"))
     parser.add_argument("--batch", nargs="+", type=int, default=[1])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quantize", choices=["int8", "int4"],
+                        help="quantize the N:M model's kept values (the dense baseline stays bf16)")
+    parser.add_argument("--group-size", type=int, default=128, help="int4: columns a scale (default: 128)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     from sparsedecoding.cli.engine import _check_kernel_setting
     from sparsedecoding.errors import SparseDecodingError
     from sparsedecoding.kernels import op
 
-    known = (op.KERNEL_SETTING, op.SPARSE_MMA_SETTING, op.FUSE_GLU_SETTING, op.FUSE_NORM_SETTING)
+    known = (op.KERNEL_SETTING, op.SPARSE_MMA_SETTING, op.FUSE_GLU_SETTING, op.FUSE_NORM_SETTING,
+             op.SP24_PDL_SETTING)
     if args.setting not in known:
         parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
 
+    try:  # the group size too, before the first model is built
+        check_group_size(preset(args.preset), args.quantize, args.group_size)
+    except SparseDecodingError as exc:
+        parser.error(str(exc))
     for value in args.values:  # every value checked before the first model is built
         os.environ[args.setting] = value
         try:
@@ -51,11 +60,13 @@ def main() -> int:
     results = bench_preset(args.preset, [(None, args.batch)], device, repeats=args.repeats)
     for value in args.values:
         os.environ[args.setting] = value
-        runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, repeats=args.repeats)
+        runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, repeats=args.repeats,
+                            quantize=args.quantize, group_size=args.group_size)
         results += [dataclasses.replace(r, weights=f"{r.weights}, {args.setting}={value}")
                     if isinstance(r, SpeedResult) else r for r in runs]
         print(format_table(results, copy), flush=True)
-    lines = [f"# {args.setting} A/B: {args.preset}, {args.pattern}, side by side", "",
+    kept = f" + {args.quantize}" if args.quantize else ""
+    lines = [f"# {args.setting} A/B: {args.preset}, {args.pattern}{kept}, side by side", "",
              environment_markdown("python " + " ".join(sys.argv), device), "",
              "One process: dense once, then the N:M model built under each value; decode steps compiled and captured "
              f"in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense tok/s at the same batch.", "",

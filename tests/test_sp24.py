@@ -459,6 +459,54 @@ def test_codes_keep_rows_of_any_magnitude(kind):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "int4"])
+def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, monkeypatch):
+    """Under SPARSEDECODING_SP24_PDL=1 a chain of sp24 kernels, each reading the output of the one before (split-K
+    and the fused norm included), captured in a CUDA graph and replayed with new inputs, gives bit for bit what plain
+    launches give: the wait holds every read of x, res and the split-K buffers until the previous kernel is done."""
+    from sparsedecoding.kernels.sp24 import Sp24Launch
+
+    shapes = [(2048, 1024), (1024, 2048), (3072, 1024)]
+    weights = [tile(_packed_on_gpu(kind, out, in_features, seed=29 + i)[0]) for i, (out, in_features) in
+               enumerate(shapes)]
+    norm_weight = torch.ones(1024, device="cuda").bfloat16()
+    x = torch.randn(4, 1024, device="cuda").bfloat16()
+    res = torch.randn(4, 1024, device="cuda").bfloat16()
+
+    def launches(value):
+        monkeypatch.setenv("SPARSEDECODING_SP24_PDL", value)
+        return [Sp24Launch(x, weights[0], 3, 1), Sp24Launch(torch.empty(4, 2048, device="cuda").bfloat16(),
+                                                             weights[1], 1, 4),
+                Sp24Launch(x, weights[2], 2, 1, norm=True)]
+
+    def chain(steps):
+        h = steps[0](x, weights[0]) / 32
+        h = steps[1](h.contiguous(), weights[1]) / 32
+        return steps[2](h.contiguous(), weights[2], res, norm_weight, 1e-6)
+
+    plain, programmatic = launches("0"), launches("1")
+    assert not any(step.pdl for step in plain)
+    assert all(step.pdl for step in programmatic) == (torch.cuda.get_device_capability()[0] >= 9)
+    for steps in (plain, programmatic):
+        chain(steps)  # counters allocated outside capture
+    graphs, outputs = [], []
+    for steps in (plain, programmatic):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs.append(chain(steps))
+        graphs.append(graph)
+    for _ in range(3):
+        x.copy_(torch.randn(4, 1024, device="cuda").bfloat16())
+        res.copy_(torch.randn(4, 1024, device="cuda").bfloat16())
+        for graph in graphs:
+            graph.replay()
+        torch.cuda.synchronize()
+        expected = chain(plain)
+        for y, total in outputs:
+            assert torch.equal(y, expected[0]) and torch.equal(total, expected[1])
+
+
+@pytest.mark.gpu
 def test_kernel_vector_input_and_graph_replay():
     packed = pack_nm(random_nm_weight(4096, 4096, 2, 4, torch.bfloat16, seed=6).cuda(), 2, 4)
     w = tile(packed)

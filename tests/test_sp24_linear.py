@@ -153,7 +153,7 @@ def test_normed_refuses_mismatched_shapes():
 
 
 @pytest.mark.parametrize("variable", ["SPARSEDECODING_FUSE_GLU", "SPARSEDECODING_FUSE_NORM",
-                                      "SPARSEDECODING_SPARSE_MMA"])
+                                      "SPARSEDECODING_SPARSE_MMA", "SPARSEDECODING_SP24_PDL"])
 def test_cli_refuses_a_bad_switch_before_any_work(variable, monkeypatch, capsys):
     from sparsedecoding.cli import main
 

@@ -79,15 +79,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _check_kernel_setting() -> None:
-    """SPARSEDECODING_KERNEL, SPARSEDECODING_SPARSE_MMA, SPARSEDECODING_FUSE_GLU and SPARSEDECODING_FUSE_NORM are read
-    when the model is built or first runs; a bad value fails here, before any loading."""
+    """SPARSEDECODING_KERNEL, SPARSEDECODING_SPARSE_MMA, SPARSEDECODING_FUSE_GLU, SPARSEDECODING_FUSE_NORM and
+    SPARSEDECODING_SP24_PDL are read when the model is built or first runs; a bad value fails here, before any
+    loading."""
     from ..kernels.op import (check_kernel_setting, fuse_glu_setting, fuse_norm_setting, kernel_setting,
-                              sparse_mma_setting)
+                              sp24_pdl_setting, sparse_mma_setting)
 
     check_kernel_setting(kernel_setting())
     sparse_mma_setting()
     fuse_glu_setting()
     fuse_norm_setting()
+    sp24_pdl_setting()
 
 
 def _generate(args: argparse.Namespace) -> int:

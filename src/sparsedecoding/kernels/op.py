@@ -46,6 +46,7 @@ KERNEL_CHOICES = ("auto", "triton", "cuda")
 SPARSE_MMA_SETTING = "SPARSEDECODING_SPARSE_MMA"
 FUSE_GLU_SETTING = "SPARSEDECODING_FUSE_GLU"
 FUSE_NORM_SETTING = "SPARSEDECODING_FUSE_NORM"
+SP24_PDL_SETTING = "SPARSEDECODING_SP24_PDL"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -97,6 +98,13 @@ def fuse_norm_setting() -> bool:
     2:4 qkv and gate_up kernels (`engine.model.Block.fuse_norms`; measured faster: results/fuse_norm_h200_*.md); "0"
     keeps them in the compiled block."""
     return _switch(FUSE_NORM_SETTING, "1", "RMSNorm in the 2:4 kernels")
+
+
+def sp24_pdl_setting() -> bool:
+    """SPARSEDECODING_SP24_PDL: "1" launches the 2:4 sparse tensor-core kernel programmatically on compute capability
+    9.0, so that its CTAs load their first weights while the kernel before it finishes (an sp24 kernel lets its
+    dependents start once its weight stream is done); "0" or unset: plain launches (not yet measured on a GPU)."""
+    return _switch(SP24_PDL_SETTING, "0", "programmatic launches of the 2:4 kernel")
 
 
 def sparse_mma_setting() -> bool:

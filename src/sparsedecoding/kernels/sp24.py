@@ -24,7 +24,7 @@ import torch
 from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
-from .op import MAX_BATCH
+from .op import MAX_BATCH, sp24_pdl_setting
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -304,7 +304,7 @@ def _load() -> ctypes.CDLL:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
-                                            + [ctypes.c_float, ctypes.c_void_p])
+                                            + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -389,7 +389,8 @@ class Sp24Launch:
     allocates the counters). `splits`: step ranges across CTAs (default `default_splits`); `slices`: warps per
     row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
     launches on torch's current stream. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`,
-    `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu)."""
+    `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). Under
+    SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
                  norm: bool = False):
@@ -410,6 +411,7 @@ class Sp24Launch:
         self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.slices = slices
+        self.pdl = sp24_pdl_setting() and torch.cuda.get_device_capability(self.device)[0] >= 9
         self.splits = default_splits(w, self.batch, sms, slices) if splits is None else splits
         if self.splits < min_splits(w, self.batch):
             raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
@@ -454,7 +456,7 @@ class Sp24Launch:
                 x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
-                int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps),
+                int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
                 cuda_mma._current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")
@@ -505,7 +507,10 @@ _timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, 
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
-    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm)
+    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL (a launch tuned under one value is
+    not reused under the other)."""
+    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
+            sp24_pdl_setting())
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)

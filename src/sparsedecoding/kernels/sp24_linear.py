@@ -248,12 +248,13 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     kernels. SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply silu(gate)·up in the
     kernel; SPARSEDECODING_FUSE_NORM (1, the default) lets each block's qkv and gate_up kernels take its residual
     additions and RMSNorms (`fuse_norms`). Returns how many linears were tiled."""
-    from .op import check_kernel_setting, fuse_glu_setting, fuse_norm_setting, kernel_setting
+    from .op import check_kernel_setting, fuse_glu_setting, fuse_norm_setting, kernel_setting, sp24_pdl_setting
 
     setting = kernel_setting()
     check_kernel_setting(setting)
     glu = fuse_glu_setting()
     norms = fuse_norm_setting()
+    sp24_pdl_setting()  # read by each launch; a bad value fails here, before any
     if setting != "auto" or not any(tileable(module) is None for module in model.modules()):
         return 0
     global _warned

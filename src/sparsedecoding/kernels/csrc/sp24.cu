@@ -294,6 +294,12 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
     load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, wstep0, lane, t, g, gk_shift, groups);
   if (active && wstep0 + 1 < wstep1)
     load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g, gk_shift, groups);
+  // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
+  // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
+  // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 
   // Stage x columns [32·ks·step0, 32·ks·step1), permuted, zero past `in`.
   const int col0 = step0 * S::ks * 32, cols = (step1 - step0) * S::ks * 32;
@@ -364,6 +370,11 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
       if (step + 3 < wstep1) load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 3, lane, t, g, gk_shift, groups);
     }
   }
+  // This CTA's weight stream is done: the next kernel on the stream, if launched programmatically, may start its
+  // CTAs (and their weight loads) as SM room frees up, while this grid finishes its reductions and its tail.
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
   if (slices > 1) {  // slice 0's warp of each row tile adds the others' sums, in slice order
 #pragma unroll
@@ -488,6 +499,7 @@ struct Problem {
   void* sum_out = nullptr;
   float* ss_slots = nullptr;
   float eps = 0.f;
+  int pdl = 0;  // a programmatic launch: see sp24_launch
 };
 
 template <typename T, int NT, int CODE, int SPS, bool NORM>
@@ -502,14 +514,22 @@ cudaError_t launch(const Problem& p) {
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
-  dim3 grid((p.row_tiles + cta_tiles - 1) / cta_tiles, used);
-  kernel<<<grid, kThreads, smem, p.stream>>>(
-      static_cast<const T*>(p.x), static_cast<const char*>(p.a), static_cast<const char*>(p.meta),
-      static_cast<const char*>(p.scales), static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y),
-      p.partials, p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
-      p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w), static_cast<T*>(p.sum_out),
-      p.ss_slots, p.eps);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((p.row_tiles + cta_tiles - 1) / cta_tiles, used);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = p.stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = p.pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x), static_cast<const char*>(p.a),
+                            static_cast<const char*>(p.meta), static_cast<const char*>(p.scales),
+                            static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y), p.partials,
+                            p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
+                            p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w),
+                            static_cast<T*>(p.sum_out), p.ss_slots, p.eps);
 }
 
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
@@ -609,11 +629,13 @@ extern "C" {
 // (1, 2, 4 or 8) warps per row tile inside one. `glu`: a gate|up weight tiled in pairs, y = silu(gate)·up with
 // out / 2 columns (out a multiple of 32, slices at most 4). `norm_w` (T [in], or null): y = W·rmsnorm(x + res)
 // (`res` [batch][in] or null), the sum x + res into `sum_out` (or not, if null), `ss_slots` (with split-K) one float
-// per row block, split and row of x. Returns 0 or a cudaError_t.
+// per row block, split and row of x. `pdl`: a programmatic launch (compute capability 9.0), whose CTAs may start
+// and load their first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents
+// start once its weight stream is done). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
-                void* sum_out, float* ss_slots, float eps, void* stream) {
+                void* sum_out, float* ss_slots, float eps, int pdl, void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)))
     return cudaErrorInvalidValue;
@@ -625,6 +647,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.sum_out = sum_out;
   p.ss_slots = ss_slots;
   p.eps = eps;
+  p.pdl = pdl;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
