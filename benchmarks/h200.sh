@@ -225,16 +225,18 @@ case $report in
     # and the engine's fused-norm decode for bf16, int8 and int4; about 4 minutes
     timeout 420 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py -k "magnitude or fused_norms" \
       -p no:cacheprovider 2>&1 | tail -8 | tee "$OUT/gpu_tests_sp24_lop3.log" || true ;;
-  sp24-pdl2)  # sp24_pdl_h200_8b.md and sp24_pdl_h200_quant.md: programmatic launches of sp24 (SPARSEDECODING_SP24_PDL=0
-    # and 1 side by side in one process; every sp24 CTA now lets its dependents start once its weights are read):
-    # the GPU test of chained launches, the 8B preset 2:4 at batch 1 and 4, then 2:4 + int4; about 7 minutes
+  sp24-pdl2)  # sp24_pdl_h200_{8b,8b_b4_8,quant,int8}.md: programmatic launches of sp24 (SPARSEDECODING_SP24_PDL=0 and 1
+    # side by side in one process; every sp24 CTA lets its dependents start once its weights are read): the GPU test
+    # of chained launches, then the 8B preset 2:4 at batch 1, at 4 and 8, 2:4 + int4 at 1 and 4, 2:4 + int8 at 1 and
+    # 8; about 5 minutes, GPU only (run as separate calls of the last 4 minutes of a session)
     timeout 120 python3 -m pytest -q -m gpu tests/test_sp24.py -k "programmatic" -p no:cacheprovider 2>&1 | tail -3 \
       | tee "$OUT/gpu_tests_sp24_pdl.log" || true
-    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_PDL --values 0 1 --batch 1 4 \
-      --repeats 2 --out "$OUT/sp24_pdl_h200_8b.md" 2>&1 | grep -E "^\| llama|wrote|rror" || true
-    timeout 150 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_PDL --values 0 1 --batch 1 \
-      --pattern 2:4 --quantize int4 --repeats 2 --out "$OUT/sp24_pdl_h200_quant.md" 2>&1 | grep -E "^\| llama|wrote|rror" \
-      || true ;;
+    for run in "8b:1:" "8b_b4_8:4 8:" "quant:1 4:int4" "int8:1 8:int8"; do
+      IFS=: read -r name batches quantize <<< "$run"
+      timeout 150 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_PDL --values 0 1 \
+        --batch $batches ${quantize:+--quantize $quantize} --repeats 2 --out "$OUT/sp24_pdl_h200_$name.md" 2>&1 \
+        | grep -E "^\| llama|rror" || true
+    done ;;
   sp24-e2e-8b)  # e2e_h200_8b_sp24.md: Llama-3.1-8B preset, dense vs 2:4 (2:4 linears on sp24), batch 1, 4, 8
     python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --batch 1 4 8 --repeats 2 \
       --out "$OUT/e2e_h200_8b_sp24.md" ;;

@@ -101,10 +101,11 @@ def fuse_norm_setting() -> bool:
 
 
 def sp24_pdl_setting() -> bool:
-    """SPARSEDECODING_SP24_PDL: "1" launches the 2:4 sparse tensor-core kernel programmatically on compute capability
-    9.0, so that its CTAs load their first weights while the kernel before it finishes (an sp24 kernel lets its
-    dependents start once its weight stream is done); "0" or unset: plain launches (not yet measured on a GPU)."""
-    return _switch(SP24_PDL_SETTING, "0", "programmatic launches of the 2:4 kernel")
+    """SPARSEDECODING_SP24_PDL: "1" or unset launches the 2:4 sparse tensor-core kernel programmatically on compute
+    capability 9.0, so that its CTAs load their first weights while the kernel before it finishes (an sp24 kernel
+    lets its dependents start once its weight stream is done; measured faster at every batch and kind tried:
+    results/sp24_pdl_h200_*.md); "0": plain launches."""
+    return _switch(SP24_PDL_SETTING, "1", "programmatic launches of the 2:4 kernel")
 
 
 def sparse_mma_setting() -> bool:
