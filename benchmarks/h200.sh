@@ -237,6 +237,12 @@ case $report in
         --batch $batches ${quantize:+--quantize $quantize} --repeats 2 --out "$OUT/sp24_pdl_h200_$name.md" 2>&1 \
         | grep -E "^\| llama|rror" || true
     done ;;
+  sp24-pdl-kernel)  # sp24_h200_pdl0.md and sp24_h200_pdl1.md: the kernel bench (no split sweep) with plain and with
+    # programmatic sp24 launches, each its own process; about 3 minutes, GPU only
+    for pdl in 0 1; do
+      (cd benchmarks && SPARSEDECODING_SP24_PDL=$pdl PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py \
+        --no-sweep --out "$OUT/sp24_h200_pdl$pdl.md" | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
+    done ;;
   sp24-e2e-8b)  # e2e_h200_8b_sp24.md: Llama-3.1-8B preset, dense vs 2:4 (2:4 linears on sp24), batch 1, 4, 8
     python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --batch 1 4 8 --repeats 2 \
       --out "$OUT/e2e_h200_8b_sp24.md" ;;

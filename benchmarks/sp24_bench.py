@@ -31,6 +31,7 @@ from sparsedecoding.errors import KernelInputError
 from sparsedecoding.kernels.autotune import Float64Reference
 from sparsedecoding.kernels import nm_spmv
 from sparsedecoding.kernels.format import pack_nm
+from sparsedecoding.kernels.op import sp24_pdl_setting
 from sparsedecoding.kernels.quantized import pack_nm_quantized
 from sparsedecoding.kernels.sp24 import (Sp24Launch, Sp24Weight, default_splits, min_splits, tile, tiled_to_dense,
                                          tuned_launch)
@@ -228,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     failures = sum(1 for r in rows for v in r.checks.values() if v > 1)
     report = ("# Tiled 2:4 sparse tensor-core kernel (sp24) vs cuBLAS and today's op\n\n"
               + environment(copy_bw, build_s)
+              + f"- sp24 launches: {'programmatic' if sp24_pdl_setting() else 'plain'} (SPARSEDECODING_SP24_PDL; "
+              + "programmatic launches of consecutive sp24 kernels overlap one's start with the last one's tail, "
+              + "as in the decoder; cuBLAS launches are plain)\n"
               + "\n## Targets (geomean over the shapes, speedup vs cuBLAS bf16 on the dense pruned weight)\n\n"
               + summary(rows, args.kinds) + "\n\n## All measurements\n\n"
               + "Tuned = the launch `sp24.tuned_launch` picks (what the engine runs: its own float64 checks and "
