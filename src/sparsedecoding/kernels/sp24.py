@@ -459,7 +459,9 @@ class Sp24Launch:
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
                 cuda_mma._current_raw_stream(self.device_index))
         if err:
-            raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}")
+            hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
+                    else "")
+            raise RuntimeError(f"sp24 kernel launch failed: {self.library.sp24_error_string(err).decode()}{hint}")
         return (y, total) if self.norm else y
 
 
