@@ -218,9 +218,18 @@ case $report in
       | tee "$OUT/gpu_tests_sp24.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src python3 sp24_bench.py --out "$OUT/sp24_h200.md") ;;
   sp24-tests)  # not committed: GPU tests of the sp24 kernel, its engine modules, and the engine tests that now run
-    # 2:4 on it (compiled decode with the GLU epilogue and fused norms, bench, the quantized engine), about 8 minutes
-    timeout 540 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py tests/test_engine_gpu.py \
-      tests/test_quantized_engine.py -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests_sp24_engine.log" || true ;;
+    # 2:4 on it (compiled decode with the GLU epilogue and fused norms, bench, the quantized engine, the batch
+    # generator's CUDA graphs), in three processes at once (one process took longer than a call: the eleventh
+    # session), about 7 minutes; each group's tail in $OUT/gpu_tests_sp24_engine_N.log
+    python3 -c "from sparsedecoding.kernels import sp24; sp24.load()"  # one build, before the three processes
+    groups=("tests/test_sp24.py tests/test_engine_gpu.py" "tests/test_sp24_linear.py"
+            "tests/test_quantized_engine.py tests/test_rows.py")
+    for n in 0 1 2; do
+      timeout 540 python3 -m pytest -q -m gpu ${groups[$n]} -p no:cacheprovider > "$OUT/gpu_tests_sp24_engine_$n.full" 2>&1 &
+    done
+    wait
+    for n in 0 1 2; do tail -15 "$OUT/gpu_tests_sp24_engine_$n.full" | tee "$OUT/gpu_tests_sp24_engine_$n.log"; done
+    rm -f "$OUT"/gpu_tests_sp24_engine_*.full ;;
   sp24-lop3-tests)  # not committed: the GPU tests sp24-lop3 did not finish in its call: codes at extreme magnitudes
     # and the engine's fused-norm decode for bf16, int8 and int4; about 4 minutes
     timeout 420 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_linear.py -k "magnitude or fused_norms" \
