@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from sparsedecoding.engine.bench import SpeedResult, bench_preset, copy_bandwidth, format_table, run_label
-from sparsedecoding.kernels.op import KERNEL_SETTING, SPARSE_MMA_SETTING, kernel_setting, sparse_mma_setting
+from sparsedecoding.kernels.op import KERNEL_SETTING, SPARSE_MMA_SETTING, settings_line
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
 
@@ -83,8 +83,8 @@ def main() -> int:
              f"PyTorch's `_weight_int4pack_mm`; 2:4 ones the sparse tensor-core kernel `sp24` under "
              f"{KERNEL_SETTING}=auto (the engine tiles them, `kernels/sp24_linear.py`), other N:M patterns and the "
              "other settings the quantized Triton kernel `nmq_spmv`.", "",
-             f"Kernel settings: {KERNEL_SETTING}={kernel_setting()}, {SPARSE_MMA_SETTING}="
-             f"{int(sparse_mma_setting())} (`cuda` with 1: every 2:4 linear on sparse tensor cores).", "",
+             settings_line() + f" ({KERNEL_SETTING}=cuda with {SPARSE_MMA_SETTING}=1: every 2:4 linear on sparse "
+             "tensor cores through the older kernel.)", "",
              format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

@@ -68,6 +68,7 @@ def main() -> int:
     kept = f" + {args.quantize}" if args.quantize else ""
     lines = [f"# {args.setting} A/B: {args.preset}, {args.pattern}{kept}, side by side", "",
              environment_markdown("python " + " ".join(sys.argv), device), "",
+             f"The other kernel settings, as they stood: {op.settings_line()}", "",
              "One process: dense once, then the N:M model built under each value; decode steps compiled and captured "
              f"in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense tok/s at the same batch.", "",
              format_table(results, copy), ""]

@@ -163,6 +163,18 @@ def test_cli_refuses_a_bad_switch_before_any_work(variable, monkeypatch, capsys)
     assert len(errors) == 1 and f"{variable}='yes'" in errors[0]
 
 
+def test_reports_name_every_kernel_setting(monkeypatch):
+    from sparsedecoding.kernels.op import settings_line
+
+    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", "0")
+    monkeypatch.setenv("SPARSEDECODING_SP24_PDL", "0")
+    monkeypatch.delenv("SPARSEDECODING_KERNEL", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_FUSE_NORM", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_SPARSE_MMA", raising=False)
+    assert settings_line() == ("Kernel settings: SPARSEDECODING_KERNEL=auto, SPARSEDECODING_SPARSE_MMA=0, "
+                               "SPARSEDECODING_FUSE_GLU=0, SPARSEDECODING_FUSE_NORM=1, SPARSEDECODING_SP24_PDL=0.")
+
+
 def test_only_2of4_packed_linears_of_little_padding_are_tileable():
     tiny = _model(None, 128, args=TINY)
     assert {tileable(m, require_cuda=False) for m in tiny.modules() if isinstance(m, PackedLinear)} == {

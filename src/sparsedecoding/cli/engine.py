@@ -162,6 +162,7 @@ def _bench(args: argparse.Namespace) -> int:
                                 format_table)
     from ..engine.config import preset
     from ..engine.parallel import start_from_env
+    from ..kernels.op import settings_line
     from ..runenv import environment_markdown
 
     if args.model is not None and args.pattern:
@@ -205,7 +206,7 @@ def _bench(args: argparse.Namespace) -> int:
     command = "sparsedecoding " + " ".join(sys.argv[1:])
     if tp is not None:
         command = f"torchrun --nproc-per-node {tp.size()} -m {command}"
-    report = environment_markdown(command, device) + "\n" + format_table(results, copy)
+    report = environment_markdown(command, device) + "\n" + settings_line() + "\n\n" + format_table(results, copy)
     print(report)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -108,6 +108,13 @@ def sp24_pdl_setting() -> bool:
     return _switch(SP24_PDL_SETTING, "1", "programmatic launches of the 2:4 kernel")
 
 
+def settings_line() -> str:
+    """Every kernel setting the engine reads, as they stand, for the head of a report."""
+    return (f"Kernel settings: {KERNEL_SETTING}={kernel_setting()}, {SPARSE_MMA_SETTING}={int(sparse_mma_setting())}, "
+            f"{FUSE_GLU_SETTING}={int(fuse_glu_setting())}, {FUSE_NORM_SETTING}={int(fuse_norm_setting())}, "
+            f"{SP24_PDL_SETTING}={int(sp24_pdl_setting())}.")
+
+
 def sparse_mma_setting() -> bool:
     """SPARSEDECODING_SPARSE_MMA: "1" on, "0" or unset off."""
     return _switch(SPARSE_MMA_SETTING, "0", "2:4 on sparse tensor cores")
