@@ -40,7 +40,7 @@ def main() -> int:
     from sparsedecoding.kernels import op
 
     known = (op.KERNEL_SETTING, op.SPARSE_MMA_SETTING, op.FUSE_GLU_SETTING, op.FUSE_NORM_SETTING,
-             op.SP24_PDL_SETTING)
+             op.SP24_PDL_SETTING, op.COMBO_KERNELS_SETTING)
     if args.setting not in known:
         parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
 
@@ -48,27 +48,38 @@ def main() -> int:
         check_group_size(preset(args.preset), args.quantize, args.group_size)
     except SparseDecodingError as exc:
         parser.error(str(exc))
+    original = os.environ.get(args.setting)
+
+    def restore() -> None:  # the setting as the caller had it: for the dense model and the report's settings line
+        if original is None:
+            os.environ.pop(args.setting, None)
+        else:
+            os.environ[args.setting] = original
+
     for value in args.values:  # every value checked before the first model is built
         os.environ[args.setting] = value
         try:
             _check_kernel_setting()
         except SparseDecodingError as exc:
             parser.error(str(exc))
+    restore()
 
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
     results = bench_preset(args.preset, [(None, args.batch)], device, repeats=args.repeats)
     for value in args.values:
         os.environ[args.setting] = value
+        torch._dynamo.reset()  # no compiled block reused from the previous value: each is compiled under its own
         runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, repeats=args.repeats,
                             quantize=args.quantize, group_size=args.group_size)
         results += [dataclasses.replace(r, weights=f"{r.weights}, {args.setting}={value}")
                     if isinstance(r, SpeedResult) else r for r in runs]
         print(format_table(results, copy), flush=True)
+    restore()
     kept = f" + {args.quantize}" if args.quantize else ""
     lines = [f"# {args.setting} A/B: {args.preset}, {args.pattern}{kept}, side by side", "",
              environment_markdown("python " + " ".join(sys.argv), device), "",
-             f"The other kernel settings, as they stood: {op.settings_line()}", "",
+             f"Kernel settings outside the A/B (the dense model ran under these): {op.settings_line()}", "",
              "One process: dense once, then the N:M model built under each value; decode steps compiled and captured "
              f"in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense tok/s at the same batch.", "",
              format_table(results, copy), ""]

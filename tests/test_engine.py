@@ -294,3 +294,13 @@ def test_two_stage_argmax_gives_torchs_index(vocab):
         x = scores.to(dtype)
         assert torch.equal(argmax_rows(x), x.argmax(-1)), dtype
     assert argmax_rows(scores).tolist()[1:3] == [0, vocab // 2]
+
+
+@pytest.mark.parametrize("value,options", [("0", None), ("1", {"combo_kernels": True})])
+def test_combo_kernel_setting_reaches_the_compiled_regions(value, options, monkeypatch):
+    compiled = []
+    monkeypatch.setenv("SPARSEDECODING_COMBO_KERNELS", value)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: compiled.append(kwargs) or fn)
+    model = build_model(TINY, random_state(TINY, None, torch.float32, "cpu"))
+    model.compile_regions()
+    assert [kwargs["options"] for kwargs in compiled] == [options, options]

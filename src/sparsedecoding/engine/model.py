@@ -194,13 +194,17 @@ class Transformer(nn.Module):
         self.cache_version += 1
 
     def compile_regions(self) -> None:
-        """Compiles one block and the final norm with torch.compile (static shapes, Inductor's defaults). Dynamo
-        treats a block's parameters and buffers as graph inputs, so every layer reuses one compiled graph and compile
-        time does not grow with depth; the caller captures the whole decode step in a CUDA graph to remove launch
-        overhead. Inductor options that benchmark candidates while compiling (gpt-fast's coordinate-descent
-        tuning) stay off: the benchmark would pay them at each of its compilations."""
-        self._compiled = (torch.compile(_run_block, fullgraph=True, dynamic=False),
-                          torch.compile(_run_final_norm, fullgraph=True, dynamic=False))
+        """Compiles one block and the final norm with torch.compile (static shapes, Inductor's defaults; with
+        SPARSEDECODING_COMBO_KERNELS=1 also its combo kernels). Dynamo treats a block's parameters and buffers as
+        graph inputs, so every layer reuses one compiled graph and compile time does not grow with depth; the caller
+        captures the whole decode step in a CUDA graph to remove launch overhead. Inductor options that benchmark
+        candidates while compiling (gpt-fast's coordinate-descent tuning) stay off: the benchmark would pay them at
+        each of its compilations."""
+        from ..kernels.op import combo_kernels_setting
+
+        options = {"combo_kernels": True} if combo_kernels_setting() else None
+        self._compiled = (torch.compile(_run_block, fullgraph=True, dynamic=False, options=options),
+                          torch.compile(_run_final_norm, fullgraph=True, dynamic=False, options=options))
 
     def forward(self, tokens: Tensor, input_pos: Tensor, compiled: bool = False) -> Tensor:
         """Logits [B, T, vocab] for tokens [B, T] at cache positions input_pos [T]; writes their keys and values."""

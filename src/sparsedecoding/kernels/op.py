@@ -47,6 +47,7 @@ SPARSE_MMA_SETTING = "SPARSEDECODING_SPARSE_MMA"
 FUSE_GLU_SETTING = "SPARSEDECODING_FUSE_GLU"
 FUSE_NORM_SETTING = "SPARSEDECODING_FUSE_NORM"
 SP24_PDL_SETTING = "SPARSEDECODING_SP24_PDL"
+COMBO_KERNELS_SETTING = "SPARSEDECODING_COMBO_KERNELS"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -108,11 +109,18 @@ def sp24_pdl_setting() -> bool:
     return _switch(SP24_PDL_SETTING, "1", "programmatic launches of the 2:4 kernel")
 
 
+def combo_kernels_setting() -> bool:
+    """SPARSEDECODING_COMBO_KERNELS: "1" compiles the engine's blocks with Inductor's combo kernels (independent small
+    kernels, such as RoPE on q and the two cache writes, launched as one); "0" or unset: Inductor's defaults (not
+    yet measured on a GPU)."""
+    return _switch(COMBO_KERNELS_SETTING, "0", "Inductor's combo kernels in the compiled blocks")
+
+
 def settings_line() -> str:
     """Every kernel setting the engine reads, as they stand, for the head of a report."""
     return (f"Kernel settings: {KERNEL_SETTING}={kernel_setting()}, {SPARSE_MMA_SETTING}={int(sparse_mma_setting())}, "
             f"{FUSE_GLU_SETTING}={int(fuse_glu_setting())}, {FUSE_NORM_SETTING}={int(fuse_norm_setting())}, "
-            f"{SP24_PDL_SETTING}={int(sp24_pdl_setting())}.")
+            f"{SP24_PDL_SETTING}={int(sp24_pdl_setting())}, {COMBO_KERNELS_SETTING}={int(combo_kernels_setting())}.")
 
 
 def sparse_mma_setting() -> bool:
