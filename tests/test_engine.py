@@ -296,10 +296,13 @@ def test_two_stage_argmax_gives_torchs_index(vocab):
     assert argmax_rows(scores).tolist()[1:3] == [0, vocab // 2]
 
 
-@pytest.mark.parametrize("value,options", [("0", None), ("1", {"combo_kernels": True})])
-def test_combo_kernel_setting_reaches_the_compiled_regions(value, options, monkeypatch):
+@pytest.mark.parametrize("combo,pdl,options", [("0", "0", None), ("1", "0", {"combo_kernels": True}),
+                                               ("0", "1", {"triton.enable_pdl": True}),
+                                               ("1", "1", {"combo_kernels": True, "triton.enable_pdl": True})])
+def test_inductor_settings_reach_the_compiled_regions(combo, pdl, options, monkeypatch):
     compiled = []
-    monkeypatch.setenv("SPARSEDECODING_COMBO_KERNELS", value)
+    monkeypatch.setenv("SPARSEDECODING_COMBO_KERNELS", combo)
+    monkeypatch.setenv("SPARSEDECODING_INDUCTOR_PDL", pdl)
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: compiled.append(kwargs) or fn)
     model = build_model(TINY, random_state(TINY, None, torch.float32, "cpu"))
     model.compile_regions()

@@ -80,9 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _check_kernel_setting() -> None:
     """SPARSEDECODING_KERNEL, SPARSEDECODING_SPARSE_MMA, SPARSEDECODING_FUSE_GLU, SPARSEDECODING_FUSE_NORM,
-    SPARSEDECODING_SP24_PDL and SPARSEDECODING_COMBO_KERNELS are read when the model is built, compiled or first
-    runs; a bad value fails here, before any loading."""
-    from ..kernels.op import (check_kernel_setting, combo_kernels_setting, fuse_glu_setting, fuse_norm_setting,
+    SPARSEDECODING_SP24_PDL, SPARSEDECODING_COMBO_KERNELS and SPARSEDECODING_INDUCTOR_PDL are read when the model is
+    built, compiled or first runs; a bad value fails here, before any loading."""
+    from ..kernels.op import (check_kernel_setting, compile_options, fuse_glu_setting, fuse_norm_setting,
                               kernel_setting, sp24_pdl_setting, sparse_mma_setting)
 
     check_kernel_setting(kernel_setting())
@@ -90,7 +90,7 @@ def _check_kernel_setting() -> None:
     fuse_glu_setting()
     fuse_norm_setting()
     sp24_pdl_setting()
-    combo_kernels_setting()
+    compile_options()
 
 
 def _generate(args: argparse.Namespace) -> int:

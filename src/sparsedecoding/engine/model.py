@@ -194,15 +194,15 @@ class Transformer(nn.Module):
         self.cache_version += 1
 
     def compile_regions(self) -> None:
-        """Compiles one block and the final norm with torch.compile (static shapes, Inductor's defaults; with
-        SPARSEDECODING_COMBO_KERNELS=1 also its combo kernels). Dynamo treats a block's parameters and buffers as
-        graph inputs, so every layer reuses one compiled graph and compile time does not grow with depth; the caller
-        captures the whole decode step in a CUDA graph to remove launch overhead. Inductor options that benchmark
-        candidates while compiling (gpt-fast's coordinate-descent tuning) stay off: the benchmark would pay them at
-        each of its compilations."""
-        from ..kernels.op import combo_kernels_setting
+        """Compiles one block and the final norm with torch.compile (static shapes, Inductor's defaults, plus the
+        options of SPARSEDECODING_COMBO_KERNELS and SPARSEDECODING_INDUCTOR_PDL: `kernels.op.compile_options`).
+        Dynamo treats a block's parameters and buffers as graph inputs, so every layer reuses one compiled graph and
+        compile time does not grow with depth; the caller captures the whole decode step in a CUDA graph to remove
+        launch overhead. Inductor options that benchmark candidates while compiling (gpt-fast's coordinate-descent
+        tuning) stay off: the benchmark would pay them at each of its compilations."""
+        from ..kernels.op import compile_options
 
-        options = {"combo_kernels": True} if combo_kernels_setting() else None
+        options = compile_options()
         self._compiled = (torch.compile(_run_block, fullgraph=True, dynamic=False, options=options),
                           torch.compile(_run_final_norm, fullgraph=True, dynamic=False, options=options))
 

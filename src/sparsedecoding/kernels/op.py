@@ -48,6 +48,7 @@ FUSE_GLU_SETTING = "SPARSEDECODING_FUSE_GLU"
 FUSE_NORM_SETTING = "SPARSEDECODING_FUSE_NORM"
 SP24_PDL_SETTING = "SPARSEDECODING_SP24_PDL"
 COMBO_KERNELS_SETTING = "SPARSEDECODING_COMBO_KERNELS"
+INDUCTOR_PDL_SETTING = "SPARSEDECODING_INDUCTOR_PDL"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -116,11 +117,37 @@ def combo_kernels_setting() -> bool:
     return _switch(COMBO_KERNELS_SETTING, "0", "Inductor's combo kernels in the compiled blocks")
 
 
+def inductor_pdl_setting() -> bool:
+    """SPARSEDECODING_INDUCTOR_PDL: "1" compiles the engine's blocks with Inductor's programmatic dependent launches
+    (its Triton kernels wait for their inputs inside the kernel and let the next kernel start early, as sp24 does),
+    so that, for one, RoPE and the cache writes can start during the qkv kernel's tail; "0" or unset: Inductor's
+    defaults (not yet measured on a GPU)."""
+    return _switch(INDUCTOR_PDL_SETTING, "0", "programmatic launches of Inductor's kernels")
+
+
+def compile_options() -> dict | None:
+    """torch.compile's Inductor options for the engine's blocks under SPARSEDECODING_COMBO_KERNELS and
+    SPARSEDECODING_INDUCTOR_PDL (None: Inductor's defaults). KernelChoiceError if this PyTorch lacks an option a
+    setting asks for."""
+    import torch._inductor.config as inductor
+
+    options = {}
+    if combo_kernels_setting():
+        options["combo_kernels"] = True
+    if inductor_pdl_setting():
+        if not hasattr(inductor.triton, "enable_pdl"):
+            raise KernelChoiceError(f"{INDUCTOR_PDL_SETTING}=1: this PyTorch's Inductor has no programmatic launches "
+                                    "(triton.enable_pdl); set it to 0")
+        options["triton.enable_pdl"] = True
+    return options or None
+
+
 def settings_line() -> str:
     """Every kernel setting the engine reads, as they stand, for the head of a report."""
     return (f"Kernel settings: {KERNEL_SETTING}={kernel_setting()}, {SPARSE_MMA_SETTING}={int(sparse_mma_setting())}, "
             f"{FUSE_GLU_SETTING}={int(fuse_glu_setting())}, {FUSE_NORM_SETTING}={int(fuse_norm_setting())}, "
-            f"{SP24_PDL_SETTING}={int(sp24_pdl_setting())}, {COMBO_KERNELS_SETTING}={int(combo_kernels_setting())}.")
+            f"{SP24_PDL_SETTING}={int(sp24_pdl_setting())}, {COMBO_KERNELS_SETTING}={int(combo_kernels_setting())}, "
+            f"{INDUCTOR_PDL_SETTING}={int(inductor_pdl_setting())}.")
 
 
 def sparse_mma_setting() -> bool:
