@@ -252,15 +252,19 @@ case $report in
       (cd benchmarks && SPARSEDECODING_SP24_PDL=$pdl PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py \
         --no-sweep --out "$OUT/sp24_h200_pdl$pdl.md" | grep -E "^\| (bf16|int8|int4) \||float64 failures") || true
     done ;;
-  combo-ab)  # combo_kernels_h200_8b.md and inductor_pdl_h200_8b.md: Inductor's combo kernels, then its programmatic
-    # launches, in the compiled blocks (SPARSEDECODING_COMBO_KERNELS, SPARSEDECODING_INDUCTOR_PDL =0 and 1 side by
-    # side in one process each, compiled afresh; RoPE on q and the two cache writes were three kernels a layer), the
-    # 8B preset 2:4 at batch 1 and 4 (dense once, with Inductor's defaults); about 5 minutes
+  combo-ab)  # combo_kernels_h200_8b.md, inductor_pdl_h200_8b.md, inductor_attention_h200_8b.md: in the compiled blocks,
+    # Inductor's combo kernels, its programmatic launches, then decode attention as Inductor-compiled reductions (each
+    # setting 0 and 1 side by side in one process, compiled afresh; RoPE on q and the two cache writes were three
+    # kernels a layer), the 8B preset 2:4 at batch 1 and 4 (dense once, under the caller's settings); about 7 minutes
     for setting in COMBO_KERNELS INDUCTOR_PDL; do
       name=$(echo $setting | tr 'A-Z' 'a-z')
       timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_$setting --values 0 1 --batch 1 4 \
         --repeats 2 --out "$OUT/${name}_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true
-    done ;;
+    done
+    # then decode attention as Inductor-compiled reductions against SDPA, both under Inductor's programmatic launches
+    SPARSEDECODING_INDUCTOR_PDL=1 timeout 200 python3 benchmarks/setting_ab_bench.py \
+      --setting SPARSEDECODING_INDUCTOR_ATTENTION --values 0 1 --batch 1 4 --repeats 2 \
+      --out "$OUT/inductor_attention_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
   sp24-e2e-8b)  # e2e_h200_8b_sp24.md: Llama-3.1-8B preset, dense vs 2:4 (2:4 linears on sp24), batch 1, 4, 8
     python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --batch 1 4 8 --repeats 2 \
       --out "$OUT/e2e_h200_8b_sp24.md" ;;

@@ -40,7 +40,7 @@ def main() -> int:
     from sparsedecoding.kernels import op
 
     known = (op.KERNEL_SETTING, op.SPARSE_MMA_SETTING, op.FUSE_GLU_SETTING, op.FUSE_NORM_SETTING,
-             op.SP24_PDL_SETTING, op.COMBO_KERNELS_SETTING, op.INDUCTOR_PDL_SETTING)
+             op.SP24_PDL_SETTING, op.COMBO_KERNELS_SETTING, op.INDUCTOR_PDL_SETTING, op.INDUCTOR_ATTENTION_SETTING)
     if args.setting not in known:
         parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
 

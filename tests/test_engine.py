@@ -307,3 +307,31 @@ def test_inductor_settings_reach_the_compiled_regions(combo, pdl, options, monke
     model = build_model(TINY, random_state(TINY, None, torch.float32, "cpu"))
     model.compile_regions()
     assert [kwargs["options"] for kwargs in compiled] == [options, options]
+
+
+def test_reduction_decode_attention_equals_sdpa():
+    from sparsedecoding.engine.model import decode_attention
+
+    generator = torch.Generator().manual_seed(3)
+    batch, kv_heads, group, length, dim = 2, 3, 4, 37, 16
+    q = torch.randn(batch, kv_heads, group, dim, generator=generator)
+    k, v = (torch.randn(batch, kv_heads, length, dim, generator=generator) for _ in range(2))
+    allowed = torch.arange(length) <= 20
+    mask = torch.zeros(group, length).masked_fill(~allowed, float("-inf"))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(decode_attention(q, k, v, mask), expected, rtol=1e-5, atol=1e-6)
+    bf16 = decode_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask.bfloat16())
+    assert bf16.dtype == torch.bfloat16
+    torch.testing.assert_close(bf16.float(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_engine_decodes_the_same_tokens_with_reduction_attention(monkeypatch):
+    state = random_state(TINY, None, torch.float32, "cpu")
+    prompt = torch.randint(0, TINY.vocab_size, (2, 5), generator=torch.Generator().manual_seed(4))
+    tokens = {}
+    for value in ("0", "1"):
+        monkeypatch.setenv("SPARSEDECODING_INDUCTOR_ATTENTION", value)
+        model = build_model(TINY, {name: tensor.clone() for name, tensor in state.items()})
+        assert all(block.attention.reduction_decode == (value == "1") for block in model.layers)
+        tokens[value] = Engine(model, 2, 24, compile=False).generate(prompt, 12).tokens
+    assert torch.equal(tokens["0"], tokens["1"])

@@ -154,7 +154,8 @@ def test_normed_refuses_mismatched_shapes():
 
 @pytest.mark.parametrize("variable", ["SPARSEDECODING_FUSE_GLU", "SPARSEDECODING_FUSE_NORM",
                                       "SPARSEDECODING_SPARSE_MMA", "SPARSEDECODING_SP24_PDL",
-                                      "SPARSEDECODING_COMBO_KERNELS", "SPARSEDECODING_INDUCTOR_PDL"])
+                                      "SPARSEDECODING_COMBO_KERNELS", "SPARSEDECODING_INDUCTOR_PDL",
+                                      "SPARSEDECODING_INDUCTOR_ATTENTION"])
 def test_cli_refuses_a_bad_switch_before_any_work(variable, monkeypatch, capsys):
     from sparsedecoding.cli import main
 
@@ -174,9 +175,11 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SPARSE_MMA", raising=False)
     monkeypatch.setenv("SPARSEDECODING_COMBO_KERNELS", "1")
     monkeypatch.delenv("SPARSEDECODING_INDUCTOR_PDL", raising=False)
+    monkeypatch.setenv("SPARSEDECODING_INDUCTOR_ATTENTION", "1")
     assert settings_line() == ("Kernel settings: SPARSEDECODING_KERNEL=auto, SPARSEDECODING_SPARSE_MMA=0, "
                                "SPARSEDECODING_FUSE_GLU=0, SPARSEDECODING_FUSE_NORM=1, SPARSEDECODING_SP24_PDL=0, "
-                               "SPARSEDECODING_COMBO_KERNELS=1, SPARSEDECODING_INDUCTOR_PDL=0.")
+                               "SPARSEDECODING_COMBO_KERNELS=1, SPARSEDECODING_INDUCTOR_PDL=0, "
+                               "SPARSEDECODING_INDUCTOR_ATTENTION=1.")
 
 
 def test_only_2of4_packed_linears_of_little_padding_are_tileable():

@@ -61,6 +61,15 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos[:, None] + rotated * sin[:, None]
 
 
+def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor) -> Tensor:
+    """scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask) for q [B, kv_heads, group, d] (one new
+    position per sequence, the group of query heads of each KV head folded in) against caches [B, kv_heads, S, d]
+    and `mask` [group, S], as plain reductions in float32: softmax(q·kᵀ/√d + mask)·v. Inductor compiles them into
+    its own kernels, which take part in its programmatic launches where PyTorch's fused attention kernels do not."""
+    scores = (q.float()[..., None, :] * k_cache.float()[:, :, None]).sum(-1) * q.shape[-1] ** -0.5 + mask
+    return (scores.softmax(-1)[..., None] * v_cache.float()[:, :, None]).sum(-2).to(q.dtype)
+
+
 class Attention(nn.Module):
     """Causal self-attention that writes the new keys and values into its cache and attends to the whole cache.
     `mask` [group·T, cache length] is added to the scores: 0 where a query may attend, -inf elsewhere (see
@@ -76,6 +85,9 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
         self.register_buffer("k_cache", None, persistent=False)
         self.register_buffer("v_cache", None, persistent=False)
+        from ..kernels.op import inductor_attention_setting
+
+        self.reduction_decode = inductor_attention_setting()  # decode steps through `decode_attention`
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
         return self.attend(self.qkv(x), cos, sin, mask, input_pos)
@@ -97,7 +109,10 @@ class Attention(nn.Module):
         group = heads // kv_heads
         q = q.view(batch, length, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
         q = q.reshape(batch, kv_heads, group * length, head_dim)
-        y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask)
+        if self.reduction_decode and length == 1:
+            y = decode_attention(q, self.k_cache, self.v_cache, mask)
+        else:
+            y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask)
         y = y.view(batch, kv_heads, group, length, head_dim).permute(0, 3, 1, 2, 4)
         return all_reduce(self.out(y.reshape(batch, length, heads * head_dim)), self.tp)
 

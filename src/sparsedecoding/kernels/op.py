@@ -49,6 +49,7 @@ FUSE_NORM_SETTING = "SPARSEDECODING_FUSE_NORM"
 SP24_PDL_SETTING = "SPARSEDECODING_SP24_PDL"
 COMBO_KERNELS_SETTING = "SPARSEDECODING_COMBO_KERNELS"
 INDUCTOR_PDL_SETTING = "SPARSEDECODING_INDUCTOR_PDL"
+INDUCTOR_ATTENTION_SETTING = "SPARSEDECODING_INDUCTOR_ATTENTION"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -125,6 +126,14 @@ def inductor_pdl_setting() -> bool:
     return _switch(INDUCTOR_PDL_SETTING, "0", "programmatic launches of Inductor's kernels")
 
 
+def inductor_attention_setting() -> bool:
+    """SPARSEDECODING_INDUCTOR_ATTENTION: "1" computes a decode step's attention (one new position per sequence) as
+    plain reductions that Inductor compiles into its own kernels, instead of PyTorch's fused attention, so that with
+    SPARSEDECODING_INDUCTOR_PDL the kernels between qkv and o all take part in programmatic launches; "0" or unset:
+    scaled_dot_product_attention (not yet measured on a GPU). Read when a model is built."""
+    return _switch(INDUCTOR_ATTENTION_SETTING, "0", "decode attention as Inductor-compiled reductions")
+
+
 def compile_options() -> dict | None:
     """torch.compile's Inductor options for the engine's blocks under SPARSEDECODING_COMBO_KERNELS and
     SPARSEDECODING_INDUCTOR_PDL (None: Inductor's defaults). KernelChoiceError if this PyTorch lacks an option a
@@ -147,7 +156,8 @@ def settings_line() -> str:
     return (f"Kernel settings: {KERNEL_SETTING}={kernel_setting()}, {SPARSE_MMA_SETTING}={int(sparse_mma_setting())}, "
             f"{FUSE_GLU_SETTING}={int(fuse_glu_setting())}, {FUSE_NORM_SETTING}={int(fuse_norm_setting())}, "
             f"{SP24_PDL_SETTING}={int(sp24_pdl_setting())}, {COMBO_KERNELS_SETTING}={int(combo_kernels_setting())}, "
-            f"{INDUCTOR_PDL_SETTING}={int(inductor_pdl_setting())}.")
+            f"{INDUCTOR_PDL_SETTING}={int(inductor_pdl_setting())}, "
+            f"{INDUCTOR_ATTENTION_SETTING}={int(inductor_attention_setting())}.")
 
 
 def sparse_mma_setting() -> bool:
