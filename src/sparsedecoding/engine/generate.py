@@ -63,7 +63,7 @@ def argmax_rows(scores: Tensor) -> Tensor:
     chunks = min(256, vocab & -vocab)  # the largest power of two dividing vocab, at most 256
     if chunks < 16:
         return scores.argmax(-1)
-    values, inside = scores.view(rows, chunks, vocab // chunks).max(-1)
+    values, inside = scores.reshape(rows, chunks, vocab // chunks).max(-1)
     chunk = values.argmax(-1, keepdim=True)
     return (chunk * (vocab // chunks) + inside.gather(-1, chunk)).squeeze(-1)
 
