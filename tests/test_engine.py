@@ -294,6 +294,8 @@ def test_two_stage_argmax_gives_torchs_index(vocab):
         x = scores.to(dtype)
         assert torch.equal(argmax_rows(x), x.argmax(-1)), dtype
     assert argmax_rows(scores).tolist()[1:3] == [0, vocab // 2]
+    strided = scores.float().t().contiguous().t()  # the same rows, the vocabulary axis strided
+    assert torch.equal(argmax_rows(strided), strided.argmax(-1))
 
 
 @pytest.mark.parametrize("combo,pdl,options", [("0", "0", None), ("1", "0", {"combo_kernels": True}),
