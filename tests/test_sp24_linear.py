@@ -250,33 +250,49 @@ def test_dense_copies_untile_first():
     assert all(m.dense is not None for m in model.modules() if isinstance(m, PackedLinear))
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("glu", ["0", "1"])
-@pytest.mark.parametrize("quantize,group_size", KINDS)
-def test_engine_tiles_2of4_on_gpu_and_decodes_the_packed_models_tokens(quantize, group_size, glu, monkeypatch):
-    """Qwen2.5-Coder-1.5B's shapes (every linear tileable), 4 layers: the engine built under `auto` holds
-    Sp24Linear modules, and its compiled CUDA-graph decode gives the eager tokens of the same weights on the packed
-    kernels (divergence only at a logit tie)."""
+def _packed_and_tiled(quantize, group_size, monkeypatch, **settings):
+    """Qwen2.5-Coder-1.5B's shapes (every linear tileable), 4 layers, random 2:4 weights: the model on the packed
+    kernels (SPARSEDECODING_KERNEL=triton) and the same weights built under `auto` with `settings` (environment
+    variables) set, on the GPU."""
     from dataclasses import replace
 
-    from sparsedecoding.engine import PRESETS, Engine
-    from sparsedecoding.evaluation.engine_check import compare_tokens, replay_logits
+    from sparsedecoding.engine import PRESETS
 
     args = replace(PRESETS["qwen2.5-coder-1.5b"], n_layers=4)
     pattern = SparsityPattern.parse("2:4")
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "triton")
     packed = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
-    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", glu)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
     tiled = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
-    assert sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
-    assert sum(isinstance(m, Sp24Linear) and m.glu for m in tiled.modules()) == (4 if glu == "1" else 0)
+    return args, packed, tiled
+
+
+def _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled):
+    """The tiled model's compiled CUDA-graph decode gives the packed model's eager tokens (divergence only at a
+    logit tie)."""
+    from sparsedecoding.engine import Engine
+    from sparsedecoding.evaluation.engine_check import compare_tokens, replay_logits
+
     prompt = torch.randint(0, args.vocab_size, (3, 8))
     eager = Engine(packed, 3, 40, compile=False).generate(prompt, 32).tokens
     compiled = Engine(tiled, 3, 40, compile=True).generate(prompt, 32).tokens
     for row in range(3):
         logits = replay_logits(packed, prompt[row], eager[row])[7:]
         assert compare_tokens(eager[row], compiled[row], logits, logits).passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("glu", ["0", "1"])
+@pytest.mark.parametrize("quantize,group_size", KINDS)
+def test_engine_tiles_2of4_on_gpu_and_decodes_the_packed_models_tokens(quantize, group_size, glu, monkeypatch):
+    """The engine built under `auto` holds Sp24Linear modules (gate_up with the GLU epilogue when asked), and its
+    compiled CUDA-graph decode gives the eager tokens of the same weights on the packed kernels."""
+    args, packed, tiled = _packed_and_tiled(quantize, group_size, monkeypatch, SPARSEDECODING_FUSE_GLU=glu)
+    assert sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
+    assert sum(isinstance(m, Sp24Linear) and m.glu for m in tiled.modules()) == (4 if glu == "1" else 0)
+    _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)
 
 
 @pytest.mark.gpu
@@ -284,23 +300,7 @@ def test_engine_tiles_2of4_on_gpu_and_decodes_the_packed_models_tokens(quantize,
 def test_engine_with_fused_norms_decodes_the_packed_models_tokens(quantize, group_size, monkeypatch):
     """As above with SPARSEDECODING_FUSE_NORM=1 (and the GLU epilogue): every block's qkv and gate_up kernels take
     its residual additions and RMSNorms, and the compiled decode still gives the packed model's eager tokens."""
-    from dataclasses import replace
-
-    from sparsedecoding.engine import PRESETS, Engine
-    from sparsedecoding.evaluation.engine_check import compare_tokens, replay_logits
-
-    args = replace(PRESETS["qwen2.5-coder-1.5b"], n_layers=4)
-    pattern = SparsityPattern.parse("2:4")
-    monkeypatch.setenv("SPARSEDECODING_KERNEL", "triton")
-    packed = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
-    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
-    monkeypatch.setenv("SPARSEDECODING_FUSE_GLU", "1")
-    monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", "1")
-    tiled = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
+    args, packed, tiled = _packed_and_tiled(quantize, group_size, monkeypatch, SPARSEDECODING_FUSE_GLU="1",
+                                            SPARSEDECODING_FUSE_NORM="1")
     assert all(block.fuse_norms for block in tiled.layers)
-    prompt = torch.randint(0, args.vocab_size, (3, 8))
-    eager = Engine(packed, 3, 40, compile=False).generate(prompt, 32).tokens
-    compiled = Engine(tiled, 3, 40, compile=True).generate(prompt, 32).tokens
-    for row in range(3):
-        logits = replay_logits(packed, prompt[row], eager[row])[7:]
-        assert compare_tokens(eager[row], compiled[row], logits, logits).passed
+    _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)
