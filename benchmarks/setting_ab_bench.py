@@ -35,12 +35,10 @@ def main() -> int:
     parser.add_argument("--group-size", type=int, default=128, help="int4: columns a scale (default: 128)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    from sparsedecoding.cli.engine import _check_kernel_setting
     from sparsedecoding.errors import SparseDecodingError
     from sparsedecoding.kernels import op
 
-    known = (op.KERNEL_SETTING, op.SPARSE_MMA_SETTING, op.FUSE_GLU_SETTING, op.FUSE_NORM_SETTING,
-             op.SP24_PDL_SETTING, op.COMBO_KERNELS_SETTING, op.INDUCTOR_PDL_SETTING, op.INDUCTOR_ATTENTION_SETTING)
+    known = op.SETTINGS
     if args.setting not in known:
         parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
 
@@ -59,7 +57,7 @@ def main() -> int:
     for value in args.values:  # every value checked before the first model is built
         os.environ[args.setting] = value
         try:
-            _check_kernel_setting()
+            op.settings()
         except SparseDecodingError as exc:
             parser.error(str(exc))
     restore()

@@ -466,6 +466,8 @@ def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, monkeypatc
     launches give: the wait holds every read of x, res and the split-K buffers until the previous kernel is done."""
     from sparsedecoding.kernels.sp24 import Sp24Launch
 
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic launches need compute capability 9.0")
     shapes = [(2048, 1024), (1024, 2048), (3072, 1024)]
     weights = [tile(_packed_on_gpu(kind, out, in_features, seed=29 + i)[0]) for i, (out, in_features) in
                enumerate(shapes)]
@@ -486,7 +488,7 @@ def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, monkeypatc
 
     plain, programmatic = launches("0"), launches("1")
     assert not any(step.pdl for step in plain)
-    assert all(step.pdl for step in programmatic) == (torch.cuda.get_device_capability()[0] >= 9)
+    assert all(step.pdl for step in programmatic)
     for steps in (plain, programmatic):
         chain(steps)  # counters allocated outside capture
     graphs, outputs = [], []

@@ -12,6 +12,7 @@ from sparsedecoding.engine.config import ModelArgs
 from sparsedecoding.errors import KernelInputError
 from sparsedecoding.engine.loading import build_model, keep_dense_copies, random_state, weight_bytes
 from sparsedecoding.kernels import PackedLinear
+from sparsedecoding.kernels.op import SETTINGS
 from sparsedecoding.kernels.quantized_linear import QuantizedPackedLinear
 from sparsedecoding.kernels.sp24_linear import Sp24Linear, tile_for_kernel, tile_model, tileable, untile_model
 from sparsedecoding.patterns import SparsityPattern
@@ -152,10 +153,7 @@ def test_normed_refuses_mismatched_shapes():
         qkv.normed(x, x[:1], model.layers[0].attention_norm.weight, 1e-5)
 
 
-@pytest.mark.parametrize("variable", ["SPARSEDECODING_FUSE_GLU", "SPARSEDECODING_FUSE_NORM",
-                                      "SPARSEDECODING_SPARSE_MMA", "SPARSEDECODING_SP24_PDL",
-                                      "SPARSEDECODING_COMBO_KERNELS", "SPARSEDECODING_INDUCTOR_PDL",
-                                      "SPARSEDECODING_INDUCTOR_ATTENTION"])
+@pytest.mark.parametrize("variable", SETTINGS)
 def test_cli_refuses_a_bad_switch_before_any_work(variable, monkeypatch, capsys):
     from sparsedecoding.cli import main
 

@@ -79,20 +79,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _check_kernel_setting() -> None:
-    """SPARSEDECODING_KERNEL, SPARSEDECODING_SPARSE_MMA, SPARSEDECODING_FUSE_GLU, SPARSEDECODING_FUSE_NORM,
-    SPARSEDECODING_SP24_PDL, SPARSEDECODING_COMBO_KERNELS, SPARSEDECODING_INDUCTOR_PDL and
-    SPARSEDECODING_INDUCTOR_ATTENTION are read when the model is built, compiled or first runs; a bad value fails
-    here, before any loading."""
-    from ..kernels.op import (check_kernel_setting, compile_options, fuse_glu_setting, fuse_norm_setting,
-                              inductor_attention_setting, kernel_setting, sp24_pdl_setting, sparse_mma_setting)
+    """The engine's environment settings (`kernels.op.settings`) are read when the model is built, compiled or first
+    runs; a bad value fails here, before any loading."""
+    from ..kernels.op import settings
 
-    check_kernel_setting(kernel_setting())
-    sparse_mma_setting()
-    fuse_glu_setting()
-    fuse_norm_setting()
-    sp24_pdl_setting()
-    compile_options()
-    inductor_attention_setting()
+    settings()
 
 
 def _generate(args: argparse.Namespace) -> int:

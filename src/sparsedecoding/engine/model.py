@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import EngineError
+from ..kernels.op import compile_options, inductor_attention_setting
 from ..kernels.reference import rms_norm
 from .config import ModelArgs
 from .parallel import ProcessGroup, all_reduce, gather_vocab, local_args, rank_and_world
@@ -85,8 +86,6 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
         self.register_buffer("k_cache", None, persistent=False)
         self.register_buffer("v_cache", None, persistent=False)
-        from ..kernels.op import inductor_attention_setting
-
         self.reduction_decode = inductor_attention_setting()  # decode steps through `decode_attention`
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
@@ -215,8 +214,6 @@ class Transformer(nn.Module):
         compile time does not grow with depth; the caller captures the whole decode step in a CUDA graph to remove
         launch overhead. Inductor options that benchmark candidates while compiling (gpt-fast's coordinate-descent
         tuning) stay off: the benchmark would pay them at each of its compilations."""
-        from ..kernels.op import compile_options
-
         options = compile_options()
         self._compiled = (torch.compile(_run_block, fullgraph=True, dynamic=False, options=options),
                           torch.compile(_run_final_norm, fullgraph=True, dynamic=False, options=options))

@@ -151,18 +151,38 @@ def compile_options() -> dict | None:
     return options or None
 
 
-def settings_line() -> str:
-    """Every kernel setting the engine reads, as they stand, for the head of a report."""
-    return (f"Kernel settings: {KERNEL_SETTING}={kernel_setting()}, {SPARSE_MMA_SETTING}={int(sparse_mma_setting())}, "
-            f"{FUSE_GLU_SETTING}={int(fuse_glu_setting())}, {FUSE_NORM_SETTING}={int(fuse_norm_setting())}, "
-            f"{SP24_PDL_SETTING}={int(sp24_pdl_setting())}, {COMBO_KERNELS_SETTING}={int(combo_kernels_setting())}, "
-            f"{INDUCTOR_PDL_SETTING}={int(inductor_pdl_setting())}, "
-            f"{INDUCTOR_ATTENTION_SETTING}={int(inductor_attention_setting())}.")
-
-
 def sparse_mma_setting() -> bool:
     """SPARSEDECODING_SPARSE_MMA: "1" on, "0" or unset off."""
     return _switch(SPARSE_MMA_SETTING, "0", "2:4 on sparse tensor cores")
+
+
+def _checked_kernel_setting() -> str:
+    setting = kernel_setting()
+    check_kernel_setting(setting)
+    return setting
+
+
+def settings() -> dict[str, object]:
+    """Every environment setting the engine reads, by name, with its value as it stands now (each read through its
+    own reader, so a bad value raises its KernelChoiceError here); the Inductor settings are also checked against
+    this PyTorch (`compile_options`). The one place that lists them: the CLI checks them all before loading a
+    model, reports name them (`settings_line`), and `benchmarks/setting_ab_bench.py` takes any of them."""
+    values = {name: read() for name, read in _READERS.items()}
+    compile_options()
+    return values
+
+
+_READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_mma_setting,
+            FUSE_GLU_SETTING: fuse_glu_setting, FUSE_NORM_SETTING: fuse_norm_setting, SP24_PDL_SETTING: sp24_pdl_setting,
+            COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
+            INDUCTOR_ATTENTION_SETTING: inductor_attention_setting}
+SETTINGS = tuple(_READERS)  # their names, in the order reports list them
+
+
+def settings_line() -> str:
+    """Every kernel setting the engine reads, as they stand, for the head of a report (switches as 0 / 1)."""
+    return "Kernel settings: " + ", ".join(f"{name}={int(value) if isinstance(value, bool) else value}"
+                                           for name, value in settings().items()) + "."
 
 
 def choose_kernel(n: int, m: int, batch: int, setting: str,

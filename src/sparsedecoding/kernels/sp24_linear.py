@@ -248,13 +248,10 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     kernels. SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply silu(gate)·up in the
     kernel; SPARSEDECODING_FUSE_NORM (1, the default) lets each block's qkv and gate_up kernels take its residual
     additions and RMSNorms (`fuse_norms`). Returns how many linears were tiled."""
-    from .op import check_kernel_setting, fuse_glu_setting, fuse_norm_setting, kernel_setting, sp24_pdl_setting
+    from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, settings
 
-    setting = kernel_setting()
-    check_kernel_setting(setting)
-    glu = fuse_glu_setting()
-    norms = fuse_norm_setting()
-    sp24_pdl_setting()  # read by each launch; a bad value fails here, before any
+    values = settings()  # all of them, so that a bad one fails here, before any launch reads it
+    setting, glu, norms = values[KERNEL_SETTING], values[FUSE_GLU_SETTING], values[FUSE_NORM_SETTING]
     if setting != "auto" or not any(tileable(module) is None for module in model.modules()):
         return 0
     global _warned
