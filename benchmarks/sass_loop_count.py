@@ -1,0 +1,108 @@
+"""Instructions in the main loop of each sp24 kernel variant, read from the SASS of an offline compile (no GPU
+needed): nvcc builds `kernels/csrc/sp24.cu` (or the file of a given git revision) for sm_90, cuobjdump disassembles
+it, and for every `sp24_kernel` instantiation the instructions from its first to its last sparse MMA are counted.
+Within that span each MMA is one k-tile for one group of 8 rows of x, so "per MMA" is the main loop's cost per
+k-tile at 1-8 rows of x (NT = 1). Register spills inside the span are counted too. The span also holds the loads
+issued between the MMAs, so the counts are an upper bound of the issue a k-tile needs.
+
+    python benchmarks/sass_loop_count.py --out benchmarks/results/sass_sp24.md
+    python benchmarks/sass_loop_count.py --rev ad13af8 --out benchmarks/results/sass_sp24_ad13af8.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = "src/sparsedecoding/kernels/csrc/sp24.cu"
+CODES = {"0": "16-bit values", "8": "int8 codes", "4": "int4 codes"}
+VARIANT = re.compile(r"sp24_kernelI(\w+?)Li(\d+)ELi(\d+)ELi(\d+)ELb([01])")
+ADDRESS = re.compile(r"/\*[0-9a-f]{4,6}\*/")
+
+
+def cuobjdump() -> str | None:
+    """cuobjdump from PATH, or the copy Triton ships."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.is_file() else None
+
+
+def loop_counts(sass: str) -> list[dict]:
+    """One row per sp24_kernel instantiation in the disassembly."""
+    rows = []
+    for function in re.split(r"\n\s*Function : ", sass)[1:]:
+        match = VARIANT.search(function.split("\n", 1)[0])
+        if not match:
+            continue
+        dtype, nt, code, sps, norm = match.groups()
+        lines = [line for line in function.split("\n") if ADDRESS.search(line)]
+        mma = [i for i, line in enumerate(lines) if "HMMA" in line]
+        span = lines[mma[0]:mma[-1] + 1] if mma else []
+        rows.append({"dtype": "bf16" if "bfloat16" in dtype else "fp16", "nt": int(nt), "code": code,
+                     "sps": int(sps), "norm": norm == "1", "instructions": len(lines), "span": len(span),
+                     "mma": len(mma), "spills": sum("LDL" in line or "STL" in line for line in span)})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rev", help="read sp24.cu from this git revision (default: the working tree)")
+    parser.add_argument("--arch", default="sm_90", help="GPU architecture to compile for (default: sm_90)")
+    parser.add_argument("--out", type=Path, help="also write the markdown report here")
+    args = parser.parse_args()
+    nvcc, dump = shutil.which("nvcc"), cuobjdump()
+    if nvcc is None or dump is None:
+        print("error: needs nvcc and cuobjdump (on PATH, or Triton's bundled cuobjdump)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as work:
+        source = Path(work) / "sp24.cu"
+        if args.rev:
+            shown = subprocess.run(["git", "-C", str(REPO), "show", f"{args.rev}:{SOURCE}"], capture_output=True,
+                                   text=True)
+            if shown.returncode:
+                print(f"error: no {SOURCE} at revision {args.rev}: {shown.stderr.strip()}", file=sys.stderr)
+                return 2
+            source.write_text(shown.stdout)
+        else:
+            source.write_text((REPO / SOURCE).read_text())
+        obj = Path(work) / "sp24.o"
+        number = args.arch.removeprefix("sm_")
+        subprocess.run([nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{number},code={args.arch}", "-c",
+                        str(source), "-o", str(obj)], check=True, capture_output=True)
+        sass = subprocess.run([dump, "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
+        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    rows = sorted(loop_counts(sass), key=lambda r: (r["code"], r["norm"], r["nt"], r["sps"], r["dtype"]))
+    lines = [f"# sp24 main loop, SASS instruction counts ({args.rev or 'working tree'})", "",
+             f"- date: {datetime.date.today().isoformat()}", f"- command: `python {' '.join(sys.argv)}`",
+             f"- compiler: {version}, {args.arch}, -O3 (an offline compile: no GPU runs here)", "",
+             "Span = first to last sparse MMA of the kernel; per MMA = span / MMAs (for 1-8 rows of x, one MMA a "
+             "k-tile). int4 scale loads per step: 16 / 2^gk_shift groups, 4 for 128 columns a scale.", "",
+             "| values | x dtype | rows of x | int4 scale loads a step | fused RMSNorm | instructions | span | "
+             "MMAs | per MMA | spills in span |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        per = f"{r['span'] / r['mma']:.1f}" if r["mma"] else "-"
+        lines.append(f"| {CODES[r['code']]} | {r['dtype']} | {'1-8' if r['nt'] == 1 else '9-16'} | "
+                     f"{r['sps'] if r['code'] == '4' else '-'} | {'yes' if r['norm'] else 'no'} | "
+                     f"{r['instructions']} | {r['span']} | {r['mma']} | {per} | {r['spills']} |")
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        args.out.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
