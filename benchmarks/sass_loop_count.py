@@ -80,8 +80,13 @@ def main() -> int:
             source.write_text((REPO / SOURCE).read_text())
         obj = Path(work) / "sp24.o"
         number = args.arch.removeprefix("sm_")
-        subprocess.run([nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{number},code={args.arch}", "-c",
-                        str(source), "-o", str(obj)], check=True, capture_output=True)
+        built = subprocess.run([nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{number},code={args.arch}", "-c",
+                                str(source), "-o", str(obj)], capture_output=True, text=True)
+        if built.returncode:
+            last = (built.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"error: nvcc could not build {args.rev or 'the working tree'}'s sp24.cu for {args.arch}: {last}",
+                  file=sys.stderr)
+            return 1
         sass = subprocess.run([dump, "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
         version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     rows = sorted(loop_counts(sass), key=lambda r: (r["code"], r["norm"], r["nt"], r["sps"], r["dtype"]))
@@ -100,6 +105,7 @@ def main() -> int:
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report)
     return 0
 
