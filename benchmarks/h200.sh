@@ -50,10 +50,11 @@ recipes() {  # PLAN WORK REPORT: one quality_recipes.py worker per GPU on PLAN, 
   # picks (allowed 4 minutes past the deadline) end before it
   local deadline=${DEADLINE:-$(( ${END_AT:?set END_AT or DEADLINE} - $(date +%s) - 360 ))}
   local gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
-  # WORKERS: the GPUs (= worker indices) to start, e.g. "1" now and "0" later; workers share WORK through claims
+  # WORKERS: the GPUs (= worker indices) to start, e.g. "1" now and "0" later; workers share WORK through claims;
+  # ONLY: comma-separated item names, the only ones run (quality_recipes.py --only)
   for worker in ${WORKERS:-$(seq 0 $((gpus - 1)))}; do
     CUDA_VISIBLE_DEVICES=$worker python3 benchmarks/quality_recipes.py --plan "$1" --out "$2" --worker $worker \
-      --deadline "$deadline" > "$2-w$worker.log" 2>&1 &
+      --deadline "$deadline" ${ONLY:+--only "$ONLY"} > "$2-w$worker.log" 2>&1 &
   done
   wait
   mkdir -p "$OUT/$3" && cp -r "$2/dev" "$2/final" "$2/report.md" "$2/summary.json" "$OUT/$3/"
@@ -104,7 +105,8 @@ case $report in
     recipes benchmarks/recipes/plan-quant.json /root/recipes-quant quality-quant-qwen2.5-coder-1.5b ;;
   quality-quant2)  # quality-quant2-qwen2.5-coder-1.5b/: issue 13's second round (benchmarks/recipes/plan-quant2.json):
     # the repaired 2:4 and 16:32 picks (recreated first, about 10 min each) quantized with their masks kept; about
-    # 25 minutes on one GPU, so run it with one worker per GPU where two are lent (quality-quant2-gpuN)
+    # 25 minutes on one GPU, so run it with one worker per GPU where two are lent (quality-quant2-gpuN); on one GPU
+    # for 30 minutes, ONLY=p2r-int8,p2r-int4,p2r-bf16 (the 2:4 half, about 15 minutes)
     recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 quality-quant2-qwen2.5-coder-1.5b ;;
   quality-quant2-gpu*)
     WORKERS=${report#quality-quant2-gpu} recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 \

@@ -25,7 +25,9 @@ A baseline may name items it is paired against (`against`) as well. A recipe or 
 by name: `quantize` and `group_size` give N:M + int8/int4 values, and `"pattern": "dense"` with `quantize` dense GPTQ.
 `"start": NAME` begins from another recipe's or baseline's model of the same run (pruned and repaired first if its
 weights are not in OUT/models yet) instead of the dense one; with `"keep_mask": true` and `quantize` this quantizes a
-repaired N:M model without moving its mask.
+repaired N:M model without moving its mask, and with `"as_is": true` the start's model is scored as it is (a
+recreated model's own bf16 control, since a repair stopped by its time budget is not reproduced step for step).
+`--only NAME,...` runs only the named items (plan recipes, baselines or `dense`; results already there still count).
 
 Every finished item is skipped when the script runs again, so a run can be split over several device calls;
 `--deadline` stops starting new items after that many seconds. Several GPUs share one OUT: start one process per GPU
@@ -189,6 +191,8 @@ class Run:
         start = None
         if "start" in recipe:  # quantize (keep_mask) another item's model of this run, which is made first if needed
             model, start = self.pruned(self.recipe_named(recipe["start"]))
+            if recipe.get("as_is"):  # that model itself, scored as it is (the control of a recreated start)
+                return model, {**start, "as_is": recipe["start"]}
         calib, stats = self.calibration(recipe)
         config = self.prune_config(recipe)
         started = time.perf_counter()
@@ -256,6 +260,8 @@ class Run:
         result_file = self.out / stage / f"{recipe['name']}.json"
         if result_file.exists():
             return json.loads(result_file.read_text())
+        if self.args.only and recipe["name"] not in self.args.only:
+            return None
         if not self.time_left(estimate - grace):
             log.info("deadline: %s/%s left for the next call", stage, recipe["name"])
             return None
@@ -521,7 +527,15 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems of a split (smoke runs)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", type=lambda text: [name for name in text.split(",") if name], default=[],
+                        help="comma-separated item names: run only these (recipes, baselines or dense)")
     args = parser.parse_args()
+    if args.only:  # a typo would otherwise run nothing after the model has loaded
+        plan = json.loads(Path(args.plan).read_text())
+        known = {"dense", *(item["name"] for item in plan["recipes"] + plan["baselines"])}
+        unknown = sorted(set(args.only) - known)
+        if unknown:
+            parser.exit(2, f"error: --only names {', '.join(unknown)}, not an item of {args.plan}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if args.stage == "report":
         Report(Path(args.out), json.loads(Path(args.plan).read_text()), args.plan).write()

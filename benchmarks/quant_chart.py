@@ -68,7 +68,8 @@ class Config:
 
 
 # nm16-bf16-fit (the quant round's own 16:32 bf16 control on the same data) before the first round's pick of the same
-# recipe: the target pairs N:M + int8 with the N:M bf16 model calibrated on the same sampled tokens.
+# recipe: the target pairs N:M + int8 with the N:M bf16 model calibrated on the same sampled tokens. Likewise the
+# repaired rows read the second quant round's recreated model itself (p2r-bf16, p16r-bf16) before the repair round's.
 CONFIGS = (
     Config("dense", "none", "none", ("dense",)),
     Config("dense", "int8", "decode", ("gptq-int8-fit",)),
@@ -79,10 +80,10 @@ CONFIGS = (
     Config("16:32", "int8", "decode", ("nm16-int8-fit",)),
     Config("16:32", "int4", "decode", ("nm16-int4-fit",)),
     Config("16:32", "int4", "text", ("nm16-int4-text",)),
-    Config("16:32", "none", "decode", ("check-p16-fit-repair-lr1e5",), repaired=True),
+    Config("16:32", "none", "decode", ("p16r-bf16", "check-p16-fit-repair-lr1e5"), repaired=True),
     Config("16:32", "int8", "decode", ("p16r-int8",), repaired=True),
     Config("16:32", "int4", "decode", ("p16r-int4",), repaired=True),
-    Config("2:4", "none", "decode", ("2of4-p2-broad-seq-repair-lr1e5",), repaired=True),
+    Config("2:4", "none", "decode", ("p2r-bf16", "2of4-p2-broad-seq-repair-lr1e5"), repaired=True),
     Config("2:4", "int8", "decode", ("p2r-int8",), repaired=True),
     Config("2:4", "int4", "decode", ("p2r-int4",), repaired=True),
 )

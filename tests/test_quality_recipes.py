@@ -216,6 +216,9 @@ def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
     run = object.__new__(recipes.Run)
     run.folder = Path("not-loaded")
     for recipe in plan["recipes"] + plan["baselines"]:
+        if recipe.get("as_is"):  # scores its start's model: it prunes nothing itself
+            assert "start" in recipe and "quantize" not in recipe, recipe["name"]
+            continue
         run.prune_config(recipe).check_values()
     known = {recipe["name"] for recipe in plan["recipes"]}
     if "earlier" in plan:
@@ -244,3 +247,41 @@ def test_a_start_names_a_recipe_or_baseline_of_the_plan(recipes):
     assert run.recipe_named("paper")["data"] == "humaneval:calib" and run.recipe_named("fit")["pattern"] == "16:32"
     with pytest.raises(SystemExit, match="neither a recipe nor a baseline"):
         run.recipe_named("missing")
+
+
+def test_an_as_is_item_scores_its_start_model_without_pruning_again(recipes, tmp_path, monkeypatch):
+    """`as_is` returns the start's model and record (marked), and neither calibrates nor saves a model of its own."""
+    plan = {**PLAN, "baselines": [*PLAN["baselines"], {"name": "fit-again", "start": "fit", "as_is": True}]}
+    run = run_for(recipes, tmp_path, 0)
+    run.plan, run.dense = plan, object()
+    (tmp_path / "models").mkdir()
+    started = object()
+    calls = []
+
+    def pruned_start(recipe):
+        calls.append(recipe["name"])
+        return started, {"repair": {"best_step": 7}}
+
+    original = recipes.Run.pruned
+    monkeypatch.setattr(run, "calibration", lambda recipe: pytest.fail("an as_is item calibrated"))
+    monkeypatch.setattr(recipes.copy, "deepcopy", lambda model: model)
+    monkeypatch.setattr(run, "pruned", lambda recipe: pruned_start(recipe) if recipe["name"] == "fit"
+                        else original(run, recipe))
+    model, record = run.pruned(run.recipe_named("fit-again"))
+    assert model is started and calls == ["fit"]
+    assert record == {"repair": {"best_step": 7}, "as_is": "fit"}
+    assert not list((tmp_path / "models").iterdir())
+
+
+def test_only_runs_the_named_items_and_rejects_a_name_the_plan_lacks(recipes, tmp_path, monkeypatch):
+    run = run_for(recipes, tmp_path, 0)
+    run.args.only = ["paper"]
+    assert run.item("dev", {"name": "fit"}, "dev", 1.0) is None  # not named: skipped before any claim
+    assert not (tmp_path / "claims" / "dev-fit").exists()
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(PLAN))
+    monkeypatch.setattr("sys.argv", ["quality_recipes.py", "--plan", str(plan), "--out", str(tmp_path / "o"),
+                                     "--only", "paper,nope"])
+    with pytest.raises(SystemExit) as exit_info:
+        recipes.main()
+    assert exit_info.value.code == 2 and not (tmp_path / "o").exists()
