@@ -267,6 +267,21 @@ case $report in
     SPARSEDECODING_INDUCTOR_PDL=1 timeout 200 python3 benchmarks/setting_ab_bench.py \
       --setting SPARSEDECODING_INDUCTOR_ATTENTION --values 0 1 --batch 1 4 --repeats 2 \
       --out "$OUT/inductor_attention_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  attention-ab-combo)  # inductor_attention_h200_8b_combo.md: combo-ab's attention A/B again, now over combo kernels
+    # and Inductor's programmatic launches, at batch 1, 4 and 8 (SPARSEDECODING_INDUCTOR_ATTENTION's "auto" comes
+    # from it: reductions at batch 1 only); about 1 minute
+    SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 timeout 130 python3 benchmarks/setting_ab_bench.py \
+      --setting SPARSEDECODING_INDUCTOR_ATTENTION --values 0 1 --batch 1 4 8 --repeats 2 \
+      --out "$OUT/inductor_attention_h200_8b_combo.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  quant-e2e-inductor)  # quant_e2e_h200_sp24_inductor.md: issue 13's engine rows (8B, batch 1) under the twelfth
+    # session's defaults written out (at batch 1 "auto" attention is the reductions); about 1 minute
+    SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 SPARSEDECODING_INDUCTOR_ATTENTION=1 \
+      python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24_inductor.md" ;;
+  qwen-bench-inductor)  # bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md: qwen-bench-sp24 with the three Inductor
+    # settings at 1 (batch 1 as the defaults; at 4 and 8 attention as reductions, which is not the default there)
+    SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 SPARSEDECODING_INDUCTOR_ATTENTION=1 \
+      bash benchmarks/h200.sh qwen-bench-sp24
+    mv "$OUT/bench_qwen2.5-coder-1.5b_2of4_h200.md" "$OUT/bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md" ;;
   sp24-e2e-8b)  # e2e_h200_8b_sp24.md: Llama-3.1-8B preset, dense vs 2:4 (2:4 linears on sp24), batch 1, 4, 8
     python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 --batch 1 4 8 --repeats 2 \
       --out "$OUT/e2e_h200_8b_sp24.md" ;;
@@ -380,5 +395,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, attention-ab-combo, quant-e2e-inductor, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -499,9 +499,11 @@ class Report:
         pairs += [(f"check-{check['recipe']}", other) for check in self.plan.get("held_out_checks", [])
                   for other in check.get("against", [])]
         pairs += [(base["name"], other) for base in self.plan["baselines"] for other in base.get("against", [])]
+        listed: set[frozenset] = set()
         for first, second in pairs:
-            if first not in final or second not in final:
-                continue
+            if first not in final or second not in final or frozenset((first, second)) in listed:
+                continue  # not scored, or the same pair the other way round (a pick's baseline naming the pick)
+            listed.add(frozenset((first, second)))
             a, b = self.solved(first), self.solved(second)
             for wording in WORDINGS:
                 only_a = sum(x and not y for x, y in zip(a[wording], b[wording]))

@@ -311,6 +311,27 @@ def test_inductor_settings_reach_the_compiled_regions(combo, pdl, options, monke
     assert [kwargs["options"] for kwargs in compiled] == [options, options]
 
 
+@pytest.mark.parametrize("has_pdl", [True, False])
+def test_the_inductor_defaults_are_combo_kernels_and_programmatic_launches_where_inductor_has_them(has_pdl,
+                                                                                                   monkeypatch):
+    import torch._inductor.config as inductor
+
+    from sparsedecoding.kernels import op
+
+    for name in ("SPARSEDECODING_COMBO_KERNELS", "SPARSEDECODING_INDUCTOR_PDL", "SPARSEDECODING_INDUCTOR_ATTENTION"):
+        monkeypatch.delenv(name, raising=False)
+    if not has_pdl:  # an older PyTorch (the real config module is left alone: it does not take deletions back)
+        monkeypatch.setattr(op, "_inductor_has_pdl", lambda: False)
+        assert op.compile_options() == {"combo_kernels": True}
+        monkeypatch.setenv("SPARSEDECODING_INDUCTOR_PDL", "1")  # asked for explicitly: one clear error
+        with pytest.raises(op.KernelChoiceError, match="no programmatic launches"):
+            op.compile_options()
+        return
+    assert hasattr(inductor.triton, "enable_pdl"), "this PyTorch's Inductor lacks the option: test the other case"
+    assert op.compile_options() == {"combo_kernels": True, "triton.enable_pdl": True}
+    assert op.settings()["SPARSEDECODING_INDUCTOR_ATTENTION"] == "auto"
+
+
 def test_reduction_decode_attention_equals_sdpa():
     from sparsedecoding.engine.model import decode_attention
 
@@ -331,9 +352,38 @@ def test_engine_decodes_the_same_tokens_with_reduction_attention(monkeypatch):
     state = random_state(TINY, None, torch.float32, "cpu")
     prompt = torch.randint(0, TINY.vocab_size, (2, 5), generator=torch.Generator().manual_seed(4))
     tokens = {}
-    for value in ("0", "1"):
+    for value in ("0", "1", "auto"):
         monkeypatch.setenv("SPARSEDECODING_INDUCTOR_ATTENTION", value)
         model = build_model(TINY, {name: tensor.clone() for name, tensor in state.items()})
-        assert all(block.attention.reduction_decode == (value == "1") for block in model.layers)
+        assert all(block.attention.reduction_decode == value for block in model.layers)
         tokens[value] = Engine(model, 2, 24, compile=False).generate(prompt, 12).tokens
-    assert torch.equal(tokens["0"], tokens["1"])
+    assert torch.equal(tokens["0"], tokens["1"]) and torch.equal(tokens["0"], tokens["auto"])
+
+
+@pytest.mark.parametrize("value,batch,device,cache,reductions", [
+    ("auto", 1, "cuda", 8, True), ("auto", 1, "cuda", 512, True), ("auto", 1, "cuda", 528, False),
+    ("auto", 2, "cuda", 8, False), ("auto", 1, "cpu", 8, False), ("1", 4, "cpu", 528, True), ("0", 1, "cuda", 8, False)])
+def test_the_attention_setting_picks_reductions_by_batch_device_and_cache(value, batch, device, cache, reductions,
+                                                                         monkeypatch):
+    """"auto" (the default) takes the reductions at batch 1 on CUDA with a short cache only: measured faster there
+    (272 positions), slower at batch 4 and 8, not measured on longer caches. The device is faked on CPU tensors (only
+    the branch is under test)."""
+    import sparsedecoding.engine.model as engine_model
+
+    monkeypatch.setenv("SPARSEDECODING_INDUCTOR_ATTENTION", value)
+    model = build_model(TINY, random_state(TINY, None, torch.float32, "cpu"))
+    attention = model.layers[0].attention
+    attention.k_cache = torch.zeros(batch, TINY.n_kv_heads, cache, TINY.head_dim)
+    attention.v_cache = torch.zeros_like(attention.k_cache)
+    called = []
+    monkeypatch.setattr(engine_model, "decode_attention", lambda *args: called.append(1) or
+                        torch.nn.functional.scaled_dot_product_attention(*args[:3], attn_mask=args[3]))
+
+    class Qkv(torch.Tensor):  # is_cuda as the parametrization says, everything else a CPU tensor
+        is_cuda = device == "cuda"
+
+    qkv = torch.randn(batch, 1, attention.qkv.out_features).as_subclass(Qkv)
+    group = TINY.n_heads // TINY.n_kv_heads
+    cos, sin = torch.ones(1, TINY.head_dim), torch.zeros(1, TINY.head_dim)
+    attention.attend(qkv, cos, sin, torch.zeros(group, cache), torch.tensor([0]))
+    assert bool(called) == reductions

@@ -176,7 +176,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_INDUCTOR_ATTENTION", "1")
     assert settings_line() == ("Kernel settings: SPARSEDECODING_KERNEL=auto, SPARSEDECODING_SPARSE_MMA=0, "
                                "SPARSEDECODING_FUSE_GLU=0, SPARSEDECODING_FUSE_NORM=1, SPARSEDECODING_SP24_PDL=0, "
-                               "SPARSEDECODING_COMBO_KERNELS=1, SPARSEDECODING_INDUCTOR_PDL=0, "
+                               "SPARSEDECODING_COMBO_KERNELS=1, SPARSEDECODING_INDUCTOR_PDL=1, "
                                "SPARSEDECODING_INDUCTOR_ATTENTION=1.")
 
 

@@ -62,6 +62,12 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos[:, None] + rotated * sin[:, None]
 
 
+# SPARSEDECODING_INDUCTOR_ATTENTION=auto takes `decode_attention` at batch 1 on CUDA for caches up to this many
+# positions: it was measured faster with a 272-position cache (results/inductor_attention_h200_8b_combo.md); longer
+# caches, where PyTorch's fused attention splits the keys across CTAs, are not measured yet and keep it.
+AUTO_ATTENTION_MAX_CACHE = 512
+
+
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor) -> Tensor:
     """scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask) for q [B, kv_heads, group, d] (one new
     position per sequence, the group of query heads of each KV head folded in) against caches [B, kv_heads, S, d]
@@ -86,7 +92,9 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
         self.register_buffer("k_cache", None, persistent=False)
         self.register_buffer("v_cache", None, persistent=False)
-        self.reduction_decode = inductor_attention_setting()  # decode steps through `decode_attention`
+        # decode steps through `decode_attention`: "1" at every batch, "auto" at batch 1 on CUDA with a cache of at most
+        # AUTO_ATTENTION_MAX_CACHE positions, "0" never
+        self.reduction_decode = inductor_attention_setting()
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
         return self.attend(self.qkv(x), cos, sin, mask, input_pos)
@@ -108,7 +116,9 @@ class Attention(nn.Module):
         group = heads // kv_heads
         q = q.view(batch, length, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
         q = q.reshape(batch, kv_heads, group * length, head_dim)
-        if self.reduction_decode and length == 1:
+        if length == 1 and (self.reduction_decode == "1" or (self.reduction_decode == "auto" and batch == 1
+                                                             and qkv.is_cuda
+                                                             and self.k_cache.shape[2] <= AUTO_ATTENTION_MAX_CACHE)):
             y = decode_attention(q, self.k_cache, self.v_cache, mask)
         else:
             y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask)

@@ -112,39 +112,55 @@ def sp24_pdl_setting() -> bool:
 
 
 def combo_kernels_setting() -> bool:
-    """SPARSEDECODING_COMBO_KERNELS: "1" compiles the engine's blocks with Inductor's combo kernels (independent small
-    kernels, such as RoPE on q and the two cache writes, launched as one); "0" or unset: Inductor's defaults (not
-    yet measured on a GPU)."""
-    return _switch(COMBO_KERNELS_SETTING, "0", "Inductor's combo kernels in the compiled blocks")
+    """SPARSEDECODING_COMBO_KERNELS: "1" or unset compiles the engine's blocks with Inductor's combo kernels
+    (independent small kernels, such as RoPE on q and the two cache writes, launched as one; measured faster at batch
+    1 and 4: results/combo_kernels_h200_8b.md); "0": Inductor's defaults."""
+    return _switch(COMBO_KERNELS_SETTING, "1", "Inductor's combo kernels in the compiled blocks")
+
+
+def _inductor_has_pdl() -> bool:
+    import torch._inductor.config as inductor
+
+    return hasattr(inductor.triton, "enable_pdl")
 
 
 def inductor_pdl_setting() -> bool:
     """SPARSEDECODING_INDUCTOR_PDL: "1" compiles the engine's blocks with Inductor's programmatic dependent launches
-    (its Triton kernels wait for their inputs inside the kernel and let the next kernel start early, as sp24 does),
-    so that, for one, RoPE and the cache writes can start during the qkv kernel's tail; "0" or unset: Inductor's
-    defaults (not yet measured on a GPU)."""
-    return _switch(INDUCTOR_PDL_SETTING, "0", "programmatic launches of Inductor's kernels")
+    (its Triton kernels wait for their inputs inside the kernel and let the next kernel start early, as sp24 does;
+    Inductor emits them on compute capability 9.0 and up), so that, for one, RoPE and the cache writes can start
+    during the qkv kernel's tail (measured faster at batch 1 and 4: results/inductor_pdl_h200_8b.md); "0":
+    Inductor's defaults. Unset: "1" where this PyTorch's Inductor has the option (triton.enable_pdl), else "0"."""
+    return _switch(INDUCTOR_PDL_SETTING, "1" if _inductor_has_pdl() else "0",
+                   "programmatic launches of Inductor's kernels")
 
 
-def inductor_attention_setting() -> bool:
-    """SPARSEDECODING_INDUCTOR_ATTENTION: "1" computes a decode step's attention (one new position per sequence) as
-    plain reductions that Inductor compiles into its own kernels, instead of PyTorch's fused attention, so that with
-    SPARSEDECODING_INDUCTOR_PDL the kernels between qkv and o all take part in programmatic launches; "0" or unset:
-    scaled_dot_product_attention (not yet measured on a GPU). Read when a model is built."""
-    return _switch(INDUCTOR_ATTENTION_SETTING, "0", "decode attention as Inductor-compiled reductions")
+INDUCTOR_ATTENTION_CHOICES = ("auto", "0", "1")
+
+
+def inductor_attention_setting() -> str:
+    """SPARSEDECODING_INDUCTOR_ATTENTION: whether a decode step's attention (one new position per sequence) runs as
+    plain reductions that Inductor compiles into its own kernels (`engine.model.decode_attention`), instead of
+    PyTorch's fused attention, so that with SPARSEDECODING_INDUCTOR_PDL the kernels between qkv and o all take part
+    in programmatic launches. "auto" or unset: at batch 1 on CUDA only, with a KV cache of at most
+    `engine.model.AUTO_ATTENTION_MAX_CACHE` positions (measured faster at batch 1 with a 272-position cache, slower
+    at batch 4 and 8: results/inductor_attention_h200_8b_combo.md); "1": at every batch; "0": never. Read when a model is built;
+    KernelChoiceError for anything else."""
+    value = os.environ.get(INDUCTOR_ATTENTION_SETTING, "").strip().lower() or "auto"
+    if value not in INDUCTOR_ATTENTION_CHOICES:
+        raise KernelChoiceError(f"{INDUCTOR_ATTENTION_SETTING}={value!r}; use auto (decode attention as "
+                                "Inductor-compiled reductions at batch 1), 1 (at every batch) or 0")
+    return value
 
 
 def compile_options() -> dict | None:
     """torch.compile's Inductor options for the engine's blocks under SPARSEDECODING_COMBO_KERNELS and
     SPARSEDECODING_INDUCTOR_PDL (None: Inductor's defaults). KernelChoiceError if this PyTorch lacks an option a
     setting asks for."""
-    import torch._inductor.config as inductor
-
     options = {}
     if combo_kernels_setting():
         options["combo_kernels"] = True
     if inductor_pdl_setting():
-        if not hasattr(inductor.triton, "enable_pdl"):
+        if not _inductor_has_pdl():
             raise KernelChoiceError(f"{INDUCTOR_PDL_SETTING}=1: this PyTorch's Inductor has no programmatic launches "
                                     "(triton.enable_pdl); set it to 0")
         options["triton.enable_pdl"] = True
