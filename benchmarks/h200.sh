@@ -267,6 +267,9 @@ case $report in
     SPARSEDECODING_INDUCTOR_PDL=1 timeout 200 python3 benchmarks/setting_ab_bench.py \
       --setting SPARSEDECODING_INDUCTOR_ATTENTION --values 0 1 --batch 1 4 --repeats 2 \
       --out "$OUT/inductor_attention_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  argmax)  # argmax_h200.md: torch.argmax vs the two-stage form on Llama-3.1 / Qwen2.5 logits, batch 1, 4, 16, bf16 and
+    # float32, CUDA-graph replays; seconds, GPU only
+    python3 benchmarks/argmax_bench.py --out "$OUT/argmax_h200.md" ;;
   attention-ab-combo)  # inductor_attention_h200_8b_combo.md: combo-ab's attention A/B again, now over combo kernels
     # and Inductor's programmatic launches, at batch 1, 4 and 8 (SPARSEDECODING_INDUCTOR_ATTENTION's "auto" comes
     # from it: reductions at batch 1 only); about 1 minute
@@ -395,5 +398,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, attention-ab-combo, quant-e2e-inductor, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, quant-e2e-inductor, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -278,9 +278,9 @@ def test_sliding_window_limits_the_cache():
 
 @pytest.mark.parametrize("vocab", [128256, 151936, 49152, 32000, 1000, 257])
 def test_two_stage_argmax_gives_torchs_index(vocab):
-    """argmax_rows: the index torch.argmax gives, ties (first maximum), NaN and -inf rows included, for vocabularies
-    with a large, a small and no usable power-of-two factor."""
-    from sparsedecoding.engine.generate import argmax_rows
+    """two_stage_argmax: the index torch.argmax gives, ties (first maximum), NaN and -inf rows included, for
+    vocabularies with a large, a small and no usable power-of-two factor."""
+    from sparsedecoding.engine.generate import two_stage_argmax
 
     generator = torch.Generator().manual_seed(vocab)
     scores = torch.randn(6, vocab, generator=generator).bfloat16()  # bf16: many exact ties
@@ -292,10 +292,50 @@ def test_two_stage_argmax_gives_torchs_index(vocab):
     scores[5, -1] = 99.0  # the last index
     for dtype in (torch.bfloat16, torch.float32):
         x = scores.to(dtype)
-        assert torch.equal(argmax_rows(x), x.argmax(-1)), dtype
-    assert argmax_rows(scores).tolist()[1:3] == [0, vocab // 2]
+        assert torch.equal(two_stage_argmax(x), x.argmax(-1)), dtype
+    assert two_stage_argmax(scores).tolist()[1:3] == [0, vocab // 2]
     strided = scores.float().t().contiguous().t()  # the same rows, the vocabulary axis strided
-    assert torch.equal(argmax_rows(strided), strided.argmax(-1))
+    assert torch.equal(two_stage_argmax(strided), strided.argmax(-1))
+
+
+def test_argmax_rows_times_each_cuda_shape_once_and_takes_the_faster(monkeypatch):
+    """The choice is made per (rows, vocabulary, dtype, device) at the first call outside a capture, then
+    remembered; the CPU and a first call during a capture take torch.argmax. CUDA is faked on CPU tensors."""
+    import sparsedecoding.engine.generate as generate
+
+    class Cuda(torch.Tensor):  # is_cuda for the dispatcher; everything else a CPU tensor
+        is_cuda = True
+
+    timed, used = [], []
+    monkeypatch.setattr(generate, "_TWO_STAGE_FASTER", {})
+    monkeypatch.setattr(generate, "_time_argmax", lambda rows, vocab, dtype, device: timed.append(vocab) or
+                        vocab == 128256)
+    monkeypatch.setattr(generate, "two_stage_argmax", lambda scores: used.append(scores.shape[1]) or
+                        scores.argmax(-1))
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    llama, qwen = torch.randn(1, 128256).as_subclass(Cuda), torch.randn(1, 151936).as_subclass(Cuda)
+    capturing[0] = True
+    assert torch.equal(generate.argmax_rows(llama), llama.argmax(-1)) and timed == [] and used == []
+    capturing[0] = False
+    for _ in range(2):
+        assert torch.equal(generate.argmax_rows(llama), llama.argmax(-1))
+        assert torch.equal(generate.argmax_rows(qwen), qwen.argmax(-1))
+    assert timed == [128256, 151936] and used == [128256, 128256]  # timed once each; two stages only where faster
+    cpu = torch.randn(2, 128256)
+    assert torch.equal(generate.argmax_rows(cpu), cpu.argmax(-1)) and used == [128256, 128256]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("vocab", [128256, 151936])
+def test_argmax_rows_on_the_gpu_gives_torchs_index_whichever_it_picks(vocab):
+    from sparsedecoding.engine.generate import _TWO_STAGE_FASTER, argmax_rows
+
+    scores = torch.randn(4, vocab, device="cuda").bfloat16()
+    scores[1, vocab // 2] = scores[1, vocab - 1] = 99.0
+    assert torch.equal(argmax_rows(scores), scores.argmax(-1))
+    assert (4, vocab, torch.bfloat16, scores.device) in _TWO_STAGE_FASTER
 
 
 @pytest.mark.parametrize("combo,pdl,options", [("0", "0", None), ("1", "0", {"combo_kernels": True}),

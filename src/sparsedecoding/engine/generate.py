@@ -53,12 +53,10 @@ def uniform_noise(seed: Tensor, position: Tensor, batch: int, vocab: int) -> Ten
     return ((bits >> 9).float() + 0.5) / 2**23
 
 
-def argmax_rows(scores: Tensor) -> Tensor:
+def two_stage_argmax(scores: Tensor) -> Tensor:
     """scores.argmax(-1) for [B, V], the same indices (the first maximum; NaN counts as the maximum, as in torch) in
     two reductions: the maxima of up to 256 equal chunks of each row, then the first chunk holding the row's
-    maximum. A compiled single reduction over a 128k vocabulary runs on one thread block per row (35 us a step at
-    batch 1 on the H200: results/step_profile_h200_8b.md); the chunks spread it over the GPU. A vocabulary without
-    a power-of-two factor of at least 16 takes the plain argmax."""
+    maximum. A vocabulary without a power-of-two factor of at least 16 takes the plain argmax."""
     rows, vocab = scores.shape
     chunks = min(256, vocab & -vocab)  # the largest power of two dividing vocab, at most 256
     if chunks < 16:
@@ -66,6 +64,37 @@ def argmax_rows(scores: Tensor) -> Tensor:
     values, inside = scores.reshape(rows, chunks, vocab // chunks).max(-1)
     chunk = values.argmax(-1, keepdim=True)
     return (chunk * (vocab // chunks) + inside.gather(-1, chunk)).squeeze(-1)
+
+
+# (rows, vocabulary, dtype, device) -> whether `two_stage_argmax` timed faster than torch.argmax there. Neither wins
+# everywhere (results/argmax_h200.md): at Llama-3.1's 128,256 torch's single reduction takes 27 us and the two
+# stages 11 us; at Qwen2.5's 151,936 torch takes 9 us and the two stages 14 us.
+_TWO_STAGE_FASTER: dict[tuple, bool] = {}
+
+
+def _time_argmax(rows: int, vocab: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """True if the two stages are faster than torch.argmax on random [rows, vocab] scores (CUDA-graph replays)."""
+    from ..kernels.autotune import replay_ms
+
+    generator = torch.Generator(device=device).manual_seed(0)
+    scores = [torch.randn(rows, vocab, device=device, generator=generator).to(dtype) for _ in range(2)]
+    for tensor in scores:  # the first calls outside the timed graphs
+        two_stage_argmax(tensor), tensor.argmax(-1)
+    return replay_ms(two_stage_argmax, scores) < replay_ms(lambda tensor: tensor.argmax(-1), scores)
+
+
+def argmax_rows(scores: Tensor) -> Tensor:
+    """scores.argmax(-1) for [B, V] (the same indices) by whichever of torch.argmax and `two_stage_argmax` timed
+    faster for this shape, dtype and GPU; timed once, at the first call outside a CUDA-graph capture (the engine's
+    warm-up), and remembered. A first call during a capture, and every call on the CPU, takes torch.argmax."""
+    if not scores.is_cuda or scores.dim() != 2:
+        return scores.argmax(-1)
+    key = (*scores.shape, scores.dtype, scores.device)
+    if key not in _TWO_STAGE_FASTER:
+        if torch.cuda.is_current_stream_capturing():
+            return scores.argmax(-1)
+        _TWO_STAGE_FASTER[key] = _time_argmax(*scores.shape, scores.dtype, scores.device)
+    return two_stage_argmax(scores) if _TWO_STAGE_FASTER[key] else scores.argmax(-1)
 
 
 def sample(logits: Tensor, sampling: Sampling, seed: Tensor, position: Tensor) -> Tensor:
