@@ -405,11 +405,13 @@ class Report:
     def row(name: str, result: dict, dense: dict | None) -> dict:
         recipe, metrics, pruning = result["recipe"], result["metrics"], result.get("pruning") or {}
         repair = pruning.get("repair") or {}
+        config = (pruning.get("config") or {}) if recipe.get("as_is") else {}  # an as_is item shows its start's
         row = {"name": name, "pattern": recipe.get("pattern", "dense"), "quantize": recipe.get("quantize", "none"),
                "group_size": recipe.get("group_size", 128) if recipe.get("quantize") == "int4" else None,
-               "data": recipe.get("data", "-"),
+               "data": recipe.get("data", f"as {recipe['start']}" if recipe.get("as_is") else "-"),
                "tokens": (pruning.get("calibration") or {}).get("tokens"),
-               "propagation": recipe.get("propagation", "-"), "target": recipe.get("target", "-"),
+               "propagation": recipe.get("propagation", config.get("propagation", "-")),
+               "target": recipe.get("target", config.get("target", "-")),
                "repair_steps": repair.get("best_step"), "repair_tokens": repair.get("tokens"),
                "repair_seconds": repair.get("seconds"), "initial_dev_kl": repair.get("initial_dev_kl"),
                "best_dev_kl": repair.get("best_dev_kl"),

@@ -285,3 +285,15 @@ def test_only_runs_the_named_items_and_rejects_a_name_the_plan_lacks(recipes, tm
     with pytest.raises(SystemExit) as exit_info:
         recipes.main()
     assert exit_info.value.code == 2 and not (tmp_path / "o").exists()
+
+
+def test_an_as_is_row_shows_its_start_and_the_start_recipes_settings(recipes):
+    item = {"name": "fit-again", "start": "fit", "as_is": True, "pattern": "16:32"}
+    scored = result("fit-again", item, [(True, False)], 0.01, 12.0)
+    scored["pruning"] = {"config": {"propagation": "sequential", "target": "self"}, "as_is": "fit",
+                         "calibration": {"tokens": 64}}
+    row = recipes.Report.row("fit-again", scored, None)
+    assert (row["data"], row["propagation"], row["target"], row["tokens"]) == ("as fit", "sequential", "self", 64)
+    plain = result("paper", PLAN["baselines"][0], [(True, False)], 0.01, 12.0)
+    plain["pruning"] = {"config": {"propagation": "sequential"}}  # not as_is: only the recipe's own fields show
+    assert recipes.Report.row("paper", plain, None)["propagation"] == "-"
