@@ -276,6 +276,14 @@ case $report in
     SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 timeout 130 python3 benchmarks/setting_ab_bench.py \
       --setting SPARSEDECODING_INDUCTOR_ATTENTION --values 0 1 --batch 1 4 8 --repeats 2 \
       --out "$OUT/inductor_attention_h200_8b_combo.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  attention-ab-long)  # inductor_attention_h200_8b_cache1024.md and _cache4096.md: attention-ab-combo at batch 1 with
+    # longer KV caches (16 + 1008 and 16 + 4080 positions), which "auto" (reductions up to 512 positions) has not
+    # seen; about 4 minutes
+    for cache in 1024 4096; do
+      SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 timeout 200 python3 benchmarks/setting_ab_bench.py \
+        --setting SPARSEDECODING_INDUCTOR_ATTENTION --values 0 1 --batch 1 --repeats 2 --new-tokens $((cache - 16)) \
+        --out "$OUT/inductor_attention_h200_8b_cache$cache.md" 2>&1 | grep -E "^\| llama|rror" || true
+    done ;;
   quant-e2e-inductor)  # quant_e2e_h200_sp24_inductor.md: issue 13's engine rows (8B, batch 1) under the twelfth
     # session's defaults written out (at batch 1 "auto" attention is the reductions); about 1 minute
     SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 SPARSEDECODING_INDUCTOR_ATTENTION=1 \
@@ -398,5 +406,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, quant-e2e-inductor, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -30,6 +30,9 @@ def main() -> int:
     parser.add_argument("--pattern", type=SparsityPattern.parse, default=SparsityPattern.parse("2:4"))
     parser.add_argument("--batch", nargs="+", type=int, default=[1])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=256,
+                        help="tokens a generation writes after its 16-token prompt; the KV cache holds both "
+                             "(default: %(default)s)")
     parser.add_argument("--quantize", choices=["int8", "int4"],
                         help="quantize the N:M model's kept values (the dense baseline stays bf16)")
     parser.add_argument("--group-size", type=int, default=128, help="int4: columns a scale (default: 128)")
@@ -38,6 +41,8 @@ def main() -> int:
     from sparsedecoding.errors import SparseDecodingError
     from sparsedecoding.kernels import op
 
+    if args.new_tokens < 2:
+        parser.error(f"--new-tokens {args.new_tokens}: a generation needs at least 2 (one decode step timed)")
     known = op.SETTINGS
     if args.setting not in known:
         parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
@@ -64,11 +69,13 @@ def main() -> int:
 
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
-    results = bench_preset(args.preset, [(None, args.batch)], device, repeats=args.repeats)
+    results = bench_preset(args.preset, [(None, args.batch)], device, new_tokens=args.new_tokens,
+                           repeats=args.repeats)
     for value in args.values:
         os.environ[args.setting] = value
         torch._dynamo.reset()  # no compiled block reused from the previous value: each is compiled under its own
-        runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, repeats=args.repeats,
+        runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, new_tokens=args.new_tokens,
+                            repeats=args.repeats,
                             quantize=args.quantize, group_size=args.group_size)
         results += [dataclasses.replace(r, weights=f"{r.weights}, {args.setting}={value}")
                     if isinstance(r, SpeedResult) else r for r in runs]
@@ -79,7 +86,9 @@ def main() -> int:
              environment_markdown("python " + " ".join(sys.argv), device), "",
              f"Kernel settings outside the A/B (the dense model ran under these): {op.settings_line()}", "",
              "One process: dense once, then the N:M model built under each value; decode steps compiled and captured "
-             f"in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense tok/s at the same batch.", "",
+             f"in a CUDA graph ({args.new_tokens - 1} a generation after a 16-token prompt, a KV cache of "
+             f"{-(-(16 + args.new_tokens) // 16) * 16} positions), median of {args.repeats}; ratio = tok/s / dense "
+             "tok/s at the same batch.", "",
              format_table(results, copy), ""]
     write_report(args.out, "\n".join(lines))
     return 0
