@@ -288,6 +288,13 @@ case $report in
     # session's defaults written out (at batch 1 "auto" attention is the reductions); about 1 minute
     SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 SPARSEDECODING_INDUCTOR_ATTENTION=1 \
       python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24_inductor.md" ;;
+  quant-e2e-head)  # not yet run: quant_e2e_h200_head_int8.md and _int4.md, quant-e2e-inductor with lm_head dense int8 /
+    # int4 in the quantized runs (dense and 2:4 alike; a speed option, no checkpoint holds such a head yet); about
+    # 3 minutes
+    for head in int8 int4; do
+      timeout 170 python3 benchmarks/quant_e2e_bench.py --head $head --out "$OUT/quant_e2e_h200_head_$head.md" 2>&1 \
+        | grep -E "^- 2:4|^\| llama|rror" || true
+    done ;;
   qwen-bench-inductor)  # bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md: qwen-bench-sp24 with the three Inductor
     # settings at 1 (batch 1 as the defaults; at 4 and 8 attention as reductions, which is not the default there)
     SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 SPARSEDECODING_INDUCTOR_ATTENTION=1 \
@@ -406,5 +413,5 @@ case $report in
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import torch
 
-from sparsedecoding.engine.bench import SpeedResult, bench_preset, copy_bandwidth, format_table, run_label
+from sparsedecoding.engine.bench import (SpeedResult, bench_preset, check_group_size, check_plan, copy_bandwidth,
+                                         format_table, run_label)
+from sparsedecoding.engine.config import preset
+from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.kernels.op import KERNEL_SETTING, SPARSE_MMA_SETTING, settings_line
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
@@ -29,17 +32,19 @@ from sparsedecoding.runenv import environment_markdown
 TARGETS = {"int8": 2.3, "int4": 3.0}
 
 
-def target_lines(results: list, name: str, patterns: list[SparsityPattern], group_size: int) -> list[str]:
-    """The issue's targets at batch 1, checked against what this run measured (met / missed, or not measured)."""
+def target_lines(results: list, name: str, patterns: list[SparsityPattern], group_size: int,
+                 head: str | None = None) -> list[str]:
+    """The issue's targets at batch 1, checked against what this run measured (met / missed, or not measured); with
+    a quantized `head`, the rows whose lm_head is quantized, against dense int4 with the same head."""
     speed = {r.weights: r.tokens_per_second for r in results
              if isinstance(r, SpeedResult) and r.model == name and r.batch == 1}
-    dense_int4 = speed.get(run_label(None, quantize="int4", group_size=group_size))
+    dense_int4 = speed.get(run_label(None, quantize="int4", group_size=group_size, head=head))
     lines = [f"## Targets ({name} preset, batch 1, vs our dense bf16)", ""]
     if "dense" not in speed:
         return lines + ["- dense bf16 was not measured at batch 1: no ratio to check", ""]
     for quantize, target in TARGETS.items():
         for pattern in patterns:
-            label = run_label(pattern, quantize=quantize, group_size=group_size)
+            label = run_label(pattern, quantize=quantize, group_size=group_size, head=head)
             if label not in speed:
                 lines.append(f"- {label}: not measured")
                 continue
@@ -61,17 +66,29 @@ def main() -> int:
     parser.add_argument("--group-size", type=int, default=128, help="int4 columns per scale (default: 128)")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--head", choices=["int8", "int4"],
+                        help="also quantize lm_head in the int8 and int4 runs, dense and N:M alike (a speed option: "
+                             "no checkpoint holds such a head yet); bf16 runs keep theirs")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/quant_e2e_PRESET.md")
     args = parser.parse_args()
     out = args.out or Path(__file__).parent / "results" / f"quant_e2e_{args.preset}.md"
+    try:  # every run's settings, before the first model is built
+        for quantize in ("int8", "int4"):
+            check_plan(runs := [(None, args.batch)] + [(pattern, args.batch) for pattern in args.pattern],
+                       args.new_tokens, quantize, args.group_size, args.head)
+            check_group_size(preset(args.preset), quantize, args.group_size, args.head)
+    except SparseDecodingError as exc:
+        parser.error(str(exc))
+    if not torch.cuda.is_available():
+        parser.error("the engine's speed runs need a CUDA GPU")
 
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
-    runs = [(None, args.batch)] + [(pattern, args.batch) for pattern in args.pattern]
     results = []
     for quantize in (None, "int8", "int4"):
         results += bench_preset(args.preset, runs, device, new_tokens=args.new_tokens, repeats=args.repeats,
-                                quantize=quantize, group_size=args.group_size)
+                                quantize=quantize, group_size=args.group_size,
+                                head=None if quantize is None else args.head)
         print(format_table(results, copy), flush=True)
     command = "python " + " ".join(sys.argv)
     lines = ["# End-to-end decode speed of quantized weights (random weights, one preset)", "",
@@ -85,7 +102,12 @@ def main() -> int:
              "other settings the quantized Triton kernel `nmq_spmv`.", "",
              settings_line() + f" ({KERNEL_SETTING}=cuda with {SPARSE_MMA_SETTING}=1: every 2:4 linear on sparse "
              "tensor cores through the older kernel.)", "",
-             format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size)]
+             *([f"lm_head: dense {args.head} in the int8 and int4 runs (dense and N:M alike; "
+                f"{'one scale a row' if args.head == 'int8' else f'one scale per {args.group_size} columns'}), bf16 "
+                "in the others. A speed option only: no checkpoint holds a quantized head yet.", ""]
+               if args.head else []),
+             format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size,
+                                                        args.head)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")

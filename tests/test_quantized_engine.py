@@ -244,3 +244,30 @@ def test_pack_manifest_records_the_quantization_per_tensor(pruned, tmp_path):
     assert plain["quantize"] == "none" and quantized["quantize"] == quantize
     assert all(info.get("quantize") == quantize for info in quantized["tensors"].values() if "pattern" in info)
 
+
+
+@pytest.mark.parametrize("head", ["int8", "int4"])
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_quantized_head_speed_run_builds_untied_and_scores_with_its_own_weight(head, tied):
+    """`head` (bench_preset / quant_e2e_bench --head) makes lm_head a dense quantized weight of its own, untied from
+    the embedding: the logits are those of its dequantized weight, and the byte counts include it."""
+    import dataclasses
+
+    args = dataclasses.replace(TINY, tie_embeddings=tied)
+    state = random_state(args, SparsityPattern.parse("2:4"), dtype=torch.bfloat16, device="cpu", quantize="int8",
+                         group_size=GROUP, head=head)
+    assert isinstance(state["output.weight"], DenseQuantized)
+    model = build_model(args, state)
+    assert isinstance(model.output, DenseQuantizedLinear) and model.embed.weight.dtype == torch.bfloat16
+    hidden = torch.randn(3, args.dim).bfloat16()
+    # Wᵀ, the dequantized weight, read back through its own kernel (bf16 values of the grid times a bf16 scale)
+    transposed = state["output.weight"](torch.eye(args.dim, dtype=torch.bfloat16)).double()
+    expected = hidden.double() @ transposed
+    torch.testing.assert_close(model.logits(hidden).double(), expected, rtol=2e-2, atol=2e-2)
+    embeddings_and_norms = (96 * 64 + 64 * 5) * 2
+    assert model_bytes(args, SparsityPattern.parse("2:4"), quantize="int8", group_size=GROUP,
+                       head=head) == weight_bytes(model) + embeddings_and_norms
+    assert run_label("2:4", quantize="int8", group_size=GROUP, head=head) == f"2:4 int8, {head} head"
+    assert Engine(model, 2, 16).generate(torch.randint(0, 96, (2, 4)), 5).tokens.shape == (2, 5)
+    with pytest.raises(EngineError, match="not a weight format"):
+        check_plan([(None, [1])], 16, "int8", GROUP, head="int3")

@@ -92,23 +92,31 @@ def copy_bandwidth(device: torch.device, nbytes: int = 2 * _GIB, repeats: int = 
     return 2 * nbytes / statistics.median(times)
 
 
+def _quantized_bytes(rows: int, columns: int, pattern: SparsityPattern | None, quantize: str,
+                     group_size: int) -> int:
+    """Codes, scales and (N:M) bitmask bytes of a quantized [rows, columns] weight."""
+    kept = columns if pattern is None else columns * pattern.n // pattern.m
+    groups = columns // quantization_group(quantize, group_size, columns)
+    scale_bytes = 2 if pattern is not None or quantize == "int8" else 4  # int4 dense: scale and zero
+    mask = 0 if pattern is None else columns // 8
+    return rows * (kept * (8 if quantize == "int8" else 4) // 8 + groups * scale_bytes + mask)
+
+
 def model_bytes(args: ModelArgs, pattern: SparsityPattern | None, element_size: int = 2,
                 block_linears: bool = True, tp: ProcessGroup | None = None, quantize: str | None = None,
-                group_size: int = 128) -> int:
+                group_size: int = 128, head: str | None = None) -> int:
     """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set,
     quantized ones with `quantize` (codes and scales); without the block linears when `block_linears` is False; one
-    rank's shards with `tp`."""
+    rank's shards with `tp`; with `head`, lm_head quantized (and untied)."""
     total = 0
     for key, shape in engine_shapes(args, tp).items():
+        if key == "output.weight" and head is not None:
+            total += _quantized_bytes(*shape, None, head, group_size)
+            continue
         if key == "output.weight" and args.tie_embeddings or not block_linears and is_prunable(key):
             continue
         if is_prunable(key) and quantize is not None:
-            rows, columns = shape
-            kept = columns if pattern is None else columns * pattern.n // pattern.m
-            groups = columns // quantization_group(quantize, group_size, columns)
-            scale_bytes = 2 if pattern is not None or quantize == "int8" else 4  # int4 dense: scale and zero
-            mask = 0 if pattern is None else columns // 8
-            total += rows * (kept * (8 if quantize == "int8" else 4) // 8 + groups * scale_bytes + mask)
+            total += _quantized_bytes(*shape, pattern, quantize, group_size)
         elif is_prunable(key) and pattern is not None:
             rows, columns = shape
             total += rows * columns * pattern.n // pattern.m * element_size + rows * columns // 8
@@ -139,25 +147,28 @@ Run = tuple[SparsityPattern | None, list[int]] | tuple[SparsityPattern | None, l
 
 
 def run_label(pattern: SparsityPattern | str | None, dense_from: int | None = None, quantize: str | None = None,
-              group_size: int = 128) -> str:
+              group_size: int = 128, head: str | None = None) -> str:
     """The weights column of a run: "dense", the pattern, or the pattern with its dense copies; with `quantize`,
-    the format added ("2:4 int8", "dense int4 g128")."""
+    the format added ("2:4 int8", "dense int4 g128"); with `head`, the lm_head's (", int8 head")."""
+    suffix = "" if head is None else f", {head} head"
     if quantize is not None:
-        return f"{pattern or 'dense'} {quantize}" + (f" g{group_size}" if quantize == "int4" else "")
+        return f"{pattern or 'dense'} {quantize}" + (f" g{group_size}" if quantize == "int4" else "") + suffix
     if pattern is None:
-        return "dense"
-    return str(pattern) if dense_from is None else f"{pattern} + dense copy from batch {dense_from}"
+        return "dense" + suffix
+    return (str(pattern) if dense_from is None else f"{pattern} + dense copy from batch {dense_from}") + suffix
 
 
-def check_plan(plan: list[Run], new_tokens: int, quantize: str | None = None, group_size: int = 128) -> None:
+def check_plan(plan: list[Run], new_tokens: int, quantize: str | None = None, group_size: int = 128,
+               head: str | None = None) -> None:
     """Refuses patterns the kernel cannot run, batch sizes outside 1..16, dense copies of a dense or quantized
     model, quantization settings the format cannot hold and generations without a decode step, before any model
     is built."""
     if new_tokens < 2:
         raise EngineError(f"{new_tokens} new tokens leave no decode step to time (prefill makes the first); use 2+")
-    if quantize is not None and quantize not in QUANTIZED_FORMATS:
-        raise EngineError(f"quantize {quantize!r} is not a weight format; use {' or '.join(QUANTIZED_FORMATS)}")
-    if quantize == "int4" and (group_size <= 0 or group_size % 32):
+    for name, kind in (("quantize", quantize), ("head", head)):
+        if kind is not None and kind not in QUANTIZED_FORMATS:
+            raise EngineError(f"{name} {kind!r} is not a weight format; use {' or '.join(QUANTIZED_FORMATS)}")
+    if "int4" in (quantize, head) and (group_size <= 0 or group_size % 32):
         raise EngineError(f"--group-size {group_size}: quantized packed weights need a positive multiple of 32 (a "
                           f"mask word must not straddle two scale groups); 128 is the default")
     for pattern, batches, *dense_from in plan:
@@ -165,39 +176,43 @@ def check_plan(plan: list[Run], new_tokens: int, quantize: str | None = None, gr
             require_kernel_pattern(pattern)
         elif dense_from:
             raise EngineError("a dense copy needs packed weights; give the run an N:M pattern")
-        if dense_from and quantize is not None:
-            raise EngineError("dense copies are kept of bf16 packed weights only; measure them without quantize")
+        if dense_from and (quantize is not None or head is not None):
+            raise EngineError("dense copies are kept of bf16 packed weights only; measure them without quantize "
+                              "or a quantized head")
         if not all(1 <= batch <= MAX_BATCH for batch in batches):
             raise EngineError(f"batch sizes {batches} must lie in 1..{MAX_BATCH}, the range the N:M kernel serves")
         if dense_from:
             check_dense_copy_batch(dense_from[0])
 
 
-def check_group_size(args: ModelArgs, quantize: str | None, group_size: int) -> None:
-    """QuantizationError unless int4's `group_size` divides the row length of every block linear of `args`."""
-    if quantize is not None:
-        for key, shape in engine_shapes(args).items():
-            if is_prunable(key):
-                quantization_group(quantize, group_size, shape[1])
+def check_group_size(args: ModelArgs, quantize: str | None, group_size: int, head: str | None = None) -> None:
+    """QuantizationError unless int4's `group_size` divides the row length of every block linear of `args` (and of
+    lm_head with a quantized `head`)."""
+    for key, shape in engine_shapes(args).items():
+        if is_prunable(key) and quantize is not None:
+            quantization_group(quantize, group_size, shape[1])
+        elif key == "output.weight" and head is not None:
+            quantization_group(head, group_size, shape[1])
 
 
 def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens: int = 16, new_tokens: int = 256,
                  repeats: int = 3, tp: ProcessGroup | None = None, quantize: str | None = None,
-                 group_size: int = 128) -> list[SpeedResult | NotRun]:
+                 group_size: int = 128, head: str | None = None) -> list[SpeedResult | NotRun]:
     """For each (pattern or None for dense, batch sizes[, dense copy from batch]) of `plan`: random weights of
     preset `name` built on the device, then one measurement per batch size. With `quantize` ("int8" or "int4",
     `group_size` columns a scale) every block linear is quantized: N:M packed with codes and scales, or dense
-    weight-only quantized for a run without a pattern. A model whose weights do not fit the free memory is reported
+    weight-only quantized for a run without a pattern; with `head`, lm_head is dense int8 / int4 as well (a speed
+    option: no checkpoint holds such a head yet). A model whose weights do not fit the free memory is reported
     as not run instead of being attempted. With `tp`, each rank builds and measures its shards (the smallest free
     memory of the ranks decides, so that all take the same path)."""
     args = preset(name)
-    check_plan(plan, new_tokens, quantize, group_size)
-    check_group_size(args, quantize, group_size)
+    check_plan(plan, new_tokens, quantize, group_size, head)
+    check_group_size(args, quantize, group_size, head)
     world = rank_and_world(tp)[1]
     results: list[SpeedResult | NotRun] = []
     for pattern, batches, *dense_from in plan:
-        label = run_label(pattern, *dense_from, quantize=quantize, group_size=group_size)
-        needed = model_bytes(args, pattern, tp=tp, quantize=quantize, group_size=group_size) \
+        label = run_label(pattern, *dense_from, quantize=quantize, group_size=group_size, head=head)
+        needed = model_bytes(args, pattern, tp=tp, quantize=quantize, group_size=group_size, head=head) \
             + _working_memory(args, max(batches), prompt_tokens + new_tokens, world)
         if dense_from:
             needed += model_bytes(args, None, tp=tp) - model_bytes(args, None, block_linears=False, tp=tp)
@@ -208,7 +223,7 @@ def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens
                                                f"memory); {free / 1e9:.1f} GB of {total / 1e9:.1f} GB are free"))
             continue
         model = build_model(args, random_state(args, pattern, device=device, tp=tp, quantize=quantize,
-                                               group_size=group_size), tp)
+                                               group_size=group_size, head=head), tp)
         if dense_from:
             keep_dense_copies(model, dense_from[0])
         results += [measure(model, name, label, batch, prompt_tokens, new_tokens, repeats) for batch in batches]

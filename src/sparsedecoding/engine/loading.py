@@ -139,7 +139,8 @@ def build_model(args: ModelArgs, state: dict[str, Weight], tp: ProcessGroup | No
             dense[key] = weight
     model.load_state_dict(dense, strict=False, assign=True)
     model.requires_grad_(False)
-    if args.tie_embeddings and tp is None:  # a rank's lm_head is a slice of the embedding, loaded as such
+    # a rank's lm_head is a slice of the embedding, loaded as such; a quantized lm_head is a weight of its own
+    if args.tie_embeddings and tp is None and type(model.output) is nn.Linear:
         model.output.weight = model.embed.weight
     leftover = [name for name, tensor in model.state_dict().items() if tensor.is_meta]
     if leftover:
@@ -152,20 +153,24 @@ def build_model(args: ModelArgs, state: dict[str, Weight], tp: ProcessGroup | No
 
 def random_state(args: ModelArgs, pattern: SparsityPattern | None = None, dtype: torch.dtype = torch.bfloat16,
                  device: str | torch.device = "cuda", seed: int = 0, tp: ProcessGroup | None = None,
-                 quantize: str | None = None, group_size: int = 128) -> dict[str, Weight]:
+                 quantize: str | None = None, group_size: int = 128, head: str | None = None) -> dict[str, Weight]:
     """Random weights for speed runs, generated on `device` (decode speed does not depend on weight values). With
     an N:M `pattern` every block linear is generated directly in packed form, so a model whose dense weights would
     not fit is never materialised densely. `quantize` ("int8" or "int4", `group_size` columns a scale) makes every
     block linear quantized: a `PackedNMQ` with `pattern`, a `DenseQuantized` without. Linears get std
     1/sqrt(fan-in) so activations stay finite. With `tp`, shards of this rank's shapes are drawn directly (they are
-    not slices of one random model); quantized weights are not split."""
-    if quantize is not None and tp is not None:
-        raise EngineError(f"{quantize} weights run on one GPU: tensor parallelism does not split quantized weights")
+    not slices of one random model); quantized weights are not split. `head` ("int8" or "int4", `group_size` columns
+    a scale for int4) makes lm_head a dense quantized weight of its own, untied from the embedding."""
+    for kind in (quantize, head):
+        if kind is not None and tp is not None:
+            raise EngineError(f"{kind} weights run on one GPU: tensor parallelism does not split quantized weights")
     generator = torch.Generator(device).manual_seed(seed)
     rank, world = rank_and_world(tp)
     state: dict[str, Weight] = {}
     for key, shape in engine_shapes(args, tp).items():
-        if key == "output.weight" and args.tie_embeddings:
+        if key == "output.weight" and head is not None:
+            state[key] = random_quantized(shape[0], shape[1], None, head, group_size, dtype, device, generator)
+        elif key == "output.weight" and args.tie_embeddings:
             state[key] = shard_weight(key, state["embed.weight"], args, rank, world)
         elif key.endswith("norm.weight"):
             state[key] = torch.ones(shape, dtype=dtype, device=device)
