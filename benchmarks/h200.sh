@@ -93,7 +93,7 @@ case $report in
     for step in $steps; do echo "$step: rc $(cat /root/bg/$step.rc 2>/dev/null || echo running)"; done
     for log in /root/bg/*.log /root/recipes*-w*.log; do [ -f "$log" ] && { echo "== $log"; tail -n 5 "$log" | cut -c1-300; }; done
     tar czf "$OUT/bg.tgz" --exclude='*.safetensors' --exclude='answers' --exclude='claims' -C /root \
-      bg $(cd /root && ls -d recipes recipes2 recipes3 recipes-quant recipes-quant2 recipes*-w*.log 2>/dev/null) ;;
+      bg $(cd /root && ls -d recipes recipes2 recipes3 recipes-quant recipes-quant2 recipes-quant3 recipes*-w*.log 2>/dev/null) ;;
   quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
     recipes benchmarks/recipes/plan.json /root/recipes quality-recipes ;;
   quality-repair)  # quality-repair/: issue 11's second round (benchmarks/recipes/plan-repair.json): repair
@@ -108,6 +108,9 @@ case $report in
     # 25 minutes on one GPU, so run it with one worker per GPU where two are lent (quality-quant2-gpuN); on one GPU
     # for 30 minutes, ONLY=p2r-int8,p2r-int4,p2r-bf16 (the 2:4 half, about 15 minutes)
     recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 quality-quant2-qwen2.5-coder-1.5b ;;
+  quality-quant3)  # quality-quant3-qwen2.5-coder-1.5b/: a quantized lm_head on the repaired 2:4 + int4 model
+    # (benchmarks/recipes/plan-quant3.json; the repaired model recreated first, about 10 min); about 16 minutes
+    recipes benchmarks/recipes/plan-quant3.json /root/recipes-quant3 quality-quant3-qwen2.5-coder-1.5b ;;
   quality-quant2-gpu*)
     WORKERS=${report#quality-quant2-gpu} recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 \
       quality-quant2-qwen2.5-coder-1.5b ;;
@@ -412,6 +415,6 @@ case $report in
     done ;;
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
-       "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
+       "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
        "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -186,7 +186,11 @@ class Run:
         record_file = file.with_suffix(".json")
         model = copy.deepcopy(self.dense)
         if record_file.exists():
-            model.load_state_dict(load_file(str(file), device=str(self.device)), strict=False)
+            saved = load_file(str(file), device=str(self.device))
+            if "lm_head.weight" in saved:  # a quantized head (quantize_head): a weight of its own, never tied
+                model.lm_head.weight = torch.nn.Parameter(saved.pop("lm_head.weight"), requires_grad=False)
+                model.config.tie_word_embeddings = False
+            model.load_state_dict(saved, strict=False)
             return model, json.loads(record_file.read_text())
         start = None
         if "start" in recipe:  # quantize (keep_mask) another item's model of this run, which is made first if needed
@@ -204,7 +208,9 @@ class Run:
         if "repair" in recipe:
             record["repair"] = self.repair(model, {**self.plan["repair"], **recipe["repair"]},
                                            self.out / "data" / f"repair-{recipe['name']}")
-        trained = {name: tensor for name, tensor in model.state_dict().items() if "layers." in name}
+        keep_head = head_quantized(record)  # this item's or its start's quantize_head
+        trained = {name: tensor for name, tensor in model.state_dict().items()
+                   if "layers." in name or name == "lm_head.weight" and keep_head}
         temporary = file.with_name(f"{file.stem}.{os.getpid()}.tmp")
         save_file({name: tensor.contiguous() for name, tensor in trained.items()}, str(temporary))
         os.replace(temporary, file)
@@ -367,6 +373,14 @@ class Run:
 
     def report(self) -> None:
         Report(self.out, self.plan, self.args.plan).write()
+
+
+def head_quantized(record: dict | None) -> bool:
+    """Whether a pruning record's model has a quantized lm_head: its own `quantize_head` or that of its start."""
+    if not record:
+        return False
+    return (record.get("config") or {}).get("quantize_head", "none") != "none" or \
+        head_quantized((record.get("start") or {}).get("record"))
 
 
 def seed_from_earlier(earlier: Path, out: Path) -> None:

@@ -303,3 +303,82 @@ def test_pattern_dense_refuses_what_it_cannot_do_in_one_line(tiny_folder, prompt
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and expected in err[0], err
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+@pytest.mark.parametrize("quantize_head,tied", [("int8", False), ("int4", True)])
+def test_quantize_head_rounds_lm_head_by_gptq_on_the_final_hidden_states(prompts_file, tmp_path, monkeypatch,
+                                                                          quantize_head, tied):
+    """`--quantize-head`: lm_head lands on its grid, its error on the Hessian of the final normed hidden states (at
+    the kept positions) is no worse than rounding to nearest, a tied head is untied with the embedding unchanged, and
+    the manifest records it; the block linears are pruned as without it."""
+    from transformers import AutoModelForCausalLM
+
+    from sparsedecoding import solvers
+
+    folder = make_tiny_model(tmp_path / f"model-{tied}", tie_word_embeddings=tied)
+    seen = {}
+    original = pipeline.quantize_head
+
+    def spy(model, batches, cfg, dtype):
+        head, norm = model.get_output_embeddings(), model.model.norm
+        rows = torch.cat([norm(hidden).reshape(-1, hidden.shape[-1])[kept.reshape(-1)] for hidden, _, kept in batches])
+        seen["weight"], seen["hessian"] = head.weight.detach().clone(), 2 * rows.T.double() @ rows.double() / len(rows)
+        return original(model, batches, cfg, dtype)
+
+    monkeypatch.setattr(pipeline, "quantize_head", spy)
+    out = prune(config(folder, tmp_path / "out", prompts_file, quantize_head=quantize_head, group_size=32),
+                progress=False)
+    plain = prune(config(folder, tmp_path / "plain", prompts_file, group_size=32), progress=False)
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert manifest["solver_options"]["quantize_head"] == quantize_head
+    assert manifest["layers"]["lm_head"]["quantize"] == quantize_head
+    saved, before = weights(out), weights(folder)
+    head = saved["lm_head.weight"]  # saved on its own even when the source tied it
+    codes = solvers.quantization_codes(head, quantize_head, 32)
+    assert torch.equal(codes.dequantize(torch.float64), head.double())
+    assert torch.equal(saved["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    assert torch.equal(loaded.lm_head.weight, head) and not loaded.config.tie_word_embeddings
+    assert loaded.lm_head.weight.data_ptr() != loaded.model.embed_tokens.weight.data_ptr()
+    weight, hessian = seen["weight"].double(), seen["hessian"]
+    group = weight.shape[1] if quantize_head == "int8" else 32
+    blocks = weight.reshape(weight.shape[0], -1, group)
+    nearest = solvers.round_to_grid(blocks, solvers.grid_scale(blocks.abs().amax(-1), quantize_head)[..., None],
+                                    quantize_head).reshape(weight.shape)
+    error = pipeline.relative_error(weight, head.double(), hessian)
+    assert error <= pipeline.relative_error(weight, nearest, hessian) * (1 + 1e-6)
+    # the same GPTQ on the Hessian built here from the final normed hidden states: the same grid values (up to a
+    # rare rounding tie that the two summation orders break differently)
+    expected = solvers.gptq(seen["weight"], hessian.float(), quantize_head, group_size=32)
+    assert (expected.to(head.dtype) == head).float().mean() > 0.99
+    assert manifest["layers"]["lm_head"]["relative_error"] == pytest.approx(error, rel=1e-3)
+    others = weights(plain)
+    for name, tensor in saved.items():
+        if name != "lm_head.weight":
+            assert torch.equal(tensor, others[name]), name  # the blocks are pruned exactly as without it
+
+
+@pytest.mark.parametrize("quantize_head", ["int8", "int4"])
+def test_the_engine_runs_a_quantized_head_as_recorded_and_pack_keeps_the_record(prompts_file, tmp_path,
+                                                                                quantize_head):
+    """A checkpoint of `--quantize-head` loads into the engine with lm_head as a dense int8 / int4 weight (its
+    codes read back exactly) unless --sparse none; its packed checkpoint too. The logits match the checkpoint's
+    bf16 grid values."""
+    from sparsedecoding.engine import load_model as load_engine
+    from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear
+    from sparsedecoding.packed import pack_checkpoint, recorded_head_quantization
+
+    folder = make_tiny_model(tmp_path / "model", tie_word_embeddings=True)
+    out = prune(config(folder, tmp_path / "out", prompts_file, quantize_head=quantize_head, group_size=32),
+                progress=False)
+    packed = tmp_path / "packed"
+    pack_checkpoint(out, packed)
+    hidden = torch.randn(3, 64).bfloat16()
+    for source in (out, packed):
+        assert recorded_head_quantization(source) == (quantize_head, 32)
+        engine = load_engine(source, sparse="auto", device="cpu")
+        assert isinstance(engine.output, DenseQuantizedLinear) and engine.output.quantize == quantize_head
+        dense = load_engine(source, sparse="none", device="cpu")
+        assert type(dense.output) is torch.nn.Linear
+        torch.testing.assert_close(engine.logits(hidden).float(), dense.logits(hidden).float(), rtol=2e-2, atol=2e-2)
+    assert recorded_head_quantization(folder) == (None, 128)

@@ -297,3 +297,29 @@ def test_an_as_is_row_shows_its_start_and_the_start_recipes_settings(recipes):
     plain = result("paper", PLAN["baselines"][0], [(True, False)], 0.01, 12.0)
     plain["pruning"] = {"config": {"propagation": "sequential"}}  # not as_is: only the recipe's own fields show
     assert recipes.Report.row("paper", plain, None)["propagation"] == "-"
+
+
+def test_a_saved_model_with_a_quantized_head_reloads_untied_and_records_say_which_have_one(recipes, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from helpers import random_hf_model
+
+    assert recipes.head_quantized({"config": {"quantize_head": "int8"}})
+    assert recipes.head_quantized({"config": {"quantize_head": "none"},
+                                   "start": {"record": {"config": {"quantize_head": "int4"}}}})
+    assert not recipes.head_quantized({"config": {"quantize_head": "none"}}) and not recipes.head_quantized(None)
+    run = run_for(recipes, tmp_path, 0)
+    run.dense, run.device = random_hf_model("qwen2", tie_word_embeddings=True), torch.device("cpu")
+    assert run.dense.lm_head.weight is run.dense.model.embed_tokens.weight
+    (tmp_path / "models").mkdir()
+    head = torch.randn_like(run.dense.lm_head.weight)
+    layer = torch.randn_like(run.dense.model.layers[0].mlp.down_proj.weight)
+    save_file({"lm_head.weight": head, "model.layers.0.mlp.down_proj.weight": layer},
+              str(tmp_path / "models" / "x.safetensors"))
+    (tmp_path / "models" / "x.json").write_text(json.dumps({"config": {"quantize_head": "int8"}}))
+    model, record = run.pruned({"name": "x"})
+    assert torch.equal(model.lm_head.weight, head) and torch.equal(model.model.layers[0].mlp.down_proj.weight, layer)
+    assert torch.equal(model.model.embed_tokens.weight, run.dense.model.embed_tokens.weight)
+    assert not model.config.tie_word_embeddings and record["config"]["quantize_head"] == "int8"
+    assert run.dense.lm_head.weight is run.dense.model.embed_tokens.weight  # the dense model is untouched

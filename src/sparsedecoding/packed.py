@@ -59,15 +59,25 @@ def _requested_patterns(pattern: str | None, quantize: str | None = None) -> tup
     return ((parsed.n, parsed.m),)
 
 
+def _recorded(folder: str | Path, option: str) -> tuple[str | None, int]:
+    """(the pruned manifest's solver option `option`, its group size), or (None, 128) where it is none or absent."""
+    manifest = Path(folder) / PRUNED_MANIFEST
+    options = (read_json(manifest).get("solver_options") or {}) if manifest.is_file() else {}
+    quantize = options.get(option, "none")
+    return (None, 128) if quantize in (None, "none") else (quantize, int(options.get("group_size", 128)))
+
+
 def recorded_quantization(folder: str | Path) -> tuple[str | None, int]:
     """(quantize, group_size) that `sparsedecoding prune` recorded for the pruned checkpoint `folder`: ("int8" or
     "int4", its group size) for `prune --quantize`, (None, 128) for an unquantized or foreign folder."""
-    manifest = Path(folder) / PRUNED_MANIFEST
-    if not manifest.is_file():
-        return None, 128
-    options = read_json(manifest).get("solver_options") or {}
-    quantize = options.get("quantize", "none")
-    return (None, 128) if quantize in (None, "none") else (quantize, int(options.get("group_size", 128)))
+    return _recorded(folder, "quantize")
+
+
+def recorded_head_quantization(folder: str | Path) -> tuple[str | None, int]:
+    """(quantize, group_size) of lm_head that `sparsedecoding prune --quantize-head` recorded for the pruned
+    checkpoint `folder` (or a packed checkpoint of it, which keeps the pruned manifest): ("int8" or "int4", the
+    group size), or (None, 128) where lm_head was not quantized."""
+    return _recorded(folder, "quantize_head")
 
 
 def _pack_if_sparse(name: str, weight: torch.Tensor, patterns, quantize: str | None = None,

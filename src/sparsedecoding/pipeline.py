@@ -5,7 +5,9 @@ Hessians of its linears over the kept positions, the solver prunes each linear, 
 layer's inputs. `dense` propagation (the paper) feeds every layer the dense model's activations; `sequential` feeds
 layer l the outputs of the already-pruned layers < l (as SparseGPT does). Only one layer's Hessians exist at a time.
 `--pattern dense` with `--quantize` prunes nothing: GPTQ rounds every weight to the grid on the same Hessians (the
-dense-quantized baseline of N:M + quantized values, calibrated on decode steps or text alike).
+dense-quantized baseline of N:M + quantized values, calibrated on decode steps or text alike). `--quantize-head`
+rounds lm_head after the last layer, by GPTQ on the Hessian of the final normed hidden states at the same kept
+positions (a tied lm_head becomes a weight of its own; the embedding stays as it was).
 
 `--calibration self` takes its sequences from `selfdata`: the dense model writes task prompts and answers them; the
 train side (cut to `tokens`) calibrates, the dev side is kept for repair. With `repair_steps`, the pruned model is then
@@ -42,8 +44,8 @@ from .calibration import CalibrationSet, concat, decode_calibration, describe, t
 from .data import chat_format, lee_text, prompts_hash, read_prompts, read_text_file
 from .errors import RepairError, SparseDecodingError, UnsupportedArchitectureError
 from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
-from .hessian import (KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target, hessians_by_module,
-                      input_groups, paired_by_module, prunable_linears)
+from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target,
+                      hessians_by_module, input_groups, kept_rows, paired_by_module, prunable_linears)
 from .models import check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, source_dtype
 from .outputs import PRUNED_MANIFEST, check_writable
 from .patterns import SparsityPattern
@@ -341,6 +343,33 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
     return stats
 
 
+@torch.no_grad()
+def quantize_head(model, batches, config: PruneConfig, dtype: torch.dtype) -> dict:
+    """GPTQ on lm_head in place (`config.quantize_head`, `config.group_size` columns a scale for int4): its Hessian
+    is that of the final normed hidden states of `batches` (the last layer's outputs) at their kept positions. A
+    tied lm_head gets a weight of its own and the config says it is untied, so the embedding keeps its values.
+    Returns its statistics, as a layer's linear."""
+    head, norm = model.get_output_embeddings(), model.model.norm
+    accumulator, keep = HessianAccumulator(head.in_features, dtype, head.weight.device), KeepMask()
+    for hidden, _, kept in batches:
+        keep.set(kept)
+        accumulator.add(kept_rows(norm(hidden), keep, "lm_head"))
+    hessian = accumulator.hessian()
+    weight = head.weight.detach()
+    new, = solvers.gptq_shared([weight], hessian, config.quantize_head, group_size=config.group_size,
+                               blocksize=config.blocksize, percdamp=config.percdamp)
+    stats = {"sparsity": round(float((new == 0).float().mean()), 6),
+             "relative_error": relative_error(weight, new, hessian), "quantize": config.quantize_head}
+    tied = head.weight is model.get_input_embeddings().weight
+    if tied:
+        head.weight = torch.nn.Parameter(new.clone(), requires_grad=False)
+        model.config.tie_word_embeddings = False
+        stats["untied"] = True
+    else:
+        head.weight.data.copy_(new)
+    return stats
+
+
 def solver_name(config: PruneConfig) -> str:
     """The solver that runs: gptq for --pattern dense (nothing pruned), else --solver."""
     return "gptq" if config.sparsity_pattern() is None else config.solver
@@ -460,9 +489,13 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
             worst = max(item["relative_error"] for item in layer_stats[index].values())
             bar.set_postfix(max_rel_error=f"{worst:.3g}")
         batches = [(output, kwargs, kept) for output, (_, kwargs, kept) in zip(outputs, batches)]
-    return {"layers": {f"model.layers.{index}.{name}": item for index, stats in sorted(layer_stats.items())
-                       for name, item in stats.items()},
-            "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
+    linear_stats = {f"model.layers.{index}.{name}": item for index, found in sorted(layer_stats.items())
+                    for name, item in found.items()}
+    if config.quantize_head != "none":
+        solve_started = time.perf_counter()
+        linear_stats["lm_head"] = quantize_head(model, batches, config, hessian_dtype)
+        solver_seconds += time.perf_counter() - solve_started
+    return {"layers": linear_stats, "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
 
 
 @torch.no_grad()
@@ -478,6 +511,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     if config.quantize == "int4":  # every linear's rows must hold whole scale groups
         for size in linear_input_sizes(read_config(folder)).values():
             solvers.quantization_group(config.quantize, config.group_size, size)
+    if config.quantize_head == "int4":  # lm_head's rows too
+        solvers.quantization_group("int4", config.group_size, read_config(folder)["hidden_size"])
     if config.calibration in ("decode", "mix"):
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
     if config.repair_steps and config.repair_on_policy and config.calibration != "self":
@@ -517,7 +552,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
-                               "group_size": config.group_size},
+                               "group_size": config.group_size, "quantize_head": config.quantize_head},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
             "timing": {"solver_seconds_this_run": result["solver_seconds"],
                        "total_seconds_this_run": round(time.perf_counter() - started, 2),

@@ -239,6 +239,10 @@ class SolverSettings:
     quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
                          "scale per output row) or int4 (one per --group-size input columns)", choices=QUANTIZATIONS)
     group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)
+    quantize_head: str = knob("none", "also round lm_head to a grid by GPTQ on the Hessian of its inputs (the final "
+                              "normed hidden states at the calibration's kept positions): int8 (one scale per row) or "
+                              "int4 (one per --group-size columns); a tied lm_head is untied, the embedding kept",
+                              choices=QUANTIZATIONS)
     keep_mask: bool = knob(False, "keep the mask the model already has (its zeros; --model a pruned, possibly "
                            "repaired checkpoint of --pattern) and only quantize its kept weights (needs --quantize)")
     hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))

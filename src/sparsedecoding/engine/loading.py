@@ -24,8 +24,8 @@ from ..kernels.op import MAX_BATCH
 from ..kernels.quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ
 from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel, untile_model
-from ..solvers import CODE_RANGES, QuantizedCodes, quantization_group
-from ..packed import load_packed_checkpoint, packed_manifest
+from ..solvers import CODE_RANGES, QuantizedCodes, quantization_codes, quantization_group
+from ..packed import load_packed_checkpoint, packed_manifest, recorded_head_quantization
 from ..patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 from .config import ModelArgs, load_hf_config
 from .model import Transformer
@@ -87,18 +87,20 @@ def load_model(folder: str | Path, sparse: SparseMode = "none", dtype: torch.dty
     folder = Path(folder)
     args = load_hf_config(folder)
     read = _packed_reader(folder) if packed_manifest(folder) else _safetensors_reader(folder)
-    return model_from_hf(args, read, sparse, dtype, device, tp)
+    head, group_size = recorded_head_quantization(folder)
+    return model_from_hf(args, read, sparse, dtype, device, tp, head=head and (head, group_size))
 
 
 def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: SparseMode = "none",
                   dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cuda",
-                  tp: ProcessGroup | None = None) -> Transformer:
+                  tp: ProcessGroup | None = None, head: tuple[str, int] | None = None) -> Transformer:
     """The engine model of HF-named weights, `read(name)` giving each (dense, or packed from a packed checkpoint).
     `sparse`: `none` keeps every linear dense (packed weights are unpacked, quantized ones dequantized into
     `dtype`); `auto` packs every block linear whose weight is N:M sparse (see `nm_pattern`) and keeps packed ones,
     quantized or not, as they are; `packed` requires every block linear to be N:M. With `tp`, this rank's shards
     (each weight is read whole and cut on the CPU, so a GPU never holds more than its part); quantized packed
-    weights are refused there."""
+    weights are refused there. `head` ((quantize, group size), from `prune --quantize-head`): unless `sparse` is
+    `none`, lm_head runs as that dense quantized weight."""
     if sparse not in SPARSE_MODES:
         raise EngineError(f"--sparse {sparse!r} is not a mode; choose one of {', '.join(SPARSE_MODES)}")
     if sparse != "none" and dtype not in KERNEL_DTYPES:
@@ -119,8 +121,21 @@ def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: Sparse
                                   f"quantized weights: run it on one GPU, or with --sparse none (dequantized)")
             weight = _to(shard_weight(key, _dequantized(weight, dtype), args, rank, world), dtype, device)
         state[key] = _sparsify(key, weight, sparse, dtype) if is_prunable(key) else weight
+    if head is not None and sparse != "none":
+        state["output.weight"] = _quantized_head(state["output.weight"], *head, dtype, tp)
     _log_packing(state)
     return build_model(args, state, tp)
+
+
+def _quantized_head(weight: Tensor, quantize: str, group_size: int, dtype: torch.dtype,
+                    tp: ProcessGroup | None) -> DenseQuantized:
+    """lm_head as the dense int8 / int4 weight that `prune --quantize-head` put on its grid (codes read back
+    exactly: QuantizationError if it is not on that grid)."""
+    if tp is not None:
+        raise EngineError(f"lm_head is quantized ({quantize}); tensor parallelism does not split quantized weights: "
+                          "run it on one GPU, or with --sparse none (its grid values in bf16)")
+    log.info("lm_head: dense %s, as prune --quantize-head recorded", quantize)
+    return DenseQuantized.from_codes(quantization_codes(weight, quantize, group_size), dtype)
 
 
 def build_model(args: ModelArgs, state: dict[str, Weight], tp: ProcessGroup | None = None) -> Transformer:
