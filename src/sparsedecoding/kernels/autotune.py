@@ -182,7 +182,10 @@ def replay_ms(call: Callable[[object], object], weights: list) -> float:
     _LAUNCHES_PER_REPLAY launches a replay, the first replay discarded: it also uploads the graph)."""
     sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # thread_local: tuning can run during a tensor-parallel engine's warm-up, while NCCL's watchdog thread polls
+    # events; in the default global mode such a call from another thread invalidates the capture (as in
+    # `engine.generate.Engine._capture`)
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         for weight in sequence:
             call(weight)
     times = []
