@@ -218,10 +218,21 @@ def test_cuda_graph_decode_of_quantized_weights_equals_eager(quantize, pattern):
     shapes' small cousin, up to a logit tie. Fused compiled code rounds differently, so where the two first differ
     the eager top-2 logits must be within 1/32 of the top one (the engine check's rule); on the H200 the 2:4 int8
     case once differed at the 22nd of 24 tokens."""
-    pattern = pattern and SparsityPattern.parse(pattern)
+    _compiled_decode_equals_eager(pattern and SparsityPattern.parse(pattern), quantize)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head", ["int8", "int4"])
+def test_cuda_graph_decode_with_a_quantized_head_equals_eager(head):
+    """The same with lm_head dense int8 / int4 (`--quantize-head`, the benchmarks' `head`) on 2:4 + int4 blocks."""
+    _compiled_decode_equals_eager(SparsityPattern.parse("2:4"), "int4", head)
+
+
+def _compiled_decode_equals_eager(pattern, quantize, head=None):
     args = ModelArgs(architecture="llama", vocab_size=512, dim=256, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=64,
                      intermediate_size=512, norm_eps=1e-5, rope_theta=10000.0)
-    model = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize))
+    model = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, head=head))
+    assert isinstance(model.output, DenseQuantizedLinear) == (head is not None)
     prompt = torch.randint(0, 512, (1, 8))
     eager = Engine(model, 1, 40).generate(prompt, 24).tokens
     compiled = Engine(model, 1, 40, compile=True).generate(prompt, 24).tokens
