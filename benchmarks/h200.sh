@@ -110,7 +110,21 @@ case $report in
     recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 quality-quant2-qwen2.5-coder-1.5b ;;
   quality-quant3)  # quality-quant3-qwen2.5-coder-1.5b/: a quantized lm_head on the repaired 2:4 + int4 model
     # (benchmarks/recipes/plan-quant3.json; the repaired model recreated first, about 10 min); about 16 minutes
-    recipes benchmarks/recipes/plan-quant3.json /root/recipes-quant3 quality-quant3-qwen2.5-coder-1.5b ;;
+    recipes benchmarks/recipes/plan-quant3.json /root/recipes-quant3 quality-quant3-qwen2.5-coder-1.5b
+    # the plan pairs each head item with q3-p2r-int4 on the premise that their blocks are equal: say whether they are
+    python3 - > "$OUT/quality-quant3-qwen2.5-coder-1.5b/blocks.txt" <<'PY' || true
+from pathlib import Path
+import torch
+from safetensors.torch import load_file
+models = Path("/root/recipes-quant3/models")
+base = load_file(str(models / "q3-p2r-int4.safetensors"))
+for name in ("q3-p2r-int4-h8", "q3-p2r-int4-h4"):
+    other = load_file(str(models / f"{name}.safetensors"))
+    differing = [key for key in base if "layers." in key and not torch.equal(base[key], other[key])]
+    print(f"{name}: {len(differing)} of {sum('layers.' in key for key in base)} block tensors differ from q3-p2r-int4"
+          + (f" (first: {differing[0]})" if differing else ""))
+PY
+    ;;
   quality-quant2-gpu*)
     WORKERS=${report#quality-quant2-gpu} recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 \
       quality-quant2-qwen2.5-coder-1.5b ;;
