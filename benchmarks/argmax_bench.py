@@ -18,7 +18,7 @@ import torch
 
 from sparsedecoding.engine.generate import two_stage_argmax
 from sparsedecoding.kernels.autotune import replay_ms
-from sparsedecoding.runenv import environment_markdown
+from sparsedecoding.runenv import environment_markdown, write_report
 
 VOCABULARIES = {"Llama-3.1": 128256, "Qwen2.5": 151936}
 
@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if min(args.batches) < 1:
+        parser.error(f"--batches {args.batches}: every batch needs at least one row")
     if not torch.cuda.is_available():
         print("error: argmax_bench times CUDA graphs and needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -52,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     text = ["# Greedy pick: torch.argmax vs two stages (two_stage_argmax)", "", environment_markdown(command).rstrip(), "",
             "Median microseconds per call over CUDA-graph replays (`kernels.autotune.replay_ms`, four logits tensors "
             "round-robin); each pair checked for equal indices first.", "", *rows]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(text) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, "\n".join(text) + "\n")
     return 0
 
 

@@ -382,3 +382,21 @@ def test_the_engine_runs_a_quantized_head_as_recorded_and_pack_keeps_the_record(
         assert type(dense.output) is torch.nn.Linear
         torch.testing.assert_close(engine.logits(hidden).float(), dense.logits(hidden).float(), rtol=2e-2, atol=2e-2)
     assert recorded_head_quantization(folder) == (None, 128)
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({"quantize-head": "int4", "group-size": "48"}, "group_size 48 does not divide the row length 64"),
+    ({"quantize-head": "int4", "group-size": "16"}, "the dense int4 kernel takes 32, 64, 128, 256"),
+    ({"pattern": "dense", "quantize": "int4", "group-size": "16"}, "the dense int4 kernel takes 32, 64, 128, 256"),
+])
+def test_a_dense_int4_group_the_engine_cannot_run_is_refused_before_any_work(tiny_folder, prompts_file, tmp_path,
+                                                                           capsys, overrides, expected):
+    from sparsedecoding.cli import main
+
+    argv = ["prune", "--model", str(tiny_folder), "--out", str(tmp_path / "out"), "--prompts", str(prompts_file)]
+    for key, value in overrides.items():
+        argv += [f"--{key}", value]
+    assert main(argv) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], errors
+    assert not list(tmp_path.glob("out*"))  # neither the output nor its work folder

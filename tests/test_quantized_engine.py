@@ -19,7 +19,7 @@ from sparsedecoding.engine import Engine, build_model, load_model, random_state,
 from sparsedecoding.engine.bench import check_plan, model_bytes, run_label  # noqa: E402
 from sparsedecoding.engine.config import ModelArgs  # noqa: E402
 from sparsedecoding.engine.loading import concat_rows, hf_sources, is_prunable  # noqa: E402
-from sparsedecoding.errors import EngineError  # noqa: E402
+from sparsedecoding.errors import EngineError, SparseDecodingError  # noqa: E402
 from sparsedecoding.evaluation.engine_check import replay_logits  # noqa: E402
 from sparsedecoding.kernels.quantized import DenseQuantized, PackedNMQ, pack_nm_quantized  # noqa: E402
 from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear  # noqa: E402
@@ -282,3 +282,5 @@ def test_a_quantized_head_speed_run_builds_untied_and_scores_with_its_own_weight
     assert Engine(model, 2, 16).generate(torch.randint(0, 96, (2, 4)), 5).tokens.shape == (2, 5)
     with pytest.raises(EngineError, match="not a weight format"):
         check_plan([(None, [1])], 16, "int8", GROUP, head="int3")
+    with pytest.raises(SparseDecodingError, match="the dense int4 kernel takes"):  # packs, but tinygemm refuses 96
+        check_plan([(None, [1])], 16, "int8", 96, head="int4")

@@ -46,6 +46,7 @@ from .errors import RepairError, SparseDecodingError, UnsupportedArchitectureErr
 from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target,
                       hessians_by_module, input_groups, kept_rows, paired_by_module, prunable_linears)
+from .kernels.quantized import check_dense_quantization
 from .models import check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, source_dtype
 from .outputs import PRUNED_MANIFEST, check_writable
 from .patterns import SparsityPattern
@@ -511,8 +512,11 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     if config.quantize == "int4":  # every linear's rows must hold whole scale groups
         for size in linear_input_sizes(read_config(folder)).values():
             solvers.quantization_group(config.quantize, config.group_size, size)
-    if config.quantize_head == "int4":  # lm_head's rows too
+        if pattern is None:  # dense GPTQ: the engine runs it on the dense int4 kernel
+            check_dense_quantization("int4", config.group_size)
+    if config.quantize_head == "int4":  # lm_head's rows too, and a group the engine's dense int4 kernel takes
         solvers.quantization_group("int4", config.group_size, read_config(folder)["hidden_size"])
+        check_dense_quantization("int4", config.group_size)
     if config.calibration in ("decode", "mix"):
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
     if config.repair_steps and config.repair_on_policy and config.calibration != "self":

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import EngineError
 from ..kernels import PackedLinear
-from ..kernels.quantized import QUANTIZED_FORMATS
+from ..kernels.quantized import QUANTIZED_FORMATS, check_dense_quantization
 from ..kernels.quantized_linear import QuantizedPackedLinear
 from ..kernels.sp24_linear import Sp24Linear
 from ..patterns import SparsityPattern
@@ -171,6 +171,8 @@ def check_plan(plan: list[Run], new_tokens: int, quantize: str | None = None, gr
     if "int4" in (quantize, head) and (group_size <= 0 or group_size % 32):
         raise EngineError(f"--group-size {group_size}: quantized packed weights need a positive multiple of 32 (a "
                           f"mask word must not straddle two scale groups); 128 is the default")
+    if head == "int4":
+        check_dense_quantization(head, group_size)
     for pattern, batches, *dense_from in plan:
         if pattern is not None:
             require_kernel_pattern(pattern)

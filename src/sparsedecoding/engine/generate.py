@@ -66,10 +66,13 @@ def two_stage_argmax(scores: Tensor) -> Tensor:
     return (chunk * (vocab // chunks) + inside.gather(-1, chunk)).squeeze(-1)
 
 
-# (rows, vocabulary, dtype, device) -> whether `two_stage_argmax` timed faster than torch.argmax there. Neither wins
-# everywhere (results/argmax_h200.md): at Llama-3.1's 128,256 torch's single reduction takes 27 us and the two
-# stages 11 us; at Qwen2.5's 151,936 torch takes 9 us and the two stages 14 us.
+# (vocabulary, dtype, device) -> whether `two_stage_argmax` timed faster than torch.argmax there. Neither wins
+# everywhere, and the vocabulary decides, not the rows (results/argmax_h200.md, batch 1, 4 and 16 alike): at
+# Llama-3.1's 128,256 torch's single reduction takes 27 us and the two stages 11 us; at Qwen2.5's 151,936 torch
+# takes 9 us and the two stages 14 us. Keyed without the rows, the batch generator's prefill (a new row count at
+# each admission) is timed once, not once per count.
 _TWO_STAGE_FASTER: dict[tuple, bool] = {}
+_TIMED_ROWS = 4  # rows of the random scores the choice is timed on
 
 
 def _time_argmax(rows: int, vocab: int, dtype: torch.dtype, device: torch.device) -> bool:
@@ -85,15 +88,16 @@ def _time_argmax(rows: int, vocab: int, dtype: torch.dtype, device: torch.device
 
 def argmax_rows(scores: Tensor) -> Tensor:
     """scores.argmax(-1) for [B, V] (the same indices) by whichever of torch.argmax and `two_stage_argmax` timed
-    faster for this shape, dtype and GPU; timed once, at the first call outside a CUDA-graph capture (the engine's
-    warm-up), and remembered. A first call during a capture, and every call on the CPU, takes torch.argmax."""
+    faster for this vocabulary, dtype and GPU; timed once, at the first call outside a CUDA-graph capture (the
+    engine's warm-up), and remembered. A first call during a capture, and every call on the CPU, takes
+    torch.argmax."""
     if not scores.is_cuda or scores.dim() != 2:
         return scores.argmax(-1)
-    key = (*scores.shape, scores.dtype, scores.device)
+    key = (scores.shape[1], scores.dtype, scores.device)
     if key not in _TWO_STAGE_FASTER:
         if torch.cuda.is_current_stream_capturing():
             return scores.argmax(-1)
-        _TWO_STAGE_FASTER[key] = _time_argmax(*scores.shape, scores.dtype, scores.device)
+        _TWO_STAGE_FASTER[key] = _time_argmax(_TIMED_ROWS, *key)
     return two_stage_argmax(scores) if _TWO_STAGE_FASTER[key] else scores.argmax(-1)
 
 

@@ -136,6 +136,18 @@ class PackedNMQ:
         return packed
 
 
+# int4 scale groups PyTorch's dense int4 kernel (`_weight_int4pack_mm`, CPU and CUDA) takes
+DENSE_INT4_GROUP_SIZES = (32, 64, 128, 256)
+
+
+def check_dense_quantization(quantize: str, group_size: int) -> None:
+    """PackingError unless a dense `quantize` weight with `group_size` columns a scale (int4) is one the engine's
+    dense int4 / int8 kernels run: int4 takes a group size of DENSE_INT4_GROUP_SIZES only."""
+    if quantize == "int4" and group_size not in DENSE_INT4_GROUP_SIZES:
+        raise PackingError(f"int4 group_size {group_size!r}: the dense int4 kernel takes "
+                           f"{', '.join(map(str, DENSE_INT4_GROUP_SIZES))}; 128 is the default")
+
+
 def check_packed_quantization(quantize: str, group_size: int) -> None:
     """PackingError unless `quantize` is int8 or int4 and, for int4, `group_size` a positive multiple of 32."""
     if quantize not in QUANTIZED_FORMATS:
