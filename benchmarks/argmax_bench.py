@@ -1,6 +1,6 @@
 """The greedy pick's cost: `torch.argmax` against the two-stage `two_stage_argmax` on logits rows, each captured in a
 CUDA graph (as the engine's decode step is) and timed by replays, side by side in one process. The engine's
-`argmax_rows` times the two the same way, once per shape, and takes the faster.
+`argmax_rows` times the two the same way, once per vocabulary and dtype, and takes the faster.
 
     python benchmarks/argmax_bench.py --out benchmarks/results/argmax_h200.md
 
