@@ -109,7 +109,9 @@ case $report in
     # for 30 minutes, ONLY=p2r-int8,p2r-int4,p2r-bf16 (the 2:4 half, about 15 minutes)
     recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 quality-quant2-qwen2.5-coder-1.5b ;;
   quality-quant3)  # quality-quant3-qwen2.5-coder-1.5b/: a quantized lm_head on the repaired 2:4 + int4 model
-    # (benchmarks/recipes/plan-quant3.json; the repaired model recreated first, about 10 min); about 16 minutes
+    # (benchmarks/recipes/plan-quant3.json; the repaired model recreated first, about 10 min); about 16 minutes from
+    # the model's arrival (its last item needed a second call, `DEADLINE=400 h200.sh quality-quant3`, in the
+    # thirteenth session)
     recipes benchmarks/recipes/plan-quant3.json /root/recipes-quant3 quality-quant3-qwen2.5-coder-1.5b
     # the plan pairs each head item with q3-p2r-int4 on the premise that their blocks are equal: say whether they are
     python3 - > "$OUT/quality-quant3-qwen2.5-coder-1.5b/blocks.txt" <<'PY' || true
@@ -294,8 +296,8 @@ PY
       --setting SPARSEDECODING_INDUCTOR_ATTENTION --values 0 1 --batch 1 4 8 --repeats 2 \
       --out "$OUT/inductor_attention_h200_8b_combo.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
   attention-ab-long)  # inductor_attention_h200_8b_cache1024.md and _cache4096.md: attention-ab-combo at batch 1 with
-    # longer KV caches (16 + 1008 and 16 + 4080 positions), which "auto" (reductions up to 512 positions) has not
-    # seen; about 4 minutes
+    # longer KV caches (16 + 1008 and 16 + 4080 positions): the reductions won at 1024 and lost at 4096, so "auto"
+    # takes them up to 1024 positions; about 4 minutes (run as two calls in the thirteenth session)
     for cache in 1024 4096; do
       SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 timeout 280 python3 benchmarks/setting_ab_bench.py \
         --setting SPARSEDECODING_INDUCTOR_ATTENTION --values 0 1 --batch 1 --repeats 2 --new-tokens $((cache - 16)) \
@@ -305,11 +307,9 @@ PY
     # session's defaults written out (at batch 1 "auto" attention is the reductions); about 1 minute
     SPARSEDECODING_COMBO_KERNELS=1 SPARSEDECODING_INDUCTOR_PDL=1 SPARSEDECODING_INDUCTOR_ATTENTION=1 \
       python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200_sp24_inductor.md" ;;
-  next-gpu)  # the thirteenth session's GPU-only first call (about 9 minutes): quant-e2e-head, then attention-ab-long
-    bash benchmarks/h200.sh quant-e2e-head; bash benchmarks/h200.sh attention-ab-long ;;
-  quant-e2e-head)  # not yet run: quant_e2e_h200_head_int8.md and _int4.md, quant-e2e-inductor with lm_head dense int8 /
-    # int4 in the quantized runs (dense and 2:4 alike; a speed option, no checkpoint holds such a head yet); about
-    # 3 minutes
+  quant-e2e-head)  # quant_e2e_h200_head_int8.md and _int4.md: quant-e2e-inductor with lm_head dense int8 / int4
+    # in the quantized runs (dense and 2:4 alike, random weights; `prune --quantize-head` makes such checkpoints);
+    # about 3 minutes
     for head in int8 int4; do
       timeout 170 python3 benchmarks/quant_e2e_bench.py --head $head --out "$OUT/quant_e2e_h200_head_$head.md" 2>&1 \
         | grep -E "^- 2:4|^\| llama|rror" || true
@@ -432,5 +432,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, next-gpu, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -28,15 +28,18 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 GROUP_SIZE = 128  # int4 columns per scale in plan-quant.json and in the speed reports
-DEFAULT_SUMMARIES = (RESULTS / "quality-quant2-qwen2.5-coder-1.5b" / "summary.json",
+DEFAULT_SUMMARIES = (RESULTS / "quality-quant3-qwen2.5-coder-1.5b" / "summary.json",
+                     RESULTS / "quality-quant2-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-quant-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-repair-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-recipes-qwen2.5-coder-1.5b" / "summary.json")
 # The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's run
 # under today's default settings (2:4 on the sparse tensor-core kernel sp24, dense int8 on triton_w8, Inductor's combo
 # kernels and programmatic launches, attention as reductions at batch 1), then its 16:32 run, then the older 2:4
-# one; the Qwen2.5-Coder-1.5B preset's run, then the real pruned Qwen's 2:4 run under the same settings.
+# one (the int8-head rows come from the run with lm_head in int8); the Qwen2.5-Coder-1.5B preset's run, then the
+# real pruned Qwen's 2:4 run under the same settings.
 DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_sp24_inductor.md",
+                                           RESULTS / "quant_e2e_h200_head_int8.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
                   ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
                                                  RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md")))
@@ -53,24 +56,32 @@ class Config:
     calibration: str
     items: tuple[str, ...]
     repaired: bool = False  # fixed-mask repair after pruning (plan-repair.json; quantized after it: plan-quant2.json)
+    head: str = "none"  # lm_head rounded too (`prune --quantize-head`; plan-quant3.json)
+    note: str = ""  # told apart from a point of the same weights (another recreation of the same recipe)
 
     @property
     def weights(self) -> str:
         """The speed reports' label of these weights (`engine.bench.run_label`)."""
+        head = "" if self.head == "none" else f", {self.head} head"
         if self.quantize == "none":
-            return self.pattern
-        return f"{self.pattern} {self.quantize}" + (f" g{GROUP_SIZE}" if self.quantize == "int4" else "")
+            return self.pattern + head
+        return f"{self.pattern} {self.quantize}" + (f" g{GROUP_SIZE}" if self.quantize == "int4" else "") + head
 
     @property
     def label(self) -> str:
         values = "bf16" if self.quantize == "none" else self.quantize
-        return f"{self.pattern} {values}" + ("" if self.calibration == "none" else f", {self.calibration}") \
+        name = f"{self.pattern} {values}" + ("" if self.head == "none" else f" + {self.head} head")
+        if self.note:  # short, beside a point of the same weights: the table says the rest
+            return f"{name} ({self.note})"
+        return name + ("" if self.calibration == "none" else f", {self.calibration}") \
             + (", repaired" if self.repaired else "")
 
 
 # nm16-bf16-fit (the quant round's own 16:32 bf16 control on the same data) before the first round's pick of the same
 # recipe: the target pairs N:M + int8 with the N:M bf16 model calibrated on the same sampled tokens. Likewise the
 # repaired rows read the second quant round's recreated model itself (p2r-bf16, p16r-bf16) before the repair round's.
+# The third quant round (plan-quant3.json) recreated the repaired 2:4 model once more and rounded it to int4 with and
+# without an int8 lm_head: its int4 point without the head is drawn too, since it, not p2r-int4, is the head's control.
 CONFIGS = (
     Config("dense", "none", "none", ("dense",)),
     Config("dense", "int8", "decode", ("gptq-int8-fit",)),
@@ -87,6 +98,8 @@ CONFIGS = (
     Config("2:4", "none", "decode", ("p2r-bf16", "2of4-p2-broad-seq-repair-lr1e5"), repaired=True),
     Config("2:4", "int8", "decode", ("p2r-int8",), repaired=True),
     Config("2:4", "int4", "decode", ("p2r-int4",), repaired=True),
+    Config("2:4", "int4", "decode", ("q3-p2r-int4",), repaired=True, note="rerun"),
+    Config("2:4", "int4", "decode", ("q3-p2r-int4-h8",), repaired=True, head="int8", note="rerun"),
 )
 COLORS = {"none": "tab:blue", "int8": "tab:orange", "int4": "tab:green"}
 MARKERS = {"none": "*", "decode": "o", "text": "s"}
@@ -213,7 +226,7 @@ def chart(quality: dict[str, dict], panels: list[tuple[str, dict]], out: Path) -
             labels.append((axis, x, y, config.label))
         axis.set(title=title, xlabel="batch-1 decode tok/s", ylabel="held-out pass@1 (mean of two wordings)",
                  ylim=(0, 0.05 + max([row["pass@1_mean"] for row in scored.values() if row] + [0.75])))
-        axis.set_xlim(0, 1.3 * span)  # room for the labels of the fastest points
+        axis.set_xlim(0, 1.45 * span)  # room for the labels of the fastest points
         axis.grid(alpha=0.3)
     handles = [plt.Line2D([], [], marker=MARKERS[c], linestyle="", color="gray",
                           markerfacecolor="none" if c == "text" else "gray", label=text)
@@ -233,9 +246,10 @@ def chart(quality: dict[str, dict], panels: list[tuple[str, dict]], out: Path) -
 
 
 # Where a point's label may go, in points from the point, tried in this order: right, then right a line up or down,
-# then left (right-aligned), then further down and up on the right.
+# then left (right-aligned), then further down and up on each side (with a line to the point).
 LABEL_SPOTS = ((6, 3, "left"), (6, -11, "left"), (6, 12, "left"), (-6, 3, "right"), (-6, -11, "right"),
-               (-6, 12, "right"), (6, -22, "left"), (6, 22, "left"), (-6, -22, "right"), (-6, 22, "right"))
+               (-6, 12, "right"), (6, -22, "left"), (6, 22, "left"), (-6, -22, "right"), (-6, 22, "right"),
+               (-6, -33, "right"), (-6, 33, "right"))
 
 
 def place_labels(figure, labels: list[tuple[object, float, float, str]]) -> None:
@@ -247,8 +261,10 @@ def place_labels(figure, labels: list[tuple[object, float, float, str]]) -> None
         points = [axis.transData.transform((px, py)) for other, px, py, _ in labels if other is axis]
         inside = axis.get_window_extent(renderer)
         for dx, dy, align in LABEL_SPOTS:
+            far = abs(dy) > 20  # a label a line or more off its point gets a thin line to it
             note = axis.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=8,
-                                 ha=align, va="center")
+                                 ha=align, va="center",
+                                 arrowprops=dict(arrowstyle="-", color="gray", lw=0.6, shrinkB=4) if far else None)
             box = note.get_window_extent(renderer).expanded(1.02, 1.1)
             free = (not any(box.overlaps(other) for other in taken.get(axis, []))
                     and not any(box.x0 - 5 < px < box.x1 + 5 and box.y0 - 5 < py < box.y1 + 5 for px, py in points)
@@ -331,9 +347,12 @@ def main(argv: list[str] | None = None) -> int:
               f"Command: `{command.strip()}`", "",
               f"![chart]({args.out.name})", "",
               "Held-out odd half of HumanEval (82 problems), greedy, mean of the fenced and plain wordings; speed: "
-              "decode tok/s at batch 1 from the reports listed below, ratio against dense bf16 in the same report (one run; "
-              "a panel may draw from two runs, so compare tok/s across rows, ratios within a row's own run). int4: "
-              f"one scale per {GROUP_SIZE} input columns; int8: one per row.", "", *lines]
+              "decode tok/s at batch 1 from the reports listed below, ratio against dense bf16 in the same report "
+              "(one run; a panel may draw from two runs, so compare tok/s across rows, ratios within a row's own "
+              f"run). int4: one scale per {GROUP_SIZE} input columns; int8: one per row. Repaired: fixed-mask repair "
+              "after pruning, then quantized with the mask kept; each quality round recreates the repaired model, "
+              "and (rerun) marks the third round's recreation (plan-quant3.json), the int8 head's own control.",
+              "", *lines]
     markdown = args.out.with_suffix(".md")
     markdown.write_text("\n".join(report) + "\n")
     print(f"wrote {args.out} and {markdown}")

@@ -402,13 +402,14 @@ def test_engine_decodes_the_same_tokens_with_reduction_attention(monkeypatch):
 
 
 @pytest.mark.parametrize("value,batch,device,cache,reductions", [
-    ("auto", 1, "cuda", 8, True), ("auto", 1, "cuda", 512, True), ("auto", 1, "cuda", 528, False),
-    ("auto", 2, "cuda", 8, False), ("auto", 1, "cpu", 8, False), ("1", 4, "cpu", 528, True), ("0", 1, "cuda", 8, False)])
+    ("auto", 1, "cuda", 8, True), ("auto", 1, "cuda", 1024, True), ("auto", 1, "cuda", 1040, False),
+    ("auto", 2, "cuda", 8, False), ("auto", 1, "cpu", 8, False), ("1", 4, "cpu", 1040, True),
+    ("0", 1, "cuda", 8, False)])
 def test_the_attention_setting_picks_reductions_by_batch_device_and_cache(value, batch, device, cache, reductions,
                                                                          monkeypatch):
-    """"auto" (the default) takes the reductions at batch 1 on CUDA with a short cache only: measured faster there
-    (272 positions), slower at batch 4 and 8, not measured on longer caches. The device is faked on CPU tensors (only
-    the branch is under test)."""
+    """"auto" (the default) takes the reductions at batch 1 on CUDA with a cache of at most 1024 positions only:
+    measured faster there (272 and 1024 positions), slower with 4096 and at batch 4 and 8. The device is faked on CPU
+    tensors (only the branch is under test)."""
     import sparsedecoding.engine.model as engine_model
 
     monkeypatch.setenv("SPARSEDECODING_INDUCTOR_ATTENTION", value)

@@ -63,7 +63,8 @@ def test_labels_are_the_bench_reports_weights_column(chart):
     for config in chart.CONFIGS:
         pattern = None if config.pattern == "dense" else SparsityPattern.parse(config.pattern)
         quantize = None if config.quantize == "none" else config.quantize
-        assert config.weights == run_label(pattern, quantize=quantize, group_size=chart.GROUP_SIZE)
+        head = None if config.head == "none" else config.head
+        assert config.weights == run_label(pattern, quantize=quantize, group_size=chart.GROUP_SIZE, head=head)
 
 
 def test_the_chart_draws_what_was_measured_and_lists_the_rest(chart, tmp_path):

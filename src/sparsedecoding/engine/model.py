@@ -63,9 +63,10 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 # SPARSEDECODING_INDUCTOR_ATTENTION=auto takes `decode_attention` at batch 1 on CUDA for caches up to this many
-# positions: it was measured faster with a 272-position cache (results/inductor_attention_h200_8b_combo.md); longer
-# caches, where PyTorch's fused attention splits the keys across CTAs, are not measured yet and keep it.
-AUTO_ATTENTION_MAX_CACHE = 512
+# positions. 8B preset, 2:4, batch 1, against PyTorch's fused attention: faster with a 272-position cache (1.577x ->
+# 1.637x, results/inductor_attention_h200_8b_combo.md) and a 1024-position one (1.495x -> 1.556x), slower with 4096
+# (1.326x -> 1.119x, where the fused kernel splits the keys across CTAs): inductor_attention_h200_8b_cache*.md.
+AUTO_ATTENTION_MAX_CACHE = 1024
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor) -> Tensor:

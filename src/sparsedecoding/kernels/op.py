@@ -142,9 +142,9 @@ def inductor_attention_setting() -> str:
     plain reductions that Inductor compiles into its own kernels (`engine.model.decode_attention`), instead of
     PyTorch's fused attention, so that with SPARSEDECODING_INDUCTOR_PDL the kernels between qkv and o all take part
     in programmatic launches. "auto" or unset: at batch 1 on CUDA only, with a KV cache of at most
-    `engine.model.AUTO_ATTENTION_MAX_CACHE` positions (measured faster at batch 1 with a 272-position cache, slower
-    at batch 4 and 8: results/inductor_attention_h200_8b_combo.md); "1": at every batch; "0": never. Read when a model is built;
-    KernelChoiceError for anything else."""
+    `engine.model.AUTO_ATTENTION_MAX_CACHE` positions (1024; at batch 1 measured faster with 272- and 1024-position
+    caches, slower with 4096, and slower at batch 4 and 8: results/inductor_attention_h200_8b_*.md); "1": at every
+    batch; "0": never. Read when a model is built; KernelChoiceError for anything else."""
     value = os.environ.get(INDUCTOR_ATTENTION_SETTING, "").strip().lower() or "auto"
     if value not in INDUCTOR_ATTENTION_CHOICES:
         raise KernelChoiceError(f"{INDUCTOR_ATTENTION_SETTING}={value!r}; use auto (decode attention as "
