@@ -211,6 +211,15 @@ PY
       --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
     python3 benchmarks/hf_generate_bench.py /root/qwen-2of4-magnitude --batches 1 4 --rounds 3 --eager --tile \
       --out "$OUT/hf_generate_h200_sp24.md" ;;
+  hf-generate-quant)  # not yet run: hf_generate_h200_quant.md and _quant_sp24.md: hf-generate on the real Qwen
+    # pruned 2:4 (SparseGPT on 512 text tokens: speed only) with int4 kept values and an int8 lm_head, sparsified
+    # with codes (`--quantized`), on the quantized Triton kernel and tiled for sp24; about 4 minutes
+    models; [ -d /root/qwen-2of4-int4-h8 ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
+      --calibration text --tokens 512 --quantize int4 --quantize-head int8 --out /root/qwen-2of4-int4-h8
+    python3 benchmarks/hf_generate_bench.py /root/qwen-2of4-int4-h8 --quantized --batches 1 4 --rounds 3 \
+      --out "$OUT/hf_generate_h200_quant.md"
+    python3 benchmarks/hf_generate_bench.py /root/qwen-2of4-int4-h8 --quantized --tile --batches 1 4 --rounds 3 \
+      --out "$OUT/hf_generate_h200_quant_sp24.md" ;;
   gen-engine)  # gen_bench_h200.md: batchgen's engine and hf backends on the real Qwen, about 2.5 minutes
     timeout 120 python3 -m pytest -q -m gpu tests/test_rows.py -p no:cacheprovider 2>&1 | tail -15 || true
     models; timeout 170 python3 benchmarks/gen_bench.py $qwen --backends engine hf --batches 256 --prompts 512 \
@@ -432,5 +441,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -7,8 +7,10 @@ sparsified. Each batch row decodes the same coding prompt; `min_new_tokens` keep
 run: end-to-end tok/s (batch x new tokens / seconds, prefill included), and the decode step time from the
 difference of a long and a short run ((t_long - t_short) / (long - short) steps), which leaves prefill and
 compilation out. Medians over `--rounds`. `--eager` adds rows with the decode step uncompiled (every PackedLinear
-call eager, through the cached kernel runner). Before timing, both models' next-token logits after the prompt's first 16
-tokens are compared (report only: the sparse kernel sums in another order than cuBLAS). Example:
+call eager, through the cached kernel runner). `--quantized` reads the folder's `prune --quantize` /
+`--quantize-head` record and sparsifies with it (codes in the packed linears, lm_head dense int8 / int4); the dense
+model is then the same grid values in bfloat16. Before timing, both models' next-token logits after the prompt's
+first 16 tokens are compared (report only: the sparse kernel sums in another order than cuBLAS). Example:
 
     PYTHONPATH=src python benchmarks/hf_generate_bench.py /path/to/pruned-qwen2.5-coder-1.5b \
         --out benchmarks/results/hf_generate_h200.md
@@ -80,8 +82,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time generate with an uncompiled decode step (PackedLinear's eager calls)")
     parser.add_argument("--tile", action="store_true",
                         help="after sparsify, tile the 2:4 linears for the sparse tensor-core kernel (tile_model)")
+    parser.add_argument("--quantized", action="store_true",
+                        help="sparsify with the quantization the folder's pruning record holds (prune --quantize, "
+                             "--quantize-head)")
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
+    quantization = {}
+    if args.quantized:
+        from sparsedecoding.packed import recorded_head_quantization, recorded_quantization
+
+        (quantize, group_size), (head, head_group) = (recorded_quantization(args.folder),
+                                                      recorded_head_quantization(args.folder))
+        if quantize is None and head is None:
+            print(f"error: {args.folder} records no quantization (prune --quantize / --quantize-head)", file=sys.stderr)
+            return 2
+        quantization = dict(quantize=quantize, head=head, group_size=group_size if quantize else head_group)
     if not torch.cuda.is_available():
         print("hf_generate_bench needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -92,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tokenizer = AutoTokenizer.from_pretrained(args.folder)
     dense = AutoModelForCausalLM.from_pretrained(args.folder, dtype=torch.bfloat16).cuda().eval()
-    sparse, summary = sparsify(copy.deepcopy(dense))
+    sparse, summary = sparsify(copy.deepcopy(dense), **quantization)
     if args.tile:
         from sparsedecoding.kernels.sp24_linear import tile_model
 

@@ -1,4 +1,6 @@
+import copy
 import json
+import shutil
 
 import pytest
 import torch
@@ -400,3 +402,59 @@ def test_a_dense_int4_group_the_engine_cannot_run_is_refused_before_any_work(tin
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and expected in errors[0], errors
     assert not list(tmp_path.glob("out*"))  # neither the output nor its work folder
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_transformers_loads_a_quantized_checkpoint_with_codes_and_a_quantized_head(prompts_file, tmp_path, quantize):
+    """`load_packed` of a packed `prune --quantize Q --quantize-head int8` checkpoint, and `sparsify(model,
+    quantize=Q, head="int8")` of the pruned folder loaded by transformers, give the same transformers model: every
+    pruned linear a QuantizedPackedLinear holding codes that dequantize to exactly the checkpoint's weights, lm_head
+    a DenseQuantizedLinear, untied; logits equal to each other and, within bf16 rounding, to the bf16 grid model's.
+    A head of another format than its grid, or values off their grid, are refused with nothing swapped."""
+    from transformers import AutoModelForCausalLM
+
+    from sparsedecoding import load_packed, sparsify
+    from sparsedecoding.errors import PackingError, QuantizationError
+    from sparsedecoding.kernels import PackedLinear
+    from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
+    from sparsedecoding.packed import pack_checkpoint
+
+    folder = make_tiny_model(tmp_path / "model", tie_word_embeddings=True)
+    out = prune(config(folder, tmp_path / "out", prompts_file, quantize=quantize, group_size=32,
+                       quantize_head="int8"), progress=False)
+    pack_checkpoint(out, tmp_path / "packed32", quantize=quantize, group_size=32)
+    with pytest.raises(PackingError, match="float32 tensors.*bfloat16"):  # the tiny model is float32
+        load_packed(tmp_path / "packed32")
+    grid = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).eval()  # the grid is exact in bf16
+    grid.save_pretrained(tmp_path / "bf16")
+    shutil.copy(out / "sparsedecoding.json", tmp_path / "bf16")
+    pack_checkpoint(tmp_path / "bf16", tmp_path / "packed", quantize=quantize, group_size=32)
+    loaded = load_packed(tmp_path / "packed")
+    model, summary = sparsify(copy.deepcopy(grid), quantize=quantize, group_size=32, head="int8")
+    assert (summary.quantize, summary.head) == (quantize, "int8") and "lm_head" not in summary.kept_dense
+    assert f"{quantize} values" in str(summary) and "lm_head dense int8" in str(summary)
+    tokens = torch.tensor([[5, 17, 42, 9, 77, 23], [8, 30, 101, 2, 55, 19]])
+    with torch.no_grad():
+        reference = grid(tokens).logits.float()
+        for candidate in (loaded, model):
+            swapped = {name: module for name, module in candidate.named_modules()
+                       if isinstance(module, QuantizedPackedLinear)}
+            assert len(swapped) == 2 * 7 and not any(isinstance(m, PackedLinear) for m in candidate.modules())
+            for name, module in swapped.items():
+                assert torch.equal(module.packed.to_dense(torch.bfloat16), grid.get_submodule(name).weight), name
+            assert isinstance(candidate.lm_head, DenseQuantizedLinear) and candidate.lm_head.quantize == "int8"
+            assert not candidate.config.tie_word_embeddings
+            assert torch.equal(candidate.model.embed_tokens.weight, grid.model.embed_tokens.weight)
+            torch.testing.assert_close(candidate(tokens).logits.float(), reference, rtol=3e-2, atol=3e-2)
+        assert torch.equal(loaded(tokens).logits, model(tokens).logits)
+    before = copy.deepcopy(grid)
+    with pytest.raises(QuantizationError, match="lm_head: .*--quantize-head int4"):
+        sparsify(grid, quantize=quantize, group_size=32, head="int4")  # the head's int8 values: not on that grid
+    with torch.no_grad():  # one kept value a third of a grid step off
+        row = grid.model.layers[0].mlp.up_proj.weight[0]
+        kept = int(row.nonzero()[0])
+        row[kept] += row[:32].abs().max() / (127 if quantize == "int8" else 7) / 3
+    with pytest.raises(QuantizationError, match=f"model.layers.0.mlp.up_proj: .*--quantize {quantize}"):
+        sparsify(grid, quantize=quantize, group_size=32)
+    assert not any(isinstance(m, QuantizedPackedLinear | DenseQuantizedLinear) for m in grid.modules())
+    assert before.config.tie_word_embeddings == grid.config.tie_word_embeddings

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from sparsedecoding import SparsifySummary, load_packed, sparsify
-from sparsedecoding.errors import KernelInputError, ModelNotFoundError, PackingError
+from sparsedecoding.errors import KernelInputError, ModelNotFoundError, PackingError, QuantizationError
 from sparsedecoding.kernels import PackedLinear
 from sparsedecoding.packed import pack_checkpoint
 from sparsedecoding.solvers import magnitude
@@ -216,3 +216,70 @@ def test_cuda_sparsified_model_runs_the_kernel_eagerly_and_in_compiled_generate(
     compiled = model.generate(prompt, compile_config=CompileConfig(fullgraph=True), **settings)
     assert hasattr(model, "_compiled_call") and compiled.shape == (2, 13)
     assert_greedy_choices(model, compiled, prompt.shape[1])  # inductor rounds norms and attention its own way
+
+
+def quantized_tiny(quantize: str) -> nn.Module:
+    """A tiny random qwen2 model whose decoder linears are pruned 2:4 with kept values on a `quantize` grid (32
+    columns a scale for int4) and whose lm_head is on the int8 grid, as `prune --quantize Q --quantize-head int8`
+    leaves them (here on an identity Hessian)."""
+    from transformers import AutoModelForCausalLM
+
+    from sparsedecoding import solvers
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("qwen2"), dtype=torch.float32)
+    with torch.no_grad():
+        for module in model.model.layers.modules():
+            if isinstance(module, nn.Linear):
+                eye = torch.eye(module.in_features)
+                module.weight.copy_(solvers.sparsegpt(module.weight, eye, "2:4", quantize=quantize, group_size=32))
+        model.lm_head.weight.copy_(solvers.gptq(model.lm_head.weight, torch.eye(64), "int8"))
+    return model.to(torch.bfloat16).eval()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_cuda_quantized_sparsified_model_matches_its_grid_and_compiles_in_generate(quantize):
+    """On CUDA: `sparsify(quantize=Q, head="int8")` of a model on those grids gives logits as close to float64 as the
+    bf16 grid model's (the kernels dequantize exactly), untiled and tiled for sp24, and transformers' compiled decode
+    step picks the eager model's best tokens."""
+    from transformers.generation import CompileConfig
+
+    from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
+    from sparsedecoding.kernels.sp24_linear import tile_model
+
+    grid = quantized_tiny(quantize).cuda()
+    tokens = TOKENS.cuda()
+    with torch.no_grad():
+        exact = copy.deepcopy(grid).double()(tokens).logits
+        bound = 1.5 * float((grid(tokens).logits.double() - exact).abs().max()) + 2**-8 * float(exact.abs().max())
+        for tile in (False, True):
+            model, summary = sparsify(copy.deepcopy(grid), quantize=quantize, group_size=32, head="int8")
+            assert len(summary.swapped) == 14 and isinstance(model.lm_head, DenseQuantizedLinear)
+            assert sum(isinstance(m, QuantizedPackedLinear) for m in model.modules()) == 14
+            if tile:
+                assert tile_model(model) == 14
+            assert float((model(tokens).logits.double() - exact).abs().max()) <= bound
+    prompt = tokens[:, :5]
+    settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                    cache_implementation="static")
+    compiled = model.generate(prompt, compile_config=CompileConfig(fullgraph=True), **settings)
+    assert hasattr(model, "_compiled_call") and compiled.shape == (2, 13)
+    assert_greedy_choices(model, compiled, prompt.shape[1])
+
+
+@pytest.mark.parametrize("settings,error,match", [
+    (dict(quantize="int3"), PackingError, "int3.*not a packed format"),
+    (dict(quantize="int4", group_size=48), PackingError, "multiple of 32"),
+    (dict(head="int4", group_size=16), PackingError, "dense int4 kernel takes 32, 64, 128, 256"),
+    (dict(quantize="int8"), QuantizationError, "model.layers.0.self_attn.q_proj: .*--quantize int8"),
+    (dict(head="int8"), QuantizationError, "lm_head: .*--quantize-head int8"),
+])
+def test_quantization_settings_and_weights_off_their_grid_are_refused_before_any_swap(settings, error, match):
+    """`sparsify(quantize=..., head=...)` of a model whose weights are not on a grid (magnitude-pruned bf16), or with a
+    format or group size the kernels do not run: one error, the model unchanged."""
+    model = pruned_tiny("llama")
+    with pytest.raises(error, match=match):
+        sparsify(model, **settings)
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+    assert all(type(m) is nn.Linear for name, m in model.named_modules() if name.endswith(("proj", "lm_head")))

@@ -2,10 +2,12 @@
 sparse in a pattern the kernel runs for a `PackedLinear`; `load_packed` builds the same model from a packed
 checkpoint (`sparsedecoding pack`). Either way the result is the transformers model itself, so `generate`, its
 static cache and `torch.compile` work as on the dense model: `PackedLinear` calls the kernel through a cached
-runner eagerly and through the custom op (with a fake implementation) under torch.compile. The 2:4 ones stay
-`PackedLinear` here: with transformers' separate q/k/v and gate/up projections the tiled sparse tensor-core kernel
-(`kernels.sp24_linear.tile_model`, which the engine applies) was measured slower end to end
-(benchmarks/results/hf_generate_h200_sp24.md); call `tile_model(model)` after `sparsify` to opt in."""
+runner eagerly and through the custom op (with a fake implementation) under torch.compile. Quantized models
+(`prune --quantize`, `--quantize-head`) get `QuantizedPackedLinear` and a `DenseQuantizedLinear` lm_head instead:
+`load_packed` reads both from the packed checkpoint and its pruning record, `sparsify` takes them as arguments.
+The 2:4 ones stay packed here: with transformers' separate q/k/v and gate/up projections the tiled sparse
+tensor-core kernel (`kernels.sp24_linear.tile_model`, which the engine applies) was measured slower end to end in
+bf16 (benchmarks/results/hf_generate_h200_sp24.md); call `tile_model(model)` after `sparsify` to opt in."""
 
 from __future__ import annotations
 
@@ -17,10 +19,14 @@ import torch
 from torch import nn
 
 from .engine.loading import nm_pattern
-from .errors import KernelInputError, PackingError
+from .errors import KernelInputError, PackingError, QuantizationError
 from .kernels import PackedLinear, PackedNM, pack_nm
+from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, check_dense_quantization,
+                                check_packed_quantization, pack_nm_quantized)
+from .kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from .kernels.sp24_linear import Sp24Linear
-from .packed import load_packed_checkpoint
+from .packed import load_packed_checkpoint, recorded_head_quantization
+from .solvers import quantization_codes
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -28,13 +34,16 @@ _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 @dataclass(frozen=True)
 class SparsifySummary:
     """What `sparsify` did: `swapped` maps each replaced linear's name to its N:M pattern, `kept_dense` names the
-    linears left as they were (not N:M sparse, in_features not a multiple of 32, or the output embedding);
-    `dense_bytes` and `packed_bytes` are the swapped weights' sizes before and after."""
+    linears left as they were (not N:M sparse, in_features not a multiple of 32, or the output embedding unless
+    `head`); `dense_bytes` and `packed_bytes` are the swapped weights' sizes before and after (the quantized lm_head
+    included). `quantize` / `head`: the kept values' and lm_head's format ("int8", "int4"), None for bf16."""
 
     swapped: dict[str, str]
     kept_dense: list[str]
     dense_bytes: int
     packed_bytes: int
+    quantize: str | None = None
+    head: str | None = None
 
     @property
     def bytes_saved(self) -> int:
@@ -42,8 +51,10 @@ class SparsifySummary:
 
     def __str__(self) -> str:
         patterns = ", ".join(f"{pattern} x{count}" for pattern, count in sorted(Counter(self.swapped.values()).items()))
-        return (f"{len(self.swapped)} linears packed ({patterns}), {len(self.kept_dense)} kept dense; their weights "
-                f"{self.dense_bytes / 2**20:.1f} MiB -> {self.packed_bytes / 2**20:.1f} MiB "
+        values = "" if self.quantize is None else f", {self.quantize} values"
+        head = "" if self.head is None else f", lm_head dense {self.head}"
+        return (f"{len(self.swapped)} linears packed ({patterns}{values}){head}, {len(self.kept_dense)} kept dense; "
+                f"their weights {self.dense_bytes / 2**20:.1f} MiB -> {self.packed_bytes / 2**20:.1f} MiB "
                 f"({self.bytes_saved / 2**20:.1f} MiB saved)")
 
 
@@ -52,16 +63,29 @@ def _output_embedding(model: nn.Module) -> nn.Module | None:
     return get() if get is not None else None
 
 
-def sparsify(model: nn.Module) -> tuple[nn.Module, SparsifySummary]:
+def sparsify(model: nn.Module, *, quantize: str | None = None, group_size: int = 128,
+             head: str | None = None) -> tuple[nn.Module, SparsifySummary]:
     """Replace in place every `nn.Linear` of `model` whose weight satisfies a kernel-supported N:M pattern
     (`engine.loading.nm_pattern`: the sparsest of 2:4, 4:8, 8:16, 16:32 families that holds, detected from the
     zeros) with a `PackedLinear` holding the same weight packed, the same bias, dtype and device. The output
     embedding (lm_head, often tied to the input embedding) and linears that are not N:M sparse stay as they were.
     Returns the model and a `SparsifySummary`.
 
-    Raises PackingError when no linear is N:M sparse (the model was not pruned, or not to an N:M pattern), and
-    KernelInputError, before changing anything, when a sparse linear's weight is not bfloat16 or float16 (the
-    kernel's dtypes; call `model.to(torch.bfloat16)` first)."""
+    A model that `prune --quantize` made holds its kept weights on an int8 / int4 grid: with `quantize` (and, for
+    int4, its `group_size`) they become `QuantizedPackedLinear`s holding the codes read back exactly. With `head`
+    ("int8" or "int4", as `prune --quantize-head` rounded it) lm_head becomes a `DenseQuantizedLinear` and the
+    config says it is untied (the input embedding keeps its own weight).
+
+    Raises PackingError when no linear is N:M sparse (the model was not pruned, or not to an N:M pattern) or a
+    quantization setting is not one the kernels run, KernelInputError when a sparse linear's weight is not bfloat16
+    or float16 (the kernel's dtypes; call `model.to(torch.bfloat16)` first), QuantizationError when a weight is off
+    its grid: all before changing anything."""
+    if quantize is not None:
+        check_packed_quantization(quantize, group_size)
+    if head is not None:
+        if head not in QUANTIZED_FORMATS:
+            raise PackingError(f"head = {head!r} is not a quantized lm_head format; use int8 or int4")
+        check_dense_quantization(head, group_size)
     output = _output_embedding(model)
     plan: dict[str, tuple[nn.Linear, tuple[int, int]]] = {}
     kept: list[str] = []
@@ -82,37 +106,91 @@ def sparsify(model: nn.Module) -> tuple[nn.Module, SparsifySummary]:
         name, dtype = next(iter(wrong.items()))
         raise KernelInputError(f"{name} holds {dtype} weights; the sparse kernel runs bfloat16 or float16: call "
                                "model.to(torch.bfloat16) before sparsify")
+    # quantized: every weight's codes first (each may be off its grid), so that an error leaves the model unchanged
+    codes = {name: _grid_packed(name, module.weight.detach(), n, m, quantize, group_size)
+             for name, (module, (n, m)) in plan.items()} if quantize is not None else {}
+    head_module = _quantized_head_module(model, output, head, group_size) if head is not None else None
     swapped: dict[str, str] = {}
     dense_bytes = packed_bytes = 0
     for name, (module, (n, m)) in plan.items():
         weight = module.weight.detach()
         bias = module.bias.detach() if module.bias is not None else None
-        packed = PackedLinear(pack_nm(weight, n, m), bias)
+        packed = QuantizedPackedLinear(codes.pop(name), bias) if quantize is not None else \
+            PackedLinear(pack_nm(weight, n, m), bias)
         model.set_submodule(name, packed)
         swapped[name] = f"{n}:{m}"
         dense_bytes += weight.numel() * weight.element_size()
-        packed_bytes += sum(t.numel() * t.element_size() for t in (packed.values, packed.bitmask))
-    return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes)
+        packed_bytes += sum(t.numel() * t.element_size() for t in packed.buffers() if t is not packed.bias)
+    if head_module is not None:
+        dense_bytes += output.weight.numel() * output.weight.element_size()
+        packed_bytes += sum(t.numel() * t.element_size() for t in head_module.buffers() if t is not head_module.bias)
+        _set_head(model, head_module)
+        kept = [name for name in kept if model.get_submodule(name) is not head_module]
+    return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes, quantize, head)
+
+
+def _grid_packed(name: str, weight: torch.Tensor, n: int, m: int, quantize: str, group_size: int) -> PackedNMQ:
+    try:
+        return pack_nm_quantized(weight, n, m, quantize, group_size)
+    except QuantizationError as exc:
+        raise QuantizationError(f"{name}: {exc} (was the model pruned with --quantize {quantize}"
+                                f"{f' --group-size {group_size}' if quantize == 'int4' else ''}?)") from exc
+
+
+def _quantized_head_module(model: nn.Module, output: nn.Module | None, head: str,
+                           group_size: int) -> DenseQuantizedLinear:
+    """lm_head's weight (on a `head` grid) as a DenseQuantizedLinear; QuantizationError off the grid."""
+    if not isinstance(output, nn.Linear):
+        raise PackingError(f"this {type(model).__name__} has no linear output embedding to quantize")
+    weight = output.weight.detach()
+    if weight.dtype not in _KERNEL_DTYPES:
+        raise KernelInputError(f"lm_head holds {weight.dtype} weights; the quantized head runs bfloat16 or float16: "
+                               "call model.to(torch.bfloat16) before sparsify")
+    try:
+        grid = quantization_codes(weight, head, group_size)
+    except QuantizationError as exc:
+        raise QuantizationError(f"lm_head: {exc} (was the model pruned with --quantize-head {head}?)") from exc
+    bias = output.bias.detach() if output.bias is not None else None
+    return DenseQuantizedLinear(DenseQuantized.from_codes(grid, weight.dtype), bias)
+
+
+def _set_head(model: nn.Module, head: DenseQuantizedLinear) -> None:
+    """Put `head` where the output embedding is, untied: the config says so, so that transformers does not tie the
+    input embedding's weight over it."""
+    name = next(name for name, module in model.named_modules() if module is _output_embedding(model))
+    model.set_submodule(name, head)
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.config.tie_word_embeddings = False
 
 
 def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Module:
     """The transformers causal LM of a packed checkpoint folder (written by `sparsedecoding pack`) with a
-    `PackedLinear` wherever the checkpoint holds a packed weight: the model `sparsify` makes from the pruned
-    folder, without ever holding those weights dense. Raises ModelNotFoundError / PackingError for a folder that
-    is not a packed checkpoint or does not match its config.json."""
+    `PackedLinear` wherever the checkpoint holds a packed weight (a `QuantizedPackedLinear` where it holds codes,
+    and lm_head a `DenseQuantizedLinear` where `prune --quantize-head` recorded one): the model `sparsify` makes
+    from the pruned folder, without ever holding those weights dense. Raises ModelNotFoundError / PackingError for
+    a folder that is not a packed checkpoint, does not match its config.json, or holds quantized weights beside
+    float32 tensors (the quantized kernels take bfloat16 or float16 activations)."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
     from transformers.initialization import no_init_weights
 
     state, _ = load_packed_checkpoint(folder, device)
-    packed = {name.removesuffix(".weight"): weight for name, weight in state.items() if isinstance(weight, PackedNM)}
-    dtype = next(iter(packed.values())).values.dtype
+    packed = {name.removesuffix(".weight"): weight for name, weight in state.items()
+              if isinstance(weight, PackedNM | PackedNMQ)}
+    # the dense tensors' dtype (a quantized checkpoint's packed weights hold codes)
+    dtype = next(t.dtype for t in state.values() if isinstance(t, torch.Tensor) and t.is_floating_point())
+    head, group_size = recorded_head_quantization(folder)
+    quantized = head is not None or any(isinstance(weight, PackedNMQ) for weight in packed.values())
+    if quantized and dtype not in _KERNEL_DTYPES:
+        raise PackingError(f"{folder} holds {dtype} tensors; its quantized weights run with bfloat16 or float16 "
+                           "activations: load the pruned model in bfloat16, save it, and pack that")
     with no_init_weights():  # every weight is assigned from the checkpoint below; skip the random initialisation
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype)
     if (Path(folder) / "generation_config.json").is_file():  # stop tokens, sampling defaults: as from_pretrained
         model.generation_config = GenerationConfig.from_pretrained(folder)
     for name, weight in packed.items():
-        model.set_submodule(name, PackedLinear(weight, state.get(f"{name}.bias")))
-    dense = {name: tensor for name, tensor in state.items() if not isinstance(tensor, PackedNM)}
+        module = QuantizedPackedLinear if isinstance(weight, PackedNMQ) else PackedLinear
+        model.set_submodule(name, module(weight, state.get(f"{name}.bias")))
+    dense = {name: tensor for name, tensor in state.items() if not isinstance(tensor, PackedNM | PackedNMQ)}
     result = model.load_state_dict(dense, strict=False, assign=True)
     model.tie_weights()  # a tied output embedding is not in the checkpoint: it shares the input embedding
     output = _output_embedding(model)
@@ -122,4 +200,6 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
     if missing or result.unexpected_keys:
         raise PackingError(f"{folder} does not match its config.json: missing {missing[:3]}, "
                            f"unexpected {result.unexpected_keys[:3]}")
+    if head is not None:  # prune --quantize-head: lm_head is on that grid and untied
+        _set_head(model, _quantized_head_module(model, output, head, group_size))
     return model.to(device).eval().requires_grad_(False)
