@@ -147,6 +147,14 @@ PY
     python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200.md" ;;
   quant-kernel)  # quant_kernel_h200.md: issue 13's kernel targets (8B + 14B shapes, batch 1), about 1 minute
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src python3 quant_kernel_bench.py --reps 5 --out "$OUT/quant_kernel_h200.md") ;;
+  generic-16of32)  # not yet run: cuda_kernel_h200_16of32.md, the tensor-core kernel's generic expansion (4:8, 8:16,
+    # 16:32) after the thirteenth session's rewrite (value windows of three 4-byte loads and a funnel shift, a
+    # nibble table; SASS 1409 -> 922 instructions a warp and stage, results/cuda_sass_sm90*.md): its GPU tests, then
+    # the 16:32 kernel bench (8B + 14B shapes, batch 1-16, against Triton and cuBLAS); about 3 minutes. If it beats
+    # Triton from a lower batch than 5, run cuda-dispatch next (op.CUDA_FROM_BATCH is read from that report).
+    timeout 200 python3 -m pytest -q -m gpu tests/test_cuda_mma.py -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_cuda_mma.log" || true
+    timeout 300 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 --out "$OUT/cuda_kernel_h200_16of32.md" ;;
   cuda-dispatch)  # cuda_dispatch_h200.md: the dispatched op vs Triton, CUDA kernel and cuBLAS, batch 1-16
     python3 benchmarks/cuda_kernel_bench.py --dispatch --out "$OUT/cuda_dispatch_h200.md" ;;
   gpu-tests)  # not committed; the count goes into SUMMARY.md
@@ -441,5 +449,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
