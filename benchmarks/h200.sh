@@ -147,14 +147,11 @@ PY
     python3 benchmarks/quant_e2e_bench.py --out "$OUT/quant_e2e_h200.md" ;;
   quant-kernel)  # quant_kernel_h200.md: issue 13's kernel targets (8B + 14B shapes, batch 1), about 1 minute
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src python3 quant_kernel_bench.py --reps 5 --out "$OUT/quant_kernel_h200.md") ;;
-  generic-16of32)  # not yet run: cuda_kernel_h200_16of32.md, the tensor-core kernel's generic expansion (4:8, 8:16,
-    # 16:32) after the thirteenth session's rewrite (value windows of three 4-byte loads and a funnel shift, a
-    # nibble table; SASS 1409 -> 922 instructions a warp and stage, results/cuda_sass_sm90*.md): its GPU tests, then
-    # the 16:32 kernel bench (8B + 14B shapes, batch 1-16, against Triton and cuBLAS); about 3 minutes. If it beats
-    # Triton from a lower batch than 5, run cuda-dispatch next (op.CUDA_FROM_BATCH is read from that report).
-    timeout 200 python3 -m pytest -q -m gpu tests/test_cuda_mma.py -p no:cacheprovider 2>&1 | tail -4 \
-      | tee "$OUT/gpu_tests_cuda_mma.log" || true
-    timeout 300 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 --out "$OUT/cuda_kernel_h200_16of32.md" ;;
+  generic-16of32)  # cuda_kernel_h200_16of32_8b_1e8133e.md: run by hand in the thirteenth session at commit 1e8133e
+    # (its leaner generic expansion, since reverted), then again on the 5769ea3 source (_5769ea3.md)
+    timeout 200 python3 -m pytest -q -m gpu tests/test_cuda_mma.py -p no:cacheprovider 2>&1 | tail -4 || true
+    timeout 95 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 --models llama-3.1-8b --batches 1 2 4 8 16 \
+      --no-sweep --reps 5 --out "$OUT/cuda_kernel_h200_16of32_8b.md" ;;
   cuda-dispatch)  # cuda_dispatch_h200.md: the dispatched op vs Triton, CUDA kernel and cuBLAS, batch 1-16
     python3 benchmarks/cuda_kernel_bench.py --dispatch --out "$OUT/cuda_dispatch_h200.md" ;;
   gpu-tests)  # not committed; the count goes into SUMMARY.md

@@ -55,10 +55,7 @@ constexpr int kChunkWords = 8;                   // mask words (256 columns) per
 // disjoint banks for the 16-byte loads of a quarter-warp, and cover the generic path's reads past a row's end.
 constexpr int kRowBytes = kChunkWords * 32 + 64;
 constexpr int kValsBytes = kRows * kRowBytes;
-// One 8-byte mbarrier per stage at the start of shared memory (64 bytes), then the generic path's nibble table
-// (16 entries of 16 bytes, `NibbleEntry`).
-constexpr int kBarrierBytes = 64 + 16 * 16;
-constexpr int kNibbleTable = 64;                 // byte offset of the nibble table
+constexpr int kBarrierBytes = 64;                // one 8-byte mbarrier per stage, at the start of shared memory
 constexpr int kMaskBytes = kRows * kChunkWords * 4;    // [row][word]
 constexpr int kXStride = kChunkWords * 32 + 8;   // halves per x row; +16 B keeps the B loads conflict-free
 // Bytes of one mask word's 16 kept values: 16-bit values (CODE 0), int8 codes (8) or int4 codes (4).
@@ -200,31 +197,25 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
-// The generic path's per-nibble constants, one table entry per mask nibble (in shared memory, filled at the start):
-// the two permute selectors (`nibble_selectors`, low and high half) and the mask that zeroes byte 7 of a value
-// window, the byte that the selectors of dropped columns read, unless the nibble keeps all 4 values (then none is
-// dropped and byte 7 is a kept value's).
-__device__ __forceinline__ uint4 nibble_entry(uint32_t nib) {
-  const uint32_t sel = nibble_selectors(nib);
-  return make_uint4(sel, sel >> 16, nib == 0xFu ? ~0u : 0x00FFFFFFu, 0u);
-}
-
-// The 64-bit window of a row's values starting at element `rank` of a 32-value word pair row in shared memory (no
-// zeroing: `nibble_entry`'s mask does that): three 4-byte loads at the even element below `rank`, then a funnel
-// shift by 16 bits where `rank` is odd. Reads up to 12 bytes past the pair's element 30 (the row padding covers
-// the last pair of a chunk).
-__device__ __forceinline__ void value_window(const char* pair_row, uint32_t rank, uint32_t& q0, uint32_t& q1) {
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(pair_row + 2 * (rank & ~1u));
-  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
-  const uint32_t shift = (rank & 1u) * 16;
-  q0 = __funnelshift_r(w0, w1, shift);
-  q1 = __funnelshift_r(w1, w2, shift);
-}
-
-// Per-nibble kept counts of two 16-bit mask halves at once (SWAR): nibble k of the result is popc of nibble k.
-__device__ __forceinline__ uint32_t nibble_counts(uint32_t halves) {
-  const uint32_t pairs = halves - ((halves >> 1) & 0x55555555u);
-  return (pairs & 0x33333333u) + ((pairs >> 2) & 0x33333333u);
+// The 64-bit window of a row's values starting at element `rank` of a 32-value word pair row in shared memory,
+// with everything past the first `count` values zeroed.
+__device__ __forceinline__ void value_window(const char* pair_row, uint32_t rank, uint32_t count, uint32_t& q0,
+                                             uint32_t& q1) {
+  const uint2 lo = *reinterpret_cast<const uint2*>(pair_row + 2 * (rank & ~3u));
+  const uint2 hi = *reinterpret_cast<const uint2*>(pair_row + 2 * (rank & ~3u) + 8);
+  uint32_t w0 = lo.x, w1 = lo.y, w2 = hi.x;
+  if (rank & 2u) {
+    w0 = lo.y;
+    w1 = hi.x;
+    w2 = hi.y;
+  }
+  if (rank & 1u) {
+    w0 = __funnelshift_r(w0, w1, 16);
+    w1 = __funnelshift_r(w1, w2, 16);
+  }
+  const uint64_t keep = count >= 4 ? ~0ull : ((1ull << (16 * count)) - 1);
+  q0 = w0 & static_cast<uint32_t>(keep);
+  q1 = w1 & static_cast<uint32_t>(keep >> 32);
 }
 
 // Two values as the 32-bit word of a 16-bit pair (the first in the low half), rounded to nearest (exact here).
@@ -294,18 +285,17 @@ __device__ __forceinline__ uint4 lane_values(const char* pair, int t, float scal
 }
 
 // A registers of one 16-row strip for the 4 k-steps of one word pair, fed straight into the MMAs. `pair_g` is the
-// pair's values (or codes) of row g in shared memory; scale_g / scale_g8 dequantize codes (CODE 8 or 4);
-// `nibbles` is the generic path's table of `nibble_entry` (unused by FAST24).
+// pair's values (or codes) of row g in shared memory; scale_g / scale_g8 dequantize codes (CODE 8 or 4).
 template <typename T, int NT, bool FAST24, int CODE>
 __device__ __forceinline__ void strip_word_pair(float (&acc)[NT][4], const char* pair_g, uint32_t word_g,
                                                 uint32_t word_g8, int t, const uint32_t (&xb)[NT][8],
-                                                float scale_g, float scale_g8, const uint4* nibbles) {
+                                                float scale_g, float scale_g8) {
   static_assert(CODE == 0 || FAST24, "quantized values run the 2:4 expansion only");
   const char* pair_g8 = pair_g + 8 * kRowBytes;
   const uint32_t half_g = (t % 2) ? word_g >> 16 : word_g & 0xFFFFu;
   const uint32_t half_g8 = (t % 2) ? word_g8 >> 16 : word_g8 & 0xFFFFu;
   uint4 v_g, v_g8;
-  uint32_t rank_g = 0, rank_g8 = 0, before_g = 0, before_g8 = 0;
+  uint32_t rank_g = 0, rank_g8 = 0;
   if constexpr (FAST24) {
     v_g = lane_values<T, CODE>(pair_g, t, scale_g);
     v_g8 = lane_values<T, CODE>(pair_g8, t, scale_g8);
@@ -313,41 +303,28 @@ __device__ __forceinline__ void strip_word_pair(float (&acc)[NT][4], const char*
     // first kept value of the lane's half, counted from the start of the word pair's 32 values
     rank_g = 16 * (t / 2) + ((t % 2) ? __popc(word_g & 0xFFFFu) : 0);
     rank_g8 = 16 * (t / 2) + ((t % 2) ? __popc(word_g8 & 0xFFFFu) : 0);
-    // kept values before nibble s of each half: nibble s of before_* (s = 1..3) by one multiply of the counts
-    const uint32_t counts = nibble_counts(half_g | (half_g8 << 16));
-    before_g = (counts & 0xFFFFu) * 0x1110u;
-    before_g8 = (counts >> 16) * 0x1110u;
   }
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     const uint32_t nib_g = (half_g >> (4 * s)) & 0xFu;
     const uint32_t nib_g8 = (half_g8 >> (4 * s)) & 0xFu;
-    uint32_t q0_g, q1_g, q0_g8, q1_g8, sel_g, sel_g8, sel2_g, sel2_g8;
+    const uint32_t sel_g = nibble_selectors(nib_g), sel_g8 = nibble_selectors(nib_g8);
+    uint32_t q0_g, q1_g, q0_g8, q1_g8;
     if constexpr (FAST24) {
       q0_g = s == 0 ? v_g.x : s == 1 ? v_g.y : s == 2 ? v_g.z : v_g.w;
       q0_g8 = s == 0 ? v_g8.x : s == 1 ? v_g8.y : s == 2 ? v_g8.z : v_g8.w;
       q1_g = q1_g8 = 0;
-      sel_g = nibble_selectors(nib_g);
-      sel_g8 = nibble_selectors(nib_g8);
-      sel2_g = sel_g >> 16;
-      sel2_g8 = sel_g8 >> 16;
     } else {
-      const uint32_t r_g = rank_g + (s == 0 ? 0u : (before_g >> (4 * s)) & 0xFu);
-      const uint32_t r_g8 = rank_g8 + (s == 0 ? 0u : (before_g8 >> (4 * s)) & 0xFu);
-      value_window(pair_g, r_g, q0_g, q1_g);
-      value_window(pair_g8, r_g8, q0_g8, q1_g8);
-      const uint4 e_g = nibbles[nib_g], e_g8 = nibbles[nib_g8];
-      q1_g &= e_g.z;
-      q1_g8 &= e_g8.z;
-      sel_g = e_g.x;
-      sel2_g = e_g.y;
-      sel_g8 = e_g8.x;
-      sel2_g8 = e_g8.y;
+      const uint32_t c_g = __popc(nib_g), c_g8 = __popc(nib_g8);
+      value_window(pair_g, rank_g, c_g, q0_g, q1_g);
+      value_window(pair_g8, rank_g8, c_g8, q0_g8, q1_g8);
+      rank_g += c_g;
+      rank_g8 += c_g8;
     }
     const uint32_t a0 = prmt(q0_g, q1_g, sel_g);
-    const uint32_t a2 = prmt(q0_g, q1_g, sel2_g);
+    const uint32_t a2 = prmt(q0_g, q1_g, sel_g >> 16);
     const uint32_t a1 = prmt(q0_g8, q1_g8, sel_g8);
-    const uint32_t a3 = prmt(q0_g8, q1_g8, sel2_g8);
+    const uint32_t a3 = prmt(q0_g8, q1_g8, sel_g8 >> 16);
 #pragma unroll
     for (int j = 0; j < NT; ++j)
       mma16816<std::is_same<T, __nv_bfloat16>::value>(acc[j], a0, a1, a2, a3, xb[j][2 * s], xb[j][2 * s + 1]);
@@ -449,9 +426,6 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
                      static_cast<size_t>(min(row0 + tid % kRows, out - 1)) * words * kWordBytes;
   if (tid == 0)
     for (int s = 0; s < STAGES; ++s) mbarrier_init(&bars[s], kRows);
-  uint4* nibbles = reinterpret_cast<uint4*>(smem + kNibbleTable);
-  if constexpr (!FAST24 && !SP)
-    if (tid < 16) nibbles[tid] = nibble_entry(tid);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
   // Masks: aligned 16-byte pieces of 4 words when words % 4 == 0, else single 4-byte words.
@@ -601,7 +575,7 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
           if constexpr (CODE != 0)  // the lane's word lies in one group (group sizes are multiples of 32)
             word_scales(h, (chunk0 + i) * kChunkWords + 2 * p + t / 2, scale_g, scale_g8);
           strip_word_pair<T, NT, FAST24, CODE>(acc[h], st + L::vals + (rw + 16 * h) * kRowBytes + p * 2 * kWordBytes,
-                                               word_g, word_g8, t, xb, scale_g, scale_g8, nibbles);
+                                               word_g, word_g8, t, xb, scale_g, scale_g8);
         }
       }
     }
