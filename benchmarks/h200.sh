@@ -133,6 +133,18 @@ PY
   quant-e2e-qwen)  # quant_e2e_h200_qwen2.5-coder-1.5b.md: issue 13's chart speeds on the Qwen shapes (random weights)
     python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32 \
       --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b.md" ;;
+  quant-e2e-qwen-2of4)  # not yet run: quant_e2e_h200_qwen2.5-coder-1.5b_2of4.md and _2of4_head_int8.md, the chart's
+    # Qwen-shape speeds of 2:4 (+ int8, + int4, dense int8 on triton_w8), then with lm_head in int8; about 3 minutes
+    python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 2:4 \
+      --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b_2of4.md" | grep -E "^\| qwen|rror" || true
+    python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 2:4 --head int8 \
+      --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b_2of4_head_int8.md" | grep -E "^\| qwen|rror" || true ;;
+  next-gpu)  # the fourteenth session's GPU-only first call (about 7 minutes): generic-ab, the GPU tests of sparsify
+    # with quantized models (not yet run), quant-e2e-qwen-2of4
+    bash benchmarks/h200.sh generic-ab
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sparsify.py -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_sparsify.log" || true
+    bash benchmarks/h200.sh quant-e2e-qwen-2of4 ;;
   quant-e2e-8b-16of32)  # quant_e2e_h200_8b_16of32.md: the chart's 8B speeds with the 16:32 pattern
     python3 benchmarks/quant_e2e_bench.py --preset llama-3.1-8b --pattern 16:32 --out "$OUT/quant_e2e_h200_8b_16of32.md" ;;
   quality-repair2)  # quality-repair2/: issue 11's third round (benchmarks/recipes/plan-repair2.json): repair on
@@ -152,6 +164,18 @@ PY
     timeout 200 python3 -m pytest -q -m gpu tests/test_cuda_mma.py -p no:cacheprovider 2>&1 | tail -4 || true
     timeout 95 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 --models llama-3.1-8b --batches 1 2 4 8 16 \
       --no-sweep --reps 5 --out "$OUT/cuda_kernel_h200_16of32_8b.md" ;;
+  generic-ab)  # not yet run: cuda_kernel_h200_16of32_8b_main.md and _anchored.md, 16:32 on the tensor-core kernel
+    # (8B shapes, batch 1-16) with main's generic expansion, then with branch generic-anchored's (anchored windows:
+    # 41 shared loads a stage instead of 89, more integer work), back to back in one call, with the branch's GPU
+    # tests between; about 2.5 minutes. The device's copy of nm_mma.cu is swapped, never the repository's.
+    timeout 95 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 --models llama-3.1-8b --batches 1 2 4 8 16 \
+      --no-sweep --reps 5 --out "$OUT/cuda_kernel_h200_16of32_8b_main.md" | grep -E "^\| llama|failures" || true
+    git show generic-anchored:src/sparsedecoding/kernels/csrc/nm_mma.cu > src/sparsedecoding/kernels/csrc/nm_mma.cu
+    timeout 90 python3 -m pytest -q -m gpu tests/test_cuda_mma.py -k "matches_float64 or float16_and_vector or graph" \
+      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_anchored.log" || true
+    timeout 95 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 --models llama-3.1-8b --batches 1 2 4 8 16 \
+      --no-sweep --reps 5 --out "$OUT/cuda_kernel_h200_16of32_8b_anchored.md" | grep -E "^\| llama|failures" || true
+    git checkout -- src/sparsedecoding/kernels/csrc/nm_mma.cu ;;
   cuda-dispatch)  # cuda_dispatch_h200.md: the dispatched op vs Triton, CUDA kernel and cuBLAS, batch 1-16
     python3 benchmarks/cuda_kernel_bench.py --dispatch --out "$OUT/cuda_dispatch_h200.md" ;;
   gpu-tests)  # not committed; the count goes into SUMMARY.md
@@ -446,5 +470,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, next-gpu, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

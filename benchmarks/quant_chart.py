@@ -42,7 +42,9 @@ DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_sp24_induct
                                            RESULTS / "quant_e2e_h200_head_int8.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
                   ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
-                                                 RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md")))
+                                                 RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md",
+                                                 RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_2of4.md",
+                                                 RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_2of4_head_int8.md")))
 TARGET_GAP = 0.03  # issue 13: N:M + int8 within this pass@1 of the same N:M in bf16 (decode-time calibration)
 
 
@@ -180,7 +182,8 @@ def read_speed(spec: str) -> tuple[str, dict[str, tuple[float, str]]]:
 
 def read_panel(paths: list[Path]) -> dict[str, tuple[float, str, float]]:
     """{weights label: (batch-1 tok/s, where it was read, dense bf16 tok/s of the same file or NaN)} from bench
-    reports or JSON {label: tok/s}, an earlier file's value winning over a later one's. The dense value of the same
+    reports or JSON {label: tok/s}, an earlier file's value winning over a later one's, except that a row of a
+    retired kernel (NaN) gives way to a later file's measured row. The dense value of the same
     file is what a ratio is taken against: two files are two runs."""
     speeds: dict[str, tuple[float, str, float]] = {}
     for path in paths:
@@ -192,7 +195,8 @@ def read_panel(paths: list[Path]) -> dict[str, tuple[float, str, float]]:
             found = parse_speed_table(path)
         dense = found["dense"][0] if "dense" in found else math.nan
         for label, value in found.items():
-            speeds.setdefault(label, (value[0], f"{path.name}: {value[1]}", dense))
+            if label not in speeds or (math.isnan(speeds[label][0]) and not math.isnan(value[0])):
+                speeds[label] = (value[0], f"{path.name}: {value[1]}", dense)  # a retired row yields to a measured one
     return speeds
 
 

@@ -147,3 +147,20 @@ def test_repaired_pairs_get_their_own_target_line_and_old_rows_without_quantize_
         in text
     assert "- 16:32, repaired: not measured" in text
     assert "| 2:4 int8 | decode + repair | p2r-int8 | 0.250 | 0.230 | 0.240 | 0.0100 | 250.0 (1.22x) |" in text
+
+
+def test_a_retired_row_gives_way_to_a_later_files_measured_row_and_nothing_else_does(chart, tmp_path):
+    """A dense int8 row that ran PyTorch's retired kernel (NaN) is replaced by a later report's row of our kernel;
+    a measured row of an earlier file is never replaced."""
+    retired = tmp_path / "old.md"
+    retired.write_text("Dense int8 runs PyTorch's `_weight_int8pack_mm`.\n\n" + SPEED_TABLE.replace(
+        "| qwen2.5-coder-1.5b | 16:32 int8 | 1 | | not run: needs 99 GB | | | | | | | |",
+        "| qwen2.5-coder-1.5b | dense int8 | 1 | 9.0 | 111.0 | 111.0 | 0.2x | 1 | 1 | 1% | 1 | 1 |"))
+    later = tmp_path / "new.md"
+    later.write_text("Dense int8 runs our `triton_w8` kernel.\n\n" + SPEED_TABLE.replace(
+        "| qwen2.5-coder-1.5b | 16:32 int8 | 1 | | not run: needs 99 GB | | | | | | | |",
+        "| qwen2.5-coder-1.5b | dense int8 | 1 | 1.5 | 666.0 | 666.0 | 1.3x | 1 | 1 | 1% | 1 | 1 |").replace(
+        "| 16:32 | 1 | 1.600 | 625.0 | 625.0 |", "| 16:32 | 1 | 1.500 | 700.0 | 700.0 |"))
+    panel = chart.read_panel([retired, later])
+    assert panel["dense int8"][:2] == (666.0, "new.md: qwen2.5-coder-1.5b")
+    assert panel["16:32"][:2] == (625.0, "old.md: qwen2.5-coder-1.5b")
