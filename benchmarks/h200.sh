@@ -127,6 +127,18 @@ for name in ("q3-p2r-int4-h8", "q3-p2r-int4-h4"):
           + (f" (first: {differing[0]})" if differing else ""))
 PY
     ;;
+  quality-head-dev)  # not yet run: quality-head-dev-qwen2.5-coder-1.5b/, the dev-quarter check of an int8 lm_head
+    # as the default with --quantize (benchmarks/recipes/plan-head.json, its decision rule fixed before the run); no
+    # held-out item; about 8 minutes from the model's arrival (one calibration, four pruned models, five dev scores)
+    for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done
+    models
+    python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan-head.json --out /root/recipes-head \
+      --stage dev > /root/recipes-head-w0.log 2>&1 || true
+    python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan-head.json --out /root/recipes-head \
+      --stage report >> /root/recipes-head-w0.log 2>&1 || true
+    mkdir -p "$OUT/quality-head-dev-qwen2.5-coder-1.5b"
+    cp -r /root/recipes-head/dev /root/recipes-head/report.md /root/recipes-head/summary.json \
+      "$OUT/quality-head-dev-qwen2.5-coder-1.5b/" ;;
   quality-quant2-gpu*)
     WORKERS=${report#quality-quant2-gpu} recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 \
       quality-quant2-qwen2.5-coder-1.5b ;;
@@ -470,5 +482,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, next-gpu, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, next-gpu, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
