@@ -218,16 +218,16 @@ def test_cuda_sparsified_model_runs_the_kernel_eagerly_and_in_compiled_generate(
     assert_greedy_choices(model, compiled, prompt.shape[1])  # inductor rounds norms and attention its own way
 
 
-def quantized_tiny(quantize: str) -> nn.Module:
+def quantized_tiny(quantize: str, tied: bool = False) -> nn.Module:
     """A tiny random qwen2 model whose decoder linears are pruned 2:4 with kept values on a `quantize` grid (32
     columns a scale for int4) and whose lm_head is on the int8 grid, as `prune --quantize Q --quantize-head int8`
-    leaves them (here on an identity Hessian)."""
+    leaves them (here on an identity Hessian); `tied`: lm_head shares the input embedding (both on the grid)."""
     from transformers import AutoModelForCausalLM
 
     from sparsedecoding import solvers
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config("qwen2"), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(tiny_config("qwen2", tie_word_embeddings=tied), dtype=torch.float32)
     with torch.no_grad():
         for module in model.model.layers.modules():
             if isinstance(module, nn.Linear):
@@ -266,6 +266,44 @@ def test_cuda_quantized_sparsified_model_matches_its_grid_and_compiles_in_genera
     compiled = model.generate(prompt, compile_config=CompileConfig(fullgraph=True), **settings)
     assert hasattr(model, "_compiled_call") and compiled.shape == (2, 13)
     assert_greedy_choices(model, compiled, prompt.shape[1])
+
+
+def test_a_quantized_model_survives_dtype_moves_retying_and_saving(tmp_path):
+    """After `sparsify(quantize=, head=)`: `.half()` keeps the packed scales in bfloat16 and the model runs; a tied
+    lm_head stays a DenseQuantizedLinear through transformers' `tie_weights(recompute_mapping=False)`; the summary
+    does not count the tied head's weight as saved (the embedding keeps it); the state dict has no float
+    `lm_head.weight` that a transformers reload could take for the codes."""
+    from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
+
+    untied, summary_untied = sparsify(quantized_tiny("int8"), quantize="int8", group_size=32, head="int8")
+    model, summary = sparsify(quantized_tiny("int8", tied=True), quantize="int8", group_size=32, head="int8")
+    head_bytes = 128 * 64 * 2
+    assert summary_untied.dense_bytes - summary.dense_bytes == head_bytes
+    assert summary.packed_bytes == summary_untied.packed_bytes
+    model.tie_weights(recompute_mapping=False)
+    assert isinstance(model.lm_head, DenseQuantizedLinear) and type(model.model.embed_tokens) is nn.Embedding
+    assert "lm_head.weight" not in model.state_dict() and "lm_head.qweight" in model.state_dict()
+    with torch.no_grad():
+        before = model(TOKENS).logits.float()
+        model.half()
+        assert all(m.scales.dtype == torch.bfloat16 for m in model.modules() if isinstance(m, QuantizedPackedLinear))
+        after = model(TOKENS).logits.float()
+    torch.testing.assert_close(after, before, rtol=0.05, atol=0.05)
+
+
+def test_an_int4_head_laid_out_for_one_device_refuses_another():
+    """The int4 layout is the device's, so a head built on CPU refuses input on another device with one clear error
+    instead of a kernel's (the meta device stands in for CUDA: no GPU needed)."""
+    from sparsedecoding import solvers
+    from sparsedecoding.kernels.quantized import DenseQuantized
+    from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear
+
+    weight = solvers.gptq(torch.randn(64, 128), torch.eye(128), "int4", group_size=32).bfloat16()
+    head = DenseQuantizedLinear(DenseQuantized.from_codes(solvers.quantization_codes(weight, "int4", 32)))
+    x = torch.randn(2, 128, dtype=torch.bfloat16)
+    torch.testing.assert_close(head(x).float(), (x.float() @ weight.float().T), rtol=0.02, atol=0.05)
+    with pytest.raises(KernelInputError, match="laid out for cpu, not meta"):
+        head(x.to("meta"))
 
 
 @pytest.mark.parametrize("settings,error,match", [

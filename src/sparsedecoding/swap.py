@@ -110,6 +110,7 @@ def sparsify(model: nn.Module, *, quantize: str | None = None, group_size: int =
     codes = {name: _grid_packed(name, module.weight.detach(), n, m, quantize, group_size)
              for name, (module, (n, m)) in plan.items()} if quantize is not None else {}
     head_module = _quantized_head_module(model, output, head, group_size) if head is not None else None
+    tied = output is not None and output.weight is getattr(model.get_input_embeddings(), "weight", None)
     swapped: dict[str, str] = {}
     dense_bytes = packed_bytes = 0
     for name, (module, (n, m)) in plan.items():
@@ -122,7 +123,8 @@ def sparsify(model: nn.Module, *, quantize: str | None = None, group_size: int =
         dense_bytes += weight.numel() * weight.element_size()
         packed_bytes += sum(t.numel() * t.element_size() for t in packed.buffers() if t is not packed.bias)
     if head_module is not None:
-        dense_bytes += output.weight.numel() * output.weight.element_size()
+        if not tied:  # a tied head's weight stays, as the input embedding
+            dense_bytes += output.weight.numel() * output.weight.element_size()
         packed_bytes += sum(t.numel() * t.element_size() for t in head_module.buffers() if t is not head_module.bias)
         _set_head(model, head_module)
         kept = [name for name in kept if model.get_submodule(name) is not head_module]
@@ -133,8 +135,9 @@ def _grid_packed(name: str, weight: torch.Tensor, n: int, m: int, quantize: str,
     try:
         return pack_nm_quantized(weight, n, m, quantize, group_size)
     except QuantizationError as exc:
-        raise QuantizationError(f"{name}: {exc} (was the model pruned with --quantize {quantize}"
-                                f"{f' --group-size {group_size}' if quantize == 'int4' else ''}?)") from exc
+        raise QuantizationError(f"{name}: {exc} (sparsify's quantize and group_size must be the ones the model "
+                                f"was pruned with: --quantize {quantize}"
+                                f"{f' --group-size {group_size}' if quantize == 'int4' else ''} here)") from exc
 
 
 def _quantized_head_module(model: nn.Module, output: nn.Module | None, head: str,
@@ -161,6 +164,10 @@ def _set_head(model: nn.Module, head: DenseQuantizedLinear) -> None:
     model.set_submodule(name, head)
     if getattr(model.config, "tie_word_embeddings", False):
         model.config.tie_word_embeddings = False
+    # transformers also keeps the tied pairs it found at post_init; tie_weights(recompute_mapping=False) reads them
+    tied_keys = getattr(model, "all_tied_weights_keys", None)
+    if isinstance(tied_keys, dict):
+        tied_keys.pop(f"{name}.weight", None)
 
 
 def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Module:
@@ -169,7 +176,9 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
     and lm_head a `DenseQuantizedLinear` where `prune --quantize-head` recorded one): the model `sparsify` makes
     from the pruned folder, without ever holding those weights dense. Raises ModelNotFoundError / PackingError for
     a folder that is not a packed checkpoint, does not match its config.json, or holds quantized weights beside
-    float32 tensors (the quantized kernels take bfloat16 or float16 activations)."""
+    float32 tensors (the quantized kernels take bfloat16 or float16 activations), and QuantizationError for a
+    recorded quantized lm_head that is off its grid. Load it on the device it runs on (an int4 head's layout is
+    the device's)."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
     from transformers.initialization import no_init_weights
 
@@ -182,7 +191,8 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
     quantized = head is not None or any(isinstance(weight, PackedNMQ) for weight in packed.values())
     if quantized and dtype not in _KERNEL_DTYPES:
         raise PackingError(f"{folder} holds {dtype} tensors; its quantized weights run with bfloat16 or float16 "
-                           "activations: load the pruned model in bfloat16, save it, and pack that")
+                           "activations: load the pruned model in bfloat16, save it with its sparsedecoding.json "
+                           "copied beside it, and pack that")
     with no_init_weights():  # every weight is assigned from the checkpoint below; skip the random initialisation
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype)
     if (Path(folder) / "generation_config.json").is_file():  # stop tokens, sampling defaults: as from_pretrained

@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..errors import KernelInputError
 from .op import MAX_BATCH
-from .quantized import DenseQuantized, PackedNMQ, dense_quantized_mm, nmq_spmv
+from .quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ, dense_quantized_mm, nmq_spmv
 
 
 @torch.library.custom_op("sparsedecoding::nmq_spmv", mutates_args=())
@@ -43,6 +44,13 @@ class QuantizedPackedLinear(torch.nn.Module):
         self.register_buffer("bitmask", packed.bitmask)
         self.register_buffer("bias", bias)
 
+    def _apply(self, fn, recurse=True):
+        """`model.half()` / `.float()` convert the bias with the activations; the scales stay bfloat16, the format's."""
+        super()._apply(fn, recurse)
+        if self.scales.dtype != SCALE_DTYPE:
+            self.scales = self.scales.to(SCALE_DTYPE)
+        return self
+
     @property
     def packed(self) -> PackedNMQ:
         return PackedNMQ(self.codes, self.scales, self.bitmask, self.n, self.m,
@@ -70,19 +78,26 @@ class QuantizedPackedLinear(torch.nn.Module):
 
 class DenseQuantizedLinear(torch.nn.Module):
     """y = x·Wᵀ + bias for x [..., in] in the scales' dtype, W [out, in] a `DenseQuantized` weight held as the
-    buffers `weight` and `scales` (the layout of `_weight_int8pack_mm` / `_weight_int4pack_mm`)."""
+    buffers `qweight` and `scales` (the layout of `_weight_int8pack_mm` / `_weight_int4pack_mm`). The codes are
+    not named `weight`, so that a transformers checkpoint saved from such a model cannot load them as a float
+    weight (its reload reports lm_head.weight missing instead). The int4 layout is the device's (CPU and CUDA
+    differ): build the module on the device it runs on."""
 
     def __init__(self, dense: DenseQuantized, bias: torch.Tensor | None = None):
         super().__init__()
         self.quantize, self.group_size = dense.quantize, dense.group_size
         self.out_features, self.in_features = dense.shape
-        self.register_buffer("weight", dense.weight)
+        self.layout_device = dense.weight.device.type
+        self.register_buffer("qweight", dense.weight)
         self.register_buffer("scales", dense.scales)
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quantize == "int4" and x.device.type != self.layout_device:
+            raise KernelInputError(f"this int4 weight was laid out for {self.layout_device}, not {x.device.type}: "
+                                   "build it (sparsify, load_packed, the engine) on the device it runs on")
         rows = x.numel() // self.in_features
-        y = dense_quantized_mm(x.reshape(rows, self.in_features).contiguous(), self.weight, self.scales,
+        y = dense_quantized_mm(x.reshape(rows, self.in_features).contiguous(), self.qweight, self.scales,
                                self.quantize, self.group_size)
         if self.bias is not None:
             y = y + self.bias
