@@ -67,8 +67,8 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--head", choices=["int8", "int4"],
-                        help="also quantize lm_head in the int8 and int4 runs, dense and N:M alike (a speed option: "
-                             "no checkpoint holds such a head yet); bf16 runs keep theirs")
+                        help="also quantize lm_head in the int8 and int4 runs, dense and N:M alike (as prune "
+                             "--quantize-head makes it); bf16 runs keep theirs")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/quant_e2e_PRESET.md")
     args = parser.parse_args()
     out = args.out or Path(__file__).parent / "results" / f"quant_e2e_{args.preset}.md"
@@ -104,7 +104,7 @@ def main() -> int:
              "tensor cores through the older kernel.)", "",
              *([f"lm_head: dense {args.head} in the int8 and int4 runs (dense and N:M alike; "
                 f"{'one scale a row' if args.head == 'int8' else f'one scale per {args.group_size} columns'}), bf16 "
-                "in the others. A speed option only: no checkpoint holds a quantized head yet.", ""]
+                "in the others, as `prune --quantize-head` makes it (random weights, like every row).", ""]
                if args.head else []),
              format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size,
                                                         args.head)]

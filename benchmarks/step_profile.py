@@ -2,6 +2,10 @@
 (random weights), dense and N:M, by kernel and by kind, per step.
 
     python benchmarks/step_profile.py --preset llama-3.1-8b --pattern 2:4 --batch 1 --out results/step_profile.md
+    python benchmarks/step_profile.py --quantize int4 --head int8 --out results/step_profile_int4.md
+
+With `--quantize`, both models' block linears hold int8 / int4 values (dense quantized and N:M quantized, as
+`quant_e2e_bench.py` runs them); with `--head`, lm_head is dense int8 / int4 in both.
 
 The profiler (CUPTI through torch.profiler) records the kernels that graph replays launch. Per step: the wall time
 (what `bench` reports), the sum of kernel times, and the difference (launch gaps and idle SMs between kernels).
@@ -16,10 +20,11 @@ from pathlib import Path
 
 import torch
 
-from sparsedecoding.engine.bench import release_memory
+from sparsedecoding.engine.bench import check_group_size, release_memory
 from sparsedecoding.engine.config import preset
 from sparsedecoding.engine.generate import Engine
 from sparsedecoding.engine.loading import build_model, random_state
+from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown, write_report
 
@@ -27,6 +32,7 @@ KINDS = (  # first match wins: (kind, substrings of the kernel name); Inductor's
     # whose name some of them carry (`triton_poi_fused__scaled_dot_product_cudnn_attention_...`)
     ("sp24 (2:4 linears)", ("sp24",)),
     ("packed N:M linears", ("nm_", "spmv", "nmq")),
+    ("dense quantized linears (int8 / int4)", ("w8", "int4pack", "tinygemm", "_weight_int")),
     ("Inductor (norms, rope, adds, ...)", ("triton",)),
     ("cuBLAS (dense linears)", ("gemv", "gemm", "nvjet", "cutlass", "xmma", "splitK")),
     ("attention", ("fmha", "attention", "flash", "efficient")),
@@ -84,18 +90,27 @@ def main() -> int:
     parser.add_argument("--pattern", type=SparsityPattern.parse, default=SparsityPattern.parse("2:4"))
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--quantize", choices=["int8", "int4"], help="block linears' values (both models)")
+    parser.add_argument("--group-size", type=int, default=128, help="int4: input columns a scale")
+    parser.add_argument("--head", choices=["int8", "int4"], help="lm_head as a dense quantized weight (both models)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if not 1 <= args.batch <= 16 or args.steps < 1:
         parser.error(f"--batch {args.batch} --steps {args.steps}: the engine runs batch 1-16, and at least one step")
     device = torch.device("cuda")
     model_args = preset(args.preset)
-    lines = [f"# Decode-step profile: {args.preset}, batch {args.batch}", "",
+    try:  # one error line, before any model is built
+        check_group_size(model_args, args.quantize, args.group_size, args.head)
+    except SparseDecodingError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    formats = (f", {args.quantize} values" if args.quantize else "") + (f", {args.head} lm_head" if args.head else "")
+    lines = [f"# Decode-step profile: {args.preset}, batch {args.batch}{formats}", "",
              environment_markdown("python " + " ".join(sys.argv), device), __doc__.split("\n\n")[2].strip(), ""]
     for pattern in (None, args.pattern):
-        model = build_model(model_args, random_state(model_args, pattern, device=device))
+        model = build_model(model_args, random_state(model_args, pattern, device=device, quantize=args.quantize,
+                                                     group_size=args.group_size, head=args.head))
         wall, kernels = profile(model, args.batch, args.steps)
-        lines += section("dense" if pattern is None else str(pattern), wall, kernels)
+        lines += section(("dense" if pattern is None else str(pattern)) + formats, wall, kernels)
         print("\n".join(lines[-40:]), flush=True)
         del model
         release_memory()

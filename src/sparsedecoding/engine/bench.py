@@ -203,8 +203,8 @@ def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens
     """For each (pattern or None for dense, batch sizes[, dense copy from batch]) of `plan`: random weights of
     preset `name` built on the device, then one measurement per batch size. With `quantize` ("int8" or "int4",
     `group_size` columns a scale) every block linear is quantized: N:M packed with codes and scales, or dense
-    weight-only quantized for a run without a pattern; with `head`, lm_head is dense int8 / int4 as well (a speed
-    option: no checkpoint holds such a head yet). A model whose weights do not fit the free memory is reported
+    weight-only quantized for a run without a pattern; with `head`, lm_head is dense int8 / int4 as well (as
+    `prune --quantize-head` makes it). A model whose weights do not fit the free memory is reported
     as not run instead of being attempted. With `tp`, each rank builds and measures its shards (the smallest free
     memory of the ranks decides, so that all take the same path)."""
     args = preset(name)
