@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = instance_rows(sass_of_source(nvcc, args.rev))
     lines = ["# SASS instruction counts of the tensor-core kernel's paths (sm_90, offline)", "",
              f"- date: {datetime.date.today()}", f"- compiler: {version}; disassembler: Triton {triton.__version__}'s "
-             "cuobjdump", f"- source: nm_mma.cu {'of the working tree' if args.rev is None else f'at {args.rev}'}", f"- command: `python {' '.join(['benchmarks/cuda_sass_count.py', *(argv or sys.argv[1:])])}`",
+             "cuobjdump", f"- source: nm_mma.cu {'of the working tree' if args.rev is None else f'at {args.rev}'}",
+             f"- command: `python {' '.join(['benchmarks/cuda_sass_count.py', *(argv or sys.argv[1:])])}`",
              "- instances: bf16 activations, one n-tile (batch 1-8), two pipeline stages; counts per warp", "",
              "| values | path | scale group (words, 0 = looked up per word) | main loop | compute part | per mask word "
              "(mma.sp) |", "|---|---|---|---|---|---|"]
