@@ -432,6 +432,12 @@ def test_transformers_loads_a_quantized_checkpoint_with_codes_and_a_quantized_he
     loaded = load_packed(tmp_path / "packed")
     model, summary = sparsify(copy.deepcopy(grid), quantize=quantize, group_size=32, head="int8")
     assert (summary.quantize, summary.head) == (quantize, "int8") and "lm_head" not in summary.kept_dense
+    # the default ("auto") reads the same settings from the pruning record of the folder the model came from
+    auto, auto_summary = sparsify(copy.deepcopy(grid))
+    assert (auto_summary.quantize, auto_summary.head) == (quantize, "int8")
+    plain, plain_summary = sparsify(copy.deepcopy(grid), quantize=None, head=None)
+    assert (plain_summary.quantize, plain_summary.head) == (None, None) and "lm_head" in plain_summary.kept_dense
+    assert sum(isinstance(m, PackedLinear) for m in plain.modules()) == 2 * 7
     assert f"{quantize} values" in str(summary) and "lm_head dense int8" in str(summary)
     tokens = torch.tensor([[5, 17, 42, 9, 77, 23], [8, 30, 101, 2, 55, 19]])
     with torch.no_grad():
@@ -447,6 +453,7 @@ def test_transformers_loads_a_quantized_checkpoint_with_codes_and_a_quantized_he
             assert torch.equal(candidate.model.embed_tokens.weight, grid.model.embed_tokens.weight)
             torch.testing.assert_close(candidate(tokens).logits.float(), reference, rtol=3e-2, atol=3e-2)
         assert torch.equal(loaded(tokens).logits, model(tokens).logits)
+        assert torch.equal(auto(tokens).logits, model(tokens).logits)
     before = copy.deepcopy(grid)
     with pytest.raises(QuantizationError, match="lm_head: .*--quantize-head int4"):
         sparsify(grid, quantize=quantize, group_size=32, head="int4")  # the head's int8 values: not on that grid

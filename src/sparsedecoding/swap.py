@@ -4,13 +4,15 @@ checkpoint (`sparsedecoding pack`). Either way the result is the transformers mo
 static cache and `torch.compile` work as on the dense model: `PackedLinear` calls the kernel through a cached
 runner eagerly and through the custom op (with a fake implementation) under torch.compile. Quantized models
 (`prune --quantize`, `--quantize-head`) get `QuantizedPackedLinear` and a `DenseQuantizedLinear` lm_head instead:
-`load_packed` reads both from the packed checkpoint and its pruning record, `sparsify` takes them as arguments.
+`load_packed` reads both from the packed checkpoint and its pruning record; `sparsify` reads the record of the
+folder the model was loaded from, unless told otherwise.
 The 2:4 ones stay packed here: with transformers' separate q/k/v and gate/up projections the tiled sparse
 tensor-core kernel (`kernels.sp24_linear.tile_model`, which the engine applies) was measured slower end to end in
 bf16 (benchmarks/results/hf_generate_h200_sp24.md); call `tile_model(model)` after `sparsify` to opt in."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +27,10 @@ from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, ch
                                 check_packed_quantization, pack_nm_quantized)
 from .kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from .kernels.sp24_linear import Sp24Linear
-from .packed import load_packed_checkpoint, recorded_head_quantization
+from .packed import load_packed_checkpoint, recorded_head_quantization, recorded_quantization
 from .solvers import quantization_codes
 
+log = logging.getLogger(__name__)
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -63,8 +66,8 @@ def _output_embedding(model: nn.Module) -> nn.Module | None:
     return get() if get is not None else None
 
 
-def sparsify(model: nn.Module, *, quantize: str | None = None, group_size: int = 128,
-             head: str | None = None) -> tuple[nn.Module, SparsifySummary]:
+def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int | None = None,
+             head: str | None = "auto") -> tuple[nn.Module, SparsifySummary]:
     """Replace in place every `nn.Linear` of `model` whose weight satisfies a kernel-supported N:M pattern
     (`engine.loading.nm_pattern`: the sparsest of 2:4, 4:8, 8:16, 16:32 families that holds, detected from the
     zeros) with a `PackedLinear` holding the same weight packed, the same bias, dtype and device. The output
@@ -74,12 +77,16 @@ def sparsify(model: nn.Module, *, quantize: str | None = None, group_size: int =
     A model that `prune --quantize` made holds its kept weights on an int8 / int4 grid: with `quantize` (and, for
     int4, its `group_size`) they become `QuantizedPackedLinear`s holding the codes read back exactly. With `head`
     ("int8" or "int4", as `prune --quantize-head` rounded it) lm_head becomes a `DenseQuantizedLinear` and the
-    config says it is untied (the input embedding keeps its own weight).
+    config says it is untied (the input embedding keeps its own weight). "auto" (the default for both) takes
+    what the pruning record (`sparsedecoding.json`) of the folder the model was loaded from says, and None where
+    there is none; None packs bf16 values and keeps lm_head as it is. `group_size` defaults to the record's, else
+    128.
 
     Raises PackingError when no linear is N:M sparse (the model was not pruned, or not to an N:M pattern) or a
     quantization setting is not one the kernels run, KernelInputError when a sparse linear's weight is not bfloat16
     or float16 (the kernel's dtypes; call `model.to(torch.bfloat16)` first), QuantizationError when a weight is off
     its grid: all before changing anything."""
+    quantize, head, group_size = _resolve_quantization(model, quantize, head, group_size)
     if quantize is not None:
         check_packed_quantization(quantize, group_size)
     if head is not None:
@@ -131,13 +138,33 @@ def sparsify(model: nn.Module, *, quantize: str | None = None, group_size: int =
     return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes, quantize, head)
 
 
+def _resolve_quantization(model: nn.Module, quantize: str | None, head: str | None,
+                          group_size: int | None) -> tuple[str | None, str | None, int]:
+    """`sparsify`'s settings with "auto" replaced by the pruning record of the model's source folder (logged)."""
+    recorded: tuple[tuple[str | None, int], tuple[str | None, int]] = ((None, 128), (None, 128))
+    folder = str(getattr(model, "name_or_path", "") or "")
+    if (quantize == "auto" or head == "auto") and folder and Path(folder).is_dir():
+        recorded = (recorded_quantization(folder), recorded_head_quantization(folder))
+    if quantize == "auto":
+        quantize = recorded[0][0]
+    if head == "auto":
+        head = recorded[1][0]
+    if group_size is None:
+        group_size = next((group for kind, group in recorded if kind is not None), 128)
+    if any(kind is not None for kind, _ in recorded):
+        log.info("sparsify: %s values, %s lm_head (as %s records; pass quantize=None, head=None for bf16)",
+                 quantize or "bf16", head or "unchanged", Path(folder) / "sparsedecoding.json")
+    return quantize, head, group_size
+
+
 def _grid_packed(name: str, weight: torch.Tensor, n: int, m: int, quantize: str, group_size: int) -> PackedNMQ:
     try:
         return pack_nm_quantized(weight, n, m, quantize, group_size)
     except QuantizationError as exc:
         raise QuantizationError(f"{name}: {exc} (sparsify's quantize and group_size must be the ones the model "
                                 f"was pruned with: --quantize {quantize}"
-                                f"{f' --group-size {group_size}' if quantize == 'int4' else ''} here)") from exc
+                                f"{f' --group-size {group_size}' if quantize == 'int4' else ''} here; quantize=None "
+                                "packs bf16 values)") from exc
 
 
 def _quantized_head_module(model: nn.Module, output: nn.Module | None, head: str,
