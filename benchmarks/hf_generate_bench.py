@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                              "--quantize-head)")
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
-    quantization = dict(quantize=None, head=None)  # bf16 values unless --quantized (sparsify's default reads the record)
+    quantization = dict(quantize=None, head=None)  # bf16 unless --quantized (sparsify's default reads the record)
     if args.quantized:
         from sparsedecoding.packed import recorded_head_quantization, recorded_quantization
 
