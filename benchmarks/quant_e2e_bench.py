@@ -25,6 +25,7 @@ from sparsedecoding.engine.bench import (SpeedResult, bench_preset, check_group_
 from sparsedecoding.engine.config import preset
 from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.kernels.op import KERNEL_SETTING, SPARSE_MMA_SETTING, settings_line
+from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
 
@@ -58,6 +59,22 @@ def target_lines(results: list, name: str, patterns: list[SparsityPattern], grou
     return lines + [""]
 
 
+def head_lines(results: list, name: str, patterns: list[SparsityPattern], group_size: int, head: str) -> list[str]:
+    """What the quantized `head` gave against the bf16 head, each pair of rows from this run at batch 1."""
+    speed = {r.weights: r for r in results if isinstance(r, SpeedResult) and r.model == name and r.batch == 1}
+    lines = [f"## lm_head {head} against bf16 ({name} preset, batch 1, both rows of this run)", ""]
+    for quantize in TARGETS:
+        for pattern in [None, *patterns]:
+            plain = speed.get(run_label(pattern, quantize=quantize, group_size=group_size))
+            quantized = speed.get(run_label(pattern, quantize=quantize, group_size=group_size, head=head))
+            if plain is None or quantized is None:
+                lines.append(f"- {run_label(pattern, quantize=quantize, group_size=group_size)}: not measured")
+                continue
+            lines.append(f"- {plain.weights}: {plain.step_ms:.3f} -> {quantized.step_ms:.3f} ms a step, "
+                         f"{quantized.tokens_per_second / plain.tokens_per_second:.3f}x")
+    return lines + [""]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="llama-3.1-8b")
@@ -66,9 +83,9 @@ def main() -> int:
     parser.add_argument("--group-size", type=int, default=128, help="int4 columns per scale (default: 128)")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--head", choices=["int8", "int4"],
-                        help="also quantize lm_head in the int8 and int4 runs, dense and N:M alike (as prune "
-                             "--quantize-head makes it); bf16 runs keep theirs")
+    parser.add_argument("--head", choices=QUANTIZED_FORMATS,
+                        help="also run the int8 and int4 rows with lm_head quantized, dense and N:M alike (as "
+                             "prune --quantize-head makes it), beside the same rows with a bf16 head")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/quant_e2e_PRESET.md")
     args = parser.parse_args()
     out = args.out or Path(__file__).parent / "results" / f"quant_e2e_{args.preset}.md"
@@ -86,10 +103,10 @@ def main() -> int:
     copy = copy_bandwidth(device)
     results = []
     for quantize in (None, "int8", "int4"):
-        results += bench_preset(args.preset, runs, device, new_tokens=args.new_tokens, repeats=args.repeats,
-                                quantize=quantize, group_size=args.group_size,
-                                head=None if quantize is None else args.head)
-        print(format_table(results, copy), flush=True)
+        for head in [None] if quantize is None or args.head is None else [None, args.head]:
+            results += bench_preset(args.preset, runs, device, new_tokens=args.new_tokens, repeats=args.repeats,
+                                    quantize=quantize, group_size=args.group_size, head=head)
+            print(format_table(results, copy), flush=True)
     command = "python " + " ".join(sys.argv)
     lines = ["# End-to-end decode speed of quantized weights (random weights, one preset)", "",
              environment_markdown(command, device),
@@ -102,12 +119,13 @@ def main() -> int:
              "other settings the quantized Triton kernel `nmq_spmv`.", "",
              settings_line() + f" ({KERNEL_SETTING}=cuda with {SPARSE_MMA_SETTING}=1: every 2:4 linear on sparse "
              "tensor cores through the older kernel.)", "",
-             *([f"lm_head: dense {args.head} in the int8 and int4 runs (dense and N:M alike; "
-                f"{'one scale a row' if args.head == 'int8' else f'one scale per {args.group_size} columns'}), bf16 "
-                "in the others, as `prune --quantize-head` makes it (random weights, like every row).", ""]
+             *([f"lm_head: bf16, and dense {args.head} in the rows marked so (dense and N:M alike; "
+                f"{'one scale a row' if args.head == 'int8' else f'one scale per {args.group_size} columns'}), "
+                "as `prune --quantize-head` makes it (random weights, like every row).", ""]
                if args.head else []),
              format_table(results, copy), *target_lines(results, args.preset, args.pattern, args.group_size,
-                                                        args.head)]
+                                                        args.head),
+             *(head_lines(results, args.preset, args.pattern, args.group_size, args.head) if args.head else [])]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import torch
 
-from sparsedecoding.engine.bench import check_group_size, release_memory
+from sparsedecoding.engine.bench import check_group_size, check_plan, release_memory
 from sparsedecoding.engine.config import preset
 from sparsedecoding.engine.generate import Engine
 from sparsedecoding.engine.loading import build_model, random_state
 from sparsedecoding.errors import SparseDecodingError
+from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown, write_report
 
@@ -90,9 +91,9 @@ def main() -> int:
     parser.add_argument("--pattern", type=SparsityPattern.parse, default=SparsityPattern.parse("2:4"))
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--steps", type=int, default=64)
-    parser.add_argument("--quantize", choices=["int8", "int4"], help="block linears' values (both models)")
+    parser.add_argument("--quantize", choices=QUANTIZED_FORMATS, help="block linears' values (both models)")
     parser.add_argument("--group-size", type=int, default=128, help="int4: input columns a scale")
-    parser.add_argument("--head", choices=["int8", "int4"], help="lm_head as a dense quantized weight (both models)")
+    parser.add_argument("--head", choices=QUANTIZED_FORMATS, help="lm_head as a dense quantized weight (both models)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if not 1 <= args.batch <= 16 or args.steps < 1:
@@ -100,6 +101,7 @@ def main() -> int:
     device = torch.device("cuda")
     model_args = preset(args.preset)
     try:  # one error line, before any model is built
+        check_plan([(None, [args.batch]), (args.pattern, [args.batch])], 2, args.quantize, args.group_size, args.head)
         check_group_size(model_args, args.quantize, args.group_size, args.head)
     except SparseDecodingError as exc:
         parser.exit(2, f"error: {exc}\n")

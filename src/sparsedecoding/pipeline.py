@@ -529,8 +529,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         read_text_file(config.text)
     check_gen_backend(config, read_config(folder))
     if config.quantize != "none" and config.quantize_head == "none":
-        log.info("lm_head stays bf16; --quantize-head int8 made the 8B preset's 2:4 + int4 step 8%% faster at one "
-                 "held-out problem of 82 (benchmarks/results/quality-quant3-qwen2.5-coder-1.5b)")
+        log.info("lm_head stays bf16; --quantize-head int8 made the 8B preset's 2:4 + int4 step about 8%% faster "
+                 "(two runs) at one held-out problem of 82 (benchmarks/results/quality-quant3-qwen2.5-coder-1.5b)")
     work = WorkDir(out, config.fingerprint())
     try:
         started = time.perf_counter()
