@@ -164,6 +164,18 @@ PY
     # head only (its gain against the bf16 head now within one run)
     bash benchmarks/h200.sh quant-e2e-qwen-2of4
     HEADS=int8 bash benchmarks/h200.sh quant-e2e-head ;;
+  sparsify-gpu-tests)  # not committed: the GPU tests of sparsify with quantized models (compiled generate, untiled
+    # and tiled), tail in gpu_tests_sparsify.log; may run beside a quality step (no timing in it)
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sparsify.py -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_sparsify.log" || true ;;
+  quant-e2e-head-int8)  # quant_e2e_h200_head_int8.md alone: quant-e2e-head with HEADS=int8
+    HEADS=int8 bash benchmarks/h200.sh quant-e2e-head ;;
+  lease14)  # the fourteenth session's one lease, started with the first call; the pieces follow (`receive`, then
+    # `models`). generic-ab runs while they arrive, then the model steps and the speed steps one after another on
+    # the GPU; the sparsify GPU tests run beside quality-head-dev (a second chain: no timing in either)
+    AFTER=generic-ab bash benchmarks/h200.sh bg sparsify-gpu-tests
+    bash benchmarks/h200.sh bg generic-ab quality-head-dev hf-generate-quant quant-e2e-head-int8 step-profile-int4 \
+      quant-e2e-qwen-2of4 ;;
   quant-e2e-8b-16of32)  # quant_e2e_h200_8b_16of32.md: the chart's 8B speeds with the 16:32 pattern
     python3 benchmarks/quant_e2e_bench.py --preset llama-3.1-8b --pattern 16:32 --out "$OUT/quant_e2e_h200_8b_16of32.md" ;;
   quality-repair2)  # quality-repair2/: issue 11's third round (benchmarks/recipes/plan-repair2.json): repair on
