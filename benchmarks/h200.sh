@@ -201,8 +201,8 @@ PY
     # tests between; about 2.5 minutes. The device's copy of nm_mma.cu is swapped, never the repository's.
     timeout 95 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 --models llama-3.1-8b --batches 1 2 4 8 16 \
       --no-sweep --reps 5 --out "$OUT/cuda_kernel_h200_16of32_8b_main.md" | grep -E "^\| llama|failures" || true
-    git show f3416cd:src/sparsedecoding/kernels/csrc/nm_mma.cu > /tmp/nm_mma_anchored.cu  # branch generic-anchored
-    cp /tmp/nm_mma_anchored.cu src/sparsedecoding/kernels/csrc/nm_mma.cu
+    # the branch's source travels in .xab/ (git-ignored, carried): the device's copy of .git holds main only
+    cp .xab/nm_mma_anchored.cu src/sparsedecoding/kernels/csrc/nm_mma.cu  # git show f3416cd:<that path>
     timeout 90 python3 -m pytest -q -m gpu tests/test_cuda_mma.py -k "matches_float64 or float16_and_vector or graph" \
       -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_anchored.log" || true
     timeout 95 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 --models llama-3.1-8b --batches 1 2 4 8 16 \

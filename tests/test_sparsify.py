@@ -218,37 +218,64 @@ def test_cuda_sparsified_model_runs_the_kernel_eagerly_and_in_compiled_generate(
     assert_greedy_choices(model, compiled, prompt.shape[1])  # inductor rounds norms and attention its own way
 
 
-def quantized_tiny(quantize: str, tied: bool = False) -> nn.Module:
+def quantized_tiny(quantize: str, tied: bool = False, **overrides) -> nn.Module:
     """A tiny random qwen2 model whose decoder linears are pruned 2:4 with kept values on a `quantize` grid (32
     columns a scale for int4) and whose lm_head is on the int8 grid, as `prune --quantize Q --quantize-head int8`
-    leaves them (here on an identity Hessian); `tied`: lm_head shares the input embedding (both on the grid)."""
+    leaves them (here on an identity Hessian); `tied`: lm_head shares the input embedding (both on the grid);
+    `overrides`: config values (`tiny_config`)."""
     from transformers import AutoModelForCausalLM
 
     from sparsedecoding import solvers
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config("qwen2", tie_word_embeddings=tied), dtype=torch.float32)
+    config = tiny_config("qwen2", tie_word_embeddings=tied, **overrides)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
         for module in model.model.layers.modules():
             if isinstance(module, nn.Linear):
                 eye = torch.eye(module.in_features)
                 module.weight.copy_(solvers.sparsegpt(module.weight, eye, "2:4", quantize=quantize, group_size=32))
-        model.lm_head.weight.copy_(solvers.gptq(model.lm_head.weight, torch.eye(64), "int8"))
+        model.lm_head.weight.copy_(solvers.gptq(model.lm_head.weight, torch.eye(config.hidden_size), "int8"))
     return model.to(torch.bfloat16).eval()
+
+
+# every decoder linear's in_features a multiple of 512 and out_features of 16: no padding in sp24's tiled layout,
+# so `tile_model` takes all 14 (at hidden 64 each would pad to 4-8 times its bytes, past MAX_PADDING)
+TILEABLE = dict(hidden_size=512, intermediate_size=1024)
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_quantized_sparsified_linears_are_tiled_for_sp24_when_their_padding_is_small(quantize):
+    """`tile_model` takes every `QuantizedPackedLinear` `sparsify` makes (CPU: the tiled layers multiply by their
+    weight densified, giving the packed model's logits up to rounding), and none of the 64-wide model's, whose tiles
+    would be mostly padding."""
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear, tileable, tile_model
+
+    small, _ = sparsify(quantized_tiny(quantize), quantize=quantize, group_size=32, head="int8")
+    reasons = {tileable(m, require_cuda=False) for name, m in small.named_modules() if name.endswith("proj")}
+    assert reasons and all(reason.startswith("shape ") and "pads to the kernel's tiles" in reason for reason in reasons)
+    assert tile_model(small, require_cuda=False) == 0
+    model, summary = sparsify(quantized_tiny(quantize, **TILEABLE), quantize=quantize, group_size=32, head="int8")
+    with torch.no_grad():
+        packed = model(TOKENS).logits
+        assert tile_model(model, require_cuda=False) == len(summary.swapped) == 14
+        assert {type(model.get_submodule(name)) for name in summary.swapped} == {Sp24Linear}
+        # the same products summed in another order: bf16 activations round apart by a few units in the last place
+        torch.testing.assert_close(model(TOKENS).logits, packed, rtol=2**-6, atol=2**-8 * float(packed.abs().max()))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("quantize", ["int8", "int4"])
 def test_cuda_quantized_sparsified_model_matches_its_grid_and_compiles_in_generate(quantize):
-    """On CUDA: `sparsify(quantize=Q, head="int8")` of a model on those grids gives logits as close to float64 as the
-    bf16 grid model's (the kernels dequantize exactly), untiled and tiled for sp24, and transformers' compiled decode
-    step picks the eager model's best tokens."""
+    """On CUDA: `sparsify(quantize=Q, head="int8")` of a model on those grids (shaped for sp24's tiles: TILEABLE)
+    gives logits as close to float64 as the bf16 grid model's (the kernels dequantize exactly), untiled and tiled
+    for sp24, and transformers' compiled decode step picks the eager model's best tokens."""
     from transformers.generation import CompileConfig
 
     from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
     from sparsedecoding.kernels.sp24_linear import tile_model
 
-    grid = quantized_tiny(quantize).cuda()
+    grid = quantized_tiny(quantize, **TILEABLE).cuda()
     tokens = TOKENS.cuda()
     with torch.no_grad():
         exact = copy.deepcopy(grid).double()(tokens).logits

@@ -208,8 +208,9 @@ GLU_NAME = "gate_up"  # the engine's fused gate|up linear (engine.model.MLP), wh
 
 
 def tile_model(model: torch.nn.Module, require_cuda: bool = True, glu: bool = False) -> int:
-    """Swap, in place, every 2:4 `PackedLinear` / `QuantizedPackedLinear` on CUDA for an `Sp24Linear` holding the
-    same weight tiled (the packed tensors are released as each is replaced, so peak memory grows by one layer).
+    """Swap, in place, every 2:4 `PackedLinear` / `QuantizedPackedLinear` on CUDA that `tileable` takes (padding to
+    the kernel's tiles adds at most MAX_PADDING, so not those of tiny models) for an `Sp24Linear` holding the same
+    weight tiled (the packed tensors are released as each is replaced, so peak memory grows by one layer).
     With `glu`, each linear named GLU_NAME without a bias (rows a multiple of 32) is tiled to give silu(gate)·up
     itself, which the engine's MLP then skips. Returns how many were swapped."""
     names = [name for name, module in model.named_modules() if tileable(module, require_cuda) is None]
