@@ -154,6 +154,27 @@ PY
     # int8 lm_head (issue 13's 2.69x against 3.0x) spends its time, beside dense int4 with the same head; about 2 min
     timeout 200 python3 benchmarks/step_profile.py --quantize int4 --head int8 \
       --out "$OUT/step_profile_h200_8b_int4_h8.md" | grep -E "^## |^- wall" || true ;;
+  ncu-probe)  # ncu_*.txt: Nsight Compute on one warm launch each (clocks left alone: --clock-control none) of the
+    # generic 16:32 path and FAST24 (8B gate_up, batch 4) and sp24 int4 (gate_up and o, batch 1): occupancy, issue
+    # and the warps' stall reasons; each report is written as soon as its run ends
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+    [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }
+    probe() {  # NAME KERNEL-REGEX PROBE-ARGS...
+      local name=$1 kernel=$2; shift 2
+      (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 100 "$ncu" --clock-control none -k "regex:$kernel" \
+        --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
+        python3 ncu_probe.py "$@") > "$OUT/ncu_$name.txt" 2>&1 || true
+      grep -E "Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|ERR_|rror" "$OUT/ncu_$name.txt" | head -8 || true
+    }
+    python3 -c "from sparsedecoding.kernels import cuda_mma; cuda_mma.load()" &  # both builds at once, outside ncu
+    python3 -c "from sparsedecoding.kernels import sp24; sp24.load()" &
+    wait
+    probe generic_gate_up_b4 nm_mma_kernel generic --batch 4
+    probe sp24_int4_gate_up_b1 sp24_kernel sp24-int4 --batch 1
+    probe fast24_gate_up_b4 nm_mma_kernel fast24 --batch 4
+    probe sp24_int4_o_b1 sp24_kernel sp24-int4 --shape o --batch 1 ;;
   sparsify-gpu-tests)  # not committed: the GPU tests of sparsify with quantized models (compiled generate, untiled
     # and tiled), tail in gpu_tests_sparsify.log; may run beside a quality step (no timing in it)
     timeout 200 python3 -m pytest -q -m gpu tests/test_sparsify.py -p no:cacheprovider 2>&1 | tail -3 \
@@ -496,5 +517,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, ncu-probe, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
