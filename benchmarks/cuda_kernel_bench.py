@@ -33,6 +33,7 @@ from kernel_bench import Problem, geomean, linear_shapes, rotated_weights, time_
 from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.kernels import cuda_mma, nm_spmv, op
 from sparsedecoding.errors import KernelInputError
+from sparsedecoding.kernels.op import KernelChoiceError
 from sparsedecoding.kernels.autotune import output_error
 from sparsedecoding.runenv import environment_markdown
 
@@ -250,7 +251,18 @@ def environment(copy_bw: float, build_s: float) -> str:
             + f"- GPU: {props.multi_processor_count} SMs, compute capability {props.major}.{props.minor}\n"
             + f"- nvcc: {version.splitlines()[-1] if version else 'unknown'}\n"
             + f"- copy bandwidth (device-to-device, read + written): {copy_bw / 1e12:.2f} TB/s\n"
-            + f"- kernel build (or cache load) at first use: {build_s:.1f} s\n")
+            + f"- kernel build (or cache load) at first use: {build_s:.1f} s\n"
+            + geometry_line())
+
+
+def geometry_line() -> str:
+    """The tensor-core kernel's CTA geometry, set or default, with the CTAs a multiprocessor holds by shared memory
+    (two stages; one n-tile for batch 1-8, two for 9-16)."""
+    rows, words = cuda_mma.geometry()
+    fits = cuda_mma._load().nm_mma_ctas_per_sm
+    setting = os.environ.get(cuda_mma.GEOMETRY_SETTING, "").strip() or "unset (default)"
+    return (f"- tensor-core kernel geometry ({cuda_mma.GEOMETRY_SETTING}={setting}): {rows} rows a CTA, {words} mask "
+            f"words a stage; {fits(1, 2)} CTAs a multiprocessor at batch 1-8, {fits(2, 2)} at 9-16 (two stages)\n")
 
 
 def write_report(report: str, out: str | None) -> None:
@@ -299,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=10, help="timed graph replays per measurement (median)")
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
+    try:
+        cuda_mma.geometry_setting()
+    except KernelChoiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not cuda_mma.available():
         print("cuda_kernel_bench needs a CUDA GPU and nvcc", file=sys.stderr)
         return 2
@@ -308,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         args.models, args.batches, args.patterns = ["llama-3.1-8b"], [1, 4, 8, 16], ["2:4"]
     started = time.perf_counter()
     try:
-        cuda_mma.build()
+        cuda_mma.load()  # the library of SPARSEDECODING_NM_MMA_GEOMETRY (default: unset)
     except cuda_mma.CudaKernelUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -175,6 +175,23 @@ PY
     probe sp24_int4_gate_up_b1 sp24_kernel sp24-int4 --batch 1
     probe fast24_gate_up_b4 nm_mma_kernel fast24 --batch 4
     probe sp24_int4_o_b1 sp24_kernel sp24-int4 --shape o --batch 1 ;;
+  generic-geometry)  # not yet run: cuda_kernel_h200_16of32_8b_geometry_{default,w8c4,w4c8,w4c4}.md, 16:32 on the
+    # tensor-core kernel (8B shapes, batch 1-16, default splits) with smaller CTAs (SPARSEDECODING_NM_MMA_GEOMETRY:
+    # warps and mask words a stage), after the geometries' float64 GPU tests; the fourteenth session's profile found
+    # the generic path issue-bound on two CTAs (about 3 warps a scheduler) an SM; about 7 minutes
+    timeout 200 python3 -m pytest -q -m gpu tests/test_cuda_mma.py -k "each_geometry or graph_replay" \
+      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_geometry.log" || true  # builds the three libraries
+    for g in default w8c4 w4c8 w4c4; do
+      case $g in
+        default) setting= ;;
+        w8c4) setting=warps=8,chunk_words=4 ;;
+        w4c8) setting=warps=4,chunk_words=8 ;;
+        w4c4) setting=warps=4,chunk_words=4 ;;
+      esac
+      SPARSEDECODING_NM_MMA_GEOMETRY=$setting timeout 110 python3 benchmarks/cuda_kernel_bench.py --patterns 16:32 \
+        --models llama-3.1-8b --batches 1 2 4 8 16 --no-sweep --reps 5 \
+        --out "$OUT/cuda_kernel_h200_16of32_8b_geometry_$g.md" | grep -E "^\| llama|failures|geometry" || true
+    done ;;
   sparsify-gpu-tests)  # not committed: the GPU tests of sparsify with quantized models (compiled generate, untiled
     # and tiled), tail in gpu_tests_sparsify.log; may run beside a quality step (no timing in it)
     timeout 200 python3 -m pytest -q -m gpu tests/test_sparsify.py -p no:cacheprovider 2>&1 | tail -3 \
@@ -517,5 +534,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, ncu-probe, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, ncu-probe, generic-geometry, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -9,7 +9,10 @@ import torch
 
 from sparsedecoding.errors import KernelInputError
 from sparsedecoding.kernels import PackedNM, pack_nm
-from sparsedecoding.kernels.cuda_mma import check_inputs, default_splits, nm_mm_cuda
+from sparsedecoding.kernels import cuda_mma
+from sparsedecoding.kernels.cuda_mma import (GEOMETRY_SETTING, check_inputs, default_splits, geometry_defines,
+                                             geometry_setting, nm_mm_cuda)
+from sparsedecoding.kernels.op import KernelChoiceError
 
 PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32)]
 
@@ -195,6 +198,49 @@ def test_default_splits_fill_the_gpu_without_tiny_ranges():
     assert default_splits(16, 1, 132) == 1
 
 
+def test_default_splits_follow_the_geometry():
+    """Smaller CTAs: more row blocks and chunks, and more CTAs a multiprocessor, in the same one-wave rule."""
+    assert default_splits(28672, 128, 132, rows_per_block=64, chunk_words=4, ctas_per_sm=7) == 2  # 448 blocks
+    assert default_splits(4096, 128, 132, rows_per_block=64, chunk_words=8, ctas_per_sm=4) == 8  # 64 blocks
+    assert default_splits(4096, 128, 132, rows_per_block=128, chunk_words=4, ctas_per_sm=3) == 12  # 32 chunks
+    assert default_splits(4096, 128, 132, ctas_per_sm=1) == 4
+
+
+def test_geometry_setting_parses_and_rejects_in_one_line(monkeypatch):
+    monkeypatch.delenv(GEOMETRY_SETTING, raising=False)
+    assert geometry_setting() == {} and geometry_defines({}) == []
+    monkeypatch.setenv(GEOMETRY_SETTING, " Warps=4 , chunk_words=4 ")
+    assert geometry_setting() == {"warps": 4, "chunk_words": 4}
+    assert geometry_defines(geometry_setting()) == ["-DNM_MMA_CHUNK_WORDS=4", "-DNM_MMA_WARPS=4"]
+    for bad in ("warps=2", "warps=4,warps=8", "rows=64", "warps", "warps=four", "chunk_words=16"):
+        monkeypatch.setenv(GEOMETRY_SETTING, bad)
+        with pytest.raises(KernelChoiceError) as info:
+            geometry_setting()
+        assert GEOMETRY_SETTING in str(info.value) and "\n" not in str(info.value)
+
+
+def test_every_geometry_compiles(tmp_path):
+    """nvcc (where this machine has one) compiles nm_mma.cu to PTX in each geometry for sm_90, with no GPU: the
+    static checks of the copy assignments hold for every choice."""
+    nvcc = cuda_mma._nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc on this machine")
+    import itertools
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    def compile_ptx(choice: tuple[int, int]) -> tuple[list[str], subprocess.CompletedProcess]:
+        defines = geometry_defines({"warps": choice[0], "chunk_words": choice[1]})
+        return defines, subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", *defines, "-ptx",  # no ptxas: faster
+                                        "-o", str(tmp_path / f"nm_mma_{choice[0]}_{choice[1]}.ptx"),
+                                        str(cuda_mma.SOURCE)], capture_output=True, text=True)
+
+    choices = itertools.product(cuda_mma.GEOMETRY_CHOICES["warps"], cuda_mma.GEOMETRY_CHOICES["chunk_words"])
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for defines, result in pool.map(compile_ptx, choices):
+            assert result.returncode == 0, (defines, result.stderr[-2000:])
+
+
 # --- GPU ---------------------------------------------------------------------------------------------------------
 
 SHAPES = [(16, 32), (77, 96), (130, 416), (1000, 4096), (200, 4128)]
@@ -289,3 +335,25 @@ def test_sparse_mma_refuses_a_mask_without_two_per_group():
     damaged[3, 1] = word - (1 << 32) if word >= 1 << 31 else word
     with pytest.raises(KernelInputError, match="exactly 2"):
         check_two_per_group(damaged)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("geometry", ["warps=8,chunk_words=4", "warps=4,chunk_words=8", "warps=4,chunk_words=4"])
+def test_kernel_in_each_geometry_matches_float64(geometry, monkeypatch):
+    """SPARSEDECODING_NM_MMA_GEOMETRY builds a library of smaller CTAs: generic and FAST24 paths, batch 1, 5 and
+    16, odd shapes (rows past a CTA, a partial last chunk, words not a multiple of 4), split-K, against float64.
+    The process's default library comes back after the test."""
+    monkeypatch.setenv(GEOMETRY_SETTING, geometry)
+    monkeypatch.setattr(cuda_mma, "_library", None)
+    expected = geometry_setting()
+    assert cuda_mma.geometry() == (16 * expected["warps"], expected["chunk_words"])
+    for n, m in ((16, 32), (2, 4)):
+        for out, in_features in ((77, 96), (130, 416), (1000, 4096), (200, 4128)):
+            weight = random_nm(out, in_features, n, m, device="cuda")
+            packed = pack_nm(weight, n, m)
+            for batch in (1, 5, 16):
+                x = torch.randn(batch, in_features, device="cuda").bfloat16()
+                for splits, stages in ((1, 2), (3, 2), (None, 3)):
+                    error = float64_error(nm_mm_cuda(x, packed, splits=splits, stages=stages), x, weight)
+                    assert error <= 1, (geometry, n, m, out, in_features, batch, splits, stages, error)
+

@@ -4,6 +4,8 @@ The CUDA source is compiled at first use with the machine's `nvcc` into a shared
 architecture (cached under $SPARSEDECODING_CACHE/cuda_build, default ~/.cache/sparsedecoding/cuda_build, keyed by
 a hash of the source, the architecture and the nvcc version) and called through ctypes on torch's current stream,
 so it runs inside CUDA graphs. No torch headers or ninja are needed, which keeps the build to a few seconds.
+SPARSEDECODING_NM_MMA_GEOMETRY (e.g. `warps=4,chunk_words=4`) builds it with smaller CTAs, for measuring: see
+`geometry_setting`.
 
 Every 50% pattern (2:4, 4:8, 8:16, 16:32) keeps exactly 16 values per 32-column mask word, so one kernel serves
 them all; 2:4 also keeps exactly 2 per group of 4 (`pack_nm` guarantees it) and takes a faster expansion.
@@ -25,11 +27,14 @@ import torch
 
 from ..errors import KernelInputError, SparseDecodingError
 from .format import PackedNM, values_per_word
-from .op import MAX_BATCH  # one m16 tile of x: the same rows as the Triton kernel serves
+from .op import MAX_BATCH, KernelChoiceError  # one m16 tile of x: the same rows as the Triton kernel serves
 SOURCE = Path(__file__).parent / "csrc" / "nm_mma.cu"
 _DTYPES = {torch.bfloat16: 1, torch.float16: 0}
-ROWS_PER_BLOCK = 128  # rows of W per CTA (kRows in nm_mma.cu)
-CHUNK_WORDS = 8  # mask words per pipeline stage (kChunkWords)
+ROWS_PER_BLOCK = 128  # rows of W per CTA (kRows in nm_mma.cu) in the default geometry
+CHUNK_WORDS = 8  # mask words per pipeline stage (kChunkWords) in the default geometry
+GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
+GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), mask words a stage
+DEFAULT_CTAS_PER_SM = 2  # the default geometry's CTAs a multiprocessor on the H200 (98.6 KB of shared memory each)
 STAGES = (2, 3, 4)  # pipeline depths the library is built with
 DEFAULT_STAGES = 2  # fastest on the H200 at every 8B shape and batch but one (benchmarks/results)
 _COUNTER_SLOTS = 1 << 16  # one int per row block of a split-K launch: outputs up to 8M rows
@@ -69,10 +74,34 @@ def _arch(min_major: int = 9) -> str:
     return f"{major}{minor}"
 
 
-def build(source_path: Path = SOURCE, min_major: int = 9) -> Path:
+def geometry_setting() -> dict[str, int]:
+    """SPARSEDECODING_NM_MMA_GEOMETRY as {name: value}: comma-separated `name=value` pairs from GEOMETRY_CHOICES,
+    e.g. `warps=4,chunk_words=4`; unset or empty: {} (8 warps, 8 words a stage: the geometry every report before
+    2026-12-01's fourteenth session measured). Smaller CTAs use less shared memory, so more of them fit on a
+    multiprocessor. Anything else is a KernelChoiceError naming the choices."""
+    text = os.environ.get(GEOMETRY_SETTING, "").strip()
+    choices = "; ".join(f"{name}: {' or '.join(map(str, values))}" for name, values in GEOMETRY_CHOICES.items())
+    geometry: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        name = name.strip().lower()
+        if name not in GEOMETRY_CHOICES or name in geometry or not value.strip().isdigit() \
+                or int(value) not in GEOMETRY_CHOICES[name]:
+            raise KernelChoiceError(f"{GEOMETRY_SETTING}={text!r}: {item!r} is not a choice; use comma-separated "
+                                    f"name=value pairs, each name once ({choices})")
+        geometry[name] = int(value)
+    return geometry
+
+
+def geometry_defines(geometry: dict[str, int]) -> list[str]:
+    """nvcc's -D flags for a `geometry_setting` result."""
+    return [f"-DNM_MMA_{name.upper()}={value}" for name, value in sorted(geometry.items())]
+
+
+def build(source_path: Path = SOURCE, min_major: int = 9, defines: tuple[str, ...] = ()) -> Path:
     """Compile `source_path` (default `nm_mma.cu`, which needs compute capability `min_major`.0) for the current
-    device unless a matching library is cached; return its path. Raises CudaKernelUnavailableError with nvcc's
-    messages if the compile fails."""
+    device, with nvcc flags `defines` (`geometry_defines`), unless a matching library is cached; return its path.
+    Raises CudaKernelUnavailableError with nvcc's messages if the compile fails."""
     nvcc = _nvcc()
     if nvcc is None:
         raise CudaKernelUnavailableError("nvcc not found (set CUDA_HOME or put nvcc on PATH) — the tensor-core "
@@ -80,14 +109,15 @@ def build(source_path: Path = SOURCE, min_major: int = 9) -> Path:
     arch = _arch(min_major)
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     source = source_path.read_bytes()
-    key = hashlib.sha256(source + arch.encode() + (version[-1] if version else "").encode()).hexdigest()[:16]
+    key = hashlib.sha256(source + arch.encode() + (version[-1] if version else "").encode()
+                         + " ".join(defines).encode()).hexdigest()[:16]
     target = cache_dir() / f"{source_path.stem}_sm{arch}_{key}.so"
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.tmp")
     command = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17",
-               f"-gencode=arch=compute_{arch},code=sm_{arch}", "-o", str(partial), str(source_path)]
+               f"-gencode=arch=compute_{arch},code=sm_{arch}", *defines, "-o", str(partial), str(source_path)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
@@ -99,10 +129,10 @@ def build(source_path: Path = SOURCE, min_major: int = 9) -> Path:
     return target
 
 
-def open_library(source_path: Path = SOURCE, min_major: int = 9) -> ctypes.CDLL:
+def open_library(source_path: Path = SOURCE, min_major: int = 9, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     """`build` the source (or find it cached) and load the shared library; CudaKernelUnavailableError if either
     fails."""
-    path = build(source_path, min_major)
+    path = build(source_path, min_major, defines)
     try:
         return ctypes.CDLL(str(path))
     except OSError as exc:
@@ -113,7 +143,8 @@ def _load() -> ctypes.CDLL:
     global _library
     with _lock:
         if _library is None:
-            library = open_library()
+            geometry = geometry_setting()
+            library = open_library(defines=tuple(geometry_defines(geometry)))
             library.nm_mma_launch.restype = ctypes.c_int
             library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_void_p]
             library.nm_mma_codes_launch.restype = ctypes.c_int
@@ -122,7 +153,10 @@ def _load() -> ctypes.CDLL:
             library.nm_mma_error_string.argtypes = [ctypes.c_int]
             library.nm_mma_rows_per_block.restype = ctypes.c_int
             library.nm_mma_chunk_words.restype = ctypes.c_int
-            if (library.nm_mma_rows_per_block(), library.nm_mma_chunk_words()) != (ROWS_PER_BLOCK, CHUNK_WORDS):
+            library.nm_mma_ctas_per_sm.restype = ctypes.c_int
+            library.nm_mma_ctas_per_sm.argtypes = [ctypes.c_int, ctypes.c_int]
+            expected = (16 * geometry.get("warps", ROWS_PER_BLOCK // 16), geometry.get("chunk_words", CHUNK_WORDS))
+            if (library.nm_mma_rows_per_block(), library.nm_mma_chunk_words()) != expected:
                 raise CudaKernelUnavailableError("nm_mma.cu and cuda_mma.py disagree on the tile size; rebuild")
             _library = library
         return _library
@@ -208,13 +242,20 @@ def check_two_per_group(bitmask: torch.Tensor) -> None:
                                "bitmask has groups that do not (repack it with pack_nm)")
 
 
-def default_splits(out: int, words: int, sms: int) -> int:
-    """Column splits per row block: as many as keep the CTAs within one wave (two per multiprocessor at the
-    default pipeline depth), each split with at least two pipeline chunks; read off the H200 sweep of the 8B
-    shapes in benchmarks/results/cuda_kernel_h200_8b_sweep.md."""
-    row_blocks = -(-out // ROWS_PER_BLOCK)
-    chunks = -(-words // CHUNK_WORDS)
-    return max(1, min(2 * sms // row_blocks, chunks // 2))
+def default_splits(out: int, words: int, sms: int, rows_per_block: int = ROWS_PER_BLOCK,
+                   chunk_words: int = CHUNK_WORDS, ctas_per_sm: int = DEFAULT_CTAS_PER_SM) -> int:
+    """Column splits per row block: as many as keep the CTAs within one wave (`ctas_per_sm` per multiprocessor:
+    two in the default geometry at the default pipeline depth), each split with at least two pipeline chunks; read
+    off the H200 sweep of the 8B shapes in benchmarks/results/cuda_kernel_h200_8b_sweep.md."""
+    row_blocks = -(-out // rows_per_block)
+    chunks = -(-words // chunk_words)
+    return max(1, min(ctas_per_sm * sms // row_blocks, chunks // 2))
+
+
+def geometry() -> tuple[int, int]:
+    """(rows a CTA, mask words a stage) of the loaded library; loads it first."""
+    library = _load()
+    return library.nm_mma_rows_per_block(), library.nm_mma_chunk_words()
 
 
 class Launch:
@@ -250,9 +291,14 @@ class Launch:
         self.words = in_features // 32
         self.device = x.device
         self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        self.rows_per_block = self.library.nm_mma_rows_per_block()
         if splits is None:
+            with _on_device(self.device_index):
+                ctas = self.library.nm_mma_ctas_per_sm(1 if self.batch <= 8 else 2, stages)
             splits = default_splits(self.out, self.words,
-                                    torch.cuda.get_device_properties(self.device).multi_processor_count)
+                                    torch.cuda.get_device_properties(self.device).multi_processor_count,
+                                    self.rows_per_block, self.library.nm_mma_chunk_words(),
+                                    ctas or DEFAULT_CTAS_PER_SM)
         if splits < 1:
             raise KernelInputError(f"splits = {splits}; it must be at least 1")
         if stages not in STAGES:
@@ -263,7 +309,7 @@ class Launch:
         self.sparse_mma = int(sparse_mma)
         self.counters = None
         if splits > 1:
-            if -(-self.out // ROWS_PER_BLOCK) > _COUNTER_SLOTS:
+            if -(-self.out // self.rows_per_block) > _COUNTER_SLOTS:
                 raise KernelInputError(f"{self.out} output rows exceed the split-K counters; pass splits=1")
             self.counters = _counters.get(self.device_index)
             if self.counters is None:
@@ -381,6 +427,7 @@ def compile_log() -> str:
         raise CudaKernelUnavailableError("nvcc not found")
     arch = _arch()
     result = subprocess.run([nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}",
-                             "--ptxas-options=-v", "-c", "-o", os.devnull, str(SOURCE)], capture_output=True, text=True)
+                             *geometry_defines(geometry_setting()), "--ptxas-options=-v", "-c", "-o", os.devnull,
+                             str(SOURCE)], capture_output=True, text=True)
     lines = (result.stderr + result.stdout).splitlines()
     return "\n".join(line for line in lines if re.search(r"registers|spill|entry function", line))

@@ -46,11 +46,22 @@
 
 namespace {
 
-constexpr int kWarps = 8;                        // warps per CTA
+// The CTA's geometry, 8 warps and 8 words a stage unless the build defines otherwise (cuda_mma.py passes
+// SPARSEDECODING_NM_MMA_DEFINES to nvcc): fewer warps or words a stage make a CTA's shared memory smaller, so more
+// CTAs fit on a multiprocessor. Python reads the values back (nm_mma_rows_per_block, nm_mma_chunk_words).
+#ifndef NM_MMA_WARPS
+#define NM_MMA_WARPS 8
+#endif
+#ifndef NM_MMA_CHUNK_WORDS
+#define NM_MMA_CHUNK_WORDS 8
+#endif
+constexpr int kWarps = NM_MMA_WARPS;             // warps per CTA
 constexpr int kStrips = 1;                       // 16-row strips per warp, sharing the warp's x fragments
 constexpr int kRows = 16 * kStrips * kWarps;     // rows per CTA
 constexpr int kThreads = 32 * kWarps;
-constexpr int kChunkWords = 8;                   // mask words (256 columns) per pipeline stage
+constexpr int kChunkWords = NM_MMA_CHUNK_WORDS;  // mask words (32 columns each) per pipeline stage
+static_assert(kWarps == 4 || kWarps == 8, "NM_MMA_WARPS: 4 or 8");
+static_assert(kChunkWords == 4 || kChunkWords == 8, "NM_MMA_CHUNK_WORDS: 4 or 8");
 // A row's chunk of values lands contiguously (one bulk copy); 64 bytes of padding per row put rows g and g+1 on
 // disjoint banks for the 16-byte loads of a quarter-warp, and cover the generic path's reads past a row's end.
 constexpr int kRowBytes = kChunkWords * 32 + 64;
@@ -429,9 +440,12 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
   // Masks: aligned 16-byte pieces of 4 words when words % 4 == 0, else single 4-byte words.
-  constexpr int kMaskPieces = kRows * kChunkWords / 4 / kThreads;
+  // With fewer pieces than threads (4 words a stage), the threads past the last row copy nothing.
+  constexpr int kMaskPieces = (kRows * kChunkWords / 4 + kThreads - 1) / kThreads;
   constexpr int kMaskWords = kRows * kChunkWords / kThreads;
-  static_assert(kMaskPieces >= 1 && kRows * kChunkWords / 4 % kThreads == 0, "mask pieces spread evenly");
+  static_assert(kRows * kChunkWords / 4 % kThreads == 0 || kRows * kChunkWords / 4 < kThreads,
+                "mask pieces spread evenly");
+  static_assert(kMaskWords >= 1 && kRows * kChunkWords % kThreads == 0, "mask words spread evenly");
   const int mp = tid % (kChunkWords / 4), mw = tid % kChunkWords;
   // x: thread tid copies 16 bytes (8 columns, piece xq) of batch rows xb, xb + kThreads / kXPieces, ...; rows past
   // the batch are never loaded, as they only feed output columns that are not stored.
@@ -452,6 +466,7 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
 #pragma unroll
       for (int k = 0; k < kMaskPieces; ++k) {
         const int r = tid / (kChunkWords / 4) + k * (kThreads / (kChunkWords / 4));
+        if (r >= kRows) break;
         const uint32_t* src = bitmask + static_cast<size_t>(min(row0 + r, out - 1)) * words + w0 + 4 * mp;
         cp_async16(st + L::mask + (r * kChunkWords + 4 * mp) * 4, m_ok ? src : bitmask, m_ok ? 16 : 0);
       }
@@ -740,5 +755,24 @@ const char* nm_mma_error_string(int err) { return cudaGetErrorString(static_cast
 int nm_mma_rows_per_block() { return kRows; }
 
 int nm_mma_chunk_words() { return kChunkWords; }
+
+// CTAs of `nt` n-tiles and `stages` stages that fit on one multiprocessor of the current device by shared memory
+// (the limit that binds: registers allow more); 0 if the device cannot be queried or nt / stages are not built.
+int nm_mma_ctas_per_sm(int nt, int stages) {
+  int device = 0, per_sm = 0, reserved = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess)
+    return 0;
+  int smem = 0;
+  if (nt == 1 && stages == 2) smem = Layout<1, 2>::smem;
+  if (nt == 1 && stages == 3) smem = Layout<1, 3>::smem;
+  if (nt == 1 && stages == 4) smem = Layout<1, 4>::smem;
+  if (nt == 2 && stages == 2) smem = Layout<2, 2>::smem;
+  if (nt == 2 && stages == 3) smem = Layout<2, 3>::smem;
+  if (nt == 2 && stages == 4) smem = Layout<2, 4>::smem;
+  if (smem == 0) return 0;
+  return per_sm / (smem + reserved + 16);  // + the kernel's 16 bytes of static shared memory
+}
 
 }  // extern "C"
