@@ -74,6 +74,7 @@ def main() -> int:
     for value in args.values:
         os.environ[args.setting] = value
         torch._dynamo.reset()  # no compiled block reused from the previous value: each is compiled under its own
+        op.clear_runners()  # nor a kernel runner built under it
         runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, new_tokens=args.new_tokens,
                             repeats=args.repeats,
                             quantize=args.quantize, group_size=args.group_size)

@@ -219,6 +219,46 @@ def test_geometry_setting_parses_and_rejects_in_one_line(monkeypatch):
         assert GEOMETRY_SETTING in str(info.value) and "\n" not in str(info.value)
 
 
+def test_each_geometry_gets_its_own_library(monkeypatch):
+    """`_load` builds one library per geometry the setting names, reuses it, and refuses one whose tile size is not
+    the geometry's (a fake library: no nvcc or GPU needed)."""
+    class Function:  # a ctypes function: settable restype / argtypes, and a value when called
+        def __init__(self, value=0):
+            self.value, self.restype, self.argtypes = value, None, None
+
+        def __call__(self, *args):
+            return self.value
+
+    class Library:
+        def __init__(self, rows, words):
+            for name in ("nm_mma_launch", "nm_mma_codes_launch", "nm_mma_error_string", "nm_mma_ctas_per_sm"):
+                setattr(self, name, Function())
+            self.nm_mma_rows_per_block, self.nm_mma_chunk_words = Function(rows), Function(words)
+
+    built = []
+
+    def fake_open_library(defines=(), lie=False):
+        built.append(defines)
+        settings = dict(d.removeprefix("-DNM_MMA_").split("=") for d in defines)
+        rows = 16 * int(settings.get("WARPS", 8))
+        return Library(rows + (16 if lie else 0), int(settings.get("CHUNK_WORDS", 8)))
+
+    monkeypatch.setattr(cuda_mma, "_libraries", {})
+    monkeypatch.setattr(cuda_mma, "open_library", fake_open_library)
+    monkeypatch.delenv(GEOMETRY_SETTING, raising=False)
+    default = cuda_mma._load()
+    assert cuda_mma._load() is default and cuda_mma.geometry() == (128, 8)
+    monkeypatch.setenv(GEOMETRY_SETTING, "warps=4,chunk_words=4")
+    small = cuda_mma._load()
+    assert small is not default and cuda_mma.geometry() == (64, 4)
+    monkeypatch.delenv(GEOMETRY_SETTING)
+    assert cuda_mma._load() is default and built == [(), ("-DNM_MMA_CHUNK_WORDS=4", "-DNM_MMA_WARPS=4")]
+    monkeypatch.setattr(cuda_mma, "open_library", lambda defines=(): fake_open_library(defines, lie=True))
+    monkeypatch.setenv(GEOMETRY_SETTING, "warps=4")
+    with pytest.raises(cuda_mma.CudaKernelUnavailableError, match="disagree on the tile size"):
+        cuda_mma._load()
+
+
 def test_every_geometry_compiles(tmp_path):
     """nvcc (where this machine has one) compiles nm_mma.cu to PTX in each geometry for sm_90, with no GPU: the
     static checks of the copy assignments hold for every choice."""
@@ -344,7 +384,7 @@ def test_kernel_in_each_geometry_matches_float64(geometry, monkeypatch):
     16, odd shapes (rows past a CTA, a partial last chunk, words not a multiple of 4), split-K, against float64.
     The process's default library comes back after the test."""
     monkeypatch.setenv(GEOMETRY_SETTING, geometry)
-    monkeypatch.setattr(cuda_mma, "_library", None)
+    monkeypatch.setattr(cuda_mma, "_libraries", {})
     expected = geometry_setting()
     assert cuda_mma.geometry() == (16 * expected["warps"], expected["chunk_words"])
     for n, m in ((16, 32), (2, 4)):

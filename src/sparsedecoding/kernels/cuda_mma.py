@@ -27,19 +27,21 @@ import torch
 
 from ..errors import KernelInputError, SparseDecodingError
 from .format import PackedNM, values_per_word
-from .op import MAX_BATCH, KernelChoiceError  # one m16 tile of x: the same rows as the Triton kernel serves
+from .op import MAX_BATCH  # one m16 tile of x: the same rows as the Triton kernel serves
+from .op import NM_MMA_GEOMETRY_CHOICES, NM_MMA_GEOMETRY_SETTING
+from .op import nm_mma_geometry_setting as geometry_setting
 SOURCE = Path(__file__).parent / "csrc" / "nm_mma.cu"
 _DTYPES = {torch.bfloat16: 1, torch.float16: 0}
 ROWS_PER_BLOCK = 128  # rows of W per CTA (kRows in nm_mma.cu) in the default geometry
 CHUNK_WORDS = 8  # mask words per pipeline stage (kChunkWords) in the default geometry
-GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
-GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), mask words a stage
+GEOMETRY_SETTING = NM_MMA_GEOMETRY_SETTING  # read by `geometry_setting` (kernels/op.py, with the other settings)
+GEOMETRY_CHOICES = NM_MMA_GEOMETRY_CHOICES
 DEFAULT_CTAS_PER_SM = 2  # the default geometry's CTAs a multiprocessor on the H200 (98.6 KB of shared memory each)
 STAGES = (2, 3, 4)  # pipeline depths the library is built with
 DEFAULT_STAGES = 2  # fastest on the H200 at every 8B shape and batch but one (benchmarks/results)
 _COUNTER_SLOTS = 1 << 16  # one int per row block of a split-K launch: outputs up to 8M rows
 _lock = threading.Lock()
-_library: ctypes.CDLL | None = None
+_libraries: dict[tuple[str, ...], ctypes.CDLL] = {}  # by geometry_defines
 _counters: dict[int, torch.Tensor] = {}
 
 
@@ -72,25 +74,6 @@ def _arch(min_major: int = 9) -> str:
                                          + (" (Hopper bulk copies)" if min_major == 9 else "")
                                          + f"; this GPU is {major}.{minor}: use the Triton kernel (nm_spmv)")
     return f"{major}{minor}"
-
-
-def geometry_setting() -> dict[str, int]:
-    """SPARSEDECODING_NM_MMA_GEOMETRY as {name: value}: comma-separated `name=value` pairs from GEOMETRY_CHOICES,
-    e.g. `warps=4,chunk_words=4`; unset or empty: {} (8 warps, 8 words a stage: the geometry every report before
-    2026-12-01's fourteenth session measured). Smaller CTAs use less shared memory, so more of them fit on a
-    multiprocessor. Anything else is a KernelChoiceError naming the choices."""
-    text = os.environ.get(GEOMETRY_SETTING, "").strip()
-    choices = "; ".join(f"{name}: {' or '.join(map(str, values))}" for name, values in GEOMETRY_CHOICES.items())
-    geometry: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, _, value = item.partition("=")
-        name = name.strip().lower()
-        if name not in GEOMETRY_CHOICES or name in geometry or not value.strip().isdigit() \
-                or int(value) not in GEOMETRY_CHOICES[name]:
-            raise KernelChoiceError(f"{GEOMETRY_SETTING}={text!r}: {item!r} is not a choice; use comma-separated "
-                                    f"name=value pairs, each name once ({choices})")
-        geometry[name] = int(value)
-    return geometry
 
 
 def geometry_defines(geometry: dict[str, int]) -> list[str]:
@@ -140,11 +123,14 @@ def open_library(source_path: Path = SOURCE, min_major: int = 9, defines: tuple[
 
 
 def _load() -> ctypes.CDLL:
-    global _library
+    """The library of the geometry SPARSEDECODING_NM_MMA_GEOMETRY names now (built or loaded once per geometry, so
+    a process that changes the setting gets the other library for launches built after the change)."""
+    geometry = geometry_setting()
+    defines = tuple(geometry_defines(geometry))
     with _lock:
-        if _library is None:
-            geometry = geometry_setting()
-            library = open_library(defines=tuple(geometry_defines(geometry)))
+        library = _libraries.get(defines)
+        if library is None:
+            library = open_library(defines=defines)
             library.nm_mma_launch.restype = ctypes.c_int
             library.nm_mma_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_void_p]
             library.nm_mma_codes_launch.restype = ctypes.c_int
@@ -158,8 +144,8 @@ def _load() -> ctypes.CDLL:
             expected = (16 * geometry.get("warps", ROWS_PER_BLOCK // 16), geometry.get("chunk_words", CHUNK_WORDS))
             if (library.nm_mma_rows_per_block(), library.nm_mma_chunk_words()) != expected:
                 raise CudaKernelUnavailableError("nm_mma.cu and cuda_mma.py disagree on the tile size; rebuild")
-            _library = library
-        return _library
+            _libraries[defines] = library
+        return library
 
 
 def check_inputs(x: torch.Tensor, packed: PackedNM) -> None:

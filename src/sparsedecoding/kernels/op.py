@@ -50,6 +50,8 @@ SP24_PDL_SETTING = "SPARSEDECODING_SP24_PDL"
 COMBO_KERNELS_SETTING = "SPARSEDECODING_COMBO_KERNELS"
 INDUCTOR_PDL_SETTING = "SPARSEDECODING_INDUCTOR_PDL"
 INDUCTOR_ATTENTION_SETTING = "SPARSEDECODING_INDUCTOR_ATTENTION"
+NM_MMA_GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
+NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), words a stage
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -178,6 +180,32 @@ def _checked_kernel_setting() -> str:
     return setting
 
 
+def nm_mma_geometry_setting() -> dict[str, int]:
+    """SPARSEDECODING_NM_MMA_GEOMETRY, the tensor-core kernel's CTA geometry (`cuda_mma` builds its library with it),
+    as {name: value}: comma-separated `name=value` pairs from NM_MMA_GEOMETRY_CHOICES, e.g. `warps=4,chunk_words=4`;
+    unset or empty: {} (8 warps, 8 mask words a stage: the geometry every report before 2026-12-01's fourteenth
+    session measured). Smaller CTAs use less shared memory, so more of them fit on a multiprocessor. Anything else
+    is a KernelChoiceError naming the choices."""
+    text = os.environ.get(NM_MMA_GEOMETRY_SETTING, "").strip()
+    choices = "; ".join(f"{name}: {' or '.join(map(str, values))}"
+                        for name, values in NM_MMA_GEOMETRY_CHOICES.items())
+    geometry: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        name = name.strip().lower()
+        if name not in NM_MMA_GEOMETRY_CHOICES or name in geometry or not value.strip().isdigit() \
+                or int(value) not in NM_MMA_GEOMETRY_CHOICES[name]:
+            raise KernelChoiceError(f"{NM_MMA_GEOMETRY_SETTING}={text!r}: {item!r} is not a choice; use "
+                                    f"comma-separated name=value pairs, each name once ({choices})")
+        geometry[name] = int(value)
+    return geometry
+
+
+def _nm_mma_geometry_text() -> str:
+    """`nm_mma_geometry_setting` as a report shows it: `warps=4,chunk_words=4`, or `default`."""
+    return ",".join(f"{name}={value}" for name, value in nm_mma_geometry_setting().items()) or "default"
+
+
 def settings() -> dict[str, object]:
     """Every environment setting the engine reads, by name, with its value as it stands now (each read through its
     own reader, so a bad value raises its KernelChoiceError here); the Inductor settings are also checked against
@@ -191,7 +219,8 @@ def settings() -> dict[str, object]:
 _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_mma_setting,
             FUSE_GLU_SETTING: fuse_glu_setting, FUSE_NORM_SETTING: fuse_norm_setting, SP24_PDL_SETTING: sp24_pdl_setting,
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
-            INDUCTOR_ATTENTION_SETTING: inductor_attention_setting}
+            INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
+            NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 
@@ -408,6 +437,12 @@ def _gpu_runner(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n:
 
 
 _runners: dict[tuple, Runner] = {}
+
+
+def clear_runners() -> None:
+    """Forget every cached runner, so that the next call of each problem builds one under the settings as they
+    stand (SPARSEDECODING_KERNEL, SPARSEDECODING_NM_MMA_GEOMETRY are read when a runner is built)."""
+    _runners.clear()
 
 
 def _run(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> torch.Tensor:
