@@ -63,16 +63,16 @@ def bench_shape(model, shape, pattern, batches, reps, generator, sweep, stages) 
     rotated = rotated_weights(out, in_features, n, m, generator)
     packed, dense_copies, sparse_copies = rotated.packed, rotated.dense_copies, rotated.sparse_copies
     packed_bytes = rotated.packed_bytes
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    default = cuda_mma.default_splits(out, in_features // 32, sms)
     chunks = -(-in_features // 128)
-    splits_tried = sorted({default, *(s for s in SPLIT_CHOICES if s <= chunks)}) if sweep else [default]
-    choices = [(s, st, False) for s in splits_tried for st in stages]
-    if (n, m) == (2, 4):  # mma.sp: two stages only
-        choices += [(s, 2, True) for s in splits_tried]
     rows = []
     for batch in batches:
         x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
+        # the split-K `nm_mm_cuda` picks itself: its library's geometry and CTAs a multiprocessor at this batch
+        default = cuda_mma.Launch(x, packed, stages=stages[0]).splits
+        splits_tried = sorted({default, *(s for s in SPLIT_CHOICES if s <= chunks)}) if sweep else [default]
+        choices = [(s, st, False) for s in splits_tried for st in stages]
+        if (n, m) == (2, 4):  # mma.sp: two stages only
+            choices += [(s, 2, True) for s in splits_tried]
         check, times = 0.0, {}
         for splits, st, sp in choices:
             try:

@@ -6,7 +6,8 @@ The paths:
 
 - `generic`: the tensor-core kernel's generic expansion (`cuda_mma.nm_mm_cuda`, 16:32 by default);
 - `fast24`: the same kernel on 2:4 with its FAST24 path, the reference the generic path is measured against;
-- `sp24-bf16`, `sp24-int8`, `sp24-int4`: the tiled 2:4 sparse tensor-core kernel (`sp24.sp24_mm`, default splits);
+- `sp24-bf16`, `sp24-int8`, `sp24-int4`: the tiled 2:4 sparse tensor-core kernel (`sp24.sp24_mm`, default splits,
+  one slice: not the tuned launch, whose tuning runs would be the launches ncu skips);
 - `cublas`: `F.linear` on the dense weight.
 
     ncu --clock-control none -k regex:nm_mma_kernel --launch-skip 2 --launch-count 1 \\
@@ -70,7 +71,7 @@ def build(args: argparse.Namespace, generator: torch.Generator):
     else:
         group = in_features if kind == "int8" else GROUP_SIZE
         w = tile(pack_nm_quantized(grid_weight(out, in_features, 2, 4, kind, generator), 2, 4, kind, group))
-    return lambda x: sp24_mm(x, w)
+    return lambda x: sp24_mm(x, w, slices=1)
 
 
 def main(argv: list[str] | None = None) -> int:

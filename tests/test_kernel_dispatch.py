@@ -133,6 +133,16 @@ def test_fallback_is_logged_once_and_triton_serves(fresh_dispatch, monkeypatch, 
     assert len(warnings) == 1 and "nvcc not found" in warnings[0] and "SPARSEDECODING_KERNEL=triton" in warnings[0]
 
 
+def test_clear_runners_forgets_the_quantized_launches_too(monkeypatch):
+    """A setting A/B (SPARSEDECODING_NM_MMA_GEOMETRY) rebuilds every tensor-core launch, packed or quantized."""
+    from sparsedecoding.kernels import quantized
+
+    monkeypatch.setattr(op, "_runners", {"problem": "runner"})
+    monkeypatch.setattr(quantized, "_cuda_launches", {"problem": "launch"})
+    op.clear_runners()
+    assert op._runners == {} and quantized._cuda_launches == {}
+
+
 def test_forced_triton_never_warns(fresh_dispatch, monkeypatch, caplog):
     monkeypatch.setenv(op.KERNEL_SETTING, "triton")
     monkeypatch.setattr(op, "_cuda_problem", never_asked)

@@ -441,8 +441,12 @@ _runners: dict[tuple, Runner] = {}
 
 def clear_runners() -> None:
     """Forget every cached runner, so that the next call of each problem builds one under the settings as they
-    stand (SPARSEDECODING_KERNEL, SPARSEDECODING_NM_MMA_GEOMETRY are read when a runner is built)."""
+    stand (SPARSEDECODING_KERNEL, SPARSEDECODING_NM_MMA_GEOMETRY are read when a runner is built); the quantized
+    weights' tensor-core launches too."""
+    from .quantized import _cuda_launches
+
     _runners.clear()
+    _cuda_launches.clear()
 
 
 def _run(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> torch.Tensor:
