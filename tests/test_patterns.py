@@ -35,3 +35,18 @@ def test_error_message_suggests_a_fix():
 def test_non_string_rejected():
     with pytest.raises(SparsityPatternError):
         SparsityPattern.parse(24)
+
+
+@pytest.mark.parametrize("text,overflow", [("16:32+4", 4), ("8:16+0", 0), (" 16 : 32 + 8 ", 8), ("4:8+2", 2)])
+def test_capped_patterns_parse_and_print_back(text, overflow):
+    pattern = SparsityPattern.parse(text)
+    assert pattern.is_nm and pattern.sparsity == 0.5 and pattern.overflow == overflow
+    assert SparsityPattern.parse(str(pattern)) == pattern
+    assert SparsityPattern.parse("16:32").overflow == -1 and str(SparsityPattern.parse("16:32")) == "16:32"
+
+
+@pytest.mark.parametrize("text", ["2:4+1", "16:32+9", "12:32+2", "8:12+1", "16:32+"])
+def test_bad_capped_patterns_raise_one_line(text):
+    with pytest.raises(SparsityPatternError) as info:
+        SparsityPattern.parse(text)
+    assert "\n" not in str(info.value)

@@ -406,3 +406,27 @@ def test_cuda_graph_joint_loop_equals_eager(quantize):
     for first, second in zip(graph, eager):
         assert torch.equal(first == 0, second == 0)
         torch.testing.assert_close(first, second, rtol=1e-5, atol=1e-5)
+
+
+def test_capped_mask_spans_2of4_to_16of32_and_is_the_best_allowed_mask():
+    """N:M+K: K = 0 is the 2:4 mask, K = M / 4 the plain N:M one; in between every group of M keeps N with at most K
+    beyond 2 in its groups of 4, and (brute force on 8:16+1) no allowed mask has a larger total score."""
+    import itertools
+
+    from sparsedecoding.solvers import keep_mask
+
+    score = torch.rand(32, 64, generator=torch.Generator().manual_seed(0))
+    def mask(text: str) -> torch.Tensor:
+        return keep_mask(score, SparsityPattern.parse(text))
+
+    assert torch.equal(mask("16:32+0"), mask("2:4")) and torch.equal(mask("16:32+8"), mask("16:32"))
+    kept = mask("16:32+3")
+    per_four = kept.view(32, 2, 8, 4).sum(-1)
+    assert kept.view(32, 2, 32).sum(-1).eq(16).all() and (per_four - 2).clamp_min(0).sum(-1).le(3).all()
+    assert (per_four - 2).clamp_min(0).sum(-1).eq(3).any()  # the limit is used, not just respected
+    small = torch.rand(12, 16, generator=torch.Generator().manual_seed(1))
+    kept = keep_mask(small, SparsityPattern.parse("8:16+1"))
+    for row in range(12):
+        best = max(float(small[row, list(c)].sum()) for c in itertools.combinations(range(16), 8)
+                   if sum(max(0, sum(i // 4 == g for i in c) - 2) for g in range(4)) <= 1)
+        assert abs(float(small[row][kept[row]].sum()) - best) < 1e-5

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .errors import SparsityPatternError
 
-_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*)?$")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 # The N:M patterns the packed format and its kernels are built and tuned for, densest first.
 KERNEL_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
@@ -20,15 +20,22 @@ class SparsityPattern:
     """`n:m` keeps n weights in every group of m consecutive columns of a row; `unstructured` prunes `sparsity`
     of each row's weights (the solvers choose per row, or per block for SparseGPT).
 
-    Exactly one of the two forms is set: (n, m) for N:M, or `sparsity` with n = m = 0 for unstructured."""
+    Exactly one of the two forms is set: (n, m) for N:M, or `sparsity` with n = m = 0 for unstructured.
+
+    `overflow` (experimental, `"16:32+4"`): a 50% N:M pattern whose groups of 4 columns keep at most 2, except for
+    at most `overflow` kept weights beyond 2 in each group of m. 0 is the 2:4 mask, m / 4 the plain N:M mask; in
+    between, a mask that a 2:4 weight plus `overflow` entries per group would hold (a kernel for that format does
+    not exist yet: such a model packs and runs as plain N:M). -1: no such limit."""
 
     n: int = 0
     m: int = 0
     sparsity: float = 0.0
+    overflow: int = -1
 
     @classmethod
     def parse(cls, text: str | SparsityPattern) -> SparsityPattern:
-        """`"2:4"`, `"4:8"`, `"16:32"`, any `"N:M"` with 0 < N < M, or `"50%"` (0 < p < 100)."""
+        """`"2:4"`, `"4:8"`, `"16:32"`, any `"N:M"` with 0 < N < M, `"N:M+K"` (a 50% N:M with M a multiple of 8 and
+        at most K ≤ M / 4 kept weights beyond 2 in a group of 4: `overflow`), or `"50%"` (0 < p < 100)."""
         if isinstance(text, SparsityPattern):
             return text
         if not isinstance(text, str):
@@ -38,7 +45,13 @@ class SparsityPattern:
             n, m = int(match.group(1)), int(match.group(2))
             if not 0 < n < m:
                 raise SparsityPatternError(f"{text!r} — N must satisfy 0 < N < M; try 2:4")
-            return cls(n=n, m=m, sparsity=1.0 - n / m)
+            if match.group(3) is None:
+                return cls(n=n, m=m, sparsity=1.0 - n / m)
+            overflow = int(match.group(3))
+            if 2 * n != m or m % 8 or overflow > m // 4:
+                raise SparsityPatternError(f"{text!r} — N:M+K needs a 50% pattern whose M is a multiple of 8 (8:16, "
+                                           f"16:32) and K at most M / 4; try 16:32+4")
+            return cls(n=n, m=m, sparsity=0.5, overflow=overflow)
         match = _PERCENT.match(text)
         if match:
             percent = float(match.group(1))
@@ -53,5 +66,5 @@ class SparsityPattern:
 
     def __str__(self) -> str:
         if self.is_nm:
-            return f"{self.n}:{self.m}"
+            return f"{self.n}:{self.m}" + (f"+{self.overflow}" if self.overflow >= 0 else "")
         return f"{self.sparsity * 100:g}%"

@@ -46,8 +46,10 @@ def check_kept_zeros(weight: torch.Tensor, pattern: SparsityPattern) -> None:
 
 def keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
     """Boolean mask of kept entries: the N largest scores in each group of M consecutive columns of a row, or the
-    (1 − sparsity) largest of each row for unstructured patterns."""
+    (1 − sparsity) largest of each row for unstructured patterns; with an `overflow` limit, `capped_keep_mask`."""
     rows, cols = score.shape
+    if pattern.is_nm and pattern.overflow >= 0:
+        return capped_keep_mask(score, pattern)
     if pattern.is_nm:
         groups = score.reshape(rows, cols // pattern.m, pattern.m)
         kept = torch.zeros_like(groups, dtype=torch.bool)
@@ -58,6 +60,31 @@ def keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
     if n_pruned:
         kept.scatter_(1, score.topk(n_pruned, dim=1, largest=False).indices, False)
     return kept
+
+
+def capped_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
+    """The N:M+K mask of largest total score: in each group of M columns of a row, N kept, at most 2 in each group of
+    4 columns except for at most K (`pattern.overflow`) kept beyond 2 in the group of M. Greedy in falling score
+    order, which is optimal here: the allowed sets are the independent sets of a matroid (each column takes one of
+    its group of 4's two own slots or one of the K shared ones, at most two shared a group of 4, N in all)."""
+    rows, cols = score.shape
+    m, n, cap = pattern.m, pattern.n, pattern.overflow
+    groups = score.reshape(-1, m)  # one row per group of M columns
+    order = groups.argsort(dim=1, descending=True)
+    kept = torch.zeros_like(groups, dtype=torch.bool)
+    per_four = torch.zeros(groups.shape[0], m // 4, dtype=torch.int64, device=score.device)
+    total = torch.zeros(groups.shape[0], dtype=torch.int64, device=score.device)
+    over = torch.zeros_like(total)
+    for rank in range(m):
+        column = order[:, rank]
+        four = (column // 4).unsqueeze(1)
+        held = per_four.gather(1, four).squeeze(1)
+        takes = (total < n) & ((held < 2) | ((held < 4) & (over < cap)))
+        kept.scatter_(1, column.unsqueeze(1), takes.unsqueeze(1))
+        per_four.scatter_add_(1, four, takes.long().unsqueeze(1))
+        over += takes & (held >= 2)
+        total += takes
+    return kept.reshape(rows, cols)
 
 
 def magnitude(weight: torch.Tensor, hessian: torch.Tensor | None, pattern: SparsityPattern | str) -> torch.Tensor:
