@@ -139,6 +139,19 @@ PY
     mkdir -p "$OUT/quality-head-dev-qwen2.5-coder-1.5b"
     cp -r /root/recipes-head/dev /root/recipes-head/report.md /root/recipes-head/summary.json \
       "$OUT/quality-head-dev-qwen2.5-coder-1.5b/" ;;
+  quality-overflow-dev)  # not yet run: quality-overflow-dev-qwen2.5-coder-1.5b/, does 16:32+K (a 2:4 mask plus at most
+    # K entries a word) keep 16:32's dev quality (benchmarks/recipes/plan-overflow.json, its decision rule fixed
+    # before the run); no held-out item; about 8 minutes from the model's arrival (one calibration, four pruned
+    # models, five dev scores)
+    for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done
+    models
+    python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan-overflow.json --out /root/recipes-overflow \
+      --stage dev > /root/recipes-overflow-w0.log 2>&1 || true
+    python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan-overflow.json --out /root/recipes-overflow \
+      --stage report >> /root/recipes-overflow-w0.log 2>&1 || true
+    mkdir -p "$OUT/quality-overflow-dev-qwen2.5-coder-1.5b"
+    cp -r /root/recipes-overflow/dev /root/recipes-overflow/report.md /root/recipes-overflow/summary.json \
+      "$OUT/quality-overflow-dev-qwen2.5-coder-1.5b/" ;;
   quality-quant2-gpu*)
     WORKERS=${report#quality-quant2-gpu} recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 \
       quality-quant2-qwen2.5-coder-1.5b ;;
@@ -208,9 +221,10 @@ PY
       quant-e2e-qwen-2of4 ;;
   lease15)  # prepared for the fifteenth session's one lease: `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh
     # lease15` as the first call, then the pieces (`receive`, the last with `models`), then `collect` calls.
-    # generic-geometry runs while the pieces arrive (about 7 minutes), then the 16:32 half of the second quality
-    # round (the chart's two missing points: the repaired 16:32 model recreated, with int8 and int4 values)
-    ONLY=p16r-int8,p16r-int4,p16r-bf16 bash benchmarks/h200.sh bg generic-geometry quality-quant2 ;;
+    # generic-geometry runs while the pieces arrive (about 7 minutes), then quality-overflow-dev (about 8), then, as
+    # far as the minutes go, the 16:32 half of the second quality round (the chart's two missing points; about 20
+    # minutes, so it may not finish: its deadline stops new items 6 minutes before END_AT)
+    ONLY=p16r-int8,p16r-int4,p16r-bf16 bash benchmarks/h200.sh bg generic-geometry quality-overflow-dev quality-quant2 ;;
   quant-e2e-8b-16of32)  # quant_e2e_h200_8b_16of32.md: the chart's 8B speeds with the 16:32 pattern
     python3 benchmarks/quant_e2e_bench.py --preset llama-3.1-8b --pattern 16:32 --out "$OUT/quant_e2e_h200_8b_16of32.md" ;;
   quality-repair2)  # quality-repair2/: issue 11's third round (benchmarks/recipes/plan-repair2.json): repair on
@@ -539,5 +553,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, ncu-probe, generic-geometry, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
