@@ -60,6 +60,15 @@ recipes() {  # PLAN WORK REPORT: one quality_recipes.py worker per GPU on PLAN, 
   mkdir -p "$OUT/$3" && cp -r "$2/dev" "$2/final" "$2/report.md" "$2/summary.json" "$OUT/$3/"
 }
 
+dev_check() {  # PLAN WORK REPORT: a dev-quarter-only plan (quality_recipes.py --stage dev, then its report) on one
+  # GPU, once the pieces and `models` are there; results in $OUT/REPORT, the log in WORK-w0.log
+  for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done
+  models
+  python3 benchmarks/quality_recipes.py --plan "$1" --out "$2" --stage dev > "$2-w0.log" 2>&1 || true
+  python3 benchmarks/quality_recipes.py --plan "$1" --out "$2" --stage report >> "$2-w0.log" 2>&1 || true
+  mkdir -p "$OUT/$3" && cp -r "$2/dev" "$2/report.md" "$2/summary.json" "$OUT/$3/"
+}
+
 sp24_codes_reports() {  # [LOG]: every sp24 GPU test (their tail in $OUT/LOG; none without LOG), sp24_bench without the
   # split sweep, then issue 13's engine rows
   [ -z "${1:-}" ] || timeout 260 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -6 \
@@ -127,31 +136,15 @@ for name in ("q3-p2r-int4-h8", "q3-p2r-int4-h4"):
           + (f" (first: {differing[0]})" if differing else ""))
 PY
     ;;
-  quality-head-dev)  # run in the fourteenth session (rule failed): quality-head-dev-qwen2.5-coder-1.5b/, the dev-quarter check of an int8 lm_head
-    # as the default with --quantize (benchmarks/recipes/plan-head.json, its decision rule fixed before the run); no
-    # held-out item; about 8 minutes from the model's arrival (one calibration, four pruned models, five dev scores)
-    for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done
-    models
-    python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan-head.json --out /root/recipes-head \
-      --stage dev > /root/recipes-head-w0.log 2>&1 || true
-    python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan-head.json --out /root/recipes-head \
-      --stage report >> /root/recipes-head-w0.log 2>&1 || true
-    mkdir -p "$OUT/quality-head-dev-qwen2.5-coder-1.5b"
-    cp -r /root/recipes-head/dev /root/recipes-head/report.md /root/recipes-head/summary.json \
-      "$OUT/quality-head-dev-qwen2.5-coder-1.5b/" ;;
-  quality-overflow-dev)  # not yet run: quality-overflow-dev-qwen2.5-coder-1.5b/, does 16:32+K (a 2:4 mask plus at most
-    # K entries a word) keep 16:32's dev quality (benchmarks/recipes/plan-overflow.json, its decision rule fixed
-    # before the run); no held-out item; about 8 minutes from the model's arrival (one calibration, four pruned
-    # models, five dev scores)
-    for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done
-    models
-    python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan-overflow.json --out /root/recipes-overflow \
-      --stage dev > /root/recipes-overflow-w0.log 2>&1 || true
-    python3 benchmarks/quality_recipes.py --plan benchmarks/recipes/plan-overflow.json --out /root/recipes-overflow \
-      --stage report >> /root/recipes-overflow-w0.log 2>&1 || true
-    mkdir -p "$OUT/quality-overflow-dev-qwen2.5-coder-1.5b"
-    cp -r /root/recipes-overflow/dev /root/recipes-overflow/report.md /root/recipes-overflow/summary.json \
-      "$OUT/quality-overflow-dev-qwen2.5-coder-1.5b/" ;;
+  quality-head-dev)  # run in the fourteenth session (rule failed): quality-head-dev-qwen2.5-coder-1.5b/, the
+    # dev-quarter check of an int8 lm_head as the default with --quantize (benchmarks/recipes/plan-head.json, its
+    # decision rule fixed before the run); no held-out item; about 8 minutes from the model's arrival (one
+    # calibration, four pruned models, five dev scores)
+    dev_check benchmarks/recipes/plan-head.json /root/recipes-head quality-head-dev-qwen2.5-coder-1.5b ;;
+  quality-overflow-dev)  # not yet run: quality-overflow-dev-qwen2.5-coder-1.5b/, does 16:32+K (a 2:4 mask plus at
+    # most K entries a word) keep 16:32's dev quality (benchmarks/recipes/plan-overflow.json, its decision rule fixed
+    # before the run); no held-out item; about 8 minutes from the model's arrival
+    dev_check benchmarks/recipes/plan-overflow.json /root/recipes-overflow quality-overflow-dev-qwen2.5-coder-1.5b ;;
   quality-quant2-gpu*)
     WORKERS=${report#quality-quant2-gpu} recipes benchmarks/recipes/plan-quant2.json /root/recipes-quant2 \
       quality-quant2-qwen2.5-coder-1.5b ;;
