@@ -430,3 +430,20 @@ def test_capped_mask_spans_2of4_to_16of32_and_is_the_best_allowed_mask():
         best = max(float(small[row, list(c)].sum()) for c in itertools.combinations(range(16), 8)
                    if sum(max(0, sum(i // 4 == g for i in c) - 2) for g in range(4)) <= 1)
         assert abs(float(small[row][kept[row]].sum()) - best) < 1e-5
+
+
+def test_keeping_the_mask_of_a_capped_pattern_checks_the_cap():
+    """`keep_zeros` with 16:32+K: a 16:32 weight with more than K kept beyond two in its groups of four is refused
+    in one line; one within the cap passes."""
+    from sparsedecoding.solvers import check_kept_zeros
+
+    weight = torch.zeros(1, 32)
+    weight[0, :16] = 1.0  # groups of four keep 4, 4, 4, 4: eight beyond two
+    check_kept_zeros(weight, SparsityPattern.parse("16:32+8"))
+    with pytest.raises(SparsityPatternError) as info:
+        check_kept_zeros(weight, SparsityPattern.parse("16:32+2"))
+    assert "more than 2 weights beyond two" in str(info.value) and "\n" not in str(info.value)
+    within = torch.zeros(1, 32)
+    within[0, [0, 1, 2, 4, 5, 6, 8, 9, 12, 13, 16, 17, 20, 21, 24, 28]] = 1.0  # 3, 3, 2, 2, 2, 2, 1, 1
+    check_kept_zeros(within, SparsityPattern.parse("16:32+2"))
+

@@ -42,6 +42,13 @@ def check_kept_zeros(weight: torch.Tensor, pattern: SparsityPattern) -> None:
         raise SparsityPatternError(f"keeping the existing mask needs a {pattern} sparse weight, but {short} groups of "
                                    f"{pattern.m} columns have fewer than {pattern.m - pattern.n} zeros: prune the "
                                    "model first (this weight is not pruned, or was pruned with another pattern)")
+    if pattern.overflow >= 0:  # N:M+K: at most K nonzeros beyond two in the groups of 4 of each group of M
+        beyond = ((weight != 0).view(weight.shape[0], -1, 4).sum(-1) - 2).clamp_min(0)
+        over = int((beyond.view(weight.shape[0], -1, pattern.m // 4).sum(-1) > pattern.overflow).sum())
+        if over:
+            raise SparsityPatternError(f"keeping the existing mask needs a {pattern} sparse weight, but {over} groups "
+                                       f"of {pattern.m} columns keep more than {pattern.overflow} weights beyond two "
+                                       "in a group of 4: prune the model with this pattern first")
 
 
 def keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
