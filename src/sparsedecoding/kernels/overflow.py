@@ -1,0 +1,97 @@
+"""2:4 plus overflow slots: the format a 16:32+K weight could run in on the 2:4 sparse tensor-core kernel.
+
+A 16:32+K mask (`SparsityPattern`'s `overflow`) keeps 16 of every 32 columns with at most K kept weights beyond two
+in a group of four. Such a weight is W = W24 + W_over: W24 holds the two largest |w| kept in each group of four (a
+2:4 weight, packed by `pack_nm` and tiled by `sp24.tile` as any other), and W_over the rest, at most K a row and
+word (32 columns). W_over is stored in `slots` fixed places a row and word, so a kernel reads it with no ragged
+indexing: a value (the weight's dtype) and its column within the word (uint8, 0-31), value 0 where a slot is
+unused. Bytes a weight at bf16 with two slots: 1.125 (2:4) + 2·3/32 = 1.31, against 2 dense.
+
+This module is the format and its reference product on any device. The kernel that would add the slots' products
+inside the sp24 warp is not built (benchmarks/CUDA_KERNEL_NOTES.md, fourteenth session, has its sketch), so nothing
+in the engine uses this yet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import PackingError
+from .format import PackedNM, pack_nm
+
+WORD = 32  # columns a mask word covers; the slots are per row and word
+
+
+@dataclass
+class OverflowNM:
+    """W = `w24` (a packed 2:4 weight) + the slots: `values` [out, in / 32, slots] and `columns` (uint8, the column
+    within the word) of the same shape."""
+
+    w24: PackedNM
+    values: torch.Tensor
+    columns: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.w24.shape
+
+    @property
+    def slots(self) -> int:
+        return self.values.shape[2]
+
+    def to_dense(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """W [out, in], in `dtype` (default the values' dtype)."""
+        dtype = dtype or self.values.dtype
+        out, in_features = self.shape
+        dense = self.w24.to_dense().to(dtype).view(out, in_features // WORD, WORD)
+        dense.scatter_add_(2, self.columns.long(), self.values.to(dtype))
+        return dense.view(out, in_features)
+
+    def nbytes(self) -> int:
+        """Bytes a kernel would read for W: the packed 2:4 values and bitmask, and the slots."""
+        w24 = self.w24.values.numel() * self.w24.values.element_size() + self.w24.bitmask.numel() * 4
+        return w24 + self.values.numel() * self.values.element_size() + self.columns.numel()
+
+
+def split_overflow(weight: torch.Tensor, slots: int = 2) -> OverflowNM:
+    """Split a 16:32+K weight [out, in] (K ≤ `slots`) into its 2:4 part and the overflow slots. Raises PackingError,
+    in one line, when a group of 32 columns keeps more than 16 or a word more than `slots` beyond two in its
+    groups of four (prune with `--pattern 16:32+K` first), or when in is not a multiple of 32."""
+    if weight.dim() != 2 or weight.shape[1] % WORD:
+        raise PackingError(f"expected a weight [out, in] with in a multiple of {WORD}, got {tuple(weight.shape)}")
+    if not 1 <= slots <= 8:
+        raise PackingError(f"slots = {slots}; a word can hold 1 to 8 weights beyond two in its groups of four")
+    out, in_features = weight.shape
+    words = in_features // WORD
+    kept = (weight != 0).view(out, words, WORD)
+    too_many = int((kept.sum(-1) > WORD // 2).sum())
+    if too_many:
+        raise PackingError(f"{too_many} groups of {WORD} columns keep more than {WORD // 2} weights: not a 16:32 "
+                           "weight")
+    fours = weight.view(out, words * WORD // 4, 4)
+    top = fours.abs().float().topk(2, dim=-1).indices
+    in24 = torch.zeros_like(fours, dtype=torch.bool).scatter_(-1, top, True) & (fours != 0)
+    w24 = torch.where(in24, fours, torch.zeros_like(fours)).view(out, in_features)
+    rest = torch.where(in24, torch.zeros_like(fours), fours).view(out, words, WORD)
+    counts = (rest != 0).sum(-1)
+    over = int((counts > slots).sum())
+    if over:
+        raise PackingError(f"{over} words keep more than {slots} weights beyond two in their groups of four: not a "
+                           f"16:32+{slots} weight (prune with --pattern 16:32+{slots})")
+    # the overflow's columns first, in column order, then the word's first columns with value 0
+    order = torch.argsort((rest == 0).to(torch.int8), dim=-1, stable=True)[..., :slots]
+    values = rest.gather(-1, order)
+    columns = torch.where(values != 0, order, torch.zeros_like(order)).to(torch.uint8)
+    return OverflowNM(pack_nm(w24, 2, 4), values.contiguous(), columns.contiguous())
+
+
+def overflow_mm_reference(x: torch.Tensor, w: OverflowNM) -> torch.Tensor:
+    """y = x·Wᵀ for x [..., in] from the split parts, in float32 (the reference a kernel is checked against)."""
+    out, in_features = w.shape
+    xf = x.float()
+    y = xf @ w.w24.to_dense().float().T
+    gathered = xf.view(*x.shape[:-1], 1, in_features // WORD, WORD).expand(*x.shape[:-1], out, in_features // WORD,
+                                                                         WORD)
+    picked = gathered.gather(-1, w.columns.long().expand(*x.shape[:-1], out, in_features // WORD, w.slots))
+    return y + (picked * w.values.float()).sum((-1, -2))
