@@ -2,19 +2,28 @@
 one solves, and the exact two-sided McNemar p-value (binomial test on the discordant problems).
 
     python benchmarks/paired_test.py A.humaneval.jsonl B.humaneval.jsonl [C.humaneval.jsonl D.humaneval.jsonl ...]
+    python benchmarks/paired_test.py --wording fenced dev/A.records.jsonl dev/B.records.jsonl
 
-Files are the per-problem records `compare` writes (configs/NAME.humaneval.jsonl); arguments pair up in order."""
+Files are the per-problem records `compare` writes (configs/NAME.humaneval.jsonl) or `quality_recipes.py` writes
+(dev/NAME.records.jsonl, both wordings in one file: `--wording` picks one); arguments pair up in order."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from math import comb
 from pathlib import Path
 
 
-def passed(path: Path) -> dict[str, bool]:
-    return {record["task_id"]: bool(record["passed"]) for record in map(json.loads, path.read_text().splitlines())}
+def passed(path: Path, wording: str | None = None) -> dict[str, bool]:
+    """task_id -> passed; with `wording`, only the records of that instruction wording."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if wording is not None:
+        records = [record for record in records if record.get("wording") == wording]
+        if not records:
+            raise SystemExit(f"error: {path} holds no records of wording {wording!r}")
+    return {record["task_id"]: bool(record["passed"]) for record in records}
 
 
 def mcnemar(only_a: int, only_b: int) -> float:
@@ -26,8 +35,8 @@ def mcnemar(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def compare(a: Path, b: Path) -> str:
-    first, second = passed(a), passed(b)
+def compare(a: Path, b: Path, wording: str | None = None) -> str:
+    first, second = passed(a, wording), passed(b, wording)
     if first.keys() != second.keys():
         raise SystemExit(f"error: {a} and {b} hold different problems")
     only_a = sum(first[task] and not second[task] for task in first)
@@ -36,13 +45,16 @@ def compare(a: Path, b: Path) -> str:
             f"{sum(first.values())} | {sum(second.values())} | {only_a} | {only_b} | {mcnemar(only_a, only_b):.2g} |")
 
 
-def main() -> None:
-    paths = [Path(arg) for arg in sys.argv[1:]]
-    if not paths or len(paths) % 2:
-        raise SystemExit("error: give pairs of .humaneval.jsonl files")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--wording", help="only the records of this instruction wording (fenced, plain)")
+    parser.add_argument("paths", nargs="+", type=Path, help="record files, paired in order")
+    args = parser.parse_args(argv)
+    if len(args.paths) % 2:
+        parser.error("give pairs of record files")
     print("| A | B | pass A | pass B | only A | only B | p |\n|---|---|---|---|---|---|---|")
-    for a, b in zip(paths[::2], paths[1::2]):
-        print(compare(a, b))
+    for a, b in zip(args.paths[::2], args.paths[1::2]):
+        print(compare(a, b, args.wording))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+"""benchmarks/paired_test.py: paired counts of two record files, one instruction wording at a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+@pytest.fixture
+def paired(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import paired_test
+
+    return paired_test
+
+
+def write(path: Path, rows: list[tuple[str, str, bool]]) -> Path:
+    path.write_text("".join(json.dumps({"task_id": t, "wording": w, "passed": p}) + "\n" for t, w, p in rows))
+    return path
+
+
+def test_each_wording_is_paired_on_its_own(paired, tmp_path, capsys):
+    a = write(tmp_path / "a.records.jsonl", [("t1", "fenced", True), ("t2", "fenced", True), ("t1", "plain", False),
+                                              ("t2", "plain", True)])
+    b = write(tmp_path / "b.records.jsonl", [("t1", "fenced", False), ("t2", "fenced", True), ("t1", "plain", True),
+                                              ("t2", "plain", True)])
+    paired.main(["--wording", "fenced", str(a), str(b)])
+    assert capsys.readouterr().out.splitlines()[-1].endswith("| 2 | 1 | 1 | 0 | 1 |")
+    paired.main(["--wording", "plain", str(a), str(b)])
+    assert capsys.readouterr().out.splitlines()[-1].endswith("| 1 | 2 | 0 | 1 | 1 |")
+    with pytest.raises(SystemExit, match="no records of wording 'other'"):
+        paired.main(["--wording", "other", str(a), str(b)])
+
+
+def test_mcnemar_exact_p(paired):
+    from math import isclose
+
+    assert paired.mcnemar(0, 0) == 1.0 and isclose(paired.mcnemar(2, 0), 0.5)
+    assert isclose(paired.mcnemar(6, 0), 2 / 64) and isclose(paired.mcnemar(3, 3), 1.0)
