@@ -17,13 +17,18 @@ from pathlib import Path
 
 import torch
 
-from sparsedecoding.runenv import environment_markdown, write_report
+from sparsedecoding.runenv import environment_markdown, print_report
 
 
 def kept_per_group(kept: torch.Tensor) -> torch.Tensor:
     """[rows, columns] bool mask -> kept count of every group of 4 columns."""
     rows, columns = kept.shape
     return kept.view(rows, columns // 4, 4).sum(-1)
+
+
+def overflow(counts: torch.Tensor) -> int:
+    """Kept weights beyond two in their group of 4, summed, from `kept_per_group` counts."""
+    return int((counts - 2).clamp_min(0).sum())
 
 
 def magnitude_mask(weight: torch.Tensor) -> torch.Tensor:
@@ -65,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
                 histogram += torch.bincount(counts.flatten(), minlength=5).double()
                 totals = by_kind.setdefault(name.split(".")[-2], [0, 0])
                 totals[0] += int(counts.sum())
-                totals[1] += int((counts - 2).clamp_min(0).sum())
+                totals[1] += overflow(counts)
     if not by_kind:
         print(f"error: no decoder linears (layers.*proj.weight) in {args.model}", file=sys.stderr)
         return 2
     kept, over = (sum(v[i] for v in by_kind.values()) for i in (0, 1))
     random_counts = kept_per_group(random_mask(4096, 4096, torch.Generator().manual_seed(0)))
-    random_over = int((random_counts - 2).clamp_min(0).sum()) / int(random_counts.sum())
+    random_over = overflow(random_counts) / int(random_counts.sum())
     shares = histogram / histogram.sum()
     lines = ["# 16:32 masks: kept weights beyond two in a group of four", "",
              environment_markdown("python " + " ".join(sys.argv), torch.device("cpu")), "",
@@ -81,10 +86,7 @@ def main(argv: list[str] | None = None) -> int:
              "- groups of four keeping 0 / 1 / 2 / 3 / 4: " + " / ".join(f"{v:.3f}" for v in shares.tolist()), "",
              "| linear | kept | overflow | share |", "|---|---|---|---|"]
     lines += [f"| {kind} | {k} | {o} | {o / k:.4f} |" for kind, (k, o) in sorted(by_kind.items())]
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        write_report(args.out, report)
+    print_report("\n".join(lines) + "\n", args.out)
     return 0
 
 

@@ -27,7 +27,7 @@ from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.models import load_model, resolve_model
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.pipeline import prune
-from sparsedecoding.runenv import environment_markdown, write_report
+from sparsedecoding.runenv import environment_markdown, print_report
 from sparsedecoding.settings import PruneConfig
 
 
@@ -69,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---|"]
     lines += [f"| {name} | {row['agree']:.1%} | {row['kl']:.3f} | {row['distinct_4']:.2f} | {row['ppl']:.1f} |"
               for name, row in rows.items()]
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        write_report(args.out, report)
+    print_report("\n".join(lines) + "\n", args.out)
     return 0
 
 

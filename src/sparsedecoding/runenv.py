@@ -84,6 +84,13 @@ def peak_memory_gb(device: torch.device) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # Linux reports KiB
 
 
+def print_report(text: str, path: Path | None) -> None:
+    """Print a markdown report and, given `path`, also write it there (`write_report`)."""
+    print(text)
+    if path is not None:
+        write_report(path, text)
+
+
 def write_report(path: Path, text: str) -> None:
     """A results file (markdown), its folder created, written atomically (temp file + rename); says where."""
     path.parent.mkdir(parents=True, exist_ok=True)
