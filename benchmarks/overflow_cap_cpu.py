@@ -40,8 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-new-tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, help="also write the markdown report here")
     args = parser.parse_args(argv)
-    try:
-        patterns = [SparsityPattern.parse(text) for text in args.patterns]
+    if args.eval_prompts < 1 or args.eval_new_tokens < 1:
+        parser.error("--eval-prompts and --eval-new-tokens must be at least 1")
+
+    def config(pattern: str, model: str, work: str) -> PruneConfig:
+        return PruneConfig(model=model, out=str(Path(work) / pattern.replace(":", "of")), pattern=pattern,
+                           prompts="humaneval:fit", tokens=args.tokens, max_new_tokens=128, gen_batch_size=12,
+                           device="cpu")
+
+    try:  # every setting checked before the model is fetched or anything is pruned
+        patterns = [str(SparsityPattern.parse(text)) for text in args.patterns]
+        for pattern in patterns:
+            config(pattern, args.model, "unused").check_values()
     except SparseDecodingError as exc:
         parser.error(str(exc))
     started = time.perf_counter()
@@ -51,10 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         for pattern in patterns:
             print(f"pruning to {pattern}", flush=True)
-            out = prune(PruneConfig(model=str(folder), out=str(Path(work) / str(pattern).replace(":", "of")),
-                                    pattern=str(pattern), prompts="humaneval:fit", tokens=args.tokens,
-                                    max_new_tokens=128, gen_batch_size=12, device="cpu"))
-            models[str(pattern)] = load_model(out, "cpu")[0]
+            models[pattern] = load_model(prune(config(pattern, str(folder), work)), "cpu")[0]
         rows = held_out_scores(dense, models, tokenizer, humaneval_prompts("dev")[:args.eval_prompts],
                                args.eval_new_tokens)
     torch.set_printoptions(precision=4)
