@@ -212,12 +212,21 @@ PY
     AFTER=generic-ab bash benchmarks/h200.sh bg sparsify-gpu-tests
     bash benchmarks/h200.sh bg generic-ab quality-head-dev hf-generate-quant quant-e2e-head-int8 step-profile-int4 \
       quant-e2e-qwen-2of4 ;;
-  lease15)  # prepared for the fifteenth session's one lease: `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh
-    # lease15` as the first call, then the pieces (`receive`, the last with `models`), then `collect` calls.
-    # generic-geometry runs while the pieces arrive (about 7 minutes), then quality-overflow-dev (about 8), then, as
-    # far as the minutes go, the 16:32 half of the second quality round (the chart's two missing points; about 20
-    # minutes, so it may not finish: its deadline stops new items 6 minutes before END_AT)
-    ONLY=p16r-int8,p16r-int4,p16r-bf16 bash benchmarks/h200.sh bg generic-geometry quality-overflow-dev quality-quant2 ;;
+  lease15)  # the fifteenth session's one lease: `END_AT=$(( $(date +%s) + 1560 )) bash benchmarks/h200.sh lease15` as
+    # the first call, then the pieces (`receive`, the last with `models`), then `collect` calls. overflow-kernel runs
+    # alone while the pieces arrive (timing); then the two quality steps run side by side on the one GPU (no timing
+    # in either): quality-overflow-dev (about 8 minutes alone) and the 16:32 half of the second quality round (the
+    # chart's two missing points; about 14 minutes alone; its deadline stops new items 6 minutes before END_AT).
+    # generic-geometry (7 minutes of timing) does not fit beside them and waits for a later lease
+    bash benchmarks/h200.sh bg overflow-kernel
+    AFTER=overflow-kernel bash benchmarks/h200.sh bg quality-overflow-dev
+    AFTER=overflow-kernel ONLY=p16r-int8,p16r-int4,p16r-bf16 bash benchmarks/h200.sh bg quality-quant2 ;;
+  overflow-kernel)  # overflow_h200.md: 16:32+2 as sp24's 2:4 tiles plus two overflow slots a word (two launches)
+    # against cuBLAS and today's 16:32 op, 8B shapes, batch 1-16, after the slot kernel's GPU tests (about 3 minutes)
+    timeout 200 python3 -m pytest -q -m gpu tests/test_triton_overflow.py -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_overflow.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 240 python3 overflow_bench.py \
+      --out "$OUT/overflow_h200.md" | grep -E "^\| [0-9]+ \||failures|error") || true ;;
   quant-e2e-8b-16of32)  # quant_e2e_h200_8b_16of32.md: the chart's 8B speeds with the 16:32 pattern
     python3 benchmarks/quant_e2e_bench.py --preset llama-3.1-8b --pattern 16:32 --out "$OUT/quant_e2e_h200_8b_16of32.md" ;;
   quality-repair2)  # quality-repair2/: issue 11's third round (benchmarks/recipes/plan-repair2.json): repair on
@@ -546,5 +555,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, overflow-kernel, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -1,0 +1,211 @@
+"""16:32+2 weights as 2:4 + overflow slots (two launches: sp24 on the 2:4 part, then `triton_overflow` adds the
+slots) against cuBLAS on the dense pruned weight and against what the op runs for the same weight as plain 16:32
+today (`nm_spmv`: Triton at batch 1-2, the tensor-core kernel nm_mma.cu from batch 3), on the decoder linears of
+Llama-3.1-8B (and Qwen3-14B with --models), batch 1, 2, 4, 8, 16. Needs a CUDA GPU (compute capability 9.0) and
+nvcc.
+
+The question it answers: is a 16:32-class mask, run as 2:4 tiles plus a fixed two slots a row and 32 columns,
+faster than 16:32 on today's kernels, and how much of sp24's 2:4 speed does it keep? The slots run as a second
+kernel, so this is the format's cost with an extra launch and an extra pass over y; the fused epilogue sketched in
+CUDA_KERNEL_NOTES.md would remove both.
+
+Every output (sp24 + slots, and today's op) is first checked against a float64 product of the whole 16:32+2
+weight; a failure is marked FAIL and the script exits 1. Times are medians of CUDA-graph replays over enough weight
+copies to rotate past the L2 (kernel_bench's helpers). Weights: standard normal, masked by `capped_keep_mask` on
+their magnitudes (16:32+2), so about 17.5% of the kept weights beyond two in a group of four are capped to two a
+word as a pruned model's are.
+
+    PYTHONPATH=src python benchmarks/overflow_bench.py --out benchmarks/results/overflow_h200.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from cuda_kernel_bench import environment, write_report
+from kernel_bench import L2_ROTATION_BYTES, geomean, linear_shapes, time_rotated
+from sparsedecoding.engine.bench import copy_bandwidth
+from sparsedecoding.kernels import nm_spmv
+from sparsedecoding.kernels.autotune import Float64Reference
+from sparsedecoding.kernels.format import pack_nm
+from sparsedecoding.kernels.overflow import split_overflow
+from sparsedecoding.kernels.sp24 import tile, tuned_launch
+from sparsedecoding.kernels.triton_overflow import OverflowSlots, overflow_add_, tuned_config
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.solvers import capped_keep_mask
+
+MODELS = ["llama-3.1-8b", "qwen3-14b"]
+SHAPES = ["qkv", "o", "gate_up", "down"]
+BATCHES = [1, 2, 4, 8, 16]
+PATTERN = "16:32+2"
+SLOTS = 2
+
+
+@dataclass
+class Row:
+    model: str
+    shape: str
+    out: int
+    in_features: int
+    batch: int
+    times: dict[str, float] = field(default_factory=dict)  # dense, op16, sp24, slots, both
+    checks: dict[str, float] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    slot_config: str = ""
+    sp24_launch: str = ""
+
+
+def capped_weight(out: int, in_features: int, generator: torch.Generator) -> torch.Tensor:
+    """bf16 [out, in]: standard normal, masked 16:32+2 by magnitude, built in row slices on the GPU."""
+    pattern = SparsityPattern.parse(PATTERN)
+    weight = torch.empty(out, in_features, dtype=torch.bfloat16, device="cuda")
+    step = max(1, (1 << 24) // in_features)
+    for r0 in range(0, out, step):
+        rows = min(step, out - r0)
+        values = torch.randn(rows, in_features, device="cuda", generator=generator)
+        weight[r0:r0 + rows] = (values * capped_keep_mask(values.abs(), pattern)).bfloat16()
+    return weight
+
+
+def rotation(make, nbytes: int) -> list:
+    return [make() for _ in range(1 + math.ceil(L2_ROTATION_BYTES / nbytes))]
+
+
+def float64_error(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, roundings: int = 1) -> float:
+    """y's largest error over `autotune.Float64Reference`'s bound on the whole weight, with the bound's one-ulp
+    term taken `roundings` times (sp24 + slots round the 2:4 part's sum to bf16 before adding the slots)."""
+    reference = Float64Reference.of_rows(x, weight.shape[0], lambda r0, r1: weight[r0:r1].double())
+    if roundings > 1:
+        reference.bound = reference.bound + (roundings - 1) * torch.finfo(x.dtype).eps * reference.exact.abs()
+    return reference.error(y)
+
+
+def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator: torch.Generator) -> list[Row]:
+    out, in_features = linear_shapes(model, unfused=False)[shape]
+    weight = capped_weight(out, in_features, generator)
+    split = split_overflow(weight, SLOTS)
+    w24 = tile(split.w24)
+    slots = OverflowSlots.of(split)
+    packed16 = pack_nm(weight, 16, 32)
+    del split
+    dense = rotation(lambda: weight.clone(), weight.numel() * 2)
+    w24s = [w24] + rotation(lambda: w24.clone(), w24.nbytes + slots.nbytes)
+    slot_copies = [slots] + [slots.clone() for _ in range(len(w24s) - 1)]
+    ops = rotation(lambda: type(packed16)(packed16.values.clone(), packed16.bitmask.clone(), 16, 32,
+                                          packed16.shape), packed16.values.numel() * 2)
+    rows = []
+    for batch in batches:
+        row = Row(model, shape, out, in_features, batch)
+        x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
+        y = torch.zeros(batch, out, dtype=torch.bfloat16, device="cuda")
+        launch = tuned_launch(x, w24)  # the engine's pick for the 2:4 part, checked and timed by its tuner
+        row.sp24_launch = str(launch.splits) if launch.slices == 1 else f"{launch.splits}/{launch.slices}s"
+        row.slot_config = str(tuned_config(x, slots, y))
+
+        def both(w, s):
+            result = launch(x, w)
+            return overflow_add_(x, s, result)
+
+        row.checks["both"] = float64_error(both(w24, slots), x, weight, roundings=2)
+        row.checks["op16"] = float64_error(nm_spmv(x, packed16), x, weight)
+        row.times["dense"] = time_rotated([lambda d=d: F.linear(x, d) for d in dense], reps)[0]
+        row.times["op16"] = time_rotated([lambda p=p: nm_spmv(x, p) for p in ops], reps)[0]
+        row.times["sp24"] = time_rotated([lambda w=w: launch(x, w) for w in w24s], reps)[0]
+        row.times["slots"] = time_rotated([lambda s=s: overflow_add_(x, s, y) for s in slot_copies], reps)[0]
+        row.times["both"] = time_rotated([lambda w=w, s=s: both(w, s) for w, s in zip(w24s, slot_copies)], reps)[0]
+        row.bytes = {"dense": 2 * out * in_features, "both": w24.nbytes + slots.nbytes,
+                     "op16": packed16.values.numel() * 2 + packed16.bitmask.numel() * 4}
+        t = row.times
+        print(f"{model} {shape} b{batch}: cuBLAS {t['dense'] * 1e6:.1f} us, 16:32 op {t['op16'] * 1e6:.1f}, sp24 "
+              f"{t['sp24'] * 1e6:.1f} + slots {t['slots'] * 1e6:.1f} = {t['both'] * 1e6:.1f} "
+              f"(x{t['dense'] / t['both']:.2f} cuBLAS, x{t['op16'] / t['both']:.2f} the 16:32 op), checks "
+              f"{row.checks['both']:.2f} / {row.checks['op16']:.2f}", flush=True)
+        rows.append(row)
+    del dense, w24s, slot_copies, ops
+    torch.cuda.empty_cache()
+    return rows
+
+
+def summary(rows: list[Row]) -> str:
+    lines = ["| batch | sp24 + slots vs cuBLAS (geomean, min) | 16:32 op vs cuBLAS | sp24 alone (2:4 part) vs "
+             "cuBLAS | sp24 + slots vs the 16:32 op | slots' share of sp24 + slots |", "|---|---|---|---|---|---|"]
+    for batch in sorted({r.batch for r in rows}):
+        sel = [r for r in rows if r.batch == batch]
+        both = [r.times["dense"] / r.times["both"] for r in sel]
+        lines.append(f"| {batch} | {geomean(both):.2f}x ({min(both):.2f}x) | "
+                     f"{geomean([r.times['dense'] / r.times['op16'] for r in sel]):.2f}x | "
+                     f"{geomean([r.times['dense'] / r.times['sp24'] for r in sel]):.2f}x | "
+                     f"{geomean([r.times['op16'] / r.times['both'] for r in sel]):.2f}x | "
+                     f"{geomean([1 - r.times['sp24'] / r.times['both'] for r in sel]) * 100:.0f}% |")
+    return "\n".join(lines)
+
+
+def details(rows: list[Row], copy_bw: float) -> str:
+    lines = ["| model | linear | out x in | batch | cuBLAS us | 16:32 op us | sp24 us (launch) | slots us (config) | "
+             "sp24 + slots us (% copy bw) | x cuBLAS | float64 (both / op) |", "|" + "---|" * 11]
+    for r in rows:
+        t = r.times
+        pct = (r.bytes["both"] + 2 * r.batch * (r.out + r.in_features)) / t["both"] / copy_bw * 100
+        checks = " / ".join("ok" if r.checks[k] <= 1 else f"FAIL ({r.checks[k]:.2f})" for k in ("both", "op16"))
+        lines.append(f"| {r.model} | {r.shape} | {r.out}x{r.in_features} | {r.batch} | {t['dense'] * 1e6:.1f} | "
+                     f"{t['op16'] * 1e6:.1f} | {t['sp24'] * 1e6:.1f} ({r.sp24_launch}) | {t['slots'] * 1e6:.1f} "
+                     f"({r.slot_config}) | {t['both'] * 1e6:.1f} ({pct:.0f}%) | {t['dense'] / t['both']:.2f}x | "
+                     f"{checks} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=MODELS[:1], choices=MODELS,
+                        help="engine presets (default: llama-3.1-8b)")
+    parser.add_argument("--shapes", nargs="+", default=SHAPES, choices=SHAPES, help="linears (default: all)")
+    parser.add_argument("--batches", nargs="+", type=int, default=BATCHES, choices=range(1, 17), metavar="B",
+                        help="batch sizes 1..16 (default: %(default)s)")
+    parser.add_argument("--reps", type=int, default=5, help="timed graph replays, median (default: %(default)s)")
+    parser.add_argument("--out", help="write the markdown report here too (default: print only)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: overflow_bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    copy_bw = copy_bandwidth(torch.device("cuda"))
+    build_start = time.perf_counter()
+    probe = capped_weight(128, 256, generator)
+    probe_split = split_overflow(probe, SLOTS)
+    x = torch.randn(1, 256, device="cuda", generator=generator).bfloat16()
+    w24 = tile(probe_split.w24)
+    probe_y = overflow_add_(x, OverflowSlots.of(probe_split), tuned_launch(x, w24)(x, w24))
+    build_s = time.perf_counter() - build_start
+    if float64_error(probe_y, x, probe, roundings=2) > 1:
+        print("error: the probe fails its float64 check", file=sys.stderr)
+        return 1
+    rows = []
+    for model in args.models:
+        for shape in args.shapes:
+            rows += bench_shape(model, shape, args.batches, args.reps, generator)
+    failures = sum(1 for r in rows for v in r.checks.values() if v > 1)
+    report = ("# 16:32+2 as 2:4 tiles + two overflow slots a word (two launches) vs cuBLAS and today's 16:32 op\n\n"
+              + environment(copy_bw, build_s)
+              + f"- pattern {PATTERN} ({SLOTS} slots a row and word; bf16 values, uint8 columns), random weights\n"
+              + "\n## Geomeans over the shapes\n\n" + summary(rows) + "\n\n## All measurements\n\n"
+              + "cuBLAS: `F.linear` on the dense pruned weight. 16:32 op: `nm_spmv` on the same weight packed as "
+              + "16:32 (what the engine runs for a 16:32 model today). sp24: the engine tuner's launch "
+              + "(`sp24.tuned_launch`) on the 2:4 part, splits (`/Ns`: slices). slots: `triton_overflow."
+              + "overflow_add_` alone, its tuner's pick. sp24 + slots: both in a row, the float64 check over the "
+              + "whole 16:32+2 weight. % copy bw: bytes that must move (2:4 part, slots, x, y) / time, against a "
+              + "device copy in the same run.\n\n" + details(rows, copy_bw)
+              + f"\n\nfloat64 failures: {failures}. Whole run: {time.perf_counter() - started:.0f} s\n")
+    write_report(report, args.out)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
