@@ -221,10 +221,12 @@ PY
     bash benchmarks/h200.sh bg overflow-kernel
     AFTER=overflow-kernel bash benchmarks/h200.sh bg quality-overflow-dev
     AFTER=overflow-kernel ONLY=p16r-int8,p16r-int4,p16r-bf16 bash benchmarks/h200.sh bg quality-quant2 ;;
-  overflow-kernel)  # overflow_h200.md: 16:32+2 as sp24's 2:4 tiles plus two overflow slots a word (two launches)
-    # against cuBLAS and today's 16:32 op, 8B shapes, batch 1-16, after the slot kernel's GPU tests (about 3 minutes)
-    timeout 200 python3 -m pytest -q -m gpu tests/test_triton_overflow.py -p no:cacheprovider 2>&1 | tail -3 \
-      | tee "$OUT/gpu_tests_overflow.log" || true
+  overflow-kernel)  # overflow_h200.md: 16:32+2 as sp24's 2:4 tiles plus two overflow slots a word (fused in sp24,
+    # and as a second Triton launch) against cuBLAS and today's 16:32 op, 8B shapes, batch 1-16, after the GPU tests
+    # of both and sp24's own float64 tests (its source changed); about 4 minutes
+    timeout 240 python3 -m pytest -q -m gpu tests/test_triton_overflow.py tests/test_sp24_overflow.py \
+      tests/test_sp24.py -k "overflow or slots or kernel_matches_float64 or glu" -p no:cacheprovider 2>&1 \
+      | tail -8 | tee "$OUT/gpu_tests_overflow.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 240 python3 overflow_bench.py \
       --out "$OUT/overflow_h200.md" | grep -E "^\| [0-9]+ \||failures|error") || true ;;
   quant-e2e-8b-16of32)  # quant_e2e_h200_8b_16of32.md: the chart's 8B speeds with the 16:32 pattern

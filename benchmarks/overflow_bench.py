@@ -1,15 +1,13 @@
-"""16:32+2 weights as 2:4 + overflow slots (two launches: sp24 on the 2:4 part, then `triton_overflow` adds the
-slots) against cuBLAS on the dense pruned weight and against what the op runs for the same weight as plain 16:32
-today (`nm_spmv`: Triton at batch 1-2, the tensor-core kernel nm_mma.cu from batch 3), on the decoder linears of
-Llama-3.1-8B (and Qwen3-14B with --models), batch 1, 2, 4, 8, 16. Needs a CUDA GPU (compute capability 9.0) and
-nvcc.
+"""16:32+2 weights as 2:4 + overflow slots against cuBLAS on the dense pruned weight and against what the op runs
+for the same weight as plain 16:32 today (`nm_spmv`: Triton at batch 1-2, the tensor-core kernel nm_mma.cu from
+batch 3), on the decoder linears of Llama-3.1-8B (and Qwen3-14B with --models), batch 1, 2, 4, 8, 16. Two ways
+to run the slots: fused (`sp24.tile_overflow`: the sp24 warp adds them, one kernel) and as a second launch
+(`triton_overflow.overflow_add_` after sp24 on the 2:4 part). Needs a CUDA GPU (compute capability 9.0) and nvcc.
 
 The question it answers: is a 16:32-class mask, run as 2:4 tiles plus a fixed two slots a row and 32 columns,
-faster than 16:32 on today's kernels, and how much of sp24's 2:4 speed does it keep? The slots run as a second
-kernel, so this is the format's cost with an extra launch and an extra pass over y; the fused epilogue sketched in
-CUDA_KERNEL_NOTES.md would remove both.
+faster than 16:32 on today's kernels, and how much of sp24's 2:4 speed does it keep?
 
-Every output (sp24 + slots, and today's op) is first checked against a float64 product of the whole 16:32+2
+Every output (fused, sp24 + slots, and today's op) is first checked against a float64 product of the whole 16:32+2
 weight; a failure is marked FAIL and the script exits 1. Times are medians of CUDA-graph replays over enough weight
 copies to rotate past the L2 (kernel_bench's helpers). Weights: standard normal, masked by `capped_keep_mask` on
 their magnitudes (16:32+2), so about 17.5% of the kept weights beyond two in a group of four are capped to two a
@@ -36,7 +34,7 @@ from sparsedecoding.kernels import nm_spmv
 from sparsedecoding.kernels.autotune import Float64Reference
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.overflow import split_overflow
-from sparsedecoding.kernels.sp24 import tile, tuned_launch
+from sparsedecoding.kernels.sp24 import tile, tile_overflow, tuned_launch
 from sparsedecoding.kernels.triton_overflow import OverflowSlots, overflow_add_, tuned_config
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.solvers import capped_keep_mask
@@ -55,11 +53,12 @@ class Row:
     out: int
     in_features: int
     batch: int
-    times: dict[str, float] = field(default_factory=dict)  # dense, op16, sp24, slots, both
+    times: dict[str, float] = field(default_factory=dict)  # dense, op16, sp24, slots, both, fused
     checks: dict[str, float] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     slot_config: str = ""
     sp24_launch: str = ""
+    fused_launch: str = ""
 
 
 def capped_weight(out: int, in_features: int, generator: torch.Generator) -> torch.Tensor:
@@ -93,11 +92,13 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
     split = split_overflow(weight, SLOTS)
     w24 = tile(split.w24)
     slots = OverflowSlots.of(split)
+    fused = tile_overflow(split)
     packed16 = pack_nm(weight, 16, 32)
     del split
     dense = rotation(lambda: weight.clone(), weight.numel() * 2)
     w24s = [w24] + rotation(lambda: w24.clone(), w24.nbytes + slots.nbytes)
     slot_copies = [slots] + [slots.clone() for _ in range(len(w24s) - 1)]
+    fuseds = [fused] + rotation(lambda: fused.clone(), fused.nbytes)
     ops = rotation(lambda: type(packed16)(packed16.values.clone(), packed16.bitmask.clone(), 16, 32,
                                           packed16.shape), packed16.values.numel() * 2)
     rows = []
@@ -108,6 +109,13 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
         launch = tuned_launch(x, w24)  # the engine's pick for the 2:4 part, checked and timed by its tuner
         row.sp24_launch = str(launch.splits) if launch.slices == 1 else f"{launch.splits}/{launch.slices}s"
         row.slot_config = str(tuned_config(x, slots, y))
+        try:  # the tuner checks every candidate against float64 of the whole weight and raises on a mismatch
+            fused_launch = tuned_launch(x, fused)
+            row.fused_launch = (str(fused_launch.splits) if fused_launch.slices == 1
+                                else f"{fused_launch.splits}/{fused_launch.slices}s")
+        except RuntimeError as exc:  # reported as a failure, and the other columns still measured
+            fused_launch, row.fused_launch = None, f"FAIL: {exc}"[:200]
+            print(f"{model} {shape} b{batch}: fused launch failed: {exc}", flush=True)
 
         def both(w, s):
             result = launch(x, w)
@@ -115,49 +123,59 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
 
         row.checks["both"] = float64_error(both(w24, slots), x, weight, roundings=2)
         row.checks["op16"] = float64_error(nm_spmv(x, packed16), x, weight)
+        row.checks["fused"] = (float64_error(fused_launch(x, fused), x, weight) if fused_launch is not None
+                               else math.inf)
         row.times["dense"] = time_rotated([lambda d=d: F.linear(x, d) for d in dense], reps)[0]
         row.times["op16"] = time_rotated([lambda p=p: nm_spmv(x, p) for p in ops], reps)[0]
         row.times["sp24"] = time_rotated([lambda w=w: launch(x, w) for w in w24s], reps)[0]
         row.times["slots"] = time_rotated([lambda s=s: overflow_add_(x, s, y) for s in slot_copies], reps)[0]
         row.times["both"] = time_rotated([lambda w=w, s=s: both(w, s) for w, s in zip(w24s, slot_copies)], reps)[0]
-        row.bytes = {"dense": 2 * out * in_features, "both": w24.nbytes + slots.nbytes,
+        row.times["fused"] = (time_rotated([lambda f=f: fused_launch(x, f) for f in fuseds], reps)[0]
+                              if fused_launch is not None else math.nan)
+        row.bytes = {"dense": 2 * out * in_features, "both": w24.nbytes + slots.nbytes, "fused": fused.nbytes,
                      "op16": packed16.values.numel() * 2 + packed16.bitmask.numel() * 4}
         t = row.times
         print(f"{model} {shape} b{batch}: cuBLAS {t['dense'] * 1e6:.1f} us, 16:32 op {t['op16'] * 1e6:.1f}, sp24 "
-              f"{t['sp24'] * 1e6:.1f} + slots {t['slots'] * 1e6:.1f} = {t['both'] * 1e6:.1f} "
-              f"(x{t['dense'] / t['both']:.2f} cuBLAS, x{t['op16'] / t['both']:.2f} the 16:32 op), checks "
-              f"{row.checks['both']:.2f} / {row.checks['op16']:.2f}", flush=True)
+              f"{t['sp24'] * 1e6:.1f} + slots {t['slots'] * 1e6:.1f} = {t['both'] * 1e6:.1f}, fused "
+              f"{t['fused'] * 1e6:.1f} (x{t['dense'] / t['fused']:.2f} cuBLAS, x{t['op16'] / t['fused']:.2f} the "
+              f"16:32 op), checks {row.checks['fused']:.2f} / {row.checks['both']:.2f} / {row.checks['op16']:.2f}",
+              flush=True)
         rows.append(row)
-    del dense, w24s, slot_copies, ops
+    del dense, w24s, slot_copies, ops, fuseds
     torch.cuda.empty_cache()
     return rows
 
 
 def summary(rows: list[Row]) -> str:
-    lines = ["| batch | sp24 + slots vs cuBLAS (geomean, min) | 16:32 op vs cuBLAS | sp24 alone (2:4 part) vs "
-             "cuBLAS | sp24 + slots vs the 16:32 op | slots' share of sp24 + slots |", "|---|---|---|---|---|---|"]
+    lines = ["| batch | fused vs cuBLAS (geomean, min) | sp24 + slots, two launches | 16:32 op today | sp24 alone "
+             "(2:4 part; what 2:4 gets) | fused vs the 16:32 op | fused's time over sp24 alone |",
+             "|---|---|---|---|---|---|---|"]
     for batch in sorted({r.batch for r in rows}):
         sel = [r for r in rows if r.batch == batch]
-        both = [r.times["dense"] / r.times["both"] for r in sel]
-        lines.append(f"| {batch} | {geomean(both):.2f}x ({min(both):.2f}x) | "
-                     f"{geomean([r.times['dense'] / r.times['op16'] for r in sel]):.2f}x | "
-                     f"{geomean([r.times['dense'] / r.times['sp24'] for r in sel]):.2f}x | "
-                     f"{geomean([r.times['op16'] / r.times['both'] for r in sel]):.2f}x | "
-                     f"{geomean([1 - r.times['sp24'] / r.times['both'] for r in sel]) * 100:.0f}% |")
+        fused = [r.times["dense"] / r.times["fused"] for r in sel]
+
+        def vs_dense(key: str) -> str:
+            return f"{geomean([r.times['dense'] / r.times[key] for r in sel]):.2f}x"
+        lines.append(f"| {batch} | {geomean(fused):.2f}x ({min(fused):.2f}x) | {vs_dense('both')} | "
+                     f"{vs_dense('op16')} | {vs_dense('sp24')} | "
+                     f"{geomean([r.times['op16'] / r.times['fused'] for r in sel]):.2f}x | "
+                     f"{geomean([r.times['fused'] / r.times['sp24'] for r in sel]):.2f}x |")
     return "\n".join(lines)
 
 
 def details(rows: list[Row], copy_bw: float) -> str:
     lines = ["| model | linear | out x in | batch | cuBLAS us | 16:32 op us | sp24 us (launch) | slots us (config) | "
-             "sp24 + slots us (% copy bw) | x cuBLAS | float64 (both / op) |", "|" + "---|" * 11]
+             "sp24 + slots us | fused us (launch; % copy bw) | fused x cuBLAS | float64 (fused / two / op) |",
+             "|" + "---|" * 12]
     for r in rows:
         t = r.times
-        pct = (r.bytes["both"] + 2 * r.batch * (r.out + r.in_features)) / t["both"] / copy_bw * 100
-        checks = " / ".join("ok" if r.checks[k] <= 1 else f"FAIL ({r.checks[k]:.2f})" for k in ("both", "op16"))
+        pct = (r.bytes["fused"] + 2 * r.batch * (r.out + r.in_features)) / t["fused"] / copy_bw * 100
+        checks = " / ".join("ok" if r.checks[k] <= 1 else f"FAIL ({r.checks[k]:.2f})"
+                            for k in ("fused", "both", "op16"))
         lines.append(f"| {r.model} | {r.shape} | {r.out}x{r.in_features} | {r.batch} | {t['dense'] * 1e6:.1f} | "
                      f"{t['op16'] * 1e6:.1f} | {t['sp24'] * 1e6:.1f} ({r.sp24_launch}) | {t['slots'] * 1e6:.1f} "
-                     f"({r.slot_config}) | {t['both'] * 1e6:.1f} ({pct:.0f}%) | {t['dense'] / t['both']:.2f}x | "
-                     f"{checks} |")
+                     f"({r.slot_config}) | {t['both'] * 1e6:.1f} | {t['fused'] * 1e6:.1f} ({r.fused_launch}; "
+                     f"{pct:.0f}%) | {t['dense'] / t['fused']:.2f}x | {checks} |")
     return "\n".join(lines)
 
 
@@ -192,15 +210,16 @@ def main(argv: list[str] | None = None) -> int:
         for shape in args.shapes:
             rows += bench_shape(model, shape, args.batches, args.reps, generator)
     failures = sum(1 for r in rows for v in r.checks.values() if v > 1)
-    report = ("# 16:32+2 as 2:4 tiles + two overflow slots a word (two launches) vs cuBLAS and today's 16:32 op\n\n"
+    report = ("# 16:32+2 as 2:4 tiles + two overflow slots a word vs cuBLAS and today's 16:32 op\n\n"
               + environment(copy_bw, build_s)
               + f"- pattern {PATTERN} ({SLOTS} slots a row and word; bf16 values, uint8 columns), random weights\n"
               + "\n## Geomeans over the shapes\n\n" + summary(rows) + "\n\n## All measurements\n\n"
               + "cuBLAS: `F.linear` on the dense pruned weight. 16:32 op: `nm_spmv` on the same weight packed as "
               + "16:32 (what the engine runs for a 16:32 model today). sp24: the engine tuner's launch "
               + "(`sp24.tuned_launch`) on the 2:4 part, splits (`/Ns`: slices). slots: `triton_overflow."
-              + "overflow_add_` alone, its tuner's pick. sp24 + slots: both in a row, the float64 check over the "
-              + "whole 16:32+2 weight. % copy bw: bytes that must move (2:4 part, slots, x, y) / time, against a "
+              + "overflow_add_` alone, its tuner's pick. sp24 + slots: both in a row. fused: sp24 with the slots "
+              + "inside (`tile_overflow`), the engine tuner's launch. Every float64 check is over the whole 16:32+2 "
+              + "weight. % copy bw: bytes that must move (tiled 2:4 part, tiled slots, x, y) / time, against a "
               + "device copy in the same run.\n\n" + details(rows, copy_bw)
               + f"\n\nfloat64 failures: {failures}. Whole run: {time.perf_counter() - started:.0f} s\n")
     write_report(report, args.out)

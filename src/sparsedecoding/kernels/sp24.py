@@ -7,6 +7,10 @@ in offset binary) and the instruction's metadata words (two 2-bit positions per 
 the bitmask), grouped so that each warp load is 512 contiguous bytes. The bytes are the format's: values or codes,
 plus 4 bits of metadata per 4 columns (the bitmask's 1 bit per column), plus, for int4, the same group scales.
 
+`tile_overflow` does the same for a 16:32+K weight split into its 2:4 part and two overflow slots a row and 32
+columns (`overflow.OverflowNM`): the slots are tiled per row tile and step as well (`over_v`, `over_o`), and the
+kernel adds their products inside the same warp (sp24.cu, OVER; 16-bit values, no RMSNorm in front).
+
 `Sp24Launch` / `sp24_mm` run it (built at first use with nvcc, like `cuda_mma`, on compute capability 8.0 or
 newer), splitting the steps of a row tile across CTAs (splits) and across warps of one CTA (slices);
 `tuned_launch` picks both per problem. `tiled_to_dense` reads a tiled weight back through the instruction's
@@ -24,6 +28,7 @@ import torch
 from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
+from .overflow import OverflowNM
 from .op import MAX_BATCH, sp24_pdl_setting
 from .quantized import PackedNMQ
 
@@ -48,7 +53,8 @@ class Sp24Weight:
     8 (int8 codes, `row_scales` bf16 [out]) or 4 (int4 codes, `scales` tiled bf16, a group 2^`gk_shift` k-tiles,
     `groups` groups per row tile). `a`, `meta` and `scales` are flat uint8 / int32 / bf16 tensors. `glu`: a
     gate|up weight (gate rows, then as many up rows) tiled in row-tile pairs (`glu_order`); the kernel then gives
-    silu(gate)·up, `out_features` = out / 2 columns."""
+    silu(gate)·up, `out_features` = out / 2 columns. `over_v` (values of `dtype`) and `over_o` (uint8): the
+    overflow slots of a 16:32+K weight (`tile_overflow`), or None."""
 
     a: torch.Tensor
     meta: torch.Tensor
@@ -61,6 +67,8 @@ class Sp24Weight:
     gk_shift: int = 0
     groups: int = 0
     glu: bool = False
+    over_v: torch.Tensor | None = None
+    over_o: torch.Tensor | None = None
 
     @property
     def out_features(self) -> int:
@@ -69,8 +77,8 @@ class Sp24Weight:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.a, self.meta, self.scales, self.row_scales)
-                   if t is not None)
+        return sum(t.numel() * t.element_size() for t in (self.a, self.meta, self.scales, self.row_scales,
+                                                          self.over_v, self.over_o) if t is not None)
 
     def to(self, device: torch.device | str) -> Sp24Weight:
         return self._map(lambda t: t.to(device))
@@ -83,7 +91,8 @@ class Sp24Weight:
         def apply(t):
             return None if t is None else fn(t)
         return Sp24Weight(fn(self.a), fn(self.meta), apply(self.scales), apply(self.row_scales), self.shape,
-                          self.code, self.dtype, self.steps, self.gk_shift, self.groups, self.glu)
+                          self.code, self.dtype, self.steps, self.gk_shift, self.groups, self.glu,
+                          apply(self.over_v), apply(self.over_o))
 
 
 def meta_codes(bitmask: torch.Tensor) -> torch.Tensor:
@@ -199,6 +208,80 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
     return Sp24Weight(a, meta_t, scales, row_scales, (out, in_features), code, dtype, steps, gk_shift, groups)
 
 
+OVER_SLOTS = 2  # overflow slots a row and 32-column word that the kernel reads (sp24.cu, OVER)
+
+
+def staged_offset(columns: torch.Tensor) -> torch.Tensor:
+    """Byte offset of column c (0-31) of a k-tile in the kernel's staged x (see sp24.cu): 16·((c % 8) / 2) +
+    4·(c / 8) + 2·(c % 2)."""
+    c = columns.to(torch.int32)
+    return (16 * ((c & 7) >> 1) + 4 * (c >> 3) + 2 * (c & 1)).to(torch.uint8)
+
+
+def _staged_column(offsets: torch.Tensor) -> torch.Tensor:
+    """Inverse of `staged_offset`."""
+    o = offsets.to(torch.int64)
+    return (8 * ((o >> 2) & 3) + 2 * (o >> 4) + ((o >> 1) & 1)).to(torch.uint8)
+
+
+def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
+    """The tiled layout of a 16:32+K weight split by `overflow.split_overflow` (16-bit values, at most two slots):
+    `tile` of its 2:4 part, plus the slots per row tile, step and lane as sp24.cu's OVER path reads them (lane
+    (g, t)'s slot k: word 2t + k / 4 of the step, row g + 8·((k / 2) % 2), slot k % 2; the column as its staged-x
+    offset). With `glu`, rows in `glu_order` as for `tile`."""
+    if w.slots > OVER_SLOTS:
+        raise KernelInputError(f"{w.slots} overflow slots a word; the kernel reads at most {OVER_SLOTS}")
+    base = tile(w.w24, glu)
+    if base.code != 0:
+        raise KernelInputError("overflow slots run with 16-bit values only")
+    values, columns = w.values.to(base.dtype), w.columns
+    if w.slots < OVER_SLOTS:  # pad to two slots: value 0, column 0
+        pad = OVER_SLOTS - w.slots
+        values = torch.cat([values, values.new_zeros(*values.shape[:2], pad)], dim=2)
+        columns = torch.cat([columns, columns.new_zeros(*columns.shape[:2], pad)], dim=2)
+    out, in_features = w.shape
+    if glu:
+        order = glu_order(out, values.device)
+        values, columns = values[order], columns[order]
+    row_tiles, steps = -(-out // 16), base.steps
+    words = steps * STEP_TILES[0]
+
+    def lanes(t: torch.Tensor) -> torch.Tensor:
+        padded = t.new_zeros(row_tiles * 16, words, OVER_SLOTS)
+        padded[:out, :t.shape[1]] = t
+        v = padded.view(row_tiles, 2, 8, steps, 4, 2, OVER_SLOTS)  # tile h g step t wsel s
+        return v.permute(0, 3, 2, 4, 5, 1, 6).contiguous().view(-1)  # tile step g t | k = 4·wsel + 2h + s
+
+    return replace(base, over_v=lanes(values), over_o=lanes(staged_offset(columns)))
+
+
+def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
+    """The slots of a `tile_overflow` weight as (values [out, in / 32, 2] of w's dtype, columns uint8 of the same
+    shape), rows in their original order; inverse of the tiling."""
+    if w.over_v is None:
+        raise KernelInputError("this tiled weight has no overflow slots")
+    out, in_features = w.shape
+    row_tiles, steps = -(-out // 16), w.steps
+
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        v = t.view(row_tiles, steps, 8, 4, 2, 2, OVER_SLOTS).permute(0, 5, 2, 1, 3, 4, 6)  # tile h g step t wsel s
+        return v.reshape(row_tiles * 16, steps * STEP_TILES[0], OVER_SLOTS)[:out, :in_features // 32]
+
+    values, columns = rows(w.over_v), _staged_column(rows(w.over_o))
+    if w.glu:
+        back = torch.argsort(glu_order(out, values.device))
+        values, columns = values[back], columns[back]
+    return values.contiguous(), columns.contiguous()
+
+
+def _slot_rows(values: torch.Tensor, columns: torch.Tensor, r0: int, r1: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows r0..r1 of the slots' dense weight [rows, in] in `dtype`."""
+    rows, words = r1 - r0, values.shape[1]
+    dense = torch.zeros(rows, words, 32, dtype=dtype, device=values.device)
+    dense.scatter_add_(2, columns[r0:r1].long(), values[r0:r1].to(dtype))
+    return dense.view(rows, words * 32)
+
+
 def _codes_to_mask(codes: torch.Tensor) -> torch.Tensor:
     """Inverse of `meta_codes`: int64 words of 2-bit position pairs → int32 mask words."""
     mask = torch.zeros_like(codes)
@@ -217,7 +300,10 @@ def _lanes_to_kept(lanes: torch.Tensor, out: int, kept_per_row: int) -> torch.Te
 
 def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
     """The packed weight (`PackedNM`, or `PackedNMQ` for codes) that `tile` made `w` from, exactly (rows in their
-    original order for a GLU weight); on w's device."""
+    original order for a GLU weight); on w's device. A weight with overflow slots raises KernelInputError
+    (its 2:4 part alone is `untile(replace(w, over_v=None, over_o=None))`, its slots `untile_slots`)."""
+    if w.over_v is not None:
+        raise KernelInputError("this tiled weight has overflow slots, which a packed 2:4 weight cannot hold")
     if w.glu:
         order = glu_order(w.shape[0], w.a.device)
         return _rows(untile(replace(w, glu=False)), torch.argsort(order))
@@ -256,7 +342,11 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     """The float64 [out, in] weight that the kernel multiplies by, read back from the tiled tensors through
     mma.sp's register semantics (each lane's A registers, dequantized as the kernel does, placed at the kept
     positions its metadata names) — independent of `tile`, for tests. A GLU weight's rows come back in their
-    original order."""
+    original order. Overflow slots are added as `untile_slots` reads them."""
+    if w.over_v is not None:
+        values, columns = untile_slots(w)
+        plain = tiled_to_dense(replace(w, over_v=None, over_o=None))
+        return plain + _slot_rows(values.cpu(), columns.cpu(), 0, w.shape[0], torch.float64)
     if w.glu:
         return tiled_to_dense(replace(w, glu=False))[torch.argsort(glu_order(w.shape[0]))]
     out, in_features = w.shape
@@ -304,7 +394,7 @@ def _load() -> ctypes.CDLL:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
-                                            + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
+                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3)
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -361,7 +451,9 @@ def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
     if not x.is_contiguous():
         raise KernelInputError("x is not contiguous; call .contiguous() first")
     tensors = [("x", x), ("a", w.a), ("meta", w.meta)] + [(n, t) for n, t in (("scales", w.scales),
-                                                                              ("row_scales", w.row_scales))
+                                                                              ("row_scales", w.row_scales),
+                                                                              ("over_v", w.over_v),
+                                                                              ("over_o", w.over_o))
                                                           if t is not None]
     if x.device.type != "cuda" or any(t.device != x.device for _, t in tensors):
         raise KernelInputError("x and the tiled weight must be on one CUDA device; got "
@@ -402,6 +494,8 @@ class Sp24Launch:
         check_inputs(x, w)
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
+        if norm and w.over_v is not None:
+            raise KernelInputError("a weight with overflow slots runs without the RMSNorm in front (not built)")
         load()
         self.library = _load()
         self.vector = x.dim() == 1
@@ -457,7 +551,7 @@ class Sp24Launch:
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
-                cuda_mma._current_raw_stream(self.device_index))
+                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o))
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -479,6 +573,8 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
     expanded by one kernel launch on w's CUDA device (prefill); elsewhere through `untile`. A GLU weight's rows
     come in their original order (gate, then up)."""
     if w.a.device.type != "cuda":
+        if w.over_v is not None:
+            return tiled_to_dense(w).to(w.dtype)
         packed = untile(w)
         return packed.to_dense() if w.code == 0 else packed.to_dense(w.dtype)
     library = _load()
@@ -495,7 +591,10 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
     if err:
         raise RuntimeError(f"sp24 dense expansion failed: {library.sp24_error_string(err).decode()}")
     if w.glu:  # the kernel writes rows in the tiled order
-        return dense[torch.argsort(glu_order(w.shape[0], dense.device))]
+        dense = dense[torch.argsort(glu_order(w.shape[0], dense.device))]
+    if w.over_v is not None:  # the slots fill zeros of the 2:4 part: the sum is exact in w's dtype
+        values, columns = untile_slots(w)
+        dense += _slot_rows(values, columns, 0, w.shape[0], w.dtype)
     return dense
 
 
@@ -512,7 +611,7 @@ def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL (a launch tuned under one value is
     not reused under the other)."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            sp24_pdl_setting())
+            sp24_pdl_setting(), w.over_v is not None)
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -524,9 +623,13 @@ def _reference(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None):
     x's device; `NormReference` with the RMSNorm in front; for a GLU weight, `GluReference` over either."""
     from .autotune import Float64Reference
 
-    packed = untile(w)
+    packed = untile(replace(w, over_v=None, over_o=None))
     x2 = x.view(1, -1) if x.dim() == 1 else x
-    if norm is None:
+    if w.over_v is not None:  # no norm with slots (Sp24Launch refuses it)
+        values, columns = untile_slots(w)
+        reference = Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1)
+                                             + _slot_rows(values, columns, r0, r1, torch.float64))
+    elif norm is None:
         reference = Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1))
     else:
         res, weight, eps = norm

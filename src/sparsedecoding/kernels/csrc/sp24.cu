@@ -43,6 +43,17 @@
 // row of x, the kernel stages u = w ⊙ s (T, rounded once) while it sums s² over its columns, and multiplies the fp32
 // sums by 1/rms = rsqrt(Σs² / in + eps) at the end: without split-K from its own Σs², with split-K the last CTA adds
 // the Σs² each split's CTA left in `ss_slots`. The separate add+norm kernel, its launch and a pass over x go.
+//
+// Overflow slots (OVER: 16-bit values, no NORM yet): W = W24 + W_over for a 16:32+K weight (kernels/overflow.py),
+// W_over held in two fixed slots a row and 32-column word. Tiled per row tile and step like `a`:
+//   over_v: [row tile][step][lane][8 values] (16 B a lane), over_o: [row tile][step][lane][8 bytes] (8 B a lane);
+//   lane (g, t)'s slot k (0..7) is in word 2t + k / 4 of the step (k-tile 8·step + 2t + k / 4), row g + 8·((k / 2)
+//   % 2), slot k % 2; its byte is the column's offset in the staged x of its k-tile (16·((c % 8) / 2) + 4·(c / 8) +
+//   2·(c % 2) for column c, see above); value 0 where the slot is unused.
+// Each lane adds its slots' products with every row of x into float32 partials p[row g / g+8][row of x], loaded with
+// the step's weights (two steps in flight) and kept over all its steps; after the loop one butterfly in the quad
+// sums the four lanes' partials, and each lane adds the sums for its own accumulators' entries. The slices, splits,
+// GLU and the output then see a whole sum.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -71,6 +82,12 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint2 ld_stream8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 
@@ -127,6 +144,13 @@ __device__ __forceinline__ uint32_t int4_pair(uint32_t q, int r) {
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
+// a 16-bit value of T from its bits
+template <typename T>
+__device__ __forceinline__ float bits_to_float(uint32_t bits) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) return __uint_as_float(bits << 16);
+  else return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
@@ -168,13 +192,15 @@ struct StepRegs {
   uint4 a[Steps<CODE>::a_loads];
   uint4 m[Steps<CODE>::meta_loads];
   uint32_t s[CODE == 4 ? SPS : 1];
+  uint4 ov;  // OVER: this lane's 8 slot values and their staged-x offsets (never set, and so dropped, otherwise)
+  uint2 oc;
 };
 
 // SPS (CODE 4): scale loads per step; group k-tiles 2^gk_shift.
-template <int CODE, int SPS>
+template <int CODE, int SPS, bool OVER>
 __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a, const char* meta,
-                                          const char* scales, int step, int lane, int t, int g, int gk_shift,
-                                          int groups) {
+                                          const char* scales, const char* ov, const char* oc, int step, int lane,
+                                          int t, int g, int gk_shift, int groups) {
   using S = Steps<CODE>;
 #pragma unroll
   for (int j = 0; j < S::a_loads; ++j)
@@ -190,7 +216,29 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
       r.s[j] = ld_u32(scales + (static_cast<size_t>(group) * 8 + g) * 4);
     }
   }
+  if constexpr (OVER) {
+    r.ov = ld_stream(ov + static_cast<size_t>(step) * 512 + 16 * lane);
+    r.oc = ld_stream8(oc + static_cast<size_t>(step) * 256 + 8 * lane);
+  }
   (void)groups;
+}
+
+// OVER: the products of this lane's 8 slots of a step with every row of x (p[h][b]: row g + 8h, row b of x).
+template <typename T, int NT>
+__device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov, const uint2& oc, const char* xs,
+                                          int xstride, int local_step, int t, int batch) {
+  const uint32_t values[4] = {ov.x, ov.y, ov.z, ov.w};
+  const uint32_t offsets[2] = {oc.x, oc.y};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float v = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+    const int offset = (offsets[k >> 2] >> (8 * (k & 3))) & 0xFF;
+    const char* xp = xs + 64 * (local_step * 8 + 2 * t + (k >> 2)) + offset;
+    const int h = (k >> 1) & 1;
+#pragma unroll
+    for (int b = 0; b < 8 * NT; ++b)
+      if (b < batch) p[h][b] = fmaf(v, to_float(*reinterpret_cast<const T*>(xp + b * xstride)), p[h][b]);
+  }
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
@@ -259,7 +307,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 // x [batch][in] (in = 32·k_tiles, contiguous); y [batch][out]; row_scales (CODE 8): bf16 [out]. Two CTAs per SM:
 // left alone, the int8 and int4 kernels for 9-16 rows of x took 154 and 130 registers, one CTA per SM (int8 at
 // batch 16 went from 1.16x to 1.29x cuBLAS with this bound alone: results/sp24_h200.md at commit 903c604).
-template <typename T, int NT, int CODE, int SPS, bool NORM>
+template <typename T, int NT, int CODE, int SPS, bool NORM, bool OVER>
 __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                                                         const char* __restrict__ meta,
                                                         const char* __restrict__ scales,
@@ -270,8 +318,10 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
                                                         int groups, int slices, int glu,
                                                         const T* __restrict__ res, const T* __restrict__ norm_w,
                                                         T* __restrict__ sum_out, float* __restrict__ ss_slots,
-                                                        float eps) {
+                                                        float eps, const char* __restrict__ over_v,
+                                                        const char* __restrict__ over_o) {
   using S = Steps<CODE>;
+  static_assert(!OVER || (CODE == 0 && !NORM), "overflow slots: 16-bit values, no norm in front");
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int splits = gridDim.y, split = blockIdx.y;
@@ -287,13 +337,16 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   const char* a_tile = a + tile_row * a_stride;
   const char* m_tile = meta + tile_row * m_stride;
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
+  const char* ov_tile = OVER ? over_v + static_cast<size_t>(tile_row) * steps * 512 : nullptr;
+  const char* oc_tile = OVER ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
 
   // Both first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   StepRegs<CODE, SPS> r0, r1;
   if (active && wstep0 < wstep1)
-    load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, wstep0, lane, t, g, gk_shift, groups);
+    load_step<CODE, SPS, OVER>(r0, a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0, lane, t, g, gk_shift, groups);
   if (active && wstep0 + 1 < wstep1)
-    load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g, gk_shift, groups);
+    load_step<CODE, SPS, OVER>(r1, a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + 1, lane, t, g, gk_shift,
+                               groups);
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -361,13 +414,45 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  float p[2][8 * NT];  // OVER: the slots' partial products (see the top)
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int b = 0; b < 8 * NT; ++b) p[h][b] = 0.f;
   if (active) {
     for (int step = wstep0; step < wstep1; step += 2) {
       compute_step<T, NT, CODE, SPS>(acc, r0, xs, xstride, step - step0, g, t, batch);
-      if (step + 2 < wstep1) load_step<CODE, SPS>(r0, a_tile, m_tile, s_tile, step + 2, lane, t, g, gk_shift, groups);
+      if constexpr (OVER) over_step<T, NT>(p, r0.ov, r0.oc, xs, xstride, step - step0, t, batch);
+      if (step + 2 < wstep1)
+        load_step<CODE, SPS, OVER>(r0, a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 2, lane, t, g, gk_shift,
+                                   groups);
       if (step + 1 >= wstep1) break;
       compute_step<T, NT, CODE, SPS>(acc, r1, xs, xstride, step + 1 - step0, g, t, batch);
-      if (step + 3 < wstep1) load_step<CODE, SPS>(r1, a_tile, m_tile, s_tile, step + 3, lane, t, g, gk_shift, groups);
+      if constexpr (OVER) over_step<T, NT>(p, r1.ov, r1.oc, xs, xstride, step + 1 - step0, t, batch);
+      if (step + 3 < wstep1)
+        load_step<CODE, SPS, OVER>(r1, a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 3, lane, t, g, gk_shift,
+                                   groups);
+    }
+    if constexpr (OVER) {
+      // the quad's four lanes hold partials of the same two rows: sum them (every lane of the warp takes part),
+      // then each lane adds the entries of its own accumulators (row of x 8j + 2t + (e & 1), row g + 8·(e / 2))
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int b = 0; b < 8 * NT; ++b) {
+          p[h][b] += __shfl_xor_sync(0xffffffffu, p[h][b], 1);
+          p[h][b] += __shfl_xor_sync(0xffffffffu, p[h][b], 2);
+        }
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float add = 0.f;
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (t == q) add = p[e >> 1][8 * j + 2 * q + (e & 1)];
+          acc[j][e] += add;
+        }
     }
   }
   // This CTA's weight stream is done: the next kernel on the stream, if launched programmatically, may start its
@@ -500,11 +585,12 @@ struct Problem {
   float* ss_slots = nullptr;
   float eps = 0.f;
   int pdl = 0;  // a programmatic launch: see sp24_launch
+  const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
 };
 
-template <typename T, int NT, int CODE, int SPS, bool NORM>
+template <typename T, int NT, int CODE, int SPS, bool NORM, bool OVER = false>
 cudaError_t launch(const Problem& p) {
-  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM>;
+  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
   if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
@@ -529,7 +615,8 @@ cudaError_t launch(const Problem& p) {
                             static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y), p.partials,
                             p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
                             p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w),
-                            static_cast<T*>(p.sum_out), p.ss_slots, p.eps);
+                            static_cast<T*>(p.sum_out), p.ss_slots, p.eps, static_cast<const char*>(p.over_v),
+                            static_cast<const char*>(p.over_o));
 }
 
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
@@ -614,6 +701,14 @@ cudaError_t launch_dense(const Problem& p, void* dense) {
 
 template <typename T, int CODE, int SPS>
 cudaError_t by_batch(const Problem& p) {
+  if constexpr (CODE == 0) {
+    if (p.over_v != nullptr) {
+      if (p.norm_w != nullptr || p.over_o == nullptr) return cudaErrorInvalidValue;
+      return p.batch <= 8 ? launch<T, 1, 0, 1, false, true>(p) : launch<T, 2, 0, 1, false, true>(p);
+    }
+  } else {
+    if (p.over_v != nullptr) return cudaErrorInvalidValue;
+  }
   if (p.norm_w != nullptr)
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, true>(p) : launch<T, 2, CODE, SPS, true>(p);
   return p.batch <= 8 ? launch<T, 1, CODE, SPS, false>(p) : launch<T, 2, CODE, SPS, false>(p);
@@ -631,11 +726,13 @@ extern "C" {
 // (`res` [batch][in] or null), the sum x + res into `sum_out` (or not, if null), `ss_slots` (with split-K) one float
 // per row block, split and row of x. `pdl`: a programmatic launch (compute capability 9.0), whose CTAs may start
 // and load their first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents
-// start once its weight stream is done). Returns 0 or a cudaError_t.
+// start once its weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight
+// (code_bits 0 and no norm_w; see sp24_kernel). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
-                void* sum_out, float* ss_slots, float eps, int pdl, void* stream) {
+                void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
+                const void* over_o) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)))
     return cudaErrorInvalidValue;
@@ -648,6 +745,8 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.ss_slots = ss_slots;
   p.eps = eps;
   p.pdl = pdl;
+  p.over_v = over_v;
+  p.over_o = over_o;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;

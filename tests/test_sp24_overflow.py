@@ -1,0 +1,157 @@
+"""The sp24 kernel with overflow slots (`sp24.tile_overflow`, sp24.cu's OVER path): a 16:32+K weight run as its 2:4
+part plus two slots a row and 32 columns inside one kernel. On CPU: the slot tiling read back two ways (its inverse,
+and `tiled_to_dense` through the lane semantics the kernel uses) against the weight itself, odd shapes and GLU
+order included; on the GPU: every launch shape (splits, slices, batch 1-16, GLU) against a float64 product of the
+whole weight, and the refusals."""
+
+import pytest
+import torch
+
+from sparsedecoding.errors import KernelInputError
+from sparsedecoding.kernels.overflow import split_overflow
+from sparsedecoding.kernels.sp24 import (_staged_column, staged_offset, tile, tile_overflow, tiled_to_dense, untile,
+                                         untile_slots)
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.solvers import keep_mask
+
+
+def capped_weight(out, in_features, pattern="16:32+2", dtype=torch.bfloat16, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(out, in_features, generator=g)
+    return (weight * keep_mask(weight.abs(), SparsityPattern.parse(pattern))).to(dtype).to(device)
+
+
+def test_staged_offsets_follow_the_staging_and_invert():
+    """Column c = 8i + 2t + e of a k-tile sits at byte 16t + 4i + 2e of its staged 64 bytes (sp24.cu's layout)."""
+    c = torch.arange(32)
+    offsets = staged_offset(c).long()
+    i, t, e = c // 8, (c % 8) // 2, c % 2
+    assert torch.equal(offsets, 16 * t + 4 * i + 2 * e)
+    assert sorted(offsets.tolist()) == list(range(0, 64, 2))  # a permutation of the 32 two-byte places
+    assert torch.equal(_staged_column(staged_offset(c)).long(), c)
+
+
+@pytest.mark.parametrize("out,in_features,pattern,slots", [(48, 512, "16:32+2", 2), (40, 96, "16:32+1", 1),
+                                                           (13, 320, "16:32+2", 2), (64, 256, "16:32+0", 1)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tiled_slots_rebuild_the_weight(out, in_features, pattern, slots, dtype):
+    weight = capped_weight(out, in_features, pattern, dtype, seed=out)
+    split = split_overflow(weight, slots)
+    w = tile_overflow(split)
+    values, columns = untile_slots(w)
+    assert values.shape == (out, in_features // 32, 2)
+    assert torch.equal(values[..., :slots], split.values) and torch.equal(columns[..., :slots], split.columns)
+    assert torch.equal(tiled_to_dense(w), weight.double())  # through mma.sp's registers plus the lane slots
+    assert w.nbytes == tile(split.w24).nbytes + w.over_v.numel() * 3
+
+
+def stage(x):
+    """x [batch, in] staged as sp24.cu's stage_unit writes it: 16-byte unit u (columns 8u..8u+7, four 32-bit words
+    v.x..v.w) at byte 64·(u / 4) + 4·(u % 4), word i 16·i bytes further; as 2-byte elements."""
+    batch, in_features = x.shape
+    staged = torch.zeros(batch, in_features, dtype=x.dtype)
+    for u in range(in_features // 8):
+        for i in range(4):
+            for e in range(2):
+                staged[:, (64 * (u >> 2) + 4 * (u & 3) + 16 * i + 2 * e) // 2] = x[:, 8 * u + 2 * i + e]
+    return staged
+
+
+def test_the_kernels_slot_arithmetic_emulated_gives_the_overflow():
+    """sp24.cu's OVER path step by step in Python: lane (g, t) of row tile r reads 16 bytes at over_v + (r·steps +
+    step)·512 + 16·lane and 8 at over_o + (r·steps + step)·256 + 8·lane, multiplies value k by staged x at byte
+    64·(8·step + 2t + k / 4) + offset k, into row g + 8·((k / 2) % 2); the quad's sums are the overflow's product."""
+    out, in_features, batch = 24, 320, 3
+    weight = capped_weight(out, in_features, seed=11).float()
+    split = split_overflow(weight.bfloat16())
+    w = tile_overflow(split)
+    x = torch.randn(batch, in_features).bfloat16()
+    staged = stage(torch.cat([x.float(), torch.zeros(batch, w.steps * 256 - in_features)], 1)).float()
+    values = w.over_v.view(torch.uint8).view(-1)
+    offsets = w.over_o.view(-1)
+    y = torch.zeros(batch, -(-out // 16) * 16, dtype=torch.float64)
+    for r in range(-(-out // 16)):
+        for step in range(w.steps):
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                base = (r * w.steps + step)
+                v = values[base * 512 + 16 * lane: base * 512 + 16 * lane + 16].view(torch.bfloat16).double()
+                o = offsets[base * 256 + 8 * lane: base * 256 + 8 * lane + 8].long()
+                for k in range(8):
+                    element = (64 * (8 * step + 2 * t + (k >> 2)) + int(o[k])) // 2
+                    y[:, 16 * r + g + 8 * ((k >> 1) & 1)] += v[k] * staged[:, element].double()
+    over = weight.double() - split.w24.to_dense().double()
+    assert torch.allclose(y[:, :out], x.double() @ over.T, rtol=1e-12, atol=1e-12)
+
+
+def test_glu_order_keeps_each_row_with_its_slots():
+    weight = capped_weight(64, 256, seed=3)
+    w = tile_overflow(split_overflow(weight), glu=True)
+    assert w.glu and torch.equal(tiled_to_dense(w), weight.double())
+    values, _ = untile_slots(w)
+    assert torch.equal(values, split_overflow(weight).values)
+
+
+def test_refusals_are_one_clear_error():
+    weight = capped_weight(32, 256, "16:32+4", seed=1)
+    with pytest.raises(KernelInputError, match="at most 2"):
+        tile_overflow(split_overflow(weight, 4))
+    w = tile_overflow(split_overflow(capped_weight(32, 256)))
+    with pytest.raises(KernelInputError, match="overflow slots"):
+        untile(w)
+    with pytest.raises(KernelInputError, match="no overflow slots"):
+        untile_slots(tile(split_overflow(capped_weight(32, 256)).w24))
+
+
+def float64_error(y, x, weight):
+    """|y − x·Wᵀ| over one ulp of y plus an fp32 sum of `in` products, computed from the definition."""
+    x64, w64 = x.double().cpu(), weight.double().cpu()
+    exact = x64 @ w64.T
+    bound = torch.finfo(x.dtype).eps * exact.abs() + 2 * x.shape[1] * 2.0**-24 * (x64.abs() @ w64.abs().T) + 1e-300
+    return float(((y.double().cpu() - exact).abs() / bound).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kernel_with_slots_matches_float64(out, in_features, dtype):
+    from sparsedecoding.kernels.sp24 import min_splits, sp24_mm
+
+    weight = capped_weight(out, in_features, dtype=dtype, seed=out, device="cuda")
+    w = tile_overflow(split_overflow(weight))
+    for batch in (1, 2, 5, 8, 9, 16):
+        x = torch.randn(batch, in_features, device="cuda").to(dtype)
+        for splits, slices in ((None, None), (1, 1), (3, 1), (1, 2), (3, 4), (2, 8)):
+            try:
+                y = sp24_mm(x, w, splits, slices)
+            except KernelInputError:
+                assert splits is not None and splits < min_splits(w, batch)
+                continue
+            assert float64_error(y, x, weight) <= 1, (out, in_features, batch, splits, slices)
+
+
+@pytest.mark.gpu
+def test_glu_with_slots_matches_float64():
+    from sparsedecoding.kernels.sp24 import GluReference, sp24_mm
+    from sparsedecoding.kernels.autotune import Float64Reference
+
+    weight = capped_weight(512, 1024, seed=7, device="cuda")
+    w = tile_overflow(split_overflow(weight), glu=True)
+    for batch in (1, 7, 16):
+        x = torch.randn(batch, 1024, device="cuda").bfloat16()
+        reference = GluReference(Float64Reference.of_rows(x, 512, lambda r0, r1: weight[r0:r1].double()),
+                                 torch.bfloat16)
+        for splits in (None, 1, 2):
+            assert reference.error(sp24_mm(x, w, splits)) <= 1, (batch, splits)
+
+
+@pytest.mark.gpu
+def test_dense_expansion_and_norm_refusal_with_slots():
+    from sparsedecoding.kernels.sp24 import Sp24Launch, to_dense
+
+    weight = capped_weight(1000, 1536, seed=2, device="cuda")
+    w = tile_overflow(split_overflow(weight))
+    assert torch.equal(to_dense(w), weight)
+    x = torch.randn(1, 1536, device="cuda").bfloat16()
+    with pytest.raises(KernelInputError, match="RMSNorm"):
+        Sp24Launch(x, w, norm=True)
