@@ -160,6 +160,21 @@ PY
     # int8 lm_head (issue 13's 2.69x against 3.0x) spends its time, beside dense int4 with the same head; about 2 min
     timeout 200 python3 benchmarks/step_profile.py --quantize int4 --head int8 \
       --out "$OUT/step_profile_h200_8b_int4_h8.md" | grep -E "^## |^- wall" || true ;;
+  ncu-overflow)  # ncu_over_*.txt: Nsight Compute on sp24 with overflow slots (16:32+2) beside plain sp24 bf16, one
+    # warm default launch each (one slice): 8B qkv at batch 1 (where the slots cost most over their bytes) and gate_up
+    # at batch 16; about 2 minutes
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+    [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }
+    for probe in "over_qkv_b1 sp24-over qkv 1" "sp24_qkv_b1 sp24-bf16 qkv 1" "over_gate_up_b16 sp24-over gate_up 16"; do
+      set -- $probe
+      (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 100 "$ncu" --clock-control none -k "regex:sp24_kernel" \
+        --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
+        python3 ncu_probe.py $2 --shape $3 --batch $4) > "$OUT/ncu_$1.txt" 2>&1 || true
+      grep -E "Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issued Ipc|ERR_|rror" "$OUT/ncu_$1.txt" \
+        | head -8 || true
+    done ;;
   ncu-probe)  # ncu_*.txt: Nsight Compute on one warm launch each (clocks left alone: --clock-control none) of the
     # generic 16:32 path and FAST24 (8B gate_up, batch 4) and sp24 int4 (gate_up and o, batch 1): occupancy, issue
     # and the warps' stall reasons; each report is written as soon as its run ends
@@ -557,5 +572,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, overflow-kernel, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, overflow-kernel, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

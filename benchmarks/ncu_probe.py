@@ -8,6 +8,7 @@ The paths:
 - `fast24`: the same kernel on 2:4 with its FAST24 path, the reference the generic path is measured against;
 - `sp24-bf16`, `sp24-int8`, `sp24-int4`: the tiled 2:4 sparse tensor-core kernel (`sp24.sp24_mm`, default splits,
   one slice: not the tuned launch, whose tuning runs would be the launches ncu skips);
+- `sp24-over`: the same kernel with two overflow slots a word inside (a 16:32+2 weight, `sp24.tile_overflow`);
 - `cublas`: `F.linear` on the dense weight.
 
     ncu --clock-control none -k regex:nm_mma_kernel --launch-skip 2 --launch-count 1 \\
@@ -29,7 +30,7 @@ from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
 from sparsedecoding.kernels.sp24 import sp24_mm, tile
 
-PATHS = ("generic", "fast24", "sp24-bf16", "sp24-int8", "sp24-int4", "cublas")
+PATHS = ("generic", "fast24", "sp24-bf16", "sp24-int8", "sp24-int4", "sp24-over", "cublas")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -66,7 +67,13 @@ def build(args: argparse.Namespace, generator: torch.Generator):
         packed = pack_nm(random_nm_weight(out, in_features, n, m, generator), n, m)
         return lambda x: cuda_mma.nm_mm_cuda(x, packed)
     kind = args.path.removeprefix("sp24-")
-    if kind == "bf16":
+    if kind == "over":
+        from overflow_bench import capped_weight
+        from sparsedecoding.kernels.overflow import split_overflow
+        from sparsedecoding.kernels.sp24 import tile_overflow
+
+        w = tile_overflow(split_overflow(capped_weight(out, in_features, generator)))
+    elif kind == "bf16":
         w = tile(pack_nm(random_nm_weight(out, in_features, 2, 4, generator), 2, 4))
     else:
         group = in_features if kind == "int8" else GROUP_SIZE
