@@ -223,21 +223,28 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
   (void)groups;
 }
 
-// OVER: the products of this lane's 8 slots of a step with every row of x (p[h][b]: row g + 8h, row b of x).
+// OVER: the products of this lane's 8 slots of a step with every row of x (p[h][b]: row g + 8h, row b of x). The
+// rows of x are the outer loop, left at the first row past the batch (the same for every lane), so that batch 1
+// issues 8 shared loads and FMAs a step, not 8 for each of the 8 · NT rows an unrolled, predicated loop would.
 template <typename T, int NT>
 __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov, const uint2& oc, const char* xs,
                                           int xstride, int local_step, int t, int batch) {
   const uint32_t values[4] = {ov.x, ov.y, ov.z, ov.w};
   const uint32_t offsets[2] = {oc.x, oc.y};
+  float v[8];
+  int at[8];  // byte of the slot's column in row 0 of the staged x
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const float v = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
-    const int offset = (offsets[k >> 2] >> (8 * (k & 3))) & 0xFF;
-    const char* xp = xs + 64 * (local_step * 8 + 2 * t + (k >> 2)) + offset;
-    const int h = (k >> 1) & 1;
+    v[k] = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+    at[k] = 64 * (local_step * 8 + 2 * t + (k >> 2)) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3))) & 0xFF);
+  }
 #pragma unroll
-    for (int b = 0; b < 8 * NT; ++b)
-      if (b < batch) p[h][b] = fmaf(v, to_float(*reinterpret_cast<const T*>(xp + b * xstride)), p[h][b]);
+  for (int b = 0; b < 8 * NT; ++b) {
+    if (b >= batch) break;
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      p[(k >> 1) & 1][b] = fmaf(v[k], to_float(*reinterpret_cast<const T*>(xs + at[k] + b * xstride)),
+                                p[(k >> 1) & 1][b]);
   }
 }
 
