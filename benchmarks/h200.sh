@@ -101,8 +101,10 @@ case $report in
     while [ -n "$(pending)" ] && [ $SECONDS -lt $end ]; do sleep 10; done
     for step in $steps; do echo "$step: rc $(cat /root/bg/$step.rc 2>/dev/null || echo running)"; done
     for log in /root/bg/*.log /root/recipes*-w*.log; do [ -f "$log" ] && { echo "== $log"; tail -n 5 "$log" | cut -c1-300; }; done
-    tar czf "$OUT/bg.tgz" --exclude='*.safetensors' --exclude='answers' --exclude='claims' -C /root \
-      bg $(cd /root && ls -d recipes recipes2 recipes3 recipes-quant recipes-quant2 recipes-quant3 recipes*-w*.log 2>/dev/null) ;;
+    # the work folders' results only (dev, final, report, summary; never their models, data or caches: in the
+    # fifteenth session whole folders of 10-22 GB took a collect past its call's limit), plus every log
+    tar czf "$OUT/bg.tgz" --exclude='answers' -C /root bg $(cd /root && ls -d recipes*/dev recipes*/final \
+      recipes*/report.md recipes*/summary.json recipes*-w*.log 2>/dev/null) ;;
   quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
     recipes benchmarks/recipes/plan.json /root/recipes quality-recipes ;;
   quality-repair)  # quality-repair/: issue 11's second round (benchmarks/recipes/plan-repair.json): repair
@@ -141,8 +143,9 @@ PY
     # decision rule fixed before the run); no held-out item; about 8 minutes from the model's arrival (one
     # calibration, four pruned models, five dev scores)
     dev_check benchmarks/recipes/plan-head.json /root/recipes-head quality-head-dev-qwen2.5-coder-1.5b ;;
-  quality-overflow-dev)  # not yet run: quality-overflow-dev-qwen2.5-coder-1.5b/, does 16:32+K (a 2:4 mask plus at
-    # most K entries a word) keep 16:32's dev quality (benchmarks/recipes/plan-overflow.json, its decision rule fixed
+  quality-overflow-dev)  # run in the fifteenth session (its rule passed for 16:32+2):
+    # quality-overflow-dev-qwen2.5-coder-1.5b/, does 16:32+K (a 2:4 mask plus at most K entries a word) keep 16:32's
+    # dev quality (benchmarks/recipes/plan-overflow.json, its decision rule fixed
     # before the run); no held-out item; about 8 minutes from the model's arrival
     dev_check benchmarks/recipes/plan-overflow.json /root/recipes-overflow quality-overflow-dev-qwen2.5-coder-1.5b ;;
   quality-quant2-gpu*)
@@ -156,8 +159,9 @@ PY
     # about 3 minutes
     timeout 280 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 2:4 --head int8 \
       --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b_2of4_head_int8.md" | grep -E "^\| qwen|rror" || true ;;
-  step-profile-int4)  # not yet run (dropped from the fourteenth session's lease for time): step_profile_h200_8b_int4_h8.md, where the 8B preset's 2:4 + int4 step with an
-    # int8 lm_head (issue 13's 2.69x against 3.0x) spends its time, beside dense int4 with the same head; about 2 min
+  step-profile-int4)  # run in the fifteenth session: step_profile_h200_8b_int4_h8.md, where the 8B preset's
+    # 2:4 + int4 step with an int8 lm_head (issue 13's 2.69x against 3.0x) spends its time, beside dense int4 with
+    # the same head; about 2 min
     timeout 200 python3 benchmarks/step_profile.py --quantize int4 --head int8 \
       --out "$OUT/step_profile_h200_8b_int4_h8.md" | grep -E "^## |^- wall" || true ;;
   ncu-overflow)  # ncu_over_*.txt: Nsight Compute on sp24 with overflow slots (16:32+2) beside plain sp24 bf16, one
@@ -196,8 +200,9 @@ PY
     probe sp24_int4_gate_up_b1 sp24_kernel sp24-int4 --batch 1
     probe fast24_gate_up_b4 nm_mma_kernel fast24 --batch 4
     probe sp24_int4_o_b1 sp24_kernel sp24-int4 --shape o --batch 1 ;;
-  generic-geometry)  # not yet run: cuda_kernel_h200_16of32_8b_geometry_{default,w8c4,w4c8,w4c4}.md, 16:32 on the
-    # tensor-core kernel (8B shapes, batch 1-16, default splits) with smaller CTAs (SPARSEDECODING_NM_MMA_GEOMETRY:
+  generic-geometry)  # run in the fifteenth session (no geometry beat the default):
+    # cuda_kernel_h200_16of32_8b_geometry_{default,w8c4,w4c8,w4c4}.md, 16:32 on the tensor-core kernel (8B shapes,
+    # batch 1-16, default splits) with smaller CTAs (SPARSEDECODING_NM_MMA_GEOMETRY:
     # warps and mask words a stage), after the geometries' float64 GPU tests; the fourteenth session's profile found
     # the generic path issue-bound on two CTAs (about 3 warps a scheduler) an SM; about 7 minutes
     timeout 200 python3 -m pytest -q -m gpu tests/test_cuda_mma.py -k "each_geometry or graph_replay" \
@@ -227,7 +232,8 @@ PY
     AFTER=generic-ab bash benchmarks/h200.sh bg sparsify-gpu-tests
     bash benchmarks/h200.sh bg generic-ab quality-head-dev hf-generate-quant quant-e2e-head-int8 step-profile-int4 \
       quant-e2e-qwen-2of4 ;;
-  lease15)  # the fifteenth session's one lease: `END_AT=$(( $(date +%s) + 1560 )) bash benchmarks/h200.sh lease15` as
+  lease15)  # as run in the fifteenth session (then, after quality-quant2: `AFTER=quality-quant2 bg generic-geometry
+    # step-profile-int4`, and overflow_bench.py on the 8B + 14B shapes by hand). The fifteenth session's one lease: `END_AT=$(( $(date +%s) + 1560 )) bash benchmarks/h200.sh lease15` as
     # the first call, then the pieces (`receive`, the last with `models`), then `collect` calls. overflow-kernel runs
     # alone while the pieces arrive (timing); then the two quality steps run side by side on the one GPU (no timing
     # in either): quality-overflow-dev (about 8 minutes alone) and the 16:32 half of the second quality round (the
