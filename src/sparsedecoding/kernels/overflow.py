@@ -7,9 +7,10 @@ word (32 columns). W_over is stored in `slots` fixed places a row and word, so a
 indexing: a value (the weight's dtype) and its column within the word (uint8, 0-31), value 0 where a slot is
 unused. Bytes a weight at bf16 with two slots: 1.125 (2:4) + 2·3/32 = 1.31, against 2 dense.
 
-This module is the format and its reference product on any device. The kernel that would add the slots' products
-inside the sp24 warp is not built (benchmarks/CUDA_KERNEL_NOTES.md, fourteenth session, has its sketch), so nothing
-in the engine uses this yet."""
+This module is the format and its reference product on any device. `sp24.tile_overflow` lays a split weight out
+for the sp24 kernel, which adds the slots' products inside the same warp (sp24.cu, OVER; measured in
+benchmarks/results/overflow_h200.md), and `triton_overflow` adds them in a second launch. Nothing in the engine
+runs this format yet."""
 
 from __future__ import annotations
 
