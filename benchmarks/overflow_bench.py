@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from sparsedecoding.kernels import nm_spmv
 from sparsedecoding.kernels.autotune import Float64Reference
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.overflow import split_overflow
-from sparsedecoding.kernels.sp24 import tile, tile_overflow, tuned_launch
+from sparsedecoding.kernels.sp24 import OVER_LOOP_SETTING, OVER_LOOPS, tile, tile_overflow, tuned_launch
 from sparsedecoding.kernels.triton_overflow import OverflowSlots, overflow_add_, tuned_config
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.solvers import capped_keep_mask
@@ -58,7 +59,7 @@ class Row:
     bytes: dict[str, int] = field(default_factory=dict)
     slot_config: str = ""
     sp24_launch: str = ""
-    fused_launch: str = ""
+    fused_launch: dict[str, str] = field(default_factory=dict)  # loop order -> the tuner's launch
 
 
 def capped_weight(out: int, in_features: int, generator: torch.Generator) -> torch.Tensor:
@@ -86,7 +87,8 @@ def float64_error(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, roundi
     return reference.error(y)
 
 
-def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator: torch.Generator) -> list[Row]:
+def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator: torch.Generator,
+                loops: list[str]) -> list[Row]:
     out, in_features = linear_shapes(model, unfused=False)[shape]
     weight = capped_weight(out, in_features, generator)
     split = split_overflow(weight, SLOTS)
@@ -109,13 +111,17 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
         launch = tuned_launch(x, w24)  # the engine's pick for the 2:4 part, checked and timed by its tuner
         row.sp24_launch = str(launch.splits) if launch.slices == 1 else f"{launch.splits}/{launch.slices}s"
         row.slot_config = str(tuned_config(x, slots, y))
-        try:  # the tuner checks every candidate against float64 of the whole weight and raises on a mismatch
-            fused_launch = tuned_launch(x, fused)
-            row.fused_launch = (str(fused_launch.splits) if fused_launch.slices == 1
-                                else f"{fused_launch.splits}/{fused_launch.slices}s")
-        except RuntimeError as exc:  # reported as a failure, and the other columns still measured
-            fused_launch, row.fused_launch = None, f"FAIL: {exc}"[:200]
-            print(f"{model} {shape} b{batch}: fused launch failed: {exc}", flush=True)
+        fused_launches = {}
+        for loop in loops:  # each loop order its own tuned launch (the setting is part of the tuner's key)
+            os.environ[OVER_LOOP_SETTING] = loop
+            try:  # the tuner checks every candidate against float64 of the whole weight and raises on a mismatch
+                fused_launches[loop] = tuned_launch(x, fused)
+                chosen = fused_launches[loop]
+                row.fused_launch[loop] = (str(chosen.splits) if chosen.slices == 1
+                                          else f"{chosen.splits}/{chosen.slices}s")
+            except RuntimeError as exc:  # reported as a failure, and the other columns still measured
+                fused_launches[loop], row.fused_launch[loop] = None, f"FAIL: {exc}"[:200]
+                print(f"{model} {shape} b{batch}: fused launch ({loop}) failed: {exc}", flush=True)
 
         def both(w, s):
             result = launch(x, w)
@@ -123,15 +129,18 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
 
         row.checks["both"] = float64_error(both(w24, slots), x, weight, roundings=2)
         row.checks["op16"] = float64_error(nm_spmv(x, packed16), x, weight)
-        row.checks["fused"] = (float64_error(fused_launch(x, fused), x, weight) if fused_launch is not None
-                               else math.inf)
+        for loop, fused_launch in fused_launches.items():
+            row.checks[f"fused:{loop}"] = (float64_error(fused_launch(x, fused), x, weight)
+                                           if fused_launch is not None else math.inf)
         row.times["dense"] = time_rotated([lambda d=d: F.linear(x, d) for d in dense], reps)[0]
         row.times["op16"] = time_rotated([lambda p=p: nm_spmv(x, p) for p in ops], reps)[0]
         row.times["sp24"] = time_rotated([lambda w=w: launch(x, w) for w in w24s], reps)[0]
         row.times["slots"] = time_rotated([lambda s=s: overflow_add_(x, s, y) for s in slot_copies], reps)[0]
         row.times["both"] = time_rotated([lambda w=w, s=s: both(w, s) for w, s in zip(w24s, slot_copies)], reps)[0]
-        row.times["fused"] = (time_rotated([lambda f=f: fused_launch(x, f) for f in fuseds], reps)[0]
-                              if fused_launch is not None else math.nan)
+        for loop, fused_launch in fused_launches.items():
+            row.times[f"fused:{loop}"] = (time_rotated([lambda f=f, c=fused_launch: c(x, f) for f in fuseds],
+                                                       reps)[0] if fused_launch is not None else math.nan)
+        row.times["fused"], row.checks["fused"] = row.times[f"fused:{loops[0]}"], row.checks[f"fused:{loops[0]}"]
         row.bytes = {"dense": 2 * out * in_features, "both": w24.nbytes + slots.nbytes, "fused": fused.nbytes,
                      "op16": packed16.values.numel() * 2 + packed16.bitmask.numel() * 4}
         t = row.times
@@ -163,7 +172,17 @@ def summary(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def details(rows: list[Row], copy_bw: float) -> str:
+def loop_summary(rows: list[Row], loops: list[str]) -> str:
+    """The fused kernel in each slot-loop order (SPARSEDECODING_SP24_OVER_LOOP), side by side: geomean vs cuBLAS."""
+    lines = ["| batch | " + " | ".join(f"fused, {loop}" for loop in loops) + " |", "|---|" + "---|" * len(loops)]
+    for batch in sorted({r.batch for r in rows}):
+        sel = [r for r in rows if r.batch == batch]
+        lines.append(f"| {batch} | " + " | ".join(
+            f"{geomean([r.times['dense'] / r.times[f'fused:{loop}'] for r in sel]):.2f}x" for loop in loops) + " |")
+    return "\n".join(lines)
+
+
+def details(rows: list[Row], copy_bw: float, loops: list[str]) -> str:
     lines = ["| model | linear | out x in | batch | cuBLAS us | 16:32 op us | sp24 us (launch) | slots us (config) | "
              "sp24 + slots us | fused us (launch; % copy bw) | fused x cuBLAS | float64 (fused / two / op) |",
              "|" + "---|" * 12]
@@ -174,7 +193,7 @@ def details(rows: list[Row], copy_bw: float) -> str:
                             for k in ("fused", "both", "op16"))
         lines.append(f"| {r.model} | {r.shape} | {r.out}x{r.in_features} | {r.batch} | {t['dense'] * 1e6:.1f} | "
                      f"{t['op16'] * 1e6:.1f} | {t['sp24'] * 1e6:.1f} ({r.sp24_launch}) | {t['slots'] * 1e6:.1f} "
-                     f"({r.slot_config}) | {t['both'] * 1e6:.1f} | {t['fused'] * 1e6:.1f} ({r.fused_launch}; "
+                     f"({r.slot_config}) | {t['both'] * 1e6:.1f} | {t['fused'] * 1e6:.1f} ({r.fused_launch[loops[0]]}; "
                      f"{pct:.0f}%) | {t['dense'] / t['fused']:.2f}x | {checks} |")
     return "\n".join(lines)
 
@@ -187,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", nargs="+", type=int, default=BATCHES, choices=range(1, 17), metavar="B",
                         help="batch sizes 1..16 (default: %(default)s)")
     parser.add_argument("--reps", type=int, default=5, help="timed graph replays, median (default: %(default)s)")
+    parser.add_argument("--over-loops", nargs="+", default=["rows"], choices=list(OVER_LOOPS),
+                        help="slot-loop orders of the fused kernel to time side by side (SPARSEDECODING_SP24_OVER_LOOP;"
+                             " the first is the 'fused' column; default: rows)")
     parser.add_argument("--out", help="write the markdown report here too (default: print only)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -208,19 +230,26 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for model in args.models:
         for shape in args.shapes:
-            rows += bench_shape(model, shape, args.batches, args.reps, generator)
-    failures = sum(1 for r in rows for v in r.checks.values() if v > 1)
+            rows += bench_shape(model, shape, args.batches, args.reps, generator, args.over_loops)
+    failures = sum(1 for r in rows for k, v in r.checks.items() if k != "fused" and v > 1)
+    loops = ""
+    if len(args.over_loops) > 1:
+        loops = ("\n\n## The fused kernel's slot-loop orders side by side\n\n"
+                 + loop_summary(rows, args.over_loops) + "\n\nEach order's launch is the engine tuner's pick "
+                 + "for it; the per-shape times are in the log.")
     report = ("# 16:32+2 as 2:4 tiles + two overflow slots a word vs cuBLAS and today's 16:32 op\n\n"
               + environment(copy_bw, build_s)
               + f"- pattern {PATTERN} ({SLOTS} slots a row and word; bf16 values, uint8 columns), random weights\n"
-              + "\n## Geomeans over the shapes\n\n" + summary(rows) + "\n\n## All measurements\n\n"
+              + f"- fused kernel's slot loop: {', '.join(args.over_loops)} (SPARSEDECODING_SP24_OVER_LOOP; the first "
+              + "is the 'fused' column)\n"
+              + "\n## Geomeans over the shapes\n\n" + summary(rows) + loops + "\n\n## All measurements\n\n"
               + "cuBLAS: `F.linear` on the dense pruned weight. 16:32 op: `nm_spmv` on the same weight packed as "
               + "16:32 (what the engine runs for a 16:32 model today). sp24: the engine tuner's launch "
               + "(`sp24.tuned_launch`) on the 2:4 part, splits (`/Ns`: slices). slots: `triton_overflow."
               + "overflow_add_` alone, its tuner's pick. sp24 + slots: both in a row. fused: sp24 with the slots "
               + "inside (`tile_overflow`), the engine tuner's launch. Every float64 check is over the whole 16:32+2 "
               + "weight. % copy bw: bytes that must move (tiled 2:4 part, tiled slots, x, y) / time, against a "
-              + "device copy in the same run.\n\n" + details(rows, copy_bw)
+              + "device copy in the same run.\n\n" + details(rows, copy_bw, args.over_loops)
               + f"\n\nfloat64 failures: {failures}. Whole run: {time.perf_counter() - started:.0f} s\n")
     write_report(report, args.out)
     return 1 if failures else 0

@@ -19,6 +19,7 @@ register semantics, so CPU tests check the layout without a GPU."""
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -209,6 +210,18 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
 
 
 OVER_SLOTS = 2  # overflow slots a row and 32-column word that the kernel reads (sp24.cu, OVER)
+OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
+OVER_LOOPS = {"rows": 1, "slots": 2, "auto": 0}  # sp24_launch's over_loop
+
+
+def over_loop_setting() -> str:
+    """SPARSEDECODING_SP24_OVER_LOOP, the loop order of the overflow slots (sp24.cu's over_step): "rows" or unset, rows
+    of x outer (measured better at batch 1-2); "slots", slots outer (measured better at batch 8-16); "auto", rows
+    for batch 1-4 and slots for 5-16 (not yet measured). Raises KernelInputError for anything else."""
+    value = os.environ.get(OVER_LOOP_SETTING, "rows")
+    if value not in OVER_LOOPS:
+        raise KernelInputError(f"{OVER_LOOP_SETTING}={value!r}: use one of {', '.join(OVER_LOOPS)}")
+    return value
 
 
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
@@ -394,7 +407,7 @@ def _load() -> ctypes.CDLL:
             library = cuda_mma.open_library(SOURCE, min_major=8)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
-                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3)
+                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -496,6 +509,7 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         if norm and w.over_v is not None:
             raise KernelInputError("a weight with overflow slots runs without the RMSNorm in front (not built)")
+        self.over_loop = OVER_LOOPS[over_loop_setting()] if w.over_v is not None else 1
         load()
         self.library = _load()
         self.vector = x.dim() == 1
@@ -551,7 +565,7 @@ class Sp24Launch:
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
-                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o))
+                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop)
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -609,9 +623,9 @@ _timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL (a launch tuned under one value is
-    not reused under the other)."""
+    not reused under the other); for a weight with overflow slots, SPARSEDECODING_SP24_OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            sp24_pdl_setting(), w.over_v is not None)
+            sp24_pdl_setting(), over_loop_setting() if w.over_v is not None else None)
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)

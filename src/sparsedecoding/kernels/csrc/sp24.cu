@@ -223,28 +223,46 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
   (void)groups;
 }
 
-// OVER: the products of this lane's 8 slots of a step with every row of x (p[h][b]: row g + 8h, row b of x). The
-// rows of x are the outer loop, left at the first row past the batch (the same for every lane), so that batch 1
-// issues 8 shared loads and FMAs a step, not 8 for each of the 8 · NT rows an unrolled, predicated loop would.
-template <typename T, int NT>
+// OVER: the products of this lane's 8 slots of a step with every row of x (p[h][b]: row g + 8h, row b of x), in one
+// of two loop orders (OVER, see sp24_launch's `over_loop`):
+// 1, rows of x outer: value and offset of the 8 slots decoded once, then one row of x at a time, left at the first row
+//    past the batch (the same for every lane), so batch 1 issues 8 shared loads and FMAs a step; the decoded slots
+//    stay live across the loop and the sums of rows beyond the first spill (measured better at batch 1-2, worse at
+//    8 and 16: results/overflow_h200_8b_break.md);
+// 2, slots outer: each slot decoded, then every row of x up to 8 · NT, predicated on the batch (batch 1 issues 64
+//    loads a step, all but 8 predicated off; measured better at batch 8 and 16: results/overflow_h200.md).
+template <typename T, int NT, int OVER>
 __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov, const uint2& oc, const char* xs,
                                           int xstride, int local_step, int t, int batch) {
   const uint32_t values[4] = {ov.x, ov.y, ov.z, ov.w};
   const uint32_t offsets[2] = {oc.x, oc.y};
-  float v[8];
-  int at[8];  // byte of the slot's column in row 0 of the staged x
+  if constexpr (OVER == 1) {
+    float v[8];
+    int at[8];  // byte of the slot's column in row 0 of the staged x
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    v[k] = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
-    at[k] = 64 * (local_step * 8 + 2 * t + (k >> 2)) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3))) & 0xFF);
-  }
+    for (int k = 0; k < 8; ++k) {
+      v[k] = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+      at[k] = 64 * (local_step * 8 + 2 * t + (k >> 2)) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3))) & 0xFF);
+    }
 #pragma unroll
-  for (int b = 0; b < 8 * NT; ++b) {
-    if (b >= batch) break;
+    for (int b = 0; b < 8 * NT; ++b) {
+      if (b >= batch) break;
 #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      p[(k >> 1) & 1][b] = fmaf(v[k], to_float(*reinterpret_cast<const T*>(xs + at[k] + b * xstride)),
-                                p[(k >> 1) & 1][b]);
+      for (int k = 0; k < 8; ++k)
+        p[(k >> 1) & 1][b] = fmaf(v[k], to_float(*reinterpret_cast<const T*>(xs + at[k] + b * xstride)),
+                                  p[(k >> 1) & 1][b]);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float v = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+      const int offset = (offsets[k >> 2] >> (8 * (k & 3))) & 0xFF;
+      const char* xp = xs + 64 * (local_step * 8 + 2 * t + (k >> 2)) + offset;
+      const int h = (k >> 1) & 1;
+#pragma unroll
+      for (int b = 0; b < 8 * NT; ++b)
+        if (b < batch) p[h][b] = fmaf(v, to_float(*reinterpret_cast<const T*>(xp + b * xstride)), p[h][b]);
+    }
   }
 }
 
@@ -314,7 +332,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 // x [batch][in] (in = 32·k_tiles, contiguous); y [batch][out]; row_scales (CODE 8): bf16 [out]. Two CTAs per SM:
 // left alone, the int8 and int4 kernels for 9-16 rows of x took 154 and 130 registers, one CTA per SM (int8 at
 // batch 16 went from 1.16x to 1.29x cuBLAS with this bound alone: results/sp24_h200.md at commit 903c604).
-template <typename T, int NT, int CODE, int SPS, bool NORM, bool OVER>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER>
 __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                                                         const char* __restrict__ meta,
                                                         const char* __restrict__ scales,
@@ -328,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
                                                         float eps, const char* __restrict__ over_v,
                                                         const char* __restrict__ over_o) {
   using S = Steps<CODE>;
-  static_assert(!OVER || (CODE == 0 && !NORM), "overflow slots: 16-bit values, no norm in front");
+  static_assert(OVER == 0 || (CODE == 0 && !NORM), "overflow slots: 16-bit values, no norm in front");
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int splits = gridDim.y, split = blockIdx.y;
@@ -344,16 +362,16 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   const char* a_tile = a + tile_row * a_stride;
   const char* m_tile = meta + tile_row * m_stride;
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
-  const char* ov_tile = OVER ? over_v + static_cast<size_t>(tile_row) * steps * 512 : nullptr;
-  const char* oc_tile = OVER ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
+  const char* ov_tile = OVER != 0 ? over_v + static_cast<size_t>(tile_row) * steps * 512 : nullptr;
+  const char* oc_tile = OVER != 0 ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
 
   // Both first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   StepRegs<CODE, SPS> r0, r1;
   if (active && wstep0 < wstep1)
-    load_step<CODE, SPS, OVER>(r0, a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0, lane, t, g, gk_shift, groups);
+    load_step<CODE, SPS, OVER != 0>(r0, a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0, lane, t, g, gk_shift, groups);
   if (active && wstep0 + 1 < wstep1)
-    load_step<CODE, SPS, OVER>(r1, a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + 1, lane, t, g, gk_shift,
-                               groups);
+    load_step<CODE, SPS, OVER != 0>(r1, a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + 1, lane, t, g,
+                                    gk_shift, groups);
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -429,18 +447,18 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
   if (active) {
     for (int step = wstep0; step < wstep1; step += 2) {
       compute_step<T, NT, CODE, SPS>(acc, r0, xs, xstride, step - step0, g, t, batch);
-      if constexpr (OVER) over_step<T, NT>(p, r0.ov, r0.oc, xs, xstride, step - step0, t, batch);
+      if constexpr (OVER != 0) over_step<T, NT, OVER>(p, r0.ov, r0.oc, xs, xstride, step - step0, t, batch);
       if (step + 2 < wstep1)
-        load_step<CODE, SPS, OVER>(r0, a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 2, lane, t, g, gk_shift,
-                                   groups);
+        load_step<CODE, SPS, OVER != 0>(r0, a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 2, lane, t, g,
+                                        gk_shift, groups);
       if (step + 1 >= wstep1) break;
       compute_step<T, NT, CODE, SPS>(acc, r1, xs, xstride, step + 1 - step0, g, t, batch);
-      if constexpr (OVER) over_step<T, NT>(p, r1.ov, r1.oc, xs, xstride, step + 1 - step0, t, batch);
+      if constexpr (OVER != 0) over_step<T, NT, OVER>(p, r1.ov, r1.oc, xs, xstride, step + 1 - step0, t, batch);
       if (step + 3 < wstep1)
-        load_step<CODE, SPS, OVER>(r1, a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 3, lane, t, g, gk_shift,
-                                   groups);
+        load_step<CODE, SPS, OVER != 0>(r1, a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 3, lane, t, g,
+                                        gk_shift, groups);
     }
-    if constexpr (OVER) {
+    if constexpr (OVER != 0) {
       // the quad's four lanes hold partials of the same two rows: sum them (every lane of the warp takes part),
       // then each lane adds the entries of its own accumulators (row of x 8j + 2t + (e & 1), row g + 8·(e / 2))
 #pragma unroll
@@ -593,9 +611,10 @@ struct Problem {
   float eps = 0.f;
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
+  int over_loop = 1;  // OVER's loop order (1 or 2; sp24_launch resolves 0)
 };
 
-template <typename T, int NT, int CODE, int SPS, bool NORM, bool OVER = false>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0>
 cudaError_t launch(const Problem& p) {
   auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
@@ -711,7 +730,9 @@ cudaError_t by_batch(const Problem& p) {
   if constexpr (CODE == 0) {
     if (p.over_v != nullptr) {
       if (p.norm_w != nullptr || p.over_o == nullptr) return cudaErrorInvalidValue;
-      return p.batch <= 8 ? launch<T, 1, 0, 1, false, true>(p) : launch<T, 2, 0, 1, false, true>(p);
+      if (p.over_loop == 1)
+        return p.batch <= 8 ? launch<T, 1, 0, 1, false, 1>(p) : launch<T, 2, 0, 1, false, 1>(p);
+      return p.batch <= 8 ? launch<T, 1, 0, 1, false, 2>(p) : launch<T, 2, 0, 1, false, 2>(p);
     }
   } else {
     if (p.over_v != nullptr) return cudaErrorInvalidValue;
@@ -734,14 +755,16 @@ extern "C" {
 // per row block, split and row of x. `pdl`: a programmatic launch (compute capability 9.0), whose CTAs may start
 // and load their first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents
 // start once its weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight
-// (code_bits 0 and no norm_w; see sp24_kernel). Returns 0 or a cudaError_t.
+// (code_bits 0 and no norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of x outer,
+// 2 slots outer, 0 the first for batch 1-4 and the second for 5-16). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o) {
+                const void* over_o, int over_loop) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
-      slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)))
+      slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
+      over_loop < 0 || over_loop > 2)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
@@ -754,6 +777,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.pdl = pdl;
   p.over_v = over_v;
   p.over_o = over_o;
+  p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
