@@ -35,7 +35,8 @@ from sparsedecoding.kernels import nm_spmv
 from sparsedecoding.kernels.autotune import Float64Reference
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.overflow import split_overflow
-from sparsedecoding.kernels.sp24 import OVER_LOOP_SETTING, OVER_LOOPS, tile, tile_overflow, tuned_launch
+from sparsedecoding.kernels.op import SP24_OVER_LOOP_CHOICES, SP24_OVER_LOOP_SETTING
+from sparsedecoding.kernels.sp24 import tile, tile_overflow, tuned_launch
 from sparsedecoding.kernels.triton_overflow import OverflowSlots, overflow_add_, tuned_config
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.solvers import capped_keep_mask
@@ -113,7 +114,7 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
         row.slot_config = str(tuned_config(x, slots, y))
         fused_launches = {}
         for loop in loops:  # each loop order its own tuned launch (the setting is part of the tuner's key)
-            os.environ[OVER_LOOP_SETTING] = loop
+            os.environ[SP24_OVER_LOOP_SETTING] = loop
             try:  # the tuner checks every candidate against float64 of the whole weight and raises on a mismatch
                 fused_launches[loop] = tuned_launch(x, fused)
                 chosen = fused_launches[loop]
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", nargs="+", type=int, default=BATCHES, choices=range(1, 17), metavar="B",
                         help="batch sizes 1..16 (default: %(default)s)")
     parser.add_argument("--reps", type=int, default=5, help="timed graph replays, median (default: %(default)s)")
-    parser.add_argument("--over-loops", nargs="+", default=["rows"], choices=list(OVER_LOOPS),
+    parser.add_argument("--over-loops", nargs="+", default=["rows"], choices=SP24_OVER_LOOP_CHOICES,
                         help="slot-loop orders of the fused kernel to time side by side (SPARSEDECODING_SP24_OVER_LOOP;"
                              " the first is the 'fused' column; default: rows)")
     parser.add_argument("--out", help="write the markdown report here too (default: print only)")

@@ -104,13 +104,15 @@ def test_refusals_are_one_clear_error():
 
 
 def test_the_loop_setting_is_checked_and_keys_the_tuned_launch(monkeypatch):
-    from sparsedecoding.kernels.sp24 import OVER_LOOP_SETTING, over_loop_setting, problem_key
+    from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING as OVER_LOOP_SETTING, KernelChoiceError, \
+        sp24_over_loop_setting
+    from sparsedecoding.kernels.sp24 import problem_key
 
     w = tile_overflow(split_overflow(capped_weight(32, 256)))
     plain = tile(split_overflow(capped_weight(32, 256)).w24)
     x = torch.zeros(1, 256, dtype=torch.bfloat16)
     monkeypatch.delenv(OVER_LOOP_SETTING, raising=False)
-    assert over_loop_setting() == "rows"
+    assert sp24_over_loop_setting() == "rows"
     keys = {}
     for value in ("rows", "slots", "auto"):
         monkeypatch.setenv(OVER_LOOP_SETTING, value)
@@ -118,8 +120,8 @@ def test_the_loop_setting_is_checked_and_keys_the_tuned_launch(monkeypatch):
     assert len({k[0] for k in keys.values()}) == 3  # one tuned launch per loop order
     assert len({k[1] for k in keys.values()}) == 1  # a plain 2:4 weight does not depend on it
     monkeypatch.setenv(OVER_LOOP_SETTING, "fast")
-    with pytest.raises(KernelInputError, match="use one of rows, slots, auto"):
-        over_loop_setting()
+    with pytest.raises(KernelChoiceError, match="use rows"):
+        sp24_over_loop_setting()
 
 
 def float64_error(y, x, weight):
@@ -135,7 +137,8 @@ def float64_error(y, x, weight):
 @pytest.mark.parametrize("out,in_features", [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_kernel_with_slots_matches_float64(out, in_features, dtype, loop, monkeypatch):
-    from sparsedecoding.kernels.sp24 import OVER_LOOP_SETTING, min_splits, sp24_mm
+    from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING as OVER_LOOP_SETTING
+    from sparsedecoding.kernels.sp24 import min_splits, sp24_mm
 
     monkeypatch.setenv(OVER_LOOP_SETTING, loop)
 

@@ -52,6 +52,8 @@ INDUCTOR_PDL_SETTING = "SPARSEDECODING_INDUCTOR_PDL"
 INDUCTOR_ATTENTION_SETTING = "SPARSEDECODING_INDUCTOR_ATTENTION"
 NM_MMA_GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
 NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), words a stage
+SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
+SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto")
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -174,6 +176,18 @@ def sparse_mma_setting() -> bool:
     return _switch(SPARSE_MMA_SETTING, "0", "2:4 on sparse tensor cores")
 
 
+def sp24_over_loop_setting() -> str:
+    """SPARSEDECODING_SP24_OVER_LOOP: the loop order in which the sp24 kernel adds a 16:32+K weight's overflow slots
+    (sp24.cu's over_step; read when a launch is built). "rows" or unset: rows of x outer (measured faster at batch
+    1-2: results/overflow_h200_8b_break.md); "slots": slots outer (faster at batch 8-16: results/overflow_h200.md);
+    "auto": rows for batch 1-4 and slots for 5-16 (not yet measured). KernelChoiceError for anything else."""
+    value = os.environ.get(SP24_OVER_LOOP_SETTING, "").strip().lower() or "rows"
+    if value not in SP24_OVER_LOOP_CHOICES:
+        raise KernelChoiceError(f"{SP24_OVER_LOOP_SETTING}={value!r}; use rows (rows of x outer), slots (slots "
+                                "outer) or auto (rows up to batch 4, slots beyond)")
+    return value
+
+
 def _checked_kernel_setting() -> str:
     setting = kernel_setting()
     check_kernel_setting(setting)
@@ -220,7 +234,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             FUSE_GLU_SETTING: fuse_glu_setting, FUSE_NORM_SETTING: fuse_norm_setting, SP24_PDL_SETTING: sp24_pdl_setting,
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
-            NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text}
+            NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

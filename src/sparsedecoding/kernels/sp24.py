@@ -19,7 +19,6 @@ register semantics, so CPU tests check the layout without a GPU."""
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,7 +29,7 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import MAX_BATCH, sp24_pdl_setting
+from .op import MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_over_loop_setting, sp24_pdl_setting
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -210,18 +209,7 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
 
 
 OVER_SLOTS = 2  # overflow slots a row and 32-column word that the kernel reads (sp24.cu, OVER)
-OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
-OVER_LOOPS = {"rows": 1, "slots": 2, "auto": 0}  # sp24_launch's over_loop
-
-
-def over_loop_setting() -> str:
-    """SPARSEDECODING_SP24_OVER_LOOP, the loop order of the overflow slots (sp24.cu's over_step): "rows" or unset, rows
-    of x outer (measured better at batch 1-2); "slots", slots outer (measured better at batch 8-16); "auto", rows
-    for batch 1-4 and slots for 5-16 (not yet measured). Raises KernelInputError for anything else."""
-    value = os.environ.get(OVER_LOOP_SETTING, "rows")
-    if value not in OVER_LOOPS:
-        raise KernelInputError(f"{OVER_LOOP_SETTING}={value!r}: use one of {', '.join(OVER_LOOPS)}")
-    return value
+OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0)))  # op.sp24_over_loop_setting -> sp24_launch's over_loop
 
 
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
@@ -509,7 +497,7 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         if norm and w.over_v is not None:
             raise KernelInputError("a weight with overflow slots runs without the RMSNorm in front (not built)")
-        self.over_loop = OVER_LOOPS[over_loop_setting()] if w.over_v is not None else 1
+        self.over_loop = OVER_LOOPS[sp24_over_loop_setting()] if w.over_v is not None else 1
         load()
         self.library = _load()
         self.vector = x.dim() == 1
@@ -625,7 +613,7 @@ def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL (a launch tuned under one value is
     not reused under the other); for a weight with overflow slots, SPARSEDECODING_SP24_OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            sp24_pdl_setting(), over_loop_setting() if w.over_v is not None else None)
+            sp24_pdl_setting(), sp24_over_loop_setting() if w.over_v is not None else None)
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
