@@ -98,3 +98,25 @@ def random_nm_weight(rows: int, cols: int, n: int, m: int, dtype=torch.bfloat16,
     kept = torch.where(torch.rand(rows, cols // m, 1, generator=g) < 0.75, n, kept)
     weight[order >= kept] = 0
     return weight.view(rows, cols)
+
+
+SP24_BATCHES = (1, 2, 5, 8, 9, 16)  # one and two n-tiles, batches no tile divides
+SP24_LAUNCHES = ((None, None), (1, 1), (3, 1), (1, 2), (3, 4), (2, 8))  # (splits, slices): tuned, split-K, slices
+
+
+def sp24_outputs(w, in_features: int, dtype: torch.dtype):
+    """(batch, splits, slices, x, y) for every batch of SP24_BATCHES and launch of SP24_LAUNCHES of the tiled weight
+    `w` on the GPU (`sp24.sp24_mm`), skipping only the splits too few for that batch's staged x (which must be
+    refused with KernelInputError)."""
+    from sparsedecoding.errors import KernelInputError
+    from sparsedecoding.kernels.sp24 import min_splits, sp24_mm
+
+    for batch in SP24_BATCHES:
+        x = torch.randn(batch, in_features, device="cuda").to(dtype)
+        for splits, slices in SP24_LAUNCHES:
+            try:
+                y = sp24_mm(x, w, splits, slices)
+            except KernelInputError:
+                assert splits is not None and splits < min_splits(w, batch)
+                continue
+            yield batch, splits, slices, x, y

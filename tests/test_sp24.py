@@ -13,7 +13,7 @@ from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
 from sparsedecoding.kernels.sp24 import meta_codes, min_splits, sp24_mm, tile, tiled_to_dense, untile
 
-from helpers import random_nm_weight
+from helpers import random_nm_weight, sp24_outputs
 from test_cuda_mma_codes import float64_error, grid_weight
 
 SHAPES = [(16, 256), (40, 96), (128, 544), (24, 1024)]
@@ -322,15 +322,8 @@ def test_kernel_matches_float64(out, in_features, kind):
     packed, dtype = _packed_on_gpu(kind, out, in_features, seed=5)
     weight = packed.to_dense() if kind in ("bf16", "fp16") else packed.to_dense(torch.float64)
     w = tile(packed)
-    for batch in (1, 2, 5, 8, 9, 16):
-        x = torch.randn(batch, in_features, device="cuda").to(dtype)
-        for splits, slices in ((None, None), (1, 1), (3, 1), (1, 2), (3, 4), (2, 8)):
-            try:
-                y = sp24_mm(x, w, splits, slices)
-            except KernelInputError:
-                assert splits is not None and splits < min_splits(w, batch)
-                continue
-            assert float64_error(y, x, weight) <= 1, (kind, out, in_features, batch, splits, slices)
+    for batch, splits, slices, x, y in sp24_outputs(w, in_features, dtype):
+        assert float64_error(y, x, weight) <= 1, (kind, out, in_features, batch, splits, slices)
 
 
 @pytest.mark.gpu

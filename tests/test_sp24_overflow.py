@@ -137,22 +137,14 @@ def float64_error(y, x, weight):
 @pytest.mark.parametrize("out,in_features", [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_kernel_with_slots_matches_float64(out, in_features, dtype, loop, monkeypatch):
-    from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING as OVER_LOOP_SETTING
-    from sparsedecoding.kernels.sp24 import min_splits, sp24_mm
+    from helpers import sp24_outputs
+    from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING
 
-    monkeypatch.setenv(OVER_LOOP_SETTING, loop)
-
+    monkeypatch.setenv(SP24_OVER_LOOP_SETTING, loop)
     weight = capped_weight(out, in_features, dtype=dtype, seed=out, device="cuda")
     w = tile_overflow(split_overflow(weight))
-    for batch in (1, 2, 5, 8, 9, 16):
-        x = torch.randn(batch, in_features, device="cuda").to(dtype)
-        for splits, slices in ((None, None), (1, 1), (3, 1), (1, 2), (3, 4), (2, 8)):
-            try:
-                y = sp24_mm(x, w, splits, slices)
-            except KernelInputError:
-                assert splits is not None and splits < min_splits(w, batch)
-                continue
-            assert float64_error(y, x, weight) <= 1, (out, in_features, batch, splits, slices)
+    for batch, splits, slices, x, y in sp24_outputs(w, in_features, dtype):
+        assert float64_error(y, x, weight) <= 1, (out, in_features, batch, splits, slices)
 
 
 @pytest.mark.gpu

@@ -86,7 +86,9 @@ def test_bad_inputs_give_one_clear_error():
                           ((x[:, :32], slots, y), r"expected \[batch, 64\]"),
                           ((torch.zeros(17, 64, dtype=x.dtype, device=DEVICE), slots, y), "batch 1..16"),
                           ((x, slots, y[:, :8]), r"expected \[1, 16\]"),
-                          ((x, OverflowSlots(slots.values, slots.columns.long(), slots.shape), y), "uint8")):
+                          ((x, OverflowSlots(slots.values, slots.columns.long(), slots.shape), y), "uint8"),
+                          ((x, OverflowSlots(slots.values.transpose(0, 2).contiguous().transpose(0, 2),
+                                             slots.columns, slots.shape), y), "contiguous")):
         with pytest.raises(KernelInputError, match=message):
             overflow_add_(*args)
 

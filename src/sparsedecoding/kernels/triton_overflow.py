@@ -122,8 +122,13 @@ def check_overflow_inputs(x: torch.Tensor, slots: OverflowSlots, y: torch.Tensor
     if x.dtype not in (torch.bfloat16, torch.float16) or slots.values.dtype != x.dtype or y.dtype != x.dtype:
         raise KernelInputError(f"overflow_add needs x, y and the slot values in bf16 or fp16, the same; got "
                                f"{x.dtype}, {y.dtype} and {slots.values.dtype}")
-    if slots.columns.dtype != torch.uint8 or slots.values.shape != slots.columns.shape:
-        raise KernelInputError("the slot columns must be uint8 of the values' shape [words, slots, out]")
+    if slots.columns.dtype != torch.uint8 or slots.values.shape != slots.columns.shape \
+            or slots.values.shape != (in_features // WORD, slots.slots, out_features):
+        raise KernelInputError(f"the slots must be values and uint8 columns of shape [{in_features // WORD}, slots, "
+                               f"{out_features}]; got {tuple(slots.values.shape)} and {slots.columns.dtype} "
+                               f"{tuple(slots.columns.shape)}")
+    if not (slots.values.is_contiguous() and slots.columns.is_contiguous()):
+        raise KernelInputError("the slots must be contiguous (OverflowSlots.of makes them so)")
     if not (x.device == y.device == slots.values.device == slots.columns.device):
         raise KernelInputError(f"x, y and the slots are on {x.device}, {y.device}, {slots.values.device}")
     if x.stride(1) != 1 or y.stride(1) != 1:
