@@ -10,8 +10,8 @@ faster than 16:32 on today's kernels, and how much of sp24's 2:4 speed does it k
 Every output (fused, sp24 + slots, and today's op) is first checked against a float64 product of the whole 16:32+2
 weight; a failure is marked FAIL and the script exits 1. Times are medians of CUDA-graph replays over enough weight
 copies to rotate past the L2 (kernel_bench's helpers). Weights: standard normal, masked by `capped_keep_mask` on
-their magnitudes (16:32+2), so about 17.5% of the kept weights beyond two in a group of four are capped to two a
-word as a pruned model's are.
+their magnitudes (16:32+2): 16 of every 32 columns kept, at most two of them beyond two in a group of four, as in
+a model pruned with that pattern.
 
     PYTHONPATH=src python benchmarks/overflow_bench.py --out benchmarks/results/overflow_h200.md
 """
@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from cuda_kernel_bench import environment, write_report
+from sp24_bench import MODELS, shape_arguments
 from kernel_bench import L2_ROTATION_BYTES, geomean, linear_shapes, time_rotated
 from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.kernels import nm_spmv
@@ -41,9 +42,6 @@ from sparsedecoding.kernels.triton_overflow import OverflowSlots, overflow_add_,
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.solvers import capped_keep_mask
 
-MODELS = ["llama-3.1-8b", "qwen3-14b"]
-SHAPES = ["qkv", "o", "gate_up", "down"]
-BATCHES = [1, 2, 4, 8, 16]
 PATTERN = "16:32+2"
 SLOTS = 2
 
@@ -201,16 +199,10 @@ def details(rows: list[Row], copy_bw: float, loops: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=MODELS[:1], choices=MODELS,
-                        help="engine presets (default: llama-3.1-8b)")
-    parser.add_argument("--shapes", nargs="+", default=SHAPES, choices=SHAPES, help="linears (default: all)")
-    parser.add_argument("--batches", nargs="+", type=int, default=BATCHES, choices=range(1, 17), metavar="B",
-                        help="batch sizes 1..16 (default: %(default)s)")
-    parser.add_argument("--reps", type=int, default=5, help="timed graph replays, median (default: %(default)s)")
+    shape_arguments(parser, MODELS[:1])
     parser.add_argument("--over-loops", nargs="+", default=["rows"], choices=SP24_OVER_LOOP_CHOICES,
                         help="slot-loop orders of the fused kernel to time side by side (SPARSEDECODING_SP24_OVER_LOOP;"
                              " the first is the 'fused' column; default: rows)")
-    parser.add_argument("--out", help="write the markdown report here too (default: print only)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: overflow_bench needs a CUDA GPU", file=sys.stderr)

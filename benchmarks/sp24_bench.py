@@ -188,19 +188,25 @@ def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS, help="engine presets (default: all)")
+def shape_arguments(parser: argparse.ArgumentParser, models: list[str]) -> None:
+    """--models (default `models`), --shapes, --batches, --reps and --out: what the sp24 benches share."""
+    parser.add_argument("--models", nargs="+", default=models, choices=MODELS,
+                        help="engine presets (default: %(default)s)")
     parser.add_argument("--shapes", nargs="+", default=SHAPES, choices=SHAPES, help="linears (default: all)")
     parser.add_argument("--batches", nargs="+", type=int, default=BATCHES, choices=range(1, 17),
                         metavar="B", help="batch sizes 1..16 (default: %(default)s)")
+    parser.add_argument("--reps", type=int, default=5, help="timed graph replays, median (default: %(default)s)")
+    parser.add_argument("--out", help="write the markdown report here too (default: print only)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    shape_arguments(parser, MODELS)
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS,
                         help="kept values: bf16, int8 (a scale a row), int4 (128 columns a scale) (default: all)")
-    parser.add_argument("--reps", type=int, default=5, help="timed graph replays, median (default: %(default)s)")
     parser.add_argument("--no-sweep", action="store_true",
                         help="time only the default split besides the tuned launch (a quicker run: the 'fastest "
                              "split tried' column is then the default)")
-    parser.add_argument("--out", help="write the markdown report here too (default: print only)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: sp24_bench needs a CUDA GPU", file=sys.stderr)

@@ -1,0 +1,36 @@
+"""benchmarks/overflow_bench.py's tables on synthetic measurements (no GPU: they only read Row times): each column
+is the geomean over the shapes of cuBLAS time over the column's time, the loop orders side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import overflow_bench
+
+    return overflow_bench
+
+
+def row(bench, shape: str, batch: int, dense: float, fused_rows: float, fused_slots: float):
+    r = bench.Row("llama-3.1-8b", shape, 4096, 4096, batch)
+    r.times = {"dense": dense, "op16": 2 * dense, "sp24": dense / 2, "slots": dense, "both": 1.5 * dense,
+               "fused:rows": fused_rows, "fused:slots": fused_slots, "fused": fused_rows}
+    return r
+
+
+def test_summary_columns_are_geomeans_over_shapes(bench):
+    rows = [row(bench, "o", 1, 8.0, 4.0, 4.0), row(bench, "qkv", 1, 8.0, 16.0, 4.0)]
+    lines = bench.summary(rows).splitlines()
+    # fused: geomean(2, 0.5) = 1, min 0.5; two launches 1/1.5; the 16:32 op 0.5; sp24 2; fused vs op:
+    # geomean(16/4, 16/16) = 2; fused over sp24: geomean(4/4, 16/4) = 2
+    assert lines[2] == "| 1 | 1.00x (0.50x) | 0.67x | 0.50x | 2.00x | 2.00x | 2.00x |"
+    loops = bench.loop_summary(rows, ["rows", "slots"]).splitlines()
+    assert loops[0] == "| batch | fused, rows | fused, slots |"
+    assert loops[2] == "| 1 | 1.00x | 2.00x |"
