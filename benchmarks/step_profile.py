@@ -8,7 +8,9 @@ With `--quantize`, both models' block linears hold int8 / int4 values (dense qua
 `quant_e2e_bench.py` runs them); with `--head`, lm_head is dense int8 / int4 in both.
 
 The profiler (CUPTI through torch.profiler) records the kernels that graph replays launch. Per step: the wall time
-(what `bench` reports), the sum of kernel times, and the difference (launch gaps and idle SMs between kernels).
+(what `bench` reports), the sum of kernel times, and the difference (launch gaps and idle SMs between kernels);
+the block linears' bytes (`engine.bench.model_bytes`) and the time they take at this run's device-copy bandwidth,
+and for the N:M model the share of that bandwidth its sparse kernels reach.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from sparsedecoding.engine.bench import check_group_size, check_plan, release_memory
+from sparsedecoding.engine.bench import check_group_size, check_plan, copy_bandwidth, model_bytes, release_memory
 from sparsedecoding.engine.config import preset
 from sparsedecoding.engine.generate import Engine
 from sparsedecoding.engine.loading import build_model, random_state
@@ -67,15 +69,39 @@ def profile(model, batch: int, steps: int, prompt_tokens: int = 16) -> tuple[flo
     return wall, {name: (count / steps, us / steps) for name, (count, us) in totals.items()}
 
 
-def section(title: str, wall: float, kernels: dict[str, tuple[float, float]]) -> list[str]:
+SPARSE_KINDS = ("sp24 (2:4 linears)", "packed N:M linears")  # kernels that run only block linears
+
+
+def block_linear_bytes(model_args, pattern: SparsityPattern | None, quantize: str | None, group_size: int) -> int:
+    """Bytes of a preset's block linears as the engine holds them (packed with `pattern`, codes with `quantize`)."""
+    return (model_bytes(model_args, pattern, quantize=quantize, group_size=group_size)
+            - model_bytes(model_args, pattern, quantize=quantize, group_size=group_size, block_linears=False))
+
+
+def bandwidth_line(nbytes: int, copy_bw: float, by_kind: dict[str, list[float]], sparse: bool) -> str:
+    """The block linears' bytes, their time at `copy_bw` (bytes read + written a second), and for an N:M model the
+    share of that bandwidth its sparse kernels (SPARSE_KINDS, us per step in `by_kind`) reach."""
+    at_copy = nbytes / copy_bw * 1e3
+    line = (f"- block linears: {nbytes / 1e9:.3f} GB a step, {at_copy:.3f} ms at this run's copy bandwidth "
+            f"({copy_bw / 1e12:.2f} TB/s)")
+    if sparse:
+        sparse_ms = sum(by_kind[kind][1] for kind in SPARSE_KINDS if kind in by_kind) / 1e3
+        if sparse_ms > 0:
+            line += f"; the sparse kernels take {sparse_ms:.3f} ms of kernel time, {at_copy / sparse_ms:.0%} of it"
+    return line
+
+
+def section(title: str, wall: float, kernels: dict[str, tuple[float, float]], nbytes: int, copy_bw: float,
+            sparse: bool) -> list[str]:
     busy = sum(us for _, us in kernels.values()) / 1e3
-    lines = [f"## {title}", "", f"- wall time per step: {wall:.3f} ms; kernel time per step: {busy:.3f} ms; "
-             f"between kernels: {wall - busy:.3f} ms ({(wall - busy) / wall:.0%})", "",
-             "| kind | launches per step | us per step | share of wall |", "|---|---|---|---|"]
     by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for name, (count, us) in kernels.items():
         by_kind[kind_of(name)][0] += count
         by_kind[kind_of(name)][1] += us
+    lines = [f"## {title}", "", f"- wall time per step: {wall:.3f} ms; kernel time per step: {busy:.3f} ms; "
+             f"between kernels: {wall - busy:.3f} ms ({(wall - busy) / wall:.0%})",
+             bandwidth_line(nbytes, copy_bw, by_kind, sparse), "",
+             "| kind | launches per step | us per step | share of wall |", "|---|---|---|---|"]
     for kind, (count, us) in sorted(by_kind.items(), key=lambda item: -item[1][1]):
         lines.append(f"| {kind} | {count:.1f} | {us:.1f} | {us / 1e3 / wall:.1%} |")
     lines += ["", "| kernel | launches per step | us per step | us per launch |", "|---|---|---|---|"]
@@ -108,11 +134,14 @@ def main() -> int:
     formats = (f", {args.quantize} values" if args.quantize else "") + (f", {args.head} lm_head" if args.head else "")
     lines = [f"# Decode-step profile: {args.preset}, batch {args.batch}{formats}", "",
              environment_markdown("python " + " ".join(sys.argv), device), __doc__.split("\n\n")[2].strip(), ""]
+    copy_bw = copy_bandwidth(device)
     for pattern in (None, args.pattern):
         model = build_model(model_args, random_state(model_args, pattern, device=device, quantize=args.quantize,
                                                      group_size=args.group_size, head=args.head))
         wall, kernels = profile(model, args.batch, args.steps)
-        lines += section(("dense" if pattern is None else str(pattern)) + formats, wall, kernels)
+        nbytes = block_linear_bytes(model_args, pattern, args.quantize, args.group_size)
+        lines += section(("dense" if pattern is None else str(pattern)) + formats, wall, kernels, nbytes, copy_bw,
+                         pattern is not None)
         print("\n".join(lines[-40:]), flush=True)
         del model
         release_memory()
