@@ -3,6 +3,7 @@ N:M weights, and in-memory magnitude pruning. Test files import from here, never
 
 from __future__ import annotations
 
+import importlib
 import string
 from pathlib import Path
 
@@ -120,3 +121,13 @@ def sp24_outputs(w, in_features: int, dtype: torch.dtype):
                 assert splits is not None and splits < min_splits(w, batch)
                 continue
             yield batch, splits, slices, x, y
+
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+def benchmark_module(monkeypatch, name: str):
+    """The script benchmarks/NAME.py imported as a module, its folder on sys.path for the calling test only."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module(name)
+

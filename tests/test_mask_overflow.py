@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+from helpers import benchmark_module
 
 
 @pytest.fixture
 def overflow(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import mask_overflow
-
-    return mask_overflow
+    return benchmark_module(monkeypatch, "mask_overflow")
 
 
 def test_magnitude_mask_keeps_the_16_largest_of_every_32(overflow):

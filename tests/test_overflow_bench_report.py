@@ -3,19 +3,14 @@ is the geomean over the shapes of cuBLAS time over the column's time, the loop o
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+from helpers import benchmark_module
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import overflow_bench
-
-    return overflow_bench
+    return benchmark_module(monkeypatch, "overflow_bench")
 
 
 def row(bench, shape: str, batch: int, dense: float, fused_rows: float, fused_slots: float):

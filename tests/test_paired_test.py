@@ -7,15 +7,12 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+from helpers import benchmark_module
 
 
 @pytest.fixture
 def paired(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import paired_test
-
-    return paired_test
+    return benchmark_module(monkeypatch, "paired_test")
 
 
 def write(path: Path, rows: list[tuple[str, str, bool]]) -> Path:

@@ -3,22 +3,17 @@ quantized head against the bf16 head of the same run (no GPU: the lines only rea
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from sparsedecoding.engine.bench import SpeedResult
 from sparsedecoding.patterns import SparsityPattern
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+from helpers import benchmark_module
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import quant_e2e_bench
-
-    return quant_e2e_bench
+    return benchmark_module(monkeypatch, "quant_e2e_bench")
 
 
 def row(weights: str, seconds: float) -> SpeedResult:

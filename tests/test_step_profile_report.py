@@ -3,22 +3,17 @@ bandwidth the sparse kernels reach."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from sparsedecoding.engine.config import preset
 from sparsedecoding.patterns import SparsityPattern
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+from helpers import benchmark_module
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import step_profile
-
-    return step_profile
+    return benchmark_module(monkeypatch, "step_profile")
 
 
 def test_block_linear_bytes_count_the_decoder_linears_only(bench):
