@@ -24,8 +24,9 @@ class SparsityPattern:
 
     `overflow` (experimental, `"16:32+4"`): a 50% N:M pattern whose groups of 4 columns keep at most 2, except for
     at most `overflow` kept weights beyond 2 in each group of m. 0 is the 2:4 mask, m / 4 the plain N:M mask; in
-    between, a mask that a 2:4 weight plus `overflow` entries per group would hold (a kernel for that format does
-    not exist yet: such a model packs and runs as plain N:M). -1: no such limit."""
+    between, a mask that a 2:4 weight plus `overflow` entries per group would hold. The sp24 kernel can run such a
+    weight as 2:4 tiles plus slots (`kernels.sp24.tile_overflow`), but `pack` and the engine still treat the model as
+    plain N:M. -1: no such limit."""
 
     n: int = 0
     m: int = 0

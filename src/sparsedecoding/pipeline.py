@@ -529,8 +529,9 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         read_text_file(config.text)
     check_gen_backend(config, read_config(folder))
     if config.quantize != "none" and config.quantize_head == "none":
-        log.info("lm_head stays bf16; --quantize-head int8 made the 8B preset's 2:4 + int4 step about 8%% faster "
-                 "(two runs) at one held-out problem of 82 (benchmarks/results/quality-quant3-qwen2.5-coder-1.5b)")
+        log.info("lm_head stays bf16; --quantize-head int8 runs the 8B preset's 2:4 + int4 step 4.9%% faster (one "
+                 "run) and is off by default: its dev check lost two problems of 41 or raised KL by 9%% "
+                 "(benchmarks/results/quality-head-dev-qwen2.5-coder-1.5b)")
     work = WorkDir(out, config.fingerprint())
     try:
         started = time.perf_counter()
