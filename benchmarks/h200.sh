@@ -248,8 +248,8 @@ PY
   overflow-loops)  # not yet run: overflow_h200_loops.md, the fused kernel's three slot-loop orders
     # (SPARSEDECODING_SP24_OVER_LOOP rows / slots / auto) side by side on the 8B + 14B shapes, batch 1-16, after the
     # GPU tests of each order; about 5 minutes. If auto wins at every batch, make it the default
-    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_overflow.py -p no:cacheprovider 2>&1 | tail -3 \
-      | tee "$OUT/gpu_tests_overflow_loops.log" || true
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_overflow.py tests/test_sp24.py -k "slots or loop or \
+      kernel_matches_float64" -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_overflow_loops.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 overflow_bench.py --models llama-3.1-8b \
       qwen3-14b --over-loops auto rows slots --out "$OUT/overflow_h200_loops.md" | grep -E "^\| [0-9]+ \||failures|error") \
       || true ;;
