@@ -112,7 +112,7 @@ def test_the_loop_setting_is_checked_and_keys_the_tuned_launch(monkeypatch):
     plain = tile(split_overflow(capped_weight(32, 256)).w24)
     x = torch.zeros(1, 256, dtype=torch.bfloat16)
     monkeypatch.delenv(OVER_LOOP_SETTING, raising=False)
-    assert sp24_over_loop_setting() == "rows"
+    assert sp24_over_loop_setting() == "auto"  # measured no slower than either order at any batch
     keys = {}
     for value in ("rows", "slots", "auto"):
         monkeypatch.setenv(OVER_LOOP_SETTING, value)

@@ -178,10 +178,12 @@ def sparse_mma_setting() -> bool:
 
 def sp24_over_loop_setting() -> str:
     """SPARSEDECODING_SP24_OVER_LOOP: the loop order in which the sp24 kernel adds a 16:32+K weight's overflow slots
-    (sp24.cu's over_step; read when a launch is built). "rows" or unset: rows of x outer (measured faster at batch
-    1-2: results/overflow_h200_8b_break.md); "slots": slots outer (faster at batch 8-16: results/overflow_h200.md);
-    "auto": rows for batch 1-4 and slots for 5-16 (not yet measured). KernelChoiceError for anything else."""
-    value = os.environ.get(SP24_OVER_LOOP_SETTING, "").strip().lower() or "rows"
+    (sp24.cu's over_step; read when a launch is built). "auto" or unset: rows of x outer for batch 1-4, slots outer
+    for 5-16; "rows" or "slots": that order at every batch. Side by side (results/overflow_h200_loops.md, geomean vs
+    cuBLAS over the 8B + 14B shapes) auto matched or beat both at every batch: 1.39 / 1.29 / 1.12 / 0.91 / 0.48x at
+    batch 1 / 2 / 4 / 8 / 16, against rows 1.39 / 1.28 / 1.12 / 0.87 / 0.46x and slots 1.22 / 1.17 / 1.09 / 0.91 /
+    0.48x. KernelChoiceError for anything else."""
+    value = os.environ.get(SP24_OVER_LOOP_SETTING, "").strip().lower() or "auto"
     if value not in SP24_OVER_LOOP_CHOICES:
         raise KernelChoiceError(f"{SP24_OVER_LOOP_SETTING}={value!r}; use rows (rows of x outer), slots (slots "
                                 "outer) or auto (rows up to batch 4, slots beyond)")
