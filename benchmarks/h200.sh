@@ -242,19 +242,33 @@ PY
     bash benchmarks/h200.sh bg overflow-kernel
     AFTER=overflow-kernel bash benchmarks/h200.sh bg quality-overflow-dev
     AFTER=overflow-kernel ONLY=p16r-int8,p16r-int4,p16r-bf16 bash benchmarks/h200.sh bg quality-quant2 ;;
-  lease16)  # the sixteenth session's first lease: `END_AT=$(( $(date +%s) + 1380 )) bash benchmarks/h200.sh lease16` as
-    # the first call, then the pieces (`receive`, the last with `models`), then `collect` calls. overflow-loops (timing,
-    # no model, about 5 minutes) runs alone while the pieces arrive; then quality-overflow-heldout (about 12 minutes)
+  lease16)  # as run in the sixteenth session (its one lease): `END_AT=$(( $(date +%s) + 1380 )) bash
+    # benchmarks/h200.sh lease16` as the first call, then the pieces (`receive`, the last with `models`), then
+    # `collect` calls. overflow-loops (timing, no model, about 5 minutes) runs alone while the pieces arrive; then
+    # quality-overflow-heldout (about 12 minutes)
     bash benchmarks/h200.sh bg overflow-loops
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
+  lease17)  # prepared for the next session (no model needed): `bash benchmarks/h200.sh lease17` as the first call,
+    # then `collect` calls (WAIT=...); slots-engine (about 12 minutes), then step-profile-int4 (2 minutes)
+    bash benchmarks/h200.sh bg slots-engine step-profile-int4 ;;
+  slots-engine)  # not yet run: slots_e2e_h200_8b.md and slots_e2e_h200_qwen.md, 16:32+2 models in the engine on the
+    # 2:4 kernel with overflow slots (SPARSEDECODING_SP24_SLOTS=1, the default) against the same weights on the packed
+    # 16:32 kernels (=0) and dense, after the GPU tests of the slotted linears (the kernel's NORM and OVER together,
+    # the engine's decode against the packed model's tokens); about 12 minutes
+    timeout 300 python3 -m pytest -q -m gpu tests/test_sp24_slots.py tests/test_sp24_linear.py -k "slots or 16of32" \
+      -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/gpu_tests_slots_engine.log" || true
+    timeout 330 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_SLOTS --values 0 1 \
+      --pattern 16:32+2 --preset llama-3.1-8b --batch 1 2 4 8 16 --out "$OUT/slots_e2e_h200_8b.md" | tail -14 || true
+    timeout 150 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_SLOTS --values 0 1 \
+      --pattern 16:32+2 --preset qwen2.5-coder-1.5b --batch 1 4 --out "$OUT/slots_e2e_h200_qwen.md" | tail -8 || true ;;
   quality-overflow-heldout)  # quality-overflow2-qwen2.5-coder-1.5b/: the repaired 16:32+2 model on the held-out half
     # (benchmarks/recipes/plan-overflow2.json, its reading fixed before the run), paired against the repaired 16:32
     # and 2:4 models of the second quant round; about 12 minutes from the model's arrival (calibration, SparseGPT,
     # the self-written data, a 300 s repair, one held-out score)
     recipes benchmarks/recipes/plan-overflow2.json /root/recipes-overflow2 quality-overflow2-qwen2.5-coder-1.5b ;;
-  overflow-loops)  # not yet run: overflow_h200_loops.md, the fused kernel's three slot-loop orders
-    # (SPARSEDECODING_SP24_OVER_LOOP rows / slots / auto) side by side on the 8B + 14B shapes, batch 1-16, after the
-    # GPU tests of each order; about 5 minutes. If auto wins at every batch, make it the default
+  overflow-loops)  # run in the sixteenth session (auto became the default): overflow_h200_loops.md, the fused
+    # kernel's three slot-loop orders (SPARSEDECODING_SP24_OVER_LOOP rows / slots / auto) side by side on the 8B +
+    # 14B shapes, batch 1-16, after the GPU tests of each order; about 5 minutes
     timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_overflow.py tests/test_sp24.py -k "slots or loop or \
       kernel_matches_float64" -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_overflow_loops.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 overflow_bench.py --models llama-3.1-8b \
@@ -596,5 +610,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, slots-engine, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

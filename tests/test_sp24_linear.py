@@ -113,7 +113,7 @@ def test_fusion_settings_decide_whether_the_engine_fuses(variable, bad, count, m
 
     monkeypatch.setattr(sl, "sp24_problem", lambda: None)
     original = sl.tileable
-    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
     for setting, fused in (("", 2), ("0", 0), ("1", 2)):
         monkeypatch.setenv(variable, setting)
@@ -176,15 +176,17 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_INDUCTOR_ATTENTION", "1")
     monkeypatch.delenv("SPARSEDECODING_NM_MMA_GEOMETRY", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_OVER_LOOP", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_SP24_SLOTS", raising=False)
     assert settings_line() == ("Kernel settings: SPARSEDECODING_KERNEL=auto, SPARSEDECODING_SPARSE_MMA=0, "
                                "SPARSEDECODING_FUSE_GLU=0, SPARSEDECODING_FUSE_NORM=1, SPARSEDECODING_SP24_PDL=0, "
                                "SPARSEDECODING_COMBO_KERNELS=1, SPARSEDECODING_INDUCTOR_PDL=1, "
                                "SPARSEDECODING_INDUCTOR_ATTENTION=1, SPARSEDECODING_NM_MMA_GEOMETRY=default, "
-                               "SPARSEDECODING_SP24_OVER_LOOP=auto.")
+                               "SPARSEDECODING_SP24_OVER_LOOP=auto, SPARSEDECODING_SP24_SLOTS=1.")
     monkeypatch.setenv("SPARSEDECODING_NM_MMA_GEOMETRY", "chunk_words=4, warps=4")
     monkeypatch.setenv("SPARSEDECODING_SP24_OVER_LOOP", "rows")
+    monkeypatch.setenv("SPARSEDECODING_SP24_SLOTS", "0")
     assert settings_line().endswith(", SPARSEDECODING_NM_MMA_GEOMETRY=chunk_words=4,warps=4, "
-                                    "SPARSEDECODING_SP24_OVER_LOOP=rows.")
+                                    "SPARSEDECODING_SP24_OVER_LOOP=rows, SPARSEDECODING_SP24_SLOTS=0.")
 
 
 def test_only_2of4_packed_linears_of_little_padding_are_tileable():
@@ -196,8 +198,15 @@ def test_only_2of4_packed_linears_of_little_padding_are_tileable():
         "shape 64x96 pads to the kernel's tiles with 167% more bytes"}
     model = _model(None, 128, pattern="16:32")
     reasons = {tileable(m, require_cuda=False) for m in model.modules() if isinstance(m, PackedLinear)}
-    assert reasons == {"pattern 16:32 (sparse tensor cores run 2:4)"}
+    assert reasons == {"pattern 16:32 (on sparse tensor cores only as 16:32+2 with overflow slots, not asked for "
+                       "here)"}
     assert tile_model(model, require_cuda=False) == 0
+    reasons = {tileable(m, require_cuda=False, slots=True) for m in model.modules() if isinstance(m, PackedLinear)}
+    assert all(" mask words beyond 16:32+2 (prune with --pattern 16:32+2 " in reason for reason in reasons)
+    assert tile_model(model, require_cuda=False, slots=True) == 0
+    assert {tileable(m, require_cuda=False) for m in _model(None, 128, pattern="8:16").modules()
+            if isinstance(m, PackedLinear)} == {"pattern 8:16 (sparse tensor cores run 2:4, and 16:32 masks that fit "
+                                                "16:32+2)"}
     on_cpu = _model(None, 128)
     assert {tileable(m) for m in on_cpu.modules() if isinstance(m, PackedLinear)} == {
         "on cpu (the kernel runs on CUDA)"}
@@ -211,7 +220,7 @@ def test_kernel_setting_decides_whether_the_engine_tiles(monkeypatch):
 
     monkeypatch.setattr(sl, "sp24_problem", lambda: None)
     original = sl.tileable
-    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: original(module, require_cuda=False))
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))
     for setting, tiled in (("triton", 0), ("cuda", 0), ("auto", 2 * 4)):
         monkeypatch.setenv("SPARSEDECODING_KERNEL", setting)
         model = _model(None, 128)  # build_model applies tile_for_kernel
@@ -227,8 +236,8 @@ def test_a_kernel_that_cannot_run_warns_once(monkeypatch, caplog):
 
     monkeypatch.setattr(sl, "_warned", False)
     monkeypatch.setattr(sl, "sp24_problem", lambda: "no CUDA GPU")
-    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True: None if isinstance(module, PackedLinear)
-                        else "not a packed linear")
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: None
+                        if isinstance(module, PackedLinear) else "not a packed linear")
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
     with caplog.at_level("WARNING", logger="sparsedecoding.kernels.sp24_linear"):
         assert tile_for_kernel(_model(None, 128)) == 0
@@ -255,16 +264,16 @@ def test_dense_copies_untile_first():
     assert all(m.dense is not None for m in model.modules() if isinstance(m, PackedLinear))
 
 
-def _packed_and_tiled(quantize, group_size, monkeypatch, **settings):
-    """Qwen2.5-Coder-1.5B's shapes (every linear tileable), 4 layers, random 2:4 weights: the model on the packed
-    kernels (SPARSEDECODING_KERNEL=triton) and the same weights built under `auto` with `settings` (environment
-    variables) set, on the GPU."""
+def _packed_and_tiled(quantize, group_size, monkeypatch, pattern="2:4", **settings):
+    """Qwen2.5-Coder-1.5B's shapes (every linear tileable), 4 layers, random `pattern` weights: the model on the
+    packed kernels (SPARSEDECODING_KERNEL=triton) and the same weights built under `auto` with `settings`
+    (environment variables) set, on the GPU."""
     from dataclasses import replace
 
     from sparsedecoding.engine import PRESETS
 
     args = replace(PRESETS["qwen2.5-coder-1.5b"], n_layers=4)
-    pattern = SparsityPattern.parse("2:4")
+    pattern = SparsityPattern.parse(pattern)
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "triton")
     packed = build_model(args, random_state(args, pattern, device="cuda", quantize=quantize, group_size=group_size))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
@@ -308,4 +317,18 @@ def test_engine_with_fused_norms_decodes_the_packed_models_tokens(quantize, grou
     args, packed, tiled = _packed_and_tiled(quantize, group_size, monkeypatch, SPARSEDECODING_FUSE_GLU="1",
                                             SPARSEDECODING_FUSE_NORM="1")
     assert all(block.fuse_norms for block in tiled.layers)
+    _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("norm", ["0", "1"])
+def test_engine_runs_16of32_plus_2_with_slots_and_decodes_the_packed_models_tokens(norm, monkeypatch):
+    """A 16:32+2 model under `auto` (SPARSEDECODING_SP24_SLOTS unset: on) holds slotted Sp24Linear modules, gate_up
+    with the GLU epilogue and, with SPARSEDECODING_FUSE_NORM=1, qkv and gate_up with the RMSNorm in front (sp24.cu's
+    NORM and OVER together); its compiled CUDA-graph decode gives the packed 16:32 model's eager tokens."""
+    monkeypatch.delenv("SPARSEDECODING_SP24_SLOTS", raising=False)
+    args, packed, tiled = _packed_and_tiled(None, 128, monkeypatch, pattern="16:32+2", SPARSEDECODING_FUSE_GLU="1",
+                                            SPARSEDECODING_FUSE_NORM=norm)
+    assert sum(isinstance(m, Sp24Linear) and m.slotted for m in tiled.modules()) == 4 * 4
+    assert all(block.fuse_norms == (norm == "1") for block in tiled.layers)
     _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)

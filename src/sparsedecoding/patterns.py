@@ -22,11 +22,11 @@ class SparsityPattern:
 
     Exactly one of the two forms is set: (n, m) for N:M, or `sparsity` with n = m = 0 for unstructured.
 
-    `overflow` (experimental, `"16:32+4"`): a 50% N:M pattern whose groups of 4 columns keep at most 2, except for
-    at most `overflow` kept weights beyond 2 in each group of m. 0 is the 2:4 mask, m / 4 the plain N:M mask; in
-    between, a mask that a 2:4 weight plus `overflow` entries per group would hold. The sp24 kernel can run such a
-    weight as 2:4 tiles plus slots (`kernels.sp24.tile_overflow`), but `pack` and the engine still treat the model as
-    plain N:M. -1: no such limit."""
+    `overflow` (`"16:32+2"`): a 50% N:M pattern whose groups of 4 columns keep at most 2, except for at most
+    `overflow` kept weights beyond 2 in each group of m. 0 is the 2:4 mask, m / 4 the plain N:M mask; in between, a
+    mask that a 2:4 weight plus `overflow` entries per group would hold. `pack` writes such a model as plain N:M; the
+    engine runs a 16:32 linear whose mask fits 16:32+2 on the 2:4 kernel as its 2:4 tiles plus two overflow slots a
+    row and word (`kernels.sp24_linear.Sp24Linear`, SPARSEDECODING_SP24_SLOTS). -1: no such limit."""
 
     n: int = 0
     m: int = 0

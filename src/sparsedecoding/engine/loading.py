@@ -23,6 +23,7 @@ from ..kernels.format import kernel_runs
 from ..kernels.op import MAX_BATCH
 from ..kernels.quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ
 from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
+from ..kernels.sp24 import OVER_SLOTS
 from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel, untile_model
 from ..solvers import CODE_RANGES, QuantizedCodes, quantization_codes, quantization_group
 from ..packed import load_packed_checkpoint, packed_manifest, recorded_head_quantization
@@ -204,17 +205,27 @@ def random_packed(rows: int, columns: int, pattern: SparsityPattern, dtype: torc
     """A random packed N:M weight [rows, columns]. Mask words are drawn from a pool of 4096 random valid words
     (N of every M bits set), which costs little even for a 70B model and gives the kernel no regular pattern."""
     n, m = require_kernel_pattern(pattern)
-    bitmask = random_bitmask(rows, columns, n, m, device, generator)
+    bitmask = random_bitmask(rows, columns, n, m, device, generator, pattern.overflow)
     kept = columns * n // m
     values = torch.randn(rows, kept, dtype=dtype, device=device, generator=generator) * kept**-0.5
     return PackedNM(values=values, bitmask=bitmask, n=n, m=m, shape=(rows, columns))
 
 
 def random_bitmask(rows: int, columns: int, n: int, m: int, device: str | torch.device,
-                   generator: torch.Generator) -> Tensor:
+                   generator: torch.Generator, overflow: int = -1) -> Tensor:
     """int32 [rows, columns/32] mask words, each drawn from a pool of 4096 random valid words (N of every M bits
-    set): cheap even for a 70B model, and no regular pattern for the kernel."""
+    set): cheap even for a 70B model, and no regular pattern for the kernel. With `overflow` K ≥ 0 (an N:M+K
+    pattern), only words whose groups of four keep at most K weights beyond two a group of M (random valid words
+    that fit, drawn until the pool is full)."""
     pool = torch.rand(4096, 32 // m, m, device=device, generator=generator).argsort(-1)[..., :n]
+    if overflow >= 0:
+        fitting = []
+        while sum(len(part) for part in fitting) < 4096:
+            draw = torch.rand(16384, 32 // m, m, device=device, generator=generator).argsort(-1)[..., :n]
+            fours = torch.zeros(16384, 32 // m, m, device=device).scatter_(2, draw, 1.0).view(16384, 32 // m, -1, 4)
+            beyond = (fours.sum(-1) - 2).clamp(min=0).sum(-1)  # [words, groups of M]
+            fitting.append(draw[(beyond <= overflow).all(-1)])
+        pool = torch.cat(fitting)[:4096]
     bits = (pool + torch.arange(0, 32, m, device=device)[:, None]).flatten(1)
     words = (torch.ones_like(bits) << bits).sum(-1)
     words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
@@ -236,7 +247,7 @@ def random_quantized(rows: int, columns: int, pattern: SparsityPattern | None, q
         codes = torch.randint(low, high + 1, (rows, columns), device=device, generator=generator).to(torch.int8)
         return DenseQuantized.from_codes(QuantizedCodes(codes, scales, quantize, group), dtype)
     n, m = require_kernel_pattern(pattern)
-    bitmask = random_bitmask(rows, columns, n, m, device, generator)
+    bitmask = random_bitmask(rows, columns, n, m, device, generator, pattern.overflow)
     if quantize == "int8":
         codes = torch.randint(low, high + 1, (rows, kept), device=device, generator=generator).to(torch.int8)
     else:  # two codes a byte, and any byte is a valid pair
@@ -382,6 +393,8 @@ def weight_format(weight: Weight | nn.Module) -> str:
     """How a block linear's weight (or engine module) is stored: "2:4", "2:4 int8", "dense int4 g128", "dense"."""
     quantize = getattr(weight, "quantize", None)
     quantized = "" if quantize is None else f" {quantize}" + (f" g{weight.group_size}" if quantize == "int4" else "")
+    if isinstance(weight, Sp24Linear) and weight.slotted:
+        return f"{weight.n}:{weight.m}+{OVER_SLOTS} (2:4 tiles + overflow slots)"
     if isinstance(weight, (PackedNM, PackedNMQ, PackedLinear, QuantizedPackedLinear, Sp24Linear)):
         return f"{weight.n}:{weight.m}{quantized}"
     return "dense" + quantized

@@ -54,6 +54,7 @@ NM_MMA_GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
 NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), words a stage
 SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto")
+SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -98,6 +99,16 @@ def fuse_glu_setting() -> bool:
     sparse tensor-core kernel's epilogue (`sp24_linear.tile_model`; measured faster: results/e2e_h200_8b_sp24_glu*.md);
     "0" leaves the activation to the model."""
     return _switch(FUSE_GLU_SETTING, "1", "silu(gate)·up in the 2:4 kernel")
+
+
+def sp24_slots_setting() -> bool:
+    """SPARSEDECODING_SP24_SLOTS: "1" or unset makes the engine run each 16:32 linear whose mask fits 16:32+2 (at
+    most two kept weights beyond two in the groups of four of a 32-column word: `--pattern 16:32+2`) on the 2:4
+    sparse tensor-core kernel, as its 2:4 part plus two overflow slots a row and word (`sp24.tile_overflow`), with
+    the fusions 2:4 gets; other 16:32 linears stay on the packed kernels. On the 8B + 14B shapes that kernel ran at
+    0.97 / 1.16 / 1.44 / 1.44 / 0.81x the speed of the packed 16:32 path at batch 1 / 2 / 4 / 8 / 16
+    (results/overflow_h200_loops.md). "0" keeps every 16:32 linear on the packed kernels."""
+    return _switch(SP24_SLOTS_SETTING, "1", "16:32+2 linears on the 2:4 kernel with overflow slots")
 
 
 def fuse_norm_setting() -> bool:
@@ -236,7 +247,8 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             FUSE_GLU_SETTING: fuse_glu_setting, FUSE_NORM_SETTING: fuse_norm_setting, SP24_PDL_SETTING: sp24_pdl_setting,
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
-            NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting}
+            NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
+            SP24_SLOTS_SETTING: sp24_slots_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

@@ -9,8 +9,8 @@ unused. Bytes a weight at bf16 with two slots: 1.125 (2:4) + 2·3/32 = 1.31, aga
 
 This module is the format and its reference product on any device. `sp24.tile_overflow` lays a split weight out
 for the sp24 kernel, which adds the slots' products inside the same warp (sp24.cu, OVER; measured in
-benchmarks/results/overflow_h200.md), and `triton_overflow` adds them in a second launch. Nothing in the engine
-runs this format yet."""
+benchmarks/results/overflow_h200.md), and `triton_overflow` adds them in a second launch. The engine runs a 16:32
+linear whose mask fits 16:32+2 in this format (`sp24_linear.Sp24Linear`, SPARSEDECODING_SP24_SLOTS)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,7 @@ def split_overflow(weight: torch.Tensor, slots: int = 2) -> OverflowNM:
     in24 = torch.zeros_like(fours, dtype=torch.bool).scatter_(-1, top, True) & (fours != 0)
     w24 = torch.where(in24, fours, torch.zeros_like(fours)).view(out, in_features)
     rest = torch.where(in24, torch.zeros_like(fours), fours).view(out, words, WORD)
-    counts = (rest != 0).sum(-1)
-    over = int((counts > slots).sum())
+    over = words_over_cap(weight, slots)
     if over:
         raise PackingError(f"{over} words keep more than {slots} weights beyond two in their groups of four: not a "
                            f"16:32+{slots} weight (prune with --pattern 16:32+{slots})")
@@ -85,6 +84,13 @@ def split_overflow(weight: torch.Tensor, slots: int = 2) -> OverflowNM:
     values = rest.gather(-1, order)
     columns = torch.where(values != 0, order, torch.zeros_like(order)).to(torch.uint8)
     return OverflowNM(pack_nm(w24, 2, 4), values.contiguous(), columns.contiguous())
+
+
+def words_over_cap(weight: torch.Tensor, slots: int = 2) -> int:
+    """How many 32-column words of `weight` [out, in] (in a multiple of 32) hold more than `slots` nonzeros beyond
+    two in their groups of four: 0 exactly when `split_overflow(weight, slots)` finds room for every one."""
+    fours = (weight != 0).view(weight.shape[0], -1, WORD // 4, 4).sum(-1)
+    return int(((fours - 2).clamp(min=0).sum(-1) > slots).sum())
 
 
 def overflow_mm_reference(x: torch.Tensor, w: OverflowNM) -> torch.Tensor:

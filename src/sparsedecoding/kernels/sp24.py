@@ -9,7 +9,7 @@ plus 4 bits of metadata per 4 columns (the bitmask's 1 bit per column), plus, fo
 
 `tile_overflow` does the same for a 16:32+K weight split into its 2:4 part and two overflow slots a row and 32
 columns (`overflow.OverflowNM`): the slots are tiled per row tile and step as well (`over_v`, `over_o`), and the
-kernel adds their products inside the same warp (sp24.cu, OVER; 16-bit values, no RMSNorm in front).
+kernel adds their products inside the same warp (sp24.cu, OVER; 16-bit values, with or without the RMSNorm in front).
 
 `Sp24Launch` / `sp24_mm` run it (built at first use with nvcc, like `cuda_mma`, on compute capability 8.0 or
 newer), splitting the steps of a row tile across CTAs (splits) and across warps of one CTA (slices);
@@ -495,8 +495,6 @@ class Sp24Launch:
         check_inputs(x, w)
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
-        if norm and w.over_v is not None:
-            raise KernelInputError("a weight with overflow slots runs without the RMSNorm in front (not built)")
         self.over_loop = OVER_LOOPS[sp24_over_loop_setting()] if w.over_v is not None else 1
         load()
         self.library = _load()
@@ -627,16 +625,20 @@ def _reference(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None):
 
     packed = untile(replace(w, over_v=None, over_o=None))
     x2 = x.view(1, -1) if x.dim() == 1 else x
-    if w.over_v is not None:  # no norm with slots (Sp24Launch refuses it)
+    if w.over_v is None:
+        def weight_rows(r0: int, r1: int) -> torch.Tensor:
+            return _dense_rows(packed, r0, r1)
+    else:  # the 2:4 part plus the overflow slots
         values, columns = untile_slots(w)
-        reference = Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1)
-                                             + _slot_rows(values, columns, r0, r1, torch.float64))
-    elif norm is None:
-        reference = Float64Reference.of_rows(x2, w.shape[0], lambda r0, r1: _dense_rows(packed, r0, r1))
+
+        def weight_rows(r0: int, r1: int) -> torch.Tensor:
+            return _dense_rows(packed, r0, r1) + _slot_rows(values, columns, r0, r1, torch.float64)
+    if norm is None:
+        reference = Float64Reference.of_rows(x2, w.shape[0], weight_rows)
     else:
         res, weight, eps = norm
         reference = NormReference(x2, None if res is None else res.view_as(x2), weight, eps, w.shape[0],
-                                  lambda r0, r1: _dense_rows(packed, r0, r1))
+                                  weight_rows)
     return GluReference(reference, x.dtype) if w.glu else reference
 
 
@@ -794,21 +796,24 @@ def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
 @torch.library.custom_op("sparsedecoding::sp24_mm", mutates_args=())
 def _sp24_op(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch.Tensor | None,
              row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
-             gk_shift: int, groups: int, glu: bool) -> torch.Tensor:
-    """`sp24_linear` for torch.compile; `out_features` is the weight's rows (twice y's columns with `glu`)."""
+             gk_shift: int, groups: int, glu: bool, over_v: torch.Tensor | None = None,
+             over_o: torch.Tensor | None = None) -> torch.Tensor:
+    """`sp24_linear` for torch.compile; `out_features` is the weight's rows (twice y's columns with `glu`);
+    `over_v` / `over_o`: a 16:32+K weight's overflow slots, or None."""
     dtype = x.dtype
     return sp24_linear(x, Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, dtype, steps,
-                                     gk_shift, groups, glu))
+                                     gk_shift, groups, glu, over_v, over_o))
 
 
 @torch.library.custom_op("sparsedecoding::sp24_norm_mm", mutates_args=())
 def _sp24_norm_op(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor, eps: float, a: torch.Tensor,
                   meta: torch.Tensor, scales: torch.Tensor | None, row_scales: torch.Tensor | None, out_features: int,
-                  in_features: int, code: int, steps: int, gk_shift: int, groups: int,
-                  glu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                  in_features: int, code: int, steps: int, gk_shift: int, groups: int, glu: bool,
+                  over_v: torch.Tensor | None = None,
+                  over_o: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`sp24_norm_linear` for torch.compile: (W·rmsnorm(x + res), x + res)."""
     w = Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, x.dtype, steps, gk_shift, groups,
-                   glu)
+                   glu, over_v, over_o)
     return sp24_norm_linear(x, w, res, norm_weight, eps)
 
 
@@ -816,12 +821,14 @@ def _sp24_norm_op(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor,
 def _sp24_norm_fake(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor, eps: float, a: torch.Tensor,
                     meta: torch.Tensor, scales: torch.Tensor | None, row_scales: torch.Tensor | None,
                     out_features: int, in_features: int, code: int, steps: int, gk_shift: int, groups: int,
-                    glu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                    glu: bool, over_v: torch.Tensor | None = None,
+                    over_o: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features)), torch.empty_like(x))
 
 
 @_sp24_op.register_fake
 def _sp24_fake(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch.Tensor | None,
                row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
-               gk_shift: int, groups: int, glu: bool) -> torch.Tensor:
+               gk_shift: int, groups: int, glu: bool, over_v: torch.Tensor | None = None,
+               over_o: torch.Tensor | None = None) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features))

@@ -1,5 +1,8 @@
 """`Sp24Linear`: a 2:4 linear held in the sparse tensor-core kernel's tiled layout (`sp24.tile`), and
-`tile_model`, which swaps a model's 2:4 `PackedLinear` / `QuantizedPackedLinear` modules for it in place.
+`tile_model`, which swaps a model's 2:4 `PackedLinear` / `QuantizedPackedLinear` modules for it in place. A 16:32
+`PackedLinear` whose mask fits 16:32+2 (at most two kept weights beyond two in the groups of four of a 32-column
+word) becomes one too: its 2:4 part plus two overflow slots a row and word (`sp24.tile_overflow`), 1.31 bytes a
+weight at bf16 against the packed format's 1.125, saved and loaded as the 16:32 packed format.
 
 The tiled layout holds the same bytes as the packed format (kept values or codes, 4 bits of positions per 4
 columns, the scales), so the swap costs no memory; `packed` and `state_dict` give back the packed format exactly
@@ -15,21 +18,24 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import KernelInputError, PackingError
-from .format import PackedNM
+from .format import PackedNM, pack_nm
 from .linear import PackedLinear
 from .op import MAX_BATCH
+from .overflow import split_overflow, words_over_cap
 from .quantized import PackedNMQ
 from .quantized_linear import QuantizedPackedLinear
 from .reference import rms_norm
-from .sp24 import STEP_TILES, Sp24Weight, sp24_linear, sp24_norm_linear, tile, to_dense, untile
+from .sp24 import OVER_SLOTS, STEP_TILES, Sp24Weight, sp24_linear, sp24_norm_linear, tile, tile_overflow, to_dense, \
+    untile
 
 log = logging.getLogger(__name__)
 
 
 class Sp24Linear(torch.nn.Module):
     """y = x·Wᵀ + bias for x [..., in], W [out, in] 2:4, held as the tiled buffers `a`, `meta` (and `scales` for
-    int4, `row_scales` for int8) of an `Sp24Weight`. With `glu` (a gate|up weight tiled for it, no bias), y =
-    silu(gate)·up, `out_features` = `rows` / 2 columns."""
+    int4, `row_scales` for int8) of an `Sp24Weight`; for a 16:32+2 weight (`slotted`), W's 2:4 part plus the
+    overflow slots `over_v`, `over_o`. With `glu` (a gate|up weight tiled for it, no bias), y = silu(gate)·up,
+    `out_features` = `rows` / 2 columns."""
 
     def __init__(self, weight: Sp24Weight, bias: torch.Tensor | None = None):
         super().__init__()
@@ -37,7 +43,8 @@ class Sp24Linear(torch.nn.Module):
             raise KernelInputError("a GLU-tiled weight takes no bias (the kernel applies the activation to its sums)")
         self.rows, self.in_features = weight.shape
         self.out_features, self.glu = weight.out_features, weight.glu
-        self.n, self.m = 2, 4
+        self.slotted = weight.over_v is not None
+        self.n, self.m = (16, 32) if self.slotted else (2, 4)  # the pattern it is saved in
         self.quantize = {0: None, 8: "int8", 4: "int4"}[weight.code]
         self.group_size = {0: None, 8: self.in_features, 4: 32 << weight.gk_shift}[weight.code]
         self.code, self.value_dtype, self.steps = weight.code, weight.dtype, weight.steps
@@ -46,29 +53,35 @@ class Sp24Linear(torch.nn.Module):
         self.register_buffer("meta", weight.meta)
         self.register_buffer("scales", weight.scales)
         self.register_buffer("row_scales", weight.row_scales)
+        self.register_buffer("over_v", weight.over_v)
+        self.register_buffer("over_o", weight.over_o)
         self.register_buffer("bias", bias)
 
     @classmethod
     def from_module(cls, module: PackedLinear | QuantizedPackedLinear, glu: bool = False) -> Sp24Linear:
-        """`module`'s weight tiled; with `glu`, as a gate|up weight whose output is silu(gate)·up."""
-        return cls(tile(module.packed, glu), module.bias)
+        """`module`'s weight tiled (a 16:32 one as its 2:4 part plus overflow slots: PackingError, in one line, if
+        its mask does not fit 16:32+2); with `glu`, as a gate|up weight whose output is silu(gate)·up."""
+        return cls(_tiled(module.packed, glu), module.bias)
 
     @property
     def weight(self) -> Sp24Weight:
         """The buffers as an `Sp24Weight`, rebuilt only when a buffer was replaced (`.to()`, `load_state_dict`)."""
         buffers = self._buffers
         cached = self.__dict__.get("_weight")
-        if cached is None or cached.a is not buffers["a"] or cached.meta is not buffers["meta"] \
-                or cached.scales is not buffers["scales"] or cached.row_scales is not buffers["row_scales"]:
+        if cached is None or any(getattr(cached, name) is not buffers[name] for name in _TILED):
             cached = Sp24Weight(buffers["a"], buffers["meta"], buffers["scales"], buffers["row_scales"],
                                 (self.rows, self.in_features), self.code, self.value_dtype, self.steps,
-                                self.gk_shift, self.groups, self.glu)
+                                self.gk_shift, self.groups, self.glu, buffers["over_v"], buffers["over_o"])
             self.__dict__["_weight"] = cached
         return cached
 
     @property
     def packed(self) -> PackedNM | PackedNMQ:
-        """The packed weight (`PackedNM` or `PackedNMQ`) this layer holds, rebuilt exactly from the tiles."""
+        """The packed weight (`PackedNM` or `PackedNMQ`) this layer holds, rebuilt exactly from the tiles; for a
+        16:32+2 weight, the 16:32 packed weight of its nonzeros (`pack_nm`: a kept weight of value zero, which the
+        tiles do not record, may come back in another position of its word)."""
+        if self.slotted:
+            return pack_nm(to_dense(self.weight), 16, 32)
         return untile(self.weight)
 
     def to_packed_module(self) -> PackedLinear | QuantizedPackedLinear:
@@ -93,7 +106,7 @@ class Sp24Linear(torch.nn.Module):
         elif torch.compiler.is_compiling():
             y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), self.a, self.meta, self.scales, self.row_scales,
                                                  self.rows, self.in_features, self.code, self.steps,
-                                                 self.gk_shift, self.groups, self.glu)
+                                                 self.gk_shift, self.groups, self.glu, self.over_v, self.over_o)
         else:
             y = sp24_linear(x2.contiguous(), self.weight)
         if self.bias is not None:
@@ -117,7 +130,7 @@ class Sp24Linear(torch.nn.Module):
             y, total = torch.ops.sparsedecoding.sp24_norm_mm(
                 x2.contiguous(), res2.contiguous(), norm_weight, eps, self.a, self.meta, self.scales,
                 self.row_scales, self.rows, self.in_features, self.code, self.steps, self.gk_shift, self.groups,
-                self.glu)
+                self.glu, self.over_v, self.over_o)
         else:
             y, total = sp24_norm_linear(x2.contiguous(), self.weight, res2.contiguous(), norm_weight, eps)
         if self.bias is not None:
@@ -152,13 +165,13 @@ class Sp24Linear(torch.nn.Module):
         parts = [state_dict[prefix + name].to(device) for name in names]
         shape = (self.rows, self.in_features)
         try:
-            packed = PackedNM(*parts, 2, 4, shape) if self.code == 0 else PackedNMQ(
+            packed = PackedNM(*parts, self.n, self.m, shape) if self.code == 0 else PackedNMQ(
                 *parts, 2, 4, shape, self.quantize, self.group_size)
-            weight = tile(packed, self.glu)
+            weight = _tiled(packed, self.glu)
         except (PackingError, KernelInputError) as exc:  # wrong shape, dtype or mask: reported as a load error
             error_msgs.append(f"{prefix}: {exc}")
             return
-        for name in ("a", "meta", "scales", "row_scales"):
+        for name in _TILED:
             self._buffers[name] = getattr(weight, name)
         if self.bias is not None:
             self.bias.copy_(state_dict[prefix + "bias"])
@@ -167,8 +180,20 @@ class Sp24Linear(torch.nn.Module):
         values = {0: str(self.value_dtype).replace("torch.", ""), 8: "int8",
                   4: f"int4, group_size={32 << self.gk_shift}"}
         glu = f", silu(gate)·up of {self.rows} rows" if self.glu else ""
-        return (f"in_features={self.in_features}, out_features={self.out_features}, pattern=2:4, "
+        pattern = f"16:32+{OVER_SLOTS} (2:4 tiles + {OVER_SLOTS} overflow slots a word)" if self.slotted else "2:4"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, pattern={pattern}, "
                 f"{values[self.code]}{glu}, tiled for sparse tensor cores")
+
+
+_TILED = ("a", "meta", "scales", "row_scales", "over_v", "over_o")  # an Sp24Weight's tensors, the layer's buffers
+
+
+def _tiled(packed: PackedNM | PackedNMQ, glu: bool) -> Sp24Weight:
+    """`packed` in the kernel's layout: a 2:4 weight by `sp24.tile`, a 16:32 one as its 2:4 part plus overflow
+    slots (`sp24.tile_overflow`; PackingError if its nonzeros do not fit 16:32+2)."""
+    if isinstance(packed, PackedNM) and (packed.n, packed.m) == (16, 32):
+        return tile_overflow(split_overflow(packed.to_dense(), OVER_SLOTS), glu)
+    return tile(packed, glu)
 
 
 MAX_PADDING = 1 / 16  # tile only where the padded rows and columns add at most this share of bytes
@@ -180,15 +205,22 @@ def padding_overhead(out: int, in_features: int, quantize: str | None) -> float:
     return (-(-out // 16) * 16 * -(-in_features // columns) * columns) / (out * in_features) - 1
 
 
-def tileable(module: torch.nn.Module, require_cuda: bool = True) -> str | None:
+def tileable(module: torch.nn.Module, require_cuda: bool = True, slots: bool = False) -> str | None:
     """None when `module` can become an `Sp24Linear`, else why not (`require_cuda`: only on a CUDA device, where
-    the kernel runs)."""
+    the kernel runs; `slots`: a 16:32 linear whose mask fits 16:32+2 may, as its 2:4 part plus overflow slots)."""
     if not isinstance(module, (PackedLinear, QuantizedPackedLinear)):
         return "not a packed linear"
-    if (module.n, module.m) != (2, 4):
-        return f"pattern {module.n}:{module.m} (sparse tensor cores run 2:4)"
     if isinstance(module, PackedLinear) and module.dense is not None:
         return "it keeps a dense copy"
+    if isinstance(module, PackedLinear) and (module.n, module.m) == (16, 32):
+        if not slots:
+            return "pattern 16:32 (on sparse tensor cores only as 16:32+2 with overflow slots, not asked for here)"
+        over = words_over_cap(module.packed.to_dense(), OVER_SLOTS)
+        if over:
+            return (f"pattern 16:32 with {over} mask words beyond 16:32+{OVER_SLOTS} (prune with --pattern "
+                    f"16:32+{OVER_SLOTS} to run it on sparse tensor cores)")
+    elif (module.n, module.m) != (2, 4):
+        return f"pattern {module.n}:{module.m} (sparse tensor cores run 2:4, and 16:32 masks that fit 16:32+2)"
     if isinstance(module, QuantizedPackedLinear) and module.quantize == "int4":
         group_tiles = module.group_size // 32
         if group_tiles & (group_tiles - 1):
@@ -207,13 +239,14 @@ def tileable(module: torch.nn.Module, require_cuda: bool = True) -> str | None:
 GLU_NAME = "gate_up"  # the engine's fused gate|up linear (engine.model.MLP), whose caller applies silu(gate)·up
 
 
-def tile_model(model: torch.nn.Module, require_cuda: bool = True, glu: bool = False) -> int:
+def tile_model(model: torch.nn.Module, require_cuda: bool = True, glu: bool = False, slots: bool = False) -> int:
     """Swap, in place, every 2:4 `PackedLinear` / `QuantizedPackedLinear` on CUDA that `tileable` takes (padding to
     the kernel's tiles adds at most MAX_PADDING, so not those of tiny models) for an `Sp24Linear` holding the same
-    weight tiled (the packed tensors are released as each is replaced, so peak memory grows by one layer).
+    weight tiled (the packed tensors are released as each is replaced, so peak memory grows by one layer); with
+    `slots`, also every 16:32 `PackedLinear` whose mask fits 16:32+2, as its 2:4 part plus overflow slots.
     With `glu`, each linear named GLU_NAME without a bias (rows a multiple of 32) is tiled to give silu(gate)·up
     itself, which the engine's MLP then skips. Returns how many were swapped."""
-    names = [name for name, module in model.named_modules() if tileable(module, require_cuda) is None]
+    names = [name for name, module in model.named_modules() if tileable(module, require_cuda, slots) is None]
     for name in names:
         module = model.get_submodule(name)
         fuse = glu and name.rsplit(".", 1)[-1] == GLU_NAME and module.bias is None and module.out_features % 32 == 0
@@ -246,14 +279,16 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     """What the engine does with a freshly built model: under SPARSEDECODING_KERNEL=auto (the default) every 2:4
     packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules
     stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
-    kernels. SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply silu(gate)·up in the
-    kernel; SPARSEDECODING_FUSE_NORM (1, the default) lets each block's qkv and gate_up kernels take its residual
-    additions and RMSNorms (`fuse_norms`). Returns how many linears were tiled."""
-    from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, settings
+    kernels. SPARSEDECODING_SP24_SLOTS (1, the default) tiles the 16:32 linears whose masks fit 16:32+2 as well
+    (`tile_model`'s `slots`). SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply
+    silu(gate)·up in the kernel; SPARSEDECODING_FUSE_NORM (1, the default) lets each block's qkv and gate_up kernels
+    take its residual additions and RMSNorms (`fuse_norms`). Returns how many linears were tiled."""
+    from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING, settings
 
     values = settings()  # all of them, so that a bad one fails here, before any launch reads it
     setting, glu, norms = values[KERNEL_SETTING], values[FUSE_GLU_SETTING], values[FUSE_NORM_SETTING]
-    if setting != "auto" or not any(tileable(module) is None for module in model.modules()):
+    slots = values[SP24_SLOTS_SETTING]
+    if setting != "auto" or not any(tileable(module, slots=slots) is None for module in model.modules()):
         return 0
     global _warned
     problem = sp24_problem()
@@ -263,7 +298,11 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
             log.warning("2:4 linears stay on the packed kernels: the sparse tensor-core kernel cannot run here "
                         "(%s). Set SPARSEDECODING_KERNEL=triton to choose them explicitly and silence this.", problem)
         return 0
-    tiled = tile_model(model, glu=glu)
+    tiled = tile_model(model, glu=glu, slots=slots)
+    slotted = sum(isinstance(module, Sp24Linear) and module.slotted for module in model.modules())
+    if slotted:
+        log.info("%d of the %d linears on sparse tensor cores are 16:32+%d (2:4 tiles plus overflow slots)", slotted,
+                 tiled, OVER_SLOTS)
     if norms:
         fuse_norms(model)
     return tiled

@@ -44,7 +44,7 @@
 // sums by 1/rms = rsqrt(Σs² / in + eps) at the end: without split-K from its own Σs², with split-K the last CTA adds
 // the Σs² each split's CTA left in `ss_slots`. The separate add+norm kernel, its launch and a pass over x go.
 //
-// Overflow slots (OVER: 16-bit values, no NORM yet): W = W24 + W_over for a 16:32+K weight (kernels/overflow.py),
+// Overflow slots (OVER: 16-bit values): W = W24 + W_over for a 16:32+K weight (kernels/overflow.py),
 // W_over held in two fixed slots a row and 32-column word. Tiled per row tile and step like `a`:
 //   over_v: [row tile][step][lane][8 values] (16 B a lane), over_o: [row tile][step][lane][8 bytes] (8 B a lane);
 //   lane (g, t)'s slot k (0..7) is in word 2t + k / 4 of the step (k-tile 8·step + 2t + k / 4), row g + 8·((k / 2)
@@ -53,7 +53,8 @@
 // Each lane adds its slots' products with every row of x into float32 partials p[row g / g+8][row of x], loaded with
 // the step's weights (two steps in flight) and kept over all its steps; after the loop one butterfly in the quad
 // sums the four lanes' partials, and each lane adds the sums for its own accumulators' entries. The slices, splits,
-// GLU and the output then see a whole sum.
+// GLU and the output then see a whole sum. With NORM the slots multiply the staged u = w ⊙ s as the MMAs do, so the
+// epilogue's 1/rms scales both parts alike.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -346,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
                                                         float eps, const char* __restrict__ over_v,
                                                         const char* __restrict__ over_o) {
   using S = Steps<CODE>;
-  static_assert(OVER == 0 || (CODE == 0 && !NORM), "overflow slots: 16-bit values, no norm in front");
+  static_assert(OVER == 0 || CODE == 0, "overflow slots: 16-bit values only");
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int splits = gridDim.y, split = blockIdx.y;
@@ -729,7 +730,12 @@ template <typename T, int CODE, int SPS>
 cudaError_t by_batch(const Problem& p) {
   if constexpr (CODE == 0) {
     if (p.over_v != nullptr) {
-      if (p.norm_w != nullptr || p.over_o == nullptr) return cudaErrorInvalidValue;
+      if (p.over_o == nullptr) return cudaErrorInvalidValue;
+      if (p.norm_w != nullptr) {
+        if (p.over_loop == 1)
+          return p.batch <= 8 ? launch<T, 1, 0, 1, true, 1>(p) : launch<T, 2, 0, 1, true, 1>(p);
+        return p.batch <= 8 ? launch<T, 1, 0, 1, true, 2>(p) : launch<T, 2, 0, 1, true, 2>(p);
+      }
       if (p.over_loop == 1)
         return p.batch <= 8 ? launch<T, 1, 0, 1, false, 1>(p) : launch<T, 2, 0, 1, false, 1>(p);
       return p.batch <= 8 ? launch<T, 1, 0, 1, false, 2>(p) : launch<T, 2, 0, 1, false, 2>(p);
@@ -755,8 +761,8 @@ extern "C" {
 // per row block, split and row of x. `pdl`: a programmatic launch (compute capability 9.0), whose CTAs may start
 // and load their first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents
 // start once its weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight
-// (code_bits 0 and no norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of x outer,
-// 2 slots outer, 0 the first for batch 1-4 and the second for 5-16). Returns 0 or a cudaError_t.
+// (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
+// x outer, 2 slots outer, 0 the first for batch 1-4 and the second for 5-16). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
