@@ -167,3 +167,20 @@ def test_norm_in_front_with_slots_matches_float64(out, in_features, glu, loop, m
         reference = _reference(x, w, (res, norm_weight, 1e-5))
         assert reference.error(y) <= 1, (out, in_features, batch)
         assert torch.equal(total, (x.float() + res.float()).bfloat16())
+
+
+def test_slotted_blocks_with_fusions_give_the_packed_models_logits():
+    """The whole model, slotted linears with the GLU epilogue and fused norms (the engine's defaults), against the
+    packed 16:32 model on CPU: the same logits up to the order of bf16 roundings in the MLP."""
+    from sparsedecoding.kernels.sp24_linear import fuse_norms
+
+    packed = _model()
+    slotted = _model()
+    assert tile_model(slotted, require_cuda=False, glu=True, slots=True) == LINEARS
+    assert fuse_norms(slotted) == SMALL.n_layers
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 5))
+    for model in (packed, slotted):
+        model.setup_caches(2, 16)
+    positions = torch.arange(5)
+    torch.testing.assert_close(slotted(tokens, positions).float(), packed(tokens, positions).float(), rtol=0.05,
+                               atol=0.05)
