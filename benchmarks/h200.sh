@@ -249,8 +249,18 @@ PY
     bash benchmarks/h200.sh bg overflow-loops
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
   lease17)  # prepared for the next session (no model needed): `bash benchmarks/h200.sh lease17` as the first call,
-    # then `collect` calls (WAIT=...); slots-engine (about 12 minutes), then step-profile-int4 (2 minutes)
-    bash benchmarks/h200.sh bg slots-engine step-profile-int4 ;;
+    # then `collect` calls (WAIT=...); slots-engine (about 12 minutes), overflow-columns (about 5), then
+    # step-profile-int4 (2 minutes)
+    bash benchmarks/h200.sh bg slots-engine overflow-columns step-profile-int4 ;;
+  overflow-columns)  # not yet run: overflow_h200_columns.md, the slots' column-major loop order
+    # (SPARSEDECODING_SP24_OVER_LOOP=columns, its own library build) beside auto on the 8B + 14B shapes, batch 1-16,
+    # after its float64 GPU tests (plain, GLU, and with the RMSNorm in front); about 5 minutes. If it beats auto at
+    # some batches, let auto use it there
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_overflow.py \
+      tests/test_sp24_slots.py -k "columns" -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_columns.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --over-loops auto columns --out "$OUT/overflow_h200_columns.md" | grep -E "^\| [0-9]+ \||failures|error") \
+      || true ;;
   slots-engine)  # not yet run: slots_e2e_h200_8b.md and slots_e2e_h200_qwen.md, 16:32+2 models in the engine on the
     # 2:4 kernel with overflow slots (SPARSEDECODING_SP24_SLOTS=1, the default) against the same weights on the packed
     # 16:32 kernels (=0) and dense, after the GPU tests of the slotted linears (the kernel's NORM and OVER together,
@@ -610,5 +620,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, slots-engine, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, slots-engine, overflow-columns, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -57,38 +57,53 @@ def loop_counts(sass: str) -> list[dict]:
     return rows
 
 
+def source_at(rev: str) -> str | None:
+    """sp24.cu as it was at git revision `rev`, or None."""
+    shown = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{SOURCE}"], capture_output=True, text=True)
+    return None if shown.returncode else shown.stdout
+
+
+def compile_sass(text: str, arch: str = "sm_90", defines: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(SASS, nvcc's version line) of sp24.cu's source `text`, compiled offline as cuda_mma builds it (-O3, with
+    `defines`); RuntimeError with nvcc's last line if it fails. Needs nvcc and cuobjdump."""
+    nvcc, dump = shutil.which("nvcc"), cuobjdump()
+    if nvcc is None or dump is None:
+        raise RuntimeError("needs nvcc and cuobjdump (on PATH, or Triton's bundled cuobjdump)")
+    with tempfile.TemporaryDirectory() as work:
+        source, obj = Path(work) / "sp24.cu", Path(work) / "sp24.o"
+        source.write_text(text)
+        number = arch.removeprefix("sm_")
+        built = subprocess.run([nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{number},code={arch}", *defines,
+                                "-c", str(source), "-o", str(obj)], capture_output=True, text=True)
+        if built.returncode:
+            raise RuntimeError((built.stderr.strip().splitlines() or ["no output"])[-1])
+        sass = subprocess.run([dump, "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
+        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    return sass, version
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rev", help="read sp24.cu from this git revision (default: the working tree)")
     parser.add_argument("--arch", default="sm_90", help="GPU architecture to compile for (default: sm_90)")
     parser.add_argument("--out", type=Path, help="also write the markdown report here")
     args = parser.parse_args()
-    nvcc, dump = shutil.which("nvcc"), cuobjdump()
-    if nvcc is None or dump is None:
+    if shutil.which("nvcc") is None or cuobjdump() is None:
         print("error: needs nvcc and cuobjdump (on PATH, or Triton's bundled cuobjdump)", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as work:
-        source = Path(work) / "sp24.cu"
-        if args.rev:
-            shown = subprocess.run(["git", "-C", str(REPO), "show", f"{args.rev}:{SOURCE}"], capture_output=True,
-                                   text=True)
-            if shown.returncode:
-                print(f"error: no {SOURCE} at revision {args.rev}: {shown.stderr.strip()}", file=sys.stderr)
-                return 2
-            source.write_text(shown.stdout)
-        else:
-            source.write_text((REPO / SOURCE).read_text())
-        obj = Path(work) / "sp24.o"
-        number = args.arch.removeprefix("sm_")
-        built = subprocess.run([nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{number},code={args.arch}", "-c",
-                                str(source), "-o", str(obj)], capture_output=True, text=True)
-        if built.returncode:
-            last = (built.stderr.strip().splitlines() or ["no output"])[-1]
-            print(f"error: nvcc could not build {args.rev or 'the working tree'}'s sp24.cu for {args.arch}: {last}",
-                  file=sys.stderr)
-            return 1
-        sass = subprocess.run([dump, "-sass", str(obj)], check=True, capture_output=True, text=True).stdout
-        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    if args.rev:
+        text = source_at(args.rev)
+        if text is None:
+            print(f"error: no {SOURCE} at revision {args.rev}", file=sys.stderr)
+            return 2
+    else:
+        text = (REPO / SOURCE).read_text()
+    try:
+        sass, version = compile_sass(text, args.arch)
+    except RuntimeError as exc:
+        print(f"error: nvcc could not build {args.rev or 'the working tree'}'s sp24.cu for {args.arch}: {exc}",
+              file=sys.stderr)
+        return 1
     rows = sorted(loop_counts(sass), key=lambda r: (r["code"], r["norm"], r["nt"], r["sps"], r["dtype"]))
     lines = [f"# sp24 main loop, SASS instruction counts ({args.rev or 'working tree'})", "",
              f"- date: {datetime.date.today().isoformat()}", f"- command: `python {' '.join(sys.argv)}`",

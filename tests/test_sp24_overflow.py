@@ -57,6 +57,25 @@ def stage(x):
     return staged
 
 
+def emulate_slots(w, out, rows, x_of):
+    """The slots' products as sp24.cu's lanes form them: lane (g, t) of row tile r reads 16 bytes at over_v + (r·steps
+    + step)·512 + 16·lane and 8 at over_o + (r·steps + step)·256 + 8·lane, and adds value k times x_of(step, t, k,
+    offset k) (that slot's x for `rows` rows of x) into row g + 8·((k / 2) % 2). Returns y [rows, row tiles · 16]."""
+    values = w.over_v.view(torch.uint8).view(-1)
+    offsets = w.over_o.view(-1)
+    y = torch.zeros(rows, -(-out // 16) * 16, dtype=torch.float64)
+    for r in range(-(-out // 16)):
+        for step in range(w.steps):
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                base = (r * w.steps + step)
+                v = values[base * 512 + 16 * lane: base * 512 + 16 * lane + 16].view(torch.bfloat16).double()
+                o = offsets[base * 256 + 8 * lane: base * 256 + 8 * lane + 8].long()
+                for k in range(8):
+                    y[:, 16 * r + g + 8 * ((k >> 1) & 1)] += v[k] * x_of(step, t, k, int(o[k])).double()
+    return y
+
+
 def test_the_kernels_slot_arithmetic_emulated_gives_the_overflow():
     """sp24.cu's OVER path step by step in Python: lane (g, t) of row tile r reads 16 bytes at over_v + (r·steps +
     step)·512 + 16·lane and 8 at over_o + (r·steps + step)·256 + 8·lane, multiplies value k by staged x at byte
@@ -67,21 +86,44 @@ def test_the_kernels_slot_arithmetic_emulated_gives_the_overflow():
     w = tile_overflow(split)
     x = torch.randn(batch, in_features).bfloat16()
     staged = stage(torch.cat([x.float(), torch.zeros(batch, w.steps * 256 - in_features)], 1)).float()
-    values = w.over_v.view(torch.uint8).view(-1)
-    offsets = w.over_o.view(-1)
-    y = torch.zeros(batch, -(-out // 16) * 16, dtype=torch.float64)
-    for r in range(-(-out // 16)):
-        for step in range(w.steps):
-            for lane in range(32):
-                g, t = lane // 4, lane % 4
-                base = (r * w.steps + step)
-                v = values[base * 512 + 16 * lane: base * 512 + 16 * lane + 16].view(torch.bfloat16).double()
-                o = offsets[base * 256 + 8 * lane: base * 256 + 8 * lane + 8].long()
-                for k in range(8):
-                    element = (64 * (8 * step + 2 * t + (k >> 2)) + int(o[k])) // 2
-                    y[:, 16 * r + g + 8 * ((k >> 1) & 1)] += v[k] * staged[:, element].double()
+    y = emulate_slots(w, out, batch, lambda step, t, k, o: staged[:, (64 * (8 * step + 2 * t + (k >> 2)) + o) // 2])
     over = weight.double() - split.w24.to_dense().double()
     assert torch.allclose(y[:, :out], x.double() @ over.T, rtol=1e-12, atol=1e-12)
+
+
+def stage_columns(staged, rows):
+    """sp24.cu's column-major copy (OVER 3) of a staging as `stage` returns it: place q of the staged row (its
+    byte / 2) holds 8·NT rows of x, `rows` of them real, the rest zeros; emulated from the kernel's own index
+    arithmetic (unit u's element e at place 32·(u / 4) + 2·(u % 4) + 8·(e / 2) + e % 2, row r at 2r)."""
+    batch, places = staged.shape
+    copy = torch.zeros(places, rows, dtype=staged.dtype)
+    for u in range(places // 8):
+        for e in range(8):
+            place = 32 * (u >> 2) + 2 * (u & 3) + 8 * (e >> 1) + (e & 1)
+            # stage_unit wrote element e of unit u at byte 64·(u / 4) + 4·(u % 4) + 16·(e / 2) + 2·(e % 2)
+            source = (64 * (u >> 2) + 4 * (u & 3) + 16 * (e >> 1) + 2 * (e & 1)) // 2
+            copy[place, :batch] = staged[:, source]
+    return copy
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8, 11])
+def test_the_column_order_emulated_gives_the_overflow(batch):
+    """OVER 3 step by step: the copy places column c where its staged byte / 2 is (so the slot's staged offset / 2
+    finds it, with no new format), and a lane's slot k reads 8·NT rows of x at place 32·(8·step + 2t + k / 4) +
+    offset k / 2 of the copy."""
+    out, in_features = 24, 320
+    rows = 8 if batch <= 8 else 16
+    weight = capped_weight(out, in_features, seed=12).float()
+    split = split_overflow(weight.bfloat16())
+    w = tile_overflow(split)
+    x = torch.randn(batch, in_features).bfloat16()
+    staged = stage(torch.cat([x.float(), torch.zeros(batch, w.steps * 256 - in_features)], 1)).float()
+    copy = stage_columns(staged, rows)
+    assert torch.equal(copy[:, :batch].T, staged)  # place q holds staged element q of every row
+    y = emulate_slots(w, out, rows, lambda step, t, k, o: copy[32 * (8 * step + 2 * t) + 32 * (k >> 2) + (o >> 1)])
+    over = weight.double() - split.w24.to_dense().double()
+    assert torch.allclose(y[:batch, :out], x.double() @ over.T, rtol=1e-12, atol=1e-12)
+    assert not y[batch:].any()  # rows past the batch read zeros
 
 
 def test_glu_order_keeps_each_row_with_its_slots():
@@ -133,7 +175,7 @@ def float64_error(y, x, weight):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("loop", ["rows", "slots", "auto"])
+@pytest.mark.parametrize("loop", ["rows", "slots", "auto", "columns"])
 @pytest.mark.parametrize("out,in_features", [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_kernel_with_slots_matches_float64(out, in_features, dtype, loop, monkeypatch):

@@ -144,7 +144,7 @@ def test_the_slots_setting_decides_whether_the_engine_tiles_16of32(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("loop", ["rows", "slots"])
+@pytest.mark.parametrize("loop", ["rows", "slots", "columns"])
 @pytest.mark.parametrize("glu", [False, True])
 @pytest.mark.parametrize("out,in_features", [(256, 512), (4096, 4096), (1024, 14336)])
 def test_norm_in_front_with_slots_matches_float64(out, in_features, glu, loop, monkeypatch):

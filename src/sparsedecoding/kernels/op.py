@@ -53,7 +53,7 @@ INDUCTOR_ATTENTION_SETTING = "SPARSEDECODING_INDUCTOR_ATTENTION"
 NM_MMA_GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
 NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), words a stage
 SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
-SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto")
+SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
@@ -193,11 +193,15 @@ def sp24_over_loop_setting() -> str:
     for 5-16; "rows" or "slots": that order at every batch. Side by side (results/overflow_h200_loops.md, geomean vs
     cuBLAS over the 8B + 14B shapes) auto matched or beat both at every batch: 1.39 / 1.29 / 1.12 / 0.91 / 0.48x at
     batch 1 / 2 / 4 / 8 / 16, against rows 1.39 / 1.28 / 1.12 / 0.87 / 0.46x and slots 1.22 / 1.17 / 1.09 / 0.91 /
-    0.48x. KernelChoiceError for anything else."""
+    0.48x. "columns" (not yet measured): slots outer, each slot's x read for 8 rows of x at once from a
+    column-major copy of the staged x (one 16-byte shared load instead of eight), at the price of that copy's shared
+    memory (so more splits) and a second library build (sp24.cu with SP24_COLUMNS). KernelChoiceError for anything
+    else."""
     value = os.environ.get(SP24_OVER_LOOP_SETTING, "").strip().lower() or "auto"
     if value not in SP24_OVER_LOOP_CHOICES:
         raise KernelChoiceError(f"{SP24_OVER_LOOP_SETTING}={value!r}; use rows (rows of x outer), slots (slots "
-                                "outer) or auto (rows up to batch 4, slots beyond)")
+                                "outer), auto (rows up to batch 4, slots beyond) or columns (slots outer on a "
+                                "column-major copy of x)")
     return value
 
 

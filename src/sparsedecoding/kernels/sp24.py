@@ -42,7 +42,7 @@ STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
 _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
-_library: ctypes.CDLL | None = None
+_libraries: dict[bool, ctypes.CDLL] = {}  # by whether it was built with SP24_COLUMNS
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 
@@ -209,7 +209,8 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
 
 
 OVER_SLOTS = 2  # overflow slots a row and 32-column word that the kernel reads (sp24.cu, OVER)
-OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0)))  # op.sp24_over_loop_setting -> sp24_launch's over_loop
+OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0, 3)))  # op.sp24_over_loop_setting -> sp24_launch's over_loop
+COLUMNS = 3  # the over_loop whose column copy of x is built only into the library with SP24_COLUMNS (sp24.cu)
 
 
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
@@ -388,11 +389,13 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     return dense[:out, :in_features]
 
 
-def _load() -> ctypes.CDLL:
-    global _library
+def _load(columns: bool = False) -> ctypes.CDLL:
+    """The library (built or loaded once); with `columns`, the build that also holds the slots' column-major loop
+    order (over_loop 3), which the default build leaves out so that its other kernels compile as measured."""
     with _lock:
-        if _library is None:
-            library = cuda_mma.open_library(SOURCE, min_major=8)
+        library = _libraries.get(columns)
+        if library is None:
+            library = cuda_mma.open_library(SOURCE, min_major=8, defines=("-DSP24_COLUMNS",) if columns else ())
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
                                             + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int])
@@ -404,8 +407,8 @@ def _load() -> ctypes.CDLL:
             library.sp24_max_smem.restype = ctypes.c_int
             if (library.sp24_rows_per_block(), library.sp24_max_smem()) != (ROWS_PER_BLOCK, MAX_SMEM):
                 raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size; rebuild")
-            _library = library
-        return _library
+            _libraries[columns] = library
+        return library
 
 
 def load() -> None:
@@ -423,9 +426,13 @@ def load() -> None:
 
 
 def min_splits(w: Sp24Weight, batch: int) -> int:
-    """Fewest step ranges whose staged x fits the CTA's shared memory."""
-    step_bytes = 2 * STEP_TILES[w.code] * 32
-    most_steps = (MAX_SMEM // batch - 64) // step_bytes
+    """Fewest step ranges whose staged x fits the CTA's shared memory (with its column-major copy, for a weight with
+    overflow slots under SPARSEDECODING_SP24_OVER_LOOP=columns)."""
+    columns = STEP_TILES[w.code] * 32  # of x a step
+    step_bytes = 2 * columns * batch
+    if w.over_v is not None and OVER_LOOPS[sp24_over_loop_setting()] == COLUMNS:
+        step_bytes += columns * 16 * (1 if batch <= 8 else 2)  # 8 rows a column, 16 with two n-tiles
+    most_steps = (MAX_SMEM - 64 * batch) // step_bytes
     if most_steps < 1:
         raise KernelInputError(f"batch {batch} does not fit the kernel's shared memory")
     return -(-w.steps // most_steps)
@@ -497,7 +504,7 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         self.over_loop = OVER_LOOPS[sp24_over_loop_setting()] if w.over_v is not None else 1
         load()
-        self.library = _load()
+        self.library = _load(self.over_loop == COLUMNS)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape

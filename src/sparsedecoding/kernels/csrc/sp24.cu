@@ -231,13 +231,35 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 //    stay live across the loop and the sums of rows beyond the first spill (measured better at batch 1-2, worse at
 //    8 and 16: results/overflow_h200_8b_break.md);
 // 2, slots outer: each slot decoded, then every row of x up to 8 · NT, predicated on the batch (batch 1 issues 64
-//    loads a step, all but 8 predicated off; measured better at batch 8 and 16: results/overflow_h200.md).
+//    loads a step, all but 8 predicated off; measured better at batch 8 and 16: results/overflow_h200.md);
+// 3, columns: slots outer, each slot's x read for 8 rows at once from a column-major copy of the staged x (`xt`,
+//    see stage_columns), one 16-byte shared load per slot and 8 rows of x instead of one per row (not yet
+//    measured). `xt` follows the row-major staging in shared memory.
 template <typename T, int NT, int OVER>
 __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov, const uint2& oc, const char* xs,
                                           int xstride, int local_step, int t, int batch) {
   const uint32_t values[4] = {ov.x, ov.y, ov.z, ov.w};
   const uint32_t offsets[2] = {oc.x, oc.y};
-  if constexpr (OVER == 1) {
+  if constexpr (OVER == 3) {
+    // place q of a k-tile (its staged byte / 2) holds 8·NT rows of x, 16·NT bytes; this lane's words 2t, 2t + 1
+    const char* xt = xs + batch * xstride + 32 * (local_step * 8 + 2 * t) * (16 * NT);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float v = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+      const int q = 32 * (k >> 2) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3) + 1)) & 0x7F);
+      const int h = (k >> 1) & 1;
+#pragma unroll
+      for (int part = 0; part < NT; ++part) {
+        if (8 * part >= batch) break;
+        const uint4 rows = *reinterpret_cast<const uint4*>(xt + q * (16 * NT) + 16 * part);
+        const uint32_t words[4] = {rows.x, rows.y, rows.z, rows.w};
+#pragma unroll
+        for (int r = 0; r < 8; ++r)
+          p[h][8 * part + r] = fmaf(v, bits_to_float<T>((words[r >> 1] >> (16 * (r & 1))) & 0xFFFFu),
+                                    p[h][8 * part + r]);
+      }
+    }
+  } else if constexpr (OVER == 1) {
     float v[8];
     int at[8];  // byte of the slot's column in row 0 of the staged x
 #pragma unroll
@@ -269,6 +291,38 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// OVER 3: the column-major copy `xt` of the staged x, which follows the row-major staging (`batch` rows of `xstride`
+// bytes) in shared memory: staged place q (byte / 2 in its k-tile's row-major staging, see stage_unit) gets 16·NT
+// bytes, row r at 2r. Column 8u + e of unit u sits at place 32·(u / 4) + 2·(u % 4) + 8·(e / 2) + e % 2. Rows past
+// the batch are zeros.
+template <int NT>
+__device__ __forceinline__ void stage_columns(char* xs, int xstride, int units, int batch, int tid) {
+  char* xt = xs + batch * xstride;
+  for (int u = tid; u < units; u += kThreads) {
+#pragma unroll
+    for (int part = 0; part < NT; ++part) {
+      if (8 * part >= batch) break;
+      uint32_t w[8][4];  // word i of unit u in rows 8·part + r
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const char* d = xs + (8 * part + r) * xstride + 64 * (u >> 2) + 4 * (u & 3);  // as stage_unit wrote it
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          w[r][i] = 8 * part + r < batch ? *reinterpret_cast<const uint32_t*>(d + 16 * i) : 0u;
+      }
+      char* c = xt + (32 * (u >> 2) + 2 * (u & 3)) * (16 * NT) + 16 * part;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t sel = (e & 1) ? 0x7632u : 0x5410u;  // the high or the low halves of two words
+        const int i = e >> 1;
+        *reinterpret_cast<uint4*>(c + (8 * i + (e & 1)) * (16 * NT)) =
+            make_uint4(__byte_perm(w[0][i], w[1][i], sel), __byte_perm(w[2][i], w[3][i], sel),
+                       __byte_perm(w[4][i], w[5][i], sel), __byte_perm(w[6][i], w[7][i], sel));
+      }
+    }
+  }
 }
 
 // One k-tile of a step: A from the step's registers (dequantized to exact codes for CODE 8 and 4), one mma.sp per
@@ -429,6 +483,10 @@ __global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__
     }
   }
   __syncthreads();
+  if constexpr (OVER == 3) {  // the column-major copy of the staged x, for the slots (see over_step)
+    stage_columns<NT>(xs, xstride, units, batch, tid);
+    __syncthreads();
+  }
   // NORM: this CTA's Σs² of row b of x (its columns), warps added in order
   auto cta_ss = [&](int b) {
     float total = 0.f;
@@ -612,7 +670,7 @@ struct Problem {
   float eps = 0.f;
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
-  int over_loop = 1;  // OVER's loop order (1 or 2; sp24_launch resolves 0)
+  int over_loop = 1;  // OVER's loop order (1, 2 or 3; sp24_launch resolves 0)
 };
 
 template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0>
@@ -622,7 +680,8 @@ cudaError_t launch(const Problem& p) {
   if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
   const int used = (p.steps + per_split - 1) / per_split;  // no split without work
-  const int smem = p.batch * (2 * per_split * Steps<CODE>::ks * 32 + 64);
+  const int columns = per_split * Steps<CODE>::ks * 32;
+  const int smem = p.batch * (2 * columns + 64) + (OVER == 3 ? columns * 16 * NT : 0);  // OVER 3: the column copy
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
@@ -726,6 +785,19 @@ cudaError_t launch_dense(const Problem& p, void* dense) {
   return cudaGetLastError();
 }
 
+// OVER 3 only in a library built with -DSP24_COLUMNS (sp24.py loads it for that loop order): instantiated in the
+// default build, its staging copy changed how nvcc compiled the other instances' staging loops (the SASS of every
+// NORM instance), which the default build must not.
+template <typename T, bool NORM>
+cudaError_t columns(const Problem& p) {
+#ifdef SP24_COLUMNS
+  return p.batch <= 8 ? launch<T, 1, 0, 1, NORM, 3>(p) : launch<T, 2, 0, 1, NORM, 3>(p);
+#else
+  (void)p;
+  return cudaErrorNotSupported;
+#endif
+}
+
 template <typename T, int CODE, int SPS>
 cudaError_t by_batch(const Problem& p) {
   if constexpr (CODE == 0) {
@@ -734,10 +806,12 @@ cudaError_t by_batch(const Problem& p) {
       if (p.norm_w != nullptr) {
         if (p.over_loop == 1)
           return p.batch <= 8 ? launch<T, 1, 0, 1, true, 1>(p) : launch<T, 2, 0, 1, true, 1>(p);
+        if (p.over_loop == 3) return columns<T, true>(p);
         return p.batch <= 8 ? launch<T, 1, 0, 1, true, 2>(p) : launch<T, 2, 0, 1, true, 2>(p);
       }
       if (p.over_loop == 1)
         return p.batch <= 8 ? launch<T, 1, 0, 1, false, 1>(p) : launch<T, 2, 0, 1, false, 1>(p);
+      if (p.over_loop == 3) return columns<T, false>(p);
       return p.batch <= 8 ? launch<T, 1, 0, 1, false, 2>(p) : launch<T, 2, 0, 1, false, 2>(p);
     }
   } else {
@@ -762,7 +836,8 @@ extern "C" {
 // and load their first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents
 // start once its weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight
 // (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
-// x outer, 2 slots outer, 0 the first for batch 1-4 and the second for 5-16). Returns 0 or a cudaError_t.
+// x outer, 2 slots outer, 3 slots outer on a column-major copy of x, 0 the first for batch 1-4 and the second for
+// 5-16). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
@@ -770,7 +845,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
                 const void* over_o, int over_loop) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 2)
+      over_loop < 0 || over_loop > 3)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
