@@ -250,8 +250,23 @@ PY
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
   lease17)  # prepared for the next session (no model needed): `bash benchmarks/h200.sh lease17` as the first call,
     # then `collect` calls (WAIT=...); slots-engine (about 12 minutes), overflow-columns (about 5), then
-    # step-profile-int4 (2 minutes)
+    # step-profile-int4 (2 minutes). With the pieces brought meanwhile (`receive`, the last with `models`),
+    # `AFTER=step-profile-int4 bash benchmarks/h200.sh bg qwen-slots` adds the real model (about 6 minutes)
     bash benchmarks/h200.sh bg slots-engine overflow-columns step-profile-int4 ;;
+  qwen-slots)  # not yet run (needs the pieces): the real Qwen pruned 16:32+2 by magnitude (speed and the engine
+    # check do not depend on which weights were kept): engine_check_qwen2.5-coder-1.5b_16of32p2.md (the engine with
+    # slotted linears against transformers on the same weights), then bench_qwen2.5-coder-1.5b_16of32p2_h200.md
+    # (dense vs 16:32+2 on the 2:4 kernel with slots) and ..._slots0_h200.md (the same weights on the packed 16:32
+    # kernels), batch 1, 4, 8; about 6 minutes
+    models; [ -d /root/qwen-16of32p2-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 16:32+2 \
+      --solver magnitude --calibration text --tokens 512 --out /root/qwen-16of32p2-magnitude
+    timeout 200 python3 -m sparsedecoding check --model /root/qwen-16of32p2-magnitude \
+      --out "$OUT/engine_check_qwen2.5-coder-1.5b_16of32p2.md" | tail -5 || true
+    for slots in 1 0; do
+      name=bench_qwen2.5-coder-1.5b_16of32p2$([ $slots = 0 ] && echo _slots0)_h200.md
+      SPARSEDECODING_SP24_SLOTS=$slots timeout 200 python3 -m sparsedecoding bench \
+        --model /root/qwen-16of32p2-magnitude --batch 1 4 8 --out "$OUT/$name" | tail -6 || true
+    done ;;
   overflow-columns)  # not yet run: overflow_h200_columns.md, the slots' column-major loop order
     # (SPARSEDECODING_SP24_OVER_LOOP=columns, its own library build) beside auto on the 8B + 14B shapes, batch 1-16,
     # after its float64 GPU tests (plain, GLU, and with the RMSNorm in front); about 5 minutes. If it beats auto at
@@ -620,5 +635,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, slots-engine, overflow-columns, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
