@@ -29,9 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from cuda_kernel_bench import environment, write_report
-from sp24_bench import MODELS, shape_arguments
+from sp24_bench import MODELS, gpu_start, shape_arguments
 from kernel_bench import L2_ROTATION_BYTES, geomean, linear_shapes, time_rotated
-from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.kernels import nm_spmv
 from sparsedecoding.kernels.autotune import Float64Reference
 from sparsedecoding.kernels.format import pack_nm
@@ -204,12 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="slot-loop orders of the fused kernel to time side by side (SPARSEDECODING_SP24_OVER_LOOP;"
                              " the first is the 'fused' column; default: rows)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("error: overflow_bench needs a CUDA GPU", file=sys.stderr)
+    start = gpu_start("overflow_bench")
+    if start is None:
         return 2
-    started = time.perf_counter()
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    copy_bw = copy_bandwidth(torch.device("cuda"))
+    started, generator, copy_bw = start
     build_start = time.perf_counter()
     probe = capped_weight(128, 256, generator)
     probe_split = split_overflow(probe, SLOTS)

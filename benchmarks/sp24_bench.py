@@ -188,6 +188,16 @@ def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
     return "\n".join(lines)
 
 
+def gpu_start(name: str) -> tuple[float, torch.Generator, float] | None:
+    """A kernel bench's start on the GPU: (its start time, a CUDA generator seeded 0, the device's copy bandwidth);
+    None, after one error line, without a CUDA GPU."""
+    if not torch.cuda.is_available():
+        print(f"error: {name} needs a CUDA GPU", file=sys.stderr)
+        return None
+    started = time.perf_counter()
+    return started, torch.Generator(device="cuda").manual_seed(0), copy_bandwidth(torch.device("cuda"))
+
+
 def shape_arguments(parser: argparse.ArgumentParser, models: list[str]) -> None:
     """--models (default `models`), --shapes, --batches, --reps and --out: what the sp24 benches share."""
     parser.add_argument("--models", nargs="+", default=models, choices=MODELS,
@@ -208,12 +218,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="time only the default split besides the tuned launch (a quicker run: the 'fastest "
                              "split tried' column is then the default)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("error: sp24_bench needs a CUDA GPU", file=sys.stderr)
+    start = gpu_start("sp24_bench")
+    if start is None:
         return 2
-    started = time.perf_counter()
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    copy_bw = copy_bandwidth(torch.device("cuda"))
+    started, generator, copy_bw = start
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     build_start = time.perf_counter()
     probe = tile(pack_nm(random_nm_weight(128, 256, 2, 4, generator), 2, 4))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sparsedecoding.engine.config import ModelArgs
+from sparsedecoding.errors import PackingError
 from sparsedecoding.engine.loading import build_model, random_packed, random_state, weight_bytes, weight_format
 from sparsedecoding.kernels import PackedLinear, PackedNM
 from sparsedecoding.kernels.overflow import split_overflow, words_over_cap
@@ -46,10 +47,14 @@ def test_random_weights_of_an_overflow_pattern_fit_it(overflow):
     generator = torch.Generator().manual_seed(overflow)
     pattern = SparsityPattern.parse(f"16:32+{overflow}")
     weight = random_packed(64, 1024, pattern, torch.bfloat16, "cpu", generator).to_dense()
+    fours = (weight != 0).view(64, 256, 4).sum(-1)
     assert ((weight != 0).view(64, 32, 32).sum(-1) == 16).all()
     assert words_over_cap(weight, overflow) == 0
-    if overflow < 8:  # the plain 16:32 words this pattern leaves out are common: the pool is not trivially capped
-        assert words_over_cap(weight, overflow - 1) > 0 if overflow else True
+    if overflow == 0:  # 16:32+0 is the 2:4 mask
+        assert (fours == 2).all()
+    else:  # the pool uses its freedom (a pool of 2:4 words would pass the cap too): some words need all of K, or,
+        # for the plain 16:32 mask (K = 8), more than the two slots the kernel holds
+        assert words_over_cap(weight, overflow - 1 if overflow < 8 else 2) > 0
 
 
 def test_words_over_cap_counts_what_split_overflow_refuses():
@@ -57,7 +62,7 @@ def test_words_over_cap_counts_what_split_overflow_refuses():
     weight = random_packed(32, 512, SparsityPattern.parse("16:32"), torch.bfloat16, "cpu", generator).to_dense()
     over = words_over_cap(weight, 2)
     assert 0 < over < 32 * 16
-    with pytest.raises(Exception, match=f"^{over} words keep more than 2 weights beyond two"):
+    with pytest.raises(PackingError, match=f"^{over} words keep more than 2 weights beyond two"):
         split_overflow(weight, 2)
 
 
