@@ -248,12 +248,26 @@ PY
     # quality-overflow-heldout (about 12 minutes)
     bash benchmarks/h200.sh bg overflow-loops
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
-  lease17)  # prepared for the next session (no model needed): `bash benchmarks/h200.sh lease17` as the first call,
+  lease17b)  # the seventeenth session's second lease (no model): auto-loop, about 8 minutes
+    bash benchmarks/h200.sh bg auto-loop ;;
+  auto-loop)  # overflow_h200_auto.md and auto_loop_e2e_h200_8b.md: SPARSEDECODING_SP24_OVER_LOOP=auto now runs the
+    # columns order at batch 5-8 (sp24.over_loop); its float64 GPU tests (every order, batches 1 2 5 8 9 16), the
+    # kernel's orders side by side at batch 1-16 on the 8B + 14B shapes, and the 8B preset's 16:32+2 engine with the
+    # old auto (slots beyond batch 4) against the new at batch 4-16
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_overflow.py tests/test_sp24_slots.py -k "slots_matches or \
+      loop or columns" -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_auto_loop.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --batches 1 2 4 5 6 8 12 16 --over-loops auto rows slots columns --out "$OUT/overflow_h200_auto.md" \
+      | grep -E "^\| [0-9]+ \||failures|error") || true
+    timeout 280 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_OVER_LOOP --values slots auto \
+      --pattern 16:32+2 --preset llama-3.1-8b --batch 4 6 8 12 --out "$OUT/auto_loop_e2e_h200_8b.md" | tail -12 || true ;;
+  lease17)  # run in the seventeenth session (with qwen-slots after overflow-columns, step-profile-int4 left out)
+    # as prepared for it (no model needed): `bash benchmarks/h200.sh lease17` as the first call,
     # then `collect` calls (WAIT=...); slots-engine (about 12 minutes), overflow-columns (about 5), then
     # step-profile-int4 (2 minutes). With the pieces brought meanwhile (`receive`, the last with `models`),
     # `AFTER=step-profile-int4 bash benchmarks/h200.sh bg qwen-slots` adds the real model (about 6 minutes)
     bash benchmarks/h200.sh bg slots-engine overflow-columns step-profile-int4 ;;
-  qwen-slots)  # not yet run (needs the pieces): the real Qwen pruned 16:32+2 by magnitude (speed and the engine
+  qwen-slots)  # run in the seventeenth session (needs the pieces): the real Qwen pruned 16:32+2 by magnitude (speed and the engine
     # check do not depend on which weights were kept): engine_check_qwen2.5-coder-1.5b_16of32p2.md (the engine with
     # slotted linears against transformers on the same weights), then bench_qwen2.5-coder-1.5b_16of32p2_h200.md
     # (dense vs 16:32+2 on the 2:4 kernel with slots) and ..._slots0_h200.md (the same weights on the packed 16:32
@@ -263,11 +277,12 @@ PY
     timeout 200 python3 -m sparsedecoding check --model /root/qwen-16of32p2-magnitude \
       --out "$OUT/engine_check_qwen2.5-coder-1.5b_16of32p2.md" | tail -5 || true
     for slots in 1 0; do
-      name=bench_qwen2.5-coder-1.5b_16of32p2$([ $slots = 0 ] && echo _slots0)_h200.md
+      name=bench_qwen2.5-coder-1.5b_16of32p2$([ $slots = 1 ] || echo _slots0)_h200.md  # (`&&` here ended the step
+      # under set -e at slots 1 in the seventeenth session, after the check; its two benches were then run by hand)
       SPARSEDECODING_SP24_SLOTS=$slots timeout 200 python3 -m sparsedecoding bench \
         --model /root/qwen-16of32p2-magnitude --batch 1 4 8 --out "$OUT/$name" | tail -6 || true
     done ;;
-  overflow-columns)  # not yet run: overflow_h200_columns.md, the slots' column-major loop order
+  overflow-columns)  # run in the seventeenth session (auto now uses it at batch 5-8): overflow_h200_columns.md, the slots' column-major loop order
     # (SPARSEDECODING_SP24_OVER_LOOP=columns, its own library build) beside auto on the 8B + 14B shapes, batch 1-16,
     # after its float64 GPU tests (plain, GLU, and with the RMSNorm in front); about 5 minutes. If it beats auto at
     # some batches, let auto use it there
@@ -276,7 +291,7 @@ PY
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 overflow_bench.py --models llama-3.1-8b \
       qwen3-14b --over-loops auto columns --out "$OUT/overflow_h200_columns.md" | grep -E "^\| [0-9]+ \||failures|error") \
       || true ;;
-  slots-engine)  # not yet run: slots_e2e_h200_8b.md and slots_e2e_h200_qwen.md, 16:32+2 models in the engine on the
+  slots-engine)  # run in the seventeenth session: slots_e2e_h200_8b.md and slots_e2e_h200_qwen.md, 16:32+2 models in the engine on the
     # 2:4 kernel with overflow slots (SPARSEDECODING_SP24_SLOTS=1, the default) against the same weights on the packed
     # 16:32 kernels (=0) and dense, after the GPU tests of the slotted linears (the kernel's NORM and OVER together,
     # the engine's decode against the packed model's tokens); about 12 minutes
@@ -635,5 +650,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

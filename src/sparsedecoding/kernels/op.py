@@ -189,19 +189,19 @@ def sparse_mma_setting() -> bool:
 
 def sp24_over_loop_setting() -> str:
     """SPARSEDECODING_SP24_OVER_LOOP: the loop order in which the sp24 kernel adds a 16:32+K weight's overflow slots
-    (sp24.cu's over_step; read when a launch is built). "auto" or unset: rows of x outer for batch 1-4, slots outer
-    for 5-16; "rows" or "slots": that order at every batch. Side by side (results/overflow_h200_loops.md, geomean vs
-    cuBLAS over the 8B + 14B shapes) auto matched or beat both at every batch: 1.39 / 1.29 / 1.12 / 0.91 / 0.48x at
-    batch 1 / 2 / 4 / 8 / 16, against rows 1.39 / 1.28 / 1.12 / 0.87 / 0.46x and slots 1.22 / 1.17 / 1.09 / 0.91 /
-    0.48x. "columns" (not yet measured): slots outer, each slot's x read for 8 rows of x at once from a
-    column-major copy of the staged x (one 16-byte shared load instead of eight), at the price of that copy's shared
-    memory (so more splits) and a second library build (sp24.cu with SP24_COLUMNS). KernelChoiceError for anything
-    else."""
+    (sp24.cu's over_step; read when a launch is built). "rows": rows of x outer; "slots": slots outer; "columns":
+    slots outer, each slot's x read for 8 rows of x at once from a column-major copy of the staged x (one 16-byte
+    shared load instead of eight), at the price of that copy's shared memory and a second library build (sp24.cu
+    with SP24_COLUMNS). "auto" or unset: rows for batch 1-4, columns for 5-8, slots for 9-16 (sp24.over_loop).
+    Geomean vs cuBLAS over the 8B + 14B shapes at batch 1 / 2 / 4 / 8 / 16, side by side in one run each:
+    rows 1.39 / 1.28 / 1.12 / 0.87 / 0.46x, slots 1.22 / 1.17 / 1.09 / 0.91 / 0.48x
+    (results/overflow_h200_loops.md), columns 1.19 / 1.15 / 1.11 / 1.03 / 0.43x (results/overflow_h200_columns.md).
+    KernelChoiceError for anything else."""
     value = os.environ.get(SP24_OVER_LOOP_SETTING, "").strip().lower() or "auto"
     if value not in SP24_OVER_LOOP_CHOICES:
         raise KernelChoiceError(f"{SP24_OVER_LOOP_SETTING}={value!r}; use rows (rows of x outer), slots (slots "
-                                "outer), auto (rows up to batch 4, slots beyond) or columns (slots outer on a "
-                                "column-major copy of x)")
+                                "outer), auto (rows up to batch 4, columns up to 8, slots beyond) or columns "
+                                "(slots outer on a column-major copy of x)")
     return value
 
 

@@ -213,6 +213,19 @@ OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0, 3)))  # op.sp24_over_loo
 COLUMNS = 3  # the over_loop whose column copy of x is built only into the library with SP24_COLUMNS (sp24.cu)
 
 
+def over_loop(w: Sp24Weight, batch: int) -> int:
+    """sp24_launch's `over_loop` for w at `batch` under SPARSEDECODING_SP24_OVER_LOOP: 1 (rows of x outer) when w
+    has no overflow slots; "auto" resolves by batch to rows for 1-4, columns for 5-8 and slots for 9-16, the orders
+    that were fastest there side by side (results/overflow_h200_loops.md, overflow_h200_columns.md: at batch 8
+    columns 1.03x cuBLAS against 0.92x, at batch 16 0.43x against slots' 0.48x, where columns needs two n-tiles)."""
+    if w.over_v is None:
+        return 1
+    loop = OVER_LOOPS[sp24_over_loop_setting()]
+    if loop == 0:
+        return 1 if batch <= 4 else COLUMNS if batch <= 8 else 2
+    return loop
+
+
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
     """Byte offset of column c (0-31) of a k-tile in the kernel's staged x (see sp24.cu): 16·((c % 8) / 2) +
     4·(c / 8) + 2·(c % 2)."""
@@ -427,10 +440,10 @@ def load() -> None:
 
 def min_splits(w: Sp24Weight, batch: int) -> int:
     """Fewest step ranges whose staged x fits the CTA's shared memory (with its column-major copy, for a weight with
-    overflow slots under SPARSEDECODING_SP24_OVER_LOOP=columns)."""
+    overflow slots in the columns order, see over_loop)."""
     columns = STEP_TILES[w.code] * 32  # of x a step
     step_bytes = 2 * columns * batch
-    if w.over_v is not None and OVER_LOOPS[sp24_over_loop_setting()] == COLUMNS:
+    if over_loop(w, batch) == COLUMNS:
         step_bytes += columns * 16 * (1 if batch <= 8 else 2)  # 8 rows a column, 16 with two n-tiles
     most_steps = (MAX_SMEM - 64 * batch) // step_bytes
     if most_steps < 1:
@@ -502,7 +515,7 @@ class Sp24Launch:
         check_inputs(x, w)
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
-        self.over_loop = OVER_LOOPS[sp24_over_loop_setting()] if w.over_v is not None else 1
+        self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
         self.library = _load(self.over_loop == COLUMNS)
         self.vector = x.dim() == 1
