@@ -248,6 +248,12 @@ PY
     # quality-overflow-heldout (about 12 minutes)
     bash benchmarks/h200.sh bg overflow-loops
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
+  one-cta)  # overflow_h200_one_cta.md, run by hand in the seventeenth session's third lease (the command below, from
+    # benchmarks/, its float64 checks inside): the slot kernels for 9-16 rows of x at one CTA a multiprocessor
+    # (sp24.cu's SP24_OVER_ONE_CTA_NT), each order at batch 8-16; about 3 minutes with the builds
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 320 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --batches 8 9 12 16 --over-loops slots rows columns --out "$OUT/overflow_h200_one_cta.md" \
+      | grep -E "^\| [0-9]+ \||failures|error") || true ;;
   lease17b)  # the seventeenth session's second lease (no model): auto-loop, about 8 minutes
     bash benchmarks/h200.sh bg auto-loop ;;
   auto-loop)  # overflow_h200_auto.md and auto_loop_e2e_h200_8b.md: SPARSEDECODING_SP24_OVER_LOOP=auto now runs the
@@ -650,5 +656,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

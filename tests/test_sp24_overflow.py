@@ -173,17 +173,17 @@ def test_auto_loop_order_resolves_by_batch(monkeypatch):
     w = tile_overflow(split_overflow(capped_weight(32, 8192)))
     plain = tile(split_overflow(capped_weight(32, 8192)).w24)
     monkeypatch.delenv(SP24_OVER_LOOP_SETTING, raising=False)
-    assert [over_loop(w, b) for b in (1, 4, 5, 8, 9, 16)] == [1, 1, COLUMNS, COLUMNS, 2, 2]
+    assert [over_loop(w, b) for b in (1, 4, 5, 8, 9, 12, 13, 16)] == [1, 1, COLUMNS, COLUMNS, 1, 1, COLUMNS, COLUMNS]
     assert {over_loop(plain, b) for b in range(1, 17)} == {1}
     auto = [min_splits(w, b) for b in range(1, 17)]
     monkeypatch.setenv(SP24_OVER_LOOP_SETTING, "columns")
     assert [over_loop(w, b) for b in (1, 16)] == [COLUMNS, COLUMNS]
     columns = [min_splits(w, b) for b in range(1, 17)]
-    assert auto[4:8] == columns[4:8]  # batch 5-8 stage the column copy of x under auto too
+    assert auto[4:8] == columns[4:8] and auto[12:] == columns[12:]  # auto stages the column copy there too
     monkeypatch.setenv(SP24_OVER_LOOP_SETTING, "rows")
     assert [over_loop(w, b) for b in (1, 8, 16)] == [1, 1, 1]
     rows = [min_splits(w, b) for b in range(1, 17)]
-    assert auto[:4] == rows[:4] and auto[8:] == rows[8:]
+    assert auto[:4] == rows[:4] and auto[8:12] == rows[8:12]
     assert any(c > r for c, r in zip(columns, rows))  # the copy costs shared memory at this width
 
 

@@ -105,9 +105,10 @@ def sp24_slots_setting() -> bool:
     """SPARSEDECODING_SP24_SLOTS: "1" or unset makes the engine run each 16:32 linear whose mask fits 16:32+2 (at
     most two kept weights beyond two in the groups of four of a 32-column word: `--pattern 16:32+2`) on the 2:4
     sparse tensor-core kernel, as its 2:4 part plus two overflow slots a row and word (`sp24.tile_overflow`), with
-    the fusions 2:4 gets; other 16:32 linears stay on the packed kernels. On the 8B + 14B shapes that kernel ran at
-    0.97 / 1.16 / 1.44 / 1.44 / 0.81x the speed of the packed 16:32 path at batch 1 / 2 / 4 / 8 / 16
-    (results/overflow_h200_loops.md). "0" keeps every 16:32 linear on the packed kernels."""
+    the fusions 2:4 gets; other 16:32 linears stay on the packed kernels. In the engine (8B preset, 16:32+2, side
+    by side: results/slots_e2e_h200_8b.md) on: 1.41 / 1.26 / 1.13 / 0.92 / 0.52x dense at batch 1 / 2 / 4 / 8 / 16,
+    off: 1.34 / 1.05 / 0.78 / 0.72 / 0.70x; at batch 8 the columns order since lifted it to 0.99x
+    (results/auto_loop_e2e_h200_8b.md). "0" keeps every 16:32 linear on the packed kernels."""
     return _switch(SP24_SLOTS_SETTING, "1", "16:32+2 linears on the 2:4 kernel with overflow slots")
 
 
@@ -192,15 +193,16 @@ def sp24_over_loop_setting() -> str:
     (sp24.cu's over_step; read when a launch is built). "rows": rows of x outer; "slots": slots outer; "columns":
     slots outer, each slot's x read for 8 rows of x at once from a column-major copy of the staged x (one 16-byte
     shared load instead of eight), at the price of that copy's shared memory and a second library build (sp24.cu
-    with SP24_COLUMNS). "auto" or unset: rows for batch 1-4, columns for 5-8, slots for 9-16 (sp24.over_loop).
-    Geomean vs cuBLAS over the 8B + 14B shapes at batch 1 / 2 / 4 / 8 / 16, side by side in one run each:
-    rows 1.39 / 1.28 / 1.12 / 0.87 / 0.46x, slots 1.22 / 1.17 / 1.09 / 0.91 / 0.48x
-    (results/overflow_h200_loops.md), columns 1.19 / 1.15 / 1.11 / 1.03 / 0.43x (results/overflow_h200_columns.md).
-    KernelChoiceError for anything else."""
+    with SP24_COLUMNS). "auto" or unset: per batch, the order that was fastest there (sp24.over_loop: rows for
+    batch 1-4 and 9-12, columns for 5-8 and 13-16). Geomean vs cuBLAS over the 8B + 14B shapes at batch 1 / 2 / 4 /
+    5 / 6 / 8, side by side in one run (results/overflow_h200_auto.md): rows 1.38 / 1.25 / 1.10 / 1.03 / 0.97 /
+    0.86x, slots 1.20 / 1.14 / 1.07 / 1.02 / 0.98 / 0.90x, columns 1.18 / 1.14 / 1.09 / 1.05 / 1.04 / 1.00x; at
+    batch 9 / 12 / 16 with one CTA a multiprocessor (results/overflow_h200_one_cta.md): rows 0.78 / 0.65 / 0.54x,
+    slots 0.71 / 0.62 / 0.54x, columns 0.67 / 0.61 / 0.58x. KernelChoiceError for anything else."""
     value = os.environ.get(SP24_OVER_LOOP_SETTING, "").strip().lower() or "auto"
     if value not in SP24_OVER_LOOP_CHOICES:
         raise KernelChoiceError(f"{SP24_OVER_LOOP_SETTING}={value!r}; use rows (rows of x outer), slots (slots "
-                                "outer), auto (rows up to batch 4, columns up to 8, slots beyond) or columns "
+                                "outer), auto (the fastest of these at each batch) or columns "
                                 "(slots outer on a column-major copy of x)")
     return value
 

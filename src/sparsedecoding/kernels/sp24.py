@@ -215,14 +215,15 @@ COLUMNS = 3  # the over_loop whose column copy of x is built only into the libra
 
 def over_loop(w: Sp24Weight, batch: int) -> int:
     """sp24_launch's `over_loop` for w at `batch` under SPARSEDECODING_SP24_OVER_LOOP: 1 (rows of x outer) when w
-    has no overflow slots; "auto" resolves by batch to rows for 1-4, columns for 5-8 and slots for 9-16, the orders
-    that were fastest there side by side (results/overflow_h200_loops.md, overflow_h200_columns.md: at batch 8
-    columns 1.03x cuBLAS against 0.92x, at batch 16 0.43x against slots' 0.48x, where columns needs two n-tiles)."""
+    has no overflow slots; "auto" resolves by batch to the order that was fastest there side by side: rows for 1-4,
+    columns for 5-8 (results/overflow_h200_auto.md: at batch 8 1.00x cuBLAS against rows 0.86x and slots 0.90x),
+    rows for 9-12 and columns for 13-16 (results/overflow_h200_one_cta.md, one CTA a multiprocessor there: rows
+    0.78 / 0.65x at batch 9 / 12 against columns 0.67 / 0.61x, columns 0.58x at 16 against 0.54x)."""
     if w.over_v is None:
         return 1
     loop = OVER_LOOPS[sp24_over_loop_setting()]
     if loop == 0:
-        return 1 if batch <= 4 else COLUMNS if batch <= 8 else 2
+        return COLUMNS if 5 <= batch <= 8 or batch >= 13 else 1
     return loop
 
 

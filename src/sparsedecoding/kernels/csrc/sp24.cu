@@ -225,7 +225,7 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 }
 
 // OVER: the products of this lane's 8 slots of a step with every row of x (p[h][b]: row g + 8h, row b of x), in one
-// of two loop orders (OVER, see sp24_launch's `over_loop`):
+// of three loop orders (OVER, see sp24_launch's `over_loop`):
 // 1, rows of x outer: value and offset of the 8 slots decoded once, then one row of x at a time, left at the first row
 //    past the batch (the same for every lane), so batch 1 issues 8 shared loads and FMAs a step; the decoded slots
 //    stay live across the loop and the sums of rows beyond the first spill (measured better at batch 1-2, worse at
@@ -233,8 +233,9 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 // 2, slots outer: each slot decoded, then every row of x up to 8 · NT, predicated on the batch (batch 1 issues 64
 //    loads a step, all but 8 predicated off; measured better at batch 8 and 16: results/overflow_h200.md);
 // 3, columns: slots outer, each slot's x read for 8 rows at once from a column-major copy of the staged x (`xt`,
-//    see stage_columns), one 16-byte shared load per slot and 8 rows of x instead of one per row (not yet
-//    measured). `xt` follows the row-major staging in shared memory.
+//    see stage_columns), one 16-byte shared load per slot and 8 rows of x instead of one per row (measured best
+//    at batch 5-8 and 16: results/overflow_h200_auto.md, overflow_h200_one_cta.md). `xt` follows the row-major
+//    staging in shared memory.
 template <typename T, int NT, int OVER>
 __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov, const uint2& oc, const char* xs,
                                           int xstride, int local_step, int t, int batch) {
@@ -386,20 +387,29 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 
 // x [batch][in] (in = 32·k_tiles, contiguous); y [batch][out]; row_scales (CODE 8): bf16 [out]. Two CTAs per SM:
 // left alone, the int8 and int4 kernels for 9-16 rows of x took 154 and 130 registers, one CTA per SM (int8 at
-// batch 16 went from 1.16x to 1.29x cuBLAS with this bound alone: results/sp24_h200.md at commit 903c604).
+// batch 16 went from 1.16x to 1.29x cuBLAS with this bound alone: results/sp24_h200.md at commit 903c604). Except
+// with overflow slots and NT >= SP24_OVER_ONE_CTA_NT (default 2): under the two-CTA bound's 128 registers those
+// spilled in the main loop (rows 68, slots 44, columns 164 spills; results/sass_sp24_slots.md), with one CTA none
+// do (results/sass_sp24_slots_one_cta.md).
+#ifndef SP24_OVER_ONE_CTA_NT
+#define SP24_OVER_ONE_CTA_NT 2
+#endif
+template <int NT, int OVER>
+constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : 2;
 template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER>
-__global__ void __launch_bounds__(kThreads, 2) sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
-                                                        const char* __restrict__ meta,
-                                                        const char* __restrict__ scales,
-                                                        const __nv_bfloat16* __restrict__ row_scales,
-                                                        T* __restrict__ y, float* __restrict__ partials,
-                                                        int* __restrict__ counters, int batch, int out, int in,
-                                                        int row_tiles, int steps, int per_split, int gk_shift,
-                                                        int groups, int slices, int glu,
-                                                        const T* __restrict__ res, const T* __restrict__ norm_w,
-                                                        T* __restrict__ sum_out, float* __restrict__ ss_slots,
-                                                        float eps, const char* __restrict__ over_v,
-                                                        const char* __restrict__ over_o) {
+__global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER>))
+sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
+            const char* __restrict__ meta,
+            const char* __restrict__ scales,
+            const __nv_bfloat16* __restrict__ row_scales,
+            T* __restrict__ y, float* __restrict__ partials,
+            int* __restrict__ counters, int batch, int out, int in,
+            int row_tiles, int steps, int per_split, int gk_shift,
+            int groups, int slices, int glu,
+            const T* __restrict__ res, const T* __restrict__ norm_w,
+            T* __restrict__ sum_out, float* __restrict__ ss_slots,
+            float eps, const char* __restrict__ over_v,
+            const char* __restrict__ over_o) {
   using S = Steps<CODE>;
   static_assert(OVER == 0 || CODE == 0, "overflow slots: 16-bit values only");
   extern __shared__ __align__(16) char xs[];
