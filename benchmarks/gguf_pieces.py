@@ -3,31 +3,56 @@
     python benchmarks/gguf_pieces.py                         # Qwen: .xfer/cpart00/part00, .xfer/cpart01/part01, ...
     python benchmarks/gguf_pieces.py --model smollm2-135m    # SmolLM2: .xfer/spart00/small00, ...
 
-A piece plus the repository's tracked files must stay under 64 MiB: `--piece-mib` (default 45) leaves room for a
-repository of up to 19 MiB (15 MiB in the third session; 59.2 MiB pieces fitted the second session's).
+A piece plus the repository's tracked and untracked-not-ignored files must stay under 64 MiB. By default the piece
+size is what is left of 64 MiB after those files and a 3 MiB margin, measured when the pieces are cut (the 45 MiB of
+earlier sessions stopped fitting in the seventeenth, once the repository passed 19 MiB); `--piece-mib` sets it. A
+change that grows the repository by more than the margin means cutting the pieces again.
 
-Then, on the device, `bash benchmarks/h200.sh receive` once per piece (carry `.xfer/cpartNN`; the first call also
-carries `.whl` with the gguf wheel and `.devdata` with HumanEval and the Lee corpus), and `bash benchmarks/h200.sh
-final SECONDS`, which concatenates the pieces in name order and lets `sparsedecoding fetch` verify and convert them.
+Then, on the device, `bash benchmarks/h200.sh receive` once per piece (carry `.xfer/cpartNN`; the first call of a
+lease also carries `.whl` with the gguf wheel and `.devdata` with HumanEval and the Lee corpus), the last one
+followed by `bash benchmarks/h200.sh models`, which concatenates the pieces in name order and lets `sparsedecoding
+fetch` verify and convert them.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from sparsedecoding.fetching import cache_dir
 from sparsedecoding.models import OFFLINE_MODELS, assemble_gguf
 
 
+CALL_MIB = 64  # what one device call carries: the working tree's files plus the carried piece
+MARGIN_MIB = 3.0
+
+
+def tree_mib(root: Path) -> float:
+    """MiB of the files a device call copies: tracked, and untracked but not ignored."""
+    listing = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             check=True, capture_output=True).stdout
+    names = {name for name in listing.decode().split("\0") if name}
+    return sum((root / name).stat().st_size for name in names if (root / name).is_file()) / 2**20
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(".xfer"))
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", choices=list(OFFLINE_MODELS))
-    parser.add_argument("--piece-mib", type=float, default=45.0, help="piece size in MiB (default 45)")
+    parser.add_argument("--piece-mib", type=float,
+                        help=f"piece size in MiB (default: {CALL_MIB} MiB less the repository's files and "
+                             f"{MARGIN_MIB:g} MiB)")
     args = parser.parse_args()
+    repository = Path(__file__).resolve().parents[1]
+    room = CALL_MIB - tree_mib(repository) - MARGIN_MIB
+    piece_mib = room if args.piece_mib is None else args.piece_mib
+    if piece_mib > room or piece_mib < 4:
+        print(f"error: {piece_mib:.1f} MiB pieces do not fit beside the repository's files: at most {room:.1f} "
+              f"MiB, and at least 4", file=sys.stderr)
+        sys.exit(2)
     spec = OFFLINE_MODELS[args.model]
     folder_prefix, file_prefix = ("cpart", "part") if args.model == "qwen2.5-coder-1.5b" else ("spart", "small")
     gguf = cache_dir() / "gguf" / spec.gguf_name
@@ -37,12 +62,12 @@ def main() -> None:
         shutil.rmtree(old)
     with open(gguf, "rb") as source:
         index = 0
-        while piece := source.read(int(args.piece_mib * 2**20)):
+        while piece := source.read(int(piece_mib * 2**20)):
             folder = args.out / f"{folder_prefix}{index:02d}"
             folder.mkdir(parents=True)
             (folder / f"{file_prefix}{index:02d}").write_bytes(piece)
             index += 1
-    print(f"{index} pieces in {args.out}")
+    print(f"{index} pieces of {piece_mib:.1f} MiB in {args.out}")
 
 
 if __name__ == "__main__":
