@@ -248,6 +248,17 @@ PY
     # quality-overflow-heldout (about 12 minutes)
     bash benchmarks/h200.sh bg overflow-loops
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
+  lease18)  # prepared for the next session (no model): slots-engine-one-cta, about 6 minutes
+    bash benchmarks/h200.sh bg slots-engine-one-cta ;;
+  slots-engine-one-cta)  # not yet run: slots_e2e_h200_8b_one_cta.md, the 8B preset's 16:32+2 engine with slots on
+    # and off at batch 8-16 since the slot kernels for 9-16 rows of x run one CTA a multiprocessor and auto runs
+    # rows at 9-12 and columns at 13-16 (the kernel's 0.65 / 0.58x cuBLAS at batch 12 / 16; off: the packed 16:32
+    # kernels), after the float64 GPU tests of the slot kernels at those batches
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_overflow.py tests/test_sp24_slots.py -k "slots_matches \
+      or loop" -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_one_cta.log" || true
+    timeout 300 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_SLOTS --values 0 1 \
+      --pattern 16:32+2 --preset llama-3.1-8b --batch 8 12 16 --out "$OUT/slots_e2e_h200_8b_one_cta.md" | tail -8 \
+      || true ;;
   one-cta)  # overflow_h200_one_cta.md, run by hand in the seventeenth session's third lease (the command below, from
     # benchmarks/, its float64 checks inside): the slot kernels for 9-16 rows of x at one CTA a multiprocessor
     # (sp24.cu's SP24_OVER_ONE_CTA_NT), each order at batch 8-16; about 3 minutes with the builds
@@ -656,5 +667,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, slots-engine-one-cta, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
