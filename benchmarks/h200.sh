@@ -248,8 +248,17 @@ PY
     # quality-overflow-heldout (about 12 minutes)
     bash benchmarks/h200.sh bg overflow-loops
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
-  lease18)  # prepared for the next session (no model): slots-engine-one-cta, about 6 minutes
-    bash benchmarks/h200.sh bg slots-engine-one-cta ;;
+  lease18)  # prepared for the next session (no model): slots-engine-one-cta, then dense-copies-tiled; about 10
+    # minutes
+    bash benchmarks/h200.sh bg slots-engine-one-cta dense-copies-tiled ;;
+  dense-copies-tiled)  # not yet run: e2e_h200_8b_16of32p2_dense_copies.md, the 8B preset pruned 16:32+2 with dense
+    # copies from batch 9 (the copies now leave the tiled linears in place, so batch 1-8 keep the 2:4 kernel with
+    # slots), against dense and the same model without copies, batch 1, 4, 8, 12, 16; after the GPU test of the
+    # tiled engine with copies
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k "dense_copies" -p no:cacheprovider 2>&1 \
+      | tail -3 | tee "$OUT/gpu_tests_dense_copies_tiled.log" || true
+    timeout 330 python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 16:32+2 --batch 1 4 8 12 16 \
+      --dense-copy-from-batch 9 --out "$OUT/e2e_h200_8b_16of32p2_dense_copies.md" | tail -14 || true ;;
   slots-engine-one-cta)  # not yet run: slots_e2e_h200_8b_one_cta.md, the 8B preset's 16:32+2 engine with slots on
     # and off at batch 8-16 since the slot kernels for 9-16 rows of x run one CTA a multiprocessor and auto runs
     # rows at 9-12 and columns at 13-16 (the kernel's 0.65 / 0.58x cuBLAS at batch 12 / 16; off: the packed 16:32
@@ -667,5 +676,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, slots-engine-one-cta, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

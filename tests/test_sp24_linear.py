@@ -257,11 +257,62 @@ def test_cli_refuses_a_bad_kernel_setting_before_any_work(command, monkeypatch, 
     assert len(errors) == 1 and "SPARSEDECODING_KERNEL='fast'" in errors[0]
 
 
-def test_dense_copies_untile_first():
-    model = _model(None, 128)
+@pytest.mark.parametrize("pattern,glu", [("2:4", False), ("2:4", True), ("16:32+2", True)])
+def test_dense_copies_stay_tiled_serve_wide_batches_and_cost_their_memory(pattern, glu):
+    """`keep_dense_copies` on a tiled model keeps its Sp24Linear modules (batches below the threshold stay on the
+    sparse tensor cores) and gives each a dense copy that wider batches multiply by, with the norm in front computed
+    apart; the copies are never saved, count in the held bytes and replace the tiles' bytes in the bytes a wide step
+    reads."""
+    from sparsedecoding.engine.loading import resident_weight_bytes
+    from sparsedecoding.kernels.sp24 import to_dense
+    from sparsedecoding.kernels.sp24_linear import fuse_norms
+
+    model = _model(None, 128, pattern=pattern)
+    assert tile_model(model, require_cuda=False, glu=glu, slots=pattern != "2:4") == 2 * 4
+    fuse_norms(model)
+    tiled = [m for m in model.modules() if isinstance(m, Sp24Linear)]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    read, held = weight_bytes(model, 4), resident_weight_bytes(model)
+    assert keep_dense_copies(model, 4) == len(tiled)
+    assert [m for m in model.modules() if isinstance(m, Sp24Linear)] == tiled
+    assert all(torch.equal(m.dense, to_dense(m.weight).to(m.value_dtype)) for m in tiled)
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    copies = sum(m.dense.numel() * m.dense.element_size() for m in tiled)
+    tiles = sum(b.numel() * b.element_size() for m in tiled for n, b in m.named_buffers(recurse=False)
+                if n != "dense")
+    assert resident_weight_bytes(model) == held + copies
+    assert weight_bytes(model, 3) == read and weight_bytes(model, 4) == read - tiles + copies
+    assert "dense copy from 4 rows" in repr(tiled[0])
+    # routing: the copy (zeroed here to tell it apart) serves 4 or more rows, the tiles fewer
+    layer = next(m for m in tiled if m.glu) if glu else tiled[0]
+    x = torch.randn(4, layer.in_features, dtype=torch.bfloat16)
+    narrow = layer(x[:3])
+    layer.dense.zero_()
+    assert torch.equal(layer(x[:3]), narrow) and not narrow.eq(0).all()
+    assert layer(x).eq(0).all()
+    norm_weight = torch.ones(layer.in_features, dtype=torch.bfloat16)
+    y, total = layer.normed(x, x, norm_weight, 1e-5)
+    assert y.eq(0).all() and torch.equal(total, x + x)
+    # loading a state dict refreshes the copy
+    model.load_state_dict(after)
+    assert torch.equal(layer.dense, to_dense(layer.weight).to(layer.value_dtype))
+
+
+def test_dense_copies_refuse_quantized_tiles_and_narrow_thresholds():
+    from sparsedecoding.errors import EngineError
+
+    model = _model("int8", 128)
     tile_model(model, require_cuda=False)
-    assert keep_dense_copies(model, 4) == 2 * 4
-    assert all(m.dense is not None for m in model.modules() if isinstance(m, PackedLinear))
+    with pytest.raises(EngineError, match="16-bit values"):
+        keep_dense_copies(model, 4)
+    layer = next(m for m in model.modules() if isinstance(m, Sp24Linear))
+    with pytest.raises(KernelInputError, match="int8 codes"):
+        layer.keep_dense_copy(4)
+    bf16 = _model(None, 128)
+    tile_model(bf16, require_cuda=False)
+    with pytest.raises(KernelInputError, match="use 2 or more"):
+        next(m for m in bf16.modules() if isinstance(m, Sp24Linear)).keep_dense_copy(1)
 
 
 def _packed_and_tiled(quantize, group_size, monkeypatch, pattern="2:4", **settings):
@@ -331,4 +382,17 @@ def test_engine_runs_16of32_plus_2_with_slots_and_decodes_the_packed_models_toke
                                             SPARSEDECODING_FUSE_NORM=norm)
     assert sum(isinstance(m, Sp24Linear) and m.slotted for m in tiled.modules()) == 4 * 4
     assert all(block.fuse_norms == (norm == "1") for block in tiled.layers)
+    _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["2:4", "16:32+2"])
+def test_engine_with_dense_copies_keeps_its_tiles_and_decodes_the_packed_models_tokens(pattern, monkeypatch):
+    """Dense copies from batch 3 on a tiled model (GLU epilogue and fused norms on) leave its Sp24Linear modules in
+    place, and its compiled decode at batch 3 (on the copies) gives the eager tokens of the packed model with its
+    own dense copies."""
+    args, packed, tiled = _packed_and_tiled(None, 128, monkeypatch, pattern=pattern, SPARSEDECODING_FUSE_GLU="1",
+                                            SPARSEDECODING_FUSE_NORM="1")
+    keep_dense_copies(packed, 3)
+    assert keep_dense_copies(tiled, 3) == sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
     _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)

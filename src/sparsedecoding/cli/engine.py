@@ -67,9 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="int4: input columns that share a scale, a multiple of 32 (default: 128)")
     bench.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes (default: 1)")
     bench.add_argument("--dense-copy-from-batch", type=int, metavar="B",
-                       help="also measure the sparse model holding a dense copy of each packed linear, used from "
-                            "batch B on (the packed kernel is slower than cuBLAS from about batch 3; costs the "
-                            "memory of both) (default: off)")
+                       help="also measure the sparse model holding a dense copy of each packed linear with 16-bit "
+                            "values, used from batch B on; smaller batches stay on the sparse kernels, the 2:4 "
+                            "tensor-core ones included (the packed 16:32 kernel is slower than cuBLAS from about "
+                            "batch 3, 16:32+2 on the 2:4 kernel from batch 8; costs the memory of both) "
+                            "(default: off)")
     bench.add_argument("--new-tokens", type=int, default=256, help="decode steps per generation (default: 256)")
     bench.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (default: 16)")
     bench.add_argument("--repeats", type=int, default=3, help="timed generations per row (default: 3)")

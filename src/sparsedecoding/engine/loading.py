@@ -24,7 +24,7 @@ from ..kernels.op import MAX_BATCH
 from ..kernels.quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ
 from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from ..kernels.sp24 import OVER_SLOTS
-from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel, untile_model
+from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel
 from ..solvers import CODE_RANGES, QuantizedCodes, quantization_codes, quantization_group
 from ..packed import load_packed_checkpoint, packed_manifest, recorded_head_quantization
 from ..patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
@@ -302,14 +302,16 @@ def check_dense_copy_batch(from_batch: int) -> None:
 
 
 def keep_dense_copies(model: nn.Module, from_batch: int) -> int:
-    """Give every packed linear a dense copy of its weight, used from `from_batch` sequences on (see
-    `PackedLinear.keep_dense_copy`): batches below it decode on the packed kernel, wider ones as fast as the dense
-    model, for the memory of both. Returns the number of linears changed."""
+    """Give every packed linear with 16-bit values (`PackedLinear`, and `Sp24Linear` on the sparse tensor cores) a
+    dense copy of its weight, used from `from_batch` sequences on (see their `keep_dense_copy`): batches below it
+    decode on the sparse kernels, wider ones as fast as the dense model, for the memory of both. Linears with
+    quantized values keep their kernels. Returns the number of linears changed."""
     check_dense_copy_batch(from_batch)
-    untile_model(model)  # dense copies live on PackedLinear
-    packed = [module for module in model.modules() if isinstance(module, PackedLinear)]
+    packed = [module for module in model.modules()
+              if isinstance(module, PackedLinear) or (isinstance(module, Sp24Linear) and module.code == 0)]
     if not packed:
-        raise EngineError("the model has no packed linear to keep a dense copy of; load it with --sparse auto")
+        raise EngineError("the model has no packed linear with 16-bit values to keep a dense copy of; load it with "
+                          "--sparse auto (and without quantized values)")
     for module in packed:
         module.keep_dense_copy(from_batch)
     return len(packed)
@@ -327,8 +329,10 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
             else:
                 total += _nbytes(module.values) + _nbytes(module.bitmask)
             total += _nbytes(module.bias) if module.bias is not None else 0
+        elif isinstance(module, Sp24Linear) and module.dense is not None and batch >= module.dense_from_rows:
+            total += _nbytes(module.dense) + (_nbytes(module.bias) if module.bias is not None else 0)
         elif isinstance(module, (QuantizedPackedLinear, DenseQuantizedLinear, Sp24Linear)):
-            total += sum(_nbytes(b) for b in module.buffers(recurse=False))
+            total += sum(_nbytes(b) for name, b in module.named_buffers(recurse=False) if name != "dense")
         elif isinstance(module, nn.Linear):
             total += sum(_nbytes(p) for p in module.parameters())
     return total

@@ -56,6 +56,23 @@ class Sp24Linear(torch.nn.Module):
         self.register_buffer("over_v", weight.over_v)
         self.register_buffer("over_o", weight.over_o)
         self.register_buffer("bias", bias)
+        self.register_buffer("dense", None, persistent=False)  # keep_dense_copy's W, never saved
+        self.dense_from_rows: int | None = None
+
+    def keep_dense_copy(self, from_rows: int) -> None:
+        """Hold W dense as well (16-bit values only), and multiply `from_rows` or more rows of x by it with cuBLAS,
+        the RMSNorm in front (`normed`) then computed apart; fewer rows stay on the sparse tensor-core kernel."""
+        if from_rows < 2:
+            raise KernelInputError(f"dense copy from {from_rows} rows of x: the sparse kernel would never run; "
+                                   "use 2 or more")
+        if self.code != 0:
+            raise KernelInputError("dense copies are kept of 16-bit weights only; this one holds "
+                                   f"{self.quantize} codes")
+        self.dense = self._dense(self.value_dtype)
+        self.dense_from_rows = from_rows
+
+    def _on_dense_copy(self, rows: int) -> bool:
+        return self._buffers["dense"] is not None and rows >= self.dense_from_rows
 
     @classmethod
     def from_module(cls, module: PackedLinear | QuantizedPackedLinear, glu: bool = False) -> Sp24Linear:
@@ -98,8 +115,9 @@ class Sp24Linear(torch.nn.Module):
             raise KernelInputError(f"x has shape {tuple(shape)}; this Sp24Linear takes [..., {self.in_features}]")
         x2 = x.reshape(-1, self.in_features)
         rows = x2.shape[0]
-        if rows > MAX_BATCH or not x.is_cuda:  # prefill, or CPU (the reference product)
-            y = F.linear(x2, self._dense(x.dtype))
+        if self._on_dense_copy(rows) or rows > MAX_BATCH or not x.is_cuda:  # the copy, prefill, or CPU
+            dense = self._buffers["dense"]
+            y = F.linear(x2, dense if self._on_dense_copy(rows) else self._dense(x.dtype))
             if self.glu:
                 gate, up = y.chunk(2, dim=-1)
                 y = F.silu(gate) * up
@@ -123,7 +141,7 @@ class Sp24Linear(torch.nn.Module):
             raise KernelInputError(f"x has shape {tuple(shape)} and res {tuple(res.shape)}; this Sp24Linear takes "
                                    f"both [..., {self.in_features}]")
         x2, res2 = x.reshape(-1, self.in_features), res.reshape(-1, self.in_features)
-        if x2.shape[0] > MAX_BATCH or not x.is_cuda:
+        if x2.shape[0] > MAX_BATCH or not x.is_cuda or self._on_dense_copy(x2.shape[0]):
             total = x + res
             return self(rms_norm(total, norm_weight, eps)), total
         if torch.compiler.is_compiling():
@@ -175,14 +193,17 @@ class Sp24Linear(torch.nn.Module):
             self._buffers[name] = getattr(weight, name)
         if self.bias is not None:
             self.bias.copy_(state_dict[prefix + "bias"])
+        if self._buffers["dense"] is not None:  # the copy follows the loaded weight
+            self.dense = self._dense(self.value_dtype)
 
     def extra_repr(self) -> str:
         values = {0: str(self.value_dtype).replace("torch.", ""), 8: "int8",
                   4: f"int4, group_size={32 << self.gk_shift}"}
         glu = f", silu(gate)·up of {self.rows} rows" if self.glu else ""
         pattern = f"16:32+{OVER_SLOTS} (2:4 tiles + {OVER_SLOTS} overflow slots a word)" if self.slotted else "2:4"
+        copy = f", dense copy from {self.dense_from_rows} rows" if self._buffers["dense"] is not None else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, pattern={pattern}, "
-                f"{values[self.code]}{glu}, tiled for sparse tensor cores")
+                f"{values[self.code]}{glu}, tiled for sparse tensor cores{copy}")
 
 
 _TILED = ("a", "meta", "scales", "row_scales", "over_v", "over_o")  # an Sp24Weight's tensors, the layer's buffers
