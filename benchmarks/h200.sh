@@ -251,11 +251,11 @@ PY
   lease18)  # prepared for the next session (no model): slots-engine-one-cta, then dense-copies-tiled; about 10
     # minutes
     bash benchmarks/h200.sh bg slots-engine-one-cta dense-copies-tiled ;;
-  dense-copies-tiled)  # not yet run: e2e_h200_8b_16of32p2_dense_copies.md, the 8B preset pruned 16:32+2 with dense
-    # copies from batch 9 (the copies now leave the tiled linears in place, so batch 1-8 keep the 2:4 kernel with
-    # slots), against dense and the same model without copies, batch 1, 4, 8, 12, 16; after the GPU test of the
-    # tiled engine with copies
-    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k "dense_copies" -p no:cacheprovider 2>&1 \
+  dense-copies-tiled)  # not yet run: e2e_h200_8b_16of32p2_dense_copies.md, the 8B preset pruned 16:32+2 against
+    # dense at batch 1, 4, 8, 12, 16, and with dense copies from batch 9 at 12 and 16 (the copies now leave the
+    # tiled linears in place, so batch 1-8 run the kernels of the model without copies); after the GPU tests of
+    # the tiled linears with copies
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py -k "dense_cop" -p no:cacheprovider 2>&1 \
       | tail -3 | tee "$OUT/gpu_tests_dense_copies_tiled.log" || true
     timeout 330 python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 16:32+2 --batch 1 4 8 12 16 \
       --dense-copy-from-batch 9 --out "$OUT/e2e_h200_8b_16of32p2_dense_copies.md" | tail -14 || true ;;
@@ -279,7 +279,7 @@ PY
   auto-loop)  # overflow_h200_auto.md and auto_loop_e2e_h200_8b.md: SPARSEDECODING_SP24_OVER_LOOP=auto now runs the
     # columns order at batch 5-8 (sp24.over_loop); its float64 GPU tests (every order, batches 1 2 5 8 9 16), the
     # kernel's orders side by side at batch 1-16 on the 8B + 14B shapes, and the 8B preset's 16:32+2 engine with the
-    # old auto (slots beyond batch 4) against the new at batch 4-16
+    # slots order (what the old auto ran beyond batch 4) against the new auto at batch 4-12
     timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_overflow.py tests/test_sp24_slots.py -k "slots_matches or \
       loop or columns" -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_auto_loop.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 overflow_bench.py --models llama-3.1-8b \

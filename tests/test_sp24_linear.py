@@ -260,14 +260,16 @@ def test_cli_refuses_a_bad_kernel_setting_before_any_work(command, monkeypatch, 
 @pytest.mark.parametrize("pattern,glu", [("2:4", False), ("2:4", True), ("16:32+2", True)])
 def test_dense_copies_stay_tiled_serve_wide_batches_and_cost_their_memory(pattern, glu):
     """`keep_dense_copies` on a tiled model keeps its Sp24Linear modules (batches below the threshold stay on the
-    sparse tensor cores) and gives each a dense copy that wider batches multiply by, with the norm in front computed
-    apart; the copies are never saved, count in the held bytes and replace the tiles' bytes in the bytes a wide step
-    reads."""
+    sparse tensor cores) and gives each a dense copy of the packed weight that wider batches multiply by (off the
+    GPU every batch takes the separate add and norm, so `normed` routes through forward there; the kernel-side
+    routing is the GPU test's); the copies are never saved, count in the held bytes and replace the tiles' bytes in
+    the bytes a wide step reads."""
     from sparsedecoding.engine.loading import resident_weight_bytes
     from sparsedecoding.kernels.sp24 import to_dense
     from sparsedecoding.kernels.sp24_linear import fuse_norms
 
     model = _model(None, 128, pattern=pattern)
+    weights = {name: m.packed.to_dense() for name, m in model.named_modules() if isinstance(m, PackedLinear)}
     assert tile_model(model, require_cuda=False, glu=glu, slots=pattern != "2:4") == 2 * 4
     fuse_norms(model)
     tiled = [m for m in model.modules() if isinstance(m, Sp24Linear)]
@@ -275,7 +277,7 @@ def test_dense_copies_stay_tiled_serve_wide_batches_and_cost_their_memory(patter
     read, held = weight_bytes(model, 4), resident_weight_bytes(model)
     assert keep_dense_copies(model, 4) == len(tiled)
     assert [m for m in model.modules() if isinstance(m, Sp24Linear)] == tiled
-    assert all(torch.equal(m.dense, to_dense(m.weight).to(m.value_dtype)) for m in tiled)
+    assert all(torch.equal(m.dense, weights[name]) for name, m in model.named_modules() if isinstance(m, Sp24Linear))
     after = model.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(before[k], after[k]) for k in before)
     copies = sum(m.dense.numel() * m.dense.element_size() for m in tiled)
@@ -297,6 +299,20 @@ def test_dense_copies_stay_tiled_serve_wide_batches_and_cost_their_memory(patter
     # loading a state dict refreshes the copy
     model.load_state_dict(after)
     assert torch.equal(layer.dense, to_dense(layer.weight).to(layer.value_dtype))
+
+
+def test_dense_copy_bytes_count_the_bias():
+    from torch import nn
+
+    weight = torch.randn(32, 512, dtype=torch.bfloat16)
+    weight[:, 1::2] = 0
+    bias = torch.randn(32, dtype=torch.bfloat16)
+    holder = nn.Module()
+    holder.layer = Sp24Linear.from_module(PackedLinear.from_dense(weight, 2, 4, bias))
+    tiles = sum(b.numel() * b.element_size() for b in holder.layer.buffers())
+    assert weight_bytes(holder, 2) == tiles  # the bias among the buffers
+    holder.layer.keep_dense_copy(2)
+    assert weight_bytes(holder, 1) == tiles and weight_bytes(holder, 2) == (32 * 512 + 32) * 2
 
 
 def test_dense_copies_refuse_quantized_tiles_and_narrow_thresholds():
@@ -387,12 +403,34 @@ def test_engine_runs_16of32_plus_2_with_slots_and_decodes_the_packed_models_toke
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("pattern", ["2:4", "16:32+2"])
-def test_engine_with_dense_copies_keeps_its_tiles_and_decodes_the_packed_models_tokens(pattern, monkeypatch):
-    """Dense copies from batch 3 on a tiled model (GLU epilogue and fused norms on) leave its Sp24Linear modules in
-    place, and its compiled decode at batch 3 (on the copies) gives the eager tokens of the packed model with its
-    own dense copies."""
+def test_dense_copy_serves_exactly_the_wide_calls_on_gpu(pattern):
+    """On the GPU an Sp24Linear with a dense copy from 4 rows multiplies 4 or more rows by the copy (zeroed here to
+    tell it apart), in `forward` and `normed` (GLU included), and fewer rows on the kernel."""
+    from sparsedecoding.kernels.sp24_linear import fuse_norms
+
+    model = _model(None, 128, device="cuda", pattern=pattern)
+    tile_model(model, glu=True, slots=pattern != "2:4")
+    fuse_norms(model)
+    keep_dense_copies(model, 4)
+    for layer in [m for m in model.modules() if isinstance(m, Sp24Linear)][:3]:
+        x = torch.randn(4, layer.in_features, dtype=torch.bfloat16, device="cuda")
+        norm_weight = torch.ones(layer.in_features, dtype=torch.bfloat16, device="cuda")
+        layer.dense.zero_()
+        assert not layer(x[:3]).eq(0).all() and not layer.normed(x[:3], x[:3], norm_weight, 1e-5)[0].eq(0).all()
+        assert layer(x).eq(0).all() and layer.normed(x, x, norm_weight, 1e-5)[0].eq(0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("from_batch", [3, 4])
+@pytest.mark.parametrize("pattern", ["2:4", "16:32+2"])
+def test_engine_with_dense_copies_keeps_its_tiles_and_decodes_the_packed_models_tokens(pattern, from_batch,
+                                                                                      monkeypatch):
+    """Dense copies on a tiled model (GLU epilogue and fused norms on) leave its Sp24Linear modules in place; its
+    compiled decode at batch 3, on the copies (from batch 3) or on the tiles beside them (from 4), gives the eager
+    tokens of the packed model with its own dense copies."""
+    monkeypatch.delenv("SPARSEDECODING_SP24_SLOTS", raising=False)
     args, packed, tiled = _packed_and_tiled(None, 128, monkeypatch, pattern=pattern, SPARSEDECODING_FUSE_GLU="1",
                                             SPARSEDECODING_FUSE_NORM="1")
-    keep_dense_copies(packed, 3)
-    assert keep_dense_copies(tiled, 3) == sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
+    keep_dense_copies(packed, from_batch)
+    assert keep_dense_copies(tiled, from_batch) == sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
     _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)

@@ -17,7 +17,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from ..errors import KernelInputError, PackingError
+from ..errors import EngineError, KernelInputError, PackingError
 from .format import PackedNM, pack_nm
 from .linear import PackedLinear
 from .op import MAX_BATCH
@@ -324,9 +324,27 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     if slotted:
         log.info("%d of the %d linears on sparse tensor cores are 16:32+%d (2:4 tiles plus overflow slots)", slotted,
                  tiled, OVER_SLOTS)
+        _load_columns_build()
     if norms:
         fuse_norms(model)
     return tiled
+
+
+def _load_columns_build() -> None:
+    """Build (or load) now, not at the first launch of a decode, the kernel library with the slots' columns order,
+    which SPARSEDECODING_SP24_OVER_LOOP=auto runs at some batches (`sp24.over_loop`); EngineError, in one line,
+    if it cannot be built."""
+    from . import cuda_mma
+    from .op import sp24_over_loop_setting
+    from .sp24 import _load
+
+    if sp24_over_loop_setting() not in ("auto", "columns"):
+        return
+    try:
+        _load(columns=True)
+    except cuda_mma.CudaKernelUnavailableError as exc:
+        raise EngineError(f"the sparse tensor-core kernel's build with the slots' columns order failed ({exc}); "
+                          "set SPARSEDECODING_SP24_OVER_LOOP=rows or SPARSEDECODING_SP24_SLOTS=0") from exc
 
 
 def fuse_norms(model: torch.nn.Module) -> int:
@@ -342,7 +360,8 @@ def fuse_norms(model: torch.nn.Module) -> int:
 
 
 def untile_model(model: torch.nn.Module) -> int:
-    """Inverse of `tile_model` (and `fuse_norms`): every `Sp24Linear` back to its packed module. Returns how many."""
+    """Inverse of `tile_model` (and `fuse_norms`): every `Sp24Linear` back to its packed module (without a dense
+    copy it kept: `keep_dense_copies` again if wanted). Returns how many."""
     for module in model.modules():
         if hasattr(module, "fuse_norms"):
             module.fuse_norms = False

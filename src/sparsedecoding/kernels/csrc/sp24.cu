@@ -231,7 +231,8 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 //    stay live across the loop and the sums of rows beyond the first spill (measured better at batch 1-2, worse at
 //    8 and 16: results/overflow_h200_8b_break.md);
 // 2, slots outer: each slot decoded, then every row of x up to 8 · NT, predicated on the batch (batch 1 issues 64
-//    loads a step, all but 8 predicated off; measured better at batch 8 and 16: results/overflow_h200.md);
+//    loads a step, all but 8 predicated off; measured better than rows at batch 8 and 16: results/overflow_h200.md,
+//    and since beaten there by columns);
 // 3, columns: slots outer, each slot's x read for 8 rows at once from a column-major copy of the staged x (`xt`,
 //    see stage_columns), one 16-byte shared load per slot and 8 rows of x instead of one per row (measured best
 //    at batch 5-8 and 16: results/overflow_h200_auto.md, overflow_h200_one_cta.md). `xt` follows the row-major
@@ -389,8 +390,8 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 // left alone, the int8 and int4 kernels for 9-16 rows of x took 154 and 130 registers, one CTA per SM (int8 at
 // batch 16 went from 1.16x to 1.29x cuBLAS with this bound alone: results/sp24_h200.md at commit 903c604). Except
 // with overflow slots and NT >= SP24_OVER_ONE_CTA_NT (default 2): under the two-CTA bound's 128 registers those
-// spilled in the main loop (rows 68, slots 44, columns 164 spills; results/sass_sp24_slots.md), with one CTA none
-// do (results/sass_sp24_slots_one_cta.md).
+// spilled in the main loop (rows 68, slots 44, columns 164 spill instructions without the RMSNorm in front, 36-230
+// with and without it; results/sass_sp24_slots.md), with one CTA none do (results/sass_sp24_slots_one_cta.md).
 #ifndef SP24_OVER_ONE_CTA_NT
 #define SP24_OVER_ONE_CTA_NT 2
 #endif
@@ -846,8 +847,9 @@ extern "C" {
 // and load their first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents
 // start once its weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight
 // (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
-// x outer, 2 slots outer, 3 slots outer on a column-major copy of x, 0 the first for batch 1-4 and the second for
-// 5-16). Returns 0 or a cudaError_t.
+// x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a build with SP24_COLUMNS), 0 the
+// first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself,
+// sp24.over_loop). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
