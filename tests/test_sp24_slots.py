@@ -136,16 +136,40 @@ def test_the_slots_setting_decides_whether_the_engine_tiles_16of32(monkeypatch):
     from sparsedecoding.kernels.op import KernelChoiceError
 
     monkeypatch.setattr(sl, "sp24_problem", lambda: None)
+    builds = []
+    monkeypatch.setattr(sl, "_load_columns_build", lambda: builds.append(1))
     original = sl.tileable
     monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
     for setting, slotted in (("", LINEARS), ("1", LINEARS), ("0", 0)):
         monkeypatch.setenv("SPARSEDECODING_SP24_SLOTS", setting)
+        builds.clear()
         assert sum(isinstance(m, Sp24Linear) and m.slotted for m in _model().modules()) == slotted
+        assert len(builds) == (1 if slotted else 0)  # the columns build comes with slotted linears, at load
         assert not any(isinstance(m, Sp24Linear) for m in _model("16:32").modules())
     monkeypatch.setenv("SPARSEDECODING_SP24_SLOTS", "yes")
     with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_SLOTS='yes'"):
         tile_for_kernel(_model())
+
+
+def test_a_failed_columns_build_is_one_engine_error_at_load(monkeypatch):
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.errors import EngineError
+    from sparsedecoding.kernels import cuda_mma
+    from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING
+    from sparsedecoding.kernels.sp24_linear import _load_columns_build
+
+    def fail(columns=False):
+        raise cuda_mma.CudaKernelUnavailableError("nvcc failed")
+
+    monkeypatch.setattr(sp24, "_load", fail)
+    for setting in ("", "auto", "columns"):
+        monkeypatch.setenv(SP24_OVER_LOOP_SETTING, setting)
+        with pytest.raises(EngineError, match="nvcc failed.*SPARSEDECODING_SP24_OVER_LOOP=rows"):
+            _load_columns_build()
+    for setting in ("rows", "slots"):  # orders of the default build: nothing more to build
+        monkeypatch.setenv(SP24_OVER_LOOP_SETTING, setting)
+        _load_columns_build()
 
 
 @pytest.mark.gpu
