@@ -115,9 +115,9 @@ class Sp24Linear(torch.nn.Module):
             raise KernelInputError(f"x has shape {tuple(shape)}; this Sp24Linear takes [..., {self.in_features}]")
         x2 = x.reshape(-1, self.in_features)
         rows = x2.shape[0]
-        if self._on_dense_copy(rows) or rows > MAX_BATCH or not x.is_cuda:  # the copy, prefill, or CPU
-            dense = self._buffers["dense"]
-            y = F.linear(x2, dense if self._on_dense_copy(rows) else self._dense(x.dtype))
+        on_copy = self._on_dense_copy(rows)
+        if on_copy or rows > MAX_BATCH or not x.is_cuda:  # the dense copy, prefill, or CPU (the reference product)
+            y = F.linear(x2, self._buffers["dense"] if on_copy else self._dense(x.dtype))
             if self.glu:
                 gate, up = y.chunk(2, dim=-1)
                 y = F.silu(gate) * up
