@@ -127,11 +127,23 @@ def test_the_column_order_emulated_gives_the_overflow(batch):
 
 
 def test_glu_order_keeps_each_row_with_its_slots():
-    weight = capped_weight(64, 256, seed=3)
-    w = tile_overflow(split_overflow(weight), glu=True)
+    """A GLU-tiled weight's slots, read as the kernel's lanes read them, give row glu_order[r] of the overflow's
+    product in tiled row r (the row the MMAs of that tile compute), and the inverses give the weight back."""
+    from sparsedecoding.kernels.sp24 import glu_order
+
+    out, in_features, batch = 64, 256, 2
+    weight = capped_weight(out, in_features, seed=3)
+    split = split_overflow(weight)
+    w = tile_overflow(split, glu=True)
     assert w.glu and torch.equal(tiled_to_dense(w), weight.double())
     values, _ = untile_slots(w)
-    assert torch.equal(values, split_overflow(weight).values)
+    assert torch.equal(values, split.values)
+    x = torch.randn(batch, in_features).bfloat16()
+    staged = stage(torch.cat([x.float(), torch.zeros(batch, w.steps * 256 - in_features)], 1)).float()
+    y = emulate_slots(w, out, batch, lambda step, t, k, o: staged[:, (64 * (8 * step + 2 * t + (k >> 2)) + o) // 2])
+    over = weight.double() - split.w24.to_dense().double()
+    assert not torch.equal(glu_order(out), torch.arange(out))
+    assert torch.allclose(y, (x.double() @ over.T)[:, glu_order(out)], rtol=1e-12, atol=1e-12)
 
 
 def test_refusals_are_one_clear_error():
@@ -226,12 +238,11 @@ def test_glu_with_slots_matches_float64():
 
 
 @pytest.mark.gpu
-def test_dense_expansion_and_norm_refusal_with_slots():
-    from sparsedecoding.kernels.sp24 import Sp24Launch, to_dense
+def test_dense_expansion_with_slots():
+    """The GPU expansion of a slotted weight is the weight (the RMSNorm in front of slots is checked in
+    test_sp24_slots.py since the two paths compose)."""
+    from sparsedecoding.kernels.sp24 import to_dense
 
     weight = capped_weight(1000, 1536, seed=2, device="cuda")
     w = tile_overflow(split_overflow(weight))
     assert torch.equal(to_dense(w), weight)
-    x = torch.randn(1, 1536, device="cuda").bfloat16()
-    with pytest.raises(KernelInputError, match="RMSNorm"):
-        Sp24Launch(x, w, norm=True)

@@ -58,12 +58,19 @@ def test_random_weights_of_an_overflow_pattern_fit_it(overflow):
 
 
 def test_words_over_cap_counts_what_split_overflow_refuses():
+    """Words built by hand: kept weights beyond two in their groups of four, 3 / 2 in row 0's words, 3 / 2 in row
+    1's; only the words beyond the cap count, and split_overflow refuses with that count."""
+    weight = torch.zeros(2, 64, dtype=torch.bfloat16)
+    for row, groups in ((0, {0: 4, 1: 3, 8: 4}), (1, {0: 3, 1: 3, 2: 3, 8: 3, 9: 3})):
+        for group, kept in groups.items():
+            weight[row, 4 * group:4 * group + kept] = 1.0
+    assert [words_over_cap(weight, slots) for slots in (1, 2, 3)] == [4, 2, 0]
+    with pytest.raises(PackingError, match="^2 words keep more than 2 weights beyond two"):
+        split_overflow(weight, 2)
+    assert split_overflow(weight, 3).slots == 3
     generator = torch.Generator().manual_seed(0)
     weight = random_packed(32, 512, SparsityPattern.parse("16:32"), torch.bfloat16, "cpu", generator).to_dense()
-    over = words_over_cap(weight, 2)
-    assert 0 < over < 32 * 16
-    with pytest.raises(PackingError, match=f"^{over} words keep more than 2 weights beyond two"):
-        split_overflow(weight, 2)
+    assert 0 < words_over_cap(weight, 2) < 32 * 16  # random 16:32 masks do not fit 16:32+2
 
 
 def test_slotted_model_matches_packed_state_output_and_bytes():
