@@ -250,7 +250,11 @@ PY
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
   lease18)  # prepared for the next session (no model): slots-engine-one-cta, then dense-copies-tiled; about 10
     # minutes
-    bash benchmarks/h200.sh bg slots-engine-one-cta dense-copies-tiled ;;
+    bash benchmarks/h200.sh bg gpu-tests-18 slots-engine-one-cta dense-copies-tiled ;;
+  gpu-tests-18)  # the GPU tests the seventeenth session changed and did not run: the dense expansion with slots,
+    # the slotted linears, the engine with dense copies
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24_slots.py tests/test_sp24_overflow.py::test_dense_expansion_with_slots \
+      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_18_slots.log" || true ;;
   dense-copies-tiled)  # not yet run: e2e_h200_8b_16of32p2_dense_copies.md, the 8B preset pruned 16:32+2 against
     # dense at batch 1, 4, 8, 12, 16, and with dense copies from batch 9 at 12 and 16 (the copies now leave the
     # tiled linears in place, so batch 1-8 run the kernels of the model without copies); after the GPU tests of
@@ -676,5 +680,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
