@@ -37,6 +37,7 @@ from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.overflow import split_overflow
 from sparsedecoding.kernels.op import SP24_OVER_LOOP_CHOICES, SP24_OVER_LOOP_SETTING
 from sparsedecoding.kernels.sp24 import tile, tile_overflow, tuned_launch
+from sparsedecoding.kernels import sp24_split
 from sparsedecoding.kernels.triton_overflow import OverflowSlots, overflow_add_, tuned_config
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.solvers import capped_keep_mask
@@ -126,6 +127,12 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
             return overflow_add_(x, s, result)
 
         row.checks["both"] = float64_error(both(w24, slots), x, weight, roundings=2)
+        xt = sp24_split.transposed(x)
+
+        def split_cuda(f, with_transpose=True):  # sp24 on the 2:4 part, then csrc/slots.cu (sp24_split)
+            return sp24_split.slots_add(launch(x, sp24_split.base(f)), x, f, None if with_transpose else xt)
+
+        row.checks["split"] = float64_error(split_cuda(fused), x, weight, roundings=2)
         row.checks["op16"] = float64_error(nm_spmv(x, packed16), x, weight)
         for loop, fused_launch in fused_launches.items():
             row.checks[f"fused:{loop}"] = (float64_error(fused_launch(x, fused), x, weight)
@@ -134,6 +141,10 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
         row.times["op16"] = time_rotated([lambda p=p: nm_spmv(x, p) for p in ops], reps)[0]
         row.times["sp24"] = time_rotated([lambda w=w: launch(x, w) for w in w24s], reps)[0]
         row.times["slots"] = time_rotated([lambda s=s: overflow_add_(x, s, y) for s in slot_copies], reps)[0]
+        row.times["split"] = time_rotated([lambda f=f: split_cuda(f) for f in fuseds], reps)[0]
+        row.times["split_kernels"] = time_rotated([lambda f=f: split_cuda(f, False) for f in fuseds], reps)[0]
+        row.times["slots_cuda"] = time_rotated([lambda f=f: sp24_split.slots_add(y, x, f, xt) for f in fuseds],
+                                               reps)[0]
         row.times["both"] = time_rotated([lambda w=w, s=s: both(w, s) for w, s in zip(w24s, slot_copies)], reps)[0]
         for loop, fused_launch in fused_launches.items():
             row.times[f"fused:{loop}"] = (time_rotated([lambda f=f, c=fused_launch: c(x, f) for f in fuseds],
@@ -145,8 +156,10 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
         print(f"{model} {shape} b{batch}: cuBLAS {t['dense'] * 1e6:.1f} us, 16:32 op {t['op16'] * 1e6:.1f}, sp24 "
               f"{t['sp24'] * 1e6:.1f} + slots {t['slots'] * 1e6:.1f} = {t['both'] * 1e6:.1f}, fused "
               f"{t['fused'] * 1e6:.1f} (x{t['dense'] / t['fused']:.2f} cuBLAS, x{t['op16'] / t['fused']:.2f} the "
-              f"16:32 op), checks {row.checks['fused']:.2f} / {row.checks['both']:.2f} / {row.checks['op16']:.2f}",
-              flush=True)
+              f"16:32 op), split {t['split'] * 1e6:.1f} (x{t['dense'] / t['split']:.2f}; without the transpose "
+              f"{t['split_kernels'] * 1e6:.1f}, slots kernel {t['slots_cuda'] * 1e6:.1f}), checks "
+              f"{row.checks['fused']:.2f} / {row.checks['both']:.2f} / {row.checks['op16']:.2f} / "
+              f"{row.checks['split']:.2f}", flush=True)
         rows.append(row)
     del dense, w24s, slot_copies, ops, fuseds
     torch.cuda.empty_cache()
@@ -155,8 +168,9 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
 
 def summary(rows: list[Row]) -> str:
     lines = ["| batch | fused vs cuBLAS (geomean, min) | sp24 + slots, two launches | 16:32 op today | sp24 alone "
-             "(2:4 part; what 2:4 gets) | fused vs the 16:32 op | fused's time over sp24 alone |",
-             "|---|---|---|---|---|---|---|"]
+             "(2:4 part; what 2:4 gets) | fused vs the 16:32 op | fused's time over sp24 alone | split: sp24 + "
+             "slots.cu (geomean, min) | split without the transpose of x |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for batch in sorted({r.batch for r in rows}):
         sel = [r for r in rows if r.batch == batch]
         fused = [r.times["dense"] / r.times["fused"] for r in sel]
@@ -166,7 +180,9 @@ def summary(rows: list[Row]) -> str:
         lines.append(f"| {batch} | {geomean(fused):.2f}x ({min(fused):.2f}x) | {vs_dense('both')} | "
                      f"{vs_dense('op16')} | {vs_dense('sp24')} | "
                      f"{geomean([r.times['op16'] / r.times['fused'] for r in sel]):.2f}x | "
-                     f"{geomean([r.times['fused'] / r.times['sp24'] for r in sel]):.2f}x |")
+                     f"{geomean([r.times['fused'] / r.times['sp24'] for r in sel]):.2f}x | "
+                     f"{vs_dense('split')} ({min(r.times['dense'] / r.times['split'] for r in sel):.2f}x) | "
+                     f"{vs_dense('split_kernels')} |")
     return "\n".join(lines)
 
 
@@ -182,17 +198,20 @@ def loop_summary(rows: list[Row], loops: list[str]) -> str:
 
 def details(rows: list[Row], copy_bw: float, loops: list[str]) -> str:
     lines = ["| model | linear | out x in | batch | cuBLAS us | 16:32 op us | sp24 us (launch) | slots us (config) | "
-             "sp24 + slots us | fused us (launch; % copy bw) | fused x cuBLAS | float64 (fused / two / op) |",
-             "|" + "---|" * 12]
+             "sp24 + slots us | fused us (launch; % copy bw) | fused x cuBLAS | split us (without the transpose; "
+             "slots.cu alone) | split x cuBLAS | float64 (fused / two / op / split) |",
+             "|" + "---|" * 14]
     for r in rows:
         t = r.times
         pct = (r.bytes["fused"] + 2 * r.batch * (r.out + r.in_features)) / t["fused"] / copy_bw * 100
         checks = " / ".join("ok" if r.checks[k] <= 1 else f"FAIL ({r.checks[k]:.2f})"
-                            for k in ("fused", "both", "op16"))
+                            for k in ("fused", "both", "op16", "split"))
         lines.append(f"| {r.model} | {r.shape} | {r.out}x{r.in_features} | {r.batch} | {t['dense'] * 1e6:.1f} | "
                      f"{t['op16'] * 1e6:.1f} | {t['sp24'] * 1e6:.1f} ({r.sp24_launch}) | {t['slots'] * 1e6:.1f} "
                      f"({r.slot_config}) | {t['both'] * 1e6:.1f} | {t['fused'] * 1e6:.1f} ({r.fused_launch[loops[0]]}; "
-                     f"{pct:.0f}%) | {t['dense'] / t['fused']:.2f}x | {checks} |")
+                     f"{pct:.0f}%) | {t['dense'] / t['fused']:.2f}x | {t['split'] * 1e6:.1f} ("
+                     f"{t['split_kernels'] * 1e6:.1f}; {t['slots_cuda'] * 1e6:.1f}) | {t['dense'] / t['split']:.2f}x | "
+                     f"{checks} |")
     return "\n".join(lines)
 
 
@@ -236,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
               + "cuBLAS: `F.linear` on the dense pruned weight. 16:32 op: `nm_spmv` on the same weight packed as "
               + "16:32 (what the engine runs for a 16:32 model today). sp24: the engine tuner's launch "
               + "(`sp24.tuned_launch`) on the 2:4 part, splits (`/Ns`: slices). slots: `triton_overflow."
-              + "overflow_add_` alone, its tuner's pick. sp24 + slots: both in a row. fused: sp24 with the slots "
+              + "overflow_add_` alone, its tuner's pick. sp24 + slots: both in a row. split: sp24 on the 2:4 part "
+              + "then `sp24_split.slots_add` (csrc/slots.cu) on the tiled slots, with x's transpose as eager calls "
+              + "make it (and without it: x transposed once, outside the timing). fused: sp24 with the slots "
               + "inside (`tile_overflow`), the engine tuner's launch. Every float64 check is over the whole 16:32+2 "
               + "weight. % copy bw: bytes that must move (tiled 2:4 part, tiled slots, x, y) / time, against a "
               + "device copy in the same run.\n\n" + details(rows, copy_bw, args.over_loops)

@@ -1,0 +1,184 @@
+"""A slotted 16:32+2 weight in two launches (`sp24_split`: sp24 on the 2:4 part, then csrc/slots.cu adds the slots).
+On CPU: the slots kernel's index arithmetic, emulated, gives the overflow's product in the tiled row order (odd
+shapes, padded words and GLU order included); the GLU epilogue pairs the right tiles; the setting and the refusals.
+On GPU: the slots kernel against float64 at batch 1-16, the whole split product (GLU too) against the whole weight,
+and the engine's linear routing by the setting, eagerly and compiled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sparsedecoding.errors import KernelInputError
+from sparsedecoding.kernels.op import SP24_SPLIT_FROM_SETTING, KernelChoiceError, sp24_split_from_setting
+from sparsedecoding.kernels.overflow import split_overflow
+from sparsedecoding.kernels.sp24 import glu_order, tile, tile_overflow
+from sparsedecoding.kernels.sp24_split import check, emulated_slots_add, glu, slots_add, transposed, width
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.solvers import keep_mask
+
+
+def capped_weight(out, in_features, dtype=torch.bfloat16, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(out, in_features, generator=g)
+    return (weight * keep_mask(weight.abs(), SparsityPattern.parse("16:32+2"))).to(dtype).to(device)
+
+
+def overflow_of(weight):
+    split = split_overflow(weight)
+    return weight.double() - split.w24.to_dense().double().to(weight.device)
+
+
+@pytest.mark.parametrize("out,in_features,glu_tiled", [(48, 512, False), (13, 320, False), (40, 96, False),
+                                                       (64, 256, True), (96, 1024, True)])
+@pytest.mark.parametrize("batch", [1, 5, 16])
+def test_the_kernels_arithmetic_emulated_adds_the_overflow_in_tiled_rows(out, in_features, glu_tiled, batch):
+    weight = capped_weight(out, in_features, seed=out + batch)
+    w = tile_overflow(split_overflow(weight), glu=glu_tiled)
+    over = overflow_of(weight)
+    assert over.abs().sum() > 0  # the weights do hold slots
+    x = torch.randn(batch, in_features).bfloat16()
+    y = torch.randn(batch, out, dtype=torch.float64)
+    order = glu_order(out) if glu_tiled else torch.arange(out)
+    expected = y + (x.double() @ over.T)[:, order]
+    assert torch.allclose(emulated_slots_add(y, x, w), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_glu_epilogue_pairs_gate_and_up_tiles():
+    out, batch = 96, 3
+    y = torch.randn(batch, out)
+    tiled = y[:, glu_order(out)]
+    gate, up = y.chunk(2, dim=1)
+    assert torch.allclose(glu(tiled), F.silu(gate) * up, rtol=1e-6, atol=1e-6)
+
+
+def test_x_is_transposed_and_padded_to_the_kernels_width():
+    assert [width(b) for b in (1, 4, 5, 8, 9, 16)] == [4, 4, 8, 8, 16, 16]
+    x = torch.randn(6, 64).bfloat16()
+    xt = transposed(x)
+    assert xt.shape == (64, 8) and xt.is_contiguous()
+    assert torch.equal(xt[:, :6], x.t()) and not xt[:, 6:].any()
+
+
+def test_the_setting_reads_a_batch_or_refuses_in_one_line(monkeypatch):
+    monkeypatch.delenv(SP24_SPLIT_FROM_SETTING, raising=False)
+    default = sp24_split_from_setting()
+    assert 0 <= default <= 16
+    for text, value in (("0", 0), ("9", 9), (" 16 ", 16)):
+        monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, text)
+        assert sp24_split_from_setting() == value
+    for bad in ("17", "-1", "auto", "8.5"):
+        monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, bad)
+        with pytest.raises(KernelChoiceError, match="from 1 to 16") as info:
+            sp24_split_from_setting()
+        assert "\n" not in str(info.value)
+
+
+def test_refusals_are_one_clear_error():
+    weight = capped_weight(32, 256)
+    w = tile_overflow(split_overflow(weight))
+    x = torch.randn(2, 256).bfloat16()
+    with pytest.raises(KernelInputError, match="no overflow slots"):
+        check(torch.zeros(2, 32).bfloat16(), x, tile(split_overflow(weight).w24))
+    with pytest.raises(KernelInputError, match=r"\[1..16, 256\]"):
+        check(torch.zeros(17, 32).bfloat16(), torch.randn(17, 256).bfloat16(), w)
+    with pytest.raises(KernelInputError, match="y has shape"):
+        check(torch.zeros(2, 31).bfloat16(), x, w)
+    with pytest.raises(KernelInputError, match="one 16-bit dtype"):
+        check(torch.zeros(2, 32).half(), x, w)
+    with pytest.raises(KernelInputError, match="one CUDA device"):
+        slots_add(torch.zeros(2, 32).bfloat16(), x, w)
+
+
+def test_only_slotted_linears_split_and_only_from_the_setting(monkeypatch):
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear
+
+    slotted = Sp24Linear(tile_overflow(split_overflow(capped_weight(32, 256))))
+    plain = Sp24Linear(tile(split_overflow(capped_weight(32, 256)).w24))
+    monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, "9")
+    assert [slotted._split(rows) for rows in (1, 8, 9, 16)] == [False, False, True, True]
+    assert not plain._split(16)
+    monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, "0")
+    assert not slotted._split(16)
+
+
+def _slots_error(result, y, x, over_tiled):
+    """|result − (y + x·W_overᵀ)| over half an ulp of the exact sum plus an fp32 sum of the slots' products."""
+    x64 = x.double().cpu()
+    exact = y.double().cpu() + x64 @ over_tiled.T
+    bound = (torch.finfo(x.dtype).eps / 2 * exact.abs() + 2 * x.shape[1] * 2.0**-24 * (x64.abs() @ over_tiled.abs().T)
+             + 1e-300)
+    return float(((result.double().cpu() - exact).abs() / bound).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("glu_tiled", [False, True])
+def test_slots_kernel_matches_float64(out, in_features, dtype, glu_tiled):
+    if glu_tiled and out % 32:
+        pytest.skip("a GLU weight has a multiple of 32 rows")
+    weight = capped_weight(out, in_features, dtype, seed=out, device="cuda")
+    w = tile_overflow(split_overflow(weight), glu=glu_tiled)
+    order = glu_order(out) if glu_tiled else torch.arange(out)
+    over_tiled = overflow_of(weight).cpu()[order]
+    for batch in (1, 3, 4, 5, 8, 9, 16):
+        x = torch.randn(batch, in_features, device="cuda").to(dtype)
+        y = torch.randn(batch, out, device="cuda").to(dtype)
+        result = slots_add(y, x, w)
+        assert result.dtype == dtype and result.shape == (batch, out)
+        assert _slots_error(result, y, x, over_tiled) <= 1, (out, in_features, batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("glu_tiled", [False, True])
+def test_split_product_matches_the_whole_weight(glu_tiled):
+    """sp24 on the 2:4 part rounds y once before the slots are added: within one ulp of each rounding."""
+    from sparsedecoding.kernels.sp24_split import split_linear
+
+    out, in_features = 1024, 2048
+    weight = capped_weight(out, in_features, seed=11, device="cuda")
+    w = tile_overflow(split_overflow(weight), glu=glu_tiled)
+    for batch in (1, 9, 16):
+        x = torch.randn(batch, in_features, device="cuda").bfloat16()
+        exact = x.double() @ weight.double().T
+        if glu_tiled:
+            gate, up = exact.chunk(2, dim=1)
+            exact = F.silu(gate) * up
+        y = split_linear(x, w).double()
+        assert y.shape == exact.shape
+        scale = exact.abs().max()
+        assert float((y - exact).abs().max() / scale) < 0.03, batch
+
+
+@pytest.mark.gpu
+def test_engine_linear_routes_by_the_setting_eagerly_and_compiled(monkeypatch):
+    """From the setting's batch on, the RMSNorm runs apart and the slots kernel is called (counted), eagerly and
+    through the custom ops under torch.compile; below it, or with 0, it is not; the results agree with the fused
+    kernel's within the split's extra rounding."""
+    from sparsedecoding.kernels import sp24_split
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear
+
+    calls = []
+    real = sp24_split.slots_add
+    monkeypatch.setattr(sp24_split, "slots_add", lambda *args: calls.append(args[1].shape[0]) or real(*args))
+    weight = capped_weight(512, 1024, seed=5, device="cuda")
+    linear = Sp24Linear(tile_overflow(split_overflow(weight), glu=True))
+    norm_weight = (torch.rand(1024, device="cuda") + 0.5).bfloat16()
+    compiled = torch.compile(lambda a, b: linear.normed(a, b, norm_weight, 1e-5), fullgraph=True, dynamic=False)
+    for batch in (8, 12):
+        x = torch.randn(batch, 1024, device="cuda").bfloat16()
+        res = torch.randn(batch, 1024, device="cuda").bfloat16()
+        monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, "0")
+        fused, fused_total = linear.normed(x, res, norm_weight, 1e-5)
+        assert not calls
+        monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, "9")
+        split, split_total = linear.normed(x, res, norm_weight, 1e-5)
+        split_compiled, _ = compiled(x, res)
+        assert calls == ([batch, batch] if batch >= 9 else []), batch
+        calls.clear()
+        assert torch.equal(split_total, fused_total)
+        scale = fused.float().abs().max()
+        for y in (split, split_compiled):
+            assert float((y.float() - fused.float()).abs().max() / scale) < 0.03, batch
