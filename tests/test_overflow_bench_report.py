@@ -16,7 +16,8 @@ def bench(monkeypatch):
 def row(bench, shape: str, batch: int, dense: float, fused_rows: float, fused_slots: float):
     r = bench.Row("llama-3.1-8b", shape, 4096, 4096, batch)
     r.times = {"dense": dense, "op16": 2 * dense, "sp24": dense / 2, "slots": dense, "both": 1.5 * dense,
-               "fused:rows": fused_rows, "fused:slots": fused_slots, "fused": fused_rows}
+               "fused:rows": fused_rows, "fused:slots": fused_slots, "fused": fused_rows, "split": dense / 4,
+               "split_kernels": dense / 8}
     return r
 
 
@@ -25,7 +26,8 @@ def test_summary_columns_are_geomeans_over_shapes(bench):
     lines = bench.summary(rows).splitlines()
     # fused: geomean(2, 0.5) = 1, min 0.5; two launches 1/1.5; the 16:32 op 0.5; sp24 2; fused vs op:
     # geomean(16/4, 16/16) = 2; fused over sp24: geomean(4/4, 16/4) = 2
-    assert lines[2] == "| 1 | 1.00x (0.50x) | 0.67x | 0.50x | 2.00x | 2.00x | 2.00x |"
+    # the split: 4x cuBLAS (min 4x), 8x without the transpose
+    assert lines[2] == "| 1 | 1.00x (0.50x) | 0.67x | 0.50x | 2.00x | 2.00x | 2.00x | 4.00x (4.00x) | 8.00x |"
     loops = bench.loop_summary(rows, ["rows", "slots"]).splitlines()
     assert loops[0] == "| batch | fused, rows | fused, slots |"
     assert loops[2] == "| 1 | 1.00x | 2.00x |"

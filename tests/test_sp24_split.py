@@ -1,8 +1,8 @@
 """A slotted 16:32+2 weight in two launches (`sp24_split`: sp24 on the 2:4 part, then csrc/slots.cu adds the slots).
 On CPU: the slots kernel's index arithmetic, emulated, gives the overflow's product in the tiled row order (odd
-shapes, padded words and GLU order included); the GLU epilogue pairs the right tiles; the setting and the refusals.
-On GPU: the slots kernel against float64 at batch 1-16, the whole split product (GLU too) against the whole weight,
-and the engine's linear routing by the setting, eagerly and compiled."""
+shapes, padded words and GLU order included); the GLU epilogue pairs the right tiles; the refusals. On GPU: the
+slots kernel against float64 at batch 1-16 (one and several step ranges), the whole split product (GLU too) against
+the whole weight."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from sparsedecoding.errors import KernelInputError
-from sparsedecoding.kernels.op import SP24_SPLIT_FROM_SETTING, KernelChoiceError, sp24_split_from_setting
 from sparsedecoding.kernels.overflow import split_overflow
 from sparsedecoding.kernels.sp24 import glu_order, tile, tile_overflow
 from sparsedecoding.kernels.sp24_split import check, emulated_slots_add, glu, slots_add, transposed, width
@@ -61,18 +60,20 @@ def test_x_is_transposed_and_padded_to_the_kernels_width():
     assert torch.equal(xt[:, :6], x.t()) and not xt[:, 6:].any()
 
 
-def test_the_setting_reads_a_batch_or_refuses_in_one_line(monkeypatch):
-    monkeypatch.delenv(SP24_SPLIT_FROM_SETTING, raising=False)
-    default = sp24_split_from_setting()
-    assert 0 <= default <= 16
-    for text, value in (("0", 0), ("9", 9), (" 16 ", 16)):
-        monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, text)
-        assert sp24_split_from_setting() == value
-    for bad in ("17", "-1", "auto", "8.5"):
-        monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, bad)
-        with pytest.raises(KernelChoiceError, match="from 1 to 16") as info:
-            sp24_split_from_setting()
-        assert "\n" not in str(info.value)
+@pytest.mark.parametrize("out,in_features", [(4096, 4096), (28672, 4096), (4096, 14336), (128, 256), (40, 96)])
+@pytest.mark.parametrize("batch", [1, 8, 16])
+def test_step_ranges_fit_shared_memory_and_fill_the_gpu(out, in_features, batch):
+    from types import SimpleNamespace
+
+    from sparsedecoding.kernels.sp24_split import MAX_SMEM, ROWS_PER_CTA, splits
+
+    steps, sms = -(-in_features // 256), 132
+    count = splits(SimpleNamespace(shape=(out, in_features), steps=steps), batch, sms)
+    per_split = -(-steps // count)
+    assert 1 <= count <= steps
+    assert per_split * 256 * 2 * width(batch) <= MAX_SMEM  # the staged range of xt fits
+    ctas = -(-out // ROWS_PER_CTA) * -(-steps // per_split)
+    assert ctas >= 2 * sms or count == steps  # two CTAs a multiprocessor, unless every step has its own already
 
 
 def test_refusals_are_one_clear_error():
@@ -89,18 +90,6 @@ def test_refusals_are_one_clear_error():
         check(torch.zeros(2, 32).half(), x, w)
     with pytest.raises(KernelInputError, match="one CUDA device"):
         slots_add(torch.zeros(2, 32).bfloat16(), x, w)
-
-
-def test_only_slotted_linears_split_and_only_from_the_setting(monkeypatch):
-    from sparsedecoding.kernels.sp24_linear import Sp24Linear
-
-    slotted = Sp24Linear(tile_overflow(split_overflow(capped_weight(32, 256))))
-    plain = Sp24Linear(tile(split_overflow(capped_weight(32, 256)).w24))
-    monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, "9")
-    assert [slotted._split(rows) for rows in (1, 8, 9, 16)] == [False, False, True, True]
-    assert not plain._split(16)
-    monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, "0")
-    assert not slotted._split(16)
 
 
 def _slots_error(result, y, x, over_tiled):
@@ -150,35 +139,3 @@ def test_split_product_matches_the_whole_weight(glu_tiled):
         assert y.shape == exact.shape
         scale = exact.abs().max()
         assert float((y - exact).abs().max() / scale) < 0.03, batch
-
-
-@pytest.mark.gpu
-def test_engine_linear_routes_by_the_setting_eagerly_and_compiled(monkeypatch):
-    """From the setting's batch on, the RMSNorm runs apart and the slots kernel is called (counted), eagerly and
-    through the custom ops under torch.compile; below it, or with 0, it is not; the results agree with the fused
-    kernel's within the split's extra rounding."""
-    from sparsedecoding.kernels import sp24_split
-    from sparsedecoding.kernels.sp24_linear import Sp24Linear
-
-    calls = []
-    real = sp24_split.slots_add
-    monkeypatch.setattr(sp24_split, "slots_add", lambda *args: calls.append(args[1].shape[0]) or real(*args))
-    weight = capped_weight(512, 1024, seed=5, device="cuda")
-    linear = Sp24Linear(tile_overflow(split_overflow(weight), glu=True))
-    norm_weight = (torch.rand(1024, device="cuda") + 0.5).bfloat16()
-    compiled = torch.compile(lambda a, b: linear.normed(a, b, norm_weight, 1e-5), fullgraph=True, dynamic=False)
-    for batch in (8, 12):
-        x = torch.randn(batch, 1024, device="cuda").bfloat16()
-        res = torch.randn(batch, 1024, device="cuda").bfloat16()
-        monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, "0")
-        fused, fused_total = linear.normed(x, res, norm_weight, 1e-5)
-        assert not calls
-        monkeypatch.setenv(SP24_SPLIT_FROM_SETTING, "9")
-        split, split_total = linear.normed(x, res, norm_weight, 1e-5)
-        split_compiled, _ = compiled(x, res)
-        assert calls == ([batch, batch] if batch >= 9 else []), batch
-        calls.clear()
-        assert torch.equal(split_total, fused_total)
-        scale = fused.float().abs().max()
-        for y in (split, split_compiled):
-            assert float((y.float() - fused.float()).abs().max() / scale) < 0.03, batch

@@ -55,8 +55,6 @@ NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CT
 SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
-SP24_SPLIT_FROM_SETTING = "SPARSEDECODING_SP24_SPLIT_FROM"
-SP24_SPLIT_FROM_DEFAULT = 0
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -112,19 +110,6 @@ def sp24_slots_setting() -> bool:
     off: 1.34 / 1.05 / 0.78 / 0.72 / 0.70x; at batch 8 the columns order since lifted it to 0.99x
     (results/auto_loop_e2e_h200_8b.md). "0" keeps every 16:32 linear on the packed kernels."""
     return _switch(SP24_SLOTS_SETTING, "1", "16:32+2 linears on the 2:4 kernel with overflow slots")
-
-
-def sp24_split_from_setting() -> int:
-    """SPARSEDECODING_SP24_SPLIT_FROM: the batch (rows of x) from which a slotted 16:32+2 linear runs in two launches,
-    sp24 on its 2:4 part and then the slots kernel (`sp24_split`), instead of sp24 with the slots in its MMA loop;
-    "0" never. Unset or empty: SP24_SPLIT_FROM_DEFAULT. KernelChoiceError for anything but 0-16."""
-    text = os.environ.get(SP24_SPLIT_FROM_SETTING, "").strip()
-    if not text:
-        return SP24_SPLIT_FROM_DEFAULT
-    if not text.isdigit() or int(text) > MAX_BATCH:
-        raise KernelChoiceError(f"{SP24_SPLIT_FROM_SETTING}={text!r}; use a batch from 1 to {MAX_BATCH} (slotted "
-                                f"linears run in two launches from that batch on) or 0 (never)")
-    return int(text)
 
 
 def fuse_norm_setting() -> bool:
@@ -269,8 +254,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
-            SP24_SLOTS_SETTING: sp24_slots_setting,
-            SP24_SPLIT_FROM_SETTING: sp24_split_from_setting}
+            SP24_SLOTS_SETTING: sp24_slots_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

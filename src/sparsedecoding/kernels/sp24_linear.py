@@ -20,8 +20,7 @@ import torch.nn.functional as F
 from ..errors import EngineError, KernelInputError, PackingError
 from .format import PackedNM, pack_nm
 from .linear import PackedLinear
-from . import sp24_split
-from .op import MAX_BATCH, sp24_split_from_setting
+from .op import MAX_BATCH
 from .overflow import split_overflow, words_over_cap
 from .quantized import PackedNMQ
 from .quantized_linear import QuantizedPackedLinear
@@ -75,13 +74,6 @@ class Sp24Linear(torch.nn.Module):
     def _on_dense_copy(self, rows: int) -> bool:
         return self._buffers["dense"] is not None and rows >= self.dense_from_rows
 
-    def _split(self, rows: int) -> bool:
-        """Whether `rows` rows of x run this slotted linear in two launches (SPARSEDECODING_SP24_SPLIT_FROM)."""
-        if not self.slotted:
-            return False
-        split_from = sp24_split_from_setting()
-        return split_from != 0 and rows >= split_from
-
     @classmethod
     def from_module(cls, module: PackedLinear | QuantizedPackedLinear, glu: bool = False) -> Sp24Linear:
         """`module`'s weight tiled (a 16:32 one as its 2:4 part plus overflow slots: PackingError, in one line, if
@@ -124,22 +116,11 @@ class Sp24Linear(torch.nn.Module):
         x2 = x.reshape(-1, self.in_features)
         rows = x2.shape[0]
         on_copy = self._on_dense_copy(rows)
-        split = self._split(rows)
         if on_copy or rows > MAX_BATCH or not x.is_cuda:  # the dense copy, prefill, or CPU (the reference product)
             y = F.linear(x2, self._buffers["dense"] if on_copy else self._dense(x.dtype))
             if self.glu:
                 gate, up = y.chunk(2, dim=-1)
                 y = F.silu(gate) * up
-        elif split and torch.compiler.is_compiling():
-            x2 = x2.contiguous()
-            y = torch.ops.sparsedecoding.sp24_mm(x2, self.a, self.meta, None, None, self.rows, self.in_features, 0,
-                                                 self.steps, 0, 0, False, None, None)
-            y = torch.ops.sparsedecoding.sp24_slots_add(y, x2, self.over_v, self.over_o, self.rows, self.in_features,
-                                                        self.steps)
-            if self.glu:
-                y = sp24_split.glu(y)
-        elif split:
-            y = sp24_split.split_linear(x2.contiguous(), self.weight)
         elif torch.compiler.is_compiling():
             y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), self.a, self.meta, self.scales, self.row_scales,
                                                  self.rows, self.in_features, self.code, self.steps,
@@ -160,7 +141,7 @@ class Sp24Linear(torch.nn.Module):
             raise KernelInputError(f"x has shape {tuple(shape)} and res {tuple(res.shape)}; this Sp24Linear takes "
                                    f"both [..., {self.in_features}]")
         x2, res2 = x.reshape(-1, self.in_features), res.reshape(-1, self.in_features)
-        if x2.shape[0] > MAX_BATCH or not x.is_cuda or self._on_dense_copy(x2.shape[0]) or self._split(x2.shape[0]):
+        if x2.shape[0] > MAX_BATCH or not x.is_cuda or self._on_dense_copy(x2.shape[0]):
             total = x + res
             return self(rms_norm(total, norm_weight, eps)), total
         if torch.compiler.is_compiling():
