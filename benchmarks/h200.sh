@@ -253,8 +253,8 @@ PY
     bash benchmarks/h200.sh bg gpu-tests-18 slots-engine-one-cta dense-copies-tiled ;;
   lease18b)  # run in the eighteenth session (its engine half cut short: see split-kernel): the split slots
     bash benchmarks/h200.sh bg split-kernel ;;
-  split-kernel)  # overflow_h200_split.md (run by hand in the eighteenth session with the default batches): 8B + 14B
-    # shapes at batch 8 / 12 / 16 (SPLIT_BATCHES), the fused kernel (auto) beside the split (sp24 on the 2:4 part,
+  split-kernel)  # overflow_h200_split.md (run in the eighteenth session with the default batches, its test line
+    # then filtered to three tests): 8B + 14B shapes at batch 8 / 12 / 16 (SPLIT_BATCHES), the fused kernel (auto) beside the split (sp24 on the 2:4 part,
     # then slots.cu), after the split's GPU tests; measured slower than the fused kernel, so the engine keeps that
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_split.py -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_split.log" || true
@@ -263,8 +263,8 @@ PY
       | tail -12) || true ;;
   gpu-tests-18)  # the GPU tests the seventeenth session changed and did not run: the dense expansion with slots,
     # the slotted linears, the engine with dense copies
-    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24_slots.py tests/test_sp24_overflow.py::test_dense_expansion_with_slots \
-      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_18_slots.log" || true ;;
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24_slots.py \
+      tests/test_sp24_overflow.py::test_dense_expansion_with_slots -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_18_slots.log" || true ;;
   dense-copies-tiled)  # not yet run: e2e_h200_8b_16of32p2_dense_copies.md, the 8B preset pruned 16:32+2 against
     # dense at batch 1, 4, 8, 12, 16, and with dense copies from batch 9 at 12 and 16 (the copies now leave the
     # tiled linears in place, so batch 1-8 run the kernels of the model without copies); after the GPU tests of

@@ -147,8 +147,8 @@ def emulated_slots_add(y: torch.Tensor, x: torch.Tensor, w: Sp24Weight) -> torch
     row = (16 * tile + g + 8 * ((k >> 1) & 1)).expand_as(values)
     c = 8 * ((offsets >> 2) & 3) + 2 * (offsets >> 4) + ((offsets >> 1) & 1)
     col = 32 * (STEP_TILES[0] * step + 2 * t + (k >> 2)) + c
-    col = torch.where(col < in_features, col, torch.zeros_like(col))
-    xd = x.double().cpu()
+    # the kernel stages zeros for the padded words' columns past `in`
+    xd = F.pad(x.double().cpu(), (0, steps * 256 - in_features))
     products = values.cpu().unsqueeze(-1) * xd.t()[col.cpu()]  # [..., batch]
     sums = torch.zeros(row_tiles * 16, x.shape[0], dtype=torch.float64)
     sums.index_add_(0, row.reshape(-1).cpu(), products.reshape(-1, x.shape[0]))
