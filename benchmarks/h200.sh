@@ -248,6 +248,42 @@ PY
     # quality-overflow-heldout (about 12 minutes)
     bash benchmarks/h200.sh bg overflow-loops
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
+  lease19)  # the nineteenth session's lease (no model): the prebuilt libraries, the GPU tests of the halved metadata
+    # and the three step buffers (and the split product's, not yet run), the kernel bench with the old kernel side
+    # by side, issue 13's engine rows, then the engine A/Bs; about 15 minutes
+    bash benchmarks/h200.sh bg kcache pipe-tests pipe-kernel quant-e2e-head-int8 pipe-engine ;;
+  kcache)  # the libraries benchmarks/prebuild_kernels.py built offline (carried in .kcache/, same nvcc release) into
+    # the kernel cache, each kept only if it loads here
+    mkdir -p /root/cache/cuda_build
+    for lib in .kcache/cuda_build/*.so; do
+      [ -f "$lib" ] || continue
+      python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$lib" && cp -n "$lib" /root/cache/cuda_build/ \
+        || echo "not loadable here: $lib"
+    done; ls /root/cache/cuda_build ;;
+  pipe-tests)  # the GPU tests of sp24 with each lane's metadata halved (selector 1 for the second half) and of the
+    # three step buffers for int4, every sp24 kernel test on the new build, the tiled linears (tuning with three
+    # buffers), and the split product's test strengthened after the eighteenth session's last lease
+    timeout 330 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_pipe.log" || true
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py tests/test_sp24_split.py -p no:cacheprovider \
+      2>&1 | tail -4 | tee "$OUT/gpu_tests_pipe_linear_split.log" || true ;;
+  pipe-kernel)  # sp24_h200.md (no split sweep) with the tuned launch also timed under the old kernel's settings
+    # (SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_SP24_BUFFERS=2), side by side; then sp24_h200_buffers.md: int4
+    # at batch 1-8 with two buffers only as the baseline (both halved), which separates the two changes
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 330 python3 sp24_bench.py --no-sweep \
+      --baseline SPARSEDECODING_SP24_HALF_META=0 SPARSEDECODING_SP24_BUFFERS=2 --out "$OUT/sp24_h200.md" \
+      | grep -E "^\| (bf16|int8|int4) \||failures|rror") || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py --no-sweep --kinds int4 \
+      --batches 1 2 4 8 --baseline SPARSEDECODING_SP24_BUFFERS=2 --out "$OUT/sp24_h200_buffers.md" \
+      | grep -E "^\| int4 \||failures|rror") || true ;;
+  pipe-engine)  # the 8B preset's A/Bs in the engine, side by side: halved metadata with int8 codes (no third
+    # buffer there) at batch 1 and with bf16 values at 1 / 4 / 8; three buffers with int4 codes at 1 / 4
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_HALF_META --values 0 1 \
+      --quantize int8 --batch 1 --out "$OUT/half_meta_h200_8b_int8.md" | tail -4 || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BUFFERS --values 2 auto \
+      --quantize int4 --batch 1 4 --out "$OUT/buffers_h200_8b_int4.md" | tail -4 || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_HALF_META --values 0 1 \
+      --batch 1 4 8 --out "$OUT/half_meta_h200_8b.md" | tail -4 || true ;;
   lease18)  # prepared for the next session (no model): slots-engine-one-cta, then dense-copies-tiled; about 10
     # minutes
     bash benchmarks/h200.sh bg gpu-tests-18 slots-engine-one-cta dense-copies-tiled ;;

@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = "src/sparsedecoding/kernels/csrc/sp24.cu"
 CODES = {"0": "16-bit values", "8": "int8 codes", "4": "int4 codes"}
-VARIANT = re.compile(r"sp24_kernelI(\w+?)Li(\d+)ELi(\d+)ELi(\d+)ELb([01])(?:ELi(\d))?")
+VARIANT = re.compile(r"sp24_kernelI(\w+?)Li(\d+)ELi(\d+)ELi(\d+)ELb([01])(?:ELi(\d))?(?:ELi(\d))?")
 OVER_LOOPS = {0: "-", 1: "rows", 2: "slots", 3: "columns"}  # sp24.cu's OVER: the slot-loop order, 0 without slots
 ADDRESS = re.compile(r"/\*[0-9a-f]{4,6}\*/")
 
@@ -51,14 +51,14 @@ def loop_counts(sass: str) -> list[dict]:
         match = VARIANT.search(function.split("\n", 1)[0])
         if not match:
             continue
-        dtype, nt, code, sps, norm, over = match.groups()
+        dtype, nt, code, sps, norm, over, buffers = match.groups()
         lines = [line for line in function.split("\n") if ADDRESS.search(line)]
         mma = [i for i, line in enumerate(lines) if "HMMA" in line]
         span = lines[mma[0]:mma[-1] + 1] if mma else []
         rows.append({"dtype": "bf16" if "bfloat16" in dtype else "fp16", "nt": int(nt), "code": code,
                      "sps": int(sps), "norm": norm == "1", "instructions": len(lines), "span": len(span),
                      "mma": len(mma), "spills": sum("LDL" in line or "STL" in line for line in span),
-                     "over": int(over or 0), "shared_loads": sum("LDS" in line for line in span)})
+                     "over": int(over or 0), "buffers": int(buffers or 2), "shared_loads": sum("LDS" in line for line in span)})
     return rows
 
 
@@ -110,21 +110,22 @@ def main() -> int:
         print(f"error: nvcc could not build {args.rev or 'the working tree'}'s sp24.cu for {args.arch}: {exc}",
               file=sys.stderr)
         return 1
-    rows = sorted(loop_counts(sass), key=lambda r: (r["code"], r["over"], r["norm"], r["nt"], r["sps"], r["dtype"]))
+    rows = sorted(loop_counts(sass),
+                  key=lambda r: (r["code"], r["over"], r["norm"], r["nt"], r["sps"], r["buffers"], r["dtype"]))
     lines = [f"# sp24 main loop, SASS instruction counts ({args.rev or 'working tree'})", "",
              f"- date: {datetime.date.today().isoformat()}", f"- command: `python {' '.join(sys.argv)}`",
              f"- compiler: {version}, {args.arch}, -O3 {' '.join(args.define)}(an offline compile: no GPU runs "
              "here)", "",
              "Span = first to last sparse MMA of the kernel; per MMA = span / MMAs (for 1-8 rows of x, one MMA a "
              "k-tile). int4 scale loads per step: 16 / 2^gk_shift groups, 4 for 128 columns a scale.", "",
-             "| values | x dtype | rows of x | int4 scale loads a step | fused RMSNorm | slot loop | instructions | "
-             "span | MMAs | per MMA | spills in span | shared loads in span |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| values | x dtype | rows of x | int4 scale loads a step | fused RMSNorm | slot loop | step buffers | "
+             "instructions | span | MMAs | per MMA | spills in span | shared loads in span |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         per = f"{r['span'] / r['mma']:.1f}" if r["mma"] else "-"
         lines.append(f"| {CODES[r['code']]} | {r['dtype']} | {'1-8' if r['nt'] == 1 else '9-16'} | "
                      f"{r['sps'] if r['code'] == '4' else '-'} | {'yes' if r['norm'] else 'no'} | "
-                     f"{OVER_LOOPS[r['over']]} | {r['instructions']} | {r['span']} | {r['mma']} | {per} | "
+                     f"{OVER_LOOPS[r['over']]} | {r['buffers']} | {r['instructions']} | {r['span']} | {r['mma']} | {per} | "
                      f"{r['spills']} | {r['shared_loads']} |")
     report = "\n".join(lines) + "\n"
     print(report)

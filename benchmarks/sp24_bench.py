@@ -15,7 +15,9 @@ run. Issue 12's targets (2:4 bf16 vs cuBLAS, geomean over the 8 shapes: >= 1.60x
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,14 +29,15 @@ from kernel_bench import L2_ROTATION_BYTES, geomean, linear_shapes, random_nm_we
 from quant_kernel_bench import grid_weight
 from cuda_kernel_bench import environment, write_report
 from sparsedecoding.engine.bench import copy_bandwidth
-from sparsedecoding.errors import KernelInputError
+from sparsedecoding.errors import KernelInputError, SparseDecodingError
 from sparsedecoding.kernels.autotune import Float64Reference
 from sparsedecoding.kernels import nm_spmv
 from sparsedecoding.kernels.format import pack_nm
+from sparsedecoding.kernels import op
 from sparsedecoding.kernels.op import sp24_pdl_setting
 from sparsedecoding.kernels.quantized import pack_nm_quantized
-from sparsedecoding.kernels.sp24 import (Sp24Launch, Sp24Weight, default_splits, min_splits, tile, tiled_to_dense,
-                                         tuned_launch)
+from sparsedecoding.kernels.sp24 import (Sp24Launch, Sp24Weight, default_splits, launch_label, min_splits, tile,
+                                         tiled_to_dense, tuned_launch)
 
 MODELS = ["llama-3.1-8b", "qwen3-14b"]
 SHAPES = ["qkv", "o", "gate_up", "down"]
@@ -56,6 +59,7 @@ class Row:
     dense_s: float
     times: dict[str, float] = field(default_factory=dict)  # "bf16" / "int8" / "int4" (default split), "op"
     best: dict[str, tuple[float, int]] = field(default_factory=dict)  # kind -> (seconds, splits)
+    baseline: dict[str, tuple[float, str]] = field(default_factory=dict)  # kind -> (seconds, launch) under --baseline
     tuned: dict[str, tuple[float, int]] = field(default_factory=dict)  # the engine's tuner pick, timed again
     splits: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
@@ -71,8 +75,23 @@ def copies(w: Sp24Weight) -> list[Sp24Weight]:
     return [w] + [w.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / w.nbytes))]
 
 
+@contextlib.contextmanager
+def environment_set(values: dict[str, str]):
+    """The environment with `values` set, as it was afterwards."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int, Row], reps: int, sms: int,
-               sweep: bool = True) -> None:
+               sweep: bool = True, baseline: dict[str, str] | None = None) -> None:
     rotation = copies(w)
     for batch, row in rows.items():
         x = torch.randn(batch, w.shape[1], device="cuda").to(w.dtype)
@@ -87,8 +106,14 @@ def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int,
         row.times[kind], row.splits[kind] = results[default], default
         row.best[kind] = min((s, k) for k, s in results.items())
         tuned = tuned_launch(x, w)  # the engine's choice: its own float64 checks and timings, then timed here again
-        choice = str(tuned.splits) if tuned.slices == 1 else f"{tuned.splits}/{tuned.slices}s"
+        choice = launch_label(tuned)
         row.tuned[kind] = (time_rotated([lambda c=c: tuned(x, c) for c in rotation], reps)[0], choice)
+        if baseline:  # the tuner's pick under the baseline settings (tuned anew: they are part of its key)
+            with environment_set(baseline):
+                base = tuned_launch(x, w)
+                row.checks[kind] = max(row.checks[kind], float64_error(base(x, w), x, weight64))
+                row.baseline[kind] = (time_rotated([lambda c=c: base(x, c) for c in rotation], reps)[0],
+                                      launch_label(base))
         row.bytes[kind] = w.nbytes + 2 * batch * sum(w.shape)
         print(f"{row.model} {row.shape} b{batch} {kind}: {results[default] * 1e6:.1f} us (splits {default}; best "
               f"{row.best[kind][0] * 1e6:.1f} at {row.best[kind][1]}), cuBLAS {row.dense_s * 1e6:.1f}, "
@@ -98,7 +123,7 @@ def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int,
 
 
 def bench_shape(model: str, shape: str, batches: list[int], kinds: list[str], reps: int, generator,
-                sms: int, sweep: bool = True) -> list[Row]:
+                sms: int, sweep: bool = True, baseline: dict[str, str] | None = None) -> list[Row]:
     out, in_features = linear_shapes(model, unfused=False)[shape]
     weight = random_nm_weight(out, in_features, 2, 4, generator)
     dense = [weight] + [weight.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / (weight.numel() * 2)))]
@@ -116,7 +141,7 @@ def bench_shape(model: str, shape: str, batches: list[int], kinds: list[str], re
             x = torch.randn(batch, in_features, device="cuda").bfloat16()
             row.times["op"] = time_rotated([lambda p=p: nm_spmv(x, p) for p in op_copies], reps)[0]
         del op_copies
-        bench_kind("bf16", tile(packed), weight.double(), rows, reps, sms, sweep)
+        bench_kind("bf16", tile(packed), weight.double(), rows, reps, sms, sweep, baseline)
     del packed
     for kind in [k for k in kinds if k != "bf16"]:
         group = in_features if kind == "int8" else GROUP_SIZE
@@ -124,7 +149,7 @@ def bench_shape(model: str, shape: str, batches: list[int], kinds: list[str], re
         w = tile(quantized)
         weight64 = quantized.to_dense(torch.float64)
         del quantized
-        bench_kind(kind, w, weight64, rows, reps, sms, sweep)
+        bench_kind(kind, w, weight64, rows, reps, sms, sweep, baseline)
         del w, weight64
     torch.cuda.empty_cache()
     return list(rows.values())
@@ -134,9 +159,11 @@ def pct(nbytes: int, seconds: float, copy_bw: float) -> str:
     return f"{nbytes / seconds / copy_bw * 100:.0f}%"
 
 
-def summary(rows: list[Row], kinds: list[str]) -> str:
+def summary(rows: list[Row], kinds: list[str], baseline: bool = False) -> str:
     lines = ["| values | batch | geomean vs cuBLAS, tuned (as the engine runs it) | min | geomean, default splits | "
-             "geomean, fastest split tried | target | verdict |", "|---|---|---|---|---|---|---|---|"]
+             "geomean, fastest split tried | target | verdict |"
+             + (" geomean, tuned under the baseline settings (min) | tuned vs baseline, geomean of time ratios |"
+                if baseline else ""), "|---|---|---|---|---|---|---|---|" + ("---|---|" if baseline else "")]
     batches = sorted({r.batch for r in rows})
     for kind in kinds:
         for batch in batches:
@@ -153,23 +180,31 @@ def summary(rows: list[Row], kinds: list[str]) -> str:
                 ok = g >= target and (kind != "bf16" or min(ratios) >= 1.0)
                 verdict = "met" if ok else f"missed ({g:.2f}x vs {target:.2f}x" + (
                     f", min {min(ratios):.2f}x" if kind == "bf16" else "") + ")"
+            extra = ""
+            if baseline:
+                base = [r.dense_s / r.baseline[kind][0] for r in sel]
+                extra = (f" {geomean(base):.2f}x ({min(base):.2f}x) | "
+                         f"{geomean([r.baseline[kind][0] / r.tuned[kind][0] for r in sel]):.3f}x |")
             lines.append(f"| {kind} | {batch} | {geomean(ratios):.2f}x | {min(ratios):.2f}x | "
                          f"{geomean(default):.2f}x | {geomean(best):.2f}x | "
-                         f"{'-' if target is None else f'{target:.2f}x'} | {verdict} |")
+                         f"{'-' if target is None else f'{target:.2f}x'} | {verdict} |{extra}")
         if kind == "bf16":
             for batch in batches:
                 sel = [r for r in rows if r.batch == batch and "op" in r.times]
                 lines.append(f"| bf16, today's op (nm_spmv) | {batch} | "
                              f"{geomean([r.dense_s / r.times['op'] for r in sel]):.2f}x | "
-                             f"{min(r.dense_s / r.times['op'] for r in sel):.2f}x | - | - | - | for comparison |")
+                             f"{min(r.dense_s / r.times['op'] for r in sel):.2f}x | - | - | - | for comparison |"
+                             + (" - | - |" if baseline else ""))
     return "\n".join(lines)
 
 
-def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
+def details(rows: list[Row], kinds: list[str], copy_bw: float, baseline: bool = False) -> str:
     header = ["model", "linear", "out x in", "batch", "cuBLAS us (% copy)", "op us (x)"]
     for kind in kinds:
         header += [f"{kind} tuned us (splits; x cuBLAS; % copy)", f"{kind} default us (splits)",
                    f"{kind} fastest tried us (splits)", f"{kind} float64"]
+        if baseline:
+            header.append(f"{kind} baseline tuned us (splits; x cuBLAS)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         cells = [r.model, r.shape, f"{r.out}x{r.in_features}", str(r.batch),
@@ -177,13 +212,16 @@ def details(rows: list[Row], kinds: list[str], copy_bw: float) -> str:
                  f"{r.times['op'] * 1e6:.1f} (x{r.dense_s / r.times['op']:.2f})" if "op" in r.times else "-"]
         for kind in kinds:
             if kind not in r.times:
-                cells += ["-", "-", "-", "-"]
+                cells += ["-"] * (5 if baseline else 4)
                 continue
             s, splits = r.tuned[kind]
             cells += [f"{s * 1e6:.1f} ({splits}; x{r.dense_s / s:.2f}; {pct(r.bytes[kind], s, copy_bw)})",
                       f"{r.times[kind] * 1e6:.1f} ({r.splits[kind]})",
                       f"{r.best[kind][0] * 1e6:.1f} ({r.best[kind][1]})",
                       "ok" if r.checks[kind] <= 1 else "FAIL" + f" ({r.checks[kind]:.2f})"]
+            if baseline:
+                b, label = r.baseline[kind]
+                cells.append(f"{b * 1e6:.1f} ({label}; x{r.dense_s / b:.2f})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -217,7 +255,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sweep", action="store_true",
                         help="time only the default split besides the tuned launch (a quicker run: the 'fastest "
                              "split tried' column is then the default)")
+    parser.add_argument("--baseline", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="kernel settings (op.SETTINGS) under which the tuned launch is also timed, side by side, "
+                             "e.g. SPARSEDECODING_SP24_HALF_META=0 SPARSEDECODING_SP24_BUFFERS=2")
     args = parser.parse_args(argv)
+    baseline = {}
+    for item in args.baseline:
+        name, _, value = item.partition("=")
+        if name not in op.SETTINGS or not value:
+            parser.error(f"--baseline {item!r}: use NAME=VALUE with NAME one of {', '.join(op.SETTINGS)}")
+        baseline[name] = value
+    with environment_set(baseline):
+        try:
+            op.settings()
+        except SparseDecodingError as exc:  # a bad value: its own one-line message
+            parser.error(f"--baseline: {exc}")
     start = gpu_start("sp24_bench")
     if start is None:
         return 2
@@ -236,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape in args.shapes:
             try:
                 rows += bench_shape(model, shape, args.batches, args.kinds, args.reps, generator, sms,
-                                    not args.no_sweep)
+                                    not args.no_sweep, baseline)
             except KernelInputError as exc:
                 print(f"error: {model} {shape}: {exc}", file=sys.stderr)
                 return 2
@@ -246,11 +298,14 @@ def main(argv: list[str] | None = None) -> int:
               + f"- sp24 launches: {'programmatic' if sp24_pdl_setting() else 'plain'} (SPARSEDECODING_SP24_PDL; "
               + "programmatic launches of consecutive sp24 kernels overlap one's start with the last one's tail, "
               + "as in the decoder; cuBLAS launches are plain)\n"
+              + ("- baseline settings (each tuned launch also timed under them, side by side): "
+                 + ", ".join(f"{k}={v}" for k, v in baseline.items()) + "\n" if baseline else "")
+              + f"- {op.settings_line()}\n"
               + "\n## Targets (geomean over the shapes, speedup vs cuBLAS bf16 on the dense pruned weight)\n\n"
-              + summary(rows, args.kinds) + "\n\n## All measurements\n\n"
+              + summary(rows, args.kinds, bool(baseline)) + "\n\n## All measurements\n\n"
               + "Tuned = the launch `sp24.tuned_launch` picks (what the engine runs: its own float64 checks and "
               + "graph-replay timings), timed again here: its split count, and `/Ns` when N warps share each row "
-              + "tile inside a CTA (slices); default = `sp24.default_splits`, one slice; fastest tried = the "
+              + "tile inside a CTA (slices), `/3b` with three step buffers; default = `sp24.default_splits`, one slice; fastest tried = the "
               + "fastest of "
               + ("1, 2, 4, 8, 16 splits and the default" if not args.no_sweep else "the default split alone "
                  "(--no-sweep)")
@@ -258,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
               + "minimum over several timings, so slightly optimistic). Bytes: tiled weight (values or codes, "
               + "metadata, scales) + x + y. "
               + "op = `nm_spmv` as dispatched today (bf16).\n\n"
-              + details(rows, args.kinds, copy_bw)
+              + details(rows, args.kinds, copy_bw, bool(baseline))
               + f"\n\nfloat64 failures: {failures}. Whole run: {time.perf_counter() - started:.0f} s\n")
     write_report(report, args.out)
     return 1 if failures else 0

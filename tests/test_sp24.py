@@ -192,6 +192,64 @@ def test_slices_other_than_a_divisor_of_the_warps_raise():
         Sp24Launch(torch.randn(1, 256).bfloat16(), w, 1, 3)
 
 
+def test_step_buffers_other_than_two_or_three_raise_and_three_only_for_int4_at_batch_1_to_8():
+    from sparsedecoding.kernels.sp24 import Sp24Launch, three_buffers_apply
+
+    values = tile(pack_nm(random_nm_weight(16, 512, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    with pytest.raises(KernelInputError, match="buffers = 4"):
+        Sp24Launch(torch.randn(1, 512).bfloat16(), values, 1, 1, buffers=4)
+    with pytest.raises(KernelInputError, match="buffers = 3 runs int4 codes"):
+        Sp24Launch(torch.randn(1, 512).bfloat16(), values, 1, 1, buffers=3)
+    for group, batch, applies in ((128, 1, True), (128, 8, True), (128, 9, False), (512, 4, True), (64, 1, False),
+                                  (32, 1, False)):
+        w = tile(pack_nm_quantized(grid_weight(16, 512, "int4", group), 2, 4, "int4", group))
+        assert three_buffers_apply(w, batch) == applies, (group, batch)
+    int8 = tile(pack_nm_quantized(grid_weight(16, 512, "int8"), 2, 4, "int8", 512))
+    assert not three_buffers_apply(int8, 1) and not three_buffers_apply(values, 1)
+
+
+def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
+    """SPARSEDECODING_SP24_HALF_META=0 loads a second library built with -DSP24_HALF_META=0 (the default build has
+    no such flag), each kept once."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels import cuda_mma
+    from sparsedecoding.kernels.op import SP24_HALF_META_SETTING, KernelChoiceError, settings
+
+    built = []
+
+    class Library:
+        def __init__(self, defines):
+            built.append(defines)
+            self.sp24_launch, self.sp24_dense_launch, self.sp24_error_string = (lambda: 0,) * 3
+            self.sp24_rows_per_block = lambda: sp24.ROWS_PER_BLOCK
+            self.sp24_max_smem = lambda: sp24.MAX_SMEM
+
+    monkeypatch.setattr(cuda_mma, "open_library", lambda source, min_major, defines: Library(defines))
+    monkeypatch.setattr(sp24, "_libraries", {})
+    monkeypatch.delenv(SP24_HALF_META_SETTING, raising=False)
+    default = sp24._load()
+    monkeypatch.setenv(SP24_HALF_META_SETTING, "0")
+    full = sp24._load()
+    assert full is not default and sp24._load() is full and sp24._load(half_meta=True) is default
+    sp24._load(columns=True)
+    assert built == [(), ("-DSP24_HALF_META=0",), ("-DSP24_COLUMNS", "-DSP24_HALF_META=0")]
+    monkeypatch.setenv(SP24_HALF_META_SETTING, "half")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_HALF_META='half'"):
+        settings()
+
+
+def test_step_buffers_setting_takes_auto_or_2(monkeypatch):
+    from sparsedecoding.kernels.op import SP24_BUFFERS_SETTING, KernelChoiceError, sp24_buffers_setting
+
+    monkeypatch.delenv(SP24_BUFFERS_SETTING, raising=False)
+    assert sp24_buffers_setting() == "auto"
+    monkeypatch.setenv(SP24_BUFFERS_SETTING, "2")
+    assert sp24_buffers_setting() == "2"
+    monkeypatch.setenv(SP24_BUFFERS_SETTING, "3")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_BUFFERS='3'; use auto"):
+        sp24_buffers_setting()
+
+
 def test_norm_inputs_are_checked_before_a_launch():
     """The RMSNorm-in-front launch refuses a residual or norm weight of another shape or dtype, with one message
     naming what it got and what it expected (checked before any kernel work, on any device)."""
@@ -499,6 +557,60 @@ def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, monkeypatc
         expected = chain(plain)
         for y, total in outputs:
             assert torch.equal(y, expected[0]) and torch.equal(total, expected[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", [128, 256, 1024])
+@pytest.mark.parametrize("out,in_features", [(64, 512), (1000, 2560), (4096, 4096), (512, 7168)])
+def test_three_step_buffers_give_two_buffers_bit_for_bit(group, out, in_features):
+    """int4 codes at batch 1-8 through three register buffers of steps: against float64, and bit for bit what two
+    buffers give (the same MMAs in the same order), for per-warp step counts of 1 to 14 (splits and slices), with
+    and without the RMSNorm in front, and the tuner's choice under SPARSEDECODING_SP24_BUFFERS=auto."""
+    from sparsedecoding.kernels.sp24 import Sp24Launch, sp24_linear
+
+    if in_features % group:
+        pytest.skip("the group divides the row")
+    packed = pack_nm_quantized(grid_weight(out, in_features, "int4", group).cuda(), 2, 4, "int4", group)
+    weight = packed.to_dense(torch.float64)
+    w = tile(packed)
+    norm_weight = (1 + torch.randn(in_features, device="cuda") / 4).bfloat16()
+    for batch in (1, 3, 8):
+        x = torch.randn(batch, in_features, device="cuda").bfloat16()
+        res = torch.randn(batch, in_features, device="cuda").bfloat16()
+        for splits, slices in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 4), (1, 8), (5, 1)):
+            if splits > w.steps or -(-w.steps // splits) < slices:
+                continue
+            two, three = (Sp24Launch(x, w, splits, slices, buffers=b) for b in (2, 3))
+            y = three(x, w)
+            assert float64_error(y, x, weight) <= 1, (group, out, in_features, batch, splits, slices)
+            assert torch.equal(y, two(x, w)), (group, out, in_features, batch, splits, slices)
+            two, three = (Sp24Launch(x, w, splits, slices, norm=True, buffers=b) for b in (2, 3))
+            y, total = three(x, w, res, norm_weight, 1e-6)
+            expected = two(x, w, res, norm_weight, 1e-6)
+            assert torch.equal(y, expected[0]) and torch.equal(total, expected[1]), (group, batch, splits, slices)
+        assert float64_error(sp24_linear(x, w), x, weight) <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "fp16", "int8", "int4"])
+def test_half_meta_build_gives_the_full_meta_build_bit_for_bit(kind, monkeypatch):
+    """Metadata from both lane pairs (sparsity selectors 0 and 1, the default build) gives bit for bit what the
+    build with every lane holding all of its row pair's metadata (selector 0 only) gives, with and without the
+    RMSNorm in front."""
+    from sparsedecoding.kernels.op import SP24_HALF_META_SETTING
+    from sparsedecoding.kernels.sp24 import Sp24Launch
+
+    packed, dtype = _packed_on_gpu(kind, 1000, 4096, seed=31)
+    w = tile(packed)
+    norm_weight = (1 + torch.randn(4096, device="cuda") / 4).to(dtype)
+    for batch in (1, 5, 16):
+        x = torch.randn(batch, 4096, device="cuda").to(dtype)
+        outputs = []
+        for value in ("1", "0"):
+            monkeypatch.setenv(SP24_HALF_META_SETTING, value)
+            plain, normed = Sp24Launch(x, w, 4, 1), Sp24Launch(x, w, 4, 1, norm=True)
+            outputs.append((plain(x, w), *normed(x, w, None, norm_weight, 1e-6)))
+        assert all(torch.equal(a, b) for a, b in zip(*outputs)), (kind, batch)
 
 
 @pytest.mark.gpu

@@ -81,6 +81,22 @@ def geometry_defines(geometry: dict[str, int]) -> list[str]:
     return [f"-DNM_MMA_{name.upper()}={value}" for name, value in sorted(geometry.items())]
 
 
+def library_path(source_path: Path, arch: str, defines: tuple[str, ...], nvcc: str) -> Path:
+    """Where `build` keeps the library of `source_path` for compute capability `arch` ("90") built with `defines` by
+    this `nvcc`: named by a hash of the source, the arch, nvcc's version line and the defines, so any change
+    builds anew (`benchmarks/prebuild_kernels.py` fills it offline)."""
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    key = hashlib.sha256(source_path.read_bytes() + arch.encode() + (version[-1] if version else "").encode()
+                         + " ".join(defines).encode()).hexdigest()[:16]
+    return cache_dir() / f"{source_path.stem}_sm{arch}_{key}.so"
+
+
+def build_command(nvcc: str, source_path: Path, arch: str, defines: tuple[str, ...], target: Path) -> list[str]:
+    """The nvcc command line that builds `source_path` into the shared library `target`."""
+    return [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17",
+            f"-gencode=arch=compute_{arch},code=sm_{arch}", *defines, "-o", str(target), str(source_path)]
+
+
 def build(source_path: Path = SOURCE, min_major: int = 9, defines: tuple[str, ...] = ()) -> Path:
     """Compile `source_path` (default `nm_mma.cu`, which needs compute capability `min_major`.0) for the current
     device, with nvcc flags `defines` (`geometry_defines`), unless a matching library is cached; return its path.
@@ -90,17 +106,12 @@ def build(source_path: Path = SOURCE, min_major: int = 9, defines: tuple[str, ..
         raise CudaKernelUnavailableError("nvcc not found (set CUDA_HOME or put nvcc on PATH) — the tensor-core "
                                          "kernel is compiled at first use; use the Triton kernel (nm_spmv) instead")
     arch = _arch(min_major)
-    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    source = source_path.read_bytes()
-    key = hashlib.sha256(source + arch.encode() + (version[-1] if version else "").encode()
-                         + " ".join(defines).encode()).hexdigest()[:16]
-    target = cache_dir() / f"{source_path.stem}_sm{arch}_{key}.so"
+    target = library_path(source_path, arch, defines, nvcc)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.tmp")
-    command = [nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17",
-               f"-gencode=arch=compute_{arch},code=sm_{arch}", *defines, "-o", str(partial), str(source_path)]
+    command = build_command(nvcc, source_path, arch, defines, partial)
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ register semantics, so CPU tests check the layout without a GPU."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +30,8 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_over_loop_setting, sp24_pdl_setting
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_buffers_setting, sp24_half_meta_setting,
+                 sp24_over_loop_setting, sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -42,7 +44,7 @@ STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
 _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
-_libraries: dict[bool, ctypes.CDLL] = {}  # by whether it was built with SP24_COLUMNS
+_libraries: dict[tuple[bool, bool], ctypes.CDLL] = {}  # by (built with SP24_COLUMNS, with SP24_HALF_META)
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 
@@ -403,16 +405,21 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     return dense[:out, :in_features]
 
 
-def _load(columns: bool = False) -> ctypes.CDLL:
+def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' column-major loop
-    order (over_loop 3), which the default build leaves out so that its other kernels compile as measured."""
+    order (over_loop 3), which the default build leaves out so that its other kernels compile as measured;
+    `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0."""
+    if half_meta is None:
+        half_meta = sp24_half_meta_setting()
     with _lock:
-        library = _libraries.get(columns)
+        library = _libraries.get((columns, half_meta))
         if library is None:
-            library = cuda_mma.open_library(SOURCE, min_major=8, defines=("-DSP24_COLUMNS",) if columns else ())
+            defines = (("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",))
+            library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
-                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int])
+                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
+                                            + [ctypes.c_int] * 2)
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -421,7 +428,7 @@ def _load(columns: bool = False) -> ctypes.CDLL:
             library.sp24_max_smem.restype = ctypes.c_int
             if (library.sp24_rows_per_block(), library.sp24_max_smem()) != (ROWS_PER_BLOCK, MAX_SMEM):
                 raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size; rebuild")
-            _libraries[columns] = library
+            _libraries[(columns, half_meta)] = library
         return library
 
 
@@ -458,6 +465,15 @@ def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1) -> int:
     row_blocks = -(-w.shape[0] // (ROWS_PER_BLOCK // slices))
     wanted = max(1, min(-(-2 * sms // row_blocks), w.steps // 2))
     return max(wanted, min_splits(w, batch))
+
+
+BUFFERS = (2, 3)  # step buffers a warp may hold in registers (sp24.cu's NB)
+
+
+def three_buffers_apply(w: Sp24Weight, batch: int) -> bool:
+    """Whether sp24.cu has a three-buffer kernel for w at `batch`: int4 codes with at least 4 k-tiles (128 columns)
+    a scale group, no overflow slots, 1-8 rows of x."""
+    return w.code == 4 and w.gk_shift >= 2 and w.over_v is None and batch <= 8
 
 
 def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
@@ -501,15 +517,21 @@ class Sp24Launch:
     """The kernel for one problem (the first x's batch, dtype and device, the weight's shape and code), built or
     loaded at construction, which must run outside CUDA graph capture the first time a device uses split-K (it
     allocates the counters). `splits`: step ranges across CTAs (default `default_splits`); `slices`: warps per
-    row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
+    row tile inside a CTA, sharing out its steps (one of SLICES); `buffers`: steps a warp holds in registers (3 only
+    where `three_buffers_apply`). A call allocates y (and split-K partials) and
     launches on torch's current stream. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`,
     `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). Under
     SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
-                 norm: bool = False):
+                 norm: bool = False, buffers: int = 2):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
+        if buffers not in BUFFERS:
+            raise KernelInputError(f"buffers = {buffers}; use one of {BUFFERS}")
+        if buffers == 3 and not three_buffers_apply(w, 1 if x.dim() == 1 else x.shape[0]):
+            raise KernelInputError("buffers = 3 runs int4 codes with 128 or more columns a scale, without overflow "
+                                   "slots, at batch 1-8 only")
         if w.glu and slices > max(SLICES) // 2:
             raise KernelInputError(f"slices = {slices}: a GLU weight needs its row-tile pairs in one CTA (at most "
                                    f"{max(SLICES) // 2} slices)")
@@ -518,7 +540,8 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
-        self.library = _load(self.over_loop == COLUMNS)
+        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting())
+        self.buffers = buffers
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape
@@ -572,7 +595,8 @@ class Sp24Launch:
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
-                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop)
+                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
+                self.buffers)
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -625,14 +649,15 @@ _SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # with one slice
 _SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already splits the steps inside a CTA)
 _MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
-_timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, slices) -> ms per launch
+_timings: dict[tuple, dict[tuple[int, int, int], float]] = {}  # problem -> (splits, slices, buffers) -> ms a launch
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
-    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL (a launch tuned under one value is
-    not reused under the other); for a weight with overflow slots, SPARSEDECODING_SP24_OVER_LOOP too."""
+    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _BUFFERS (a launch
+    tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            sp24_pdl_setting(), sp24_over_loop_setting() if w.over_v is not None else None)
+            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_buffers_setting(),
+            sp24_over_loop_setting() if w.over_v is not None else None)
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -722,7 +747,8 @@ def _copies(w: Sp24Weight) -> list[Sp24Weight]:
 
 
 def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None) -> Sp24Launch:
-    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), chosen on first use:
+    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), each with two step buffers
+    and, where `three_buffers_apply` under SPARSEDECODING_SP24_BUFFERS=auto, three, chosen on first use:
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
     L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
@@ -742,9 +768,10 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
         check_norm_inputs(x, w, norm[0], norm[1])
     reference = _reference(x, w, norm)
     launches = {}
-    for slices, splits in _candidates(w, batch, sms, low):
-        launch = Sp24Launch(x, w, splits, slices, norm is not None)
-        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
+    buffer_choices = (2, 3) if sp24_buffers_setting() == "auto" and three_buffers_apply(w, batch) else (2,)
+    for (slices, splits), buffers in itertools.product(_candidates(w, batch, sms, low), buffer_choices):
+        launch = Sp24Launch(x, w, splits, slices, norm is not None, buffers)
+        if (launch.used_splits, slices, buffers) in {(c.used_splits, c.slices, c.buffers) for c in launches.values()}:
             continue  # the same grid as a candidate already kept
         y = launch(x, w, *(norm or ()))
         if norm is not None:
@@ -752,13 +779,14 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
             expected = (reference.reference if w.glu else reference).sum
             if not torch.equal(total.view_as(expected), expected):
                 raise RuntimeError(f"sp24: the residual sum x + res differs from torch's for {key} with {splits} "
-                                   f"splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report this")
+                                   f"splits, {slices} slices and {buffers} buffers; set SPARSEDECODING_KERNEL=triton "
+                                   "and report this")
         error = reference.error(y.view(-1, w.out_features))
         if not error <= 1:  # NaN fails too
             raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
-                               f"{splits} splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report "
-                               "this")
-        launches[(splits, slices)] = launch
+                               f"{splits} splits, {slices} slices and {buffers} buffers; set "
+                               "SPARSEDECODING_KERNEL=triton and report this")
+        launches[(splits, slices, buffers)] = launch
     del reference
     weights = _copies(w)
     from .autotune import replay_ms  # imports triton
@@ -784,9 +812,16 @@ def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int
     return sorted(found)
 
 
-def tuning_results() -> dict[tuple, tuple[tuple[int, int], dict[tuple[int, int], float]]]:
-    """For every problem tuned so far: the chosen (splits, slices) and each candidate's median time in ms."""
-    return {key: ((launch.splits, launch.slices), dict(_timings[key])) for key, launch in _launches.items()}
+def tuning_results() -> dict[tuple, tuple[tuple[int, int, int], dict[tuple[int, int, int], float]]]:
+    """For every problem tuned so far: the chosen (splits, slices, buffers) and each candidate's median time in ms."""
+    return {key: ((launch.splits, launch.slices, launch.buffers), dict(_timings[key]))
+            for key, launch in _launches.items()}
+
+
+def launch_label(launch: Sp24Launch) -> str:
+    """A launch as reports show it: splits, then `/Ns` for N slices and `/3b` for three step buffers."""
+    return (str(launch.splits) + (f"/{launch.slices}s" if launch.slices > 1 else "")
+            + (f"/{launch.buffers}b" if launch.buffers != 2 else ""))
 
 
 def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,

@@ -70,12 +70,22 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kRowsPerCta = 16 * kWarps;
 constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64) bytes
 
+// Metadata of half the k-tiles a lane (SP24_HALF_META, the default): mma.sp m16n8k32 with 16-bit A reads its
+// metadata from lanes t = 0, 1 of each quad under sparsity selector 0 and from lanes t = 2, 3 under selector 1. Lanes
+// t = 0, 1 hold the words of the step's first ks / 2 k-tiles and lanes t = 2, 3 (as t - 2) those of the second half,
+// which their MMAs take with selector 1: half the metadata registers and loads. With SP24_HALF_META=0 every lane
+// loads t % 2's words of all ks k-tiles and every MMA uses selector 0 (lanes t = 2, 3 then hold copies).
+#ifndef SP24_HALF_META
+#define SP24_HALF_META 1
+#endif
+
 template <int CODE>
 struct Steps {
   static constexpr int ks = CODE == 0 ? 8 : 16;                      // k-tiles per step
   static constexpr int a_loads = CODE == 4 ? 4 : 8;                  // 16-byte loads of values per lane and step
   static constexpr int tiles_per_load = ks / a_loads;
-  static constexpr int meta_loads = ks / 4;                          // 16-byte metadata loads (lanes t < 2)
+  static constexpr int meta_words = SP24_HALF_META ? ks / 2 : ks;    // metadata words a lane holds per step
+  static constexpr int meta_loads = meta_words / 4;                  // 16-byte metadata loads per lane
 };
 
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
@@ -104,17 +114,19 @@ __device__ __forceinline__ uint32_t ld_u32(const void* p) {
 #define SP24_MMA_SP "mma.sp.sync.aligned.m16n8k32.row.col.f32."
 #endif
 
-template <bool BF16>
+// SEL: the sparsity selector, which pair of each quad's lanes supplies the metadata (0: t = 0, 1; 1: t = 2, 3)
+template <bool BF16, int SEL>
 __device__ __forceinline__ void mma_sp(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint4& b,
                                        uint32_t e) {
+  static_assert(SEL == 0 || SEL == 1, "m16n8k32 with 16-bit A takes selector 0 or 1");
   if constexpr (BF16) {
-    asm volatile(SP24_MMA_SP "bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n"
+    asm volatile(SP24_MMA_SP "bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, %13;\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e), "n"(SEL));
   } else {
-    asm volatile(SP24_MMA_SP "f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n"
+    asm volatile(SP24_MMA_SP "f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, %13;\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e), "n"(SEL));
   }
 }
 
@@ -206,8 +218,9 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 #pragma unroll
   for (int j = 0; j < S::a_loads; ++j)
     r.a[j] = ld_stream(a + (static_cast<size_t>(step) * S::a_loads + j) * 512 + 16 * lane);
-  // lanes t = 2, 3 load the words of t - 2 (the same sectors, no extra traffic): mma.sp reads t = 0, 1 only
-  const char* mp = meta + (static_cast<size_t>(step) * 16 + 2 * g + (t & 1)) * (S::ks * 4);
+  // lane t holds the words of lane t % 2's row pair: all ks k-tiles, or (SP24_HALF_META) half t / 2 of them
+  const char* mp = meta + ((static_cast<size_t>(step) * 16 + 2 * g + (t & 1)) * S::ks +
+                           (SP24_HALF_META ? (t >> 1) * S::meta_words : 0)) * 4;
 #pragma unroll
   for (int j = 0; j < S::meta_loads; ++j) r.m[j] = ld_stream(mp + 16 * j);
   if constexpr (CODE == 4) {
@@ -345,7 +358,8 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     const uint32_t q = word_of(v, k % 4);
     a0 = int4_pair(q, 0); a1 = int4_pair(q, 1); a2 = int4_pair(q, 2); a3 = int4_pair(q, 3);
   }
-  const uint32_t e = word_of(r.m[k / 4], k % 4);
+  // k is a constant once compute_step's loop is unrolled, and so is the selector
+  const uint32_t e = word_of(r.m[(k % S::meta_words) / 4], k % 4);
   const int tile = local_step * S::ks + k;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -353,7 +367,8 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     // is spent on them
     const int row = min(8 * j + g, batch - 1);
     const uint4 b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
-    mma_sp<kBf16>(acc[j], a0, a1, a2, a3, b, e);
+    if (k < S::meta_words) mma_sp<kBf16, 0>(acc[j], a0, a1, a2, a3, b, e);
+    else mma_sp<kBf16, 1>(acc[j], a0, a1, a2, a3, b, e);
   }
 }
 
@@ -397,7 +412,9 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #endif
 template <int NT, int OVER>
 constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : 2;
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER>
+// NB: register buffers of steps, NB - 1 steps in flight while one is computed (2; 3 for int4 codes at 1-8 rows of
+// x, which keep a third as many bytes a step as 16-bit values, when sp24.py's tuner picks it).
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, int NB>
 __global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
@@ -431,13 +448,14 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* ov_tile = OVER != 0 ? over_v + static_cast<size_t>(tile_row) * steps * 512 : nullptr;
   const char* oc_tile = OVER != 0 ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
 
-  // Both first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
-  StepRegs<CODE, SPS> r0, r1;
-  if (active && wstep0 < wstep1)
-    load_step<CODE, SPS, OVER != 0>(r0, a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0, lane, t, g, gk_shift, groups);
-  if (active && wstep0 + 1 < wstep1)
-    load_step<CODE, SPS, OVER != 0>(r1, a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + 1, lane, t, g,
-                                    gk_shift, groups);
+  // The first NB steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
+  static_assert(NB == 2 || NB == 3, "two or three step buffers");
+  StepRegs<CODE, SPS> r[NB];
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+    if (active && wstep0 + b < wstep1)
+      load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t, g,
+                                      gk_shift, groups);
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -515,18 +533,18 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
     for (int b = 0; b < 8 * NT; ++b) p[h][b] = 0.f;
   if (active) {
-    for (int step = wstep0; step < wstep1; step += 2) {
-      compute_step<T, NT, CODE, SPS>(acc, r0, xs, xstride, step - step0, g, t, batch);
-      if constexpr (OVER != 0) over_step<T, NT, OVER>(p, r0.ov, r0.oc, xs, xstride, step - step0, t, batch);
-      if (step + 2 < wstep1)
-        load_step<CODE, SPS, OVER != 0>(r0, a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 2, lane, t, g,
-                                        gk_shift, groups);
-      if (step + 1 >= wstep1) break;
-      compute_step<T, NT, CODE, SPS>(acc, r1, xs, xstride, step + 1 - step0, g, t, batch);
-      if constexpr (OVER != 0) over_step<T, NT, OVER>(p, r1.ov, r1.oc, xs, xstride, step + 1 - step0, t, batch);
-      if (step + 3 < wstep1)
-        load_step<CODE, SPS, OVER != 0>(r1, a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 3, lane, t, g,
-                                        gk_shift, groups);
+    // buffer b holds steps wstep0 + b + NB·i: computed, then refilled with the step NB further
+    for (int step = wstep0; step < wstep1; step += NB) {
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        if (step + b >= wstep1) break;
+        compute_step<T, NT, CODE, SPS>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
+        if constexpr (OVER != 0)
+          over_step<T, NT, OVER>(p, r[b].ov, r[b].oc, xs, xstride, step + b - step0, t, batch);
+        if (step + b + NB < wstep1)
+          load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + b + NB, lane, t, g,
+                                          gk_shift, groups);
+      }
     }
     if constexpr (OVER != 0) {
       // the quad's four lanes hold partials of the same two rows: sum them (every lane of the warp takes part),
@@ -682,11 +700,12 @@ struct Problem {
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
   int over_loop = 1;  // OVER's loop order (1, 2 or 3; sp24_launch resolves 0)
+  int buffers = 2;  // NB (3 only where by_batch instantiates it)
 };
 
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, int NB = 2>
 cudaError_t launch(const Problem& p) {
-  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER>;
+  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER, NB>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
   if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
@@ -828,6 +847,14 @@ cudaError_t by_batch(const Problem& p) {
   } else {
     if (p.over_v != nullptr) return cudaErrorInvalidValue;
   }
+  if (p.buffers != 2) {  // three buffers: int4 codes with at most 4 scale loads a step, 1-8 rows of x
+    if constexpr (CODE == 4 && SPS <= 4) {
+      if (p.buffers != 3 || p.batch > 8) return cudaErrorInvalidValue;
+      return p.norm_w != nullptr ? launch<T, 1, CODE, SPS, true, 0, 3>(p) : launch<T, 1, CODE, SPS, false, 0, 3>(p);
+    } else {
+      return cudaErrorInvalidValue;
+    }
+  }
   if (p.norm_w != nullptr)
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, true>(p) : launch<T, 2, CODE, SPS, true>(p);
   return p.batch <= 8 ? launch<T, 1, CODE, SPS, false>(p) : launch<T, 2, CODE, SPS, false>(p);
@@ -849,15 +876,16 @@ extern "C" {
 // (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
 // x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a build with SP24_COLUMNS), 0 the
 // first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself,
-// sp24.over_loop). Returns 0 or a cudaError_t.
+// sp24.over_loop). `buffers`: step buffers a warp holds in registers, 2, or 3 for int4 codes with at least 4 k-tiles
+// (128 columns) a scale group at 1-8 rows of x (the tuner tries both there). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop) {
+                const void* over_o, int over_loop, int buffers) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 3)
+      over_loop < 0 || over_loop > 3 || buffers < 2 || buffers > 3)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
@@ -871,6 +899,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.over_v = over_v;
   p.over_o = over_o;
   p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
+  p.buffers = buffers;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;

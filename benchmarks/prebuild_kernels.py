@@ -1,0 +1,70 @@
+"""Build the CUDA kernel libraries offline, for a GPU this machine need not have, into the cache that
+`kernels.cuda_mma.build` reads (SPARSEDECODING_CACHE, or --cache): the same file names and nvcc command line, so
+a GPU machine with the same nvcc release loads them instead of spending a minute per library in nvcc. Each
+library is the source as it stands, for compute capability --arch, with the defines the kernels ask for.
+
+    PATH=/usr/local/bin:$PATH python benchmarks/prebuild_kernels.py --arch 90 --cache .kcache
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+CSRC = REPO / "src" / "sparsedecoding" / "kernels" / "csrc"
+# (source, defines): what sp24.py (default build; SPARSEDECODING_SP24_HALF_META=0; the slots' columns order),
+# sp24_split.py and cuda_mma.py (default geometry) ask for
+LIBRARIES = {
+    "sp24": ("sp24.cu", ()),
+    "sp24-full-meta": ("sp24.cu", ("-DSP24_HALF_META=0",)),
+    "sp24-columns": ("sp24.cu", ("-DSP24_COLUMNS",)),
+    "slots": ("slots.cu", ()),
+    "nm_mma": ("nm_mma.cu", ()),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--arch", default="90", help="compute capability without the dot (default: %(default)s)")
+    parser.add_argument("--cache", type=Path, help="the cache folder (default: SPARSEDECODING_CACHE or ~/.cache)")
+    parser.add_argument("--only", nargs="+", choices=sorted(LIBRARIES), default=sorted(LIBRARIES))
+    args = parser.parse_args()
+    if not args.arch.isdigit():
+        parser.error(f"--arch {args.arch!r}: digits, e.g. 90")
+    if args.cache:
+        os.environ["SPARSEDECODING_CACHE"] = str(args.cache.resolve())
+    from sparsedecoding.kernels import cuda_mma
+
+    nvcc = cuda_mma._nvcc()
+    if nvcc is None:
+        print("error: nvcc not found (set CUDA_HOME or put nvcc on PATH)", file=sys.stderr)
+        return 2
+    for name in args.only:
+        source, defines = LIBRARIES[name]
+        target = cuda_mma.library_path(CSRC / source, args.arch, defines, nvcc)
+        if target.is_file():
+            print(f"{name}: cached {target}")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}.tmp")
+        started = time.perf_counter()
+        result = subprocess.run(cuda_mma.build_command(nvcc, CSRC / source, args.arch, defines, partial),
+                                capture_output=True, text=True)
+        if result.returncode or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            print(f"error: {name}: nvcc failed\n{(result.stderr + result.stdout).strip()}", file=sys.stderr)
+            return 1
+        os.replace(partial, target)
+        print(f"{name}: built {target} in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
