@@ -578,7 +578,7 @@ def test_three_step_buffers_give_two_buffers_bit_for_bit(group, out, in_features
         x = torch.randn(batch, in_features, device="cuda").bfloat16()
         res = torch.randn(batch, in_features, device="cuda").bfloat16()
         for splits, slices in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 4), (1, 8), (5, 1)):
-            if splits > w.steps or -(-w.steps // splits) < slices:
+            if splits < min_splits(w, batch) or splits > w.steps or -(-w.steps // splits) < slices:
                 continue
             two, three = (Sp24Launch(x, w, splits, slices, buffers=b) for b in (2, 3))
             y = three(x, w)
