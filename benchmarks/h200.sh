@@ -248,10 +248,26 @@ PY
     # quality-overflow-heldout (about 12 minutes)
     bash benchmarks/h200.sh bg overflow-loops
     AFTER=overflow-loops bash benchmarks/h200.sh bg quality-overflow-heldout ;;
-  lease19)  # the nineteenth session's lease (no model): the prebuilt libraries, the GPU tests of the halved metadata
-    # and the three step buffers (and the split product's, not yet run), the kernel bench with the old kernel side
-    # by side, issue 13's engine rows, then the engine A/Bs; about 15 minutes
+  lease19)  # run at commit 8aed30d, the nineteenth session's first lease (no model): the prebuilt libraries, the GPU
+    # tests of the halved metadata and the three step buffers (and the split product's, not yet run), the kernel
+    # bench with the old kernel side by side, issue 13's engine rows, then the engine A/Bs; about 15 minutes. The
+    # three buffers (SPARSEDECODING_SP24_BUFFERS) were then removed: no gain
     bash benchmarks/h200.sh bg kcache pipe-tests pipe-kernel quant-e2e-head-int8 pipe-engine ;;
+  lease19b)  # the second lease, on the final code: sp24's GPU tests, the split product's, sp24_h200.md again with
+    # the full-metadata build side by side, and the same with plain launches (sp24_h200_plain.md); about 5 minutes
+    bash benchmarks/h200.sh bg kcache final-tests final-kernel ;;
+  final-tests)  # sp24's GPU tests on the final code (the halved metadata bit for bit against the full build), the
+    # split product's
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_split.py -p no:cacheprovider 2>&1 \
+      | tail -3 | tee "$OUT/gpu_tests_final.log" || true ;;
+  final-kernel)  # sp24_h200.md and sp24_h200_plain.md (SPARSEDECODING_SP24_PDL=0: every launch plain, as cuBLAS's),
+    # each with the full-metadata build timed side by side
+    for pdl in 1 0; do
+      (cd benchmarks && SPARSEDECODING_SP24_PDL=$pdl PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 \
+        sp24_bench.py --no-sweep --baseline SPARSEDECODING_SP24_HALF_META=0 \
+        --out "$OUT/sp24_h200$([ $pdl = 1 ] || echo _plain).md" | grep -E "^\| (bf16|int8|int4) \||failures|rror") \
+        || true
+    done ;;
   kcache)  # the libraries benchmarks/prebuild_kernels.py built offline (carried in .kcache/, same nvcc release) into
     # the kernel cache, each kept only if it loads here
     mkdir -p /root/cache/cuda_build
@@ -260,14 +276,14 @@ PY
       python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$lib" && cp -n "$lib" /root/cache/cuda_build/ \
         || echo "not loadable here: $lib"
     done; ls /root/cache/cuda_build ;;
-  pipe-tests)  # the GPU tests of sp24 with each lane's metadata halved (selector 1 for the second half) and of the
+  pipe-tests)  # (run at commit 8aed30d) the GPU tests of sp24 with each lane's metadata halved (selector 1 for the second half) and of the
     # three step buffers for int4, every sp24 kernel test on the new build, the tiled linears (tuning with three
     # buffers), and the split product's test strengthened after the eighteenth session's last lease
     timeout 330 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_pipe.log" || true
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_linear.py tests/test_sp24_split.py -p no:cacheprovider \
       2>&1 | tail -4 | tee "$OUT/gpu_tests_pipe_linear_split.log" || true ;;
-  pipe-kernel)  # sp24_h200.md (no split sweep) with the tuned launch also timed under the old kernel's settings
+  pipe-kernel)  # (run at commit 8aed30d) sp24_h200_buffers.md and the first sp24_h200.md (no split sweep) with the tuned launch also timed under the old kernel's settings
     # (SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_SP24_BUFFERS=2), side by side; then sp24_h200_buffers.md: int4
     # at batch 1-8 with two buffers only as the baseline (both halved), which separates the two changes
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 330 python3 sp24_bench.py --no-sweep \
@@ -276,7 +292,7 @@ PY
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py --no-sweep --kinds int4 \
       --batches 1 2 4 8 --baseline SPARSEDECODING_SP24_BUFFERS=2 --out "$OUT/sp24_h200_buffers.md" \
       | grep -E "^\| int4 \||failures|rror") || true ;;
-  pipe-engine)  # the 8B preset's A/Bs in the engine, side by side: halved metadata with int8 codes (no third
+  pipe-engine)  # (run at commit 8aed30d) the 8B preset's A/Bs in the engine, side by side: halved metadata with int8 codes (no third
     # buffer there) at batch 1 and with bf16 values at 1 / 4 / 8; three buffers with int4 codes at 1 / 4
     timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_HALF_META --values 0 1 \
       --quantize int8 --batch 1 --out "$OUT/half_meta_h200_8b_int8.md" | tail -4 || true

@@ -118,14 +118,14 @@ def main() -> int:
              "here)", "",
              "Span = first to last sparse MMA of the kernel; per MMA = span / MMAs (for 1-8 rows of x, one MMA a "
              "k-tile). int4 scale loads per step: 16 / 2^gk_shift groups, 4 for 128 columns a scale.", "",
-             "| values | x dtype | rows of x | int4 scale loads a step | fused RMSNorm | slot loop | step buffers | "
+             "| values | x dtype | rows of x | int4 scale loads a step | fused RMSNorm | slot loop | "
              "instructions | span | MMAs | per MMA | spills in span | shared loads in span |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         per = f"{r['span'] / r['mma']:.1f}" if r["mma"] else "-"
         lines.append(f"| {CODES[r['code']]} | {r['dtype']} | {'1-8' if r['nt'] == 1 else '9-16'} | "
                      f"{r['sps'] if r['code'] == '4' else '-'} | {'yes' if r['norm'] else 'no'} | "
-                     f"{OVER_LOOPS[r['over']]} | {r['buffers']} | {r['instructions']} | {r['span']} | {r['mma']} | {per} | "
+                     f"{OVER_LOOPS[r['over']]} | {r['instructions']} | {r['span']} | {r['mma']} | {per} | "
                      f"{r['spills']} | {r['shared_loads']} |")
     report = "\n".join(lines) + "\n"
     print(report)

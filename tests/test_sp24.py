@@ -192,22 +192,6 @@ def test_slices_other_than_a_divisor_of_the_warps_raise():
         Sp24Launch(torch.randn(1, 256).bfloat16(), w, 1, 3)
 
 
-def test_step_buffers_other_than_two_or_three_raise_and_three_only_for_int4_at_batch_1_to_8():
-    from sparsedecoding.kernels.sp24 import Sp24Launch, three_buffers_apply
-
-    values = tile(pack_nm(random_nm_weight(16, 512, 2, 4, torch.bfloat16, seed=4), 2, 4))
-    with pytest.raises(KernelInputError, match="buffers = 4"):
-        Sp24Launch(torch.randn(1, 512).bfloat16(), values, 1, 1, buffers=4)
-    with pytest.raises(KernelInputError, match="buffers = 3 runs int4 codes"):
-        Sp24Launch(torch.randn(1, 512).bfloat16(), values, 1, 1, buffers=3)
-    for group, batch, applies in ((128, 1, True), (128, 8, True), (128, 9, False), (512, 4, True), (64, 1, False),
-                                  (32, 1, False)):
-        w = tile(pack_nm_quantized(grid_weight(16, 512, "int4", group), 2, 4, "int4", group))
-        assert three_buffers_apply(w, batch) == applies, (group, batch)
-    int8 = tile(pack_nm_quantized(grid_weight(16, 512, "int8"), 2, 4, "int8", 512))
-    assert not three_buffers_apply(int8, 1) and not three_buffers_apply(values, 1)
-
-
 def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
     """SPARSEDECODING_SP24_HALF_META=0 loads a second library built with -DSP24_HALF_META=0 (the default build has
     no such flag), each kept once."""
@@ -236,18 +220,6 @@ def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
     monkeypatch.setenv(SP24_HALF_META_SETTING, "half")
     with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_HALF_META='half'"):
         settings()
-
-
-def test_step_buffers_setting_takes_auto_or_2(monkeypatch):
-    from sparsedecoding.kernels.op import SP24_BUFFERS_SETTING, KernelChoiceError, sp24_buffers_setting
-
-    monkeypatch.delenv(SP24_BUFFERS_SETTING, raising=False)
-    assert sp24_buffers_setting() == "auto"
-    monkeypatch.setenv(SP24_BUFFERS_SETTING, "2")
-    assert sp24_buffers_setting() == "2"
-    monkeypatch.setenv(SP24_BUFFERS_SETTING, "3")
-    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_BUFFERS='3'; use auto"):
-        sp24_buffers_setting()
 
 
 def test_norm_inputs_are_checked_before_a_launch():
@@ -557,38 +529,6 @@ def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, monkeypatc
         expected = chain(plain)
         for y, total in outputs:
             assert torch.equal(y, expected[0]) and torch.equal(total, expected[1])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("group", [128, 256, 1024])
-@pytest.mark.parametrize("out,in_features", [(64, 512), (1000, 2560), (4096, 4096), (512, 7168)])
-def test_three_step_buffers_give_two_buffers_bit_for_bit(group, out, in_features):
-    """int4 codes at batch 1-8 through three register buffers of steps: against float64, and bit for bit what two
-    buffers give (the same MMAs in the same order), for per-warp step counts of 1 to 14 (splits and slices), with
-    and without the RMSNorm in front, and the tuner's choice under SPARSEDECODING_SP24_BUFFERS=auto."""
-    from sparsedecoding.kernels.sp24 import Sp24Launch, sp24_linear
-
-    if in_features % group:
-        pytest.skip("the group divides the row")
-    packed = pack_nm_quantized(grid_weight(out, in_features, "int4", group).cuda(), 2, 4, "int4", group)
-    weight = packed.to_dense(torch.float64)
-    w = tile(packed)
-    norm_weight = (1 + torch.randn(in_features, device="cuda") / 4).bfloat16()
-    for batch in (1, 3, 8):
-        x = torch.randn(batch, in_features, device="cuda").bfloat16()
-        res = torch.randn(batch, in_features, device="cuda").bfloat16()
-        for splits, slices in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 4), (1, 8), (5, 1)):
-            if splits < min_splits(w, batch) or splits > w.steps or -(-w.steps // splits) < slices:
-                continue
-            two, three = (Sp24Launch(x, w, splits, slices, buffers=b) for b in (2, 3))
-            y = three(x, w)
-            assert float64_error(y, x, weight) <= 1, (group, out, in_features, batch, splits, slices)
-            assert torch.equal(y, two(x, w)), (group, out, in_features, batch, splits, slices)
-            two, three = (Sp24Launch(x, w, splits, slices, norm=True, buffers=b) for b in (2, 3))
-            y, total = three(x, w, res, norm_weight, 1e-6)
-            expected = two(x, w, res, norm_weight, 1e-6)
-            assert torch.equal(y, expected[0]) and torch.equal(total, expected[1]), (group, batch, splits, slices)
-        assert float64_error(sp24_linear(x, w), x, weight) <= 1
 
 
 @pytest.mark.gpu

@@ -56,8 +56,6 @@ SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
-SP24_BUFFERS_SETTING = "SPARSEDECODING_SP24_BUFFERS"
-SP24_BUFFERS_CHOICES = ("auto", "2")
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -213,22 +211,12 @@ def sp24_over_loop_setting() -> str:
 def sp24_half_meta_setting() -> bool:
     """SPARSEDECODING_SP24_HALF_META: "1" or unset builds the sp24 kernel so that each lane holds the metadata of
     half a step's k-tiles, the other half of its quad's row pair taking theirs with mma.sp's sparsity selector 1
-    (half the metadata registers and loads; sp24.cu's SP24_HALF_META); "0": every lane loads all of its row
-    pair's words and every MMA uses selector 0 (the kernel every report before 2026-12-01's nineteenth session
-    measured). Read when a launch is built; the two builds are separate libraries."""
+    (half the metadata registers and loads; sp24.cu's SP24_HALF_META; bit for bit the same products, measured
+    faster with codes: int8 1.048x and int4 1.026x at batch 1, results/sp24_h200.md; the 8B preset's 2:4 + int8
+    2.034x against 1.987x dense, results/half_meta_h200_8b_int8.md); "0": every lane loads all of its row pair's
+    words and every MMA uses selector 0 (the kernel every report before 2026-12-01's nineteenth session measured).
+    Read when a launch is built; the two builds are separate libraries."""
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
-
-
-def sp24_buffers_setting() -> str:
-    """SPARSEDECODING_SP24_BUFFERS: "auto" or unset lets sp24's tuner also try three register buffers of steps
-    (two steps in flight while one is computed) for int4 codes with 128 or more columns a scale at 1-8 rows of x,
-    keeping it where it is faster; "2": two buffers everywhere (the kernel every report before 2026-12-01's
-    nineteenth session measured). Read when a launch is tuned; KernelChoiceError for anything else."""
-    value = os.environ.get(SP24_BUFFERS_SETTING, "").strip().lower() or "auto"
-    if value not in SP24_BUFFERS_CHOICES:
-        raise KernelChoiceError(f"{SP24_BUFFERS_SETTING}={value!r}; use auto (the tuner also tries three step "
-                                "buffers for int4 codes at batch 1-8) or 2")
-    return value
 
 
 def _checked_kernel_setting() -> str:
@@ -278,8 +266,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
-            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            SP24_BUFFERS_SETTING: sp24_buffers_setting}
+            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

@@ -19,7 +19,6 @@ register semantics, so CPU tests check the layout without a GPU."""
 from __future__ import annotations
 
 import ctypes
-import itertools
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,8 +29,8 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_buffers_setting, sp24_half_meta_setting,
-                 sp24_over_loop_setting, sp24_pdl_setting)
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_over_loop_setting,
+                 sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -419,7 +418,7 @@ def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
                                             + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int] * 2)
+                                            + [ctypes.c_int])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -467,15 +466,6 @@ def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1) -> int:
     return max(wanted, min_splits(w, batch))
 
 
-BUFFERS = (2, 3)  # step buffers a warp may hold in registers (sp24.cu's NB)
-
-
-def three_buffers_apply(w: Sp24Weight, batch: int) -> bool:
-    """Whether sp24.cu has a three-buffer kernel for w at `batch`: int4 codes with at least 4 k-tiles (128 columns)
-    a scale group, no overflow slots, 1-8 rows of x."""
-    return w.code == 4 and w.gk_shift >= 2 and w.over_v is None and batch <= 8
-
-
 def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
     """Raise KernelInputError for anything the kernel would compute wrongly: dtype, shape, batch, device, layout."""
     in_features = w.shape[1]
@@ -517,21 +507,15 @@ class Sp24Launch:
     """The kernel for one problem (the first x's batch, dtype and device, the weight's shape and code), built or
     loaded at construction, which must run outside CUDA graph capture the first time a device uses split-K (it
     allocates the counters). `splits`: step ranges across CTAs (default `default_splits`); `slices`: warps per
-    row tile inside a CTA, sharing out its steps (one of SLICES); `buffers`: steps a warp holds in registers (3 only
-    where `three_buffers_apply`). A call allocates y (and split-K partials) and
+    row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
     launches on torch's current stream. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`,
     `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). Under
     SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
-                 norm: bool = False, buffers: int = 2):
+                 norm: bool = False):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
-        if buffers not in BUFFERS:
-            raise KernelInputError(f"buffers = {buffers}; use one of {BUFFERS}")
-        if buffers == 3 and not three_buffers_apply(w, 1 if x.dim() == 1 else x.shape[0]):
-            raise KernelInputError("buffers = 3 runs int4 codes with 128 or more columns a scale, without overflow "
-                                   "slots, at batch 1-8 only")
         if w.glu and slices > max(SLICES) // 2:
             raise KernelInputError(f"slices = {slices}: a GLU weight needs its row-tile pairs in one CTA (at most "
                                    f"{max(SLICES) // 2} slices)")
@@ -541,7 +525,6 @@ class Sp24Launch:
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
         self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting())
-        self.buffers = buffers
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape
@@ -595,8 +578,7 @@ class Sp24Launch:
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
-                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
-                self.buffers)
+                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop)
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -649,14 +631,14 @@ _SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # with one slice
 _SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already splits the steps inside a CTA)
 _MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
-_timings: dict[tuple, dict[tuple[int, int, int], float]] = {}  # problem -> (splits, slices, buffers) -> ms a launch
+_timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, slices) -> ms per launch
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
-    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _BUFFERS (a launch
-    tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
+    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL and _HALF_META (a launch tuned under
+    one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_buffers_setting(),
+            sp24_pdl_setting(), sp24_half_meta_setting(),
             sp24_over_loop_setting() if w.over_v is not None else None)
 
 
@@ -747,8 +729,7 @@ def _copies(w: Sp24Weight) -> list[Sp24Weight]:
 
 
 def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None) -> Sp24Launch:
-    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), each with two step buffers
-    and, where `three_buffers_apply` under SPARSEDECODING_SP24_BUFFERS=auto, three, chosen on first use:
+    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), chosen on first use:
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
     L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
@@ -768,10 +749,9 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
         check_norm_inputs(x, w, norm[0], norm[1])
     reference = _reference(x, w, norm)
     launches = {}
-    buffer_choices = (2, 3) if sp24_buffers_setting() == "auto" and three_buffers_apply(w, batch) else (2,)
-    for (slices, splits), buffers in itertools.product(_candidates(w, batch, sms, low), buffer_choices):
-        launch = Sp24Launch(x, w, splits, slices, norm is not None, buffers)
-        if (launch.used_splits, slices, buffers) in {(c.used_splits, c.slices, c.buffers) for c in launches.values()}:
+    for slices, splits in _candidates(w, batch, sms, low):
+        launch = Sp24Launch(x, w, splits, slices, norm is not None)
+        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
             continue  # the same grid as a candidate already kept
         y = launch(x, w, *(norm or ()))
         if norm is not None:
@@ -779,14 +759,13 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
             expected = (reference.reference if w.glu else reference).sum
             if not torch.equal(total.view_as(expected), expected):
                 raise RuntimeError(f"sp24: the residual sum x + res differs from torch's for {key} with {splits} "
-                                   f"splits, {slices} slices and {buffers} buffers; set SPARSEDECODING_KERNEL=triton "
-                                   "and report this")
+                                   f"splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report this")
         error = reference.error(y.view(-1, w.out_features))
         if not error <= 1:  # NaN fails too
             raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
-                               f"{splits} splits, {slices} slices and {buffers} buffers; set "
-                               "SPARSEDECODING_KERNEL=triton and report this")
-        launches[(splits, slices, buffers)] = launch
+                               f"{splits} splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report "
+                               "this")
+        launches[(splits, slices)] = launch
     del reference
     weights = _copies(w)
     from .autotune import replay_ms  # imports triton
@@ -812,16 +791,14 @@ def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int
     return sorted(found)
 
 
-def tuning_results() -> dict[tuple, tuple[tuple[int, int, int], dict[tuple[int, int, int], float]]]:
-    """For every problem tuned so far: the chosen (splits, slices, buffers) and each candidate's median time in ms."""
-    return {key: ((launch.splits, launch.slices, launch.buffers), dict(_timings[key]))
-            for key, launch in _launches.items()}
+def tuning_results() -> dict[tuple, tuple[tuple[int, int], dict[tuple[int, int], float]]]:
+    """For every problem tuned so far: the chosen (splits, slices) and each candidate's median time in ms."""
+    return {key: ((launch.splits, launch.slices), dict(_timings[key])) for key, launch in _launches.items()}
 
 
 def launch_label(launch: Sp24Launch) -> str:
-    """A launch as reports show it: splits, then `/Ns` for N slices and `/3b` for three step buffers."""
-    return (str(launch.splits) + (f"/{launch.slices}s" if launch.slices > 1 else "")
-            + (f"/{launch.buffers}b" if launch.buffers != 2 else ""))
+    """A launch as reports show it: splits, then `/Ns` for N slices."""
+    return str(launch.splits) + (f"/{launch.slices}s" if launch.slices > 1 else "")
 
 
 def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,

@@ -412,9 +412,11 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #endif
 template <int NT, int OVER>
 constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : 2;
-// NB: register buffers of steps, NB - 1 steps in flight while one is computed (2; 3 for int4 codes at 1-8 rows of
-// x, which keep a third as many bytes a step as 16-bit values, when sp24.py's tuner picks it).
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, int NB>
+// kBuffers: register buffers of steps a warp cycles through, one step in flight while one is computed. A third
+// buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
+// nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
+constexpr int kBuffers = 2;
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER>
 __global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
@@ -448,8 +450,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* ov_tile = OVER != 0 ? over_v + static_cast<size_t>(tile_row) * steps * 512 : nullptr;
   const char* oc_tile = OVER != 0 ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
 
-  // The first NB steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
-  static_assert(NB == 2 || NB == 3, "two or three step buffers");
+  // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
+  constexpr int NB = kBuffers;
   StepRegs<CODE, SPS> r[NB];
 #pragma unroll
   for (int b = 0; b < NB; ++b)
@@ -700,12 +702,11 @@ struct Problem {
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
   int over_loop = 1;  // OVER's loop order (1, 2 or 3; sp24_launch resolves 0)
-  int buffers = 2;  // NB (3 only where by_batch instantiates it)
 };
 
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, int NB = 2>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0>
 cudaError_t launch(const Problem& p) {
-  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER, NB>;
+  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
   if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
@@ -847,14 +848,6 @@ cudaError_t by_batch(const Problem& p) {
   } else {
     if (p.over_v != nullptr) return cudaErrorInvalidValue;
   }
-  if (p.buffers != 2) {  // three buffers: int4 codes with at most 4 scale loads a step, 1-8 rows of x
-    if constexpr (CODE == 4 && SPS <= 4) {
-      if (p.buffers != 3 || p.batch > 8) return cudaErrorInvalidValue;
-      return p.norm_w != nullptr ? launch<T, 1, CODE, SPS, true, 0, 3>(p) : launch<T, 1, CODE, SPS, false, 0, 3>(p);
-    } else {
-      return cudaErrorInvalidValue;
-    }
-  }
   if (p.norm_w != nullptr)
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, true>(p) : launch<T, 2, CODE, SPS, true>(p);
   return p.batch <= 8 ? launch<T, 1, CODE, SPS, false>(p) : launch<T, 2, CODE, SPS, false>(p);
@@ -876,16 +869,15 @@ extern "C" {
 // (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
 // x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a build with SP24_COLUMNS), 0 the
 // first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself,
-// sp24.over_loop). `buffers`: step buffers a warp holds in registers, 2, or 3 for int4 codes with at least 4 k-tiles
-// (128 columns) a scale group at 1-8 rows of x (the tuner tries both there). Returns 0 or a cudaError_t.
+// sp24.over_loop). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop, int buffers) {
+                const void* over_o, int over_loop) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 3 || buffers < 2 || buffers > 3)
+      over_loop < 0 || over_loop > 3)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
@@ -899,7 +891,6 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.over_v = over_v;
   p.over_o = over_o;
   p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
-  p.buffers = buffers;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
