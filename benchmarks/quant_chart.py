@@ -33,13 +33,14 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant3-qwen2.5-coder-1.5b" / "summary.js
                      RESULTS / "quality-quant-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-repair-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-recipes-qwen2.5-coder-1.5b" / "summary.json")
-# The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's run
-# under today's default settings (2:4 on the sparse tensor-core kernel sp24, dense int8 on triton_w8, Inductor's combo
-# kernels and programmatic launches, attention as reductions at batch 1), then its 16:32 run, then the older 2:4
-# one (the int8-head rows come from the run with lm_head in int8); the Qwen2.5-Coder-1.5B preset's run, then the
-# real pruned Qwen's 2:4 run under the same settings.
-DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_sp24_inductor.md",
-                                           RESULTS / "quant_e2e_h200_head_int8.md",
+# The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's
+# newest run (nineteenth session: sp24 with the halved metadata, every dense and 2:4 row and the int8-head rows in one
+# run), then the twelfth session's run under the same settings otherwise (2:4 on the sparse tensor-core kernel
+# sp24, dense int8 on triton_w8, Inductor's combo kernels and programmatic launches, attention as reductions at batch
+# 1), then its 16:32 run, then the older 2:4 one; the Qwen2.5-Coder-1.5B preset's run, then the real pruned Qwen's 2:4
+# run under the same settings.
+DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int8.md",
+                                           RESULTS / "quant_e2e_h200_sp24_inductor.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
                   ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
                                                  RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md",
