@@ -256,6 +256,22 @@ PY
   lease19b)  # the second lease, on the final code: sp24's GPU tests, the split product's, sp24_h200.md again with
     # the full-metadata build side by side, and the same with plain launches (sp24_h200_plain.md); about 5 minutes
     bash benchmarks/h200.sh bg kcache final-tests final-kernel ;;
+  ncu-tuned)  # ncu_h200/ncu_tuned_*.txt: Nsight Compute (as ncu-probe) on sp24's tuned launches at batch 1 as
+    # sp24_h200.md reports them: 8B gate_up int4 (1 split) against bf16 (1 split, 4 slices), and 8B o int4 (1 split,
+    # 8 slices); plain launches (the probe calls eagerly)
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+    [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }
+    mkdir -p "$OUT/ncu_h200"
+    for item in "gate_up_int4 sp24-int4 gate_up 1 1" "gate_up_bf16 sp24-bf16 gate_up 1 4" "o_int4 sp24-int4 o 1 8"; do
+      set -- $item
+      (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 100 "$ncu" --clock-control none -k regex:sp24_kernel \
+        --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
+        python3 ncu_probe.py $2 --shape $3 --batch 1 --splits $4 --slices $5) > "$OUT/ncu_h200/ncu_tuned_$1.txt" 2>&1 || true
+      grep -E "Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|ERR_|rror" \
+        "$OUT/ncu_h200/ncu_tuned_$1.txt" | head -6 || true
+    done ;;
   final-tests)  # sp24's GPU tests on the final code (the halved metadata bit for bit against the full build), the
     # split product's
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_split.py -p no:cacheprovider 2>&1 \

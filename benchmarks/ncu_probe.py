@@ -7,7 +7,8 @@ The paths:
 - `generic`: the tensor-core kernel's generic expansion (`cuda_mma.nm_mm_cuda`, 16:32 by default);
 - `fast24`: the same kernel on 2:4 with its FAST24 path, the reference the generic path is measured against;
 - `sp24-bf16`, `sp24-int8`, `sp24-int4`: the tiled 2:4 sparse tensor-core kernel (`sp24.sp24_mm`, default splits,
-  one slice: not the tuned launch, whose tuning runs would be the launches ncu skips);
+  one slice, or `--splits` / `--slices`: the tuned launch itself is not called, whose tuning runs would be the
+  launches ncu skips; name its pair instead, as `sp24_h200.md` reports it);
 - `sp24-over`: the same kernel with two overflow slots a word inside (a 16:32+2 weight, `sp24.tile_overflow`);
 - `cublas`: `F.linear` on the dense weight.
 
@@ -41,6 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pattern", default="16:32", help="N:M of the generic path (50%% only)")
     parser.add_argument("--batch", type=int, default=4, help="rows of x, 1-16")
     parser.add_argument("--calls", type=int, default=5, help="calls of the path (ncu skips the first ones)")
+    parser.add_argument("--splits", type=int, help="sp24 paths: step ranges across CTAs (default: default_splits)")
+    parser.add_argument("--slices", type=int, default=1, choices=(1, 2, 4, 8),
+                        help="sp24 paths: warps sharing a row tile in a CTA (default: %(default)s)")
     args = parser.parse_args(argv)
     shapes = linear_shapes(args.model, unfused=False)
     if args.shape not in shapes:
@@ -49,6 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--batch must be 1-16; got {args.batch}")
     if args.calls < 1:
         parser.error(f"--calls must be at least 1; got {args.calls}")
+    if args.splits is not None and args.splits < 1:
+        parser.error(f"--splits must be at least 1; got {args.splits}")
     n, _, m = args.pattern.partition(":")
     if not (n.isdigit() and m.isdigit() and 2 * int(n) == int(m) and 32 % int(m) == 0):
         parser.error(f"--pattern must be a 50% N:M with M dividing 32 (2:4 ... 16:32); got {args.pattern}")
@@ -78,7 +84,7 @@ def build(args: argparse.Namespace, generator: torch.Generator):
     else:
         group = in_features if kind == "int8" else GROUP_SIZE
         w = tile(pack_nm_quantized(grid_weight(out, in_features, 2, 4, kind, generator), 2, 4, kind, group))
-    return lambda x: sp24_mm(x, w, slices=1)
+    return lambda x: sp24_mm(x, w, args.splits, args.slices)
 
 
 def main(argv: list[str] | None = None) -> int:
