@@ -272,6 +272,22 @@ PY
       grep -E "Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|ERR_|rror" \
         "$OUT/ncu_h200/ncu_tuned_$1.txt" | head -6 || true
     done ;;
+  lease19c)  # the third lease: int4 weights through cp.async slots (SPARSEDECODING_SP24_ASYNC), its GPU tests with
+    # all of sp24's, the kernel bench with the register path side by side (sp24_h200_async.md), the 8B engine's A/B
+    # (async_h200_8b_int4.md), and issue 13's engine rows with it on (quant_e2e_h200_head_int8_async.md)
+    bash benchmarks/h200.sh bg kcache async-tests async-kernel async-engine ;;
+  async-tests)
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_async.log" || true ;;
+  async-kernel)
+    (cd benchmarks && SPARSEDECODING_SP24_ASYNC=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 sp24_bench.py \
+      --no-sweep --kinds int4 --batches 1 2 4 8 --baseline SPARSEDECODING_SP24_ASYNC=0 \
+      --out "$OUT/sp24_h200_async.md" | grep -E "^\| int4 \||failures|rror") || true ;;
+  async-engine)
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_ASYNC --values 0 1 \
+      --quantize int4 --batch 1 4 --out "$OUT/async_h200_8b_int4.md" | tail -4 || true
+    SPARSEDECODING_SP24_ASYNC=1 timeout 200 python3 benchmarks/quant_e2e_bench.py --head int8 \
+      --out "$OUT/quant_e2e_h200_head_int8_async.md" 2>&1 | grep -E "^- 2:4|^- dense|rror" || true ;;
   final-tests)  # sp24's GPU tests on the final code (the halved metadata bit for bit against the full build), the
     # split product's
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_split.py -p no:cacheprovider 2>&1 \
