@@ -272,9 +272,10 @@ PY
       grep -E "Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|ERR_|rror" \
         "$OUT/ncu_h200/ncu_tuned_$1.txt" | head -6 || true
     done ;;
-  lease19c)  # the third lease: int4 weights through cp.async slots (SPARSEDECODING_SP24_ASYNC), its GPU tests with
-    # all of sp24's, the kernel bench with the register path side by side (sp24_h200_async.md), the 8B engine's A/B
-    # (async_h200_8b_int4.md), and issue 13's engine rows with it on (quant_e2e_h200_head_int8_async.md)
+  lease19c)  # run at commit aed06de, the third lease: int4 weights through cp.async slots (SPARSEDECODING_SP24_ASYNC),
+    # its GPU tests with all of sp24's (85 passed), the kernel bench with the register path side by side
+    # (sp24_h200_async.md: 0.805x at batch 1, slower at every shape); the engine steps were stopped, and the slots
+    # removed
     bash benchmarks/h200.sh bg kcache async-tests async-kernel async-engine ;;
   async-tests)
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -3 \

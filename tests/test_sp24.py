@@ -222,20 +222,6 @@ def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
         settings()
 
 
-def test_async_slots_serve_int4_at_batch_1_to_8_under_their_setting(monkeypatch):
-    from sparsedecoding.kernels.op import SP24_ASYNC_SETTING
-    from sparsedecoding.kernels.sp24 import ASYNC_STAGES, async_stages
-
-    int4 = tile(pack_nm_quantized(grid_weight(16, 512, "int4", 128), 2, 4, "int4", 128))
-    int8 = tile(pack_nm_quantized(grid_weight(16, 512, "int8"), 2, 4, "int8", 512))
-    values = tile(pack_nm(random_nm_weight(16, 512, 2, 4, torch.bfloat16, seed=4), 2, 4))
-    monkeypatch.delenv(SP24_ASYNC_SETTING, raising=False)
-    assert async_stages(int4, 1) == 0
-    monkeypatch.setenv(SP24_ASYNC_SETTING, "1")
-    assert [async_stages(int4, b) for b in (1, 8, 9)] == [ASYNC_STAGES, ASYNC_STAGES, 0]
-    assert async_stages(int8, 1) == async_stages(values, 1) == 0
-
-
 def test_norm_inputs_are_checked_before_a_launch():
     """The RMSNorm-in-front launch refuses a residual or norm weight of another shape or dtype, with one message
     naming what it got and what it expected (checked before any kernel work, on any device)."""
@@ -543,46 +529,6 @@ def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, monkeypatc
         expected = chain(plain)
         for y, total in outputs:
             assert torch.equal(y, expected[0]) and torch.equal(total, expected[1])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("group", [32, 128, 1024])
-@pytest.mark.parametrize("out,in_features", [(64, 512), (1000, 2560), (4096, 4096), (512, 7168)])
-def test_async_slots_give_the_register_path_bit_for_bit(group, out, in_features, monkeypatch):
-    """int4 at batch 1-8 through the cp.async slots (SPARSEDECODING_SP24_ASYNC=1): against float64, and bit for bit
-    what the register path gives (the same MMAs in the same order), for per-warp step counts of 1 to 14 (splits and
-    slices), with and without the RMSNorm in front, and the tuner's choice."""
-    from sparsedecoding.kernels.op import SP24_ASYNC_SETTING
-    from sparsedecoding.kernels.sp24 import Sp24Launch, sp24_linear
-
-    if in_features % group:
-        pytest.skip("the group divides the row")
-    packed = pack_nm_quantized(grid_weight(out, in_features, "int4", group).cuda(), 2, 4, "int4", group)
-    weight = packed.to_dense(torch.float64)
-    w = tile(packed)
-    norm_weight = (1 + torch.randn(in_features, device="cuda") / 4).bfloat16()
-
-    def launches(value, *args, **kwargs):
-        monkeypatch.setenv(SP24_ASYNC_SETTING, value)
-        return Sp24Launch(*args, **kwargs)
-
-    for batch in (1, 3, 8):
-        x = torch.randn(batch, in_features, device="cuda").bfloat16()
-        res = torch.randn(batch, in_features, device="cuda").bfloat16()
-        for splits, slices in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 4), (1, 8), (5, 1)):
-            if splits < min_splits(w, batch) or splits > w.steps or -(-w.steps // splits) < slices:
-                continue
-            plain, slotted = (launches(value, x, w, splits, slices) for value in ("0", "1"))
-            assert (plain.stages, slotted.stages) == (0, 3)
-            y = slotted(x, w)
-            assert float64_error(y, x, weight) <= 1, (group, out, in_features, batch, splits, slices)
-            assert torch.equal(y, plain(x, w)), (group, out, in_features, batch, splits, slices)
-            plain, slotted = (launches(value, x, w, splits, slices, norm=True) for value in ("0", "1"))
-            y, total = slotted(x, w, res, norm_weight, 1e-6)
-            expected = plain(x, w, res, norm_weight, 1e-6)
-            assert torch.equal(y, expected[0]) and torch.equal(total, expected[1]), (group, batch, splits, slices)
-        monkeypatch.setenv(SP24_ASYNC_SETTING, "1")
-        assert float64_error(sp24_linear(x, w), x, weight) <= 1
 
 
 @pytest.mark.gpu

@@ -56,7 +56,6 @@ SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
-SP24_ASYNC_SETTING = "SPARSEDECODING_SP24_ASYNC"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -220,13 +219,6 @@ def sp24_half_meta_setting() -> bool:
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
 
 
-def sp24_async_setting() -> bool:
-    """SPARSEDECODING_SP24_ASYNC: "1" runs the sp24 kernel's int4 launches at batch 1-8 with their weights brought
-    through three cp.async slots a warp in shared memory (two steps in flight while one is computed; sp24.cu's
-    STAGES), "0" or unset through registers as before. Read when a launch is built."""
-    return _switch(SP24_ASYNC_SETTING, "0", "int4 weights through cp.async slots")
-
-
 def _checked_kernel_setting() -> str:
     setting = kernel_setting()
     check_kernel_setting(setting)
@@ -274,8 +266,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
-            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            SP24_ASYNC_SETTING: sp24_async_setting}
+            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

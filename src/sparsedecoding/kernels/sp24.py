@@ -29,8 +29,8 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_async_setting, sp24_half_meta_setting,
-                 sp24_over_loop_setting, sp24_pdl_setting)
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_over_loop_setting,
+                 sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -418,7 +418,7 @@ def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
                                             + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int] * 2)
+                                            + [ctypes.c_int])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -464,15 +464,6 @@ def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1) -> int:
     row_blocks = -(-w.shape[0] // (ROWS_PER_BLOCK // slices))
     wanted = max(1, min(-(-2 * sms // row_blocks), w.steps // 2))
     return max(wanted, min_splits(w, batch))
-
-
-ASYNC_STAGES = 3  # kAsyncStages in sp24.cu
-
-
-def async_stages(w: Sp24Weight, batch: int) -> int:
-    """sp24_launch's `stages` for w at `batch`: ASYNC_STAGES for int4 codes without overflow slots at 1-8 rows of x
-    under SPARSEDECODING_SP24_ASYNC=1, else 0 (weights straight into registers)."""
-    return ASYNC_STAGES if sp24_async_setting() and w.code == 4 and w.over_v is None and batch <= 8 else 0
 
 
 def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
@@ -534,7 +525,6 @@ class Sp24Launch:
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
         self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting())
-        self.stages = async_stages(w, 1 if x.dim() == 1 else x.shape[0])
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape
@@ -588,8 +578,7 @@ class Sp24Launch:
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
-                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
-                self.stages)
+                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop)
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -646,10 +635,10 @@ _timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, 
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
-    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _ASYNC (a launch tuned
-    under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
+    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL and _HALF_META (a launch tuned under
+    one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_async_setting(),
+            sp24_pdl_setting(), sp24_half_meta_setting(),
             sp24_over_loop_setting() if w.over_v is not None else None)
 
 

@@ -237,71 +237,6 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
   (void)groups;
 }
 
-// STAGES (int4 codes at 1-8 rows of x, SPARSEDECODING_SP24_ASYNC): a warp's steps go through STAGES slots of its own
-// in shared memory by cp.async, a commit group a step, instead of straight into registers. Why: ptxas gives every
-// weight load of the register path one scoreboard (SB5 in the int4 kernels' SASS), so the first use of a buffer
-// waits for all loads in flight, the other buffer's too, and the loads issued just before that wait get no cover
-// (a third register buffer changed nothing, for the same reason). cp.async.wait_group waits for the oldest groups
-// only (DEPBAR.LE), so STAGES - 1 steps stay in flight while one is computed. A slot holds what load_step would
-// load, each lane's 16 or 4 bytes where that lane reads them back, so no lane waits for another.
-template <int CODE, int SPS>
-struct Slot {
-  static constexpr int a = Steps<CODE>::a_loads * 512, m = Steps<CODE>::meta_loads * 512;
-  static constexpr int bytes = a + m + (CODE == 4 ? SPS * 128 : 0);  // per warp and step
-};
-
-__device__ __forceinline__ void cp_async16(char* smem, const void* gmem) {
-  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(gmem) : "memory");
-}
-
-__device__ __forceinline__ void cp_async4(char* smem, const void* gmem) {
-  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(gmem) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-// STAGES: step `step`'s weights into the warp's slot (the addresses of load_step)
-template <int CODE, int SPS>
-__device__ __forceinline__ void issue_step(char* slot, const char* a, const char* meta, const char* scales, int step,
-                                           int lane, int t, int g, int gk_shift) {
-  using S = Steps<CODE>;
-  using L = Slot<CODE, SPS>;
-#pragma unroll
-  for (int j = 0; j < S::a_loads; ++j)
-    cp_async16(slot + 512 * j + 16 * lane, a + (static_cast<size_t>(step) * S::a_loads + j) * 512 + 16 * lane);
-  const char* mp = meta + ((static_cast<size_t>(step) * 16 + 2 * g + (t & 1)) * S::ks +
-                           (SP24_HALF_META ? (t >> 1) * S::meta_words : 0)) * 4;
-#pragma unroll
-  for (int j = 0; j < S::meta_loads; ++j) cp_async16(slot + L::a + 512 * j + 16 * lane, mp + 16 * j);
-  if constexpr (CODE == 4) {
-#pragma unroll
-    for (int j = 0; j < SPS; ++j) {
-      const int group = (step * S::ks + j * (S::ks / SPS)) >> gk_shift;
-      cp_async4(slot + L::a + L::m + 128 * j + 4 * lane, scales + (static_cast<size_t>(group) * 8 + g) * 4);
-    }
-  }
-}
-
-// STAGES: a slot's step into registers, as load_step leaves them
-template <int CODE, int SPS>
-__device__ __forceinline__ void read_step(StepRegs<CODE, SPS>& r, const char* slot, int lane) {
-  using S = Steps<CODE>;
-  using L = Slot<CODE, SPS>;
-#pragma unroll
-  for (int j = 0; j < S::a_loads; ++j) r.a[j] = *reinterpret_cast<const uint4*>(slot + 512 * j + 16 * lane);
-#pragma unroll
-  for (int j = 0; j < S::meta_loads; ++j) r.m[j] = *reinterpret_cast<const uint4*>(slot + L::a + 512 * j + 16 * lane);
-  if constexpr (CODE == 4) {
-#pragma unroll
-    for (int j = 0; j < SPS; ++j) r.s[j] = *reinterpret_cast<const uint32_t*>(slot + L::a + L::m + 128 * j + 4 * lane);
-  }
-}
-
 // OVER: the products of this lane's 8 slots of a step with every row of x (p[h][b]: row g + 8h, row b of x), in one
 // of three loop orders (OVER, see sp24_launch's `over_loop`):
 // 1, rows of x outer: value and offset of the 8 slots decoded once, then one row of x at a time, left at the first row
@@ -481,7 +416,7 @@ constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : 2;
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
 constexpr int kBuffers = 2;
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, int STAGES>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER>
 __global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
@@ -515,27 +450,14 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* ov_tile = OVER != 0 ? over_v + static_cast<size_t>(tile_row) * steps * 512 : nullptr;
   const char* oc_tile = OVER != 0 ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
 
-  static_assert(STAGES == 0 || (CODE == 4 && OVER == 0 && NT == 1 && STAGES >= 2), "cp.async slots: int4, 1-8 rows");
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
-  constexpr int NB = STAGES ? 1 : kBuffers;
+  constexpr int NB = kBuffers;
   StepRegs<CODE, SPS> r[NB];
-  // STAGES: the warp's slots follow the staged x (batch rows of xstride bytes, see below) in shared memory
-  char* slots = xs + batch * (2 * (step1 - step0) * S::ks * 32 + 64) + warp * STAGES * Slot<CODE, SPS>::bytes;
-  if constexpr (STAGES != 0) {
 #pragma unroll
-    for (int b = 0; b < STAGES - 1; ++b) {
-      if (active && wstep0 + b < wstep1)
-        issue_step<CODE, SPS>(slots + b * Slot<CODE, SPS>::bytes, a_tile, m_tile, s_tile, wstep0 + b, lane, t, g,
-                              gk_shift);
-      cp_async_commit();  // one group a step, empty or not, so that wait_group counts steps
-    }
-  } else {
-#pragma unroll
-    for (int b = 0; b < NB; ++b)
-      if (active && wstep0 + b < wstep1)
-        load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t, g,
-                                        gk_shift, groups);
-  }
+  for (int b = 0; b < NB; ++b)
+    if (active && wstep0 + b < wstep1)
+      load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t, g,
+                                      gk_shift, groups);
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -612,22 +534,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int b = 0; b < 8 * NT; ++b) p[h][b] = 0.f;
-  if (active && STAGES != 0) {
-    // slot k holds steps wstep0 + k + STAGES·i; the slot read one step ago is refilled with the step STAGES - 1
-    // ahead while this one is computed
-    int slot = 0;
-    for (int step = wstep0; step < wstep1; ++step) {
-      cp_async_wait<(STAGES >= 2 ? STAGES - 2 : 0)>();  // this step's group has landed
-      read_step<CODE, SPS>(r[0], slots + slot * Slot<CODE, SPS>::bytes, lane);
-      const int refill = slot == 0 ? STAGES - 1 : slot - 1;
-      if (step + STAGES - 1 < wstep1)
-        issue_step<CODE, SPS>(slots + refill * Slot<CODE, SPS>::bytes, a_tile, m_tile, s_tile, step + STAGES - 1,
-                              lane, t, g, gk_shift);
-      cp_async_commit();
-      compute_step<T, NT, CODE, SPS>(acc, r[0], xs, xstride, step - step0, g, t, batch);
-      slot = slot + 1 == STAGES ? 0 : slot + 1;
-    }
-  } else if (active) {
+  if (active) {
     // buffer b holds steps wstep0 + b + NB·i: computed, then refilled with the step NB further
     for (int step = wstep0; step < wstep1; step += NB) {
 #pragma unroll
@@ -795,30 +702,25 @@ struct Problem {
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
   int over_loop = 1;  // OVER's loop order (1, 2 or 3; sp24_launch resolves 0)
-  int stages = 0;  // STAGES (3 for int4 at 1-8 rows of x, else 0)
 };
 
-constexpr int kAsyncStages = 3;
-
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, int STAGES = 0>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0>
 cudaError_t launch(const Problem& p) {
-  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER, STAGES>;
-  constexpr int slot_bytes = STAGES * kWarps * Slot<CODE, SPS>::bytes;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem + slot_bytes);
+  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
   if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
   const int used = (p.steps + per_split - 1) / per_split;  // no split without work
   const int columns = per_split * Steps<CODE>::ks * 32;
   const int smem = p.batch * (2 * columns + 64) + (OVER == 3 ? columns * 16 * NT : 0);  // OVER 3: the column copy
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
-  const int dynamic = smem + slot_bytes;  // STAGES: the warps' slots after the staged x
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((p.row_tiles + cta_tiles - 1) / cta_tiles, used);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = dynamic;
+  config.dynamicSmemBytes = smem;
   config.stream = p.stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -946,15 +848,6 @@ cudaError_t by_batch(const Problem& p) {
   } else {
     if (p.over_v != nullptr) return cudaErrorInvalidValue;
   }
-  if (p.stages != 0) {  // cp.async slots: int4 codes at 1-8 rows of x
-    if constexpr (CODE == 4) {
-      if (p.stages != kAsyncStages || p.batch > 8) return cudaErrorInvalidValue;
-      return p.norm_w != nullptr ? launch<T, 1, CODE, SPS, true, 0, kAsyncStages>(p)
-                                 : launch<T, 1, CODE, SPS, false, 0, kAsyncStages>(p);
-    } else {
-      return cudaErrorInvalidValue;
-    }
-  }
   if (p.norm_w != nullptr)
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, true>(p) : launch<T, 2, CODE, SPS, true>(p);
   return p.batch <= 8 ? launch<T, 1, CODE, SPS, false>(p) : launch<T, 2, CODE, SPS, false>(p);
@@ -976,16 +869,15 @@ extern "C" {
 // (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
 // x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a build with SP24_COLUMNS), 0 the
 // first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself,
-// sp24.over_loop). `stages`: 0, or 3 for int4 codes at 1-8 rows of x: the weights through that many cp.async slots
-// a warp in shared memory (see Slot). Returns 0 or a cudaError_t.
+// sp24.over_loop). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop, int stages) {
+                const void* over_o, int over_loop) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 3 || (stages != 0 && stages != kAsyncStages))
+      over_loop < 0 || over_loop > 3)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
@@ -999,7 +891,6 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.over_v = over_v;
   p.over_o = over_o;
   p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
-  p.stages = stages;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
