@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = "src/sparsedecoding/kernels/csrc/sp24.cu"
 CODES = {"0": "16-bit values", "8": "int8 codes", "4": "int4 codes"}
-VARIANT = re.compile(r"sp24_kernelI(\w+?)Li(\d+)ELi(\d+)ELi(\d+)ELb([01])(?:ELi(\d))?(?:ELi(\d))?")
+VARIANT = re.compile(r"sp24_kernelI(\w+?)Li(\d+)ELi(\d+)ELi(\d+)ELb([01])(?:ELi(\d))?")
 OVER_LOOPS = {0: "-", 1: "rows", 2: "slots", 3: "columns"}  # sp24.cu's OVER: the slot-loop order, 0 without slots
 ADDRESS = re.compile(r"/\*[0-9a-f]{4,6}\*/")
 
@@ -51,14 +51,14 @@ def loop_counts(sass: str) -> list[dict]:
         match = VARIANT.search(function.split("\n", 1)[0])
         if not match:
             continue
-        dtype, nt, code, sps, norm, over, buffers = match.groups()
+        dtype, nt, code, sps, norm, over = match.groups()
         lines = [line for line in function.split("\n") if ADDRESS.search(line)]
         mma = [i for i, line in enumerate(lines) if "HMMA" in line]
         span = lines[mma[0]:mma[-1] + 1] if mma else []
         rows.append({"dtype": "bf16" if "bfloat16" in dtype else "fp16", "nt": int(nt), "code": code,
                      "sps": int(sps), "norm": norm == "1", "instructions": len(lines), "span": len(span),
                      "mma": len(mma), "spills": sum("LDL" in line or "STL" in line for line in span),
-                     "over": int(over or 0), "buffers": int(buffers or 2), "shared_loads": sum("LDS" in line for line in span)})
+                     "over": int(over or 0), "shared_loads": sum("LDS" in line for line in span)})
     return rows
 
 
@@ -110,8 +110,7 @@ def main() -> int:
         print(f"error: nvcc could not build {args.rev or 'the working tree'}'s sp24.cu for {args.arch}: {exc}",
               file=sys.stderr)
         return 1
-    rows = sorted(loop_counts(sass),
-                  key=lambda r: (r["code"], r["over"], r["norm"], r["nt"], r["sps"], r["buffers"], r["dtype"]))
+    rows = sorted(loop_counts(sass), key=lambda r: (r["code"], r["over"], r["norm"], r["nt"], r["sps"], r["dtype"]))
     lines = [f"# sp24 main loop, SASS instruction counts ({args.rev or 'working tree'})", "",
              f"- date: {datetime.date.today().isoformat()}", f"- command: `python {' '.join(sys.argv)}`",
              f"- compiler: {version}, {args.arch}, -O3 {' '.join(args.define)}(an offline compile: no GPU runs "

@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
               + summary(rows, args.kinds, bool(baseline)) + "\n\n## All measurements\n\n"
               + "Tuned = the launch `sp24.tuned_launch` picks (what the engine runs: its own float64 checks and "
               + "graph-replay timings), timed again here: its split count, and `/Ns` when N warps share each row "
-              + "tile inside a CTA (slices), `/3b` with three step buffers; default = `sp24.default_splits`, one slice; fastest tried = the "
+              + "tile inside a CTA (slices); default = `sp24.default_splits`, one slice; fastest tried = the "
               + "fastest of "
               + ("1, 2, 4, 8, 16 splits and the default" if not args.no_sweep else "the default split alone "
                  "(--no-sweep)")

@@ -212,7 +212,7 @@ def sp24_half_meta_setting() -> bool:
     """SPARSEDECODING_SP24_HALF_META: "1" or unset builds the sp24 kernel so that each lane holds the metadata of
     half a step's k-tiles, the other half of its quad's row pair taking theirs with mma.sp's sparsity selector 1
     (half the metadata registers and loads; sp24.cu's SP24_HALF_META; bit for bit the same products, measured
-    faster with codes: int8 1.048x and int4 1.026x at batch 1, results/sp24_h200.md; the 8B preset's 2:4 + int8
+    faster with codes: int8 1.054x and int4 1.030x at batch 1, results/sp24_h200.md; the 8B preset's 2:4 + int8
     2.034x against 1.987x dense, results/half_meta_h200_8b_int8.md); "0": every lane loads all of its row pair's
     words and every MMA uses selector 0 (the kernel every report before 2026-12-01's nineteenth session measured).
     Read when a launch is built; the two builds are separate libraries."""

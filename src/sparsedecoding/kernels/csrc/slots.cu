@@ -35,6 +35,8 @@ namespace {
 
 constexpr int kWarps = 8;
 
+// The 16-bit conversions below repeat sp24.cu's and nm_mma.cu's on purpose: each .cu file is its own library, and
+// cuda_mma.build names a cached build by the hash of that one file, so a shared header could change unseen.
 template <typename T>
 __device__ __forceinline__ float half_bits(uint32_t bits);
 template <>
