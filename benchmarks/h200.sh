@@ -289,6 +289,24 @@ PY
       --quantize int4 --batch 1 4 --out "$OUT/async_h200_8b_int4.md" | tail -4 || true
     SPARSEDECODING_SP24_ASYNC=1 timeout 200 python3 benchmarks/quant_e2e_bench.py --head int8 \
       --out "$OUT/quant_e2e_h200_head_int8_async.md" 2>&1 | grep -E "^- 2:4|^- dense|rror" || true ;;
+  lease20)  # the twentieth session's first lease (no model): the prebuilt libraries, the GPU tests of the bulk-copy
+    # slots for codes (SPARSEDECODING_SP24_BULK), the kernel bench with the register path side by side
+    # (sp24_h200_bulk.md), then the 8B engine's A/Bs (bulk_h200_8b_int4.md, bulk_h200_8b_int8.md); about 10 minutes
+    bash benchmarks/h200.sh bg kcache bulk-tests bulk-kernel bulk-engine ;;
+  bulk-tests)
+    timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py -k bulk -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_bulk.log" || true ;;
+  bulk-kernel)  # sp24_h200_bulk.md: codes at batch 1-8, the tuner free to pick bulk slots, the register path's tuned
+    # launch (SPARSEDECODING_SP24_BULK=0) timed side by side
+    (cd benchmarks && SPARSEDECODING_SP24_BULK=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 240 python3 sp24_bench.py \
+      --no-sweep --kinds int8 int4 --batches 1 2 4 8 --baseline SPARSEDECODING_SP24_BULK=0 \
+      --out "$OUT/sp24_h200_bulk.md" | grep -E "^\| (int8|int4) \||failures|rror") || true ;;
+  bulk-engine)  # bulk_h200_8b_int4.md, bulk_h200_8b_int8.md: the 8B preset's 2:4 + int4 / int8 with and without
+    # the bulk slots in the tuner's choice
+    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BULK --values 0 1 \
+      --quantize int4 --batch 1 4 --out "$OUT/bulk_h200_8b_int4.md" | tail -4 || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BULK --values 0 1 \
+      --quantize int8 --batch 1 --out "$OUT/bulk_h200_8b_int8.md" | tail -4 || true ;;
   final-tests)  # sp24's GPU tests on the final code (the halved metadata bit for bit against the full build), the
     # split product's
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_split.py -p no:cacheprovider 2>&1 \
