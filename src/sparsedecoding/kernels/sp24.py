@@ -468,7 +468,7 @@ def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1) -> int:
 
 
 BULK_STAGES = (3, 4)  # bulk-copy slots a warp the tuner tries (sp24.cu's BULK takes 2..kMaxStages = 4)
-MAX_DYNAMIC_SMEM = 227 * 1024  # sp24.cu's kMaxDynamicSmem
+MAX_DYNAMIC_SMEM = 220 * 1024  # sp24.cu's kMaxDynamicSmem
 
 
 def bulk_applies(w: Sp24Weight, batch: int, device: torch.device) -> bool:

@@ -817,14 +817,13 @@ struct Problem {
   int stages = 0;  // BULK (2..kMaxStages): slots a warp; 0 the register path
 };
 
-constexpr int kMaxDynamicSmem = 227 * 1024;  // the most a CTA may ask for on compute capability 9.0
+// BULK's most dynamic shared memory a CTA: compute capability 9.0 allows 227 KB a CTA, static (under 6 KB here)
+// and dynamic together
+constexpr int kMaxDynamicSmem = 220 * 1024;
 
 template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, bool BULK = false>
 cudaError_t launch(const Problem& p) {
   auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER, BULK>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         BULK ? kMaxDynamicSmem : kMaxSmem);
-  if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
   const int used = (p.steps + per_split - 1) / per_split;  // no split without work
   const int columns = per_split * Steps<CODE>::ks * 32;
@@ -832,6 +831,9 @@ cudaError_t launch(const Problem& p) {
   if (staged > kMaxSmem) return cudaErrorInvalidValue;
   const int smem = staged + (BULK ? p.stages * kWarps * (Slot<CODE, SPS>::bytes + 8) : 0);  // BULK: slots, mbarriers
   if (smem > kMaxDynamicSmem) return cudaErrorInvalidValue;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         BULK ? smem : kMaxSmem);
+  if (err != cudaSuccess) return err;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
