@@ -293,6 +293,19 @@ PY
     # slots for codes (SPARSEDECODING_SP24_BULK), the kernel bench with the register path side by side
     # (sp24_h200_bulk.md), then the 8B engine's A/Bs (bulk_h200_8b_int4.md, bulk_h200_8b_int8.md); about 10 minutes
     bash benchmarks/h200.sh bg kcache bulk-tests bulk-kernel bulk-engine ;;
+  ncu-bulk)  # ncu_h200/ncu_bulk_*.txt: Nsight Compute (as ncu-tuned) on the 8B gate_up int4 launch at batch 1, one
+    # split and one slice, through registers and through 2 and 3 bulk-copy slots a warp
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+    [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }
+    mkdir -p "$OUT/ncu_h200"
+    for stages in 0 2 3; do
+      (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 100 "$ncu" --clock-control none -k regex:sp24_kernel \
+        --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
+        python3 ncu_probe.py sp24-int4 --shape gate_up --batch 1 --splits 1 --slices 1 --stages $stages) \
+        > "$OUT/ncu_h200/ncu_bulk_gate_up_int4_$stages.txt" 2>&1 || true
+    done ;;
   bulk-tests)
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py -k bulk -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_bulk.log" || true ;;
