@@ -289,11 +289,12 @@ PY
       --quantize int4 --batch 1 4 --out "$OUT/async_h200_8b_int4.md" | tail -4 || true
     SPARSEDECODING_SP24_ASYNC=1 timeout 200 python3 benchmarks/quant_e2e_bench.py --head int8 \
       --out "$OUT/quant_e2e_h200_head_int8_async.md" 2>&1 | grep -E "^- 2:4|^- dense|rror" || true ;;
-  lease20)  # the twentieth session's first lease (no model): the prebuilt libraries, the GPU tests of the bulk-copy
+  lease20)  # run at commit 8633114 (the bulk slots' code, then removed: results/sp24_h200_bulk.md says why), the
+    # twentieth session's first lease (no model): the prebuilt libraries, the GPU tests of the bulk-copy
     # slots for codes (SPARSEDECODING_SP24_BULK), the kernel bench with the register path side by side
-    # (sp24_h200_bulk.md), then the 8B engine's A/Bs (bulk_h200_8b_int4.md, bulk_h200_8b_int8.md); about 10 minutes
+    # (sp24_h200_bulk.md), then the 8B engine's A/Bs (bulk_h200_8b_int4.md, bulk_h200_8b_int8.md; stopped unrun)
     bash benchmarks/h200.sh bg kcache bulk-tests bulk-kernel bulk-engine ;;
-  ncu-bulk)  # ncu_h200/ncu_bulk_*.txt: Nsight Compute (as ncu-tuned) on the 8B gate_up int4 launch at batch 1, one
+  ncu-bulk)  # run at commit 8633114: ncu_h200/ncu_bulk_*.txt, Nsight Compute (as ncu-tuned) on the 8B gate_up int4 launch at batch 1, one
     # split and one slice, through registers and through 2 and 3 bulk-copy slots a warp
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
     [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }

@@ -9,7 +9,6 @@ The paths:
 - `sp24-bf16`, `sp24-int8`, `sp24-int4`: the tiled 2:4 sparse tensor-core kernel (`sp24.sp24_mm`, default splits,
   one slice, or `--splits` / `--slices`: the tuned launch itself is not called, whose tuning runs would be the
   launches ncu skips; name its pair instead, as `sp24_h200.md` reports it);
-  `--stages N` runs the int8 / int4 launch through N bulk-copy slots a warp;
 - `sp24-over`: the same kernel with two overflow slots a word inside (a 16:32+2 weight, `sp24.tile_overflow`);
 - `cublas`: `F.linear` on the dense weight.
 
@@ -46,8 +45,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--splits", type=int, help="sp24 paths: step ranges across CTAs (default: default_splits)")
     parser.add_argument("--slices", type=int, default=1, choices=(1, 2, 4, 8),
                         help="sp24 paths: warps sharing a row tile in a CTA (default: %(default)s)")
-    parser.add_argument("--stages", type=int, default=0, choices=(0, 2, 3, 4),
-                        help="sp24 int8 / int4: bulk-copy slots a warp (sp24.cu's BULK; default 0, the register path)")
     args = parser.parse_args(argv)
     shapes = linear_shapes(args.model, unfused=False)
     if args.shape not in shapes:
@@ -87,10 +84,6 @@ def build(args: argparse.Namespace, generator: torch.Generator):
     else:
         group = in_features if kind == "int8" else GROUP_SIZE
         w = tile(pack_nm_quantized(grid_weight(out, in_features, 2, 4, kind, generator), 2, 4, kind, group))
-    if args.stages:
-        from sparsedecoding.kernels.sp24 import Sp24Launch
-
-        return lambda x: Sp24Launch(x, w, args.splits, args.slices, stages=args.stages)(x, w)
     return lambda x: sp24_mm(x, w, args.splits, args.slices)
 
 

@@ -222,73 +222,6 @@ def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
         settings()
 
 
-@pytest.mark.parametrize("code,group,in_features", [(8, None, 2080), (4, 32, 2080), (4, 64, 2560), (4, 128, 2560),
-                                                    (4, 512, 2560), (4, 1024, 3072), (4, 2048, 6144)])
-def test_bulk_slots_hold_what_the_register_path_loads(code, group, in_features):
-    """sp24.cu's BULK path copies three contiguous blocks a step (values, the step's metadata block, the scale groups
-    from (step·ks) >> gk_shift on) into a slot and reads each lane's registers back at fixed offsets (read_slot).
-    Emulated here on a tiled weight's bytes: every lane of every row tile and step gets exactly the bytes load_step
-    reads from global memory, every copy is 16-byte aligned, a multiple of 16 bytes and inside its tensor, and
-    `bulk_smem` counts the slots as sp24.cu lays them out (2080 columns: a padded last step)."""
-    from sparsedecoding.kernels.sp24 import ROWS_PER_BLOCK, STEP_TILES, bulk_smem
-
-    kind = "int8" if code == 8 else "int4"
-    packed = pack_nm_quantized(grid_weight(40, in_features, kind, group or in_features), 2, 4, kind,
-                               group or in_features)
-    w = tile(packed)
-    a = w.a.view(torch.uint8)
-    meta = w.meta.view(torch.uint8)
-    scales = w.scales.view(torch.uint8) if code == 4 else None
-    ks = STEP_TILES[code]
-    a_loads = 4 if code == 4 else 8
-    meta_words = ks // 2  # SP24_HALF_META
-    sps = max(1, ks >> w.gk_shift) if code == 4 else 0
-    slot_a, slot_m, slot_s = a_loads * 512, 64 * ks, 32 * sps
-    assert (slot_a + slot_m + slot_s) % 16 == 0
-    row_tiles = -(-w.shape[0] // 16)
-    for tile_row in range(row_tiles):
-        a_tile = tile_row * w.steps * slot_a
-        m_tile = tile_row * w.steps * 16 * ks * 4
-        s_tile = tile_row * w.groups * 32
-        for step in range(w.steps):
-            blocks = [(a, a_tile + step * slot_a, slot_a), (meta, m_tile + step * slot_m, slot_m)]
-            if code == 4:
-                blocks.append((scales, s_tile + ((step * ks) >> w.gk_shift) * 32, slot_s))
-            for tensor, start, size in blocks:
-                assert start % 16 == 0 and size % 16 == 0 and start + size <= tensor.numel()
-            slot = torch.cat([tensor[start:start + size] for tensor, start, size in blocks])
-            for lane in range(32):
-                g, t = lane // 4, lane % 4
-                loaded = [a[a_tile + (step * a_loads + j) * 512 + 16 * lane:][:16] for j in range(a_loads)]
-                read = [slot[512 * j + 16 * lane:][:16] for j in range(a_loads)]
-                mp = m_tile + ((step * 16 + 2 * g + (t & 1)) * ks + (t >> 1) * meta_words) * 4
-                loaded += [meta[mp + 16 * j:][:16] for j in range(meta_words // 4)]
-                mr = slot_a + ((2 * g + (t & 1)) * ks + (t >> 1) * meta_words) * 4
-                read += [slot[mr + 16 * j:][:16] for j in range(meta_words // 4)]
-                for j in range(sps):
-                    group_j = (step * ks + j * (ks // sps)) >> w.gk_shift
-                    loaded.append(scales[s_tile + (group_j * 8 + g) * 4:][:4])
-                    read.append(slot[slot_a + slot_m + 32 * j + 4 * g:][:4])
-                assert all(torch.equal(x, y) for x, y in zip(loaded, read)), (tile_row, step, lane)
-    staged = 3 * (2 * w.steps * ks * 32 + 64)
-    assert bulk_smem(w, 3, 1, 4) == staged + 4 * (ROWS_PER_BLOCK // 16) * (slot_a + slot_m + slot_s + 8)
-
-
-def test_bulk_slots_are_refused_where_no_kernel_has_them():
-    """Bulk-copy slots exist for codes at batch 1-8 on compute capability 9.0 only: anything else is one clear
-    KernelInputError before a launch (on CPU tensors the capability check never runs: bulk_applies is False)."""
-    from sparsedecoding.kernels.sp24 import Sp24Launch, bulk_applies
-
-    int4 = tile(pack_nm_quantized(grid_weight(16, 512, "int4", 128), 2, 4, "int4", 128))
-    values = tile(pack_nm(random_nm_weight(16, 512, 2, 4, torch.bfloat16, seed=4), 2, 4))
-    assert not bulk_applies(values, 1, torch.device("cpu")) and not bulk_applies(int4, 1, torch.device("cpu"))
-    assert not bulk_applies(int4, 9, torch.device("cpu"))
-    with pytest.raises(KernelInputError, match="stages = 5"):
-        Sp24Launch(torch.randn(1, 512).bfloat16(), int4, 1, 1, stages=5)
-    with pytest.raises(KernelInputError, match="bulk-copy slots run int8 / int4 codes"):
-        Sp24Launch(torch.randn(1, 512).bfloat16(), int4, 1, 1, stages=3)
-
-
 def test_norm_inputs_are_checked_before_a_launch():
     """The RMSNorm-in-front launch refuses a residual or norm weight of another shape or dtype, with one message
     naming what it got and what it expected (checked before any kernel work, on any device)."""
@@ -618,61 +551,6 @@ def test_half_meta_build_gives_the_full_meta_build_bit_for_bit(kind, monkeypatch
             plain, normed = Sp24Launch(x, w, 4, 1), Sp24Launch(x, w, 4, 1, norm=True)
             outputs.append((plain(x, w), *normed(x, w, None, norm_weight, 1e-6)))
         assert all(torch.equal(a, b) for a, b in zip(*outputs)), (kind, batch)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kind,group", [("int4", 32), ("int4", 128), ("int4", 1024), ("int8", None)])
-@pytest.mark.parametrize("out,in_features", [(64, 512), (1000, 2560), (4096, 4096), (512, 7168)])
-def test_bulk_slots_give_the_register_path_bit_for_bit(kind, group, out, in_features, monkeypatch):
-    """Codes at batch 1-8 through bulk-copy slots (2, 3 and 4 a warp): against float64, and bit for bit what the
-    register path gives (the same MMAs in the same order), for per-warp step counts of 1 to 14 (splits and slices),
-    with and without the RMSNorm in front, a GLU weight, a graph replayed twice, and the tuner under
-    SPARSEDECODING_SP24_BULK=1."""
-    from sparsedecoding.kernels.op import SP24_BULK_SETTING
-    from sparsedecoding.kernels.sp24 import MAX_DYNAMIC_SMEM, Sp24Launch, bulk_smem, sp24_linear
-
-    if group is not None and in_features % group:
-        pytest.skip("the group divides the row")
-    scale = group or in_features
-    packed = pack_nm_quantized(grid_weight(out, in_features, kind, scale).cuda(), 2, 4, kind, scale)
-    weight = packed.to_dense(torch.float64)
-    w = tile(packed)
-    norm_weight = (1 + torch.randn(in_features, device="cuda") / 4).bfloat16()
-    for batch in (1, 3, 8):
-        x = torch.randn(batch, in_features, device="cuda").bfloat16()
-        res = torch.randn(batch, in_features, device="cuda").bfloat16()
-        for splits, slices in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 4), (1, 8), (5, 1)):
-            if splits < min_splits(w, batch) or splits > w.steps or -(-w.steps // splits) < slices:
-                continue
-            plain = Sp24Launch(x, w, splits, slices)
-            normed = Sp24Launch(x, w, splits, slices, norm=True)
-            expected, expected_norm = plain(x, w), normed(x, w, res, norm_weight, 1e-6)
-            for stages in (2, 3, 4):
-                if bulk_smem(w, batch, splits, stages) > MAX_DYNAMIC_SMEM:
-                    continue
-                where = (kind, group, out, in_features, batch, splits, slices, stages)
-                y = Sp24Launch(x, w, splits, slices, stages=stages)(x, w)
-                assert float64_error(y, x, weight) <= 1, where
-                assert torch.equal(y, expected), where
-                y, total = Sp24Launch(x, w, splits, slices, norm=True, stages=stages)(x, w, res, norm_weight, 1e-6)
-                assert torch.equal(y, expected_norm[0]) and torch.equal(total, expected_norm[1]), where
-        monkeypatch.setenv(SP24_BULK_SETTING, "1")
-        assert float64_error(sp24_linear(x, w), x, weight) <= 1
-        monkeypatch.delenv(SP24_BULK_SETTING)
-    if out % 32 == 0:  # a GLU weight, and a graph of bulk launches replayed
-        glu = tile(packed, glu=True)
-        x = torch.randn(4, in_features, device="cuda").bfloat16()
-        splits = max(2, min_splits(glu, 4))
-        launch, bulk = Sp24Launch(x, glu, splits, 2), Sp24Launch(x, glu, splits, 2, stages=3)
-        assert torch.equal(bulk(x, glu), launch(x, glu))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            y = bulk(x, glu)
-        for _ in range(2):
-            x.copy_(torch.randn(4, in_features, device="cuda").bfloat16())
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(y, launch(x, glu))
 
 
 @pytest.mark.gpu

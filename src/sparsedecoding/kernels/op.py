@@ -56,7 +56,6 @@ SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
-SP24_BULK_SETTING = "SPARSEDECODING_SP24_BULK"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -220,15 +219,6 @@ def sp24_half_meta_setting() -> bool:
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
 
 
-def sp24_bulk_setting() -> bool:
-    """SPARSEDECODING_SP24_BULK: "1" lets the sp24 tuner also try, for int8 / int4 codes at batch 1-8 on compute
-    capability 9.0, launches whose warps stream their steps through slots in shared memory filled by bulk copies
-    (sp24.cu's BULK: an mbarrier a slot, so several steps stay in flight where the register path's loads share one
-    scoreboard), each candidate checked against float64 and timed like the others; "0" or unset tunes the register
-    path only. Read when a launch is tuned."""
-    return _switch(SP24_BULK_SETTING, "0", "the tuner also tries bulk-copy slots for codes")
-
-
 def _checked_kernel_setting() -> str:
     setting = kernel_setting()
     check_kernel_setting(setting)
@@ -276,8 +266,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
-            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            SP24_BULK_SETTING: sp24_bulk_setting}
+            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

@@ -19,7 +19,6 @@ register semantics, so CPU tests check the layout without a GPU."""
 from __future__ import annotations
 
 import ctypes
-import itertools
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,8 +29,8 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_bulk_setting, sp24_half_meta_setting,
-                 sp24_over_loop_setting, sp24_pdl_setting)
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_over_loop_setting,
+                 sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -419,7 +418,7 @@ def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
                                             + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int] * 2)
+                                            + [ctypes.c_int])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
@@ -467,28 +466,6 @@ def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1) -> int:
     return max(wanted, min_splits(w, batch))
 
 
-BULK_STAGES = (3, 4)  # bulk-copy slots a warp the tuner tries (sp24.cu's BULK takes 2..kMaxStages = 4)
-MAX_DYNAMIC_SMEM = 220 * 1024  # sp24.cu's kMaxDynamicSmem
-
-
-def bulk_applies(w: Sp24Weight, batch: int, device: torch.device) -> bool:
-    """Whether sp24.cu has bulk-slot kernels for w at `batch` on `device`: int8 / int4 codes without overflow slots,
-    1-8 rows of x, compute capability 9.0 or newer (cp.async.bulk and mbarrier transaction counts)."""
-    return (w.code != 0 and w.over_v is None and batch <= 8 and device.type == "cuda"
-            and torch.cuda.get_device_capability(device)[0] >= 9)
-
-
-def bulk_smem(w: Sp24Weight, batch: int, splits: int, stages: int) -> int:
-    """Dynamic shared memory of a bulk-slot launch: the staged x of a split, then `stages` slots of a step and an
-    mbarrier (8 bytes) for each of the CTA's 8 warps (sp24.cu's Slot)."""
-    ks = STEP_TILES[w.code]
-    per_split = -(-w.steps // splits)
-    staged = batch * (2 * per_split * ks * 32 + 64)
-    sps = max(1, ks >> w.gk_shift) if w.code == 4 else 0  # scale groups a step
-    slot = (4 if w.code == 4 else 8) * 512 + 64 * ks + 32 * sps
-    return staged + stages * (ROWS_PER_BLOCK // 16) * (slot + 8)
-
-
 def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
     """Raise KernelInputError for anything the kernel would compute wrongly: dtype, shape, batch, device, layout."""
     in_features = w.shape[1]
@@ -533,18 +510,12 @@ class Sp24Launch:
     row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
     launches on torch's current stream. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`,
     `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). Under
-    SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0.
-    `stages` (0: the register path): bulk-copy slots a warp, 2-4, where `bulk_applies`."""
+    SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
-                 norm: bool = False, stages: int = 0):
+                 norm: bool = False):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
-        if stages not in (0, 2, 3, 4):
-            raise KernelInputError(f"stages = {stages}; use 0 (the register path) or 2-4 bulk-copy slots a warp")
-        if stages and not bulk_applies(w, 1 if x.dim() == 1 else x.shape[0], x.device):
-            raise KernelInputError("bulk-copy slots run int8 / int4 codes without overflow slots at batch 1-8 on "
-                                   "compute capability 9.0 or newer only")
         if w.glu and slices > max(SLICES) // 2:
             raise KernelInputError(f"slices = {slices}: a GLU weight needs its row-tile pairs in one CTA (at most "
                                    f"{max(SLICES) // 2} slices)")
@@ -566,11 +537,6 @@ class Sp24Launch:
         if self.splits < min_splits(w, self.batch):
             raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
                                    f"{min_splits(w, self.batch)} for its x to fit shared memory")
-        if stages and bulk_smem(w, self.batch, self.splits, stages) > MAX_DYNAMIC_SMEM:
-            raise KernelInputError(f"{stages} bulk-copy slots a warp with {self.splits} splits need "
-                                   f"{bulk_smem(w, self.batch, self.splits, stages)} bytes of shared memory, more "
-                                   f"than {MAX_DYNAMIC_SMEM}; use more splits or fewer slots")
-        self.stages = stages
         per_split = -(-w.steps // self.splits)
         self.used_splits = -(-w.steps // per_split)
         self.norm = norm
@@ -612,8 +578,7 @@ class Sp24Launch:
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
-                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
-                self.stages)
+                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop)
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -666,14 +631,14 @@ _SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # with one slice
 _SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already splits the steps inside a CTA)
 _MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
-_timings: dict[tuple, dict[tuple[int, int, int], float]] = {}  # problem -> (splits, slices, stages) -> ms a launch
+_timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, slices) -> ms per launch
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
-    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _BULK (a launch
-    tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
+    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL and _HALF_META (a launch tuned under
+    one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_bulk_setting(),
+            sp24_pdl_setting(), sp24_half_meta_setting(),
             sp24_over_loop_setting() if w.over_v is not None else None)
 
 
@@ -764,9 +729,7 @@ def _copies(w: Sp24Weight) -> list[Sp24Weight]:
 
 
 def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None) -> Sp24Launch:
-    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), each through registers
-    and, under SPARSEDECODING_SP24_BULK=1 where `bulk_applies` and they fit, through BULK_STAGES bulk-copy slots a
-    warp, chosen on first use:
+    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), chosen on first use:
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
     L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
@@ -786,13 +749,9 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
         check_norm_inputs(x, w, norm[0], norm[1])
     reference = _reference(x, w, norm)
     launches = {}
-    bulk = sp24_bulk_setting() and bulk_applies(w, batch, x.device)
-    for (slices, splits), stages in itertools.product(_candidates(w, batch, sms, low),
-                                                      (0, *BULK_STAGES) if bulk else (0,)):
-        if stages and bulk_smem(w, batch, splits, stages) > MAX_DYNAMIC_SMEM:
-            continue
-        launch = Sp24Launch(x, w, splits, slices, norm is not None, stages)
-        if (launch.used_splits, slices, stages) in {(c.used_splits, c.slices, c.stages) for c in launches.values()}:
+    for slices, splits in _candidates(w, batch, sms, low):
+        launch = Sp24Launch(x, w, splits, slices, norm is not None)
+        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
             continue  # the same grid as a candidate already kept
         y = launch(x, w, *(norm or ()))
         if norm is not None:
@@ -800,14 +759,13 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
             expected = (reference.reference if w.glu else reference).sum
             if not torch.equal(total.view_as(expected), expected):
                 raise RuntimeError(f"sp24: the residual sum x + res differs from torch's for {key} with {splits} "
-                                   f"splits, {slices} slices and {stages} bulk slots; set "
-                                   "SPARSEDECODING_KERNEL=triton and report this")
+                                   f"splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report this")
         error = reference.error(y.view(-1, w.out_features))
         if not error <= 1:  # NaN fails too
             raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
-                               f"{splits} splits, {slices} slices and {stages} bulk slots; set "
-                               "SPARSEDECODING_KERNEL=triton and report this")
-        launches[(splits, slices, stages)] = launch
+                               f"{splits} splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report "
+                               "this")
+        launches[(splits, slices)] = launch
     del reference
     weights = _copies(w)
     from .autotune import replay_ms  # imports triton
@@ -833,16 +791,14 @@ def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int
     return sorted(found)
 
 
-def tuning_results() -> dict[tuple, tuple[tuple[int, int, int], dict[tuple[int, int, int], float]]]:
-    """For every problem tuned so far: the chosen (splits, slices, stages) and each candidate's median time in ms."""
-    return {key: ((launch.splits, launch.slices, launch.stages), dict(_timings[key]))
-            for key, launch in _launches.items()}
+def tuning_results() -> dict[tuple, tuple[tuple[int, int], dict[tuple[int, int], float]]]:
+    """For every problem tuned so far: the chosen (splits, slices) and each candidate's median time in ms."""
+    return {key: ((launch.splits, launch.slices), dict(_timings[key])) for key, launch in _launches.items()}
 
 
 def launch_label(launch: Sp24Launch) -> str:
-    """A launch as reports show it: splits, then `/Ns` for N slices and `/Nq` for N bulk-copy slots a warp."""
-    return (str(launch.splits) + (f"/{launch.slices}s" if launch.slices > 1 else "")
-            + (f"/{launch.stages}q" if launch.stages else ""))
+    """A launch as reports show it: splits, then `/Ns` for N slices."""
+    return str(launch.splits) + (f"/{launch.slices}s" if launch.slices > 1 else "")
 
 
 def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,

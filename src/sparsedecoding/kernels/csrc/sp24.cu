@@ -416,81 +416,7 @@ constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : 2;
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
 constexpr int kBuffers = 2;
-
-// BULK (codes at 1-8 rows of x; the tuner tries it under SPARSEDECODING_SP24_BULK=1): each warp streams its steps
-// through `stages` slots of its own in shared memory, each filled by bulk copies (cp.async.bulk, the TMA unit) that
-// one lane issues, and waited for with an mbarrier a slot. Why: in the register path ptxas gives every weight load
-// one scoreboard (SB5, results/sass_sp24_half_meta.md), so a step's first use waits for every load in flight and a
-// warp never has more than two steps coming; int4 codes carry a third of 16-bit values' bytes a step, and the tuned
-// int4 launches read at 54-73% of copy bandwidth where bf16 reaches 96% (results/sp24_h200.md). An mbarrier waits for
-// its own slot only, so stages - 1 steps stay in flight while one is computed, the bytes cost no registers, and a
-// step costs a lane three copy instructions at most instead of its loads. The slot holds a step's bytes as stored
-// (values, the metadata block of the step, the scale groups it covers), which read_slot turns into what load_step
-// leaves in registers: the same MMAs in the same order, so the products are the register path's bit for bit.
-constexpr int kMaxStages = 4;
-
-template <int CODE, int SPS>
-struct Slot {
-  static constexpr int a = Steps<CODE>::a_loads * 512;     // values: [load j][lane][16 B]
-  static constexpr int m = 64 * Steps<CODE>::ks;           // metadata: [16 (g, t < 2)][ks words]
-  static constexpr int s = CODE == 4 ? 32 * SPS : 0;       // scales: the step's groups, [group][8 (g)][2] bf16
-  static constexpr int bytes = a + m + s;                  // a multiple of 16, as bulk copies need
-};
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// lane 0 of a warp: step `step`'s bytes into `slot`, counted on the slot's mbarrier `bar`
-template <int CODE, int SPS>
-__device__ __forceinline__ void bulk_step(uint32_t slot, uint32_t bar, const char* a, const char* meta,
-                                          const char* scales, int step, int gk_shift) {
-#if __CUDA_ARCH__ >= 900
-  using L = Slot<CODE, SPS>;
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "n"(L::bytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(slot), "l"(a + static_cast<size_t>(step) * L::a), "n"(L::a), "r"(bar) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(slot + L::a), "l"(meta + static_cast<size_t>(step) * L::m), "n"(L::m), "r"(bar) : "memory");
-  if constexpr (CODE == 4) {  // groups (step·ks) >> gk_shift on: SPS of them, or the one that spans the step
-    const char* s = scales + static_cast<size_t>((step * Steps<CODE>::ks) >> gk_shift) * 32;
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 ::"r"(slot + L::a + L::m), "l"(s), "n"(L::s), "r"(bar) : "memory");
-  }
-#else
-  (void)slot; (void)bar; (void)a; (void)meta; (void)scales; (void)step; (void)gk_shift;
-  __trap();
-#endif
-}
-
-// every lane: until the slot's mbarrier has finished phase `parity` (its copies landed)
-__device__ __forceinline__ void bulk_wait(uint32_t bar, uint32_t parity) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("{\n.reg .pred done;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-               "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-#else
-  (void)bar; (void)parity;
-  __trap();
-#endif
-}
-
-// a slot's step into registers, as load_step leaves them
-template <int CODE, int SPS>
-__device__ __forceinline__ void read_slot(StepRegs<CODE, SPS>& r, const char* slot, int lane, int t, int g) {
-  using S = Steps<CODE>;
-  using L = Slot<CODE, SPS>;
-#pragma unroll
-  for (int j = 0; j < S::a_loads; ++j) r.a[j] = *reinterpret_cast<const uint4*>(slot + 512 * j + 16 * lane);
-  const char* mp = slot + L::a + ((2 * g + (t & 1)) * S::ks + (SP24_HALF_META ? (t >> 1) * S::meta_words : 0)) * 4;
-#pragma unroll
-  for (int j = 0; j < S::meta_loads; ++j) r.m[j] = *reinterpret_cast<const uint4*>(mp + 16 * j);
-  if constexpr (CODE == 4) {
-#pragma unroll
-    for (int j = 0; j < SPS; ++j) r.s[j] = *reinterpret_cast<const uint32_t*>(slot + L::a + L::m + 32 * j + 4 * g);
-  }
-}
-
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, bool BULK>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER>
 __global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
@@ -503,10 +429,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const T* __restrict__ res, const T* __restrict__ norm_w,
             T* __restrict__ sum_out, float* __restrict__ ss_slots,
             float eps, const char* __restrict__ over_v,
-            const char* __restrict__ over_o, int stages) {
+            const char* __restrict__ over_o) {
   using S = Steps<CODE>;
   static_assert(OVER == 0 || CODE == 0, "overflow slots: 16-bit values only");
-  static_assert(!BULK || (CODE != 0 && OVER == 0 && NT == 1), "bulk slots: codes at 1-8 rows of x");
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int splits = gridDim.y, split = blockIdx.y;
@@ -526,32 +451,13 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* oc_tile = OVER != 0 ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
-  constexpr int NB = BULK ? 1 : kBuffers;
+  constexpr int NB = kBuffers;
   StepRegs<CODE, SPS> r[NB];
-  // BULK: the warps' slots follow the staged x (batch rows of 2·columns + 64 bytes, see below) in shared memory,
-  // then their mbarriers (8 bytes each)
-  const uint32_t all_slots = smem_address(xs) + batch * (2 * (step1 - step0) * S::ks * 32 + 64);
-  const uint32_t slots = all_slots + warp * stages * Slot<CODE, SPS>::bytes;
-  const uint32_t bar0 = all_slots + kWarps * stages * Slot<CODE, SPS>::bytes + 8 * warp * stages;
-  if constexpr (BULK) {
-#if __CUDA_ARCH__ >= 900
-    if (lane == 0) {
-      for (int b = 0; b < stages; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar0 + 8 * b));
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-      if (active)
-        for (int b = 0; b < stages && wstep0 + b < wstep1; ++b)
-          bulk_step<CODE, SPS>(slots + b * Slot<CODE, SPS>::bytes, bar0 + 8 * b, a_tile, m_tile, s_tile, wstep0 + b,
-                               gk_shift);
-    }
-    __syncwarp();
-#endif
-  } else {
 #pragma unroll
-    for (int b = 0; b < NB; ++b)
-      if (active && wstep0 + b < wstep1)
-        load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t, g,
-                                        gk_shift, groups);
-  }
+  for (int b = 0; b < NB; ++b)
+    if (active && wstep0 + b < wstep1)
+      load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t, g,
+                                      gk_shift, groups);
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -628,25 +534,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int b = 0; b < 8 * NT; ++b) p[h][b] = 0.f;
-  if (BULK && active) {
-    // slot b holds steps wstep0 + b + stages·i, its mbarrier in phase i: waited for, read, computed, and once every
-    // lane has its registers (the MMAs have read them), refilled with the step `stages` further
-    int b = 0;
-    uint32_t parity = 0;
-    for (int step = wstep0; step < wstep1; ++step) {
-      const uint32_t slot = slots + b * Slot<CODE, SPS>::bytes;
-      bulk_wait(bar0 + 8 * b, parity);
-      read_slot<CODE, SPS>(r[0], xs + (slot - smem_address(xs)), lane, t, g);
-      compute_step<T, NT, CODE, SPS>(acc, r[0], xs, xstride, step - step0, g, t, batch);
-      __syncwarp();
-      if (lane == 0 && step + stages < wstep1)
-        bulk_step<CODE, SPS>(slot, bar0 + 8 * b, a_tile, m_tile, s_tile, step + stages, gk_shift);
-      if (++b == stages) {
-        b = 0;
-        parity ^= 1u;
-      }
-    }
-  } else if (active) {
+  if (active) {
     // buffer b holds steps wstep0 + b + NB·i: computed, then refilled with the step NB further
     for (int step = wstep0; step < wstep1; step += NB) {
 #pragma unroll
@@ -814,26 +702,18 @@ struct Problem {
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
   int over_loop = 1;  // OVER's loop order (1, 2 or 3; sp24_launch resolves 0)
-  int stages = 0;  // BULK (2..kMaxStages): slots a warp; 0 the register path
 };
 
-// BULK's most dynamic shared memory a CTA: compute capability 9.0 allows 227 KB a CTA, static (under 6 KB here)
-// and dynamic together
-constexpr int kMaxDynamicSmem = 220 * 1024;
-
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, bool BULK = false>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0>
 cudaError_t launch(const Problem& p) {
-  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER, BULK>;
+  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+  if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
   const int used = (p.steps + per_split - 1) / per_split;  // no split without work
   const int columns = per_split * Steps<CODE>::ks * 32;
-  const int staged = p.batch * (2 * columns + 64) + (OVER == 3 ? columns * 16 * NT : 0);  // OVER 3: the column copy
-  if (staged > kMaxSmem) return cudaErrorInvalidValue;
-  const int smem = staged + (BULK ? p.stages * kWarps * (Slot<CODE, SPS>::bytes + 8) : 0);  // BULK: slots, mbarriers
-  if (smem > kMaxDynamicSmem) return cudaErrorInvalidValue;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         BULK ? smem : kMaxSmem);
-  if (err != cudaSuccess) return err;
+  const int smem = p.batch * (2 * columns + 64) + (OVER == 3 ? columns * 16 * NT : 0);  // OVER 3: the column copy
+  if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
@@ -853,7 +733,7 @@ cudaError_t launch(const Problem& p) {
                             p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
                             p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w),
                             static_cast<T*>(p.sum_out), p.ss_slots, p.eps, static_cast<const char*>(p.over_v),
-                            static_cast<const char*>(p.over_o), BULK ? p.stages : 0);
+                            static_cast<const char*>(p.over_o));
 }
 
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
@@ -967,13 +847,7 @@ cudaError_t by_batch(const Problem& p) {
     }
   } else {
     if (p.over_v != nullptr) return cudaErrorInvalidValue;
-    if (p.stages != 0) {  // bulk slots: 1-8 rows of x
-      if (p.batch > 8) return cudaErrorInvalidValue;
-      return p.norm_w != nullptr ? launch<T, 1, CODE, SPS, true, 0, true>(p)
-                                 : launch<T, 1, CODE, SPS, false, 0, true>(p);
-    }
   }
-  if (p.stages != 0) return cudaErrorInvalidValue;
   if (p.norm_w != nullptr)
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, true>(p) : launch<T, 2, CODE, SPS, true>(p);
   return p.batch <= 8 ? launch<T, 1, CODE, SPS, false>(p) : launch<T, 2, CODE, SPS, false>(p);
@@ -995,16 +869,15 @@ extern "C" {
 // (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
 // x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a build with SP24_COLUMNS), 0 the
 // first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself,
-// sp24.over_loop). `stages`: 0, or for int8 / int4 codes at 1-8 rows of x on compute capability 9.0 the bulk slots
-// a warp (2..4, see BULK). Returns 0 or a cudaError_t.
+// sp24.over_loop). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop, int stages) {
+                const void* over_o, int over_loop) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 3 || stages < 0 || stages == 1 || stages > kMaxStages)
+      over_loop < 0 || over_loop > 3)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
@@ -1018,7 +891,6 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.over_v = over_v;
   p.over_o = over_o;
   p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
-  p.stages = stages;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
