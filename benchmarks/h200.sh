@@ -307,6 +307,11 @@ PY
         python3 ncu_probe.py sp24-int4 --shape gate_up --batch 1 --splits 1 --slices 1 --stages $stages) \
         > "$OUT/ncu_h200/ncu_bulk_gate_up_int4_$stages.txt" 2>&1 || true
     done ;;
+  ablate)  # ablate_h200.md: sp24's int4 / int8 launches at batch 1 (the 8B shapes, sp24_h200.md's tuned splits and
+    # slices) on the normal build and on four SP24_ABLATE builds (constant metadata, no dequantization, no MMAs, no
+    # weight loads), side by side; the prebuilt libraries first (prebuild_kernels.py --only sp24 sp24-ablate1..4)
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout 300 python3 benchmarks/ablate_probe.py --out "$OUT/ablate_h200.md" || true ;;
   bulk-tests)
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py -k bulk -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_bulk.log" || true ;;

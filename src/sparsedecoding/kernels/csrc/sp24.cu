@@ -79,6 +79,14 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 #define SP24_HALF_META 1
 #endif
 
+// SP24_ABLATE (diagnostics only, never in a library the package loads; benchmarks/ablate_probe.py): a build whose
+// products are wrong on purpose, to time what one part of a step costs. 1: constant metadata (no metadata loads);
+// 2: the raw code words into the MMAs (no dequantization); 3: no MMAs (an XOR of A, B and the metadata into the
+// sums keeps every load live); 4: no weight loads (constant values, metadata and scales: the compute alone).
+#ifndef SP24_ABLATE
+#define SP24_ABLATE 0
+#endif
+
 template <int CODE>
 struct Steps {
   static constexpr int ks = CODE == 0 ? 8 : 16;                      // k-tiles per step
@@ -217,17 +225,20 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
   using S = Steps<CODE>;
 #pragma unroll
   for (int j = 0; j < S::a_loads; ++j)
-    r.a[j] = ld_stream(a + (static_cast<size_t>(step) * S::a_loads + j) * 512 + 16 * lane);
+    r.a[j] = SP24_ABLATE == 4 ? make_uint4(step, j, lane, 0x12345678u)
+                              : ld_stream(a + (static_cast<size_t>(step) * S::a_loads + j) * 512 + 16 * lane);
   // lane t holds the words of lane t % 2's row pair: all ks k-tiles, or (SP24_HALF_META) half t / 2 of them
   const char* mp = meta + ((static_cast<size_t>(step) * 16 + 2 * g + (t & 1)) * S::ks +
                            (SP24_HALF_META ? (t >> 1) * S::meta_words : 0)) * 4;
 #pragma unroll
-  for (int j = 0; j < S::meta_loads; ++j) r.m[j] = ld_stream(mp + 16 * j);
+  for (int j = 0; j < S::meta_loads; ++j)
+    r.m[j] = SP24_ABLATE == 1 || SP24_ABLATE == 4 ? make_uint4(0x44444444u, 0x44444444u, 0x44444444u, 0x44444444u)
+                                                  : ld_stream(mp + 16 * j);
   if constexpr (CODE == 4) {
 #pragma unroll
     for (int j = 0; j < SPS; ++j) {
       const int group = (step * S::ks + j * (S::ks / SPS)) >> gk_shift;
-      r.s[j] = ld_u32(scales + (static_cast<size_t>(group) * 8 + g) * 4);
+      r.s[j] = SP24_ABLATE == 4 ? 0x3F803F80u : ld_u32(scales + (static_cast<size_t>(group) * 8 + g) * 4);
     }
   }
   if constexpr (OVER) {
@@ -353,10 +364,18 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     a0 = v.x; a1 = v.y; a2 = v.z; a3 = v.w;
   } else if constexpr (CODE == 8) {
     const uint32_t wg = word_of(v, 2 * (k % 2)), wg8 = word_of(v, 2 * (k % 2) + 1);
-    a0 = int8_pair(wg, 0); a2 = int8_pair(wg, 2); a1 = int8_pair(wg8, 0); a3 = int8_pair(wg8, 2);
+    if constexpr (SP24_ABLATE == 2) {
+      a0 = a2 = wg; a1 = a3 = wg8;
+    } else {
+      a0 = int8_pair(wg, 0); a2 = int8_pair(wg, 2); a1 = int8_pair(wg8, 0); a3 = int8_pair(wg8, 2);
+    }
   } else {
     const uint32_t q = word_of(v, k % 4);
-    a0 = int4_pair(q, 0); a1 = int4_pair(q, 1); a2 = int4_pair(q, 2); a3 = int4_pair(q, 3);
+    if constexpr (SP24_ABLATE == 2) {
+      a0 = a1 = a2 = a3 = q;
+    } else {
+      a0 = int4_pair(q, 0); a1 = int4_pair(q, 1); a2 = int4_pair(q, 2); a3 = int4_pair(q, 3);
+    }
   }
   // k is a constant once compute_step's loop is unrolled, and so is the selector
   const uint32_t e = word_of(r.m[(k % S::meta_words) / 4], k % 4);
@@ -367,8 +386,12 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     // is spent on them
     const int row = min(8 * j + g, batch - 1);
     const uint4 b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
-    if (k < S::meta_words) mma_sp<kBf16, 0>(acc[j], a0, a1, a2, a3, b, e);
-    else mma_sp<kBf16, 1>(acc[j], a0, a1, a2, a3, b, e);
+    if constexpr (SP24_ABLATE == 3) {
+      acc[j][0] += __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b.x ^ b.y ^ b.z ^ b.w ^ e) & 0x3FFFFFFFu);
+    } else {
+      if (k < S::meta_words) mma_sp<kBf16, 0>(acc[j], a0, a1, a2, a3, b, e);
+      else mma_sp<kBf16, 1>(acc[j], a0, a1, a2, a3, b, e);
+    }
   }
 }
 

@@ -1,0 +1,69 @@
+"""Where a step of sp24's codes kernels spends its time: the tuned-shape launches at batch 1 timed on the normal
+build and on builds with one part of a step taken out (sp24.cu's SP24_ABLATE: 1 constant metadata, 2 no
+dequantization, 3 no MMAs, 4 no weight loads), side by side in one process. The ablated builds compute wrong
+products on purpose; only their times mean anything. Prints a markdown table; writes it to --out too.
+
+    python benchmarks/ablate_probe.py --out results/ablate_h200.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_cuda_mma_codes import grid_weight  # noqa: E402
+
+from sparsedecoding.kernels import cuda_mma, sp24  # noqa: E402
+from sparsedecoding.kernels.autotune import replay_ms  # noqa: E402
+from sparsedecoding.kernels.quantized import pack_nm_quantized  # noqa: E402
+from sparsedecoding.runenv import environment_markdown  # noqa: E402
+
+VARIANTS = {0: "full step", 1: "constant metadata", 2: "no dequantization", 3: "no MMAs", 4: "no weight loads"}
+# (name, out, in, splits, slices): the 8B shapes with sp24_h200.md's tuned int4 launches at batch 1
+SHAPES = (("8B qkv", 6144, 4096, 1, 4), ("8B o", 4096, 4096, 1, 8), ("8B gate_up", 28672, 4096, 1, 1),
+          ("8B down", 4096, 14336, 1, 8))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    original = cuda_mma.open_library
+    rows = []
+    for kind, group in (("int4", 128), ("int8", None)):
+        for name, out, inf, splits, slices in SHAPES:
+            scale = group or inf
+            w = sp24.tile(pack_nm_quantized(grid_weight(out, inf, kind, scale).cuda(), 2, 4, kind, scale))
+            weights = sp24._copies(w)
+            x = torch.randn(1, inf, device="cuda").bfloat16()
+            times = {}
+            for variant in VARIANTS:
+                extra = (f"-DSP24_ABLATE={variant}",) if variant else ()
+                cuda_mma.open_library = (lambda source, min_major, defines, extra=extra:
+                                         original(source, min_major=min_major, defines=tuple(defines) + extra))
+                sp24._libraries.clear()
+                launch = sp24.Sp24Launch(x, w, splits, slices)
+                times[variant] = 1000 * replay_ms(lambda wt, launch=launch: launch(x, wt), weights)
+            cuda_mma.open_library = original
+            sp24._libraries.clear()
+            rows.append(f"| {kind} | {name} ({out}x{inf}) | {splits}/{slices}s | "
+                        + " | ".join(f"{times[v]:.1f}" for v in VARIANTS) + " |")
+            print(rows[-1], flush=True)
+    text = "\n".join([
+        "# sp24 codes at batch 1: a step with one part taken out (SP24_ABLATE builds)", "",
+        environment_markdown("python benchmarks/ablate_probe.py" + (f" --out {args.out}" if args.out else "")), "",
+        "Graph replays round-robin over weight copies past the L2, median us a launch; the ablated builds compute "
+        "wrong products on purpose.", "",
+        "| values | shape | splits/slices | " + " | ".join(VARIANTS.values()) + " |",
+        "|---|---|---|" + "---|" * len(VARIANTS), *rows, ""])
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
