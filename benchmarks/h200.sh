@@ -307,6 +307,25 @@ PY
         python3 ncu_probe.py sp24-int4 --shape gate_up --batch 1 --splits 1 --slices 1 --stages $stages) \
         > "$OUT/ncu_h200/ncu_bulk_gate_up_int4_$stages.txt" 2>&1 || true
     done ;;
+  lease20b)  # the twentieth session's second lease (no model): x staged with its loads in flight together
+    # (SPARSEDECODING_SP24_BLOCKED_STAGING, default on): sp24's GPU tests, the kernel bench with the plain staging
+    # timed side by side (sp24_h200.md), the 8B engine's A/Bs (blocked_staging_h200_8b_{int4,int8,bf16}.md), issue
+    # 13's engine rows (quant_e2e_h200_head_int8.md); about 12 minutes
+    bash benchmarks/h200.sh bg kcache staging-tests staging-kernel staging-engine quant-e2e-head-int8 ;;
+  staging-tests)
+    timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_split.py -p no:cacheprovider 2>&1 \
+      | tail -4 | tee "$OUT/gpu_tests_staging.log" || true ;;
+  staging-kernel)  # sp24_h200.md: every kind and batch, the plain staging's tuned launch timed side by side
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 260 python3 sp24_bench.py --no-sweep \
+      --baseline SPARSEDECODING_SP24_BLOCKED_STAGING=0 --out "$OUT/sp24_h200.md" \
+      | grep -E "^\| (bf16|int8|int4) \||failures|rror") || true ;;
+  staging-engine)  # blocked_staging_h200_8b_{int4,int8,bf16}.md: the 8B preset with and without the blocked staging
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BLOCKED_STAGING --values 0 1 \
+      --quantize int4 --batch 1 --out "$OUT/blocked_staging_h200_8b_int4.md" | tail -3 || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BLOCKED_STAGING --values 0 1 \
+      --quantize int8 --batch 1 --out "$OUT/blocked_staging_h200_8b_int8.md" | tail -3 || true
+    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BLOCKED_STAGING --values 0 1 \
+      --batch 1 4 --out "$OUT/blocked_staging_h200_8b_bf16.md" | tail -4 || true ;;
   ablate)  # ablate_h200.md: sp24's int4 / int8 launches at batch 1 (the 8B shapes, sp24_h200.md's tuned splits and
     # slices) on the normal build and on four SP24_ABLATE builds (constant metadata, no dequantization, no MMAs, no
     # weight loads), side by side; the prebuilt libraries first (prebuild_kernels.py --only sp24 sp24-ablate1..4)
