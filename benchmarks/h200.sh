@@ -307,7 +307,8 @@ PY
         python3 ncu_probe.py sp24-int4 --shape gate_up --batch 1 --splits 1 --slices 1 --stages $stages) \
         > "$OUT/ncu_h200/ncu_bulk_gate_up_int4_$stages.txt" 2>&1 || true
     done ;;
-  lease20b)  # the twentieth session's second lease (no model): x staged with its loads in flight together
+  lease20b)  # run at commit 367a191 (the blocked staging, then removed: results/sp24_h200_blocked_staging.md says
+    # why; staging-engine and quant-e2e-head-int8 were stopped unrun), the twentieth session's second lease: x staged with its loads in flight together
     # (SPARSEDECODING_SP24_BLOCKED_STAGING, default on): sp24's GPU tests, the kernel bench with the plain staging
     # timed side by side (sp24_h200.md), the 8B engine's A/Bs (blocked_staging_h200_8b_{int4,int8,bf16}.md), issue
     # 13's engine rows (quant_e2e_h200_head_int8.md); about 12 minutes

@@ -192,13 +192,12 @@ def test_slices_other_than_a_divisor_of_the_warps_raise():
         Sp24Launch(torch.randn(1, 256).bfloat16(), w, 1, 3)
 
 
-def test_sp24_builds_follow_the_half_meta_and_staging_settings(monkeypatch):
+def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
     """SPARSEDECODING_SP24_HALF_META=0 loads a second library built with -DSP24_HALF_META=0 (the default build has
-    no such flag), and SPARSEDECODING_SP24_BLOCKED_STAGING=0 one with -DSP24_STAGE_BLOCKED=0, each kept once."""
+    no such flag), each kept once."""
     import sparsedecoding.kernels.sp24 as sp24
     from sparsedecoding.kernels import cuda_mma
-    from sparsedecoding.kernels.op import (SP24_BLOCKED_STAGING_SETTING, SP24_HALF_META_SETTING, KernelChoiceError,
-                                           settings)
+    from sparsedecoding.kernels.op import SP24_HALF_META_SETTING, KernelChoiceError, settings
 
     built = []
 
@@ -212,17 +211,12 @@ def test_sp24_builds_follow_the_half_meta_and_staging_settings(monkeypatch):
     monkeypatch.setattr(cuda_mma, "open_library", lambda source, min_major, defines: Library(defines))
     monkeypatch.setattr(sp24, "_libraries", {})
     monkeypatch.delenv(SP24_HALF_META_SETTING, raising=False)
-    monkeypatch.delenv(SP24_BLOCKED_STAGING_SETTING, raising=False)
     default = sp24._load()
     monkeypatch.setenv(SP24_HALF_META_SETTING, "0")
     full = sp24._load()
     assert full is not default and sp24._load() is full and sp24._load(half_meta=True) is default
     sp24._load(columns=True)
-    monkeypatch.setenv(SP24_BLOCKED_STAGING_SETTING, "0")
-    plain = sp24._load(half_meta=True)
-    assert plain is not default and sp24._load(half_meta=True, blocked=True) is default
-    assert built == [(), ("-DSP24_HALF_META=0",), ("-DSP24_COLUMNS", "-DSP24_HALF_META=0"),
-                     ("-DSP24_STAGE_BLOCKED=0",)]
+    assert built == [(), ("-DSP24_HALF_META=0",), ("-DSP24_COLUMNS", "-DSP24_HALF_META=0")]
     monkeypatch.setenv(SP24_HALF_META_SETTING, "half")
     with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_HALF_META='half'"):
         settings()
@@ -557,39 +551,6 @@ def test_half_meta_build_gives_the_full_meta_build_bit_for_bit(kind, monkeypatch
             plain, normed = Sp24Launch(x, w, 4, 1), Sp24Launch(x, w, 4, 1, norm=True)
             outputs.append((plain(x, w), *normed(x, w, None, norm_weight, 1e-6)))
         assert all(torch.equal(a, b) for a, b in zip(*outputs)), (kind, batch)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["bf16", "fp16", "int8", "int4", "int4-g128"])
-def test_blocked_staging_gives_the_plain_staging_bit_for_bit(kind, monkeypatch):
-    """x staged with its loads in flight together (the default build) gives bit for bit what the plain staging loops
-    (SPARSEDECODING_SP24_BLOCKED_STAGING=0) give: products, and with the RMSNorm in front the residual sums too, at
-    batch 1 (the norm's own blocked path), 5 and 16, for several splits and slices and a row of 2080 columns (a
-    padded last step; 2176 with 128-column int4 groups)."""
-    from sparsedecoding.kernels.op import SP24_BLOCKED_STAGING_SETTING
-    from sparsedecoding.kernels.sp24 import Sp24Launch
-
-    for out, in_features in ((1000, 4096), (512, 2176 if kind == "int4-g128" else 2080)):
-        if kind == "int4-g128":
-            packed = pack_nm_quantized(grid_weight(out, in_features, "int4", 128).cuda(), 2, 4, "int4", 128)
-            dtype = torch.bfloat16
-        else:
-            packed, dtype = _packed_on_gpu(kind, out, in_features, seed=37)
-        w = tile(packed)
-        norm_weight = (1 + torch.randn(in_features, device="cuda") / 4).to(dtype)
-        for batch in (1, 5, 16):
-            x = torch.randn(batch, in_features, device="cuda").to(dtype)
-            res = torch.randn(batch, in_features, device="cuda").to(dtype)
-            for splits, slices in ((min_splits(w, batch), 1), (max(min_splits(w, batch), 2), 2), (w.steps, 1)):
-                outputs = []
-                for value in ("1", "0"):
-                    monkeypatch.setenv(SP24_BLOCKED_STAGING_SETTING, value)
-                    plain, normed = Sp24Launch(x, w, splits, slices), Sp24Launch(x, w, splits, slices, norm=True)
-                    outputs.append((plain(x, w), *normed(x, w, res, norm_weight, 1e-6),
-                                    *normed(x, w, None, norm_weight, 1e-6)))
-                assert all(torch.equal(a, b) for a, b in zip(*outputs)), (kind, out, in_features, batch, splits)
-                assert float64_error(outputs[0][0], x, packed.to_dense(torch.float64) if kind.startswith("int")
-                                     else packed.to_dense().double()) <= 1
 
 
 @pytest.mark.gpu

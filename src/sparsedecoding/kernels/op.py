@@ -56,7 +56,6 @@ SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
-SP24_BLOCKED_STAGING_SETTING = "SPARSEDECODING_SP24_BLOCKED_STAGING"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -220,15 +219,6 @@ def sp24_half_meta_setting() -> bool:
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
 
 
-def sp24_blocked_staging_setting() -> bool:
-    """SPARSEDECODING_SP24_BLOCKED_STAGING: "1" or unset builds the sp24 kernel so that each thread stages its units
-    of x with their loads in flight together (four units at once, and two with the RMSNorm in front at batch 1;
-    sp24.cu's SP24_STAGE_BLOCKED); "0" builds the plain staging loops of every report before 2026-12-02's twentieth
-    session. The same staged bytes, so the same products bit for bit. Read when a launch is built; the two builds
-    are separate libraries."""
-    return _switch(SP24_BLOCKED_STAGING_SETTING, "1", "x staged with its loads in flight together")
-
-
 def _checked_kernel_setting() -> str:
     setting = kernel_setting()
     check_kernel_setting(setting)
@@ -276,8 +266,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
-            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            SP24_BLOCKED_STAGING_SETTING: sp24_blocked_staging_setting}
+            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

@@ -29,8 +29,8 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_blocked_staging_setting, sp24_half_meta_setting,
-                 sp24_over_loop_setting, sp24_pdl_setting)
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_over_loop_setting,
+                 sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -43,7 +43,7 @@ STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
 _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
-_libraries: dict[tuple[bool, bool, bool], ctypes.CDLL] = {}  # by (SP24_COLUMNS, SP24_HALF_META, SP24_STAGE_BLOCKED)
+_libraries: dict[tuple[bool, bool], ctypes.CDLL] = {}  # by (built with SP24_COLUMNS, with SP24_HALF_META)
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 
@@ -404,20 +404,16 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     return dense[:out, :in_features]
 
 
-def _load(columns: bool = False, half_meta: bool | None = None, blocked: bool | None = None) -> ctypes.CDLL:
+def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' column-major loop
     order (over_loop 3), which the default build leaves out so that its other kernels compile as measured;
-    `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0, `blocked` (default:
-    SPARSEDECODING_SP24_BLOCKED_STAGING) False with SP24_STAGE_BLOCKED=0."""
+    `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
-    if blocked is None:
-        blocked = sp24_blocked_staging_setting()
     with _lock:
-        library = _libraries.get((columns, half_meta, blocked))
+        library = _libraries.get((columns, half_meta))
         if library is None:
-            defines = ((("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",))
-                       + (() if blocked else ("-DSP24_STAGE_BLOCKED=0",)))
+            defines = (("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",))
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
@@ -431,7 +427,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, blocked: bool | 
             library.sp24_max_smem.restype = ctypes.c_int
             if (library.sp24_rows_per_block(), library.sp24_max_smem()) != (ROWS_PER_BLOCK, MAX_SMEM):
                 raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size; rebuild")
-            _libraries[(columns, half_meta, blocked)] = library
+            _libraries[(columns, half_meta)] = library
         return library
 
 
@@ -528,7 +524,7 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
-        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting(), sp24_blocked_staging_setting())
+        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting())
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape
@@ -639,10 +635,10 @@ _timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, 
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
-    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _BLOCKED_STAGING (a
-    launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
+    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL and _HALF_META (a launch tuned under
+    one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
-            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_blocked_staging_setting(),
+            sp24_pdl_setting(), sp24_half_meta_setting(),
             sp24_over_loop_setting() if w.over_v is not None else None)
 
 

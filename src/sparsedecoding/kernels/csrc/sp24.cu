@@ -79,14 +79,6 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 #define SP24_HALF_META 1
 #endif
 
-// x staged with its loads in flight together (SP24_STAGE_BLOCKED, the default): four units a thread at once, and with
-// the RMSNorm in front at batch 1 two units (their x, residual and norm weight). A plain loop, which nvcc unrolled by
-// four after a remainder loop of one load at a time, made a thread at batch 1 and 4096 columns wait for two round
-// trips to L2 in a row before the CTA's barrier. SP24_STAGE_BLOCKED=0 builds the plain loops (the same staged bytes).
-#ifndef SP24_STAGE_BLOCKED
-#define SP24_STAGE_BLOCKED 1
-#endif
-
 // SP24_ABLATE (diagnostics only, never in a library the package loads; benchmarks/ablate_probe.py): a build whose
 // products are wrong on purpose, to time what one part of a step costs. 1: constant metadata (no metadata loads);
 // 2: the raw code words into the MMAs (no dequantization); 3: no MMAs (an XOR of A, B and the metadata into the
@@ -508,35 +500,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     for (int n = 0; n < 8 * NT; ++n) sq[n] = 0.f;
     const bool writes_sum = sum_out != nullptr && blockIdx.x == 0;  // row block 0 writes s, each split its range
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#if SP24_STAGE_BLOCKED
-    if (batch == 1) {  // two units a thread, their six loads in flight together; Σs² in the loop's order
-      for (int u0 = tid; u0 < units; u0 += 2 * kThreads) {
-        uint4 wv[2], xv[2], rv[2];
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int u = u0 + k * kThreads, col = col0 + 8 * u;
-          wv[k] = xv[k] = rv[k] = zero;
-          if (u < units && col < in) {
-            wv[k] = *reinterpret_cast<const uint4*>(norm_w + col);
-            xv[k] = *reinterpret_cast<const uint4*>(x + col);
-            if (res != nullptr) rv[k] = *reinterpret_cast<const uint4*>(res + col);
-          }
-        }
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int u = u0 + k * kThreads, col = col0 + 8 * u;
-          if (u < units) {
-            uint4 sv, uv = zero;
-            if (col < in) {
-              norm_unit<T>(xv[k], rv[k], wv[k], sv, uv, sq[0]);
-              if (writes_sum) *reinterpret_cast<uint4*>(sum_out + col) = sv;
-            }
-            stage_unit(xs, u, uv);
-          }
-        }
-      }
-    } else
-#endif
     for (int u = tid; u < units; u += kThreads) {
       const int col = col0 + 8 * u;
       const bool inside = col < in;
@@ -566,30 +529,12 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       }
     }
   } else {
-#if SP24_STAGE_BLOCKED
-    const int total = batch * units;
-    for (int base = tid; base < total; base += 4 * kThreads) {  // four units a thread, their loads in flight together
-      uint4 v[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int idx = base + k * kThreads, n = idx / units, col = col0 + 8 * (idx - n * units);
-        v[k] = make_uint4(0u, 0u, 0u, 0u);
-        if (idx < total && col < in) v[k] = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int idx = base + k * kThreads, n = idx / units;
-        if (idx < total) stage_unit(xs + n * xstride, idx - n * units, v[k]);
-      }
-    }
-#else
     for (int idx = tid; idx < batch * units; idx += kThreads) {
       const int n = idx / units, u = idx % units, col = col0 + 8 * u;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (col < in) v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
       stage_unit(xs + n * xstride, u, v);
     }
-#endif
   }
   __syncthreads();
   if constexpr (OVER == 3) {  // the column-major copy of the staged x, for the slots (see over_step)
