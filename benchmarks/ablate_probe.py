@@ -1,7 +1,8 @@
 """Where a step of sp24's codes kernels spends its time: the tuned-shape launches at batch 1 timed on the normal
 build and on builds with one part of a step taken out (sp24.cu's SP24_ABLATE: 1 constant metadata, 2 no
-dequantization, 3 no MMAs, 4 no weight loads), side by side in one process. The ablated builds compute wrong
-products on purpose; only their times mean anything. Prints a markdown table; writes it to --out too.
+dequantization, 3 no MMAs, 4 no weight loads, 5 the loads alone), side by side in one process; bf16 values with
+their own tuned launches for comparison. The ablated builds compute wrong products on purpose; only their times
+mean anything. Prints a markdown table; writes it to --out too.
 
     python benchmarks/ablate_probe.py --out results/ablate_h200.md
 """
@@ -15,17 +16,21 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import random_nm_weight  # noqa: E402
 from test_cuda_mma_codes import grid_weight  # noqa: E402
 
 from sparsedecoding.kernels import cuda_mma, sp24  # noqa: E402
 from sparsedecoding.kernels.autotune import replay_ms  # noqa: E402
+from sparsedecoding.kernels.format import pack_nm  # noqa: E402
 from sparsedecoding.kernels.quantized import pack_nm_quantized  # noqa: E402
 from sparsedecoding.runenv import environment_markdown  # noqa: E402
 
-VARIANTS = {0: "full step", 1: "constant metadata", 2: "no dequantization", 3: "no MMAs", 4: "no weight loads"}
-# (name, out, in, splits, slices): the 8B shapes with sp24_h200.md's tuned int4 launches at batch 1
+VARIANTS = {0: "full step", 1: "constant metadata", 2: "no dequantization", 3: "no MMAs", 4: "no weight loads",
+            5: "loads alone"}
+# (name, out, in, splits, slices): the 8B shapes with sp24_h200.md's tuned int4 launches at batch 1 (and bf16's)
 SHAPES = (("8B qkv", 6144, 4096, 1, 4), ("8B o", 4096, 4096, 1, 8), ("8B gate_up", 28672, 4096, 1, 1),
           ("8B down", 4096, 14336, 1, 8))
+BF16_LAUNCHES = {"8B qkv": (1, 4), "8B o": (1, 8), "8B gate_up": (1, 4), "8B down": (4, 2)}
 
 
 def main() -> int:
@@ -34,10 +39,14 @@ def main() -> int:
     args = parser.parse_args()
     original = cuda_mma.open_library
     rows = []
-    for kind, group in (("int4", 128), ("int8", None)):
+    for kind, group in (("int4", 128), ("int8", None), ("bf16", None)):
         for name, out, inf, splits, slices in SHAPES:
-            scale = group or inf
-            w = sp24.tile(pack_nm_quantized(grid_weight(out, inf, kind, scale).cuda(), 2, 4, kind, scale))
+            if kind == "bf16":
+                splits, slices = BF16_LAUNCHES[name]
+                w = sp24.tile(pack_nm(random_nm_weight(out, inf, 2, 4, torch.bfloat16, seed=1).cuda(), 2, 4))
+            else:
+                scale = group or inf
+                w = sp24.tile(pack_nm_quantized(grid_weight(out, inf, kind, scale).cuda(), 2, 4, kind, scale))
             weights = sp24._copies(w)
             x = torch.randn(1, inf, device="cuda").bfloat16()
             times = {}
@@ -54,7 +63,7 @@ def main() -> int:
                         + " | ".join(f"{times[v]:.1f}" for v in VARIANTS) + " |")
             print(rows[-1], flush=True)
     text = "\n".join([
-        "# sp24 codes at batch 1: a step with one part taken out (SP24_ABLATE builds)", "",
+        "# sp24 at batch 1: a step with one part taken out (SP24_ABLATE builds)", "",
         environment_markdown("python benchmarks/ablate_probe.py" + (f" --out {args.out}" if args.out else "")), "",
         "Graph replays round-robin over weight copies past the L2, median us a launch; the ablated builds compute "
         "wrong products on purpose.", "",

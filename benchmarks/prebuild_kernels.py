@@ -27,7 +27,7 @@ LIBRARIES = {
     "sp24-columns": ("sp24.cu", ("-DSP24_COLUMNS",)),
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
-    **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4)},  # ablate_probe.py
+    **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
 }
 
 

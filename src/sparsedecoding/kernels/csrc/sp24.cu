@@ -82,7 +82,8 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 // SP24_ABLATE (diagnostics only, never in a library the package loads; benchmarks/ablate_probe.py): a build whose
 // products are wrong on purpose, to time what one part of a step costs. 1: constant metadata (no metadata loads);
 // 2: the raw code words into the MMAs (no dequantization); 3: no MMAs (an XOR of A, B and the metadata into the
-// sums keeps every load live); 4: no weight loads (constant values, metadata and scales: the compute alone).
+// sums keeps every load live); 4: no weight loads (constant values, metadata and scales: the compute alone); 5: the
+// loads alone (each loaded word XORed into the sums once: no x, no dequantization, no MMAs).
 #ifndef SP24_ABLATE
 #define SP24_ABLATE 0
 #endif
@@ -360,6 +361,11 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   uint32_t a0, a1, a2, a3;
   const uint4& v = r.a[k / S::tiles_per_load];
+  if constexpr (SP24_ABLATE == 5) {
+    const uint32_t words = k % S::tiles_per_load == 0 ? v.x ^ v.y ^ v.z ^ v.w : 0u;
+    acc[0][0] += __uint_as_float((words ^ word_of(r.m[(k % S::meta_words) / 4], k % 4)) & 0x3FFFFFFFu);
+    return;
+  }
   if constexpr (CODE == 0) {
     a0 = v.x; a1 = v.y; a2 = v.z; a3 = v.w;
   } else if constexpr (CODE == 8) {
