@@ -5,6 +5,7 @@ their own tuned launches for comparison. The ablated builds compute wrong produc
 mean anything. Prints a markdown table; writes it to --out too.
 
     python benchmarks/ablate_probe.py --out results/ablate_h200.md
+    python benchmarks/ablate_probe.py --kinds int4 --builds "two CTAs=" "three CTAs=-DSP24_INT4_CTAS=3"
 """
 
 from __future__ import annotations
@@ -36,10 +37,19 @@ BF16_LAUNCHES = {"8B qkv": (1, 4), "8B o": (1, 8), "8B gate_up": (1, 4), "8B dow
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--builds", nargs="+", metavar="LABEL=DEFINES",
+                        help="compare these builds instead of the ablations: a label, =, and nvcc -D flags separated "
+                             "by commas (empty: the normal build), e.g. 'normal=' 'three CTAs=-DSP24_INT4_CTAS=3'")
+    parser.add_argument("--kinds", nargs="+", choices=("int4", "int8", "bf16"), default=["int4", "int8", "bf16"])
     args = parser.parse_args()
+    builds = {label: tuple(d for d in flags.split(",") if d) for label, _, flags in
+              (b.partition("=") for b in args.builds)} if args.builds else {
+        label: (f"-DSP24_ABLATE={n}",) if n else () for n, label in VARIANTS.items()}
     original = cuda_mma.open_library
     rows = []
     for kind, group in (("int4", 128), ("int8", None), ("bf16", None)):
+        if kind not in args.kinds:
+            continue
         for name, out, inf, splits, slices in SHAPES:
             if kind == "bf16":
                 splits, slices = BF16_LAUNCHES[name]
@@ -50,8 +60,7 @@ def main() -> int:
             weights = sp24._copies(w)
             x = torch.randn(1, inf, device="cuda").bfloat16()
             times = {}
-            for variant in VARIANTS:
-                extra = (f"-DSP24_ABLATE={variant}",) if variant else ()
+            for variant, extra in builds.items():
                 cuda_mma.open_library = (lambda source, min_major, defines, extra=extra:
                                          original(source, min_major=min_major, defines=tuple(defines) + extra))
                 sp24._libraries.clear()
@@ -60,15 +69,17 @@ def main() -> int:
             cuda_mma.open_library = original
             sp24._libraries.clear()
             rows.append(f"| {kind} | {name} ({out}x{inf}) | {splits}/{slices}s | "
-                        + " | ".join(f"{times[v]:.1f}" for v in VARIANTS) + " |")
+                        + " | ".join(f"{times[v]:.1f}" for v in builds) + " |")
             print(rows[-1], flush=True)
     text = "\n".join([
-        "# sp24 at batch 1: a step with one part taken out (SP24_ABLATE builds)", "",
+        ("# sp24 at batch 1: builds side by side" if args.builds else
+         "# sp24 at batch 1: a step with one part taken out (SP24_ABLATE builds)"), "",
         environment_markdown("python benchmarks/ablate_probe.py" + (f" --out {args.out}" if args.out else "")), "",
-        "Graph replays round-robin over weight copies past the L2, median us a launch; the ablated builds compute "
-        "wrong products on purpose.", "",
-        "| values | shape | splits/slices | " + " | ".join(VARIANTS.values()) + " |",
-        "|---|---|---|" + "---|" * len(VARIANTS), *rows, ""])
+        "Graph replays round-robin over weight copies past the L2, median us a launch"
+        + ("; builds: " + ", ".join(f"{label}: `{' '.join(flags) or 'no defines'}`" for label, flags in builds.items())
+           + "." if args.builds else "; the ablated builds compute wrong products on purpose."), "",
+        "| values | shape | splits/slices | " + " | ".join(builds) + " |",
+        "|---|---|---|" + "---|" * len(builds), *rows, ""])
     if args.out:
         args.out.write_text(text)
     return 0

@@ -327,6 +327,11 @@ PY
       --quantize int8 --batch 1 --out "$OUT/blocked_staging_h200_8b_int8.md" | tail -3 || true
     timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BLOCKED_STAGING --values 0 1 \
       --batch 1 4 --out "$OUT/blocked_staging_h200_8b_bf16.md" | tail -4 || true ;;
+  int4-ctas)  # int4_ctas_h200.md: the int4 kernels for 1-8 rows of x bounded to three CTAs a multiprocessor
+    # (SP24_INT4_CTAS=3: 85 registers, some main-loop spills) against two, 8B shapes at batch 1, side by side
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout 200 python3 benchmarks/ablate_probe.py --kinds int4 --builds "two CTAs=" "three CTAs=-DSP24_INT4_CTAS=3" \
+      --out "$OUT/int4_ctas_h200.md" || true ;;
   ablate)  # ablate_h200.md: sp24's int4 / int8 launches at batch 1 (the 8B shapes, sp24_h200.md's tuned splits and
     # slices) on the normal build and on four SP24_ABLATE builds (constant metadata, no dequantization, no MMAs, no
     # weight loads), side by side; the prebuilt libraries first (prebuild_kernels.py --only sp24 sp24-ablate1..4)
