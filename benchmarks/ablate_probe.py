@@ -5,7 +5,7 @@ their own tuned launches for comparison. The ablated builds compute wrong produc
 mean anything. Prints a markdown table; writes it to --out too.
 
     python benchmarks/ablate_probe.py --out results/ablate_h200.md
-    python benchmarks/ablate_probe.py --kinds int4 --builds "two CTAs=" "three CTAs=-DSP24_INT4_CTAS=3"
+    python benchmarks/ablate_probe.py --kinds int4 --builds "half metadata=" "full metadata=-DSP24_HALF_META=0"
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--builds", nargs="+", metavar="LABEL=DEFINES",
                         help="compare these builds instead of the ablations: a label, =, and nvcc -D flags separated "
-                             "by commas (empty: the normal build), e.g. 'normal=' 'three CTAs=-DSP24_INT4_CTAS=3'")
+                             "by commas (empty: the normal build), e.g. 'normal=' 'full metadata=-DSP24_HALF_META=0'")
     parser.add_argument("--kinds", nargs="+", choices=("int4", "int8", "bf16"), default=["int4", "int8", "bf16"])
     args = parser.parse_args()
     builds = {label: tuple(d for d in flags.split(",") if d) for label, _, flags in

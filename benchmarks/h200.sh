@@ -294,7 +294,8 @@ PY
     # slots for codes (SPARSEDECODING_SP24_BULK), the kernel bench with the register path side by side
     # (sp24_h200_bulk.md), then the 8B engine's A/Bs (bulk_h200_8b_int4.md, bulk_h200_8b_int8.md; stopped unrun)
     bash benchmarks/h200.sh bg kcache bulk-tests bulk-kernel bulk-engine ;;
-  ncu-bulk)  # run at commit 8633114: ncu_h200/ncu_bulk_*.txt, Nsight Compute (as ncu-tuned) on the 8B gate_up int4 launch at batch 1, one
+  ncu-bulk)  # run at commit 8633114: ncu_h200/ncu_bulk_*.txt, Nsight Compute (as ncu-tuned) on the 8B gate_up int4
+    # launch at batch 1, one
     # split and one slice, through registers and through 2 and 3 bulk-copy slots a warp
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
     [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }
@@ -308,7 +309,8 @@ PY
         > "$OUT/ncu_h200/ncu_bulk_gate_up_int4_$stages.txt" 2>&1 || true
     done ;;
   lease20b)  # run at commit 367a191 (the blocked staging, then removed: results/sp24_h200_blocked_staging.md says
-    # why; staging-engine and quant-e2e-head-int8 were stopped unrun), the twentieth session's second lease: x staged with its loads in flight together
+    # why; staging-engine and quant-e2e-head-int8 were stopped unrun), the twentieth session's second lease: x
+    # staged with its loads in flight together
     # (SPARSEDECODING_SP24_BLOCKED_STAGING, default on): sp24's GPU tests, the kernel bench with the plain staging
     # timed side by side (sp24_h200.md), the 8B engine's A/Bs (blocked_staging_h200_8b_{int4,int8,bf16}.md), issue
     # 13's engine rows (quant_e2e_h200_head_int8.md); about 12 minutes
@@ -327,7 +329,8 @@ PY
       --quantize int8 --batch 1 --out "$OUT/blocked_staging_h200_8b_int8.md" | tail -3 || true
     timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BLOCKED_STAGING --values 0 1 \
       --batch 1 4 --out "$OUT/blocked_staging_h200_8b_bf16.md" | tail -4 || true ;;
-  int4-ctas)  # int4_ctas_h200.md: the int4 kernels for 1-8 rows of x bounded to three CTAs a multiprocessor
+  int4-ctas)  # run at commit d10227a (SP24_INT4_CTAS, then removed: results/int4_ctas_h200.md says why):
+    # int4_ctas_h200.md, the int4 kernels for 1-8 rows of x bounded to three CTAs a multiprocessor
     # (SP24_INT4_CTAS=3: 85 registers, some main-loop spills) against two, 8B shapes at batch 1, side by side
     bash benchmarks/h200.sh kcache > /dev/null
     timeout 200 python3 benchmarks/ablate_probe.py --kinds int4 --builds "two CTAs=" "three CTAs=-DSP24_INT4_CTAS=3" \

@@ -27,7 +27,6 @@ LIBRARIES = {
     "sp24-columns": ("sp24.cu", ("-DSP24_COLUMNS",)),
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
-    "sp24-int4-3ctas": ("sp24.cu", ("-DSP24_INT4_CTAS=3",)),  # ablate_probe.py --builds
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
 }
 

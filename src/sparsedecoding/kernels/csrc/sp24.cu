@@ -439,19 +439,14 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #ifndef SP24_OVER_ONE_CTA_NT
 #define SP24_OVER_ONE_CTA_NT 2
 #endif
-// SP24_INT4_CTAS (an experiment's build; default 2): the CTAs a multiprocessor the int4 kernels for 1-8 rows of x
-// are bounded to (3: at most 85 registers a thread, 24 warps a multiprocessor instead of 16)
-#ifndef SP24_INT4_CTAS
-#define SP24_INT4_CTAS 2
-#endif
-template <int NT, int OVER, int CODE = 0>
-constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : CODE == 4 && NT == 1 ? SP24_INT4_CTAS : 2;
+template <int NT, int OVER>
+constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : 2;
 // kBuffers: register buffers of steps a warp cycles through, one step in flight while one is computed. A third
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
 constexpr int kBuffers = 2;
 template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER>
-__global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER, CODE>))
+__global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
             const char* __restrict__ scales,
