@@ -11,6 +11,7 @@ mean anything. Prints a markdown table; writes it to --out too.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def main() -> int:
     text = "\n".join([
         ("# sp24 at batch 1: builds side by side" if args.builds else
          "# sp24 at batch 1: a step with one part taken out (SP24_ABLATE builds)"), "",
-        environment_markdown("python benchmarks/ablate_probe.py" + (f" --out {args.out}" if args.out else "")), "",
+        environment_markdown("python benchmarks/ablate_probe.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])), "",
         "Graph replays round-robin over weight copies past the L2, median us a launch"
         + ("; builds: " + ", ".join(f"{label}: `{' '.join(flags) or 'no defines'}`" for label, flags in builds.items())
            + "." if args.builds else "; the ablated builds compute wrong products on purpose."), "",
