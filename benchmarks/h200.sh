@@ -306,6 +306,14 @@ PY
         python3 ncu_probe.py sp24-int4 --shape gate_up --batch 1 --splits 1 --slices 1 --stages $stages) \
         > "$OUT/ncu_h200/ncu_bulk_gate_up_int4_$stages.txt" 2>&1 || true
     done ;;
+  bulk-spin)  # branch bulk-spin: the bulk slots waiting with mbarrier.test_wait in a loop instead of try_wait:
+    # bulk_probe.py, the bulk GPU tests, then the kernel bench A/B (sp24_h200_bulk_spin.md)
+    bash benchmarks/h200.sh kcache > /dev/null
+    PYTHONPATH=/tmp/site:src timeout 150 python3 benchmarks/bulk_probe.py 2>&1 | tee "$OUT/bulk_spin_probe.txt" || true
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24.py -k bulk -p no:cacheprovider 2>&1 | tail -2 || true
+    (cd benchmarks && SPARSEDECODING_SP24_BULK=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py \
+      --no-sweep --kinds int8 int4 --batches 1 2 4 8 --baseline SPARSEDECODING_SP24_BULK=0 \
+      --out "$OUT/sp24_h200_bulk_spin.md" | grep -E "^\| (int8|int4) \||failures|rror") || true ;;
   bulk-tests)
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py -k bulk -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_bulk.log" || true ;;

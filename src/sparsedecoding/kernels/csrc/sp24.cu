@@ -466,7 +466,8 @@ __device__ __forceinline__ void bulk_step(uint32_t slot, uint32_t bar, const cha
 // every lane: until the slot's mbarrier has finished phase `parity` (its copies landed)
 __device__ __forceinline__ void bulk_wait(uint32_t bar, uint32_t parity) {
 #if __CUDA_ARCH__ >= 900
-  asm volatile("{\n.reg .pred done;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+  // test_wait (never suspends the warp) in a loop: try_wait may suspend it for a system-dependent time
+  asm volatile("{\n.reg .pred done;\nWAIT:\nmbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\n"
                "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 #else
   (void)bar; (void)parity;
