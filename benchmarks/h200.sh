@@ -314,6 +314,14 @@ PY
     (cd benchmarks && SPARSEDECODING_SP24_BULK=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py \
       --no-sweep --kinds int8 int4 --batches 1 2 4 8 --baseline SPARSEDECODING_SP24_BULK=0 \
       --out "$OUT/sp24_h200_bulk_spin.md" | grep -E "^\| (int8|int4) \||failures|rror") || true ;;
+  bulk-alone)  # branch bulk-spin: the loads alone (SP24_LOADS_ALONE: no x, dequantization or MMAs) through
+    # registers and through 2-4 bulk slots, 8B gate_up and down int4 and int8 at batch 1; then the full step again
+    bash benchmarks/h200.sh kcache > /dev/null
+    for defines in -DSP24_LOADS_ALONE ""; do
+      echo "== defines: ${defines:-none}"
+      BULK_PROBE_DEFINES=$defines BULK_PROBE_SHAPES=2 BULK_PROBE_BATCHES=1 PYTHONPATH=/tmp/site:src timeout 100 \
+        python3 benchmarks/bulk_probe.py 2>&1 | grep -E "^int|rror" || true
+    done 2>&1 | tee "$OUT/bulk_alone_probe.txt" ;;
   bulk-tests)
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py -k bulk -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_bulk.log" || true ;;

@@ -27,6 +27,7 @@ LIBRARIES = {
     "sp24-columns": ("sp24.cu", ("-DSP24_COLUMNS",)),
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
+    "sp24-loads-alone": ("sp24.cu", ("-DSP24_LOADS_ALONE",)),  # h200.sh bulk-alone (branch bulk-spin)
 }
 
 

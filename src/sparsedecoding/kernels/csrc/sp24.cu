@@ -349,6 +349,13 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   uint32_t a0, a1, a2, a3;
   const uint4& v = r.a[k / S::tiles_per_load];
+#if defined(SP24_LOADS_ALONE)  // diagnostics: each loaded word XORed into the sums once, no x, dequantization or MMAs
+  {
+    const uint32_t words = k % S::tiles_per_load == 0 ? v.x ^ v.y ^ v.z ^ v.w : 0u;
+    acc[0][0] += __uint_as_float((words ^ word_of(r.m[(k % S::meta_words) / 4], k % 4)) & 0x3FFFFFFFu);
+    return;
+  }
+#endif
   if constexpr (CODE == 0) {
     a0 = v.x; a1 = v.y; a2 = v.z; a3 = v.w;
   } else if constexpr (CODE == 8) {
