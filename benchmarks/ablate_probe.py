@@ -43,6 +43,9 @@ def main() -> int:
                              "by commas (empty: the normal build), e.g. 'normal=' 'full metadata=-DSP24_HALF_META=0'")
     parser.add_argument("--kinds", nargs="+", choices=("int4", "int8", "bf16"), default=["int4", "int8", "bf16"])
     args = parser.parse_args()
+    bad = [b for b in args.builds or [] if "=" not in b or not b.partition("=")[0].strip()]
+    if bad:
+        parser.error(f"--builds {bad[0]!r}: use LABEL=DEFINES (DEFINES may be empty)")
     builds = {label: tuple(d for d in flags.split(",") if d) for label, _, flags in
               (b.partition("=") for b in args.builds)} if args.builds else {
         label: (f"-DSP24_ABLATE={n}",) if n else () for n, label in VARIANTS.items()}
