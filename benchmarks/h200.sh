@@ -295,8 +295,7 @@ PY
     # (sp24_h200_bulk.md), then the 8B engine's A/Bs (bulk_h200_8b_int4.md, bulk_h200_8b_int8.md; stopped unrun)
     bash benchmarks/h200.sh bg kcache bulk-tests bulk-kernel bulk-engine ;;
   ncu-bulk)  # run at commit 8633114: ncu_h200/ncu_bulk_*.txt, Nsight Compute (as ncu-tuned) on the 8B gate_up int4
-    # launch at batch 1, one
-    # split and one slice, through registers and through 2 and 3 bulk-copy slots a warp
+    # launch at batch 1, one split and one slice, through registers and through 2 and 3 bulk-copy slots a warp
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
     [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }
     mkdir -p "$OUT/ncu_h200"
@@ -310,19 +309,20 @@ PY
     done ;;
   lease20b)  # run at commit 367a191 (the blocked staging, then removed: results/sp24_h200_blocked_staging.md says
     # why; staging-engine and quant-e2e-head-int8 were stopped unrun), the twentieth session's second lease: x
-    # staged with its loads in flight together
-    # (SPARSEDECODING_SP24_BLOCKED_STAGING, default on): sp24's GPU tests, the kernel bench with the plain staging
-    # timed side by side (sp24_h200.md), the 8B engine's A/Bs (blocked_staging_h200_8b_{int4,int8,bf16}.md), issue
-    # 13's engine rows (quant_e2e_h200_head_int8.md); about 12 minutes
+    # staged with its loads in flight together (SPARSEDECODING_SP24_BLOCKED_STAGING, default on): sp24's GPU
+    # tests, the kernel bench with the plain staging timed side by side (sp24_h200.md), the 8B engine's A/Bs
+    # (blocked_staging_h200_8b_{int4,int8,bf16}.md), issue 13's engine rows (quant_e2e_h200_head_int8.md)
     bash benchmarks/h200.sh bg kcache staging-tests staging-kernel staging-engine quant-e2e-head-int8 ;;
-  staging-tests)
+  staging-tests)  # (run at commit 367a191)
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_split.py -p no:cacheprovider 2>&1 \
       | tail -4 | tee "$OUT/gpu_tests_staging.log" || true ;;
-  staging-kernel)  # sp24_h200.md: every kind and batch, the plain staging's tuned launch timed side by side
+  staging-kernel)  # (run at commit 367a191) sp24_h200_blocked_staging.md, written as sp24_h200.md: every kind and
+    # batch, the plain staging's tuned launch timed side by side
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 260 python3 sp24_bench.py --no-sweep \
       --baseline SPARSEDECODING_SP24_BLOCKED_STAGING=0 --out "$OUT/sp24_h200.md" \
       | grep -E "^\| (bf16|int8|int4) \||failures|rror") || true ;;
-  staging-engine)  # blocked_staging_h200_8b_{int4,int8,bf16}.md: the 8B preset with and without the blocked staging
+  staging-engine)  # (run at commit 367a191; stopped unrun) blocked_staging_h200_8b_{int4,int8,bf16}.md: the 8B
+    # preset with and without the blocked staging
     timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BLOCKED_STAGING --values 0 1 \
       --quantize int4 --batch 1 --out "$OUT/blocked_staging_h200_8b_int4.md" | tail -3 || true
     timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BLOCKED_STAGING --values 0 1 \
@@ -340,16 +340,16 @@ PY
     # weight loads), side by side; the prebuilt libraries first (prebuild_kernels.py --only sp24 sp24-ablate1..4)
     bash benchmarks/h200.sh kcache > /dev/null
     timeout 300 python3 benchmarks/ablate_probe.py --out "$OUT/ablate_h200.md" || true ;;
-  bulk-tests)
+  bulk-tests)  # (run at commit 8633114)
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py -k bulk -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_bulk.log" || true ;;
-  bulk-kernel)  # sp24_h200_bulk.md: codes at batch 1-8, the tuner free to pick bulk slots, the register path's tuned
-    # launch (SPARSEDECODING_SP24_BULK=0) timed side by side
+  bulk-kernel)  # (run at commit 8633114) sp24_h200_bulk.md: codes at batch 1-8, the tuner free to pick bulk slots,
+    # the register path's tuned launch (SPARSEDECODING_SP24_BULK=0) timed side by side
     (cd benchmarks && SPARSEDECODING_SP24_BULK=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 240 python3 sp24_bench.py \
       --no-sweep --kinds int8 int4 --batches 1 2 4 8 --baseline SPARSEDECODING_SP24_BULK=0 \
       --out "$OUT/sp24_h200_bulk.md" | grep -E "^\| (int8|int4) \||failures|rror") || true ;;
-  bulk-engine)  # bulk_h200_8b_int4.md, bulk_h200_8b_int8.md: the 8B preset's 2:4 + int4 / int8 with and without
-    # the bulk slots in the tuner's choice
+  bulk-engine)  # (run at commit 8633114; stopped unrun) bulk_h200_8b_int4.md, bulk_h200_8b_int8.md: the 8B preset's
+    # 2:4 + int4 / int8 with and without the bulk slots in the tuner's choice
     timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BULK --values 0 1 \
       --quantize int4 --batch 1 4 --out "$OUT/bulk_h200_8b_int4.md" | tail -4 || true
     timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_BULK --values 0 1 \

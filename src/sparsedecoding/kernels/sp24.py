@@ -417,8 +417,7 @@ def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
-                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int])
+                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
             library.sp24_error_string.restype = ctypes.c_char_p
