@@ -335,6 +335,26 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null
     timeout 200 python3 benchmarks/ablate_probe.py --kinds int4 --builds "two CTAs=" "three CTAs=-DSP24_INT4_CTAS=3" \
       --out "$OUT/int4_ctas_h200.md" || true ;;
+  lease21)  # the twenty-first session's lease (no model): the fused decode attention's GPU tests, its engine A/B
+    # (2:4 bf16 at batch 1, 4, 8), issue 13's engine rows with it, and the 2:4 + int4 step's profile; about 8 minutes
+    bash benchmarks/h200.sh bg kcache fused-attention-tests fused-attention-ab fused-attention-quant \
+      fused-attention-profile ;;
+  fused-attention-tests)  # gpu_tests_fused_attention.log: kernels/triton_attention.py against float64 and in the
+    # engine (eager and compiled), on the GPU
+    timeout 240 python3 -m pytest -q tests/test_triton_attention.py -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_fused_attention.log" || true ;;
+  fused-attention-ab)  # fused_attention_h200_8b.md: SPARSEDECODING_FUSED_ATTENTION 0 / 1 on the 8B preset's 2:4
+    # model at batch 1, 4 and 8, side by side (the dense model runs once, under the default)
+    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSED_ATTENTION --values 0 1 \
+      --batch 1 4 8 --repeats 2 --out "$OUT/fused_attention_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  fused-attention-quant)  # quant_e2e_h200_head_int8_fused_attention.md: issue 13's engine rows (8B, batch 1, bf16
+    # and int8 heads) with the fused decode attention (the default), dense bf16 in the same run
+    timeout 280 python3 benchmarks/quant_e2e_bench.py --head int8 \
+      --out "$OUT/quant_e2e_h200_head_int8_fused_attention.md" 2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
+  fused-attention-profile)  # step_profile_h200_8b_int4_h8_fused_attention.md: step-profile-int4 with the fused
+    # decode attention
+    timeout 200 python3 benchmarks/step_profile.py --quantize int4 --head int8 \
+      --out "$OUT/step_profile_h200_8b_int4_h8_fused_attention.md" | grep -E "^## |^- wall" || true ;;
   ablate)  # ablate_h200.md: sp24's int4 / int8 launches at batch 1 (the 8B shapes, sp24_h200.md's tuned splits and
     # slices) on the normal build and on four SP24_ABLATE builds (constant metadata, no dequantization, no MMAs, no
     # weight loads), side by side; the prebuilt libraries first (prebuild_kernels.py --only sp24 sp24-ablate1..4)

@@ -10,13 +10,14 @@ all-gather; `tp=None` is one device."""
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import EngineError
-from ..kernels.op import compile_options, inductor_attention_setting
+from ..kernels.op import compile_options, fused_attention_setting, inductor_attention_setting, sp24_pdl_setting
 from ..kernels.reference import rms_norm
 from .config import ModelArgs
 from .parallel import ProcessGroup, all_reduce, gather_vocab, local_args, rank_and_world
@@ -67,6 +68,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 # 1.637x, results/inductor_attention_h200_8b_combo.md) and a 1024-position one (1.495x -> 1.556x), slower with 4096
 # (1.326x -> 1.119x, where the fused kernel splits the keys across CTAs): inductor_attention_h200_8b_cache*.md.
 AUTO_ATTENTION_MAX_CACHE = 1024
+FUSED_ATTENTION_MAX_BATCH = 16  # `kernels.triton_attention.MAX_BATCH`
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor) -> Tensor:
@@ -96,6 +98,29 @@ class Attention(nn.Module):
         # decode steps through `decode_attention`: "1" at every batch, "auto" at batch 1 on CUDA with a cache of at most
         # AUTO_ATTENTION_MAX_CACHE positions, "0" never
         self.reduction_decode = inductor_attention_setting()
+        # decode steps through the fused Triton kernel (`kernels.triton_attention`): decided by `prepare_decode`
+        self.fused_setting = fused_attention_setting()
+        self.fused_decode = False
+        self.fused_pdl = False
+        self.register_buffer("counters", None, persistent=False)
+
+    def prepare_decode(self, batch: int, device: torch.device, dtype: torch.dtype) -> None:
+        """Whether decode steps on caches of `batch` sequences take the fused decode-attention kernel (see
+        SPARSEDECODING_FUSED_ATTENTION in `kernels.op`), and its arrival counters if so. Triton is imported only
+        where the kernel can run."""
+        head_dim = self.head_dim
+        self.fused_decode, self.counters = False, None
+        if (not self.fused_setting or self.q_norm is not None or batch > FUSED_ATTENTION_MAX_BATCH
+                or dtype not in (torch.bfloat16, torch.float16) or head_dim < 16 or head_dim & (head_dim - 1)):
+            return
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
+            return
+        from ..kernels import triton_attention
+        self.counters = triton_attention.counters_for(batch, self.n_kv_heads, device)
+        # the kernel waits for qkv itself, so it may start during the qkv kernel's tail, as the sp24 kernels do
+        self.fused_pdl = (device.type == "cuda" and not triton_attention.interpreted() and sp24_pdl_setting()
+                          and torch.cuda.get_device_capability(device)[0] >= 9)
+        self.fused_decode = True
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
         return self.attend(self.qkv(x), cos, sin, mask, input_pos)
@@ -104,6 +129,11 @@ class Attention(nn.Module):
         """The rest of `forward` from the qkv projection's output [B, T, qkv_size] on."""
         batch, length, _ = qkv.shape
         heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
+        if length == 1 and self.fused_decode:
+            y = torch.ops.sparsedecoding.decode_attention(qkv.reshape(batch, -1), cos[0], sin[0], self.k_cache,
+                                                          self.v_cache, input_pos, self.counters, heads,
+                                                          self.fused_pdl)
+            return all_reduce(self.out(y.view(batch, 1, heads * head_dim)), self.tp)
         q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         q = q.view(batch, length, heads, head_dim)
         k = k.view(batch, length, kv_heads, head_dim)
@@ -214,6 +244,7 @@ class Transformer(nn.Module):
         for layer in self.layers:
             layer.attention.k_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
             layer.attention.v_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
+            layer.attention.prepare_decode(batch, weight.device, weight.dtype)
         self.rope_cos, self.rope_sin = rope_tables(self.args, max_seq_len, weight.dtype, weight.device)
         self.cache_batch, self.max_seq_len = batch, max_seq_len
         self.cache_version += 1

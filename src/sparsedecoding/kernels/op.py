@@ -50,6 +50,7 @@ SP24_PDL_SETTING = "SPARSEDECODING_SP24_PDL"
 COMBO_KERNELS_SETTING = "SPARSEDECODING_COMBO_KERNELS"
 INDUCTOR_PDL_SETTING = "SPARSEDECODING_INDUCTOR_PDL"
 INDUCTOR_ATTENTION_SETTING = "SPARSEDECODING_INDUCTOR_ATTENTION"
+FUSED_ATTENTION_SETTING = "SPARSEDECODING_FUSED_ATTENTION"
 NM_MMA_GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
 NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), words a stage
 SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
@@ -169,6 +170,15 @@ def inductor_attention_setting() -> str:
     return value
 
 
+def fused_attention_setting() -> bool:
+    """SPARSEDECODING_FUSED_ATTENTION: "1" or unset runs a decode step's attention (RoPE, the KV-cache write and
+    the attention over the cache) as one Triton kernel, `kernels.triton_attention`, wherever it applies: one new
+    position per sequence, batch 1-16, bf16 or fp16, a power-of-two head size of at least 16, no q/k norms, on CUDA
+    (or under the Triton interpreter). Elsewhere SPARSEDECODING_INDUCTOR_ATTENTION decides. "0": never. Read when a
+    model is built."""
+    return _switch(FUSED_ATTENTION_SETTING, "1", "the fused decode-attention kernel")
+
+
 def compile_options() -> dict | None:
     """torch.compile's Inductor options for the engine's blocks under SPARSEDECODING_COMBO_KERNELS and
     SPARSEDECODING_INDUCTOR_PDL (None: Inductor's defaults). KernelChoiceError if this PyTorch lacks an option a
@@ -264,7 +274,7 @@ def settings() -> dict[str, object]:
 _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_mma_setting,
             FUSE_GLU_SETTING: fuse_glu_setting, FUSE_NORM_SETTING: fuse_norm_setting, SP24_PDL_SETTING: sp24_pdl_setting,
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
-            INDUCTOR_ATTENTION_SETTING: inductor_attention_setting,
+            INDUCTOR_ATTENTION_SETTING: inductor_attention_setting, FUSED_ATTENTION_SETTING: fused_attention_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them

@@ -1,0 +1,257 @@
+"""One Triton kernel for a decode step's attention: rotary embedding of the new query and key, the new key and value
+written into the KV cache, and softmax(q·kᵀ/√d)·v over every cached position up to and including the new one.
+
+In the engine's compiled block this replaces four kernels a layer (RoPE with the cache write, scores, softmax,
+weighted sum), which at batch 1 take about 10 us of kernel time a layer on the H200 for well under 1 MB of reads
+(results/step_profile_h200_8b_int4_h8.md): they are bound by their launches and their few CTAs, not by bytes.
+
+The math, for sequence b, KV head h, query heads g of its group and new position p (read from `input_pos` on the
+device, so one CUDA graph serves every step):
+
+    q_g = rope(q_g, p), k_p = rope(k, p)   (each rounded to the cache's dtype, as the compiled model stores them)
+    s_j = q_g·k_j / √d for j ≤ p,  y_g = Σ_j softmax(s)_j · v_j
+
+Each program takes one (b, h) and one of `splits` contiguous ranges of the positions before p; a range's scores are
+`tl.dot` products of the group's queries (padded to 16 rows) with 64-position key tiles, accumulated with the usual
+running maximum and sum (Milakov and Gimelshein's online softmax, as in FlashAttention). With one split the program
+adds position p from registers and stores y. With several, each writes its running maximum, sum and weighted values
+(float32) to scratch, counts itself in a per-(b, h) counter, and the last to arrive combines the ranges with
+position p, stores y and resets the counter. Positions after p are never read, so the work grows with the step's
+position, not with the cache's length. Split 0 writes k_p and v_p to the cache; no program reads position p from
+memory.
+
+Differences from `engine.model.decode_attention` (float32 reductions of the same rounded q and k): the score sums
+run in tensor-core order, and the softmax weights are rounded to the cache's dtype before they multiply v (as
+FlashAttention does), which moves an output by about one unit in the last place of bfloat16."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from ..errors import KernelInputError
+from .triton_spmv import interpreted
+
+BLOCK_N = 64  # cached positions a loop step
+MIN_DOT_ROWS = 16  # tl.dot's smallest operand side: the group's queries are padded to it
+MAX_BATCH = 16
+
+
+@triton.jit
+def _rope(x, partner, cos, sin, HALF_SIGN):
+    """x·cos + rotate_half(x)·sin for rows of a head (x, partner: the row and its halves swapped), in float32."""
+    return x * cos[None, :] + HALF_SIGN[None, :] * partner * sin[None, :]
+
+
+@triton.jit
+def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, y_ptr,
+                            stats_ptr, parts_ptr, count_ptr, qkv_stride, cache_len, scale,
+                            KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_ROWS: tl.constexpr,
+                            HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
+                            PDL: tl.constexpr, DOT_FLOAT32: tl.constexpr):
+    """Program (b·KV_HEADS + h, split). qkv [B, (heads + 2·KV_HEADS)·HEAD_DIM] rows `qkv_stride` apart; cos/sin
+    [HEAD_DIM] at the new position; caches [B, KV_HEADS, cache_len, HEAD_DIM] contiguous; y [B, heads·HEAD_DIM].
+    With SPLITS > 1: stats [B·KV_HEADS, SPLITS, 2, GROUP_ROWS] and parts [B·KV_HEADS, SPLITS, GROUP_ROWS, HEAD_DIM]
+    float32 scratch, count [B·KV_HEADS] int32, zero between calls. DOT_FLOAT32 (the interpreter only, whose
+    tl.dot misreads 16-bit floats) feeds tl.dot the same values as float32."""
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    b = pid // KV_HEADS
+    h = pid % KV_HEADS
+    if PDL:
+        # qkv comes from the kernel before: wait for it, and let the next kernel's CTAs start their weight loads
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    pos = tl.load(pos_ptr).to(tl.int32)
+    d = tl.arange(0, HEAD_DIM)
+    half = HEAD_DIM // 2
+    partner = (d + half) % HEAD_DIM
+    half_sign = tl.where(d < half, -1.0, 1.0)
+    cos = tl.load(cos_ptr + d).to(tl.float32)
+    sin = tl.load(sin_ptr + d).to(tl.float32)
+    dtype = k_cache_ptr.dtype.element_ty
+
+    row = qkv_ptr + b.to(tl.int64) * qkv_stride
+    g = tl.arange(0, GROUP_ROWS)
+    in_group = g < GROUP
+    q_cols = (h * GROUP + g)[:, None] * HEAD_DIM
+    q = tl.load(row + q_cols + d[None, :], mask=in_group[:, None], other=0.0).to(tl.float32)
+    q_partner = tl.load(row + q_cols + partner[None, :], mask=in_group[:, None], other=0.0).to(tl.float32)
+    q = _rope(q, q_partner, cos, sin, half_sign).to(dtype)  # [GROUP_ROWS, HEAD_DIM]
+    k_col = (KV_HEADS * GROUP + h) * HEAD_DIM
+    v_col = (KV_HEADS * GROUP + KV_HEADS + h) * HEAD_DIM
+    k_new = tl.load(row + k_col + d).to(tl.float32)
+    k_partner = tl.load(row + k_col + partner).to(tl.float32)
+    k_new = _rope(k_new[None, :], k_partner[None, :], cos, sin, half_sign).to(dtype)  # [1, HEAD_DIM]
+    v_new = tl.load(row + v_col + d)
+
+    head_base = pid.to(tl.int64) * cache_len * HEAD_DIM
+    if split == 0:
+        tl.store(k_cache_ptr + head_base + pos * HEAD_DIM + d[None, :], k_new)
+        tl.store(v_cache_ptr + head_base + pos * HEAD_DIM + d, v_new)
+
+    # this split's positions: [start, end) of [0, pos), whole BLOCK_N tiles except the last
+    span = tl.cdiv(tl.cdiv(pos, SPLITS), BLOCK_N) * BLOCK_N
+    start = split * span
+    end = tl.minimum(start + span, pos)
+    m = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
+    total = tl.zeros([GROUP_ROWS], tl.float32)
+    acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
+    n = tl.arange(0, BLOCK_N)
+    for n0 in range(start, end, BLOCK_N):
+        ok = n0 + n < end
+        offsets = head_base + (n0 + n)[:, None] * HEAD_DIM + d[None, :]
+        keys = tl.load(k_cache_ptr + offsets, mask=ok[:, None], other=0.0)
+        values = tl.load(v_cache_ptr + offsets, mask=ok[:, None], other=0.0)
+        if DOT_FLOAT32:
+            scores = tl.dot(q.to(tl.float32), tl.trans(keys.to(tl.float32))) * scale
+        else:
+            scores = tl.dot(q, tl.trans(keys)) * scale
+        scores = tl.where(ok[None, :], scores, float("-inf"))
+        m_next = tl.maximum(m, tl.max(scores, axis=1))
+        alpha = tl.exp(m - m_next)
+        p = tl.exp(scores - m_next[:, None])
+        total = total * alpha + tl.sum(p, axis=1)
+        if DOT_FLOAT32:
+            acc = acc * alpha[:, None] + tl.dot(p.to(dtype).to(tl.float32), values.to(tl.float32))
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(dtype), values)
+        m = m_next
+
+    y_cols = (h * GROUP + g)[:, None] * HEAD_DIM + d[None, :]
+    y_row = y_ptr + b.to(tl.int64) * (KV_HEADS * GROUP * HEAD_DIM)
+    s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * scale  # position p, from registers
+    if SPLITS == 1:
+        m_all = tl.maximum(m, s_new)
+        alpha = tl.exp(m - m_all)
+        p_new = tl.exp(s_new - m_all)
+        acc = acc * alpha[:, None] + p_new[:, None] * v_new.to(tl.float32)[None, :]
+        total = total * alpha + p_new
+        tl.store(y_row + y_cols, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
+    else:
+        slot = pid * SPLITS + split
+        tl.store(stats_ptr + (slot * 2) * GROUP_ROWS + g, m)
+        tl.store(stats_ptr + (slot * 2 + 1) * GROUP_ROWS + g, total)
+        tl.store(parts_ptr + slot.to(tl.int64) * GROUP_ROWS * HEAD_DIM + g[:, None] * HEAD_DIM + d[None, :], acc,
+                 mask=in_group[:, None])
+        # every thread's stores before the counter's release; the last program reads them after its acquire
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLITS - 1:
+            tl.debug_barrier()
+            m_all = s_new
+            for s in range(SPLITS):
+                m_s = tl.load(stats_ptr + ((pid * SPLITS + s) * 2) * GROUP_ROWS + g, cache_modifier=".cg")
+                m_all = tl.maximum(m_all, m_s)
+            p_new = tl.exp(s_new - m_all)
+            total = p_new
+            acc = p_new[:, None] * v_new.to(tl.float32)[None, :]
+            for s in range(SPLITS):
+                other = pid * SPLITS + s
+                m_s = tl.load(stats_ptr + (other * 2) * GROUP_ROWS + g, cache_modifier=".cg")
+                total_s = tl.load(stats_ptr + (other * 2 + 1) * GROUP_ROWS + g, cache_modifier=".cg")
+                acc_s = tl.load(parts_ptr + other.to(tl.int64) * GROUP_ROWS * HEAD_DIM + g[:, None] * HEAD_DIM
+                                + d[None, :], mask=in_group[:, None], other=0.0, cache_modifier=".cg")
+                weight = tl.exp(m_s - m_all)  # 0 for a split with no positions (m_s = -inf)
+                total += total_s * weight
+                acc += acc_s * weight[:, None]
+            tl.store(y_row + y_cols, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
+            tl.atomic_xchg(count_ptr + pid, 0, sem="relaxed", scope="gpu")
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_splits(batch: int, kv_heads: int, cache_len: int, device: torch.device) -> int:
+    """Position ranges a (sequence, KV head) is split into: enough programs to give every multiprocessor one, but
+    no more ranges than the cache has 64-position tiles (1 in the interpreter: its programs run one at a time)."""
+    if device.type != "cuda":
+        return 1
+    wanted = max(1, _multiprocessors(device) // (batch * kv_heads))
+    return max(1, min(wanted, triton.cdiv(cache_len, BLOCK_N)))
+
+
+def counters_for(batch: int, kv_heads: int, device: torch.device) -> torch.Tensor:
+    """The zeroed arrival counters one layer's fused decode attention needs (kept with its KV cache)."""
+    return torch.zeros(batch * kv_heads, dtype=torch.int32, device=device)
+
+
+def check_inputs(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, input_pos: torch.Tensor, counters: torch.Tensor, heads: int) -> None:
+    """KernelInputError naming the first input the fused decode attention cannot take."""
+    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+        raise KernelInputError(f"KV caches must both be [batch, kv_heads, positions, head_dim]; got "
+                               f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    batch, kv_heads, _, head_dim = k_cache.shape
+    if head_dim < 16 or head_dim & (head_dim - 1):
+        raise KernelInputError(f"head_dim {head_dim}: the fused decode attention needs a power of two >= 16")
+    if heads % kv_heads:
+        raise KernelInputError(f"{heads} query heads are not a multiple of {kv_heads} KV heads")
+    width = (heads + 2 * kv_heads) * head_dim
+    if qkv.shape != (batch, width) or qkv.stride(1) != 1:
+        raise KernelInputError(f"qkv must be [batch, {width}] with unit column stride for a cache of batch {batch}; "
+                               f"got {tuple(qkv.shape)}")
+    if batch > MAX_BATCH:
+        raise KernelInputError(f"batch {batch}: the fused decode attention runs 1 to {MAX_BATCH} sequences")
+    if cos.shape != (head_dim,) or sin.shape != (head_dim,):
+        raise KernelInputError(f"cos and sin must be [{head_dim}] (the new position's row); got "
+                               f"{tuple(cos.shape)} and {tuple(sin.shape)}")
+    if qkv.dtype not in (torch.bfloat16, torch.float16) or {t.dtype for t in (cos, sin, k_cache, v_cache)} != {
+            qkv.dtype}:
+        raise KernelInputError(f"qkv, cos, sin and the caches must share one dtype, bfloat16 or float16; got "
+                               f"{qkv.dtype}, {cos.dtype}, {sin.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise KernelInputError("KV caches must be contiguous")
+    if input_pos.numel() != 1 or input_pos.dtype not in (torch.int32, torch.int64):
+        raise KernelInputError(f"input_pos must hold the one new position as an integer; got "
+                               f"{tuple(input_pos.shape)} {input_pos.dtype}")
+    if counters.shape != (batch * kv_heads,) or counters.dtype != torch.int32:
+        raise KernelInputError(f"counters must be int32 [{batch * kv_heads}] (`counters_for`); got "
+                               f"{tuple(counters.shape)} {counters.dtype}")
+    devices = {t.device for t in (qkv, cos, sin, k_cache, v_cache, input_pos, counters)}
+    if len(devices) != 1:
+        raise KernelInputError(f"the fused decode attention's inputs are on several devices: {sorted(map(str, devices))}")
+
+
+def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+           input_pos: torch.Tensor, counters: torch.Tensor, heads: int, splits: int | None = None,
+           pdl: bool = False) -> torch.Tensor:
+    """y [batch, heads·head_dim]; writes the new key and value into the caches at input_pos. `splits` None:
+    `choose_splits`. `pdl` launches programmatically (compute capability 9.0 and up, not the interpreter)."""
+    check_inputs(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads)
+    batch, kv_heads, cache_len, head_dim = k_cache.shape
+    group = heads // kv_heads
+    group_rows = max(MIN_DOT_ROWS, triton.next_power_of_2(group))
+    if splits is None:
+        splits = choose_splits(batch, kv_heads, cache_len, qkv.device)
+    y = torch.empty(batch, heads * head_dim, dtype=qkv.dtype, device=qkv.device)
+    if splits > 1:
+        stats = torch.empty(batch * kv_heads * splits * 2 * group_rows, dtype=torch.float32, device=qkv.device)
+        parts = torch.empty(batch * kv_heads * splits * group_rows * head_dim, dtype=torch.float32,
+                            device=qkv.device)
+    else:
+        stats = parts = y  # never touched with one split
+    options = {"launch_pdl": True} if pdl and not interpreted() else {}
+    decode_attention_kernel[(batch * kv_heads, splits)](
+        qkv, cos, sin, k_cache, v_cache, input_pos, y, stats, parts, counters, qkv.stride(0), cache_len,
+        head_dim ** -0.5, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, BLOCK_N=BLOCK_N,
+        SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(), num_warps=4, **options)
+    return y
+
+
+@torch.library.custom_op("sparsedecoding::decode_attention", mutates_args=("k_cache", "v_cache", "counters"))
+def decode_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                     v_cache: torch.Tensor, input_pos: torch.Tensor, counters: torch.Tensor, heads: int,
+                     pdl: bool) -> torch.Tensor:
+    """`launch` as an operator torch.compile keeps whole (it mutates the caches and the counters)."""
+    return launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, pdl=pdl)
+
+
+@decode_attention.register_fake
+def _(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, pdl):
+    return qkv.new_empty(qkv.shape[0], heads * k_cache.shape[-1])

@@ -1,0 +1,165 @@
+"""The fused decode attention (`kernels.triton_attention`): output and cache writes against a float64 attention
+computed here from the definition, for one and several position ranges, grouped heads (4 and 6 queries a KV head,
+as Llama-3.1-8B and Qwen2.5-1.5B), the first position, ranges that end inside a tile, batch 1-3, bf16 and fp16;
+under the Triton interpreter on CPU (TRITON_INTERPRET=1 set before the kernel module is imported) and on the GPU;
+one clear error per bad input."""
+
+import os
+
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from sparsedecoding.errors import KernelInputError  # noqa: E402
+from sparsedecoding.kernels.triton_attention import counters_for, launch  # noqa: E402
+
+
+def rope64(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+def problem(batch, heads, kv_heads, head_dim, cache_len, pos, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(batch, (heads + 2 * kv_heads) * head_dim, generator=g).to(dtype)
+    angles = pos * 10000.0 ** (-torch.arange(0, head_dim, 2).double() / head_dim)
+    angles = torch.cat([angles, angles])
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    k_cache = torch.randn(batch, kv_heads, cache_len, head_dim, generator=g).to(dtype)
+    v_cache = torch.randn(batch, kv_heads, cache_len, head_dim, generator=g).to(dtype)
+    return [t.to(DEVICE) for t in (qkv, cos, sin, k_cache, v_cache)]
+
+
+def float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads):
+    """y [B, heads·d] and the caches as they should be after the step, from the definition in float64 (q and k
+    rounded to the cache's dtype after the rotation, as the model stores them)."""
+    batch, kv_heads, _, d = k_cache.shape
+    dtype = k_cache.dtype
+    qkv, cos, sin = qkv.double().cpu(), cos.double().cpu(), sin.double().cpu()
+    q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    q = rope64(q.view(batch, heads, d), cos, sin).to(dtype).double()
+    k = rope64(k.view(batch, kv_heads, d), cos, sin).to(dtype)
+    keys, values = k_cache.cpu().clone(), v_cache.cpu().clone()
+    keys[:, :, pos] = k
+    values[:, :, pos] = v.view(batch, kv_heads, d).to(dtype)
+    group = heads // kv_heads
+    kk = keys.double()[:, :, : pos + 1].repeat_interleave(group, dim=1)  # [B, heads, pos+1, d]
+    vv = values.double()[:, :, : pos + 1].repeat_interleave(group, dim=1)
+    weights = ((q[:, :, None] * kk).sum(-1) / d**0.5).softmax(-1)
+    return (weights[..., None] * vv).sum(-2).reshape(batch, heads * d), keys, values
+
+
+CASES = [  # batch, heads, kv_heads, head_dim, cache_len, pos, splits
+    (1, 8, 2, 32, 160, 0, 1),  # the first position: nothing cached before it
+    (1, 8, 2, 32, 160, 37, 1),  # a range that ends inside its first tile
+    (2, 12, 2, 64, 200, 150, 1),  # group 6 (padded to 16 rows), three tiles
+    (1, 8, 2, 32, 300, 290, 3),  # three ranges, the last ending inside a tile
+    (3, 4, 1, 32, 256, 200, 4),  # one KV head, four ranges, batch 3
+    (1, 8, 2, 32, 160, 20, 4),  # more ranges than positions: three ranges are empty
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("batch,heads,kv_heads,head_dim,cache_len,pos,splits", CASES)
+def test_matches_float64(batch, heads, kv_heads, head_dim, cache_len, pos, splits, dtype):
+    qkv, cos, sin, k_cache, v_cache = problem(batch, heads, kv_heads, head_dim, cache_len, pos, dtype, seed=pos)
+    expected, keys, values = float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads)
+    counters = counters_for(batch, kv_heads, qkv.device)
+    input_pos = torch.tensor([pos], device=qkv.device)
+    y = launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, splits=splits)
+    assert y.shape == (batch, heads * head_dim) and y.dtype == dtype
+    # the softmax weights are rounded to the cache's dtype before they multiply v: a few units in the last place
+    eps = torch.finfo(dtype).eps
+    assert float((y.double().cpu() - expected).abs().max()) <= 4 * eps * float(expected.abs().max()) + 4 * eps
+    # the new key may differ from the float64 rotation's rounding by one unit in the last place
+    assert torch.allclose(k_cache.cpu().double(), keys.double(), rtol=eps, atol=eps)
+    assert torch.equal(v_cache.cpu(), values)
+    assert int(counters.abs().sum()) == 0  # reset for the next call
+
+
+def test_a_missing_position_fails_the_check():
+    """The comparison above notices a kernel that ignored one cached position: rerun with that position's key
+    changed after the fact gives an output far from the reference."""
+    qkv, cos, sin, k_cache, v_cache = problem(1, 8, 2, 32, 160, 70, torch.bfloat16)
+    expected, _, _ = float64_attention(qkv, cos, sin, k_cache, v_cache, 70, 8)
+    v_cache[:, :, 5] += 8.0
+    y = launch(qkv, cos, sin, k_cache, v_cache, torch.tensor([70], device=qkv.device),
+               counters_for(1, 2, qkv.device), 8, splits=2)
+    assert float((y.double().cpu() - expected).abs().max()) > 0.05
+
+
+def test_repeated_steps_match_a_fresh_cache():
+    """Several steps in a row on one cache (as the engine runs them) leave the same cache as writing each new key
+    and value by hand, and each step's output matches float64."""
+    heads, kv_heads, d = 8, 2, 32
+    qkv, cos, sin, k_cache, v_cache = problem(1, heads, kv_heads, d, 96, 0, torch.bfloat16)
+    k_cache.zero_(), v_cache.zero_()
+    counters = counters_for(1, kv_heads, qkv.device)
+    for pos in range(0, 70, 23):
+        step = problem(1, heads, kv_heads, d, 96, pos, torch.bfloat16, seed=100 + pos)
+        expected, keys, values = float64_attention(step[0], step[1], step[2], k_cache, v_cache, pos, heads)
+        y = launch(step[0], step[1], step[2], k_cache, v_cache, torch.tensor([pos], device=qkv.device), counters,
+                   heads, splits=2)
+        assert float((y.double().cpu() - expected).abs().max()) < 0.05
+        assert torch.equal(v_cache.cpu(), values)
+
+
+def good_inputs():
+    qkv, cos, sin, k_cache, v_cache = problem(1, 8, 2, 32, 64, 3, torch.bfloat16)
+    return dict(qkv=qkv, cos=cos, sin=sin, k_cache=k_cache, v_cache=v_cache,
+                input_pos=torch.tensor([3], device=qkv.device), counters=counters_for(1, 2, qkv.device), heads=8)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda a: a.update(qkv=a["qkv"][:, :-32]), "qkv must be"),
+    (lambda a: a.update(heads=7), "not a multiple"),
+    (lambda a: a.update(cos=a["cos"].float()), "share one dtype"),
+    (lambda a: a.update(input_pos=torch.tensor([1, 2])), "one new position"),
+    (lambda a: a.update(counters=a["counters"][:1]), "counters must be"),
+    (lambda a: a.update(v_cache=a["v_cache"][:, :, :32]), "both be"),
+    (lambda a: a.update(cos=a["cos"][:16], sin=a["sin"][:16]), "cos and sin"),
+])
+def test_bad_inputs_give_one_clear_error(change, message):
+    inputs = good_inputs()
+    change(inputs)
+    with pytest.raises(KernelInputError, match=message):
+        launch(**inputs)
+
+
+def engine_logits(monkeypatch, setting, compiled, steps=5):
+    """Logits of a prefill and `steps` decode steps of a tiny bf16 Llama (4 query heads, 2 KV heads, head size 16)
+    at batch 2, with SPARSEDECODING_FUSED_ATTENTION=`setting`."""
+    from sparsedecoding.engine import build_model, random_state
+    from sparsedecoding.engine.config import ModelArgs
+
+    args = ModelArgs(architecture="llama", vocab_size=96, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+                     intermediate_size=96, norm_eps=1e-5, rope_theta=10000.0)
+    monkeypatch.setenv("SPARSEDECODING_FUSED_ATTENTION", setting)
+    torch.manual_seed(0)
+    model = build_model(args, random_state(args, None, torch.bfloat16, DEVICE))
+    model.setup_caches(2, 80)
+    assert all(layer.attention.fused_decode == (setting == "1") for layer in model.layers)
+    if compiled:
+        model.compile_regions()
+    tokens = torch.randint(0, 96, (2, 70), generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    logits = [model(tokens[:, :64], torch.arange(64, device=DEVICE), compiled)]
+    for pos in range(64, 64 + steps):
+        logits.append(model(tokens[:, pos:pos + 1], torch.tensor([pos], device=DEVICE), compiled))
+    return torch.cat(logits, dim=1).float(), model
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_engine_decodes_alike_with_the_fused_kernel(compiled, monkeypatch):
+    """A tiny model's decode-step logits with the fused kernel stay within bf16 rounding of the unfused path's, and
+    its caches hold the same keys and values (compiled: the operator inside a torch.compile'd block)."""
+    if compiled and DEVICE == "cpu":
+        pytest.importorskip("torch._inductor")
+    fused, fused_model = engine_logits(monkeypatch, "1", compiled)
+    plain, plain_model = engine_logits(monkeypatch, "0", compiled)
+    assert float((fused - plain).abs().max()) < 0.05 * float(plain.abs().max())
+    for a, b in zip(fused_model.layers, plain_model.layers):
+        assert float((a.attention.k_cache.float() - b.attention.k_cache.float()).abs().max()) < 0.05
+        assert torch.equal(a.attention.counters, torch.zeros_like(a.attention.counters))
