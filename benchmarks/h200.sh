@@ -335,18 +335,33 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null
     timeout 200 python3 benchmarks/ablate_probe.py --kinds int4 --builds "two CTAs=" "three CTAs=-DSP24_INT4_CTAS=3" \
       --out "$OUT/int4_ctas_h200.md" || true ;;
-  lease21)  # the twenty-first session's lease (no model): the fused decode attention's GPU tests, its engine A/B
-    # (2:4 bf16 at batch 1, 4, 8), issue 13's engine rows with it, and the 2:4 + int4 step's profile; about 8 minutes
+  lease21)  # run at commit d3fde13 (reports *_d3fde13.md), the twenty-first session's first lease (no model): the
+    # fused decode attention's GPU tests, its engine A/B (2:4 bf16 at batch 1, 4, 8; batch 16 added since), issue 13's
+    # engine rows with it, and the 2:4 + int4 step's profile; about 5 minutes
     bash benchmarks/h200.sh bg kcache fused-attention-tests fused-attention-ab fused-attention-quant \
       fused-attention-profile ;;
+  lease21b)  # the second lease, on the final code (rotary tables read in the kernel, no mask on its decode steps,
+    # splits bounded to 512 positions): GPU tests, the A/B at 272, 1024 and 4096 positions, issue 13's rows and the
+    # profile again; about 9 minutes
+    bash benchmarks/h200.sh bg kcache fused-attention-tests fused-attention-ab fused-attention-quant \
+      fused-attention-profile fused-attention-long ;;
+  fused-attention-long)  # fused_attention_h200_8b_cache1024.md and _cache4096.md: the A/B with longer KV caches
+    # (16 + 1008 and 16 + 4080 positions) at batch 1 and 4; without the fused kernel "auto" takes Inductor's
+    # reductions at batch 1 up to 1024 positions and PyTorch's fused attention otherwise
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSED_ATTENTION --values 0 1 \
+      --batch 1 4 --repeats 2 --new-tokens 1008 --out "$OUT/fused_attention_h200_8b_cache1024.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true
+    timeout 330 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSED_ATTENTION --values 0 1 \
+      --batch 1 4 --repeats 1 --new-tokens 4080 --out "$OUT/fused_attention_h200_8b_cache4096.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true ;;
   fused-attention-tests)  # gpu_tests_fused_attention.log: kernels/triton_attention.py against float64 and in the
     # engine (eager and compiled), on the GPU
     timeout 240 python3 -m pytest -q tests/test_triton_attention.py -p no:cacheprovider 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_fused_attention.log" || true ;;
   fused-attention-ab)  # fused_attention_h200_8b.md: SPARSEDECODING_FUSED_ATTENTION 0 / 1 on the 8B preset's 2:4
-    # model at batch 1, 4 and 8, side by side (the dense model runs once, under the default)
+    # model at batch 1, 4, 8 and 16, side by side (the dense model runs once, under the default)
     timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSED_ATTENTION --values 0 1 \
-      --batch 1 4 8 --repeats 2 --out "$OUT/fused_attention_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+      --batch 1 4 8 16 --repeats 2 --out "$OUT/fused_attention_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
   fused-attention-quant)  # quant_e2e_h200_head_int8_fused_attention.md: issue 13's engine rows (8B, batch 1, bf16
     # and int8 heads) with the fused decode attention (the default), dense bf16 in the same run
     timeout 280 python3 benchmarks/quant_e2e_bench.py --head int8 \

@@ -25,8 +25,9 @@ def rope64(x, cos, sin):
 def problem(batch, heads, kv_heads, head_dim, cache_len, pos, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     qkv = torch.randn(batch, (heads + 2 * kv_heads) * head_dim, generator=g).to(dtype)
-    angles = pos * 10000.0 ** (-torch.arange(0, head_dim, 2).double() / head_dim)
-    angles = torch.cat([angles, angles])
+    omega = 10000.0 ** (-torch.arange(0, head_dim, 2).double() / head_dim)
+    angles = torch.outer(torch.arange(cache_len).double(), omega)
+    angles = torch.cat([angles, angles], dim=-1)
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     k_cache = torch.randn(batch, kv_heads, cache_len, head_dim, generator=g).to(dtype)
     v_cache = torch.randn(batch, kv_heads, cache_len, head_dim, generator=g).to(dtype)
@@ -38,7 +39,7 @@ def float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads):
     rounded to the cache's dtype after the rotation, as the model stores them)."""
     batch, kv_heads, _, d = k_cache.shape
     dtype = k_cache.dtype
-    qkv, cos, sin = qkv.double().cpu(), cos.double().cpu(), sin.double().cpu()
+    qkv, cos, sin = qkv.double().cpu(), cos[pos].double().cpu(), sin[pos].double().cpu()
     q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
     q = rope64(q.view(batch, heads, d), cos, sin).to(dtype).double()
     k = rope64(k.view(batch, kv_heads, d), cos, sin).to(dtype)
@@ -121,6 +122,7 @@ def good_inputs():
     (lambda a: a.update(counters=a["counters"][:1]), "counters must be"),
     (lambda a: a.update(v_cache=a["v_cache"][:, :, :32]), "both be"),
     (lambda a: a.update(cos=a["cos"][:16], sin=a["sin"][:16]), "cos and sin"),
+    (lambda a: a.update(cos=a["cos"][3]), "cos and sin"),
 ])
 def test_bad_inputs_give_one_clear_error(change, message):
     inputs = good_inputs()
@@ -163,3 +165,15 @@ def test_the_engine_decodes_alike_with_the_fused_kernel(compiled, monkeypatch):
     for a, b in zip(fused_model.layers, plain_model.layers):
         assert float((a.attention.k_cache.float() - b.attention.k_cache.float()).abs().max()) < 0.05
         assert torch.equal(a.attention.counters, torch.zeros_like(a.attention.counters))
+
+
+def test_splits_cover_the_multiprocessors_and_bound_each_range(monkeypatch):
+    from sparsedecoding.kernels import triton_attention
+
+    monkeypatch.setattr(triton_attention, "_multiprocessors", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert triton_attention.choose_splits(1, 8, 272, cuda) == 5  # 16 wanted, but the cache has 5 tiles
+    assert triton_attention.choose_splits(1, 8, 4096, cuda) == 16  # one program a multiprocessor
+    assert triton_attention.choose_splits(16, 8, 4096, cuda) == 8  # at most 512 positions a range
+    assert triton_attention.choose_splits(16, 8, 272, cuda) == 1
+    assert triton_attention.choose_splits(1, 8, 4096, torch.device("cpu")) == 1  # the interpreter

@@ -83,7 +83,8 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor) 
 class Attention(nn.Module):
     """Causal self-attention that writes the new keys and values into its cache and attends to the whole cache.
     `mask` [group·T, cache length] is added to the scores: 0 where a query may attend, -inf elsewhere (see
-    `Transformer.hidden`)."""
+    `Transformer.hidden`). `mask` None marks a decode step for the fused kernel (`prepare_decode`); cos and sin are
+    then the whole rotary tables."""
 
     def __init__(self, args: ModelArgs, tp: ProcessGroup | None = None) -> None:
         super().__init__()
@@ -122,15 +123,15 @@ class Attention(nn.Module):
                           and torch.cuda.get_device_capability(device)[0] >= 9)
         self.fused_decode = True
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, input_pos: Tensor) -> Tensor:
         return self.attend(self.qkv(x), cos, sin, mask, input_pos)
 
-    def attend(self, qkv: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
+    def attend(self, qkv: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, input_pos: Tensor) -> Tensor:
         """The rest of `forward` from the qkv projection's output [B, T, qkv_size] on."""
         batch, length, _ = qkv.shape
         heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
-        if length == 1 and self.fused_decode:
-            y = torch.ops.sparsedecoding.decode_attention(qkv.reshape(batch, -1), cos[0], sin[0], self.k_cache,
+        if mask is None:  # a decode step for the fused kernel: cos and sin are the whole tables (`Transformer.hidden`)
+            y = torch.ops.sparsedecoding.decode_attention(qkv.reshape(batch, -1), cos, sin, self.k_cache,
                                                           self.v_cache, input_pos, self.counters, heads,
                                                           self.fused_pdl)
             return all_reduce(self.out(y.view(batch, 1, heads * head_dim)), self.tp)
@@ -191,7 +192,7 @@ class Block(nn.Module):
         self.mlp = MLP(args, tp)
         self.fuse_norms = False
 
-    def forward(self, x: Tensor, mlp_out: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+    def forward(self, x: Tensor, mlp_out: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
                 input_pos: Tensor) -> tuple[Tensor, Tensor]:
         if self.fuse_norms:
             norm = self.attention_norm
@@ -274,6 +275,10 @@ class Transformer(nn.Module):
             raise EngineError(f"a batch of {tokens.shape[0]} sequences does not match the KV cache's batch of "
                               f"{self.cache_batch}; call setup_caches with the batch size first")
         run_block, run_final_norm = self._compiled if compiled else (_run_block, _run_final_norm)
+        if tokens.shape[1] == 1 and all(layer.attention.fused_decode for layer in self.layers):
+            # the fused decode-attention kernel reads the new position's rotation from the tables and needs no mask:
+            # two index kernels and five mask kernels a step fewer
+            return self._run_layers(run_block, run_final_norm, tokens, self.rope_cos, self.rope_sin, None, input_pos)
         cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
         # Built once per call as an additive mask in the layout of the folded query axis (group copies of the
         # [T, S] causal mask), so that no block spends a kernel converting or repeating it.
@@ -281,6 +286,10 @@ class Transformer(nn.Module):
         allowed = torch.arange(self.max_seq_len, device=input_pos.device) <= input_pos[:, None]
         mask = torch.zeros(allowed.shape, dtype=cos.dtype, device=cos.device).masked_fill(~allowed, float("-inf"))
         mask = mask.repeat(group, 1)
+        return self._run_layers(run_block, run_final_norm, tokens, cos, sin, mask, input_pos)
+
+    def _run_layers(self, run_block, run_final_norm, tokens: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+                    input_pos: Tensor) -> Tensor:
         x = self.embed(tokens)
         mlp_out = torch.zeros_like(x)
         for layer in self.layers:

@@ -36,6 +36,7 @@ from ..errors import KernelInputError
 from .triton_spmv import interpreted
 
 BLOCK_N = 64  # cached positions a loop step
+MAX_SPLIT_POSITIONS = 512  # long caches get at least one split per this many positions, whatever the batch
 MIN_DOT_ROWS = 16  # tl.dot's smallest operand side: the group's queries are padded to it
 MAX_BATCH = 16
 
@@ -53,7 +54,8 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
                             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
                             PDL: tl.constexpr, DOT_FLOAT32: tl.constexpr):
     """Program (b·KV_HEADS + h, split). qkv [B, (heads + 2·KV_HEADS)·HEAD_DIM] rows `qkv_stride` apart; cos/sin
-    [HEAD_DIM] at the new position; caches [B, KV_HEADS, cache_len, HEAD_DIM] contiguous; y [B, heads·HEAD_DIM].
+    [cache_len, HEAD_DIM], the whole rotary tables (the kernel reads the new position's rows); caches [B, KV_HEADS,
+    cache_len, HEAD_DIM] contiguous; y [B, heads·HEAD_DIM].
     With SPLITS > 1: stats [B·KV_HEADS, SPLITS, 2, GROUP_ROWS] and parts [B·KV_HEADS, SPLITS, GROUP_ROWS, HEAD_DIM]
     float32 scratch, count [B·KV_HEADS] int32, zero between calls. DOT_FLOAT32 (the interpreter only, whose
     tl.dot misreads 16-bit floats) feeds tl.dot the same values as float32."""
@@ -66,6 +68,8 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     pos = tl.load(pos_ptr).to(tl.int32)
+    cos_ptr += pos * HEAD_DIM
+    sin_ptr += pos * HEAD_DIM
     d = tl.arange(0, HEAD_DIM)
     half = HEAD_DIM // 2
     partner = (d + half) % HEAD_DIM
@@ -168,12 +172,14 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 def choose_splits(batch: int, kv_heads: int, cache_len: int, device: torch.device) -> int:
-    """Position ranges a (sequence, KV head) is split into: enough programs to give every multiprocessor one, but
-    no more ranges than the cache has 64-position tiles (1 in the interpreter: its programs run one at a time)."""
+    """Position ranges a (sequence, KV head) is split into: enough programs to give every multiprocessor one, and
+    at least one range per MAX_SPLIT_POSITIONS cached positions, so that no program walks a long cache alone at
+    wide batches; but no more ranges than the cache has BLOCK_N-position tiles. 1 in the interpreter (its programs
+    run one at a time)."""
     if device.type != "cuda":
         return 1
-    wanted = max(1, _multiprocessors(device) // (batch * kv_heads))
-    return max(1, min(wanted, triton.cdiv(cache_len, BLOCK_N)))
+    wanted = max(_multiprocessors(device) // (batch * kv_heads), triton.cdiv(cache_len, MAX_SPLIT_POSITIONS), 1)
+    return min(wanted, triton.cdiv(cache_len, BLOCK_N))
 
 
 def counters_for(batch: int, kv_heads: int, device: torch.device) -> torch.Tensor:
@@ -198,9 +204,10 @@ def check_inputs(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cach
                                f"got {tuple(qkv.shape)}")
     if batch > MAX_BATCH:
         raise KernelInputError(f"batch {batch}: the fused decode attention runs 1 to {MAX_BATCH} sequences")
-    if cos.shape != (head_dim,) or sin.shape != (head_dim,):
-        raise KernelInputError(f"cos and sin must be [{head_dim}] (the new position's row); got "
-                               f"{tuple(cos.shape)} and {tuple(sin.shape)}")
+    tables = (k_cache.shape[2], head_dim)
+    if cos.shape != tables or sin.shape != tables or not (cos.is_contiguous() and sin.is_contiguous()):
+        raise KernelInputError(f"cos and sin must be the contiguous rotary tables [{tables[0]}, {head_dim}] (one row "
+                               f"per cache position); got {tuple(cos.shape)} and {tuple(sin.shape)}")
     if qkv.dtype not in (torch.bfloat16, torch.float16) or {t.dtype for t in (cos, sin, k_cache, v_cache)} != {
             qkv.dtype}:
         raise KernelInputError(f"qkv, cos, sin and the caches must share one dtype, bfloat16 or float16; got "
@@ -215,7 +222,8 @@ def check_inputs(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cach
                                f"{tuple(counters.shape)} {counters.dtype}")
     devices = {t.device for t in (qkv, cos, sin, k_cache, v_cache, input_pos, counters)}
     if len(devices) != 1:
-        raise KernelInputError(f"the fused decode attention's inputs are on several devices: {sorted(map(str, devices))}")
+        raise KernelInputError("the fused decode attention's inputs are on several devices: "
+                               f"{sorted(map(str, devices))}")
 
 
 def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
