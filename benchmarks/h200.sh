@@ -345,6 +345,15 @@ PY
     # profile again; about 9 minutes
     bash benchmarks/h200.sh bg kcache fused-attention-tests fused-attention-ab fused-attention-quant \
       fused-attention-profile fused-attention-long ;;
+  fused-attention-qwen)  # engine_check_qwen2.5-coder-1.5b_dense_h200_fused_attention.md and
+    # bench_qwen2.5-coder-1.5b_2of4_h200_fused_attention.md: the real Qwen through the fused decode attention (the
+    # default): the engine's logits against transformers', then dense vs 2:4 at batch 1, 4 and 8; waits for the
+    # pieces (`receive` calls, then `models`)
+    for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done
+    timeout 240 python3 -m sparsedecoding check --model $qwen --checks logits \
+      --out "$OUT/engine_check_qwen2.5-coder-1.5b_dense_h200_fused_attention.md" || true
+    timeout 300 bash benchmarks/h200.sh qwen-bench-sp24 || true
+    mv "$OUT/bench_qwen2.5-coder-1.5b_2of4_h200.md" "$OUT/bench_qwen2.5-coder-1.5b_2of4_h200_fused_attention.md" ;;
   fused-attention-long)  # fused_attention_h200_8b_cache1024.md and _cache4096.md: the A/B with longer KV caches
     # (16 + 1008 and 16 + 4080 positions) at batch 1 and 4; without the fused kernel "auto" takes Inductor's
     # reductions at batch 1 up to 1024 positions and PyTorch's fused attention otherwise
