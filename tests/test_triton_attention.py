@@ -177,3 +177,18 @@ def test_splits_cover_the_multiprocessors_and_bound_each_range(monkeypatch):
     assert triton_attention.choose_splits(16, 8, 4096, cuda) == 8  # at most 512 positions a range
     assert triton_attention.choose_splits(16, 8, 272, cuda) == 1
     assert triton_attention.choose_splits(1, 8, 4096, torch.device("cpu")) == 1  # the interpreter
+
+
+def test_the_compiled_block_writes_the_caches_in_place(monkeypatch):
+    """Inductor keeps the operator's cache writes in place: the decode step's generated code calls the operator and
+    copies or clones no tensor (a functionalized copy of each layer's caches would cost more than the kernel)."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    _, model = engine_logits(monkeypatch, "1", compiled=True, steps=0)
+    step = torch.tensor([[3], [4]], device=DEVICE)
+    _, codes = run_and_get_code(lambda: model(step, torch.tensor([64], device=DEVICE), True))
+    code = "\n".join(codes)
+    assert "sparsedecoding.decode_attention" in code
+    assert not re.search(r"\.copy_\(|\bclone\(", code)

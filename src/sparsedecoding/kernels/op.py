@@ -162,7 +162,8 @@ def inductor_attention_setting() -> str:
     in programmatic launches. "auto" or unset: at batch 1 on CUDA only, with a KV cache of at most
     `engine.model.AUTO_ATTENTION_MAX_CACHE` positions (1024; at batch 1 measured faster with 272- and 1024-position
     caches, slower with 4096, and slower at batch 4 and 8: results/inductor_attention_h200_8b_*.md); "1": at every
-    batch; "0": never. Read when a model is built; KernelChoiceError for anything else."""
+    batch; "0": never. Decode steps that SPARSEDECODING_FUSED_ATTENTION's kernel takes do not come here. Read when a
+    model is built; KernelChoiceError for anything else."""
     value = os.environ.get(INDUCTOR_ATTENTION_SETTING, "").strip().lower() or "auto"
     if value not in INDUCTOR_ATTENTION_CHOICES:
         raise KernelChoiceError(f"{INDUCTOR_ATTENTION_SETTING}={value!r}; use auto (decode attention as "
@@ -174,8 +175,9 @@ def fused_attention_setting() -> bool:
     """SPARSEDECODING_FUSED_ATTENTION: "1" or unset runs a decode step's attention (RoPE, the KV-cache write and
     the attention over the cache) as one Triton kernel, `kernels.triton_attention`, wherever it applies: one new
     position per sequence, batch 1-16, bf16 or fp16, a power-of-two head size of at least 16, no q/k norms, on CUDA
-    (or under the Triton interpreter). Elsewhere SPARSEDECODING_INDUCTOR_ATTENTION decides. "0": never. Read when a
-    model is built."""
+    (or under the Triton interpreter). Elsewhere SPARSEDECODING_INDUCTOR_ATTENTION decides. "0": never. Measured
+    faster side by side at every batch (1, 4, 8, 16) and cache length (272-4096 positions) tried, bf16, int8 and int4
+    values: results/fused_attention_h200_8b*.md. Read when a model is built."""
     return _switch(FUSED_ATTENTION_SETTING, "1", "the fused decode-attention kernel")
 
 
