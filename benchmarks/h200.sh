@@ -362,6 +362,18 @@ PY
         --quantize $kind --batch 1 --repeats 3 --out "$OUT/fused_attention_h200_8b_$kind.md" 2>&1 \
         | grep -E "^\| llama|rror" || true
     done ;;
+  lease21c)  # the third lease: the fused attention's GPU tests with ranges of at least min_span positions, its cost
+    # against min_span (attention_h200.md), then the engine A/B of SPARSEDECODING_ATTENTION_MIN_SPAN; about 5 minutes
+    bash benchmarks/h200.sh bg kcache fused-attention-tests attention-bench min-span-ab ;;
+  attention-bench)  # attention_h200.md: benchmarks/attention_bench.py, the fused decode attention per layer against
+    # min_span, 8B attention shape, batch 1, 4, 16, caches of 272, 1024 and 4096 positions
+    timeout 200 python3 benchmarks/attention_bench.py --out "$OUT/attention_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" \
+      || true ;;
+  min-span-ab)  # min_span_h200_8b.md: SPARSEDECODING_ATTENTION_MIN_SPAN 64 / 256 / 1024 on the 8B preset's 2:4 + int4
+    # model at batch 1 and 4 (272-position cache), side by side
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_ATTENTION_MIN_SPAN \
+      --values 64 256 1024 --quantize int4 --batch 1 4 --repeats 2 --out "$OUT/min_span_h200_8b.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true ;;
   fused-attention-long)  # fused_attention_h200_8b_cache1024.md and _cache4096.md: the A/B with longer KV caches
     # (16 + 1008 and 16 + 4080 positions) at batch 1 and 4; without the fused kernel "auto" takes Inductor's
     # reductions at batch 1 up to 1024 positions and PyTorch's fused attention otherwise

@@ -175,6 +175,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_INDUCTOR_PDL", raising=False)
     monkeypatch.setenv("SPARSEDECODING_INDUCTOR_ATTENTION", "1")
     monkeypatch.delenv("SPARSEDECODING_FUSED_ATTENTION", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_ATTENTION_MIN_SPAN", raising=False)
     monkeypatch.delenv("SPARSEDECODING_NM_MMA_GEOMETRY", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_OVER_LOOP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_SLOTS", raising=False)
@@ -183,6 +184,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_FUSE_GLU=0, SPARSEDECODING_FUSE_NORM=1, SPARSEDECODING_SP24_PDL=0, "
                                "SPARSEDECODING_COMBO_KERNELS=1, SPARSEDECODING_INDUCTOR_PDL=1, "
                                "SPARSEDECODING_INDUCTOR_ATTENTION=1, SPARSEDECODING_FUSED_ATTENTION=1, "
+                               "SPARSEDECODING_ATTENTION_MIN_SPAN=64, "
                                "SPARSEDECODING_NM_MMA_GEOMETRY=default, "
                                "SPARSEDECODING_SP24_OVER_LOOP=auto, SPARSEDECODING_SP24_SLOTS=1, "
                                "SPARSEDECODING_SP24_HALF_META=1.")

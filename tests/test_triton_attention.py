@@ -53,24 +53,26 @@ def float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads):
     return (weights[..., None] * vv).sum(-2).reshape(batch, heads * d), keys, values
 
 
-CASES = [  # batch, heads, kv_heads, head_dim, cache_len, pos, splits
-    (1, 8, 2, 32, 160, 0, 1),  # the first position: nothing cached before it
-    (1, 8, 2, 32, 160, 37, 1),  # a range that ends inside its first tile
-    (2, 12, 2, 64, 200, 150, 1),  # group 6 (padded to 16 rows), three tiles
-    (1, 8, 2, 32, 300, 290, 3),  # three ranges, the last ending inside a tile
-    (3, 4, 1, 32, 256, 200, 4),  # one KV head, four ranges, batch 3
-    (1, 8, 2, 32, 160, 20, 4),  # more ranges than positions: three ranges are empty
+CASES = [  # batch, heads, kv_heads, head_dim, cache_len, pos, splits, min_span
+    (1, 8, 2, 32, 160, 0, 1, 64),  # the first position: nothing cached before it
+    (1, 8, 2, 32, 160, 37, 1, 64),  # a range that ends inside its first tile
+    (2, 12, 2, 64, 200, 150, 1, 64),  # group 6 (padded to 16 rows), three tiles
+    (1, 8, 2, 32, 300, 290, 3, 64),  # three ranges, the last ending inside a tile
+    (3, 4, 1, 32, 256, 200, 4, 64),  # one KV head, four ranges, batch 3
+    (1, 8, 2, 32, 160, 20, 4, 64),  # fewer positions than one range: one program does it all, the rest leave
+    (1, 8, 2, 32, 300, 290, 4, 128),  # ranges of at least 128 positions: three of the four programs have one
+    (2, 8, 2, 32, 300, 100, 4, 128),  # one range of 128 covers it: no combining
 ]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("batch,heads,kv_heads,head_dim,cache_len,pos,splits", CASES)
-def test_matches_float64(batch, heads, kv_heads, head_dim, cache_len, pos, splits, dtype):
+@pytest.mark.parametrize("batch,heads,kv_heads,head_dim,cache_len,pos,splits,min_span", CASES)
+def test_matches_float64(batch, heads, kv_heads, head_dim, cache_len, pos, splits, min_span, dtype):
     qkv, cos, sin, k_cache, v_cache = problem(batch, heads, kv_heads, head_dim, cache_len, pos, dtype, seed=pos)
     expected, keys, values = float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads)
     counters = counters_for(batch, kv_heads, qkv.device)
     input_pos = torch.tensor([pos], device=qkv.device)
-    y = launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, splits=splits)
+    y = launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, splits=splits, min_span=min_span)
     assert y.shape == (batch, heads * head_dim) and y.dtype == dtype
     # the softmax weights are rounded to the cache's dtype before they multiply v: a few units in the last place
     eps = torch.finfo(dtype).eps
@@ -123,6 +125,7 @@ def good_inputs():
     (lambda a: a.update(v_cache=a["v_cache"][:, :, :32]), "both be"),
     (lambda a: a.update(cos=a["cos"][:16], sin=a["sin"][:16]), "cos and sin"),
     (lambda a: a.update(cos=a["cos"][3]), "cos and sin"),
+    (lambda a: a.update(min_span=96), "min_span 96"),
 ])
 def test_bad_inputs_give_one_clear_error(change, message):
     inputs = good_inputs()
@@ -192,3 +195,18 @@ def test_the_compiled_block_writes_the_caches_in_place(monkeypatch):
     code = "\n".join(codes)
     assert "sparsedecoding.decode_attention" in code
     assert not re.search(r"\.copy_\(|\bclone\(", code)
+
+
+@pytest.mark.parametrize("value,expected", [(None, 64), ("256", 256), ("100", None), ("0", None), ("x", None)])
+def test_the_min_span_setting_takes_multiples_of_64(value, expected, monkeypatch):
+    from sparsedecoding.kernels.op import KernelChoiceError, attention_min_span_setting
+
+    if value is None:
+        monkeypatch.delenv("SPARSEDECODING_ATTENTION_MIN_SPAN", raising=False)
+    else:
+        monkeypatch.setenv("SPARSEDECODING_ATTENTION_MIN_SPAN", value)
+    if expected is None:
+        with pytest.raises(KernelChoiceError, match="multiple of 64"):
+            attention_min_span_setting()
+    else:
+        assert attention_min_span_setting() == expected

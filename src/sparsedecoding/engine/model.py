@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import EngineError
-from ..kernels.op import compile_options, fused_attention_setting, inductor_attention_setting, sp24_pdl_setting
+from ..kernels.op import (attention_min_span_setting, compile_options, fused_attention_setting,
+                          inductor_attention_setting, sp24_pdl_setting)
 from ..kernels.reference import rms_norm
 from .config import ModelArgs
 from .parallel import ProcessGroup, all_reduce, gather_vocab, local_args, rank_and_world
@@ -103,6 +104,7 @@ class Attention(nn.Module):
         self.fused_setting = fused_attention_setting()
         self.fused_decode = False
         self.fused_pdl = False
+        self.fused_min_span = 64
         self.register_buffer("counters", None, persistent=False)
 
     def prepare_decode(self, batch: int, device: torch.device, dtype: torch.dtype) -> None:
@@ -118,6 +120,7 @@ class Attention(nn.Module):
             return
         from ..kernels import triton_attention
         self.counters = triton_attention.counters_for(batch, self.n_kv_heads, device)
+        self.fused_min_span = attention_min_span_setting()
         # the kernel waits for qkv itself, so it may start during the qkv kernel's tail, as the sp24 kernels do
         self.fused_pdl = (device.type == "cuda" and not triton_attention.interpreted() and sp24_pdl_setting()
                           and torch.cuda.get_device_capability(device)[0] >= 9)
@@ -133,7 +136,7 @@ class Attention(nn.Module):
         if mask is None:  # a decode step for the fused kernel: cos and sin are the whole tables (`Transformer.hidden`)
             y = torch.ops.sparsedecoding.decode_attention(qkv.reshape(batch, -1), cos, sin, self.k_cache,
                                                           self.v_cache, input_pos, self.counters, heads,
-                                                          self.fused_pdl)
+                                                          self.fused_min_span, self.fused_pdl)
             return all_reduce(self.out(y.view(batch, 1, heads * head_dim)), self.tp)
         q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         q = q.view(batch, length, heads, head_dim)

@@ -51,6 +51,8 @@ COMBO_KERNELS_SETTING = "SPARSEDECODING_COMBO_KERNELS"
 INDUCTOR_PDL_SETTING = "SPARSEDECODING_INDUCTOR_PDL"
 INDUCTOR_ATTENTION_SETTING = "SPARSEDECODING_INDUCTOR_ATTENTION"
 FUSED_ATTENTION_SETTING = "SPARSEDECODING_FUSED_ATTENTION"
+ATTENTION_MIN_SPAN_SETTING = "SPARSEDECODING_ATTENTION_MIN_SPAN"
+ATTENTION_MIN_SPAN_DEFAULT = 64
 NM_MMA_GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
 NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), words a stage
 SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
@@ -181,6 +183,19 @@ def fused_attention_setting() -> bool:
     return _switch(FUSED_ATTENTION_SETTING, "1", "the fused decode-attention kernel")
 
 
+def attention_min_span_setting() -> int:
+    """SPARSEDECODING_ATTENTION_MIN_SPAN: the fewest cached positions one program of the fused decode attention
+    walks, a positive multiple of 64 (unset: ATTENTION_MIN_SPAN_DEFAULT). While a step's position is at most this,
+    one program per sequence and KV head does the whole attention; past it the positions are split into ranges of
+    at least this many, which the last program to finish combines (a round trip through memory more). Read when a
+    model's caches are set up; KernelChoiceError for anything else."""
+    text = os.environ.get(ATTENTION_MIN_SPAN_SETTING, "").strip() or str(ATTENTION_MIN_SPAN_DEFAULT)
+    if not text.isdigit() or int(text) < 64 or int(text) % 64:
+        raise KernelChoiceError(f"{ATTENTION_MIN_SPAN_SETTING}={text!r}; use a positive multiple of 64 (the fewest "
+                                "cached positions a program of the fused decode attention walks)")
+    return int(text)
+
+
 def compile_options() -> dict | None:
     """torch.compile's Inductor options for the engine's blocks under SPARSEDECODING_COMBO_KERNELS and
     SPARSEDECODING_INDUCTOR_PDL (None: Inductor's defaults). KernelChoiceError if this PyTorch lacks an option a
@@ -277,6 +292,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             FUSE_GLU_SETTING: fuse_glu_setting, FUSE_NORM_SETTING: fuse_norm_setting, SP24_PDL_SETTING: sp24_pdl_setting,
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting, FUSED_ATTENTION_SETTING: fused_attention_setting,
+            ATTENTION_MIN_SPAN_SETTING: attention_min_span_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them

@@ -48,8 +48,18 @@ def _rope(x, partner, cos, sin, HALF_SIGN):
 
 
 @triton.jit
+def _with_new_position(m, total, acc, s_new, v_new):
+    """The running weighted sum `acc` and softmax denominator `total` (scores' maximum `m`) with the new position
+    (score s_new, value v_new) added."""
+    m_all = tl.maximum(m, s_new)
+    alpha = tl.exp(m - m_all)
+    p_new = tl.exp(s_new - m_all)
+    return acc * alpha[:, None] + p_new[:, None] * v_new.to(tl.float32)[None, :], total * alpha + p_new
+
+
+@triton.jit
 def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, y_ptr,
-                            stats_ptr, parts_ptr, count_ptr, qkv_stride, cache_len, scale,
+                            stats_ptr, parts_ptr, count_ptr, qkv_stride, cache_len, scale, min_span,
                             KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_ROWS: tl.constexpr,
                             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
                             PDL: tl.constexpr, DOT_FLOAT32: tl.constexpr):
@@ -57,8 +67,9 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
     [cache_len, HEAD_DIM], the whole rotary tables (the kernel reads the new position's rows); caches [B, KV_HEADS,
     cache_len, HEAD_DIM] contiguous; y [B, heads·HEAD_DIM].
     With SPLITS > 1: stats [B·KV_HEADS, SPLITS, 2, GROUP_ROWS] and parts [B·KV_HEADS, SPLITS, GROUP_ROWS, HEAD_DIM]
-    float32 scratch, count [B·KV_HEADS] int32, zero between calls. DOT_FLOAT32 (the interpreter only, whose
-    tl.dot misreads 16-bit floats) feeds tl.dot the same values as float32."""
+    float32 scratch, count [B·KV_HEADS] int32, zero between calls. min_span (a multiple of BLOCK_N): the fewest
+    positions a range holds. DOT_FLOAT32 (the interpreter only, whose tl.dot misreads 16-bit floats) feeds tl.dot
+    the same values as float32."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     b = pid // KV_HEADS
@@ -68,102 +79,101 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     pos = tl.load(pos_ptr).to(tl.int32)
-    cos_ptr += pos * HEAD_DIM
-    sin_ptr += pos * HEAD_DIM
-    d = tl.arange(0, HEAD_DIM)
-    half = HEAD_DIM // 2
-    partner = (d + half) % HEAD_DIM
-    half_sign = tl.where(d < half, -1.0, 1.0)
-    cos = tl.load(cos_ptr + d).to(tl.float32)
-    sin = tl.load(sin_ptr + d).to(tl.float32)
-    dtype = k_cache_ptr.dtype.element_ty
+    # The positions before p in `active` ranges of whole BLOCK_N tiles, at least min_span positions each (the last
+    # range may be shorter); programs past them leave at once. One active range: its program stores y itself.
+    span = tl.maximum(tl.cdiv(tl.cdiv(pos, SPLITS), BLOCK_N) * BLOCK_N, min_span)
+    active = tl.maximum(tl.cdiv(pos, span), 1)
+    if split < active:
+        d = tl.arange(0, HEAD_DIM)
+        half = HEAD_DIM // 2
+        partner = (d + half) % HEAD_DIM
+        half_sign = tl.where(d < half, -1.0, 1.0)
+        cos = tl.load(cos_ptr + pos * HEAD_DIM + d).to(tl.float32)
+        sin = tl.load(sin_ptr + pos * HEAD_DIM + d).to(tl.float32)
+        dtype = k_cache_ptr.dtype.element_ty
 
-    row = qkv_ptr + b.to(tl.int64) * qkv_stride
-    g = tl.arange(0, GROUP_ROWS)
-    in_group = g < GROUP
-    q_cols = (h * GROUP + g)[:, None] * HEAD_DIM
-    q = tl.load(row + q_cols + d[None, :], mask=in_group[:, None], other=0.0).to(tl.float32)
-    q_partner = tl.load(row + q_cols + partner[None, :], mask=in_group[:, None], other=0.0).to(tl.float32)
-    q = _rope(q, q_partner, cos, sin, half_sign).to(dtype)  # [GROUP_ROWS, HEAD_DIM]
-    k_col = (KV_HEADS * GROUP + h) * HEAD_DIM
-    v_col = (KV_HEADS * GROUP + KV_HEADS + h) * HEAD_DIM
-    k_new = tl.load(row + k_col + d).to(tl.float32)
-    k_partner = tl.load(row + k_col + partner).to(tl.float32)
-    k_new = _rope(k_new[None, :], k_partner[None, :], cos, sin, half_sign).to(dtype)  # [1, HEAD_DIM]
-    v_new = tl.load(row + v_col + d)
+        row = qkv_ptr + b.to(tl.int64) * qkv_stride
+        g = tl.arange(0, GROUP_ROWS)
+        in_group = g < GROUP
+        q_cols = (h * GROUP + g)[:, None] * HEAD_DIM
+        q = tl.load(row + q_cols + d[None, :], mask=in_group[:, None], other=0.0).to(tl.float32)
+        q_partner = tl.load(row + q_cols + partner[None, :], mask=in_group[:, None], other=0.0).to(tl.float32)
+        q = _rope(q, q_partner, cos, sin, half_sign).to(dtype)  # [GROUP_ROWS, HEAD_DIM]
+        k_col = (KV_HEADS * GROUP + h) * HEAD_DIM
+        v_col = (KV_HEADS * GROUP + KV_HEADS + h) * HEAD_DIM
+        k_new = tl.load(row + k_col + d).to(tl.float32)
+        k_partner = tl.load(row + k_col + partner).to(tl.float32)
+        k_new = _rope(k_new[None, :], k_partner[None, :], cos, sin, half_sign).to(dtype)  # [1, HEAD_DIM]
+        v_new = tl.load(row + v_col + d)
 
-    head_base = pid.to(tl.int64) * cache_len * HEAD_DIM
-    if split == 0:
-        tl.store(k_cache_ptr + head_base + pos * HEAD_DIM + d[None, :], k_new)
-        tl.store(v_cache_ptr + head_base + pos * HEAD_DIM + d, v_new)
+        head_base = pid.to(tl.int64) * cache_len * HEAD_DIM
+        if split == 0:
+            tl.store(k_cache_ptr + head_base + pos * HEAD_DIM + d[None, :], k_new)
+            tl.store(v_cache_ptr + head_base + pos * HEAD_DIM + d, v_new)
 
-    # this split's positions: [start, end) of [0, pos), whole BLOCK_N tiles except the last
-    span = tl.cdiv(tl.cdiv(pos, SPLITS), BLOCK_N) * BLOCK_N
-    start = split * span
-    end = tl.minimum(start + span, pos)
-    m = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
-    total = tl.zeros([GROUP_ROWS], tl.float32)
-    acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
-    n = tl.arange(0, BLOCK_N)
-    for n0 in range(start, end, BLOCK_N):
-        ok = n0 + n < end
-        offsets = head_base + (n0 + n)[:, None] * HEAD_DIM + d[None, :]
-        keys = tl.load(k_cache_ptr + offsets, mask=ok[:, None], other=0.0)
-        values = tl.load(v_cache_ptr + offsets, mask=ok[:, None], other=0.0)
-        if DOT_FLOAT32:
-            scores = tl.dot(q.to(tl.float32), tl.trans(keys.to(tl.float32))) * scale
+        start = split * span
+        end = tl.minimum(start + span, pos)
+        m = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
+        total = tl.zeros([GROUP_ROWS], tl.float32)
+        acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
+        n = tl.arange(0, BLOCK_N)
+        for n0 in range(start, end, BLOCK_N):
+            ok = n0 + n < end
+            offsets = head_base + (n0 + n)[:, None] * HEAD_DIM + d[None, :]
+            keys = tl.load(k_cache_ptr + offsets, mask=ok[:, None], other=0.0)
+            values = tl.load(v_cache_ptr + offsets, mask=ok[:, None], other=0.0)
+            if DOT_FLOAT32:
+                scores = tl.dot(q.to(tl.float32), tl.trans(keys.to(tl.float32))) * scale
+            else:
+                scores = tl.dot(q, tl.trans(keys)) * scale
+            scores = tl.where(ok[None, :], scores, float("-inf"))
+            m_next = tl.maximum(m, tl.max(scores, axis=1))
+            alpha = tl.exp(m - m_next)
+            p = tl.exp(scores - m_next[:, None])
+            total = total * alpha + tl.sum(p, axis=1)
+            if DOT_FLOAT32:
+                acc = acc * alpha[:, None] + tl.dot(p.to(dtype).to(tl.float32), values.to(tl.float32))
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(dtype), values)
+            m = m_next
+
+        y_at = y_ptr + b.to(tl.int64) * (KV_HEADS * GROUP * HEAD_DIM) + (h * GROUP + g)[:, None] * HEAD_DIM + d[None, :]
+        s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * scale  # position p, from registers
+        if SPLITS == 1:
+            acc, total = _with_new_position(m, total, acc, s_new, v_new)
+            tl.store(y_at, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
+        elif active == 1:
+            acc, total = _with_new_position(m, total, acc, s_new, v_new)
+            tl.store(y_at, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
         else:
-            scores = tl.dot(q, tl.trans(keys)) * scale
-        scores = tl.where(ok[None, :], scores, float("-inf"))
-        m_next = tl.maximum(m, tl.max(scores, axis=1))
-        alpha = tl.exp(m - m_next)
-        p = tl.exp(scores - m_next[:, None])
-        total = total * alpha + tl.sum(p, axis=1)
-        if DOT_FLOAT32:
-            acc = acc * alpha[:, None] + tl.dot(p.to(dtype).to(tl.float32), values.to(tl.float32))
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(dtype), values)
-        m = m_next
-
-    y_cols = (h * GROUP + g)[:, None] * HEAD_DIM + d[None, :]
-    y_row = y_ptr + b.to(tl.int64) * (KV_HEADS * GROUP * HEAD_DIM)
-    s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * scale  # position p, from registers
-    if SPLITS == 1:
-        m_all = tl.maximum(m, s_new)
-        alpha = tl.exp(m - m_all)
-        p_new = tl.exp(s_new - m_all)
-        acc = acc * alpha[:, None] + p_new[:, None] * v_new.to(tl.float32)[None, :]
-        total = total * alpha + p_new
-        tl.store(y_row + y_cols, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
-    else:
-        slot = pid * SPLITS + split
-        tl.store(stats_ptr + (slot * 2) * GROUP_ROWS + g, m)
-        tl.store(stats_ptr + (slot * 2 + 1) * GROUP_ROWS + g, total)
-        tl.store(parts_ptr + slot.to(tl.int64) * GROUP_ROWS * HEAD_DIM + g[:, None] * HEAD_DIM + d[None, :], acc,
-                 mask=in_group[:, None])
-        # every thread's stores before the counter's release; the last program reads them after its acquire
-        tl.debug_barrier()
-        arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLITS - 1:
+            slot = pid * SPLITS + split
+            tl.store(stats_ptr + (slot * 2) * GROUP_ROWS + g, m)
+            tl.store(stats_ptr + (slot * 2 + 1) * GROUP_ROWS + g, total)
+            tl.store(parts_ptr + slot.to(tl.int64) * GROUP_ROWS * HEAD_DIM + g[:, None] * HEAD_DIM + d[None, :], acc,
+                     mask=in_group[:, None])
+            # every thread's stores before the counter's release; the last program reads them after its acquire
             tl.debug_barrier()
-            m_all = s_new
-            for s in range(SPLITS):
-                m_s = tl.load(stats_ptr + ((pid * SPLITS + s) * 2) * GROUP_ROWS + g, cache_modifier=".cg")
-                m_all = tl.maximum(m_all, m_s)
-            p_new = tl.exp(s_new - m_all)
-            total = p_new
-            acc = p_new[:, None] * v_new.to(tl.float32)[None, :]
-            for s in range(SPLITS):
-                other = pid * SPLITS + s
-                m_s = tl.load(stats_ptr + (other * 2) * GROUP_ROWS + g, cache_modifier=".cg")
-                total_s = tl.load(stats_ptr + (other * 2 + 1) * GROUP_ROWS + g, cache_modifier=".cg")
-                acc_s = tl.load(parts_ptr + other.to(tl.int64) * GROUP_ROWS * HEAD_DIM + g[:, None] * HEAD_DIM
-                                + d[None, :], mask=in_group[:, None], other=0.0, cache_modifier=".cg")
-                weight = tl.exp(m_s - m_all)  # 0 for a split with no positions (m_s = -inf)
-                total += total_s * weight
-                acc += acc_s * weight[:, None]
-            tl.store(y_row + y_cols, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
-            tl.atomic_xchg(count_ptr + pid, 0, sem="relaxed", scope="gpu")
+            arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
+            if arrived == active - 1:
+                tl.debug_barrier()
+                m_all = s_new
+                for s in range(active):
+                    m_s = tl.load(stats_ptr + ((pid * SPLITS + s) * 2) * GROUP_ROWS + g, cache_modifier=".cg")
+                    m_all = tl.maximum(m_all, m_s)
+                p_new = tl.exp(s_new - m_all)
+                total = p_new
+                acc = p_new[:, None] * v_new.to(tl.float32)[None, :]
+                for s in range(active):
+                    other = pid * SPLITS + s
+                    m_s = tl.load(stats_ptr + (other * 2) * GROUP_ROWS + g, cache_modifier=".cg")
+                    total_s = tl.load(stats_ptr + (other * 2 + 1) * GROUP_ROWS + g, cache_modifier=".cg")
+                    acc_s = tl.load(parts_ptr + other.to(tl.int64) * GROUP_ROWS * HEAD_DIM + g[:, None] * HEAD_DIM
+                                    + d[None, :], mask=in_group[:, None], other=0.0, cache_modifier=".cg")
+                    weight = tl.exp(m_s - m_all)
+                    total += total_s * weight
+                    acc += acc_s * weight[:, None]
+                tl.store(y_at, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
+                tl.atomic_xchg(count_ptr + pid, 0, sem="relaxed", scope="gpu")
 
 
 @functools.cache
@@ -228,10 +238,14 @@ def check_inputs(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cach
 
 def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            input_pos: torch.Tensor, counters: torch.Tensor, heads: int, splits: int | None = None,
-           pdl: bool = False) -> torch.Tensor:
+           min_span: int = BLOCK_N, pdl: bool = False) -> torch.Tensor:
     """y [batch, heads·head_dim]; writes the new key and value into the caches at input_pos. `splits` None:
-    `choose_splits`. `pdl` launches programmatically (compute capability 9.0 and up, not the interpreter)."""
+    `choose_splits`. `min_span`: the fewest positions a range holds, a multiple of BLOCK_N (the engine's is
+    SPARSEDECODING_ATTENTION_MIN_SPAN). `pdl` launches programmatically (compute capability 9.0 and up, not the
+    interpreter)."""
     check_inputs(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads)
+    if min_span < BLOCK_N or min_span % BLOCK_N:
+        raise KernelInputError(f"min_span {min_span}: use a positive multiple of {BLOCK_N}")
     batch, kv_heads, cache_len, head_dim = k_cache.shape
     group = heads // kv_heads
     group_rows = max(MIN_DOT_ROWS, triton.next_power_of_2(group))
@@ -247,7 +261,8 @@ def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: tor
     options = {"launch_pdl": True} if pdl and not interpreted() else {}
     decode_attention_kernel[(batch * kv_heads, splits)](
         qkv, cos, sin, k_cache, v_cache, input_pos, y, stats, parts, counters, qkv.stride(0), cache_len,
-        head_dim ** -0.5, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, BLOCK_N=BLOCK_N,
+        head_dim ** -0.5, min_span, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows, HEAD_DIM=head_dim,
+        BLOCK_N=BLOCK_N,
         SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(), num_warps=4, **options)
     return y
 
@@ -255,11 +270,11 @@ def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: tor
 @torch.library.custom_op("sparsedecoding::decode_attention", mutates_args=("k_cache", "v_cache", "counters"))
 def decode_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                      v_cache: torch.Tensor, input_pos: torch.Tensor, counters: torch.Tensor, heads: int,
-                     pdl: bool) -> torch.Tensor:
+                     min_span: int, pdl: bool) -> torch.Tensor:
     """`launch` as an operator torch.compile keeps whole (it mutates the caches and the counters)."""
-    return launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, pdl=pdl)
+    return launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, min_span=min_span, pdl=pdl)
 
 
 @decode_attention.register_fake
-def _(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, pdl):
+def _(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, min_span, pdl):
     return qkv.new_empty(qkv.shape[0], heads * k_cache.shape[-1])
