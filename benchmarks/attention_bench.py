@@ -38,9 +38,10 @@ def layers(batch: int, cache_len: int, pos: int, generator: torch.Generator) -> 
             for _ in range(LAYERS)]
 
 
-def time_us(inputs: list[dict], min_span: int, replays: int = 20) -> float:
+def time_us(inputs: list[dict], min_span: int, splits: int | None = None, replays: int = 20) -> float:
     """Median microseconds per launch of a CUDA graph with one launch per layer."""
-    run = lambda: [launch(**layer, heads=HEADS, min_span=min_span, pdl=True) for layer in inputs]  # noqa: E731
+    run = lambda: [launch(**layer, heads=HEADS, splits=splits, min_span=min_span, pdl=True)  # noqa: E731
+                   for layer in inputs]
     run()  # compiles outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -62,8 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--min-spans", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 4096])
+    parser.add_argument("--splits", type=int, nargs="*", default=[],
+                        help="also time these split counts (min_span 64) beside `choose_splits`'")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if any(count < 1 for count in args.splits):
+        parser.error(f"--splits {args.splits}: each at least 1")
     if any(span < 64 or span % 64 for span in args.min_spans):
         parser.error(f"--min-spans {args.min_spans}: each a positive multiple of 64")
     if not torch.cuda.is_available():
@@ -71,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     generator = torch.Generator(device="cuda").manual_seed(0)
     head = "| batch | cache | position | splits | " + " | ".join(f"min_span {s} (us)" for s in args.min_spans)
-    rows = [head + " | fastest |", "|---" * (5 + len(args.min_spans)) + "|"]
+    head += "".join(f" | {count} splits (us)" for count in args.splits)
+    rows = [head + " | fastest min_span |", "|---" * (5 + len(args.min_spans) + len(args.splits)) + "|"]
     for batch in args.batches:
         for cache_len, pos in POINTS:
             inputs = layers(batch, cache_len, pos, generator)
@@ -84,11 +90,18 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"error: min_span {span} differs from one program by {error:.3g} at batch {batch}, cache "
                           f"{cache_len}, position {pos}", file=sys.stderr)
                     return 1
+            for count in args.splits:
+                check = {name: tensor.clone() for name, tensor in inputs[0].items()}
+                error = float((launch(**check, heads=HEADS, splits=count) - reference).abs().max())
+                if error > 0.05:
+                    print(f"error: {count} splits differ from one program by {error:.3g}", file=sys.stderr)
+                    return 1
             times = [time_us(inputs, span) for span in args.min_spans]
             fastest = args.min_spans[times.index(min(times))]
+            forced = [time_us(inputs, 64, count) for count in args.splits]
             splits = choose_splits(batch, KV_HEADS, cache_len, torch.device("cuda"))
             rows.append(f"| {batch} | {cache_len} | {pos} | {splits} | " + " | ".join(f"{t:.2f}" for t in times)
-                        + f" | {fastest} |")
+                        + "".join(f" | {t:.2f}" for t in forced) + f" | {fastest} |")
             print(rows[-1], flush=True)
             del inputs
             torch.cuda.empty_cache()

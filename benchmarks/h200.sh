@@ -369,6 +369,10 @@ PY
     # min_span, 8B attention shape, batch 1, 4, 16, caches of 272, 1024 and 4096 positions
     timeout 200 python3 benchmarks/attention_bench.py --out "$OUT/attention_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" \
       || true ;;
+  attention-splits)  # attention_splits_h200.md: attention_bench.py with 8, 16, 32 and 64 splits forced beside
+    # choose_splits's, min_span 64, batch 1, 4, 16 (the long caches were latency-bound at one program a multiprocessor)
+    timeout 200 python3 benchmarks/attention_bench.py --min-spans 64 --splits 8 16 32 64 \
+      --out "$OUT/attention_splits_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" || true ;;
   min-span-ab)  # min_span_h200_8b.md: SPARSEDECODING_ATTENTION_MIN_SPAN 64 / 256 / 1024 on the 8B preset's 2:4 + int4
     # model at batch 1 and 4 (272-position cache), side by side
     timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_ATTENTION_MIN_SPAN \
