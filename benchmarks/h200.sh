@@ -373,6 +373,13 @@ PY
     # choose_splits's, min_span 64, batch 1, 4, 16 (the long caches were latency-bound at one program a multiprocessor)
     timeout 200 python3 benchmarks/attention_bench.py --min-spans 64 --splits 8 16 32 64 \
       --out "$OUT/attention_splits_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" || true ;;
+  combine-ab)  # not yet run (prepared at the end of the twenty-first session, branch attention-combine): the GPU tests
+    # of the unrolled combine of ranges, then attention_combine_h200.md, attention_bench.py with it timed beside the
+    # combine one range at a time (the splits bench showed many ranges losing to that serial combine)
+    timeout 200 python3 -m pytest -q tests/test_triton_attention.py -p no:cacheprovider 2>&1 | tail -2 \
+      | tee "$OUT/gpu_tests_attention_combine.log" || true
+    timeout 200 python3 benchmarks/attention_bench.py --min-spans 64 --splits 32 --unrolled-combine \
+      --out "$OUT/attention_combine_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" || true ;;
   min-span-ab)  # min_span_h200_8b.md: SPARSEDECODING_ATTENTION_MIN_SPAN 64 / 256 / 1024 on the 8B preset's 2:4 + int4
     # model at batch 1 and 4 (272-position cache), side by side
     timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_ATTENTION_MIN_SPAN \

@@ -65,14 +65,16 @@ CASES = [  # batch, heads, kv_heads, head_dim, cache_len, pos, splits, min_span
 ]
 
 
+@pytest.mark.parametrize("unrolled", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("batch,heads,kv_heads,head_dim,cache_len,pos,splits,min_span", CASES)
-def test_matches_float64(batch, heads, kv_heads, head_dim, cache_len, pos, splits, min_span, dtype):
+def test_matches_float64(batch, heads, kv_heads, head_dim, cache_len, pos, splits, min_span, dtype, unrolled):
     qkv, cos, sin, k_cache, v_cache = problem(batch, heads, kv_heads, head_dim, cache_len, pos, dtype, seed=pos)
     expected, keys, values = float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads)
     counters = counters_for(batch, kv_heads, qkv.device)
     input_pos = torch.tensor([pos], device=qkv.device)
-    y = launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, splits=splits, min_span=min_span)
+    y = launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, splits=splits, min_span=min_span,
+               unrolled_combine=unrolled)
     assert y.shape == (batch, heads * head_dim) and y.dtype == dtype
     # the softmax weights are rounded to the cache's dtype before they multiply v: a few units in the last place
     eps = torch.finfo(dtype).eps

@@ -62,7 +62,7 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
                             stats_ptr, parts_ptr, count_ptr, qkv_stride, cache_len, scale, min_span,
                             KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_ROWS: tl.constexpr,
                             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-                            PDL: tl.constexpr, DOT_FLOAT32: tl.constexpr):
+                            PDL: tl.constexpr, DOT_FLOAT32: tl.constexpr, UNROLLED_COMBINE: tl.constexpr):
     """Program (b·KV_HEADS + h, split). qkv [B, (heads + 2·KV_HEADS)·HEAD_DIM] rows `qkv_stride` apart; cos/sin
     [cache_len, HEAD_DIM], the whole rotary tables (the kernel reads the new position's rows); caches [B, KV_HEADS,
     cache_len, HEAD_DIM] contiguous; y [B, heads·HEAD_DIM].
@@ -156,22 +156,48 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
             arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
             if arrived == active - 1:
                 tl.debug_barrier()
-                m_all = s_new
-                for s in range(active):
-                    m_s = tl.load(stats_ptr + ((pid * SPLITS + s) * 2) * GROUP_ROWS + g, cache_modifier=".cg")
-                    m_all = tl.maximum(m_all, m_s)
-                p_new = tl.exp(s_new - m_all)
-                total = p_new
-                acc = p_new[:, None] * v_new.to(tl.float32)[None, :]
-                for s in range(active):
-                    other = pid * SPLITS + s
-                    m_s = tl.load(stats_ptr + (other * 2) * GROUP_ROWS + g, cache_modifier=".cg")
-                    total_s = tl.load(stats_ptr + (other * 2 + 1) * GROUP_ROWS + g, cache_modifier=".cg")
-                    acc_s = tl.load(parts_ptr + other.to(tl.int64) * GROUP_ROWS * HEAD_DIM + g[:, None] * HEAD_DIM
-                                    + d[None, :], mask=in_group[:, None], other=0.0, cache_modifier=".cg")
-                    weight = tl.exp(m_s - m_all)
-                    total += total_s * weight
-                    acc += acc_s * weight[:, None]
+                if UNROLLED_COMBINE:
+                    # one pass over the ranges, unrolled: every range's loads are independent of the others' math,
+                    # so they can all be in flight at once instead of one round trip a range
+                    m_all = s_new
+                    total = tl.full([GROUP_ROWS], 1.0, tl.float32)
+                    acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32) + v_new.to(tl.float32)[None, :]
+                    for s in tl.static_range(SPLITS):
+                        # masks as comparisons of g (a scalar broadcast into a mask trips the interpreter)
+                        stat_rows = g < tl.where(active > s, GROUP_ROWS, 0)
+                        value_rows = g < tl.where(active > s, GROUP, 0)
+                        other = pid * SPLITS + s
+                        m_s = tl.load(stats_ptr + (other * 2) * GROUP_ROWS + g, mask=stat_rows,
+                                      other=float("-inf"), cache_modifier=".cg")
+                        total_s = tl.load(stats_ptr + (other * 2 + 1) * GROUP_ROWS + g, mask=stat_rows,
+                                          other=0.0, cache_modifier=".cg")
+                        acc_s = tl.load(parts_ptr + other.to(tl.int64) * GROUP_ROWS * HEAD_DIM
+                                        + g[:, None] * HEAD_DIM + d[None, :], mask=value_rows[:, None],
+                                        other=0.0, cache_modifier=".cg")
+                        m_next = tl.maximum(m_all, m_s)
+                        keep = tl.exp(m_all - m_next)
+                        weight = tl.exp(m_s - m_next)
+                        total = total * keep + total_s * weight
+                        acc = acc * keep[:, None] + acc_s * weight[:, None]
+                        m_all = m_next
+                else:
+                    m_all = s_new
+                    for s in range(active):
+                        m_s = tl.load(stats_ptr + ((pid * SPLITS + s) * 2) * GROUP_ROWS + g, cache_modifier=".cg")
+                        m_all = tl.maximum(m_all, m_s)
+                    p_new = tl.exp(s_new - m_all)
+                    total = p_new
+                    acc = p_new[:, None] * v_new.to(tl.float32)[None, :]
+                    for s in range(active):
+                        other = pid * SPLITS + s
+                        m_s = tl.load(stats_ptr + (other * 2) * GROUP_ROWS + g, cache_modifier=".cg")
+                        total_s = tl.load(stats_ptr + (other * 2 + 1) * GROUP_ROWS + g, cache_modifier=".cg")
+                        acc_s = tl.load(parts_ptr + other.to(tl.int64) * GROUP_ROWS * HEAD_DIM
+                                        + g[:, None] * HEAD_DIM + d[None, :], mask=in_group[:, None], other=0.0,
+                                        cache_modifier=".cg")
+                        weight = tl.exp(m_s - m_all)
+                        total += total_s * weight
+                        acc += acc_s * weight[:, None]
                 tl.store(y_at, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
                 tl.atomic_xchg(count_ptr + pid, 0, sem="relaxed", scope="gpu")
 
@@ -238,7 +264,7 @@ def check_inputs(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cach
 
 def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            input_pos: torch.Tensor, counters: torch.Tensor, heads: int, splits: int | None = None,
-           min_span: int = BLOCK_N, pdl: bool = False) -> torch.Tensor:
+           min_span: int = BLOCK_N, pdl: bool = False, unrolled_combine: bool = False) -> torch.Tensor:
     """y [batch, heads·head_dim]; writes the new key and value into the caches at input_pos. `splits` None:
     `choose_splits`. `min_span`: the fewest positions a range holds, a multiple of BLOCK_N (the engine's is
     SPARSEDECODING_ATTENTION_MIN_SPAN). `pdl` launches programmatically (compute capability 9.0 and up, not the
@@ -263,7 +289,8 @@ def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: tor
         qkv, cos, sin, k_cache, v_cache, input_pos, y, stats, parts, counters, qkv.stride(0), cache_len,
         head_dim ** -0.5, min_span, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows, HEAD_DIM=head_dim,
         BLOCK_N=BLOCK_N,
-        SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(), num_warps=4, **options)
+        SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(), UNROLLED_COMBINE=unrolled_combine, num_warps=4,
+        **options)
     return y
 
 
