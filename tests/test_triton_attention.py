@@ -85,6 +85,18 @@ def test_matches_float64(batch, heads, kv_heads, head_dim, cache_len, pos, split
     assert int(counters.abs().sum()) == 0  # reset for the next call
 
 
+@pytest.mark.parametrize("pos,splits", [(64, 1), (64, 2), (900, 2)])
+def test_a_position_outside_the_cache_gives_nan_and_writes_nothing(pos, splits):
+    """The host cannot check the device-side position without a sync, so the kernel does: a position at or past the
+    cache's end gives NaN outputs and leaves the caches as they were."""
+    qkv, cos, sin, k_cache, v_cache = problem(1, 8, 2, 32, 64, 3, torch.bfloat16)
+    keys, values = k_cache.clone(), v_cache.clone()
+    y = launch(qkv, cos, sin, k_cache, v_cache, torch.tensor([pos], device=qkv.device),
+               counters_for(1, 2, qkv.device), 8, splits=splits)
+    assert bool(torch.isnan(y).all())
+    assert torch.equal(k_cache, keys) and torch.equal(v_cache, values)
+
+
 def test_a_missing_position_fails_the_check():
     """The comparison above notices a kernel that ignored one cached position: rerun with that position's key
     changed after the fact gives an output far from the reference."""

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import EngineError
-from ..kernels.op import (attention_min_span_setting, compile_options, fused_attention_setting,
-                          inductor_attention_setting, sp24_pdl_setting)
+from ..kernels.op import (ATTENTION_MIN_SPAN_DEFAULT, attention_min_span_setting, compile_options,
+                          fused_attention_setting, inductor_attention_setting, sp24_pdl_setting)
 from ..kernels.reference import rms_norm
 from .config import ModelArgs
 from .parallel import ProcessGroup, all_reduce, gather_vocab, local_args, rank_and_world
@@ -104,7 +104,7 @@ class Attention(nn.Module):
         self.fused_setting = fused_attention_setting()
         self.fused_decode = False
         self.fused_pdl = False
-        self.fused_min_span = 64
+        self.fused_min_span = ATTENTION_MIN_SPAN_DEFAULT
         self.register_buffer("counters", None, persistent=False)
 
     def prepare_decode(self, batch: int, device: torch.device, dtype: torch.dtype) -> None:

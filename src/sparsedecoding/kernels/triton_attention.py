@@ -83,7 +83,15 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
     # range may be shorter); programs past them leave at once. One active range: its program stores y itself.
     span = tl.maximum(tl.cdiv(tl.cdiv(pos, SPLITS), BLOCK_N) * BLOCK_N, min_span)
     active = tl.maximum(tl.cdiv(pos, span), 1)
-    if split < active:
+    if ((pos < 0) | (pos >= cache_len)) & (split == 0):
+        # a position outside the cache (the host cannot check it without a sync): y is NaN and nothing is written,
+        # instead of a write past the cache
+        rows = tl.arange(0, GROUP_ROWS)
+        cols = tl.arange(0, HEAD_DIM)
+        y_rows = y_ptr + b.to(tl.int64) * (KV_HEADS * GROUP * HEAD_DIM) + (h * GROUP + rows)[:, None] * HEAD_DIM
+        tl.store(y_rows + cols[None, :], tl.full([GROUP_ROWS, HEAD_DIM], float("nan"), y_ptr.dtype.element_ty),
+                 mask=(rows < GROUP)[:, None])
+    if (split < active) & (pos >= 0) & (pos < cache_len):
         d = tl.arange(0, HEAD_DIM)
         half = HEAD_DIM // 2
         partner = (d + half) % HEAD_DIM
