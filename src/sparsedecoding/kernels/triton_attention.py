@@ -11,14 +11,16 @@ device, so one CUDA graph serves every step):
     q_g = rope(q_g, p), k_p = rope(k, p)   (each rounded to the cache's dtype, as the compiled model stores them)
     s_j = q_g·k_j / √d for j ≤ p,  y_g = Σ_j softmax(s)_j · v_j
 
-Each program takes one (b, h) and one of `splits` contiguous ranges of the positions before p; a range's scores are
-`tl.dot` products of the group's queries (padded to 16 rows) with 64-position key tiles, accumulated with the usual
-running maximum and sum (Milakov and Gimelshein's online softmax, as in FlashAttention). With one split the program
-adds position p from registers and stores y. With several, each writes its running maximum, sum and weighted values
-(float32) to scratch, counts itself in a per-(b, h) counter, and the last to arrive combines the ranges with
-position p, stores y and resets the counter. Positions after p are never read, so the work grows with the step's
-position, not with the cache's length. Split 0 writes k_p and v_p to the cache; no program reads position p from
-memory.
+`splits` programs serve each (b, h). The positions before p are cut into contiguous ranges of whole 64-position
+tiles, at least `min_span` positions each, and as even as that allows; programs beyond the last range leave at
+once. A range's scores are `tl.dot` products of the group's queries (padded to 16 rows) with key tiles,
+accumulated with the usual running maximum and sum (Milakov and Gimelshein's online softmax, as in FlashAttention).
+With one range its program adds position p from registers and stores y. With several, each writes its running
+maximum, sum and weighted values (float32) to scratch, counts itself in a per-(b, h) counter, and the last to arrive
+combines the ranges with position p, stores y and resets the counter (one range after another, or all at once with
+`unrolled_combine`). Positions after p are never read, so the work grows with the step's position, not with the
+cache's length. Split 0 writes k_p and v_p to the cache; no program reads position p from memory. A position outside
+the cache gives NaN outputs and writes nothing (the host cannot check it without a sync).
 
 Differences from `engine.model.decode_attention` (float32 reductions of the same rounded q and k): the score sums
 run in tensor-core order, and the softmax weights are rounded to the cache's dtype before they multiply v (as
