@@ -374,7 +374,8 @@ PY
     timeout 200 python3 benchmarks/attention_bench.py --min-spans 64 --splits 8 16 32 64 \
       --out "$OUT/attention_splits_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" || true ;;
   combine-ab)  # not yet run (prepared at the end of the twenty-first session): the GPU tests of the unrolled combine
-    # of ranges and of the out-of-cache guard (NaN, no write), then attention_combine_h200.md, attention_bench.py with it timed beside the
+    # of ranges, the out-of-cache guard (NaN, no write) and the q/k norms in the kernel (not yet wired into the
+    # engine), then attention_combine_h200.md, attention_bench.py with it timed beside the
     # combine one range at a time (the splits bench showed many ranges losing to that serial combine)
     timeout 200 python3 -m pytest -q tests/test_triton_attention.py -p no:cacheprovider 2>&1 | tail -2 \
       | tee "$OUT/gpu_tests_attention_combine.log" || true

@@ -34,15 +34,26 @@ def problem(batch, heads, kv_heads, head_dim, cache_len, pos, dtype, seed=0):
     return [t.to(DEVICE) for t in (qkv, cos, sin, k_cache, v_cache)]
 
 
-def float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads):
+def norm64(x, weight, eps, dtype):
+    """RMSNorm over the last axis in float64, rounded to `dtype` after normalizing and after the weight (as the
+    engine's q/k norms round)."""
+    normed = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(dtype).double()
+    return (normed * weight.double().cpu()).to(dtype).double()
+
+
+def float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads, qk_norm=None):
     """y [B, heads·d] and the caches as they should be after the step, from the definition in float64 (q and k
-    rounded to the cache's dtype after the rotation, as the model stores them)."""
+    rounded to the cache's dtype after the rotation, as the model stores them; `qk_norm` (q weight, k weight, eps)
+    normalizes each head first)."""
     batch, kv_heads, _, d = k_cache.shape
     dtype = k_cache.dtype
     qkv, cos, sin = qkv.double().cpu(), cos[pos].double().cpu(), sin[pos].double().cpu()
     q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
-    q = rope64(q.view(batch, heads, d), cos, sin).to(dtype).double()
-    k = rope64(k.view(batch, kv_heads, d), cos, sin).to(dtype)
+    q, k = q.reshape(batch, heads, d), k.reshape(batch, kv_heads, d)
+    if qk_norm is not None:
+        q, k = norm64(q, qk_norm[0], qk_norm[2], dtype), norm64(k, qk_norm[1], qk_norm[2], dtype)
+    q = rope64(q, cos, sin).to(dtype).double()
+    k = rope64(k, cos, sin).to(dtype)
     keys, values = k_cache.cpu().clone(), v_cache.cpu().clone()
     keys[:, :, pos] = k
     values[:, :, pos] = v.view(batch, kv_heads, d).to(dtype)
@@ -97,6 +108,23 @@ def test_a_position_outside_the_cache_gives_nan_and_writes_nothing(pos, splits):
     assert torch.equal(k_cache, keys) and torch.equal(v_cache, values)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_per_head_norms_before_the_rotation_match_float64(splits):
+    """Qwen3's q/k norms (an RMSNorm over each head before RoPE) inside the kernel, against float64."""
+    qkv, cos, sin, k_cache, v_cache = problem(2, 12, 2, 64, 300, 290, torch.bfloat16, seed=9)
+    g = torch.Generator().manual_seed(10)
+    qk_norm = ((1 + 0.3 * torch.randn(64, generator=g)).bfloat16().to(DEVICE),
+               (1 + 0.3 * torch.randn(64, generator=g)).bfloat16().to(DEVICE), 1e-6)
+    expected, keys, _ = float64_attention(qkv, cos, sin, k_cache, v_cache, 290, 12, qk_norm)
+    plain, _, _ = float64_attention(qkv, cos, sin, k_cache, v_cache, 290, 12)
+    y = launch(qkv, cos, sin, k_cache, v_cache, torch.tensor([290], device=qkv.device),
+               counters_for(2, 2, qkv.device), 12, splits=splits, qk_norm=qk_norm)
+    eps = torch.finfo(torch.bfloat16).eps
+    assert float((y.double().cpu() - expected).abs().max()) <= 4 * eps * float(expected.abs().max()) + 4 * eps
+    assert float((y.double().cpu() - plain).abs().max()) > 0.05  # the norms matter here
+    assert torch.allclose(k_cache.cpu().double(), keys.double(), rtol=2 * eps, atol=2 * eps)
+
+
 def test_a_missing_position_fails_the_check():
     """The comparison above notices a kernel that ignored one cached position: rerun with that position's key
     changed after the fact gives an output far from the reference."""
@@ -140,6 +168,7 @@ def good_inputs():
     (lambda a: a.update(cos=a["cos"][:16], sin=a["sin"][:16]), "cos and sin"),
     (lambda a: a.update(cos=a["cos"][3]), "cos and sin"),
     (lambda a: a.update(min_span=96), "min_span 96"),
+    (lambda a: a.update(qk_norm=(a["cos"][0], a["cos"][0][:16], 1e-6)), "norm weights"),
 ])
 def test_bad_inputs_give_one_clear_error(change, message):
     inputs = good_inputs()

@@ -50,6 +50,19 @@ def _rope(x, partner, cos, sin, HALF_SIGN):
 
 
 @triton.jit
+def _head_norm(x, partner, weight_ptr, d, partner_d, eps, dtype, HEAD_DIM: tl.constexpr):
+    """RMSNorm of each row of a head (x [rows, HEAD_DIM]; partner: the same rows with halves swapped) as the engine's
+    q/k norms compute it: the mean of squares in float32, the normalized row rounded to the dtype, then times the
+    weight in that dtype. Returns both, in float32."""
+    scale = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
+    weight = tl.load(weight_ptr + d).to(tl.float32)
+    weight_partner = tl.load(weight_ptr + partner_d).to(tl.float32)
+    x = ((x * scale[:, None]).to(dtype).to(tl.float32) * weight[None, :]).to(dtype).to(tl.float32)
+    partner = ((partner * scale[:, None]).to(dtype).to(tl.float32) * weight_partner[None, :]).to(dtype)
+    return x, partner.to(tl.float32)
+
+
+@triton.jit
 def _with_new_position(m, total, acc, s_new, v_new):
     """The running weighted sum `acc` and softmax denominator `total` (scores' maximum `m`) with the new position
     (score s_new, value v_new) added."""
@@ -61,10 +74,12 @@ def _with_new_position(m, total, acc, s_new, v_new):
 
 @triton.jit
 def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, y_ptr,
-                            stats_ptr, parts_ptr, count_ptr, qkv_stride, cache_len, scale, min_span,
+                            stats_ptr, parts_ptr, count_ptr, q_norm_ptr, k_norm_ptr, norm_eps, qkv_stride,
+                            cache_len, scale, min_span,
                             KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_ROWS: tl.constexpr,
                             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-                            PDL: tl.constexpr, DOT_FLOAT32: tl.constexpr, UNROLLED_COMBINE: tl.constexpr):
+                            PDL: tl.constexpr, DOT_FLOAT32: tl.constexpr, UNROLLED_COMBINE: tl.constexpr,
+                            QK_NORM: tl.constexpr):
     """Program (b·KV_HEADS + h, split). qkv [B, (heads + 2·KV_HEADS)·HEAD_DIM] rows `qkv_stride` apart; cos/sin
     [cache_len, HEAD_DIM], the whole rotary tables (the kernel reads the new position's rows); caches [B, KV_HEADS,
     cache_len, HEAD_DIM] contiguous; y [B, heads·HEAD_DIM].
@@ -108,12 +123,17 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
         q_cols = (h * GROUP + g)[:, None] * HEAD_DIM
         q = tl.load(row + q_cols + d[None, :], mask=in_group[:, None], other=0.0).to(tl.float32)
         q_partner = tl.load(row + q_cols + partner[None, :], mask=in_group[:, None], other=0.0).to(tl.float32)
+        if QK_NORM:
+            q, q_partner = _head_norm(q, q_partner, q_norm_ptr, d, partner, norm_eps, dtype, HEAD_DIM)
         q = _rope(q, q_partner, cos, sin, half_sign).to(dtype)  # [GROUP_ROWS, HEAD_DIM]
         k_col = (KV_HEADS * GROUP + h) * HEAD_DIM
         v_col = (KV_HEADS * GROUP + KV_HEADS + h) * HEAD_DIM
         k_new = tl.load(row + k_col + d).to(tl.float32)
         k_partner = tl.load(row + k_col + partner).to(tl.float32)
-        k_new = _rope(k_new[None, :], k_partner[None, :], cos, sin, half_sign).to(dtype)  # [1, HEAD_DIM]
+        k_new, k_partner = k_new[None, :], k_partner[None, :]
+        if QK_NORM:
+            k_new, k_partner = _head_norm(k_new, k_partner, k_norm_ptr, d, partner, norm_eps, dtype, HEAD_DIM)
+        k_new = _rope(k_new, k_partner, cos, sin, half_sign).to(dtype)  # [1, HEAD_DIM]
         v_new = tl.load(row + v_col + d)
 
         head_base = pid.to(tl.int64) * cache_len * HEAD_DIM
@@ -274,12 +294,21 @@ def check_inputs(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cach
 
 def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            input_pos: torch.Tensor, counters: torch.Tensor, heads: int, splits: int | None = None,
-           min_span: int = BLOCK_N, pdl: bool = False, unrolled_combine: bool = False) -> torch.Tensor:
+           min_span: int = BLOCK_N, pdl: bool = False, unrolled_combine: bool = False,
+           qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor:
     """y [batch, heads·head_dim]; writes the new key and value into the caches at input_pos. `splits` None:
     `choose_splits`. `min_span`: the fewest positions a range holds, a multiple of BLOCK_N (the engine's is
     SPARSEDECODING_ATTENTION_MIN_SPAN). `pdl` launches programmatically (compute capability 9.0 and up, not the
-    interpreter)."""
+    interpreter). `qk_norm`: (q weight, k weight, eps) of per-head RMSNorms applied before the rotation (Qwen3)."""
     check_inputs(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads)
+    if qk_norm is not None:
+        q_weight, k_weight, eps = qk_norm
+        head_dim = k_cache.shape[-1]
+        if q_weight.shape != (head_dim,) or k_weight.shape != (head_dim,) or {q_weight.dtype, k_weight.dtype} != {
+                qkv.dtype} or q_weight.device != qkv.device or k_weight.device != qkv.device:
+            raise KernelInputError(f"q/k norm weights must be [{head_dim}] in {qkv.dtype} on {qkv.device}; got "
+                                   f"{tuple(q_weight.shape)} {q_weight.dtype} and {tuple(k_weight.shape)} "
+                                   f"{k_weight.dtype}")
     if min_span < BLOCK_N or min_span % BLOCK_N:
         raise KernelInputError(f"min_span {min_span}: use a positive multiple of {BLOCK_N}")
     batch, kv_heads, cache_len, head_dim = k_cache.shape
@@ -295,12 +324,13 @@ def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: tor
     else:
         stats = parts = y  # never touched with one split
     options = {"launch_pdl": True} if pdl and not interpreted() else {}
+    q_weight, k_weight, eps = qk_norm if qk_norm is not None else (y, y, 0.0)  # weights unread without norms
     decode_attention_kernel[(batch * kv_heads, splits)](
-        qkv, cos, sin, k_cache, v_cache, input_pos, y, stats, parts, counters, qkv.stride(0), cache_len,
-        head_dim ** -0.5, min_span, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows, HEAD_DIM=head_dim,
+        qkv, cos, sin, k_cache, v_cache, input_pos, y, stats, parts, counters, q_weight, k_weight, float(eps),
+        qkv.stride(0), cache_len, head_dim ** -0.5, min_span, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows, HEAD_DIM=head_dim,
         BLOCK_N=BLOCK_N,
-        SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(), UNROLLED_COMBINE=unrolled_combine, num_warps=4,
-        **options)
+        SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(), UNROLLED_COMBINE=unrolled_combine,
+        QK_NORM=qk_norm is not None, num_warps=4, **options)
     return y
 
 
