@@ -190,6 +190,7 @@ def engine_logits(monkeypatch, setting, compiled, steps=5):
     model = build_model(args, random_state(args, None, torch.bfloat16, DEVICE))
     model.setup_caches(2, 80)
     assert all(layer.attention.fused_decode == (setting == "1") for layer in model.layers)
+    assert model.fused_decode == (setting == "1")  # decode steps then build no mask and index no rotary table
     if compiled:
         model.compile_regions()
     tokens = torch.randint(0, 96, (2, 70), generator=torch.Generator().manual_seed(1)).to(DEVICE)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import EngineError
-from ..kernels.op import (ATTENTION_MIN_SPAN_DEFAULT, attention_min_span_setting, compile_options,
+from ..kernels.op import (ATTENTION_MIN_SPAN_DEFAULT, MAX_BATCH, attention_min_span_setting, compile_options,
                           fused_attention_setting, inductor_attention_setting, sp24_pdl_setting)
 from ..kernels.reference import rms_norm
 from .config import ModelArgs
@@ -69,7 +69,6 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 # 1.637x, results/inductor_attention_h200_8b_combo.md) and a 1024-position one (1.495x -> 1.556x), slower with 4096
 # (1.326x -> 1.119x, where the fused kernel splits the keys across CTAs): inductor_attention_h200_8b_cache*.md.
 AUTO_ATTENTION_MAX_CACHE = 1024
-FUSED_ATTENTION_MAX_BATCH = 16  # `kernels.triton_attention.MAX_BATCH`
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor) -> Tensor:
@@ -113,7 +112,7 @@ class Attention(nn.Module):
         where the kernel can run."""
         head_dim = self.head_dim
         self.fused_decode, self.counters = False, None
-        if (not self.fused_setting or self.q_norm is not None or batch > FUSED_ATTENTION_MAX_BATCH
+        if (not self.fused_setting or self.q_norm is not None or batch > MAX_BATCH
                 or dtype not in (torch.bfloat16, torch.float16) or head_dim < 16 or head_dim & (head_dim - 1)):
             return
         if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
@@ -234,6 +233,7 @@ class Transformer(nn.Module):
         self.cache_batch = 0
         self.max_seq_len = 0
         self.cache_version = 0  # bumped by each setup_caches, so that an Engine notices a newer one took the cache
+        self.fused_decode = False  # every layer's decode steps take the fused attention kernel (`setup_caches`)
         self._compiled: tuple | None = None
 
     def setup_caches(self, batch: int, max_seq_len: int) -> None:
@@ -249,6 +249,7 @@ class Transformer(nn.Module):
             layer.attention.k_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
             layer.attention.v_cache = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
             layer.attention.prepare_decode(batch, weight.device, weight.dtype)
+        self.fused_decode = all(layer.attention.fused_decode for layer in self.layers)
         self.rope_cos, self.rope_sin = rope_tables(self.args, max_seq_len, weight.dtype, weight.device)
         self.cache_batch, self.max_seq_len = batch, max_seq_len
         self.cache_version += 1
@@ -278,7 +279,7 @@ class Transformer(nn.Module):
             raise EngineError(f"a batch of {tokens.shape[0]} sequences does not match the KV cache's batch of "
                               f"{self.cache_batch}; call setup_caches with the batch size first")
         run_block, run_final_norm = self._compiled if compiled else (_run_block, _run_final_norm)
-        if tokens.shape[1] == 1 and all(layer.attention.fused_decode for layer in self.layers):
+        if tokens.shape[1] == 1 and self.fused_decode:
             # the fused decode-attention kernel reads the new position's rotation from the tables and needs no mask:
             # two index kernels and five mask kernels a step fewer
             return self._run_layers(run_block, run_final_norm, tokens, self.rope_cos, self.rope_sin, None, input_pos)

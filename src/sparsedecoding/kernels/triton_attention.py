@@ -35,12 +35,12 @@ import triton
 import triton.language as tl
 
 from ..errors import KernelInputError
+from .op import MAX_BATCH
 from .triton_spmv import interpreted
 
 BLOCK_N = 64  # cached positions a loop step
 MAX_SPLIT_POSITIONS = 512  # long caches get at least one split per this many positions, whatever the batch
 MIN_DOT_ROWS = 16  # tl.dot's smallest operand side: the group's queries are padded to it
-MAX_BATCH = 16
 
 
 @triton.jit
@@ -169,6 +169,8 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
 
         y_at = y_ptr + b.to(tl.int64) * (KV_HEADS * GROUP * HEAD_DIM) + (h * GROUP + g)[:, None] * HEAD_DIM + d[None, :]
         s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * scale  # position p, from registers
+        # the same store twice: the first test is settled when the kernel is compiled, so one-split launches carry
+        # no combining code; the second is the step's own (one active range)
         if SPLITS == 1:
             acc, total = _with_new_position(m, total, acc, s_new, v_new)
             tl.store(y_at, (acc / total[:, None]).to(dtype), mask=in_group[:, None])
@@ -327,10 +329,9 @@ def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: tor
     q_weight, k_weight, eps = qk_norm if qk_norm is not None else (y, y, 0.0)  # weights unread without norms
     decode_attention_kernel[(batch * kv_heads, splits)](
         qkv, cos, sin, k_cache, v_cache, input_pos, y, stats, parts, counters, q_weight, k_weight, float(eps),
-        qkv.stride(0), cache_len, head_dim ** -0.5, min_span, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows, HEAD_DIM=head_dim,
-        BLOCK_N=BLOCK_N,
-        SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(), UNROLLED_COMBINE=unrolled_combine,
-        QK_NORM=qk_norm is not None, num_warps=4, **options)
+        qkv.stride(0), cache_len, head_dim ** -0.5, min_span, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows,
+        HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(),
+        UNROLLED_COMBINE=unrolled_combine, QK_NORM=qk_norm is not None, num_warps=4, **options)
     return y
 
 
