@@ -254,3 +254,14 @@ def test_the_min_span_setting_takes_multiples_of_64(value, expected, monkeypatch
             attention_min_span_setting()
     else:
         assert attention_min_span_setting() == expected
+
+
+@pytest.mark.parametrize("name,value", [("SPARSEDECODING_FUSED_ATTENTION", "yes"),
+                                        ("SPARSEDECODING_ATTENTION_MIN_SPAN", "96")])
+def test_bad_attention_settings_fail_where_the_cli_checks_them(name, value, monkeypatch):
+    """`op.settings()`, which the CLI calls before loading anything, names the bad value in one error."""
+    from sparsedecoding.kernels.op import KernelChoiceError, settings
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(KernelChoiceError, match=f"{name}='{value}'"):
+        settings()
