@@ -381,6 +381,15 @@ PY
       | tee "$OUT/gpu_tests_attention_combine.log" || true
     timeout 200 python3 benchmarks/attention_bench.py --min-spans 64 --splits 32 --unrolled-combine \
       --out "$OUT/attention_combine_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" || true ;;
+  lease22)  # the twenty-second session's first lease (no model): combine-ab, then the 2:4 + int8 step's profile with
+    # and without the fused decode attention (issue 13's int8 row did not gain from it while int4 and bf16 did)
+    bash benchmarks/h200.sh bg kcache combine-ab int8-profile ;;
+  int8-profile)  # step_profile_h200_8b_int8_h8_fused_attention.md and _unfused.md: the 8B preset's int8 models
+    # (dense int8 and 2:4 + int8, int8 head) at batch 1, with SPARSEDECODING_FUSED_ATTENTION 1 and 0
+    timeout 200 python3 benchmarks/step_profile.py --quantize int8 --head int8 \
+      --out "$OUT/step_profile_h200_8b_int8_h8_fused_attention.md" | grep -E "^## |^- wall" || true
+    SPARSEDECODING_FUSED_ATTENTION=0 timeout 200 python3 benchmarks/step_profile.py --quantize int8 --head int8 \
+      --out "$OUT/step_profile_h200_8b_int8_h8_unfused.md" | grep -E "^## |^- wall" || true ;;
   min-span-ab)  # min_span_h200_8b.md: SPARSEDECODING_ATTENTION_MIN_SPAN 64 / 256 / 1024 on the 8B preset's 2:4 + int4
     # model at batch 1 and 4 (272-position cache), side by side
     timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_ATTENTION_MIN_SPAN \
