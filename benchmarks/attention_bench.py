@@ -38,11 +38,10 @@ def layers(batch: int, cache_len: int, pos: int, generator: torch.Generator) -> 
             for _ in range(LAYERS)]
 
 
-def time_us(inputs: list[dict], min_span: int, splits: int | None = None, replays: int = 20,
-            unrolled: bool = False) -> float:
+def time_us(inputs: list[dict], min_span: int, splits: int | None = None, replays: int = 20) -> float:
     """Median microseconds per launch of a CUDA graph with one launch per layer."""
-    run = lambda: [launch(**layer, heads=HEADS, splits=splits, min_span=min_span, pdl=True,  # noqa: E731
-                          unrolled_combine=unrolled) for layer in inputs]
+    run = lambda: [launch(**layer, heads=HEADS, splits=splits, min_span=min_span, pdl=True)  # noqa: E731
+                   for layer in inputs]
     run()  # compiles outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -66,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-spans", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 4096])
     parser.add_argument("--splits", type=int, nargs="*", default=[],
                         help="also time these split counts (min_span 64) beside `choose_splits`'")
-    parser.add_argument("--unrolled-combine", action="store_true",
-                        help="also time the combine of ranges unrolled (min_span 64, `choose_splits`' count)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if any(count < 1 for count in args.splits):
@@ -80,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     generator = torch.Generator(device="cuda").manual_seed(0)
     head = "| batch | cache | position | splits | " + " | ".join(f"min_span {s} (us)" for s in args.min_spans)
     head += "".join(f" | {count} splits (us)" for count in args.splits)
-    head += " | unrolled combine (us)" if args.unrolled_combine else ""
-    columns = 5 + len(args.min_spans) + len(args.splits) + args.unrolled_combine
+    columns = 5 + len(args.min_spans) + len(args.splits)
     rows = [head + " | fastest min_span |", "|---" * columns + "|"]
     for batch in args.batches:
         for cache_len, pos in POINTS:
@@ -104,13 +100,6 @@ def main(argv: list[str] | None = None) -> int:
             times = [time_us(inputs, span) for span in args.min_spans]
             fastest = args.min_spans[times.index(min(times))]
             forced = [time_us(inputs, 64, count) for count in args.splits]
-            if args.unrolled_combine:
-                check = {name: tensor.clone() for name, tensor in inputs[0].items()}
-                error = float((launch(**check, heads=HEADS, unrolled_combine=True) - reference).abs().max())
-                if error > 0.05:
-                    print(f"error: the unrolled combine differs from one program by {error:.3g}", file=sys.stderr)
-                    return 1
-                forced.append(time_us(inputs, 64, unrolled=True))
             splits = choose_splits(batch, KV_HEADS, cache_len, torch.device("cuda"))
             rows.append(f"| {batch} | {cache_len} | {pos} | {splits} | " + " | ".join(f"{t:.2f}" for t in times)
                         + "".join(f" | {t:.2f}" for t in forced) + f" | {fastest} |")

@@ -373,7 +373,8 @@ PY
     # choose_splits's, min_span 64, batch 1, 4, 16 (the long caches were latency-bound at one program a multiprocessor)
     timeout 200 python3 benchmarks/attention_bench.py --min-spans 64 --splits 8 16 32 64 \
       --out "$OUT/attention_splits_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" || true ;;
-  combine-ab)  # not yet run (prepared at the end of the twenty-first session): the GPU tests of the unrolled combine
+  combine-ab)  # run in the twenty-second session at commit be0a788 (attention_bench.py's --unrolled-combine, since
+    # removed: the unrolled combine is now the kernel's only one): the GPU tests of the unrolled combine
     # of ranges, the out-of-cache guard (NaN, no write) and the q/k norms in the kernel (not yet wired into the
     # engine), then attention_combine_h200.md, attention_bench.py with it timed beside the
     # combine one range at a time (the splits bench showed many ranges losing to that serial combine)
@@ -384,6 +385,32 @@ PY
   lease22)  # the twenty-second session's first lease (no model): combine-ab, then the 2:4 + int8 step's profile with
     # and without the fused decode attention (issue 13's int8 row did not gain from it while int4 and bf16 did)
     bash benchmarks/h200.sh bg kcache combine-ab int8-profile ;;
+  lease22b)  # run: the second lease (no model): GPU tests of step tuning and of the fused attention (unrolled combine only,
+    # Qwen3's q/k norms in the engine), the step-tuning bench, the Qwen3-14B fused-attention A/B; about 9 minutes
+    bash benchmarks/h200.sh bg kcache step-tune-tests step-tune-bench qwen3-fused-attention ;;
+  lease22c)  # the third lease (no model): issue 13's engine rows with step tuning on (the default now), then
+    # step tuning with more candidates (8 a problem, up to 3x the tuner's fastest) on the quantized rows
+    bash benchmarks/h200.sh bg kcache step-tune-quant step-tune-wide ;;
+  step-tune-quant)  # quant_e2e_h200_head_int8_step_tune.md: issue 13's engine rows (8B, batch 1, bf16 and int8
+    # heads), step-tuned 2:4 launches (SPARSEDECODING_STEP_TUNE=1, the default), dense bf16 in the same run
+    timeout 330 python3 benchmarks/quant_e2e_bench.py --head int8 \
+      --out "$OUT/quant_e2e_h200_head_int8_step_tune.md" 2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
+  step-tune-wide)  # step_tune_h200_8b_wide.md: step_tune_bench.py on the quantized rows with 8 candidates a problem,
+    # each up to 3x the tuner's fastest
+    timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
+      --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
+  step-tune-tests)  # gpu_tests_step_tune.log: tests/test_step_tune.py and tests/test_triton_attention.py on the GPU
+    timeout 300 python3 -m pytest -q tests/test_step_tune.py tests/test_triton_attention.py -p no:cacheprovider 2>&1 \
+      | tail -4 | tee "$OUT/gpu_tests_step_tune.log" || true ;;
+  step-tune-bench)  # step_tune_h200_8b.md: benchmarks/step_tune_bench.py, the 8B preset's 2:4 models (bf16 at batch
+    # 1-16, int8 and int4 values with the int8 lm_head at batch 1), the tuner's launches against step-tuned ones
+    timeout 420 python3 benchmarks/step_tune_bench.py --runs bf16:1,4,8,16 int8:1 int4:1 --head int8 \
+      --out "$OUT/step_tune_h200_8b.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
+  qwen3-fused-attention)  # fused_attention_h200_qwen3-14b.md: SPARSEDECODING_FUSED_ATTENTION 0 / 1 on the Qwen3-14B
+    # preset's 2:4 model (q/k norms now inside the kernel) at batch 1 and 4, side by side
+    timeout 300 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSED_ATTENTION --values 0 1 \
+      --preset qwen3-14b --batch 1 4 --repeats 2 --out "$OUT/fused_attention_h200_qwen3-14b.md" 2>&1 \
+      | grep -E "^\| qwen3|rror" || true ;;
   int8-profile)  # step_profile_h200_8b_int8_h8_fused_attention.md and _unfused.md: the 8B preset's int8 models
     # (dense int8 and 2:4 + int8, int8 head) at batch 1, with SPARSEDECODING_FUSED_ATTENTION 1 and 0
     timeout 200 python3 benchmarks/step_profile.py --quantize int8 --head int8 \

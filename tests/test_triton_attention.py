@@ -76,16 +76,14 @@ CASES = [  # batch, heads, kv_heads, head_dim, cache_len, pos, splits, min_span
 ]
 
 
-@pytest.mark.parametrize("unrolled", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("batch,heads,kv_heads,head_dim,cache_len,pos,splits,min_span", CASES)
-def test_matches_float64(batch, heads, kv_heads, head_dim, cache_len, pos, splits, min_span, dtype, unrolled):
+def test_matches_float64(batch, heads, kv_heads, head_dim, cache_len, pos, splits, min_span, dtype):
     qkv, cos, sin, k_cache, v_cache = problem(batch, heads, kv_heads, head_dim, cache_len, pos, dtype, seed=pos)
     expected, keys, values = float64_attention(qkv, cos, sin, k_cache, v_cache, pos, heads)
     counters = counters_for(batch, kv_heads, qkv.device)
     input_pos = torch.tensor([pos], device=qkv.device)
-    y = launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, splits=splits, min_span=min_span,
-               unrolled_combine=unrolled)
+    y = launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, splits=splits, min_span=min_span)
     assert y.shape == (batch, heads * head_dim) and y.dtype == dtype
     # the softmax weights are rounded to the cache's dtype before they multiply v: a few units in the last place
     eps = torch.finfo(dtype).eps
@@ -177,17 +175,25 @@ def test_bad_inputs_give_one_clear_error(change, message):
         launch(**inputs)
 
 
-def engine_logits(monkeypatch, setting, compiled, steps=5):
+def engine_logits(monkeypatch, setting, compiled, steps=5, qk_norm=False):
     """Logits of a prefill and `steps` decode steps of a tiny bf16 Llama (4 query heads, 2 KV heads, head size 16)
-    at batch 2, with SPARSEDECODING_FUSED_ATTENTION=`setting`."""
+    at batch 2, with SPARSEDECODING_FUSED_ATTENTION=`setting`; `qk_norm`: a Qwen3-like one, its per-head q/k norm
+    weights random."""
     from sparsedecoding.engine import build_model, random_state
     from sparsedecoding.engine.config import ModelArgs
 
-    args = ModelArgs(architecture="llama", vocab_size=96, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
-                     intermediate_size=96, norm_eps=1e-5, rope_theta=10000.0)
+    args = ModelArgs(architecture="qwen3" if qk_norm else "llama", vocab_size=96, dim=64, n_layers=2, n_heads=4,
+                     n_kv_heads=2, head_dim=16, intermediate_size=96, norm_eps=1e-5, rope_theta=10000.0,
+                     qk_norm=qk_norm)
     monkeypatch.setenv("SPARSEDECODING_FUSED_ATTENTION", setting)
     torch.manual_seed(0)
     model = build_model(args, random_state(args, None, torch.bfloat16, DEVICE))
+    if qk_norm:
+        g = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            for layer in model.layers:
+                for norm in (layer.attention.q_norm, layer.attention.k_norm):
+                    norm.weight.copy_(1 + 0.3 * torch.randn(16, generator=g))
     model.setup_caches(2, 80)
     assert all(layer.attention.fused_decode == (setting == "1") for layer in model.layers)
     assert model.fused_decode == (setting == "1")  # decode steps then build no mask and index no rotary table
@@ -200,14 +206,16 @@ def engine_logits(monkeypatch, setting, compiled, steps=5):
     return torch.cat(logits, dim=1).float(), model
 
 
+@pytest.mark.parametrize("qk_norm", [False, True])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_the_engine_decodes_alike_with_the_fused_kernel(compiled, monkeypatch):
+def test_the_engine_decodes_alike_with_the_fused_kernel(compiled, qk_norm, monkeypatch):
     """A tiny model's decode-step logits with the fused kernel stay within bf16 rounding of the unfused path's, and
-    its caches hold the same keys and values (compiled: the operator inside a torch.compile'd block)."""
+    its caches hold the same keys and values (compiled: the operator inside a torch.compile'd block; qk_norm: the
+    kernel applies Qwen3's per-head norms)."""
     if compiled and DEVICE == "cpu":
         pytest.importorskip("torch._inductor")
-    fused, fused_model = engine_logits(monkeypatch, "1", compiled)
-    plain, plain_model = engine_logits(monkeypatch, "0", compiled)
+    fused, fused_model = engine_logits(monkeypatch, "1", compiled, qk_norm=qk_norm)
+    plain, plain_model = engine_logits(monkeypatch, "0", compiled, qk_norm=qk_norm)
     assert float((fused - plain).abs().max()) < 0.05 * float(plain.abs().max())
     for a, b in zip(fused_model.layers, plain_model.layers):
         assert float((a.attention.k_cache.float() - b.attention.k_cache.float()).abs().max()) < 0.05

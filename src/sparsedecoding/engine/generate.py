@@ -4,6 +4,7 @@ regions and is captured once in a CUDA graph, so a step is one graph launch and 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,8 +13,10 @@ import torch
 from torch import Tensor
 
 from ..errors import EngineError
-from ..kernels.op import MAX_BATCH
+from ..kernels.op import MAX_BATCH, step_tune_setting
 from .model import Transformer
+
+log = logging.getLogger(__name__)
 
 _MASK32 = 0xFFFFFFFF
 
@@ -149,11 +152,18 @@ class Engine:
         self.position = torch.zeros(1, dtype=torch.long, device=self.device)
         self.seed = torch.zeros(1, dtype=torch.long, device=self.device)
         self.graph = None
+        self.step_choices = []  # with SPARSEDECODING_STEP_TUNE: how each 2:4 problem's launch was chosen
         if compile:
             if self.device.type != "cuda":
                 raise EngineError("compile=True captures CUDA graphs and needs a CUDA model; use eager mode on CPU")
             model.compile_regions()
             self.graph = self._capture()
+            if step_tune_setting() and model.tp is None:
+                from .step_tune import tune_step
+
+                self.step_choices = tune_step(self)
+                for choice in self.step_choices:
+                    log.info("step tuning: %s", choice.line())
 
     @property
     def max_seq_len(self) -> int:
@@ -219,6 +229,11 @@ class Engine:
             for _ in range(2):
                 self._step()
         torch.cuda.current_stream(self.device).wait_stream(side)
+        return self.capture()
+
+    def capture(self) -> torch.cuda.CUDAGraph:
+        """A CUDA graph of one decode step as the kernels launch now (compiled and tuned already: `step_tune`
+        captures the step again with other launches)."""
         graph = torch.cuda.CUDAGraph()
         # Split over GPUs, NCCL's watchdog thread polls the events of earlier collectives while this thread
         # captures; in the default "global" mode such a call from another thread invalidates the capture.

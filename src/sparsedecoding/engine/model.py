@@ -112,7 +112,7 @@ class Attention(nn.Module):
         where the kernel can run."""
         head_dim = self.head_dim
         self.fused_decode, self.counters = False, None
-        if (not self.fused_setting or self.q_norm is not None or batch > MAX_BATCH
+        if (not self.fused_setting or batch > MAX_BATCH
                 or dtype not in (torch.bfloat16, torch.float16) or head_dim < 16 or head_dim & (head_dim - 1)):
             return
         if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
@@ -133,9 +133,10 @@ class Attention(nn.Module):
         batch, length, _ = qkv.shape
         heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
         if mask is None:  # a decode step for the fused kernel: cos and sin are the whole tables (`Transformer.hidden`)
+            norms = () if self.q_norm is None else (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
             y = torch.ops.sparsedecoding.decode_attention(qkv.reshape(batch, -1), cos, sin, self.k_cache,
                                                           self.v_cache, input_pos, self.counters, heads,
-                                                          self.fused_min_span, self.fused_pdl)
+                                                          self.fused_min_span, self.fused_pdl, *norms)
             return all_reduce(self.out(y.view(batch, 1, heads * head_dim)), self.tp)
         q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         q = q.view(batch, length, heads, head_dim)

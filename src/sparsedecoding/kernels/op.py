@@ -59,6 +59,7 @@ SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
+STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -176,11 +177,21 @@ def inductor_attention_setting() -> str:
 def fused_attention_setting() -> bool:
     """SPARSEDECODING_FUSED_ATTENTION: "1" or unset runs a decode step's attention (RoPE, the KV-cache write and
     the attention over the cache) as one Triton kernel, `kernels.triton_attention`, wherever it applies: one new
-    position per sequence, batch 1-16, bf16 or fp16, a power-of-two head size of at least 16, no q/k norms, on CUDA
-    (or under the Triton interpreter). Elsewhere SPARSEDECODING_INDUCTOR_ATTENTION decides. "0": never. Measured
-    faster side by side at every batch (1, 4, 8, 16) and cache length (272-4096 positions) tried, bf16, int8 and int4
-    values: results/fused_attention_h200_8b*.md. Read when a model is built."""
+    position per sequence, batch 1-16, bf16 or fp16, a power-of-two head size of at least 16 (Qwen3's per-head q/k
+    norms run inside it), on CUDA (or under the Triton interpreter). Elsewhere SPARSEDECODING_INDUCTOR_ATTENTION
+    decides. "0": never. Measured faster side by side at every batch (1, 4, 8, 16) and cache length (272-4096
+    positions) tried, bf16, int8 and int4 values: results/fused_attention_h200_8b*.md. Read when a model is built."""
     return _switch(FUSED_ATTENTION_SETTING, "1", "the fused decode-attention kernel")
+
+
+def step_tune_setting() -> bool:
+    """SPARSEDECODING_STEP_TUNE: "1" or unset has a compiled engine choose each 2:4 problem's launch (split-K count,
+    slices) among the kernel tuner's fastest few by timing whole decode steps (`engine.step_tune`), once per problem
+    and process, when the engine is built (a few seconds); "0" keeps the tuner's pick, timed with each launch alone.
+    Measured side by side on the 8B preset: 1.000 / 1.018 / 1.011 / 1.028x at batch 1 / 4 / 8 / 16 (bf16 values),
+    1.073x (int8) and 1.009x (int4) at batch 1 (results/step_tune_h200_8b.md). A tensor-parallel engine keeps the
+    tuner's picks (its ranks would time, and might choose, apart)."""
+    return _switch(STEP_TUNE_SETTING, "1", "2:4 launches chosen by decode-step time")
 
 
 def attention_min_span_setting() -> int:
@@ -294,7 +305,8 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting, FUSED_ATTENTION_SETTING: fused_attention_setting,
             ATTENTION_MIN_SPAN_SETTING: attention_min_span_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
-            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting}
+            SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
+            STEP_TUNE_SETTING: step_tune_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

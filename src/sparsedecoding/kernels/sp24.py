@@ -18,8 +18,10 @@ register semantics, so CPU tests check the layout without a GPU."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -631,6 +633,8 @@ _SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already s
 _MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
 _timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, slices) -> ms per launch
+_choices: dict[tuple, dict[tuple[int, int], Sp24Launch]] = {}  # problem -> every correct candidate's launch
+_recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recording_problems` runs
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
@@ -773,8 +777,50 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
                for choice, launch in launches.items()}
     del weights
     best = min(timings, key=timings.get)
-    _launches[key], _timings[key] = launches[best], timings
+    _launches[key], _timings[key], _choices[key] = launches[best], timings, launches
     return launches[best]
+
+
+@contextlib.contextmanager
+def recording_problems() -> Iterator[dict[tuple, int]]:
+    """Within the block, every problem the engine's calls look up (`sp24_linear`, `sp24_norm_linear`) is counted
+    in the yielded dict, keyed as `problem_key` keys them: a decode step's capture lists the problems it launches."""
+    global _recorded
+    outer, _recorded = _recorded, {}
+    try:
+        yield _recorded
+    finally:
+        _recorded = outer
+
+
+def launch_timings(key: tuple) -> dict[tuple[int, int], float]:
+    """A tuned problem's correct (splits, slices) candidates and the tuner's milliseconds per launch for each (each
+    launch alone, back to back), fastest first."""
+    timings = _timings[key]
+    return {choice: timings[choice] for choice in sorted(timings, key=timings.get)}
+
+
+def problem_text(key: tuple) -> str:
+    """A `problem_key` as reports show it: the weight's shape and values, x's rows, the norm in front, GLU."""
+    x_shape, weight_shape, code, glu, norm = key[1], key[4], key[5], key[8], key[9]
+    values = {0: "16-bit", 8: "int8", 4: "int4"}.get(code, f"code {code}")
+    rows = 1 if len(x_shape) == 1 else x_shape[0]
+    return f"{weight_shape[0]}x{weight_shape[1]} {values}, {rows} rows" + (", norm" if norm else "") + (
+        ", GLU" if glu else "")
+
+
+def chosen_launch(key: tuple) -> tuple[int, int]:
+    """The (splits, slices) a tuned problem launches with now."""
+    launch = _launches[key]
+    return launch.splits, launch.slices
+
+
+def choose_launch(key: tuple, choice: tuple[int, int]) -> None:
+    """Launch a tuned problem with another of its correct candidates from now on (`engine.step_tune` picks them by
+    whole decode steps); calls captured in CUDA graphs before keep the launch they were captured with."""
+    if choice not in _choices.get(key, {}):
+        raise KernelInputError(f"{choice} is not a checked candidate of the tuned problem {key}")
+    _launches[key] = _choices[key][choice]
 
 
 def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int, int]]:
@@ -807,7 +853,10 @@ def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, n
     x, res, norm_weight = (t if t is None or (t.is_contiguous() and t.data_ptr() % 16 == 0) else t.contiguous().clone()
                            for t in (x, res, norm_weight))
     norm = (res, norm_weight, eps)
-    launch = _launches.get(problem_key(x, w, True))
+    key = problem_key(x, w, True)
+    if _recorded is not None:
+        _recorded[key] = _recorded.get(key, 0) + 1
+    launch = _launches.get(key)
     if launch is None:
         check_inputs(x, w)
         check_norm_inputs(x, w, res, norm_weight)
@@ -818,7 +867,10 @@ def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, n
 def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
     """y = x·Wᵀ through the problem's tuned launch (eagerly a dict lookup, then the launch); an x off 16-byte
     alignment is copied first. Equal keys pass `check_inputs` alike except for memory layout, checked per call."""
-    launch = _launches.get(problem_key(x, w))
+    key = problem_key(x, w)
+    if _recorded is not None:
+        _recorded[key] = _recorded.get(key, 0) + 1
+    launch = _launches.get(key)
     if launch is None or not x.is_contiguous():
         check_inputs(x, w)
         launch = tuned_launch(x if x.data_ptr() % 16 == 0 else x.clone(), w)

@@ -1,0 +1,102 @@
+"""Choosing the 2:4 kernel's launches by whole decode steps (SPARSEDECODING_STEP_TUNE).
+
+The sp24 tuner (`kernels.sp24.tuned_launch`) times each problem's correct candidate launches (split-K count and
+slices) alone: one launch after another of the same problem, on weight copies past the L2. In a decode step each
+launch follows another kernel, and programmatic launches overlap one kernel's start with the previous one's tail,
+so the launch that is fastest alone need not be fastest in the step. `tune_step` takes, for each 2:4 problem a
+captured decode step launches, the tuner's fastest few candidates, captures the step with each in turn, replays
+it, and keeps the candidate whose step is fastest: one problem at a time, the one with the most kernel time first,
+the others held at their current choice. The choice is kept for the process, like the tuner's (every later engine
+with the same problem launches it), and is reported as `StepChoice`s.
+
+Replays write the KV cache at positions from the middle of the cache on and change the engine's token; tuning
+runs when the engine is built, before any generation, whose prefill overwrites what it reads."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+Choice = tuple[int, int]  # (splits, slices) of an sp24 launch
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """One problem's outcome: `launches` per decode step; `before` the launch it had (the tuner's pick, or an earlier
+    step tuning's); `step_ms` the median decode-step time with each candidate tried; `chosen` the one kept."""
+
+    key: tuple  # `kernels.sp24.problem_key`
+    problem: str
+    launches: int
+    before: Choice
+    step_ms: dict[Choice, float]
+    chosen: Choice
+
+    def line(self) -> str:
+        tried = ", ".join(f"{_label(choice)} {ms:.4f} ms" for choice, ms in self.step_ms.items())
+        return (f"{self.problem} ({self.launches} a step): before {_label(self.before)}; steps with {tried}; "
+                f"kept {_label(self.chosen)}")
+
+
+def _label(choice: Choice) -> str:
+    splits, slices = choice
+    return f"{splits}" + (f"/{slices}s" if slices > 1 else "")
+
+
+def _step_ms(engine, graph: torch.cuda.CUDAGraph, replays: int) -> float:
+    """Milliseconds per decode step over `replays` replays of `graph` from the middle of the cache."""
+    length = engine.max_seq_len
+    start = max(0, min(length // 2, length - replays))
+    count = max(1, min(replays, length - start))
+    engine.position.fill_(start)
+    graph.replay()  # its first replay uploads the graph
+    engine.position.fill_(start)
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(count):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / count
+
+
+def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, rounds: int = 3,
+              margin: float = 0.003) -> list[StepChoice]:
+    """Picks each 2:4 problem's launch by decode-step time, as the module says, and leaves `engine.graph`
+    captured with the picks. `top`: candidates tried a problem, the tuner's fastest first, each at most `within`
+    times the tuner's best; `rounds` interleaved timings of `replays` steps each, their median compared. A
+    candidate replaces the tuner's pick only if its step is more than `margin` (relative) faster. Returns one
+    StepChoice per problem with more than one candidate tried."""
+    from ..kernels import sp24
+
+    with sp24.recording_problems() as problems:
+        engine.graph = engine.capture()
+    timings = {key: sp24.launch_timings(key) for key in problems}
+    order = sorted(problems, key=lambda key: -problems[key] * min(timings[key].values()))
+    outcomes = []
+    for key in order:
+        best = min(timings[key].values())
+        candidates = [choice for choice, ms in timings[key].items() if ms <= within * best][:top]
+        current = sp24.chosen_launch(key)
+        if current not in candidates:
+            candidates.insert(0, current)
+        if len(candidates) < 2:
+            continue
+        graphs = {}
+        for choice in candidates:
+            sp24.choose_launch(key, choice)
+            graphs[choice] = engine.capture()
+        times: dict[Choice, list[float]] = {choice: [] for choice in candidates}
+        for _ in range(rounds):
+            for choice in candidates:
+                times[choice].append(_step_ms(engine, graphs[choice], replays))
+        medians = {choice: statistics.median(values) for choice, values in times.items()}
+        fastest = min(medians, key=medians.get)
+        chosen = fastest if medians[fastest] < (1 - margin) * medians[current] else current
+        sp24.choose_launch(key, chosen)
+        del graphs
+        outcomes.append(StepChoice(key, sp24.problem_text(key), problems[key], current, medians, chosen))
+    engine.graph = engine.capture()
+    return outcomes

@@ -1,0 +1,133 @@
+"""Choosing 2:4 launches by decode-step time (`engine.step_tune`, SPARSEDECODING_STEP_TUNE): the choice logic on CPU
+with the kernel's tuner and the engine's graphs stood in for, and on the GPU a real engine's choices."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from sparsedecoding.engine import step_tune
+from sparsedecoding.errors import KernelInputError
+from sparsedecoding.kernels import op, sp24
+from sparsedecoding.kernels.op import KernelChoiceError
+
+
+class FakeEngine:
+    """Captures a 'graph' that is a copy of the launches chosen at capture time."""
+
+    def __init__(self, current: dict):
+        self.current, self.graph, self.captures = current, None, 0
+
+    def capture(self):
+        self.captures += 1
+        return dict(self.current)
+
+
+def fake_kernel(monkeypatch, timings: dict, lookups: dict, step_cost: dict) -> tuple[dict, list]:
+    """sp24's tuner state stood in for: `timings` the tuner's ms per (key, choice), `lookups` the launches a step
+    makes of each key; a step's time is the sum over keys of step_cost[key][its choice]. Returns the current
+    choices (the tuner's fastest) and a log of the choices each timed graph held."""
+    current = {key: min(t, key=t.get) for key, t in timings.items()}
+    timed = []
+
+    @contextlib.contextmanager
+    def recording():
+        yield dict(lookups)
+
+    def choose(key, choice):
+        if choice not in timings[key]:
+            raise KernelInputError("unknown")
+        current[key] = choice
+
+    def step_ms(engine, graph, replays):
+        timed.append(dict(graph))
+        return sum(step_cost[key][graph[key]] for key in graph)
+
+    monkeypatch.setattr(sp24, "recording_problems", recording)
+    monkeypatch.setattr(sp24, "launch_timings", lambda key: dict(sorted(timings[key].items(), key=lambda i: i[1])))
+    monkeypatch.setattr(sp24, "chosen_launch", lambda key: current[key])
+    monkeypatch.setattr(sp24, "choose_launch", choose)
+    monkeypatch.setattr(sp24, "problem_text", lambda key: f"problem {key}")
+    monkeypatch.setattr(step_tune, "_step_ms", step_ms)
+    return current, timed
+
+
+def test_the_fastest_step_wins_and_a_gain_inside_the_margin_keeps_the_tuners_pick(monkeypatch):
+    big, small = "gate_up", "o"
+    timings = {big: {(1, 4): 0.010, (2, 1): 0.011, (4, 1): 0.020, (8, 1): 0.012, (3, 1): 0.013, (6, 1): 0.014},
+               small: {(1, 1): 0.004, (2, 1): 0.0041}}
+    step_cost = {big: {(1, 4): 1.00, (2, 1): 1.01, (4, 1): 0.50, (8, 1): 0.90, (3, 1): 0.95, (6, 1): 0.97},
+                 small: {(1, 1): 0.500, (2, 1): 0.499}}
+    current, timed = fake_kernel(monkeypatch, timings, {big: 32, small: 32}, step_cost)
+    engine = FakeEngine(current)
+    outcomes = step_tune.tune_step(engine, top=4, within=1.5, rounds=3, margin=0.003)
+    assert [o.key for o in outcomes] == [big, small]  # the most kernel time first
+    first = outcomes[0]
+    # the tuner's four fastest within 1.5x of its best; (4, 1) is 2x slower alone and never tried, though its
+    # steps would be fastest
+    assert list(first.step_ms) == [(1, 4), (2, 1), (8, 1), (3, 1)]
+    assert first.before == (1, 4) and first.chosen == (8, 1)
+    assert first.step_ms[(8, 1)] == pytest.approx(0.90 + 0.500)
+    second = outcomes[1]
+    assert second.before == (1, 1) and second.chosen == (1, 1)  # 0.07% faster: inside the margin
+    assert current == {big: (8, 1), small: (1, 1)}
+    assert engine.graph == current  # captured again with the choices
+    # each candidate timed `rounds` times, with the other problem at its choice so far
+    assert sum(1 for graph in timed if graph == {big: (8, 1), small: (2, 1)}) == 3
+    assert "kept 8" in first.line() and "before 1/4s" in first.line()
+
+
+def test_a_problem_with_one_candidate_is_left_alone(monkeypatch):
+    current, timed = fake_kernel(monkeypatch, {"qkv": {(1, 1): 0.01, (2, 1): 0.05}}, {"qkv": 32},
+                                 {"qkv": {(1, 1): 1.0, (2, 1): 0.1}})
+    engine = FakeEngine(current)
+    assert step_tune.tune_step(engine, within=1.5) == []
+    assert current == {"qkv": (1, 1)} and timed == [] and engine.captures == 2
+
+
+def test_choosing_an_unchecked_launch_is_an_error():
+    with pytest.raises(KernelInputError, match="not a checked candidate"):
+        sp24.choose_launch(("no such problem",), (1, 1))
+
+
+def test_problem_text_names_shape_values_rows_norm_and_glu():
+    key = ("cuda", torch.Size([1, 4096]), torch.bfloat16, "cuda", (28672, 4096), 4, 7, 64, True, True, True, True,
+           None)
+    assert sp24.problem_text(key) == "28672x4096 int4, 1 rows, norm, GLU"
+
+
+@pytest.mark.parametrize("value,expected", [(None, True), ("1", True), ("0", False), ("yes", None)])
+def test_the_step_tune_setting(value, expected, monkeypatch):
+    if value is None:
+        monkeypatch.delenv(op.STEP_TUNE_SETTING, raising=False)
+    else:
+        monkeypatch.setenv(op.STEP_TUNE_SETTING, value)
+    if expected is None:
+        with pytest.raises(KernelChoiceError, match=op.STEP_TUNE_SETTING):
+            op.settings()
+    else:
+        assert op.step_tune_setting() is expected
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quantize", [None, "int4"])
+def test_a_step_tuned_engine_launches_checked_candidates_and_decodes_the_packed_models_tokens(quantize, monkeypatch):
+    """With SPARSEDECODING_STEP_TUNE=1 a compiled engine times its 2:4 problems' candidates in whole steps, keeps
+    one of them for each, and its decode still gives the packed model's eager tokens."""
+    from test_sp24_linear import _assert_compiled_decode_gives_the_eager_tokens, _packed_and_tiled
+
+    from sparsedecoding.engine import Engine
+
+    args, packed, tiled = _packed_and_tiled(quantize, 128, monkeypatch, SPARSEDECODING_FUSE_GLU="1",
+                                            SPARSEDECODING_FUSE_NORM="1", SPARSEDECODING_STEP_TUNE="1")
+    engine = Engine(tiled, 3, 40, compile=True)
+    assert engine.step_choices
+    for choice in engine.step_choices:
+        assert choice.before in choice.step_ms and choice.chosen in choice.step_ms
+        assert all(ms > 0 for ms in choice.step_ms.values())
+        assert sp24.chosen_launch(choice.key) == choice.chosen
+        assert choice.chosen in sp24.launch_timings(choice.key)
+    del engine
+    _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)
