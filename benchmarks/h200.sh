@@ -388,7 +388,7 @@ PY
   lease22b)  # run: the second lease (no model): GPU tests of step tuning and of the fused attention (unrolled combine only,
     # Qwen3's q/k norms in the engine), the step-tuning bench, the Qwen3-14B fused-attention A/B; about 9 minutes
     bash benchmarks/h200.sh bg kcache step-tune-tests step-tune-bench qwen3-fused-attention ;;
-  lease22c)  # the third lease (no model): issue 13's engine rows with step tuning on (the default now), then
+  lease22c)  # run: the third lease (no model): issue 13's engine rows with step tuning on (the default now), then
     # step tuning with more candidates (8 a problem, up to 3x the tuner's fastest) on the quantized rows
     bash benchmarks/h200.sh bg kcache step-tune-quant step-tune-wide ;;
   step-tune-quant)  # quant_e2e_h200_head_int8_step_tune.md: issue 13's engine rows (8B, batch 1, bf16 and int8
@@ -399,6 +399,24 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
+  lease22e)  # the fifth lease: triton_w4 without int-to-float conversions: its GPU tests, its bench, issue 13's rows
+    bash benchmarks/h200.sh bg kcache w4-tests-quick w4-bench w4-quant ;;
+  w4-tests-quick)  # gpu_tests_w4.log: tests/test_triton_w4.py and the dense int4 test of tests/test_quantized.py
+    timeout 200 python3 -m pytest -q tests/test_triton_w4.py tests/test_quantized.py -k "w4 or kernel_matches or dense" \
+      -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/gpu_tests_w4.log" || true ;;
+  lease22d)  # run (w4-quant stopped: triton_w4 lost to tinygemm at batch 1, results/w4_h200_i2f.md): the fourth lease (no model): our dense int4 kernel (kernels/triton_w4.py): its GPU tests, its bench
+    # against tinygemm and cuBLAS, then issue 13's engine rows with it as the dense int4 baseline (the default)
+    bash benchmarks/h200.sh bg kcache w4-tests w4-bench w4-quant ;;
+  w4-tests)  # gpu_tests_w4.log: tests/test_triton_w4.py and the dense-quantized tests of tests/test_quantized.py
+    timeout 300 python3 -m pytest -q tests/test_triton_w4.py tests/test_quantized.py -k "dense or w4 or kernel_matches" \
+      -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/gpu_tests_w4.log" || true ;;
+  w4-bench)  # w4_h200.md: benchmarks/w4_bench.py, triton_w4 against tinygemm and cuBLAS bf16 on the 8B and 14B
+    # shapes and lm_heads, batch 1 / 4 / 16
+    timeout 300 python3 benchmarks/w4_bench.py --out "$OUT/w4_h200.md" 2>&1 | grep -E "^\| [0-9]+ \||rror" || true ;;
+  w4-quant)  # quant_e2e_h200_head_int8_w4.md: issue 13's engine rows (8B, batch 1, bf16 and int8 heads) with dense int4
+    # on triton_w4 (SPARSEDECODING_DENSE_INT4=triton, the default), step tuning on, dense bf16 in the same run
+    timeout 330 python3 benchmarks/quant_e2e_bench.py --head int8 \
+      --out "$OUT/quant_e2e_h200_head_int8_w4.md" 2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
   step-tune-tests)  # gpu_tests_step_tune.log: tests/test_step_tune.py and tests/test_triton_attention.py on the GPU
     timeout 300 python3 -m pytest -q tests/test_step_tune.py tests/test_triton_attention.py -p no:cacheprovider 2>&1 \
       | tail -4 | tee "$OUT/gpu_tests_step_tune.log" || true ;;

@@ -248,14 +248,43 @@ def test_tuned_kernel_on_gpu_matches_float64(quantize, batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("quantize", ["int8", "int4"])
-def test_dense_quantized_baseline_on_gpu_matches_float64(quantize):
-    """PyTorch's CUDA weight-only matmuls with our layout (tinygemm's nibble order and scale-and-zero tensor)."""
+@pytest.mark.parametrize("quantize,kernel", [("int8", "triton"), ("int4", "triton"), ("int4", "tinygemm")])
+def test_dense_quantized_baseline_on_gpu_matches_float64(quantize, kernel, monkeypatch):
+    """Our int8 kernel; int4 through our triton_w4 kernel (the default) or PyTorch's tinygemm with our layout for it
+    (tinygemm's nibble order and scale-and-zero tensor); above 16 rows the dequantized weight."""
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", kernel)
     weight = grid_weight(512, 4096, 1, 2, quantize, group_size=128).cuda()
     dense = DenseQuantized.from_codes(solvers.quantization_codes(weight, quantize, 128))
-    for batch in (1, 8, 16):
+    assert dense.layout == ("w4" if quantize == "int4" and kernel == "triton" else "torch")
+    for batch in (1, 8, 16, 20):
         x = torch.randn(batch, 4096, device="cuda").bfloat16()
         assert max_error(dense(x), x, pack_nm_quantized(weight.cpu(), 1, 2, quantize, group_size=128)) <= 1
+
+
+def test_dense_int4_in_the_w4_layout_runs_on_cpu_through_the_dequantized_weight():
+    """A DenseQuantized in triton_w4's layout (built on the GPU by default) multiplies anywhere: on CPU through the
+    dequantized weight."""
+    from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear
+    from sparsedecoding.kernels.triton_w4 import pack_w4
+
+    weight = grid_weight(32, 256, 1, 2, "int4", group_size=64)
+    grid = solvers.quantization_codes(weight, "int4", 64)
+    codes, scales = pack_w4(grid.codes, grid.scales, torch.bfloat16)
+    dense = DenseQuantized(codes, scales, "int4", 64, (32, 256))
+    assert dense.layout == "w4"
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(2)).bfloat16()
+    expected = pack_nm_quantized(weight, 1, 2, "int4", group_size=64)
+    assert max_error(dense(x), x, expected) <= 1
+    assert max_error(DenseQuantizedLinear(dense)(x[None])[0], x, expected) <= 1
+
+
+@pytest.mark.parametrize("value", ["cublas", "1"])
+def test_a_bad_dense_int4_setting_is_one_error(value, monkeypatch):
+    from sparsedecoding.kernels.op import KernelChoiceError, settings
+
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", value)
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_DENSE_INT4"):
+        settings()
 
 
 @pytest.mark.parametrize("quantize", ["int8", "int4"])

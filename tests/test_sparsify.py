@@ -318,9 +318,10 @@ def test_a_quantized_model_survives_dtype_moves_retying_and_saving(tmp_path):
     torch.testing.assert_close(after, before, rtol=0.05, atol=0.05)
 
 
-def test_an_int4_head_laid_out_for_one_device_refuses_another():
-    """The int4 layout is the device's, so a head built on CPU refuses input on another device with one clear error
-    instead of a kernel's (the meta device stands in for CUDA: no GPU needed)."""
+def test_an_int4_head_laid_out_for_one_device_refuses_another(monkeypatch):
+    """tinygemm's int4 layout is the device's, so a head built on CPU in it refuses input on another device with one
+    clear error instead of a kernel's (the meta device stands in for CUDA: no GPU needed)."""
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "tinygemm")
     from sparsedecoding import solvers
     from sparsedecoding.kernels.quantized import DenseQuantized
     from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear

@@ -26,7 +26,7 @@ from ..kernels.sp24_linear import Sp24Linear
 from ..patterns import SparsityPattern
 from ..solvers import quantization_group
 from .config import ModelArgs, preset
-from ..kernels.op import MAX_BATCH
+from ..kernels.op import MAX_BATCH, dense_int4_setting
 from .generate import Engine
 from .loading import (build_model, check_dense_copy_batch, engine_shapes, is_prunable, keep_dense_copies,
                       load_model, random_state, require_kernel_pattern, resident_weight_bytes, weight_bytes,
@@ -97,7 +97,8 @@ def _quantized_bytes(rows: int, columns: int, pattern: SparsityPattern | None, q
     """Codes, scales and (N:M) bitmask bytes of a quantized [rows, columns] weight."""
     kept = columns if pattern is None else columns * pattern.n // pattern.m
     groups = columns // quantization_group(quantize, group_size, columns)
-    scale_bytes = 2 if pattern is not None or quantize == "int8" else 4  # int4 dense: scale and zero
+    # int4 dense in tinygemm's layout: a scale and a zero a group (SPARSEDECODING_DENSE_INT4=tinygemm)
+    scale_bytes = 4 if pattern is None and quantize == "int4" and dense_int4_setting() == "tinygemm" else 2
     mask = 0 if pattern is None else columns // 8
     return rows * (kept * (8 if quantize == "int8" else 4) // 8 + groups * scale_bytes + mask)
 

@@ -60,6 +60,8 @@ SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
 STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
+DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
+DENSE_INT4_CHOICES = ("triton", "tinygemm")
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -194,6 +196,19 @@ def step_tune_setting() -> bool:
     return _switch(STEP_TUNE_SETTING, "1", "2:4 launches chosen by decode-step time")
 
 
+def dense_int4_setting() -> str:
+    """SPARSEDECODING_DENSE_INT4: which kernel serves a dense int4 weight (the dense-quantized baseline and an int4
+    lm_head), and so its layout, chosen when the weight is built. "triton" or unset: our `triton_w4` kernel (bytes
+    [out, in/2] and scales [out, groups], the same on every device) up to 16 rows of x on CUDA, the dequantized
+    weight above 16 rows and on CPU; "tinygemm": PyTorch's `_weight_int4pack_mm` (`_for_cpu` on CPU) and its
+    device's layout. KernelChoiceError for anything else."""
+    value = os.environ.get(DENSE_INT4_SETTING, "").strip().lower() or "triton"
+    if value not in DENSE_INT4_CHOICES:
+        raise KernelChoiceError(f"{DENSE_INT4_SETTING}={value!r}; use triton (our int4 kernel) or tinygemm "
+                                "(PyTorch's)")
+    return value
+
+
 def attention_min_span_setting() -> int:
     """SPARSEDECODING_ATTENTION_MIN_SPAN: the fewest cached positions one program of the fused decode attention
     walks, a positive multiple of 64 (unset: ATTENTION_MIN_SPAN_DEFAULT). While a step's position is at most this,
@@ -306,7 +321,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             ATTENTION_MIN_SPAN_SETTING: attention_min_span_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            STEP_TUNE_SETTING: step_tune_setting}
+            STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

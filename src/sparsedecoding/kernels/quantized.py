@@ -10,9 +10,9 @@ Scales are bfloat16: the solvers round scales to 1 (int8) or 5 (int4) significan
 
 `pack_nm_quantized` builds one from a weight whose kept values lie on the grid (`solvers.sparsegpt(...,
 quantize=...)` or `solvers.gptq`); `nmq_spmv` multiplies by it (the Triton kernel on CUDA, the reference on CPU);
-`DenseQuantized` is the dense int8 / int4 weight of the dense-quantized baseline, in the layouts of PyTorch's
-`_weight_int8pack_mm` / `_weight_int4pack_mm`; on CUDA, int8 runs our `triton_w8` kernel (PyTorch's is 10-20x
-slower than cuBLAS bf16 at batch 1), int4 PyTorch's tinygemm kernel."""
+`DenseQuantized` is the dense int8 / int4 weight of the dense-quantized baseline; on CUDA, int8 runs our `triton_w8`
+kernel (PyTorch's is 10-20x slower than cuBLAS bf16 at batch 1), int4 our `triton_w4` kernel or PyTorch's tinygemm
+(SPARSEDECODING_DENSE_INT4)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import torch
 from ..errors import KernelInputError, PackingError
 from ..solvers import QuantizedCodes, quantization_codes
 from .format import _BITS, bitmask_to_bits, check_pattern, pack_nm, popcount32, values_per_word
+from .op import dense_int4_setting
 
 QUANTIZED_FORMATS = ("int8", "int4")
 CODE_BITS = {"int8": 8, "int4": 4}
@@ -243,11 +244,14 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DenseQuantized:
-    """A dense weight [out, in] on a `quantize` grid in the layout of PyTorch's weight-only quantized matmuls:
-    int8: `weight` int8 [out, in], `scales` [out] in the activations' dtype (`_weight_int8pack_mm`);
-    int4: `weight` the output of `_convert_weight_to_int4pack` (`_for_cpu` on CPU), `scales` the
-    [in/group_size, out, 2] scale-and-zero tensor of `_weight_int4pack_mm`, whose dequantization is
-    (q − 8)·scale + zero with q = code + 8 and zero = 0 for our symmetric grids."""
+    """A dense weight [out, in] on a `quantize` grid:
+    int8: `weight` int8 [out, in], `scales` [out] in the activations' dtype (`_weight_int8pack_mm`'s layout);
+    int4 under SPARSEDECODING_DENSE_INT4=triton (the default): `triton_w4`'s layout, the same on every device,
+    `weight` uint8 [out, in/2] and `scales` [out, in/group_size] in the activations' dtype;
+    int4 under tinygemm: `weight` the output of `_convert_weight_to_int4pack` (`_for_cpu` on CPU: the layouts
+    differ), `scales` the [in/group_size, out, 2] scale-and-zero tensor of `_weight_int4pack_mm`, whose
+    dequantization is (q − 8)·scale + zero with q = code + 8 and zero = 0 for our symmetric grids.
+    The two int4 layouts differ in the scales' rank, which `dense_quantized_mm` reads."""
 
     weight: torch.Tensor
     scales: torch.Tensor
@@ -263,6 +267,11 @@ class DenseQuantized:
         out, in_features = grid.codes.shape
         if grid.quantize == "int8":
             return cls(grid.codes.contiguous(), grid.scales[:, 0].to(dtype), "int8", in_features, (out, in_features))
+        if dense_int4_setting() == "triton":
+            from .triton_w4 import pack_w4
+
+            weight, scales = pack_w4(grid.codes, grid.scales, dtype)
+            return cls(weight, scales, "int4", grid.group_size, (out, in_features))
         unsigned = grid.codes.to(torch.int32) + 8
         if grid.codes.device.type == "cuda":  # tinygemm takes uint8 pairs with the first value in the high nibble
             pairs = (unsigned[:, 0::2] << 4 | unsigned[:, 1::2]).to(torch.uint8)
@@ -275,6 +284,23 @@ class DenseQuantized:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """y = x·Wᵀ for x [b, in] in the scales' dtype."""
         return dense_quantized_mm(x, self.weight, self.scales, self.quantize, self.group_size)
+
+    @property
+    def layout(self) -> str:
+        """"w4" for `triton_w4`'s int4 layout, "torch" for PyTorch's layouts."""
+        return "w4" if self.quantize == "int4" and self.scales.dim() == 2 else "torch"
+
+
+@torch.library.custom_op("sparsedecoding::w4_mm", mutates_args=())
+def _w4_mm_op(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    from .triton_w4 import w4_mm
+
+    return w4_mm(x, weight, scales)
+
+
+@_w4_mm_op.register_fake
+def _w4_mm_fake(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((x.shape[0], weight.shape[0]))
 
 
 @torch.library.custom_op("sparsedecoding::w8_mm", mutates_args=())
@@ -293,7 +319,9 @@ def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tens
                        group_size: int) -> torch.Tensor:
     """y = x·Wᵀ for x [b, in] in the scales' dtype and W given as the parts of a `DenseQuantized`. Dense int8 on
     CUDA runs our `triton_w8` kernel up to 16 rows (the op `sparsedecoding::w8_mm`, opaque to torch.compile and
-    tuned on its first, eager call), int4 PyTorch's tinygemm `_weight_int4pack_mm`."""
+    tuned on its first, eager call); int4 in `triton_w4`'s layout (2-d scales) our `triton_w4` kernel up to 16 rows
+    on CUDA (the op `sparsedecoding::w4_mm`) and the dequantized weight otherwise, int4 in PyTorch's layout its
+    tinygemm `_weight_int4pack_mm`."""
     if quantize == "int8":
         if x.device.type == "cuda":  # our kernel up to 16 rows (PyTorch's runs at 0.05-0.09x cuBLAS there)
             from .op import MAX_BATCH
@@ -302,6 +330,14 @@ def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tens
                 return torch.ops.sparsedecoding.w8_mm(x, weight, scales)
             return torch.nn.functional.linear(x, weight.to(x.dtype)) * scales
         return torch.ops.aten._weight_int8pack_mm(x, weight, scales)
+    if scales.dim() == 2:  # triton_w4's layout
+        from .op import MAX_BATCH
+
+        if x.device.type == "cuda" and 0 < x.shape[0] <= MAX_BATCH:
+            return torch.ops.sparsedecoding.w4_mm(x, weight, scales)
+        from .triton_w4 import unpack_w4
+
+        return torch.nn.functional.linear(x, unpack_w4(weight, scales, x.dtype))
     if x.device.type == "cuda":
         return torch.ops.aten._weight_int4pack_mm(x, weight, group_size, scales)
     return torch.ops.aten._weight_int4pack_mm_for_cpu(x, weight, group_size, scales)

@@ -1,6 +1,6 @@
 """Linear layers for quantized weights, as the engine runs them: `QuantizedPackedLinear` holds an N:M weight with
 int8 / int4 kept values (`PackedNMQ`) and decodes with `nmq_spmv`; `DenseQuantizedLinear` holds a dense int8 / int4
-weight (`DenseQuantized`) and multiplies with `dense_quantized_mm` (our int8 kernel, PyTorch's int4 one), the
+weight (`DenseQuantized`) and multiplies with `dense_quantized_mm` (our int8 and int4 kernels, or PyTorch's int4), the
 baseline the sparse one is measured against.
 
 `nmq_spmv` is also registered as the torch custom op `sparsedecoding::nmq_spmv`, traced instead of the Python call
@@ -78,22 +78,23 @@ class QuantizedPackedLinear(torch.nn.Module):
 
 class DenseQuantizedLinear(torch.nn.Module):
     """y = x·Wᵀ + bias for x [..., in] in the scales' dtype, W [out, in] a `DenseQuantized` weight held as the
-    buffers `qweight` and `scales` (the layout of `_weight_int8pack_mm` / `_weight_int4pack_mm`). The codes are
+    buffers `qweight` and `scales` (`DenseQuantized`'s layouts). The codes are
     not named `weight`, so that a transformers checkpoint saved from such a model cannot load them as a float
-    weight (its reload reports lm_head.weight missing instead). The int4 layout is the device's (CPU and CUDA
-    differ): build the module on the device it runs on."""
+    weight (its reload reports lm_head.weight missing instead). tinygemm's int4 layout is the device's (CPU and CUDA
+    differ): build such a module on the device it runs on."""
 
     def __init__(self, dense: DenseQuantized, bias: torch.Tensor | None = None):
         super().__init__()
         self.quantize, self.group_size = dense.quantize, dense.group_size
         self.out_features, self.in_features = dense.shape
-        self.layout_device = dense.weight.device.type
+        # PyTorch's int4 layouts differ between CPU and CUDA; triton_w4's is plain bytes
+        self.layout_device = dense.weight.device.type if dense.layout == "torch" else None
         self.register_buffer("qweight", dense.weight)
         self.register_buffer("scales", dense.scales)
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.quantize == "int4" and x.device.type != self.layout_device:
+        if self.quantize == "int4" and self.layout_device not in (None, x.device.type):
             raise KernelInputError(f"this int4 weight was laid out for {self.layout_device}, not {x.device.type}: "
                                    "build it (sparsify, load_packed, the engine) on the device it runs on")
         rows = x.numel() // self.in_features

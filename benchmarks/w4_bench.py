@@ -1,0 +1,121 @@
+"""The dense int4 baseline's two kernels side by side: our `triton_w4` (tuned as the engine tunes it) and PyTorch's
+tinygemm `_weight_int4pack_mm`, against cuBLAS bf16 on the dense weight, on the Llama-3.1-8B and Qwen3-14B decoder
+shapes and their lm_heads, batch 1 / 4 / 16, group size 128. Each time is the median per launch of CUDA-graph
+replays round-robin over weight copies past the L2; both int4 kernels get the same codes and scales, and each
+output is checked against a float64 product of them (`autotune.Float64Reference`).
+
+    python benchmarks/w4_bench.py --out results/w4_h200.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from sparsedecoding.engine.bench import copy_bandwidth
+from sparsedecoding.engine.config import preset
+from sparsedecoding.kernels.autotune import replay_ms
+from sparsedecoding.kernels.op import DENSE_INT4_SETTING
+from sparsedecoding.kernels.quantized import DenseQuantized
+from sparsedecoding.kernels.triton_w4 import float64_reference, pack_w4, tuned_config, unpack_w4, w4_mm
+from sparsedecoding.runenv import environment_markdown, write_report
+from sparsedecoding.solvers import QuantizedCodes
+
+GROUP = 128
+
+
+def shapes(name: str) -> dict[str, tuple[int, int]]:
+    a = preset(name)
+    qkv = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim
+    return {"qkv": (qkv, a.dim), "o": (a.dim, a.n_heads * a.head_dim), "gate_up": (2 * a.intermediate_size, a.dim),
+            "down": (a.dim, a.intermediate_size), "lm_head": (a.vocab_size, a.dim)}
+
+
+def copies(tensors: tuple[torch.Tensor, ...]) -> list[tuple[torch.Tensor, ...]]:
+    """`tensors` and enough copies that a round over them reads twice the L2."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    return [tensors] + [tuple(t.clone() for t in tensors) for _ in range(min(8, math.ceil(2 * l2 / nbytes) - 1))]
+
+
+def tinygemm_weight(grid: QuantizedCodes) -> DenseQuantized:
+    """The codes in tinygemm's layout (SPARSEDECODING_DENSE_INT4=tinygemm while it is built)."""
+    previous = os.environ.get(DENSE_INT4_SETTING)
+    os.environ[DENSE_INT4_SETTING] = "tinygemm"
+    try:
+        return DenseQuantized.from_codes(grid, torch.bfloat16)
+    finally:
+        if previous is None:
+            os.environ.pop(DENSE_INT4_SETTING)
+        else:
+            os.environ[DENSE_INT4_SETTING] = previous
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=["llama-3.1-8b", "qwen3-14b"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if not all(1 <= b <= 16 for b in args.batches):
+        parser.error("--batches: each 1-16")
+    if not torch.cuda.is_available():
+        parser.exit(2, "error: w4_bench times CUDA kernels and needs a CUDA GPU\n")
+    device = torch.device("cuda")
+    copy_bw = copy_bandwidth(device)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    rows, ratios, fails = [], {b: [] for b in args.batches}, 0
+    for model in args.models:
+        for name, (out, in_features) in shapes(model).items():
+            codes = torch.randint(-8, 8, (out, in_features), device=device, generator=generator, dtype=torch.int8)
+            scales = (torch.rand(out, in_features // GROUP, device=device, generator=generator) * 0.01 + 1e-3)
+            scales = scales.bfloat16().float()
+            weight, packed_scales = pack_w4(codes, scales, torch.bfloat16)
+            with torch.no_grad():
+                tiny = tinygemm_weight(QuantizedCodes(codes, scales, "int4", GROUP))
+                dense = unpack_w4(weight, packed_scales, torch.bfloat16)
+            w4_bytes = weight.numel() + packed_scales.numel() * 2
+            for batch in args.batches:
+                x = torch.randn(batch, in_features, device=device, generator=generator).bfloat16()
+                config = tuned_config(x, weight, packed_scales)
+                reference = float64_reference(x, weight, packed_scales)
+                errors = (reference.error(w4_mm(x, weight, packed_scales, config)), reference.error(tiny(x)))
+                fails += sum(not e <= 1 for e in errors)
+                ours = replay_ms(lambda w: w4_mm(x, w[0], w[1], config), copies((weight, packed_scales)))
+                theirs = replay_ms(lambda w: torch.ops.aten._weight_int4pack_mm(x, w[0], GROUP, w[1]),
+                                   copies((tiny.weight, tiny.scales)))
+                cublas = replay_ms(lambda w: torch.nn.functional.linear(x, w[0]), copies((dense,)))
+                ratios[batch].append(theirs / ours)
+                moved = (w4_bytes + 2 * batch * (in_features + out)) / copy_bw * 1e3  # ms at copy bandwidth
+                rows.append(f"| {model} | {name} | {out}x{in_features} | {batch} | {cublas * 1e3:.1f} | "
+                            f"{ours * 1e3:.1f} ({cublas / ours:.2f}x, {moved / ours:.0%}) | "
+                            f"{theirs * 1e3:.1f} ({cublas / theirs:.2f}x, {moved / theirs:.0%}) | "
+                            f"{theirs / ours:.2f}x | {config} | {errors[0]:.2f} / {errors[1]:.2f} |")
+                print(rows[-1], flush=True)
+            del weight, packed_scales, tiny, dense, codes, scales
+            torch.cuda.empty_cache()
+    summary = [f"| {b} | {statistics.geometric_mean(r):.2f}x | {min(r):.2f}x | {max(r):.2f}x |"
+               for b, r in ratios.items()]
+    lines = ["# Dense int4: triton_w4 against tinygemm and cuBLAS bf16", "",
+             environment_markdown("python " + " ".join(sys.argv), device),
+             f"- copy bandwidth (device-to-device, read + written): {copy_bw / 1e12:.2f} TB/s", "",
+             f"Group size {GROUP}, bf16 scales and activations, random codes. us per launch (x cuBLAS, % of copy "
+             "bandwidth for the int4 bytes: codes, scales, x and y). float64 checks (error / bound, <= 1 passes), "
+             f"triton_w4 / tinygemm; failed: {fails}.", "",
+             "## triton_w4 against tinygemm (time ratio, > 1: ours faster), over all shapes", "",
+             "| batch | geomean | min | max |", "|---|---|---|---|", *summary, "",
+             "## Every shape", "",
+             "| model | linear | out x in | batch | cuBLAS bf16 us | triton_w4 us | tinygemm us | tinygemm / ours | "
+             "tuned config | float64 |", "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
+    write_report(args.out, "\n".join(lines))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
