@@ -399,12 +399,14 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease22e)  # the fifth lease: triton_w4 without int-to-float conversions: its GPU tests, its bench, issue 13's rows
+  lease22e)  # run (w4-quant stopped again: still 0.71x tinygemm at batch 1, results/w4_h200.md): the fifth lease,
+    # triton_w4 without int-to-float conversions: its GPU tests, its bench, issue 13's rows
     bash benchmarks/h200.sh bg kcache w4-tests-quick w4-bench w4-quant ;;
   w4-tests-quick)  # gpu_tests_w4.log: tests/test_triton_w4.py and the dense int4 test of tests/test_quantized.py
     timeout 200 python3 -m pytest -q tests/test_triton_w4.py tests/test_quantized.py -k "w4 or kernel_matches or dense" \
       -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/gpu_tests_w4.log" || true ;;
-  lease22d)  # run (w4-quant stopped: triton_w4 lost to tinygemm at batch 1, results/w4_h200_i2f.md): the fourth lease (no model): our dense int4 kernel (kernels/triton_w4.py): its GPU tests, its bench
+  lease22d)  # run on a build never committed (triton_w4's _codes_f32 then `nibbles.to(tl.float32) - 8.0`; w4-quant
+    # stopped: triton_w4 lost to tinygemm at batch 1, results/w4_h200_i2f.md): the fourth lease (no model): our dense int4 kernel (kernels/triton_w4.py): its GPU tests, its bench
     # against tinygemm and cuBLAS, then issue 13's engine rows with it as the dense int4 baseline (the default)
     bash benchmarks/h200.sh bg kcache w4-tests w4-bench w4-quant ;;
   w4-tests)  # gpu_tests_w4.log: tests/test_triton_w4.py and the dense-quantized tests of tests/test_quantized.py

@@ -61,7 +61,7 @@ SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
 STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
 DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
-DENSE_INT4_CHOICES = ("triton", "tinygemm")
+DENSE_INT4_CHOICES = ("tinygemm", "triton")
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -198,14 +198,16 @@ def step_tune_setting() -> bool:
 
 def dense_int4_setting() -> str:
     """SPARSEDECODING_DENSE_INT4: which kernel serves a dense int4 weight (the dense-quantized baseline and an int4
-    lm_head), and so its layout, chosen when the weight is built. "triton" or unset: our `triton_w4` kernel (bytes
-    [out, in/2] and scales [out, groups], the same on every device) up to 16 rows of x on CUDA, the dequantized
-    weight above 16 rows and on CPU; "tinygemm": PyTorch's `_weight_int4pack_mm` (`_for_cpu` on CPU) and its
-    device's layout. KernelChoiceError for anything else."""
-    value = os.environ.get(DENSE_INT4_SETTING, "").strip().lower() or "triton"
+    lm_head), and so its layout, chosen when the weight is built. "tinygemm" or unset: PyTorch's
+    `_weight_int4pack_mm` (`_for_cpu` on CPU) and its device's layout; "triton": our `triton_w4` kernel (bytes [out,
+    in/2] and scales [out, groups], the same on every device) up to 16 rows of x on CUDA, the dequantized weight
+    above 16 rows and on CPU. Against tinygemm on the 8B and 14B shapes and lm_heads (results/w4_h200.md, geomean
+    of time ratios): 0.71x at batch 1, 0.97x at 4, 2.28x at 16; so tinygemm, faster at batch 1, is the default.
+    KernelChoiceError for anything else."""
+    value = os.environ.get(DENSE_INT4_SETTING, "").strip().lower() or "tinygemm"
     if value not in DENSE_INT4_CHOICES:
-        raise KernelChoiceError(f"{DENSE_INT4_SETTING}={value!r}; use triton (our int4 kernel) or tinygemm "
-                                "(PyTorch's)")
+        raise KernelChoiceError(f"{DENSE_INT4_SETTING}={value!r}; use tinygemm (PyTorch's int4 kernel) or triton "
+                                "(ours)")
     return value
 
 

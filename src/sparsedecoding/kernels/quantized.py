@@ -246,9 +246,9 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
 class DenseQuantized:
     """A dense weight [out, in] on a `quantize` grid:
     int8: `weight` int8 [out, in], `scales` [out] in the activations' dtype (`_weight_int8pack_mm`'s layout);
-    int4 under SPARSEDECODING_DENSE_INT4=triton (the default): `triton_w4`'s layout, the same on every device,
-    `weight` uint8 [out, in/2] and `scales` [out, in/group_size] in the activations' dtype;
-    int4 under tinygemm: `weight` the output of `_convert_weight_to_int4pack` (`_for_cpu` on CPU: the layouts
+    int4 under SPARSEDECODING_DENSE_INT4=triton: `triton_w4`'s layout, the same on every device, `weight` uint8
+    [out, in/2] and `scales` [out, in/group_size] in the activations' dtype;
+    int4 under tinygemm (the default): `weight` the output of `_convert_weight_to_int4pack` (`_for_cpu` on CPU: the layouts
     differ), `scales` the [in/group_size, out, 2] scale-and-zero tensor of `_weight_int4pack_mm`, whose
     dequantization is (q − 8)·scale + zero with q = code + 8 and zero = 0 for our symmetric grids.
     The two int4 layouts differ in the scales' rank, which `dense_quantized_mm` reads."""
