@@ -23,7 +23,8 @@ from sparsedecoding.engine.config import preset
 from sparsedecoding.kernels.autotune import replay_ms
 from sparsedecoding.kernels.op import DENSE_INT4_SETTING
 from sparsedecoding.kernels.quantized import DenseQuantized
-from sparsedecoding.kernels.triton_w4 import float64_reference, pack_w4, tuned_config, unpack_w4, w4_mm
+from sparsedecoding.kernels.triton_w4 import (float64_reference, pack_w4, rejected_candidates, tuned_config,
+                                              unpack_w4, w4_mm)
 from sparsedecoding.runenv import environment_markdown, write_report
 from sparsedecoding.solvers import QuantizedCodes
 
@@ -100,6 +101,8 @@ def main() -> int:
                 print(rows[-1], flush=True)
             del weight, packed_scales, tiny, dense, codes, scales
             torch.cuda.empty_cache()
+    rejected = [f"- {key}: {config}: {why}" for key, failed in rejected_candidates().items()
+                for config, why in failed.items()]
     summary = [f"| {b} | {statistics.geometric_mean(r):.2f}x | {min(r):.2f}x | {max(r):.2f}x |"
                for b, r in ratios.items()]
     lines = ["# Dense int4: triton_w4 against tinygemm and cuBLAS bf16", "",
@@ -110,6 +113,8 @@ def main() -> int:
              f"triton_w4 / tinygemm; failed: {fails}.", "",
              "## triton_w4 against tinygemm (time ratio, > 1: ours faster), over all shapes", "",
              "| batch | geomean | min | max |", "|---|---|---|---|", *summary, "",
+             "## Tuner candidates that failed to compile or to match float64 (never used)", "",
+             *(rejected or ["none"]), "",
              "## Every shape", "",
              "| model | linear | out x in | batch | cuBLAS bf16 us | triton_w4 us | tinygemm us | tinygemm / ours | "
              "tuned config | float64 |", "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
