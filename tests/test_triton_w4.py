@@ -47,6 +47,8 @@ CASES = [  # out, in, batch, group, config
     (16, 256, 3, 128, W4Config(16, 1, 1, 4)),  # tl.dot path
     (40, 768, 16, 256, W4Config(16, 1, 2, 4)),  # tl.dot path, 3 groups over two splits
     (8, 192, 2, 64, W4Config(32, 1, 1, 4)),  # more tile rows than the weight has
+    (24, 512, 1, 128, W4Config(8, 2, 1, 4, x_words=True)),  # x read as words of two columns
+    (13, 448, 1, 64, W4Config(8, 4, 2, 4, x_words=True)),
 ]
 
 
@@ -84,6 +86,8 @@ def test_candidates_read_enough_a_step_and_split_only_short_problems():
     big = candidate_configs(28672, 4096, 1, 128)
     assert all(c.split_k == 1 or -(-28672 // c.block_rows) * c.split_k <= 4096 for c in big)
     assert {c.groups for c in candidate_configs(4096, 4096, 1, 32)} <= {1, 2, 4, 8, 16, 32, 64}
+    assert {c.x_words for c in one} == {False, True}  # batch 1 tries both ways of reading x
+    assert not any(c.x_words for c in candidate_configs(4096, 4096, 4, 128))
 
 
 def test_bad_inputs_give_one_clear_error():

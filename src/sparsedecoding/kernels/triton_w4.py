@@ -10,7 +10,10 @@ PyTorch's `_weight_int4pack_mm` (tinygemm) reads its weights at 30-46% of copy b
 (results/quant_kernel_h200.md); this kernel streams them as `triton_w8` does. A program owns BLOCK_ROWS rows and a
 range of columns (split-K). Batch 1 loads [BLOCK_ROWS, GROUPS, group/2] byte tiles (whole groups of a row side by
 side), splits each byte into its two codes, multiplies them with x's even and odd columns in float32 and scales each
-group's products by its scale as it adds them into a float32 accumulator, summed once at the end. Batches 2-16 take
+group's products by its scale as it adds them into a float32 accumulator, summed once at the end. x's columns come
+either from one contiguous load split in two (measured: 0.71x tinygemm at batch 1, results/w4_h200.md) or, with
+`x_words`, as 32-bit words of two columns indexed like the weight bytes, so that they need no change of layout
+(built after the last GPU run: CPU-tested, the tuner times both). Batches 2-16 take
 one group a loop step: its codes, interleaved back into column order, go to `tl.dot` against x (zero-padded to 16
 rows, float32 accumulation; codes are exact in bf16 and fp16), and the group's scales multiply the sums. Split-K
 programs write float32 partials that a torch sum adds in split order.
@@ -45,9 +48,11 @@ class W4Config:
     groups: int = 4
     split_k: int = 1
     num_warps: int = 4
+    x_words: bool = False  # batch 1: x read as 32-bit words in the weight bytes' layout (else loaded and split)
 
     def __str__(self) -> str:
-        return f"R{self.block_rows}xG{self.groups} split{self.split_k} w{self.num_warps}"
+        words = " xw" if self.x_words else ""
+        return f"R{self.block_rows}xG{self.groups} split{self.split_k} w{self.num_warps}{words}"
 
 
 @triton.jit
@@ -59,13 +64,27 @@ def _codes_f32(nibbles):
 
 
 @triton.jit
+def _halves_f32(words, FP16: tl.constexpr):
+    """The two 16-bit floats of each 32-bit word (x's columns 2j and 2j + 1, little-endian) as float32: for bf16 a
+    shift and a mask (its bits are float32's upper half), for fp16 a conversion of each half."""
+    bits = words.to(tl.uint32, bitcast=True)
+    if FP16:
+        even = (bits & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        odd = (bits >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        even = (bits << 16).to(tl.float32, bitcast=True)
+        odd = (bits & 0xFFFF0000).to(tl.float32, bitcast=True)
+    return even, odd
+
+
+@triton.jit
 def w4_kernel(x_ptr, w_ptr, s_ptr, y_ptr, out_features, in_features, batch,
               GROUP: tl.constexpr, BATCH_BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr, GROUPS: tl.constexpr,
-              SPLIT_K: tl.constexpr, DOT_FLOAT32: tl.constexpr):
+              SPLIT_K: tl.constexpr, X_WORDS: tl.constexpr, FP16: tl.constexpr, DOT_FLOAT32: tl.constexpr):
     """y [batch, out] (or, for SPLIT_K > 1, this split's float32 partial: y_ptr is then [SPLIT_K, batch, out]) for
-    BLOCK_ROWS rows. x [batch, in] contiguous in the scales' dtype; w bytes [out, in/2]; s [out, in/GROUP].
-    BATCH_BLOCK 1 (GROUPS groups a step) or 16 (GROUPS must be 1). DOT_FLOAT32 (the interpreter only) feeds tl.dot
-    float32 operands."""
+    BLOCK_ROWS rows. x [batch, in] contiguous in the scales' dtype (X_WORDS, batch 1: the same memory as uint32
+    [in/2]); w bytes [out, in/2]; s [out, in/GROUP]. BATCH_BLOCK 1 (GROUPS groups a step) or 16 (GROUPS must be 1).
+    FP16: x is float16 (else bfloat16). DOT_FLOAT32 (the interpreter only) feeds tl.dot float32 operands."""
     pid_rows = tl.program_id(0)
     pid_split = tl.program_id(1)
     HALF: tl.constexpr = GROUP // 2
@@ -84,15 +103,21 @@ def w4_kernel(x_ptr, w_ptr, s_ptr, y_ptr, out_features, in_features, batch,
         t = tl.arange(0, 2)
         w_at = w_ptr + safe_rows[:, None, None] * (in_features // 2) + g[None, :, None] * HALF + j[None, None, :]
         s_at = s_ptr + safe_rows[:, None] * n_groups + g[None, :]
-        # x's columns of the step as [GROUPS, HALF, 2] (one contiguous load), split into even and odd columns
+        # X_WORDS: x's column pairs as 32-bit words [GROUPS, HALF], indexed like the weight bytes (so in their
+        # layout); otherwise x's columns as [GROUPS, HALF, 2] (one contiguous load), split into even and odd ones
+        x_words_at = x_ptr + g[:, None] * HALF + j[None, :]
         x_at = x_ptr + g[:, None, None] * GROUP + 2 * j[None, :, None] + t[None, None, :]
         acc = tl.zeros([BLOCK_ROWS, GROUPS, HALF], dtype=tl.float32)
         for k0 in range(k_begin, k_end, STEP):
             ok = k0 + g * GROUP < k_end  # whole groups: in_features is a multiple of GROUP
             w = tl.load(w_at + k0 // 2, mask=ok[None, :, None], other=0x88, eviction_policy="evict_first")
             scale = tl.load(s_at + k0 // GROUP, mask=ok[None, :], other=0.0).to(tl.float32)
-            x = tl.load(x_at + k0, mask=ok[:, None, None], other=0.0, eviction_policy="evict_last")
-            x_even, x_odd = tl.split(x.to(tl.float32))
+            if X_WORDS:
+                words = tl.load(x_words_at + k0 // 2, mask=ok[:, None], other=0, eviction_policy="evict_last")
+                x_even, x_odd = _halves_f32(words, FP16)
+            else:
+                x = tl.load(x_at + k0, mask=ok[:, None, None], other=0.0, eviction_policy="evict_last")
+                x_even, x_odd = tl.split(x.to(tl.float32))
             low = _codes_f32(w & 15)
             high = _codes_f32(w >> 4)
             acc += (low * x_even[None, :, :] + high * x_odd[None, :, :]) * scale[:, :, None]
@@ -170,9 +195,11 @@ def launch_w4(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, confi
     else:
         out = torch.empty(config.split_k, batch, out_features, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(out_features, config.block_rows), config.split_k)
-    w4_kernel[grid](x, weight, scales, out, out_features, in_features, batch, GROUP=group,
-                    BATCH_BLOCK=1 if batch == 1 else DOT_ROWS, BLOCK_ROWS=config.block_rows,
-                    GROUPS=config.groups if batch == 1 else 1, SPLIT_K=config.split_k, DOT_FLOAT32=interpreted(),
+    words = batch == 1 and config.x_words
+    w4_kernel[grid](x.view(torch.int32) if words else x, weight, scales, out, out_features, in_features, batch,
+                    GROUP=group, BATCH_BLOCK=1 if batch == 1 else DOT_ROWS, BLOCK_ROWS=config.block_rows,
+                    GROUPS=config.groups if batch == 1 else 1, SPLIT_K=config.split_k, X_WORDS=words,
+                    FP16=x.dtype == torch.float16, DOT_FLOAT32=interpreted(),
                     num_warps=config.num_warps, num_stages=1 if batch == 1 else 2)
     if config.split_k > 1:
         y = out.sum(0).to(x.dtype)
@@ -199,7 +226,9 @@ def candidate_configs(out_features: int, in_features: int, batch: int, group: in
         for split in (1, 2, 4):
             if split > 1 and (blocks * split > 4096 or in_features < 2 * step * split):
                 continue
-            configs.append(W4Config(rows, groups, split, warps))
+            # batch 1 both ways of reading x (x_words not yet timed on a GPU: the tuner decides)
+            configs += [W4Config(rows, groups, split, warps, words) for words in ((False, True) if batch == 1
+                                                                                 else (False,))]
     return configs
 
 
