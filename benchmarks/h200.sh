@@ -399,6 +399,10 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
+  lease23)  # prepared at the end of the twenty-second session (no model): triton_w4's GPU tests and bench with the
+    # x_words candidates (w4_h200.md again), then the split counts of the fused attention again, now that the
+    # combine is unrolled (attention_splits_h200.md); about 4 minutes
+    bash benchmarks/h200.sh bg kcache w4-tests-quick w4-bench attention-splits ;;
   lease22e)  # run (w4-quant stopped again: still 0.71x tinygemm at batch 1, results/w4_h200.md): the fifth lease,
     # triton_w4 without int-to-float conversions: its GPU tests, its bench, issue 13's rows
     bash benchmarks/h200.sh bg kcache w4-tests-quick w4-bench w4-quant ;;
