@@ -2,8 +2,10 @@
 engine's SPARSEDECODING_ATTENTION_MIN_SPAN), at the Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head
 size 128, bf16), several batches, cache lengths and positions. Each point is a CUDA graph of 32 launches, one per
 layer with caches of its own (so that, as in a decode step, no layer finds its cache in L2), launched
-programmatically as the engine does; median microseconds per launch over replays. Every configuration's output is
-first checked against one program per (sequence, KV head) with no splitting.
+programmatically as the engine does (with the reads ahead of the wait, `early`, as the engine's default
+SPARSEDECODING_ATTENTION_EARLY_READS; `--compare-early` also times min_span 64 without them); median microseconds
+per launch over replays. Every configuration's output is first checked against one program per (sequence, KV head)
+with no splitting.
 
     python benchmarks/attention_bench.py --out benchmarks/results/attention_h200.md
 """
@@ -38,10 +40,11 @@ def layers(batch: int, cache_len: int, pos: int, generator: torch.Generator) -> 
             for _ in range(LAYERS)]
 
 
-def time_us(inputs: list[dict], min_span: int, splits: int | None = None, replays: int = 20) -> float:
+def time_us(inputs: list[dict], min_span: int, splits: int | None = None, replays: int = 20,
+            early: bool = True) -> float:
     """Median microseconds per launch of a CUDA graph with one launch per layer."""
-    run = lambda: [launch(**layer, heads=HEADS, splits=splits, min_span=min_span, pdl=True)  # noqa: E731
-                   for layer in inputs]
+    run = lambda: [launch(**layer, heads=HEADS, splits=splits, min_span=min_span, pdl=True,  # noqa: E731
+                          early=early) for layer in inputs]
     run()  # compiles outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -65,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-spans", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 4096])
     parser.add_argument("--splits", type=int, nargs="*", default=[],
                         help="also time these split counts (min_span 64) beside `choose_splits`'")
+    parser.add_argument("--compare-early", action="store_true",
+                        help="also time min_span 64 with every read after the wait (early=False)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if any(count < 1 for count in args.splits):
@@ -77,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     generator = torch.Generator(device="cuda").manual_seed(0)
     head = "| batch | cache | position | splits | " + " | ".join(f"min_span {s} (us)" for s in args.min_spans)
     head += "".join(f" | {count} splits (us)" for count in args.splits)
-    columns = 5 + len(args.min_spans) + len(args.splits)
+    if args.compare_early:
+        head += " | min_span 64, no early reads (us) | early / none"
+    columns = 5 + len(args.min_spans) + len(args.splits) + 2 * args.compare_early
     rows = [head + " | fastest min_span |", "|---" * columns + "|"]
     for batch in args.batches:
         for cache_len, pos in POINTS:
@@ -101,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
             fastest = args.min_spans[times.index(min(times))]
             forced = [time_us(inputs, 64, count) for count in args.splits]
             splits = choose_splits(batch, KV_HEADS, cache_len, torch.device("cuda"))
+            late = ""
+            if args.compare_early:
+                early, none = time_us(inputs, 64), time_us(inputs, 64, early=False)
+                late = f" | {none:.2f} | {early / none:.3f}"
             rows.append(f"| {batch} | {cache_len} | {pos} | {splits} | " + " | ".join(f"{t:.2f}" for t in times)
-                        + "".join(f" | {t:.2f}" for t in forced) + f" | {fastest} |")
+                        + "".join(f" | {t:.2f}" for t in forced) + late + f" | {fastest} |")
             print(rows[-1], flush=True)
             del inputs
             torch.cuda.empty_cache()

@@ -399,7 +399,49 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease23)  # prepared at the end of the twenty-second session (no model): triton_w4's GPU tests and bench with the
+  lease23c)  # the twenty-third session's third lease (no model): int8's row scales copied with the first weights
+    # (sp24.cu): GPU tests, the kernel A/B against the epilogue reads, the engine A/B, issue 13's rows
+    bash benchmarks/h200.sh bg kcache scales-tests scales-probe scales-ab scales-quant ;;
+  scales-tests)  # gpu_tests_scales.log: tests/test_sp24.py on the GPU
+    timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_scales.log" || true ;;
+  scales-probe)  # row_scales_probe_h200.md: the int8 tuned launches at batch 1 (8B shapes) under both builds
+    timeout 200 python3 benchmarks/ablate_probe.py --kinds int8 --builds "scales ahead=" \
+      "scales in the epilogue=-DSP24_LATE_ROW_SCALES=1" --out "$OUT/row_scales_probe_h200.md" 2>&1 \
+      | grep -E "^\| int8|rror" || true ;;
+  scales-ab)  # row_scales_h200_8b_int8.md: the 8B preset's 2:4 + int8 model under both builds, batch 1 and 4
+    timeout 240 python3 benchmarks/setting_ab_bench.py --builds "scales ahead=" \
+      "scales in the epilogue=-DSP24_LATE_ROW_SCALES=1" --quantize int8 --batch 1 4 --repeats 2 \
+      --out "$OUT/row_scales_h200_8b_int8.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  scales-quant)  # quant_e2e_h200_head_int8_row_scales.md: issue 13's engine rows (8B, batch 1, bf16 and int8
+    # heads) with the row scales read ahead, dense bf16 in the same run
+    timeout 330 python3 benchmarks/quant_e2e_bench.py --head int8 \
+      --out "$OUT/quant_e2e_h200_head_int8_row_scales.md" 2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
+  lease23b)  # run (results/attention_early_h200.md, early_reads_h200_8b*.md, quant_e2e_h200_head_int8_early_reads.md):
+    # the twenty-third session's second lease (no model): the fused attention's reads ahead of its wait
+    # (SPARSEDECODING_ATTENTION_EARLY_READS): GPU tests, the kernel alone, the engine A/B, issue 13's rows
+    bash benchmarks/h200.sh bg kcache early-tests early-bench early-ab early-quant ;;
+  early-tests)  # gpu_tests_early.log: tests/test_triton_attention.py on the GPU (early reads against plain launches)
+    timeout 240 python3 -m pytest -q tests/test_triton_attention.py -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_early.log" || true ;;
+  early-bench)  # attention_early_h200.md: the fused attention alone, min_span 64, with and without early reads
+    timeout 200 python3 benchmarks/attention_bench.py --min-spans 64 --compare-early \
+      --out "$OUT/attention_early_h200.md" 2>&1 | grep -E "^\| [0-9]|rror" || true ;;
+  early-ab)  # early_reads_h200_8b{,_int4,_int8}.md: SPARSEDECODING_ATTENTION_EARLY_READS 0 / 1 on the 8B preset's
+    # 2:4 models, side by side: int4 values at batch 1 and 4, int8 at batch 1, bf16 at batch 1 and 4
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_ATTENTION_EARLY_READS --values 0 1 \
+      --quantize int4 --batch 1 4 --repeats 2 --out "$OUT/early_reads_h200_8b_int4.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true
+    timeout 150 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_ATTENTION_EARLY_READS --values 0 1 \
+      --quantize int8 --batch 1 --repeats 2 --out "$OUT/early_reads_h200_8b_int8.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true
+    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_ATTENTION_EARLY_READS --values 0 1 \
+      --batch 1 4 --repeats 2 --out "$OUT/early_reads_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  early-quant)  # quant_e2e_h200_head_int8_early_reads.md: issue 13's engine rows (8B, batch 1, bf16 and int8
+    # heads) with the early reads (the default), dense bf16 in the same run
+    timeout 330 python3 benchmarks/quant_e2e_bench.py --head int8 \
+      --out "$OUT/quant_e2e_h200_head_int8_early_reads.md" 2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
+  lease23)  # run at the start of the twenty-third session (results/w4_h200.md, attention_splits_h200.md); prepared at the end of the twenty-second session (no model): triton_w4's GPU tests and bench with the
     # x_words candidates (w4_h200.md again), then the split counts of the fused attention again, now that the
     # combine is unrolled (attention_splits_h200.md); about 4 minutes
     bash benchmarks/h200.sh bg kcache w4-tests-quick w4-bench attention-splits ;;

@@ -150,6 +150,70 @@ def test_repeated_steps_match_a_fresh_cache():
         assert torch.equal(v_cache.cpu(), values)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos,splits,min_span", [(0, 1, 64), (37, 1, 64), (150, 1, 64), (290, 3, 64), (290, 4, 64),
+                                                 (20, 4, 64), (290, 4, 128), (271, 5, 64)])
+def test_early_reads_change_nothing(pos, splits, min_span):
+    """Programmatic launches, with the reads ahead of the wait and without, give the same bits as a plain launch:
+    output and caches."""
+    heads, kv_heads, d = 32, 8, 128
+    base = problem(1, heads, kv_heads, d, 320, pos, torch.bfloat16, seed=pos)
+    results = []
+    for pdl, early in ((False, False), (True, False), (True, True)):
+        qkv, cos, sin, k_cache, v_cache = (t.clone() for t in base)
+        counters = counters_for(1, kv_heads, qkv.device)
+        y = launch(qkv, cos, sin, k_cache, v_cache, torch.tensor([pos], device=qkv.device), counters, heads,
+                   splits=splits, min_span=min_span, pdl=pdl, early=early)
+        results.append((y, k_cache, v_cache, counters))
+    for y, k_cache, v_cache, counters in results[1:]:
+        assert torch.equal(y, results[0][0])
+        assert torch.equal(k_cache, results[0][1]) and torch.equal(v_cache, results[0][2])
+        assert not counters.any()
+
+
+@pytest.mark.gpu
+def test_steps_in_a_cuda_graph_with_early_reads_match_plain_launches():
+    """A CUDA graph of decode steps as the engine chains them (a plain kernel advances the position, then each
+    layer's attention is launched programmatically with early reads, reading what earlier steps wrote): every
+    step's output and the caches equal those of plain launches."""
+    heads, kv_heads, d, layers, steps = 32, 8, 128, 4, 6
+
+    def run(pdl, early):
+        torch.manual_seed(0)
+        qkv = torch.randn(layers, 1, (heads + 2 * kv_heads) * d, device=DEVICE).bfloat16()
+        _, cos, sin, _, _ = problem(1, heads, kv_heads, d, 192, 0, torch.bfloat16)
+        caches = [torch.randn(2, 1, kv_heads, 192, d, device=DEVICE).bfloat16() for _ in range(layers)]
+        counters = [counters_for(1, kv_heads, qkv.device) for _ in range(layers)]
+        position = torch.tensor([130], device=DEVICE)
+        outputs = []
+
+        def step():  # one attention launch after another, as programmatic launches chain
+            for layer in range(layers):
+                outputs.append(launch(qkv[layer], cos, sin, caches[layer][0], caches[layer][1], position,
+                                      counters[layer], heads, pdl=pdl, early=early))
+            position.add_(1)
+
+        step()  # compiles the kernel outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        first = [y.clone() for y in outputs[:layers]]
+        seen = []
+        for _ in range(steps):
+            graph.replay()
+            seen.append(torch.stack([y.clone() for y in outputs[layers:]]))
+        torch.cuda.synchronize()
+        return first, seen, caches
+
+    plain, ours = run(False, False), run(True, True)
+    for a, b in zip(plain[0], ours[0]):
+        assert torch.equal(a, b)
+    for a, b in zip(plain[1], ours[1]):
+        assert torch.equal(a, b)
+    for a, b in zip(plain[2], ours[2]):
+        assert torch.equal(a, b)
+
+
 def good_inputs():
     qkv, cos, sin, k_cache, v_cache = problem(1, 8, 2, 32, 64, 3, torch.bfloat16)
     return dict(qkv=qkv, cos=cos, sin=sin, k_cache=k_cache, v_cache=v_cache,
@@ -265,7 +329,8 @@ def test_the_min_span_setting_takes_multiples_of_64(value, expected, monkeypatch
 
 
 @pytest.mark.parametrize("name,value", [("SPARSEDECODING_FUSED_ATTENTION", "yes"),
-                                        ("SPARSEDECODING_ATTENTION_MIN_SPAN", "96")])
+                                        ("SPARSEDECODING_ATTENTION_MIN_SPAN", "96"),
+                                        ("SPARSEDECODING_ATTENTION_EARLY_READS", "yes")])
 def test_bad_attention_settings_fail_where_the_cli_checks_them(name, value, monkeypatch):
     """`op.settings()`, which the CLI calls before loading anything, names the bad value in one error."""
     from sparsedecoding.kernels.op import KernelChoiceError, settings

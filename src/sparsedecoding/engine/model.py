@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import EngineError
-from ..kernels.op import (ATTENTION_MIN_SPAN_DEFAULT, MAX_BATCH, attention_min_span_setting, compile_options,
+from ..kernels.op import (ATTENTION_MIN_SPAN_DEFAULT, MAX_BATCH, attention_early_reads_setting,
+                          attention_min_span_setting, compile_options,
                           fused_attention_setting, inductor_attention_setting, sp24_pdl_setting)
 from ..kernels.reference import rms_norm
 from .config import ModelArgs
@@ -103,6 +104,7 @@ class Attention(nn.Module):
         self.fused_setting = fused_attention_setting()
         self.fused_decode = False
         self.fused_pdl = False
+        self.fused_early = False
         self.fused_min_span = ATTENTION_MIN_SPAN_DEFAULT
         self.register_buffer("counters", None, persistent=False)
 
@@ -123,6 +125,9 @@ class Attention(nn.Module):
         # the kernel waits for qkv itself, so it may start during the qkv kernel's tail, as the sp24 kernels do
         self.fused_pdl = (device.type == "cuda" and not triton_attention.interpreted() and sp24_pdl_setting()
                           and torch.cuda.get_device_capability(device)[0] >= 9)
+        # reads ahead of that wait: the position and the cache were written in earlier steps, each of which begins
+        # with plain launches (`Transformer.hidden`'s embedding), so their writers have finished
+        self.fused_early = self.fused_pdl and attention_early_reads_setting()
         self.fused_decode = True
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, input_pos: Tensor) -> Tensor:
@@ -136,7 +141,8 @@ class Attention(nn.Module):
             norms = () if self.q_norm is None else (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
             y = torch.ops.sparsedecoding.decode_attention(qkv.reshape(batch, -1), cos, sin, self.k_cache,
                                                           self.v_cache, input_pos, self.counters, heads,
-                                                          self.fused_min_span, self.fused_pdl, *norms)
+                                                          self.fused_min_span, self.fused_pdl, *norms,
+                                                          early=self.fused_early)
             return all_reduce(self.out(y.view(batch, 1, heads * head_dim)), self.tp)
         q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         q = q.view(batch, length, heads, head_dim)

@@ -53,6 +53,7 @@ INDUCTOR_ATTENTION_SETTING = "SPARSEDECODING_INDUCTOR_ATTENTION"
 FUSED_ATTENTION_SETTING = "SPARSEDECODING_FUSED_ATTENTION"
 ATTENTION_MIN_SPAN_SETTING = "SPARSEDECODING_ATTENTION_MIN_SPAN"
 ATTENTION_MIN_SPAN_DEFAULT = 64
+ATTENTION_EARLY_READS_SETTING = "SPARSEDECODING_ATTENTION_EARLY_READS"
 NM_MMA_GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
 NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), words a stage
 SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
@@ -211,6 +212,14 @@ def dense_int4_setting() -> str:
     return value
 
 
+def attention_early_reads_setting() -> bool:
+    """SPARSEDECODING_ATTENTION_EARLY_READS: "1" or unset lets the fused decode attention, where it is launched
+    programmatically, read the position, the rotary rows and the first cached tile of each range before it waits
+    for the qkv kernel (`kernels.triton_attention.launch`, `early`); "0": every read after the wait. Read when a
+    model's caches are set up."""
+    return _switch(ATTENTION_EARLY_READS_SETTING, "1", "reads ahead of the wait in the fused decode attention")
+
+
 def attention_min_span_setting() -> int:
     """SPARSEDECODING_ATTENTION_MIN_SPAN: the fewest cached positions one program of the fused decode attention
     walks, a positive multiple of 64 (unset: ATTENTION_MIN_SPAN_DEFAULT). While a step's position is at most this,
@@ -321,6 +330,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting, FUSED_ATTENTION_SETTING: fused_attention_setting,
             ATTENTION_MIN_SPAN_SETTING: attention_min_span_setting,
+            ATTENTION_EARLY_READS_SETTING: attention_early_reads_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting}

@@ -20,7 +20,10 @@ maximum, sum and weighted values (float32) to scratch, counts itself in a per-(b
 combines the ranges with position p in one unrolled pass (all their loads in flight at once), stores y and resets
 the counter. Positions after p are never read, so the work grows with the step's position, not with the
 cache's length. Split 0 writes k_p and v_p to the cache; no program reads position p from memory. A position outside
-the cache gives NaN outputs and writes nothing (the host cannot check it without a sync).
+the cache gives NaN outputs and writes nothing (the host cannot check it without a sync). Launched
+programmatically, the kernel starts during the qkv kernel's tail; with `early` it reads the position, the rotary
+rows and each range's first cache tile before it waits for qkv, so that only the qkv loads lie between that wait
+and the first scores.
 
 Differences from `engine.model.decode_attention` (float32 reductions of the same rounded q and k): the score sums
 run in tensor-core order, and the softmax weights are rounded to the cache's dtype before they multiply v (as
@@ -73,24 +76,48 @@ def _with_new_position(m, total, acc, s_new, v_new):
 
 
 @triton.jit
+def _attend_tile(q, keys, values, ok, m, total, acc, scale, DOT_FLOAT32: tl.constexpr):
+    """The running maximum `m`, softmax denominator `total` and weighted sum `acc` of the group's queries q with one
+    tile of cached keys and values added (positions where `ok` is false skipped). The softmax weights are rounded
+    to the cache's dtype before they multiply the values."""
+    if DOT_FLOAT32:
+        scores = tl.dot(q.to(tl.float32), tl.trans(keys.to(tl.float32))) * scale
+    else:
+        scores = tl.dot(q, tl.trans(keys)) * scale
+    scores = tl.where(ok[None, :], scores, float("-inf"))
+    m_next = tl.maximum(m, tl.max(scores, axis=1))
+    alpha = tl.exp(m - m_next)
+    p = tl.exp(scores - m_next[:, None])
+    total = total * alpha + tl.sum(p, axis=1)
+    if DOT_FLOAT32:
+        acc = acc * alpha[:, None] + tl.dot(p.to(values.dtype).to(tl.float32), values.to(tl.float32))
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(values.dtype), values)
+    return m_next, total, acc
+
+
+@triton.jit
 def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, y_ptr,
                             stats_ptr, parts_ptr, count_ptr, q_norm_ptr, k_norm_ptr, norm_eps, qkv_stride,
                             cache_len, scale, min_span,
                             KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_ROWS: tl.constexpr,
                             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-                            PDL: tl.constexpr, DOT_FLOAT32: tl.constexpr, QK_NORM: tl.constexpr):
+                            PDL: tl.constexpr, EARLY: tl.constexpr, DOT_FLOAT32: tl.constexpr,
+                            QK_NORM: tl.constexpr):
     """Program (b·KV_HEADS + h, split). qkv [B, (heads + 2·KV_HEADS)·HEAD_DIM] rows `qkv_stride` apart; cos/sin
     [cache_len, HEAD_DIM], the whole rotary tables (the kernel reads the new position's rows); caches [B, KV_HEADS,
     cache_len, HEAD_DIM] contiguous; y [B, heads·HEAD_DIM].
     With SPLITS > 1: stats [B·KV_HEADS, SPLITS, 2, GROUP_ROWS] and parts [B·KV_HEADS, SPLITS, GROUP_ROWS, HEAD_DIM]
     float32 scratch, count [B·KV_HEADS] int32, zero between calls. min_span (a multiple of BLOCK_N): the fewest
-    positions a range holds. DOT_FLOAT32 (the interpreter only, whose tl.dot misreads 16-bit floats) feeds tl.dot
-    the same values as float32."""
+    positions a range holds. PDL: launched programmatically, so the kernel waits for the one before it; EARLY (with
+    PDL): the position, the rotary rows and the range's first cache tile are read before that wait (see `launch`).
+    DOT_FLOAT32 (the interpreter only, whose tl.dot misreads 16-bit floats) feeds tl.dot the same values as
+    float32."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     b = pid // KV_HEADS
     h = pid % KV_HEADS
-    if PDL:
+    if PDL and not EARLY:
         # qkv comes from the kernel before: wait for it, and let the next kernel's CTAs start their weight loads
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -99,21 +126,34 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
     # range may be shorter); programs past them leave at once. One active range: its program stores y itself.
     span = tl.maximum(tl.cdiv(tl.cdiv(pos, SPLITS), BLOCK_N) * BLOCK_N, min_span)
     active = tl.maximum(tl.cdiv(pos, span), 1)
+    live = (split < active) & (pos >= 0) & (pos < cache_len)
+    d = tl.arange(0, HEAD_DIM)
+    n = tl.arange(0, BLOCK_N)
+    head_base = pid.to(tl.int64) * cache_len * HEAD_DIM
+    start = split * span
+    end = tl.minimum(start + span, pos)
+    # the range's first tile and the rotary rows, loaded together ahead of the rest
+    first = start + n < tl.where(live, end, start)  # a comparison: a scalar in a mask trips the interpreter
+    first_at = head_base + (start + n)[:, None] * HEAD_DIM + d[None, :]
+    first_keys = tl.load(k_cache_ptr + first_at, mask=first[:, None], other=0.0)
+    first_values = tl.load(v_cache_ptr + first_at, mask=first[:, None], other=0.0)
+    table_row = tl.where(live, pos, 0) * HEAD_DIM
+    cos = tl.load(cos_ptr + table_row + d).to(tl.float32)
+    sin = tl.load(sin_ptr + table_row + d).to(tl.float32)
+    if PDL and EARLY:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     if ((pos < 0) | (pos >= cache_len)) & (split == 0):
         # a position outside the cache (the host cannot check it without a sync): y is NaN and nothing is written,
         # instead of a write past the cache
         rows = tl.arange(0, GROUP_ROWS)
-        cols = tl.arange(0, HEAD_DIM)
         y_rows = y_ptr + b.to(tl.int64) * (KV_HEADS * GROUP * HEAD_DIM) + (h * GROUP + rows)[:, None] * HEAD_DIM
-        tl.store(y_rows + cols[None, :], tl.full([GROUP_ROWS, HEAD_DIM], float("nan"), y_ptr.dtype.element_ty),
+        tl.store(y_rows + d[None, :], tl.full([GROUP_ROWS, HEAD_DIM], float("nan"), y_ptr.dtype.element_ty),
                  mask=(rows < GROUP)[:, None])
-    if (split < active) & (pos >= 0) & (pos < cache_len):
-        d = tl.arange(0, HEAD_DIM)
+    if live:
         half = HEAD_DIM // 2
         partner = (d + half) % HEAD_DIM
         half_sign = tl.where(d < half, -1.0, 1.0)
-        cos = tl.load(cos_ptr + pos * HEAD_DIM + d).to(tl.float32)
-        sin = tl.load(sin_ptr + pos * HEAD_DIM + d).to(tl.float32)
         dtype = k_cache_ptr.dtype.element_ty
 
         row = qkv_ptr + b.to(tl.int64) * qkv_stride
@@ -135,36 +175,21 @@ def decode_attention_kernel(qkv_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,
         k_new = _rope(k_new, k_partner, cos, sin, half_sign).to(dtype)  # [1, HEAD_DIM]
         v_new = tl.load(row + v_col + d)
 
-        head_base = pid.to(tl.int64) * cache_len * HEAD_DIM
         if split == 0:
             tl.store(k_cache_ptr + head_base + pos * HEAD_DIM + d[None, :], k_new)
             tl.store(v_cache_ptr + head_base + pos * HEAD_DIM + d, v_new)
 
-        start = split * span
-        end = tl.minimum(start + span, pos)
         m = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
         total = tl.zeros([GROUP_ROWS], tl.float32)
         acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
-        n = tl.arange(0, BLOCK_N)
-        for n0 in range(start, end, BLOCK_N):
+        if start < end:
+            m, total, acc = _attend_tile(q, first_keys, first_values, first, m, total, acc, scale, DOT_FLOAT32)
+        for n0 in range(start + BLOCK_N, end, BLOCK_N):
             ok = n0 + n < end
             offsets = head_base + (n0 + n)[:, None] * HEAD_DIM + d[None, :]
             keys = tl.load(k_cache_ptr + offsets, mask=ok[:, None], other=0.0)
             values = tl.load(v_cache_ptr + offsets, mask=ok[:, None], other=0.0)
-            if DOT_FLOAT32:
-                scores = tl.dot(q.to(tl.float32), tl.trans(keys.to(tl.float32))) * scale
-            else:
-                scores = tl.dot(q, tl.trans(keys)) * scale
-            scores = tl.where(ok[None, :], scores, float("-inf"))
-            m_next = tl.maximum(m, tl.max(scores, axis=1))
-            alpha = tl.exp(m - m_next)
-            p = tl.exp(scores - m_next[:, None])
-            total = total * alpha + tl.sum(p, axis=1)
-            if DOT_FLOAT32:
-                acc = acc * alpha[:, None] + tl.dot(p.to(dtype).to(tl.float32), values.to(tl.float32))
-            else:
-                acc = acc * alpha[:, None] + tl.dot(p.to(dtype), values)
-            m = m_next
+            m, total, acc = _attend_tile(q, keys, values, ok, m, total, acc, scale, DOT_FLOAT32)
 
         y_at = y_ptr + b.to(tl.int64) * (KV_HEADS * GROUP * HEAD_DIM) + (h * GROUP + g)[:, None] * HEAD_DIM + d[None, :]
         s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * scale  # position p, from registers
@@ -277,12 +302,19 @@ def check_inputs(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cach
 
 def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            input_pos: torch.Tensor, counters: torch.Tensor, heads: int, splits: int | None = None,
-           min_span: int = BLOCK_N, pdl: bool = False,
+           min_span: int = BLOCK_N, pdl: bool = False, early: bool = False,
            qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor:
     """y [batch, heads·head_dim]; writes the new key and value into the caches at input_pos. `splits` None:
     `choose_splits`. `min_span`: the fewest positions a range holds, a multiple of BLOCK_N (the engine's is
     SPARSEDECODING_ATTENTION_MIN_SPAN). `pdl` launches programmatically (compute capability 9.0 and up, not the
-    interpreter). `qk_norm`: (q weight, k weight, eps) of per-head RMSNorms applied before the rotation (Qwen3)."""
+    interpreter): the kernel may start while the one before it on the stream (qkv's) runs, and waits for it.
+    `early` (with `pdl`; the engine's SPARSEDECODING_ATTENTION_EARLY_READS): the position, the rotary rows and the
+    first tile of each range's cached keys and values are read before that wait, two round trips fewer after it.
+    So the caller must make sure that whatever wrote input_pos and those cache positions has finished before the
+    kernel ahead of this one starts. In the engine it has: they were written in earlier steps, and each step
+    begins with plain launches (the embedding's), which start only once all earlier work on the stream is done.
+    The rotary tables are constant. `qk_norm`: (q weight, k weight, eps) of per-head RMSNorms applied before the
+    rotation (Qwen3)."""
     check_inputs(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads)
     if qk_norm is not None:
         q_weight, k_weight, eps = qk_norm
@@ -311,7 +343,8 @@ def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: tor
     decode_attention_kernel[(batch * kv_heads, splits)](
         qkv, cos, sin, k_cache, v_cache, input_pos, y, stats, parts, counters, q_weight, k_weight, float(eps),
         qkv.stride(0), cache_len, head_dim ** -0.5, min_span, KV_HEADS=kv_heads, GROUP=group, GROUP_ROWS=group_rows,
-        HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, SPLITS=splits, PDL=bool(options), DOT_FLOAT32=interpreted(),
+        HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, SPLITS=splits, PDL=bool(options), EARLY=bool(options) and early,
+        DOT_FLOAT32=interpreted(),
         QK_NORM=qk_norm is not None, num_warps=4, **options)
     return y
 
@@ -320,15 +353,15 @@ def launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: tor
 def decode_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                      v_cache: torch.Tensor, input_pos: torch.Tensor, counters: torch.Tensor, heads: int,
                      min_span: int, pdl: bool, q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None,
-                     norm_eps: float = 0.0) -> torch.Tensor:
+                     norm_eps: float = 0.0, early: bool = False) -> torch.Tensor:
     """`launch` as an operator torch.compile keeps whole (it mutates the caches and the counters); `q_norm` and
     `k_norm` (both or neither): the per-head RMSNorm weights applied before the rotation, with `norm_eps`."""
     qk_norm = None if q_norm is None else (q_norm, k_norm, norm_eps)
     return launch(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, min_span=min_span, pdl=pdl,
-                  qk_norm=qk_norm)
+                  early=early, qk_norm=qk_norm)
 
 
 @decode_attention.register_fake
 def _(qkv, cos, sin, k_cache, v_cache, input_pos, counters, heads, min_span, pdl, q_norm=None, k_norm=None,
-      norm_eps=0.0):
+      norm_eps=0.0, early=False):
     return qkv.new_empty(qkv.shape[0], heads * k_cache.shape[-1])
