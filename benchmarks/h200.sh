@@ -399,7 +399,8 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease23c)  # the twenty-third session's third lease (no model): int8's row scales copied with the first weights
+  lease23c)  # run, dropped (results/row_scales_probe_h200.md; the code is in 9cc8459, which these steps need):
+    # the twenty-third session's third lease (no model): int8's row scales copied with the first weights
     # (sp24.cu): GPU tests, the kernel A/B against the epilogue reads, the engine A/B, issue 13's rows
     bash benchmarks/h200.sh bg kcache scales-tests scales-probe scales-ab scales-quant ;;
   scales-tests)  # gpu_tests_scales.log: tests/test_sp24.py on the GPU

@@ -28,7 +28,6 @@ LIBRARIES = {
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
-    "sp24-late-scales": ("sp24.cu", ("-DSP24_LATE_ROW_SCALES=1",)),  # ablate_probe.py --builds
 }
 
 

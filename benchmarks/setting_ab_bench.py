@@ -4,10 +4,6 @@ bench` (random weights, decode steps compiled and captured in a CUDA graph, medi
 
     python benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 0 1 \\
         --preset llama-3.1-8b --batch 1 4 --out results/fuse_norm_h200_8b.md
-
-`--builds LABEL=DEFINES ...` instead of a setting compares builds of the CUDA kernel libraries (nvcc -D flags,
-comma-separated; empty: the normal build), as `ablate_probe.py --builds` does for single launches: for diagnostic
-builds (sp24.cu's SP24_LATE_ROW_SCALES, say) that no setting selects.
 """
 
 from __future__ import annotations
@@ -28,12 +24,8 @@ from sparsedecoding.runenv import environment_markdown, write_report
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    choice = parser.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--setting", help="an environment variable the engine reads")
-    choice.add_argument("--builds", nargs="+", metavar="LABEL=DEFINES",
-                        help="compare these kernel-library builds instead: a label, =, and nvcc -D flags separated by "
-                             "commas (empty: the normal build)")
-    parser.add_argument("--values", nargs="+")
+    parser.add_argument("--setting", required=True, help="an environment variable the engine reads")
+    parser.add_argument("--values", nargs="+", required=True)
     parser.add_argument("--preset", default="llama-3.1-8b")
     parser.add_argument("--pattern", type=SparsityPattern.parse, default=SparsityPattern.parse("2:4"))
     parser.add_argument("--batch", nargs="+", type=int, default=[1])
@@ -51,13 +43,9 @@ def main() -> int:
 
     if args.new_tokens < 2:
         parser.error(f"--new-tokens {args.new_tokens}: a generation needs at least 2 (one decode step timed)")
-    if args.builds:
-        return compare_builds(args, parser)
     known = op.SETTINGS
     if args.setting not in known:
         parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
-    if not args.values:
-        parser.error("--setting needs --values")
 
     try:  # the group size too, before the first model is built
         check_group_size(preset(args.preset), args.quantize, args.group_size)
@@ -102,62 +90,6 @@ def main() -> int:
              f"in a CUDA graph ({args.new_tokens - 1} a generation after a 16-token prompt, a KV cache of "
              f"{-(-(16 + args.new_tokens) // 16) * 16} positions), median of {args.repeats}; ratio = tok/s / dense "
              "tok/s at the same batch.", "",
-             format_table(results, copy), ""]
-    write_report(args.out, "\n".join(lines))
-    return 0
-
-
-def compare_builds(args, parser) -> int:
-    """The A/B over kernel-library builds: dense once, then the N:M model built and measured under each build (every
-    library opened while that model is built comes from that build; the captured graphs keep their kernels)."""
-    from sparsedecoding.errors import SparseDecodingError
-    from sparsedecoding.kernels import cuda_mma, op, sp24, sp24_split
-
-    bad = [b for b in args.builds if "=" not in b or not b.partition("=")[0].strip()]
-    if bad or args.values:
-        parser.error(f"--builds {bad[0]!r}: use LABEL=DEFINES (DEFINES may be empty)" if bad else
-                     "--values goes with --setting, not --builds")
-    builds = {label.strip(): tuple(d for d in flags.split(",") if d)
-              for label, _, flags in (b.partition("=") for b in args.builds)}
-    try:
-        check_group_size(preset(args.preset), args.quantize, args.group_size)
-    except SparseDecodingError as exc:
-        parser.error(str(exc))
-    device = torch.device("cuda")
-    copy = copy_bandwidth(device)
-    results = bench_preset(args.preset, [(None, args.batch)], device, new_tokens=args.new_tokens,
-                           repeats=args.repeats)
-    original = cuda_mma.open_library
-
-    def forget() -> None:  # every cached library and runner, so that the next model opens its build's
-        sp24._libraries.clear()
-        for cache in (getattr(sp24_split, "_libraries", None), getattr(cuda_mma, "_libraries", None)):
-            if isinstance(cache, dict):
-                cache.clear()
-        op.clear_runners()
-        torch._dynamo.reset()
-
-    try:
-        for label, flags in builds.items():
-            cuda_mma.open_library = (lambda source, min_major, defines, flags=flags:
-                                     original(source, min_major=min_major, defines=tuple(defines) + flags))
-            forget()
-            runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, new_tokens=args.new_tokens,
-                                repeats=args.repeats, quantize=args.quantize, group_size=args.group_size)
-            results += [dataclasses.replace(r, weights=f"{r.weights}, build {label}")
-                        if isinstance(r, SpeedResult) else r for r in runs]
-            print(format_table(results, copy), flush=True)
-    finally:
-        cuda_mma.open_library = original
-        forget()
-    kept = f" + {args.quantize}" if args.quantize else ""
-    described = ", ".join(f"{label}: `{' '.join(flags) or 'no defines'}`" for label, flags in builds.items())
-    lines = [f"# Kernel builds A/B: {args.preset}, {args.pattern}{kept}, side by side", "",
-             environment_markdown("python " + " ".join(sys.argv), device), "",
-             f"Kernel settings: {op.settings_line()}", "",
-             f"Builds ({described}). One process: dense once, then the N:M model built under each build; decode "
-             f"steps compiled and captured in a CUDA graph ({args.new_tokens - 1} a generation after a 16-token "
-             f"prompt), median of {args.repeats}; ratio = tok/s / dense tok/s at the same batch.", "",
              format_table(results, copy), ""]
     write_report(args.out, "\n".join(lines))
     return 0

@@ -411,44 +411,6 @@ def test_glu_kernel_matches_float64(out, in_features, kind):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("glu", [False, True])
-def test_int8_row_scales_read_ahead_give_the_late_reads_bit_for_bit(glu, monkeypatch):
-    """int8 one-split launches copy their row scales into shared memory with the first weights. They give bit for
-    bit what the build that reads the scales in the epilogue gives (SP24_LATE_ROW_SCALES, a diagnostic build), and
-    match float64, with the last row tile cut short (an odd row count without GLU)."""
-    from sparsedecoding.kernels import cuda_mma
-    from sparsedecoding.kernels import sp24 as sp24_module
-    from sparsedecoding.kernels.autotune import Float64Reference
-    from sparsedecoding.kernels.sp24 import GluReference
-
-    out, in_features = (1024 + 32, 1024) if glu else (1001, 1024)
-    packed, dtype = _packed_on_gpu("int8", out, in_features, seed=41)
-    weight = packed.to_dense(torch.float64)
-    w = tile(packed, glu=glu)
-    xs = [torch.randn(batch, in_features, device="cuda").to(dtype) / 8 for batch in (1, 3, 16)]
-    launches = [(1, slices) for slices in ((1, 2, 4) if glu else (1, 2, 4, 8))] + [(None, None)]
-    original = cuda_mma.open_library
-    results = []
-    for extra in ((), ("-DSP24_LATE_ROW_SCALES=1",)):
-        monkeypatch.setattr(cuda_mma, "open_library", lambda source, min_major, defines, extra=extra: original(
-            source, min_major=min_major, defines=tuple(defines) + extra))
-        sp24_module._libraries.clear()
-        results.append([sp24_mm(x, w, splits, slices) for x in xs for splits, slices in launches])
-    monkeypatch.setattr(cuda_mma, "open_library", original)
-    sp24_module._libraries.clear()
-    assert all(torch.equal(a, b) for a, b in zip(*results))
-    ys = iter(results[0])
-    for x in xs:
-        reference = Float64Reference.of_rows(x, out, lambda r0, r1: weight[r0:r1].double())
-        if glu:
-            reference = GluReference(reference, dtype)
-        for launch in launches:
-            y = next(ys)
-            error = reference.error(y) if glu else float64_error(y, x, weight)
-            assert error <= 1, (glu, x.shape[0], launch)
-
-
-@pytest.mark.gpu
 def test_glu_rejects_eight_slices():
     w = tile(pack_nm(random_nm_weight(64, 256, 2, 4, torch.bfloat16, seed=3).cuda(), 2, 4), glu=True)
     with pytest.raises(KernelInputError, match="at most 4 slices"):

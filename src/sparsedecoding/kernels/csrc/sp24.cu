@@ -88,13 +88,6 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 #define SP24_ABLATE 0
 #endif
 
-// SP24_LATE_ROW_SCALES (diagnostics only, benchmarks/ablate_probe.py --builds): int8's row scales read in the
-// epilogue of a one-split launch, as before the twenty-third session, instead of with the first weights.
-#ifndef SP24_LATE_ROW_SCALES
-#define SP24_LATE_ROW_SCALES 0
-#endif
-constexpr bool kLateRowScales = SP24_LATE_ROW_SCALES != 0;
-
 template <int CODE>
 struct Steps {
   static constexpr int ks = CODE == 0 ? 8 : 16;                      // k-tiles per step
@@ -494,20 +487,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     if (active && wstep0 + b < wstep1)
       load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t, g,
                                       gk_shift, groups);
-  // CODE 8 with one split: the scales of the warp's rows (GLU: and of their up rows, the next row tile), copied into
-  // shared memory with the first weights. Read in the epilogue, they cost a memory round trip after the main loop,
-  // with nothing else in flight, before the kernel can finish and the next one start. An asynchronous copy holds no
-  // register through the main loop (the codes kernels use all 128). Lane l copies the word of rows 2l and 2l + 1.
-  __shared__ __align__(16) uint32_t scale_words[CODE == 8 ? kWarps : 1][16];
-  if constexpr (CODE == 8 && !kLateRowScales) {
-    if (splits == 1 && active && slice == 0 && !(glu && (warp & 1)) && lane < (glu ? 16 : 8)) {
-      const int first = 16 * tile_row + 2 * lane;
-      const int bytes = first + 1 < out ? 4 : first < out ? 2 : 0;  // zero-filled past the last row
-      const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(&scale_words[warp][lane]));
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to),
-                   "l"(row_scales + min(first, out - 1) / 2 * 2), "r"(bytes) : "memory");
-    }
-  }
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -656,15 +635,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       if (warp & 1) return;
     }
     if (!writes) return;
-    if constexpr (CODE == 8 && !kLateRowScales) {  // this warp's copies of its row scales, seen by all its lanes
-      asm volatile("cp.async.wait_all;\n" ::: "memory");
-      __syncwarp();
-    }
-    auto row_scale = [&](int row) {  // CODE 8: row's scale, row in this warp's tile or the next
-      if constexpr (kLateRowScales) return __bfloat162float(row_scales[row]);
-      return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(scale_words[CODE == 8 ? warp : 0])[
-          row - 16 * tile_row]);
-    };
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -673,10 +643,10 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         if (b < batch && row < out) {
           const float norm = NORM ? rsqrtf(cta_ss(b) / in + eps) : 1.f;
           float v = acc[j][e] * norm;
-          if constexpr (CODE == 8) v *= row_scale(row);
+          if constexpr (CODE == 8) v *= __bfloat162float(row_scales[row]);
           if (glu) {  // gate row `row`, up row `row + 16`: output row 16·(tile_row / 2) + g + 8·(e >> 1)
             float up = sums[warp + 1][4 * j + e][lane] * norm;
-            if constexpr (CODE == 8) up *= row_scale(row + 16);
+            if constexpr (CODE == 8) up *= __bfloat162float(row_scales[row + 16]);
             y[static_cast<size_t>(b) * (out / 2) + row - 8 * tile_row] = from_float<T>(silu_mul(v, up));
           } else {
             y[static_cast<size_t>(b) * out + row] = from_float<T>(v);
