@@ -399,6 +399,21 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
+  lease23d)  # the twenty-third session's fourth lease (no model): int8 pairs packed by a byte permute instead of the
+    # float-to-bf16 conversion (sp24.cu int8_pair): GPU tests, the kernel A/B, issue 13's rows
+    bash benchmarks/h200.sh bg kcache pack-tests pack-probe pack-quant ;;
+  pack-tests)  # gpu_tests_pack.log: the int8 GPU tests of tests/test_sp24.py (the permute against the conversion
+    # build bit for bit, and float64)
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24.py -k "int8" -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_pack.log" || true ;;
+  pack-probe)  # int8_pack_probe_h200.md: the int8 tuned launches at batch 1 (8B shapes) under both builds
+    timeout 200 python3 benchmarks/ablate_probe.py --kinds int8 --builds "permute pack=" \
+      "conversion pack=-DSP24_INT8_CVT_PACK=1" --out "$OUT/int8_pack_probe_h200.md" 2>&1 \
+      | grep -E "^\| int8|rror" || true ;;
+  pack-quant)  # quant_e2e_h200_head_int8_int8_pack.md: issue 13's engine rows (8B, batch 1, bf16 and int8 heads)
+    # with the permute packing, dense bf16 in the same run
+    timeout 330 python3 benchmarks/quant_e2e_bench.py --head int8 \
+      --out "$OUT/quant_e2e_h200_head_int8_int8_pack.md" 2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
   lease23c)  # run, dropped (results/row_scales_probe_h200.md; the code is in 9cc8459, which these steps need):
     # the twenty-third session's third lease (no model): int8's row scales copied with the first weights
     # (sp24.cu): GPU tests, the kernel A/B against the epilogue reads, the engine A/B, issue 13's rows
