@@ -399,7 +399,8 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease23d)  # the twenty-third session's fourth lease (no model): int8 pairs packed by a byte permute instead of the
+  lease23d)  # run, dropped (results/int8_pack_probe_h200.md; the code is in 8b5b2e0, which these steps need):
+    # the twenty-third session's fourth lease (no model): int8 pairs packed by a byte permute instead of the
     # float-to-bf16 conversion (sp24.cu int8_pair): GPU tests, the kernel A/B, issue 13's rows
     bash benchmarks/h200.sh bg kcache pack-tests pack-probe pack-quant ;;
   pack-tests)  # gpu_tests_pack.log: the int8 GPU tests of tests/test_sp24.py (the permute against the conversion

@@ -28,7 +28,6 @@ LIBRARIES = {
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
-    "sp24-int8-cvt-pack": ("sp24.cu", ("-DSP24_INT8_CVT_PACK=1",)),  # tests/test_sp24.py, ablate_probe.py --builds
 }
 
 

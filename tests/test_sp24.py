@@ -411,42 +411,6 @@ def test_glu_kernel_matches_float64(out, in_features, kind):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("glu", [False, True])
-def test_int8_pairs_packed_by_permute_give_the_conversion_bit_for_bit(glu, monkeypatch):
-    """int8 codes reach the MMAs as bf16 pairs packed by a byte permute of their exact floats; the diagnostic build
-    that packs them with the float-to-bf16 conversion (SP24_INT8_CVT_PACK) gives the same bits: plain, split-K,
-    sliced and RMSNorm launches, batch 1, 3 and 16."""
-    from sparsedecoding.kernels import cuda_mma
-    from sparsedecoding.kernels import sp24 as sp24_module
-    from sparsedecoding.kernels.sp24 import Sp24Launch
-
-    out, in_features = (1024 + 32, 1024) if glu else (1000, 1024)
-    packed, dtype = _packed_on_gpu("int8", out, in_features, seed=43)
-    w = tile(packed, glu=glu)
-    norm_weight = (1 + torch.randn(in_features, device="cuda") / 4).to(dtype)
-    xs = [torch.randn(batch, in_features, device="cuda").to(dtype) / 8 for batch in (1, 3, 16)]
-    launches = ((1, 1), (1, 2), (1, 4), (3, 1))
-    original = cuda_mma.open_library
-    results = []
-    for extra in ((), ("-DSP24_INT8_CVT_PACK=1",)):
-        monkeypatch.setattr(cuda_mma, "open_library", lambda source, min_major, defines, extra=extra: original(
-            source, min_major=min_major, defines=tuple(defines) + extra))
-        sp24_module._libraries.clear()
-        outputs = []
-        for x in xs:
-            for splits, slices in launches:
-                if splits < min_splits(w, x.shape[0]):
-                    continue
-                outputs.append(Sp24Launch(x, w, splits, slices)(x, w))
-                outputs.extend(Sp24Launch(x, w, splits, slices, norm=True)(x, w, None, norm_weight, 1e-6))
-        results.append(outputs)
-    monkeypatch.setattr(cuda_mma, "open_library", original)
-    sp24_module._libraries.clear()
-    assert len(results[0]) == len(results[1]) > 0
-    assert all(torch.equal(a, b) for a, b in zip(*results))
-
-
-@pytest.mark.gpu
 def test_glu_rejects_eight_slices():
     w = tile(pack_nm(random_nm_weight(64, 256, 2, 4, torch.bfloat16, seed=3).cuda(), 2, 4), glu=True)
     with pytest.raises(KernelInputError, match="at most 4 slices"):

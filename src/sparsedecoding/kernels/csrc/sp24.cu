@@ -148,19 +148,8 @@ __device__ __forceinline__ float silu_mul(float gate, float up) { return gate / 
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
-// Bytes k, k + 1 of w as a bf16 pair of their codes. A code (an integer of at most 8 significant bits) is exact in
-// bf16, so its float's upper half is its bf16: one byte permute packs the pair, where a conversion
-// (F2FP.BF16.F32.PACK_AB, a slower pipe than the ALU's) would round bits that are zero.
-// SP24_INT8_CVT_PACK (diagnostics only, benchmarks/ablate_probe.py --builds): the conversion, as before.
-#ifndef SP24_INT8_CVT_PACK
-#define SP24_INT8_CVT_PACK 0
-#endif
 __device__ __forceinline__ uint32_t int8_pair(uint32_t w, int k) {
-#if SP24_INT8_CVT_PACK
   return bf16x2_bits(__floats2bfloat162_rn(int8_code(w, k), int8_code(w, k + 1)));
-#else
-  return __byte_perm(__float_as_uint(int8_code(w, k)), __float_as_uint(int8_code(w, k + 1)), 0x7632);
-#endif
 }
 
 // int4: nibbles r and r + 4 of q (offset binary u = code + 8) as bf16 128 + u, minus 136: the codes, exactly.
