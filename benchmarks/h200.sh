@@ -399,6 +399,13 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
+  lease23e)  # run: 126 passed, 1 failed (the tuner-choice test of test_quantized.py launched the real kernel on CPU
+    # tensors; it now uses the test's device, verified on CPU only). The twenty-third session's fifth lease (no
+    # model): the Triton tuners as one `autotune.Tuner`, their GPU tests (w4, w8, nmq, overflow)
+    bash benchmarks/h200.sh bg kcache tuner-tests ;;
+  tuner-tests)  # gpu_tests_tuner.log: the tuned Triton kernels' tests on the GPU
+    timeout 400 python3 -m pytest -q tests/test_triton_w4.py tests/test_triton_w8.py tests/test_quantized.py \
+      tests/test_triton_overflow.py -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/gpu_tests_tuner.log" || true ;;
   lease23d)  # run, dropped (results/int8_pack_probe_h200.md; the code is in 8b5b2e0, which these steps need):
     # the twenty-third session's fourth lease (no model): int8 pairs packed by a byte permute instead of the
     # float-to-bf16 conversion (sp24.cu int8_pair): GPU tests, the kernel A/B, issue 13's rows

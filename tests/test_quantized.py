@@ -191,15 +191,15 @@ def test_tuner_times_both_designs_from_batch_2(batch):
 
 
 def test_tuner_rejects_a_wrong_candidate_and_picks_the_fastest_correct(monkeypatch):
-    """The tuner's choice with do_bench stubbed (no GPU): a candidate whose output is wrong is never chosen, even
-    when it would be the fastest, and is listed with the reason."""
+    """The tuner's choice with do_bench stubbed: a candidate whose output is wrong is never chosen, even when it
+    would be the fastest, and is listed with the reason; the choice is kept."""
     import triton
 
-    from sparsedecoding.kernels import triton_nmq
+    from sparsedecoding.kernels import autotune, triton_nmq
     from sparsedecoding.kernels.triton_nmq import NmqConfig
 
-    packed = pack_nm_quantized(grid_weight(8, 128, 2, 4, "int4", group_size=32), 2, 4, "int4", 32)
-    x = torch.randn(1, 128).bfloat16()
+    packed = pack_nm_quantized(grid_weight(8, 128, 2, 4, "int4", group_size=32), 2, 4, "int4", 32).to(DEVICE)
+    x = torch.randn(1, 128).bfloat16().to(DEVICE)  # the real kernel on a GPU (without one, the interpreter)
     wrong, slow, fast = NmqConfig(4, 2), NmqConfig(8, 2), NmqConfig(8, 2, design="tile")
     times, launched = {wrong: 1.0, slow: 3.0, fast: 2.0}, []
     launch = triton_nmq.launch_nmq
@@ -210,10 +210,15 @@ def test_tuner_rejects_a_wrong_candidate_and_picks_the_fastest_correct(monkeypat
 
     monkeypatch.setattr(triton_nmq, "launch_nmq", stub_launch)
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn: (fn(), times[launched[-1]])[1])
-    monkeypatch.setattr(triton_nmq, "_rejected", {})
-    assert triton_nmq._fastest_correct(x, packed, [wrong, slow, fast], "key") == fast
-    assert list(triton_nmq.rejected_candidates()["key"]) == [wrong]
-    assert "float64 bound" in triton_nmq.rejected_candidates()["key"][wrong]
+    monkeypatch.setattr(autotune, "interpreted", lambda: False)  # the choice itself, as on a GPU
+    monkeypatch.setattr(triton_nmq, "_tuner", autotune.Tuner("nmq_spmv"))
+    monkeypatch.setattr(triton_nmq, "candidate_configs", lambda *shape: [wrong, slow, fast])
+    assert triton_nmq.tuned_config(x, packed) == fast
+    assert len(launched) == 5  # three checked against float64, the two correct ones timed
+    key = triton_nmq.tuner_key(x, packed)
+    assert list(triton_nmq.rejected_candidates()[key]) == [wrong]
+    assert "float64 bound" in triton_nmq.rejected_candidates()[key][wrong]
+    assert triton_nmq.tuned_config(x, packed) == fast and len(launched) == 5  # kept: no second tuning
 
 
 def test_vector_input_and_entry_checks():

@@ -28,7 +28,7 @@ from triton.runtime.errors import OutOfResources
 
 from ..errors import KernelInputError
 from .format import dense_from_parts, values_per_word
-from .triton_spmv import SpmvConfig, compile_for, launch
+from .triton_spmv import SpmvConfig, compile_for, interpreted, launch
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def fastest_correct(kernel: str, key: tuple, candidates: list, run: Callable[[ob
                     reference: Float64Reference, rejected_store: dict) -> object:
     """The fastest by triton's do_bench of the `candidates` whose output `run(candidate)` compiles and matches the
     float64 `reference`; the others go into `rejected_store[key]` with the reason and are logged
-    (`passing_candidates`), never used. The per-kernel tuners of `triton_nmq` and `triton_w8` share this."""
+    (`passing_candidates`), never used. `Tuner` calls it for the per-kernel tuners."""
     rejected = {}
     for config in candidates:
         try:
@@ -167,6 +167,32 @@ def fastest_correct(kernel: str, key: tuple, candidates: list, run: Callable[[ob
     passed = passing_candidates(kernel, key, candidates, rejected)
     times = {config: triton.testing.do_bench(lambda config=config: run(config)) for config in passed}
     return min(times, key=times.get)
+
+
+class Tuner:
+    """One kernel's choices, problem by problem (a key of device, shape, batch, dtype, ...): the fastest candidate
+    that compiles and matches float64 (`fastest_correct`), chosen on first use and kept; under the Triton
+    interpreter the first candidate, untimed. The tuners of `triton_nmq`, `triton_w8`, `triton_w4` and
+    `triton_overflow` are instances."""
+
+    def __init__(self, kernel: str):
+        self.kernel = kernel
+        self.chosen: dict[tuple, object] = {}
+        self.rejected: dict[tuple, dict] = {}  # candidates that failed to compile or to match, and why
+
+    def config(self, key: tuple, candidates: Callable[[], list], run: Callable[[object], torch.Tensor],
+               reference: Callable[[], Float64Reference]) -> object:
+        """The choice for `key`; on first use `candidates()` are checked with `run(candidate)` against
+        `reference()` and timed."""
+        if key not in self.chosen:
+            listed = candidates()
+            self.chosen[key] = listed[0] if interpreted() else fastest_correct(
+                self.kernel, key, listed, run, reference(), self.rejected)
+        return self.chosen[key]
+
+    def rejected_candidates(self) -> dict[tuple, dict]:
+        """For every problem tuned so far: the candidates that failed to compile or to match float64, and why."""
+        return {key: dict(rejected) for key, rejected in self.rejected.items() if rejected}
 
 
 def _weight_copies(values: torch.Tensor, bitmask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:

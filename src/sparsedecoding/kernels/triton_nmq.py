@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..errors import KernelInputError
-from .autotune import Float64Reference, fastest_correct
+from .autotune import Float64Reference, Tuner
 from .format import values_per_word
 from .quantized import CODE_BITS, PackedNMQ
 from .triton_nmq_tile import nmq_tile_kernel
@@ -222,17 +222,7 @@ def candidate_configs(out_features: int, words: int, batch: int = 1) -> list[Nmq
     return configs
 
 
-_tuned: dict[tuple, NmqConfig] = {}
-_rejected: dict[tuple, dict[NmqConfig, str]] = {}  # candidates that failed to compile or to match, and why
-
-
-def _fastest_correct(x: torch.Tensor, packed: PackedNMQ, candidates: list[NmqConfig], key: tuple) -> NmqConfig:
-    """The fastest candidate by triton's do_bench among those that compile and match a float64 product within
-    the autotuner's bound; the others are logged and kept in `rejected_candidates()` (a kernel bug is reported,
-    never silently used)."""
-    reference = Float64Reference(x, packed.kept_values(), packed.bitmask)
-    return fastest_correct("nmq_spmv", key, candidates, lambda config: launch_nmq(x, packed, config), reference,
-                           _rejected)
+_tuner = Tuner("nmq_spmv")
 
 
 def tuner_key(x: torch.Tensor, packed: PackedNMQ) -> tuple:
@@ -245,16 +235,14 @@ def tuned_config(x: torch.Tensor, packed: PackedNMQ) -> NmqConfig:
     """The fastest correct one of `candidate_configs` (both designs) for this problem, checked and timed once per
     (device, shape, batch, format) with triton's do_bench (which clears the L2 between launches); under the
     interpreter the first candidate."""
-    key = tuner_key(x, packed)
-    if key not in _tuned:
-        candidates = candidate_configs(*packed.bitmask.shape, x.shape[0])
-        _tuned[key] = candidates[0] if interpreted() else _fastest_correct(x, packed, candidates, key)
-    return _tuned[key]
+    return _tuner.config(tuner_key(x, packed), lambda: candidate_configs(*packed.bitmask.shape, x.shape[0]),
+                         lambda config: launch_nmq(x, packed, config),
+                         lambda: Float64Reference(x, packed.kept_values(), packed.bitmask))
 
 
 def rejected_candidates() -> dict[tuple, dict[NmqConfig, str]]:
     """For every problem tuned so far: the candidates that failed to compile or to match float64, and why."""
-    return {key: dict(rejected) for key, rejected in _rejected.items() if rejected}
+    return _tuner.rejected_candidates()
 
 
 def nmq_spmv_triton(x: torch.Tensor, packed: PackedNMQ, config: NmqConfig | None = None) -> torch.Tensor:

@@ -25,9 +25,8 @@ import triton
 import triton.language as tl
 
 from ..errors import KernelInputError
-from .autotune import Float64Reference, fastest_correct
+from .autotune import Float64Reference, Tuner
 from .overflow import WORD, OverflowNM
-from .triton_spmv import interpreted
 
 MAX_BATCH = 16
 
@@ -148,8 +147,7 @@ def launch_overflow_add(x: torch.Tensor, slots: OverflowSlots, y: torch.Tensor, 
 
 
 _CANDIDATES = ((32, 8, 4), (64, 8, 4), (16, 8, 4), (32, 4, 4), (64, 4, 8), (128, 4, 8), (32, 16, 4))
-_tuned: dict[tuple, OverflowConfig] = {}
-_rejected: dict[tuple, dict[OverflowConfig, str]] = {}
+_tuner = Tuner("overflow_add")
 
 
 def candidate_configs() -> list[OverflowConfig]:
@@ -173,19 +171,13 @@ def float64_reference(x: torch.Tensor, slots: OverflowSlots, y: torch.Tensor) ->
 def tuned_config(x: torch.Tensor, slots: OverflowSlots, y: torch.Tensor) -> OverflowConfig:
     """The fastest correct candidate for this problem (device, shape, slots, batch, dtype), checked and timed once
     (on copies of y: the kernel adds in place); under the interpreter the first candidate."""
+    def run(config: OverflowConfig) -> torch.Tensor:
+        out = y.clone()
+        launch_overflow_add(x, slots, out, config)
+        return out
+
     key = (str(x.device), slots.shape, slots.slots, x.shape[0], str(x.dtype))
-    if key not in _tuned:
-        candidates = candidate_configs()
-        if interpreted():
-            _tuned[key] = candidates[0]
-        else:
-            def run(config: OverflowConfig) -> torch.Tensor:
-                out = y.clone()
-                launch_overflow_add(x, slots, out, config)
-                return out
-            _tuned[key] = fastest_correct("overflow_add", key, candidates, run, float64_reference(x, slots, y),
-                                          _rejected)
-    return _tuned[key]
+    return _tuner.config(key, candidate_configs, run, lambda: float64_reference(x, slots, y))
 
 
 def overflow_add_(x: torch.Tensor, slots: OverflowSlots, y: torch.Tensor,

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from ..errors import KernelInputError
-from .autotune import Float64Reference, fastest_correct
+from .autotune import Float64Reference, Tuner
 from .triton_spmv import interpreted
 
 MAX_BATCH = 16
@@ -232,8 +232,7 @@ def candidate_configs(out_features: int, in_features: int, batch: int, group: in
     return configs
 
 
-_tuned: dict[tuple, W4Config] = {}
-_rejected: dict[tuple, dict[W4Config, str]] = {}
+_tuner = Tuner("w4_mm")
 
 
 def float64_reference(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> Float64Reference:
@@ -253,17 +252,14 @@ def tuned_config(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) ->
     once; under the interpreter the first candidate."""
     group = 2 * weight.shape[1] // scales.shape[1]
     key = (str(x.device), tuple(weight.shape), x.shape[0], str(x.dtype), group)
-    if key not in _tuned:
-        candidates = candidate_configs(weight.shape[0], 2 * weight.shape[1], x.shape[0], group)
-        _tuned[key] = candidates[0] if interpreted() else fastest_correct(
-            "w4_mm", key, candidates, lambda config: launch_w4(x, weight, scales, config),
-            float64_reference(x, weight, scales), _rejected)
-    return _tuned[key]
+    return _tuner.config(key, lambda: candidate_configs(weight.shape[0], 2 * weight.shape[1], x.shape[0], group),
+                         lambda config: launch_w4(x, weight, scales, config),
+                         lambda: float64_reference(x, weight, scales))
 
 
 def rejected_candidates() -> dict[tuple, dict[W4Config, str]]:
     """For every problem tuned so far: the candidates that failed to compile or to match float64, and why."""
-    return {key: dict(rejected) for key, rejected in _rejected.items() if rejected}
+    return _tuner.rejected_candidates()
 
 
 def w4_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from ..errors import KernelInputError
-from .autotune import Float64Reference, fastest_correct
+from .autotune import Float64Reference, Tuner
 from .triton_spmv import interpreted
 
 MAX_BATCH = 16
@@ -150,8 +150,7 @@ def candidate_configs(out_features: int, in_features: int, batch: int) -> list[W
     return configs
 
 
-_tuned: dict[tuple, W8Config] = {}
-_rejected: dict[tuple, dict[W8Config, str]] = {}
+_tuner = Tuner("w8_mm")
 
 
 def float64_reference(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> Float64Reference:
@@ -164,17 +163,14 @@ def tuned_config(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) ->
     """The fastest correct candidate for this problem (device, shape, batch, dtype), checked and timed once; under
     the interpreter the first candidate."""
     key = (str(x.device), tuple(weight.shape), x.shape[0], str(x.dtype))
-    if key not in _tuned:
-        candidates = candidate_configs(*weight.shape, x.shape[0])
-        _tuned[key] = candidates[0] if interpreted() else fastest_correct(
-            "w8_mm", key, candidates, lambda config: launch_w8(x, weight, scales, config),
-            float64_reference(x, weight, scales), _rejected)
-    return _tuned[key]
+    return _tuner.config(key, lambda: candidate_configs(*weight.shape, x.shape[0]),
+                         lambda config: launch_w8(x, weight, scales, config),
+                         lambda: float64_reference(x, weight, scales))
 
 
 def rejected_candidates() -> dict[tuple, dict[W8Config, str]]:
     """For every problem tuned so far: the candidates that failed to compile or to match float64, and why."""
-    return {key: dict(rejected) for key, rejected in _rejected.items() if rejected}
+    return _tuner.rejected_candidates()
 
 
 def w8_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
