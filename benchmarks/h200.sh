@@ -399,6 +399,26 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
+  lease24)  # prepared at the end of the twenty-third session (no model): the fused greedy step
+    # (kernels/triton_greedy.py, SPARSEDECODING_FUSED_GREEDY, off by default): GPU tests, the engine A/B, then issue
+    # 13's rows with it on; about 9 minutes. If it wins, make it the default (kernels/op.py) and say so.
+    bash benchmarks/h200.sh bg kcache greedy-tests greedy-ab greedy-quant ;;
+  greedy-tests)  # gpu_tests_greedy.log: tests/test_triton_greedy.py and the tuner-choice test of test_quantized.py
+    # (fixed after the twenty-third session's last lease) on the GPU
+    { timeout 200 python3 -m pytest -q tests/test_triton_greedy.py -p no:cacheprovider 2>&1 | tail -4
+      timeout 60 python3 -m pytest -q tests/test_quantized.py -k tuner_rejects -p no:cacheprovider 2>&1 | tail -2
+    } | tee "$OUT/gpu_tests_greedy.log" || true ;;
+  greedy-ab)  # fused_greedy_h200_8b{,_int4}.md: SPARSEDECODING_FUSED_GREEDY 0 / 1 on the 8B preset's 2:4 models, side
+    # by side: int4 values at batch 1 and 4, bf16 at batch 1 and 4
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSED_GREEDY --values 0 1 \
+      --quantize int4 --batch 1 4 --repeats 2 --out "$OUT/fused_greedy_h200_8b_int4.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSED_GREEDY --values 0 1 \
+      --batch 1 4 --repeats 2 --out "$OUT/fused_greedy_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  greedy-quant)  # quant_e2e_h200_head_int8_fused_greedy.md: issue 13's engine rows (8B, batch 1, bf16 and int8
+    # heads) with SPARSEDECODING_FUSED_GREEDY=1 (dense and sparse alike), dense bf16 in the same run
+    SPARSEDECODING_FUSED_GREEDY=1 timeout 330 python3 benchmarks/quant_e2e_bench.py --head int8 \
+      --out "$OUT/quant_e2e_h200_head_int8_fused_greedy.md" 2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
   lease23e)  # run: 126 passed, 1 failed (the tuner-choice test of test_quantized.py launched the real kernel on CPU
     # tensors; it now uses the test's device, verified on CPU only). The twenty-third session's fifth lease (no
     # model): the Triton tuners as one `autotune.Tuner`, their GPU tests (w4, w8, nmq, overflow)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..errors import EngineError
-from ..kernels.op import MAX_BATCH, step_tune_setting
+from ..kernels.op import MAX_BATCH, fused_greedy_setting, step_tune_setting
 from .model import Transformer
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,14 @@ class Engine:
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
         self.position = torch.zeros(1, dtype=torch.long, device=self.device)
         self.seed = torch.zeros(1, dtype=torch.long, device=self.device)
+        # SPARSEDECODING_FUSED_GREEDY: a greedy step ends with one kernel (argmax into `token`, `position` advanced);
+        # its scratch is made at the first step (before any capture), for the logits' width
+        self.fused_greedy = sampling.temperature == 0 and fused_greedy_setting()
+        if self.fused_greedy:
+            from ..kernels import triton_greedy
+
+            self.fused_greedy = triton_greedy.available(self.device)
+        self.greedy_scratch = None
         self.graph = None
         self.step_choices = []  # with SPARSEDECODING_STEP_TUNE: how each 2:4 problem's launch was chosen
         if compile:
@@ -217,6 +225,13 @@ class Engine:
         """One decode step on the static buffers: the token at `position` goes in, the next token replaces it and
         the position advances."""
         logits = self.model(self.token, self.position, compiled=self.compiled)[:, -1]
+        if self.fused_greedy:
+            from ..kernels.triton_greedy import GreedyScratch, greedy_step
+
+            if self.greedy_scratch is None:
+                self.greedy_scratch = GreedyScratch.create(*logits.shape, self.device)
+            greedy_step(logits, self.token, self.position, self.greedy_scratch)
+            return
         self.token.copy_(sample(logits, self.sampling, self.seed, self.position)[:, None])
         self.position += 1
 

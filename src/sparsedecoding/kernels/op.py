@@ -61,6 +61,7 @@ SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
 STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
+FUSED_GREEDY_SETTING = "SPARSEDECODING_FUSED_GREEDY"
 DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
 DENSE_INT4_CHOICES = ("tinygemm", "triton")
 
@@ -185,6 +186,14 @@ def fused_attention_setting() -> bool:
     decides. "0": never. Measured faster side by side at every batch (1, 4, 8, 16) and cache length (272-4096
     positions) tried, bf16, int8 and int4 values: results/fused_attention_h200_8b*.md. Read when a model is built."""
     return _switch(FUSED_ATTENTION_SETTING, "1", "the fused decode-attention kernel")
+
+
+def fused_greedy_setting() -> bool:
+    """SPARSEDECODING_FUSED_GREEDY: "1" ends a greedy decode step with one kernel (`kernels.triton_greedy`: each
+    sequence's argmax into the token buffer, the position advanced) instead of the two-stage argmax, a copy and an
+    add, on CUDA (or under the Triton interpreter); "0" or unset: those. Off by default until it has been measured
+    on a GPU. Read when an Engine is built."""
+    return _switch(FUSED_GREEDY_SETTING, "0", "the greedy step's argmax, token write and position in one kernel")
 
 
 def step_tune_setting() -> bool:
@@ -333,7 +342,8 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             ATTENTION_EARLY_READS_SETTING: attention_early_reads_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting}
+            STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
+            FUSED_GREEDY_SETTING: fused_greedy_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 
