@@ -1,8 +1,8 @@
 """One Triton kernel for the end of a greedy decode step: each sequence's next token, the argmax of its logits, written
 into the engine's token buffer, and the position advanced by one.
 
-In a decode step captured in a CUDA graph these took six small kernels after the lm_head at batch 1 (the two-stage
-argmax of `engine.generate.two_stage_argmax`: a maximum per chunk, the chunk's argmax, a gather and the index
+In a decode step captured in a CUDA graph these took seven small kernels after the lm_head at batch 1 (the two-stage
+argmax of `engine.generate.two_stage_argmax`: a maximum per chunk, the chunk's argmax, a gather and two kernels of index
 arithmetic; the copy into the token buffer; the position's increment), about 20 us of kernel time a step on the H200
 (results/step_profile_h200_8b_int4_h8_fused_attention.md), each launched plainly after the one before.
 
