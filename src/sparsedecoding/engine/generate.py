@@ -158,6 +158,7 @@ class Engine:
             from ..kernels import triton_greedy
 
             self.fused_greedy = triton_greedy.available(self.device)
+            self._greedy_kernel = triton_greedy
         self.greedy_scratch = None
         self.graph = None
         self.step_choices = []  # with SPARSEDECODING_STEP_TUNE: how each 2:4 problem's launch was chosen
@@ -226,11 +227,9 @@ class Engine:
         the position advances."""
         logits = self.model(self.token, self.position, compiled=self.compiled)[:, -1]
         if self.fused_greedy:
-            from ..kernels.triton_greedy import GreedyScratch, greedy_step
-
             if self.greedy_scratch is None:
-                self.greedy_scratch = GreedyScratch.create(*logits.shape, self.device)
-            greedy_step(logits, self.token, self.position, self.greedy_scratch)
+                self.greedy_scratch = self._greedy_kernel.GreedyScratch.create(*logits.shape, self.device)
+            self._greedy_kernel.greedy_step(logits, self.token, self.position, self.greedy_scratch)
             return
         self.token.copy_(sample(logits, self.sampling, self.seed, self.position)[:, None])
         self.position += 1

@@ -4,7 +4,8 @@ into the engine's token buffer, and the position advanced by one.
 In a decode step captured in a CUDA graph these took seven small kernels after the lm_head at batch 1 (the two-stage
 argmax of `engine.generate.two_stage_argmax`: a maximum per chunk, the chunk's argmax, a gather and two kernels of index
 arithmetic; the copy into the token buffer; the position's increment), about 20 us of kernel time a step on the H200
-(results/step_profile_h200_8b_int4_h8_fused_attention.md), each launched plainly after the one before.
+(results/step_profile_h200_8b_int4_h8_fused_attention.md; matched to the code by their kernel names, not traced),
+each launched plainly after the one before.
 
 Programs (sequence, chunk of BLOCK logits). Each finds its chunk's maximum and the first position holding it, and
 the last program of a sequence to finish (counted with an atomic counter that it resets) picks the first chunk
