@@ -399,7 +399,35 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease24)  # prepared at the end of the twenty-third session (no model): the fused greedy step
+  lease24b)  # the twenty-fourth session's second lease (no model): dense int4 (and int8) weights on the sparse
+    # tensor-core kernel (sp24.tile_dense, SPARSEDECODING_DENSE_INT4=sp24): GPU tests; the benches run only if they
+    # all pass (/root/bg/dense_ok)
+    rm -f /root/bg/dense_ok
+    bash benchmarks/h200.sh bg kcache dense-tests dense-bench dense-ab dense-quant ;;
+  dense-tests)  # gpu_tests_dense.log: the dense mode's tests, the sparse kernel's float64 tests (its source changed)
+    { timeout 300 python3 -m pytest -q -m gpu tests/test_sp24_dense.py -p no:cacheprovider 2>&1 | tail -3
+      timeout 120 python3 -m pytest -q -m gpu tests/test_quantized.py tests/test_quantized_engine.py -k \
+        "dense_quantized_baseline or sparse_tensor_cores or quantized_head_equals" -p no:cacheprovider 2>&1 | tail -3
+      timeout 240 python3 -m pytest -q -m gpu tests/test_sp24.py -k \
+        "kernel_matches_float64 or dense_expansion or int4_with_any" -p no:cacheprovider 2>&1 | tail -3
+    } | tee "$OUT/gpu_tests_dense.log"
+    grep -qE "failed|error|rror" "$OUT/gpu_tests_dense.log" || touch /root/bg/dense_ok ;;
+  dense-bench)  # w4_h200.md: triton_w4, tinygemm and sp24's dense mode on the 8B and 14B shapes and lm_heads
+    [ -f /root/bg/dense_ok ] || exit 1
+    timeout 420 python3 benchmarks/w4_bench.py --out "$OUT/w4_h200.md" 2>&1 | grep -E "^\| [0-9]+ \||rror" || true ;;
+  dense-ab)  # dense_int4_ab_h200_8b.md: SPARSEDECODING_DENSE_INT4 tinygemm / sp24 side by side, the 8B preset's
+    # dense int4 and 2:4 + int4 models, both with an int4 lm_head, batch 1 and 4
+    [ -f /root/bg/dense_ok ] || exit 1
+    timeout 400 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_DENSE_INT4 --values tinygemm sp24 \
+      --quantize int4 --head int4 --quantized-dense --batch 1 4 --repeats 2 \
+      --out "$OUT/dense_int4_ab_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  dense-quant)  # quant_e2e_h200_head_int4_sp24.md: issue 13's engine rows with SPARSEDECODING_DENSE_INT4=sp24 and
+    # an int4 lm_head (dense int4 blocks and the int4 heads on sp24's dense mode), dense bf16 in the same run
+    [ -f /root/bg/dense_ok ] || exit 1
+    SPARSEDECODING_DENSE_INT4=sp24 timeout 400 python3 benchmarks/quant_e2e_bench.py --head int4 \
+      --out "$OUT/quant_e2e_h200_head_int4_sp24.md" 2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
+  lease24)  # run (the twenty-fourth session's first lease; greedy is now the default, results/fused_greedy_h200_8b*.md):
+    # prepared at the end of the twenty-third session (no model): the fused greedy step
     # (kernels/triton_greedy.py, SPARSEDECODING_FUSED_GREEDY, off by default): GPU tests, the engine A/B, then issue
     # 13's rows with it on; about 9 minutes. If it wins, make it the default (kernels/op.py) and say so.
     bash benchmarks/h200.sh bg kcache greedy-tests greedy-ab greedy-quant ;;

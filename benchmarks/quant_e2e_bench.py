@@ -24,7 +24,8 @@ from sparsedecoding.engine.bench import (SpeedResult, bench_preset, check_group_
                                          format_table, run_label)
 from sparsedecoding.engine.config import preset
 from sparsedecoding.errors import SparseDecodingError
-from sparsedecoding.kernels.op import KERNEL_SETTING, SPARSE_MMA_SETTING, settings_line
+from sparsedecoding.kernels.op import (DENSE_INT4_SETTING, KERNEL_SETTING, SPARSE_MMA_SETTING, dense_int4_setting,
+                                       settings_line)
 from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
@@ -75,6 +76,10 @@ def head_lines(results: list, name: str, patterns: list[SparsityPattern], group_
     return lines + [""]
 
 
+DENSE_INT4_KERNELS = {"tinygemm": "PyTorch's `_weight_int4pack_mm` (tinygemm)", "triton": "our `triton_w4` kernel",
+                      "sp24": "the sparse tensor-core kernel's dense mode (`sp24.tile_dense`)"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="llama-3.1-8b")
@@ -114,7 +119,7 @@ def main() -> int:
              f"and captured in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense bf16 tok/s at the same "
              f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 runs "
              f"our `triton_w8` kernel (reports before 2026-12-01 ran PyTorch's `_weight_int8pack_mm`), dense int4 "
-             f"PyTorch's `_weight_int4pack_mm`; 2:4 ones the sparse tensor-core kernel `sp24` under "
+             f"{DENSE_INT4_KERNELS[dense_int4_setting()]} ({DENSE_INT4_SETTING}, an int4 lm_head too); 2:4 ones the sparse tensor-core kernel `sp24` under "
              f"{KERNEL_SETTING}=auto (the engine tiles them, `kernels/sp24_linear.py`), other N:M patterns and the "
              "other settings the quantized Triton kernel `nmq_spmv`.", "",
              settings_line() + f" ({KERNEL_SETTING}=cuda with {SPARSE_MMA_SETTING}=1: every 2:4 linear on sparse "

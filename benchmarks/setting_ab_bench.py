@@ -4,6 +4,10 @@ bench` (random weights, decode steps compiled and captured in a CUDA graph, medi
 
     python benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 0 1 \\
         --preset llama-3.1-8b --batch 1 4 --out results/fuse_norm_h200_8b.md
+
+With `--quantize`, the kept values are int8 / int4; `--head` quantizes lm_head too; `--quantized-dense` also runs
+the dense weight-only quantized model under each value (for settings of the dense-quantized path, such as
+SPARSEDECODING_DENSE_INT4).
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ def main() -> int:
     parser.add_argument("--quantize", choices=["int8", "int4"],
                         help="quantize the N:M model's kept values (the dense baseline stays bf16)")
     parser.add_argument("--group-size", type=int, default=128, help="int4: columns a scale (default: 128)")
+    parser.add_argument("--head", choices=["int8", "int4"], help="with --quantize: lm_head dense int8 / int4 too")
+    parser.add_argument("--quantized-dense", action="store_true",
+                        help="with --quantize: the dense quantized model under each value too")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     from sparsedecoding.errors import SparseDecodingError
@@ -43,12 +50,14 @@ def main() -> int:
 
     if args.new_tokens < 2:
         parser.error(f"--new-tokens {args.new_tokens}: a generation needs at least 2 (one decode step timed)")
+    if (args.head or args.quantized_dense) and not args.quantize:
+        parser.error("--head and --quantized-dense go with --quantize")
     known = op.SETTINGS
     if args.setting not in known:
         parser.error(f"--setting {args.setting}: not a setting the engine reads; use one of {', '.join(known)}")
 
     try:  # the group size too, before the first model is built
-        check_group_size(preset(args.preset), args.quantize, args.group_size)
+        check_group_size(preset(args.preset), args.quantize, args.group_size, args.head)
     except SparseDecodingError as exc:
         parser.error(str(exc))
     original = os.environ.get(args.setting)
@@ -75,18 +84,21 @@ def main() -> int:
         os.environ[args.setting] = value
         torch._dynamo.reset()  # no compiled block reused from the previous value: each is compiled under its own
         op.clear_runners()  # nor a kernel runner built under it
-        runs = bench_preset(args.preset, [(args.pattern, args.batch)], device, new_tokens=args.new_tokens,
-                            repeats=args.repeats,
-                            quantize=args.quantize, group_size=args.group_size)
+        plan = ([(None, args.batch)] if args.quantized_dense else []) + [(args.pattern, args.batch)]
+        runs = bench_preset(args.preset, plan, device, new_tokens=args.new_tokens, repeats=args.repeats,
+                            quantize=args.quantize, group_size=args.group_size, head=args.head)
         results += [dataclasses.replace(r, weights=f"{r.weights}, {args.setting}={value}")
                     if isinstance(r, SpeedResult) else r for r in runs]
         print(format_table(results, copy), flush=True)
     restore()
     kept = f" + {args.quantize}" if args.quantize else ""
+    kept += f", {args.head} lm_head" if args.head else ""
+    kept += ", and dense quantized" if args.quantized_dense else ""
     lines = [f"# {args.setting} A/B: {args.preset}, {args.pattern}{kept}, side by side", "",
              environment_markdown("python " + " ".join(sys.argv), device), "",
              f"Kernel settings outside the A/B (the dense model ran under these): {op.settings_line()}", "",
-             "One process: dense once, then the N:M model built under each value; decode steps compiled and captured "
+             "One process: dense once, then the N:M model (and with --quantized-dense the dense quantized one) built "
+             "under each value; decode steps compiled and captured "
              f"in a CUDA graph ({args.new_tokens - 1} a generation after a 16-token prompt, a KV cache of "
              f"{-(-(16 + args.new_tokens) // 16) * 16} positions), median of {args.repeats}; ratio = tok/s / dense "
              "tok/s at the same batch.", "",

@@ -253,14 +253,17 @@ def test_tuned_kernel_on_gpu_matches_float64(quantize, batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("quantize,kernel", [("int8", "triton"), ("int4", "triton"), ("int4", "tinygemm")])
+@pytest.mark.parametrize("quantize,kernel", [("int8", "triton"), ("int4", "triton"), ("int4", "tinygemm"),
+                                             ("int4", "sp24")])
 def test_dense_quantized_baseline_on_gpu_matches_float64(quantize, kernel, monkeypatch):
-    """Our int8 kernel; int4 through our triton_w4 kernel (the default) or PyTorch's tinygemm with our layout for it
-    (tinygemm's nibble order and scale-and-zero tensor); above 16 rows the dequantized weight."""
+    """Our int8 kernel; int4 through our triton_w4 kernel, PyTorch's tinygemm with our layout for it (tinygemm's
+    nibble order and scale-and-zero tensor) or the sparse tensor-core kernel's dense mode; above 16 rows the
+    dequantized weight."""
     monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", kernel)
     weight = grid_weight(512, 4096, 1, 2, quantize, group_size=128).cuda()
     dense = DenseQuantized.from_codes(solvers.quantization_codes(weight, quantize, 128))
-    assert dense.layout == ("w4" if quantize == "int4" and kernel == "triton" else "torch")
+    layout = {"triton": "w4", "sp24": "sp24"}.get(kernel, "torch") if quantize == "int4" else "torch"
+    assert dense.layout == layout
     for batch in (1, 8, 16, 20):
         x = torch.randn(batch, 4096, device="cuda").bfloat16()
         assert max_error(dense(x), x, pack_nm_quantized(weight.cpu(), 1, 2, quantize, group_size=128)) <= 1

@@ -228,6 +228,16 @@ def test_cuda_graph_decode_with_a_quantized_head_equals_eager(head):
     _compiled_decode_equals_eager(SparsityPattern.parse("2:4"), "int4", head)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", [None, "2:4"])
+def test_cuda_graph_decode_with_dense_int4_on_sparse_tensor_cores_equals_eager(pattern, monkeypatch):
+    """SPARSEDECODING_DENSE_INT4=sp24: the dense int4 blocks (pattern None) and the int4 lm_head run the sparse
+    tensor-core kernel's dense mode, eager and compiled alike."""
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "sp24")
+    model = _compiled_decode_equals_eager(pattern and SparsityPattern.parse(pattern), "int4", "int4")
+    assert model.output.layout_device is None and model.output.scales.dim() == 1
+
+
 def _compiled_decode_equals_eager(pattern, quantize, head=None):
     args = ModelArgs(architecture="llama", vocab_size=512, dim=256, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=64,
                      intermediate_size=512, norm_eps=1e-5, rope_theta=10000.0)
@@ -244,6 +254,7 @@ def _compiled_decode_equals_eager(pattern, quantize, head=None):
             logits = model.logits(model.hidden(sequence, torch.arange(sequence.shape[1], device="cuda"))[:, -1])
         top = logits.float()[0].topk(2).values
         assert top[0] - top[1] <= top[0].abs() / 32, (first, top)
+    return model
 
 
 def test_pack_manifest_records_the_quantization_per_tensor(pruned, tmp_path):

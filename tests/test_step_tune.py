@@ -93,9 +93,12 @@ def test_choosing_an_unchecked_launch_is_an_error():
 
 
 def test_problem_text_names_shape_values_rows_norm_and_glu():
-    key = ("cuda", torch.Size([1, 4096]), torch.bfloat16, "cuda", (28672, 4096), 4, 7, 64, True, True, True, True,
-           None)
+    key = ("cuda", torch.Size([1, 4096]), torch.bfloat16, "cuda", (28672, 4096), 4, 7, 64, True, False, True, True,
+           True, None)
     assert sp24.problem_text(key) == "28672x4096 int4, 1 rows, norm, GLU"
+    dense = ("cuda", torch.Size([4, 4096]), torch.bfloat16, "cuda", (128256, 4096), 4, 3, 16, False, True, False,
+             True, True, None)
+    assert sp24.problem_text(dense) == "128256x4096 dense int4, 4 rows"
 
 
 @pytest.mark.parametrize("value,expected", [(None, True), ("1", True), ("0", False), ("yes", None)])

@@ -63,7 +63,7 @@ SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
 STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
 FUSED_GREEDY_SETTING = "SPARSEDECODING_FUSED_GREEDY"
 DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
-DENSE_INT4_CHOICES = ("tinygemm", "triton")
+DENSE_INT4_CHOICES = ("tinygemm", "triton", "sp24")
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -191,9 +191,10 @@ def fused_attention_setting() -> bool:
 def fused_greedy_setting() -> bool:
     """SPARSEDECODING_FUSED_GREEDY: "1" ends a greedy decode step with one kernel (`kernels.triton_greedy`: each
     sequence's argmax into the token buffer, the position advanced) instead of the two-stage argmax, a copy and an
-    add, on CUDA (or under the Triton interpreter); "0" or unset: those. Off by default until it has been measured
-    on a GPU. Read when an Engine is built."""
-    return _switch(FUSED_GREEDY_SETTING, "0", "the greedy step's argmax, token write and position in one kernel")
+    add, on CUDA (or under the Triton interpreter); "0": those. Default "1": side by side on the 8B preset's 2:4
+    models 0.99x the step time at batch 1 and 4, bf16 and int4 values (results/fused_greedy_h200_8b*.md). Read when
+    an Engine is built."""
+    return _switch(FUSED_GREEDY_SETTING, "1", "the greedy step's argmax, token write and position in one kernel")
 
 
 def step_tune_setting() -> bool:
@@ -213,11 +214,14 @@ def dense_int4_setting() -> str:
     in/2] and scales [out, groups], the same on every device) up to 16 rows of x on CUDA, the dequantized weight
     above 16 rows and on CPU. Against tinygemm on the 8B and 14B shapes and lm_heads (results/w4_h200.md, geomean
     of time ratios): 0.73x at batch 1, 0.86x at 4, 2.40x at 16; so tinygemm, faster at batch 1, is the default.
+    "sp24": the sparse tensor-core kernel's dense mode (`sp24.tile_dense`: the weight as the kept values of a 2:4
+    weight of twice the columns whose metadata is one constant, not loaded), the same layout on every device, up to
+    16 rows of bf16 x on CUDA, the dequantized weight elsewhere; needs rows and columns in multiples of 16.
     KernelChoiceError for anything else."""
     value = os.environ.get(DENSE_INT4_SETTING, "").strip().lower() or "tinygemm"
     if value not in DENSE_INT4_CHOICES:
-        raise KernelChoiceError(f"{DENSE_INT4_SETTING}={value!r}; use tinygemm (PyTorch's int4 kernel) or triton "
-                                "(ours)")
+        raise KernelChoiceError(f"{DENSE_INT4_SETTING}={value!r}; use tinygemm (PyTorch's int4 kernel), triton "
+                                "(ours) or sp24 (our sparse tensor-core kernel's dense mode)")
     return value
 
 

@@ -250,8 +250,10 @@ class DenseQuantized:
     [out, in/2] and `scales` [out, in/group_size] in the activations' dtype;
     int4 under tinygemm (the default): `weight` the output of `_convert_weight_to_int4pack` (`_for_cpu` on CPU: the layouts
     differ), `scales` the [in/group_size, out, 2] scale-and-zero tensor of `_weight_int4pack_mm`, whose
-    dequantization is (q − 8)·scale + zero with q = code + 8 and zero = 0 for our symmetric grids.
-    The two int4 layouts differ in the scales' rank, which `dense_quantized_mm` reads."""
+    dequantization is (q − 8)·scale + zero with q = code + 8 and zero = 0 for our symmetric grids;
+    int4 under SPARSEDECODING_DENSE_INT4=sp24: the sparse tensor-core kernel's dense mode (`sp24.tile_dense`), the
+    same on every device, `weight` its tiled values (uint8, flat) and `scales` its tiled scales (bfloat16, flat).
+    The three int4 layouts differ in the scales' rank (2, 3, 1), which `dense_quantized_mm` reads."""
 
     weight: torch.Tensor
     scales: torch.Tensor
@@ -272,6 +274,13 @@ class DenseQuantized:
 
             weight, scales = pack_w4(grid.codes, grid.scales, dtype)
             return cls(weight, scales, "int4", grid.group_size, (out, in_features))
+        if dense_int4_setting() == "sp24":
+            if dtype != torch.bfloat16:
+                raise KernelInputError(f"SPARSEDECODING_DENSE_INT4=sp24 runs bfloat16 activations; got {dtype}")
+            from .sp24 import tile_dense
+
+            tiled = tile_dense(grid.codes, grid.scales, "int4", grid.group_size)
+            return cls(tiled.a, tiled.scales, "int4", grid.group_size, (out, in_features))
         unsigned = grid.codes.to(torch.int32) + 8
         if grid.codes.device.type == "cuda":  # tinygemm takes uint8 pairs with the first value in the high nibble
             pairs = (unsigned[:, 0::2] << 4 | unsigned[:, 1::2]).to(torch.uint8)
@@ -287,8 +296,11 @@ class DenseQuantized:
 
     @property
     def layout(self) -> str:
-        """"w4" for `triton_w4`'s int4 layout, "torch" for PyTorch's layouts."""
-        return "w4" if self.quantize == "int4" and self.scales.dim() == 2 else "torch"
+        """"w4" for `triton_w4`'s int4 layout, "sp24" for the sparse tensor-core kernel's dense one, "torch" for
+        PyTorch's layouts."""
+        if self.quantize == "int4" and self.scales.dim() < 3:
+            return "w4" if self.scales.dim() == 2 else "sp24"
+        return "torch"
 
 
 @torch.library.custom_op("sparsedecoding::w4_mm", mutates_args=())
@@ -320,8 +332,10 @@ def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tens
     """y = x·Wᵀ for x [b, in] in the scales' dtype and W given as the parts of a `DenseQuantized`. Dense int8 on
     CUDA runs our `triton_w8` kernel up to 16 rows (the op `sparsedecoding::w8_mm`, opaque to torch.compile and
     tuned on its first, eager call); int4 in `triton_w4`'s layout (2-d scales) our `triton_w4` kernel up to 16 rows
-    on CUDA (the op `sparsedecoding::w4_mm`) and the dequantized weight otherwise, int4 in PyTorch's layout its
-    tinygemm `_weight_int4pack_mm`."""
+    on CUDA (the op `sparsedecoding::w4_mm`) and the dequantized weight otherwise, int4 in the sparse tensor-core
+    kernel's dense layout (1-d scales) that kernel up to 16 rows on CUDA (the op `sparsedecoding::sp24_mm`, tuned on
+    its first, eager call) and the dequantized weight otherwise, int4 in PyTorch's layout its tinygemm
+    `_weight_int4pack_mm`."""
     if quantize == "int8":
         if x.device.type == "cuda":  # our kernel up to 16 rows (PyTorch's runs at 0.05-0.09x cuBLAS there)
             from .op import MAX_BATCH
@@ -330,6 +344,15 @@ def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tens
                 return torch.ops.sparsedecoding.w8_mm(x, weight, scales)
             return torch.nn.functional.linear(x, weight.to(x.dtype)) * scales
         return torch.ops.aten._weight_int8pack_mm(x, weight, scales)
+    if scales.dim() == 1:  # the sparse tensor-core kernel's dense layout
+        from . import sp24
+        from .op import MAX_BATCH
+
+        w = sp24.dense_from_parts(weight, scales, x.shape[-1], "int4", group_size)
+        if x.device.type == "cuda" and 0 < x.shape[0] <= MAX_BATCH:
+            return torch.ops.sparsedecoding.sp24_mm(x, w.a, None, w.scales, None, w.shape[0], w.shape[1], w.code,
+                                                    w.steps, w.gk_shift, w.groups, False, None, None, True)
+        return torch.nn.functional.linear(x, sp24.to_dense(w).to(x.dtype))
     if scales.dim() == 2:  # triton_w4's layout
         from .op import MAX_BATCH
 

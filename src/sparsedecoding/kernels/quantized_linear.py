@@ -87,7 +87,7 @@ class DenseQuantizedLinear(torch.nn.Module):
         super().__init__()
         self.quantize, self.group_size = dense.quantize, dense.group_size
         self.out_features, self.in_features = dense.shape
-        # PyTorch's int4 layouts differ between CPU and CUDA; triton_w4's is plain bytes
+        # PyTorch's int4 layouts differ between CPU and CUDA; triton_w4's and sp24's are the same on every device
         self.layout_device = dense.weight.device.type if dense.layout == "torch" else None
         self.register_buffer("qweight", dense.weight)
         self.register_buffer("scales", dense.scales)

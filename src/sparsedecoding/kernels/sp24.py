@@ -57,10 +57,12 @@ class Sp24Weight:
     `groups` groups per row tile). `a`, `meta` and `scales` are flat uint8 / int32 / bf16 tensors. `glu`: a
     gate|up weight (gate rows, then as many up rows) tiled in row-tile pairs (`glu_order`); the kernel then gives
     silu(gate)·up, `out_features` = out / 2 columns. `over_v` (values of `dtype`) and `over_o` (uint8): the
-    overflow slots of a 16:32+K weight (`tile_overflow`), or None."""
+    overflow slots of a 16:32+K weight (`tile_overflow`), or None. `dense`: a dense int8 / int4 weight
+    (`tile_dense`) of `shape` [out, in], tiled as the 2:4 [out, 2·in] weight that keeps positions 0 and 1 of every
+    group; its metadata is one constant word, not stored (`meta` None)."""
 
     a: torch.Tensor
-    meta: torch.Tensor
+    meta: torch.Tensor | None
     scales: torch.Tensor | None
     row_scales: torch.Tensor | None
     shape: tuple[int, int]
@@ -72,6 +74,12 @@ class Sp24Weight:
     glu: bool = False
     over_v: torch.Tensor | None = None
     over_o: torch.Tensor | None = None
+    dense: bool = False
+
+    @property
+    def tiled_in(self) -> int:
+        """Columns of the tiled 2:4 layout (the kernel's `in`): in, or 2·in for a dense weight."""
+        return 2 * self.shape[1] if self.dense else self.shape[1]
 
     @property
     def out_features(self) -> int:
@@ -93,9 +101,9 @@ class Sp24Weight:
     def _map(self, fn) -> Sp24Weight:
         def apply(t):
             return None if t is None else fn(t)
-        return Sp24Weight(fn(self.a), fn(self.meta), apply(self.scales), apply(self.row_scales), self.shape,
+        return Sp24Weight(fn(self.a), apply(self.meta), apply(self.scales), apply(self.row_scales), self.shape,
                           self.code, self.dtype, self.steps, self.gk_shift, self.groups, self.glu,
-                          apply(self.over_v), apply(self.over_o))
+                          apply(self.over_v), apply(self.over_o), self.dense)
 
 
 def meta_codes(bitmask: torch.Tensor) -> torch.Tensor:
@@ -211,6 +219,68 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
     return Sp24Weight(a, meta_t, scales, row_scales, (out, in_features), code, dtype, steps, gk_shift, groups)
 
 
+_DENSE_MASK = 0x33333333  # bitmask word of the 2:4 weight that holds a dense one: positions 0 and 1 of each group
+
+
+def tile_dense(codes: torch.Tensor, scales: torch.Tensor, quantize: str, group_size: int) -> Sp24Weight:
+    """The tiled layout of a dense int8 / int4 weight W[o, i] = codes[o, i]·scales[o, i // group_size] (codes int8
+    [out, in], scales [out, in / group_size]; int8: group_size = in), for the kernel's dense mode: W as the kept
+    values of the 2:4 [out, 2·in] weight that keeps positions 0 and 1 of every group, so that each MMA group holds
+    two adjacent columns of W (sp24.cu, DENSE). Needs out a multiple of 16 (the tile's rows: the layout keeps no
+    row count) and in a multiple of 16; int4 a power-of-two multiple of 16 columns a scale. KernelInputError
+    otherwise."""
+    out, in_features = codes.shape
+    if quantize not in ("int8", "int4"):
+        raise KernelInputError(f"the dense tensor-core path runs int8 or int4 codes; got {quantize!r}")
+    if out % 16 or in_features % 16:
+        raise KernelInputError(f"a dense weight on the sparse tensor-core kernel needs rows and columns in multiples "
+                               f"of 16; got {out} x {in_features}")
+    if quantize == "int4" and (group_size % 16 or group_size & (group_size - 1) or in_features % group_size):
+        raise KernelInputError(f"int4 group size {group_size}: the dense tensor-core path needs a power of two of "
+                               f"at least 16 columns that divides in_features {in_features}")
+    wide = 2 * in_features
+    bitmask = torch.full((out, wide // 32), _DENSE_MASK, dtype=torch.int32, device=codes.device)
+    if quantize == "int8":
+        packed = PackedNMQ(codes.to(torch.int8).contiguous(), scales.reshape(out, 1).to(torch.bfloat16), bitmask,
+                           2, 4, (out, wide), "int8", wide)
+    else:
+        nibbles = codes.to(torch.int32) & 0xF
+        pairs = (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).to(torch.uint8)
+        packed = PackedNMQ(pairs.contiguous(), scales.to(torch.bfloat16).contiguous(), bitmask, 2, 4, (out, wide),
+                           "int4", 2 * group_size)
+    return replace(tile(packed), meta=None, shape=(out, in_features), dense=True)
+
+
+def dense_from_parts(a: torch.Tensor, scales: torch.Tensor, in_features: int, quantize: str,
+                     group_size: int) -> Sp24Weight:
+    """A `tile_dense` weight from its tiled values `a` and scales (int4: tiled; int8: the row scales [out]) and
+    the dense width: the rest of its fields follow from them (out is a multiple of 16)."""
+    code = 8 if quantize == "int8" else 4
+    steps = -(-(2 * in_features // 32) // STEP_TILES[code])
+    row_tiles = a.numel() // (steps * 8 * 512 if code == 8 else steps * 4 * 512)
+    if code == 8:
+        return Sp24Weight(a, None, None, scales, (16 * row_tiles, in_features), 8, torch.bfloat16, steps,
+                          dense=True)
+    group_tiles = group_size // 16  # k-tiles (32 columns of the expanded weight) a scale
+    groups = -(-steps * STEP_TILES[code] // group_tiles)
+    return Sp24Weight(a, None, scales, None, (16 * row_tiles, in_features), 4, torch.bfloat16, steps,
+                      group_tiles.bit_length() - 1, groups, dense=True)
+
+
+def _meta_of(w: Sp24Weight) -> torch.Tensor:
+    """w's tiled metadata words; for a dense weight the constant word, as the kernel takes it."""
+    if w.meta is not None:
+        return w.meta
+    size = -(-w.shape[0] // 16) * w.steps * 16 * STEP_TILES[w.code]
+    return torch.full((size,), _PAD_META, dtype=torch.int32, device=w.a.device)
+
+
+def compact(wide: torch.Tensor) -> torch.Tensor:
+    """The dense [rows, in] weight of its [rows, 2·in] 2:4 form (positions 0 and 1 of every group)."""
+    rows, columns = wide.shape
+    return wide.reshape(rows, columns // 4, 4)[:, :, :2].reshape(rows, columns // 2)
+
+
 OVER_SLOTS = 2  # overflow slots a row and 32-column word that the kernel reads (sp24.cu, OVER)
 OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0, 3)))  # op.sp24_over_loop_setting -> sp24_launch's over_loop
 COLUMNS = 3  # the over_loop whose column copy of x is built only into the library with SP24_COLUMNS (sp24.cu)
@@ -319,17 +389,18 @@ def _lanes_to_kept(lanes: torch.Tensor, out: int, kept_per_row: int) -> torch.Te
 
 def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
     """The packed weight (`PackedNM`, or `PackedNMQ` for codes) that `tile` made `w` from, exactly (rows in their
-    original order for a GLU weight); on w's device. A weight with overflow slots raises KernelInputError
+    original order for a GLU weight); on w's device. For a dense weight, its 2:4 form of twice the columns (`compact`
+    of its `to_dense` is the weight). A weight with overflow slots raises KernelInputError
     (its 2:4 part alone is `untile(replace(w, over_v=None, over_o=None))`, its slots `untile_slots`)."""
     if w.over_v is not None:
         raise KernelInputError("this tiled weight has overflow slots, which a packed 2:4 weight cannot hold")
     if w.glu:
         order = glu_order(w.shape[0], w.a.device)
         return _rows(untile(replace(w, glu=False)), torch.argsort(order))
-    out, in_features = w.shape
+    out, in_features = w.shape[0], w.tiled_in
     ks = STEP_TILES[w.code]
     row_tiles, tiles = -(-out // 16), w.steps * ks
-    words = w.meta.to(torch.int64).view(row_tiles, w.steps, 8, 2, ks) & 0xFFFFFFFF
+    words = _meta_of(w).to(torch.int64).view(row_tiles, w.steps, 8, 2, ks) & 0xFFFFFFFF
     words = words.permute(0, 2, 1, 4, 3).reshape(row_tiles, 8, tiles, 2)  # tile g s t
     rows_g = (words[..., 0] & 0xFFFF) | ((words[..., 1] & 0xFFFF) << 16)
     rows_g8 = (words[..., 0] >> 16) | ((words[..., 1] >> 16) << 16)
@@ -368,6 +439,8 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
         return plain + _slot_rows(values.cpu(), columns.cpu(), 0, w.shape[0], torch.float64)
     if w.glu:
         return tiled_to_dense(replace(w, glu=False))[torch.argsort(glu_order(w.shape[0]))]
+    if w.dense:
+        return compact(tiled_to_dense(replace(w, meta=_meta_of(w), shape=(w.shape[0], w.tiled_in), dense=False)))
     out, in_features = w.shape
     ks = STEP_TILES[w.code]
     row_tiles, tiles = -(-out // 16), w.steps * ks
@@ -419,9 +492,11 @@ def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
-                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int])
+                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
+                                            + [ctypes.c_int] * 2)
             library.sp24_dense_launch.restype = ctypes.c_int
-            library.sp24_dense_launch.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
+            library.sp24_dense_launch.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
+                                                  + [ctypes.c_int])
             library.sp24_error_string.restype = ctypes.c_char_p
             library.sp24_error_string.argtypes = [ctypes.c_int]
             library.sp24_rows_per_block.restype = ctypes.c_int
@@ -479,7 +554,7 @@ def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
         raise KernelInputError(f"batch {batch} is outside 1..{MAX_BATCH}")
     if not x.is_contiguous():
         raise KernelInputError("x is not contiguous; call .contiguous() first")
-    tensors = [("x", x), ("a", w.a), ("meta", w.meta)] + [(n, t) for n, t in (("scales", w.scales),
+    tensors = [("x", x), ("a", w.a)] + [(n, t) for n, t in (("meta", w.meta), ("scales", w.scales),
                                                                               ("row_scales", w.row_scales),
                                                                               ("over_v", w.over_v),
                                                                               ("over_o", w.over_o))
@@ -528,7 +603,8 @@ class Sp24Launch:
         self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting())
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
-        self.out, self.in_features = w.shape
+        self.out, self.in_features = w.shape[0], w.tiled_in
+        self.dense = w.dense
         self.device = x.device
         self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -575,11 +651,12 @@ class Sp24Launch:
             return t.data_ptr() if t is not None else None
         with cuda_mma._on_device(self.device_index):
             err = self.library.sp24_launch(
-                x.data_ptr(), w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
+                x.data_ptr(), w.a.data_ptr(), ptr(w.meta), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
                 ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
-                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop)
+                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
+                int(self.dense))
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -604,7 +681,8 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
         if w.over_v is not None:
             return tiled_to_dense(w).to(w.dtype)
         packed = untile(w)
-        return packed.to_dense() if w.code == 0 else packed.to_dense(w.dtype)
+        dense = packed.to_dense() if w.code == 0 else packed.to_dense(w.dtype)
+        return compact(dense) if w.dense else dense
     library = _load()
     dense = torch.empty(w.shape, dtype=w.dtype, device=w.a.device)
 
@@ -612,10 +690,10 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
         return t.data_ptr() if t is not None else None
     index = w.a.device.index if w.a.device.index is not None else torch.cuda.current_device()
     with cuda_mma._on_device(index):
-        err = library.sp24_dense_launch(w.a.data_ptr(), w.meta.data_ptr(), ptr(w.scales), ptr(w.row_scales),
-                                        dense.data_ptr(), w.shape[0], w.shape[1], w.steps,
+        err = library.sp24_dense_launch(w.a.data_ptr(), ptr(w.meta), ptr(w.scales), ptr(w.row_scales),
+                                        dense.data_ptr(), w.shape[0], w.tiled_in, w.steps,
                                         int(w.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups,
-                                        cuda_mma._current_raw_stream(index))
+                                        cuda_mma._current_raw_stream(index), int(w.dense))
     if err:
         raise RuntimeError(f"sp24 dense expansion failed: {library.sp24_error_string(err).decode()}")
     if w.glu:  # the kernel writes rows in the tiled order
@@ -640,7 +718,7 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL and _HALF_META (a launch tuned under
     one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
-    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, norm,
+    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(),
             sp24_over_loop_setting() if w.over_v is not None else None)
 
@@ -656,7 +734,10 @@ def _reference(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None):
 
     packed = untile(replace(w, over_v=None, over_o=None))
     x2 = x.view(1, -1) if x.dim() == 1 else x
-    if w.over_v is None:
+    if w.dense:
+        def weight_rows(r0: int, r1: int) -> torch.Tensor:
+            return compact(_dense_rows(packed, r0, r1))
+    elif w.over_v is None:
         def weight_rows(r0: int, r1: int) -> torch.Tensor:
             return _dense_rows(packed, r0, r1)
     else:  # the 2:4 part plus the overflow slots
@@ -802,11 +883,11 @@ def launch_timings(key: tuple) -> dict[tuple[int, int], float]:
 
 def problem_text(key: tuple) -> str:
     """A `problem_key` as reports show it: the weight's shape and values, x's rows, the norm in front, GLU."""
-    x_shape, weight_shape, code, glu, norm = key[1], key[4], key[5], key[8], key[9]
+    x_shape, weight_shape, code, glu, dense, norm = key[1], key[4], key[5], key[8], key[9], key[10]
     values = {0: "16-bit", 8: "int8", 4: "int4"}.get(code, f"code {code}")
     rows = 1 if len(x_shape) == 1 else x_shape[0]
-    return f"{weight_shape[0]}x{weight_shape[1]} {values}, {rows} rows" + (", norm" if norm else "") + (
-        ", GLU" if glu else "")
+    return (f"{weight_shape[0]}x{weight_shape[1]} {'dense ' if dense else ''}{values}, {rows} rows"
+            + (", norm" if norm else "") + (", GLU" if glu else ""))
 
 
 def chosen_launch(key: tuple) -> tuple[int, int]:
@@ -878,15 +959,15 @@ def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
 
 
 @torch.library.custom_op("sparsedecoding::sp24_mm", mutates_args=())
-def _sp24_op(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch.Tensor | None,
+def _sp24_op(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor | None, scales: torch.Tensor | None,
              row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
              gk_shift: int, groups: int, glu: bool, over_v: torch.Tensor | None = None,
-             over_o: torch.Tensor | None = None) -> torch.Tensor:
+             over_o: torch.Tensor | None = None, dense: bool = False) -> torch.Tensor:
     """`sp24_linear` for torch.compile; `out_features` is the weight's rows (twice y's columns with `glu`);
-    `over_v` / `over_o`: a 16:32+K weight's overflow slots, or None."""
+    `over_v` / `over_o`: a 16:32+K weight's overflow slots, or None; `dense`: a `tile_dense` weight (meta None)."""
     dtype = x.dtype
     return sp24_linear(x, Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, dtype, steps,
-                                     gk_shift, groups, glu, over_v, over_o))
+                                     gk_shift, groups, glu, over_v, over_o, dense))
 
 
 @torch.library.custom_op("sparsedecoding::sp24_norm_mm", mutates_args=())
@@ -911,8 +992,8 @@ def _sp24_norm_fake(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tenso
 
 
 @_sp24_op.register_fake
-def _sp24_fake(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor, scales: torch.Tensor | None,
+def _sp24_fake(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor | None, scales: torch.Tensor | None,
                row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
                gk_shift: int, groups: int, glu: bool, over_v: torch.Tensor | None = None,
-               over_o: torch.Tensor | None = None) -> torch.Tensor:
+               over_o: torch.Tensor | None = None, dense: bool = False) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features))

@@ -55,6 +55,13 @@
 // sums the four lanes' partials, and each lane adds the sums for its own accumulators' entries. The slices, splits,
 // GLU and the output then see a whole sum. With NORM the slots multiply the staged u = w ⊙ s as the MMAs do, so the
 // epilogue's 1/rms scales both parts alike.
+//
+// Dense weights (DENSE: int8 or int4 codes, no RMSNorm, no slots): a dense [out, K] weight is held as the kept
+// values of a 2:4 [out, 2K] one that keeps positions 0 and 1 of every group (sp24.py `tile_dense`), so each MMA
+// group's two values are two adjacent columns of the dense weight. The metadata is then the same word everywhere
+// (0x44444444): it is not stored or loaded. x is staged expanded, two columns of x and two zeros per MMA group
+// (unit u of the expanded x: columns 4u..4u+3 of x as words 0 and 2), so the MMAs multiply every value by its own
+// column. `in` is the expanded width 2K; x's rows are K long.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -219,7 +226,7 @@ struct StepRegs {
 };
 
 // SPS (CODE 4): scale loads per step; group k-tiles 2^gk_shift.
-template <int CODE, int SPS, bool OVER>
+template <int CODE, int SPS, bool OVER, bool DENSE>
 __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a, const char* meta,
                                           const char* scales, const char* ov, const char* oc, int step, int lane,
                                           int t, int g, int gk_shift, int groups) {
@@ -229,12 +236,14 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
     r.a[j] = SP24_ABLATE == 4 ? make_uint4(step, j, lane, 0x12345678u)
                               : ld_stream(a + (static_cast<size_t>(step) * S::a_loads + j) * 512 + 16 * lane);
   // lane t holds the words of lane t % 2's row pair: all ks k-tiles, or (SP24_HALF_META) half t / 2 of them
-  const char* mp = meta + ((static_cast<size_t>(step) * 16 + 2 * g + (t & 1)) * S::ks +
+  const char* mp = DENSE ? nullptr : meta + ((static_cast<size_t>(step) * 16 + 2 * g + (t & 1)) * S::ks +
                            (SP24_HALF_META ? (t >> 1) * S::meta_words : 0)) * 4;
+  if constexpr (!DENSE) {
 #pragma unroll
-  for (int j = 0; j < S::meta_loads; ++j)
-    r.m[j] = SP24_ABLATE == 1 || SP24_ABLATE == 4 ? make_uint4(0x44444444u, 0x44444444u, 0x44444444u, 0x44444444u)
-                                                  : ld_stream(mp + 16 * j);
+    for (int j = 0; j < S::meta_loads; ++j)
+      r.m[j] = SP24_ABLATE == 1 || SP24_ABLATE == 4 ? make_uint4(0x44444444u, 0x44444444u, 0x44444444u, 0x44444444u)
+                                                    : ld_stream(mp + 16 * j);
+  }
   if constexpr (CODE == 4) {
 #pragma unroll
     for (int j = 0; j < SPS; ++j) {
@@ -354,7 +363,7 @@ __device__ __forceinline__ void stage_columns(char* xs, int xstride, int units, 
 
 // One k-tile of a step: A from the step's registers (dequantized to exact codes for CODE 8 and 4), one mma.sp per
 // 8 rows of x into `acc`.
-template <typename T, int NT, int CODE, int SPS>
+template <typename T, int NT, int CODE, int SPS, bool DENSE>
 __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, int k,
                                              const char* xs, int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
@@ -384,7 +393,7 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     }
   }
   // k is a constant once compute_step's loop is unrolled, and so is the selector
-  const uint32_t e = word_of(r.m[(k % S::meta_words) / 4], k % 4);
+  const uint32_t e = DENSE ? 0x44444444u : word_of(r.m[(k % S::meta_words) / 4], k % 4);
   const int tile = local_step * S::ks + k;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -401,13 +410,13 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   }
 }
 
-template <typename T, int NT, int CODE, int SPS>
+template <typename T, int NT, int CODE, int SPS, bool DENSE>
 __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
                                              int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
   if constexpr (CODE != 4) {
 #pragma unroll
-    for (int k = 0; k < S::ks; ++k) compute_tile<T, NT, CODE, SPS>(acc, r, k, xs, xstride, local_step, g, t, batch);
+    for (int k = 0; k < S::ks; ++k) compute_tile<T, NT, CODE, SPS, DENSE>(acc, r, k, xs, xstride, local_step, g, t, batch);
   } else {
     // int4: each scale group's MMAs sum into `part`, which its rows' scales (fp32) then add into acc
 #pragma unroll
@@ -417,7 +426,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
       for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
 #pragma unroll
       for (int k = s * (S::ks / SPS); k < (s + 1) * (S::ks / SPS); ++k)
-        compute_tile<T, NT, CODE, SPS>(part, r, k, xs, xstride, local_step, g, t, batch);
+        compute_tile<T, NT, CODE, SPS, DENSE>(part, r, k, xs, xstride, local_step, g, t, batch);
       const float sg = __uint_as_float(r.s[s] << 16), sg8 = __uint_as_float(r.s[s] & 0xFFFF0000u);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -445,7 +454,7 @@ constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : 2;
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
 constexpr int kBuffers = 2;
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, bool DENSE>
 __global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
@@ -461,6 +470,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ over_o) {
   using S = Steps<CODE>;
   static_assert(OVER == 0 || CODE == 0, "overflow slots: 16-bit values only");
+  static_assert(!DENSE || (CODE != 0 && !NORM && OVER == 0), "dense weights: codes, no RMSNorm, no slots");
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int splits = gridDim.y, split = blockIdx.y;
@@ -474,7 +484,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const size_t a_stride = static_cast<size_t>(steps) * S::a_loads * 512;  // bytes per row tile
   const size_t m_stride = static_cast<size_t>(steps) * 16 * S::ks * 4;
   const char* a_tile = a + tile_row * a_stride;
-  const char* m_tile = meta + tile_row * m_stride;
+  const char* m_tile = DENSE ? nullptr : meta + tile_row * m_stride;
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
   const char* ov_tile = OVER != 0 ? over_v + static_cast<size_t>(tile_row) * steps * 512 : nullptr;
   const char* oc_tile = OVER != 0 ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
@@ -485,8 +495,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
   for (int b = 0; b < NB; ++b)
     if (active && wstep0 + b < wstep1)
-      load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t, g,
-                                      gk_shift, groups);
+      load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t,
+                                             g, gk_shift, groups);
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -538,7 +548,15 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     for (int idx = tid; idx < batch * units; idx += kThreads) {
       const int n = idx / units, u = idx % units, col = col0 + 8 * u;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (col < in) v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
+      if constexpr (DENSE) {  // x's columns col / 2 .. col / 2 + 3 in words 0 and 2 (see the top)
+        if (col < in) {
+          const uint2 h = *reinterpret_cast<const uint2*>(x + static_cast<size_t>(n) * (in / 2) + col / 2);
+          v.x = h.x;
+          v.z = h.y;
+        }
+      } else {
+        if (col < in) v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(n) * in + col);
+      }
       stage_unit(xs + n * xstride, u, v);
     }
   }
@@ -569,12 +587,12 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
-        compute_step<T, NT, CODE, SPS>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
+        compute_step<T, NT, CODE, SPS, DENSE>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
         if constexpr (OVER != 0)
           over_step<T, NT, OVER>(p, r[b].ov, r[b].oc, xs, xstride, step + b - step0, t, batch);
         if (step + b + NB < wstep1)
-          load_step<CODE, SPS, OVER != 0>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + b + NB, lane, t, g,
-                                          gk_shift, groups);
+          load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + b + NB,
+                                                 lane, t, g, gk_shift, groups);
       }
     }
     if constexpr (OVER != 0) {
@@ -731,11 +749,12 @@ struct Problem {
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
   int over_loop = 1;  // OVER's loop order (1, 2 or 3; sp24_launch resolves 0)
+  int dense = 0;  // DENSE: a dense weight of in / 2 columns (see sp24_kernel)
 };
 
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, bool DENSE = false>
 cudaError_t launch(const Problem& p) {
-  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER>;
+  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER, DENSE>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
   if (err != cudaSuccess) return err;
   const int per_split = (p.steps + p.splits - 1) / p.splits;
@@ -774,7 +793,7 @@ __global__ void __launch_bounds__(kThreads) sp24_dense_kernel(const char* __rest
                                                               const __nv_bfloat16* __restrict__ scales,
                                                               const __nv_bfloat16* __restrict__ row_scales,
                                                               T* __restrict__ dense, int out, int in, int steps,
-                                                              int gk_shift, int groups) {
+                                                              int gk_shift, int groups, int dense_weight) {
   using S = Steps<CODE>;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int k_tiles = in / 32;
@@ -799,8 +818,10 @@ __global__ void __launch_bounds__(kThreads) sp24_dense_kernel(const char* __rest
   uint32_t e[2];
 #pragma unroll
   for (int q = 0; q < 2; ++q)
-    e[q] = *reinterpret_cast<const uint32_t*>(m_tile +
-                                              ((static_cast<size_t>(step) * 16 + 2 * g + q) * S::ks + k) * 4);
+    e[q] = dense_weight ? 0x44444444u
+                        : *reinterpret_cast<const uint32_t*>(m_tile +
+                                                             ((static_cast<size_t>(step) * 16 + 2 * g + q) * S::ks +
+                                                              k) * 4);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int h = r & 1, half = r >> 1, group = t + 4 * half;
@@ -828,8 +849,12 @@ __global__ void __launch_bounds__(kThreads) sp24_dense_kernel(const char* __rest
     T vals[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) vals[c] = from_float<T>(c == lo ? v[0] : c == hi ? v[1] : 0.f);
-    *reinterpret_cast<uint2*>(dense + static_cast<size_t>(row) * in + 32 * s + 4 * group) =
-        *reinterpret_cast<const uint2*>(vals);
+    if (dense_weight)  // the group's two values are dense columns 16s + 2·group, + 1 of an [out][in / 2] weight
+      *reinterpret_cast<uint32_t*>(dense + static_cast<size_t>(row) * (in / 2) + 16 * s + 2 * group) =
+          *reinterpret_cast<const uint32_t*>(vals);
+    else
+      *reinterpret_cast<uint2*>(dense + static_cast<size_t>(row) * in + 32 * s + 4 * group) =
+          *reinterpret_cast<const uint2*>(vals);
   }
 }
 
@@ -841,7 +866,7 @@ cudaError_t launch_dense(const Problem& p, void* dense) {
   sp24_dense_kernel<T, CODE><<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(
       static_cast<const char*>(p.a), static_cast<const char*>(p.meta), static_cast<const __nv_bfloat16*>(p.scales),
       static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(dense), p.out, p.in, p.steps, p.gk_shift,
-      p.groups);
+      p.groups, p.dense);
   return cudaGetLastError();
 }
 
@@ -876,7 +901,12 @@ cudaError_t by_batch(const Problem& p) {
     }
   } else {
     if (p.over_v != nullptr) return cudaErrorInvalidValue;
+    if (p.dense) {
+      if (p.norm_w != nullptr) return cudaErrorInvalidValue;
+      return p.batch <= 8 ? launch<T, 1, CODE, SPS, false, 0, true>(p) : launch<T, 2, CODE, SPS, false, 0, true>(p);
+    }
   }
+  if (p.dense) return cudaErrorInvalidValue;
   if (p.norm_w != nullptr)
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, true>(p) : launch<T, 2, CODE, SPS, true>(p);
   return p.batch <= 8 ? launch<T, 1, CODE, SPS, false>(p) : launch<T, 2, CODE, SPS, false>(p);
@@ -898,15 +928,16 @@ extern "C" {
 // (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
 // x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a build with SP24_COLUMNS), 0 the
 // first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself,
-// sp24.over_loop). Returns 0 or a cudaError_t.
+// sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see sp24_kernel), `in`
+// its expanded width (twice x's). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop) {
+                const void* over_o, int over_loop, int dense) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 3)
+      over_loop < 0 || over_loop > 3 || (dense && (glu || code_bits == 0)))
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
@@ -920,6 +951,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.over_v = over_v;
   p.over_o = over_o;
   p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
+  p.dense = dense;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
@@ -934,13 +966,16 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   }
 }
 
-// The dense [out][in] weight of a tiled one into `dense` (T = bf16 when is_bf16, else fp16; codes need bf16).
+// The dense [out][in] weight of a tiled one into `dense` (T = bf16 when is_bf16, else fp16; codes need bf16); with
+// `dense_weight`, of a dense weight (no metadata; `in` its expanded width, `dense` [out][in / 2]).
 int sp24_dense_launch(const void* a, const void* meta, const void* scales, const void* row_scales, void* dense,
                       int out, int in, int steps, int is_bf16, int code_bits, int gk_shift, int groups,
-                      void* stream) {
-  if (out < 1 || in < 32 || in % 32 || steps < 1 || gk_shift < 0) return cudaErrorInvalidValue;
-  const Problem p{nullptr, a, meta, scales, row_scales, nullptr, nullptr, nullptr, 1, out, in, (out + 15) / 16,
-                  steps, 1, gk_shift, groups, 1, 0, static_cast<cudaStream_t>(stream)};
+                      void* stream, int dense_weight) {
+  if (out < 1 || in < 32 || in % 32 || steps < 1 || gk_shift < 0 || (dense_weight && code_bits == 0))
+    return cudaErrorInvalidValue;
+  Problem p{nullptr, a, meta, scales, row_scales, nullptr, nullptr, nullptr, 1, out, in, (out + 15) / 16,
+            steps, 1, gk_shift, groups, 1, 0, static_cast<cudaStream_t>(stream)};
+  p.dense = dense_weight;
   if (code_bits == 0) return is_bf16 ? launch_dense<__nv_bfloat16, 0>(p, dense) : launch_dense<__half, 0>(p, dense);
   if (!is_bf16) return cudaErrorInvalidValue;
   if (code_bits == 8) return launch_dense<__nv_bfloat16, 8>(p, dense);
