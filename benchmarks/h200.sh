@@ -399,7 +399,33 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease24b)  # the twenty-fourth session's second lease (no model): dense int4 (and int8) weights on the sparse
+  lease24c)  # the twenty-fourth session's third lease (no model): dense int8 on sp24's dense mode
+    # (SPARSEDECODING_DENSE_INT8=sp24) and SPARSEDECODING_DENSE_INT4=auto (sp24 on CUDA): GPU tests, then (only if
+    # they pass) the int8 engine A/B, the int8 kernel bench, issue 13's rows under the defaults again
+    rm -f /root/bg/dense8_ok
+    bash benchmarks/h200.sh bg kcache dense8-tests dense8-ab w8-bench quant-defaults ;;
+  dense8-tests)  # gpu_tests_dense8.log
+    { timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_dense.py -p no:cacheprovider 2>&1 | tail -3
+      timeout 150 python3 -m pytest -q -m gpu tests/test_quantized.py tests/test_quantized_engine.py -k \
+        "dense_quantized_baseline or sparse_tensor_cores or quantized_head_equals" -p no:cacheprovider 2>&1 | tail -3
+    } | tee "$OUT/gpu_tests_dense8.log"
+    grep -qE "failed|error|rror" "$OUT/gpu_tests_dense8.log" || touch /root/bg/dense8_ok ;;
+  dense8-ab)  # dense_int8_ab_h200_8b.md: SPARSEDECODING_DENSE_INT8 triton / sp24 side by side, the 8B preset's dense
+    # int8 and 2:4 + int8 models, both with an int8 lm_head, batch 1 and 4
+    [ -f /root/bg/dense8_ok ] || exit 1
+    timeout 400 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_DENSE_INT8 --values triton sp24 \
+      --quantize int8 --head int8 --quantized-dense --batch 1 4 --repeats 2 \
+      --out "$OUT/dense_int8_ab_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  w8-bench)  # w8_h200.md: triton_w8 and sp24's dense mode on the 8B and 14B shapes and lm_heads
+    [ -f /root/bg/dense8_ok ] || exit 1
+    timeout 300 python3 benchmarks/w8_bench.py --out "$OUT/w8_h200.md" 2>&1 | grep -E "^\| [0-9]+ \||rror" || true ;;
+  quant-defaults)  # quant_e2e_h200_head_int4_auto.md: issue 13's engine rows under the default settings
+    # (SPARSEDECODING_DENSE_INT4=auto: sp24's dense mode) with an int4 lm_head, a second run of dense-quant's rows
+    [ -f /root/bg/dense8_ok ] || exit 1
+    timeout 400 python3 benchmarks/quant_e2e_bench.py --head int4 --out "$OUT/quant_e2e_h200_head_int4_auto.md" \
+      2>&1 | grep -E "^- 2:4|^- dense|^\| llama|rror" || true ;;
+  lease24b)  # run (w4_h200.md, dense_int4_ab_h200_8b.md, quant_e2e_h200_head_int4_sp24.md; 88 GPU tests passed):
+    # the twenty-fourth session's second lease (no model): dense int4 (and int8) weights on the sparse
     # tensor-core kernel (sp24.tile_dense, SPARSEDECODING_DENSE_INT4=sp24): GPU tests; the benches run only if they
     # all pass (/root/bg/dense_ok)
     rm -f /root/bg/dense_ok

@@ -74,8 +74,9 @@ SPARSE_KINDS = ("sp24 (2:4 linears)", "packed N:M linears")  # kernels that run 
 
 def block_linear_bytes(model_args, pattern: SparsityPattern | None, quantize: str | None, group_size: int) -> int:
     """Bytes of a preset's block linears as the engine holds them (packed with `pattern`, codes with `quantize`)."""
-    return (model_bytes(model_args, pattern, quantize=quantize, group_size=group_size)
-            - model_bytes(model_args, pattern, quantize=quantize, group_size=group_size, block_linears=False))
+    return (model_bytes(model_args, pattern, quantize=quantize, group_size=group_size, device="cuda")
+            - model_bytes(model_args, pattern, quantize=quantize, group_size=group_size, block_linears=False,
+                          device="cuda"))
 
 
 def bandwidth_line(nbytes: int, copy_bw: float, by_kind: dict[str, list[float]], sparse: bool) -> str:

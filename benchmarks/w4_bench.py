@@ -60,8 +60,10 @@ def tinygemm_weight(grid: QuantizedCodes) -> DenseQuantized:
             os.environ[DENSE_INT4_SETTING] = previous
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def setup(doc: str, name: str) -> tuple[argparse.Namespace, torch.device, float, torch.Generator]:
+    """The arguments (--models, --batches, --out; checked), the GPU, its copy bandwidth and a seeded generator;
+    exit 2 without a GPU."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["llama-3.1-8b", "qwen3-14b"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument("--out", type=Path, required=True)
@@ -69,10 +71,13 @@ def main() -> int:
     if not all(1 <= b <= 16 for b in args.batches):
         parser.error("--batches: each 1-16")
     if not torch.cuda.is_available():
-        parser.exit(2, "error: w4_bench times CUDA kernels and needs a CUDA GPU\n")
+        parser.exit(2, f"error: {name} times CUDA kernels and needs a CUDA GPU\n")
     device = torch.device("cuda")
-    copy_bw = copy_bandwidth(device)
-    generator = torch.Generator(device="cuda").manual_seed(0)
+    return args, device, copy_bandwidth(device), torch.Generator(device="cuda").manual_seed(0)
+
+
+def main() -> int:
+    args, device, copy_bw, generator = setup(__doc__, "w4_bench")
     rows, ratios, fails = [], {b: [] for b in args.batches}, 0
     sp24_ratios = {b: [] for b in args.batches}
     for model in args.models:

@@ -113,6 +113,34 @@ def test_the_setting_takes_sp24_and_refuses_other_activations(monkeypatch):
         dense_int4_setting()
 
 
+def test_auto_takes_sp24_only_for_bf16_cuda_weights_it_fits(monkeypatch):
+    """On CPU (and for fp16, or a shape off the tiles) "auto" builds tinygemm's layout; the GPU test below sees it
+    take sp24 where the kernel loads."""
+    from sparsedecoding.kernels.quantized import dense_kernel
+
+    monkeypatch.delenv("SPARSEDECODING_DENSE_INT4", raising=False)
+    assert dense_kernel(grid(32, 256, "int4"), torch.bfloat16) == "tinygemm"  # CPU tensors
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "sp24")
+    assert dense_kernel(grid(32, 256, "int4"), torch.bfloat16) == "sp24"
+    monkeypatch.delenv("SPARSEDECODING_DENSE_INT8", raising=False)
+    assert dense_kernel(grid(32, 256, "int8"), torch.bfloat16) == "triton"
+
+
+def test_dense_int8_under_the_setting_multiplies_like_its_grid(monkeypatch):
+    from sparsedecoding.kernels.op import KernelChoiceError, dense_int8_setting
+    from sparsedecoding.kernels.quantized import DenseQuantized
+
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT8", "sp24")
+    codes = grid(48, 544, "int8", seed=10)
+    dense = DenseQuantized.from_codes(codes)
+    assert dense.layout == "sp24" and dense.weight.dim() == 1 and dense.scales.shape == (48,)
+    x = torch.randn(2, 544).bfloat16()
+    assert torch.equal(dense(x), torch.nn.functional.linear(x, codes.dequantize(torch.float64).bfloat16()))
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT8", "tinygemm")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_DENSE_INT8='tinygemm'"):
+        dense_int8_setting()
+
+
 # --- GPU ---------------------------------------------------------------------------------------------------------
 
 GPU_SHAPES = [(16, 256), (48, 544), (1024, 4096), (4096, 14336)]
@@ -157,22 +185,40 @@ def test_dense_expansion_on_the_gpu_is_the_weight(quantize):
 
 
 @pytest.mark.gpu
-def test_tuned_op_inside_a_graph_matches_float64(monkeypatch):
+def test_auto_takes_sp24_on_the_gpu(monkeypatch):
+    from sparsedecoding.kernels.quantized import DenseQuantized
+
+    monkeypatch.delenv("SPARSEDECODING_DENSE_INT4", raising=False)
+    codes = grid(64, 512, "int4", 128, seed=11)
+    cuda = solvers.QuantizedCodes(codes.codes.cuda(), codes.scales.cuda(), "int4", 128)
+    assert DenseQuantized.from_codes(cuda).layout == "sp24"
+    assert DenseQuantized.from_codes(cuda, torch.float16).layout == "torch"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_tuned_op_inside_a_graph_matches_float64(quantize, monkeypatch):
     """The engine's call: `dense_quantized_mm` on the sp24 layout through the custom op, tuned eagerly, then replayed
     from a CUDA graph."""
     from sparsedecoding.kernels.quantized import DenseQuantized, dense_quantized_mm
 
     monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "sp24")
-    codes = grid(4096, 4096, "int4", 128, seed=8)
-    dense = DenseQuantized.from_codes(solvers.QuantizedCodes(codes.codes.cuda(), codes.scales.cuda(), "int4", 128))
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT8", "sp24")
+    codes = grid(4096, 4096, quantize, 128, seed=8)
+    group = codes.group_size
+    dense = DenseQuantized.from_codes(solvers.QuantizedCodes(codes.codes.cuda(), codes.scales.cuda(), quantize,
+                                                             group))
+    assert dense.layout == "sp24"
     weight = codes.dequantize(torch.float64)
-    for batch in (1, 4, 16):
+    for batch in (1, 4, 16, 20):
         x = torch.randn(batch, 4096, device="cuda").bfloat16()
-        y = dense_quantized_mm(x, dense.weight, dense.scales, "int4", 128)
+        y = dense_quantized_mm(x, dense.weight, dense.scales, quantize, group)
         assert float64_error(y, x, weight) <= 1, batch
+        if batch > 16:
+            continue  # prefill: the dequantized weight, no graph
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            replayed = dense_quantized_mm(x, dense.weight, dense.scales, "int4", 128)
+            replayed = dense_quantized_mm(x, dense.weight, dense.scales, quantize, group)
         x.copy_(torch.randn_like(x))
         graph.replay()
         torch.cuda.synchronize()

@@ -182,6 +182,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SP24_HALF_META", raising=False)
     monkeypatch.delenv("SPARSEDECODING_STEP_TUNE", raising=False)
     monkeypatch.delenv("SPARSEDECODING_DENSE_INT4", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_DENSE_INT8", raising=False)
     monkeypatch.delenv("SPARSEDECODING_ATTENTION_EARLY_READS", raising=False)
     monkeypatch.delenv("SPARSEDECODING_FUSED_GREEDY", raising=False)
     assert settings_line() == ("Kernel settings: SPARSEDECODING_KERNEL=auto, SPARSEDECODING_SPARSE_MMA=0, "
@@ -192,20 +193,23 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_NM_MMA_GEOMETRY=default, "
                                "SPARSEDECODING_SP24_OVER_LOOP=auto, SPARSEDECODING_SP24_SLOTS=1, "
                                "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_STEP_TUNE=1, "
-                               "SPARSEDECODING_DENSE_INT4=tinygemm, SPARSEDECODING_FUSED_GREEDY=1.")
+                               "SPARSEDECODING_DENSE_INT4=auto, SPARSEDECODING_DENSE_INT8=triton, "
+                               "SPARSEDECODING_FUSED_GREEDY=1.")
     monkeypatch.setenv("SPARSEDECODING_NM_MMA_GEOMETRY", "chunk_words=4, warps=4")
     monkeypatch.setenv("SPARSEDECODING_SP24_OVER_LOOP", "rows")
     monkeypatch.setenv("SPARSEDECODING_SP24_SLOTS", "0")
     monkeypatch.setenv("SPARSEDECODING_SP24_HALF_META", "0")
     monkeypatch.setenv("SPARSEDECODING_STEP_TUNE", "0")
     monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "triton")
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT8", "sp24")
     monkeypatch.setenv("SPARSEDECODING_ATTENTION_EARLY_READS", "0")
     monkeypatch.setenv("SPARSEDECODING_FUSED_GREEDY", "0")
     assert "SPARSEDECODING_ATTENTION_EARLY_READS=0, SPARSEDECODING_NM_MMA_GEOMETRY" in settings_line()
     assert settings_line().endswith(", SPARSEDECODING_NM_MMA_GEOMETRY=chunk_words=4,warps=4, "
                                     "SPARSEDECODING_SP24_OVER_LOOP=rows, SPARSEDECODING_SP24_SLOTS=0, "
                                     "SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_STEP_TUNE=0, "
-                                    "SPARSEDECODING_DENSE_INT4=triton, SPARSEDECODING_FUSED_GREEDY=0.")
+                                    "SPARSEDECODING_DENSE_INT4=triton, SPARSEDECODING_DENSE_INT8=sp24, "
+                                    "SPARSEDECODING_FUSED_GREEDY=0.")
 
 
 def test_only_2of4_packed_linears_of_little_padding_are_tileable():

@@ -93,31 +93,35 @@ def copy_bandwidth(device: torch.device, nbytes: int = 2 * _GIB, repeats: int = 
 
 
 def _quantized_bytes(rows: int, columns: int, pattern: SparsityPattern | None, quantize: str,
-                     group_size: int) -> int:
-    """Codes, scales and (N:M) bitmask bytes of a quantized [rows, columns] weight."""
+                     group_size: int, device: torch.device | str = "cpu") -> int:
+    """Codes, scales and (N:M) bitmask bytes of a quantized [rows, columns] weight built on `device`."""
     kept = columns if pattern is None else columns * pattern.n // pattern.m
     groups = columns // quantization_group(quantize, group_size, columns)
-    # int4 dense in tinygemm's layout: a scale and a zero a group (SPARSEDECODING_DENSE_INT4=tinygemm)
-    scale_bytes = 4 if pattern is None and quantize == "int4" and dense_int4_setting() == "tinygemm" else 2
+    # int4 dense in tinygemm's layout: a scale and a zero a group (SPARSEDECODING_DENSE_INT4=tinygemm, and its
+    # "auto" off CUDA; on CUDA "auto" takes sp24's layout for the bf16 models these counts are for)
+    setting = dense_int4_setting()
+    tinygemm = setting == "tinygemm" or setting == "auto" and torch.device(device).type != "cuda"
+    scale_bytes = 4 if pattern is None and quantize == "int4" and tinygemm else 2
     mask = 0 if pattern is None else columns // 8
     return rows * (kept * (8 if quantize == "int8" else 4) // 8 + groups * scale_bytes + mask)
 
 
 def model_bytes(args: ModelArgs, pattern: SparsityPattern | None, element_size: int = 2,
                 block_linears: bool = True, tp: ProcessGroup | None = None, quantize: str | None = None,
-                group_size: int = 128, head: str | None = None) -> int:
+                group_size: int = 128, head: str | None = None, device: torch.device | str = "cpu") -> int:
     """Bytes of all weights of a preset model (embeddings included), packed block linears when `pattern` is set,
     quantized ones with `quantize` (codes and scales); without the block linears when `block_linears` is False; one
-    rank's shards with `tp`; with `head`, lm_head quantized (and untied)."""
+    rank's shards with `tp`; with `head`, lm_head quantized (and untied); built on `device` (which decides the dense
+    int4 layout under SPARSEDECODING_DENSE_INT4=auto)."""
     total = 0
     for key, shape in engine_shapes(args, tp).items():
         if key == "output.weight" and head is not None:
-            total += _quantized_bytes(*shape, None, head, group_size)
+            total += _quantized_bytes(*shape, None, head, group_size, device)
             continue
         if key == "output.weight" and args.tie_embeddings or not block_linears and is_prunable(key):
             continue
         if is_prunable(key) and quantize is not None:
-            total += _quantized_bytes(*shape, pattern, quantize, group_size)
+            total += _quantized_bytes(*shape, pattern, quantize, group_size, device)
         elif is_prunable(key) and pattern is not None:
             rows, columns = shape
             total += rows * columns * pattern.n // pattern.m * element_size + rows * columns // 8
@@ -215,7 +219,8 @@ def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens
     results: list[SpeedResult | NotRun] = []
     for pattern, batches, *dense_from in plan:
         label = run_label(pattern, *dense_from, quantize=quantize, group_size=group_size, head=head)
-        needed = model_bytes(args, pattern, tp=tp, quantize=quantize, group_size=group_size, head=head) \
+        needed = model_bytes(args, pattern, tp=tp, quantize=quantize, group_size=group_size, head=head,
+                             device=device) \
             + _working_memory(args, max(batches), prompt_tokens + new_tokens, world)
         if dense_from:
             needed += model_bytes(args, None, tp=tp) - model_bytes(args, None, block_linears=False, tp=tp)

@@ -63,7 +63,9 @@ SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
 STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
 FUSED_GREEDY_SETTING = "SPARSEDECODING_FUSED_GREEDY"
 DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
-DENSE_INT4_CHOICES = ("tinygemm", "triton", "sp24")
+DENSE_INT4_CHOICES = ("auto", "tinygemm", "triton", "sp24")
+DENSE_INT8_SETTING = "SPARSEDECODING_DENSE_INT8"
+DENSE_INT8_CHOICES = ("triton", "sp24")
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -209,19 +211,34 @@ def step_tune_setting() -> bool:
 
 def dense_int4_setting() -> str:
     """SPARSEDECODING_DENSE_INT4: which kernel serves a dense int4 weight (the dense-quantized baseline and an int4
-    lm_head), and so its layout, chosen when the weight is built. "tinygemm" or unset: PyTorch's
-    `_weight_int4pack_mm` (`_for_cpu` on CPU) and its device's layout; "triton": our `triton_w4` kernel (bytes [out,
-    in/2] and scales [out, groups], the same on every device) up to 16 rows of x on CUDA, the dequantized weight
-    above 16 rows and on CPU. Against tinygemm on the 8B and 14B shapes and lm_heads (results/w4_h200.md, geomean
-    of time ratios): 0.73x at batch 1, 0.86x at 4, 2.40x at 16; so tinygemm, faster at batch 1, is the default.
-    "sp24": the sparse tensor-core kernel's dense mode (`sp24.tile_dense`: the weight as the kept values of a 2:4
-    weight of twice the columns whose metadata is one constant, not loaded), the same layout on every device, up to
-    16 rows of bf16 x on CUDA, the dequantized weight elsewhere; needs rows and columns in multiples of 16.
-    KernelChoiceError for anything else."""
-    value = os.environ.get(DENSE_INT4_SETTING, "").strip().lower() or "tinygemm"
+    lm_head), and so its layout, chosen when the weight is built. "sp24": the sparse tensor-core kernel's dense mode
+    (`sp24.tile_dense`: the weight as the kept values of a 2:4 weight of twice the columns whose metadata is one
+    constant, not loaded), the same layout on every device, up to 16 rows of bf16 x on CUDA, the dequantized weight
+    elsewhere; needs rows and columns in multiples of 16. "tinygemm": PyTorch's `_weight_int4pack_mm` (`_for_cpu` on
+    CPU) and its device's layout. "triton": our `triton_w4` kernel (bytes [out, in/2] and scales [out, groups], the
+    same on every device) up to 16 rows of x on CUDA, the dequantized weight above 16 rows and on CPU. "auto" or
+    unset: sp24 for a bf16 weight built on a CUDA device where that kernel loads and whose shape and group size it
+    takes, tinygemm otherwise (`quantized.dense_int4_kernel` says which). Against tinygemm on the 8B and 14B shapes
+    and lm_heads (results/w4_h200.md, geomean of time ratios at batch 1 / 4 / 16): sp24 1.49x / 1.85x / 2.50x (every
+    shape faster, 1.22x at least), triton_w4 0.74x / 0.82x / 2.31x. KernelChoiceError for anything else."""
+    value = os.environ.get(DENSE_INT4_SETTING, "").strip().lower() or "auto"
     if value not in DENSE_INT4_CHOICES:
-        raise KernelChoiceError(f"{DENSE_INT4_SETTING}={value!r}; use tinygemm (PyTorch's int4 kernel), triton "
-                                "(ours) or sp24 (our sparse tensor-core kernel's dense mode)")
+        raise KernelChoiceError(f"{DENSE_INT4_SETTING}={value!r}; use auto, sp24 (our sparse tensor-core kernel's "
+                                "dense mode), tinygemm (PyTorch's int4 kernel) or triton (ours)")
+    return value
+
+
+def dense_int8_setting() -> str:
+    """SPARSEDECODING_DENSE_INT8: which kernel serves a dense int8 weight (the dense-quantized baseline and an int8
+    lm_head), chosen when the weight is built. "triton" or unset: our `triton_w8` kernel (int8 [out, in] and a scale a
+    row) up to 16 rows of x on CUDA. "sp24": the sparse tensor-core kernel's dense mode (`sp24.tile_dense`; the tiled
+    codes flat, the row scales [out]) up to 16 rows of bf16 x on CUDA; needs rows and columns in multiples of 16.
+    Elsewhere both multiply by the dequantized weight (PyTorch's `_weight_int8pack_mm` on CPU for triton's).
+    KernelChoiceError for anything else."""
+    value = os.environ.get(DENSE_INT8_SETTING, "").strip().lower() or "triton"
+    if value not in DENSE_INT8_CHOICES:
+        raise KernelChoiceError(f"{DENSE_INT8_SETTING}={value!r}; use triton (our int8 kernel) or sp24 (our sparse "
+                                "tensor-core kernel's dense mode)")
     return value
 
 
@@ -348,7 +365,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
-            FUSED_GREEDY_SETTING: fused_greedy_setting}
+            DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 
 

@@ -11,7 +11,8 @@ Scales are bfloat16: the solvers round scales to 1 (int8) or 5 (int4) significan
 `pack_nm_quantized` builds one from a weight whose kept values lie on the grid (`solvers.sparsegpt(...,
 quantize=...)` or `solvers.gptq`); `nmq_spmv` multiplies by it (the Triton kernel on CUDA, the reference on CPU);
 `DenseQuantized` is the dense int8 / int4 weight of the dense-quantized baseline; on CUDA, int8 runs our `triton_w8`
-kernel (PyTorch's is 10-20x slower than cuBLAS bf16 at batch 1), int4 our `triton_w4` kernel or PyTorch's tinygemm
+kernel (PyTorch's is 10-20x slower than cuBLAS bf16 at batch 1) or the sparse tensor-core kernel's dense mode
+(SPARSEDECODING_DENSE_INT8), int4 that dense mode, PyTorch's tinygemm or our `triton_w4` kernel
 (SPARSEDECODING_DENSE_INT4)."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from ..errors import KernelInputError, PackingError
 from ..solvers import QuantizedCodes, quantization_codes
 from .format import _BITS, bitmask_to_bits, check_pattern, pack_nm, popcount32, values_per_word
-from .op import dense_int4_setting
+from .op import dense_int4_setting, dense_int8_setting
 
 QUANTIZED_FORMATS = ("int8", "int4")
 CODE_BITS = {"int8": 8, "int4": 4}
@@ -267,20 +268,23 @@ class DenseQuantized:
         """From `solvers.quantization_codes` output, on its device. `inner_k_tiles` is the int4 kernel's K tiling
         (2, 4 or 8; `_convert_weight_to_int4pack` checks that in_features fits it)."""
         out, in_features = grid.codes.shape
+        kernel = dense_kernel(grid, dtype)
+        if kernel == "sp24":
+            if dtype != torch.bfloat16:
+                setting = "SPARSEDECODING_DENSE_INT8" if grid.quantize == "int8" else "SPARSEDECODING_DENSE_INT4"
+                raise KernelInputError(f"{setting}=sp24 runs bfloat16 activations; got {dtype}")
+            from .sp24 import tile_dense
+
+            tiled = tile_dense(grid.codes, grid.scales, grid.quantize, grid.group_size)
+            scales = tiled.row_scales if grid.quantize == "int8" else tiled.scales
+            return cls(tiled.a, scales, grid.quantize, grid.group_size, (out, in_features))
         if grid.quantize == "int8":
             return cls(grid.codes.contiguous(), grid.scales[:, 0].to(dtype), "int8", in_features, (out, in_features))
-        if dense_int4_setting() == "triton":
+        if kernel == "triton":
             from .triton_w4 import pack_w4
 
             weight, scales = pack_w4(grid.codes, grid.scales, dtype)
             return cls(weight, scales, "int4", grid.group_size, (out, in_features))
-        if dense_int4_setting() == "sp24":
-            if dtype != torch.bfloat16:
-                raise KernelInputError(f"SPARSEDECODING_DENSE_INT4=sp24 runs bfloat16 activations; got {dtype}")
-            from .sp24 import tile_dense
-
-            tiled = tile_dense(grid.codes, grid.scales, "int4", grid.group_size)
-            return cls(tiled.a, tiled.scales, "int4", grid.group_size, (out, in_features))
         unsigned = grid.codes.to(torch.int32) + 8
         if grid.codes.device.type == "cuda":  # tinygemm takes uint8 pairs with the first value in the high nibble
             pairs = (unsigned[:, 0::2] << 4 | unsigned[:, 1::2]).to(torch.uint8)
@@ -296,9 +300,11 @@ class DenseQuantized:
 
     @property
     def layout(self) -> str:
-        """"w4" for `triton_w4`'s int4 layout, "sp24" for the sparse tensor-core kernel's dense one, "torch" for
-        PyTorch's layouts."""
-        if self.quantize == "int4" and self.scales.dim() < 3:
+        """"w4" for `triton_w4`'s int4 layout, "sp24" for the sparse tensor-core kernel's dense one (int8 or int4),
+        "torch" for PyTorch's layouts (and triton_w8's, PyTorch's int8 one)."""
+        if self.quantize == "int8":
+            return "sp24" if self.weight.dim() == 1 else "torch"
+        if self.scales.dim() < 3:
             return "w4" if self.scales.dim() == 2 else "sp24"
         return "torch"
 
@@ -327,15 +333,48 @@ def _w8_mm_fake(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> 
     return x.new_empty((x.shape[0], weight.shape[0]))
 
 
+def dense_kernel(grid: QuantizedCodes, dtype: torch.dtype) -> str:
+    """The kernel a dense weight of `grid` built for `dtype` activations runs: int8 "triton" or "sp24"
+    (SPARSEDECODING_DENSE_INT8); int4 "sp24", "tinygemm" or "triton" (SPARSEDECODING_DENSE_INT4, whose "auto" is
+    sp24 for a bf16 weight on a CUDA device where that kernel loads and whose shape and group size it takes, and
+    tinygemm otherwise)."""
+    if grid.quantize == "int8":
+        return dense_int8_setting()
+    kernel = dense_int4_setting()
+    if kernel != "auto":
+        return kernel
+    out, in_features = grid.codes.shape
+    group = grid.group_size
+    fits = (dtype == torch.bfloat16 and grid.codes.device.type == "cuda" and out % 16 == 0 and in_features % 16 == 0
+            and group % 16 == 0 and group & (group - 1) == 0)
+    if fits:
+        from . import cuda_mma, sp24
+
+        try:
+            sp24.load()
+        except cuda_mma.CudaKernelUnavailableError:
+            fits = False
+    return "sp24" if fits else "tinygemm"
+
+
 def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, quantize: str,
                        group_size: int) -> torch.Tensor:
-    """y = x·Wᵀ for x [b, in] in the scales' dtype and W given as the parts of a `DenseQuantized`. Dense int8 on
-    CUDA runs our `triton_w8` kernel up to 16 rows (the op `sparsedecoding::w8_mm`, opaque to torch.compile and
-    tuned on its first, eager call); int4 in `triton_w4`'s layout (2-d scales) our `triton_w4` kernel up to 16 rows
-    on CUDA (the op `sparsedecoding::w4_mm`) and the dequantized weight otherwise, int4 in the sparse tensor-core
-    kernel's dense layout (1-d scales) that kernel up to 16 rows on CUDA (the op `sparsedecoding::sp24_mm`, tuned on
-    its first, eager call) and the dequantized weight otherwise, int4 in PyTorch's layout its tinygemm
-    `_weight_int4pack_mm`."""
+    """y = x·Wᵀ for x [b, in] in the scales' dtype and W given as the parts of a `DenseQuantized`. In the sparse
+    tensor-core kernel's dense layout (a 1-d weight; int8 or int4) that kernel up to 16 rows on CUDA (the op
+    `sparsedecoding::sp24_mm`, tuned on its first, eager call) and the dequantized weight otherwise. Dense int8 in
+    PyTorch's layout on CUDA runs our `triton_w8` kernel up to 16 rows (the op `sparsedecoding::w8_mm`, opaque to
+    torch.compile and tuned on its first, eager call); int4 in `triton_w4`'s layout (2-d scales) our `triton_w4`
+    kernel up to 16 rows on CUDA (the op `sparsedecoding::w4_mm`) and the dequantized weight otherwise, int4 in
+    PyTorch's layout its tinygemm `_weight_int4pack_mm`."""
+    if weight.dim() == 1:  # the sparse tensor-core kernel's dense layout (int8 or int4)
+        from . import sp24
+        from .op import MAX_BATCH
+
+        w = sp24.dense_from_parts(weight, scales, x.shape[-1], quantize, group_size)
+        if x.device.type == "cuda" and 0 < x.shape[0] <= MAX_BATCH:
+            return torch.ops.sparsedecoding.sp24_mm(x, w.a, None, w.scales, w.row_scales, w.shape[0], w.shape[1],
+                                                    w.code, w.steps, w.gk_shift, w.groups, False, None, None, True)
+        return torch.nn.functional.linear(x, sp24.to_dense(w).to(x.dtype))
     if quantize == "int8":
         if x.device.type == "cuda":  # our kernel up to 16 rows (PyTorch's runs at 0.05-0.09x cuBLAS there)
             from .op import MAX_BATCH
@@ -344,15 +383,6 @@ def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tens
                 return torch.ops.sparsedecoding.w8_mm(x, weight, scales)
             return torch.nn.functional.linear(x, weight.to(x.dtype)) * scales
         return torch.ops.aten._weight_int8pack_mm(x, weight, scales)
-    if scales.dim() == 1:  # the sparse tensor-core kernel's dense layout
-        from . import sp24
-        from .op import MAX_BATCH
-
-        w = sp24.dense_from_parts(weight, scales, x.shape[-1], "int4", group_size)
-        if x.device.type == "cuda" and 0 < x.shape[0] <= MAX_BATCH:
-            return torch.ops.sparsedecoding.sp24_mm(x, w.a, None, w.scales, None, w.shape[0], w.shape[1], w.code,
-                                                    w.steps, w.gk_shift, w.groups, False, None, None, True)
-        return torch.nn.functional.linear(x, sp24.to_dense(w).to(x.dtype))
     if scales.dim() == 2:  # triton_w4's layout
         from .op import MAX_BATCH
 
