@@ -2,7 +2,8 @@
 
 One process, random weights of one preset (speed does not depend on values), every model built on the GPU, measured
 and freed before the next: dense bf16 (the baseline of every ratio), N:M bf16, then for int8 and int4 the dense
-weight-only quantized model (int8: our `triton_w8` kernel; int4: PyTorch's `_weight_int4pack_mm`) and the N:M
+weight-only quantized model (SPARSEDECODING_DENSE_INT8 / _INT4: by default the sparse tensor-core kernel's dense
+mode on a GPU where it runs) and the N:M
 quantized model (`nmq_spmv`), each with its decode step compiled and captured in a CUDA graph (`sparsedecoding
 bench`'s engine). The report names the kernel settings it ran under (SPARSEDECODING_KERNEL, SPARSEDECODING_SPARSE_MMA).
 The report checks the targets at batch 1: N:M+int8 >= 2.3x and N:M+int4 >= 3.0x dense bf16, each faster than the
@@ -24,8 +25,8 @@ from sparsedecoding.engine.bench import (SpeedResult, bench_preset, check_group_
                                          format_table, run_label)
 from sparsedecoding.engine.config import preset
 from sparsedecoding.errors import SparseDecodingError
-from sparsedecoding.kernels.op import (DENSE_INT4_SETTING, KERNEL_SETTING, SPARSE_MMA_SETTING, dense_int4_setting,
-                                       settings_line)
+from sparsedecoding.kernels.op import (DENSE_INT4_SETTING, DENSE_INT8_SETTING, KERNEL_SETTING, SPARSE_MMA_SETTING,
+                                       dense_int4_setting, dense_int8_setting, settings_line)
 from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
@@ -76,8 +77,10 @@ def head_lines(results: list, name: str, patterns: list[SparsityPattern], group_
     return lines + [""]
 
 
-DENSE_INT4_KERNELS = {"tinygemm": "PyTorch's `_weight_int4pack_mm` (tinygemm)", "triton": "our `triton_w4` kernel",
-                      "sp24": "the sparse tensor-core kernel's dense mode (`sp24.tile_dense`)"}
+DENSE_KERNELS = {"tinygemm": "PyTorch's `_weight_int4pack_mm` (tinygemm)", "triton": "our Triton kernel",
+                 "sp24": "the sparse tensor-core kernel's dense mode (`sp24.tile_dense`)",
+                 "auto": "`auto`: the sparse tensor-core kernel's dense mode (`sp24.tile_dense`) where that kernel "
+                         "loads, else tinygemm (int4) / `triton_w8` (int8)"}
 
 
 def main() -> int:
@@ -117,9 +120,11 @@ def main() -> int:
              environment_markdown(command, device),
              f"Decode steps only ({args.new_tokens - 1} per generation after a prefill of 16 random tokens), compiled "
              f"and captured in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense bf16 tok/s at the same "
-             f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 runs "
-             f"our `triton_w8` kernel (reports before 2026-12-01 ran PyTorch's `_weight_int8pack_mm`), dense int4 "
-             f"{DENSE_INT4_KERNELS[dense_int4_setting()]} ({DENSE_INT4_SETTING}, an int4 lm_head too); 2:4 ones the sparse tensor-core kernel `sp24` under "
+             f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 "
+             f"(and an int8 lm_head) runs {DENSE_KERNELS[dense_int8_setting()]} ({DENSE_INT8_SETTING}; reports "
+             f"before 2026-12-01 ran PyTorch's `_weight_int8pack_mm`, before 2026-12-02 `triton_w8`), dense int4 (and "
+             f"an int4 lm_head) {DENSE_KERNELS[dense_int4_setting()]} ({DENSE_INT4_SETTING}; before 2026-12-02 "
+             "tinygemm); 2:4 ones the sparse tensor-core kernel `sp24` under "
              f"{KERNEL_SETTING}=auto (the engine tiles them, `kernels/sp24_linear.py`), other N:M patterns and the "
              "other settings the quantized Triton kernel `nmq_spmv`.", "",
              settings_line() + f" ({KERNEL_SETTING}=cuda with {SPARSE_MMA_SETTING}=1: every 2:4 linear on sparse "

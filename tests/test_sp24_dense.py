@@ -123,7 +123,17 @@ def test_auto_takes_sp24_only_for_bf16_cuda_weights_it_fits(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "sp24")
     assert dense_kernel(grid(32, 256, "int4"), torch.bfloat16) == "sp24"
     monkeypatch.delenv("SPARSEDECODING_DENSE_INT8", raising=False)
-    assert dense_kernel(grid(32, 256, "int8"), torch.bfloat16) == "triton"
+    assert dense_kernel(grid(32, 256, "int8"), torch.bfloat16) == "triton"  # CPU tensors
+
+
+def test_every_dense_kernel_setting_has_a_report_description(monkeypatch):
+    """quant_e2e_bench.py names the dense kernels in its report; a value it cannot name failed a GPU run once."""
+    from sparsedecoding.kernels.op import DENSE_INT4_CHOICES, DENSE_INT8_CHOICES
+
+    from helpers import benchmark_module
+
+    module = benchmark_module(monkeypatch, "quant_e2e_bench")
+    assert set(DENSE_INT4_CHOICES) | set(DENSE_INT8_CHOICES) <= set(module.DENSE_KERNELS)
 
 
 def test_dense_int8_under_the_setting_multiplies_like_its_grid(monkeypatch):
@@ -193,6 +203,10 @@ def test_auto_takes_sp24_on_the_gpu(monkeypatch):
     cuda = solvers.QuantizedCodes(codes.codes.cuda(), codes.scales.cuda(), "int4", 128)
     assert DenseQuantized.from_codes(cuda).layout == "sp24"
     assert DenseQuantized.from_codes(cuda, torch.float16).layout == "torch"
+    monkeypatch.delenv("SPARSEDECODING_DENSE_INT8", raising=False)
+    codes8 = grid(64, 512, "int8", seed=12)
+    cuda8 = solvers.QuantizedCodes(codes8.codes.cuda(), codes8.scales.cuda(), "int8", 512)
+    assert DenseQuantized.from_codes(cuda8).layout == "sp24"
 
 
 @pytest.mark.gpu

@@ -193,7 +193,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_NM_MMA_GEOMETRY=default, "
                                "SPARSEDECODING_SP24_OVER_LOOP=auto, SPARSEDECODING_SP24_SLOTS=1, "
                                "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_STEP_TUNE=1, "
-                               "SPARSEDECODING_DENSE_INT4=auto, SPARSEDECODING_DENSE_INT8=triton, "
+                               "SPARSEDECODING_DENSE_INT4=auto, SPARSEDECODING_DENSE_INT8=auto, "
                                "SPARSEDECODING_FUSED_GREEDY=1.")
     monkeypatch.setenv("SPARSEDECODING_NM_MMA_GEOMETRY", "chunk_words=4, warps=4")
     monkeypatch.setenv("SPARSEDECODING_SP24_OVER_LOOP", "rows")

@@ -65,7 +65,7 @@ FUSED_GREEDY_SETTING = "SPARSEDECODING_FUSED_GREEDY"
 DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
 DENSE_INT4_CHOICES = ("auto", "tinygemm", "triton", "sp24")
 DENSE_INT8_SETTING = "SPARSEDECODING_DENSE_INT8"
-DENSE_INT8_CHOICES = ("triton", "sp24")
+DENSE_INT8_CHOICES = ("auto", "triton", "sp24")
 
 # Under "auto", the batch from which the tensor-core kernel serves a pattern instead of the Triton kernel: the
 # smallest batch from which it was the faster of the two at every batch 1-16 (geomean speedup over cuBLAS on the
@@ -230,15 +230,18 @@ def dense_int4_setting() -> str:
 
 def dense_int8_setting() -> str:
     """SPARSEDECODING_DENSE_INT8: which kernel serves a dense int8 weight (the dense-quantized baseline and an int8
-    lm_head), chosen when the weight is built. "triton" or unset: our `triton_w8` kernel (int8 [out, in] and a scale a
-    row) up to 16 rows of x on CUDA. "sp24": the sparse tensor-core kernel's dense mode (`sp24.tile_dense`; the tiled
-    codes flat, the row scales [out]) up to 16 rows of bf16 x on CUDA; needs rows and columns in multiples of 16.
-    Elsewhere both multiply by the dequantized weight (PyTorch's `_weight_int8pack_mm` on CPU for triton's).
-    KernelChoiceError for anything else."""
-    value = os.environ.get(DENSE_INT8_SETTING, "").strip().lower() or "triton"
+    lm_head), chosen when the weight is built. "sp24": the sparse tensor-core kernel's dense mode (`sp24.tile_dense`;
+    the tiled codes flat, the row scales [out]) up to 16 rows of bf16 x on CUDA; needs rows and columns in multiples
+    of 16. "triton": our `triton_w8` kernel (int8 [out, in] and a scale a row) up to 16 rows of x on CUDA. Elsewhere
+    both multiply by the dequantized weight (PyTorch's `_weight_int8pack_mm` on CPU for triton's). "auto" or unset:
+    sp24 for a bf16 weight built on a CUDA device where that kernel loads and whose shape it takes, triton otherwise.
+    Against triton_w8 on the 8B and 14B shapes and lm_heads (results/w8_h200.md, geomean of time ratios): 1.12x at
+    batch 1, 1.42x at 4, 0.89x at 16 (slower there); in the engine (results/dense_int8_ab_h200_8b.md, dense int8 with
+    an int8 lm_head) 1.15x at batch 1 and 1.70x at 4. KernelChoiceError for anything else."""
+    value = os.environ.get(DENSE_INT8_SETTING, "").strip().lower() or "auto"
     if value not in DENSE_INT8_CHOICES:
-        raise KernelChoiceError(f"{DENSE_INT8_SETTING}={value!r}; use triton (our int8 kernel) or sp24 (our sparse "
-                                "tensor-core kernel's dense mode)")
+        raise KernelChoiceError(f"{DENSE_INT8_SETTING}={value!r}; use auto, sp24 (our sparse tensor-core kernel's "
+                                "dense mode) or triton (our int8 kernel)")
     return value
 
 

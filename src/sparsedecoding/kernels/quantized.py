@@ -334,19 +334,18 @@ def _w8_mm_fake(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> 
 
 
 def dense_kernel(grid: QuantizedCodes, dtype: torch.dtype) -> str:
-    """The kernel a dense weight of `grid` built for `dtype` activations runs: int8 "triton" or "sp24"
-    (SPARSEDECODING_DENSE_INT8); int4 "sp24", "tinygemm" or "triton" (SPARSEDECODING_DENSE_INT4, whose "auto" is
-    sp24 for a bf16 weight on a CUDA device where that kernel loads and whose shape and group size it takes, and
-    tinygemm otherwise)."""
-    if grid.quantize == "int8":
-        return dense_int8_setting()
-    kernel = dense_int4_setting()
+    """The kernel a dense weight of `grid` built for `dtype` activations runs: int8 "sp24" or "triton"
+    (SPARSEDECODING_DENSE_INT8); int4 "sp24", "tinygemm" or "triton" (SPARSEDECODING_DENSE_INT4). Under "auto" (the
+    default of both): sp24 for a bf16 weight on a CUDA device where that kernel loads and whose shape (and int4
+    group size) it takes; triton for int8 and tinygemm for int4 otherwise."""
+    int8 = grid.quantize == "int8"
+    kernel = dense_int8_setting() if int8 else dense_int4_setting()
     if kernel != "auto":
         return kernel
     out, in_features = grid.codes.shape
     group = grid.group_size
     fits = (dtype == torch.bfloat16 and grid.codes.device.type == "cuda" and out % 16 == 0 and in_features % 16 == 0
-            and group % 16 == 0 and group & (group - 1) == 0)
+            and (int8 or group % 16 == 0 and group & (group - 1) == 0))
     if fits:
         from . import cuda_mma, sp24
 
@@ -354,7 +353,7 @@ def dense_kernel(grid: QuantizedCodes, dtype: torch.dtype) -> str:
             sp24.load()
         except cuda_mma.CudaKernelUnavailableError:
             fits = False
-    return "sp24" if fits else "tinygemm"
+    return "sp24" if fits else ("triton" if int8 else "tinygemm")
 
 
 def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, quantize: str,
