@@ -34,12 +34,15 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant3-qwen2.5-coder-1.5b" / "summary.js
                      RESULTS / "quality-repair-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-recipes-qwen2.5-coder-1.5b" / "summary.json")
 # The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's
-# newest run (nineteenth session: sp24 with the halved metadata, every dense and 2:4 row and the int8-head rows in one
+# run with dense int4 and the int4 heads on sp24's dense mode (twenty-fourth session; its dense int8 rows ran
+# triton_w8, which SPARSEDECODING_DENSE_INT8=auto has since replaced by sp24's dense mode, 1.15x faster at batch 1 in
+# dense_int8_ab_h200_8b.md), then its newest run before (nineteenth session: sp24 with the halved metadata, every dense and 2:4 row and the int8-head rows in one
 # run), then the twelfth session's run under the same settings otherwise (2:4 on the sparse tensor-core kernel
 # sp24, dense int8 on triton_w8, Inductor's combo kernels and programmatic launches, attention as reductions at batch
 # 1), then its 16:32 run, then the older 2:4 one; the Qwen2.5-Coder-1.5B preset's run, then the real pruned Qwen's 2:4
 # run under the same settings.
-DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int8.md",
+DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_sp24.md",
+                                           RESULTS / "quant_e2e_h200_head_int8.md",
                                            RESULTS / "quant_e2e_h200_sp24_inductor.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
                   ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
@@ -102,6 +105,7 @@ CONFIGS = (
     Config("2:4", "int4", "decode", ("p2r-int4",), repaired=True),
     Config("2:4", "int4", "decode", ("q3-p2r-int4",), repaired=True, note="rerun"),
     Config("2:4", "int4", "decode", ("q3-p2r-int4-h8",), repaired=True, head="int8", note="rerun"),
+    Config("2:4", "int4", "decode", ("q3-p2r-int4-h4",), repaired=True, head="int4", note="rerun"),
 )
 COLORS = {"none": "tab:blue", "int8": "tab:orange", "int4": "tab:green"}
 MARKERS = {"none": "*", "decode": "o", "text": "s"}
