@@ -399,7 +399,15 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease24c)  # the twenty-fourth session's third lease (no model): dense int8 on sp24's dense mode
+  lease24d)  # the twenty-fourth session's last lease (no model): GPU tests of the paths the new defaults
+    # (SPARSEDECODING_DENSE_INT4=auto, _INT8=auto) send dense quantized weights through
+    bash benchmarks/h200.sh bg kcache defaults-tests ;;
+  defaults-tests)  # gpu_tests_defaults.log
+    timeout 280 python3 -m pytest -q -m gpu tests/test_quantized_engine.py tests/test_quantized.py \
+      tests/test_sparsify.py tests/test_sp24_dense.py -k "dense or quantized_head or quantized_weights_equals or \
+      quantized_sparsified or auto" -p no:cacheprovider 2>&1 | tail -6 | tee "$OUT/gpu_tests_defaults.log" || true ;;
+  lease24c)  # run (dense_int8_ab_h200_8b.md, w8_h200.md, quant_e2e_h200_head_int4_auto.md rebuilt from its log; 26
+    # GPU tests passed): the twenty-fourth session's third lease (no model): dense int8 on sp24's dense mode
     # (SPARSEDECODING_DENSE_INT8=sp24) and SPARSEDECODING_DENSE_INT4=auto (sp24 on CUDA): GPU tests, then (only if
     # they pass) the int8 engine A/B, the int8 kernel bench, issue 13's rows under the defaults again
     rm -f /root/bg/dense8_ok

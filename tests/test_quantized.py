@@ -253,16 +253,16 @@ def test_tuned_kernel_on_gpu_matches_float64(quantize, batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("quantize,kernel", [("int8", "triton"), ("int4", "triton"), ("int4", "tinygemm"),
-                                             ("int4", "sp24")])
+@pytest.mark.parametrize("quantize,kernel", [("int8", "triton"), ("int8", "sp24"), ("int4", "triton"),
+                                             ("int4", "tinygemm"), ("int4", "sp24")])
 def test_dense_quantized_baseline_on_gpu_matches_float64(quantize, kernel, monkeypatch):
-    """Our int8 kernel; int4 through our triton_w4 kernel, PyTorch's tinygemm with our layout for it (tinygemm's
-    nibble order and scale-and-zero tensor) or the sparse tensor-core kernel's dense mode; above 16 rows the
-    dequantized weight."""
-    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", kernel)
+    """int8 through our triton_w8 kernel or the sparse tensor-core kernel's dense mode; int4 through our triton_w4
+    kernel, PyTorch's tinygemm with our layout for it (tinygemm's nibble order and scale-and-zero tensor) or that
+    dense mode; above 16 rows the dequantized weight."""
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT8" if quantize == "int8" else "SPARSEDECODING_DENSE_INT4", kernel)
     weight = grid_weight(512, 4096, 1, 2, quantize, group_size=128).cuda()
     dense = DenseQuantized.from_codes(solvers.quantization_codes(weight, quantize, 128))
-    layout = {"triton": "w4", "sp24": "sp24"}.get(kernel, "torch") if quantize == "int4" else "torch"
+    layout = {"w4": "w4", "sp24": "sp24"}.get("w4" if quantize == "int4" and kernel == "triton" else kernel, "torch")
     assert dense.layout == layout
     for batch in (1, 8, 16, 20):
         x = torch.randn(batch, 4096, device="cuda").bfloat16()
