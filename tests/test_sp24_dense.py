@@ -100,6 +100,25 @@ def test_dense_quantized_under_the_setting_multiplies_like_its_grid(monkeypatch)
     assert torch.equal(layer(x), expected)
 
 
+def test_the_layer_keeps_bf16_scales_through_dtype_moves(monkeypatch):
+    """`.half()` / `.float()` leave the sp24 layout's scales bfloat16 (the kernel reads them so); prefill rows of
+    any dtype multiply by the dequantized weight."""
+    from sparsedecoding.kernels.quantized import DenseQuantized
+    from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear
+
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "sp24")
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT8", "sp24")
+    for quantize in ("int4", "int8"):
+        codes = grid(32, 256, quantize, 64, seed=13)
+        layer = DenseQuantizedLinear(DenseQuantized.from_codes(codes))
+        assert layer.layout == "sp24"
+        layer.half()
+        assert layer.scales.dtype == torch.bfloat16 and layer.qweight.dtype == torch.uint8
+        x = torch.randn(20, 256).half()
+        expected = torch.nn.functional.linear(x, codes.dequantize(torch.float64).bfloat16().half())
+        assert torch.equal(layer(x), expected)
+
+
 def test_the_setting_takes_sp24_and_refuses_other_activations(monkeypatch):
     from sparsedecoding.kernels.op import KernelChoiceError, dense_int4_setting
     from sparsedecoding.kernels.quantized import DenseQuantized
@@ -237,3 +256,14 @@ def test_tuned_op_inside_a_graph_matches_float64(quantize, monkeypatch):
         graph.replay()
         torch.cuda.synchronize()
         assert float64_error(replayed, x, weight) <= 1, batch
+
+
+@pytest.mark.gpu
+def test_decode_rows_of_other_activations_are_one_error(monkeypatch):
+    from sparsedecoding.kernels.quantized import DenseQuantized, dense_quantized_mm
+
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "sp24")
+    codes = grid(64, 512, "int4", 128, seed=14)
+    dense = DenseQuantized.from_codes(solvers.QuantizedCodes(codes.codes.cuda(), codes.scales.cuda(), "int4", 128))
+    with pytest.raises(KernelInputError, match="takes bfloat16 activations"):
+        dense_quantized_mm(torch.randn(2, 512, device="cuda").half(), dense.weight, dense.scales, "int4", 128)

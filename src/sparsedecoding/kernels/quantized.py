@@ -371,6 +371,10 @@ def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tens
 
         w = sp24.dense_from_parts(weight, scales, x.shape[-1], quantize, group_size)
         if x.device.type == "cuda" and 0 < x.shape[0] <= MAX_BATCH:
+            if x.dtype != torch.bfloat16:
+                raise KernelInputError(f"x is {x.dtype}; this dense {quantize} weight is laid out for the sparse "
+                                       "tensor-core kernel, which takes bfloat16 activations (build it for "
+                                       f"{x.dtype} instead: DenseQuantized.from_codes(..., {x.dtype}))")
             return torch.ops.sparsedecoding.sp24_mm(x, w.a, None, w.scales, w.row_scales, w.shape[0], w.shape[1],
                                                     w.code, w.steps, w.gk_shift, w.groups, False, None, None, True)
         return torch.nn.functional.linear(x, sp24.to_dense(w).to(x.dtype))

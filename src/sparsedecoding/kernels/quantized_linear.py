@@ -93,6 +93,23 @@ class DenseQuantizedLinear(torch.nn.Module):
         self.register_buffer("scales", dense.scales)
         self.register_buffer("bias", bias)
 
+    @property
+    def layout(self) -> str:
+        """`DenseQuantized.layout` of the held weight."""
+        return DenseQuantized(self.qweight, self.scales, self.quantize, self.group_size,
+                              (self.out_features, self.in_features)).layout
+
+    def _apply(self, fn, recurse=True):
+        """In the sparse tensor-core kernel's dense layout the scales are bfloat16, the kernel's, whatever
+        `model.half()` / `.float()` do to the activations (that kernel then refuses other activations with one
+        error; prefill rows multiply by the dequantized weight in x's dtype). The other layouts' scales follow the
+        activations' dtype."""
+        sp24 = self.layout == "sp24"
+        super()._apply(fn, recurse)
+        if sp24 and self.scales.dtype != SCALE_DTYPE:
+            self.scales = self.scales.to(SCALE_DTYPE)
+        return self
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.quantize == "int4" and self.layout_device not in (None, x.device.type):
             raise KernelInputError(f"this int4 weight was laid out for {self.layout_device}, not {x.device.type}: "
