@@ -11,6 +11,11 @@ plus 4 bits of metadata per 4 columns (the bitmask's 1 bit per column), plus, fo
 columns (`overflow.OverflowNM`): the slots are tiled per row tile and step as well (`over_v`, `over_o`), and the
 kernel adds their products inside the same warp (sp24.cu, OVER; 16-bit values, with or without the RMSNorm in front).
 
+`tile_dense` tiles a dense int8 / int4 weight for the same kernel (sp24.cu, DENSE): as the kept values of the 2:4
+weight of twice the columns that keeps positions 0 and 1 of every group, whose metadata is one constant word the
+kernel never loads (x is staged with a zero pair after each pair of columns). This is the dense-quantized path's
+default kernel on CUDA (`quantized.dense_kernel`).
+
 `Sp24Launch` / `sp24_mm` run it (built at first use with nvcc, like `cuda_mma`, on compute capability 8.0 or
 newer), splitting the steps of a row tile across CTAs (splits) and across warps of one CTA (slices);
 `tuned_launch` picks both per problem. `tiled_to_dense` reads a tiled weight back through the instruction's
