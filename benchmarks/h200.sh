@@ -138,6 +138,22 @@ for name in ("q3-p2r-int4-h8", "q3-p2r-int4-h4"):
           + (f" (first: {differing[0]})" if differing else ""))
 PY
     ;;
+  quality-quant4)  # quality-quant4-qwen2.5-coder-1.5b/: an int4 lm_head on the repaired 2:4 + int8 model
+    # (benchmarks/recipes/plan-quant4.json, fixed in the twenty-fourth session before any run; the repaired model
+    # recreated first, about 10 min); not run yet. Issue 13's quality condition with the head its 2.3x needs.
+    recipes benchmarks/recipes/plan-quant4.json /root/recipes-quant4 quality-quant4-qwen2.5-coder-1.5b
+    python3 - > "$OUT/quality-quant4-qwen2.5-coder-1.5b/blocks.txt" <<'PY' || true
+from pathlib import Path
+import torch
+from safetensors.torch import load_file
+models = Path("/root/recipes-quant4/models")
+base = load_file(str(models / "q4-p2r-int8.safetensors"))
+other = load_file(str(models / "q4-p2r-int8-h4.safetensors"))
+differing = [key for key in base if "layers." in key and not torch.equal(base[key], other[key])]
+print(f"q4-p2r-int8-h4: {len(differing)} of {sum('layers.' in key for key in base)} block tensors differ from "
+      f"q4-p2r-int8" + (f" (first: {differing[0]})" if differing else ""))
+PY
+    ;;
   quality-head-dev)  # run in the fourteenth session (rule failed): quality-head-dev-qwen2.5-coder-1.5b/, the
     # dev-quarter check of an int8 lm_head as the default with --quantize (benchmarks/recipes/plan-head.json, its
     # decision rule fixed before the run); no held-out item; about 8 minutes from the model's arrival (one
