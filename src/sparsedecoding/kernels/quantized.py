@@ -17,6 +17,7 @@ kernel (PyTorch's is 10-20x slower than cuBLAS bf16 at batch 1) or the sparse te
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +26,9 @@ from ..errors import KernelInputError, PackingError
 from ..solvers import QuantizedCodes, quantization_codes
 from .format import _BITS, bitmask_to_bits, check_pattern, pack_nm, popcount32, values_per_word
 from .op import dense_int4_setting, dense_int8_setting
+
+log = logging.getLogger(__name__)
+_unavailable_said: set[str] = set()  # the reasons `dense_kernel` has logged (once each)
 
 QUANTIZED_FORMATS = ("int8", "int4")
 CODE_BITS = {"int8": 8, "int4": 4}
@@ -351,8 +355,12 @@ def dense_kernel(grid: QuantizedCodes, dtype: torch.dtype) -> str:
 
         try:
             sp24.load()
-        except cuda_mma.CudaKernelUnavailableError:
+        except cuda_mma.CudaKernelUnavailableError as exc:
             fits = False
+            if str(exc) not in _unavailable_said:
+                _unavailable_said.add(str(exc))
+                log.warning("dense int8 / int4 weights (DENSE_INT8 / DENSE_INT4 = auto) use triton_w8 / tinygemm: "
+                            "the sparse tensor-core kernel is unavailable here (%s)", exc)
     return "sp24" if fits else ("triton" if int8 else "tinygemm")
 
 
