@@ -415,7 +415,19 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease24d)  # the twenty-fourth session's last lease (no model): GPU tests of the paths the new defaults
+  lease25)  # prepared at the end of the twenty-fourth session (no model, about 10 minutes): the GPU tests of the
+    # new defaults (lease24d's, lost), where the 2:4 + int4 step's time goes now that an int4 head is 79 us, and the
+    # chart's Qwen-shape speeds under the new dense kernels with an int4 head
+    bash benchmarks/h200.sh bg kcache defaults-tests profile-int4-h4 quant-qwen-h4 ;;
+  profile-int4-h4)  # step_profile_h200_8b_int4_h4.md: the 8B preset's decode step by kernel, int4 values, int4 heads
+    # (dense int4 and the heads on sp24's dense mode)
+    timeout 200 python3 benchmarks/step_profile.py --quantize int4 --head int4 \
+      --out "$OUT/step_profile_h200_8b_int4_h4.md" 2>&1 | grep -E "^- wall|rror" || true ;;
+  quant-qwen-h4)  # quant_e2e_h200_qwen2.5-coder-1.5b_head_int4.md: issue 13's rows on the Qwen shapes (random
+    # weights), bf16 and int4 heads, under the new dense kernels
+    timeout 400 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --head int4 \
+      --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b_head_int4.md" 2>&1 | grep -E "^- 2:4|^- dense|rror" || true ;;
+  lease24d)  # lost (the machine was taken back during the call): the twenty-fourth session's last lease (no model): GPU tests of the paths the new defaults
     # (SPARSEDECODING_DENSE_INT4=auto, _INT8=auto) send dense quantized weights through
     bash benchmarks/h200.sh bg kcache defaults-tests ;;
   defaults-tests)  # gpu_tests_defaults.log
