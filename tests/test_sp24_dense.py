@@ -66,6 +66,15 @@ def test_parts_rebuild_the_weight(quantize):
     assert torch.equal(to_dense(again), codes.dequantize(torch.float64).bfloat16())
 
 
+def test_parts_of_another_width_raise_one_line():
+    codes = grid(64, 1024, "int4", 128, seed=15)
+    w = tiled(codes)
+    with pytest.raises(KernelInputError, match="not a dense int4 weight of 768 columns"):
+        dense_from_parts(w.a, w.scales, 768, "int4", 128)
+    with pytest.raises(KernelInputError, match="not a dense int4 weight"):
+        dense_from_parts(w.a, w.scales[:-16], 1024, "int4", 128)
+
+
 def test_to_dense_on_cpu_is_the_dense_weight():
     codes = grid(48, 544, "int4", 32, seed=5)
     assert torch.equal(to_dense(tiled(codes)), codes.dequantize(torch.float64).bfloat16())

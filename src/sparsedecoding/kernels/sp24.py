@@ -262,12 +262,17 @@ def dense_from_parts(a: torch.Tensor, scales: torch.Tensor, in_features: int, qu
     the dense width: the rest of its fields follow from them (out is a multiple of 16)."""
     code = 8 if quantize == "int8" else 4
     steps = -(-(2 * in_features // 32) // STEP_TILES[code])
-    row_tiles = a.numel() // (steps * 8 * 512 if code == 8 else steps * 4 * 512)
+    tile_bytes = steps * (8 if code == 8 else 4) * 512  # of a 16-row tile
+    row_tiles = a.numel() // tile_bytes
+    group_tiles = group_size // 16  # int4: k-tiles (32 columns of the expanded weight) a scale
+    groups = -(-steps * STEP_TILES[code] // group_tiles) if code == 4 else 0
+    scale_count = 16 * row_tiles * (groups if code == 4 else 1)
+    if a.dim() != 1 or a.numel() != row_tiles * tile_bytes or scales.numel() != scale_count:
+        raise KernelInputError(f"{a.numel()} tiled bytes and {scales.numel()} scales are not a dense {quantize} "
+                               f"weight of {in_features} columns in the sparse tensor-core layout (tile_dense's)")
     if code == 8:
         return Sp24Weight(a, None, None, scales, (16 * row_tiles, in_features), 8, torch.bfloat16, steps,
                           dense=True)
-    group_tiles = group_size // 16  # k-tiles (32 columns of the expanded weight) a scale
-    groups = -(-steps * STEP_TILES[code] // group_tiles)
     return Sp24Weight(a, None, scales, None, (16 * row_tiles, in_features), 4, torch.bfloat16, steps,
                       group_tiles.bit_length() - 1, groups, dense=True)
 
