@@ -249,16 +249,20 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DenseQuantized:
-    """A dense weight [out, in] on a `quantize` grid:
-    int8: `weight` int8 [out, in], `scales` [out] in the activations' dtype (`_weight_int8pack_mm`'s layout);
-    int4 under SPARSEDECODING_DENSE_INT4=triton: `triton_w4`'s layout, the same on every device, `weight` uint8
-    [out, in/2] and `scales` [out, in/group_size] in the activations' dtype;
-    int4 under tinygemm (the default): `weight` the output of `_convert_weight_to_int4pack` (`_for_cpu` on CPU: the layouts
+    """A dense weight [out, in] on a `quantize` grid, in the layout of the kernel that serves it (`dense_kernel`,
+    chosen when it is built: SPARSEDECODING_DENSE_INT8 / _INT4, both "auto" by default):
+    sp24 (int8 or int4): the sparse tensor-core kernel's dense mode (`sp24.tile_dense`), the same on every device,
+    `weight` its tiled codes (uint8, flat) and `scales` its row scales (int8, bfloat16 [out]) or tiled group scales
+    (int4, bfloat16, flat);
+    int8 otherwise: `weight` int8 [out, in], `scales` [out] in the activations' dtype (`_weight_int8pack_mm`'s
+    layout, which `triton_w8` reads);
+    int4 under triton: `triton_w4`'s layout, the same on every device, `weight` uint8 [out, in/2] and `scales`
+    [out, in/group_size] in the activations' dtype;
+    int4 under tinygemm: `weight` the output of `_convert_weight_to_int4pack` (`_for_cpu` on CPU: the layouts
     differ), `scales` the [in/group_size, out, 2] scale-and-zero tensor of `_weight_int4pack_mm`, whose
-    dequantization is (q − 8)·scale + zero with q = code + 8 and zero = 0 for our symmetric grids;
-    int4 under SPARSEDECODING_DENSE_INT4=sp24: the sparse tensor-core kernel's dense mode (`sp24.tile_dense`), the
-    same on every device, `weight` its tiled values (uint8, flat) and `scales` its tiled scales (bfloat16, flat).
-    The three int4 layouts differ in the scales' rank (2, 3, 1), which `dense_quantized_mm` reads."""
+    dequantization is (q − 8)·scale + zero with q = code + 8 and zero = 0 for our symmetric grids.
+    `dense_quantized_mm` tells them apart by rank: a flat weight is sp24's; int4 scales of rank 2 triton_w4's, of
+    rank 3 tinygemm's."""
 
     weight: torch.Tensor
     scales: torch.Tensor
