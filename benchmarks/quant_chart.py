@@ -36,8 +36,8 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant3-qwen2.5-coder-1.5b" / "summary.js
 # The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's
 # run with dense int4 and the int4 heads on sp24's dense mode (twenty-fourth session; its dense int8 rows ran
 # triton_w8, which SPARSEDECODING_DENSE_INT8=auto has since replaced by sp24's dense mode, 1.15x faster at batch 1 in
-# dense_int8_ab_h200_8b.md), then its newest run before (nineteenth session: sp24 with the halved metadata, every dense and 2:4 row and the int8-head rows in one
-# run), then the twelfth session's run under the same settings otherwise (2:4 on the sparse tensor-core kernel
+# dense_int8_ab_h200_8b.md), then its newest run before (nineteenth session: sp24 with the halved metadata, every
+# dense and 2:4 row and the int8-head rows in one run), then the twelfth session's run under the same settings otherwise (2:4 on the sparse tensor-core kernel
 # sp24, dense int8 on triton_w8, Inductor's combo kernels and programmatic launches, attention as reductions at batch
 # 1), then its 16:32 run, then the older 2:4 one; the Qwen2.5-Coder-1.5B preset's run, then the real pruned Qwen's 2:4
 # run under the same settings.
