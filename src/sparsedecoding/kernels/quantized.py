@@ -28,7 +28,7 @@ from .format import _BITS, bitmask_to_bits, check_pattern, pack_nm, popcount32, 
 from .op import dense_int4_setting, dense_int8_setting
 
 log = logging.getLogger(__name__)
-_unavailable_said: set[str] = set()  # the reasons `dense_kernel` has logged (once each)
+_said: set[str] = set()  # what `dense_kernel` has logged (each once): reasons, and its auto choices
 
 QUANTIZED_FORMATS = ("int8", "int4")
 CODE_BITS = {"int8": 8, "int4": 4}
@@ -361,11 +361,17 @@ def dense_kernel(grid: QuantizedCodes, dtype: torch.dtype) -> str:
             sp24.load()
         except cuda_mma.CudaKernelUnavailableError as exc:
             fits = False
-            if str(exc) not in _unavailable_said:
-                _unavailable_said.add(str(exc))
+            if str(exc) not in _said:
+                _said.add(str(exc))
                 log.warning("dense int8 / int4 weights (DENSE_INT8 / DENSE_INT4 = auto) use triton_w8 / tinygemm: "
                             "the sparse tensor-core kernel is unavailable here (%s)", exc)
-    return "sp24" if fits else ("triton" if int8 else "tinygemm")
+    chosen = "sp24" if fits else ("triton" if int8 else "tinygemm")
+    said = f"{grid.quantize} {chosen}"
+    if said not in _said:
+        _said.add(said)
+        log.info("dense %s weights: %s (SPARSEDECODING_DENSE_%s=auto)", grid.quantize,
+                 "the sparse tensor-core kernel's dense mode" if fits else chosen, grid.quantize.upper())
+    return chosen
 
 
 def dense_quantized_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, quantize: str,
