@@ -105,6 +105,15 @@ def _switch(name: str, default: str, meaning: str) -> bool:
     return value == "1"
 
 
+def _choice(name: str, choices: tuple[str, ...], default: str, meaning: str) -> str:
+    """A setting of named values (lower-cased; unset or empty `default`); anything else is a KernelChoiceError that
+    lists `meaning`, what each value does."""
+    value = os.environ.get(name, "").strip().lower() or default
+    if value not in choices:
+        raise KernelChoiceError(f"{name}={value!r}; use {meaning}")
+    return value
+
+
 def fuse_glu_setting() -> bool:
     """SPARSEDECODING_FUSE_GLU: "1" or unset makes the engine tile 2:4 gate|up linears to apply silu(gate)·up in the
     sparse tensor-core kernel's epilogue (`sp24_linear.tile_model`; measured faster: results/e2e_h200_8b_sp24_glu*.md);
@@ -173,11 +182,8 @@ def inductor_attention_setting() -> str:
     caches, slower with 4096, and slower at batch 4 and 8: results/inductor_attention_h200_8b_*.md); "1": at every
     batch; "0": never. Decode steps that SPARSEDECODING_FUSED_ATTENTION's kernel takes do not come here. Read when a
     model is built; KernelChoiceError for anything else."""
-    value = os.environ.get(INDUCTOR_ATTENTION_SETTING, "").strip().lower() or "auto"
-    if value not in INDUCTOR_ATTENTION_CHOICES:
-        raise KernelChoiceError(f"{INDUCTOR_ATTENTION_SETTING}={value!r}; use auto (decode attention as "
-                                "Inductor-compiled reductions at batch 1), 1 (at every batch) or 0")
-    return value
+    return _choice(INDUCTOR_ATTENTION_SETTING, INDUCTOR_ATTENTION_CHOICES, "auto",
+                   "auto (decode attention as Inductor-compiled reductions at batch 1), 1 (at every batch) or 0")
 
 
 def fused_attention_setting() -> bool:
@@ -218,14 +224,11 @@ def dense_int4_setting() -> str:
     CPU) and its device's layout. "triton": our `triton_w4` kernel (bytes [out, in/2] and scales [out, groups], the
     same on every device) up to 16 rows of x on CUDA, the dequantized weight above 16 rows and on CPU. "auto" or
     unset: sp24 for a bf16 weight built on a CUDA device where that kernel loads and whose shape and group size it
-    takes, tinygemm otherwise (`quantized.dense_int4_kernel` says which). Against tinygemm on the 8B and 14B shapes
+    takes, tinygemm otherwise (`quantized.dense_kernel` says which). Against tinygemm on the 8B and 14B shapes
     and lm_heads (results/w4_h200.md, geomean of time ratios at batch 1 / 4 / 16): sp24 1.49x / 1.85x / 2.50x (every
     shape faster, 1.22x at least), triton_w4 0.74x / 0.82x / 2.31x. KernelChoiceError for anything else."""
-    value = os.environ.get(DENSE_INT4_SETTING, "").strip().lower() or "auto"
-    if value not in DENSE_INT4_CHOICES:
-        raise KernelChoiceError(f"{DENSE_INT4_SETTING}={value!r}; use auto, sp24 (our sparse tensor-core kernel's "
-                                "dense mode), tinygemm (PyTorch's int4 kernel) or triton (ours)")
-    return value
+    return _choice(DENSE_INT4_SETTING, DENSE_INT4_CHOICES, "auto", "auto, sp24 (our sparse tensor-core kernel's "
+                   "dense mode), tinygemm (PyTorch's int4 kernel) or triton (ours)")
 
 
 def dense_int8_setting() -> str:
@@ -238,11 +241,8 @@ def dense_int8_setting() -> str:
     Against triton_w8 on the 8B and 14B shapes and lm_heads (results/w8_h200.md, geomean of time ratios): 1.12x at
     batch 1, 1.42x at 4, 0.89x at 16 (slower there); in the engine (results/dense_int8_ab_h200_8b.md, dense int8 with
     an int8 lm_head) 1.15x at batch 1 and 1.70x at 4. KernelChoiceError for anything else."""
-    value = os.environ.get(DENSE_INT8_SETTING, "").strip().lower() or "auto"
-    if value not in DENSE_INT8_CHOICES:
-        raise KernelChoiceError(f"{DENSE_INT8_SETTING}={value!r}; use auto, sp24 (our sparse tensor-core kernel's "
-                                "dense mode) or triton (our int8 kernel)")
-    return value
+    return _choice(DENSE_INT8_SETTING, DENSE_INT8_CHOICES, "auto", "auto, sp24 (our sparse tensor-core kernel's "
+                   "dense mode) or triton (our int8 kernel)")
 
 
 def attention_early_reads_setting() -> bool:
@@ -298,12 +298,9 @@ def sp24_over_loop_setting() -> str:
     0.86x, slots 1.20 / 1.14 / 1.07 / 1.02 / 0.98 / 0.90x, columns 1.18 / 1.14 / 1.09 / 1.05 / 1.04 / 1.00x; at
     batch 9 / 12 / 16 with one CTA a multiprocessor (results/overflow_h200_one_cta.md): rows 0.78 / 0.65 / 0.54x,
     slots 0.71 / 0.62 / 0.54x, columns 0.67 / 0.61 / 0.58x. KernelChoiceError for anything else."""
-    value = os.environ.get(SP24_OVER_LOOP_SETTING, "").strip().lower() or "auto"
-    if value not in SP24_OVER_LOOP_CHOICES:
-        raise KernelChoiceError(f"{SP24_OVER_LOOP_SETTING}={value!r}; use rows (rows of x outer), slots (slots "
-                                "outer), auto (the fastest of these at each batch) or columns "
-                                "(slots outer on a column-major copy of x)")
-    return value
+    return _choice(SP24_OVER_LOOP_SETTING, SP24_OVER_LOOP_CHOICES, "auto", "rows (rows of x outer), slots (slots "
+                   "outer), auto (the fastest of these at each batch) or columns (slots outer on a column-major copy "
+                   "of x)")
 
 
 def sp24_half_meta_setting() -> bool:
