@@ -22,6 +22,7 @@ import torch
 
 from sparsedecoding.engine.bench import SpeedResult, bench_preset, check_group_size, copy_bandwidth, format_table
 from sparsedecoding.engine.config import preset
+from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown, write_report
 
@@ -37,10 +38,10 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=256,
                         help="tokens a generation writes after its 16-token prompt; the KV cache holds both "
                              "(default: %(default)s)")
-    parser.add_argument("--quantize", choices=["int8", "int4"],
+    parser.add_argument("--quantize", choices=QUANTIZED_FORMATS,
                         help="quantize the N:M model's kept values (the dense baseline stays bf16)")
     parser.add_argument("--group-size", type=int, default=128, help="int4: columns a scale (default: 128)")
-    parser.add_argument("--head", choices=["int8", "int4"], help="with --quantize: lm_head dense int8 / int4 too")
+    parser.add_argument("--head", choices=QUANTIZED_FORMATS, help="with --quantize: lm_head dense int8 / int4 too")
     parser.add_argument("--quantized-dense", action="store_true",
                         help="with --quantize: the dense quantized model under each value too")
     parser.add_argument("--out", type=Path, required=True)
