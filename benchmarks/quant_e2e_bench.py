@@ -26,7 +26,7 @@ from sparsedecoding.engine.bench import (SpeedResult, bench_preset, check_group_
 from sparsedecoding.engine.config import preset
 from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.kernels.op import (DENSE_INT4_SETTING, DENSE_INT8_SETTING, KERNEL_SETTING, SPARSE_MMA_SETTING,
-                                       dense_int4_setting, dense_int8_setting, settings_line)
+                                       dense_int4_setting, dense_int8_setting, settings, settings_line)
 from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
@@ -97,7 +97,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/quant_e2e_PRESET.md")
     args = parser.parse_args()
     out = args.out or Path(__file__).parent / "results" / f"quant_e2e_{args.preset}.md"
-    try:  # every run's settings, before the first model is built
+    try:  # every run's settings and the kernel settings, before the first model is built
+        settings()
         for quantize in ("int8", "int4"):
             check_plan(runs := [(None, args.batch)] + [(pattern, args.batch) for pattern in args.pattern],
                        args.new_tokens, quantize, args.group_size, args.head)
