@@ -419,6 +419,15 @@ PY
     # new defaults (lease24d's, lost), where the 2:4 + int4 step's time goes now that an int4 head is 79 us, and the
     # chart's Qwen-shape speeds under the new dense kernels with an int4 head
     bash benchmarks/h200.sh bg kcache defaults-tests profile-int4-h4 quant-qwen-h4 ;;
+  lease25q)  # the twenty-fifth session's one lease: `END_AT=$(( $(date +%s) + 1700 )) bash benchmarks/h200.sh lease25q`
+    # as the first call, then the Qwen pieces (`receive`, the last with `models`), then `collect` calls.
+    # quant-qwen-h4 (timing, no model) runs alone while the pieces arrive; then quality-quant4 without the dense
+    # model's scores (earlier rounds have them) and, beside it (no timing in either), the defaults' GPU tests;
+    # profile-int4-h4 (timing) last, if the lease lasts
+    bash benchmarks/h200.sh bg kcache quant-qwen-h4
+    AFTER=quant-qwen-h4 ONLY=q4-p2r-bf16,q4-p2r-int8,q4-p2r-int8-h4 bash benchmarks/h200.sh bg quality-quant4 \
+      profile-int4-h4
+    AFTER=quant-qwen-h4 bash benchmarks/h200.sh bg defaults-tests ;;
   profile-int4-h4)  # step_profile_h200_8b_int4_h4.md: the 8B preset's decode step by kernel, int4 values, int4 heads
     # (dense int4 and the heads on sp24's dense mode)
     timeout 200 python3 benchmarks/step_profile.py --quantize int4 --head int4 \
