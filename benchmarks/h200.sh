@@ -140,7 +140,8 @@ PY
     ;;
   quality-quant4)  # quality-quant4-qwen2.5-coder-1.5b/: an int4 lm_head on the repaired 2:4 + int8 model
     # (benchmarks/recipes/plan-quant4.json, fixed in the twenty-fourth session before any run; the repaired model
-    # recreated first, about 10 min); not run yet. Issue 13's quality condition with the head its 2.3x needs.
+    # recreated first, about 8 min); run in the twenty-fifth session with ONLY=q4-p2r-bf16,q4-p2r-int8,q4-p2r-int8-h4
+    # (13 minutes from the model's arrival). Issue 13's quality condition with the head its 2.3x needs.
     recipes benchmarks/recipes/plan-quant4.json /root/recipes-quant4 quality-quant4-qwen2.5-coder-1.5b
     python3 - > "$OUT/quality-quant4-qwen2.5-coder-1.5b/blocks.txt" <<'PY' || true
 from pathlib import Path
@@ -415,11 +416,12 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease25)  # prepared at the end of the twenty-fourth session (no model, about 10 minutes): the GPU tests of the
+  lease25)  # not run as such (its steps ran in lease25q): prepared in the twenty-fourth session (no model): the GPU tests of the
     # new defaults (lease24d's, lost), where the 2:4 + int4 step's time goes now that an int4 head is 79 us, and the
     # chart's Qwen-shape speeds under the new dense kernels with an int4 head
     bash benchmarks/h200.sh bg kcache defaults-tests profile-int4-h4 quant-qwen-h4 ;;
-  lease25q)  # the twenty-fifth session's one lease: `END_AT=$(( $(date +%s) + 1700 )) bash benchmarks/h200.sh lease25q`
+  lease25q)  # run (quant_e2e_h200_qwen2.5-coder-1.5b_head_int4.md, quality-quant4-qwen2.5-coder-1.5b/,
+    # step_profile_h200_8b_int4_h4.md, 34 GPU tests passed; then quant-int4-run3 by hand): the twenty-fifth session's one lease: `END_AT=$(( $(date +%s) + 1700 )) bash benchmarks/h200.sh lease25q`
     # as the first call, then the Qwen pieces (`receive`, the last with `models`), then `collect` calls.
     # quant-qwen-h4 (timing, no model) runs alone while the pieces arrive; then quality-quant4 without the dense
     # model's scores (earlier rounds have them) and, beside it (no timing in either), the defaults' GPU tests;
@@ -428,6 +430,17 @@ PY
     AFTER=quant-qwen-h4 ONLY=q4-p2r-bf16,q4-p2r-int8,q4-p2r-int8-h4 bash benchmarks/h200.sh bg quality-quant4 \
       profile-int4-h4
     AFTER=quant-qwen-h4 bash benchmarks/h200.sh bg defaults-tests ;;
+  quant-int4-run3)  # quant_e2e_h200_head_int4_run3.md: issue 13's engine rows under the defaults with an int4 lm_head
+    # once more (a third run; the int8 row's margin over 2.3x was inside run-to-run noise)
+    timeout 420 python3 benchmarks/quant_e2e_bench.py --head int4 --out "$OUT/quant_e2e_h200_head_int4_run3.md" \
+      2>&1 | grep -E "^- 2:4|^- dense|rror" || true ;;
+  quant-1632-today)  # quant_e2e_h200_qwen2.5-coder-1.5b_16of32.md and quant_e2e_h200_8b_16of32_today.md: the chart's 16:32
+    # rows again beside today's dense bf16 (their reports of 2026-12-01 had dense at 495.5 / 200.9 tok/s against today's
+    # 599.3 / 221.4, so the chart's panels mixed two engines)
+    timeout 180 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32 \
+      --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b_16of32.md" 2>&1 | grep -E "^\| qwen|rror" || true
+    timeout 220 python3 benchmarks/quant_e2e_bench.py --pattern 16:32 --out "$OUT/quant_e2e_h200_8b_16of32_today.md" \
+      2>&1 | grep -E "^\| llama|rror" || true ;;
   profile-int4-h4)  # step_profile_h200_8b_int4_h4.md: the 8B preset's decode step by kernel, int4 values, int4 heads
     # (dense int4 and the heads on sp24's dense mode)
     timeout 200 python3 benchmarks/step_profile.py --quantize int4 --head int4 \

@@ -28,24 +28,27 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 GROUP_SIZE = 128  # int4 columns per scale in plan-quant.json and in the speed reports
-DEFAULT_SUMMARIES = (RESULTS / "quality-quant3-qwen2.5-coder-1.5b" / "summary.json",
+DEFAULT_SUMMARIES = (RESULTS / "quality-quant4-qwen2.5-coder-1.5b" / "summary.json",
+                     RESULTS / "quality-quant3-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-quant2-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-quant-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-repair-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-recipes-qwen2.5-coder-1.5b" / "summary.json")
 # The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's
-# run with dense int4 and the int4 heads on sp24's dense mode (twenty-fourth session; its dense int8 rows ran
-# triton_w8, which SPARSEDECODING_DENSE_INT8=auto has since replaced by sp24's dense mode, 1.15x faster at batch 1 in
-# dense_int8_ab_h200_8b.md), then its newest run before (nineteenth session: sp24 with the halved metadata, every
+# run under today's defaults with int4 heads (twenty-fifth session: dense int4 / int8 and the heads on sp24's dense
+# mode), then the twenty-fourth session's run with dense int4 and the int4 heads on sp24's dense mode (its dense int8
+# rows ran triton_w8), then its newest run before (nineteenth session: sp24 with the halved metadata, every
 # dense and 2:4 row and the int8-head rows in one run), then the twelfth session's run under the same settings otherwise (2:4 on the sparse tensor-core kernel
 # sp24, dense int8 on triton_w8, Inductor's combo kernels and programmatic launches, attention as reductions at batch
 # 1), then its 16:32 run, then the older 2:4 one; the Qwen2.5-Coder-1.5B preset's run, then the real pruned Qwen's 2:4
-# run under the same settings.
-DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_sp24.md",
+# run under the same settings (the Qwen preset's newest run, with int4 heads under today's defaults, first).
+DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_run3.md",
+                                           RESULTS / "quant_e2e_h200_head_int4_sp24.md",
                                            RESULTS / "quant_e2e_h200_head_int8.md",
                                            RESULTS / "quant_e2e_h200_sp24_inductor.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
-                  ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
+                  ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_head_int4.md",
+                                                 RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
                                                  RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md",
                                                  RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_2of4_head_int8.md")))
 TARGET_GAP = 0.03  # issue 13: N:M + int8 within this pass@1 of the same N:M in bf16 (decode-time calibration)
@@ -63,6 +66,7 @@ class Config:
     repaired: bool = False  # fixed-mask repair after pruning (plan-repair.json; quantized after it: plan-quant2.json)
     head: str = "none"  # lm_head rounded too (`prune --quantize-head`; plan-quant3.json)
     note: str = ""  # told apart from a point of the same weights (another recreation of the same recipe)
+    control: str = ""  # held-out item of the same round's bf16 model, where issue 13's target pairs this point with it
 
     @property
     def weights(self) -> str:
@@ -81,12 +85,21 @@ class Config:
         return name + ("" if self.calibration == "none" else f", {self.calibration}") \
             + (", repaired" if self.repaired else "")
 
+    @property
+    def short(self) -> str:
+        """The label drawn beside the point: the marker already says decode / text / repaired."""
+        values = "bf16" if self.quantize == "none" else self.quantize
+        return f"{self.pattern} {values}" + ("" if self.head == "none" else f" + {self.head} head") \
+            + (f" ({self.note})" if self.note else "")
+
 
 # nm16-bf16-fit (the quant round's own 16:32 bf16 control on the same data) before the first round's pick of the same
 # recipe: the target pairs N:M + int8 with the N:M bf16 model calibrated on the same sampled tokens. Likewise the
 # repaired rows read the second quant round's recreated model itself (p2r-bf16, p16r-bf16) before the repair round's.
 # The third quant round (plan-quant3.json) recreated the repaired 2:4 model once more and rounded it to int4 with and
 # without an int8 lm_head: its int4 point without the head is drawn too, since it, not p2r-int4, is the head's control.
+# The fourth (plan-quant4.json) did the same for int8 with an int4 head; its int8 and bf16 controls repeat p2r-int8's
+# and p2r-bf16's counts exactly, so only the head point is drawn.
 CONFIGS = (
     Config("dense", "none", "none", ("dense",)),
     Config("dense", "int8", "decode", ("gptq-int8-fit",)),
@@ -106,6 +119,8 @@ CONFIGS = (
     Config("2:4", "int4", "decode", ("q3-p2r-int4",), repaired=True, note="rerun"),
     Config("2:4", "int4", "decode", ("q3-p2r-int4-h8",), repaired=True, head="int8", note="rerun"),
     Config("2:4", "int4", "decode", ("q3-p2r-int4-h4",), repaired=True, head="int4", note="rerun"),
+    Config("2:4", "int8", "decode", ("q4-p2r-int8-h4",), repaired=True, head="int4", note="rerun",
+           control="q4-p2r-bf16"),
 )
 COLORS = {"none": "tab:blue", "int8": "tab:orange", "int4": "tab:green"}
 MARKERS = {"none": "*", "decode": "o", "text": "s"}
@@ -231,7 +246,7 @@ def chart(quality: dict[str, dict], panels: list[tuple[str, dict]], out: Path) -
             axis.scatter(x, y, s=140 if config.calibration == "none" else 70, marker=marker,
                          facecolors="none" if text else COLORS[config.quantize], zorder=3,
                          edgecolors=COLORS[config.quantize] if text else "black", linewidths=1.8 if text else 0.6)
-            labels.append((axis, x, y, config.label))
+            labels.append((axis, x, y, config.short))
         axis.set(title=title, xlabel="batch-1 decode tok/s", ylabel="held-out pass@1 (mean of two wordings)",
                  ylim=(0, 0.05 + max([row["pass@1_mean"] for row in scored.values() if row] + [0.75])))
         axis.set_xlim(0, 1.45 * span)  # room for the labels of the fastest points
@@ -250,37 +265,45 @@ def chart(quality: dict[str, dict], panels: list[tuple[str, dict]], out: Path) -
     figure.savefig(out, dpi=120)
     plt.close(figure)
     return table(scored, panels) + ["", "Not measured (left out of the chart):", *(missing or ["- (none)"])] \
-        + target_lines(scored)
+        + target_lines(scored, quality)
 
 
 # Where a point's label may go, in points from the point, tried in this order: right, then right a line up or down,
 # then left (right-aligned), then further down and up on each side (with a line to the point).
 LABEL_SPOTS = ((6, 3, "left"), (6, -11, "left"), (6, 12, "left"), (-6, 3, "right"), (-6, -11, "right"),
                (-6, 12, "right"), (6, -22, "left"), (6, 22, "left"), (-6, -22, "right"), (-6, 22, "right"),
-               (-6, -33, "right"), (-6, 33, "right"))
+               *((dx, sign * dy, align) for dy in (33, 44, 55) for sign in (-1, 1)
+                 for dx, align in ((6, "left"), (-6, "right"))))
 
 
 def place_labels(figure, labels: list[tuple[object, float, float, str]]) -> None:
     """Annotate each point at the first spot of LABEL_SPOTS whose text box overlaps no label or point placed before it
-    on the same axis and stays inside the axis (the last spot tried if none is free)."""
+    on the same axis and stays inside the axis; if none is free, at the spot that overlaps fewest of them."""
     renderer = figure.canvas.get_renderer()
     taken: dict[object, list] = {}
     for axis, x, y, text in labels:
         points = [axis.transData.transform((px, py)) for other, px, py, _ in labels if other is axis]
         inside = axis.get_window_extent(renderer)
+        best = None
         for dx, dy, align in LABEL_SPOTS:
             far = abs(dy) > 20  # a label a line or more off its point gets a thin line to it
             note = axis.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=8,
                                  ha=align, va="center",
                                  arrowprops=dict(arrowstyle="-", color="gray", lw=0.6, shrinkB=4) if far else None)
             box = note.get_window_extent(renderer).expanded(1.02, 1.1)
-            free = (not any(box.overlaps(other) for other in taken.get(axis, []))
-                    and not any(box.x0 - 5 < px < box.x1 + 5 and box.y0 - 5 < py < box.y1 + 5 for px, py in points)
-                    and inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1)
-            if free or (dx, dy, align) == LABEL_SPOTS[-1]:
-                taken.setdefault(axis, []).append(box)
+            clashes = sum(box.overlaps(other) for other in taken.get(axis, [])) \
+                + sum(box.x0 - 5 < px < box.x1 + 5 and box.y0 - 5 < py < box.y1 + 5 for px, py in points)
+            if not (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1):
+                clashes += 100
+            if best is None or clashes < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (clashes, note, box)
+            else:
+                note.remove()
+            if clashes == 0:
                 break
-            note.remove()
+        taken.setdefault(axis, []).append(best[2])
 
 
 def table(scored: dict[Config, dict | None], panels: list[tuple[str, dict]]) -> list[str]:
@@ -310,23 +333,28 @@ def table(scored: dict[Config, dict | None], panels: list[tuple[str, dict]]) -> 
     return lines + ["", "Speed rows read (panel: file: model):", *[f"- {source}" for source in sources]]
 
 
-def target_lines(scored: dict[Config, dict | None]) -> list[str]:
-    """Issue 13's quality target for each N:M with an int8 item: unrepaired 16:32 (the first quant round, its own
-    bf16 control), and the repaired 16:32 and 2:4 (plan-quant2.json, paired with the repaired bf16 model)."""
-    by_key = {(c.pattern, c.quantize, c.calibration, c.repaired): row for c, row in scored.items()}
+def target_lines(scored: dict[Config, dict | None], quality: dict[str, dict]) -> list[str]:
+    """Issue 13's quality target for each N:M int8 point: unrepaired 16:32 (the first quant round, its own bf16
+    control), the repaired 16:32 and 2:4 (plan-quant2.json, paired with the repaired bf16 model), and any point that
+    names its own round's bf16 control (`Config.control`: the int4 head on 2:4 + int8, plan-quant4.json)."""
+    plain = {(c.pattern, c.quantize, c.calibration, c.repaired): row for c, row in scored.items()
+             if c.head == "none" and not c.note}
     lines = ["", f"## Target (issue 13): N:M + int8 within {TARGET_GAP} held-out pass@1 of the same N:M in bf16, "
                  "both decode-calibrated", ""]
-    for pattern, repaired in (("16:32", False), ("16:32", True), ("2:4", True)):
-        bf16 = by_key[(pattern, "none", "decode", repaired)]
-        int8 = by_key[(pattern, "int8", "decode", repaired)]
-        what = f"{pattern}{', repaired' if repaired else ''}"
+    for config, int8 in scored.items():
+        if config.quantize != "int8" or config.pattern == "dense" or config.calibration != "decode":
+            continue
+        bf16 = quality.get(config.control) if config.control else \
+            plain.get((config.pattern, "none", "decode", config.repaired))
+        what = f"{config.pattern}{', repaired' if config.repaired else ''}" \
+            + ("" if config.head == "none" else f", {config.head} head")
         if bf16 is None or int8 is None:
             lines.append(f"- {what}: not measured (both held-out results are needed)")
             continue
         gap = bf16["pass@1_mean"] - int8["pass@1_mean"]
         verdict = "met" if gap <= TARGET_GAP else f"missed by {gap - TARGET_GAP:.3f}"
         lines.append(f"- {what}: {int8['name']} {int8['pass@1_mean']:.3f} vs {bf16['name']} "
-                     f"{bf16['pass@1_mean']:.3f}: {gap:+.3f} below ({verdict}); paired per-problem counts in the "
+                     f"{bf16['pass@1_mean']:.3f}: {abs(gap):.3f} {'below' if gap > 0 else 'above'} ({verdict}); paired per-problem counts in the "
                      "quality report's McNemar tests")
     return lines
 

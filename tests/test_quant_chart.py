@@ -90,7 +90,7 @@ def test_the_chart_draws_what_was_measured_and_lists_the_rest(chart, tmp_path):
     assert "- dense bf16 in Qwen" not in text and "- 16:32 int8, decode in Qwen" not in text
     assert "- 16:32 int4, decode: no held-out result" in text
     assert "- Qwen: qwen.md: qwen2.5-coder-1.5b" in text and "- Qwen: more.json: more.json" in text
-    assert "nm16-int8-fit 0.430 vs nm16-bf16-fit 0.450: +0.020 below (met)" in text
+    assert "nm16-int8-fit 0.430 vs nm16-bf16-fit 0.450: 0.020 below (met)" in text
 
 
 def test_a_missing_speed_is_listed_never_filled_in(chart, tmp_path):
@@ -103,7 +103,7 @@ def test_a_missing_speed_is_listed_never_filled_in(chart, tmp_path):
     text = out.with_suffix(".md").read_text()
     assert "| 16:32 bf16 | decode | nm50-p16-fit | 0.450 | 0.430 | 0.440 | 0.0100 | not measured |" in text
     assert "- 16:32 int8, decode in 8B: no batch-1 speed for weights `16:32 int8`" in text
-    assert "nm16-int8-fit 0.400 vs nm50-p16-fit 0.440: +0.040 below (missed by 0.010)" in text
+    assert "nm16-int8-fit 0.400 vs nm50-p16-fit 0.440: 0.040 below (missed by 0.010)" in text
 
 
 @pytest.mark.parametrize("argv,expected", [
@@ -143,10 +143,24 @@ def test_repaired_pairs_get_their_own_target_line_and_old_rows_without_quantize_
     chart.main(["--summary", str(summary), "--speed", f"8B={BENCHMARKS / 'results' / 'quant_e2e_h200.md'}",
                 "--out", str(out)])
     text = out.with_suffix(".md").read_text()
-    assert "- 2:4, repaired: p2r-int8 0.240 vs 2of4-p2-broad-seq-repair-lr1e5 0.280: +0.040 below (missed by 0.010)" \
+    assert "- 2:4, repaired: p2r-int8 0.240 vs 2of4-p2-broad-seq-repair-lr1e5 0.280: 0.040 below (missed by 0.010)" \
         in text
     assert "- 16:32, repaired: not measured" in text
     assert "| 2:4 int8 | decode + repair | p2r-int8 | 0.250 | 0.230 | 0.240 | 0.0100 | 250.0 (1.22x) |" in text
+
+
+def test_a_head_point_is_paired_with_its_own_rounds_control_and_leaves_the_plain_pair_alone(chart, tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"final": [row("p2r-bf16", "2:4", None, 0.30), row("p2r-int8", "2:4", "int8", 0.29),
+                                             row("q4-p2r-bf16", "2:4", None, 0.36),
+                                             row("q4-p2r-int8-h4", "2:4", "int8", 0.32)]}))
+    out = tmp_path / "q.png"
+    chart.main(["--summary", str(summary), "--speed", f"8B={BENCHMARKS / 'results' / 'quant_e2e_h200.md'}",
+                "--out", str(out)])
+    text = out.with_suffix(".md").read_text()
+    assert "- 2:4, repaired: p2r-int8 0.290 vs p2r-bf16 0.300: 0.010 below (met)" in text
+    assert "- 2:4, repaired, int4 head: q4-p2r-int8-h4 0.320 vs q4-p2r-bf16 0.360: 0.040 below (missed by 0.010)" \
+        in text
 
 
 def test_a_retired_row_gives_way_to_a_later_files_measured_row_and_nothing_else_does(chart, tmp_path):
