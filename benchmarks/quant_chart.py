@@ -36,13 +36,14 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant4-qwen2.5-coder-1.5b" / "summary.js
                      RESULTS / "quality-recipes-qwen2.5-coder-1.5b" / "summary.json")
 # The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's
 # run under today's defaults with int4 heads (twenty-fifth session: dense int4 / int8 and the heads on sp24's dense
-# mode), then the twenty-fourth session's run with dense int4 and the int4 heads on sp24's dense mode (its dense int8
+# mode) and its 16:32 run, then the twenty-fourth session's run with dense int4 and the int4 heads on sp24's dense mode (its dense int8
 # rows ran triton_w8), then its newest run before (nineteenth session: sp24 with the halved metadata, every
 # dense and 2:4 row and the int8-head rows in one run), then the twelfth session's run under the same settings otherwise (2:4 on the sparse tensor-core kernel
 # sp24, dense int8 on triton_w8, Inductor's combo kernels and programmatic launches, attention as reductions at batch
 # 1), then its 16:32 run, then the older 2:4 one; the Qwen2.5-Coder-1.5B preset's run, then the real pruned Qwen's 2:4
 # run under the same settings (the Qwen preset's newest run, with int4 heads under today's defaults, first).
 DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_run3.md",
+                                           RESULTS / "quant_e2e_h200_8b_16of32_today.md",
                                            RESULTS / "quant_e2e_h200_head_int4_sp24.md",
                                            RESULTS / "quant_e2e_h200_head_int8.md",
                                            RESULTS / "quant_e2e_h200_sp24_inductor.md",
@@ -247,7 +248,8 @@ def chart(quality: dict[str, dict], panels: list[tuple[str, dict]], out: Path) -
                          facecolors="none" if text else COLORS[config.quantize], zorder=3,
                          edgecolors=COLORS[config.quantize] if text else "black", linewidths=1.8 if text else 0.6)
             labels.append((axis, x, y, config.short))
-        axis.set(title=title, xlabel="batch-1 decode tok/s", ylabel="held-out pass@1 (mean of two wordings)",
+        mixed = " (runs mixed: see the table)" if mixed_runs([(title, speeds)]) else ""
+        axis.set(title=title + mixed, xlabel="batch-1 decode tok/s", ylabel="held-out pass@1 (mean of two wordings)",
                  ylim=(0, 0.05 + max([row["pass@1_mean"] for row in scored.values() if row] + [0.75])))
         axis.set_xlim(0, 1.45 * span)  # room for the labels of the fastest points
         axis.grid(alpha=0.3)
@@ -330,7 +332,26 @@ def table(scored: dict[Config, dict | None], panels: list[tuple[str, dict]]) -> 
         lines.append("| " + " | ".join(cells) + " |")
     sources = sorted({f"{title}: {source}" for title, speeds in panels for value, source, _ in speeds.values()
                       if not math.isnan(value)})
-    return lines + ["", "Speed rows read (panel: file: model):", *[f"- {source}" for source in sources]]
+    return lines + ["", "Speed rows read (panel: file: model):", *[f"- {source}" for source in sources]] \
+        + mixed_runs(panels)
+
+
+MIXED_RUNS = 1.05  # a panel whose files' dense bf16 tok/s differ by more than this factor gets a warning
+
+
+def mixed_runs(panels: list[tuple[str, dict]]) -> list[str]:
+    """A warning for each panel that draws rows from runs whose dense bf16 speeds differ by more than MIXED_RUNS:
+    its points' tok/s then come from different engines, and only their ratios (x dense bf16) compare."""
+    lines = []
+    for title, speeds in panels:
+        dense = {source.split(":")[0]: value for speed, source, value in speeds.values()
+                 if not math.isnan(speed) and not math.isnan(value)}
+        if dense and max(dense.values()) > MIXED_RUNS * min(dense.values()):
+            runs = ", ".join(f"{name} {value:.1f}" for name, value in sorted(dense.items()))
+            lines += ["", f"Warning: the {title} panel mixes runs whose dense bf16 differ ({runs} tok/s). Its points' "
+                          "tok/s come from different engines; compare them across files by their ratios (x dense "
+                          "bf16 of the same file), not by position."]
+    return lines
 
 
 def target_lines(scored: dict[Config, dict | None], quality: dict[str, dict]) -> list[str]:
@@ -353,8 +374,9 @@ def target_lines(scored: dict[Config, dict | None], quality: dict[str, dict]) ->
             continue
         gap = bf16["pass@1_mean"] - int8["pass@1_mean"]
         verdict = "met" if gap <= TARGET_GAP else f"missed by {gap - TARGET_GAP:.3f}"
+        side = "equal" if abs(gap) < 5e-4 else f"{abs(gap):.3f} {'below' if gap > 0 else 'above'}"
         lines.append(f"- {what}: {int8['name']} {int8['pass@1_mean']:.3f} vs {bf16['name']} "
-                     f"{bf16['pass@1_mean']:.3f}: {abs(gap):.3f} {'below' if gap > 0 else 'above'} ({verdict}); paired per-problem counts in the "
+                     f"{bf16['pass@1_mean']:.3f}: {side} ({verdict}); paired per-problem counts in the "
                      "quality report's McNemar tests")
     return lines
 

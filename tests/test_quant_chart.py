@@ -163,6 +163,19 @@ def test_a_head_point_is_paired_with_its_own_rounds_control_and_leaves_the_plain
         in text
 
 
+def test_a_panel_of_runs_with_different_dense_speeds_is_flagged_and_one_of_close_runs_is_not(chart, tmp_path):
+    first, second = tmp_path / "a.md", tmp_path / "b.md"
+    first.write_text(SPEED_TABLE)
+    dense_row = next(line for line in SPEED_TABLE.splitlines() if line.startswith("| qwen2.5-coder-1.5b | dense | 1 |"))
+    cells = dense_row.split("|")
+    faster = float(cells[5]) * 1.2
+    only_dense = "\n".join(line for line in SPEED_TABLE.splitlines() if "16:32" not in line)  # 16:32 from a.md
+    second.write_text(only_dense.replace(dense_row, "|".join(cells[:5] + [f" {faster:.1f} "] + cells[6:])))
+    warning = chart.mixed_runs([("P", chart.read_panel([second, first]))])
+    assert len(warning) == 2 and "the P panel mixes runs" in warning[1] and "a.md 500.0" in warning[1]
+    assert chart.mixed_runs([("P", chart.read_panel([first, second]))]) == []  # every row from a.md
+
+
 def test_a_retired_row_gives_way_to_a_later_files_measured_row_and_nothing_else_does(chart, tmp_path):
     """A dense int8 row that ran PyTorch's retired kernel (NaN) is replaced by a later report's row of our kernel;
     a measured row of an earlier file is never replaced."""
