@@ -416,13 +416,13 @@ PY
     # each up to 3x the tuner's fastest
     timeout 240 python3 benchmarks/step_tune_bench.py --runs int8:1 int4:1 --head int8 --top 8 --within 3 \
       --out "$OUT/step_tune_h200_8b_wide.md" 2>&1 | grep -E "^\| 2:4|rror" || true ;;
-  lease25)  # not run as such (its steps ran in lease25q): prepared in the twenty-fourth session (no model): the GPU tests of the
-    # new defaults (lease24d's, lost), where the 2:4 + int4 step's time goes now that an int4 head is 79 us, and the
+  lease25)  # not run as such (its steps ran in lease25q): prepared in the twenty-fourth session (no model): the GPU
+    # tests of the new defaults (lease24d's, lost), where the 2:4 + int4 step's time goes now that an int4 head is 79 us, and the
     # chart's Qwen-shape speeds under the new dense kernels with an int4 head
     bash benchmarks/h200.sh bg kcache defaults-tests profile-int4-h4 quant-qwen-h4 ;;
   lease25q)  # run (quant_e2e_h200_qwen2.5-coder-1.5b_head_int4.md, quality-quant4-qwen2.5-coder-1.5b/,
-    # step_profile_h200_8b_int4_h4.md, 34 GPU tests passed; then quant-int4-run3 by hand): the twenty-fifth session's one lease: `END_AT=$(( $(date +%s) + 1700 )) bash benchmarks/h200.sh lease25q`
-    # as the first call, then the Qwen pieces (`receive`, the last with `models`), then `collect` calls.
+    # step_profile_h200_8b_int4_h4.md, 34 GPU tests passed; then quant-int4-run3 by hand): the twenty-fifth session's
+    # one lease: `END_AT=$(( $(date +%s) + 1700 )) bash benchmarks/h200.sh lease25q` as the first call, then the Qwen pieces (`receive`, the last with `models`), then `collect` calls.
     # quant-qwen-h4 (timing, no model) runs alone while the pieces arrive; then quality-quant4 without the dense
     # model's scores (earlier rounds have them) and, beside it (no timing in either), the defaults' GPU tests;
     # profile-int4-h4 (timing) last, if the lease lasts

@@ -34,15 +34,15 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant4-qwen2.5-coder-1.5b" / "summary.js
                      RESULTS / "quality-quant-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-repair-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-recipes-qwen2.5-coder-1.5b" / "summary.json")
-# The panels by default, each from the reports that exist (first file wins per weights label): the 8B preset's
+# The panels by default, each from the reports that exist (first file wins per weights label). The 8B preset: the
 # run under today's defaults with int4 heads (twenty-fifth session: dense int4 / int8 and the heads on sp24's dense
-# mode) and its 16:32 run, then the twenty-fourth session's run with dense int4 and the int4 heads on sp24's dense mode (its dense int8
-# rows ran triton_w8), then its newest run before (nineteenth session: sp24 with the halved metadata, every
-# dense and 2:4 row and the int8-head rows in one run), then the twelfth session's run under the same settings otherwise (2:4 on the sparse tensor-core kernel
-# sp24, dense int8 on triton_w8, Inductor's combo kernels and programmatic launches, attention as reductions at batch
-# 1), then its 16:32 run, then the older 2:4 one; the Qwen2.5-Coder-1.5B preset's run, then the real pruned Qwen's 2:4
-# run under the same settings (first the one-run Qwen panel, `h200.sh quant-qwen-all`, once it is committed; then the
-# Qwen preset's newest run, with int4 heads under today's defaults).
+# mode) and its 16:32 run; the twenty-fourth session's run with dense int4 and the int4 heads on sp24's dense mode
+# (its dense int8 rows ran triton_w8); the nineteenth session's run (sp24 with the halved metadata, every dense and
+# 2:4 row and the int8-head rows in one run); the twelfth session's run under the same settings otherwise (2:4 on the
+# sparse tensor-core kernel sp24, dense int8 on triton_w8, Inductor's combo kernels and programmatic launches,
+# attention as reductions at batch 1); its 16:32 run; the older 2:4 one. The Qwen2.5-Coder-1.5B shapes: the one-run
+# panel (`h200.sh quant-qwen-all`) once it is committed; the preset's newest run (int4 heads under today's defaults);
+# its earlier runs; the real pruned Qwen's 2:4 run under the same settings.
 DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_run3.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32_today.md",
                                            RESULTS / "quant_e2e_h200_head_int4_sp24.md",
