@@ -422,8 +422,8 @@ PY
     bash benchmarks/h200.sh bg kcache defaults-tests profile-int4-h4 quant-qwen-h4 ;;
   lease25q)  # run (quant_e2e_h200_qwen2.5-coder-1.5b_head_int4.md, quality-quant4-qwen2.5-coder-1.5b/,
     # step_profile_h200_8b_int4_h4.md, 34 GPU tests passed; then quant-int4-run3 by hand): the twenty-fifth session's
-    # one lease: `END_AT=$(( $(date +%s) + 1700 )) bash benchmarks/h200.sh lease25q` as the first call, then the Qwen pieces (`receive`, the last with `models`), then `collect` calls.
-    # quant-qwen-h4 (timing, no model) runs alone while the pieces arrive; then quality-quant4 without the dense
+    # one lease: `END_AT=$(( $(date +%s) + 1700 )) bash benchmarks/h200.sh lease25q` as the first call, then the
+    # Qwen pieces (`receive`; `models` after the last), then `collect` calls. quant-qwen-h4 (timing, no model) runs alone while the pieces arrive; then quality-quant4 without the dense
     # model's scores (earlier rounds have them) and, beside it (no timing in either), the defaults' GPU tests;
     # profile-int4-h4 (timing) last, if the lease lasts
     bash benchmarks/h200.sh bg kcache quant-qwen-h4
