@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -77,6 +78,22 @@ def head_lines(results: list, name: str, patterns: list[SparsityPattern], group_
     return lines + [""]
 
 
+def measure(groups: list, run_group, budget: float | None, clock=time.monotonic) -> tuple[list, list]:
+    """Run the groups in order (`run_group(group)` returns its results) until `budget` seconds have passed since the
+    first began; a group already started runs to its end. Returns the results and the groups never started."""
+    started = clock()
+    results = []
+    for index, group in enumerate(groups):
+        if budget is not None and clock() - started >= budget:
+            return results, groups[index:]
+        results += run_group(group)
+    return results, []
+
+
+def group_name(quantize: str | None, head: str | None) -> str:
+    return ("bf16 values" if quantize is None else f"{quantize} values") + (f", {head} head" if head else "")
+
+
 DENSE_KERNELS = {"tinygemm": "PyTorch's `_weight_int4pack_mm` (tinygemm)", "triton": "our Triton kernel",
                  "sp24": "the sparse tensor-core kernel's dense mode (`sp24.tile_dense`)",
                  "auto": "`auto`: the sparse tensor-core kernel's dense mode (`sp24.tile_dense`) where that kernel "
@@ -94,8 +111,13 @@ def main() -> int:
     parser.add_argument("--head", choices=QUANTIZED_FORMATS,
                         help="also run the int8 and int4 rows with lm_head quantized, dense and N:M alike (as "
                              "prune --quantize-head makes it), beside the same rows with a bf16 head")
+    parser.add_argument("--time-budget", type=float, metavar="S",
+                        help="start no further group of models (values x head) once S seconds have passed; the report "
+                             "then says which groups did not run (default: no limit)")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/quant_e2e_PRESET.md")
     args = parser.parse_args()
+    if args.time_budget is not None and not args.time_budget > 0:
+        parser.error(f"--time-budget must be a positive number of seconds, not {args.time_budget:g}")
     out = args.out or Path(__file__).parent / "results" / f"quant_e2e_{args.preset}.md"
     try:  # every run's settings and the kernel settings, before the first model is built
         settings()
@@ -110,15 +132,28 @@ def main() -> int:
 
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
-    results = []
-    for quantize in (None, "int8", "int4"):
-        for head in [None] if quantize is None or args.head is None else [None, args.head]:
-            results += bench_preset(args.preset, runs, device, new_tokens=args.new_tokens, repeats=args.repeats,
-                                    quantize=quantize, group_size=args.group_size, head=head)
-            print(format_table(results, copy), flush=True)
+    groups = [(quantize, head) for quantize in (None, "int8", "int4")
+              for head in ([None] if quantize is None or args.head is None else [None, args.head])]
+    done: list = []
+
+    def run_group(group: tuple[str | None, str | None]) -> list:
+        quantize, head = group
+        rows = bench_preset(args.preset, runs, device, new_tokens=args.new_tokens, repeats=args.repeats,
+                            quantize=quantize, group_size=args.group_size, head=head)
+        done.extend(rows)
+        print(format_table(done, copy), flush=True)
+        return rows
+
+    results, skipped = measure(groups, run_group, args.time_budget)
+    stopped = [f"Stopped at --time-budget {args.time_budget:g} s: the {', '.join(group_name(*g) for g in skipped)} "
+               "rows did not run; they are missing from the table, and the targets call them not measured.", ""] \
+        if skipped else []
+    if skipped:
+        print(stopped[0], flush=True)
     command = "python " + " ".join(sys.argv)
-    lines = ["# End-to-end decode speed of quantized weights (random weights, one preset)", "",
-             environment_markdown(command, device),
+    lines = ["# End-to-end decode speed of quantized weights (random weights, one preset)"
+             + (" (incomplete)" if skipped else ""), "",
+             environment_markdown(command, device), *stopped,
              f"Decode steps only ({args.new_tokens - 1} per generation after a prefill of 16 random tokens), compiled "
              f"and captured in a CUDA graph, median of {args.repeats}; ratio = tok/s / dense bf16 tok/s at the same "
              f"batch. int8: one scale per output row; int4: one per {args.group_size} input columns. Dense int8 "

@@ -30,3 +30,19 @@ def test_head_lines_pair_each_quantized_head_with_the_bf16_head_of_the_same_run(
     targets = bench.target_lines(results, "llama-3.1-8b", [SparsityPattern.parse("2:4")], 128, "int8")
     assert "- 2:4 int4 g128, int8 head: 3.125x dense bf16 (target >= 3.0: met); 1.875x dense int4 (faster than " \
            "our dense int4 path)" in targets
+
+
+def test_the_time_budget_starts_no_group_after_it_and_lets_a_started_one_finish(bench):
+    now = [0.0]
+
+    def run_group(group):  # each group takes 40 s of the fake clock
+        now[0] += 40.0
+        return [group]
+
+    groups = [(None, None), ("int8", None), ("int8", "int4"), ("int4", None)]
+    results, skipped = bench.measure(groups, run_group, 100.0, clock=lambda: now[0])
+    assert results == groups[:3] and skipped == groups[3:]  # the third began at 80 s, before the budget, and ended
+    now[0] = 0.0
+    assert bench.measure(groups, run_group, None, clock=lambda: now[0]) == (groups, [])
+    assert bench.group_name("int8", "int4") == "int8 values, int4 head"
+    assert bench.group_name(None, None) == "bf16 values"
