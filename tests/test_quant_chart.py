@@ -26,6 +26,15 @@ def row(name: str, pattern: str, quantize: str | None, mean: float) -> dict:
     return values if quantize is None else {**values, "quantize": quantize}  # the first round's rows have none
 
 
+def chart_text(chart, tmp_path, rows: list[dict]) -> str:
+    """The markdown the chart writes for held-out `rows` against the committed 8B speed report."""
+    summary, out = tmp_path / "summary.json", tmp_path / "q.png"
+    summary.write_text(json.dumps({"final": rows}))
+    chart.main(["--summary", str(summary), "--speed", f"8B={BENCHMARKS / 'results' / 'quant_e2e_h200.md'}",
+                "--out", str(out)])
+    return out.with_suffix(".md").read_text()
+
+
 SPEED_TABLE = """Copy bandwidth (device-to-device, read + write): 4.22 TB/s
 
 | model | weights | batch | ms/step | tok/s per seq | tok/s total | vs dense | weight GB/step | achieved TB/s | % of copy | weights held GB | compile+capture s |
@@ -94,13 +103,8 @@ def test_the_chart_draws_what_was_measured_and_lists_the_rest(chart, tmp_path):
 
 
 def test_a_missing_speed_is_listed_never_filled_in(chart, tmp_path):
-    summary = tmp_path / "summary.json"
-    summary.write_text(json.dumps({"final": [row("nm50-p16-fit", "16:32", None, 0.44),
-                                             row("nm16-int8-fit", "16:32", "int8", 0.40)]}))
-    out = tmp_path / "q.png"
-    chart.main(["--summary", str(summary), "--speed", f"8B={BENCHMARKS / 'results' / 'quant_e2e_h200.md'}",
-                "--out", str(out)])
-    text = out.with_suffix(".md").read_text()
+    text = chart_text(chart, tmp_path, [row("nm50-p16-fit", "16:32", None, 0.44),
+                                        row("nm16-int8-fit", "16:32", "int8", 0.40)])
     assert "| 16:32 bf16 | decode | nm50-p16-fit | 0.450 | 0.430 | 0.440 | 0.0100 | not measured |" in text
     assert "- 16:32 int8, decode in 8B: no batch-1 speed for weights `16:32 int8`" in text
     assert "nm16-int8-fit 0.400 vs nm50-p16-fit 0.440: 0.040 below (missed by 0.010)" in text
@@ -135,14 +139,9 @@ def test_it_runs_on_the_committed_files_alone(chart, tmp_path):
 
 
 def test_repaired_pairs_get_their_own_target_line_and_old_rows_without_quantize_count_as_bf16(chart, tmp_path):
-    summary = tmp_path / "summary.json"
     old_row = {**row("2of4-p2-broad-seq-repair-lr1e5", "2:4", None, 0.28), "quantize": None}  # before issue 13
-    summary.write_text(json.dumps({"final": [old_row, row("p2r-int8", "2:4", "int8", 0.24),
-                                             row("check-p16-fit-repair-lr1e5", "16:32", None, 0.48)]}))
-    out = tmp_path / "q.png"
-    chart.main(["--summary", str(summary), "--speed", f"8B={BENCHMARKS / 'results' / 'quant_e2e_h200.md'}",
-                "--out", str(out)])
-    text = out.with_suffix(".md").read_text()
+    text = chart_text(chart, tmp_path, [old_row, row("p2r-int8", "2:4", "int8", 0.24),
+                                        row("check-p16-fit-repair-lr1e5", "16:32", None, 0.48)])
     assert "- 2:4, repaired: p2r-int8 0.240 vs 2of4-p2-broad-seq-repair-lr1e5 0.280: 0.040 below (missed by 0.010)" \
         in text
     assert "- 16:32, repaired: not measured" in text
@@ -150,14 +149,9 @@ def test_repaired_pairs_get_their_own_target_line_and_old_rows_without_quantize_
 
 
 def test_a_head_point_is_paired_with_its_own_rounds_control_and_leaves_the_plain_pair_alone(chart, tmp_path):
-    summary = tmp_path / "summary.json"
-    summary.write_text(json.dumps({"final": [row("p2r-bf16", "2:4", None, 0.30), row("p2r-int8", "2:4", "int8", 0.29),
-                                             row("q4-p2r-bf16", "2:4", None, 0.36),
-                                             row("q4-p2r-int8-h4", "2:4", "int8", 0.32)]}))
-    out = tmp_path / "q.png"
-    chart.main(["--summary", str(summary), "--speed", f"8B={BENCHMARKS / 'results' / 'quant_e2e_h200.md'}",
-                "--out", str(out)])
-    text = out.with_suffix(".md").read_text()
+    text = chart_text(chart, tmp_path, [row("p2r-bf16", "2:4", None, 0.30), row("p2r-int8", "2:4", "int8", 0.29),
+                                        row("q4-p2r-bf16", "2:4", None, 0.36),
+                                        row("q4-p2r-int8-h4", "2:4", "int8", 0.32)])
     assert "- 2:4, repaired: p2r-int8 0.290 vs p2r-bf16 0.300: 0.010 below (met)" in text
     assert "- 2:4, repaired, int4 head: q4-p2r-int8-h4 0.320 vs q4-p2r-bf16 0.360: 0.040 below (missed by 0.010)" \
         in text
