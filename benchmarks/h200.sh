@@ -447,7 +447,7 @@ PY
     # further group starts and the report says which did not run)
     timeout 560 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 2:4 16:32 --head int4 \
       --time-budget 420 --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b_all.md" 2>&1 | grep -E "^- 2:4|^- 16:32|^- dense|rror" || true ;;
-  lease26)  # prepared in the twenty-fifth session (no model, about 7 minutes): the Qwen panel from one run
+  lease26)  # run in the twenty-sixth session (no model; 330 s of wall time with the collect): the Qwen panel from one run
     bash benchmarks/h200.sh bg kcache quant-qwen-all ;;
   profile-int4-h4)  # step_profile_h200_8b_int4_h4.md: the 8B preset's decode step by kernel, int4 values, int4 heads
     # (dense int4 and the heads on sp24's dense mode)
