@@ -40,16 +40,18 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant4-qwen2.5-coder-1.5b" / "summary.js
 # (its dense int8 rows ran triton_w8); the nineteenth session's run (sp24 with the halved metadata, every dense and
 # 2:4 row and the int8-head rows in one run); the twelfth session's run under the same settings otherwise (2:4 on the
 # sparse tensor-core kernel sp24, dense int8 on triton_w8, Inductor's combo kernels and programmatic launches,
-# attention as reductions at batch 1); its 16:32 run; the older 2:4 one. The Qwen2.5-Coder-1.5B shapes: the one-run
-# panel (`h200.sh quant-qwen-all`) once it is committed; the preset's newest run (int4 heads under today's defaults);
-# its earlier runs; the real pruned Qwen's 2:4 run under the same settings.
+# attention as reductions at batch 1); its 16:32 run; the older 2:4 one. The Qwen2.5-Coder-1.5B shapes: the 16:32 rows
+# after the twenty-sixth session's change to the quantized Triton kernel (`h200.sh nmq-ab`, with its own dense rows);
+# the one-run panel (`h200.sh quant-qwen-all`); the preset's earlier runs; the real pruned Qwen's 2:4 run under the
+# same settings.
 DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_run3.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32_today.md",
                                            RESULTS / "quant_e2e_h200_head_int4_sp24.md",
                                            RESULTS / "quant_e2e_h200_head_int8.md",
                                            RESULTS / "quant_e2e_h200_sp24_inductor.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
-                  ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_all.md",
+                  ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen_16of32_after.md",
+                                                 RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_all.md",
                                                  RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_head_int4.md",
                                                  RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
                                                  RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md",

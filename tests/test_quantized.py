@@ -177,6 +177,30 @@ def test_triton_kernel_matches_float64(out, in_features, batch, pattern, quantiz
     assert max_error(nmq_spmv_reference(x, packed), x, packed) <= 1
 
 
+@pytest.mark.parametrize("design", ["scan", "tile"])
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_every_code_comes_out_exact(quantize, design):
+    """One-hot rows of x read single weights back through the kernel's code-to-float path: every code of the format
+    (the extremes included) comes out exactly. 16:32, the first 16 columns of each word kept, unit scales; kept
+    column k of row r holds code (16k + r) mod 2^BITS, so the 16 columns read cover every code."""
+    from sparsedecoding.kernels.quantized import SCALE_DTYPE
+    from sparsedecoding.kernels.triton_nmq import NmqConfig, nmq_spmv_triton
+    from sparsedecoding.kernels.triton_spmv import split_counters
+
+    low, high = solvers.CODE_RANGES[quantize]
+    out, in_features, group = 16, 256, 256 if quantize == "int8" else 128
+    kept = torch.arange(in_features // 2)
+    codes = ((16 * kept[None, :] + torch.arange(out)[:, None]) % (high - low + 1) + low).to(torch.int8)
+    packed = PackedNMQ(codes if quantize == "int8" else pack_int4(codes), torch.ones(out, in_features // group,
+                       dtype=SCALE_DTYPE), torch.full((out, in_features // 32), 0xFFFF, dtype=torch.int32), 16, 32,
+                       (out, in_features), quantize, group).to(DEVICE)
+    x = torch.eye(16, in_features).bfloat16().to(DEVICE)  # row b: kept column b (k = b)
+    y = nmq_spmv_triton(x, packed, NmqConfig(4, 4, split_k=2, design=design))
+    assert torch.equal(y.cpu(), codes[:, :16].T.bfloat16())
+    assert set(codes[:, :16].flatten().tolist()) == set(range(low, high + 1))
+    assert not split_counters(x.device, 4).any()  # the last split of each row block reset its counter
+
+
 @pytest.mark.parametrize("batch", [2, 16])
 def test_tuner_times_both_designs_from_batch_2(batch):
     from sparsedecoding.kernels.triton_nmq import NmqConfig, candidate_configs
@@ -191,10 +215,9 @@ def test_tuner_times_both_designs_from_batch_2(batch):
 
 
 def test_tuner_rejects_a_wrong_candidate_and_picks_the_fastest_correct(monkeypatch):
-    """The tuner's choice with do_bench stubbed: a candidate whose output is wrong is never chosen, even when it
-    would be the fastest, and is listed with the reason; the choice is kept."""
-    import triton
-
+    """The tuner's choice with its graph timing stubbed: a candidate whose output is wrong is never chosen, even
+    when it would be the fastest, and is listed with the reason; each correct one is timed on weight copies that
+    hold the packed weight's own tensors first; the choice is kept."""
     from sparsedecoding.kernels import autotune, triton_nmq
     from sparsedecoding.kernels.triton_nmq import NmqConfig
 
@@ -209,12 +232,22 @@ def test_tuner_rejects_a_wrong_candidate_and_picks_the_fastest_correct(monkeypat
         return launch(x, packed, config) * (2 if config == wrong else 1)
 
     monkeypatch.setattr(triton_nmq, "launch_nmq", stub_launch)
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn: (fn(), times[launched[-1]])[1])
+    rounds = []
+
+    def stub_replay(call, weights):  # one launch on the last copy stands for the graph's replays
+        rounds.append(weights)
+        call(weights[-1])
+        return times[launched[-1]]
+
+    monkeypatch.setattr(autotune, "weight_copies", lambda tensors, most: [tensors, tuple(t.clone() for t in tensors)])
+    monkeypatch.setattr(autotune, "replay_ms", stub_replay)
     monkeypatch.setattr(autotune, "interpreted", lambda: False)  # the choice itself, as on a GPU
     monkeypatch.setattr(triton_nmq, "_tuner", autotune.Tuner("nmq_spmv"))
     monkeypatch.setattr(triton_nmq, "candidate_configs", lambda *shape: [wrong, slow, fast])
     assert triton_nmq.tuned_config(x, packed) == fast
     assert len(launched) == 5  # three checked against float64, the two correct ones timed
+    assert len(rounds) == 2 and rounds[0] is rounds[1]  # one set of copies for the problem
+    assert all(a is b for a, b in zip(rounds[0][0], (packed.codes, packed.scales, packed.bitmask)))
     key = triton_nmq.tuner_key(x, packed)
     assert list(triton_nmq.rejected_candidates()[key]) == [wrong]
     assert "float64 bound" in triton_nmq.rejected_candidates()[key][wrong]

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 _MAX_SPLIT_K = 16
 _LAUNCHES_PER_REPLAY, _REPLAYS = 24, 5
 _MAX_WEIGHT_COPIES = 8  # rotation copies beyond the caller's weight: at most 2·L2 bytes in all
+# The same for the per-kernel tuners (`Tuner`) that time over copies: enough that a weight of 3 MB (a 16:32 int8
+# linear of Qwen2.5-Coder-1.5B) is read past the L2; 8 copies kept such weights in it, and timed that way the
+# nmq tuner picked launches up to 1.6x slower than the fastest (benchmarks/results/quant_kernel_h200_16of32_before.md)
+_MAX_TUNER_COPIES = 40
 _CHECK_CHUNK_ELEMENTS = 1 << 24  # densified weight elements per float64 check chunk: at most 128 MB
 _COMPILE_THREADS = min(16, os.cpu_count() or 1)
 
@@ -149,11 +153,17 @@ def passing_candidates(kernel: str, key: tuple, candidates: list, rejected: dict
     return passed
 
 
+# (a weight's tensors, run_on(candidate, tensors)): what `fastest_correct` times a candidate on, over copies
+Rotation = tuple[tuple[torch.Tensor, ...], Callable[[object, tuple[torch.Tensor, ...]], object]]
+
+
 def fastest_correct(kernel: str, key: tuple, candidates: list, run: Callable[[object], torch.Tensor],
-                    reference: Float64Reference, rejected_store: dict) -> object:
-    """The fastest by triton's do_bench of the `candidates` whose output `run(candidate)` compiles and matches the
-    float64 `reference`; the others go into `rejected_store[key]` with the reason and are logged
-    (`passing_candidates`), never used. `Tuner` calls it for the per-kernel tuners."""
+                    reference: Float64Reference, rejected_store: dict, rotation: Rotation | None = None) -> object:
+    """The fastest of the `candidates` whose output `run(candidate)` compiles and matches the float64 `reference`;
+    the others go into `rejected_store[key]` with the reason and are logged (`passing_candidates`), never used.
+    With a `rotation`, each is timed as the decoder runs it: replayed from a CUDA graph round-robin over copies of
+    the weight's tensors past the L2 (`replay_ms`); without one, by triton's do_bench. `Tuner` calls it for the
+    per-kernel tuners."""
     rejected = {}
     for config in candidates:
         try:
@@ -165,15 +175,24 @@ def fastest_correct(kernel: str, key: tuple, candidates: list, run: Callable[[ob
             rejected[config] = f"output off by {error:.3g} x the float64 bound"
     rejected_store[key] = rejected
     passed = passing_candidates(kernel, key, candidates, rejected)
-    times = {config: triton.testing.do_bench(lambda config=config: run(config)) for config in passed}
-    return min(times, key=times.get)
+    if rotation is None:
+        times = {config: triton.testing.do_bench(lambda config=config: run(config)) for config in passed}
+    else:
+        tensors, run_on = rotation
+        weights = weight_copies(tensors, _MAX_TUNER_COPIES)
+        times = {config: replay_ms(lambda weight, config=config: run_on(config, weight), weights)
+                 for config in passed}
+        del weights
+    best = min(times, key=times.get)
+    log.debug("%s %s: %s (%.4f ms)", kernel, key, best, times[best])
+    return best
 
 
 class Tuner:
     """One kernel's choices, problem by problem (a key of device, shape, batch, dtype, ...): the fastest candidate
     that compiles and matches float64 (`fastest_correct`), chosen on first use and kept; under the Triton
-    interpreter the first candidate, untimed. The tuners of `triton_nmq`, `triton_w8`, `triton_w4` and
-    `triton_overflow` are instances."""
+    interpreter the first candidate, untimed. The tuners of `triton_nmq` (timed over weight copies in CUDA
+    graphs), `triton_w8`, `triton_w4` and `triton_overflow` (timed by do_bench) are instances."""
 
     def __init__(self, kernel: str):
         self.kernel = kernel
@@ -181,13 +200,14 @@ class Tuner:
         self.rejected: dict[tuple, dict] = {}  # candidates that failed to compile or to match, and why
 
     def config(self, key: tuple, candidates: Callable[[], list], run: Callable[[object], torch.Tensor],
-               reference: Callable[[], Float64Reference]) -> object:
+               reference: Callable[[], Float64Reference], rotation: Callable[[], Rotation] | None = None) -> object:
         """The choice for `key`; on first use `candidates()` are checked with `run(candidate)` against
-        `reference()` and timed."""
+        `reference()` and timed (over weight copies in CUDA graphs with a `rotation()`: `fastest_correct`)."""
         if key not in self.chosen:
             listed = candidates()
             self.chosen[key] = listed[0] if interpreted() else fastest_correct(
-                self.kernel, key, listed, run, reference(), self.rejected)
+                self.kernel, key, listed, run, reference(), self.rejected,
+                None if rotation is None else rotation())
         return self.chosen[key]
 
     def rejected_candidates(self) -> dict[tuple, dict]:
@@ -195,12 +215,13 @@ class Tuner:
         return {key: dict(rejected) for key, rejected in self.rejected.items() if rejected}
 
 
-def _weight_copies(values: torch.Tensor, bitmask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The caller's weight and enough temporary copies that a round over them reads 2x the L2 cache."""
-    l2_bytes = torch.cuda.get_device_properties(values.device).L2_cache_size
-    weight_bytes = values.numel() * values.element_size() + bitmask.numel() * bitmask.element_size()
-    copies = min(_MAX_WEIGHT_COPIES, math.ceil(2 * l2_bytes / weight_bytes) - 1)
-    return [(values, bitmask)] + [(values.clone(), bitmask.clone()) for _ in range(copies)]
+def weight_copies(tensors: tuple[torch.Tensor, ...], max_copies: int) -> list[tuple[torch.Tensor, ...]]:
+    """The caller's tensors and as many temporary copies (at most `max_copies`) as a round over them needs to read
+    2x the L2 cache."""
+    l2_bytes = torch.cuda.get_device_properties(tensors[0].device).L2_cache_size
+    weight_bytes = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    copies = min(max_copies, math.ceil(2 * l2_bytes / weight_bytes) - 1)
+    return [tensors] + [tuple(tensor.clone() for tensor in tensors) for _ in range(copies)]
 
 
 def replay_ms(call: Callable[[object], object], weights: list) -> float:
@@ -267,7 +288,7 @@ def tuned_config(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
                 rejected[candidate] = f"output off by {error:.3g} x the float64 bound"
     _rejected[key] = rejected
     passed = passing_candidates("nm_spmv", key, candidates, rejected)
-    weights = _weight_copies(values, bitmask)
+    weights = weight_copies((values, bitmask), _MAX_WEIGHT_COPIES)
     timings = {candidate: _graph_time(x, weights, n, m, candidate) for candidate in passed}
     del weights
     config = min(timings, key=timings.get)

@@ -3,17 +3,25 @@
 
 Each program owns BLOCK_ROWS output rows and a range of mask words; a lane walks one whole word of one row (lanes
 of a warp are neighbouring rows of the same word, so their x gathers share cache lines). Per word it loads the
-word's K = 32·N/M codes (one 16-byte load for int8 at 50%, one 8-byte load for int4), then runs K bit-scan steps: the lowest
-set bit is the column of the next code; the code, sign-extended from its byte or nibble by two shifts, is
-converted to float32 and multiplied with x there into a per-word sum. A word lies in one scale group (group sizes
-are multiples of 32), so its sum is multiplied by the word's scale once, after the K steps: the scale costs one
-load and one multiply per word, not per value. Split-K programs write fp32 partials that a torch sum adds in split
-order (deterministic).
+word's K = 32·N/M codes (one 16-byte load for int8 at 50%, one 8-byte load for int4), then runs K bit-scan
+steps: the lowest set bit is the column of the next code; the code becomes a float32 and is multiplied with x there
+into a per-word sum. A word lies in one scale group (group sizes are multiples of 32), so its sum is multiplied by
+the word's scale once, after the K steps: the scale costs one load and one multiply per word, not per value.
+
+The code becomes a float without an int-to-float conversion (I2F issues at a quarter of the FP32 rate on sm_90,
+and the bit scan's `bfind` is a quarter-rate instruction too): its BITS bits u, taken out with a shift and a mask,
+are a two's complement code c; u xor 2^(BITS-1) is c + 2^(BITS-1), and or-ed into the mantissa of 2^23 it makes
+the float 2^23 + 2^(BITS-1) + c exactly, from which one subtraction leaves c (as `triton_nmq_tile` does).
+
+Split-K: each split writes its fp32 partial, and the last split of a row block to arrive (an atomic counter per row
+block, which it resets) adds the partials in split order (deterministic) and writes y, as `triton_spmv` does: no
+further launches after the kernel's.
 
 The bit scan (PTX on CUDA, the float-exponent trick under TRITON_INTERPRET=1) is `triton_spmv`'s."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +33,8 @@ from .autotune import Float64Reference, Tuner
 from .format import values_per_word
 from .quantized import CODE_BITS, PackedNMQ
 from .triton_nmq_tile import nmq_tile_kernel
-from .triton_spmv import _load_weights, _scan_and_x, _split4, _take_lowest_bit, interpreted
+from .triton_spmv import (_load_weights, _scan_and_x, _split4, _take_lowest_bit, interpreted, split_counters,
+                          store_rows)
 
 DESIGNS = ("scan", "tile")
 
@@ -55,8 +64,11 @@ class NmqConfig:
 
 @triton.jit
 def _code(chunk, k: tl.constexpr, BITS: tl.constexpr):
-    """Code k of an int32 holding 32/BITS codes (code 0 in the low bits), sign-extended, as float32."""
-    return ((chunk << (32 - BITS * (k + 1))) >> (32 - BITS)).to(tl.float32)
+    """Code k of an int32 holding 32/BITS two's complement codes (code 0 in the low bits) as float32, exactly,
+    through the mantissa of 2^23 (see the top)."""
+    SIGN: tl.constexpr = 1 << (BITS - 1)
+    bits = (chunk >> (BITS * k)) & ((1 << BITS) - 1)
+    return (bits ^ (0x4B000000 | SIGN)).to(tl.float32, bitcast=True) - (8388608.0 + SIGN)
 
 
 @triton.jit
@@ -111,15 +123,14 @@ def _word(acc, w, ok, mask_rows, code_rows, scale_rows, x_ptr, x_lane, K: tl.con
 
 @triton.jit
 def nmq_spmv_kernel(
-    x_ptr, codes_ptr, scales_ptr, bitmask_ptr, y_ptr,
+    x_ptr, codes_ptr, scales_ptr, bitmask_ptr, y_ptr, partial_ptr, arrivals_ptr,
     out_features, words, batch, groups,
     N: tl.constexpr, M: tl.constexpr, BITS: tl.constexpr, WORDS_PER_GROUP: tl.constexpr,
     BATCH_BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_WORDS: tl.constexpr, SPLIT_K: tl.constexpr,
     EVEN_WORDS: tl.constexpr, FAST_SCAN: tl.constexpr,
 ):
-    """y (or, for SPLIT_K > 1, the fp32 partial of this split: y_ptr is then [SPLIT_K, batch, out]) for BLOCK_ROWS
-    rows. `codes_ptr` is the codes viewed as int32. x is [1, in] for one row, else [in, BATCH_BLOCK] float32 (zero
-    beyond `batch`)."""
+    """y for BLOCK_ROWS rows (with SPLIT_K > 1 through fp32 partials, `store_rows`). `codes_ptr` is the codes
+    viewed as int32. x is [1, in] for one row, else [in, BATCH_BLOCK] float32 (zero beyond `batch`)."""
     K: tl.constexpr = 32 * N // M
     LANES: tl.constexpr = BLOCK_WORDS * BLOCK_ROWS
     X_COLUMN_STRIDE: tl.constexpr = BATCH_BLOCK
@@ -150,11 +161,8 @@ def nmq_spmv_kernel(
                         WORDS_PER_GROUP, X_COLUMN_STRIDE, LANES, BATCH_BLOCK, FAST_SCAN)
 
     tile = tl.sum(tl.reshape(acc, (BLOCK_WORDS, BLOCK_ROWS, BATCH_BLOCK)), axis=0)  # [rows, batch]
-    rows = pid_rows * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    b = tl.arange(0, BATCH_BLOCK)[None, :]
-    ok = (rows < out_features)[:, None] & (b < batch)
-    ptrs = y_ptr + (pid_split * batch + b) * out_features + rows[:, None]
-    tl.store(ptrs, tile.to(y_ptr.dtype.element_ty), mask=ok)
+    store_rows(tile, y_ptr, partial_ptr, arrivals_ptr, pid_rows, pid_split, out_features, batch, BLOCK_ROWS,
+               BATCH_BLOCK, SPLIT_K)
 
 
 def check_nmq_pattern(packed: PackedNMQ) -> None:
@@ -175,11 +183,14 @@ def launch_nmq(x: torch.Tensor, packed: PackedNMQ, config: NmqConfig) -> torch.T
     else:  # [in, batch]: one decoded column serves every batch row
         x_arg = torch.zeros(x.shape[1], batch_block, dtype=torch.float32, device=x.device)
         x_arg[:, :batch].copy_(x.t())
-    if config.split_k == 1:
-        y = out = torch.empty(batch, out_features, dtype=x.dtype, device=x.device)
-    else:
-        out = torch.empty(config.split_k, batch, out_features, dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(out_features, config.block_rows), config.split_k)
+    y = torch.empty(batch, out_features, dtype=x.dtype, device=x.device)
+    row_blocks = triton.cdiv(out_features, config.block_rows)
+    if config.split_k > 1:
+        partial = torch.empty(config.split_k, batch, out_features, dtype=torch.float32, device=x.device)
+        arrivals = split_counters(x.device, row_blocks)
+    else:  # never read by the kernel with one split
+        partial, arrivals = y, packed.bitmask
+    grid = (row_blocks, config.split_k)
     constants = dict(
         N=packed.n, M=packed.m, BITS=CODE_BITS[packed.quantize], WORDS_PER_GROUP=packed.group_size // 32,
         BATCH_BLOCK=batch_block, BLOCK_ROWS=config.block_rows, BLOCK_WORDS=config.block_words,
@@ -190,10 +201,8 @@ def launch_nmq(x: torch.Tensor, packed: PackedNMQ, config: NmqConfig) -> torch.T
         kernel, constants["FAST_SCAN"] = nmq_spmv_kernel, not interpreted()
     else:
         kernel = nmq_tile_kernel
-    kernel[grid](x_arg, packed.codes.view(torch.int32), packed.scales, packed.bitmask, out,
+    kernel[grid](x_arg, packed.codes.view(torch.int32), packed.scales, packed.bitmask, y, partial, arrivals,
                  out_features, words, batch, packed.scales.shape[1], **constants)
-    if config.split_k > 1:
-        y = out.sum(0).to(x.dtype)
     return y
 
 
@@ -233,11 +242,16 @@ def tuner_key(x: torch.Tensor, packed: PackedNMQ) -> tuple:
 
 def tuned_config(x: torch.Tensor, packed: PackedNMQ) -> NmqConfig:
     """The fastest correct one of `candidate_configs` (both designs) for this problem, checked and timed once per
-    (device, shape, batch, format) with triton's do_bench (which clears the L2 between launches); under the
-    interpreter the first candidate."""
+    (device, shape, batch, format) as the decoder runs it: replayed from a CUDA graph round-robin over copies of
+    the weight past the L2 (`autotune.fastest_correct`); under the interpreter the first candidate."""
+    def run_on(config: NmqConfig, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return launch_nmq(x, dataclasses.replace(packed, codes=tensors[0], scales=tensors[1], bitmask=tensors[2]),
+                          config)
+
     return _tuner.config(tuner_key(x, packed), lambda: candidate_configs(*packed.bitmask.shape, x.shape[0]),
                          lambda config: launch_nmq(x, packed, config),
-                         lambda: Float64Reference(x, packed.kept_values(), packed.bitmask))
+                         lambda: Float64Reference(x, packed.kept_values(), packed.bitmask),
+                         lambda: ((packed.codes, packed.scales, packed.bitmask), run_on))
 
 
 def rejected_candidates() -> dict[tuple, dict[NmqConfig, str]]:

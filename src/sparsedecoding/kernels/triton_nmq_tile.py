@@ -19,15 +19,15 @@ to the word's sum. All of this is elementwise or a scan over the 32 columns: no 
 kept value, and no x load depends on the mask. Tensors are [32 columns, rows, words]: with the columns as the
 leading axis and rows·words = 32·num_warps, the compiler keeps a word's 32 columns in one thread (seen in the SASS
 of an offline sm_90 compile; x reaches that layout through shared memory), so the scan and the column sum are
-register adds, not warp shuffles. Split-K writes fp32 partials, summed in split order by the caller (as
-`triton_nmq`). Cost estimate and status: benchmarks/KERNEL_NOTES.md ("Dense tile design")."""
+register adds, not warp shuffles. Split-K writes fp32 partials, which the last split of a row block adds in
+split order (`triton_spmv.store_rows`). Cost estimate and status: benchmarks/KERNEL_NOTES.md ("Dense tile design")."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .triton_spmv import _load_weights, _split4
+from .triton_spmv import _load_weights, _split4, store_rows
 
 
 @triton.jit
@@ -91,15 +91,15 @@ def _tile_step(acc, w, ok, mask_rows, code_rows, scale_rows, x_ptr, K: tl.conste
 
 @triton.jit
 def nmq_tile_kernel(
-    x_ptr, codes_ptr, scales_ptr, bitmask_ptr, y_ptr,
+    x_ptr, codes_ptr, scales_ptr, bitmask_ptr, y_ptr, partial_ptr, arrivals_ptr,
     out_features, words, batch, groups,
     N: tl.constexpr, M: tl.constexpr, BITS: tl.constexpr, WORDS_PER_GROUP: tl.constexpr,
     BATCH_BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_WORDS: tl.constexpr, SPLIT_K: tl.constexpr,
     EVEN_WORDS: tl.constexpr,
 ):
-    """`triton_nmq.nmq_spmv_kernel`'s contract (same arguments but FAST_SCAN): y, or for SPLIT_K > 1 this
-    split's fp32 partial ([SPLIT_K, batch, out]), for BLOCK_ROWS rows. x is [1, in] for one row, else
-    [in, BATCH_BLOCK] float32 (zero beyond `batch`)."""
+    """`triton_nmq.nmq_spmv_kernel`'s contract (same arguments but FAST_SCAN): y for BLOCK_ROWS rows (with
+    SPLIT_K > 1 through fp32 partials). x is [1, in] for one row, else [in, BATCH_BLOCK] float32 (zero beyond
+    `batch`)."""
     K: tl.constexpr = 32 * N // M
     X_COLUMN_STRIDE: tl.constexpr = BATCH_BLOCK
     pid_rows = tl.program_id(0)
@@ -127,8 +127,5 @@ def nmq_tile_kernel(
                              WORDS_PER_GROUP, X_COLUMN_STRIDE, BATCH_BLOCK, BLOCK_ROWS, BLOCK_WORDS)
 
     tile = tl.sum(acc, axis=1)  # [rows, batch]
-    out_rows = pid_rows * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    b = tl.arange(0, BATCH_BLOCK)[None, :]
-    ok = (out_rows < out_features)[:, None] & (b < batch)
-    tl.store(y_ptr + (pid_split * batch + b) * out_features + out_rows[:, None], tile.to(y_ptr.dtype.element_ty),
-             mask=ok)
+    store_rows(tile, y_ptr, partial_ptr, arrivals_ptr, pid_rows, pid_split, out_features, batch, BLOCK_ROWS,
+               BATCH_BLOCK, SPLIT_K)

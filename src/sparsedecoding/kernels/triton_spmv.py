@@ -341,21 +341,47 @@ def nm_spmv_kernel(
             tl.atomic_xchg(arrivals_ptr + pid_rows, 0)
 
 
+@triton.jit
+def store_rows(tile, y_ptr, partial_ptr, arrivals_ptr, pid_rows, pid_split, out_features, batch,
+               BLOCK_ROWS: tl.constexpr, BATCH_BLOCK: tl.constexpr, SPLIT_K: tl.constexpr):
+    """Write this program's sums `tile` [rows, batch] (fp32): y for one split; else this split's partial
+    (partial_ptr [SPLIT_K, batch, out]), and the row block's last split to arrive adds every split's partial in
+    split order, writes y and resets the block's counter (`arrivals_ptr`, zero between launches)."""
+    rows = pid_rows * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    b = tl.arange(0, BATCH_BLOCK)[None, :]
+    ok = (rows < out_features)[:, None] & (b < batch)
+    at = b * out_features + rows[:, None]
+    if SPLIT_K == 1:
+        tl.store(y_ptr + at, tile.to(y_ptr.dtype.element_ty), mask=ok)
+    else:
+        tl.store(partial_ptr + pid_split * batch * out_features + at, tile, mask=ok)
+        tl.debug_barrier()  # every thread's partial is written before the counter says so
+        arrived = tl.atomic_add(arrivals_ptr + pid_rows, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = tl.zeros([BLOCK_ROWS, BATCH_BLOCK], dtype=tl.float32)
+            for split in tl.static_range(SPLIT_K):
+                total += tl.load(partial_ptr + split * batch * out_features + at, mask=ok, other=0.0,
+                                 cache_modifier=".cg")
+            tl.store(y_ptr + at, total.to(y_ptr.dtype.element_ty), mask=ok)
+            tl.atomic_xchg(arrivals_ptr + pid_rows, 0)
+
+
 _arrival_counters: dict[torch.device, torch.Tensor] = {}
 MAX_ROW_BLOCKS = 1 << 16  # far above any decoder linear (57344 rows / 8-row blocks = 7168)
 
 
-def _arrivals(device: torch.device, row_blocks: int) -> torch.Tensor:
-    """Per-device int32 counters for split-K, all zero between launches (the last split of each row block
-    resets its counter). Allocated once at a fixed size and never replaced, so a CUDA graph captured earlier can
+def split_counters(device: torch.device, row_blocks: int) -> torch.Tensor:
+    """Per-device int32 counters for split-K (`nm_spmv_kernel` and the quantized kernels' `store_rows` share them:
+    launches on a stream run in order), all zero between launches (the last split of each row block resets its
+    counter). Allocated once at a fixed size and never replaced, so a CUDA graph captured earlier can
     never point at freed counters; the first allocation must happen outside graph capture."""
     if row_blocks > MAX_ROW_BLOCKS:
-        raise KernelInputError(f"nm_spmv split-K supports at most {MAX_ROW_BLOCKS} row blocks, got {row_blocks}")
+        raise KernelInputError(f"split-K supports at most {MAX_ROW_BLOCKS} row blocks, got {row_blocks}")
     counters = _arrival_counters.get(device)
     if counters is None:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise KernelInputError(
-                "nm_spmv's split-K counters do not exist yet; run it once before capturing a CUDA graph "
+                "the split-K counters do not exist yet; run the kernel once before capturing a CUDA graph "
                 "(warm-up also tunes the kernel)")
         counters = torch.zeros(MAX_ROW_BLOCKS, dtype=torch.int32, device=device)
         _arrival_counters[device] = counters
@@ -380,7 +406,7 @@ def _kernel_call(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n
     row_blocks = triton.cdiv(out_features, config.block_rows)
     if config.split_k > 1:
         partial = torch.empty(config.split_k, batch_block, out_features, dtype=torch.float32, device=x.device)
-        arrivals = _arrivals(x.device, row_blocks)
+        arrivals = split_counters(x.device, row_blocks)
     else:  # never read by the kernel when split_k == 1
         partial, arrivals = y, bitmask
     arguments = (x_arg, values.view(torch.int32), bitmask, y, partial, arrivals, out_features, words, batch)
