@@ -447,9 +447,10 @@ PY
     # further group starts and the report says which did not run)
     timeout 560 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 2:4 16:32 --head int4 \
       --time-budget 420 --out "$OUT/quant_e2e_h200_qwen2.5-coder-1.5b_all.md" 2>&1 | grep -E "^- 2:4|^- 16:32|^- dense|rror" || true ;;
-  nmq-probe)  # run at fa2e8db (the int8 profile hit its limit unwritten; the launches committed as
-    # quant_kernel_h200_16of32_before.md): step_profile_h200_qwen_16of32{,_int8}.md and quant_kernel_h200_16of32.md: where the Qwen shapes'
-    # 16:32 step goes with bf16 values (Triton nm_spmv) and with int8 codes (Triton nmq_spmv, 0.904x dense bf16 in
+  nmq-probe)  # run with the package at fa2e8db and quant_kernel_bench.py's qwen2.5-coder-1.5b choice (committed in
+    # 0ec8a8c); the int8 profile hit its limit unwritten, the launches are committed as
+    # quant_kernel_h200_16of32_before.md: step_profile_h200_qwen_16of32{,_int8}.md and quant_kernel_h200_16of32.md:
+    # where the Qwen shapes' 16:32 step goes with bf16 values (Triton nm_spmv) and with int8 codes (Triton nmq_spmv, 0.904x dense bf16 in
     # quant_e2e_h200_qwen2.5-coder-1.5b_all.md against 1.195x for bf16), and nmq_spmv's 16:32 launches alone
     for q in "" int8; do
       timeout 150 python3 benchmarks/step_profile.py --preset qwen2.5-coder-1.5b --pattern 16:32 ${q:+--quantize $q} \
@@ -459,8 +460,8 @@ PY
       --models qwen2.5-coder-1.5b llama-3.1-8b --reps 5 --out "$OUT/quant_kernel_h200_16of32.md" | tail -3) || true ;;
   nmq-tests)  # gpu_tests_nmq.log: the quantized kernel's GPU tests (code-to-float through 2^23, split-K in the kernel,
     # the tuner timing over weight copies in CUDA graphs)
-    timeout 200 python3 -m pytest -q -m gpu tests/test_quantized.py tests/test_quantized_engine.py tests/test_kernels.py \
-      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_nmq.log" || true ;;
+    timeout 200 python3 -m pytest -q -m gpu tests/test_quantized.py tests/test_quantized_engine.py \
+      tests/test_kernels.py -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_nmq.log" || true ;;
   nmq-ab)  # quant_e2e_h200_qwen_16of32_{before,after}.md: the Qwen shapes' 16:32 rows with the source before this
     # change (carried in .gl/old/src: `git archive <commit> src | tar -x -C .gl/old`) and after it, one after the
     # other on one machine; then quant_kernel_h200_16of32_after.md, the launches alone after it
@@ -481,8 +482,8 @@ PY
     # int8 step by kernel
     bash benchmarks/h200.sh bg kcache nmq-tests-long nmq-8b nmq-profile ;;
   nmq-tests-long)  # gpu_tests_nmq.log: nmq-tests with a 420 s limit (200 s stopped them after 15 in lease26b)
-    timeout 420 python3 -m pytest -q -m gpu tests/test_quantized.py tests/test_quantized_engine.py tests/test_kernels.py \
-      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_nmq.log" || true ;;
+    timeout 420 python3 -m pytest -q -m gpu tests/test_quantized.py tests/test_quantized_engine.py \
+      tests/test_kernels.py -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_nmq.log" || true ;;
   nmq-profile)  # step_profile_h200_qwen_16of32_int8.md: the Qwen shapes' 16:32 + int8 step by kernel, after the change
     timeout 240 python3 benchmarks/step_profile.py --preset qwen2.5-coder-1.5b --pattern 16:32 --quantize int8 \
       --out "$OUT/step_profile_h200_qwen_16of32_int8.md" 2>&1 | grep -E "^- wall|rror" || true ;;
@@ -491,7 +492,8 @@ PY
     # (no model): the quantized kernel's GPU tests, the Qwen 16:32
     # rows before and after the change, the launches alone, then the 8B 16:32 rows (about 9 minutes)
     bash benchmarks/h200.sh bg kcache nmq-tests nmq-ab nmq-8b ;;
-  lease26)  # run in the twenty-sixth session (no model; 330 s of wall time with the collect): the Qwen panel from one run
+  lease26)  # run in the twenty-sixth session (no model; 330 s of wall time with the collect): the Qwen panel from
+    # one run
     bash benchmarks/h200.sh bg kcache quant-qwen-all ;;
   profile-int4-h4)  # step_profile_h200_8b_int4_h4.md: the 8B preset's decode step by kernel, int4 values, int4 heads
     # (dense int4 and the heads on sp24's dense mode)

@@ -11,7 +11,6 @@ checked against a float64 product of them (`autotune.Float64Reference`).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -21,7 +20,7 @@ import torch
 
 from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.engine.config import preset
-from sparsedecoding.kernels.autotune import replay_ms
+from sparsedecoding.kernels.autotune import replay_ms, weight_copies
 from sparsedecoding.kernels.op import DENSE_INT4_SETTING
 from sparsedecoding.kernels.quantized import DenseQuantized
 from sparsedecoding.kernels.sp24 import _copies, sp24_linear, tile_dense
@@ -41,10 +40,8 @@ def shapes(name: str) -> dict[str, tuple[int, int]]:
 
 
 def copies(tensors: tuple[torch.Tensor, ...]) -> list[tuple[torch.Tensor, ...]]:
-    """`tensors` and enough copies that a round over them reads twice the L2."""
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    nbytes = sum(t.numel() * t.element_size() for t in tensors)
-    return [tensors] + [tuple(t.clone() for t in tensors) for _ in range(min(8, math.ceil(2 * l2 / nbytes) - 1))]
+    """`tensors` and enough copies (at most 8, as when the committed reports ran) that a round reads twice the L2."""
+    return weight_copies(tensors, 8)
 
 
 def tinygemm_weight(grid: QuantizedCodes) -> DenseQuantized:
