@@ -477,6 +477,24 @@ PY
     # a 240 s limit, was cut off by the device time; now 420 s, and no group starts past 300 s)
     timeout 420 python3 benchmarks/quant_e2e_bench.py --pattern 16:32 --time-budget 300 \
       --out "$OUT/quant_e2e_h200_8b_16of32_after.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  lease28)  # the twenty-seventh session's first lease (no model, about 13 minutes): 16:32+2 with int8 / int4 codes
+    # on the sp24 kernel (2:4 codes plus bf16 overflow slots), its GPU tests, then the 8B preset's engine rows
+    bash benchmarks/h200.sh bg kcache slots-codes-tests slots-codes-8b ;;
+  lease28b)  # the same session's second lease (no model): the Qwen shapes' rows with the int4 head as well, then the
+    # quantized kernels' GPU tests that lease26b's limit stopped
+    bash benchmarks/h200.sh bg kcache slots-codes-qwen nmq-tests-long ;;
+  slots-codes-tests)  # gpu_tests_slots_codes.log: the codes-and-slots kernel against float64 (every launch and loop
+    # order; GLU and the RMSNorm in front through the tuned launches), and the bf16 slot tests as a regression check
+    timeout 300 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py tests/test_sp24_overflow.py \
+      tests/test_sp24_slots.py -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/gpu_tests_slots_codes.log" || true ;;
+  slots-codes-8b)  # quant_e2e_h200_8b_slots.md: the 8B preset, dense / 2:4 / 16:32+2 / 16:32 in bf16, int8 and int4
+    # values, batch 1, 4, 8 (16:32+2 on sp24 with slots, 16:32 on the packed kernels)
+    timeout 520 python3 benchmarks/quant_e2e_bench.py --pattern 2:4 16:32+2 16:32 --batch 1 4 8 --time-budget 400 \
+      --out "$OUT/quant_e2e_h200_8b_slots.md" 2>&1 | grep -E "^\| llama|^- |rror" || true ;;
+  slots-codes-qwen)  # quant_e2e_h200_qwen_slots.md: the same on the Qwen2.5-Coder-1.5B shapes, bf16 and int4 heads
+    timeout 400 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 2:4 16:32+2 16:32 \
+      --batch 1 4 --head int4 --time-budget 300 --out "$OUT/quant_e2e_h200_qwen_slots.md" 2>&1 \
+      | grep -E "^\| qwen|^- |rror" || true ;;
   lease27)  # prepared in the twenty-sixth session (no model, about 9 minutes): what lease26b left undone, the
     # quantized kernels' GPU tests with room to finish, the 8B preset's 16:32 rows after the change, the Qwen 16:32 +
     # int8 step by kernel

@@ -26,8 +26,9 @@ from sparsedecoding.engine.bench import (SpeedResult, bench_preset, check_group_
                                          format_table, run_label)
 from sparsedecoding.engine.config import preset
 from sparsedecoding.errors import SparseDecodingError
-from sparsedecoding.kernels.op import (DENSE_INT4_SETTING, DENSE_INT8_SETTING, KERNEL_SETTING, SPARSE_MMA_SETTING,
-                                       dense_int4_setting, dense_int8_setting, settings, settings_line)
+from sparsedecoding.kernels.op import (DENSE_INT4_SETTING, DENSE_INT8_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING,
+                                       SPARSE_MMA_SETTING, dense_int4_setting, dense_int8_setting, settings,
+                                       settings_line)
 from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
@@ -161,8 +162,10 @@ def main() -> int:
              f"before 2026-12-01 ran PyTorch's `_weight_int8pack_mm`, before 2026-12-02 `triton_w8`), dense int4 (and "
              f"an int4 lm_head) {DENSE_KERNELS[dense_int4_setting()]} ({DENSE_INT4_SETTING}; before 2026-12-02 "
              "tinygemm); 2:4 ones the sparse tensor-core kernel `sp24` under "
-             f"{KERNEL_SETTING}=auto (the engine tiles them, `kernels/sp24_linear.py`), other N:M patterns and the "
-             "other settings the quantized Triton kernel `nmq_spmv`.", "",
+             f"{KERNEL_SETTING}=auto (the engine tiles them, `kernels/sp24_linear.py`), and so do 16:32+2 ones (random "
+             "16:32 masks that fit 16:32+2) as their 2:4 part plus two overflow slots a row and word "
+             f"({SP24_SLOTS_SETTING}=1; the weight GB column counts the slots); other N:M "
+             "patterns and the other settings run the quantized Triton kernel `nmq_spmv`.", "",
              settings_line() + f" ({KERNEL_SETTING}=cuda with {SPARSE_MMA_SETTING}=1: every 2:4 linear on sparse "
              "tensor cores through the older kernel.)", "",
              *([f"lm_head: bf16, and dense {args.head} in the rows marked so (dense and N:M alike; "

@@ -292,6 +292,7 @@ def compact(wide: torch.Tensor) -> torch.Tensor:
 
 
 OVER_SLOTS = 2  # overflow slots a row and 32-column word that the kernel reads (sp24.cu, OVER)
+OVER_INT4_GROUP = 128  # int4 codes with overflow slots: the one group size sp24.cu instantiates (kOverInt4Sps)
 OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0, 3)))  # op.sp24_over_loop_setting -> sp24_launch's over_loop
 COLUMNS = 3  # the over_loop whose column copy of x is built only into the library with SP24_COLUMNS (sp24.cu)
 
@@ -324,16 +325,24 @@ def _staged_column(offsets: torch.Tensor) -> torch.Tensor:
 
 
 def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
-    """The tiled layout of a 16:32+K weight split by `overflow.split_overflow` (16-bit values, at most two slots):
-    `tile` of its 2:4 part, plus the slots per row tile, step and lane as sp24.cu's OVER path reads them (lane
-    (g, t)'s slot k: word 2t + k / 4 of the step, row g + 8·((k / 2) % 2), slot k % 2; the column as its staged-x
-    offset). With `glu`, rows in `glu_order` as for `tile`."""
+    """The tiled layout of a 16:32+K weight split by `overflow.split_overflow` (16-bit values) or
+    `split_overflow_quantized` (int8 codes, or int4 codes with OVER_INT4_GROUP columns a scale), at most two slots:
+    `tile` of its 2:4 part, plus the slots per row tile, slot step (8 k-tiles) and lane as sp24.cu's OVER path
+    reads them (lane (g, t)'s slot k: word 2t + k / 4 of the slot step, row g + 8·((k / 2) % 2), slot k % 2; the
+    column as its staged-x offset). The slot values the kernel multiplies are 16-bit: the weights, int8 codes
+    themselves (the row scale multiplies the whole sum), or int4 code·scale rounded to bf16 (what
+    `PackedNMQ.to_dense(torch.bfloat16)` holds there). With `glu`, rows in `glu_order` as for `tile`."""
     if w.slots > OVER_SLOTS:
         raise KernelInputError(f"{w.slots} overflow slots a word; the kernel reads at most {OVER_SLOTS}")
+    if w.quantized and w.w24.quantize == "int4" and w.w24.group_size != OVER_INT4_GROUP:
+        raise KernelInputError(f"int4 group size {w.w24.group_size}: overflow slots with int4 codes run "
+                               f"{OVER_INT4_GROUP} columns a scale")
     base = tile(w.w24, glu)
-    if base.code != 0:
-        raise KernelInputError("overflow slots run with 16-bit values only")
-    values, columns = w.values.to(base.dtype), w.columns
+    if base.code == 4:
+        values = w.slot_values().to(base.dtype)
+    else:
+        values = w.values.to(base.dtype)  # 16-bit weights, or int8 codes (exact)
+    columns = w.columns
     if w.slots < OVER_SLOTS:  # pad to two slots: value 0, column 0
         pad = OVER_SLOTS - w.slots
         values = torch.cat([values, values.new_zeros(*values.shape[:2], pad)], dim=2)
@@ -342,8 +351,8 @@ def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
     if glu:
         order = glu_order(out, values.device)
         values, columns = values[order], columns[order]
-    row_tiles, steps = -(-out // 16), base.steps
-    words = steps * STEP_TILES[0]
+    words = base.steps * STEP_TILES[base.code]
+    row_tiles, steps = -(-out // 16), words // STEP_TILES[0]  # slot steps
 
     def lanes(t: torch.Tensor) -> torch.Tensor:
         padded = t.new_zeros(row_tiles * 16, words, OVER_SLOTS)
@@ -355,12 +364,13 @@ def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
 
 
 def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
-    """The slots of a `tile_overflow` weight as (values [out, in / 32, 2] of w's dtype, columns uint8 of the same
-    shape), rows in their original order; inverse of the tiling."""
+    """The slots of a `tile_overflow` weight as (values [out, in / 32, 2] of w's dtype as the kernel multiplies
+    them, int8 codes for int8 weights; columns uint8 of the same shape), rows in their original order; inverse of
+    the tiling. `slot_weights` gives the weights."""
     if w.over_v is None:
         raise KernelInputError("this tiled weight has no overflow slots")
     out, in_features = w.shape
-    row_tiles, steps = -(-out // 16), w.steps
+    row_tiles, steps = -(-out // 16), w.steps * STEP_TILES[w.code] // STEP_TILES[0]
 
     def rows(t: torch.Tensor) -> torch.Tensor:
         v = t.view(row_tiles, steps, 8, 4, 2, 2, OVER_SLOTS).permute(0, 5, 2, 1, 3, 4, 6)  # tile h g step t wsel s
@@ -371,6 +381,18 @@ def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
         back = torch.argsort(glu_order(out, values.device))
         values, columns = values[back], columns[back]
     return values.contiguous(), columns.contiguous()
+
+
+def slot_weights(w: Sp24Weight, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`untile_slots` with the values as weights in `dtype`: for int8 codes, code·row scale (exact in float64, rounded
+    once to `dtype`)."""
+    values, columns = untile_slots(w)
+    if w.code != 8:
+        return values.to(dtype), columns
+    scales = w.row_scales.to(values.device).double()
+    if w.glu:  # the row scales are in the tiled order
+        scales = scales[torch.argsort(glu_order(w.shape[0], scales.device))]
+    return (values.double() * scales[:, None, None]).to(dtype), columns
 
 
 def _slot_rows(values: torch.Tensor, columns: torch.Tensor, r0: int, r1: int, dtype: torch.dtype) -> torch.Tensor:
@@ -444,7 +466,7 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     positions its metadata names) — independent of `tile`, for tests. A GLU weight's rows come back in their
     original order. Overflow slots are added as `untile_slots` reads them."""
     if w.over_v is not None:
-        values, columns = untile_slots(w)
+        values, columns = slot_weights(w, torch.float64)
         plain = tiled_to_dense(replace(w, over_v=None, over_o=None))
         return plain + _slot_rows(values.cpu(), columns.cpu(), 0, w.shape[0], torch.float64)
     if w.glu:
@@ -709,7 +731,7 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
     if w.glu:  # the kernel writes rows in the tiled order
         dense = dense[torch.argsort(glu_order(w.shape[0], dense.device))]
     if w.over_v is not None:  # the slots fill zeros of the 2:4 part: the sum is exact in w's dtype
-        values, columns = untile_slots(w)
+        values, columns = slot_weights(w, w.dtype)
         dense += _slot_rows(values, columns, 0, w.shape[0], w.dtype)
     return dense
 
@@ -751,7 +773,7 @@ def _reference(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None):
         def weight_rows(r0: int, r1: int) -> torch.Tensor:
             return _dense_rows(packed, r0, r1)
     else:  # the 2:4 part plus the overflow slots
-        values, columns = untile_slots(w)
+        values, columns = slot_weights(w, torch.float64)
 
         def weight_rows(r0: int, r1: int) -> torch.Tensor:
             return _dense_rows(packed, r0, r1) + _slot_rows(values, columns, r0, r1, torch.float64)

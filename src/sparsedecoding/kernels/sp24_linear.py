@@ -1,8 +1,9 @@
 """`Sp24Linear`: a 2:4 linear held in the sparse tensor-core kernel's tiled layout (`sp24.tile`), and
 `tile_model`, which swaps a model's 2:4 `PackedLinear` / `QuantizedPackedLinear` modules for it in place. A 16:32
-`PackedLinear` whose mask fits 16:32+2 (at most two kept weights beyond two in the groups of four of a 32-column
-word) becomes one too: its 2:4 part plus two overflow slots a row and word (`sp24.tile_overflow`), 1.31 bytes a
-weight at bf16 against the packed format's 1.125, saved and loaded as the 16:32 packed format.
+one whose mask fits 16:32+2 (at most two kept weights beyond two in the groups of four of a 32-column word) becomes
+one too: its 2:4 part plus two overflow slots a row and word (`sp24.tile_overflow`), 1.31 bytes a weight at bf16
+against the packed format's 1.125 (int8 codes: 0.81 against 0.625), saved and loaded as the 16:32 packed format.
+Quantized ones take int8 codes, or int4 codes with `sp24.OVER_INT4_GROUP` columns a scale.
 
 The tiled layout holds the same bytes as the packed format (kept values or codes, 4 bits of positions per 4
 columns, the scales), so the swap costs no memory; `packed` and `state_dict` give back the packed format exactly
@@ -21,12 +22,12 @@ from ..errors import EngineError, KernelInputError, PackingError
 from .format import PackedNM, pack_nm
 from .linear import PackedLinear
 from .op import MAX_BATCH
-from .overflow import split_overflow, words_over_cap
+from .overflow import merge_overflow_quantized, split_overflow, split_overflow_quantized, words_over_cap
 from .quantized import PackedNMQ
 from .quantized_linear import QuantizedPackedLinear
 from .reference import rms_norm
-from .sp24 import OVER_SLOTS, STEP_TILES, Sp24Weight, sp24_linear, sp24_norm_linear, tile, tile_overflow, to_dense, \
-    untile
+from .sp24 import OVER_INT4_GROUP, OVER_SLOTS, STEP_TILES, Sp24Weight, sp24_linear, sp24_norm_linear, tile, \
+    tile_overflow, to_dense, untile, untile_slots
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,21 @@ class Sp24Linear(torch.nn.Module):
         """The packed weight (`PackedNM` or `PackedNMQ`) this layer holds, rebuilt exactly from the tiles; for a
         16:32+2 weight, the 16:32 packed weight of its nonzeros (`pack_nm`: a kept weight of value zero, which the
         tiles do not record, may come back in another position of its word)."""
-        if self.slotted:
+        if not self.slotted:
+            return untile(self.weight)
+        if self.code == 0:
             return pack_nm(to_dense(self.weight), 16, 32)
-        return untile(self.weight)
+        weight = self.weight
+        w24 = untile(Sp24Weight(weight.a, weight.meta, weight.scales, weight.row_scales, weight.shape, weight.code,
+                                weight.dtype, weight.steps, weight.gk_shift, weight.groups, weight.glu))
+        values, columns = untile_slots(weight)
+        if self.code == 4:  # code·scale in bf16: the scale divides it back to the code exactly (|code| <= 8)
+            out, words, slots = values.shape
+            column = 32 * torch.arange(words, device=values.device).view(1, words, 1) + columns.long()
+            group = (column // self.group_size).view(out, words * slots)
+            scales = w24.scales.float().gather(1, group).view(out, words, slots)
+            values = torch.where(values != 0, values.float() / scales, torch.zeros_like(scales)).round()
+        return merge_overflow_quantized(w24, values.to(torch.int8), columns)
 
     def to_packed_module(self) -> PackedLinear | QuantizedPackedLinear:
         """The packed module of the same weight (for a GLU one, the plain gate|up linear)."""
@@ -184,7 +197,7 @@ class Sp24Linear(torch.nn.Module):
         shape = (self.rows, self.in_features)
         try:
             packed = PackedNM(*parts, self.n, self.m, shape) if self.code == 0 else PackedNMQ(
-                *parts, 2, 4, shape, self.quantize, self.group_size)
+                *parts, self.n, self.m, shape, self.quantize, self.group_size)
             weight = _tiled(packed, self.glu)
         except (PackingError, KernelInputError) as exc:  # wrong shape, dtype or mask: reported as a load error
             error_msgs.append(f"{prefix}: {exc}")
@@ -212,7 +225,9 @@ _TILED = ("a", "meta", "scales", "row_scales", "over_v", "over_o")  # an Sp24Wei
 def _tiled(packed: PackedNM | PackedNMQ, glu: bool) -> Sp24Weight:
     """`packed` in the kernel's layout: a 2:4 weight by `sp24.tile`, a 16:32 one as its 2:4 part plus overflow
     slots (`sp24.tile_overflow`; PackingError if its nonzeros do not fit 16:32+2)."""
-    if isinstance(packed, PackedNM) and (packed.n, packed.m) == (16, 32):
+    if (packed.n, packed.m) == (16, 32):
+        if isinstance(packed, PackedNMQ):
+            return tile_overflow(split_overflow_quantized(packed, OVER_SLOTS), glu)
         return tile_overflow(split_overflow(packed.to_dense(), OVER_SLOTS), glu)
     return tile(packed, glu)
 
@@ -233,9 +248,13 @@ def tileable(module: torch.nn.Module, require_cuda: bool = True, slots: bool = F
         return "not a packed linear"
     if isinstance(module, PackedLinear) and module.dense is not None:
         return "it keeps a dense copy"
-    if isinstance(module, PackedLinear) and (module.n, module.m) == (16, 32):
+    if (module.n, module.m) == (16, 32):
         if not slots:
             return "pattern 16:32 (on sparse tensor cores only as 16:32+2 with overflow slots, not asked for here)"
+        if isinstance(module, QuantizedPackedLinear) and module.quantize == "int4" \
+                and module.group_size != OVER_INT4_GROUP:
+            return (f"pattern 16:32 with int4 group size {module.group_size} (overflow slots with int4 codes run "
+                    f"{OVER_INT4_GROUP} columns a scale)")
         over = words_over_cap(module.packed.to_dense(), OVER_SLOTS)
         if over:
             return (f"pattern 16:32 with {over} mask words beyond 16:32+{OVER_SLOTS} (prune with --pattern "

@@ -77,6 +77,8 @@ def check(y: torch.Tensor, x: torch.Tensor, w: Sp24Weight) -> None:
     """KernelInputError for what `slots_add` does not take."""
     if w.over_v is None or w.over_o is None:
         raise KernelInputError("this tiled weight has no overflow slots")
+    if w.code != 0:
+        raise KernelInputError("the slots kernel runs weights of 16-bit values; this one holds codes")
     out, in_features = w.shape
     if x.dim() != 2 or x.shape[1] != in_features or not 1 <= x.shape[0] <= MAX_BATCH:
         raise KernelInputError(f"x has shape {tuple(x.shape)}; the slots kernel takes [1..{MAX_BATCH}, {in_features}]")

@@ -44,12 +44,16 @@
 // sums by 1/rms = rsqrt(Σs² / in + eps) at the end: without split-K from its own Σs², with split-K the last CTA adds
 // the Σs² each split's CTA left in `ss_slots`. The separate add+norm kernel, its launch and a pass over x go.
 //
-// Overflow slots (OVER: 16-bit values): W = W24 + W_over for a 16:32+K weight (kernels/overflow.py),
-// W_over held in two fixed slots a row and 32-column word. Tiled per row tile and step like `a`:
-//   over_v: [row tile][step][lane][8 values] (16 B a lane), over_o: [row tile][step][lane][8 bytes] (8 B a lane);
-//   lane (g, t)'s slot k (0..7) is in word 2t + k / 4 of the step (k-tile 8·step + 2t + k / 4), row g + 8·((k / 2)
-//   % 2), slot k % 2; its byte is the column's offset in the staged x of its k-tile (16·((c % 8) / 2) + 4·(c / 8) +
-//   2·(c % 2) for column c, see above); value 0 where the slot is unused.
+// Overflow slots (OVER): W = W24 + W_over for a 16:32+K weight (kernels/overflow.py), W_over held in two fixed
+// slots a row and 32-column word. Tiled per row tile and slot step (8 k-tiles, the step of 16-bit values; a step of
+// codes covers two slot steps) like `a`:
+//   over_v: [row tile][slot step][lane][8 values] (16 B a lane), over_o: [row tile][slot step][lane][8 bytes];
+//   lane (g, t)'s slot k (0..7) is in word 2t + k / 4 of the slot step (k-tile 8·step + 2t + k / 4), row g +
+//   8·((k / 2) % 2), slot k % 2; its byte is the column's offset in the staged x of its k-tile (16·((c % 8) / 2) +
+//   4·(c / 8) + 2·(c % 2) for column c, see above); value 0 where the slot is unused.
+// The slot values are T (16-bit) whatever CODE is: for CODE 0 the weights; for CODE 8 the int8 codes themselves
+// (exact in T), which the row's scale multiplies with the rest of the sum at the end; for CODE 4 the weights,
+// code·scale rounded to T (they are added after the group scales).
 // Each lane adds its slots' products with every row of x into float32 partials p[row g / g+8][row of x], loaded with
 // the step's weights (two steps in flight) and kept over all its steps; after the loop one butterfly in the quad
 // sums the four lanes' partials, and each lane adds the sums for its own accumulators' entries. The slices, splits,
@@ -221,8 +225,9 @@ struct StepRegs {
   uint4 a[Steps<CODE>::a_loads];
   uint4 m[Steps<CODE>::meta_loads];
   uint32_t s[CODE == 4 ? SPS : 1];
-  uint4 ov;  // OVER: this lane's 8 slot values and their staged-x offsets (never set, and so dropped, otherwise)
-  uint2 oc;
+  // OVER: this lane's 8 slot values and their staged-x offsets per slot step (never set, and so dropped, otherwise)
+  uint4 ov[Steps<CODE>::ks / 8];
+  uint2 oc[Steps<CODE>::ks / 8];
 };
 
 // SPS (CODE 4): scale loads per step; group k-tiles 2^gk_shift.
@@ -252,8 +257,12 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
     }
   }
   if constexpr (OVER) {
-    r.ov = ld_stream(ov + static_cast<size_t>(step) * 512 + 16 * lane);
-    r.oc = ld_stream8(oc + static_cast<size_t>(step) * 256 + 8 * lane);
+#pragma unroll
+    for (int h = 0; h < S::ks / 8; ++h) {
+      const size_t slot_step = static_cast<size_t>(step) * (S::ks / 8) + h;
+      r.ov[h] = ld_stream(ov + slot_step * 512 + 16 * lane);
+      r.oc[h] = ld_stream8(oc + slot_step * 256 + 8 * lane);
+    }
   }
   (void)groups;
 }
@@ -448,14 +457,17 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #ifndef SP24_OVER_ONE_CTA_NT
 #define SP24_OVER_ONE_CTA_NT 2
 #endif
-template <int NT, int OVER>
-constexpr int kMinCtas = OVER != 0 && NT >= SP24_OVER_ONE_CTA_NT ? 1 : 2;
+// int8 codes with slots take the one-CTA bound at one n-tile as well: under 128 registers their two buffers of eight
+// 16-byte code loads plus two slot steps' values and offsets spilled 220-272 bytes in the main loop (int4 codes,
+// four loads a step: 28-40 bytes, so they keep two CTAs).
+template <int NT, int CODE, int OVER>
+constexpr int kMinCtas = OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || CODE == 8) ? 1 : 2;
 // kBuffers: register buffers of steps a warp cycles through, one step in flight while one is computed. A third
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
 constexpr int kBuffers = 2;
 template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, bool DENSE>
-__global__ void __launch_bounds__(kThreads, (kMinCtas<NT, OVER>))
+__global__ void __launch_bounds__(kThreads, (kMinCtas<NT, CODE, OVER>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
             const char* __restrict__ scales,
@@ -469,7 +481,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             float eps, const char* __restrict__ over_v,
             const char* __restrict__ over_o) {
   using S = Steps<CODE>;
-  static_assert(OVER == 0 || CODE == 0, "overflow slots: 16-bit values only");
   static_assert(!DENSE || (CODE != 0 && !NORM && OVER == 0), "dense weights: codes, no RMSNorm, no slots");
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
@@ -486,8 +497,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* a_tile = a + tile_row * a_stride;
   const char* m_tile = DENSE ? nullptr : meta + tile_row * m_stride;
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
-  const char* ov_tile = OVER != 0 ? over_v + static_cast<size_t>(tile_row) * steps * 512 : nullptr;
-  const char* oc_tile = OVER != 0 ? over_o + static_cast<size_t>(tile_row) * steps * 256 : nullptr;
+  const size_t slot_steps = static_cast<size_t>(steps) * (S::ks / 8);  // per row tile
+  const char* ov_tile = OVER != 0 ? over_v + tile_row * slot_steps * 512 : nullptr;
+  const char* oc_tile = OVER != 0 ? over_o + tile_row * slot_steps * 256 : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   constexpr int NB = kBuffers;
@@ -588,8 +600,12 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
         compute_step<T, NT, CODE, SPS, DENSE>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
-        if constexpr (OVER != 0)
-          over_step<T, NT, OVER>(p, r[b].ov, r[b].oc, xs, xstride, step + b - step0, t, batch);
+        if constexpr (OVER != 0) {
+#pragma unroll
+          for (int h = 0; h < S::ks / 8; ++h)
+            over_step<T, NT, OVER>(p, r[b].ov[h], r[b].oc[h], xs, xstride, (step + b - step0) * (S::ks / 8) + h, t,
+                                   batch);
+        }
         if (step + b + NB < wstep1)
           load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + b + NB,
                                                  lane, t, g, gk_shift, groups);
@@ -873,34 +889,39 @@ cudaError_t launch_dense(const Problem& p, void* dense) {
 // OVER 3 only in a library built with -DSP24_COLUMNS (sp24.py loads it for that loop order): instantiated in the
 // default build, its staging copy changed how nvcc compiled the other instances' staging loops (the SASS of every
 // NORM instance), which the default build must not.
-template <typename T, bool NORM>
+template <typename T, int CODE, int SPS, bool NORM>
 cudaError_t columns(const Problem& p) {
 #ifdef SP24_COLUMNS
-  return p.batch <= 8 ? launch<T, 1, 0, 1, NORM, 3>(p) : launch<T, 2, 0, 1, NORM, 3>(p);
+  return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 3>(p) : launch<T, 2, CODE, SPS, NORM, 3>(p);
 #else
   (void)p;
   return cudaErrorNotSupported;
 #endif
 }
 
+// int4 codes with overflow slots: only 128 columns a scale (gk_shift 2, four scale loads a step), the default group
+// size, so that the slots add 8 kernels for int4 rather than 40.
+constexpr int kOverInt4Sps = 4;
+
+template <typename T, int CODE, int SPS, bool NORM>
+cudaError_t with_slots(const Problem& p) {
+  if (p.over_loop == 1)
+    return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 1>(p) : launch<T, 2, CODE, SPS, NORM, 1>(p);
+  if (p.over_loop == 3) return columns<T, CODE, SPS, NORM>(p);
+  return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 2>(p) : launch<T, 2, CODE, SPS, NORM, 2>(p);
+}
+
 template <typename T, int CODE, int SPS>
 cudaError_t by_batch(const Problem& p) {
-  if constexpr (CODE == 0) {
-    if (p.over_v != nullptr) {
-      if (p.over_o == nullptr) return cudaErrorInvalidValue;
-      if (p.norm_w != nullptr) {
-        if (p.over_loop == 1)
-          return p.batch <= 8 ? launch<T, 1, 0, 1, true, 1>(p) : launch<T, 2, 0, 1, true, 1>(p);
-        if (p.over_loop == 3) return columns<T, true>(p);
-        return p.batch <= 8 ? launch<T, 1, 0, 1, true, 2>(p) : launch<T, 2, 0, 1, true, 2>(p);
-      }
-      if (p.over_loop == 1)
-        return p.batch <= 8 ? launch<T, 1, 0, 1, false, 1>(p) : launch<T, 2, 0, 1, false, 1>(p);
-      if (p.over_loop == 3) return columns<T, false>(p);
-      return p.batch <= 8 ? launch<T, 1, 0, 1, false, 2>(p) : launch<T, 2, 0, 1, false, 2>(p);
+  if (p.over_v != nullptr) {
+    if (p.over_o == nullptr || p.dense) return cudaErrorInvalidValue;
+    if constexpr (CODE == 4 && SPS != kOverInt4Sps) {
+      return cudaErrorInvalidValue;
+    } else {
+      return p.norm_w != nullptr ? with_slots<T, CODE, SPS, true>(p) : with_slots<T, CODE, SPS, false>(p);
     }
-  } else {
-    if (p.over_v != nullptr) return cudaErrorInvalidValue;
+  }
+  if constexpr (CODE != 0) {
     if (p.dense) {
       if (p.norm_w != nullptr) return cudaErrorInvalidValue;
       return p.batch <= 8 ? launch<T, 1, CODE, SPS, false, 0, true>(p) : launch<T, 2, CODE, SPS, false, 0, true>(p);
@@ -925,8 +946,9 @@ extern "C" {
 // per row block, split and row of x. `pdl`: a programmatic launch (compute capability 9.0), whose CTAs may start
 // and load their first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents
 // start once its weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight
-// (code_bits 0, with or without norm_w; see sp24_kernel), added in loop order `over_loop` (see over_step: 1 rows of
-// x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a build with SP24_COLUMNS), 0 the
+// (16-bit values, int8 codes, or int4 codes with 128 columns a scale; with or without norm_w; see sp24_kernel),
+// added in loop order `over_loop` (see over_step: 1 rows of x outer, 2 slots outer, 3 slots outer on a
+// column-major copy of x (only in a build with SP24_COLUMNS), 0 the
 // first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself,
 // sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see sp24_kernel), `in`
 // its expanded width (twice x's). Returns 0 or a cudaError_t.
