@@ -138,6 +138,11 @@ for name in ("q3-p2r-int4-h8", "q3-p2r-int4-h4"):
           + (f" (first: {differing[0]})" if differing else ""))
 PY
     ;;
+  quality-quant5)  # quality-quant5-qwen2.5-coder-1.5b/: the repaired 16:32+2 model with int8 and int4 values
+    # (benchmarks/recipes/plan-quant5.json, fixed in the twenty-seventh session before any run; the repaired model
+    # recreated first, about 10 min). Not run yet: with the Qwen pieces, run it with
+    # ONLY=q5-p16o2r-bf16,q5-p16o2r-int8,q5-p16o2r-int4 (the dense model's scores come from the earlier rounds)
+    recipes benchmarks/recipes/plan-quant5.json /root/recipes-quant5 quality-quant5-qwen2.5-coder-1.5b ;;
   quality-quant4)  # quality-quant4-qwen2.5-coder-1.5b/: an int4 lm_head on the repaired 2:4 + int8 model
     # (benchmarks/recipes/plan-quant4.json, fixed in the twenty-fourth session before any run; the repaired model
     # recreated first, about 8 min); run in the twenty-fifth session with ONLY=q4-p2r-bf16,q4-p2r-int8,q4-p2r-int8-h4
@@ -477,12 +482,22 @@ PY
     # a 240 s limit, was cut off by the device time; now 420 s, and no group starts past 300 s)
     timeout 420 python3 benchmarks/quant_e2e_bench.py --pattern 16:32 --time-budget 300 \
       --out "$OUT/quant_e2e_h200_8b_16of32_after.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
-  lease28)  # the twenty-seventh session's first lease (no model, about 13 minutes): 16:32+2 with int8 / int4 codes
-    # on the sp24 kernel (2:4 codes plus bf16 overflow slots), its GPU tests, then the 8B preset's engine rows
+  lease28)  # run (88 GPU tests passed; the 8B rows stopped at their 400 s budget before the int4 group, which
+    # slots-codes-8b-int4 then ran; then slots-codes-qwen and slots-codes-qwen-h4, each by hand in the same lease):
+    # the twenty-seventh session's lease (no model): 16:32+2 with int8 / int4 codes on the sp24 kernel (2:4 codes
+    # plus bf16 overflow slots), its GPU tests, then the 8B preset's engine rows
     bash benchmarks/h200.sh bg kcache slots-codes-tests slots-codes-8b ;;
-  lease28b)  # the same session's second lease (no model): the Qwen shapes' rows with the int4 head as well, then the
-    # quantized kernels' GPU tests that lease26b's limit stopped
+  lease28b)  # not run (the device time went to the three steps after lease28): the Qwen shapes' rows with the int4
+    # head as well, then the quantized kernels' GPU tests that lease26b's limit stopped
     bash benchmarks/h200.sh bg kcache slots-codes-qwen nmq-tests-long ;;
+  slots-codes-8b-int4)  # quant_e2e_h200_8b_slots_int4.md: 16:32+2 alone, so that its int4 rows (and dense int4) fit
+    # one run with dense bf16
+    timeout 450 python3 benchmarks/quant_e2e_bench.py --pattern 16:32+2 --batch 1 4 8 \
+      --out "$OUT/quant_e2e_h200_8b_slots_int4.md" 2>&1 | grep -E "^\| llama|^- |rror|Stopped" || true ;;
+  slots-codes-qwen-h4)  # quant_e2e_h200_qwen_slots_h4.md: the Qwen shapes' 16:32+2 rows with int4 heads, batch 1
+    # (slots-codes-qwen's budget stopped before its int4-values, int4-head group)
+    timeout 260 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32+2 --batch 1 \
+      --head int4 --time-budget 200 --out "$OUT/quant_e2e_h200_qwen_slots_h4.md" 2>&1 | grep -E "^- |rror" || true ;;
   slots-codes-tests)  # gpu_tests_slots_codes.log: the codes-and-slots kernel against float64 (every launch and loop
     # order; GLU and the RMSNorm in front through the tuned launches), and the bf16 slot tests as a regression check
     timeout 300 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py tests/test_sp24_overflow.py \
@@ -492,6 +507,7 @@ PY
     timeout 520 python3 benchmarks/quant_e2e_bench.py --pattern 2:4 16:32+2 16:32 --batch 1 4 8 --time-budget 400 \
       --out "$OUT/quant_e2e_h200_8b_slots.md" 2>&1 | grep -E "^\| llama|^- |rror" || true ;;
   slots-codes-qwen)  # quant_e2e_h200_qwen_slots.md: the same on the Qwen2.5-Coder-1.5B shapes, bf16 and int4 heads
+    # (run by hand with --time-budget 330 and timeout 420: stopped before the int4-values, int4-head group)
     timeout 400 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 2:4 16:32+2 16:32 \
       --batch 1 4 --head int4 --time-budget 300 --out "$OUT/quant_e2e_h200_qwen_slots.md" 2>&1 \
       | grep -E "^\| qwen|^- |rror" || true ;;

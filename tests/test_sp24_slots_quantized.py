@@ -183,7 +183,7 @@ def test_dense_expansion_with_codes_and_slots(quantize):
 def test_a_quantized_16of32p2_model_tiles_with_slots_and_computes_the_packed_one(quantize):
     """The engine's swap (`tile_model` with slots and GLU) takes every quantized 16:32+2 linear; the MLPs compute
     what the packed ones do, and the state dict is the packed one."""
-    from sparsedecoding.engine.loading import build_model, random_state
+    from sparsedecoding.engine.loading import build_model, random_state, weight_format
     from sparsedecoding.kernels.sp24_linear import tile_model
     from test_sp24_slots import LINEARS, SMALL
 
@@ -196,6 +196,8 @@ def test_a_quantized_16of32p2_model_tiles_with_slots_and_computes_the_packed_one
     assert tile_model(tiled, require_cuda=False, glu=True, slots=True) == LINEARS
     modules = [m for m in tiled.modules() if isinstance(m, Sp24Linear)]
     assert all(m.slotted and m.quantize == quantize for m in modules)
+    label = f"16:32+2 {quantize}" + (" g128" if quantize == "int4" else "") + " (2:4 tiles + overflow slots)"
+    assert weight_format(modules[0]) == label
     before, after = packed.state_dict(), tiled.state_dict()
     assert before.keys() == after.keys()
     for key in before:

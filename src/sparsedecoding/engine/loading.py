@@ -394,11 +394,12 @@ def _to(weight: Weight, dtype: torch.dtype, device: str | torch.device) -> Weigh
 
 
 def weight_format(weight: Weight | nn.Module) -> str:
-    """How a block linear's weight (or engine module) is stored: "2:4", "2:4 int8", "dense int4 g128", "dense"."""
+    """How a block linear's weight (or engine module) is stored: "2:4", "2:4 int8", "dense int4 g128", "dense",
+    "16:32+2 int8 (2:4 tiles + overflow slots)"."""
     quantize = getattr(weight, "quantize", None)
     quantized = "" if quantize is None else f" {quantize}" + (f" g{weight.group_size}" if quantize == "int4" else "")
     if isinstance(weight, Sp24Linear) and weight.slotted:
-        return f"{weight.n}:{weight.m}+{OVER_SLOTS} (2:4 tiles + overflow slots)"
+        return f"{weight.n}:{weight.m}+{OVER_SLOTS}{quantized} (2:4 tiles + overflow slots)"
     if isinstance(weight, (PackedNM, PackedNMQ, PackedLinear, QuantizedPackedLinear, Sp24Linear)):
         return f"{weight.n}:{weight.m}{quantized}"
     return "dense" + quantized
