@@ -482,6 +482,14 @@ PY
     # a 240 s limit, was cut off by the device time; now 420 s, and no group starts past 300 s)
     timeout 420 python3 benchmarks/quant_e2e_bench.py --pattern 16:32 --time-budget 300 \
       --out "$OUT/quant_e2e_h200_8b_16of32_after.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  slot-codes)  # prepared in the twenty-seventh session, not run (no device time was left): slots of int8 codes
+    # (2 bytes a slot with its offset instead of 3) for 16:32+2 with codes. Apply benchmarks/patches/slot-codes.patch
+    # first (`git apply`, then prebuild .kcache), then this: its GPU tests, then the Qwen shapes' 16:32+2 int4 rows
+    # against dense int4 (the 8B preset's: slots-codes-8b-int4 with --quantize int4)
+    timeout 110 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_slot_codes.log" || true
+    timeout 100 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int4 \
+      --batch 1 --out "$OUT/quant_e2e_h200_qwen_slot_codes.md" 2>&1 | grep -E "^\| qwen|^- |rror" || true ;;
   lease28)  # run (88 GPU tests passed; the 8B rows stopped at their 400 s budget before the int4 group, which
     # slots-codes-8b-int4 then ran; then slots-codes-qwen and slots-codes-qwen-h4, each by hand in the same lease):
     # the twenty-seventh session's lease (no model): 16:32+2 with int8 / int4 codes on the sp24 kernel (2:4 codes

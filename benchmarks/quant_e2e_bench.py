@@ -107,6 +107,8 @@ def main() -> int:
     parser.add_argument("--pattern", nargs="+", type=SparsityPattern.parse, default=[SparsityPattern.parse("2:4")])
     parser.add_argument("--batch", nargs="+", type=int, default=[1])
     parser.add_argument("--group-size", type=int, default=128, help="int4 columns per scale (default: 128)")
+    parser.add_argument("--quantize", nargs="+", choices=QUANTIZED_FORMATS, default=list(QUANTIZED_FORMATS),
+                        help="the quantized groups to run after the bf16 one (default: %(default)s)")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--head", choices=QUANTIZED_FORMATS,
@@ -122,7 +124,7 @@ def main() -> int:
     out = args.out or Path(__file__).parent / "results" / f"quant_e2e_{args.preset}.md"
     try:  # every run's settings and the kernel settings, before the first model is built
         settings()
-        for quantize in ("int8", "int4"):
+        for quantize in args.quantize:
             check_plan(runs := [(None, args.batch)] + [(pattern, args.batch) for pattern in args.pattern],
                        args.new_tokens, quantize, args.group_size, args.head)
             check_group_size(preset(args.preset), quantize, args.group_size, args.head)
@@ -133,7 +135,7 @@ def main() -> int:
 
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
-    groups = [(quantize, head) for quantize in (None, "int8", "int4")
+    groups = [(quantize, head) for quantize in (None, *args.quantize)
               for head in ([None] if quantize is None or args.head is None else [None, args.head])]
     done: list = []
 
