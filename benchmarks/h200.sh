@@ -482,6 +482,16 @@ PY
     # a 240 s limit, was cut off by the device time; now 420 s, and no group starts past 300 s)
     timeout 420 python3 benchmarks/quant_e2e_bench.py --pattern 16:32 --time-budget 300 \
       --out "$OUT/quant_e2e_h200_8b_16of32_after.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  lease29)  # prepared in the twenty-seventh session (with the Qwen pieces, about 25 minutes): first, here, `git apply
+    # benchmarks/patches/slot-codes.patch` and prebuild .kcache; then `END_AT=$(( $(date +%s) + 1700 )) bash
+    # benchmarks/h200.sh lease29` as the first call, the pieces (`receive`; `models` after the last), then `collect`
+    # calls. The slots of codes' GPU tests and rows (timing) run alone while the pieces arrive, then the 8B preset's
+    # int4 rows, then the quality of 16:32+2 with quantized values (plan-quant5, no timing)
+    bash benchmarks/h200.sh bg kcache slot-codes slot-codes-8b
+    AFTER=slot-codes-8b ONLY=q5-p16o2r-bf16,q5-p16o2r-int8,q5-p16o2r-int4 bash benchmarks/h200.sh bg quality-quant5 ;;
+  slot-codes-8b)  # quant_e2e_h200_8b_slot_codes.md: the 8B preset's 16:32+2 int4 rows beside dense int4, one run
+    timeout 300 python3 benchmarks/quant_e2e_bench.py --pattern 16:32+2 --quantize int4 --batch 1 4 8 \
+      --out "$OUT/quant_e2e_h200_8b_slot_codes.md" 2>&1 | grep -E "^\| llama|^- |rror" || true ;;
   slot-codes)  # prepared in the twenty-seventh session, not run (no device time was left): slots of int8 codes
     # (2 bytes a slot with its offset instead of 3) for 16:32+2 with codes. Apply benchmarks/patches/slot-codes.patch
     # first (`git apply`, then prebuild .kcache), then this: its GPU tests, then the Qwen shapes' 16:32+2 int4 rows
