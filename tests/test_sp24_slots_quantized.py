@@ -211,3 +211,38 @@ def test_a_quantized_16of32p2_model_tiles_with_slots_and_computes_the_packed_one
     x = torch.randn(3, SMALL.dim).bfloat16()
     for layer in range(SMALL.n_layers):
         torch.testing.assert_close(tiled.layers[layer].mlp(x), packed.layers[layer].mlp(x), rtol=2e-2, atol=2e-2)
+
+
+def test_the_engine_warns_about_quantized_16of32_left_on_the_scan_kernel(monkeypatch, caplog):
+    """A quantized model with plain 16:32 masks stays on the packed scan kernel (slower than dense from batch 4), and
+    the engine's build says so once, with the way out; capped to 16:32+2 every linear is tiled and nothing is
+    said."""
+    import logging
+
+    import sparsedecoding.kernels.sp24_linear as sl
+    from sparsedecoding.engine.loading import build_model, random_state
+    from test_sp24_slots import LINEARS, SMALL
+
+    monkeypatch.setattr(sl, "sp24_problem", lambda: None)
+    monkeypatch.setattr(sl, "_load_columns_build", lambda: None)
+    monkeypatch.setattr(sl, "_on_cuda", lambda module: True)  # as if the model were on a GPU
+    original = sl.tileable
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
+    monkeypatch.delenv("SPARSEDECODING_SP24_SLOTS", raising=False)
+    for pattern, tiled, warned in (("16:32", 0, True), ("16:32+2", LINEARS, False)):
+        state = random_state(SMALL, SparsityPattern.parse(pattern), device="cpu", seed=1, quantize="int8")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=sl.log.name):
+            model = build_model(SMALL, state)  # the engine's build tiles (`tile_for_kernel`)
+        assert sum(isinstance(m, Sp24Linear) for m in model.modules()) == tiled
+        messages = [r.getMessage() for r in caplog.records if "packed scan kernel" in r.getMessage()]
+        assert messages == ([f"{LINEARS} quantized 16:32 linears stay on the packed scan kernel, which decodes slower "
+                             "than dense bf16 from batch 4; pruned with --pattern 16:32+2 (and "
+                             "SPARSEDECODING_SP24_SLOTS=1) they run on the 2:4 sparse tensor-core kernel"]
+                            if warned else [])
+    monkeypatch.undo()  # on the CPU (no kernel), nothing is said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=sl.log.name):
+        build_model(SMALL, random_state(SMALL, SparsityPattern.parse("16:32"), device="cpu", seed=1, quantize="int8"))
+    assert not [r for r in caplog.records if "packed scan kernel" in r.getMessage()]

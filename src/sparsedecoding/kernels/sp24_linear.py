@@ -322,7 +322,15 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     kernels. SPARSEDECODING_SP24_SLOTS (1, the default) tiles the 16:32 linears whose masks fit 16:32+2 as well
     (`tile_model`'s `slots`). SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply
     silu(gate)·up in the kernel; SPARSEDECODING_FUSE_NORM (1, the default) lets each block's qkv and gate_up kernels
-    take its residual additions and RMSNorms (`fuse_norms`). Returns how many linears were tiled."""
+    take its residual additions and RMSNorms (`fuse_norms`). Quantized 16:32 linears left on the packed scan kernel
+    (masks beyond 16:32+2, or slots off) are named in one warning: that kernel is slower than dense from batch 4.
+    Returns how many linears were tiled."""
+    tiled = _tile_for_kernel(model)
+    _warn_packed_16of32_codes(model)
+    return tiled
+
+
+def _tile_for_kernel(model: torch.nn.Module) -> int:
     from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING, settings
 
     values = settings()  # all of them, so that a bad one fails here, before any launch reads it
@@ -347,6 +355,22 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     if norms:
         fuse_norms(model)
     return tiled
+
+
+def _on_cuda(module: QuantizedPackedLinear) -> bool:
+    return module.bitmask.device.type == "cuda"
+
+
+def _warn_packed_16of32_codes(model: torch.nn.Module) -> None:
+    """One warning when quantized 16:32 linears on CUDA stay on the packed scan kernel (masks beyond 16:32+2, or slots
+    switched off): it decodes slower than dense bf16 from batch 4 (0.76x / 0.36x at batch 4 / 8 on the 8B preset,
+    benchmarks/results/quant_e2e_h200_8b_slots.md)."""
+    left = [module for module in model.modules() if isinstance(module, QuantizedPackedLinear)
+            and (module.n, module.m) == (16, 32) and _on_cuda(module)]
+    if left:
+        log.warning("%d quantized 16:32 linears stay on the packed scan kernel, which decodes slower than dense bf16 "
+                    "from batch 4; pruned with --pattern 16:32+2 (and SPARSEDECODING_SP24_SLOTS=1) they run on the "
+                    "2:4 sparse tensor-core kernel", len(left))
 
 
 def _load_columns_build() -> None:
