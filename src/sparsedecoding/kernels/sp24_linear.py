@@ -14,6 +14,7 @@ by the weight densified for the call, as `PackedLinear` does."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -103,8 +104,7 @@ class Sp24Linear(torch.nn.Module):
         if self.code == 0:
             return pack_nm(to_dense(self.weight), 16, 32)
         weight = self.weight
-        w24 = untile(Sp24Weight(weight.a, weight.meta, weight.scales, weight.row_scales, weight.shape, weight.code,
-                                weight.dtype, weight.steps, weight.gk_shift, weight.groups, weight.glu))
+        w24 = untile(replace(weight, over_v=None, over_o=None))
         values, columns = untile_slots(weight)
         if self.code == 4:  # code·scale in bf16: the scale divides it back to the code exactly (|code| <= 8)
             out, words, slots = values.shape
