@@ -119,7 +119,7 @@ def test_slotted_quantized_linear_saves_loads_and_computes_the_packed_one(quanti
     assert torch.equal(fresh.packed.to_dense(), packed.to_dense())
     x = torch.randn(3, 512).bfloat16()
     torch.testing.assert_close(tiled(x), module(x), rtol=1e-2, atol=1e-2)
-    assert "int4" in repr(tiled) or "int8" in repr(tiled)
+    assert f"pattern=16:32+2 (2:4 tiles + 2 overflow slots a word), {quantize}" in repr(tiled)
 
 
 def test_refusals_are_one_clear_error():

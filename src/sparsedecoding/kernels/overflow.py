@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import PackingError
-from .format import PackedNM, bitmask_to_bits, pack_nm
+from .format import PackedNM, pack_nm
 from .quantized import PackedNMQ, pack_int4
 
 WORD = 32  # columns a mask word covers; the slots are per row and word
@@ -113,21 +113,13 @@ def split_overflow(weight: torch.Tensor, slots: int = 2) -> OverflowNM:
     return OverflowNM(pack_nm(w24, 2, 4), values.contiguous(), columns.contiguous())
 
 
-def code_matrix(packed: PackedNMQ) -> torch.Tensor:
-    """float32 [out, in]: the code of every kept value at its column, zeros elsewhere."""
-    keep = bitmask_to_bits(packed.bitmask)
-    codes = torch.zeros(keep.shape, dtype=torch.float32, device=keep.device)
-    codes.masked_scatter_(keep, packed.kept_codes().to(torch.float32))
-    return codes
-
-
 def split_overflow_quantized(packed: PackedNMQ, slots: int = 2) -> OverflowNM:
     """`split_overflow` for a quantized 16:32 weight: its codes split as the weights would be (a kept code 0, a
     weight of value zero, is dropped like one), the 2:4 part a `PackedNMQ` with the same scales, the slots int8
     codes. PackingError, in one line, as `split_overflow` raises it."""
     if (packed.n, packed.m) != (16, 32):
         raise PackingError(f"overflow slots split a 16:32 weight; this one is {packed.pattern}")
-    split = split_overflow(code_matrix(packed), slots)
+    split = split_overflow(packed.dense_codes(), slots)
     codes = split.w24.values.to(torch.int8)
     if packed.quantize == "int4":
         codes = pack_int4(codes)
@@ -139,7 +131,7 @@ def merge_overflow_quantized(w24: PackedNMQ, codes: torch.Tensor, columns: torch
     """Inverse of `split_overflow_quantized`: the 16:32 `PackedNMQ` of a 2:4 part and slot codes [out, in / 32, K]
     at `columns` (a kept code 0 may come back in another position of its word, as `pack_nm` places zeros)."""
     out, in_features = w24.shape
-    dense = code_matrix(w24).view(out, in_features // WORD, WORD)
+    dense = w24.dense_codes().view(out, in_features // WORD, WORD)
     dense.scatter_add_(2, columns.long(), codes.float())
     packed = pack_nm(dense.view(out, in_features), 16, 32)
     kept = packed.values.to(torch.int8)

@@ -105,13 +105,17 @@ class PackedNMQ:
         """int8 [out, in·N/M]: the code of every kept value, in storage order."""
         return self.codes if self.quantize == "int8" else unpack_int4(self.codes)
 
-    def to_dense(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """W [out, in] in `dtype`: code·scale (computed in float32, exact) at kept columns, zeros elsewhere."""
+    def dense_codes(self) -> torch.Tensor:
+        """float32 [out, in]: the code of every kept value at its column, zeros elsewhere."""
         keep = bitmask_to_bits(self.bitmask)
         codes = torch.zeros(keep.shape, dtype=torch.float32, device=keep.device)
         codes.masked_scatter_(keep, self.kept_codes().to(torch.float32))
+        return codes
+
+    def to_dense(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """W [out, in] in `dtype`: code·scale (computed in float32, exact) at kept columns, zeros elsewhere."""
         scales = self.scales.to(torch.float32).repeat_interleave(self.group_size, dim=1)
-        return (codes * scales).to(dtype)
+        return (self.dense_codes() * scales).to(dtype)
 
     def kept_values(self) -> torch.Tensor:
         """float32 [out, in·N/M]: the dequantized kept values in storage order, what `PackedNM.values` would hold."""

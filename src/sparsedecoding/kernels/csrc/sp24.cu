@@ -457,11 +457,15 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #ifndef SP24_OVER_ONE_CTA_NT
 #define SP24_OVER_ONE_CTA_NT 2
 #endif
-// int8 codes with slots take the one-CTA bound at one n-tile as well: under 128 registers their two buffers of eight
-// 16-byte code loads plus two slot steps' values and offsets spilled 220-272 bytes in the main loop (int4 codes,
-// four loads a step: 28-40 bytes, so they keep two CTAs).
+// int8 codes with slots take the one-CTA bound at one n-tile as well (SP24_OVER_INT8_ONE_CTA, default 1): under 128
+// registers their two buffers of eight 16-byte code loads plus two slot steps' values and offsets spilled in the
+// main loop (results/sass_sp24_slots_codes_int8_2ctas.md against results/sass_sp24_slots_codes.md; int4 codes, four
+// loads a step, spill little and keep two CTAs).
+#ifndef SP24_OVER_INT8_ONE_CTA
+#define SP24_OVER_INT8_ONE_CTA 1
+#endif
 template <int NT, int CODE, int OVER>
-constexpr int kMinCtas = OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || CODE == 8) ? 1 : 2;
+constexpr int kMinCtas = OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 && SP24_OVER_INT8_ONE_CTA)) ? 1 : 2;
 // kBuffers: register buffers of steps a warp cycles through, one step in flight while one is computed. A third
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
