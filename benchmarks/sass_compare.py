@@ -34,7 +34,8 @@ def kernels(sass: str) -> dict[str, list[str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rev", default="HEAD", help="the revision to compare against (default: HEAD)")
-    parser.add_argument("--define", action="append", default=[], help="an nvcc -D flag for the working tree's build")
+    parser.add_argument("--define", action="append", default=[],
+                        help="an nvcc -D flag for both builds (the revision's and the working tree's)")
     parser.add_argument("--arch", default="sm_90")
     args = parser.parse_args()
     before = source_at(args.rev)
@@ -42,7 +43,7 @@ def main() -> int:
         print(f"error: no {SOURCE} at revision {args.rev}", file=sys.stderr)
         return 2
     try:
-        old = kernels(compile_sass(before, args.arch)[0])
+        old = kernels(compile_sass(before, args.arch, tuple(args.define))[0])  # both sides the same build
         new = kernels(compile_sass((REPO / SOURCE).read_text(), args.arch, tuple(args.define))[0])
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -39,9 +39,9 @@ def test_split_and_merge_keep_the_weight(quantize, out, in_features):
     merged = merge_overflow_quantized(split.w24, split.values, split.columns)
     assert (merged.n, merged.m, merged.quantize, merged.group_size) == (16, 32, quantize, packed.group_size)
     assert torch.equal(merged.to_dense(), packed.to_dense())
-    # 2:4 codes and scales, the bitmask, and two slots of a 16-bit value and a column byte a row and word
+    # 2:4 codes and scales, the bitmask, and two slots of an int8 code and a column byte a row and word
     per_row = in_features // 2 * (1 if quantize == "int8" else 0.5) + packed.scales.shape[1] * 2 + in_features // 8
-    assert split.nbytes() == out * per_row + out * in_features // 32 * 2 * 3
+    assert split.nbytes() == out * per_row + out * in_features // 32 * 2 * 2
 
 
 @pytest.mark.parametrize("quantize", ["int8", "int4"])
@@ -50,22 +50,23 @@ def test_tiles_read_back_to_the_packed_weight(quantize, glu):
     out, in_features = (64, 768) if glu else (40, 640)  # 640 and 768 columns: steps of codes padded
     packed = quantized(out, in_features, quantize, seed=3)
     w = tile_overflow(split_overflow_quantized(packed), glu)
-    assert w.code == {"int8": 8, "int4": 4}[quantize] and w.over_v.dtype == torch.bfloat16
-    dense = tiled_to_dense(w)
-    assert torch.equal(dense.to(torch.bfloat16), packed.to_dense(torch.bfloat16))
-    if quantize == "int8":  # the slots hold the codes, which the row scale multiplies: exact
-        assert torch.equal(dense, packed.to_dense(torch.float64))
-        values, _ = untile_slots(w)
-        assert torch.equal(values, values.round()) and values.abs().max() <= 128
+    assert w.code == {"int8": 8, "int4": 4}[quantize] and w.over_v.dtype == torch.int8  # one byte a slot value
+    # the slots hold codes, which the kernel multiplies by their scales in fp32: the weight exactly
+    assert torch.equal(tiled_to_dense(w), packed.to_dense(torch.float64))
+    codes, _ = untile_slots(w)
+    split = split_overflow_quantized(packed)
+    assert torch.equal(codes, split.values)
     weights, columns = slot_weights(w, torch.float64)
     assert weights.shape == columns.shape == (out, in_features // 32, 2)
+    assert torch.equal(weights, split.slot_values().double())
 
 
-def emulate_slots(w, out, rows, x_of):
+def emulate_slots(w, out, rows, x_of, scale_of):
     """sp24.cu's OVER path with codes: a step of 16 k-tiles holds two slot steps, lane (g, t) of row tile r reading
-    16 bytes at over_v + (r·slot steps + slot step)·512 + 16·lane and 8 at over_o + (same)·256 + 8·lane, slot k's
-    value times x_of(slot step, t, k, offset k) into row g + 8·((k / 2) % 2)."""
-    values = w.over_v.view(torch.uint8).view(-1)
+    8 bytes of int8 codes at over_v + (r·slot steps + slot step)·256 + 8·lane and 8 of offsets at over_o + (same)·256
+    + 8·lane; slot k's code times scale_of(row, group) (group 2·(slot step % 2) + t / 2 of the codes step, i.e. the
+    slot step's 128-column half) times x_of(slot step, t, k, offset k) goes into row g + 8·((k / 2) % 2)."""
+    values = w.over_v.view(-1)
     offsets = w.over_o.view(-1)
     slot_steps = w.steps * STEP_TILES[w.code] // 8
     y = torch.zeros(rows, -(-out // 16) * 16, dtype=torch.float64)
@@ -74,18 +75,20 @@ def emulate_slots(w, out, rows, x_of):
             for lane in range(32):
                 g, t = lane // 4, lane % 4
                 base = r * slot_steps + step
-                v = values[base * 512 + 16 * lane: base * 512 + 16 * lane + 16].view(torch.bfloat16).double()
+                v = values[base * 256 + 8 * lane: base * 256 + 8 * lane + 8].double()
                 o = offsets[base * 256 + 8 * lane: base * 256 + 8 * lane + 8].long()
                 for k in range(8):
-                    y[:, 16 * r + g + 8 * ((k >> 1) & 1)] += v[k] * x_of(step, t, k, int(o[k])).double()
+                    row = 16 * r + g + 8 * ((k >> 1) & 1)
+                    scale = scale_of(row, 2 * step + (t >> 1))
+                    y[:, row] += v[k] * scale * x_of(step, t, k, int(o[k])).double()
     return y
 
 
 @pytest.mark.parametrize("quantize", ["int8", "int4"])
 def test_the_kernels_slot_arithmetic_with_codes_gives_the_overflow(quantize):
     """The slots of a codes weight, read per slot step as the kernel does (two a step of codes), multiply the
-    staged x into the overflow's product: times the row scale for int8 (applied with the rest of the sum), as
-    they are for int4."""
+    staged x into the overflow's product: times the row scale for int8 (applied with the rest of the sum), for int4
+    times the scale of the group the lane's slots lie in, which the kernel picks from the step's scale words."""
     out, in_features, batch = 24, 640, 3
     packed = quantized(out, in_features, quantize, seed=11)
     split = split_overflow_quantized(packed)
@@ -93,11 +96,17 @@ def test_the_kernels_slot_arithmetic_with_codes_gives_the_overflow(quantize):
     x = torch.randn(batch, in_features).bfloat16()
     columns = w.steps * STEP_TILES[w.code] * 32
     staged = stage(torch.cat([x.float(), torch.zeros(batch, columns - in_features)], 1)).float()
-    y = emulate_slots(w, out, batch, lambda step, t, k, o: staged[:, (64 * (8 * step + 2 * t + (k >> 2)) + o) // 2])
+    scales = packed.scales.double()
     if quantize == "int8":
-        y = y[:, :out] * packed.scales.double().view(1, out)
+        def scale_of(row, group):
+            return 1.0
     else:
-        y = y[:, :out]
+        def scale_of(row, group):
+            return float(scales[row, group]) if row < out and group < scales.shape[1] else 0.0
+    y = emulate_slots(w, out, batch, lambda step, t, k, o: staged[:, (64 * (8 * step + 2 * t + (k >> 2)) + o) // 2],
+                      scale_of)[:, :out]
+    if quantize == "int8":
+        y = y * scales.view(1, out)
     over = tiled_to_dense(w) - split.w24.to_dense(torch.float64)
     assert torch.allclose(y, x.double() @ over.T, rtol=1e-12, atol=1e-12)
 

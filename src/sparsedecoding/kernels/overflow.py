@@ -75,11 +75,10 @@ class OverflowNM:
 
     def nbytes(self) -> int:
         """Bytes a kernel would read for W: the packed 2:4 values (or codes and scales) and bitmask, and the slots
-        (16-bit values, codes dequantized, and a column byte each)."""
+        (a value, or an int8 code, and a column byte each)."""
         parts = (self.w24.codes, self.w24.scales) if self.quantized else (self.w24.values,)
         w24 = sum(t.numel() * t.element_size() for t in parts) + self.w24.bitmask.numel() * 4
-        value_bytes = 2 if self.quantized else self.values.element_size()
-        return w24 + self.values.numel() * value_bytes + self.columns.numel()
+        return w24 + self.values.numel() * self.values.element_size() + self.columns.numel()
 
 
 def split_overflow(weight: torch.Tensor, slots: int = 2) -> OverflowNM:

@@ -329,19 +329,16 @@ def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
     `split_overflow_quantized` (int8 codes, or int4 codes with OVER_INT4_GROUP columns a scale), at most two slots:
     `tile` of its 2:4 part, plus the slots per row tile, slot step (8 k-tiles) and lane as sp24.cu's OVER path
     reads them (lane (g, t)'s slot k: word 2t + k / 4 of the slot step, row g + 8·((k / 2) % 2), slot k % 2; the
-    column as its staged-x offset). The slot values the kernel multiplies are 16-bit: the weights, int8 codes
-    themselves (the row scale multiplies the whole sum), or int4 code·scale rounded to bf16 (what
-    `PackedNMQ.to_dense(torch.bfloat16)` holds there). With `glu`, rows in `glu_order` as for `tile`."""
+    column as its staged-x offset). The slots hold the weight's dtype for 16-bit values, and int8 codes for codes
+    (the kernel multiplies an int8 slot by its row scale, an int4 one by its row's scale of its column group). With
+    `glu`, rows in `glu_order` as for `tile`."""
     if w.slots > OVER_SLOTS:
         raise KernelInputError(f"{w.slots} overflow slots a word; the kernel reads at most {OVER_SLOTS}")
     if w.quantized and w.w24.quantize == "int4" and w.w24.group_size != OVER_INT4_GROUP:
         raise KernelInputError(f"int4 group size {w.w24.group_size}: overflow slots with int4 codes run "
                                f"{OVER_INT4_GROUP} columns a scale")
     base = tile(w.w24, glu)
-    if base.code == 4:
-        values = w.slot_values().to(base.dtype)
-    else:
-        values = w.values.to(base.dtype)  # 16-bit weights, or int8 codes (exact)
+    values = w.values.to(torch.int8 if base.code else base.dtype)  # codes for codes
     columns = w.columns
     if w.slots < OVER_SLOTS:  # pad to two slots: value 0, column 0
         pad = OVER_SLOTS - w.slots
@@ -364,9 +361,9 @@ def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
 
 
 def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
-    """The slots of a `tile_overflow` weight as (values [out, in / 32, 2] of w's dtype as the kernel multiplies
-    them, int8 codes for int8 weights; columns uint8 of the same shape), rows in their original order; inverse of
-    the tiling. `slot_weights` gives the weights."""
+    """The slots of a `tile_overflow` weight as (values [out, in / 32, 2]: of w's dtype, or int8 codes for codes;
+    columns uint8 of the same shape), rows in their original order; inverse of the tiling. `slot_weights` gives the
+    weights."""
     if w.over_v is None:
         raise KernelInputError("this tiled weight has no overflow slots")
     out, in_features = w.shape
@@ -384,15 +381,23 @@ def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def slot_weights(w: Sp24Weight, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """`untile_slots` with the values as weights in `dtype`: for int8 codes, code·row scale (exact in float64, rounded
-    once to `dtype`)."""
+    """`untile_slots` with the values as weights in `dtype`: for codes, code·scale (the row's, or for int4 the row's
+    of the slot's column group; exact in float64, rounded once to `dtype`, as `PackedNMQ.to_dense` rounds)."""
     values, columns = untile_slots(w)
-    if w.code != 8:
+    if w.code == 0:
         return values.to(dtype), columns
-    scales = w.row_scales.to(values.device).double()
-    if w.glu:  # the row scales are in the tiled order
-        scales = scales[torch.argsort(glu_order(w.shape[0], scales.device))]
-    return (values.double() * scales[:, None, None]).to(dtype), columns
+    out, words, slots = values.shape
+    # the scales come in the tiled row order, the slots in the original one
+    back = torch.argsort(glu_order(out, values.device)) if w.glu else torch.arange(out, device=values.device)
+    if w.code == 8:
+        scales = w.row_scales.to(values.device).double()[back][:, None, None]
+    else:
+        row_tiles = -(-out // 16)
+        by_row = w.scales.to(values.device).view(torch.bfloat16).view(row_tiles, w.groups, 8, 2)
+        by_row = by_row.permute(0, 3, 2, 1).reshape(row_tiles * 16, w.groups)[:out][back].double()
+        column = 32 * torch.arange(words, device=values.device).view(1, words, 1) + columns.long()
+        scales = by_row.gather(1, (column >> (5 + w.gk_shift)).view(out, -1)).view(out, words, slots)
+    return (values.double() * scales).to(dtype), columns
 
 
 def _slot_rows(values: torch.Tensor, columns: torch.Tensor, r0: int, r1: int, dtype: torch.dtype) -> torch.Tensor:

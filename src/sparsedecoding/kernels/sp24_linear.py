@@ -105,14 +105,8 @@ class Sp24Linear(torch.nn.Module):
             return pack_nm(to_dense(self.weight), 16, 32)
         weight = self.weight
         w24 = untile(replace(weight, over_v=None, over_o=None))
-        values, columns = untile_slots(weight)
-        if self.code == 4:  # code·scale in bf16: the scale divides it back to the code exactly (|code| <= 8)
-            out, words, slots = values.shape
-            column = 32 * torch.arange(words, device=values.device).view(1, words, 1) + columns.long()
-            group = (column // self.group_size).view(out, words * slots)
-            scales = w24.scales.float().gather(1, group).view(out, words, slots)
-            values = torch.where(values != 0, values.float() / scales, torch.zeros_like(scales)).round()
-        return merge_overflow_quantized(w24, values.to(torch.int8), columns)
+        codes, columns = untile_slots(weight)
+        return merge_overflow_quantized(w24, codes, columns)
 
     def to_packed_module(self) -> PackedLinear | QuantizedPackedLinear:
         """The packed module of the same weight (for a GLU one, the plain gate|up linear)."""

@@ -47,13 +47,16 @@
 // Overflow slots (OVER): W = W24 + W_over for a 16:32+K weight (kernels/overflow.py), W_over held in two fixed
 // slots a row and 32-column word. Tiled per row tile and slot step (8 k-tiles, the step of 16-bit values; a step of
 // codes covers two slot steps) like `a`:
-//   over_v: [row tile][slot step][lane][8 values] (16 B a lane), over_o: [row tile][slot step][lane][8 bytes];
+//   over_v: [row tile][slot step][lane][8 values] (16-bit values: 16 B a lane; codes: 8 B a lane, one int8 code
+//   each), over_o: [row tile][slot step][lane][8 bytes];
 //   lane (g, t)'s slot k (0..7) is in word 2t + k / 4 of the slot step (k-tile 8·step + 2t + k / 4), row g +
 //   8·((k / 2) % 2), slot k % 2; its byte is the column's offset in the staged x of its k-tile (16·((c % 8) / 2) +
 //   4·(c / 8) + 2·(c % 2) for column c, see above); value 0 where the slot is unused.
-// The slot values are T (16-bit) whatever CODE is: for CODE 0 the weights; for CODE 8 the int8 codes themselves
-// (exact in T), which the row's scale multiplies with the rest of the sum at the end; for CODE 4 the weights,
-// code·scale rounded to T (they are added after the group scales).
+// With codes (CODE 8 or 4) a slot holds the int8 code of its weight, 2 bytes a slot with its offset instead of 3:
+// for CODE 8 the row's scale multiplies it with the rest of the sum at the end; for CODE 4 (128 columns a scale,
+// SPS 4) the slot's code is multiplied by its row's scale of the group it lies in (lane t's slots of a slot step
+// lie in scale group 2·(slot step % 2) + t / 2 of the step), exactly in fp32, since the slots are added after the
+// group scales.
 // Each lane adds its slots' products with every row of x into float32 partials p[row g / g+8][row of x], loaded with
 // the step's weights (two steps in flight) and kept over all its steps; after the loop one butterfly in the quad
 // sums the four lanes' partials, and each lane adds the sums for its own accumulators' entries. The slices, splits,
@@ -225,8 +228,9 @@ struct StepRegs {
   uint4 a[Steps<CODE>::a_loads];
   uint4 m[Steps<CODE>::meta_loads];
   uint32_t s[CODE == 4 ? SPS : 1];
-  // OVER: this lane's 8 slot values and their staged-x offsets per slot step (never set, and so dropped, otherwise)
-  uint4 ov[Steps<CODE>::ks / 8];
+  // OVER: this lane's 8 slot values (16-bit values, or int8 codes) and their staged-x offsets per slot step (never
+  // set, and so dropped, otherwise)
+  std::conditional_t<CODE == 0, uint4, uint2> ov[Steps<CODE>::ks / 8];
   uint2 oc[Steps<CODE>::ks / 8];
 };
 
@@ -260,7 +264,10 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 #pragma unroll
     for (int h = 0; h < S::ks / 8; ++h) {
       const size_t slot_step = static_cast<size_t>(step) * (S::ks / 8) + h;
-      r.ov[h] = ld_stream(ov + slot_step * 512 + 16 * lane);
+      if constexpr (CODE == 0)
+        r.ov[h] = ld_stream(ov + slot_step * 512 + 16 * lane);
+      else
+        r.ov[h] = ld_stream8(ov + slot_step * 256 + 8 * lane);
       r.oc[h] = ld_stream8(oc + slot_step * 256 + 8 * lane);
     }
   }
@@ -280,17 +287,39 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 //    see stage_columns), one 16-byte shared load per slot and 8 rows of x instead of one per row (measured best
 //    at batch 5-8 and 16: results/overflow_h200_auto.md, overflow_h200_one_cta.md). `xt` follows the row-major
 //    staging in shared memory.
-template <typename T, int NT, int OVER>
-__device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov, const uint2& oc, const char* xs,
-                                          int xstride, int local_step, int t, int batch) {
-  const uint32_t values[4] = {ov.x, ov.y, ov.z, ov.w};
+// Slot k's weight as the sums take it: a 16-bit value (CODE 0), an int8 code (CODE 8: the row scale comes at the
+// end), or an int8 code times its row's scale (CODE 4: `scale` holds row g's bf16 scale low, row g + 8's high).
+template <typename T, int CODE>
+__device__ __forceinline__ float slot_value(const uint32_t (&values)[4], int k, uint32_t scale) {
+  if constexpr (CODE == 0) {
+    return bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+  } else {
+    const float code = static_cast<float>(static_cast<int8_t>((values[k >> 2] >> (8 * (k & 3))) & 0xFFu));
+    if constexpr (CODE == 4) {
+      const float s = (k >> 1) & 1 ? __uint_as_float(scale & 0xFFFF0000u) : __uint_as_float(scale << 16);
+      return code * s;
+    } else {
+      return code;
+    }
+  }
+}
+
+template <typename T, int NT, int OVER, int CODE, typename OV>
+__device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, const uint2& oc, uint32_t scale,
+                                          const char* xs, int xstride, int local_step, int t, int batch) {
+  uint32_t values[4];
+  if constexpr (CODE == 0) {
+    values[0] = ov.x; values[1] = ov.y; values[2] = ov.z; values[3] = ov.w;
+  } else {
+    values[0] = ov.x; values[1] = ov.y; values[2] = values[3] = 0u;
+  }
   const uint32_t offsets[2] = {oc.x, oc.y};
   if constexpr (OVER == 3) {
     // place q of a k-tile (its staged byte / 2) holds 8·NT rows of x, 16·NT bytes; this lane's words 2t, 2t + 1
     const char* xt = xs + batch * xstride + 32 * (local_step * 8 + 2 * t) * (16 * NT);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const float v = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+      const float v = slot_value<T, CODE>(values, k, scale);
       const int q = 32 * (k >> 2) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3) + 1)) & 0x7F);
       const int h = (k >> 1) & 1;
 #pragma unroll
@@ -309,7 +338,7 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov
     int at[8];  // byte of the slot's column in row 0 of the staged x
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      v[k] = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+      v[k] = slot_value<T, CODE>(values, k, scale);
       at[k] = 64 * (local_step * 8 + 2 * t + (k >> 2)) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3))) & 0xFF);
     }
 #pragma unroll
@@ -323,7 +352,7 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const uint4& ov
   } else {
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const float v = bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
+      const float v = slot_value<T, CODE>(values, k, scale);
       const int offset = (offsets[k >> 2] >> (8 * (k & 3))) & 0xFF;
       const char* xp = xs + 64 * (local_step * 8 + 2 * t + (k >> 2)) + offset;
       const int h = (k >> 1) & 1;
@@ -502,7 +531,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* m_tile = DENSE ? nullptr : meta + tile_row * m_stride;
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
   const size_t slot_steps = static_cast<size_t>(steps) * (S::ks / 8);  // per row tile
-  const char* ov_tile = OVER != 0 ? over_v + tile_row * slot_steps * 512 : nullptr;
+  const char* ov_tile = OVER != 0 ? over_v + tile_row * slot_steps * (CODE == 0 ? 512 : 256) : nullptr;
   const char* oc_tile = OVER != 0 ? over_o + tile_row * slot_steps * 256 : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
@@ -606,9 +635,15 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         compute_step<T, NT, CODE, SPS, DENSE>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
         if constexpr (OVER != 0) {
 #pragma unroll
-          for (int h = 0; h < S::ks / 8; ++h)
-            over_step<T, NT, OVER>(p, r[b].ov[h], r[b].oc[h], xs, xstride, (step + b - step0) * (S::ks / 8) + h, t,
-                                   batch);
+          for (int h = 0; h < S::ks / 8; ++h) {
+            uint32_t scale = 0u;  // CODE 4: the scales of this lane's slots' group (see the top)
+            if constexpr (CODE == 4) {
+              static_assert(SPS == 4, "int4 codes with slots: 128 columns a scale");
+              scale = (t & 2) ? r[b].s[2 * h + 1] : r[b].s[2 * h];
+            }
+            over_step<T, NT, OVER, CODE>(p, r[b].ov[h], r[b].oc[h], scale, xs, xstride,
+                                         (step + b - step0) * (S::ks / 8) + h, t, batch);
+          }
         }
         if (step + b + NB < wstep1)
           load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + b + NB,
