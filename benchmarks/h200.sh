@@ -500,9 +500,10 @@ PY
     # int4 rows, then the quality of 16:32+2 with quantized values (plan-quant5, no timing)
     bash benchmarks/h200.sh bg kcache slot-codes slot-codes-8b
     AFTER=slot-codes-8b ONLY=q5-p16o2r-bf16,q5-p16o2r-int8,q5-p16o2r-int4 bash benchmarks/h200.sh bg quality-quant5 ;;
-  lease30)  # prepared in the twenty-eighth session (no model, about 12 minutes): 16:32+2 with int8 codes in the slots,
-    # never timed (its last rows, quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the
-    # quantized kernels' GPU tests that earlier limits stopped
+  lease30)  # prepared in the twenty-eighth session (no model, about 12 minutes): first, here, `git apply
+    # benchmarks/patches/finish-splits.patch`; then 16:32+2 with int8 codes in the slots, never timed (its last rows,
+    # quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the quantized kernels' GPU tests that
+    # earlier limits stopped (with the patch applied: they decide whether it lands)
     bash benchmarks/h200.sh bg kcache slot-codes-int8 nmq-tests-long ;;
   slot-codes-int8)  # quant_e2e_h200_8b_slot_codes_int8.md, quant_e2e_h200_qwen_slot_codes_int8.md: 16:32+2 with int8
     # codes in the slots beside dense int8 and dense bf16, batch 1 / 4 / 8 (8B) and 1 / 4 (Qwen shapes)
