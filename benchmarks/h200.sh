@@ -500,11 +500,19 @@ PY
     # int4 rows, then the quality of 16:32+2 with quantized values (plan-quant5, no timing)
     bash benchmarks/h200.sh bg kcache slot-codes slot-codes-8b
     AFTER=slot-codes-8b ONLY=q5-p16o2r-bf16,q5-p16o2r-int8,q5-p16o2r-int4 bash benchmarks/h200.sh bg quality-quant5 ;;
-  lease30)  # prepared in the twenty-eighth session (no model, about 12 minutes): first, here, `git apply
-    # benchmarks/patches/finish-splits.patch`; then 16:32+2 with int8 codes in the slots, never timed (its last rows,
-    # quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the quantized kernels' GPU tests that
-    # earlier limits stopped (with the patch applied: they decide whether it lands)
+  lease30)  # run in the twenty-ninth session (no model; 12 minutes held; 62 GPU tests passed, so the patch landed):
+    # with benchmarks/patches/finish-splits.patch applied here first, 16:32+2 with int8 codes in the slots, never
+    # timed before (its last rows, quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the
+    # quantized kernels' GPU tests that earlier limits stopped (they decided whether the patch landed)
     bash benchmarks/h200.sh bg kcache slot-codes-int8 nmq-tests-long ;;
+  qwen-int8-profile)  # step_profile_h200_qwen_{2of4,16of32p2}{,_int8}.md: where the Qwen shapes' int8 steps lose to bf16
+    # (lease30: 16:32+2 + int8 1.314x dense bf16 against 1.476x for 16:32+2 bf16; 2:4 + int8 1.776x against 1.769x in
+    # the twenty-sixth session's one-run panel), kernel by kernel, batch 1
+    for p in 2:4 16:32+2; do for q in "" int8; do
+      name=step_profile_h200_qwen_$(echo $p | sed 's/:/of/; s/+/p/')${q:+_$q}.md
+      timeout 150 python3 benchmarks/step_profile.py --preset qwen2.5-coder-1.5b --pattern $p ${q:+--quantize $q} \
+        --out "$OUT/$name" 2>&1 | grep -E "^- wall|rror" || true
+    done; done ;;
   slot-codes-int8)  # quant_e2e_h200_8b_slot_codes_int8.md, quant_e2e_h200_qwen_slot_codes_int8.md: 16:32+2 with int8
     # codes in the slots beside dense int8 and dense bf16, batch 1 / 4 / 8 (8B) and 1 / 4 (Qwen shapes)
     timeout 300 python3 benchmarks/quant_e2e_bench.py --pattern 16:32+2 --quantize int8 --batch 1 4 8 \

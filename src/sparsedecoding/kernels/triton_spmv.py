@@ -325,28 +325,35 @@ def nm_spmv_kernel(
                      BATCH_BLOCK, BLOCK_WORDS, BLOCK_ROWS, WARP_WORDS, WORD_LANES, SPLIT_K, EVEN_BATCH)
         _store_group(acc3, 3, y_ptr, partial_ptr, pid_split, out_features, batch, rows, row_ok, BATCH_LANES,
                      BATCH_BLOCK, BLOCK_WORDS, BLOCK_ROWS, WARP_WORDS, WORD_LANES, SPLIT_K, EVEN_BATCH)
-    if SPLIT_K > 1:
-        # Each split has stored its fp32 partial; the last one to arrive adds all partials in split order
-        # (deterministic), writes y and resets the counter for the next launch.
-        tl.debug_barrier()  # every thread's partial is written before the counter says so
-        arrived = tl.atomic_add(arrivals_ptr + pid_rows, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            b = tl.arange(0, BATCH_BLOCK)[None, :]
-            ok = row_ok[:, None] & ((b < batch) | EVEN_BATCH)
-            total = tl.zeros([BLOCK_ROWS, BATCH_BLOCK], dtype=tl.float32)
-            for split in tl.static_range(SPLIT_K):
-                ptrs = partial_ptr + split * BATCH_BLOCK * out_features + b * out_features + rows[:, None]
-                total += tl.load(ptrs, mask=ok, other=0.0, cache_modifier=".cg")
-            tl.store(y_ptr + b * out_features + rows[:, None], total.to(y_ptr.dtype.element_ty), mask=ok)
-            tl.atomic_xchg(arrivals_ptr + pid_rows, 0)
+    if SPLIT_K > 1:  # each split has stored its fp32 partial ([SPLIT_K, BATCH_BLOCK, out])
+        b = tl.arange(0, BATCH_BLOCK)[None, :]
+        finish_splits(y_ptr, partial_ptr, arrivals_ptr, pid_rows, b * out_features + rows[:, None],
+                      row_ok[:, None] & ((b < batch) | EVEN_BATCH), BATCH_BLOCK * out_features, BLOCK_ROWS,
+                      BATCH_BLOCK, SPLIT_K)
+
+
+@triton.jit
+def finish_splits(y_ptr, partial_ptr, arrivals_ptr, pid_rows, at, ok, split_stride, BLOCK_ROWS: tl.constexpr,
+                  BATCH_BLOCK: tl.constexpr, SPLIT_K: tl.constexpr):
+    """Split-K's end, once this program has stored its fp32 partial at partial_ptr + split·split_stride + `at`
+    ([BLOCK_ROWS, BATCH_BLOCK] offsets, `ok` where they are real): the row block's last split to arrive (a counter
+    per row block at `arrivals_ptr`, zero between launches) adds every split's partial in split order
+    (deterministic), writes y at `at` and resets the counter for the next launch."""
+    tl.debug_barrier()  # every thread's partial is written before the counter says so
+    arrived = tl.atomic_add(arrivals_ptr + pid_rows, 1, sem="acq_rel")
+    if arrived == SPLIT_K - 1:
+        total = tl.zeros([BLOCK_ROWS, BATCH_BLOCK], dtype=tl.float32)
+        for split in tl.static_range(SPLIT_K):
+            total += tl.load(partial_ptr + split * split_stride + at, mask=ok, other=0.0, cache_modifier=".cg")
+        tl.store(y_ptr + at, total.to(y_ptr.dtype.element_ty), mask=ok)
+        tl.atomic_xchg(arrivals_ptr + pid_rows, 0)
 
 
 @triton.jit
 def store_rows(tile, y_ptr, partial_ptr, arrivals_ptr, pid_rows, pid_split, out_features, batch,
                BLOCK_ROWS: tl.constexpr, BATCH_BLOCK: tl.constexpr, SPLIT_K: tl.constexpr):
     """Write this program's sums `tile` [rows, batch] (fp32): y for one split; else this split's partial
-    (partial_ptr [SPLIT_K, batch, out]), and the row block's last split to arrive adds every split's partial in
-    split order, writes y and resets the block's counter (`arrivals_ptr`, zero between launches)."""
+    (partial_ptr [SPLIT_K, batch, out]), and `finish_splits`."""
     rows = pid_rows * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     b = tl.arange(0, BATCH_BLOCK)[None, :]
     ok = (rows < out_features)[:, None] & (b < batch)
@@ -355,15 +362,8 @@ def store_rows(tile, y_ptr, partial_ptr, arrivals_ptr, pid_rows, pid_split, out_
         tl.store(y_ptr + at, tile.to(y_ptr.dtype.element_ty), mask=ok)
     else:
         tl.store(partial_ptr + pid_split * batch * out_features + at, tile, mask=ok)
-        tl.debug_barrier()  # every thread's partial is written before the counter says so
-        arrived = tl.atomic_add(arrivals_ptr + pid_rows, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            total = tl.zeros([BLOCK_ROWS, BATCH_BLOCK], dtype=tl.float32)
-            for split in tl.static_range(SPLIT_K):
-                total += tl.load(partial_ptr + split * batch * out_features + at, mask=ok, other=0.0,
-                                 cache_modifier=".cg")
-            tl.store(y_ptr + at, total.to(y_ptr.dtype.element_ty), mask=ok)
-            tl.atomic_xchg(arrivals_ptr + pid_rows, 0)
+        finish_splits(y_ptr, partial_ptr, arrivals_ptr, pid_rows, at, ok, batch * out_features, BLOCK_ROWS,
+                      BATCH_BLOCK, SPLIT_K)
 
 
 _arrival_counters: dict[torch.device, torch.Tensor] = {}
