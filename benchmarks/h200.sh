@@ -505,6 +505,17 @@ PY
     # timed before (its last rows, quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the
     # quantized kernels' GPU tests that earlier limits stopped (they decided whether the patch landed)
     bash benchmarks/h200.sh bg kcache slot-codes-int8 nmq-tests-long ;;
+  int8-ctas)  # the twenty-ninth session's last lease (no model): the int8 slot kernels (16:32+2 + int8) under two CTAs
+    # a multiprocessor (SPARSEDECODING_SP24_OVER_INT8_ONE_CTA=0, a build of its own) against the default one-CTA bound,
+    # bit for bit on the GPU, then side by side in the engine: int8_ctas_h200_qwen.md (batch 1 / 4), _8b.md (1 / 4)
+    timeout 120 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py -k two_ctas -p no:cacheprovider 2>&1 \
+      | tail -2 | tee "$OUT/gpu_tests_int8_ctas.log" || true
+    timeout 150 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_OVER_INT8_ONE_CTA --values 1 0 \
+      --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int8 --batch 1 4 \
+      --out "$OUT/int8_ctas_h200_qwen.md" 2>&1 | grep -E "^\| qwen|rror" || true
+    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_OVER_INT8_ONE_CTA --values 1 0 \
+      --pattern 16:32+2 --quantize int8 --batch 1 4 --out "$OUT/int8_ctas_h200_8b.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true ;;
   qwen-int8-profile)  # step_profile_h200_qwen_{2of4,16of32p2}{,_int8}.md: where the Qwen shapes' int8 steps lose to bf16
     # (lease30: 16:32+2 + int8 1.314x dense bf16 against 1.476x for 16:32+2 bf16; 2:4 + int8 1.776x against 1.769x in
     # the twenty-sixth session's one-run panel), kernel by kernel, batch 1
