@@ -505,9 +505,10 @@ PY
     # timed before (its last rows, quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the
     # quantized kernels' GPU tests that earlier limits stopped (they decided whether the patch landed)
     bash benchmarks/h200.sh bg kcache slot-codes-int8 nmq-tests-long ;;
-  int8-ctas)  # the twenty-ninth session's last lease (no model): the int8 slot kernels (16:32+2 + int8) under two CTAs
-    # a multiprocessor (SPARSEDECODING_SP24_OVER_INT8_ONE_CTA=0, a build of its own) against the default one-CTA bound,
-    # bit for bit on the GPU, then side by side in the engine: int8_ctas_h200_qwen.md (batch 1 / 4), _8b.md (1 / 4)
+  int8-ctas)  # run at commit 58a3888 (SPARSEDECODING_SP24_OVER_INT8_ONE_CTA, then removed: two CTAs were slower; 1
+    # GPU test passed; the Qwen A/B hit its 150 s limit and ran again by hand at batch 1 only, timeout 280): the int8
+    # slot kernels (16:32+2 + int8) under two CTAs a multiprocessor (a build of its own) against the one-CTA bound,
+    # bit for bit on the GPU, then side by side in the engine: int8_ctas_h200_qwen.md (batch 1), _8b.md (1 / 4)
     timeout 120 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py -k two_ctas -p no:cacheprovider 2>&1 \
       | tail -2 | tee "$OUT/gpu_tests_int8_ctas.log" || true
     timeout 150 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_OVER_INT8_ONE_CTA --values 1 0 \

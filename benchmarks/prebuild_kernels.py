@@ -19,14 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 CSRC = REPO / "src" / "sparsedecoding" / "kernels" / "csrc"
-# (source, defines): what sp24.py (default build; SPARSEDECODING_SP24_HALF_META=0; the slots' columns order; the
-# int8 slot kernels under two CTAs),
+# (source, defines): what sp24.py (default build; SPARSEDECODING_SP24_HALF_META=0; the slots' columns order),
 # sp24_split.py and cuda_mma.py (default geometry) ask for
 LIBRARIES = {
     "sp24": ("sp24.cu", ()),
     "sp24-full-meta": ("sp24.cu", ("-DSP24_HALF_META=0",)),
     "sp24-columns": ("sp24.cu", ("-DSP24_COLUMNS",)),
-    "sp24-int8-two-ctas": ("sp24.cu", ("-DSP24_OVER_INT8_ONE_CTA=0",)),  # SPARSEDECODING_SP24_OVER_INT8_ONE_CTA=0
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py

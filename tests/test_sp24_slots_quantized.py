@@ -15,7 +15,7 @@ from sparsedecoding.errors import KernelInputError, PackingError
 from sparsedecoding.kernels.overflow import merge_overflow_quantized, split_overflow_quantized
 from sparsedecoding.kernels.quantized import PackedNMQ
 from sparsedecoding.kernels.quantized_linear import QuantizedPackedLinear
-from sparsedecoding.kernels.sp24 import (STEP_TILES, slot_weights, tile, tile_overflow, tiled_to_dense, untile_slots)
+from sparsedecoding.kernels.sp24 import (STEP_TILES, slot_weights, tile_overflow, tiled_to_dense, untile_slots)
 from sparsedecoding.kernels.sp24_linear import Sp24Linear, tileable
 from sparsedecoding.patterns import SparsityPattern
 
@@ -176,66 +176,6 @@ def test_glu_and_norm_with_codes_and_slots_match_float64(quantize):
             res = torch.randn(batch, 1024, device="cuda").bfloat16()
             sp24_linear(x, w)
             sp24_norm_linear(x, w, res, norm_weight, 1e-5)
-
-
-def test_int8_slot_kernels_under_two_ctas_are_a_build_of_their_own(monkeypatch):
-    """SPARSEDECODING_SP24_OVER_INT8_ONE_CTA=0 loads a library built with -DSP24_OVER_INT8_ONE_CTA=0, kept once
-    beside the default one; a tuned launch of a slotted weight is not reused across the two; a bad value is one
-    KernelChoiceError."""
-    import sparsedecoding.kernels.sp24 as sp24
-    from sparsedecoding.kernels import cuda_mma
-    from sparsedecoding.kernels.op import SP24_OVER_INT8_ONE_CTA_SETTING, KernelChoiceError, settings
-
-    built = []
-
-    class Library:
-        def __init__(self, defines):
-            built.append(defines)
-            self.sp24_launch, self.sp24_dense_launch, self.sp24_error_string = (lambda: 0,) * 3
-            self.sp24_rows_per_block = lambda: sp24.ROWS_PER_BLOCK
-            self.sp24_max_smem = lambda: sp24.MAX_SMEM
-
-    monkeypatch.setattr(cuda_mma, "open_library", lambda source, min_major, defines: Library(defines))
-    monkeypatch.setattr(sp24, "_libraries", {})
-    monkeypatch.delenv(SP24_OVER_INT8_ONE_CTA_SETTING, raising=False)
-    w = tile_overflow(split_overflow_quantized(quantized(32, 512, "int8")))
-    x = torch.zeros(1, 512, dtype=torch.bfloat16)
-    default, key = sp24._load(), sp24.problem_key(x, w)
-    monkeypatch.setenv(SP24_OVER_INT8_ONE_CTA_SETTING, "0")
-    two = sp24._load()
-    assert two is not default and sp24._load() is two and sp24._load(int8_one_cta=True) is default
-    assert built == [(), ("-DSP24_OVER_INT8_ONE_CTA=0",)]
-    assert sp24.problem_key(x, w) != key
-    plain = tile(quantized(32, 512, "int8", pattern="2:4"))  # no slots: the setting does not enter its key
-    monkeypatch.delenv(SP24_OVER_INT8_ONE_CTA_SETTING)
-    key = sp24.problem_key(x, plain)
-    monkeypatch.setenv(SP24_OVER_INT8_ONE_CTA_SETTING, "0")
-    assert sp24.problem_key(x, plain) == key
-    monkeypatch.setenv(SP24_OVER_INT8_ONE_CTA_SETTING, "two")
-    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_OVER_INT8_ONE_CTA='two'"):
-        settings()
-
-
-@pytest.mark.gpu
-def test_int8_slot_kernels_under_two_ctas_give_the_one_cta_products(monkeypatch):
-    """The same code under the two-CTA register bound (spills in the loop) gives bit for bit the one-CTA build's
-    products, plain and with the RMSNorm in front, at one and two n-tiles, in both loop orders of the default
-    build."""
-    from sparsedecoding.kernels.op import SP24_OVER_INT8_ONE_CTA_SETTING, SP24_OVER_LOOP_SETTING
-    from sparsedecoding.kernels.sp24 import Sp24Launch
-
-    w = tile_overflow(split_overflow_quantized(quantized(1000, 4096, "int8", seed=41, device="cuda")))
-    norm_weight = (1 + torch.randn(4096, device="cuda") / 4).bfloat16()
-    for loop in ("rows", "slots"):
-        monkeypatch.setenv(SP24_OVER_LOOP_SETTING, loop)
-        for batch in (1, 4, 11):
-            x = torch.randn(batch, 4096, device="cuda").bfloat16()
-            outputs = []
-            for value in ("1", "0"):
-                monkeypatch.setenv(SP24_OVER_INT8_ONE_CTA_SETTING, value)
-                plain, normed = Sp24Launch(x, w, 4, 1), Sp24Launch(x, w, 4, 1, norm=True)
-                outputs.append((plain(x, w), *normed(x, w, None, norm_weight, 1e-6)))
-            assert all(torch.equal(a, b) for a, b in zip(*outputs)), (loop, batch)
 
 
 @pytest.mark.gpu

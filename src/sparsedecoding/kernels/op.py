@@ -60,7 +60,6 @@ SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
-SP24_OVER_INT8_ONE_CTA_SETTING = "SPARSEDECODING_SP24_OVER_INT8_ONE_CTA"
 STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
 FUSED_GREEDY_SETTING = "SPARSEDECODING_FUSED_GREEDY"
 DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
@@ -315,16 +314,6 @@ def sp24_half_meta_setting() -> bool:
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
 
 
-def sp24_over_int8_one_cta_setting() -> bool:
-    """SPARSEDECODING_SP24_OVER_INT8_ONE_CTA: "1" or unset builds the sp24 kernels of int8 codes with overflow slots
-    (16:32+2 + int8) for one CTA a multiprocessor, so that their main loops do not spill (sp24.cu's
-    SP24_OVER_INT8_ONE_CTA; results/sass_sp24_slot_codes.md against results/sass_sp24_slot_codes_int8_2ctas.md);
-    "0" builds them for two, as every other kernel of one n-tile, at the price of 16-31 spill instructions in the
-    loop: the A/B of whether more resident warps win on small shapes anyway. Read when a launch is built; the two
-    builds are separate libraries."""
-    return _switch(SP24_OVER_INT8_ONE_CTA_SETTING, "1", "int8 slot kernels bound to one CTA a multiprocessor")
-
-
 def _checked_kernel_setting() -> str:
     setting = kernel_setting()
     check_kernel_setting(setting)
@@ -375,7 +364,6 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             ATTENTION_EARLY_READS_SETTING: attention_early_reads_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            SP24_OVER_INT8_ONE_CTA_SETTING: sp24_over_int8_one_cta_setting,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them

@@ -36,8 +36,8 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_over_int8_one_cta_setting,
-                 sp24_over_loop_setting, sp24_pdl_setting)
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_over_loop_setting,
+                 sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -50,8 +50,7 @@ STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
 _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
-# by (built with SP24_COLUMNS, with SP24_HALF_META, with SP24_OVER_INT8_ONE_CTA)
-_libraries: dict[tuple[bool, bool, bool], ctypes.CDLL] = {}
+_libraries: dict[tuple[bool, bool], ctypes.CDLL] = {}  # by (built with SP24_COLUMNS, with SP24_HALF_META)
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 
@@ -517,21 +516,16 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     return dense[:out, :in_features]
 
 
-def _load(columns: bool = False, half_meta: bool | None = None, int8_one_cta: bool | None = None) -> ctypes.CDLL:
+def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' column-major loop
     order (over_loop 3), which the default build leaves out so that its other kernels compile as measured;
-    `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0, `int8_one_cta`
-    (default: SPARSEDECODING_SP24_OVER_INT8_ONE_CTA) False with SP24_OVER_INT8_ONE_CTA=0."""
+    `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
-    if int8_one_cta is None:
-        int8_one_cta = sp24_over_int8_one_cta_setting()
-    key = (columns, half_meta, int8_one_cta)
     with _lock:
-        library = _libraries.get(key)
+        library = _libraries.get((columns, half_meta))
         if library is None:
-            defines = (("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",)) \
-                + (() if int8_one_cta else ("-DSP24_OVER_INT8_ONE_CTA=0",))
+            defines = (("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",))
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
@@ -546,7 +540,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_one_cta: bo
             library.sp24_max_smem.restype = ctypes.c_int
             if (library.sp24_rows_per_block(), library.sp24_max_smem()) != (ROWS_PER_BLOCK, MAX_SMEM):
                 raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size; rebuild")
-            _libraries[key] = library
+            _libraries[(columns, half_meta)] = library
         return library
 
 
@@ -643,7 +637,7 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
-        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting(), sp24_over_int8_one_cta_setting())
+        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting())
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -760,12 +754,10 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL and _HALF_META (a launch tuned under
-    one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and _OVER_INT8_ONE_CTA
-    too."""
-    slots = w.over_v is not None
+    one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, w.dense, norm,
-            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_over_loop_setting() if slots else None,
-            sp24_over_int8_one_cta_setting() if slots else None)
+            sp24_pdl_setting(), sp24_half_meta_setting(),
+            sp24_over_loop_setting() if w.over_v is not None else None)
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
