@@ -505,6 +505,24 @@ PY
     # timed before (its last rows, quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the
     # quantized kernels' GPU tests that earlier limits stopped (they decided whether the patch landed)
     bash benchmarks/h200.sh bg kcache slot-codes-int8 nmq-tests-long ;;
+  int8-step)  # prepared in the twenty-ninth session (no model, about 15 minutes; first, here, `git apply
+    # benchmarks/patches/int8-step.patch` and prebuild .kcache with --only sp24 sp24-int8-step8 sp24-columns
+    # sp24-columns-int8-step8): int8 codes in steps of 8 k-tiles (SPARSEDECODING_SP24_INT8_STEP=8, a build with
+    # SP24_INT8_KS=8) against steps of 16: its GPU tests, the kernel on the 8B + 14B shapes side by side (issue 13's
+    # int8 geomean), then the engine on the Qwen and 8B presets
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_int8_step.py -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_int8_step.log" || true
+    (cd benchmarks && SPARSEDECODING_SP24_INT8_STEP=8 PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 \
+      sp24_bench.py --kinds int8 --no-sweep --baseline SPARSEDECODING_SP24_INT8_STEP=16 \
+      --out "$OUT/sp24_h200_int8_step8.md" | grep -E "^\| int8 \||failures|rror") || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
+      --preset qwen2.5-coder-1.5b --quantize int8 --batch 1 4 --out "$OUT/int8_step_h200_qwen.md" 2>&1 \
+      | grep -E "^\| qwen|rror" || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
+      --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int8 --batch 1 \
+      --out "$OUT/int8_step_h200_qwen_16of32p2.md" 2>&1 | grep -E "^\| qwen|rror" || true
+    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
+      --quantize int8 --batch 1 4 --out "$OUT/int8_step_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
   int8-ctas)  # run at commit 58a3888 (SPARSEDECODING_SP24_OVER_INT8_ONE_CTA, then removed: two CTAs were slower; 1
     # GPU test passed; the Qwen A/B hit its 150 s limit and ran again by hand at batch 1 only, timeout 280): the int8
     # slot kernels (16:32+2 + int8) under two CTAs a multiprocessor (a build of its own) against the one-CTA bound,
