@@ -505,6 +505,17 @@ PY
     # timed before (its last rows, quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the
     # quantized kernels' GPU tests that earlier limits stopped (they decided whether the patch landed)
     bash benchmarks/h200.sh bg kcache slot-codes-int8 nmq-tests-long ;;
+  lease31)  # prepared in the twenty-ninth session (no model, about 15 minutes): first, here, `git apply` both
+    # benchmarks/patches/int8-lop3.patch and int8-step.patch, then prebuild .kcache with --only sp24 sp24-columns
+    # sp24-int8-step8 sp24-columns-int8-step8; int8-step's kernel bench then times steps of 8 against steps of 16, both
+    # with the new dequantization, and its steps of 16 against sp24_h200.md's int8 column (the old dequantization,
+    # another run)
+    bash benchmarks/h200.sh bg kcache int8-lop3-tests int8-step ;;
+  int8-lop3-tests)  # gpu_tests_int8_lop3.log: every sp24 kernel test of int8 codes (2:4, dense, with slots) against
+    # float64, with int8-lop3.patch's dequantization
+    timeout 300 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_dense.py \
+      tests/test_sp24_slots_quantized.py -k "int8" -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_int8_lop3.log" || true ;;
   int8-step)  # prepared in the twenty-ninth session (no model, about 15 minutes; first, here, `git apply
     # benchmarks/patches/int8-step.patch` and prebuild .kcache with --only sp24 sp24-int8-step8 sp24-columns
     # sp24-columns-int8-step8): int8 codes in steps of 8 k-tiles (SPARSEDECODING_SP24_INT8_STEP=8, a build with
