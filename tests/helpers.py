@@ -123,6 +123,26 @@ def sp24_outputs(w, in_features: int, dtype: torch.dtype):
             yield batch, splits, slices, x, y
 
 
+def fake_sp24_libraries(monkeypatch) -> list[tuple[str, ...]]:
+    """Replace the sp24 library build with a stand-in (no nvcc, no GPU) and empty sp24's library cache; returns the
+    list that receives the nvcc -D flags of every library built from then on, in order."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels import cuda_mma
+
+    built: list[tuple[str, ...]] = []
+
+    class Library:
+        def __init__(self, defines):
+            built.append(defines)
+            self.sp24_launch, self.sp24_dense_launch, self.sp24_error_string = (lambda: 0,) * 3
+            self.sp24_rows_per_block = lambda: sp24.ROWS_PER_BLOCK
+            self.sp24_max_smem = lambda: sp24.MAX_SMEM
+
+    monkeypatch.setattr(cuda_mma, "open_library", lambda source, min_major, defines: Library(defines))
+    monkeypatch.setattr(sp24, "_libraries", {})
+    return built
+
+
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
 

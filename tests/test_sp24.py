@@ -13,7 +13,7 @@ from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
 from sparsedecoding.kernels.sp24 import meta_codes, min_splits, sp24_mm, tile, tiled_to_dense, untile
 
-from helpers import random_nm_weight, sp24_outputs
+from helpers import fake_sp24_libraries, random_nm_weight, sp24_outputs
 from test_cuda_mma_codes import float64_error, grid_weight
 
 SHAPES = [(16, 256), (40, 96), (128, 544), (24, 1024)]
@@ -196,20 +196,9 @@ def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
     """SPARSEDECODING_SP24_HALF_META=0 loads a second library built with -DSP24_HALF_META=0 (the default build has
     no such flag), each kept once."""
     import sparsedecoding.kernels.sp24 as sp24
-    from sparsedecoding.kernels import cuda_mma
     from sparsedecoding.kernels.op import SP24_HALF_META_SETTING, KernelChoiceError, settings
 
-    built = []
-
-    class Library:
-        def __init__(self, defines):
-            built.append(defines)
-            self.sp24_launch, self.sp24_dense_launch, self.sp24_error_string = (lambda: 0,) * 3
-            self.sp24_rows_per_block = lambda: sp24.ROWS_PER_BLOCK
-            self.sp24_max_smem = lambda: sp24.MAX_SMEM
-
-    monkeypatch.setattr(cuda_mma, "open_library", lambda source, min_major, defines: Library(defines))
-    monkeypatch.setattr(sp24, "_libraries", {})
+    built = fake_sp24_libraries(monkeypatch)
     monkeypatch.delenv(SP24_HALF_META_SETTING, raising=False)
     default = sp24._load()
     monkeypatch.setenv(SP24_HALF_META_SETTING, "0")
