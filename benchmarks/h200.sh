@@ -505,11 +505,9 @@ PY
     # timed before (its last rows, quant_e2e_h200_8b_slots_int4.md, had bf16 slots), on both presets, then the
     # quantized kernels' GPU tests that earlier limits stopped (they decided whether the patch landed)
     bash benchmarks/h200.sh bg kcache slot-codes-int8 nmq-tests-long ;;
-  lease31)  # prepared in the twenty-ninth session (no model, about 15 minutes): first, here, `git apply` both
-    # benchmarks/patches/int8-lop3.patch and int8-step.patch, then prebuild .kcache with --only sp24 sp24-columns
-    # sp24-int8-step8 sp24-columns-int8-step8; int8-step's kernel bench then times steps of 8 against steps of 16, both
-    # with the new dequantization, and its steps of 16 against sp24_h200.md's int8 column (the old dequantization,
-    # another run)
+  lease31)  # run in the thirtieth session with int8-lop3.patch and int8-step.patch applied (landed after it; about
+    # 7 minutes, no model), .kcache prebuilt with --only sp24 sp24-columns sp24-int8-step8 sp24-columns-int8-step8;
+    # int8-step's kernel bench times steps of 8 against steps of 16, both with the new dequantization
     bash benchmarks/h200.sh bg kcache int8-lop3-tests int8-step ;;
   int8-lop3-tests)  # gpu_tests_int8_lop3.log: every sp24 kernel test of int8 codes (2:4, dense, with slots) against
     # float64, with int8-lop3.patch's dequantization
@@ -521,7 +519,7 @@ PY
     # sp24-columns-int8-step8): int8 codes in steps of 8 k-tiles (SPARSEDECODING_SP24_INT8_STEP=8, a build with
     # SP24_INT8_KS=8) against steps of 16: its GPU tests, the kernel on the 8B + 14B shapes side by side (issue 13's
     # int8 geomean), then the engine on the Qwen and 8B presets
-    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_int8_step.py -p no:cacheprovider 2>&1 | tail -3 \
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_code_steps_gpu.py -k int8 -p no:cacheprovider 2>&1 | tail -3 \
       | tee "$OUT/gpu_tests_int8_step.log" || true
     (cd benchmarks && SPARSEDECODING_SP24_INT8_STEP=8 PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 \
       sp24_bench.py --kinds int8 --no-sweep --baseline SPARSEDECODING_SP24_INT8_STEP=16 \
@@ -534,6 +532,36 @@ PY
       --out "$OUT/int8_step_h200_qwen_16of32p2.md" 2>&1 | grep -E "^\| qwen|rror" || true
     timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
       --quantize int8 --batch 1 4 --out "$OUT/int8_step_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+  lease32)  # thirtieth session, after lease31 (int8-lop3-tests, int8-step) put 16:32+2 + int8 on the Qwen shapes at
+    # 1.671x with steps of 8 against 1.336x with 16: the same A/B for 16:32+2 on the 8B preset and at batch 4
+    bash benchmarks/h200.sh bg kcache int8-step-slots ;;
+  lease33)  # thirtieth session (about 15 minutes, no model): .kcache prebuilt with --only sp24 sp24-columns
+    # sp24-int8-step8 sp24-columns-int8-step8 sp24-int4-step8 sp24-columns-int4-step8
+    bash benchmarks/h200.sh bg kcache int4-step slot-codes-int8-step8 ;;
+  int4-step)  # int4 codes in steps of 8 k-tiles (SPARSEDECODING_SP24_INT4_STEP=8, a build with SP24_INT4_KS=8) against
+    # steps of 16: its GPU tests with the int4 and slotted-codes tests of the default build (int8 slots now in steps
+    # of 8 by default), the kernel on the 8B + 14B shapes side by side (issue 13's int4 geomean), then the engine
+    # on 16:32+2 + int4, 8B preset at batch 1 / 4 / 8 and Qwen preset at 1 / 4
+    # (run with the int8 and int4 GPU tests in two files, merged since into tests/test_sp24_code_steps_gpu.py)
+    timeout 300 python3 -m pytest -q -m gpu tests/test_sp24_code_steps_gpu.py tests/test_sp24_slots_quantized.py \
+      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_int4_step.log" || true
+    (cd benchmarks && SPARSEDECODING_SP24_INT4_STEP=8 PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 \
+      sp24_bench.py --kinds int4 --no-sweep --baseline SPARSEDECODING_SP24_INT4_STEP=16 \
+      --out "$OUT/sp24_h200_int4_step8.md" | grep -E "^\| int4 \||failures|rror") || true
+    timeout 360 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT4_STEP --values 16 8 \
+      --pattern 16:32+2 --quantize int4 --batch 1 4 8 --out "$OUT/int4_step_h200_8b_16of32p2.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true
+    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT4_STEP --values 16 8 \
+      --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int4 --batch 1 4 \
+      --out "$OUT/int4_step_h200_qwen_16of32p2.md" 2>&1 | grep -E "^\| qwen|rror" || true ;;
+  int8-step-slots)  # 16:32+2 + int8 (code slots) with steps of 8 k-tiles against 16, engine side by side: the 8B
+    # preset at batch 1, 4, 8, the Qwen preset at batch 1 and 4
+    timeout 420 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
+      --pattern 16:32+2 --quantize int8 --batch 1 4 8 --out "$OUT/int8_step_h200_8b_16of32p2.md" 2>&1 \
+      | grep -E "^\| llama|rror" || true
+    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
+      --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int8 --batch 1 4 \
+      --out "$OUT/int8_step_h200_qwen_16of32p2_b4.md" 2>&1 | grep -E "^\| qwen|rror" || true ;;
   int8-ctas)  # run at commit 58a3888 (SPARSEDECODING_SP24_OVER_INT8_ONE_CTA, then removed: two CTAs were slower; 1
     # GPU test passed; the Qwen A/B hit its 150 s limit and ran again by hand at batch 1 only, timeout 280): the int8
     # slot kernels (16:32+2 + int8) under two CTAs a multiprocessor (a build of its own) against the one-CTA bound,
@@ -554,6 +582,26 @@ PY
       timeout 150 python3 benchmarks/step_profile.py --preset qwen2.5-coder-1.5b --pattern $p ${q:+--quantize $q} \
         --out "$OUT/$name" 2>&1 | grep -E "^- wall|rror" || true
     done; done ;;
+  lease34)  # thirtieth session, after lease33 made int4 slots steps of 8 by default: the merged GPU tests of both
+    # code widths' steps, then 16:32+2 + int4 beside dense int4
+    bash benchmarks/h200.sh bg kcache code-steps-tests slot-codes-int4-step8 ;;
+  code-steps-tests)  # gpu_tests_code_steps.log: tests/test_sp24_code_steps_gpu.py (int8 and int4 in steps of 8)
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_code_steps_gpu.py -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_code_steps.log" || true ;;
+  slot-codes-int4-step8)  # quant_e2e_h200_8b_slot_codes_int4_step8.md, quant_e2e_h200_qwen_slot_codes_int4_step8.md:
+    # as slot-codes-8b and slot-codes' Qwen rows, with int4 slots in steps of 8 k-tiles (the default since then)
+    timeout 240 python3 benchmarks/quant_e2e_bench.py --pattern 16:32+2 --quantize int4 --batch 1 4 8 \
+      --out "$OUT/quant_e2e_h200_8b_slot_codes_int4_step8.md" 2>&1 | grep -E "^\| llama|^- |rror" || true
+    timeout 100 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int4 \
+      --batch 1 4 --out "$OUT/quant_e2e_h200_qwen_slot_codes_int4_step8.md" 2>&1 | grep -E "^\| qwen|^- |rror" \
+      || true ;;
+  slot-codes-int8-step8)  # the same reports as slot-codes-int8 (_step8.md) with int8 slots in steps of 8 k-tiles,
+    # the default since the thirtieth session
+    timeout 300 python3 benchmarks/quant_e2e_bench.py --pattern 16:32+2 --quantize int8 --batch 1 4 8 \
+      --out "$OUT/quant_e2e_h200_8b_slot_codes_int8_step8.md" 2>&1 | grep -E "^\| llama|^- |rror" || true
+    timeout 150 python3 benchmarks/quant_e2e_bench.py --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int8 \
+      --batch 1 4 --out "$OUT/quant_e2e_h200_qwen_slot_codes_int8_step8.md" 2>&1 | grep -E "^\| qwen|^- |rror" \
+      || true ;;
   slot-codes-int8)  # quant_e2e_h200_8b_slot_codes_int8.md, quant_e2e_h200_qwen_slot_codes_int8.md: 16:32+2 with int8
     # codes in the slots beside dense int8 and dense bf16, batch 1 / 4 / 8 (8B) and 1 / 4 (Qwen shapes)
     timeout 300 python3 benchmarks/quant_e2e_bench.py --pattern 16:32+2 --quantize int8 --batch 1 4 8 \
@@ -876,9 +924,11 @@ PY
         --out "$OUT/sp24_h200$([ $pdl = 1 ] || echo _plain).md" | grep -E "^\| (bf16|int8|int4) \||failures|rror") \
         || true
     done ;;
-  kcache)  # the libraries benchmarks/prebuild_kernels.py built offline (carried in .kcache/, same nvcc release) into
+  kcache)  # the libraries benchmarks/prebuild_kernels.py built offline (carried in .kcache/, same nvcc release, or
+    # packed as .kcachez/k.tgz when they pass the carry's 64 MiB: tar czf .kcachez/k.tgz -C .kcache cuda_build) into
     # the kernel cache, each kept only if it loads here
-    mkdir -p /root/cache/cuda_build
+    mkdir -p /root/cache/cuda_build .kcache
+    if [ -f .kcachez/k.tgz ]; then tar xzf .kcachez/k.tgz -C .kcache; fi
     for lib in .kcache/cuda_build/*.so; do
       [ -f "$lib" ] || continue
       python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$lib" && cp -n "$lib" /root/cache/cuda_build/ \

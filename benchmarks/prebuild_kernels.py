@@ -19,12 +19,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 CSRC = REPO / "src" / "sparsedecoding" / "kernels" / "csrc"
-# (source, defines): what sp24.py (default build; SPARSEDECODING_SP24_HALF_META=0; the slots' columns order),
+# (source, defines): what sp24.py (default build; SPARSEDECODING_SP24_HALF_META=0; the slots' columns order; int8 or
+# int4 in steps of 8 k-tiles, alone and with the columns order),
 # sp24_split.py and cuda_mma.py (default geometry) ask for
 LIBRARIES = {
     "sp24": ("sp24.cu", ()),
     "sp24-full-meta": ("sp24.cu", ("-DSP24_HALF_META=0",)),
     "sp24-columns": ("sp24.cu", ("-DSP24_COLUMNS",)),
+    "sp24-int8-step8": ("sp24.cu", ("-DSP24_INT8_KS=8",)),  # SPARSEDECODING_SP24_INT8_STEP=8's int8 weights
+    "sp24-columns-int8-step8": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_INT8_KS=8")),
+    "sp24-int4-step8": ("sp24.cu", ("-DSP24_INT4_KS=8",)),  # SPARSEDECODING_SP24_INT4_STEP=8's int4 weights
+    "sp24-columns-int4-step8": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_INT4_KS=8")),
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py

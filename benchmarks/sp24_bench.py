@@ -91,8 +91,12 @@ def environment_set(values: dict[str, str]):
 
 
 def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int, Row], reps: int, sms: int,
-               sweep: bool = True, baseline: dict[str, str] | None = None) -> None:
+               sweep: bool = True, baseline: dict[str, str] | None = None, base_w: Sp24Weight | None = None) -> None:
+    """`base_w`: the weight as tiled under the baseline settings, where they change the tiled layout (int8 steps);
+    None: `w` itself."""
     rotation = copies(w)
+    base_rotation = rotation if base_w is None else copies(base_w)
+    base_w = w if base_w is None else base_w
     for batch, row in rows.items():
         x = torch.randn(batch, w.shape[1], device="cuda").to(w.dtype)
         default = default_splits(w, batch, sms)
@@ -110,15 +114,15 @@ def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int,
         row.tuned[kind] = (time_rotated([lambda c=c: tuned(x, c) for c in rotation], reps)[0], choice)
         if baseline:  # the tuner's pick under the baseline settings (tuned anew: they are part of its key)
             with environment_set(baseline):
-                base = tuned_launch(x, w)
-                row.checks[kind] = max(row.checks[kind], float64_error(base(x, w), x, weight64))
-                row.baseline[kind] = (time_rotated([lambda c=c: base(x, c) for c in rotation], reps)[0],
+                base = tuned_launch(x, base_w)
+                row.checks[kind] = max(row.checks[kind], float64_error(base(x, base_w), x, weight64))
+                row.baseline[kind] = (time_rotated([lambda c=c: base(x, c) for c in base_rotation], reps)[0],
                                       launch_label(base))
         row.bytes[kind] = w.nbytes + 2 * batch * sum(w.shape)
         print(f"{row.model} {row.shape} b{batch} {kind}: {results[default] * 1e6:.1f} us (splits {default}; best "
               f"{row.best[kind][0] * 1e6:.1f} at {row.best[kind][1]}), cuBLAS {row.dense_s * 1e6:.1f}, "
               f"x{row.dense_s / results[default]:.2f}, check {row.checks[kind]:.2f}", flush=True)
-    del rotation
+    del rotation, base_rotation
     torch.cuda.empty_cache()
 
 
@@ -147,10 +151,15 @@ def bench_shape(model: str, shape: str, batches: list[int], kinds: list[str], re
         group = in_features if kind == "int8" else GROUP_SIZE
         quantized = pack_nm_quantized(grid_weight(out, in_features, 2, 4, kind, generator), 2, 4, kind, group)
         w = tile(quantized)
+        base_w = None
+        step_setting = op.SP24_INT8_STEP_SETTING if kind == "int8" else op.SP24_INT4_STEP_SETTING
+        if step_setting in (baseline or {}):  # a layout of its own
+            with environment_set(baseline):
+                base_w = tile(quantized)
         weight64 = quantized.to_dense(torch.float64)
         del quantized
-        bench_kind(kind, w, weight64, rows, reps, sms, sweep, baseline)
-        del w, weight64
+        bench_kind(kind, w, weight64, rows, reps, sms, sweep, baseline, base_w)
+        del w, base_w, weight64
     torch.cuda.empty_cache()
     return list(rows.values())
 
@@ -298,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
               + f"- sp24 launches: {'programmatic' if sp24_pdl_setting() else 'plain'} (SPARSEDECODING_SP24_PDL; "
               + "programmatic launches of consecutive sp24 kernels overlap one's start with the last one's tail, "
               + "as in the decoder; cuBLAS launches are plain)\n"
-              + ("- baseline settings (each tuned launch also timed under them, side by side): "
+              + ("- baseline settings (each tuned launch also timed under them, side by side; the int8 / int4 "
+                 + "weights tiled anew under them where they set SPARSEDECODING_SP24_INT8_STEP / _INT4_STEP): "
                  + ", ".join(f"{k}={v}" for k, v in baseline.items()) + "\n" if baseline else "")
               + f"- {op.settings_line()}\n"
               + "\n## Targets (geomean over the shapes, speedup vs cuBLAS bf16 on the dense pruned weight)\n\n"

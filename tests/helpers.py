@@ -151,3 +151,35 @@ def benchmark_module(monkeypatch, name: str):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     return importlib.import_module(name)
 
+
+
+def coded_24(quantize: str, out: int, in_features: int, group_size: int = 128, seed: int = 0, device: str = "cpu"):
+    """A 2:4 `PackedNMQ` on the `quantize` grid (`test_cuda_mma_codes.grid_weight`; int8: one scale a row)."""
+    from sparsedecoding.kernels.quantized import pack_nm_quantized
+    from test_cuda_mma_codes import grid_weight
+
+    group = in_features if quantize == "int8" else group_size
+    return pack_nm_quantized(grid_weight(out, in_features, quantize, group, seed=seed).to(device), 2, 4, quantize,
+                             group)
+
+
+def slotted_codes(quantize: str, out: int, in_features: int, seed: int = 0, device: str = "cpu"):
+    """A random 16:32 int8 / int4 weight (int4: 128 columns a scale) whose mask fits 16:32+2 (the engine's slotted
+    weights)."""
+    from sparsedecoding.engine.loading import random_quantized
+    from sparsedecoding.patterns import SparsityPattern
+
+    generator = torch.Generator(device).manual_seed(seed)
+    return random_quantized(out, in_features, SparsityPattern.parse("16:32+2"), quantize, 128, torch.bfloat16, device,
+                            generator)
+
+
+def tile_overflow_step(split, glu: bool, step: int, quantize: str):
+    """`sp24.tile_overflow` with steps of `step` k-tiles for the codes (the setting, as the engine tiles)."""
+    import pytest
+
+    from sparsedecoding.kernels.sp24 import tile_overflow
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(f"SPARSEDECODING_SP24_{quantize.upper()}_STEP", str(step))
+        return tile_overflow(split, glu)

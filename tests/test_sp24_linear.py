@@ -180,6 +180,8 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SP24_OVER_LOOP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_SLOTS", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_HALF_META", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_SP24_INT8_STEP", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_SP24_INT4_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_STEP_TUNE", raising=False)
     monkeypatch.delenv("SPARSEDECODING_DENSE_INT4", raising=False)
     monkeypatch.delenv("SPARSEDECODING_DENSE_INT8", raising=False)
@@ -192,13 +194,17 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_ATTENTION_MIN_SPAN=64, SPARSEDECODING_ATTENTION_EARLY_READS=1, "
                                "SPARSEDECODING_NM_MMA_GEOMETRY=default, "
                                "SPARSEDECODING_SP24_OVER_LOOP=auto, SPARSEDECODING_SP24_SLOTS=1, "
-                               "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_STEP_TUNE=1, "
+                               "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_INT8_STEP=auto, "
+                               "SPARSEDECODING_SP24_INT4_STEP=auto, "
+                               "SPARSEDECODING_STEP_TUNE=1, "
                                "SPARSEDECODING_DENSE_INT4=auto, SPARSEDECODING_DENSE_INT8=auto, "
                                "SPARSEDECODING_FUSED_GREEDY=1.")
     monkeypatch.setenv("SPARSEDECODING_NM_MMA_GEOMETRY", "chunk_words=4, warps=4")
     monkeypatch.setenv("SPARSEDECODING_SP24_OVER_LOOP", "rows")
     monkeypatch.setenv("SPARSEDECODING_SP24_SLOTS", "0")
     monkeypatch.setenv("SPARSEDECODING_SP24_HALF_META", "0")
+    monkeypatch.setenv("SPARSEDECODING_SP24_INT8_STEP", "8")
+    monkeypatch.setenv("SPARSEDECODING_SP24_INT4_STEP", "16")
     monkeypatch.setenv("SPARSEDECODING_STEP_TUNE", "0")
     monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "triton")
     monkeypatch.setenv("SPARSEDECODING_DENSE_INT8", "sp24")
@@ -207,7 +213,9 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     assert "SPARSEDECODING_ATTENTION_EARLY_READS=0, SPARSEDECODING_NM_MMA_GEOMETRY" in settings_line()
     assert settings_line().endswith(", SPARSEDECODING_NM_MMA_GEOMETRY=chunk_words=4,warps=4, "
                                     "SPARSEDECODING_SP24_OVER_LOOP=rows, SPARSEDECODING_SP24_SLOTS=0, "
-                                    "SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_STEP_TUNE=0, "
+                                    "SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_SP24_INT8_STEP=8, "
+                                    "SPARSEDECODING_SP24_INT4_STEP=16, "
+                                    "SPARSEDECODING_STEP_TUNE=0, "
                                     "SPARSEDECODING_DENSE_INT4=triton, SPARSEDECODING_DENSE_INT8=sp24, "
                                     "SPARSEDECODING_FUSED_GREEDY=0.")
 

@@ -144,7 +144,7 @@ def test_the_slots_setting_decides_whether_the_engine_tiles_16of32(monkeypatch):
 
     monkeypatch.setattr(sl, "sp24_problem", lambda: None)
     builds = []
-    monkeypatch.setattr(sl, "_load_columns_build", lambda: builds.append(1))
+    monkeypatch.setattr(sl, "_load_columns_build", lambda wanted: builds.append(wanted))
     original = sl.tileable
     monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
@@ -152,7 +152,8 @@ def test_the_slots_setting_decides_whether_the_engine_tiles_16of32(monkeypatch):
         monkeypatch.setenv("SPARSEDECODING_SP24_SLOTS", setting)
         builds.clear()
         assert sum(isinstance(m, Sp24Linear) and m.slotted for m in _model().modules()) == slotted
-        assert len(builds) == (1 if slotted else 0)  # the columns build comes with slotted linears, at load
+        # the columns build comes with slotted linears, at load: bf16 values name the default step sizes
+        assert builds == ([{(16, 16)}] if slotted else [])
         assert not any(isinstance(m, Sp24Linear) for m in _model("16:32").modules())
     monkeypatch.setenv("SPARSEDECODING_SP24_SLOTS", "yes")
     with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_SLOTS='yes'"):
@@ -166,17 +167,17 @@ def test_a_failed_columns_build_is_one_engine_error_at_load(monkeypatch):
     from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING
     from sparsedecoding.kernels.sp24_linear import _load_columns_build
 
-    def fail(columns=False):
+    def fail(columns=False, int8_ks=16, int4_ks=16):
         raise cuda_mma.CudaKernelUnavailableError("nvcc failed")
 
     monkeypatch.setattr(sp24, "_load", fail)
     for setting in ("", "auto", "columns"):
         monkeypatch.setenv(SP24_OVER_LOOP_SETTING, setting)
         with pytest.raises(EngineError, match="nvcc failed.*SPARSEDECODING_SP24_OVER_LOOP=rows"):
-            _load_columns_build()
+            _load_columns_build({(16, 16)})
     for setting in ("rows", "slots"):  # orders of the default build: nothing more to build
         monkeypatch.setenv(SP24_OVER_LOOP_SETTING, setting)
-        _load_columns_build()
+        _load_columns_build({(16, 16)})
 
 
 @pytest.mark.gpu

@@ -15,7 +15,7 @@ from sparsedecoding.errors import KernelInputError, PackingError
 from sparsedecoding.kernels.overflow import merge_overflow_quantized, split_overflow_quantized
 from sparsedecoding.kernels.quantized import PackedNMQ
 from sparsedecoding.kernels.quantized_linear import QuantizedPackedLinear
-from sparsedecoding.kernels.sp24 import (STEP_TILES, slot_weights, tile_overflow, tiled_to_dense, untile_slots)
+from sparsedecoding.kernels.sp24 import (slot_weights, tile_overflow, tiled_to_dense, untile_slots)
 from sparsedecoding.kernels.sp24_linear import Sp24Linear, tileable
 from sparsedecoding.patterns import SparsityPattern
 
@@ -62,13 +62,14 @@ def test_tiles_read_back_to_the_packed_weight(quantize, glu):
 
 
 def emulate_slots(w, out, rows, x_of, scale_of):
-    """sp24.cu's OVER path with codes: a step of 16 k-tiles holds two slot steps, lane (g, t) of row tile r reading
-    8 bytes of int8 codes at over_v + (r·slot steps + slot step)·256 + 8·lane and 8 of offsets at over_o + (same)·256
-    + 8·lane; slot k's code times scale_of(row, group) (group 2·(slot step % 2) + t / 2 of the codes step, i.e. the
-    slot step's 128-column half) times x_of(slot step, t, k, offset k) goes into row g + 8·((k / 2) % 2)."""
+    """sp24.cu's OVER path with codes: a step of w.ks k-tiles holds w.ks / 8 slot steps, lane (g, t) of row tile r
+    reading 8 bytes of int8 codes at over_v + (r·slot steps + slot step)·256 + 8·lane and 8 of offsets at over_o +
+    (same)·256 + 8·lane; slot k's code times scale_of(row, group) (group 2·(slot step % 2) + t / 2 of an int4 codes
+    step, i.e. the slot step's 128-column half) times x_of(slot step, t, k, offset k) goes into row g +
+    8·((k / 2) % 2)."""
     values = w.over_v.view(-1)
     offsets = w.over_o.view(-1)
-    slot_steps = w.steps * STEP_TILES[w.code] // 8
+    slot_steps = w.steps * w.ks // 8
     y = torch.zeros(rows, -(-out // 16) * 16, dtype=torch.float64)
     for r in range(-(-out // 16)):
         for step in range(slot_steps):
@@ -94,7 +95,7 @@ def test_the_kernels_slot_arithmetic_with_codes_gives_the_overflow(quantize):
     split = split_overflow_quantized(packed)
     w = tile_overflow(split)
     x = torch.randn(batch, in_features).bfloat16()
-    columns = w.steps * STEP_TILES[w.code] * 32
+    columns = w.steps * w.ks * 32
     staged = stage(torch.cat([x.float(), torch.zeros(batch, columns - in_features)], 1)).float()
     scales = packed.scales.double()
     if quantize == "int8":
@@ -233,7 +234,7 @@ def test_the_engine_warns_about_quantized_16of32_left_on_the_scan_kernel(monkeyp
     from test_sp24_slots import LINEARS, SMALL
 
     monkeypatch.setattr(sl, "sp24_problem", lambda: None)
-    monkeypatch.setattr(sl, "_load_columns_build", lambda: None)
+    monkeypatch.setattr(sl, "_load_columns_build", lambda wanted: None)
     monkeypatch.setattr(sl, "_on_cuda", lambda module: True)  # as if the model were on a GPU
     original = sl.tileable
     monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))

@@ -60,6 +60,9 @@ SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
+SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
+SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
+SP24_STEP_CHOICES = ("auto", "16", "8")
 STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
 FUSED_GREEDY_SETTING = "SPARSEDECODING_FUSED_GREEDY"
 DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
@@ -314,6 +317,21 @@ def sp24_half_meta_setting() -> bool:
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
 
 
+def sp24_int8_step_setting() -> int | None:
+    """SPARSEDECODING_SP24_INT8_STEP: k-tiles (32 columns each) a step of int8 codes when a 2:4 + int8 weight is
+    tiled for the sparse tensor-core kernel. "auto" or unset (None): 8 for a 16:32+K weight with overflow slots and
+    16 for a plain 2:4 one, the faster of the two for each side by side in the engine (thirtieth session:
+    16:32+2 + int8 on the 8B preset 1.895x / 1.515x / 1.314x dense bf16 at batch 1 / 4 / 8 with 8 against 1.671x /
+    1.258x / 1.021x with 16, results/int8_step_h200_8b_16of32p2.md; 2:4 + int8 on the Qwen preset 1.793x with 16
+    against 1.734x with 8, results/int8_step_h200_qwen.md). "16": eight 16-byte loads a lane and step (every int8
+    weight before the thirtieth session); "8": four, twice the steps a row tile (a build of the kernel with
+    SP24_INT8_KS=8). Read when a weight is tiled (model load); dense int8 weights keep 16. KernelChoiceError for
+    anything else."""
+    value = _choice(SP24_INT8_STEP_SETTING, SP24_STEP_CHOICES, "auto",
+                    "auto (k-tiles a step of int8 codes: 8 with overflow slots, 16 without; the default), 16 or 8")
+    return None if value == "auto" else int(value)
+
+
 def _checked_kernel_setting() -> str:
     setting = kernel_setting()
     check_kernel_setting(setting)
@@ -346,6 +364,32 @@ def _nm_mma_geometry_text() -> str:
     return ",".join(f"{name}={value}" for name, value in nm_mma_geometry_setting().items()) or "default"
 
 
+def sp24_int4_step_setting() -> int | None:
+    """SPARSEDECODING_SP24_INT4_STEP: k-tiles a step of int4 codes when a 2:4 + int4 weight is tiled for the sparse
+    tensor-core kernel. "auto" or unset (None): 8 for a 16:32+K weight with overflow slots and 16 for a plain 2:4
+    one (thirtieth session, side by side in the engine: 16:32+2 + int4 on the 8B preset 2.281x / 1.642x / 1.404x
+    dense bf16 at batch 1 / 4 / 8 with 8 against 2.125x / 1.510x / 1.295x with 16,
+    results/int4_step_h200_8b_16of32p2.md; on the Qwen preset 1.817x against 1.583x at batch 1; the kernel on the
+    8B + 14B 2:4 shapes 3.30x cuBLAS against 3.33x at batch 1, results/sp24_h200_int4_step8.md). "16": four 16-byte
+    loads a lane and step; "8": two, twice the steps a row tile (a build of the kernel with SP24_INT4_KS=8). Read
+    when a weight is tiled; dense int4 weights keep 16. KernelChoiceError for anything else."""
+    value = _choice(SP24_INT4_STEP_SETTING, SP24_STEP_CHOICES, "auto",
+                    "auto (k-tiles a step of int4 codes: 8 with overflow slots, 16 without; the default), 16 or 8")
+    return None if value == "auto" else int(value)
+
+
+def _int4_step_text() -> str:
+    """`sp24_int4_step_setting` as a report shows it: `auto`, `16` or `8`."""
+    step = sp24_int4_step_setting()
+    return "auto" if step is None else str(step)
+
+
+def _int8_step_text() -> str:
+    """`sp24_int8_step_setting` as a report shows it: `auto`, `16` or `8`."""
+    step = sp24_int8_step_setting()
+    return "auto" if step is None else str(step)
+
+
 def settings() -> dict[str, object]:
     """Every environment setting the engine reads, by name, with its value as it stands now (each read through its
     own reader, so a bad value raises its KernelChoiceError here); the Inductor settings are also checked against
@@ -364,6 +408,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             ATTENTION_EARLY_READS_SETTING: attention_early_reads_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
+            SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them

@@ -36,21 +36,28 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_over_loop_setting,
-                 sp24_pdl_setting)
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_int4_step_setting,
+                 sp24_int8_step_setting,
+                 sp24_over_loop_setting, sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
 ROWS_PER_BLOCK = 128  # kRowsPerCta in sp24.cu: rows of a CTA with one warp per row tile (slices = 1)
 SLICES = (1, 2, 4, 8)  # warps per row tile in a CTA (sharing out its steps)
 MAX_SMEM = 66 * 1024  # kMaxSmem: staged x per CTA
-STEP_TILES = {0: 8, 8: 16, 4: 16}  # k-tiles per step (Steps<CODE>::ks)
+# k-tiles per step (Steps<CODE>::ks) of the default build; codes may be tiled in steps of 8 (SPARSEDECODING_SP24_INT8_STEP,
+# SPARSEDECODING_SP24_INT4_STEP), which run on builds of their own
+STEP_TILES = {0: 8, 8: 16, 4: 16}
+# k-tiles a step of codes in a weight with overflow slots unless the setting says otherwise: 8, measured faster side
+# by side (results/int8_step_h200_8b_16of32p2.md, int4_step_h200_8b_16of32p2.md, int4_step_h200_qwen_16of32p2.md)
+STEP_WITH_SLOTS = {8: 8, 4: 8}
+TILES_PER_LOAD = {0: 1, 8: 2, 4: 4}  # k-tiles a lane's 16-byte load of values covers (Steps<CODE>::tiles_per_load)
 # int4: bit offset in a lane's 32-bit word of its element e = 4·half + 2·h + j (register r = 2·half + h holds
 # nibbles r and r + 4: element j of register r sits at nibble r + 4j)
 _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
-_libraries: dict[tuple[bool, bool], ctypes.CDLL] = {}  # by (built with SP24_COLUMNS, with SP24_HALF_META)
+_libraries: dict[tuple[bool, bool, int], ctypes.CDLL] = {}  # by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS)
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 
@@ -80,6 +87,25 @@ class Sp24Weight:
     over_v: torch.Tensor | None = None
     over_o: torch.Tensor | None = None
     dense: bool = False
+
+    @property
+    def ks(self) -> int:
+        """k-tiles a step: STEP_TILES[code], or 8 for int8 codes tiled with SPARSEDECODING_SP24_INT8_STEP=8 (read off
+        the tiled values: a step of a row tile holds ks / TILES_PER_LOAD[code] loads of 512 bytes)."""
+        loads = self.a.numel() * self.a.element_size() // (-(-self.shape[0] // 16) * self.steps * 512)
+        return loads * TILES_PER_LOAD[self.code]
+
+    @property
+    def build_ks(self) -> int:
+        """The SP24_INT8_KS of the kernel build that runs this weight (16 unless it is int8 codes tiled in steps of
+        8)."""
+        return self.ks if self.code == 8 else STEP_TILES[8]
+
+    @property
+    def build_int4_ks(self) -> int:
+        """The SP24_INT4_KS of the kernel build that runs this weight (16 unless it is int4 codes tiled in steps of
+        8)."""
+        return self.ks if self.code == 4 else STEP_TILES[4]
 
     @property
     def tiled_in(self) -> int:
@@ -160,10 +186,27 @@ def _rows(packed: PackedNM | PackedNMQ, index: torch.Tensor | slice) -> PackedNM
     return PackedNM(packed.values[index], bitmask, packed.n, packed.m, shape)
 
 
-def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
+def step_tiles(code: int, step: int | None = None, slots: bool = False) -> int:
+    """k-tiles a step of a weight tiled now with values `code`: STEP_TILES[0] for 16-bit values; for codes `step` (8
+    or 16), by default SPARSEDECODING_SP24_INT8_STEP / _INT4_STEP, whose "auto" gives STEP_WITH_SLOTS[code] for a
+    weight with overflow `slots` and STEP_TILES[code] without."""
+    if code == 0:
+        return STEP_TILES[0]
+    ks = step if step is not None else sp24_int8_step_setting() if code == 8 else sp24_int4_step_setting()
+    if ks is None:
+        ks = STEP_WITH_SLOTS[code] if slots else STEP_TILES[code]
+    if ks not in (8, 16):
+        name = "int8_step" if code == 8 else "int4_step"
+        raise KernelInputError(f"{name} = {ks}; use 8 or 16 k-tiles a step")
+    return ks
+
+
+def tile(packed: PackedNM | PackedNMQ, glu: bool = False, int8_step: int | None = None,
+         int4_step: int | None = None) -> Sp24Weight:
     """The tiled layout of a 2:4 `PackedNM` (bf16/fp16 values) or `PackedNMQ` (int8, or int4 with a power-of-two
     multiple of 32 columns a scale); with `glu`, of a gate|up weight whose kernel gives silu(gate)·up (rows a
-    multiple of 32). Runs where the tensors are; raises KernelInputError for anything else."""
+    multiple of 32). Steps of `int8_step` / `int4_step` k-tiles for codes (`step_tiles`). Runs where the tensors are; raises
+    KernelInputError for anything else."""
     if (packed.n, packed.m) != (2, 4):
         raise KernelInputError(f"the sparse tensor-core kernel runs the 2:4 pattern; got {packed.pattern}")
     if glu:
@@ -171,13 +214,13 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
             raise KernelInputError(f"a GLU weight needs a multiple of 32 rows (gate and up halves of whole tiles); "
                                    f"got {packed.shape[0]}")
         order = glu_order(packed.shape[0], packed.bitmask.device)
-        return replace(tile(_rows(packed, order)), glu=True)
+        return replace(tile(_rows(packed, order), int8_step=int8_step, int4_step=int4_step), glu=True)
     out, in_features = packed.shape
     quantize = getattr(packed, "quantize", None)
     code = {None: 0, "int8": 8, "int4": 4}[quantize]
     if code == 0 and packed.values.dtype not in (torch.bfloat16, torch.float16):
         raise KernelInputError(f"values are {packed.values.dtype}; the kernel takes bfloat16 or float16")
-    ks = STEP_TILES[code]
+    ks = step_tiles(code, {0: None, 8: int8_step, 4: int4_step}[code])
     row_tiles, k_tiles = -(-out // 16), in_features // 32
     steps = -(-k_tiles // ks)
     rows, tiles = row_tiles * 16, steps * ks
@@ -200,7 +243,8 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
         offset = (packed.codes.to(torch.int32) + 128).to(torch.uint8)
         kept = _pad(offset, rows, tiles * 16, 128)
         lanes = _lane_values(kept, row_tiles, tiles).permute(0, 1, 2, 3, 5, 4, 6)  # tile s g t h half j
-        a = lanes.reshape(row_tiles, steps, 8, 2, 32, 8).permute(0, 1, 2, 4, 3, 5).contiguous().view(-1)
+        # loads in order across steps (load L: k-tiles 2L, 2L + 1), whatever the step
+        a = lanes.reshape(row_tiles, tiles // 2, 2, 32, 8).permute(0, 1, 3, 2, 4).contiguous().view(-1)
         row_scales = packed.scales.reshape(-1).contiguous()
         dtype = torch.bfloat16
     else:
@@ -215,7 +259,8 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False) -> Sp24Weight:
         lanes = _lane_values(kept, row_tiles, tiles).reshape(row_tiles, tiles, 32, 8)  # nibble index r + 4j
         shifts = torch.tensor(_INT4_SHIFTS, dtype=torch.int64, device=device)
         word = (lanes << shifts).sum(-1)  # tile s lane
-        word = word.view(row_tiles, steps, 4, 4, 32).permute(0, 1, 2, 4, 3)
+        # loads in order across steps (load L: k-tiles 4L..4L + 3), whatever the step
+        word = word.view(row_tiles, tiles // 4, 4, 32).permute(0, 1, 3, 2)
         a = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32).contiguous().view(torch.uint8).view(-1)
         groups = -(-tiles // group_tiles)
         s = _pad(packed.scales, rows, groups, 0).view(row_tiles, 2, 8, groups)  # tile h g group
@@ -253,7 +298,8 @@ def tile_dense(codes: torch.Tensor, scales: torch.Tensor, quantize: str, group_s
         pairs = (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).to(torch.uint8)
         packed = PackedNMQ(pairs.contiguous(), scales.to(torch.bfloat16).contiguous(), bitmask, 2, 4, (out, wide),
                            "int4", 2 * group_size)
-    return replace(tile(packed), meta=None, shape=(out, in_features), dense=True)
+    return replace(tile(packed, int8_step=STEP_TILES[8], int4_step=STEP_TILES[4]), meta=None,
+                   shape=(out, in_features), dense=True)
 
 
 def dense_from_parts(a: torch.Tensor, scales: torch.Tensor, in_features: int, quantize: str,
@@ -281,7 +327,7 @@ def _meta_of(w: Sp24Weight) -> torch.Tensor:
     """w's tiled metadata words; for a dense weight the constant word, as the kernel takes it."""
     if w.meta is not None:
         return w.meta
-    size = -(-w.shape[0] // 16) * w.steps * 16 * STEP_TILES[w.code]
+    size = -(-w.shape[0] // 16) * w.steps * 16 * w.ks
     return torch.full((size,), _PAD_META, dtype=torch.int32, device=w.a.device)
 
 
@@ -337,7 +383,7 @@ def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
     if w.quantized and w.w24.quantize == "int4" and w.w24.group_size != OVER_INT4_GROUP:
         raise KernelInputError(f"int4 group size {w.w24.group_size}: overflow slots with int4 codes run "
                                f"{OVER_INT4_GROUP} columns a scale")
-    base = tile(w.w24, glu)
+    base = tile(w.w24, glu, step_tiles(8, slots=True), step_tiles(4, slots=True))
     values = w.values.to(torch.int8 if base.code else base.dtype)  # codes for codes
     columns = w.columns
     if w.slots < OVER_SLOTS:  # pad to two slots: value 0, column 0
@@ -348,7 +394,7 @@ def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
     if glu:
         order = glu_order(out, values.device)
         values, columns = values[order], columns[order]
-    words = base.steps * STEP_TILES[base.code]
+    words = base.steps * base.ks
     row_tiles, steps = -(-out // 16), words // STEP_TILES[0]  # slot steps
 
     def lanes(t: torch.Tensor) -> torch.Tensor:
@@ -367,7 +413,7 @@ def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
     if w.over_v is None:
         raise KernelInputError("this tiled weight has no overflow slots")
     out, in_features = w.shape
-    row_tiles, steps = -(-out // 16), w.steps * STEP_TILES[w.code] // STEP_TILES[0]
+    row_tiles, steps = -(-out // 16), w.steps * w.ks // STEP_TILES[0]
 
     def rows(t: torch.Tensor) -> torch.Tensor:
         v = t.view(row_tiles, steps, 8, 4, 2, 2, OVER_SLOTS).permute(0, 5, 2, 1, 3, 4, 6)  # tile h g step t wsel s
@@ -435,7 +481,7 @@ def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
         order = glu_order(w.shape[0], w.a.device)
         return _rows(untile(replace(w, glu=False)), torch.argsort(order))
     out, in_features = w.shape[0], w.tiled_in
-    ks = STEP_TILES[w.code]
+    ks = w.ks
     row_tiles, tiles = -(-out // 16), w.steps * ks
     words = _meta_of(w).to(torch.int64).view(row_tiles, w.steps, 8, 2, ks) & 0xFFFFFFFF
     words = words.permute(0, 2, 1, 4, 3).reshape(row_tiles, 8, tiles, 2)  # tile g s t
@@ -448,12 +494,12 @@ def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
         lanes = w.a.view(w.dtype).view(row_tiles, tiles, 8, 4, 2, 2, 2)
         return PackedNM(_lanes_to_kept(lanes, out, kept_per_row), bitmask, 2, 4, (out, in_features))
     if w.code == 8:
-        b = w.a.view(row_tiles, w.steps, 8, 32, 2, 8).permute(0, 1, 2, 4, 3, 5)
+        b = w.a.view(row_tiles, tiles // 2, 32, 2, 8).permute(0, 1, 3, 2, 4)
         lanes = b.reshape(row_tiles, tiles, 8, 4, 2, 2, 2).permute(0, 1, 2, 3, 5, 4, 6)  # h and half back
         codes8 = (_lanes_to_kept(lanes, out, kept_per_row).to(torch.int32) - 128).to(torch.int8)
         return PackedNMQ(codes8, w.row_scales.view(out, 1).clone(), bitmask, 2, 4, (out, in_features), "int8",
                          in_features)
-    word = w.a.view(torch.int32).view(row_tiles, w.steps, 4, 32, 4).permute(0, 1, 2, 4, 3)
+    word = w.a.view(torch.int32).view(row_tiles, tiles // 4, 32, 4).permute(0, 1, 3, 2)  # load L: k-tiles 4L..4L+3
     word = word.reshape(row_tiles, tiles, 32).to(torch.int64) & 0xFFFFFFFF
     shifts = torch.tensor(_INT4_SHIFTS, dtype=torch.int64, device=word.device)
     nibbles = ((word[..., None] >> shifts) & 0xF) ^ 0x8  # offset binary -> two's complement nibble
@@ -479,19 +525,19 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     if w.dense:
         return compact(tiled_to_dense(replace(w, meta=_meta_of(w), shape=(w.shape[0], w.tiled_in), dense=False)))
     out, in_features = w.shape
-    ks = STEP_TILES[w.code]
+    ks = w.ks
     row_tiles, tiles = -(-out // 16), w.steps * ks
     a = w.a.cpu()
     if w.code == 0:
         regs = a.view(w.dtype).view(row_tiles, tiles, 8, 4, 4, 2).to(torch.float64)  # tile s g t reg j
     elif w.code == 8:
         # per load: [lane][k-tile of the pair][word (row g, row g+8)][byte]
-        b = a.view(row_tiles, w.steps, 8, 32, 2, 2, 4).to(torch.float64) - 128
-        b = b.permute(0, 1, 2, 4, 3, 5, 6).reshape(row_tiles, tiles, 8, 4, 2, 2, 2)  # tile s g t h half j
+        b = a.view(row_tiles, tiles // 2, 32, 2, 2, 4).to(torch.float64) - 128
+        b = b.permute(0, 1, 3, 2, 4, 5).reshape(row_tiles, tiles, 8, 4, 2, 2, 2)  # tile s g t h half j
         regs = b.permute(0, 1, 2, 3, 5, 4, 6).reshape(row_tiles, tiles, 8, 4, 4, 2)  # reg = 2·half + h
         scale = w.row_scales.cpu().to(torch.float64)
     else:
-        words = a.view(torch.int32).view(row_tiles, w.steps, 4, 32, 4).permute(0, 1, 2, 4, 3)
+        words = a.view(torch.int32).view(row_tiles, tiles // 4, 32, 4).permute(0, 1, 3, 2)
         words = words.reshape(row_tiles, tiles, 8, 4).to(torch.int64) & 0xFFFFFFFF  # tile s g t
         nib = torch.stack([(words >> (4 * n)) & 0xF for n in range(8)], dim=-1).to(torch.float64) - 8
         regs = nib.view(row_tiles, tiles, 8, 4, 2, 4).transpose(-1, -2)  # element j = nibble r + 4j
@@ -516,16 +562,21 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     return dense[:out, :in_features]
 
 
-def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
+def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
+          int4_ks: int = STEP_TILES[4]) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' column-major loop
     order (over_loop 3), which the default build leaves out so that its other kernels compile as measured;
-    `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0."""
+    `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
+    SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
+    key = (columns, half_meta, int8_ks, int4_ks)
     with _lock:
-        library = _libraries.get((columns, half_meta))
+        library = _libraries.get(key)
         if library is None:
-            defines = (("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",))
+            defines = (("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",)) \
+                + (() if int8_ks == STEP_TILES[8] else (f"-DSP24_INT8_KS={int8_ks}",)) \
+                + (() if int4_ks == STEP_TILES[4] else (f"-DSP24_INT4_KS={int4_ks}",))
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
@@ -540,7 +591,7 @@ def _load(columns: bool = False, half_meta: bool | None = None) -> ctypes.CDLL:
             library.sp24_max_smem.restype = ctypes.c_int
             if (library.sp24_rows_per_block(), library.sp24_max_smem()) != (ROWS_PER_BLOCK, MAX_SMEM):
                 raise cuda_mma.CudaKernelUnavailableError("sp24.cu and sp24.py disagree on the tile size; rebuild")
-            _libraries[(columns, half_meta)] = library
+            _libraries[key] = library
         return library
 
 
@@ -561,7 +612,7 @@ def load() -> None:
 def min_splits(w: Sp24Weight, batch: int) -> int:
     """Fewest step ranges whose staged x fits the CTA's shared memory (with its column-major copy, for a weight with
     overflow slots in the columns order, see over_loop)."""
-    columns = STEP_TILES[w.code] * 32  # of x a step
+    columns = w.ks * 32  # of x a step
     step_bytes = 2 * columns * batch
     if over_loop(w, batch) == COLUMNS:
         step_bytes += columns * 16 * (1 if batch <= 8 else 2)  # 8 rows a column, 16 with two n-tiles
@@ -637,7 +688,7 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
-        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting())
+        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -720,7 +771,7 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
         packed = untile(w)
         dense = packed.to_dense() if w.code == 0 else packed.to_dense(w.dtype)
         return compact(dense) if w.dense else dense
-    library = _load()
+    library = _load(int8_ks=w.build_ks, int4_ks=w.build_int4_ks)
     dense = torch.empty(w.shape, dtype=w.dtype, device=w.a.device)
 
     def ptr(t):
@@ -755,7 +806,7 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL and _HALF_META (a launch tuned under
     one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
-    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.gk_shift, w.steps, w.glu, w.dense, norm,
+    return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(),
             sp24_over_loop_setting() if w.over_v is not None else None)
 

@@ -27,8 +27,8 @@ from .overflow import merge_overflow_quantized, split_overflow, split_overflow_q
 from .quantized import PackedNMQ
 from .quantized_linear import QuantizedPackedLinear
 from .reference import rms_norm
-from .sp24 import OVER_INT4_GROUP, OVER_SLOTS, STEP_TILES, Sp24Weight, sp24_linear, sp24_norm_linear, tile, \
-    tile_overflow, to_dense, untile, untile_slots
+from .sp24 import OVER_INT4_GROUP, OVER_SLOTS, Sp24Weight, sp24_linear, sp24_norm_linear, step_tiles, \
+    tile, tile_overflow, to_dense, untile, untile_slots
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ MAX_PADDING = 1 / 16  # tile only where the padded rows and columns add at most 
 
 def padding_overhead(out: int, in_features: int, quantize: str | None) -> float:
     """Share of extra bytes the tiled layout's padding (rows to 16, columns to whole steps) adds."""
-    columns = 32 * STEP_TILES[{None: 0, "int8": 8, "int4": 4}[quantize]]
+    columns = 32 * step_tiles({None: 0, "int8": 8, "int4": 4}[quantize])
     return (-(-out // 16) * 16 * -(-in_features // columns) * columns) / (out * in_features) - 1
 
 
@@ -345,7 +345,8 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
     if slotted:
         log.info("%d of the %d linears on sparse tensor cores are 16:32+%d (2:4 tiles plus overflow slots)", slotted,
                  tiled, OVER_SLOTS)
-        _load_columns_build()
+        _load_columns_build({(module.weight.build_ks, module.weight.build_int4_ks) for module in model.modules()
+                             if isinstance(module, Sp24Linear) and module.slotted})
     if norms:
         fuse_norms(model)
     return tiled
@@ -367,10 +368,11 @@ def _warn_packed_16of32_codes(model: torch.nn.Module) -> None:
                     "2:4 sparse tensor-core kernel", len(left))
 
 
-def _load_columns_build() -> None:
-    """Build (or load) now, not at the first launch of a decode, the kernel library with the slots' columns order,
-    which SPARSEDECODING_SP24_OVER_LOOP=auto runs at some batches (`sp24.over_loop`); EngineError, in one line,
-    if it cannot be built."""
+def _load_columns_build(builds: set[tuple[int, int]]) -> None:
+    """Build (or load) now, not at the first launch of a decode, the kernel libraries with the slots' columns order
+    for `builds`, the (SP24_INT8_KS, SP24_INT4_KS) pairs that a model's slotted linears name (`Sp24Weight.build_ks`,
+    `build_int4_ks`), which SPARSEDECODING_SP24_OVER_LOOP=auto runs at some batches (`sp24.over_loop`); EngineError,
+    in one line, if one cannot be built."""
     from . import cuda_mma
     from .op import sp24_over_loop_setting
     from .sp24 import _load
@@ -378,7 +380,8 @@ def _load_columns_build() -> None:
     if sp24_over_loop_setting() not in ("auto", "columns"):
         return
     try:
-        _load(columns=True)
+        for int8_ks, int4_ks in sorted(builds):
+            _load(columns=True, int8_ks=int8_ks, int4_ks=int4_ks)
     except cuda_mma.CudaKernelUnavailableError as exc:
         raise EngineError(f"the sparse tensor-core kernel's build with the slots' columns order failed ({exc}); "
                           "set SPARSEDECODING_SP24_OVER_LOOP=rows or SPARSEDECODING_SP24_SLOTS=0") from exc

@@ -46,7 +46,7 @@
 //
 // Overflow slots (OVER): W = W24 + W_over for a 16:32+K weight (kernels/overflow.py), W_over held in two fixed
 // slots a row and 32-column word. Tiled per row tile and slot step (8 k-tiles, the step of 16-bit values; a step of
-// codes covers two slot steps) like `a`:
+// codes covers ks / 8 slot steps: two, or one in steps of 8) like `a`:
 //   over_v: [row tile][slot step][lane][8 values] (16-bit values: 16 B a lane; codes: 8 B a lane, one int8 code
 //   each), over_o: [row tile][slot step][lane][8 bytes];
 //   lane (g, t)'s slot k (0..7) is in word 2t + k / 4 of the slot step (k-tile 8·step + 2t + k / 4), row g +
@@ -54,8 +54,8 @@
 //   4·(c / 8) + 2·(c % 2) for column c, see above); value 0 where the slot is unused.
 // With codes (CODE 8 or 4) a slot holds the int8 code of its weight, 2 bytes a slot with its offset instead of 3:
 // for CODE 8 the row's scale multiplies it with the rest of the sum at the end; for CODE 4 (128 columns a scale,
-// SPS 4) the slot's code is multiplied by its row's scale of the group it lies in (lane t's slots of a slot step
-// lie in scale group 2·(slot step % 2) + t / 2 of the step), exactly in fp32, since the slots are added after the
+// SPS ks / 4) the slot's code is multiplied by its row's scale of the group it lies in (lane t's slots of slot step h
+// of a step lie in scale group 2·h + t / 2 of the step), exactly in fp32, since the slots are added after the
 // group scales.
 // Each lane adds its slots' products with every row of x into float32 partials p[row g / g+8][row of x], loaded with
 // the step's weights (two steps in flight) and kept over all its steps; after the loop one butterfly in the quad
@@ -102,10 +102,25 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 #define SP24_ABLATE 0
 #endif
 
+// SP24_INT8_KS: k-tiles a step of int8 codes, 16 (the default: eight 16-byte loads a lane, as a step of 16-bit values)
+// or 8 (four loads; a library of its own, which sp24.py loads for weights tiled with SPARSEDECODING_SP24_INT8_STEP=8):
+// twice the steps a row tile, so that split-K and the warps of small shapes share finer work, and a warp's first sums
+// wait for half the dequantized k-tiles. The tiled values' bytes are the same either way (a step's loads follow the
+// last step's); the metadata words are laid out per step.
+#ifndef SP24_INT8_KS
+#define SP24_INT8_KS 16
+#endif
+static_assert(SP24_INT8_KS == 8 || SP24_INT8_KS == 16, "SP24_INT8_KS: 8 or 16 k-tiles a step of int8 codes");
+// SP24_INT4_KS: the same for int4 codes, 16 (four 16-byte loads a lane) by default or 8 (two; a library of its own,
+// for weights tiled with SPARSEDECODING_SP24_INT4_STEP=8). Scale loads a step follow: ks >> gk_shift, at least one.
+#ifndef SP24_INT4_KS
+#define SP24_INT4_KS 16
+#endif
+static_assert(SP24_INT4_KS == 8 || SP24_INT4_KS == 16, "SP24_INT4_KS: 8 or 16 k-tiles a step of int4 codes");
 template <int CODE>
 struct Steps {
-  static constexpr int ks = CODE == 0 ? 8 : 16;                      // k-tiles per step
-  static constexpr int a_loads = CODE == 4 ? 4 : 8;                  // 16-byte loads of values per lane and step
+  static constexpr int ks = CODE == 0 ? 8 : CODE == 8 ? SP24_INT8_KS : SP24_INT4_KS;  // k-tiles per step
+  static constexpr int a_loads = CODE == 0 ? 8 : CODE == 8 ? ks / 2 : ks / 4;         // 16-byte loads a lane, step
   static constexpr int tiles_per_load = ks / a_loads;
   static constexpr int meta_words = SP24_HALF_META ? ks / 2 : ks;    // metadata words a lane holds per step
   static constexpr int meta_loads = meta_words / 4;                  // 16-byte metadata loads per lane
@@ -153,17 +168,24 @@ __device__ __forceinline__ void mma_sp(float* c, uint32_t a0, uint32_t a1, uint3
   }
 }
 
-// int8 offset-binary byte k of w as the exact float code: 2^23 + u, minus 2^23 + 128.
-__device__ __forceinline__ float int8_code(uint32_t w, int k) {
-  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - 8388736.f;
-}
-
 __device__ __forceinline__ float silu_mul(float gate, float up) { return gate / (1.f + __expf(-gate)) * up; }
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
+// int8: offset-binary bytes k and k + 1 of w (u = code + 128) as the bf16 pair of their exact codes, in four
+// instructions where the fp32 route (2^23 + u through two PRMT and two FADD, then one F2FP) took five. One PRMT puts
+// the bytes in the low byte of each half. One LOP3 keeps their low 7 bits under 0x4300: bf16 128 + (u & 0x7F), exact
+// (8 significant bits). Another gives 0x4380 (256) where u's top bit is clear and 0x4300 (128) where it is set. The
+// difference is u - 128, an integer of at most 8 bits, which bf16 holds: exact. tests/test_sp24_int8_dequant.py
+// emulates these instructions, constants read from here, on every byte.
 __device__ __forceinline__ uint32_t int8_pair(uint32_t w, int k) {
-  return bf16x2_bits(__floats2bfloat162_rn(int8_code(w, k), int8_code(w, k + 1)));
+  const uint32_t spread = __byte_perm(w, 0u, 0x4040u | k | ((k + 1) << 8));
+  uint32_t magnitude, bias, magic;
+  asm("mov.b32 %0, 0x43004300;\n" : "=r"(magic));  // in a register: with both constants immediate, ptxas emits two
+  asm("lop3.b32 %0, %1, 0x007F007F, %2, 0xEA;\n" : "=r"(magnitude) : "r"(spread), "r"(magic));  // (a & b) | c
+  asm("lop3.b32 %0, %1, 0x00800080, %2, 0xAE;\n" : "=r"(bias) : "r"(spread), "r"(magic));  // (~a & b) | c
+  return bf16x2_bits(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&magnitude),
+                             *reinterpret_cast<const __nv_bfloat162*>(&bias)));
 }
 
 // int4: nibbles r and r + 4 of q (offset binary u = code + 8) as bf16 128 + u, minus 136: the codes, exactly.
@@ -638,7 +660,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
           for (int h = 0; h < S::ks / 8; ++h) {
             uint32_t scale = 0u;  // CODE 4: the scales of this lane's slots' group (see the top)
             if constexpr (CODE == 4) {
-              static_assert(SPS == 4, "int4 codes with slots: 128 columns a scale");
+              static_assert(SPS == S::ks / 4, "int4 codes with slots: 128 columns a scale");
               scale = (t & 2) ? r[b].s[2 * h + 1] : r[b].s[2 * h];
             }
             over_step<T, NT, OVER, CODE>(p, r[b].ov[h], r[b].oc[h], scale, xs, xstride,
@@ -938,9 +960,9 @@ cudaError_t columns(const Problem& p) {
 #endif
 }
 
-// int4 codes with overflow slots: only 128 columns a scale (gk_shift 2, four scale loads a step), the default group
-// size, so that the slots add 8 kernels for int4 rather than 40.
-constexpr int kOverInt4Sps = 4;
+// int4 codes with overflow slots: only 128 columns a scale (gk_shift 2, four scale loads a step of 16 k-tiles, two of
+// 8), the default group size, so that the slots add 8 kernels for int4 rather than 40.
+constexpr int kOverInt4Sps = Steps<4>::ks / 4;
 
 template <typename T, int CODE, int SPS, bool NORM>
 cudaError_t with_slots(const Problem& p) {
@@ -976,21 +998,20 @@ cudaError_t by_batch(const Problem& p) {
 
 extern "C" {
 
-// code_bits 0 (16-bit values, is_bf16 picks bf16 or fp16), 8 (int8, bf16 x, `row_scales` bf16 [out]) or 4 (int4,
-// bf16 x, `scales` tiled, a group 2^gk_shift k-tiles, `groups` groups a row tile). `steps`: steps of the tiled
-// layout per row tile (k-tiles / (8 for 16-bit values, 16 for codes)). `splits` step ranges across CTAs, `slices`
-// (1, 2, 4 or 8) warps per row tile inside one. `glu`: a gate|up weight tiled in pairs, y = silu(gate)·up with
-// out / 2 columns (out a multiple of 32, slices at most 4). `norm_w` (T [in], or null): y = W·rmsnorm(x + res)
-// (`res` [batch][in] or null), the sum x + res into `sum_out` (or not, if null), `ss_slots` (with split-K) one float
-// per row block, split and row of x. `pdl`: a programmatic launch (compute capability 9.0), whose CTAs may start
-// and load their first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents
-// start once its weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight
-// (16-bit values, int8 codes, or int4 codes with 128 columns a scale; with or without norm_w; see sp24_kernel),
-// added in loop order `over_loop` (see over_step: 1 rows of x outer, 2 slots outer, 3 slots outer on a
-// column-major copy of x (only in a build with SP24_COLUMNS), 0 the
-// first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself,
-// sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see sp24_kernel), `in`
-// its expanded width (twice x's). Returns 0 or a cudaError_t.
+// code_bits 0 (16-bit values, is_bf16 picks bf16 or fp16), 8 (int8, bf16 x, `row_scales` bf16 [out]) or 4 (int4, bf16
+// x, `scales` tiled, a group 2^gk_shift k-tiles, `groups` groups a row tile). `steps`: steps of the tiled layout per
+// row tile (k-tiles / (8 for 16-bit values, SP24_INT8_KS or SP24_INT4_KS for codes)). `splits` step ranges across CTAs,
+// `slices` (1, 2, 4 or 8) warps per row tile inside one. `glu`: a gate|up weight tiled in pairs, y = silu(gate)·up with
+// out / 2 columns (out a multiple of 32, slices at most 4). `norm_w` (T [in], or null): y = W·rmsnorm(x + res) (`res`
+// [batch][in] or null), the sum x + res into `sum_out` (or not, if null), `ss_slots` (with split-K) one float per row
+// block, split and row of x. `pdl`: a programmatic launch (compute capability 9.0), whose CTAs may start and load their
+// first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents start once its
+// weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight (16-bit values, int8
+// codes, or int4 codes with 128 columns a scale; with or without norm_w; see sp24_kernel), added in loop order
+// `over_loop` (see over_step: 1 rows of x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a
+// build with SP24_COLUMNS), 0 the first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the
+// order per batch itself, sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see
+// sp24_kernel), `in` its expanded width (twice x's). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
@@ -1018,12 +1039,13 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   if (!is_bf16) return cudaErrorInvalidValue;
   if (code_bits == 8) return by_batch<__nv_bfloat16, 8, 1>(p);
   if (code_bits != 4) return cudaErrorInvalidValue;
+  constexpr int k4 = Steps<4>::ks;
   switch (gk_shift) {  // scale loads per step: one per group, at least one
-    case 0: return by_batch<__nv_bfloat16, 4, 16>(p);
-    case 1: return by_batch<__nv_bfloat16, 4, 8>(p);
-    case 2: return by_batch<__nv_bfloat16, 4, 4>(p);
-    case 3: return by_batch<__nv_bfloat16, 4, 2>(p);
-    default: return by_batch<__nv_bfloat16, 4, 1>(p);
+    case 0: return by_batch<__nv_bfloat16, 4, k4>(p);
+    case 1: return by_batch<__nv_bfloat16, 4, k4 / 2>(p);
+    case 2: return by_batch<__nv_bfloat16, 4, k4 / 4>(p);
+    case 3: return by_batch<__nv_bfloat16, 4, k4 / 8>(p);
+    default: return by_batch<__nv_bfloat16, 4, (k4 / 16 > 0 ? k4 / 16 : 1)>(p);
   }
 }
 
