@@ -46,13 +46,16 @@ DEFAULT_SUMMARIES = (RESULTS / "quality-quant5-qwen2.5-coder-1.5b" / "summary.js
 # the one-run panel (`h200.sh quant-qwen-all`); the preset's earlier runs; the real pruned Qwen's 2:4 run under the
 # same settings. Last in both, the 16:32+2 rows with slots of codes (twenty-eighth session; its dense rows come
 # earlier from the files above, so a 16:32+2 point's ratio is against its own file's dense); 16:32+2 + int8's from
-# the twenty-ninth session's run (its rows before had bf16 slots, a kernel the engine no longer runs).
+# the twenty-ninth session's run (its rows before had bf16 slots, a kernel the engine no longer runs); before those,
+# the thirtieth session's runs of both with codes in steps of 8, the default since (the older runs' rows yield).
 DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_run3.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32_today.md",
                                            RESULTS / "quant_e2e_h200_head_int4_sp24.md",
                                            RESULTS / "quant_e2e_h200_head_int8.md",
                                            RESULTS / "quant_e2e_h200_sp24_inductor.md",
                                            RESULTS / "quant_e2e_h200_8b_16of32.md", RESULTS / "quant_e2e_h200.md",
+                                           RESULTS / "quant_e2e_h200_8b_slot_codes_int4_step8.md",
+                                           RESULTS / "quant_e2e_h200_8b_slot_codes_int8_step8.md",
                                            RESULTS / "quant_e2e_h200_8b_slot_codes.md",
                                            RESULTS / "quant_e2e_h200_8b_slot_codes_int8.md")),
                   ("Qwen2.5-Coder-1.5B shapes", (RESULTS / "quant_e2e_h200_qwen_16of32_after.md",
@@ -61,6 +64,8 @@ DEFAULT_SPEEDS = (("Llama-3.1-8B preset", (RESULTS / "quant_e2e_h200_head_int4_r
                                                  RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b.md",
                                                  RESULTS / "bench_qwen2.5-coder-1.5b_2of4_h200_inductor.md",
                                                  RESULTS / "quant_e2e_h200_qwen2.5-coder-1.5b_2of4_head_int8.md",
+                                                 RESULTS / "quant_e2e_h200_qwen_slot_codes_int4_step8.md",
+                                                 RESULTS / "quant_e2e_h200_qwen_slot_codes_int8_step8.md",
                                                  RESULTS / "quant_e2e_h200_qwen_slot_codes.md",
                                                  RESULTS / "quant_e2e_h200_qwen_slot_codes_int8.md")))
 TARGET_GAP = 0.03  # issue 13: N:M + int8 within this pass@1 of the same N:M in bf16 (decode-time calibration)
