@@ -45,8 +45,8 @@ SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
 ROWS_PER_BLOCK = 128  # kRowsPerCta in sp24.cu: rows of a CTA with one warp per row tile (slices = 1)
 SLICES = (1, 2, 4, 8)  # warps per row tile in a CTA (sharing out its steps)
 MAX_SMEM = 66 * 1024  # kMaxSmem: staged x per CTA
-# k-tiles per step (Steps<CODE>::ks) of the default build; codes may be tiled in steps of 8 (SPARSEDECODING_SP24_INT8_STEP,
-# SPARSEDECODING_SP24_INT4_STEP), which run on builds of their own
+# k-tiles per step (Steps<CODE>::ks) of the default build; codes may be tiled in steps of 8
+# (SPARSEDECODING_SP24_INT8_STEP, SPARSEDECODING_SP24_INT4_STEP), which run on builds of their own
 STEP_TILES = {0: 8, 8: 16, 4: 16}
 # k-tiles a step of codes in a weight with overflow slots unless the setting says otherwise: 8, measured faster side
 # by side (results/int8_step_h200_8b_16of32p2.md, int4_step_h200_8b_16of32p2.md, int4_step_h200_qwen_16of32p2.md)
@@ -205,8 +205,8 @@ def tile(packed: PackedNM | PackedNMQ, glu: bool = False, int8_step: int | None 
          int4_step: int | None = None) -> Sp24Weight:
     """The tiled layout of a 2:4 `PackedNM` (bf16/fp16 values) or `PackedNMQ` (int8, or int4 with a power-of-two
     multiple of 32 columns a scale); with `glu`, of a gate|up weight whose kernel gives silu(gate)·up (rows a
-    multiple of 32). Steps of `int8_step` / `int4_step` k-tiles for codes (`step_tiles`). Runs where the tensors are; raises
-    KernelInputError for anything else."""
+    multiple of 32). Steps of `int8_step` / `int4_step` k-tiles for codes (`step_tiles`). Runs where the tensors
+    are; raises KernelInputError for anything else."""
     if (packed.n, packed.m) != (2, 4):
         raise KernelInputError(f"the sparse tensor-core kernel runs the 2:4 pattern; got {packed.pattern}")
     if glu:
