@@ -36,6 +36,12 @@ models() {  # join the received pieces; `fetch` checks size and sha256 before co
   fi
 }
 
+ab() {  # SECONDS SETTING "VALUES" PATTERN QUANTIZE "BATCHES" REPORT [PRESET]: setting_ab_bench.py, the model
+  # under each value of SETTING side by side with dense bf16, into $OUT/REPORT; its table rows echoed
+  timeout "$1" python3 benchmarks/setting_ab_bench.py --setting "$2" --values $3 --preset "${8:-llama-3.1-8b}" \
+    --pattern "$4" --quantize "$5" --batch $6 --out "$OUT/$7" 2>&1 | grep -E "^\| (llama|qwen)|rror" || true
+}
+
 pruned_qwen() {  # the decode-calibrated 2:4 model that prune-cli, check-qwen-2of4 and drift read
   [ -d $pruned ] || python3 -m sparsedecoding prune --model qwen2.5-coder-1.5b --pattern 2:4 --gen-batch-size 82 \
     --out $pruned
@@ -519,19 +525,14 @@ PY
     # sp24-columns-int8-step8): int8 codes in steps of 8 k-tiles (SPARSEDECODING_SP24_INT8_STEP=8, a build with
     # SP24_INT8_KS=8) against steps of 16: its GPU tests, the kernel on the 8B + 14B shapes side by side (issue 13's
     # int8 geomean), then the engine on the Qwen and 8B presets
-    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_code_steps_gpu.py -k int8 -p no:cacheprovider 2>&1 | tail -3 \
-      | tee "$OUT/gpu_tests_int8_step.log" || true
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_code_steps_gpu.py -k int8 -p no:cacheprovider 2>&1 \
+      | tail -3 | tee "$OUT/gpu_tests_int8_step.log" || true
     (cd benchmarks && SPARSEDECODING_SP24_INT8_STEP=8 PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 \
       sp24_bench.py --kinds int8 --no-sweep --baseline SPARSEDECODING_SP24_INT8_STEP=16 \
       --out "$OUT/sp24_h200_int8_step8.md" | grep -E "^\| int8 \||failures|rror") || true
-    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
-      --preset qwen2.5-coder-1.5b --quantize int8 --batch 1 4 --out "$OUT/int8_step_h200_qwen.md" 2>&1 \
-      | grep -E "^\| qwen|rror" || true
-    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
-      --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int8 --batch 1 \
-      --out "$OUT/int8_step_h200_qwen_16of32p2.md" 2>&1 | grep -E "^\| qwen|rror" || true
-    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
-      --quantize int8 --batch 1 4 --out "$OUT/int8_step_h200_8b.md" 2>&1 | grep -E "^\| llama|rror" || true ;;
+    ab 200 SPARSEDECODING_SP24_INT8_STEP "16 8" 2:4 int8 "1 4" int8_step_h200_qwen.md qwen2.5-coder-1.5b
+    ab 200 SPARSEDECODING_SP24_INT8_STEP "16 8" 16:32+2 int8 "1" int8_step_h200_qwen_16of32p2.md qwen2.5-coder-1.5b
+    ab 240 SPARSEDECODING_SP24_INT8_STEP "16 8" 2:4 int8 "1 4" int8_step_h200_8b.md ;;
   lease32)  # thirtieth session, after lease31 (int8-lop3-tests, int8-step) put 16:32+2 + int8 on the Qwen shapes at
     # 1.671x with steps of 8 against 1.336x with 16: the same A/B for 16:32+2 on the 8B preset and at batch 4
     bash benchmarks/h200.sh bg kcache int8-step-slots ;;
@@ -548,32 +549,34 @@ PY
     (cd benchmarks && SPARSEDECODING_SP24_INT4_STEP=8 PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 \
       sp24_bench.py --kinds int4 --no-sweep --baseline SPARSEDECODING_SP24_INT4_STEP=16 \
       --out "$OUT/sp24_h200_int4_step8.md" | grep -E "^\| int4 \||failures|rror") || true
-    timeout 360 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT4_STEP --values 16 8 \
-      --pattern 16:32+2 --quantize int4 --batch 1 4 8 --out "$OUT/int4_step_h200_8b_16of32p2.md" 2>&1 \
-      | grep -E "^\| llama|rror" || true
-    timeout 200 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT4_STEP --values 16 8 \
-      --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int4 --batch 1 4 \
-      --out "$OUT/int4_step_h200_qwen_16of32p2.md" 2>&1 | grep -E "^\| qwen|rror" || true ;;
+    ab 360 SPARSEDECODING_SP24_INT4_STEP "16 8" 16:32+2 int4 "1 4 8" int4_step_h200_8b_16of32p2.md
+    ab 200 SPARSEDECODING_SP24_INT4_STEP "16 8" 16:32+2 int4 "1 4" int4_step_h200_qwen_16of32p2.md qwen2.5-coder-1.5b ;;
+  lease35)  # prepared in the thirtieth session (no model, about 10 minutes): first, here, `git apply
+    # benchmarks/patches/int8-two-ctas.patch`, prebuild .kcache with --only sp24 sp24-int8-step8
+    # sp24-columns-int8-step8 sp24-int8-step8-two-ctas sp24-columns-int8-step8-two-ctas, pack it (tar czf
+    # .kcachez/k.tgz -C .kcache cuda_build) and carry .kcachez
+    bash benchmarks/h200.sh bg kcache int8-two-ctas-step8 ;;
+  int8-two-ctas-step8)  # the int8 slot kernels in steps of 8 k-tiles built for two CTAs a multiprocessor
+    # (SPARSEDECODING_SP24_OVER_INT8_ONE_CTA=0; no spills, results/sass_sp24_int8_step8_2ctas.md) against one, side
+    # by side: its GPU tests (bit for bit the one-CTA products, float64), then 16:32+2 + int8 in the engine
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24_code_steps_gpu.py -k two_ctas -p no:cacheprovider 2>&1 \
+      | tail -3 | tee "$OUT/gpu_tests_int8_two_ctas.log" || true
+    ab 300 SPARSEDECODING_SP24_OVER_INT8_ONE_CTA "1 0" 16:32+2 int8 "1 4 8" int8_ctas_step8_h200_8b.md
+    ab 150 SPARSEDECODING_SP24_OVER_INT8_ONE_CTA "1 0" 16:32+2 int8 "1 4" int8_ctas_step8_h200_qwen.md \
+      qwen2.5-coder-1.5b ;;
   int8-step-slots)  # 16:32+2 + int8 (code slots) with steps of 8 k-tiles against 16, engine side by side: the 8B
     # preset at batch 1, 4, 8, the Qwen preset at batch 1 and 4
-    timeout 420 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
-      --pattern 16:32+2 --quantize int8 --batch 1 4 8 --out "$OUT/int8_step_h200_8b_16of32p2.md" 2>&1 \
-      | grep -E "^\| llama|rror" || true
-    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_INT8_STEP --values 16 8 \
-      --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int8 --batch 1 4 \
-      --out "$OUT/int8_step_h200_qwen_16of32p2_b4.md" 2>&1 | grep -E "^\| qwen|rror" || true ;;
+    ab 420 SPARSEDECODING_SP24_INT8_STEP "16 8" 16:32+2 int8 "1 4 8" int8_step_h200_8b_16of32p2.md
+    ab 240 SPARSEDECODING_SP24_INT8_STEP "16 8" 16:32+2 int8 "1 4" int8_step_h200_qwen_16of32p2_b4.md \
+      qwen2.5-coder-1.5b ;;
   int8-ctas)  # run at commit 58a3888 (SPARSEDECODING_SP24_OVER_INT8_ONE_CTA, then removed: two CTAs were slower; 1
     # GPU test passed; the Qwen A/B hit its 150 s limit and ran again by hand at batch 1 only, timeout 280): the int8
     # slot kernels (16:32+2 + int8) under two CTAs a multiprocessor (a build of its own) against the one-CTA bound,
     # bit for bit on the GPU, then side by side in the engine: int8_ctas_h200_qwen.md (batch 1), _8b.md (1 / 4)
     timeout 120 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py -k two_ctas -p no:cacheprovider 2>&1 \
       | tail -2 | tee "$OUT/gpu_tests_int8_ctas.log" || true
-    timeout 150 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_OVER_INT8_ONE_CTA --values 1 0 \
-      --preset qwen2.5-coder-1.5b --pattern 16:32+2 --quantize int8 --batch 1 4 \
-      --out "$OUT/int8_ctas_h200_qwen.md" 2>&1 | grep -E "^\| qwen|rror" || true
-    timeout 240 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_OVER_INT8_ONE_CTA --values 1 0 \
-      --pattern 16:32+2 --quantize int8 --batch 1 4 --out "$OUT/int8_ctas_h200_8b.md" 2>&1 \
-      | grep -E "^\| llama|rror" || true ;;
+    ab 150 SPARSEDECODING_SP24_OVER_INT8_ONE_CTA "1 0" 16:32+2 int8 "1 4" int8_ctas_h200_qwen.md qwen2.5-coder-1.5b
+    ab 240 SPARSEDECODING_SP24_OVER_INT8_ONE_CTA "1 0" 16:32+2 int8 "1 4" int8_ctas_h200_8b.md ;;
   qwen-int8-profile)  # step_profile_h200_qwen_{2of4,16of32p2}{,_int8}.md: where the Qwen shapes' int8 steps lose to bf16
     # (lease30: 16:32+2 + int8 1.314x dense bf16 against 1.476x for 16:32+2 bf16; 2:4 + int8 1.776x against 1.769x in
     # the twenty-sixth session's one-run panel), kernel by kernel, batch 1
