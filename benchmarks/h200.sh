@@ -556,6 +556,15 @@ PY
     # sp24-columns-int8-step8 sp24-int8-step8-two-ctas sp24-columns-int8-step8-two-ctas, pack it (tar czf
     # .kcachez/k.tgz -C .kcache cuda_build) and carry .kcachez
     bash benchmarks/h200.sh bg kcache int8-two-ctas-step8 ;;
+  bias-mma)  # prepared in the thirtieth session (no model, about 5 minutes): first, here, `git apply
+    # benchmarks/patches/bias-mma.patch`, prebuild .kcache with --only sp24 sp24-bias-mma (packed as for lease35).
+    # Its GPU tests (the SP24_BIAS_MMA=1 build against float64: int8 and int4, GLU, slots, dense weights), then the
+    # build against the default on the 8B shapes at batch 1 (ablate_probe.py, side by side in one process)
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_bias_mma_gpu.py -p no:cacheprovider 2>&1 | tail -3 \
+      | tee "$OUT/gpu_tests_bias_mma.log" || true
+    timeout 200 python3 benchmarks/ablate_probe.py --kinds int4 int8 --builds "HSUB2=" "bias MMA=-DSP24_BIAS_MMA=1" \
+      --out "$OUT/bias_mma_h200.md" || true ;;
   int8-two-ctas-step8)  # the int8 slot kernels in steps of 8 k-tiles built for two CTAs a multiprocessor
     # (SPARSEDECODING_SP24_OVER_INT8_ONE_CTA=0; no spills, results/sass_sp24_int8_step8_2ctas.md) against one, side
     # by side: its GPU tests (bit for bit the one-CTA products, float64), then 16:32+2 + int8 in the engine
