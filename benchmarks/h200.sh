@@ -551,6 +551,12 @@ PY
       --out "$OUT/sp24_h200_int4_step8.md" | grep -E "^\| int4 \||failures|rror") || true
     ab 360 SPARSEDECODING_SP24_INT4_STEP "16 8" 16:32+2 int4 "1 4 8" int4_step_h200_8b_16of32p2.md
     ab 200 SPARSEDECODING_SP24_INT4_STEP "16 8" 16:32+2 int4 "1 4" int4_step_h200_qwen_16of32p2.md qwen2.5-coder-1.5b ;;
+  lease36)  # prepared in the thirtieth session (no model, about 12 minutes): lease35 and bias-mma in one lease. First,
+    # here, `git apply` benchmarks/patches/int8-two-ctas.patch and bias-mma.patch, prebuild .kcache with --only sp24
+    # sp24-int8-step8 sp24-columns-int8-step8 sp24-int8-step8-two-ctas sp24-columns-int8-step8-two-ctas
+    # sp24-bias-mma (the thirtieth session left them packed in .kcachez/k.tgz, built from this tree with both
+    # patches applied), and carry .kcachez and .whl
+    bash benchmarks/h200.sh bg kcache int8-two-ctas-step8 bias-mma ;;
   lease35)  # prepared in the thirtieth session (no model, about 10 minutes): first, here, `git apply
     # benchmarks/patches/int8-two-ctas.patch`, prebuild .kcache with --only sp24 sp24-int8-step8
     # sp24-columns-int8-step8 sp24-int8-step8-two-ctas sp24-columns-int8-step8-two-ctas, pack it (tar czf
