@@ -90,8 +90,8 @@ class Sp24Weight:
 
     @property
     def ks(self) -> int:
-        """k-tiles a step: STEP_TILES[code], or 8 for int8 codes tiled with SPARSEDECODING_SP24_INT8_STEP=8 (read off
-        the tiled values: a step of a row tile holds ks / TILES_PER_LOAD[code] loads of 512 bytes)."""
+        """k-tiles a step: STEP_TILES[code], or 8 for codes tiled in steps of 8 (`step_tiles`; read off the tiled
+        values: a step of a row tile holds ks / TILES_PER_LOAD[code] loads of 512 bytes)."""
         loads = self.a.numel() * self.a.element_size() // (-(-self.shape[0] // 16) * self.steps * 512)
         return loads * TILES_PER_LOAD[self.code]
 
