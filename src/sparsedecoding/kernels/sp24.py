@@ -28,6 +28,7 @@ import ctypes
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -37,8 +38,7 @@ from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_int4_step_setting,
-                 sp24_int8_step_setting,
-                 sp24_over_loop_setting, sp24_pdl_setting)
+                 sp24_int8_step_setting, sp24_over_loop_setting, sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -57,7 +57,8 @@ TILES_PER_LOAD = {0: 1, 8: 2, 4: 4}  # k-tiles a lane's 16-byte load of values c
 _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
-_libraries: dict[tuple[bool, bool, int], ctypes.CDLL] = {}  # by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS)
+# by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS, SP24_INT4_KS)
+_libraries: dict[tuple[bool, bool, int, int], ctypes.CDLL] = {}
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 
@@ -88,10 +89,11 @@ class Sp24Weight:
     over_o: torch.Tensor | None = None
     dense: bool = False
 
-    @property
+    @cached_property
     def ks(self) -> int:
         """k-tiles a step: STEP_TILES[code], or 8 for codes tiled in steps of 8 (`step_tiles`; read off the tiled
-        values: a step of a row tile holds ks / TILES_PER_LOAD[code] loads of 512 bytes)."""
+        values: a step of a row tile holds ks / TILES_PER_LOAD[code] loads of 512 bytes). Read once per weight: it
+        is part of every launch's `problem_key`, on the eager path."""
         loads = self.a.numel() * self.a.element_size() // (-(-self.shape[0] // 16) * self.steps * 512)
         return loads * TILES_PER_LOAD[self.code]
 
