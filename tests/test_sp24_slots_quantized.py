@@ -64,8 +64,8 @@ def test_tiles_read_back_to_the_packed_weight(quantize, glu):
 def emulate_slots(w, out, rows, x_of, scale_of):
     """sp24.cu's OVER path with codes: a step of w.ks k-tiles holds w.ks / 8 slot steps, lane (g, t) of row tile r
     reading 8 bytes of int8 codes at over_v + (r·slot steps + slot step)·256 + 8·lane and 8 of offsets at over_o +
-    (same)·256 + 8·lane; slot k's code times scale_of(row, group) (group 2·(slot step % 2) + t / 2 of an int4 codes
-    step, i.e. the slot step's 128-column half) times x_of(slot step, t, k, offset k) goes into row g +
+    (same)·256 + 8·lane; slot k's code times scale_of(row, group) (the row's 128-column group 2·(slot step) + t / 2,
+    i.e. the slot step's half that lane t's words lie in) times x_of(slot step, t, k, offset k) goes into row g +
     8·((k / 2) % 2)."""
     values = w.over_v.view(-1)
     offsets = w.over_o.view(-1)
