@@ -551,6 +551,28 @@ PY
       --out "$OUT/sp24_h200_int4_step8.md" | grep -E "^\| int4 \||failures|rror") || true
     ab 360 SPARSEDECODING_SP24_INT4_STEP "16 8" 16:32+2 int4 "1 4 8" int4_step_h200_8b_16of32p2.md
     ab 200 SPARSEDECODING_SP24_INT4_STEP "16 8" 16:32+2 int4 "1 4" int4_step_h200_qwen_16of32p2.md qwen2.5-coder-1.5b ;;
+  gpu-suite)  # every GPU test of tests/ (-m gpu), one pytest a file under its own limit (SUITE_LIMIT seconds, default
+    # 240), the sp24 kernel files first, so that a slow or hung file leaves the others their time: gpu_suite.md (a
+    # row a file: pytest's last line, seconds) and gpu_suite/FILE.log (short tracebacks of any failure). Prebuild
+    # .kcache here first (prebuild_kernels.py with no --only: every library the suite loads), carry it as .kcachez,
+    # and run `COMMIT=$(git rev-parse --short HEAD) bash benchmarks/h200.sh bg kcache gpu-suite` (the copy there has no
+    # git history)
+    mkdir -p "$OUT/gpu_suite"
+    printf '# GPU tests, one pytest a file\n\n- date: %s\n- commit: %s\n- device: %s\n- software: %s\n\n' \
+      "$(date -u +%F)" "${COMMIT:-unknown}" \
+      "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+      "$(python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')" \
+      > "$OUT/gpu_suite.md"
+    echo "| file | pytest's result | s |" >> "$OUT/gpu_suite.md"; echo "|---|---|---|" >> "$OUT/gpu_suite.md"
+    files=$( (ls tests/test_sp24*.py; ls tests/test_*.py) | awk '!seen[$0]++' | xargs grep -l "mark.gpu")
+    for file in $files; do
+      name=$(basename "$file" .py); start=$SECONDS
+      timeout "${SUITE_LIMIT:-240}" python3 -m pytest -q -m gpu "$file" -p no:cacheprovider --tb=short \
+        > "$OUT/gpu_suite/$name.log" 2>&1
+      rc=$?; last=$(grep -E "passed|failed|error|no tests ran" "$OUT/gpu_suite/$name.log" | tail -1 | tr -d '=|')
+      [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
+      echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
+    done ;;
   lease36)  # run in the thirty-first session (about 5 minutes) at commit 25b251c with both patches of its tree
     # applied (benchmarks/patches/int8-two-ctas.patch and bias-mma.patch, removed since: neither landed), after
     # prebuilding .kcache with --only sp24 sp24-int8-step8 sp24-columns-int8-step8 sp24-int8-step8-two-ctas
