@@ -352,6 +352,28 @@ def test_inductor_settings_reach_the_compiled_regions(combo, pdl, options, monke
     assert [kwargs["options"] for kwargs in compiled] == [options, options]
 
 
+def test_compiled_regions_past_dynamos_recompile_limit(monkeypatch):
+    """Ten compilations of the regions, each at its own batch (a recompile under static shapes), all run: each
+    compile_regions call gets code objects of its own. On one shared code object the ninth failed under fullgraph
+    (Dynamo's limit of 8 a code object), as a GPU test run after thirteen compiled engines did. Dynamo's eager
+    backend stands in for Inductor so that this stays fast on a CPU."""
+    import torch._dynamo
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: real_compile(fn, fullgraph=True, dynamic=False,
+                                                                            backend="eager"))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    torch._dynamo.reset()
+    model = build_model(TINY, random_state(TINY, None, torch.float32, "cpu"))
+    prompt = torch.randint(TINY.vocab_size, (10, 3), generator=torch.Generator().manual_seed(0))
+    for batch in range(1, 11):
+        model.setup_caches(batch, 16)
+        model.compile_regions()
+        compiled = model(prompt[:batch], torch.arange(3), compiled=True)
+        torch.testing.assert_close(compiled, model(prompt[:batch], torch.arange(3)), rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("has_pdl", [True, False])
 def test_the_inductor_defaults_are_combo_kernels_and_programmatic_launches_where_inductor_has_them(has_pdl,
                                                                                                    monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import types
 
 import torch
 import torch.nn.functional as F
@@ -223,6 +224,14 @@ def _run_final_norm(norm: RMSNorm, x: Tensor, mlp_out: Tensor) -> Tensor:
     return norm(x + mlp_out)
 
 
+def _own_code(fn: types.FunctionType) -> types.FunctionType:
+    """`fn` with a code object of its own. Dynamo keeps compiled entries, and counts recompiles against its limit
+    (8 by default, a hard error under fullgraph), per code object: shared by every model compiled in the process,
+    the ninth model or batch size to compile the block failed. Each compile_regions call now starts an empty list,
+    freed with the regions it replaces."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 class Transformer(nn.Module):
     """Embedding, `n_layers` blocks, final RMSNorm and lm_head (`output`, the embedding matrix when tied). `args` is
     the whole model's; `local_args` the shapes of this rank's blocks (the same without `tp`)."""
@@ -267,10 +276,13 @@ class Transformer(nn.Module):
         Dynamo treats a block's parameters and buffers as graph inputs, so every layer reuses one compiled graph and
         compile time does not grow with depth; the caller captures the whole decode step in a CUDA graph to remove
         launch overhead. Inductor options that benchmark candidates while compiling (gpt-fast's coordinate-descent
-        tuning) stay off: the benchmark would pay them at each of its compilations."""
+        tuning) stay off: the benchmark would pay them at each of its compilations. Each call compiles copies of the
+        region functions with code objects of their own (`_own_code`), so Dynamo's recompile limit applies to this
+        call's engine alone, not to every model and batch compiled in the process; an identical graph compiled again
+        is served from Inductor's FX graph cache."""
         options = compile_options()
-        self._compiled = (torch.compile(_run_block, fullgraph=True, dynamic=False, options=options),
-                          torch.compile(_run_final_norm, fullgraph=True, dynamic=False, options=options))
+        self._compiled = (torch.compile(_own_code(_run_block), fullgraph=True, dynamic=False, options=options),
+                          torch.compile(_own_code(_run_final_norm), fullgraph=True, dynamic=False, options=options))
 
     def forward(self, tokens: Tensor, input_pos: Tensor, compiled: bool = False) -> Tensor:
         """Logits [B, T, vocab] for tokens [B, T] at cache positions input_pos [T]; writes their keys and values."""
