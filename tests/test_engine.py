@@ -362,15 +362,15 @@ def test_compiled_regions_past_dynamos_recompile_limit(monkeypatch):
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: real_compile(fn, fullgraph=True, dynamic=False,
                                                                             backend="eager"))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
     torch._dynamo.reset()
     model = build_model(TINY, random_state(TINY, None, torch.float32, "cpu"))
     prompt = torch.randint(TINY.vocab_size, (10, 3), generator=torch.Generator().manual_seed(0))
-    for batch in range(1, 11):
-        model.setup_caches(batch, 16)
-        model.compile_regions()
-        compiled = model(prompt[:batch], torch.arange(3), compiled=True)
-        torch.testing.assert_close(compiled, model(prompt[:batch], torch.arange(3)), rtol=1e-5, atol=1e-5)
+    with torch._dynamo.config.patch(recompile_limit=8):  # Dynamo's own patch: a monkeypatch's undo deletes it
+        for batch in range(1, 11):
+            model.setup_caches(batch, 16)
+            model.compile_regions()
+            compiled = model(prompt[:batch], torch.arange(3), compiled=True)
+            torch.testing.assert_close(compiled, model(prompt[:batch], torch.arange(3)), rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
 
 
