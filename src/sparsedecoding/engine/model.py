@@ -278,8 +278,9 @@ class Transformer(nn.Module):
         launch overhead. Inductor options that benchmark candidates while compiling (gpt-fast's coordinate-descent
         tuning) stay off: the benchmark would pay them at each of its compilations. Each call compiles copies of the
         region functions with code objects of their own (`_own_code`), so Dynamo's recompile limit applies to this
-        call's engine alone, not to every model and batch compiled in the process; an identical graph compiled again
-        is served from Inductor's FX graph cache."""
+        call's engine alone, not to every model and batch compiled in the process. An engine built again on the same
+        model and batch traces the block again (no source builds engines in a loop); whether Inductor's FX graph
+        cache, on by default, shortens that was not timed."""
         options = compile_options()
         self._compiled = (torch.compile(_own_code(_run_block), fullgraph=True, dynamic=False, options=options),
                           torch.compile(_own_code(_run_final_norm), fullgraph=True, dynamic=False, options=options))
