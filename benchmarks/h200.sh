@@ -561,7 +561,8 @@ PY
     printf '# GPU tests, one pytest a file\n\n- date: %s\n- commit: %s\n- device: %s\n- software: %s\n\n' \
       "$(date -u +%F)" "${COMMIT:-unknown}" \
       "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
-      "$(python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')" \
+      "$(python3 -c 'import sys, torch, triton, transformers as t; print("torch", torch.__version__, "triton", \
+      triton.__version__, "transformers", t.__version__, "Python", sys.version.split()[0])')" \
       > "$OUT/gpu_suite.md"
     echo "| file | pytest's result | s |" >> "$OUT/gpu_suite.md"; echo "|---|---|---|" >> "$OUT/gpu_suite.md"
     files=${SUITE_FILES:-$( (ls tests/test_sp24*.py; ls tests/test_*.py) | awk '!seen[$0]++' \
