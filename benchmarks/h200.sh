@@ -571,13 +571,15 @@ PY
       name=$(basename "$file" .py); start=$SECONDS; rc=0
       timeout "${SUITE_LIMIT:-240}" python3 -m pytest -q -m gpu "$file" -p no:cacheprovider --tb=short \
         > "$OUT/gpu_suite/$name.log" 2>&1 || rc=$?
-      last=$(grep -E "passed|failed|error|no tests ran" "$OUT/gpu_suite/$name.log" | tail -1 | tr -d '=|' || true)
+      last=$(grep -E "passed|failed|skipped|error|no tests ran" "$OUT/gpu_suite/$name.log" | tail -1 | tr -d '=|' \
+        || true)
       [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
       echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
     done ;;
-  lease37)  # prepared in the thirty-first session (no model; about 20 minutes): the GPU tests gpu_suite_h200.md did not
-    # reach, test_sp24_linear first (the Dynamo fix of 8c7cb1b on the GPU; its fifth test ran past 150 s from cold
-    # caches, hence the longer limit), then the 15 files not run. Prebuild .kcache here with no --only, pack it as
+  lease37)  # run in the thirty-second session (run 3 of gpu_suite_h200.md; the lease ended before its last four files,
+    # which run 4 took): the GPU tests gpu_suite_h200.md had not reached, test_sp24_linear first (the Dynamo fix of
+    # 8c7cb1b on the GPU; its fifth test ran past 150 s from cold caches, hence the longer limit), then the 15 files
+    # not run. Prebuild .kcache here with no --only, pack it as
     # .kcachez/k.tgz, carry .kcachez and .whl, run it as `COMMIT=$(git rev-parse --short HEAD) bash benchmarks/h200.sh
     # lease37`, then `collect` calls until gpu-suite's rc is there
     SUITE_LIMIT=420 SUITE_FILES="tests/test_sp24_linear.py tests/test_sparsify.py tests/test_engine.py \
