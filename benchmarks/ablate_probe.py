@@ -6,6 +6,9 @@ mean anything. Prints a markdown table; writes it to --out too.
 
     python benchmarks/ablate_probe.py --out results/ablate_h200.md
     python benchmarks/ablate_probe.py --kinds int4 --builds "half metadata=" "full metadata=-DSP24_HALF_META=0"
+    python benchmarks/ablate_probe.py --builds "after=" "early=-DSP24_EARLY_TRIGGER=1" --slices 2 4 8
+
+--slices times every shape at one split and each of those slice counts instead of its tuned launch.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ def main() -> int:
                         help="compare these builds instead of the ablations: a label, =, and nvcc -D flags separated "
                              "by commas (empty: the normal build), e.g. 'normal=' 'full metadata=-DSP24_HALF_META=0'")
     parser.add_argument("--kinds", nargs="+", choices=("int4", "int8", "bf16"), default=["int4", "int8", "bf16"])
+    parser.add_argument("--slices", nargs="+", type=int, choices=(1, 2, 4, 8),
+                        help="time each shape at one split and each of these slice counts, not its tuned launch")
     args = parser.parse_args()
     bad = [b for b in args.builds or [] if "=" not in b or not b.partition("=")[0].strip()]
     if bad:
@@ -55,34 +60,40 @@ def main() -> int:
     for kind, group in (("int4", 128), ("int8", None), ("bf16", None)):
         if kind not in args.kinds:
             continue
-        for name, out, inf, splits, slices in SHAPES:
+        for name, out, inf, tuned_splits, tuned_slices in SHAPES:
             if kind == "bf16":
-                splits, slices = BF16_LAUNCHES[name]
+                tuned_splits, tuned_slices = BF16_LAUNCHES[name]
                 w = sp24.tile(pack_nm(random_nm_weight(out, inf, 2, 4, torch.bfloat16, seed=1).cuda(), 2, 4))
             else:
                 scale = group or inf
                 w = sp24.tile(pack_nm_quantized(grid_weight(out, inf, kind, scale).cuda(), 2, 4, kind, scale))
             weights = sp24._copies(w)
             x = torch.randn(1, inf, device="cuda").bfloat16()
-            launches = {}
-            for variant, extra in builds.items():
-                cuda_mma.open_library = (lambda source, min_major, defines, extra=extra:
-                                         original(source, min_major=min_major, defines=tuple(defines) + extra))
+            configs = [(1, n) for n in args.slices] if args.slices else [(tuned_splits, tuned_slices)]
+            for splits, slices in configs:
+                launches = {}
+                for variant, extra in builds.items():
+                    cuda_mma.open_library = (lambda source, min_major, defines, extra=extra:
+                                             original(source, min_major=min_major, defines=tuple(defines) + extra))
+                    sp24._libraries.clear()
+                    launches[variant] = sp24.Sp24Launch(x, w, splits, slices)
+                cuda_mma.open_library = original
                 sp24._libraries.clear()
-                launches[variant] = sp24.Sp24Launch(x, w, splits, slices)
-            cuda_mma.open_library = original
-            sp24._libraries.clear()
-            # timed in rounds of alternating order (first to last, then last to first), the minimum kept: in the
-            # twenty-third session's two probes the build timed first was about 1 us slower on one shape alone
-            rounds = {variant: [] for variant in builds}
-            for order in range(ROUNDS):
-                for variant in (list(builds) if order % 2 == 0 else list(builds)[::-1]):
-                    launch = launches[variant]
-                    rounds[variant].append(1000 * replay_ms(lambda wt, launch=launch: launch(x, wt), weights))
-            times = {variant: min(values) for variant, values in rounds.items()}
-            rows.append(f"| {kind} | {name} ({out}x{inf}) | {splits}/{slices}s | "
-                        + " | ".join(f"{times[v]:.1f}" for v in builds) + " |")
-            print(rows[-1], flush=True)
+                # timed in rounds of alternating order (first to last, then last to first), the minimum kept: in the
+                # twenty-third session's two probes the build timed first was about 1 us slower on one shape alone
+                rounds = {variant: [] for variant in builds}
+                for order in range(ROUNDS):
+                    for variant in (list(builds) if order % 2 == 0 else list(builds)[::-1]):
+                        launch = launches[variant]
+                        rounds[variant].append(1000 * replay_ms(lambda wt, launch=launch: launch(x, wt), weights))
+                times = {variant: min(values) for variant, values in rounds.items()}
+                same = ""
+                if args.builds:  # builds meant to compute one product: each against the first, bit for bit
+                    products = [launches[variant](x, weights[0]) for variant in builds]
+                    same = " | " + ("yes" if all(torch.equal(products[0], p) for p in products[1:]) else "NO")
+                rows.append(f"| {kind} | {name} ({out}x{inf}) | {splits}/{slices}s | "
+                            + " | ".join(f"{times[v]:.1f}" for v in builds) + same + " |")
+                print(rows[-1], flush=True)
     text = "\n".join([
         ("# sp24 at batch 1: builds side by side" if args.builds else
          "# sp24 at batch 1: a step with one part taken out (SP24_ABLATE builds)"), "",
@@ -91,8 +102,8 @@ def main() -> int:
         "that alternate the builds' order"
         + ("; builds: " + ", ".join(f"{label}: `{' '.join(flags) or 'no defines'}`" for label, flags in builds.items())
            + "." if args.builds else "; the ablated builds compute wrong products on purpose."), "",
-        "| values | shape | splits/slices | " + " | ".join(builds) + " |",
-        "|---|---|---|" + "---|" * len(builds), *rows, ""])
+        "| values | shape | splits/slices | " + " | ".join(builds) + (" | bit for bit |" if args.builds else " |"),
+        "|---|---|---|" + "---|" * (len(builds) + bool(args.builds)), *rows, ""])
     if args.out:
         args.out.write_text(text)
     return 0

@@ -576,6 +576,15 @@ PY
       [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
       echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
     done ;;
+  early-trigger)  # sp24 built to let the next programmatic launch start right after a CTA's first weight requests
+    # (-DSP24_EARLY_TRIGGER=1) against the default trigger after the main loop, side by side on the 8B shapes at batch
+    # 1, one split and 4 or 8 slices (ablate_probe.py: graph replays of back-to-back launches, as the kernel bench and
+    # the decoder run consecutive sp24 kernels; bit for bit the same products). Prebuild .kcache with --only sp24
+    # sp24-early-trigger, pack it as .kcachez/k.tgz and carry it
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout "${PROBE_LIMIT:-300}" python3 benchmarks/ablate_probe.py --kinds int4 int8 --slices 4 8 \
+      --builds "trigger after the loop=" "trigger at the start=-DSP24_EARLY_TRIGGER=1" \
+      --out "$OUT/early_trigger_h200.md" || true ;;
   lease37)  # run in the thirty-second session (run 3 of gpu_suite_h200.md; the lease ended before its last four files,
     # which run 4 took): the GPU tests gpu_suite_h200.md had not reached, test_sp24_linear first (the Dynamo fix of
     # 8c7cb1b on the GPU; its fifth test ran past 150 s from cold caches, hence the longer limit), then the 15 files

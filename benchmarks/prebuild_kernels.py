@@ -33,6 +33,7 @@ LIBRARIES = {
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
+    "sp24-early-trigger": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1",)),  # ablate_probe.py --builds, h200.sh early-trigger
 }
 
 

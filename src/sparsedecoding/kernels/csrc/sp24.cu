@@ -521,6 +521,13 @@ constexpr int kMinCtas = OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
 constexpr int kBuffers = 2;
+// SP24_EARLY_TRIGGER 1 (an A/B build, not the default): a CTA lets the next programmatic launch start as soon as it
+// has requested its first steps, instead of after its main loop. Where a grid leaves room on the multiprocessors
+// (fewer CTAs than two a multiprocessor), the next linear's CTAs then stream their weights under this one's loads,
+// compute and tail rather than after them.
+#ifndef SP24_EARLY_TRIGGER
+#define SP24_EARLY_TRIGGER 0
+#endif
 template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, bool DENSE>
 __global__ void __launch_bounds__(kThreads, (kMinCtas<NT, CODE, OVER>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
@@ -568,6 +575,11 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
 #if __CUDA_ARCH__ >= 900
+#if SP24_EARLY_TRIGGER
+  // the next kernel's CTAs may take free room on the multiprocessors now, and request their weights under this
+  // grid's whole run (their own wait still holds everything else back until this grid has finished)
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 
@@ -696,7 +708,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   }
   // This CTA's weight stream is done: the next kernel on the stream, if launched programmatically, may start its
   // CTAs (and their weight loads) as SM room frees up, while this grid finishes its reductions and its tail.
-#if __CUDA_ARCH__ >= 900
+#if __CUDA_ARCH__ >= 900 && !SP24_EARLY_TRIGGER
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
   __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
