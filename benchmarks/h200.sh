@@ -37,9 +37,11 @@ models() {  # join the received pieces; `fetch` checks size and sha256 before co
 }
 
 ab() {  # SECONDS SETTING "VALUES" PATTERN QUANTIZE "BATCHES" REPORT [PRESET]: setting_ab_bench.py, the model
-  # under each value of SETTING side by side with dense bf16, into $OUT/REPORT; its table rows echoed
+  # under each value of SETTING side by side with dense bf16, into $OUT/REPORT; its table rows echoed. QUANTIZE
+  # int8, int4, or bf16 (kept values not quantized)
+  local quantize=(--quantize "$5"); [ "$5" = bf16 ] && quantize=()
   timeout "$1" python3 benchmarks/setting_ab_bench.py --setting "$2" --values $3 --preset "${8:-llama-3.1-8b}" \
-    --pattern "$4" --quantize "$5" --batch $6 --out "$OUT/$7" 2>&1 | grep -E "^\| (llama|qwen)|rror" || true
+    --pattern "$4" "${quantize[@]}" --batch $6 --out "$OUT/$7" 2>&1 | grep -E "^\| (llama|qwen)|rror" || true
 }
 
 pruned_qwen() {  # the decode-calibrated 2:4 model that prune-cli, check-qwen-2of4 and drift read
@@ -576,15 +578,29 @@ PY
       [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
       echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
     done ;;
+  lease38)  # prepared in the thirty-second session (no model; about 12 minutes): the early trigger, probe first, then
+    # the kernel bench and the engine under it. Prebuild .kcache with --only sp24 sp24-early-trigger (the 2:4 weights
+    # these steps tile need no other build), pack it as .kcachez/k.tgz, carry it, run `bash benchmarks/h200.sh
+    # lease38`, then `collect` calls back to back until every rc is there
+    bash benchmarks/h200.sh bg kcache early-trigger early-trigger-kernel early-trigger-engine ;;
   early-trigger)  # sp24 built to let the next programmatic launch start right after a CTA's first weight requests
-    # (-DSP24_EARLY_TRIGGER=1) against the default trigger after the main loop, side by side on the 8B shapes at batch
-    # 1, one split and 4 or 8 slices (ablate_probe.py: graph replays of back-to-back launches, as the kernel bench and
-    # the decoder run consecutive sp24 kernels; bit for bit the same products). Prebuild .kcache with --only sp24
-    # sp24-early-trigger, pack it as .kcachez/k.tgz and carry it
+    # (-DSP24_EARLY_TRIGGER=1, SPARSEDECODING_SP24_EARLY_TRIGGER=1) against the default trigger after the main loop,
+    # side by side on the 8B shapes at batch 1, one split and 4 or 8 slices (ablate_probe.py: graph replays of
+    # back-to-back launches, as the kernel bench and the decoder run consecutive sp24 kernels; bit for bit the same
+    # products). Prebuild .kcache with --only sp24 sp24-early-trigger, pack it as .kcachez/k.tgz and carry it
     bash benchmarks/h200.sh kcache > /dev/null
     timeout "${PROBE_LIMIT:-300}" python3 benchmarks/ablate_probe.py --kinds int4 int8 --slices 4 8 \
       --builds "trigger after the loop=" "trigger at the start=-DSP24_EARLY_TRIGGER=1" \
       --out "$OUT/early_trigger_h200.md" || true ;;
+  early-trigger-kernel)  # the kernel on the 8B + 14B shapes under the early trigger, the tuner free to pick, each
+    # tuned launch also timed under the default build (--baseline): issue 13's int8 / int4 geomeans and issue 12's
+    # bf16 rows at batch 1-16
+    (cd benchmarks && SPARSEDECODING_SP24_EARLY_TRIGGER=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 420 python3 \
+      sp24_bench.py --no-sweep --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=0 \
+      --out "$OUT/sp24_h200_early_trigger.md" | grep -E "^\| (bf16|int8|int4) \||failures|rror") || true ;;
+  early-trigger-engine)  # the engine side by side under both builds: 8B preset 2:4 + int4 and 2:4 bf16
+    ab 300 SPARSEDECODING_SP24_EARLY_TRIGGER "0 1" 2:4 int4 "1 4" early_trigger_h200_8b_int4.md
+    ab 300 SPARSEDECODING_SP24_EARLY_TRIGGER "0 1" 2:4 bf16 "1 4 8" early_trigger_h200_8b.md ;;
   lease37)  # run in the thirty-second session (run 3 of gpu_suite_h200.md; the lease ended before its last four files,
     # which run 4 took): the GPU tests gpu_suite_h200.md had not reached, test_sp24_linear first (the Dynamo fix of
     # 8c7cb1b on the GPU; its fifth test ran past 150 s from cold caches, hence the longer limit), then the 15 files

@@ -211,6 +211,31 @@ def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
         settings()
 
 
+def test_sp24_builds_follow_the_early_trigger_setting(monkeypatch):
+    """SPARSEDECODING_SP24_EARLY_TRIGGER=1 loads a library built with -DSP24_EARLY_TRIGGER=1 (the default build has no
+    such flag), each kept once and beside the other builds' flags; a tuned launch is not reused across the two; a
+    value other than 0 or 1 is refused by name."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_EARLY_TRIGGER_SETTING, KernelChoiceError, settings
+
+    built = fake_sp24_libraries(monkeypatch)
+    monkeypatch.delenv(SP24_EARLY_TRIGGER_SETTING, raising=False)
+    default = sp24._load()
+    w = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    x = torch.randn(1, 256).bfloat16()
+    key = sp24.problem_key(x, w)
+    monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "1")
+    early = sp24._load()
+    assert early is not default and sp24._load() is early and sp24._load(early_trigger=False) is default
+    assert sp24.problem_key(x, w) != key
+    sp24._load(columns=True, int8_ks=8)
+    assert built == [(), ("-DSP24_EARLY_TRIGGER=1",),
+                     ("-DSP24_COLUMNS", "-DSP24_INT8_KS=8", "-DSP24_EARLY_TRIGGER=1")]
+    monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "early")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_EARLY_TRIGGER='early'"):
+        settings()
+
+
 def test_norm_inputs_are_checked_before_a_launch():
     """The RMSNorm-in-front launch refuses a residual or norm weight of another shape or dtype, with one message
     naming what it got and what it expected (checked before any kernel work, on any device)."""

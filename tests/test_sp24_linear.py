@@ -180,6 +180,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SP24_OVER_LOOP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_SLOTS", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_HALF_META", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_SP24_EARLY_TRIGGER", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_INT8_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_INT4_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_STEP_TUNE", raising=False)
@@ -194,7 +195,8 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_ATTENTION_MIN_SPAN=64, SPARSEDECODING_ATTENTION_EARLY_READS=1, "
                                "SPARSEDECODING_NM_MMA_GEOMETRY=default, "
                                "SPARSEDECODING_SP24_OVER_LOOP=auto, SPARSEDECODING_SP24_SLOTS=1, "
-                               "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_INT8_STEP=auto, "
+                               "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_EARLY_TRIGGER=0, "
+                               "SPARSEDECODING_SP24_INT8_STEP=auto, "
                                "SPARSEDECODING_SP24_INT4_STEP=auto, "
                                "SPARSEDECODING_STEP_TUNE=1, "
                                "SPARSEDECODING_DENSE_INT4=auto, SPARSEDECODING_DENSE_INT8=auto, "
@@ -203,6 +205,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_SP24_OVER_LOOP", "rows")
     monkeypatch.setenv("SPARSEDECODING_SP24_SLOTS", "0")
     monkeypatch.setenv("SPARSEDECODING_SP24_HALF_META", "0")
+    monkeypatch.setenv("SPARSEDECODING_SP24_EARLY_TRIGGER", "1")
     monkeypatch.setenv("SPARSEDECODING_SP24_INT8_STEP", "8")
     monkeypatch.setenv("SPARSEDECODING_SP24_INT4_STEP", "16")
     monkeypatch.setenv("SPARSEDECODING_STEP_TUNE", "0")
@@ -213,7 +216,8 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     assert "SPARSEDECODING_ATTENTION_EARLY_READS=0, SPARSEDECODING_NM_MMA_GEOMETRY" in settings_line()
     assert settings_line().endswith(", SPARSEDECODING_NM_MMA_GEOMETRY=chunk_words=4,warps=4, "
                                     "SPARSEDECODING_SP24_OVER_LOOP=rows, SPARSEDECODING_SP24_SLOTS=0, "
-                                    "SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_SP24_INT8_STEP=8, "
+                                    "SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_SP24_EARLY_TRIGGER=1, "
+                                    "SPARSEDECODING_SP24_INT8_STEP=8, "
                                     "SPARSEDECODING_SP24_INT4_STEP=16, "
                                     "SPARSEDECODING_STEP_TUNE=0, "
                                     "SPARSEDECODING_DENSE_INT4=triton, SPARSEDECODING_DENSE_INT8=sp24, "

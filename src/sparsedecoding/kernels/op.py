@@ -60,6 +60,7 @@ SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
 SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
+SP24_EARLY_TRIGGER_SETTING = "SPARSEDECODING_SP24_EARLY_TRIGGER"
 SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
 SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
 SP24_STEP_CHOICES = ("auto", "16", "8")
@@ -317,6 +318,17 @@ def sp24_half_meta_setting() -> bool:
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
 
 
+def sp24_early_trigger_setting() -> bool:
+    """SPARSEDECODING_SP24_EARLY_TRIGGER: "1" builds the sp24 kernel so that each CTA lets the next programmatic
+    launch start as soon as it has requested its first weight steps (sp24.cu's SP24_EARLY_TRIGGER; the next launch's
+    CTAs then take free room on the multiprocessors and stream their weights under this grid's run, their own wait
+    still holding their reads of x and writes back until it has finished: bit for bit the same products). "0" or
+    unset: the trigger after the main loop, as every report before the thirty-second session measured. An A/B
+    setting, not yet timed on a GPU (`benchmarks/h200.sh early-trigger`). Read when a launch is built; the two builds
+    are separate libraries."""
+    return _switch(SP24_EARLY_TRIGGER_SETTING, "0", "sp24 lets the next launch start after a CTA's first requests")
+
+
 def sp24_int8_step_setting() -> int | None:
     """SPARSEDECODING_SP24_INT8_STEP: k-tiles (32 columns each) a step of int8 codes when a 2:4 + int8 weight is
     tiled for the sparse tensor-core kernel. "auto" or unset (None): 8 for a 16:32+K weight with overflow slots and
@@ -408,6 +420,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             ATTENTION_EARLY_READS_SETTING: attention_early_reads_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
+            SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_setting,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}

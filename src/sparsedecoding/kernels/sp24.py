@@ -37,8 +37,8 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_half_meta_setting, sp24_int4_step_setting,
-                 sp24_int8_step_setting, sp24_over_loop_setting, sp24_pdl_setting)
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_half_meta_setting,
+                 sp24_int4_step_setting, sp24_int8_step_setting, sp24_over_loop_setting, sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -57,8 +57,8 @@ TILES_PER_LOAD = {0: 1, 8: 2, 4: 4}  # k-tiles a lane's 16-byte load of values c
 _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
-# by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS, SP24_INT4_KS)
-_libraries: dict[tuple[bool, bool, int, int], ctypes.CDLL] = {}
+# by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS, SP24_INT4_KS, with SP24_EARLY_TRIGGER)
+_libraries: dict[tuple[bool, bool, int, int, bool], ctypes.CDLL] = {}
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 
@@ -565,20 +565,24 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
 
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
-          int4_ks: int = STEP_TILES[4]) -> ctypes.CDLL:
+          int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' column-major loop
     order (over_loop 3), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
-    SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`)."""
+    SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`);
+    `early_trigger` (default: SPARSEDECODING_SP24_EARLY_TRIGGER) True with SP24_EARLY_TRIGGER=1."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
-    key = (columns, half_meta, int8_ks, int4_ks)
+    if early_trigger is None:
+        early_trigger = sp24_early_trigger_setting()
+    key = (columns, half_meta, int8_ks, int4_ks, early_trigger)
     with _lock:
         library = _libraries.get(key)
         if library is None:
             defines = (("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",)) \
                 + (() if int8_ks == STEP_TILES[8] else (f"-DSP24_INT8_KS={int8_ks}",)) \
-                + (() if int4_ks == STEP_TILES[4] else (f"-DSP24_INT4_KS={int4_ks}",))
+                + (() if int4_ks == STEP_TILES[4] else (f"-DSP24_INT4_KS={int4_ks}",)) \
+                + (("-DSP24_EARLY_TRIGGER=1",) if early_trigger else ())
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
@@ -806,10 +810,10 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
-    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL and _HALF_META (a launch tuned under
-    one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
+    """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
+    launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
-            sp24_pdl_setting(), sp24_half_meta_setting(),
+            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_setting(),
             sp24_over_loop_setting() if w.over_v is not None else None)
 
 
