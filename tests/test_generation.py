@@ -68,7 +68,7 @@ def test_an_interrupted_generation_resumes_with_its_finished_batches(tiny, count
     with caplog.at_level(logging.INFO, logger="sparsedecoding.generation"):
         resumed = generate(model, tokenizer, PROMPTS, 6, batch_size=2, progress=False, token_budget=40, store=store)
     assert len(calls) == batches - 2  # the two finished batches were not generated again
-    assert f"resuming generation at batch 3 of 6" in caplog.text
+    assert "resuming generation at batch 3 of 6" in caplog.text
     assert resumed == straight
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsedecoding import SparsityPattern, SparsityPatternError, solvers
+from sparsedecoding import SparsityPatternError, solvers
 
 from test_solvers import layer_loss, random_problem, round_to_nearest
 

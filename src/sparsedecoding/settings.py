@@ -40,7 +40,7 @@ ALL_REDUCE_HELP = ("under torchrun: how the ranks sum their partial outputs: ncc
                    "one-shot when the GPUs share a host and have peer access, else NCCL (default: auto)")
 
 
-def add_all_reduce_option(parser) -> None:
+def add_all_reduce_option(parser: argparse.ArgumentParser) -> None:
     """`--all-reduce` on an argparse parser: the one definition that `generate`, `bench` and the TP benchmarks share
     (`engine.parallel.start_from_env` takes its value)."""
     parser.add_argument("--all-reduce", choices=ALL_REDUCE, default="auto", help=ALL_REDUCE_HELP)

@@ -22,7 +22,7 @@ from ..errors import SparseDecodingError
 from ..generation import Generation, generate, tokenize_prompts
 from ..models import load_model, resolve_model
 from ..runenv import pick_device, versions, write_json
-from ..settings import METRICS, EvalSettings
+from ..settings import EvalSettings
 from .humaneval import check_completions, pass_at_1
 from .metrics import on_policy_scores, perplexity, repetition_summary
 from ..outputs import PRUNED_MANIFEST, check_output, output_folder, write_jsonl

@@ -413,7 +413,8 @@ def settings() -> dict[str, object]:
 
 
 _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_mma_setting,
-            FUSE_GLU_SETTING: fuse_glu_setting, FUSE_NORM_SETTING: fuse_norm_setting, SP24_PDL_SETTING: sp24_pdl_setting,
+            FUSE_GLU_SETTING: fuse_glu_setting, FUSE_NORM_SETTING: fuse_norm_setting,
+            SP24_PDL_SETTING: sp24_pdl_setting,
             COMBO_KERNELS_SETTING: combo_kernels_setting, INDUCTOR_PDL_SETTING: inductor_pdl_setting,
             INDUCTOR_ATTENTION_SETTING: inductor_attention_setting, FUSED_ATTENTION_SETTING: fused_attention_setting,
             ATTENTION_MIN_SPAN_SETTING: attention_min_span_setting,
