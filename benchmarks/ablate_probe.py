@@ -52,6 +52,9 @@ def main() -> int:
     bad = [b for b in args.builds or [] if "=" not in b or not b.partition("=")[0].strip()]
     if bad:
         parser.error(f"--builds {bad[0]!r}: use LABEL=DEFINES (DEFINES may be empty)")
+    if not torch.cuda.is_available():
+        print("error: ablate_probe needs a CUDA GPU", file=sys.stderr)
+        return 2
     builds = {label: tuple(d for d in flags.split(",") if d) for label, _, flags in
               (b.partition("=") for b in args.builds)} if args.builds else {
         label: (f"-DSP24_ABLATE={n}",) if n else () for n, label in VARIANTS.items()}

@@ -76,6 +76,9 @@ def main() -> int:
         except SparseDecodingError as exc:
             parser.error(str(exc))
     restore()
+    if not torch.cuda.is_available():
+        print("error: setting_ab_bench needs a CUDA GPU", file=sys.stderr)
+        return 2
 
     device = torch.device("cuda")
     copy = copy_bandwidth(device)
