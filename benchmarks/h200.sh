@@ -584,11 +584,14 @@ PY
     # lease38`, then `collect` calls back to back until every rc is there
     bash benchmarks/h200.sh bg kcache early-trigger early-trigger-kernel early-trigger-engine ;;
   early-trigger)  # sp24 built to let the next programmatic launch start right after a CTA's first weight requests
-    # (-DSP24_EARLY_TRIGGER=1, SPARSEDECODING_SP24_EARLY_TRIGGER=1) against the default trigger after the main loop,
-    # side by side on the 8B shapes at batch 1, one split and 4 or 8 slices (ablate_probe.py: graph replays of
+    # (-DSP24_EARLY_TRIGGER=1, SPARSEDECODING_SP24_EARLY_TRIGGER=1) against the default trigger after the main loop:
+    # its GPU tests (bit for bit the default build, float64; chains of programmatic launches in a graph), then side
+    # by side on the 8B shapes at batch 1, one split and 4 or 8 slices (ablate_probe.py: graph replays of
     # back-to-back launches, as the kernel bench and the decoder run consecutive sp24 kernels; bit for bit the same
     # products). Prebuild .kcache with --only sp24 sp24-early-trigger, pack it as .kcachez/k.tgz and carry it
     bash benchmarks/h200.sh kcache > /dev/null
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -k "early or programmatic" -p no:cacheprovider 2>&1 \
+      | tail -3 | tee "$OUT/gpu_tests_early_trigger.log" || true
     timeout "${PROBE_LIMIT:-300}" python3 benchmarks/ablate_probe.py --kinds int4 int8 --slices 4 8 \
       --builds "trigger after the loop=" "trigger at the start=-DSP24_EARLY_TRIGGER=1" \
       --out "$OUT/early_trigger_h200.md" || true ;;

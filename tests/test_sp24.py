@@ -496,11 +496,14 @@ def test_codes_keep_rows_of_any_magnitude(kind):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("early", ["0", "1"])
 @pytest.mark.parametrize("kind", ["bf16", "int4"])
-def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, monkeypatch):
+def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, early, monkeypatch):
     """Under SPARSEDECODING_SP24_PDL=1 a chain of sp24 kernels, each reading the output of the one before (split-K
     and the fused norm included), captured in a CUDA graph and replayed with new inputs, gives bit for bit what plain
-    launches give: the wait holds every read of x, res and the split-K buffers until the previous kernel is done."""
+    launches give: the wait holds every read of x, res and the split-K buffers until the previous kernel is done.
+    Also with the trigger at each CTA's start (SPARSEDECODING_SP24_EARLY_TRIGGER=1), where the next kernel's CTAs
+    start while the one before still runs."""
     from sparsedecoding.kernels.sp24 import Sp24Launch
 
     if torch.cuda.get_device_capability()[0] < 9:
@@ -523,7 +526,10 @@ def test_programmatic_launches_give_the_plain_chain_bit_for_bit(kind, monkeypatc
         h = steps[1](h, weights[1])
         return steps[2](h, weights[2], res, norm_weight, 1e-6)
 
-    plain, programmatic = launches("0"), launches("1")
+    monkeypatch.setenv("SPARSEDECODING_SP24_EARLY_TRIGGER", "0")
+    plain = launches("0")
+    monkeypatch.setenv("SPARSEDECODING_SP24_EARLY_TRIGGER", early)
+    programmatic = launches("1")
     assert not any(step.pdl for step in plain)
     assert all(step.pdl for step in programmatic)
     for steps in (plain, programmatic):
@@ -565,6 +571,32 @@ def test_half_meta_build_gives_the_full_meta_build_bit_for_bit(kind, monkeypatch
             plain, normed = Sp24Launch(x, w, 4, 1), Sp24Launch(x, w, 4, 1, norm=True)
             outputs.append((plain(x, w), *normed(x, w, None, norm_weight, 1e-6)))
         assert all(torch.equal(a, b) for a, b in zip(*outputs)), (kind, batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
+def test_early_trigger_build_gives_the_default_build_bit_for_bit(kind, monkeypatch):
+    """The build whose CTAs trigger the next programmatic launch at their start (SPARSEDECODING_SP24_EARLY_TRIGGER=1)
+    gives bit for bit the default build's products, one split and several, slices, and with the RMSNorm in front;
+    and both stay within the float64 bound."""
+    from sparsedecoding.kernels.op import SP24_EARLY_TRIGGER_SETTING
+    from sparsedecoding.kernels.sp24 import Sp24Launch
+
+    packed, dtype = _packed_on_gpu(kind, 1000, 4096, seed=37)
+    w = tile(packed)
+    norm_weight = (1 + torch.randn(4096, device="cuda") / 4).to(dtype)
+    dense = packed.to_dense() if kind in ("bf16", "fp16") else packed.to_dense(torch.float64)
+    for batch in (1, 5, 16):
+        x = torch.randn(batch, 4096, device="cuda").to(dtype)
+        fewest = min_splits(w, batch)  # one split where the staged x fits, else the fewest that do
+        outputs = []
+        for value in ("0", "1"):
+            monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, value)
+            launches = [Sp24Launch(x, w, fewest, 1), Sp24Launch(x, w, max(4, fewest), 1), Sp24Launch(x, w, fewest, 8)]
+            normed = Sp24Launch(x, w, max(4, fewest), 1, norm=True)
+            outputs.append((*(launch(x, w) for launch in launches), *normed(x, w, None, norm_weight, 1e-6)))
+        assert all(torch.equal(a, b) for a, b in zip(*outputs)), (kind, batch)
+        assert all(float64_error(y, x, dense) <= 1 for y in outputs[1][:3]), (kind, batch)
 
 
 @pytest.mark.gpu
