@@ -578,7 +578,24 @@ PY
       [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
       echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
     done ;;
-  lease38)  # prepared in the thirty-second session (no model; about 12 minutes): the early trigger, probe first, then
+  lease39)  # the early trigger on 16:32+2 and int8, and int4's engine again (about 8 minutes, no model). Prebuild
+    # .kcache with --only sp24 sp24-early-trigger sp24-columns sp24-columns-early-trigger slots nm_mma (the slots'
+    # columns order at batch 5-8 and 13-16 has builds of its own; overflow_bench also times slots.cu and the 16:32
+    # op), pack it as .kcachez/k.tgz, carry it, run `bash benchmarks/h200.sh lease39`, then `collect` calls
+    bash benchmarks/h200.sh bg kcache early-trigger-overflow early-trigger-engine2 ;;
+  early-trigger-overflow)  # issue 12's 16:32 rows: 16:32+2 on the fused sp24 kernel with slots under the early
+    # trigger, each tuned launch also under the default build (--baseline), 8B + 14B shapes at batch 1-16
+    bash benchmarks/h200.sh kcache > /dev/null
+    (cd benchmarks && SPARSEDECODING_SP24_EARLY_TRIGGER=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 \
+      overflow_bench.py --models llama-3.1-8b qwen3-14b --over-loops auto \
+      --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=0 --out "$OUT/overflow_h200_early_trigger.md" \
+      | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
+  early-trigger-engine2)  # the engine side by side under both builds: 8B preset 16:32+2 bf16, 2:4 + int8, and
+    # 2:4 + int4 again in the other order (lease38's run had the early build 2% slower there)
+    ab 300 SPARSEDECODING_SP24_EARLY_TRIGGER "0 1" 16:32+2 bf16 "1 4 8" early_trigger_h200_8b_16of32p2.md
+    ab 240 SPARSEDECODING_SP24_EARLY_TRIGGER "0 1" 2:4 int8 "1 4" early_trigger_h200_8b_int8.md
+    ab 200 SPARSEDECODING_SP24_EARLY_TRIGGER "1 0" 2:4 int4 "1 4" early_trigger_h200_8b_int4_again.md ;;
+  lease38)  # run in the thirty-third session (early_trigger_h200*.md, sp24_h200_early_trigger.md); prepared in the thirty-second session (no model; about 12 minutes): the early trigger, probe first, then
     # the kernel bench and the engine under it. Prebuild .kcache with --only sp24 sp24-early-trigger (the 2:4 weights
     # these steps tile need no other build), pack it as .kcachez/k.tgz, carry it, run `bash benchmarks/h200.sh
     # lease38`, then `collect` calls back to back until every rc is there

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from cuda_kernel_bench import environment, write_report
-from sp24_bench import MODELS, gpu_start, shape_arguments
+from sp24_bench import MODELS, baseline_settings, environment_set, gpu_start, shape_arguments
 from kernel_bench import L2_ROTATION_BYTES, geomean, linear_shapes, time_rotated
 from sparsedecoding.kernels import nm_spmv
 from sparsedecoding.kernels.autotune import Float64Reference
@@ -87,7 +87,9 @@ def float64_error(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, roundi
 
 
 def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator: torch.Generator,
-                loops: list[str]) -> list[Row]:
+                loops: list[str], baseline: dict[str, str] | None = None) -> list[Row]:
+    """`baseline`: kernel settings under which the fused kernel's tuned launch (first loop order) is also tuned,
+    checked and timed, side by side ("fused:baseline")."""
     out, in_features = linear_shapes(model, unfused=False)[shape]
     weight = capped_weight(out, in_features, generator)
     split = split_overflow(weight, SLOTS)
@@ -149,6 +151,12 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
         for loop, fused_launch in fused_launches.items():
             row.times[f"fused:{loop}"] = (time_rotated([lambda f=f, c=fused_launch: c(x, f) for f in fuseds],
                                                        reps)[0] if fused_launch is not None else math.nan)
+        if baseline:  # tuned anew under them (they are part of the tuner's key); the launch keeps its library
+            with environment_set({SP24_OVER_LOOP_SETTING: loops[0], **baseline}):
+                base = tuned_launch(x, fused)
+                row.fused_launch["baseline"] = str(base.splits) if base.slices == 1 else f"{base.splits}/{base.slices}s"
+                row.checks["fused:baseline"] = float64_error(base(x, fused), x, weight)
+                row.times["fused:baseline"] = time_rotated([lambda f=f: base(x, f) for f in fuseds], reps)[0]
         row.times["fused"], row.checks["fused"] = row.times[f"fused:{loops[0]}"], row.checks[f"fused:{loops[0]}"]
         row.bytes = {"dense": 2 * out * in_features, "both": w24.nbytes + slots.nbytes, "fused": fused.nbytes,
                      "op16": packed16.values.numel() * 2 + packed16.bitmask.numel() * 4}
@@ -159,7 +167,8 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
               f"16:32 op), split {t['split'] * 1e6:.1f} (x{t['dense'] / t['split']:.2f}; without the transpose "
               f"{t['split_kernels'] * 1e6:.1f}, slots kernel {t['slots_cuda'] * 1e6:.1f}), checks "
               f"{row.checks['fused']:.2f} / {row.checks['both']:.2f} / {row.checks['op16']:.2f} / "
-              f"{row.checks['split']:.2f}", flush=True)
+              f"{row.checks['split']:.2f}" + (f"; fused under the baseline {t['fused:baseline'] * 1e6:.1f} us "
+                                               f"({row.fused_launch['baseline']})" if baseline else ""), flush=True)
         rows.append(row)
     del dense, w24s, slot_copies, ops, fuseds
     torch.cuda.empty_cache()
@@ -184,6 +193,23 @@ def summary(rows: list[Row]) -> str:
                      f"{vs_dense('split')} ({min(r.times['dense'] / r.times['split'] for r in sel):.2f}x) | "
                      f"{vs_dense('split_kernels')} |")
     return "\n".join(lines)
+
+
+def baseline_summary(rows: list[Row], baseline: dict[str, str]) -> str:
+    """The fused kernel under this run's settings against its tuned launch under the baseline settings."""
+    lines = ["| batch | fused vs cuBLAS (geomean, min) | fused under the baseline vs cuBLAS (geomean, min) | fused vs "
+             "baseline, geomean of time ratios |", "|---|---|---|---|"]
+    for batch in sorted({r.batch for r in rows}):
+        sel = [r for r in rows if r.batch == batch]
+        now = [r.times["dense"] / r.times["fused"] for r in sel]
+        base = [r.times["dense"] / r.times["fused:baseline"] for r in sel]
+        lines.append(f"| {batch} | {geomean(now):.2f}x ({min(now):.2f}x) | {geomean(base):.2f}x ({min(base):.2f}x) | "
+                     f"{geomean([r.times['fused:baseline'] / r.times['fused'] for r in sel]):.3f}x |")
+    return ("\n\n## The fused kernel against the baseline settings ("
+            + ", ".join(f"{k}={v}" for k, v in baseline.items()) + ")\n\n" + "\n".join(lines)
+            + "\n\nEach side is the engine tuner's pick under its settings, checked against float64 of the whole "
+            + "weight; per-shape times and launches in the log and the table below (its `fused` column is this run's "
+            + "settings).")
 
 
 def loop_summary(rows: list[Row], loops: list[str]) -> str:
@@ -221,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--over-loops", nargs="+", default=["rows"], choices=SP24_OVER_LOOP_CHOICES,
                         help="slot-loop orders of the fused kernel to time side by side (SPARSEDECODING_SP24_OVER_LOOP;"
                              " the first is the 'fused' column; default: rows)")
+    parser.add_argument("--baseline", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="kernel settings (op.SETTINGS) under which the fused kernel's tuned launch is also timed, "
+                             "side by side, e.g. SPARSEDECODING_SP24_EARLY_TRIGGER=0")
     args = parser.parse_args(argv)
+    baseline = baseline_settings(parser, args.baseline)
     start = gpu_start("overflow_bench")
     if start is None:
         return 2
@@ -239,11 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for model in args.models:
         for shape in args.shapes:
-            rows += bench_shape(model, shape, args.batches, args.reps, generator, args.over_loops)
+            rows += bench_shape(model, shape, args.batches, args.reps, generator, args.over_loops, baseline)
     failures = sum(1 for r in rows for k, v in r.checks.items() if k != "fused" and v > 1)
-    loops = ""
+    loops = baseline_summary(rows, baseline) if baseline else ""
     if len(args.over_loops) > 1:
-        loops = ("\n\n## The fused kernel's slot-loop orders side by side\n\n"
+        loops += ("\n\n## The fused kernel's slot-loop orders side by side\n\n"
                  + loop_summary(rows, args.over_loops) + "\n\nEach order's launch is the engine tuner's pick "
                  + "for it; the per-shape times are in the log.")
     report = ("# 16:32+2 as 2:4 tiles + two overflow slots a word vs cuBLAS and today's 16:32 op\n\n"

@@ -34,6 +34,7 @@ LIBRARIES = {
     "nm_mma": ("nm_mma.cu", ()),
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
     "sp24-early-trigger": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1",)),  # ablate_probe.py --builds, h200.sh early-trigger
+    "sp24-columns-early-trigger": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_EARLY_TRIGGER=1")),  # the slots' columns order
 }
 
 

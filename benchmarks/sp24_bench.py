@@ -90,6 +90,23 @@ def environment_set(values: dict[str, str]):
                 os.environ[name] = value
 
 
+def baseline_settings(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, str]:
+    """--baseline's NAME=VALUE items as a dict, each name a kernel setting (op.SETTINGS) and each value one it
+    accepts; anything else ends the run through `parser.error` (one line, exit 2) before any GPU work."""
+    baseline = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in op.SETTINGS or not value:
+            parser.error(f"--baseline {item!r}: use NAME=VALUE with NAME one of {', '.join(op.SETTINGS)}")
+        baseline[name] = value
+    with environment_set(baseline):
+        try:
+            op.settings()
+        except SparseDecodingError as exc:  # a bad value: its own one-line message
+            parser.error(f"--baseline: {exc}")
+    return baseline
+
+
 def bench_kind(kind: str, w: Sp24Weight, weight64: torch.Tensor, rows: dict[int, Row], reps: int, sms: int,
                sweep: bool = True, baseline: dict[str, str] | None = None, base_w: Sp24Weight | None = None) -> None:
     """`base_w`: the weight as tiled under the baseline settings, where they change the tiled layout (int8 steps);
@@ -268,17 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="kernel settings (op.SETTINGS) under which the tuned launch is also timed, side by side, "
                              "e.g. SPARSEDECODING_SP24_HALF_META=0 SPARSEDECODING_SP24_BUFFERS=2")
     args = parser.parse_args(argv)
-    baseline = {}
-    for item in args.baseline:
-        name, _, value = item.partition("=")
-        if name not in op.SETTINGS or not value:
-            parser.error(f"--baseline {item!r}: use NAME=VALUE with NAME one of {', '.join(op.SETTINGS)}")
-        baseline[name] = value
-    with environment_set(baseline):
-        try:
-            op.settings()
-        except SparseDecodingError as exc:  # a bad value: its own one-line message
-            parser.error(f"--baseline: {exc}")
+    baseline = baseline_settings(parser, args.baseline)
     start = gpu_start("sp24_bench")
     if start is None:
         return 2

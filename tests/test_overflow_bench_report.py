@@ -31,3 +31,20 @@ def test_summary_columns_are_geomeans_over_shapes(bench):
     loops = bench.loop_summary(rows, ["rows", "slots"]).splitlines()
     assert loops[0] == "| batch | fused, rows | fused, slots |"
     assert loops[2] == "| 1 | 1.00x | 2.00x |"
+
+
+def test_baseline_table_compares_each_batch_with_its_baseline_launch(bench):
+    rows = [row(bench, "o", 1, 8.0, 4.0, 4.0), row(bench, "qkv", 1, 8.0, 2.0, 4.0)]
+    rows[0].times["fused:baseline"], rows[1].times["fused:baseline"] = 8.0, 2.0
+    lines = bench.baseline_summary(rows, {"SPARSEDECODING_SP24_EARLY_TRIGGER": "0"}).strip().splitlines()
+    assert lines[0] == "## The fused kernel against the baseline settings (SPARSEDECODING_SP24_EARLY_TRIGGER=0)"
+    # now: 2x and 4x cuBLAS (geomean 2.83x, min 2x); baseline 1x and 4x (2x, min 1x); time ratios 2 and 1
+    assert lines[4] == "| 1 | 2.83x (2.00x) | 2.00x (1.00x) | 1.414x |"
+
+
+def test_a_bad_baseline_setting_is_one_error_line_before_any_gpu_work(bench, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--baseline", "SPARSEDECODING_SP24_EARLY_TRIGGER=2"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "error: --baseline: SPARSEDECODING_SP24_EARLY_TRIGGER=" in err[-1] and "SP24_EARLY_TRIGGER" in err[-1]
