@@ -578,7 +578,14 @@ PY
       [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
       echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
     done ;;
-  lease39)  # the early trigger on 16:32+2 and int8, and int4's engine again (about 8 minutes, no model). Prebuild
+  lease40)  # the early trigger's auto default on the GPU (about 3 minutes, no model; carry lease39's .kcachez): its
+    # GPU tests, then the engine under auto against 0 (auto takes the early build for 2:4 + int8)
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout 100 python3 -m pytest -q -m gpu tests/test_sp24.py -k "early or programmatic" -p no:cacheprovider 2>&1 \
+      | tail -2 | tee "$OUT/gpu_tests_early_auto.log" || true
+    ab 150 SPARSEDECODING_SP24_EARLY_TRIGGER "auto 0" 2:4 int8 "1" early_trigger_h200_8b_int8_auto.md ;;
+  lease39)  # run in the thirty-third session (overflow_h200_early_trigger.md, early_trigger_h200_8b_{16of32p2,int8,
+    # int4_again}.md); the early trigger on 16:32+2 and int8, and int4's engine again (about 8 minutes, no model). Prebuild
     # .kcache with --only sp24 sp24-early-trigger sp24-columns sp24-columns-early-trigger slots nm_mma (the slots'
     # columns order at batch 5-8 and 13-16 has builds of its own; overflow_bench also times slots.cu and the 16:32
     # op), pack it as .kcachez/k.tgz, carry it, run `bash benchmarks/h200.sh lease39`, then `collect` calls

@@ -236,6 +236,42 @@ def test_sp24_builds_follow_the_early_trigger_setting(monkeypatch):
         settings()
 
 
+def test_auto_early_trigger_follows_the_engine_measurements(monkeypatch):
+    """Under auto (the default) a launch takes the early-trigger build for 2:4 bf16 values and int8 codes (steps of
+    16) and for slotted bf16 weights at batch 1-4, the default build for int4 codes, dense int8 weights, int8 codes in
+    steps of 8, slotted codes and slotted weights from batch 5 on; 0 and 1 force either for every launch; the builds
+    no launch chose (a probe, a prefill's expansion) stay the default."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_EARLY_TRIGGER_SETTING
+    from sparsedecoding.kernels.overflow import split_overflow, split_overflow_quantized
+    from sparsedecoding.patterns import SparsityPattern
+    from sparsedecoding.solvers import capped_keep_mask
+
+    from helpers import coded_24, slotted_codes
+
+    bf16 = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    int8, int4 = tile(coded_24("int8", 32, 512)), tile(coded_24("int4", 32, 512))
+    dense = sp24.tile_dense(torch.randint(-127, 128, (32, 256), dtype=torch.int8), torch.ones(32, dtype=torch.bfloat16),
+                            "int8", 256)
+    slotted_int8 = sp24.tile_overflow(split_overflow_quantized(slotted_codes("int8", 32, 1024, seed=1)))
+    weight = random_nm_weight(32, 1024, 16, 32, torch.bfloat16, seed=5)
+    slotted = sp24.tile_overflow(split_overflow(weight * capped_keep_mask(weight.abs(), SparsityPattern.parse(
+        "16:32+2"))))
+    monkeypatch.setenv("SPARSEDECODING_SP24_INT8_STEP", "8")
+    int8_step8 = tile(coded_24("int8", 32, 512))
+    monkeypatch.delenv("SPARSEDECODING_SP24_INT8_STEP")
+    cases = [(bf16, 1), (bf16, 16), (int8, 1), (int8, 8), (int4, 1), (dense, 1), (int8_step8, 1), (slotted, 1),
+             (slotted, 4), (slotted, 5), (slotted, 12), (slotted_int8, 1)]
+    monkeypatch.delenv(SP24_EARLY_TRIGGER_SETTING, raising=False)
+    assert [sp24.early_trigger(w, b) for w, b in cases] == [True] * 4 + [False] * 3 + [True] * 2 + [False] * 3
+    built = fake_sp24_libraries(monkeypatch)
+    sp24._load()
+    assert built == [()]
+    for value in ("0", "1"):
+        monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, value)
+        assert [sp24.early_trigger(w, b) for w, b in cases] == [value == "1"] * len(cases)
+
+
 def test_norm_inputs_are_checked_before_a_launch():
     """The RMSNorm-in-front launch refuses a residual or norm weight of another shape or dtype, with one message
     naming what it got and what it expected (checked before any kernel work, on any device)."""

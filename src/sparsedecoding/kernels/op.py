@@ -318,15 +318,21 @@ def sp24_half_meta_setting() -> bool:
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
 
 
-def sp24_early_trigger_setting() -> bool:
-    """SPARSEDECODING_SP24_EARLY_TRIGGER: "1" builds the sp24 kernel so that each CTA lets the next programmatic
-    launch start as soon as it has requested its first weight steps (sp24.cu's SP24_EARLY_TRIGGER; the next launch's
-    CTAs then take free room on the multiprocessors and stream their weights under this grid's run, their own wait
-    still holding their reads of x and writes back until it has finished: bit for bit the same products). "0" or
-    unset: the trigger after the main loop, as every report before the thirty-second session measured. An A/B
-    setting, not yet timed on a GPU (`benchmarks/h200.sh early-trigger`). Read when a launch is built; the two builds
-    are separate libraries."""
-    return _switch(SP24_EARLY_TRIGGER_SETTING, "0", "sp24 lets the next launch start after a CTA's first requests")
+def sp24_early_trigger_setting() -> bool | None:
+    """SPARSEDECODING_SP24_EARLY_TRIGGER: which build of the sp24 kernel a launch uses. "1": each CTA lets the next
+    programmatic launch start as soon as it has requested its first weight steps (sp24.cu's SP24_EARLY_TRIGGER; the
+    next launch's CTAs then take free room on the multiprocessors and stream their weights under this grid's run,
+    their own wait still holding their reads of x and writes back until it has finished: bit for bit the same
+    products). "0": the trigger after the main loop (every report before the thirty-third session). "auto" or unset
+    (None): per launch, the early build only where the engine measured it faster side by side (`sp24.early_trigger`:
+    2:4 bf16 and 2:4 + int8 at every batch, 16:32+K bf16 at batch 1-4), the default build elsewhere. 8B preset, early against default (results/early_trigger_h200_8b*.md): 2:4 bf16 1.022 / 1.001 / 1.027x at batch
+    1 / 4 / 8, 2:4 + int8 1.028 / 1.010x at 1 / 4, 16:32+2 bf16 1.019 / 1.012x at 1 / 4 and 0.949x at 8, 2:4 + int4 0.978 /
+    0.976x at batch 1 in two runs. Read when a launch is built; the builds are separate
+    libraries."""
+    value = _choice(SP24_EARLY_TRIGGER_SETTING, ("auto", "0", "1"), "auto",
+                    "1 (sp24 lets the next launch start after a CTA's first requests), 0 (after its main loop) or auto "
+                    "(per launch, the faster of the two in the engine; the default)")
+    return None if value == "auto" else value == "1"
 
 
 def sp24_int8_step_setting() -> int | None:
@@ -396,6 +402,12 @@ def _int4_step_text() -> str:
     return "auto" if step is None else str(step)
 
 
+def _early_trigger_text() -> str:
+    """`sp24_early_trigger_setting` as a report shows it: `auto`, `1` or `0`."""
+    value = sp24_early_trigger_setting()
+    return "auto" if value is None else str(int(value))
+
+
 def _int8_step_text() -> str:
     """`sp24_int8_step_setting` as a report shows it: `auto`, `16` or `8`."""
     step = sp24_int8_step_setting()
@@ -421,7 +433,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             ATTENTION_EARLY_READS_SETTING: attention_early_reads_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_setting,
+            SP24_EARLY_TRIGGER_SETTING: _early_trigger_text,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}

@@ -359,6 +359,23 @@ def over_loop(w: Sp24Weight, batch: int) -> int:
     return loop
 
 
+def early_trigger(w: Sp24Weight, batch: int) -> bool:
+    """Whether a launch of w at `batch` uses the build with the early trigger (SP24_EARLY_TRIGGER=1): what
+    SPARSEDECODING_SP24_EARLY_TRIGGER says where it is 0 or 1. Under auto, only where the engine measured the early
+    build faster side by side (op.sp24_early_trigger_setting): 2:4 weights of bf16 values or of int8 codes in steps
+    of 16, and 16:32+K weights of bf16 values at batch 1-4. Everything else keeps the default build: int4 codes
+    (slower in the engine), dense int8 / int4 weights and codes with slots (not measured under it), and slotted
+    weights from batch 5 on (0.949x at batch 8)."""
+    setting = sp24_early_trigger_setting()
+    if setting is not None:
+        return setting
+    if w.dense or w.code == 4:
+        return False
+    if w.over_v is not None:
+        return w.code == 0 and batch <= 4
+    return w.code == 0 or w.build_ks == STEP_TILES[8]
+
+
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
     """Byte offset of column c (0-31) of a k-tile in the kernel's staged x (see sp24.cu): 16·((c % 8) / 2) +
     4·(c / 8) + 2·(c % 2)."""
@@ -570,11 +587,12 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
     order (over_loop 3), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
     SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`);
-    `early_trigger` (default: SPARSEDECODING_SP24_EARLY_TRIGGER) True with SP24_EARLY_TRIGGER=1."""
+    `early_trigger` True with SP24_EARLY_TRIGGER=1 (default: SPARSEDECODING_SP24_EARLY_TRIGGER where it is 0 or 1;
+    under auto, a launch passes `early_trigger(w, batch)` and every other caller gets the default build)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
-        early_trigger = sp24_early_trigger_setting()
+        early_trigger = bool(sp24_early_trigger_setting())
     key = (columns, half_meta, int8_ks, int4_ks, early_trigger)
     with _lock:
         library = _libraries.get(key)
@@ -694,7 +712,9 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
-        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks)
+        self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0])
+        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
+                             self.early_trigger)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
