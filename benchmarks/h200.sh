@@ -578,7 +578,8 @@ PY
       [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
       echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
     done ;;
-  lease40)  # the early trigger's auto default on the GPU (about 3 minutes, no model; carry lease39's .kcachez): its
+  lease40)  # run in the thirty-third session: the early trigger's auto default on the GPU (about 1 minute, no model;
+    # carry lease39's .kcachez): its
     # GPU tests, then the engine under auto against 0 (auto takes the early build for 2:4 + int8)
     bash benchmarks/h200.sh kcache > /dev/null
     timeout 100 python3 -m pytest -q -m gpu tests/test_sp24.py -k "early or programmatic" -p no:cacheprovider 2>&1 \
