@@ -578,6 +578,14 @@ PY
       [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
       echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
     done ;;
+  lease41)  # prepared in the thirty-third session, not run (about 5 minutes, no model; carry lease39's .kcachez): why
+    # the early trigger costs 2:4 + int4 2% in the engine although its kernel gains 8%. The 8B preset's int4 step by
+    # kernel under each build (step_profile.py, with an int4 head as issue 13's best row runs): which kernels grow
+    bash benchmarks/h200.sh kcache > /dev/null
+    for value in 0 1; do
+      SPARSEDECODING_SP24_EARLY_TRIGGER=$value timeout 200 python3 benchmarks/step_profile.py --quantize int4 \
+        --head int4 --out "$OUT/step_profile_h200_8b_int4_trigger$value.md" | grep -E "^## |^- wall" || true
+    done ;;
   lease40)  # run in the thirty-third session: the early trigger's auto default on the GPU (about 1 minute, no model;
     # carry lease39's .kcachez): its
     # GPU tests, then the engine under auto against 0 (auto takes the early build for 2:4 + int8)
