@@ -587,8 +587,8 @@ PY
         --head int4 --out "$OUT/step_profile_h200_8b_int4_trigger$value.md" | grep -E "^## |^- wall" || true
     done ;;
   lease40)  # run in the thirty-third session: the early trigger's auto default on the GPU (about 1 minute, no model;
-    # carry lease39's .kcachez): its
-    # GPU tests, then the engine under auto against 0 (auto takes the early build for 2:4 + int8)
+    # carry lease39's .kcachez): its GPU tests, then the engine under auto against 0 (auto takes the early build for
+    # 2:4 + int8)
     bash benchmarks/h200.sh kcache > /dev/null
     timeout 100 python3 -m pytest -q -m gpu tests/test_sp24.py -k "early or programmatic" -p no:cacheprovider 2>&1 \
       | tail -2 | tee "$OUT/gpu_tests_early_auto.log" || true

@@ -214,7 +214,7 @@ def test_sp24_builds_follow_the_half_meta_setting(monkeypatch):
 def test_sp24_builds_follow_the_early_trigger_setting(monkeypatch):
     """SPARSEDECODING_SP24_EARLY_TRIGGER=1 loads a library built with -DSP24_EARLY_TRIGGER=1 (the default build has no
     such flag), each kept once and beside the other builds' flags; a tuned launch is not reused across the two; a
-    value other than 0 or 1 is refused by name."""
+    value other than auto, 0 or 1 is refused by name."""
     import sparsedecoding.kernels.sp24 as sp24
     from sparsedecoding.kernels.op import SP24_EARLY_TRIGGER_SETTING, KernelChoiceError, settings
 

@@ -521,10 +521,10 @@ constexpr int kMinCtas = OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
 constexpr int kBuffers = 2;
-// SP24_EARLY_TRIGGER 1 (an A/B build, not the default): a CTA lets the next programmatic launch start as soon as it
-// has requested its first steps, instead of after its main loop. Where a grid leaves room on the multiprocessors
-// (fewer CTAs than two a multiprocessor), the next linear's CTAs then stream their weights under this one's loads,
-// compute and tail rather than after them.
+// SP24_EARLY_TRIGGER 1 (a build of its own; sp24.early_trigger picks it per launch under the default setting, auto):
+// a CTA lets the next programmatic launch start as soon as it has requested its first steps, not after its main
+// loop. Where a grid leaves room on the multiprocessors (fewer CTAs than two a multiprocessor), the next linear's CTAs
+// then stream their weights under this one's loads, compute and tail rather than after them.
 #ifndef SP24_EARLY_TRIGGER
 #define SP24_EARLY_TRIGGER 0
 #endif
