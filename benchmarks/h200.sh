@@ -578,6 +578,25 @@ PY
       [ $rc -eq 124 ] && last="stopped at its ${SUITE_LIMIT:-240} s limit; $last"
       echo "| $name | ${last:-rc $rc} | $((SECONDS - start)) |" >> "$OUT/gpu_suite.md"
     done ;;
+  lease42)  # prepared in the thirty-fourth session (about 12 minutes, no model; carry lease39's .kcachez):
+    # SPARSEDECODING_SP24_EARLY_TRIGGER=timed, the tuners choosing the trigger's build per problem by timing (alone,
+    # then in whole decode steps) instead of auto's fixed rule. Its GPU tests, the engine side by side with auto
+    # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
+    # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
+    bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  timed-tests)  # the GPU tests of the timed tuners: sp24's (both builds timed, the fastest kept, float64) and a
+    # step-tuned engine's (its choices among the checked candidates, the packed model's tokens)
+    SPARSEDECODING_SP24_EARLY_TRIGGER=timed timeout 240 python3 -m pytest -q -m gpu tests/test_sp24.py -k timed \
+      tests/test_step_tune.py -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_timed.log" || true ;;
+  timed-engine-int4)  # 8B preset 2:4 + int4, auto against timed, side by side
+    ab 260 SPARSEDECODING_SP24_EARLY_TRIGGER "auto timed" 2:4 int4 "1 4" timed_trigger_h200_8b_int4.md ;;
+  timed-engine-bf16)  # 8B preset 2:4 bf16, timed against auto (the other order)
+    ab 300 SPARSEDECODING_SP24_EARLY_TRIGGER "timed auto" 2:4 bf16 "1 4 8" timed_trigger_h200_8b.md ;;
+  timed-kernel)  # the kernel on the 8B + 14B shapes under timed, each tuned launch also under auto (--baseline):
+    # issue 13's int8 / int4 and issue 12's bf16 geomeans as the timed tuner picks them
+    (cd benchmarks && SPARSEDECODING_SP24_EARLY_TRIGGER=timed PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 \
+      sp24_bench.py --no-sweep --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=auto \
+      --out "$OUT/sp24_h200_timed.md" | grep -E "^\| (bf16|int8|int4) \||failures|rror") || true ;;
   lease41)  # prepared in the thirty-third session, not run (about 5 minutes, no model; carry lease39's .kcachez): why
     # the early trigger costs 2:4 + int4 2% in the engine although its kernel gains 8%. The 8B preset's int4 step by
     # kernel under each build (step_profile.py, with an int4 head as issue 13's best row runs): which kernels grow

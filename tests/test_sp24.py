@@ -272,6 +272,30 @@ def test_auto_early_trigger_follows_the_engine_measurements(monkeypatch):
         assert [sp24.early_trigger(w, b) for w, b in cases] == [value == "1"] * len(cases)
 
 
+def test_timed_early_trigger_starts_from_the_auto_choice_and_keys_its_own_launches(monkeypatch):
+    """SPARSEDECODING_SP24_EARLY_TRIGGER=timed: every launch's first build is auto's (the tuners then time the
+    other build too, a GPU test below); a launch tuned under timed is not reused under auto; `+e` marks the early
+    build in reports only under timed, where the setting does not say which build ran."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import (SP24_EARLY_TRIGGER_SETTING, settings_line, sp24_early_trigger_setting,
+                                           sp24_early_trigger_timed)
+
+    from helpers import coded_24
+
+    bf16 = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    int4 = tile(coded_24("int4", 32, 512))
+    x = torch.randn(1, 256).bfloat16()
+    monkeypatch.delenv(SP24_EARLY_TRIGGER_SETTING, raising=False)
+    key = sp24.problem_key(x, bf16)
+    assert sp24.choice_label((1, 4, True)) == "1/4s" and not sp24_early_trigger_timed()
+    monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "timed")
+    assert sp24_early_trigger_setting() is None and sp24_early_trigger_timed()
+    assert [sp24.early_trigger(bf16, 1), sp24.early_trigger(int4, 1)] == [True, False]
+    assert sp24.problem_key(x, bf16) != key
+    assert [sp24.choice_label(c) for c in ((1, 4, True), (8, 1, False), (2, 2, True))] == ["1/4s+e", "8", "2/2s+e"]
+    assert f"{SP24_EARLY_TRIGGER_SETTING}=timed" in settings_line()
+
+
 def test_norm_inputs_are_checked_before_a_launch():
     """The RMSNorm-in-front launch refuses a residual or norm weight of another shape or dtype, with one message
     naming what it got and what it expected (checked before any kernel work, on any device)."""
@@ -634,6 +658,31 @@ def test_early_trigger_build_gives_the_default_build_bit_for_bit(kind, monkeypat
         assert all(torch.equal(a, b) for a, b in zip(*outputs)), (kind, batch)
         assert all(float64_error(y, x, dense) <= 1 for y in outputs[1][:3]), (kind, batch)
 
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "int4"])
+def test_timed_tuner_times_the_fastest_candidates_in_both_builds_and_keeps_the_fastest(kind, monkeypatch):
+    """Under SPARSEDECODING_SP24_EARLY_TRIGGER=timed the tuner (`tuned_launch`, float64 checks inside) times every
+    candidate in auto's build, then its TIMED_OTHER_BUILD fastest again beside the same grids in the other build;
+    it keeps the fastest of all, and the kept launch runs its build's library."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_EARLY_TRIGGER_SETTING
+
+    monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "timed")
+    monkeypatch.setenv("SPARSEDECODING_SP24_PDL", "1")
+    packed, dtype = _packed_on_gpu(kind, 2048, 4096, seed=41)
+    w = tile(packed)
+    x = torch.randn(1, 4096, device="cuda").to(dtype)
+    first = sp24.early_trigger(w, 1)
+    launch = sp24.tuned_launch(x, w)
+    timings = sp24.launch_timings(sp24.problem_key(x, w))
+    others = [choice for choice in timings if choice[2] != first]
+    assert len(others) == sp24.TIMED_OTHER_BUILD
+    assert all(choice[:2] + (first,) in timings for choice in others)
+    assert sp24.chosen_launch(sp24.problem_key(x, w)) == next(iter(timings))  # fastest first
+    assert launch.library is sp24._load(early_trigger=launch.early_trigger)
+    dense = packed.to_dense() if kind == "bf16" else packed.to_dense(torch.float64)
+    assert float64_error(launch(x, w), x, dense) <= 1
 
 @pytest.mark.gpu
 def test_kernel_vector_input_and_graph_replay():

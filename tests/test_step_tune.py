@@ -56,40 +56,58 @@ def fake_kernel(monkeypatch, timings: dict, lookups: dict, step_cost: dict) -> t
 
 def test_the_fastest_step_wins_and_a_gain_inside_the_margin_keeps_the_tuners_pick(monkeypatch):
     big, small = "gate_up", "o"
-    timings = {big: {(1, 4): 0.010, (2, 1): 0.011, (4, 1): 0.020, (8, 1): 0.012, (3, 1): 0.013, (6, 1): 0.014},
-               small: {(1, 1): 0.004, (2, 1): 0.0041}}
-    step_cost = {big: {(1, 4): 1.00, (2, 1): 1.01, (4, 1): 0.50, (8, 1): 0.90, (3, 1): 0.95, (6, 1): 0.97},
-                 small: {(1, 1): 0.500, (2, 1): 0.499}}
+    timings = {big: {(1, 4, False): 0.010, (2, 1, False): 0.011, (4, 1, False): 0.020, (8, 1, False): 0.012, (3, 1, False): 0.013, (6, 1, False): 0.014},
+               small: {(1, 1, False): 0.004, (2, 1, False): 0.0041}}
+    step_cost = {big: {(1, 4, False): 1.00, (2, 1, False): 1.01, (4, 1, False): 0.50, (8, 1, False): 0.90, (3, 1, False): 0.95, (6, 1, False): 0.97},
+                 small: {(1, 1, False): 0.500, (2, 1, False): 0.499}}
     current, timed = fake_kernel(monkeypatch, timings, {big: 32, small: 32}, step_cost)
     engine = FakeEngine(current)
     outcomes = step_tune.tune_step(engine, top=4, within=1.5, rounds=3, margin=0.003)
     assert [o.key for o in outcomes] == [big, small]  # the most kernel time first
     first = outcomes[0]
-    # the tuner's four fastest within 1.5x of its best; (4, 1) is 2x slower alone and never tried, though its
+    # the tuner's four fastest within 1.5x of its best; (4, 1, False) is 2x slower alone and never tried, though its
     # steps would be fastest
-    assert list(first.step_ms) == [(1, 4), (2, 1), (8, 1), (3, 1)]
-    assert first.before == (1, 4) and first.chosen == (8, 1)
-    assert first.step_ms[(8, 1)] == pytest.approx(0.90 + 0.500)
+    assert list(first.step_ms) == [(1, 4, False), (2, 1, False), (8, 1, False), (3, 1, False)]
+    assert first.before == (1, 4, False) and first.chosen == (8, 1, False)
+    assert first.step_ms[(8, 1, False)] == pytest.approx(0.90 + 0.500)
     second = outcomes[1]
-    assert second.before == (1, 1) and second.chosen == (1, 1)  # 0.07% faster: inside the margin
-    assert current == {big: (8, 1), small: (1, 1)}
+    assert second.before == (1, 1, False) and second.chosen == (1, 1, False)  # 0.07% faster: inside the margin
+    assert current == {big: (8, 1, False), small: (1, 1, False)}
     assert engine.graph == current  # captured again with the choices
     # each candidate timed `rounds` times, with the other problem at its choice so far
-    assert sum(1 for graph in timed if graph == {big: (8, 1), small: (2, 1)}) == 3
+    assert sum(1 for graph in timed if graph == {big: (8, 1, False), small: (2, 1, False)}) == 3
     assert "kept 8" in first.line() and "before 1/4s" in first.line()
 
 
+def test_under_timed_the_fastest_launch_of_each_build_is_tried_in_steps(monkeypatch):
+    """SPARSEDECODING_SP24_EARLY_TRIGGER=timed: the tuner timed launches in both builds; the fastest of the build
+    that is slower alone is tried in whole steps even outside `top` and `within`, and wins if its steps are faster
+    (as the 8B preset's int4 launches were in the engine, though faster alone in the early build)."""
+    monkeypatch.setenv(op.SP24_EARLY_TRIGGER_SETTING, "timed")
+    key = "gate_up"
+    timings = {key: {(1, 1, True): 0.010, (2, 1, True): 0.0105, (1, 2, True): 0.011, (1, 1, False): 0.016,
+                     (2, 1, False): 0.017}}
+    step_cost = {key: {(1, 1, True): 1.00, (2, 1, True): 1.02, (1, 2, True): 1.01, (1, 1, False): 0.98,
+                       (2, 1, False): 0.97}}
+    current, timed = fake_kernel(monkeypatch, timings, {key: 32}, step_cost)
+    (outcome,) = step_tune.tune_step(FakeEngine(current), top=2, within=1.5, rounds=1)
+    # the two fastest alone, then the other build's fastest (1.6x the best alone: outside `within` too)
+    assert list(outcome.step_ms) == [(1, 1, True), (2, 1, True), (1, 1, False)]
+    assert outcome.chosen == (1, 1, False) and current == {key: (1, 1, False)}
+    assert "before 1+e" in outcome.line() and outcome.line().endswith("kept 1")
+
+
 def test_a_problem_with_one_candidate_is_left_alone(monkeypatch):
-    current, timed = fake_kernel(monkeypatch, {"qkv": {(1, 1): 0.01, (2, 1): 0.05}}, {"qkv": 32},
-                                 {"qkv": {(1, 1): 1.0, (2, 1): 0.1}})
+    current, timed = fake_kernel(monkeypatch, {"qkv": {(1, 1, False): 0.01, (2, 1, False): 0.05}}, {"qkv": 32},
+                                 {"qkv": {(1, 1, False): 1.0, (2, 1, False): 0.1}})
     engine = FakeEngine(current)
     assert step_tune.tune_step(engine, within=1.5) == []
-    assert current == {"qkv": (1, 1)} and timed == [] and engine.captures == 2
+    assert current == {"qkv": (1, 1, False)} and timed == [] and engine.captures == 2
 
 
 def test_choosing_an_unchecked_launch_is_an_error():
     with pytest.raises(KernelInputError, match="not a checked candidate"):
-        sp24.choose_launch(("no such problem",), (1, 1))
+        sp24.choose_launch(("no such problem",), (1, 1, False))
 
 
 def test_problem_text_names_shape_values_rows_norm_and_glu():

@@ -6,8 +6,12 @@ launch follows another kernel, and programmatic launches overlap one kernel's st
 so the launch that is fastest alone need not be fastest in the step. `tune_step` takes, for each 2:4 problem a
 captured decode step launches, the tuner's fastest few candidates, captures the step with each in turn, replays
 it, and keeps the candidate whose step is fastest: one problem at a time, the one with the most kernel time first,
-the others held at their current choice. The choice is kept for the process, like the tuner's (every later engine
-with the same problem launches it), and is reported as `StepChoice`s.
+the others held at their current choice. Under SPARSEDECODING_SP24_EARLY_TRIGGER=timed the candidates are launches
+in either build of the kernel (the trigger after a CTA's first requests, or after its main loop), and the fastest
+of each build is always among those tried: the early trigger lets the next linear's CTAs in beside this one's, so
+which build is faster depends on the kernels around it, which only a whole step shows. The choice is kept for the
+process, like the tuner's (every later engine with the same problem launches it), and is reported as
+`StepChoice`s.
 
 Replays write the KV cache at positions from the middle of the cache on and change the engine's token; tuning
 runs when the engine is built, before any generation, whose prefill overwrites what it reads."""
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-Choice = tuple[int, int]  # (splits, slices) of an sp24 launch
+Choice = tuple[int, int, bool]  # (splits, slices, early-trigger build) of an sp24 launch (`kernels.sp24.Choice`)
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,9 @@ class StepChoice:
 
 
 def _label(choice: Choice) -> str:
-    splits, slices = choice
-    return f"{splits}" + (f"/{slices}s" if slices > 1 else "")
+    from ..kernels.sp24 import choice_label
+
+    return choice_label(choice)
 
 
 def _step_ms(engine, graph: torch.cuda.CUDAGraph, replays: int) -> float:
@@ -66,7 +71,7 @@ def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, roun
               margin: float = 0.003) -> list[StepChoice]:
     """Picks each 2:4 problem's launch by decode-step time, as the module says, and leaves `engine.graph`
     captured with the picks. `top`: candidates tried a problem, the tuner's fastest first, each at most `within`
-    times the tuner's best; `rounds` interleaved timings of `replays` steps each, their median compared. A
+    times the tuner's best, and the fastest of each build the tuner timed (whatever `top` and `within`); `rounds` interleaved timings of `replays` steps each, their median compared. A
     candidate replaces the tuner's pick only if its step is more than `margin` (relative) faster. Returns one
     StepChoice per problem with more than one candidate tried."""
     from ..kernels import sp24
@@ -79,6 +84,10 @@ def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, roun
     for key in order:
         best = min(timings[key].values())
         candidates = [choice for choice, ms in timings[key].items() if ms <= within * best][:top]
+        for build in {choice[2] for choice in timings[key]}:  # timings are fastest first
+            fastest = next(choice for choice in timings[key] if choice[2] == build)
+            if fastest not in candidates:
+                candidates.append(fastest)
         current = sp24.chosen_launch(key)
         if current not in candidates:
             candidates.insert(0, current)

@@ -61,6 +61,7 @@ SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
 SP24_EARLY_TRIGGER_SETTING = "SPARSEDECODING_SP24_EARLY_TRIGGER"
+SP24_EARLY_TRIGGER_CHOICES = ("auto", "timed", "0", "1")
 SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
 SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
 SP24_STEP_CHOICES = ("auto", "16", "8")
@@ -318,6 +319,15 @@ def sp24_half_meta_setting() -> bool:
     return _switch(SP24_HALF_META_SETTING, "1", "sp24 with each lane's metadata halved")
 
 
+def sp24_early_trigger_value() -> str:
+    """SPARSEDECODING_SP24_EARLY_TRIGGER as it stands: "auto" (the default), "timed", "0" or "1"
+    (`sp24_early_trigger_setting` says what each does)."""
+    return _choice(SP24_EARLY_TRIGGER_SETTING, SP24_EARLY_TRIGGER_CHOICES, "auto",
+                   "1 (sp24 lets the next launch start after a CTA's first requests), 0 (after its main loop), auto "
+                   "(per kind of weight, the faster of the two in the engine; the default) or timed (the tuners "
+                   "time both)")
+
+
 def sp24_early_trigger_setting() -> bool | None:
     """SPARSEDECODING_SP24_EARLY_TRIGGER: which build of the sp24 kernel a launch uses. "1": each CTA lets the next
     programmatic launch start as soon as it has requested its first weight steps (sp24.cu's SP24_EARLY_TRIGGER; the
@@ -325,14 +335,20 @@ def sp24_early_trigger_setting() -> bool | None:
     their own wait still holding their reads of x and writes back until it has finished: bit for bit the same
     products). "0": the trigger after the main loop (every report before the thirty-third session). "auto" or unset
     (None): per launch, the early build only where the engine measured it faster side by side (`sp24.early_trigger`:
-    2:4 bf16 and 2:4 + int8 at every batch, 16:32+K bf16 at batch 1-4), the default build elsewhere. 8B preset, early against default (results/early_trigger_h200_8b*.md): 2:4 bf16 1.022 / 1.001 / 1.027x at batch
-    1 / 4 / 8, 2:4 + int8 1.028 / 1.010x at 1 / 4, 16:32+2 bf16 1.019 / 1.012x at 1 / 4 and 0.949x at 8, 2:4 + int4 0.978 /
-    0.976x at batch 1 in two runs. Read when a launch is built; the builds are separate
-    libraries."""
-    value = _choice(SP24_EARLY_TRIGGER_SETTING, ("auto", "0", "1"), "auto",
-                    "1 (sp24 lets the next launch start after a CTA's first requests), 0 (after its main loop) or auto "
-                    "(per launch, the faster of the two in the engine; the default)")
-    return None if value == "auto" else value == "1"
+    2:4 bf16 and 2:4 + int8 at every batch, 16:32+K bf16 at batch 1-4), the default build elsewhere. 8B preset,
+    early against default (results/early_trigger_h200_8b*.md): 2:4 bf16 1.022 / 1.001 / 1.027x at batch 1 / 4 / 8,
+    2:4 + int8 1.028 / 1.010x at 1 / 4, 16:32+2 bf16 1.019 / 1.012x at 1 / 4 and 0.949x at 8, 2:4 + int4 0.978 /
+    0.976x at batch 1 in two runs. "timed" (None too): that choice first, and the tuners time the other build as
+    well (`sp24.tuned_launch` on the fastest few candidates alone, `engine.step_tune` in whole decode steps) and keep
+    the faster (`sp24_early_trigger_timed`). Read when a launch is built; the builds are separate libraries."""
+    value = sp24_early_trigger_value()
+    return None if value in ("auto", "timed") else value == "1"
+
+
+def sp24_early_trigger_timed() -> bool:
+    """Whether SPARSEDECODING_SP24_EARLY_TRIGGER is "timed": the tuners time both builds of sp24 and keep the
+    faster (`sp24_early_trigger_setting`)."""
+    return sp24_early_trigger_value() == "timed"
 
 
 def sp24_int8_step_setting() -> int | None:
@@ -403,9 +419,8 @@ def _int4_step_text() -> str:
 
 
 def _early_trigger_text() -> str:
-    """`sp24_early_trigger_setting` as a report shows it: `auto`, `1` or `0`."""
-    value = sp24_early_trigger_setting()
-    return "auto" if value is None else str(int(value))
+    """`sp24_early_trigger_setting` as a report shows it: `auto`, `timed`, `1` or `0`."""
+    return sp24_early_trigger_value()
 
 
 def _int8_step_text() -> str:

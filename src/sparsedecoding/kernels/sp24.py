@@ -37,8 +37,9 @@ from ..errors import KernelInputError
 from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_half_meta_setting,
-                 sp24_int4_step_setting, sp24_int8_step_setting, sp24_over_loop_setting, sp24_pdl_setting)
+from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
+                 sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
+                 sp24_over_loop_setting, sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -365,7 +366,8 @@ def early_trigger(w: Sp24Weight, batch: int) -> bool:
     build faster side by side (op.sp24_early_trigger_setting): 2:4 weights of bf16 values or of int8 codes in steps
     of 16, and 16:32+K weights of bf16 values at batch 1-4. Everything else keeps the default build: int4 codes
     (slower in the engine), dense int8 / int4 weights and codes with slots (not measured under it), and slotted
-    weights from batch 5 on (0.949x at batch 8)."""
+    weights from batch 5 on (0.949x at batch 8). Under timed, the same choice is the build every candidate launch
+    is tried in, and the tuner tries the other build too (`tuned_launch`)."""
     setting = sp24_early_trigger_setting()
     if setting is not None:
         return setting
@@ -701,7 +703,7 @@ class Sp24Launch:
     SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
-                 norm: bool = False):
+                 norm: bool = False, early: bool | None = None):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
         if w.glu and slices > max(SLICES) // 2:
@@ -712,7 +714,7 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
-        self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0])
+        self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0]) if early is None else early
         self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
                              self.early_trigger)
         self.vector = x.dim() == 1
@@ -824,8 +826,13 @@ _SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # with one slice
 _SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already splits the steps inside a CTA)
 _MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
-_timings: dict[tuple, dict[tuple[int, int], float]] = {}  # problem -> (splits, slices) -> ms per launch
-_choices: dict[tuple, dict[tuple[int, int], Sp24Launch]] = {}  # problem -> every correct candidate's launch
+# a candidate launch of a problem: (splits, slices, whether it runs the early-trigger build)
+Choice = tuple[int, int, bool]
+_timings: dict[tuple, dict[Choice, float]] = {}  # problem -> candidate -> ms per launch
+_choices: dict[tuple, dict[Choice, Sp24Launch]] = {}  # problem -> every correct candidate's launch
+# under SPARSEDECODING_SP24_EARLY_TRIGGER=timed: how many of a problem's fastest candidates the tuner also tries in
+# the other build
+TIMED_OTHER_BUILD = 3
 _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recording_problems` runs
 
 
@@ -833,7 +840,7 @@ def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
     launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
-            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_setting(),
+            sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None)
 
 
@@ -931,6 +938,9 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
     L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
+    The candidates run the build `early_trigger` picks; under SPARSEDECODING_SP24_EARLY_TRIGGER=timed with
+    programmatic launches, the TIMED_OTHER_BUILD fastest are then timed again beside the same launches in the other
+    build (each checked the same way), and the fastest of all is kept.
     Raises KernelInputError inside a CUDA-graph capture for a problem not seen before."""
     key = problem_key(x, w, norm is not None)
     launch = _launches.get(key)
@@ -946,31 +956,45 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     if norm is not None:
         check_norm_inputs(x, w, norm[0], norm[1])
     reference = _reference(x, w, norm)
-    launches = {}
-    for slices, splits in _candidates(w, batch, sms, low):
-        launch = Sp24Launch(x, w, splits, slices, norm is not None)
-        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
-            continue  # the same grid as a candidate already kept
+
+    def checked(launch: Sp24Launch) -> Sp24Launch:
         y = launch(x, w, *(norm or ()))
+        where = f"{key} with {launch.splits} splits, {launch.slices} slices" + (
+            " (early-trigger build)" if launch.early_trigger else "")
         if norm is not None:
             y, total = y
             expected = (reference.reference if w.glu else reference).sum
             if not torch.equal(total.view_as(expected), expected):
-                raise RuntimeError(f"sp24: the residual sum x + res differs from torch's for {key} with {splits} "
-                                   f"splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report this")
+                raise RuntimeError(f"sp24: the residual sum x + res differs from torch's for {where}; set "
+                                   "SPARSEDECODING_KERNEL=triton and report this")
         error = reference.error(y.view(-1, w.out_features))
         if not error <= 1:  # NaN fails too
-            raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {key} with "
-                               f"{splits} splits and {slices} slices; set SPARSEDECODING_KERNEL=triton and report "
-                               "this")
-        launches[(splits, slices)] = launch
-    del reference
+            raise RuntimeError(f"sp24: the kernel is off by {error:.3g} x the float64 bound for {where}; set "
+                               "SPARSEDECODING_KERNEL=triton and report this")
+        return launch
+
+    launches: dict[Choice, Sp24Launch] = {}
+    for slices, splits in _candidates(w, batch, sms, low):
+        launch = Sp24Launch(x, w, splits, slices, norm is not None)
+        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
+            continue  # the same grid as a candidate already kept
+        launches[(splits, slices, launch.early_trigger)] = checked(launch)
     weights = _copies(w)
     from .autotune import replay_ms  # imports triton
 
-    timings = {choice: replay_ms(lambda weight, launch=launch: launch(x, weight, *(norm or ())), weights)
-               for choice, launch in launches.items()}
-    del weights
+    def timed(choices) -> dict[Choice, float]:
+        return {choice: replay_ms(lambda weight, launch=launches[choice]: launch(x, weight, *(norm or ())), weights)
+                for choice in choices}
+
+    timings = timed(launches)
+    if sp24_early_trigger_timed() and next(iter(launches.values())).pdl:
+        # the trigger's place only matters to a programmatic launch; the fastest few again, beside the other build
+        fastest = sorted(timings, key=timings.get)[:TIMED_OTHER_BUILD]
+        for splits, slices, early in fastest:
+            launches[(splits, slices, not early)] = checked(Sp24Launch(x, w, splits, slices, norm is not None,
+                                                                       early=not early))
+        timings.update(timed([c for choice in fastest for c in (choice, choice[:2] + (not choice[2],))]))
+    reference = weights = None  # free them before the launch is kept (the closures above are done)
     best = min(timings, key=timings.get)
     _launches[key], _timings[key], _choices[key] = launches[best], timings, launches
     return launches[best]
@@ -988,9 +1012,9 @@ def recording_problems() -> Iterator[dict[tuple, int]]:
         _recorded = outer
 
 
-def launch_timings(key: tuple) -> dict[tuple[int, int], float]:
-    """A tuned problem's correct (splits, slices) candidates and the tuner's milliseconds per launch for each (each
-    launch alone, back to back), fastest first."""
+def launch_timings(key: tuple) -> dict[Choice, float]:
+    """A tuned problem's correct (splits, slices, early build) candidates and the tuner's milliseconds per launch
+    for each (each launch alone, back to back), fastest first."""
     timings = _timings[key]
     return {choice: timings[choice] for choice in sorted(timings, key=timings.get)}
 
@@ -1004,13 +1028,13 @@ def problem_text(key: tuple) -> str:
             + (", norm" if norm else "") + (", GLU" if glu else ""))
 
 
-def chosen_launch(key: tuple) -> tuple[int, int]:
-    """The (splits, slices) a tuned problem launches with now."""
+def chosen_launch(key: tuple) -> Choice:
+    """The (splits, slices, early build) a tuned problem launches with now."""
     launch = _launches[key]
-    return launch.splits, launch.slices
+    return launch.splits, launch.slices, launch.early_trigger
 
 
-def choose_launch(key: tuple, choice: tuple[int, int]) -> None:
+def choose_launch(key: tuple, choice: Choice) -> None:
     """Launch a tuned problem with another of its correct candidates from now on (`engine.step_tune` picks them by
     whole decode steps); calls captured in CUDA graphs before keep the launch they were captured with."""
     if choice not in _choices.get(key, {}):
@@ -1031,14 +1055,21 @@ def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int
     return sorted(found)
 
 
-def tuning_results() -> dict[tuple, tuple[tuple[int, int], dict[tuple[int, int], float]]]:
+def tuning_results() -> dict[tuple, tuple[Choice, dict[Choice, float]]]:
     """For every problem tuned so far: the chosen (splits, slices) and each candidate's median time in ms."""
-    return {key: ((launch.splits, launch.slices), dict(_timings[key])) for key, launch in _launches.items()}
+    return {key: (chosen_launch(key), dict(_timings[key])) for key in _launches}
+
+
+def choice_label(choice: Choice) -> str:
+    """A candidate launch as reports show it: splits, then `/Ns` for N slices, then `+e` on the early-trigger build
+    under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (under the other values the setting says which build runs)."""
+    splits, slices, early = choice
+    return f"{splits}" + (f"/{slices}s" if slices > 1 else "") + ("+e" if early and sp24_early_trigger_timed() else "")
 
 
 def launch_label(launch: Sp24Launch) -> str:
-    """A launch as reports show it: splits, then `/Ns` for N slices."""
-    return str(launch.splits) + (f"/{launch.slices}s" if launch.slices > 1 else "")
+    """A launch as reports show it (`choice_label`)."""
+    return choice_label((launch.splits, launch.slices, launch.early_trigger))
 
 
 def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,
