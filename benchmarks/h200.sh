@@ -584,10 +584,23 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
-  timed-tests)  # the GPU tests of the timed tuners: sp24's (both builds timed, the fastest kept, float64) and a
-    # step-tuned engine's (its choices among the checked candidates, the packed model's tokens)
+  lease43)  # run in the thirty-fourth session after lease42 (about 5 minutes, no model; carry lease39's .kcachez):
+    # the step-tuned engine's GPU tests under timed (lease42's -k filter left them out), int4 again with timed
+    # first, and the step tuner's choices under timed (step_tune_bench.py prints them, builds marked +e)
+    bash benchmarks/h200.sh bg kcache timed-step-tests timed-engine-int4-again timed-step-choices ;;
+  timed-tests)  # the GPU tests of the timed tuner in sp24 (both builds timed, the fastest kept, float64); lease42
+    # ran this with tests/test_step_tune.py beside it, which the -k filter left out (timed-step-tests runs those)
     SPARSEDECODING_SP24_EARLY_TRIGGER=timed timeout 240 python3 -m pytest -q -m gpu tests/test_sp24.py -k timed \
-      tests/test_step_tune.py -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_timed.log" || true ;;
+      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_timed.log" || true ;;
+  timed-step-tests)  # a step-tuned engine's GPU tests under timed (its choices among the checked candidates of both
+    # builds, the packed model's tokens)
+    SPARSEDECODING_SP24_EARLY_TRIGGER=timed timeout 240 python3 -m pytest -q -m gpu tests/test_step_tune.py \
+      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_timed_step.log" || true ;;
+  timed-engine-int4-again)  # 8B preset 2:4 + int4, timed against auto in the other order than lease42's
+    ab 260 SPARSEDECODING_SP24_EARLY_TRIGGER "timed auto" 2:4 int4 "1 4" timed_trigger_h200_8b_int4_again.md ;;
+  timed-step-choices)  # the step tuner under timed on the 8B preset: which build and grid each problem keeps
+    SPARSEDECODING_SP24_EARLY_TRIGGER=timed timeout 300 python3 benchmarks/step_tune_bench.py --runs int4:1,4 \
+      bf16:1,8 --out "$OUT/step_tune_h200_8b_timed.md" 2>&1 | tail -30 ;;
   timed-engine-int4)  # 8B preset 2:4 + int4, auto against timed, side by side
     ab 260 SPARSEDECODING_SP24_EARLY_TRIGGER "auto timed" 2:4 int4 "1 4" timed_trigger_h200_8b_int4.md ;;
   timed-engine-bf16)  # 8B preset 2:4 bf16, timed against auto (the other order)
