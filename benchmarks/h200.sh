@@ -587,7 +587,13 @@ PY
   lease43)  # run in the thirty-fourth session after lease42 (about 5 minutes, no model; carry lease39's .kcachez):
     # the step-tuned engine's GPU tests under timed (lease42's -k filter left them out), int4 again with timed
     # first, and the step tuner's choices under timed (step_tune_bench.py prints them, builds marked +e)
-    bash benchmarks/h200.sh bg kcache timed-step-tests timed-engine-int4-again timed-step-choices ;;
+    # and issue 12's 16:32 rows under timed against auto (the last step; a second collect if it runs long)
+    bash benchmarks/h200.sh bg kcache timed-step-tests timed-engine-int4-again timed-step-choices timed-overflow ;;
+  timed-overflow)  # 16:32+2 on the fused sp24 kernel with slots under timed, each tuned launch also under auto
+    (cd benchmarks && SPARSEDECODING_SP24_EARLY_TRIGGER=timed PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 \
+      overflow_bench.py --models llama-3.1-8b qwen3-14b --over-loops auto \
+      --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=auto --out "$OUT/overflow_h200_timed.md" \
+      | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
   timed-tests)  # the GPU tests of the timed tuner in sp24 (both builds timed, the fastest kept, float64); lease42
     # ran this with tests/test_step_tune.py beside it, which the -k filter left out (timed-step-tests runs those)
     SPARSEDECODING_SP24_EARLY_TRIGGER=timed timeout 240 python3 -m pytest -q -m gpu tests/test_sp24.py -k timed \
