@@ -47,7 +47,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     from sparsedecoding.errors import SparseDecodingError
-    from sparsedecoding.kernels import op
+    from sparsedecoding.kernels import op, sp24
 
     if args.new_tokens < 2:
         parser.error(f"--new-tokens {args.new_tokens}: a generation needs at least 2 (one decode step timed)")
@@ -84,8 +84,10 @@ def main() -> int:
     copy = copy_bandwidth(device)
     results = bench_preset(args.preset, [(None, args.batch)], device, new_tokens=args.new_tokens,
                            repeats=args.repeats)
+    kept_launches = []  # per value: the sp24 launch each 2:4 problem kept (the tuner's, or the step tuner's pick)
     for value in args.values:
         os.environ[args.setting] = value
+        tuned_before = set(sp24.tuning_results())
         torch._dynamo.reset()  # no compiled block reused from the previous value: each is compiled under its own
         op.clear_runners()  # nor a kernel runner built under it
         plan = ([(None, args.batch)] if args.quantized_dense else []) + [(args.pattern, args.batch)]
@@ -94,6 +96,8 @@ def main() -> int:
         results += [dataclasses.replace(r, weights=f"{r.weights}, {args.setting}={value}")
                     if isinstance(r, SpeedResult) else r for r in runs]
         print(format_table(results, copy), flush=True)
+        kept_launches += [f"- {args.setting}={value}: {sp24.problem_text(key)}: {sp24.choice_label(choice)}"
+                          for key, (choice, _) in sp24.tuning_results().items() if key not in tuned_before]
     restore()
     kept = f" + {args.quantize}" if args.quantize else ""
     kept += f", {args.head} lm_head" if args.head else ""
@@ -107,6 +111,11 @@ def main() -> int:
              f"{-(-(16 + args.new_tokens) // 16) * 16} positions), median of {args.repeats}; ratio = tok/s / dense "
              "tok/s at the same batch.", "",
              format_table(results, copy), ""]
+    if kept_launches:
+        lines += ["## The sp24 launches kept", "",
+                  "Per value, each 2:4 problem's launch after tuning (splits, `/Ns` slices, `+e` the early-trigger "
+                  "build where SPARSEDECODING_SP24_EARLY_TRIGGER=timed chose it; with SPARSEDECODING_STEP_TUNE the "
+                  "step tuner's pick):", "", *kept_launches, ""]
     write_report(args.out, "\n".join(lines))
     return 0
 
