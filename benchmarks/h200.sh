@@ -587,8 +587,9 @@ PY
   lease43)  # run in the thirty-fourth session after lease42 (about 5 minutes, no model; carry lease39's .kcachez):
     # the step-tuned engine's GPU tests under timed (lease42's -k filter left them out), int4 again with timed
     # first, and the step tuner's choices under timed (step_tune_bench.py prints them, builds marked +e)
-    # and issue 12's 16:32 rows under timed against auto (the last step; a second collect if it runs long)
-    bash benchmarks/h200.sh bg kcache timed-step-tests timed-engine-int4-again timed-step-choices timed-overflow ;;
+    # (timed-overflow, issue 12's 16:32 rows under timed against auto, is left for a later lease: this session's
+    # device time ran short)
+    bash benchmarks/h200.sh bg kcache timed-step-tests timed-engine-int4-again timed-step-choices ;;
   timed-overflow)  # 16:32+2 on the fused sp24 kernel with slots under timed, each tuned launch also under auto
     (cd benchmarks && SPARSEDECODING_SP24_EARLY_TRIGGER=timed PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 \
       overflow_bench.py --models llama-3.1-8b qwen3-14b --over-loops auto \
