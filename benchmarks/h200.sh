@@ -584,6 +584,14 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease44)  # prepared in the thirty-fourth session, not run (about 15 minutes, no model; carry lease39's .kcachez,
+    # which still matches sp24.cu): timed with the step tuner's whole-build move (engine.step_tune.BuildChoice),
+    # which lease42-43's per-problem step tuning lacked. The step tests, the engine side by side with auto (int4 in
+    # both orders: timed lost 1.5% at batch 1 in lease42 and lease43 without the move), 2:4 bf16, the step tuner's
+    # choices, then issue 12's 16:32 rows under timed. If timed is not behind auto anywhere, make it the default
+    # (TAG=_builds: its reports' names end so, beside lease42-43's)
+    TAG=_builds bash benchmarks/h200.sh bg kcache timed-step-tests timed-engine-int4 timed-engine-int4-again \
+      timed-engine-bf16 timed-step-choices timed-overflow ;;
   lease43)  # run in the thirty-fourth session after lease42 (about 5 minutes, no model; carry lease39's .kcachez):
     # the step-tuned engine's GPU tests under timed (lease42's -k filter left them out), int4 again with timed
     # first, and the step tuner's choices under timed (step_tune_bench.py prints them, builds marked +e)
@@ -593,7 +601,7 @@ PY
   timed-overflow)  # 16:32+2 on the fused sp24 kernel with slots under timed, each tuned launch also under auto
     (cd benchmarks && SPARSEDECODING_SP24_EARLY_TRIGGER=timed PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 \
       overflow_bench.py --models llama-3.1-8b qwen3-14b --over-loops auto \
-      --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=auto --out "$OUT/overflow_h200_timed.md" \
+      --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=auto --out "$OUT/overflow_h200_timed${TAG:-}.md" \
       | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
   timed-tests)  # the GPU tests of the timed tuner in sp24 (both builds timed, the fastest kept, float64); lease42
     # ran this with tests/test_step_tune.py beside it, which the -k filter left out (timed-step-tests runs those)
@@ -604,14 +612,15 @@ PY
     SPARSEDECODING_SP24_EARLY_TRIGGER=timed timeout 240 python3 -m pytest -q -m gpu tests/test_step_tune.py \
       -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_timed_step.log" || true ;;
   timed-engine-int4-again)  # 8B preset 2:4 + int4, timed against auto in the other order than lease42's
-    ab 260 SPARSEDECODING_SP24_EARLY_TRIGGER "timed auto" 2:4 int4 "1 4" timed_trigger_h200_8b_int4_again.md ;;
+    ab 260 SPARSEDECODING_SP24_EARLY_TRIGGER "timed auto" 2:4 int4 "1 4" timed_trigger_h200_8b_int4_again${TAG:-}.md ;;
   timed-step-choices)  # the step tuner under timed on the 8B preset: which build and grid each problem keeps
+    # (TAG: the end of the reports' names, as lease44 sets it)
     SPARSEDECODING_SP24_EARLY_TRIGGER=timed timeout 300 python3 benchmarks/step_tune_bench.py --runs int4:1,4 \
-      bf16:1,8 --out "$OUT/step_tune_h200_8b_timed.md" 2>&1 | tail -30 ;;
+      bf16:1,8 --out "$OUT/step_tune_h200_8b_timed${TAG:-}.md" 2>&1 | tail -30 ;;
   timed-engine-int4)  # 8B preset 2:4 + int4, auto against timed, side by side
-    ab 260 SPARSEDECODING_SP24_EARLY_TRIGGER "auto timed" 2:4 int4 "1 4" timed_trigger_h200_8b_int4.md ;;
+    ab 260 SPARSEDECODING_SP24_EARLY_TRIGGER "auto timed" 2:4 int4 "1 4" timed_trigger_h200_8b_int4${TAG:-}.md ;;
   timed-engine-bf16)  # 8B preset 2:4 bf16, timed against auto (the other order)
-    ab 300 SPARSEDECODING_SP24_EARLY_TRIGGER "timed auto" 2:4 bf16 "1 4 8" timed_trigger_h200_8b.md ;;
+    ab 300 SPARSEDECODING_SP24_EARLY_TRIGGER "timed auto" 2:4 bf16 "1 4 8" timed_trigger_h200_8b${TAG:-}.md ;;
   timed-kernel)  # the kernel on the 8B + 14B shapes under timed, each tuned launch also under auto (--baseline):
     # issue 13's int8 / int4 and issue 12's bf16 geomeans as the timed tuner picks them
     (cd benchmarks && SPARSEDECODING_SP24_EARLY_TRIGGER=timed PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 \

@@ -26,7 +26,7 @@ from sparsedecoding.engine.bench import bench_preset, check_group_size, check_pl
 from sparsedecoding.engine.config import preset
 from sparsedecoding.engine.generate import Engine
 from sparsedecoding.engine.loading import build_model, random_state
-from sparsedecoding.engine.step_tune import tune_step
+from sparsedecoding.engine.step_tune import BuildChoice, tune_step
 from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.kernels import op, sp24
 from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
@@ -55,7 +55,7 @@ def step_ms(engine: Engine, prompt: torch.Tensor, new_tokens: int, repeats: int)
                                    for _ in range(repeats)) / (new_tokens - 1)
 
 
-def apply(choices: dict[tuple, tuple[int, int]], engine: Engine) -> None:
+def apply(choices: dict[tuple, sp24.Choice], engine: Engine) -> None:
     for key, choice in choices.items():
         sp24.choose_launch(key, choice)
     engine.graph = engine.capture()
@@ -109,8 +109,16 @@ def main() -> int:
             prompt = torch.randint(model_args.vocab_size, (batch, PROMPT), generator=generator)
             engine.generate(prompt, 16)
             outcomes = tune_step(engine, top=args.top, within=args.within)
-            before = {o.key: o.before for o in outcomes}
-            after = {o.key: o.chosen for o in outcomes}
+            # the tuner's launches (before any move) and the kept ones; under SPARSEDECODING_SP24_EARLY_TRIGGER=timed
+            # the whole-build move comes first and may have moved problems that have no outcome of their own
+            before, after = {}, {}
+            for o in outcomes:
+                if isinstance(o, BuildChoice):
+                    before.update(o.picks["tuner"])
+                    after.update(o.picks[o.chosen])
+                else:
+                    before.setdefault(o.key, o.before)
+                    after[o.key] = o.chosen
             times = {"tuner": [], "step": []}
             for _ in range(args.rounds):
                 for name, choices in (("tuner", before), ("step", after)):

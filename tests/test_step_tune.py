@@ -25,10 +25,11 @@ class FakeEngine:
         return dict(self.current)
 
 
-def fake_kernel(monkeypatch, timings: dict, lookups: dict, step_cost: dict) -> tuple[dict, list]:
+def fake_kernel(monkeypatch, timings: dict, lookups: dict, step_cost: dict, together=None) -> tuple[dict, list]:
     """sp24's tuner state stood in for: `timings` the tuner's ms per (key, choice), `lookups` the launches a step
-    makes of each key; a step's time is the sum over keys of step_cost[key][its choice]. Returns the current
-    choices (the tuner's fastest) and a log of the choices each timed graph held."""
+    makes of each key; a step's time is the sum over keys of step_cost[key][its choice], plus together(graph) if
+    given (what the launches cost one another). Returns the current choices (the tuner's fastest) and a log of the
+    choices each timed graph held."""
     current = {key: min(t, key=t.get) for key, t in timings.items()}
     timed = []
 
@@ -43,7 +44,7 @@ def fake_kernel(monkeypatch, timings: dict, lookups: dict, step_cost: dict) -> t
 
     def step_ms(engine, graph, replays):
         timed.append(dict(graph))
-        return sum(step_cost[key][graph[key]] for key in graph)
+        return sum(step_cost[key][graph[key]] for key in graph) + (together(graph) if together else 0.0)
 
     monkeypatch.setattr(sp24, "recording_problems", recording)
     monkeypatch.setattr(sp24, "launch_timings", lambda key: dict(sorted(timings[key].items(), key=lambda i: i[1])))
@@ -81,8 +82,8 @@ def test_the_fastest_step_wins_and_a_gain_inside_the_margin_keeps_the_tuners_pic
 
 def test_under_timed_the_fastest_launch_of_each_build_is_tried_in_steps(monkeypatch):
     """SPARSEDECODING_SP24_EARLY_TRIGGER=timed: the tuner timed launches in both builds; the fastest of the build
-    that is slower alone is tried in whole steps even outside `top` and `within`, and wins if its steps are faster
-    (as the 8B preset's int4 launches were in the engine, though faster alone in the early build)."""
+    that is slower alone is tried in whole steps even outside `top` and `within`, and wins if its steps are
+    faster. With one problem the whole-build move already finds it."""
     monkeypatch.setenv(op.SP24_EARLY_TRIGGER_SETTING, "timed")
     key = "gate_up"
     timings = {key: {(1, 1, True): 0.010, (2, 1, True): 0.0105, (1, 2, True): 0.011, (1, 1, False): 0.016,
@@ -90,11 +91,43 @@ def test_under_timed_the_fastest_launch_of_each_build_is_tried_in_steps(monkeypa
     step_cost = {key: {(1, 1, True): 1.00, (2, 1, True): 1.02, (1, 2, True): 1.01, (1, 1, False): 0.98,
                        (2, 1, False): 0.97}}
     current, timed = fake_kernel(monkeypatch, timings, {key: 32}, step_cost)
-    (outcome,) = step_tune.tune_step(FakeEngine(current), top=2, within=1.5, rounds=1)
-    # the two fastest alone, then the other build's fastest (1.6x the best alone: outside `within` too)
+    build, outcome = step_tune.tune_step(FakeEngine(current), top=2, within=1.5, rounds=1)
+    assert build.picks == {"tuner": {key: (1, 1, True)}, "early": {key: (1, 1, True)},
+                           "default": {key: (1, 1, False)}}
+    assert build.chosen == "default" and build.step_ms["default"] == pytest.approx(0.98)
+    assert "kept default" in build.line()
+    # then the problem alone: the two fastest alone, then the other build's fastest (1.6x the best alone: outside
+    # `within` too), which is its launch now, the whole-build move's; it stays
     assert list(outcome.step_ms) == [(1, 1, True), (2, 1, True), (1, 1, False)]
-    assert outcome.chosen == (1, 1, False) and current == {key: (1, 1, False)}
-    assert "before 1+e" in outcome.line() and outcome.line().endswith("kept 1")
+    assert outcome.before == outcome.chosen == (1, 1, False) and current == {key: (1, 1, False)}
+    assert "before 1;" in outcome.line() and outcome.line().endswith("kept 1")
+
+
+def test_under_timed_a_whole_build_wins_where_no_single_switch_does(monkeypatch):
+    """Two problems, each faster alone in the early build and no single switch from there faster in the step, but
+    the step with both in the default build is fastest (early launches let the next kernels in early, at a cost to
+    the step; the 8B int4 steps measured it so): the whole-build move takes the default build; without two builds
+    there is no such move."""
+    monkeypatch.setenv(op.SP24_EARLY_TRIGGER_SETTING, "timed")
+    timings = {"qkv": {(1, 4, True): 0.005, (1, 4, False): 0.0055},
+               "down": {(4, 2, True): 0.009, (4, 2, False): 0.0098}}
+    step_cost = {"qkv": {(1, 4, True): 0.50, (1, 4, False): 0.51}, "down": {(4, 2, True): 0.90, (4, 2, False): 0.91}}
+
+    def crowding(graph):  # any launch in the early build lets the next kernels in early, at a cost to the step
+        return 0.05 if any(choice[2] for choice in graph.values()) else 0.0
+
+    current, timed = fake_kernel(monkeypatch, timings, {"qkv": 32, "down": 32}, step_cost, crowding)
+    engine = FakeEngine(current)
+    build, *problems = step_tune.tune_step(engine, rounds=1)
+    assert build.chosen == "default"
+    assert build.step_ms == pytest.approx({"tuner": 1.45, "early": 1.45, "default": 1.42})
+    assert current == {"qkv": (1, 4, False), "down": (4, 2, False)} and engine.graph == current
+    # one problem at a time from there: switching either back to early alone is slower, so both stay
+    assert [p.chosen for p in problems] == [(4, 2, False), (1, 4, False)]
+    monkeypatch.setenv(op.SP24_EARLY_TRIGGER_SETTING, "auto")
+    one_build = {key: {c: ms for c, ms in t.items() if c[2]} for key, t in timings.items()}
+    current, _ = fake_kernel(monkeypatch, one_build, {"qkv": 32, "down": 32}, step_cost, crowding)
+    assert not any(isinstance(o, step_tune.BuildChoice) for o in step_tune.tune_step(FakeEngine(current), rounds=1))
 
 
 def test_a_problem_with_one_candidate_is_left_alone(monkeypatch):
@@ -111,12 +144,18 @@ def test_choosing_an_unchecked_launch_is_an_error():
 
 
 def test_problem_text_names_shape_values_rows_norm_and_glu():
-    key = ("cuda", torch.Size([1, 4096]), torch.bfloat16, "cuda", (28672, 4096), 4, 7, 64, True, False, True, True,
-           True, None)
-    assert sp24.problem_text(key) == "28672x4096 int4, 1 rows, norm, GLU"
-    dense = ("cuda", torch.Size([4, 4096]), torch.bfloat16, "cuda", (128256, 4096), 4, 3, 16, False, True, False,
-             True, True, None)
-    assert sp24.problem_text(dense) == "128256x4096 dense int4, 4 rows"
+    """Read off real keys (`problem_key` of CPU weights), field by field: an earlier version read them one place
+    off, naming the GLU weight "dense", every problem "GLU" and none "norm"."""
+    from helpers import coded_24
+
+    glu = sp24.tile(coded_24("int4", 64, 512), glu=True)
+    x = torch.randn(1, 512).bfloat16()
+    assert len(sp24.problem_key(x, glu)) == len(sp24.PROBLEM_KEY_FIELDS)
+    assert sp24.problem_text(sp24.problem_key(x, glu, norm=True)) == "64x512 int4, 1 rows, norm, GLU"
+    assert sp24.problem_text(sp24.problem_key(x, sp24.tile(coded_24("int8", 64, 512)))) == "64x512 int8, 1 rows"
+    dense = sp24.tile_dense(torch.randint(-127, 128, (32, 256), dtype=torch.int8),
+                            torch.ones(32, dtype=torch.bfloat16), "int8", 256)
+    assert sp24.problem_text(sp24.problem_key(torch.randn(4, 256).bfloat16(), dense)) == "32x256 dense int8, 4 rows"
 
 
 @pytest.mark.parametrize("value,expected", [(None, True), ("1", True), ("0", False), ("yes", None)])
@@ -146,6 +185,11 @@ def test_a_step_tuned_engine_launches_checked_candidates_and_decodes_the_packed_
     engine = Engine(tiled, 3, 40, compile=True)
     assert engine.step_choices
     for choice in engine.step_choices:
+        if isinstance(choice, step_tune.BuildChoice):  # under SPARSEDECODING_SP24_EARLY_TRIGGER=timed
+            assert set(choice.step_ms) == set(choice.picks) == {"tuner", "early", "default"}
+            assert all(launch in sp24.launch_timings(key) for picks in choice.picks.values()
+                       for key, launch in picks.items())  # each a checked candidate
+            continue
         assert choice.before in choice.step_ms and choice.chosen in choice.step_ms
         assert all(ms > 0 for ms in choice.step_ms.values())
         assert sp24.chosen_launch(choice.key) == choice.chosen

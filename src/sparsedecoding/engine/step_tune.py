@@ -9,7 +9,12 @@ it, and keeps the candidate whose step is fastest: one problem at a time, the on
 the others held at their current choice. Under SPARSEDECODING_SP24_EARLY_TRIGGER=timed the candidates are launches
 in either build of the kernel (the trigger after a CTA's first requests, or after its main loop), and the fastest
 of each build is always among those tried: the early trigger lets the next linear's CTAs in beside this one's, so
-which build is faster depends on the kernels around it, which only a whole step shows. The choice is kept for the
+which build is faster depends on the kernels around it, which only a whole step shows. And since it depends on
+them, one problem at a time can miss it: on the 8B preset's 2:4 + int4 steps every launch in the early build was
+slower than every launch in the default one (results/timed_trigger_h200_8b_int4*.md), while switching any one of
+them alone made its step slower (results/step_tune_h200_8b_timed.md). So before going problem by problem, the
+tuner compares whole steps with every problem at its fastest launch in each build against its picks as they stand,
+and starts from the fastest (`BuildChoice`). The choice is kept for the
 process, like the tuner's (every later engine with the same problem launches it), and is reported as
 `StepChoice`s.
 
@@ -44,6 +49,22 @@ class StepChoice:
                 f"kept {_label(self.chosen)}")
 
 
+@dataclass(frozen=True)
+class BuildChoice:
+    """Under SPARSEDECODING_SP24_EARLY_TRIGGER=timed, the move made before the problems one at a time: `step_ms` the
+    median decode-step time of each assignment tried, `picks` each assignment (problem -> launch): "tuner" the
+    launches as they stood, "early" / "default" every problem at its fastest launch alone in that build of the
+    kernel; `chosen` the one kept."""
+
+    step_ms: dict[str, float]
+    picks: dict[str, dict[tuple, Choice]]
+    chosen: str
+
+    def line(self) -> str:
+        tried = ", ".join(f"{name} {ms:.4f} ms" for name, ms in self.step_ms.items())
+        return f"every problem in one build: steps with {tried}; kept {self.chosen}"
+
+
 def _label(choice: Choice) -> str:
     from ..kernels.sp24 import choice_label
 
@@ -67,20 +88,57 @@ def _step_ms(engine, graph: torch.cuda.CUDAGraph, replays: int) -> float:
     return begin.elapsed_time(end) / count
 
 
+def _timed_steps(engine, graphs: dict, replays: int, rounds: int) -> dict:
+    """The median decode-step ms of each graph over `rounds` interleaved timings of `replays` steps."""
+    times: dict = {name: [] for name in graphs}
+    for _ in range(rounds):
+        for name, graph in graphs.items():
+            times[name].append(_step_ms(engine, graph, replays))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _tune_builds(engine, timings: dict, replays: int, rounds: int, margin: float) -> BuildChoice | None:
+    """The whole-build move (module docstring): None unless the tuner timed launches in both builds. Leaves the
+    kept assignment chosen."""
+    from ..kernels import sp24
+
+    builds = {choice[2] for choice_timings in timings.values() for choice in choice_timings}
+    if len(builds) < 2:
+        return None
+    picks = {"tuner": {key: sp24.chosen_launch(key) for key in timings}}
+    for name, early in (("early", True), ("default", False)):  # timings are fastest first
+        picks[name] = {key: next((choice for choice in choice_timings if choice[2] == early), picks["tuner"][key])
+                       for key, choice_timings in timings.items()}
+    graphs = {}
+    for name, assignment in picks.items():
+        for key, choice in assignment.items():
+            sp24.choose_launch(key, choice)
+        graphs[name] = engine.capture()
+    medians = _timed_steps(engine, graphs, replays, rounds)
+    fastest = min(medians, key=medians.get)
+    chosen = fastest if medians[fastest] < (1 - margin) * medians["tuner"] else "tuner"
+    for key, choice in picks[chosen].items():
+        sp24.choose_launch(key, choice)
+    return BuildChoice(medians, picks, chosen)
+
+
 def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, rounds: int = 3,
-              margin: float = 0.003) -> list[StepChoice]:
+              margin: float = 0.003) -> list[StepChoice | BuildChoice]:
     """Picks each 2:4 problem's launch by decode-step time, as the module says, and leaves `engine.graph`
     captured with the picks. `top`: candidates tried a problem, the tuner's fastest first, each at most `within`
-    times the tuner's best, and the fastest of each build the tuner timed (whatever `top` and `within`); `rounds` interleaved timings of `replays` steps each, their median compared. A
+    times the tuner's best, and the fastest of each build the tuner timed (whatever `top` and `within`); `rounds`
+    interleaved timings of `replays` steps each, their median compared. A
     candidate replaces the tuner's pick only if its step is more than `margin` (relative) faster. Returns one
-    StepChoice per problem with more than one candidate tried."""
+    StepChoice per problem with more than one candidate tried, after the BuildChoice of the whole-build move where
+    the tuner timed both builds (its "tuner" picks are the launches before any move)."""
     from ..kernels import sp24
 
     with sp24.recording_problems() as problems:
         engine.graph = engine.capture()
     timings = {key: sp24.launch_timings(key) for key in problems}
     order = sorted(problems, key=lambda key: -problems[key] * min(timings[key].values()))
-    outcomes = []
+    build = _tune_builds(engine, timings, replays, rounds, margin)
+    outcomes: list[StepChoice | BuildChoice] = [] if build is None else [build]
     for key in order:
         best = min(timings[key].values())
         candidates = [choice for choice, ms in timings[key].items() if ms <= within * best][:top]
@@ -97,11 +155,7 @@ def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, roun
         for choice in candidates:
             sp24.choose_launch(key, choice)
             graphs[choice] = engine.capture()
-        times: dict[Choice, list[float]] = {choice: [] for choice in candidates}
-        for _ in range(rounds):
-            for choice in candidates:
-                times[choice].append(_step_ms(engine, graphs[choice], replays))
-        medians = {choice: statistics.median(values) for choice, values in times.items()}
+        medians = _timed_steps(engine, graphs, replays, rounds)
         fastest = min(medians, key=medians.get)
         chosen = fastest if medians[fastest] < (1 - margin) * medians[current] else current
         sp24.choose_launch(key, chosen)

@@ -836,9 +836,15 @@ TIMED_OTHER_BUILD = 3
 _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recording_problems` runs
 
 
+# the fields of a `problem_key`, in order (`problem_text` reads them by name)
+PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight_shape", "code", "ks", "gk_shift",
+                      "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop")
+
+
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
-    launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too."""
+    launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too
+    (fields: PROBLEM_KEY_FIELDS)."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None)
@@ -1021,7 +1027,9 @@ def launch_timings(key: tuple) -> dict[Choice, float]:
 
 def problem_text(key: tuple) -> str:
     """A `problem_key` as reports show it: the weight's shape and values, x's rows, the norm in front, GLU."""
-    x_shape, weight_shape, code, glu, dense, norm = key[1], key[4], key[5], key[8], key[9], key[10]
+    field = dict(zip(PROBLEM_KEY_FIELDS, key))
+    x_shape, weight_shape, code = field["x_shape"], field["weight_shape"], field["code"]
+    glu, dense, norm = field["glu"], field["dense"], field["norm"]
     values = {0: "16-bit", 8: "int8", 4: "int4"}.get(code, f"code {code}")
     rows = 1 if len(x_shape) == 1 else x_shape[0]
     return (f"{weight_shape[0]}x{weight_shape[1]} {'dense ' if dense else ''}{values}, {rows} rows"
