@@ -57,9 +57,11 @@ def fake_kernel(monkeypatch, timings: dict, lookups: dict, step_cost: dict, toge
 
 def test_the_fastest_step_wins_and_a_gain_inside_the_margin_keeps_the_tuners_pick(monkeypatch):
     big, small = "gate_up", "o"
-    timings = {big: {(1, 4, False): 0.010, (2, 1, False): 0.011, (4, 1, False): 0.020, (8, 1, False): 0.012, (3, 1, False): 0.013, (6, 1, False): 0.014},
+    timings = {big: {(1, 4, False): 0.010, (2, 1, False): 0.011, (4, 1, False): 0.020, (8, 1, False): 0.012,
+                     (3, 1, False): 0.013, (6, 1, False): 0.014},
                small: {(1, 1, False): 0.004, (2, 1, False): 0.0041}}
-    step_cost = {big: {(1, 4, False): 1.00, (2, 1, False): 1.01, (4, 1, False): 0.50, (8, 1, False): 0.90, (3, 1, False): 0.95, (6, 1, False): 0.97},
+    step_cost = {big: {(1, 4, False): 1.00, (2, 1, False): 1.01, (4, 1, False): 0.50, (8, 1, False): 0.90,
+                       (3, 1, False): 0.95, (6, 1, False): 0.97},
                  small: {(1, 1, False): 0.500, (2, 1, False): 0.499}}
     current, timed = fake_kernel(monkeypatch, timings, {big: 32, small: 32}, step_cost)
     engine = FakeEngine(current)
