@@ -10,13 +10,13 @@ the others held at their current choice. Under SPARSEDECODING_SP24_EARLY_TRIGGER
 in either build of the kernel (the trigger after a CTA's first requests, or after its main loop), and the fastest
 of each build is always among those tried: the early trigger lets the next linear's CTAs in beside this one's, so
 which build is faster depends on the kernels around it, which only a whole step shows. And since it depends on
-them, one problem at a time can miss it: on the 8B preset's 2:4 + int4 steps every launch in the early build was
-slower than every launch in the default one (results/timed_trigger_h200_8b_int4*.md), while switching any one of
-them alone made its step slower (results/step_tune_h200_8b_timed.md). So before going problem by problem, the
-tuner compares whole steps with every problem at its fastest launch in each build against its picks as they stand,
-and starts from the fastest (`BuildChoice`). The choice is kept for the
-process, like the tuner's (every later engine with the same problem launches it), and is reported as
-`StepChoice`s.
+them, one problem at a time can miss it: the 8B preset's 2:4 + int4 step was 1.5% faster with every launch in the
+default build than with every launch in the early one (results/timed_trigger_h200_8b_int4*.md), yet from all early,
+switching any one launch alone to the default build made the step slower (results/step_tune_h200_8b_timed.md). So
+before going problem by problem, the tuner compares whole steps with every problem at its fastest launch in each
+build against its picks as they stand, and starts from the fastest (`BuildChoice`). The choice is kept for the
+process, like the tuner's (every later engine with the same problem launches it), and is reported as `StepChoice`s
+(after the `BuildChoice`).
 
 Replays write the KV cache at positions from the middle of the cache on and change the engine's token; tuning
 runs when the engine is built, before any generation, whose prefill overwrites what it reads."""
@@ -127,8 +127,8 @@ def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, roun
     """Picks each 2:4 problem's launch by decode-step time, as the module says, and leaves `engine.graph`
     captured with the picks. `top`: candidates tried a problem, the tuner's fastest first, each at most `within`
     times the tuner's best, and the fastest of each build the tuner timed (whatever `top` and `within`); `rounds`
-    interleaved timings of `replays` steps each, their median compared. A
-    candidate replaces the tuner's pick only if its step is more than `margin` (relative) faster. Returns one
+    interleaved timings of `replays` steps each, their median compared. A candidate replaces the tuner's pick only
+    if its step is more than `margin` (relative) faster. Returns one
     StepChoice per problem with more than one candidate tried, after the BuildChoice of the whole-build move where
     the tuner timed both builds (its "tuner" picks are the launches before any move)."""
     from ..kernels import sp24
@@ -142,8 +142,8 @@ def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, roun
     for key in order:
         best = min(timings[key].values())
         candidates = [choice for choice, ms in timings[key].items() if ms <= within * best][:top]
-        for build in {choice[2] for choice in timings[key]}:  # timings are fastest first
-            fastest = next(choice for choice in timings[key] if choice[2] == build)
+        for early in {choice[2] for choice in timings[key]}:  # timings are fastest first
+            fastest = next(choice for choice in timings[key] if choice[2] == early)
             if fastest not in candidates:
                 candidates.append(fastest)
         current = sp24.chosen_launch(key)
