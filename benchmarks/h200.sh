@@ -590,7 +590,8 @@ PY
     # both orders: timed lost 1.5% at batch 1 in lease42 and lease43 without the move), 2:4 bf16, the step tuner's
     # choices, then issue 12's 16:32 rows under timed. If timed is not behind auto anywhere, make it the default
     # (TAG=_builds: its reports' names end so, beside lease42-43's)
-    TAG=_builds bash benchmarks/h200.sh bg kcache timed-step-tests timed-engine-int4 timed-engine-int4-again \
+    # (the int4 A/B first: it decides the default; the tests next)
+    TAG=_builds bash benchmarks/h200.sh bg kcache timed-engine-int4 timed-engine-int4-again timed-step-tests \
       timed-engine-bf16 timed-step-choices timed-overflow ;;
   lease43)  # run in the thirty-fourth session after lease42 (about 5 minutes, no model; carry lease39's .kcachez):
     # the step-tuned engine's GPU tests under timed (lease42's -k filter left them out), int4 again with timed
