@@ -36,7 +36,7 @@ from sparsedecoding.kernels.autotune import Float64Reference
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.overflow import split_overflow
 from sparsedecoding.kernels.op import SP24_OVER_LOOP_CHOICES, SP24_OVER_LOOP_SETTING
-from sparsedecoding.kernels.sp24 import tile, tile_overflow, tuned_launch
+from sparsedecoding.kernels.sp24 import launch_label, tile, tile_overflow, tuned_launch
 from sparsedecoding.kernels import sp24_split
 from sparsedecoding.kernels.triton_overflow import OverflowSlots, overflow_add_, tuned_config
 from sparsedecoding.patterns import SparsityPattern
@@ -110,16 +110,14 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
         x = torch.randn(batch, in_features, device="cuda", generator=generator).bfloat16()
         y = torch.zeros(batch, out, dtype=torch.bfloat16, device="cuda")
         launch = tuned_launch(x, w24)  # the engine's pick for the 2:4 part, checked and timed by its tuner
-        row.sp24_launch = str(launch.splits) if launch.slices == 1 else f"{launch.splits}/{launch.slices}s"
+        row.sp24_launch = launch_label(launch)
         row.slot_config = str(tuned_config(x, slots, y))
         fused_launches = {}
         for loop in loops:  # each loop order its own tuned launch (the setting is part of the tuner's key)
             os.environ[SP24_OVER_LOOP_SETTING] = loop
             try:  # the tuner checks every candidate against float64 of the whole weight and raises on a mismatch
                 fused_launches[loop] = tuned_launch(x, fused)
-                chosen = fused_launches[loop]
-                row.fused_launch[loop] = (str(chosen.splits) if chosen.slices == 1
-                                          else f"{chosen.splits}/{chosen.slices}s")
+                row.fused_launch[loop] = launch_label(fused_launches[loop])
             except RuntimeError as exc:  # reported as a failure, and the other columns still measured
                 fused_launches[loop], row.fused_launch[loop] = None, f"FAIL: {exc}"[:200]
                 print(f"{model} {shape} b{batch}: fused launch ({loop}) failed: {exc}", flush=True)
@@ -154,7 +152,7 @@ def bench_shape(model: str, shape: str, batches: list[int], reps: int, generator
         if baseline:  # tuned anew under them (they are part of the tuner's key); the launch keeps its library
             with environment_set({SP24_OVER_LOOP_SETTING: loops[0], **baseline}):
                 base = tuned_launch(x, fused)
-                row.fused_launch["baseline"] = str(base.splits) if base.slices == 1 else f"{base.splits}/{base.slices}s"
+                row.fused_launch["baseline"] = launch_label(base)
                 row.checks["fused:baseline"] = float64_error(base(x, fused), x, weight)
                 row.times["fused:baseline"] = time_rotated([lambda f=f: base(x, f) for f in fuseds], reps)[0]
         row.times["fused"], row.checks["fused"] = row.times[f"fused:{loops[0]}"], row.checks[f"fused:{loops[0]}"]
