@@ -584,7 +584,23 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
-  lease44)  # prepared in the thirty-fourth session, not run (about 15 minutes, no model; carry lease39's .kcachez,
+  lease45)  # prepared in the thirty-fifth session after lease44 (about 11 minutes, no model; carry .kcachez, .whl):
+    # timed against auto where lease44 did not look: 16:32+2 bf16 and 2:4 + int8 in the engine, and the 16:32+2
+    # kernel bench with the sides swapped (auto this run's, timed the baseline: lease44 had timed 2-3% behind at
+    # batch 1-4 there, each launch tuned alone)
+    TAG=_builds bash benchmarks/h200.sh bg kcache timed-engine-16of32p2 timed-engine-int8 auto-overflow ;;
+  timed-engine-16of32p2)  # 8B preset 16:32+2 bf16, timed against auto
+    ab 300 SPARSEDECODING_SP24_EARLY_TRIGGER "timed auto" 16:32+2 bf16 "1 4 8" \
+      timed_trigger_h200_8b_16of32p2${TAG:-}.md ;;
+  timed-engine-int8)  # 8B preset 2:4 + int8, timed against auto
+    ab 240 SPARSEDECODING_SP24_EARLY_TRIGGER "timed auto" 2:4 int8 "1 4" timed_trigger_h200_8b_int8${TAG:-}.md ;;
+  auto-overflow)  # timed-overflow with the sides swapped: auto this run's settings, timed the baseline
+    (cd benchmarks && SPARSEDECODING_SP24_EARLY_TRIGGER=auto PYTHONPATH=/tmp/site:$PWD/../src timeout 400 python3 \
+      overflow_bench.py --models llama-3.1-8b qwen3-14b --over-loops auto \
+      --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=timed --out "$OUT/overflow_h200_auto${TAG:-}.md" \
+      | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
+  lease44)  # run in the thirty-fifth session (*_builds.md); prepared in the thirty-fourth (about 9 minutes, no
+    # model; carry lease39's .kcachez,
     # which still matches sp24.cu): timed with the step tuner's whole-build move (engine.step_tune.BuildChoice),
     # which lease42-43's per-problem step tuning lacked. The step tests, the engine side by side with auto (int4 in
     # both orders: timed lost 1.5% at batch 1 in lease42 and lease43 without the move), 2:4 bf16, the step tuner's
