@@ -584,7 +584,17 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
-  lease45)  # prepared in the thirty-fifth session after lease44 (about 11 minutes, no model; carry .kcachez, .whl):
+  lease46)  # prepared in the thirty-fifth session after timed became the default (about 4 minutes, no model; carry
+    # .kcachez, .whl): the tests of the timed tuner (the slotted weights' batch 5-16 exception included), then the
+    # 16:32+2 kernel bench under the default against auto, the two sides now timed alternately (lease44-45 found the
+    # side timed second 1-5% faster in both orders)
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24.py tests/test_sp24_overflow.py -k "timed" \
+      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests_timed_default.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 250 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --over-loops auto --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=auto \
+      --out "$OUT/overflow_h200_timed_paired.md" | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
+  lease45)  # run in the thirty-fifth session after lease44 (about 6 minutes, no model; carry .kcachez, .whl):
     # timed against auto where lease44 did not look: 16:32+2 bf16 and 2:4 + int8 in the engine, and the 16:32+2
     # kernel bench with the sides swapped (auto this run's, timed the baseline: lease44 had timed 2-3% behind at
     # batch 1-4 there, each launch tuned alone)

@@ -237,10 +237,10 @@ def test_sp24_builds_follow_the_early_trigger_setting(monkeypatch):
 
 
 def test_auto_early_trigger_follows_the_engine_measurements(monkeypatch):
-    """Under auto (the default) a launch takes the early-trigger build for 2:4 bf16 values and int8 codes (steps of
-    16) and for slotted bf16 weights at batch 1-4, the default build for int4 codes, dense int8 weights, int8 codes in
-    steps of 8, slotted codes and slotted weights from batch 5 on; 0 and 1 force either for every launch; the builds
-    no launch chose (a probe, a prefill's expansion) stay the default."""
+    """Under auto (and first under timed, the default) a launch takes the early-trigger build for 2:4 bf16 values and
+    int8 codes (steps of 16) and for slotted bf16 weights at batch 1-4, the default build for int4 codes, dense int8
+    weights, int8 codes in steps of 8, slotted codes and slotted weights from batch 5 on; 0 and 1 force either for
+    every launch; the builds no launch chose (a probe, a prefill's expansion) stay the default."""
     import sparsedecoding.kernels.sp24 as sp24
     from sparsedecoding.kernels.op import SP24_EARLY_TRIGGER_SETTING
     from sparsedecoding.kernels.overflow import split_overflow, split_overflow_quantized
@@ -273,27 +273,46 @@ def test_auto_early_trigger_follows_the_engine_measurements(monkeypatch):
 
 
 def test_timed_early_trigger_starts_from_the_auto_choice_and_keys_its_own_launches(monkeypatch):
-    """SPARSEDECODING_SP24_EARLY_TRIGGER=timed: every launch's first build is auto's (the tuners then time the
-    other build too, a GPU test below); a launch tuned under timed is not reused under auto; `+e` marks the early
-    build in reports only under timed, where the setting does not say which build ran."""
+    """SPARSEDECODING_SP24_EARLY_TRIGGER=timed (the default, unset too): every launch's first build is auto's (the
+    tuners then time the other build too, a GPU test below) except for slotted weights from batch 5 on, which keep
+    the default build untimed against the other; a launch tuned under timed is not reused under auto; `+e` marks
+    the early build in reports only under timed, where the setting does not say which build ran."""
     import sparsedecoding.kernels.sp24 as sp24
     from sparsedecoding.kernels.op import (SP24_EARLY_TRIGGER_SETTING, settings_line, sp24_early_trigger_setting,
                                            sp24_early_trigger_timed)
+    from sparsedecoding.kernels.overflow import split_overflow
+    from sparsedecoding.patterns import SparsityPattern
+    from sparsedecoding.solvers import capped_keep_mask
 
     from helpers import coded_24
 
     bf16 = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
     int4 = tile(coded_24("int4", 32, 512))
+    weight = random_nm_weight(32, 1024, 16, 32, torch.bfloat16, seed=5)
+    slotted = sp24.tile_overflow(split_overflow(weight * capped_keep_mask(weight.abs(), SparsityPattern.parse(
+        "16:32+2"))))
     x = torch.randn(1, 256).bfloat16()
-    monkeypatch.delenv(SP24_EARLY_TRIGGER_SETTING, raising=False)
+    monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "auto")
     key = sp24.problem_key(x, bf16)
     assert sp24.choice_label((1, 4, True)) == "1/4s" and not sp24_early_trigger_timed()
-    monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "timed")
-    assert sp24_early_trigger_setting() is None and sp24_early_trigger_timed()
-    assert [sp24.early_trigger(bf16, 1), sp24.early_trigger(int4, 1)] == [True, False]
-    assert sp24.problem_key(x, bf16) != key
-    assert [sp24.choice_label(c) for c in ((1, 4, True), (8, 1, False), (2, 2, True))] == ["1/4s+e", "8", "2/2s+e"]
-    assert f"{SP24_EARLY_TRIGGER_SETTING}=timed" in settings_line()
+    assert not any(sp24.times_both_builds(w, b) for w, b in ((bf16, 1), (int4, 1), (slotted, 1)))
+    for unset in (False, True):
+        if unset:
+            monkeypatch.delenv(SP24_EARLY_TRIGGER_SETTING)
+        else:
+            monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "timed")
+        assert sp24_early_trigger_setting() is None and sp24_early_trigger_timed()
+        assert [sp24.early_trigger(bf16, 1), sp24.early_trigger(int4, 1)] == [True, False]
+        assert [sp24.times_both_builds(w, b) for w, b in ((bf16, 1), (bf16, 16), (int4, 8), (slotted, 1),
+                                                            (slotted, 4), (slotted, 5), (slotted, 16))] == [
+            True] * 5 + [False] * 2
+        assert [sp24.early_trigger(slotted, b) for b in (4, 5)] == [True, False]
+        assert sp24.problem_key(x, bf16) != key
+        assert [sp24.choice_label(c) for c in ((1, 4, True), (8, 1, False), (2, 2, True))] == [
+            "1/4s+e", "8", "2/2s+e"]
+        assert f"{SP24_EARLY_TRIGGER_SETTING}=timed" in settings_line()
+    monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "1")
+    assert not sp24_early_trigger_timed() and not sp24.times_both_builds(bf16, 1)
 
 
 def test_norm_inputs_are_checked_before_a_launch():

@@ -195,7 +195,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_ATTENTION_MIN_SPAN=64, SPARSEDECODING_ATTENTION_EARLY_READS=1, "
                                "SPARSEDECODING_NM_MMA_GEOMETRY=default, "
                                "SPARSEDECODING_SP24_OVER_LOOP=auto, SPARSEDECODING_SP24_SLOTS=1, "
-                               "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_EARLY_TRIGGER=auto, "
+                               "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_EARLY_TRIGGER=timed, "
                                "SPARSEDECODING_SP24_INT8_STEP=auto, "
                                "SPARSEDECODING_SP24_INT4_STEP=auto, "
                                "SPARSEDECODING_STEP_TUNE=1, "

@@ -246,3 +246,22 @@ def test_dense_expansion_with_slots():
     weight = capped_weight(1000, 1536, seed=2, device="cuda")
     w = tile_overflow(split_overflow(weight))
     assert torch.equal(to_dense(w), weight)
+
+
+@pytest.mark.gpu
+def test_timed_tuner_keeps_slotted_weights_from_batch_5_in_the_default_build(monkeypatch):
+    """Under timed, the default: a slotted weight's launches at batch 1-4 are timed in both builds (the fastest
+    kept), from batch 5 on only in the default build (`sp24.times_both_builds`); the kept launch matches float64."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_EARLY_TRIGGER_SETTING
+
+    monkeypatch.delenv(SP24_EARLY_TRIGGER_SETTING, raising=False)
+    monkeypatch.setenv("SPARSEDECODING_SP24_PDL", "1")
+    weight = capped_weight(2048, 4096, seed=45, device="cuda")
+    w = tile_overflow(split_overflow(weight))
+    for batch, builds in ((2, {True, False}), (8, {False})):
+        x = torch.randn(batch, 4096, device="cuda").bfloat16()
+        launch = sp24.tuned_launch(x, w)
+        assert {choice[2] for choice in sp24.launch_timings(sp24.problem_key(x, w))} == builds, batch
+        assert launch.early_trigger in builds
+        assert float64_error(launch(x, w), x, weight) <= 1, batch

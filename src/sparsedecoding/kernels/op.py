@@ -320,12 +320,12 @@ def sp24_half_meta_setting() -> bool:
 
 
 def sp24_early_trigger_value() -> str:
-    """SPARSEDECODING_SP24_EARLY_TRIGGER as it stands: "auto" (the default), "timed", "0" or "1"
+    """SPARSEDECODING_SP24_EARLY_TRIGGER as it stands: "timed" (the default), "auto", "0" or "1"
     (`sp24_early_trigger_setting` says what each does)."""
-    return _choice(SP24_EARLY_TRIGGER_SETTING, SP24_EARLY_TRIGGER_CHOICES, "auto",
+    return _choice(SP24_EARLY_TRIGGER_SETTING, SP24_EARLY_TRIGGER_CHOICES, "timed",
                    "1 (sp24 lets the next launch start after a CTA's first requests), 0 (after its main loop), auto "
-                   "(per kind of weight, the faster of the two in the engine; the default) or timed (the tuners "
-                   "time both)")
+                   "(per kind of weight, the faster of the two in the engine) or timed (the tuners time both; the "
+                   "default)")
 
 
 def sp24_early_trigger_setting() -> bool | None:
@@ -333,21 +333,26 @@ def sp24_early_trigger_setting() -> bool | None:
     programmatic launch start as soon as it has requested its first weight steps (sp24.cu's SP24_EARLY_TRIGGER; the
     next launch's CTAs then take free room on the multiprocessors and stream their weights under this grid's run,
     their own wait still holding their reads of x and writes back until it has finished: bit for bit the same
-    products). "0": the trigger after the main loop (every report before the thirty-third session). "auto" or unset
-    (None): per launch, the early build only where the engine measured it faster side by side (`sp24.early_trigger`:
-    2:4 bf16 and 2:4 + int8 at every batch, 16:32+K bf16 at batch 1-4), the default build elsewhere. 8B preset,
-    early against default (results/early_trigger_h200_8b*.md): 2:4 bf16 1.022 / 1.001 / 1.027x at batch 1 / 4 / 8,
-    2:4 + int8 1.028 / 1.010x at 1 / 4, 16:32+2 bf16 1.019 / 1.012x at 1 / 4 and 0.949x at 8, 2:4 + int4 0.978 /
-    0.976x at batch 1 in two runs. "timed" (None too): that choice first, and the tuners time the other build as
-    well (`sp24.tuned_launch` on the fastest few candidates alone, `engine.step_tune` in whole decode steps) and keep
-    the faster (`sp24_early_trigger_timed`). Read when a launch is built; the builds are separate libraries."""
+    products). "0": the trigger after the main loop (every report before the thirty-third session). "auto" (None):
+    per launch, the early build only where the engine measured it faster side by side (`sp24.early_trigger`: 2:4
+    bf16 and 2:4 + int8 at every batch, 16:32+K bf16 at batch 1-4), the default build elsewhere. 8B preset, early
+    against default (results/early_trigger_h200_8b*.md): 2:4 bf16 1.022 / 1.001 / 1.027x at batch 1 / 4 / 8, 2:4 +
+    int8 1.028 / 1.010x at 1 / 4, 16:32+2 bf16 1.019 / 1.012x at 1 / 4 and 0.949x at 8, 2:4 + int4 0.978 / 0.976x at
+    batch 1 in two runs. "timed" or unset (None too; the default since the thirty-fifth session): auto's choice
+    first, and the tuners time the other build as well (`sp24.tuned_launch` on the fastest few candidates alone,
+    `engine.step_tune` in whole decode steps) and keep the faster (`sp24_early_trigger_timed`), except for slotted
+    weights from batch 5 on, which stay in the default build (`sp24.times_both_builds`). 8B preset, timed against
+    auto side by side (results/timed_trigger_h200_8b*_builds*.md): 2:4 bf16 1.016 / 1.005 / 1.020x at batch 1 / 4 /
+    8, 2:4 + int4 1.028 / 1.021x and 1.042 / 1.014x at 1 / 4 (both orders), 2:4 + int8 1.000 / 0.999x, 16:32+2 bf16
+    1.020 / 1.004x at 1 / 4 and 1.016x at 1 again; at 16:32+2 batch 8 timing both builds lost 1.6% and 1.4% (both
+    orders), hence the exception. Read when a launch is built; the builds are separate libraries."""
     value = sp24_early_trigger_value()
     return None if value in ("auto", "timed") else value == "1"
 
 
 def sp24_early_trigger_timed() -> bool:
-    """Whether SPARSEDECODING_SP24_EARLY_TRIGGER is "timed": the tuners time both builds of sp24 and keep the
-    faster (`sp24_early_trigger_setting`)."""
+    """Whether SPARSEDECODING_SP24_EARLY_TRIGGER is "timed" (or unset): the tuners time both builds of sp24 and keep
+    the faster (`sp24_early_trigger_setting`; `sp24.times_both_builds` says where)."""
     return sp24_early_trigger_value() == "timed"
 
 

@@ -366,8 +366,9 @@ def early_trigger(w: Sp24Weight, batch: int) -> bool:
     build faster side by side (op.sp24_early_trigger_setting): 2:4 weights of bf16 values or of int8 codes in steps
     of 16, and 16:32+K weights of bf16 values at batch 1-4. Everything else keeps the default build: int4 codes
     (slower in the engine), dense int8 / int4 weights and codes with slots (not measured under it), and slotted
-    weights from batch 5 on (0.949x at batch 8). Under timed, the same choice is the build every candidate launch
-    is tried in, and the tuner tries the other build too (`tuned_launch`)."""
+    weights from batch 5 on (0.949x at batch 8). Under timed (the default), the same choice is the build every
+    candidate launch is tried in, and the tuner tries the other build too where `times_both_builds` says so
+    (`tuned_launch`)."""
     setting = sp24_early_trigger_setting()
     if setting is not None:
         return setting
@@ -376,6 +377,16 @@ def early_trigger(w: Sp24Weight, batch: int) -> bool:
     if w.over_v is not None:
         return w.code == 0 and batch <= 4
     return w.code == 0 or w.build_ks == STEP_TILES[8]
+
+
+def times_both_builds(w: Sp24Weight, batch: int) -> bool:
+    """Whether the tuner, under SPARSEDECODING_SP24_EARLY_TRIGGER=timed, also times a launch of w at `batch` in the
+    build `early_trigger` did not pick: everywhere except slotted weights (16:32+K) from batch 5 on, which stay in
+    the default build as under auto. There the early build is slower in whole steps (0.949x at batch 8,
+    results/early_trigger_h200_8b_16of32p2.md) though a launch alone can be faster in it, and timing both lost 1.6%
+    and 1.4% of the 8B preset's 16:32+2 step at batch 8 in two runs, one in each order
+    (results/timed_trigger_h200_8b_16of32p2_builds*.md)."""
+    return sp24_early_trigger_timed() and not (w.over_v is not None and batch > 4)
 
 
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
@@ -590,7 +601,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
     SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`);
     `early_trigger` True with SP24_EARLY_TRIGGER=1 (default: SPARSEDECODING_SP24_EARLY_TRIGGER where it is 0 or 1;
-    under auto, a launch passes `early_trigger(w, batch)` and every other caller gets the default build)."""
+    under auto and timed, a launch passes `early_trigger(w, batch)` and every other caller gets the default build)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
@@ -830,8 +841,8 @@ _launches: dict[tuple, Sp24Launch] = {}
 Choice = tuple[int, int, bool]
 _timings: dict[tuple, dict[Choice, float]] = {}  # problem -> candidate -> ms per launch
 _choices: dict[tuple, dict[Choice, Sp24Launch]] = {}  # problem -> every correct candidate's launch
-# under SPARSEDECODING_SP24_EARLY_TRIGGER=timed: how many of a problem's fastest candidates the tuner also tries in
-# the other build
+# under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (the default): how many of a problem's fastest candidates the tuner
+# also tries in the other build (where `times_both_builds`)
 TIMED_OTHER_BUILD = 3
 _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recording_problems` runs
 
@@ -944,9 +955,9 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
     L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
-    The candidates run the build `early_trigger` picks; under SPARSEDECODING_SP24_EARLY_TRIGGER=timed with
-    programmatic launches, the TIMED_OTHER_BUILD fastest are then timed again beside the same launches in the other
-    build (each checked the same way), and the fastest of all is kept.
+    The candidates run the build `early_trigger` picks; under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (the default)
+    with programmatic launches, where `times_both_builds`, the TIMED_OTHER_BUILD fastest are then timed again beside
+    the same launches in the other build (each checked the same way), and the fastest of all is kept.
     Raises KernelInputError inside a CUDA-graph capture for a problem not seen before."""
     key = problem_key(x, w, norm is not None)
     launch = _launches.get(key)
@@ -993,7 +1004,7 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
                 for choice in choices}
 
     timings = timed(launches)
-    if sp24_early_trigger_timed() and next(iter(launches.values())).pdl:
+    if times_both_builds(w, batch) and next(iter(launches.values())).pdl:
         # the trigger's place only matters to a programmatic launch; the fastest few again, beside the other build
         fastest = sorted(timings, key=timings.get)[:TIMED_OTHER_BUILD]
         for splits, slices, early in fastest:
