@@ -584,7 +584,15 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
-  lease46)  # prepared in the thirty-fifth session after timed became the default (about 4 minutes, no model; carry
+  lease47)  # prepared in the thirty-fifth session, not run (about 2 minutes, no model; carry .kcachez, .whl): the
+    # 16:32+2 kernel bench as lease46's, now with cuBLAS timed in the same alternated rounds, so that issue 12's
+    # 16:32 rows can be read like for like from medians (lease46 had the fused kernel's medians 2-3% under its
+    # single timing, against cuBLAS's single timing)
+    bash benchmarks/h200.sh kcache > /dev/null
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 250 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --over-loops auto --baseline SPARSEDECODING_SP24_EARLY_TRIGGER=auto \
+      --out "$OUT/overflow_h200_timed_medians.md" | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
+  lease46)  # run in the thirty-fifth session after timed became the default (about 2 minutes, no model; carry
     # .kcachez, .whl): the tests of the timed tuner (the slotted weights' batch 5-16 exception included), then the
     # 16:32+2 kernel bench under the default against auto, the two sides now timed alternately (lease44-45 found the
     # side timed second 1-5% faster in both orders)

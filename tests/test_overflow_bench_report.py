@@ -51,16 +51,19 @@ def test_a_bad_baseline_setting_is_one_error_line_before_any_gpu_work(bench, cap
 
 
 def test_baseline_table_takes_the_alternated_times_and_the_details_name_the_baseline_launch(bench):
-    """With --baseline the fused kernel and its baseline launch are timed alternately: the baseline table compares
-    those paired medians (not the single `fused` timing), and each shape's row names the baseline's launch and time."""
+    """With --baseline cuBLAS, the fused kernel and its baseline launch are timed alternately: the baseline table
+    compares those medians (not the single timings), and each shape's row names the baseline's launch and time."""
     rows = [row(bench, "o", 1, 8.0, 4.0, 4.0)]
-    rows[0].times.update({"fused:baseline": 4.0, "fused:paired": 2.0, "slots_cuda": 1.0})
+    rows[0].times.update({"fused:baseline": 4.0, "fused:paired": 2.0, "dense:paired": 8.0, "slots_cuda": 1.0})
     rows[0].fused_launch = {"rows": "1/4s+e", "baseline": "2"}
     rows[0].sp24_launch, rows[0].slot_config = "1/4s", "N32xW16 w4"
     rows[0].checks = {"fused": 0.5, "both": 0.5, "op16": 0.5, "split": 0.5}
     rows[0].bytes = {"fused": 1e6}
     lines = bench.baseline_summary(rows, {"SPARSEDECODING_SP24_EARLY_TRIGGER": "auto"}).strip().splitlines()
     assert lines[4] == "| 1 | 4.00x (4.00x) | 2.00x (2.00x) | 2.000x |"
+    rows[0].times["dense:paired"] = 4.0  # cuBLAS's median, not its single timing (8), in both columns
+    lines = bench.baseline_summary(rows, {"SPARSEDECODING_SP24_EARLY_TRIGGER": "auto"}).strip().splitlines()
+    assert lines[4] == "| 1 | 2.00x (2.00x) | 1.00x (1.00x) | 2.000x |"
     detail = bench.details(rows, 1e12, ["rows"]).splitlines()[2]
     assert "| 8000000.0 | 16000000.0 | 4000000.0 (1/4s) |" in detail
     assert "| 4000000.0 (1/4s+e; 0%; baseline 2 4000000.0) | 2.00x |" in detail

@@ -6,17 +6,19 @@ launch follows another kernel, and programmatic launches overlap one kernel's st
 so the launch that is fastest alone need not be fastest in the step. `tune_step` takes, for each 2:4 problem a
 captured decode step launches, the tuner's fastest few candidates, captures the step with each in turn, replays
 it, and keeps the candidate whose step is fastest: one problem at a time, the one with the most kernel time first,
-the others held at their current choice. Under SPARSEDECODING_SP24_EARLY_TRIGGER=timed the candidates are launches
-in either build of the kernel (the trigger after a CTA's first requests, or after its main loop), and the fastest
-of each build is always among those tried: the early trigger lets the next linear's CTAs in beside this one's, so
-which build is faster depends on the kernels around it, which only a whole step shows. And since it depends on
-them, one problem at a time can miss it: the 8B preset's 2:4 + int4 step was 1.5% faster with every launch in the
-default build than with every launch in the early one (results/timed_trigger_h200_8b_int4*.md), yet from all early,
-switching any one launch alone to the default build made the step slower (results/step_tune_h200_8b_timed.md). So
-before going problem by problem, the tuner compares whole steps with every problem at its fastest launch in each
-build against its picks as they stand, and starts from the fastest (`BuildChoice`). The choice is kept for the
-process, like the tuner's (every later engine with the same problem launches it), and is reported as `StepChoice`s
-(after the `BuildChoice`).
+the others held at their current choice. Under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (the default) the candidates
+are launches in either build of the kernel (the trigger after a CTA's first requests, or after its main loop) where
+the tuner timed both (`kernels.sp24.times_both_builds`), and the fastest of each build is always among those tried:
+the early trigger lets the next linear's CTAs in beside this one's, so which build is faster depends on the kernels
+around it, which only a whole step shows. And since it depends on them, one problem at a time can miss it: the 8B
+preset's 2:4 + int4 step was 1.5% faster with every launch in the default build than with every launch in the
+early one (results/timed_trigger_h200_8b_int4*.md), yet from all early, switching any one launch alone to the
+default build made the step slower (results/step_tune_h200_8b_timed.md). So before going problem by problem, the
+tuner compares whole steps with every problem at its fastest launch in each build against its picks as they stand,
+and starts from the fastest (`BuildChoice`; on that int4 step at batch 1: every problem in the default build, then
+the qkv and gate_up moved back to the early one, 1.086x the tuner's picks, results/step_tune_h200_8b_timed_builds.md).
+The choice is kept for the process, like the tuner's (every later engine with the same problem launches it), and is
+reported as `StepChoice`s (after the `BuildChoice`).
 
 Replays write the KV cache at positions from the middle of the cache on and change the engine's token; tuning
 runs when the engine is built, before any generation, whose prefill overwrites what it reads."""
