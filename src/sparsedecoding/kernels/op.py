@@ -423,11 +423,6 @@ def _int4_step_text() -> str:
     return "auto" if step is None else str(step)
 
 
-def _early_trigger_text() -> str:
-    """`sp24_early_trigger_setting` as a report shows it: `auto`, `timed`, `1` or `0`."""
-    return sp24_early_trigger_value()
-
-
 def _int8_step_text() -> str:
     """`sp24_int8_step_setting` as a report shows it: `auto`, `16` or `8`."""
     step = sp24_int8_step_setting()
@@ -453,7 +448,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             ATTENTION_EARLY_READS_SETTING: attention_early_reads_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            SP24_EARLY_TRIGGER_SETTING: _early_trigger_text,
+            SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}
