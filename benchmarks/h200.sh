@@ -584,6 +584,20 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease48)  # thirty-sixth session (about 4 minutes, no model; carry .kcachez, .whl): the GPU tests of every slot
+    # loop order on the slots' new lane layout (16-bit values, codes, the RMSNorm in front, GLU, the split form), the
+    # new tensor-core order (mma) among them
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout 500 python3 -m pytest -q -m gpu tests/test_sp24_overflow.py tests/test_sp24_slots.py \
+      tests/test_sp24_slots_quantized.py tests/test_sp24_split.py -p no:cacheprovider -x 2>&1 | tail -5 \
+      | tee "$OUT/gpu_tests_slot_mma.log" || true ;;
+  lease49)  # thirty-sixth session, right after lease48 (about 5 minutes, no model): the 16:32+2 kernel bench with
+    # the slots on the tensor cores (mma) against auto's CUDA-core orders, cuBLAS and both sides timed alternately
+    # (three rounds, medians), so issue 12's 16:32 rows read like for like
+    bash benchmarks/h200.sh kcache > /dev/null
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 540 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --over-loops mma --baseline SPARSEDECODING_SP24_OVER_LOOP=auto --batches 1 2 4 5 8 12 16 \
+      --out "$OUT/overflow_h200_mma.md" | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
   lease47)  # prepared in the thirty-fifth session, not run (about 2 minutes, no model; carry .kcachez, .whl): the
     # 16:32+2 kernel bench as lease46's, now with cuBLAS timed in the same alternated rounds, so that issue 12's
     # 16:32 rows can be read like for like from medians (lease46 had the fused kernel's medians 2-3% under its

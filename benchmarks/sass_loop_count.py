@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCE = "src/sparsedecoding/kernels/csrc/sp24.cu"
 CODES = {"0": "16-bit values", "8": "int8 codes", "4": "int4 codes"}
 VARIANT = re.compile(r"sp24_kernelI(\w+?)Li(\d+)ELi(\d+)ELi(\d+)ELb([01])(?:ELi(\d))?")
-OVER_LOOPS = {0: "-", 1: "rows", 2: "slots", 3: "columns"}  # sp24.cu's OVER: the slot-loop order, 0 without slots
+OVER_LOOPS = {0: "-", 1: "rows", 2: "slots", 3: "columns", 4: "mma"}  # sp24.cu's OVER: the slot-loop order (0: none)
 ADDRESS = re.compile(r"/\*[0-9a-f]{4,6}\*/")
 
 

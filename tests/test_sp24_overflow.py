@@ -58,9 +58,10 @@ def stage(x):
 
 
 def emulate_slots(w, out, rows, x_of):
-    """The slots' products as sp24.cu's lanes form them: lane (g, t) of row tile r reads 16 bytes at over_v + (r·steps
-    + step)·512 + 16·lane and 8 at over_o + (r·steps + step)·256 + 8·lane, and adds value k times x_of(step, t, k,
-    offset k) (that slot's x for `rows` rows of x) into row g + 8·((k / 2) % 2). Returns y [rows, row tiles · 16]."""
+    """The slots' products as sp24.cu's CUDA-core loops form them: lane (g, t) of row tile r reads 16 bytes at over_v
+    + (r·steps + step)·512 + 16·lane and 8 at over_o + (r·steps + step)·256 + 8·lane, and adds value k times
+    x_of(step, j, k, offset k) (that slot's x for `rows` rows of x; j = (t - g) % 4, the lane's first word) into row
+    g + 8·((k / 2) % 2). Returns y [rows, row tiles · 16]."""
     values = w.over_v.view(torch.uint8).view(-1)
     offsets = w.over_o.view(-1)
     y = torch.zeros(rows, -(-out // 16) * 16, dtype=torch.float64)
@@ -72,21 +73,22 @@ def emulate_slots(w, out, rows, x_of):
                 v = values[base * 512 + 16 * lane: base * 512 + 16 * lane + 16].view(torch.bfloat16).double()
                 o = offsets[base * 256 + 8 * lane: base * 256 + 8 * lane + 8].long()
                 for k in range(8):
-                    y[:, 16 * r + g + 8 * ((k >> 1) & 1)] += v[k] * x_of(step, t, k, int(o[k])).double()
+                    y[:, 16 * r + g + 8 * ((k >> 1) & 1)] += v[k] * x_of(step, (t - g) & 3, k, int(o[k])).double()
     return y
 
 
 def test_the_kernels_slot_arithmetic_emulated_gives_the_overflow():
     """sp24.cu's OVER path step by step in Python: lane (g, t) of row tile r reads 16 bytes at over_v + (r·steps +
     step)·512 + 16·lane and 8 at over_o + (r·steps + step)·256 + 8·lane, multiplies value k by staged x at byte
-    64·(8·step + 2t + k / 4) + offset k, into row g + 8·((k / 2) % 2); the quad's sums are the overflow's product."""
+    64·(8·step + (t - g) % 4 + 4·(k / 4)) + offset k, into row g + 8·((k / 2) % 2); the quad's sums are the
+    overflow's product."""
     out, in_features, batch = 24, 320, 3
     weight = capped_weight(out, in_features, seed=11).float()
     split = split_overflow(weight.bfloat16())
     w = tile_overflow(split)
     x = torch.randn(batch, in_features).bfloat16()
     staged = stage(torch.cat([x.float(), torch.zeros(batch, w.steps * 256 - in_features)], 1)).float()
-    y = emulate_slots(w, out, batch, lambda step, t, k, o: staged[:, (64 * (8 * step + 2 * t + (k >> 2)) + o) // 2])
+    y = emulate_slots(w, out, batch, lambda step, j, k, o: staged[:, (64 * (8 * step + j + 4 * (k >> 2)) + o) // 2])
     over = weight.double() - split.w24.to_dense().double()
     assert torch.allclose(y[:, :out], x.double() @ over.T, rtol=1e-12, atol=1e-12)
 
@@ -109,8 +111,8 @@ def stage_columns(staged, rows):
 @pytest.mark.parametrize("batch", [1, 3, 8, 11])
 def test_the_column_order_emulated_gives_the_overflow(batch):
     """OVER 3 step by step: the copy places column c where its staged byte / 2 is (so the slot's staged offset / 2
-    finds it, with no new format), and a lane's slot k reads 8·NT rows of x at place 32·(8·step + 2t + k / 4) +
-    offset k / 2 of the copy."""
+    finds it, with no new format), and a lane's slot k reads 8·NT rows of x at place 32·(8·step + (t - g) % 4) +
+    128·(k / 4) + offset k / 2 of the copy."""
     out, in_features = 24, 320
     rows = 8 if batch <= 8 else 16
     weight = capped_weight(out, in_features, seed=12).float()
@@ -120,10 +122,78 @@ def test_the_column_order_emulated_gives_the_overflow(batch):
     staged = stage(torch.cat([x.float(), torch.zeros(batch, w.steps * 256 - in_features)], 1)).float()
     copy = stage_columns(staged, rows)
     assert torch.equal(copy[:, :batch].T, staged)  # place q holds staged element q of every row
-    y = emulate_slots(w, out, rows, lambda step, t, k, o: copy[32 * (8 * step + 2 * t) + 32 * (k >> 2) + (o >> 1)])
+    y = emulate_slots(w, out, rows, lambda step, j, k, o: copy[32 * (8 * step + j) + 128 * (k >> 2) + (o >> 1)])
     over = weight.double() - split.w24.to_dense().double()
     assert torch.allclose(y[:batch, :out], x.double() @ over.T, rtol=1e-12, atol=1e-12)
     assert not y[batch:].any()  # rows past the batch read zeros
+
+
+def emulate_slot_mmas(w, out, copy):
+    """sp24.cu's OVER 4 (over_mma_step) in Python from its own index arithmetic: per row tile, step and k-tile j, lane
+    (g, t)'s four A registers (its two 32-bit words of k-tile j where it holds that k-tile, else zeros), read as
+    mma.sp m16n8k32's A under the constant metadata 0xEEEE4444 (lanes t = 0, 1 hold groups 4t..4t+3, row g's
+    nibbles in bits 0-15, row g + 8's in bits 16-31, each the lower kept position in bits 0-1 and the upper in bits
+    2-3); B row l from the copy at the place that lane l's holder lane passes by shuffle. Returns y [rows of the
+    copy, row tiles · 16]."""
+    values = w.over_v.view(torch.int32).view(-1)
+    offsets = w.over_o.view(torch.int32).view(-1)
+    meta = 0xEEEE4444
+    rows = copy.shape[1]
+    y = torch.zeros(rows, -(-out // 16) * 16, dtype=torch.float64)
+
+    def halves(word):
+        pair = torch.tensor([word], dtype=torch.int32).view(w.over_v.dtype)
+        return pair.double().tolist()
+
+    for r in range(-(-out // 16)):
+        for step in range(w.steps):
+            base = r * w.steps + step
+            words = values[base * 128: base * 128 + 128].view(32, 4).tolist()
+            offset_words = offsets[base * 64: base * 64 + 64].view(32, 2).tolist()
+            for j in range(8):
+                a = torch.zeros(16, 32, dtype=torch.float64)
+                for lane in range(32):
+                    g, t = lane // 4, lane % 4
+                    j0 = (t - g) & 3
+                    upper = ((g + j0) & 4) != 0
+                    holds = (j & 3) == j0
+                    low, high = holds and upper == (j >= 4), holds and upper != (j >= 4)
+                    w0, w1 = (words[lane][0], words[lane][1]) if j < 4 else (words[lane][2], words[lane][3])
+                    regs = [w0 if low else 0, w1 if low else 0, w0 if high else 0, w1 if high else 0]
+                    for i, reg in enumerate(regs):  # a0 / a1: group t of rows g / g + 8, a2 / a3: group t + 4
+                        row, group = g + 8 * (i & 1), t + 4 * (i >> 1)
+                        nibble = (meta >> (16 * (i & 1) + 4 * (group % 4))) & 0xF
+                        lo, hi = halves(reg)
+                        a[row, 4 * group + (nibble & 3)] += lo
+                        a[row, 4 * group + (nibble >> 2)] += hi
+                b = torch.zeros(32, rows, dtype=torch.float64)
+                for lane in range(32):
+                    holder = (((lane & 28) - 4 * j) & 28) | ((lane >> 2) & 3)
+                    word = offset_words[holder][j >> 2] & 0xFFFFFFFF
+                    offset = (word >> (8 * (lane & 3))) & 0xFF  # the staged byte: place · 2
+                    b[lane] = copy[32 * (8 * step + j) + offset // 2]
+                y[:, 16 * r: 16 * r + 16] += (a @ b).T
+    return y
+
+
+@pytest.mark.parametrize("batch", [2, 8, 13])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_tensor_core_slot_loop_emulated_gives_the_overflow(batch, dtype):
+    """OVER 4 step by step: each k-tile's slots as one mma.sp whose A is built from the holder lanes' words and
+    whose B rows the ldmatrix addresses gather from the column copy give the overflow's product, odd rows and a
+    k-tile tail included."""
+    out, in_features = 24, 320
+    rows = 8 if batch <= 8 else 16
+    weight = capped_weight(out, in_features, dtype=dtype, seed=13).float()
+    split = split_overflow(weight.to(dtype))
+    w = tile_overflow(split)
+    x = torch.randn(batch, in_features).to(dtype)
+    staged = stage(torch.cat([x.float(), torch.zeros(batch, w.steps * 256 - in_features)], 1)).double()
+    y = emulate_slot_mmas(w, out, stage_columns(staged, rows))
+    over = weight.double() - split.w24.to_dense().double()
+    assert over.abs().sum() > 0
+    assert torch.allclose(y[:batch, :out], x.double() @ over.T, rtol=1e-12, atol=1e-12)
+    assert not y[batch:].any()
 
 
 def test_glu_order_keeps_each_row_with_its_slots():
@@ -140,7 +210,7 @@ def test_glu_order_keeps_each_row_with_its_slots():
     assert torch.equal(values, split.values)
     x = torch.randn(batch, in_features).bfloat16()
     staged = stage(torch.cat([x.float(), torch.zeros(batch, w.steps * 256 - in_features)], 1)).float()
-    y = emulate_slots(w, out, batch, lambda step, t, k, o: staged[:, (64 * (8 * step + 2 * t + (k >> 2)) + o) // 2])
+    y = emulate_slots(w, out, batch, lambda step, j, k, o: staged[:, (64 * (8 * step + j + 4 * (k >> 2)) + o) // 2])
     over = weight.double() - split.w24.to_dense().double()
     assert not torch.equal(glu_order(out), torch.arange(out))
     assert torch.allclose(y, (x.double() @ over.T)[:, glu_order(out)], rtol=1e-12, atol=1e-12)
@@ -180,7 +250,7 @@ def test_the_loop_setting_is_checked_and_keys_the_tuned_launch(monkeypatch):
 
 def test_auto_loop_order_resolves_by_batch(monkeypatch):
     from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING
-    from sparsedecoding.kernels.sp24 import COLUMNS, min_splits, over_loop
+    from sparsedecoding.kernels.sp24 import COLUMNS, MMA, min_splits, over_loop
 
     w = tile_overflow(split_overflow(capped_weight(32, 8192)))
     plain = tile(split_overflow(capped_weight(32, 8192)).w24)
@@ -197,6 +267,28 @@ def test_auto_loop_order_resolves_by_batch(monkeypatch):
     rows = [min_splits(w, b) for b in range(1, 17)]
     assert auto[:4] == rows[:4] and auto[8:12] == rows[8:12]
     assert any(c > r for c, r in zip(columns, rows))  # the copy costs shared memory at this width
+    monkeypatch.setenv(SP24_OVER_LOOP_SETTING, "mma")
+    assert {over_loop(w, b) for b in range(1, 17)} == {MMA}
+    assert [min_splits(w, b) for b in range(1, 17)] == columns  # the same column copy
+    assert {over_loop(plain, b) for b in range(1, 17)} == {1}
+
+
+def test_the_tensor_core_loop_takes_16_bit_values_only(monkeypatch):
+    """Under SPARSEDECODING_SP24_OVER_LOOP=mma a weight of int8 / int4 codes with slots takes auto's order (the
+    kernel has no tensor-core slot loop for codes)."""
+    from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING
+    from sparsedecoding.engine.loading import random_quantized
+    from sparsedecoding.kernels.overflow import split_overflow_quantized
+    from sparsedecoding.kernels.sp24 import over_loop
+
+    for quantize in ("int8", "int4"):
+        packed = random_quantized(32, 1024, SparsityPattern.parse("16:32+2"), quantize, 128, torch.bfloat16, "cpu",
+                                  torch.Generator().manual_seed(5))
+        w = tile_overflow(split_overflow_quantized(packed))
+        monkeypatch.delenv(SP24_OVER_LOOP_SETTING, raising=False)
+        auto = [over_loop(w, b) for b in range(1, 17)]
+        monkeypatch.setenv(SP24_OVER_LOOP_SETTING, "mma")
+        assert [over_loop(w, b) for b in range(1, 17)] == auto
 
 
 def float64_error(y, x, weight):
@@ -208,7 +300,7 @@ def float64_error(y, x, weight):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("loop", ["rows", "slots", "auto", "columns"])
+@pytest.mark.parametrize("loop", ["rows", "slots", "auto", "columns", "mma"])
 @pytest.mark.parametrize("out,in_features", [(128, 256), (40, 96), (4096, 4096), (1000, 14336), (6144, 1024)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_kernel_with_slots_matches_float64(out, in_features, dtype, loop, monkeypatch):
@@ -223,9 +315,13 @@ def test_kernel_with_slots_matches_float64(out, in_features, dtype, loop, monkey
 
 
 @pytest.mark.gpu
-def test_glu_with_slots_matches_float64():
+@pytest.mark.parametrize("loop", ["auto", "mma"])
+def test_glu_with_slots_matches_float64(loop, monkeypatch):
     from sparsedecoding.kernels.sp24 import GluReference, sp24_mm
     from sparsedecoding.kernels.autotune import Float64Reference
+    from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING
+
+    monkeypatch.setenv(SP24_OVER_LOOP_SETTING, loop)
 
     weight = capped_weight(512, 1024, seed=7, device="cuda")
     w = tile_overflow(split_overflow(weight), glu=True)

@@ -171,7 +171,7 @@ def test_a_failed_columns_build_is_one_engine_error_at_load(monkeypatch):
         raise cuda_mma.CudaKernelUnavailableError("nvcc failed")
 
     monkeypatch.setattr(sp24, "_load", fail)
-    for setting in ("", "auto", "columns"):
+    for setting in ("", "auto", "columns", "mma"):
         monkeypatch.setenv(SP24_OVER_LOOP_SETTING, setting)
         with pytest.raises(EngineError, match="nvcc failed.*SPARSEDECODING_SP24_OVER_LOOP=rows"):
             _load_columns_build({(16, 16)})
@@ -181,7 +181,7 @@ def test_a_failed_columns_build_is_one_engine_error_at_load(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("loop", ["rows", "slots", "columns"])
+@pytest.mark.parametrize("loop", ["rows", "slots", "columns", "mma"])
 @pytest.mark.parametrize("glu", [False, True])
 @pytest.mark.parametrize("out,in_features", [(256, 512), (4096, 4096), (1024, 14336)])
 def test_norm_in_front_with_slots_matches_float64(out, in_features, glu, loop, monkeypatch):

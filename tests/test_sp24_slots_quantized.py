@@ -64,9 +64,9 @@ def test_tiles_read_back_to_the_packed_weight(quantize, glu):
 def emulate_slots(w, out, rows, x_of, scale_of):
     """sp24.cu's OVER path with codes: a step of w.ks k-tiles holds w.ks / 8 slot steps, lane (g, t) of row tile r
     reading 8 bytes of int8 codes at over_v + (r·slot steps + slot step)·256 + 8·lane and 8 of offsets at over_o +
-    (same)·256 + 8·lane; slot k's code times scale_of(row, group) (the row's 128-column group 2·(slot step) + t / 2,
-    i.e. the slot step's half that lane t's words lie in) times x_of(slot step, t, k, offset k) goes into row g +
-    8·((k / 2) % 2)."""
+    (same)·256 + 8·lane; slot k's code times scale_of(row, group) (the row's 128-column group 2·(slot step) + k / 4,
+    i.e. the slot step's half that slot k's word lies in) times x_of(slot step, j, k, offset k) (j = (t - g) % 4, the
+    lane's first word) goes into row g + 8·((k / 2) % 2)."""
     values = w.over_v.view(-1)
     offsets = w.over_o.view(-1)
     slot_steps = w.steps * w.ks // 8
@@ -80,8 +80,8 @@ def emulate_slots(w, out, rows, x_of, scale_of):
                 o = offsets[base * 256 + 8 * lane: base * 256 + 8 * lane + 8].long()
                 for k in range(8):
                     row = 16 * r + g + 8 * ((k >> 1) & 1)
-                    scale = scale_of(row, 2 * step + (t >> 1))
-                    y[:, row] += v[k] * scale * x_of(step, t, k, int(o[k])).double()
+                    scale = scale_of(row, 2 * step + (k >> 2))
+                    y[:, row] += v[k] * scale * x_of(step, (t - g) & 3, k, int(o[k])).double()
     return y
 
 
@@ -104,7 +104,7 @@ def test_the_kernels_slot_arithmetic_with_codes_gives_the_overflow(quantize):
     else:
         def scale_of(row, group):
             return float(scales[row, group]) if row < out and group < scales.shape[1] else 0.0
-    y = emulate_slots(w, out, batch, lambda step, t, k, o: staged[:, (64 * (8 * step + 2 * t + (k >> 2)) + o) // 2],
+    y = emulate_slots(w, out, batch, lambda step, j, k, o: staged[:, (64 * (8 * step + j + 4 * (k >> 2)) + o) // 2],
                       scale_of)[:, :out]
     if quantize == "int8":
         y = y * scales.view(1, out)

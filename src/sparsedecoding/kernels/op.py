@@ -57,7 +57,7 @@ ATTENTION_EARLY_READS_SETTING = "SPARSEDECODING_ATTENTION_EARLY_READS"
 NM_MMA_GEOMETRY_SETTING = "SPARSEDECODING_NM_MMA_GEOMETRY"
 NM_MMA_GEOMETRY_CHOICES = {"warps": (4, 8), "chunk_words": (4, 8)}  # warps a CTA (16 rows each), words a stage
 SP24_OVER_LOOP_SETTING = "SPARSEDECODING_SP24_OVER_LOOP"
-SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns")
+SP24_OVER_LOOP_CHOICES = ("rows", "slots", "auto", "columns", "mma")
 SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
 SP24_EARLY_TRIGGER_SETTING = "SPARSEDECODING_SP24_EARLY_TRIGGER"
@@ -294,18 +294,19 @@ def sparse_mma_setting() -> bool:
 
 def sp24_over_loop_setting() -> str:
     """SPARSEDECODING_SP24_OVER_LOOP: the loop order in which the sp24 kernel adds a 16:32+K weight's overflow slots
-    (sp24.cu's over_step; read when a launch is built). "rows": rows of x outer; "slots": slots outer; "columns":
-    slots outer, each slot's x read for 8 rows of x at once from a column-major copy of the staged x (one 16-byte
-    shared load instead of eight), at the price of that copy's shared memory and a second library build (sp24.cu
-    with SP24_COLUMNS). "auto" or unset: per batch, the order that was fastest there (sp24.over_loop: rows for
-    batch 1-4 and 9-12, columns for 5-8 and 13-16). Geomean vs cuBLAS over the 8B + 14B shapes at batch 1 / 2 / 4 /
-    5 / 6 / 8, side by side in one run (results/overflow_h200_auto.md): rows 1.38 / 1.25 / 1.10 / 1.03 / 0.97 /
-    0.86x, slots 1.20 / 1.14 / 1.07 / 1.02 / 0.98 / 0.90x, columns 1.18 / 1.14 / 1.09 / 1.05 / 1.04 / 1.00x; at
-    batch 9 / 12 / 16 with one CTA a multiprocessor (results/overflow_h200_one_cta.md): rows 0.78 / 0.65 / 0.54x,
-    slots 0.71 / 0.62 / 0.54x, columns 0.67 / 0.61 / 0.58x. KernelChoiceError for anything else."""
+    (sp24.cu's over_step; read when a launch is built). "rows": rows of x outer; "slots": slots outer; "columns": slots
+    outer, each slot's x read for 8 rows of x at once from a column-major copy of the staged x (one 16-byte shared load
+    instead of eight), at the price of that copy's shared memory and a second library build (sp24.cu with SP24_COLUMNS);
+    "mma": the slots on the tensor cores, one more mma.sp a k-tile whose B rows ldmatrix gathers from that column copy
+    (the same build; 16-bit values only: codes take auto's order under it). "auto" or unset: per batch, the order that
+    was fastest there (sp24.over_loop: rows for batch 1-4 and 9-12, columns for 5-8 and 13-16). Geomean vs cuBLAS over
+    the 8B + 14B shapes at batch 1 / 2 / 4 / 5 / 6 / 8, side by side in one run (results/overflow_h200_auto.md): rows
+    1.38 / 1.25 / 1.10 / 1.03 / 0.97 / 0.86x, slots 1.20 / 1.14 / 1.07 / 1.02 / 0.98 / 0.90x, columns 1.18 / 1.14 / 1.09
+    / 1.05 / 1.04 / 1.00x; at batch 9 / 12 / 16 with one CTA a multiprocessor (results/overflow_h200_one_cta.md): rows
+    0.78 / 0.65 / 0.54x, slots 0.71 / 0.62 / 0.54x, columns 0.67 / 0.61 / 0.58x. KernelChoiceError for anything else."""
     return _choice(SP24_OVER_LOOP_SETTING, SP24_OVER_LOOP_CHOICES, "auto", "rows (rows of x outer), slots (slots "
-                   "outer), auto (the fastest of these at each batch) or columns (slots outer on a column-major copy "
-                   "of x)")
+                   "outer), auto (the fastest of these at each batch), columns (slots outer on a column-major copy "
+                   "of x) or mma (the slots on the tensor cores)")
 
 
 def sp24_half_meta_setting() -> bool:

@@ -342,8 +342,10 @@ def compact(wide: torch.Tensor) -> torch.Tensor:
 
 OVER_SLOTS = 2  # overflow slots a row and 32-column word that the kernel reads (sp24.cu, OVER)
 OVER_INT4_GROUP = 128  # int4 codes with overflow slots: the one group size sp24.cu instantiates (kOverInt4Sps)
-OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0, 3)))  # op.sp24_over_loop_setting -> sp24_launch's over_loop
-COLUMNS = 3  # the over_loop whose column copy of x is built only into the library with SP24_COLUMNS (sp24.cu)
+OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0, 3, 4)))  # op.sp24_over_loop_setting -> sp24.cu's over_loop
+COLUMNS = 3  # the CUDA-core over_loop on a column copy of x, built only into the library with SP24_COLUMNS (sp24.cu)
+MMA = 4  # the tensor-core over_loop (16-bit values), on the same copy and in the same library
+COPIES = (COLUMNS, MMA)  # the over_loops that stage the column copy
 
 
 def over_loop(w: Sp24Weight, batch: int) -> int:
@@ -351,10 +353,13 @@ def over_loop(w: Sp24Weight, batch: int) -> int:
     has no overflow slots; "auto" resolves by batch to the order that was fastest there side by side: rows for 1-4,
     columns for 5-8 (results/overflow_h200_auto.md: at batch 8 1.00x cuBLAS against rows 0.86x and slots 0.90x),
     rows for 9-12 and columns for 13-16 (results/overflow_h200_one_cta.md, one CTA a multiprocessor there: rows
-    0.78 / 0.65x at batch 9 / 12 against columns 0.67 / 0.61x, columns 0.58x at 16 against 0.54x)."""
+    0.78 / 0.65x at batch 9 / 12 against columns 0.67 / 0.61x, columns 0.58x at 16 against 0.54x). "mma" (MMA, the
+    tensor cores) applies to 16-bit values; a weight of codes takes auto's order under it."""
     if w.over_v is None:
         return 1
     loop = OVER_LOOPS[sp24_over_loop_setting()]
+    if loop == MMA and w.code != 0:  # the tensor-core loop takes 16-bit values; codes keep auto's order
+        loop = 0
     if loop == 0:
         return COLUMNS if 5 <= batch <= 8 or batch >= 13 else 1
     return loop
@@ -402,14 +407,20 @@ def _staged_column(offsets: torch.Tensor) -> torch.Tensor:
     return (8 * ((o >> 2) & 3) + 2 * (o >> 4) + ((o >> 1) & 1)).to(torch.uint8)
 
 
+def _lane_grid(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Index grids [8, 1] of g and [1, 4] of a lane's t (or a word j 0..3), for the slots' lane layout."""
+    return torch.arange(8, device=device).view(8, 1), torch.arange(4, device=device).view(1, 4)
+
+
 def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
     """The tiled layout of a 16:32+K weight split by `overflow.split_overflow` (16-bit values) or
     `split_overflow_quantized` (int8 codes, or int4 codes with OVER_INT4_GROUP columns a scale), at most two slots:
-    `tile` of its 2:4 part, plus the slots per row tile, slot step (8 k-tiles) and lane as sp24.cu's OVER path
-    reads them (lane (g, t)'s slot k: word 2t + k / 4 of the slot step, row g + 8·((k / 2) % 2), slot k % 2; the
-    column as its staged-x offset). The slots hold the weight's dtype for 16-bit values, and int8 codes for codes
-    (the kernel multiplies an int8 slot by its row scale, an int4 one by its row's scale of its column group). With
-    `glu`, rows in `glu_order` as for `tile`."""
+    `tile` of its 2:4 part, plus the slots per row tile, slot step (8 k-tiles) and lane as sp24.cu's OVER path reads
+    them (lane (g, t)'s slot k: word (t - g) % 4 + 4·(k / 4) of the slot step, row g + 8·((k / 2) % 2), slot k % 2; the
+    column as its staged-x offset: so a lane holds both slots of its two rows in the two words whose MMA group (g +
+    word) % 8 is t or t + 4, as the tensor-core slot loop needs). The slots hold the weight's dtype for 16-bit values,
+    and int8 codes for codes (the kernel multiplies an int8 slot by its row scale, an int4 one by its row's scale of its
+    column group). With `glu`, rows in `glu_order` as for `tile`."""
     if w.slots > OVER_SLOTS:
         raise KernelInputError(f"{w.slots} overflow slots a word; the kernel reads at most {OVER_SLOTS}")
     if w.quantized and w.w24.quantize == "int4" and w.w24.group_size != OVER_INT4_GROUP:
@@ -432,8 +443,10 @@ def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
     def lanes(t: torch.Tensor) -> torch.Tensor:
         padded = t.new_zeros(row_tiles * 16, words, OVER_SLOTS)
         padded[:out, :t.shape[1]] = t
-        v = padded.view(row_tiles, 2, 8, steps, 4, 2, OVER_SLOTS)  # tile h g step t wsel s
-        return v.permute(0, 3, 2, 4, 5, 1, 6).contiguous().view(-1)  # tile step g t | k = 4·wsel + 2h + s
+        v = padded.view(row_tiles, 2, 8, steps, 2, 4, OVER_SLOTS)  # tile h g step half j | word 4·half + j
+        v = v.permute(0, 3, 2, 5, 4, 1, 6)  # tile step g j half h s
+        g, lane_t = _lane_grid(v.device)
+        return v[:, :, g, (lane_t - g) & 3].contiguous().view(-1)  # tile step g t | k = 4·half + 2h + s
 
     return replace(base, over_v=lanes(values), over_o=lanes(staged_offset(columns)))
 
@@ -448,7 +461,9 @@ def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
     row_tiles, steps = -(-out // 16), w.steps * w.ks // STEP_TILES[0]
 
     def rows(t: torch.Tensor) -> torch.Tensor:
-        v = t.view(row_tiles, steps, 8, 4, 2, 2, OVER_SLOTS).permute(0, 5, 2, 1, 3, 4, 6)  # tile h g step t wsel s
+        v = t.view(row_tiles, steps, 8, 4, 2, 2, OVER_SLOTS)  # tile step g t half h s
+        g, j = _lane_grid(v.device)
+        v = v[:, :, g, (j + g) & 3].permute(0, 5, 2, 1, 4, 3, 6)  # tile h g step half j s: lane t = (j + g) % 4
         return v.reshape(row_tiles * 16, steps * STEP_TILES[0], OVER_SLOTS)[:out, :in_features // 32]
 
     values, columns = rows(w.over_v), _staged_column(rows(w.over_o))
@@ -596,12 +611,12 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
           int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None) -> ctypes.CDLL:
-    """The library (built or loaded once); with `columns`, the build that also holds the slots' column-major loop
-    order (over_loop 3), which the default build leaves out so that its other kernels compile as measured;
+    """The library (built or loaded once); with `columns`, the build that also holds the slots' loops on a column-major
+    copy of x (over_loop 3 and 4), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
-    SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`);
-    `early_trigger` True with SP24_EARLY_TRIGGER=1 (default: SPARSEDECODING_SP24_EARLY_TRIGGER where it is 0 or 1;
-    under auto and timed, a launch passes `early_trigger(w, batch)` and every other caller gets the default build)."""
+    SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`); `early_trigger`
+    True with SP24_EARLY_TRIGGER=1 (default: SPARSEDECODING_SP24_EARLY_TRIGGER where it is 0 or 1; under auto and timed,
+    a launch passes `early_trigger(w, batch)` and every other caller gets the default build)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
@@ -651,7 +666,7 @@ def min_splits(w: Sp24Weight, batch: int) -> int:
     overflow slots in the columns order, see over_loop)."""
     columns = w.ks * 32  # of x a step
     step_bytes = 2 * columns * batch
-    if over_loop(w, batch) == COLUMNS:
+    if over_loop(w, batch) in COPIES:
         step_bytes += columns * 16 * (1 if batch <= 8 else 2)  # 8 rows a column, 16 with two n-tiles
     most_steps = (MAX_SMEM - 64 * batch) // step_bytes
     if most_steps < 1:
@@ -726,7 +741,7 @@ class Sp24Launch:
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
         self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0]) if early is None else early
-        self.library = _load(self.over_loop == COLUMNS, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
+        self.library = _load(self.over_loop in COPIES, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
                              self.early_trigger)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]

@@ -371,13 +371,14 @@ def _warn_packed_16of32_codes(model: torch.nn.Module) -> None:
 def _load_columns_build(builds: set[tuple[int, int]]) -> None:
     """Build (or load) now, not at the first launch of a decode, the kernel libraries with the slots' columns order
     for `builds`, the (SP24_INT8_KS, SP24_INT4_KS) pairs that a model's slotted linears name (`Sp24Weight.build_ks`,
-    `build_int4_ks`), which SPARSEDECODING_SP24_OVER_LOOP=auto runs at some batches (`sp24.over_loop`); EngineError,
+    `build_int4_ks`), which SPARSEDECODING_SP24_OVER_LOOP=auto runs at some batches (`sp24.over_loop`), as do
+    columns and mma (the tensor-core loop lives in the same build); EngineError,
     in one line, if one cannot be built."""
     from . import cuda_mma
     from .op import sp24_over_loop_setting
     from .sp24 import _load
 
-    if sp24_over_loop_setting() not in ("auto", "columns"):
+    if sp24_over_loop_setting() not in ("auto", "columns", "mma"):
         return
     try:
         for int8_ks, int4_ks in sorted(builds):

@@ -148,7 +148,7 @@ def emulated_slots_add(y: torch.Tensor, x: torch.Tensor, w: Sp24Weight) -> torch
     k = torch.arange(8).view(1, 1, 1, 1, -1)
     row = (16 * tile + g + 8 * ((k >> 1) & 1)).expand_as(values)
     c = 8 * ((offsets >> 2) & 3) + 2 * (offsets >> 4) + ((offsets >> 1) & 1)
-    col = 32 * (STEP_TILES[0] * step + 2 * t + (k >> 2)) + c
+    col = 32 * (STEP_TILES[0] * step + ((t - g) & 3) + 4 * (k >> 2)) + c
     # the kernel stages zeros for the padded words' columns past `in`
     xd = F.pad(x.double().cpu(), (0, steps * 256 - in_features))
     products = values.cpu().unsqueeze(-1) * xd.t()[col.cpu()]  # [..., batch]

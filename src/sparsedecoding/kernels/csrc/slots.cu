@@ -4,8 +4,8 @@
 // on the slots' shared loads at 9-16 rows of x (results/overflow_h200_one_cta.md); here a grid of its own adds them.
 //
 // Layout read (see sp24.cu, "Overflow slots"): per row tile and step, lane (g, t) of the tile's 32 lanes holds 8
-// values (16 B) and 8 staged-x offsets (8 B); its slot k (0..7) is in word 8·step + 2t + k / 4, row g + 8·((k / 2) %
-// 2), and the offset o gives the word's column c = 8·((o / 4) % 4) + 2·(o / 16) + (o / 2) % 2.
+// values (16 B) and 8 staged-x offsets (8 B); its slot k (0..7) is in word 8·step + (t - g) % 4 + 4·(k / 4), row
+// g + 8·((k / 2) % 2), and the offset o gives the word's column c = 8·((o / 4) % 4) + 2·(o / 16) + (o / 2) % 2.
 //
 // x comes transposed and padded, xt [in][NB] (NB = 4, 8 or 16 ≥ batch, zeros beyond it), so that one column of x
 // for every row of x is NB·2 contiguous bytes. A first version read those straight from global memory, one gather a
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(32 * kWarps) slots_kernel(const T* __restrict_
         const float v = half_bits<T>((vw[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
         const uint32_t o = (ow[k >> 2] >> (8 * (k & 3))) & 0xFFu;
         const int c = 8 * ((o >> 2) & 3) + 2 * (o >> 4) + ((o >> 1) & 1);
-        const int col = 32 * (8 * (step - step0) + 2 * t + (k >> 2)) + c;  // in the staged range
+        const int col = 32 * (8 * (step - step0) + ((t - g) & 3) + 4 * (k >> 2)) + c;  // in the staged range
         uint32_t w[NB / 2];
         load_column<NB>(reinterpret_cast<const uint32_t*>(xs), col, w);
 #pragma unroll

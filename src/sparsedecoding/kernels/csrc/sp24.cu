@@ -49,19 +49,23 @@
 // codes covers ks / 8 slot steps: two, or one in steps of 8) like `a`:
 //   over_v: [row tile][slot step][lane][8 values] (16-bit values: 16 B a lane; codes: 8 B a lane, one int8 code
 //   each), over_o: [row tile][slot step][lane][8 bytes];
-//   lane (g, t)'s slot k (0..7) is in word 2t + k / 4 of the slot step (k-tile 8·step + 2t + k / 4), row g +
-//   8·((k / 2) % 2), slot k % 2; its byte is the column's offset in the staged x of its k-tile (16·((c % 8) / 2) +
-//   4·(c / 8) + 2·(c % 2) for column c, see above); value 0 where the slot is unused.
+//   lane (g, t)'s slot k (0..7) is in word j0 + 4·(k / 4) of the slot step, j0 = (t - g) % 4 (k-tile 8·step + j0 +
+//   4·(k / 4)), row g + 8·((k / 2) % 2), slot k % 2; its byte is the column's offset in the staged x of its k-tile
+//   (16·((c % 8) / 2) + 4·(c / 8) + 2·(c % 2) for column c, see above); value 0 where the slot is unused. So lane
+//   (g, t) holds both slots of rows g and g + 8 in the two k-tiles whose MMA group (g + j) % 8 is t or t + 4, which
+//   is what the tensor-core loop (OVER 4, see over_mma_step) needs; the CUDA-core loops take any assignment.
 // With codes (CODE 8 or 4) a slot holds the int8 code of its weight, 2 bytes a slot with its offset instead of 3:
 // for CODE 8 the row's scale multiplies it with the rest of the sum at the end; for CODE 4 (128 columns a scale,
-// SPS ks / 4) the slot's code is multiplied by its row's scale of the group it lies in (lane t's slots of slot step h
-// of a step lie in scale group 2·h + t / 2 of the step), exactly in fp32, since the slots are added after the
-// group scales.
-// Each lane adds its slots' products with every row of x into float32 partials p[row g / g+8][row of x], loaded with
-// the step's weights (two steps in flight) and kept over all its steps; after the loop one butterfly in the quad
-// sums the four lanes' partials, and each lane adds the sums for its own accumulators' entries. The slices, splits,
-// GLU and the output then see a whole sum. With NORM the slots multiply the staged u = w ⊙ s as the MMAs do, so the
-// epilogue's 1/rms scales both parts alike.
+// SPS ks / 4) the slot's code is multiplied by its row's scale of the group it lies in (slot k of slot step h of a step
+// lies in scale group 2·h + k / 4 of the step), exactly in fp32, since the slots are added after the group scales.
+// OVER 1-3 (CUDA cores): each lane adds its slots' products with every row of x into float32 partials p[row g /
+// g+8][row of x], loaded with the step's weights (two steps in flight) and kept over all its steps; after the loop
+// one butterfly in the quad sums the four lanes' partials, and each lane adds the sums for its own accumulators'
+// entries. OVER 4 (tensor cores, 16-bit values only): one more mma.sp a k-tile and 8 rows of x, whose A holds the
+// k-tile's 32 slots and whose B rows are the 32 slots' columns of x, gathered by ldmatrix from the column-major copy
+// of the staged x, into the same accumulators as the 2:4 part (see over_mma_step). The slices, splits, GLU and the
+// output then see a whole sum. With NORM the slots multiply the staged u = w ⊙ s as the MMAs do, so the epilogue's
+// 1/rms scales both parts alike.
 //
 // Dense weights (DENSE: int8 or int4 codes, no RMSNorm, no slots): a dense [out, K] weight is held as the kept
 // values of a 2:4 [out, 2K] one that keeps positions 0 and 1 of every group (sp24.py `tile_dense`), so each MMA
@@ -310,14 +314,16 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 //    at batch 5-8 and 16: results/overflow_h200_auto.md, overflow_h200_one_cta.md). `xt` follows the row-major
 //    staging in shared memory.
 // Slot k's weight as the sums take it: a 16-bit value (CODE 0), an int8 code (CODE 8: the row scale comes at the
-// end), or an int8 code times its row's scale (CODE 4: `scale` holds row g's bf16 scale low, row g + 8's high).
+// end), or an int8 code times its row's scale (CODE 4: `scales[k / 4]`, the scales of its group, holds row g's bf16
+// scale low, row g + 8's high).
 template <typename T, int CODE>
-__device__ __forceinline__ float slot_value(const uint32_t (&values)[4], int k, uint32_t scale) {
+__device__ __forceinline__ float slot_value(const uint32_t (&values)[4], int k, const uint32_t (&scales)[2]) {
   if constexpr (CODE == 0) {
     return bits_to_float<T>((values[k >> 1] >> (16 * (k & 1))) & 0xFFFFu);
   } else {
     const float code = static_cast<float>(static_cast<int8_t>((values[k >> 2] >> (8 * (k & 3))) & 0xFFu));
     if constexpr (CODE == 4) {
+      const uint32_t scale = scales[k >> 2];
       const float s = (k >> 1) & 1 ? __uint_as_float(scale & 0xFFFF0000u) : __uint_as_float(scale << 16);
       return code * s;
     } else {
@@ -326,9 +332,11 @@ __device__ __forceinline__ float slot_value(const uint32_t (&values)[4], int k, 
   }
 }
 
+// j0: the lane's first k-tile of the slot step, (t - g) % 4 (see the top)
 template <typename T, int NT, int OVER, int CODE, typename OV>
-__device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, const uint2& oc, uint32_t scale,
-                                          const char* xs, int xstride, int local_step, int t, int batch) {
+__device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, const uint2& oc,
+                                          const uint32_t (&scale)[2], const char* xs, int xstride, int local_step,
+                                          int j0, int batch) {
   uint32_t values[4];
   if constexpr (CODE == 0) {
     values[0] = ov.x; values[1] = ov.y; values[2] = ov.z; values[3] = ov.w;
@@ -337,12 +345,12 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, c
   }
   const uint32_t offsets[2] = {oc.x, oc.y};
   if constexpr (OVER == 3) {
-    // place q of a k-tile (its staged byte / 2) holds 8·NT rows of x, 16·NT bytes; this lane's words 2t, 2t + 1
-    const char* xt = xs + batch * xstride + 32 * (local_step * 8 + 2 * t) * (16 * NT);
+    // place q of a k-tile (its staged byte / 2) holds 8·NT rows of x, 16·NT bytes; this lane's words j0, j0 + 4
+    const char* xt = xs + batch * xstride + 32 * (local_step * 8 + j0) * (16 * NT);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const float v = slot_value<T, CODE>(values, k, scale);
-      const int q = 32 * (k >> 2) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3) + 1)) & 0x7F);
+      const int q = 128 * (k >> 2) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3) + 1)) & 0x7F);
       const int h = (k >> 1) & 1;
 #pragma unroll
       for (int part = 0; part < NT; ++part) {
@@ -361,7 +369,8 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, c
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       v[k] = slot_value<T, CODE>(values, k, scale);
-      at[k] = 64 * (local_step * 8 + 2 * t + (k >> 2)) + static_cast<int>((offsets[k >> 2] >> (8 * (k & 3))) & 0xFF);
+      at[k] = 64 * (local_step * 8 + j0 + 4 * (k >> 2)) +
+              static_cast<int>((offsets[k >> 2] >> (8 * (k & 3))) & 0xFF);
     }
 #pragma unroll
     for (int b = 0; b < 8 * NT; ++b) {
@@ -376,11 +385,60 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, c
     for (int k = 0; k < 8; ++k) {
       const float v = slot_value<T, CODE>(values, k, scale);
       const int offset = (offsets[k >> 2] >> (8 * (k & 3))) & 0xFF;
-      const char* xp = xs + 64 * (local_step * 8 + 2 * t + (k >> 2)) + offset;
+      const char* xp = xs + 64 * (local_step * 8 + j0 + 4 * (k >> 2)) + offset;
       const int h = (k >> 1) & 1;
 #pragma unroll
       for (int b = 0; b < 8 * NT; ++b)
         if (b < batch) p[h][b] = fmaf(v, to_float(*reinterpret_cast<const T*>(xp + b * xstride)), p[h][b]);
+    }
+  }
+}
+
+// Four 8x8 matrices of 16-bit values from shared memory, transposed: lane 8i + r gives the (shared) address of row r
+// of matrix i (16 contiguous bytes), and register i of lane (g, t) receives elements (2t, g) and (2t + 1, g) of
+// matrix i.
+__device__ __forceinline__ uint4 ldmatrix_x4_trans(uint32_t at) {
+  uint4 v;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(at));
+  return v;
+}
+
+// OVER 4: the slots of a slot step (16-bit values) on the tensor cores, one mma.sp m16n8k32 per k-tile and 8 rows of
+// x into the 2:4 part's accumulators. The k-tile's 32 slots (16 rows, two each) become a 2:4 A whose B rows are their
+// columns of x: row g's slots (and row g + 8's) go to MMA group G = (g + j) % 8 of k-tile j, B rows 4G + 2h + s for
+// row g + 8h, slot s. So A's rows g keep positions 0 and 1 of their group and rows g + 8 positions 2 and 3, and the
+// metadata is one constant (0x4 for rows g, 0xE for rows g + 8, every group). Lane (g, t) holds group t or t + 4 of
+// rows g, g + 8 for exactly the k-tiles j with (g + j) % 4 = t, which are the k-tiles j0 and j0 + 4 whose slots the
+// layout gave it (see the top): its A registers are its two words of that k-tile (a0, a1 for group t, a2, a3 for
+// group t + 4), zeros in the other six k-tiles. B comes from the column-major copy of the staged x (`xt`, see
+// stage_columns) by ldmatrix: lane l gives the address of B row l, the column of slot (row (l / 4 - j) % 8 + 8·(l % 4
+// / 2), slot l % 2), whose offset byte its holder lane passes by shuffle. Unused slots have value 0 and some column.
+template <typename T, int NT>
+__device__ __forceinline__ void over_mma_step(float (&acc)[NT][4], const uint4& ov, const uint2& oc, const char* xs,
+                                              int xstride, int local_step, int g, int t, int lane, int batch) {
+  static_assert(NT == 1 || NT == 2, "one n-tile for batch 1-8, two for 9-16");
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  const int j0 = (t - g) & 3;
+  const bool upper = ((g + j0) & 4) != 0;  // k-tile j0's group is t + 4 (a2, a3), and k-tile j0 + 4's then t
+  const uint32_t pick = 0x4440u | (lane & 3);  // PRMT selector of the holder's offset byte l % 4 (see the top)
+  const uint32_t xt = static_cast<uint32_t>(__cvta_generic_to_shared(xs + batch * xstride)) +
+                      32 * (local_step * 8) * (16 * NT);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const bool holds = (j & 3) == j0, low = holds && upper == (j >= 4), high = holds && upper != (j >= 4);
+    const uint32_t w0 = j < 4 ? ov.x : ov.z, w1 = j < 4 ? ov.y : ov.w;  // rows g, g + 8 of k-tile j0 or j0 + 4
+    const uint32_t a0 = low ? w0 : 0u, a1 = low ? w1 : 0u, a2 = high ? w0 : 0u, a3 = high ? w1 : 0u;
+    // B row l = 4G + 2h + s: slot s of row (G - j) % 8 + 8h, held by lane 4·((G - j) % 8) + G % 4
+    const int holder = (((lane & 28) - 4 * j) & 28) | ((lane >> 2) & 3);
+    const uint32_t word = __shfl_sync(0xFFFFFFFFu, j < 4 ? oc.x : oc.y, holder);
+    // the staged offset (2 bytes a place) times 8·NT: place · 16·NT bytes into the k-tile's copy
+    const uint32_t row = xt + 32 * j * (16 * NT) + __byte_perm(word, 0u, pick) * (8 * NT);
+#pragma unroll
+    for (int part = 0; part < NT; ++part) {  // batch 9-16 for two n-tiles: no part past the batch
+      const uint4 b = ldmatrix_x4_trans(row + 16 * part);
+      mma_sp<kBf16, 0>(acc[part], a0, a1, a2, a3, b, 0xEEEE4444u);
     }
   }
 }
@@ -515,8 +573,15 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #ifndef SP24_OVER_INT8_ONE_CTA
 #define SP24_OVER_INT8_ONE_CTA 1
 #endif
+// Slots on the tensor cores (OVER 4) keep no partials of their own and take the two-CTA bound at both n-tiles
+// (SP24_OVER_MMA_CTAS, default 2).
+#ifndef SP24_OVER_MMA_CTAS
+#define SP24_OVER_MMA_CTAS 2
+#endif
 template <int NT, int CODE, int OVER>
-constexpr int kMinCtas = OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 && SP24_OVER_INT8_ONE_CTA)) ? 1 : 2;
+constexpr int kMinCtas = OVER == 4 ? SP24_OVER_MMA_CTAS
+                         : OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 && SP24_OVER_INT8_ONE_CTA)) ? 1
+                                                                                                            : 2;
 // kBuffers: register buffers of steps a warp cycles through, one step in flight while one is computed. A third
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
@@ -640,7 +705,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     }
   }
   __syncthreads();
-  if constexpr (OVER == 3) {  // the column-major copy of the staged x, for the slots (see over_step)
+  if constexpr (OVER == 3 || OVER == 4) {  // the column-major copy of the staged x (see over_step, over_mma_step)
     stage_columns<NT>(xs, xstride, units, batch, tid);
     __syncthreads();
   }
@@ -655,7 +720,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  float p[2][8 * NT];  // OVER: the slots' partial products (see the top)
+  float p[2][8 * NT];  // OVER 1-3: the slots' partial products (see the top)
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -667,16 +732,20 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
         compute_step<T, NT, CODE, SPS, DENSE>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
-        if constexpr (OVER != 0) {
+        if constexpr (OVER == 4) {
+          static_assert(CODE == 0, "slots on the tensor cores: 16-bit values");
+          over_mma_step<T, NT>(acc, r[b].ov[0], r[b].oc[0], xs, xstride, step + b - step0, g, t, lane, batch);
+        } else if constexpr (OVER != 0) {
 #pragma unroll
           for (int h = 0; h < S::ks / 8; ++h) {
-            uint32_t scale = 0u;  // CODE 4: the scales of this lane's slots' group (see the top)
+            uint32_t scale[2] = {0u, 0u};  // CODE 4: the scales of slot step h's two groups (see the top)
             if constexpr (CODE == 4) {
               static_assert(SPS == S::ks / 4, "int4 codes with slots: 128 columns a scale");
-              scale = (t & 2) ? r[b].s[2 * h + 1] : r[b].s[2 * h];
+              scale[0] = r[b].s[2 * h];
+              scale[1] = r[b].s[2 * h + 1];
             }
             over_step<T, NT, OVER, CODE>(p, r[b].ov[h], r[b].oc[h], scale, xs, xstride,
-                                         (step + b - step0) * (S::ks / 8) + h, t, batch);
+                                         (step + b - step0) * (S::ks / 8) + h, (t - g) & 3, batch);
           }
         }
         if (step + b + NB < wstep1)
@@ -684,7 +753,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                                                  lane, t, g, gk_shift, groups);
       }
     }
-    if constexpr (OVER != 0) {
+    if constexpr (OVER != 0 && OVER != 4) {
       // the quad's four lanes hold partials of the same two rows: sum them (every lane of the warp takes part),
       // then each lane adds the entries of its own accumulators (row of x 8j + 2t + (e & 1), row g + 8·(e / 2))
 #pragma unroll
@@ -837,7 +906,7 @@ struct Problem {
   float eps = 0.f;
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
-  int over_loop = 1;  // OVER's loop order (1, 2 or 3; sp24_launch resolves 0)
+  int over_loop = 1;  // OVER's loop order (1, 2, 3 or 4; sp24_launch resolves 0)
   int dense = 0;  // DENSE: a dense weight of in / 2 columns (see sp24_kernel)
 };
 
@@ -849,7 +918,7 @@ cudaError_t launch(const Problem& p) {
   const int per_split = (p.steps + p.splits - 1) / p.splits;
   const int used = (p.steps + per_split - 1) / per_split;  // no split without work
   const int columns = per_split * Steps<CODE>::ks * 32;
-  const int smem = p.batch * (2 * columns + 64) + (OVER == 3 ? columns * 16 * NT : 0);  // OVER 3: the column copy
+  const int smem = p.batch * (2 * columns + 64) + (OVER >= 3 ? columns * 16 * NT : 0);  // OVER 3, 4: the column copy
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
@@ -959,12 +1028,19 @@ cudaError_t launch_dense(const Problem& p, void* dense) {
   return cudaGetLastError();
 }
 
-// OVER 3 only in a library built with -DSP24_COLUMNS (sp24.py loads it for that loop order): instantiated in the
-// default build, its staging copy changed how nvcc compiled the other instances' staging loops (the SASS of every
-// NORM instance), which the default build must not.
+// OVER 3 and 4 only in a library built with -DSP24_COLUMNS (sp24.py loads it for those loop orders): instantiated in
+// the default build, the staging copy changed how nvcc compiled the other instances' staging loops (the SASS of every
+// NORM instance), which the default build must not. OVER 4 takes 16-bit values only.
 template <typename T, int CODE, int SPS, bool NORM>
 cudaError_t columns(const Problem& p) {
 #ifdef SP24_COLUMNS
+  if (p.over_loop == 4) {
+    if constexpr (CODE != 0) {
+      return cudaErrorInvalidValue;
+    } else {
+      return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 4>(p) : launch<T, 2, CODE, SPS, NORM, 4>(p);
+    }
+  }
   return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 3>(p) : launch<T, 2, CODE, SPS, NORM, 3>(p);
 #else
   (void)p;
@@ -980,7 +1056,7 @@ template <typename T, int CODE, int SPS, bool NORM>
 cudaError_t with_slots(const Problem& p) {
   if (p.over_loop == 1)
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 1>(p) : launch<T, 2, CODE, SPS, NORM, 1>(p);
-  if (p.over_loop == 3) return columns<T, CODE, SPS, NORM>(p);
+  if (p.over_loop >= 3) return columns<T, CODE, SPS, NORM>(p);
   return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 2>(p) : launch<T, 2, CODE, SPS, NORM, 2>(p);
 }
 
@@ -1020,9 +1096,9 @@ extern "C" {
 // first weights while the previous kernel on the stream finishes (every sp24 CTA lets its dependents start once its
 // weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight (16-bit values, int8
 // codes, or int4 codes with 128 columns a scale; with or without norm_w; see sp24_kernel), added in loop order
-// `over_loop` (see over_step: 1 rows of x outer, 2 slots outer, 3 slots outer on a column-major copy of x (only in a
-// build with SP24_COLUMNS), 0 the first for batch 1-4 and the second for 5-16; sp24.py never passes 0 but picks the
-// order per batch itself, sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see
+// `over_loop` (see over_step: 1 rows of x outer, 2 slots outer, 3 slots outer on a column-major copy of x, 4 the
+// tensor cores (over_mma_step; 16-bit values), 3 and 4 only in a build with SP24_COLUMNS; 0 the first for batch 1-4
+// and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself, sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see
 // sp24_kernel), `in` its expanded width (twice x's). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
@@ -1031,7 +1107,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
                 const void* over_o, int over_loop, int dense) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 3 || (dense && (glu || code_bits == 0)))
+      over_loop < 0 || over_loop > 4 || (dense && (glu || code_bits == 0)))
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
