@@ -584,6 +584,25 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease50)  # thirty-sixth session, after lease48-49 (about 5 minutes, no model; carry .kcachez, .whl): the column
+    # copy of x part by part (every gathered row on its own bank group), so the GPU tests of the two orders that read
+    # it (columns, mma) with 16-bit values, the RMSNorm in front and codes, and the split form (lease48 ran out of
+    # time before the codes)
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout 330 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py tests/test_sp24_overflow.py \
+      tests/test_sp24_slots.py tests/test_sp24_split.py -p no:cacheprovider -k "(kernel_with_slots and \
+      (mma or columns) and bfloat16) or (norm_in_front and (mma or columns) and 4096) or (kernel_with_codes and \
+      (4096-4096 or 1000-14336)) or glu or split_product" 2>&1 | tail -5 | tee "$OUT/gpu_tests_slot_copy.log" \
+      || true ;;
+  lease51)  # right after lease50 (about 5 minutes, no model): the 16:32+2 kernel bench under auto (now mma at batch
+    # 5-8 and 13-16) against the columns order (auto's old choice there), cuBLAS and both sides alternated (medians;
+    # mma timed once beside them, for batch 1-4 and 9-12), then the 8B preset's 16:32+2 bf16 step, columns against
+    # auto, at batch 8 and 16
+    bash benchmarks/h200.sh kcache > /dev/null
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 260 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --over-loops auto mma --baseline SPARSEDECODING_SP24_OVER_LOOP=columns --batches 1 2 4 5 8 12 16 \
+      --out "$OUT/overflow_h200_mma_auto.md" | grep -E "^\| [0-9]+ \||failures|rror") || true
+    ab 280 SPARSEDECODING_SP24_OVER_LOOP "columns auto" 16:32+2 bf16 "8 16" over_loop_h200_8b_16of32p2_mma.md ;;
   lease48)  # thirty-sixth session (about 4 minutes, no model; carry .kcachez, .whl): the GPU tests of every slot
     # loop order on the slots' new lane layout (16-bit values, codes, the RMSNorm in front, GLU, the split form), the
     # new tensor-core order (mma) among them

@@ -255,7 +255,7 @@ def test_auto_loop_order_resolves_by_batch(monkeypatch):
     w = tile_overflow(split_overflow(capped_weight(32, 8192)))
     plain = tile(split_overflow(capped_weight(32, 8192)).w24)
     monkeypatch.delenv(SP24_OVER_LOOP_SETTING, raising=False)
-    assert [over_loop(w, b) for b in (1, 4, 5, 8, 9, 12, 13, 16)] == [1, 1, COLUMNS, COLUMNS, 1, 1, COLUMNS, COLUMNS]
+    assert [over_loop(w, b) for b in (1, 4, 5, 8, 9, 12, 13, 16)] == [1, 1, MMA, MMA, 1, 1, MMA, MMA]
     assert {over_loop(plain, b) for b in range(1, 17)} == {1}
     auto = [min_splits(w, b) for b in range(1, 17)]
     monkeypatch.setenv(SP24_OVER_LOOP_SETTING, "columns")
@@ -279,7 +279,7 @@ def test_the_tensor_core_loop_takes_16_bit_values_only(monkeypatch):
     from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING
     from sparsedecoding.engine.loading import random_quantized
     from sparsedecoding.kernels.overflow import split_overflow_quantized
-    from sparsedecoding.kernels.sp24 import over_loop
+    from sparsedecoding.kernels.sp24 import COLUMNS, over_loop
 
     for quantize in ("int8", "int4"):
         packed = random_quantized(32, 1024, SparsityPattern.parse("16:32+2"), quantize, 128, torch.bfloat16, "cpu",
@@ -287,6 +287,7 @@ def test_the_tensor_core_loop_takes_16_bit_values_only(monkeypatch):
         w = tile_overflow(split_overflow_quantized(packed))
         monkeypatch.delenv(SP24_OVER_LOOP_SETTING, raising=False)
         auto = [over_loop(w, b) for b in range(1, 17)]
+        assert auto[4] == auto[15] == COLUMNS  # where 16-bit values take the tensor cores, codes the column order
         monkeypatch.setenv(SP24_OVER_LOOP_SETTING, "mma")
         assert [over_loop(w, b) for b in range(1, 17)] == auto
 

@@ -299,7 +299,8 @@ def sp24_over_loop_setting() -> str:
     instead of eight), at the price of that copy's shared memory and a second library build (sp24.cu with SP24_COLUMNS);
     "mma": the slots on the tensor cores, one more mma.sp a k-tile whose B rows ldmatrix gathers from that column copy
     (the same build; 16-bit values only: codes take auto's order under it). "auto" or unset: per batch, the order that
-    was fastest there (sp24.over_loop: rows for batch 1-4 and 9-12, columns for 5-8 and 13-16). Geomean vs cuBLAS over
+    was fastest there (sp24.over_loop: rows for batch 1-4 and 9-12, for 5-8 and 13-16 mma with 16-bit values, 1.03-1.13x
+    columns there side by side in results/overflow_h200_mma.md, and columns with codes). Geomean vs cuBLAS over
     the 8B + 14B shapes at batch 1 / 2 / 4 / 5 / 6 / 8, side by side in one run (results/overflow_h200_auto.md): rows
     1.38 / 1.25 / 1.10 / 1.03 / 0.97 / 0.86x, slots 1.20 / 1.14 / 1.07 / 1.02 / 0.98 / 0.90x, columns 1.18 / 1.14 / 1.09
     / 1.05 / 1.04 / 1.00x; at batch 9 / 12 / 16 with one CTA a multiprocessor (results/overflow_h200_one_cta.md): rows

@@ -351,17 +351,22 @@ COPIES = (COLUMNS, MMA)  # the over_loops that stage the column copy
 def over_loop(w: Sp24Weight, batch: int) -> int:
     """sp24_launch's `over_loop` for w at `batch` under SPARSEDECODING_SP24_OVER_LOOP: 1 (rows of x outer) when w
     has no overflow slots; "auto" resolves by batch to the order that was fastest there side by side: rows for 1-4,
-    columns for 5-8 (results/overflow_h200_auto.md: at batch 8 1.00x cuBLAS against rows 0.86x and slots 0.90x),
-    rows for 9-12 and columns for 13-16 (results/overflow_h200_one_cta.md, one CTA a multiprocessor there: rows
-    0.78 / 0.65x at batch 9 / 12 against columns 0.67 / 0.61x, columns 0.58x at 16 against 0.54x). "mma" (MMA, the
-    tensor cores) applies to 16-bit values; a weight of codes takes auto's order under it."""
+    the slots on a column copy of x for 5-8 (results/overflow_h200_auto.md: columns at batch 8 1.00x cuBLAS against
+    rows 0.86x and slots 0.90x), rows for 9-12 and the column copy again for 13-16 (results/overflow_h200_one_cta.md,
+    one CTA a multiprocessor there: rows 0.78 / 0.65x at batch 9 / 12 against columns 0.67 / 0.61x, columns 0.58x
+    at 16 against 0.54x). On that copy 16-bit values take the tensor cores (MMA), which beat the columns order
+    side by side, 1.033 / 1.038 / 1.129x at batch 5 / 8 / 16 (and lost at 1-2 and 12, tied at 4:
+    results/overflow_h200_mma.md); codes, which MMA does not take, the columns order. "mma" forces MMA for 16-bit
+    values, and a weight of codes takes auto's order under it."""
     if w.over_v is None:
         return 1
     loop = OVER_LOOPS[sp24_over_loop_setting()]
     if loop == MMA and w.code != 0:  # the tensor-core loop takes 16-bit values; codes keep auto's order
         loop = 0
     if loop == 0:
-        return COLUMNS if 5 <= batch <= 8 or batch >= 13 else 1
+        if 5 <= batch <= 8 or batch >= 13:
+            return MMA if w.code == 0 else COLUMNS
+        return 1
     return loop
 
 

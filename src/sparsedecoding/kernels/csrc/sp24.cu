@@ -345,8 +345,10 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, c
   }
   const uint32_t offsets[2] = {oc.x, oc.y};
   if constexpr (OVER == 3) {
-    // place q of a k-tile (its staged byte / 2) holds 8·NT rows of x, 16·NT bytes; this lane's words j0, j0 + 4
-    const char* xt = xs + batch * xstride + 32 * (local_step * 8 + j0) * (16 * NT);
+    // place q of a k-tile (its staged byte / 2) holds 8 rows of x in each part's copy, 16 bytes (see
+    // stage_columns); this lane's words j0, j0 + 4
+    const char* xt = xs + batch * xstride + 32 * (local_step * 8 + j0) * 16;
+    const int part_bytes = 8 * (xstride - 64);  // 16 bytes a staged column
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const float v = slot_value<T, CODE>(values, k, scale);
@@ -355,7 +357,7 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, c
 #pragma unroll
       for (int part = 0; part < NT; ++part) {
         if (8 * part >= batch) break;
-        const uint4 rows = *reinterpret_cast<const uint4*>(xt + q * (16 * NT) + 16 * part);
+        const uint4 rows = *reinterpret_cast<const uint4*>(xt + part * part_bytes + q * 16);
         const uint32_t words[4] = {rows.x, rows.y, rows.z, rows.w};
 #pragma unroll
         for (int r = 0; r < 8; ++r)
@@ -423,8 +425,9 @@ __device__ __forceinline__ void over_mma_step(float (&acc)[NT][4], const uint4& 
   const int j0 = (t - g) & 3;
   const bool upper = ((g + j0) & 4) != 0;  // k-tile j0's group is t + 4 (a2, a3), and k-tile j0 + 4's then t
   const uint32_t pick = 0x4440u | (lane & 3);  // PRMT selector of the holder's offset byte l % 4 (see the top)
-  const uint32_t xt = static_cast<uint32_t>(__cvta_generic_to_shared(xs + batch * xstride)) +
-                      32 * (local_step * 8) * (16 * NT);
+  const uint32_t xt =
+      static_cast<uint32_t>(__cvta_generic_to_shared(xs + batch * xstride)) + 32 * (local_step * 8) * 16;
+  const uint32_t part_bytes = 8 * (xstride - 64);  // each part's copy: 16 bytes a staged column (see stage_columns)
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const bool holds = (j & 3) == j0, low = holds && upper == (j >= 4), high = holds && upper != (j >= 4);
@@ -433,11 +436,11 @@ __device__ __forceinline__ void over_mma_step(float (&acc)[NT][4], const uint4& 
     // B row l = 4G + 2h + s: slot s of row (G - j) % 8 + 8h, held by lane 4·((G - j) % 8) + G % 4
     const int holder = (((lane & 28) - 4 * j) & 28) | ((lane >> 2) & 3);
     const uint32_t word = __shfl_sync(0xFFFFFFFFu, j < 4 ? oc.x : oc.y, holder);
-    // the staged offset (2 bytes a place) times 8·NT: place · 16·NT bytes into the k-tile's copy
-    const uint32_t row = xt + 32 * j * (16 * NT) + __byte_perm(word, 0u, pick) * (8 * NT);
+    // the staged offset (2 bytes a place) times 8: place · 16 bytes into the k-tile's copy
+    const uint32_t row = xt + 32 * j * 16 + __byte_perm(word, 0u, pick) * 8;
 #pragma unroll
     for (int part = 0; part < NT; ++part) {  // batch 9-16 for two n-tiles: no part past the batch
-      const uint4 b = ldmatrix_x4_trans(row + 16 * part);
+      const uint4 b = ldmatrix_x4_trans(row + part * part_bytes);
       mma_sp<kBf16, 0>(acc[part], a0, a1, a2, a3, b, 0xEEEE4444u);
     }
   }
@@ -447,10 +450,12 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// OVER 3: the column-major copy `xt` of the staged x, which follows the row-major staging (`batch` rows of `xstride`
-// bytes) in shared memory: staged place q (byte / 2 in its k-tile's row-major staging, see stage_unit) gets 16·NT
-// bytes, row r at 2r. Column 8u + e of unit u sits at place 32·(u / 4) + 2·(u % 4) + 8·(e / 2) + e % 2. Rows past
-// the batch are zeros.
+// OVER 3 and 4: the column-major copy `xt` of the staged x, which follows the row-major staging (`batch` rows of
+// `xstride` bytes) in shared memory, one copy per part (8 rows of x; 16 bytes a staged column, part p's copy 16·p·cols
+// bytes in): staged place q (byte / 2 in its k-tile's row-major staging, see stage_unit) gets 16 bytes of each part,
+// row 8p + r at 2r. Column 8u + e of unit u sits at place 32·(u / 4) + 2·(u % 4) + 8·(e / 2) + e % 2. Rows past the
+// batch are zeros. Part by part rather than 32 bytes a place at two parts, so that the 16-byte rows the slots gather
+// (eight at a time, one shared-memory wavefront) spread over all eight 16-byte bank groups rather than four.
 template <int NT>
 __device__ __forceinline__ void stage_columns(char* xs, int xstride, int units, int batch, int tid) {
   char* xt = xs + batch * xstride;
@@ -466,12 +471,12 @@ __device__ __forceinline__ void stage_columns(char* xs, int xstride, int units, 
         for (int i = 0; i < 4; ++i)
           w[r][i] = 8 * part + r < batch ? *reinterpret_cast<const uint32_t*>(d + 16 * i) : 0u;
       }
-      char* c = xt + (32 * (u >> 2) + 2 * (u & 3)) * (16 * NT) + 16 * part;
+      char* c = xt + part * (128 * units) + (32 * (u >> 2) + 2 * (u & 3)) * 16;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const uint32_t sel = (e & 1) ? 0x7632u : 0x5410u;  // the high or the low halves of two words
         const int i = e >> 1;
-        *reinterpret_cast<uint4*>(c + (8 * i + (e & 1)) * (16 * NT)) =
+        *reinterpret_cast<uint4*>(c + (8 * i + (e & 1)) * 16) =
             make_uint4(__byte_perm(w[0][i], w[1][i], sel), __byte_perm(w[2][i], w[3][i], sel),
                        __byte_perm(w[4][i], w[5][i], sel), __byte_perm(w[6][i], w[7][i], sel));
       }
