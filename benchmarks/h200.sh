@@ -584,6 +584,15 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease52)  # thirty-sixth session, after lease51 (about 3 minutes, no model; carry .kcachez with the int8 / int4
+    # step-8 builds, .whl): the GPU tests of codes with slots on the new lane layout (lease50 spent its time building
+    # those libraries), every CUDA-core order, int8 and int4, the RMSNorm in front and GLU; then the RMSNorm in front
+    # of 16-bit slots in the two orders that read the column copy, now part by part
+    bash benchmarks/h200.sh kcache > /dev/null
+    timeout 220 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py tests/test_sp24_slots.py \
+      -p no:cacheprovider -k "(kernel_with_codes and (4096-4096 or (1000-14336 and columns))) or glu_and_norm or \
+      (norm_in_front and (mma or columns) and 4096-4096)" 2>&1 | tail -5 | tee "$OUT/gpu_tests_slot_codes.log" \
+      || true ;;
   lease50)  # thirty-sixth session, after lease48-49 (about 5 minutes, no model; carry .kcachez, .whl): the column
     # copy of x part by part (every gathered row on its own bank group), so the GPU tests of the two orders that read
     # it (columns, mma) with 16-bit values, the RMSNorm in front and codes, and the split form (lease48 ran out of
