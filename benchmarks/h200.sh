@@ -589,10 +589,10 @@ PY
     # those libraries), every CUDA-core order, int8 and int4, the RMSNorm in front and GLU; then the RMSNorm in front
     # of 16-bit slots in the two orders that read the column copy, now part by part
     bash benchmarks/h200.sh kcache > /dev/null
-    timeout 220 python3 -m pytest -q -m gpu tests/test_sp24_slots_quantized.py tests/test_sp24_slots.py \
-      -p no:cacheprovider -k "(kernel_with_codes and (4096-4096 or (1000-14336 and columns))) or glu_and_norm or \
-      (norm_in_front and (mma or columns) and 4096-4096)" 2>&1 | tail -5 | tee "$OUT/gpu_tests_slot_codes.log" \
-      || true ;;
+    timeout ${TESTS_S:-220} python3 -m pytest -v -m gpu tests/test_sp24_slots_quantized.py tests/test_sp24_slots.py \
+      -p no:cacheprovider -k "${TESTS_K:-(kernel_with_codes and (4096-4096 or (1000-14336 and columns))) or \
+      glu_and_norm or (norm_in_front and (mma or columns) and 4096-4096)}" 2>&1 | grep -E "PASSED|FAILED|ERROR|passed|failed" \
+      | tee "$OUT/gpu_tests_slot_codes.log" || true ;;
   lease50)  # thirty-sixth session, after lease48-49 (about 5 minutes, no model; carry .kcachez, .whl): the column
     # copy of x part by part (every gathered row on its own bank group), so the GPU tests of the two orders that read
     # it (columns, mma) with 16-bit values, the RMSNorm in front and codes, and the split form (lease48 ran out of
@@ -626,7 +626,8 @@ PY
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 540 python3 overflow_bench.py --models llama-3.1-8b \
       qwen3-14b --over-loops mma --baseline SPARSEDECODING_SP24_OVER_LOOP=auto --batches 1 2 4 5 8 12 16 \
       --out "$OUT/overflow_h200_mma.md" | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
-  lease47)  # prepared in the thirty-fifth session, not run (about 2 minutes, no model; carry .kcachez, .whl): the
+  lease47)  # prepared in the thirty-fifth session, never run: lease51 did the same with the slots' new defaults (about
+    # 2 minutes, no model; carry .kcachez, .whl): the
     # 16:32+2 kernel bench as lease46's, now with cuBLAS timed in the same alternated rounds, so that issue 12's
     # 16:32 rows can be read like for like from medians (lease46 had the fused kernel's medians 2-3% under its
     # single timing, against cuBLAS's single timing)
