@@ -668,7 +668,7 @@ def load() -> None:
 
 def min_splits(w: Sp24Weight, batch: int) -> int:
     """Fewest step ranges whose staged x fits the CTA's shared memory (with its column-major copy, for a weight with
-    overflow slots in the columns order, see over_loop)."""
+    overflow slots in an order that reads it, columns or mma, see over_loop)."""
     columns = w.ks * 32  # of x a step
     step_bytes = 2 * columns * batch
     if over_loop(w, batch) in COPIES:
