@@ -584,6 +584,20 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease53)  # thirty-seventh session (about 6 minutes, no model; carry .kcachez, .whl): lease52's tests one selection
+    # at a time, each under its own timeout with pytest's faulthandler (a stuck test prints where it waits), then the
+    # kernel cache's listing (a library built here rather than carried shows a fresh time)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1; date +%T
+    for sel in "4096-4096-int8-columns" "4096-4096-int4-rows" "4096-4096-int4-slots" "4096-4096-int4-columns" \
+        "1000-14336-int8-columns" "1000-14336-int4-columns" "glu_and_norm" "norm_in_front and mma and 4096-4096" \
+        "norm_in_front and columns and 4096-4096"; do
+      case "$sel" in 4096*|1000*) k="kernel_with_codes and $sel" ;; *) k="$sel" ;; esac
+      timeout ${TESTS_S:-75} python3 -m pytest -v -m gpu tests/test_sp24_slots_quantized.py tests/test_sp24_slots.py \
+        -p no:cacheprovider -o faulthandler_timeout=45 --durations=3 -k "$k" 2>&1 \
+        | grep -E "PASSED|FAILED|ERROR|passed|failed|Timeout|File .*sparsedecoding|s call|s setup" | head -30 \
+        | tee -a "$OUT/gpu_tests_slot_codes.log"; echo "== $sel rc ${PIPESTATUS[0]} $(date +%T)" | tee -a "$OUT/gpu_tests_slot_codes.log"
+    done
+    ls -la --time-style=+%T /root/cache/cuda_build | tee -a "$OUT/gpu_tests_slot_codes.log" ;;
   lease52)  # thirty-sixth session, after lease51 (about 3 minutes, no model; carry .kcachez with the int8 / int4
     # step-8 builds, .whl): the GPU tests of codes with slots on the new lane layout (lease50 spent its time building
     # those libraries), every CUDA-core order, int8 and int4, the RMSNorm in front and GLU; then the RMSNorm in front
