@@ -584,10 +584,30 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease54)  # thirty-seventh session, right after lease53 (about 3 minutes, no model): Nsight Compute on one warm
+    # launch each of the 8B gate_up at batch 16 (default splits, one slice) as 16:32+2 with the slots on the tensor
+    # cores (mma) and in the columns order, and as its 2:4 part alone, to see what beyond bank conflicts the slots
+    # cost at 9-16 rows of x (ncu_h200/ncu_mma_*.txt)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+    [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }
+    mkdir -p "$OUT/ncu_h200"
+    for probe in "mma_gate_up_b16 sp24-over mma" "columns_gate_up_b16 sp24-over columns" "part_gate_up_b16 sp24-bf16 rows"; do
+      set -- $probe
+      (cd benchmarks && SPARSEDECODING_SP24_OVER_LOOP=$3 PYTHONPATH=/tmp/site:$PWD/../src timeout 150 "$ncu" \
+        --clock-control none -k "regex:sp24_kernel" --launch-skip 2 --launch-count 1 --section SpeedOfLight \
+        --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+        --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section InstructionStats \
+        --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
+        python3 ncu_probe.py $2 --shape gate_up --batch 16) > "$OUT/ncu_h200/ncu_$1.txt" 2>&1 || true
+      grep -E "Duration|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issued Ipc|Bank Conflicts|ERR_|rror" \
+        "$OUT/ncu_h200/ncu_$1.txt" | head -10 || true
+    done ;;
   lease53)  # thirty-seventh session (about 6 minutes, no model; carry .kcachez, .whl): lease52's tests one selection
     # at a time, each under its own timeout with pytest's faulthandler (a stuck test prints where it waits), then the
     # kernel cache's listing (a library built here rather than carried shows a fresh time)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1; date +%T
+    set +e  # a selection that times out or fails must not end the loop
     for sel in "4096-4096-int8-columns" "4096-4096-int4-rows" "4096-4096-int4-slots" "4096-4096-int4-columns" \
         "1000-14336-int8-columns" "1000-14336-int4-columns" "glu_and_norm" "norm_in_front and mma and 4096-4096" \
         "norm_in_front and columns and 4096-4096"; do
