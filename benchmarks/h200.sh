@@ -584,6 +584,18 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease55)  # thirty-seventh session (about 6 minutes, no model; carry .kcachez with sp24-columns-mma-one-cta, .whl):
+    # the slots on the tensor cores under the one-CTA launch bound (SPARSEDECODING_SP24_MMA_CTAS=1: no spills, lease54's
+    # ncu counted local-memory traffic under two) against the default two, side by side: the 16:32+2 kernel bench at
+    # batch 5-16 under mma, then the 8B preset's 16:32+2 bf16 step at batch 8 and 16 (auto runs mma there); then the
+    # GPU tests of the mma order under the one-CTA build
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    (cd benchmarks && SPARSEDECODING_SP24_MMA_CTAS=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 \
+      overflow_bench.py --models llama-3.1-8b qwen3-14b --over-loops mma --baseline SPARSEDECODING_SP24_MMA_CTAS=2 \
+      --batches 5 8 12 16 --out "$OUT/overflow_h200_mma_one_cta.md" | grep -E "^\| [0-9]+ \||failures|rror") || true
+    ab 240 SPARSEDECODING_SP24_MMA_CTAS "2 1" 16:32+2 bf16 "8 16" over_loop_h200_8b_16of32p2_mma_ctas.md
+    SPARSEDECODING_SP24_MMA_CTAS=1 timeout 100 python3 -m pytest -q -m gpu tests/test_sp24_slots.py -p no:cacheprovider \
+      -k "mma and (kernel_with_slots or norm_in_front) and 4096" 2>&1 | tail -2 || true ;;
   lease54)  # thirty-seventh session, right after lease53 (about 3 minutes, no model): Nsight Compute on one warm
     # launch each of the 8B gate_up at batch 16 (default splits, one slice) as 16:32+2 with the slots on the tensor
     # cores (mma) and in the columns order, and as its 2:4 part alone, to see what beyond bank conflicts the slots

@@ -35,6 +35,8 @@ LIBRARIES = {
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
     "sp24-early-trigger": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1",)),  # ablate_probe.py --builds, h200.sh early-trigger
     "sp24-columns-early-trigger": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_EARLY_TRIGGER=1")),  # the slots' columns order
+    # SPARSEDECODING_SP24_MMA_CTAS=1: the slots on the tensor cores under the one-CTA launch bound
+    "sp24-columns-mma-one-cta": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_OVER_MMA_CTAS=1")),
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4
     **{f"{columns}{code}-step8-early-trigger": ("sp24.cu", (*flags, f"-DSP24_{code.upper()}_KS=8",
                                                           "-DSP24_EARLY_TRIGGER=1"))

@@ -236,6 +236,37 @@ def test_sp24_builds_follow_the_early_trigger_setting(monkeypatch):
         settings()
 
 
+def test_sp24_builds_follow_the_mma_ctas_setting(monkeypatch):
+    """SPARSEDECODING_SP24_MMA_CTAS=1 asks launches of the tensor-core slot order for a build with
+    -DSP24_OVER_MMA_CTAS=1 (the default asks for none); a slotted weight's tuned launch is not reused across the two
+    values, a plain 2:4 weight's is; a value other than 1 or 2 is refused by name."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_MMA_CTAS_SETTING, KernelChoiceError, settings, sp24_mma_ctas_setting
+    from sparsedecoding.kernels.overflow import split_overflow
+    from sparsedecoding.patterns import SparsityPattern
+    from sparsedecoding.solvers import capped_keep_mask
+
+    built = fake_sp24_libraries(monkeypatch)
+    monkeypatch.delenv(SP24_MMA_CTAS_SETTING, raising=False)
+    assert sp24_mma_ctas_setting() == 2
+    plain = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    weight = random_nm_weight(32, 1024, 16, 32, torch.bfloat16, seed=5)
+    slotted = sp24.tile_overflow(split_overflow(weight * capped_keep_mask(weight.abs(), SparsityPattern.parse(
+        "16:32+2"))))
+    x, x_slotted = torch.randn(8, 256).bfloat16(), torch.randn(8, 1024).bfloat16()
+    keys = sp24.problem_key(x, plain), sp24.problem_key(x_slotted, slotted)
+    two = sp24._load(columns=True)
+    monkeypatch.setenv(SP24_MMA_CTAS_SETTING, "1")
+    assert sp24_mma_ctas_setting() == 1
+    one = sp24._load(columns=True, mma_ctas=1)
+    assert one is not two and sp24._load(columns=True, mma_ctas=2) is two
+    assert built == [("-DSP24_COLUMNS",), ("-DSP24_COLUMNS", "-DSP24_OVER_MMA_CTAS=1")]
+    assert sp24.problem_key(x, plain) == keys[0] and sp24.problem_key(x_slotted, slotted) != keys[1]
+    monkeypatch.setenv(SP24_MMA_CTAS_SETTING, "3")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_MMA_CTAS='3'"):
+        settings()
+
+
 def test_auto_early_trigger_follows_the_engine_measurements(monkeypatch):
     """Under auto (and first under timed, the default) a launch takes the early-trigger build for 2:4 bf16 values and
     int8 codes (steps of 16) and for slotted bf16 weights at batch 1-4, the default build for int4 codes, dense int8

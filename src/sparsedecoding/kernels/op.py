@@ -62,6 +62,8 @@ SP24_SLOTS_SETTING = "SPARSEDECODING_SP24_SLOTS"
 SP24_HALF_META_SETTING = "SPARSEDECODING_SP24_HALF_META"
 SP24_EARLY_TRIGGER_SETTING = "SPARSEDECODING_SP24_EARLY_TRIGGER"
 SP24_EARLY_TRIGGER_CHOICES = ("auto", "timed", "0", "1")
+SP24_MMA_CTAS_SETTING = "SPARSEDECODING_SP24_MMA_CTAS"
+SP24_MMA_CTAS_CHOICES = ("2", "1")
 SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
 SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
 SP24_STEP_CHOICES = ("auto", "16", "8")
@@ -352,6 +354,17 @@ def sp24_early_trigger_setting() -> bool | None:
     return None if value in ("auto", "timed") else value == "1"
 
 
+def sp24_mma_ctas_setting() -> int:
+    """SPARSEDECODING_SP24_MMA_CTAS: the CTAs a multiprocessor the sp24 kernel's launch bound asks for when the
+    overflow slots run on the tensor cores (SPARSEDECODING_SP24_OVER_LOOP's mma, sp24.cu's SP24_OVER_MMA_CTAS). "2" or
+    unset: 128 registers a thread, two CTAs resident (ptxas spills 20-76 bytes a thread there; Nsight Compute counted
+    123,648 local-memory requests in one 8B gate_up launch at batch 16, results/ncu_h200/ncu_mma_gate_up_b16.txt);
+    "1": up to 255 registers (154-168 used, no spills) and one CTA. Read when a launch is built; the builds are
+    separate libraries."""
+    return int(_choice(SP24_MMA_CTAS_SETTING, SP24_MMA_CTAS_CHOICES, "2",
+                       "2 (two CTAs a multiprocessor, the default) or 1 (one, no register spills)"))
+
+
 def sp24_early_trigger_timed() -> bool:
     """Whether SPARSEDECODING_SP24_EARLY_TRIGGER is "timed" (or unset): the tuners time both builds of sp24 and keep
     the faster (`sp24_early_trigger_setting`; `sp24.times_both_builds` says where)."""
@@ -450,7 +463,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             ATTENTION_EARLY_READS_SETTING: attention_early_reads_setting,
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
-            SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value,
+            SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value, SP24_MMA_CTAS_SETTING: sp24_mma_ctas_setting,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}

@@ -38,7 +38,7 @@ from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
-                 sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
+                 sp24_early_trigger_value, sp24_half_meta_setting, sp24_mma_ctas_setting, sp24_int4_step_setting, sp24_int8_step_setting,
                  sp24_over_loop_setting, sp24_pdl_setting)
 from .quantized import PackedNMQ
 
@@ -615,25 +615,27 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
 
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
-          int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None) -> ctypes.CDLL:
+          int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' loops on a column-major
     copy of x (over_loop 3 and 4), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
     SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`); `early_trigger`
     True with SP24_EARLY_TRIGGER=1 (default: SPARSEDECODING_SP24_EARLY_TRIGGER where it is 0 or 1; under auto and timed,
-    a launch passes `early_trigger(w, batch)` and every other caller gets the default build)."""
+    a launch passes `early_trigger(w, batch)` and every other caller gets the default build); `mma_ctas` 1 (with
+    `columns`) builds it with SP24_OVER_MMA_CTAS=1 (SPARSEDECODING_SP24_MMA_CTAS, for launches of the mma order)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
         early_trigger = bool(sp24_early_trigger_setting())
-    key = (columns, half_meta, int8_ks, int4_ks, early_trigger)
+    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas)
     with _lock:
         library = _libraries.get(key)
         if library is None:
             defines = (("-DSP24_COLUMNS",) if columns else ()) + (() if half_meta else ("-DSP24_HALF_META=0",)) \
                 + (() if int8_ks == STEP_TILES[8] else (f"-DSP24_INT8_KS={int8_ks}",)) \
                 + (() if int4_ks == STEP_TILES[4] else (f"-DSP24_INT4_KS={int4_ks}",)) \
-                + (("-DSP24_EARLY_TRIGGER=1",) if early_trigger else ())
+                + (("-DSP24_EARLY_TRIGGER=1",) if early_trigger else ()) \
+                + (() if mma_ctas == 2 else (f"-DSP24_OVER_MMA_CTAS={mma_ctas}",))
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
@@ -747,7 +749,7 @@ class Sp24Launch:
         load()
         self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0]) if early is None else early
         self.library = _load(self.over_loop in COPIES, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
-                             self.early_trigger)
+                             self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -869,16 +871,17 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 
 # the fields of a `problem_key`, in order (`problem_text` reads them by name)
 PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight_shape", "code", "ks", "gk_shift",
-                      "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop")
+                      "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop", "mma_ctas")
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
-    launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP too
-    (fields: PROBLEM_KEY_FIELDS)."""
+    launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and
+    _MMA_CTAS too (fields: PROBLEM_KEY_FIELDS)."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
-            sp24_over_loop_setting() if w.over_v is not None else None)
+            sp24_over_loop_setting() if w.over_v is not None else None,
+            sp24_mma_ctas_setting() if w.over_v is not None else None)
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
