@@ -359,8 +359,11 @@ def sp24_mma_ctas_setting() -> int:
     overflow slots run on the tensor cores (SPARSEDECODING_SP24_OVER_LOOP's mma, sp24.cu's SP24_OVER_MMA_CTAS). "2" or
     unset: 128 registers a thread, two CTAs resident (ptxas spills 20-76 bytes a thread there; Nsight Compute counted
     123,648 local-memory requests in one 8B gate_up launch at batch 16, results/ncu_h200/ncu_mma_gate_up_b16.txt);
-    "1": up to 255 registers (154-168 used, no spills) and one CTA. Read when a launch is built; the builds are
-    separate libraries."""
+    "1": up to 255 registers (154-168 used, no spills) and one CTA. Measured slower side by side, so two stays: the
+    kernel under one CTA 0.945 / 0.927 / 0.963 / 0.976x the default's speed at batch 5 / 8 / 12 / 16
+    (results/overflow_h200_mma_one_cta.md), the 8B preset's 16:32+2 step 0.914x at batch 8 and 0.880x at 16
+    (results/over_loop_h200_8b_16of32p2_mma_ctas.md). Read when a launch is built; the builds are separate
+    libraries."""
     return int(_choice(SP24_MMA_CTAS_SETTING, SP24_MMA_CTAS_CHOICES, "2",
                        "2 (two CTAs a multiprocessor, the default) or 1 (one, no register spills)"))
 
