@@ -9,11 +9,19 @@ mean anything. Prints a markdown table; writes it to --out too.
     python benchmarks/ablate_probe.py --builds "after=" "early=-DSP24_EARLY_TRIGGER=1" --slices 2 4 8
 
 --slices times every shape at one split and each of those slice counts instead of its tuned launch.
+
+--kinds slots takes 16:32+2 bf16 weights (2:4 tiles + two overflow slots a word) at --batch rows of x (default
+8) with the slots on the tensor cores (SPARSEDECODING_SP24_OVER_LOOP=mma) against the builds that take one part of
+their path out (SP24_ABLATE 6: no shuffle of the offsets, 7: no bank conflicts in the gathers, 8: no slot MMAs nor
+gathers), every build at the launch the tuner picks in the normal one:
+
+    python benchmarks/ablate_probe.py --kinds slots --batch 16 --out results/ablate_slots_h200_b16.md
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -24,14 +32,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import random_nm_weight  # noqa: E402
 from test_cuda_mma_codes import grid_weight  # noqa: E402
 
+from overflow_bench import capped_weight  # noqa: E402
+
 from sparsedecoding.kernels import cuda_mma, sp24  # noqa: E402
 from sparsedecoding.kernels.autotune import replay_ms  # noqa: E402
 from sparsedecoding.kernels.format import pack_nm  # noqa: E402
+from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING  # noqa: E402
+from sparsedecoding.kernels.overflow import split_overflow  # noqa: E402
 from sparsedecoding.kernels.quantized import pack_nm_quantized  # noqa: E402
 from sparsedecoding.runenv import environment_markdown  # noqa: E402
 
 VARIANTS = {0: "full step", 1: "constant metadata", 2: "no dequantization", 3: "no MMAs", 4: "no weight loads",
             5: "loads alone"}
+SLOT_VARIANTS = {0: "full step", 6: "no offset shuffle", 7: "conflict-free gathers", 8: "no slot MMAs or gathers"}
 # (name, out, in, splits, slices): the 8B shapes with sp24_h200.md's tuned int4 launches at batch 1 (and bf16's)
 SHAPES = (("8B qkv", 6144, 4096, 1, 4), ("8B o", 4096, 4096, 1, 8), ("8B gate_up", 28672, 4096, 1, 1),
           ("8B down", 4096, 14336, 1, 8))
@@ -45,39 +58,58 @@ def main() -> int:
     parser.add_argument("--builds", nargs="+", metavar="LABEL=DEFINES",
                         help="compare these builds instead of the ablations: a label, =, and nvcc -D flags separated "
                              "by commas (empty: the normal build), e.g. 'normal=' 'full metadata=-DSP24_HALF_META=0'")
-    parser.add_argument("--kinds", nargs="+", choices=("int4", "int8", "bf16"), default=["int4", "int8", "bf16"])
+    parser.add_argument("--kinds", nargs="+", choices=("int4", "int8", "bf16", "slots"),
+                        default=["int4", "int8", "bf16"])
+    parser.add_argument("--batch", type=int, default=None,
+                        help="rows of x (1-16; default 1, and 8 with --kinds slots)")
     parser.add_argument("--slices", nargs="+", type=int, choices=(1, 2, 4, 8),
                         help="time each shape at one split and each of these slice counts, not its tuned launch")
     args = parser.parse_args()
     bad = [b for b in args.builds or [] if "=" not in b or not b.partition("=")[0].strip()]
     if bad:
         parser.error(f"--builds {bad[0]!r}: use LABEL=DEFINES (DEFINES may be empty)")
+    slots = "slots" in args.kinds
+    if slots and len(args.kinds) > 1:
+        parser.error("--kinds slots runs alone (its builds are the slot ablations)")
+    batch = args.batch if args.batch is not None else (8 if slots else 1)
+    if not 1 <= batch <= 16:
+        parser.error(f"--batch must be 1-16; got {batch}")
     if not torch.cuda.is_available():
         print("error: ablate_probe needs a CUDA GPU", file=sys.stderr)
         return 2
+    if slots:
+        os.environ[SP24_OVER_LOOP_SETTING] = "mma"
     builds = {label: tuple(d for d in flags.split(",") if d) for label, _, flags in
               (b.partition("=") for b in args.builds)} if args.builds else {
-        label: (f"-DSP24_ABLATE={n}",) if n else () for n, label in VARIANTS.items()}
+        label: (f"-DSP24_ABLATE={n}",) if n else () for n, label in (SLOT_VARIANTS if slots else VARIANTS).items()}
     original = cuda_mma.open_library
     rows = []
-    for kind, group in (("int4", 128), ("int8", None), ("bf16", None)):
+    for kind, group in (("int4", 128), ("int8", None), ("bf16", None), ("slots", None)):
         if kind not in args.kinds:
             continue
         for name, out, inf, tuned_splits, tuned_slices in SHAPES:
-            if kind == "bf16":
+            x = torch.randn(batch, inf, device="cuda").bfloat16()
+            if kind == "slots":
+                generator = torch.Generator(device="cuda").manual_seed(1)
+                w = sp24.tile_overflow(split_overflow(capped_weight(out, inf, generator)))
+                tuned = sp24.tuned_launch(x, w)  # the normal build's pick, every build timed at it
+                tuned_splits, tuned_slices = tuned.splits, tuned.slices
+            elif kind == "bf16":
                 tuned_splits, tuned_slices = BF16_LAUNCHES[name]
                 w = sp24.tile(pack_nm(random_nm_weight(out, inf, 2, 4, torch.bfloat16, seed=1).cuda(), 2, 4))
             else:
                 scale = group or inf
                 w = sp24.tile(pack_nm_quantized(grid_weight(out, inf, kind, scale).cuda(), 2, 4, kind, scale))
             weights = sp24._copies(w)
-            x = torch.randn(1, inf, device="cuda").bfloat16()
             configs = [(1, n) for n in args.slices] if args.slices else [(tuned_splits, tuned_slices)]
             for splits, slices in configs:
                 launches = {}
                 for variant, extra in builds.items():
-                    cuda_mma.open_library = (lambda source, min_major, defines, extra=extra:
-                                             original(source, min_major=min_major, defines=tuple(defines) + extra))
+                    # the slot ablations change only the build with the column copy (the mma order's); the
+                    # default build a launch also loads stays as it is
+                    cuda_mma.open_library = (lambda source, min_major, defines, extra=extra: original(
+                        source, min_major=min_major, defines=tuple(defines)
+                        + (extra if not slots or "-DSP24_COLUMNS" in defines else ())))
                     sp24._libraries.clear()
                     launches[variant] = sp24.Sp24Launch(x, w, splits, slices)
                 cuda_mma.open_library = original
@@ -98,8 +130,9 @@ def main() -> int:
                             + " | ".join(f"{times[v]:.1f}" for v in builds) + same + " |")
                 print(rows[-1], flush=True)
     text = "\n".join([
-        ("# sp24 at batch 1: builds side by side" if args.builds else
-         "# sp24 at batch 1: a step with one part taken out (SP24_ABLATE builds)"), "",
+        (f"# sp24 at batch {batch}: builds side by side" if args.builds else
+         f"# sp24 at batch {batch}: a step with one part taken out (SP24_ABLATE builds)"
+         + (", 16:32+2 with the slots on the tensor cores" if slots else "")), "",
         environment_markdown("python benchmarks/ablate_probe.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])), "",
         f"Graph replays round-robin over weight copies past the L2, median us a launch, the least of {ROUNDS} rounds "
         "that alternate the builds' order"

@@ -584,6 +584,14 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease56)  # thirty-seventh session (about 4 minutes, no model; carry .kcachez with sp24, sp24-columns and
+    # sp24-columns-ablate6/7/8 of the current sp24.cu): what each part of the slots on the tensor cores costs at batch
+    # 8 and 16, the 8B shapes at the normal build's tuned launch (ablate_slots_h200_b{8,16}.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    for b in 16 8; do
+      timeout 170 python3 benchmarks/ablate_probe.py --kinds slots --batch $b --out "$OUT/ablate_slots_h200_b$b.md" \
+        2>&1 | grep -E "^\||rror" || true
+    done ;;
   lease55)  # thirty-seventh session (about 6 minutes, no model; carry .kcachez with sp24-columns-mma-one-cta, .whl):
     # the slots on the tensor cores under the one-CTA launch bound (SPARSEDECODING_SP24_MMA_CTAS=1: no spills, lease54's
     # ncu counted local-memory traffic under two) against the default two, side by side: the 16:32+2 kernel bench at

@@ -33,6 +33,8 @@ LIBRARIES = {
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
+    # ablate_probe.py --kinds slots: the slots on the tensor cores, one part taken out
+    **{f"sp24-columns-ablate{n}": ("sp24.cu", ("-DSP24_COLUMNS", f"-DSP24_ABLATE={n}")) for n in (6, 7, 8)},
     "sp24-early-trigger": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1",)),  # ablate_probe.py --builds, h200.sh early-trigger
     "sp24-columns-early-trigger": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_EARLY_TRIGGER=1")),  # the slots' columns order
     # SPARSEDECODING_SP24_MMA_CTAS=1: the slots on the tensor cores under the one-CTA launch bound

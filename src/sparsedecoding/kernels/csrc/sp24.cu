@@ -101,7 +101,10 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 // products are wrong on purpose, to time what one part of a step costs. 1: constant metadata (no metadata loads);
 // 2: the raw code words into the MMAs (no dequantization); 3: no MMAs (an XOR of A, B and the metadata into the
 // sums keeps every load live); 4: no weight loads (constant values, metadata and scales: the compute alone); 5: the
-// loads alone (each loaded word XORed into the sums once: no x, no dequantization, no MMAs).
+// loads alone (each loaded word XORed into the sums once: no x, no dequantization, no MMAs). For the slots on the
+// tensor cores (OVER 4): 6, each lane's own offset word in place of the holder's shuffle; 7, the shuffle kept but
+// each gathered row moved to a place whose bank group is its lane's (no bank conflicts); 8, no slot MMAs and no
+// gathers (the slot words are still loaded and kept live).
 #ifndef SP24_ABLATE
 #define SP24_ABLATE 0
 #endif
@@ -428,6 +431,10 @@ __device__ __forceinline__ void over_mma_step(float (&acc)[NT][4], const uint4& 
   const uint32_t xt =
       static_cast<uint32_t>(__cvta_generic_to_shared(xs + batch * xstride)) + 32 * (local_step * 8) * 16;
   const uint32_t part_bytes = 8 * (xstride - 64);  // each part's copy: 16 bytes a staged column (see stage_columns)
+  if constexpr (SP24_ABLATE == 8) {
+    asm volatile("" ::"r"(ov.x), "r"(ov.y), "r"(ov.z), "r"(ov.w), "r"(oc.x), "r"(oc.y));
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const bool holds = (j & 3) == j0, low = holds && upper == (j >= 4), high = holds && upper != (j >= 4);
@@ -435,9 +442,12 @@ __device__ __forceinline__ void over_mma_step(float (&acc)[NT][4], const uint4& 
     const uint32_t a0 = low ? w0 : 0u, a1 = low ? w1 : 0u, a2 = high ? w0 : 0u, a3 = high ? w1 : 0u;
     // B row l = 4G + 2h + s: slot s of row (G - j) % 8 + 8h, held by lane 4·((G - j) % 8) + G % 4
     const int holder = (((lane & 28) - 4 * j) & 28) | ((lane >> 2) & 3);
-    const uint32_t word = __shfl_sync(0xFFFFFFFFu, j < 4 ? oc.x : oc.y, holder);
+    const uint32_t word = SP24_ABLATE == 6 ? (j < 4 ? oc.x : oc.y)
+                                           : __shfl_sync(0xFFFFFFFFu, j < 4 ? oc.x : oc.y, holder);
     // the staged offset (2 bytes a place) times 8: place · 16 bytes into the k-tile's copy
-    const uint32_t row = xt + 32 * j * 16 + __byte_perm(word, 0u, pick) * 8;
+    const uint32_t byte = __byte_perm(word, 0u, pick);
+    const uint32_t row =
+        xt + 32 * j * 16 + (SP24_ABLATE == 7 ? ((lane & 7) | ((byte >> 1) & 0x18)) * 16 : byte * 8);
 #pragma unroll
     for (int part = 0; part < NT; ++part) {  // batch 9-16 for two n-tiles: no part past the batch
       const uint4 b = ldmatrix_x4_trans(row + part * part_bytes);
