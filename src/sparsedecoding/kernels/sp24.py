@@ -38,8 +38,8 @@ from . import cuda_mma
 from .format import PackedNM
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
-                 sp24_early_trigger_value, sp24_half_meta_setting, sp24_mma_ctas_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_over_loop_setting, sp24_pdl_setting)
+                 sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
+                 sp24_mma_ctas_setting, sp24_over_loop_setting, sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
