@@ -13,9 +13,12 @@ mean anything. Prints a markdown table; writes it to --out too.
 --kinds slots takes 16:32+2 bf16 weights (2:4 tiles + two overflow slots a word) at --batch rows of x (default
 8) with the slots on the tensor cores (SPARSEDECODING_SP24_OVER_LOOP=mma) against the builds that take one part of
 their path out (SP24_ABLATE 6: no shuffle of the offsets, 7: no bank conflicts in the gathers, 8: no slot MMAs nor
-gathers), every build at the launch the tuner picks in the normal one:
+gathers), every build at the launch the tuner picks in the normal one, and cuBLAS (`F.linear` on the dense pruned
+weight) in the same alternated rounds, so that each build's speed against cuBLAS, and its geomean against issue
+12's 16:32 target at that batch, come from one run; --models adds the Qwen3-14B shapes (the target's other half):
 
-    python benchmarks/ablate_probe.py --kinds slots --batch 16 --out results/ablate_slots_h200_b16.md
+    python benchmarks/ablate_probe.py --kinds slots --batch 16 --models llama-3.1-8b qwen3-14b \
+        --out results/ablate_slots_cublas_h200_b16.md
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import random_nm_weight  # noqa: E402
 from test_cuda_mma_codes import grid_weight  # noqa: E402
 
-from overflow_bench import capped_weight  # noqa: E402
+from kernel_bench import geomean, linear_shapes  # noqa: E402
+from overflow_bench import capped_weight, rotation  # noqa: E402
+from sp24_bench import MODELS, TARGETS_12  # noqa: E402
 
 from sparsedecoding.kernels import cuda_mma, sp24  # noqa: E402
 from sparsedecoding.kernels.autotune import replay_ms  # noqa: E402
@@ -50,6 +56,14 @@ SHAPES = (("8B qkv", 6144, 4096, 1, 4), ("8B o", 4096, 4096, 1, 8), ("8B gate_up
           ("8B down", 4096, 14336, 1, 8))
 ROUNDS = 4  # timings of every build and shape, in alternating order
 BF16_LAUNCHES = {"8B qkv": (1, 4), "8B o": (1, 8), "8B gate_up": (1, 4), "8B down": (4, 2)}
+CUBLAS = "cuBLAS"  # the dense pruned weight's F.linear, timed beside the slot builds
+SHORT = {"llama-3.1-8b": "8B", "qwen3-14b": "14B"}
+
+
+def slot_shapes(models: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """SHAPES' form for --kinds slots: every decoder linear of `models` (splits and slices come from the tuner)."""
+    return [(f"{SHORT[model]} {name}", out, inf, 0, 0) for model in models
+            for name, (out, inf) in linear_shapes(model, False).items()]
 
 
 def main() -> int:
@@ -64,6 +78,8 @@ def main() -> int:
                         help="rows of x (1-16; default 1, and 8 with --kinds slots)")
     parser.add_argument("--slices", nargs="+", type=int, choices=(1, 2, 4, 8),
                         help="time each shape at one split and each of these slice counts, not its tuned launch")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=MODELS[:1],
+                        help="--kinds slots: the presets whose decoder shapes run (default: %(default)s)")
     args = parser.parse_args()
     bad = [b for b in args.builds or [] if "=" not in b or not b.partition("=")[0].strip()]
     if bad:
@@ -71,6 +87,8 @@ def main() -> int:
     slots = "slots" in args.kinds
     if slots and len(args.kinds) > 1:
         parser.error("--kinds slots runs alone (its builds are the slot ablations)")
+    if args.models != MODELS[:1] and not slots:
+        parser.error("--models applies to --kinds slots only (the other kinds time the 8B shapes)")
     batch = args.batch if args.batch is not None else (8 if slots else 1)
     if not 1 <= batch <= 16:
         parser.error(f"--batch must be 1-16; got {batch}")
@@ -84,14 +102,17 @@ def main() -> int:
         label: (f"-DSP24_ABLATE={n}",) if n else () for n, label in (SLOT_VARIANTS if slots else VARIANTS).items()}
     original = cuda_mma.open_library
     rows = []
+    speeds = {variant: [] for variant in builds}  # --kinds slots: cuBLAS time over the build's, by shape
     for kind, group in (("int4", 128), ("int8", None), ("bf16", None), ("slots", None)):
         if kind not in args.kinds:
             continue
-        for name, out, inf, tuned_splits, tuned_slices in SHAPES:
+        for name, out, inf, tuned_splits, tuned_slices in (slot_shapes(args.models) if kind == "slots" else SHAPES):
             x = torch.randn(batch, inf, device="cuda").bfloat16()
+            dense = None
             if kind == "slots":
                 generator = torch.Generator(device="cuda").manual_seed(1)
-                w = sp24.tile_overflow(split_overflow(capped_weight(out, inf, generator)))
+                dense = capped_weight(out, inf, generator)
+                w = sp24.tile_overflow(split_overflow(dense))
                 tuned = sp24.tuned_launch(x, w)  # the normal build's pick, every build timed at it
                 tuned_splits, tuned_slices = tuned.splits, tuned.slices
             elif kind == "bf16":
@@ -116,18 +137,28 @@ def main() -> int:
                 sp24._libraries.clear()
                 # timed in rounds of alternating order (first to last, then last to first), the minimum kept: in the
                 # twenty-third session's two probes the build timed first was about 1 us slower on one shape alone
-                rounds = {variant: [] for variant in builds}
+                sides = {variant: (lambda wt, launch=launch: launch(x, wt), weights)
+                         for variant, launch in launches.items()}
+                if dense is not None:
+                    sides[CUBLAS] = (lambda d: F.linear(x, d), rotation(dense.clone, dense.numel() * 2))
+                rounds = {side: [] for side in sides}
                 for order in range(ROUNDS):
-                    for variant in (list(builds) if order % 2 == 0 else list(builds)[::-1]):
-                        launch = launches[variant]
-                        rounds[variant].append(1000 * replay_ms(lambda wt, launch=launch: launch(x, wt), weights))
-                times = {variant: min(values) for variant, values in rounds.items()}
+                    for side in (list(sides) if order % 2 == 0 else list(sides)[::-1]):
+                        call, copies = sides[side]
+                        rounds[side].append(1000 * replay_ms(call, copies))
+                times = {side: min(values) for side, values in rounds.items()}
+                del sides
                 same = ""
                 if args.builds:  # builds meant to compute one product: each against the first, bit for bit
                     products = [launches[variant](x, weights[0]) for variant in builds]
                     same = " | " + ("yes" if all(torch.equal(products[0], p) for p in products[1:]) else "NO")
+                if dense is not None:
+                    for variant in builds:
+                        speeds[variant].append(times[CUBLAS] / times[variant])
+                    same = f" | {times[CUBLAS]:.1f}"
                 rows.append(f"| {kind} | {name} ({out}x{inf}) | {splits}/{slices}s | "
-                            + " | ".join(f"{times[v]:.1f}" for v in builds) + same + " |")
+                            + " | ".join(f"{times[v]:.1f}" + (f" (x{times[CUBLAS] / times[v]:.2f})" if dense is not
+                                                              None else "") for v in builds) + same + " |")
                 print(rows[-1], flush=True)
     text = "\n".join([
         (f"# sp24 at batch {batch}: builds side by side" if args.builds else
@@ -138,11 +169,28 @@ def main() -> int:
         "that alternate the builds' order"
         + ("; builds: " + ", ".join(f"{label}: `{' '.join(flags) or 'no defines'}`" for label, flags in builds.items())
            + "." if args.builds else "; the ablated builds compute wrong products on purpose."), "",
-        "| values | shape | splits/slices | " + " | ".join(builds) + (" | bit for bit |" if args.builds else " |"),
-        "|---|---|---|" + "---|" * (len(builds) + bool(args.builds)), *rows, ""])
+        *(slot_summary(speeds, batch) if slots else []),
+        "| values | shape | splits/slices | " + " | ".join(builds)
+        + (" | bit for bit |" if args.builds else f" | {CUBLAS} |" if slots else " |"),
+        "|---|---|---|" + "---|" * (len(builds) + bool(args.builds) + slots), *rows, ""])
     if args.out:
         args.out.write_text(text)
     return 0
+
+
+def slot_summary(speeds: dict[str, list[float]], batch: int) -> list[str]:
+    """Markdown lines: each build's geomean and least speed against cuBLAS over the shapes (like for like: the same
+    rounds), beside issue 12's 16:32 target at `batch` where it has one."""
+    target = TARGETS_12.get(batch)
+    lines = [f"Against {CUBLAS} (its time over the build's, the least of the same alternated rounds), over the "
+             f"shapes below; issue 12's 16:32 target at batch {batch}: "
+             + (f"{target:.2f}x." if target else "none."), "",
+             "| build | geomean vs cuBLAS | least | shapes below 1.0x |", "|---|---|---|---|"]
+    for variant, values in speeds.items():
+        if values:
+            lines.append(f"| {variant} | {geomean(values):.3f}x | {min(values):.3f}x | "
+                         f"{sum(v < 1.0 for v in values)} of {len(values)} |")
+    return lines + [""]
 
 
 if __name__ == "__main__":
