@@ -14,8 +14,9 @@ mean anything. Prints a markdown table; writes it to --out too.
 8) with the slots on the tensor cores (SPARSEDECODING_SP24_OVER_LOOP=mma) against the builds that take one part of
 their path out (SP24_ABLATE 6: no shuffle of the offsets, 7: no bank conflicts in the gathers, 8: no slot MMAs nor
 gathers), every build at the launch the tuner picks in the normal one, and cuBLAS (`F.linear` on the dense pruned
-weight) in the same alternated rounds, so that each build's speed against cuBLAS, and its geomean against issue
-12's 16:32 target at that batch, come from one run; --models adds the Qwen3-14B shapes (the target's other half):
+weight) and the weight's 2:4 part alone (tiled and tuned on its own) in the same alternated rounds, so that each
+build's speed against cuBLAS, and its geomean against issue 12's 16:32 target at that batch, come from one run;
+--models adds the Qwen3-14B shapes (the target's other half):
 
     python benchmarks/ablate_probe.py --kinds slots --batch 16 --models llama-3.1-8b qwen3-14b \
         --out results/ablate_slots_cublas_h200_b16.md
@@ -57,6 +58,8 @@ SHAPES = (("8B qkv", 6144, 4096, 1, 4), ("8B o", 4096, 4096, 1, 8), ("8B gate_up
 ROUNDS = 4  # timings of every build and shape, in alternating order
 BF16_LAUNCHES = {"8B qkv": (1, 4), "8B o": (1, 8), "8B gate_up": (1, 4), "8B down": (4, 2)}
 CUBLAS = "cuBLAS"  # the dense pruned weight's F.linear, timed beside the slot builds
+PART = "2:4 part alone"  # the weight's 2:4 part tiled and tuned on its own (no slots, no slot bytes)
+SCALED = "2:4 part alone, scaled to the weight's bytes"  # derived: what free slot compute would leave
 SHORT = {"llama-3.1-8b": "8B", "qwen3-14b": "14B"}
 
 
@@ -102,7 +105,8 @@ def main() -> int:
         label: (f"-DSP24_ABLATE={n}",) if n else () for n, label in (SLOT_VARIANTS if slots else VARIANTS).items()}
     original = cuda_mma.open_library
     rows = []
-    speeds = {variant: [] for variant in builds}  # --kinds slots: cuBLAS time over the build's, by shape
+    # --kinds slots: cuBLAS time over each side's, by shape; SCALED: the 2:4 part's times its bytes' share (derived)
+    speeds = {variant: [] for variant in (*builds, PART, SCALED)}
     for kind, group in (("int4", 128), ("int8", None), ("bf16", None), ("slots", None)):
         if kind not in args.kinds:
             continue
@@ -112,9 +116,13 @@ def main() -> int:
             if kind == "slots":
                 generator = torch.Generator(device="cuda").manual_seed(1)
                 dense = capped_weight(out, inf, generator)
-                w = sp24.tile_overflow(split_overflow(dense))
+                split = split_overflow(dense)
+                w = sp24.tile_overflow(split)
                 tuned = sp24.tuned_launch(x, w)  # the normal build's pick, every build timed at it
                 tuned_splits, tuned_slices = tuned.splits, tuned.slices
+                part = sp24.tile(split.w24)  # the 2:4 part alone at its own tuned launch, no slot bytes at all
+                part_launch = sp24.tuned_launch(x, part)
+                part_ratio = part.nbytes / w.nbytes
             elif kind == "bf16":
                 tuned_splits, tuned_slices = BF16_LAUNCHES[name]
                 w = sp24.tile(pack_nm(random_nm_weight(out, inf, 2, 4, torch.bfloat16, seed=1).cuda(), 2, 4))
@@ -140,6 +148,7 @@ def main() -> int:
                 sides = {variant: (lambda wt, launch=launch: launch(x, wt), weights)
                          for variant, launch in launches.items()}
                 if dense is not None:
+                    sides[PART] = (lambda wt: part_launch(x, wt), sp24._copies(part))
                     sides[CUBLAS] = (lambda d: F.linear(x, d), rotation(dense.clone, dense.numel() * 2))
                 rounds = {side: [] for side in sides}
                 for order in range(ROUNDS):
@@ -153,9 +162,11 @@ def main() -> int:
                     products = [launches[variant](x, weights[0]) for variant in builds]
                     same = " | " + ("yes" if all(torch.equal(products[0], p) for p in products[1:]) else "NO")
                 if dense is not None:
-                    for variant in builds:
+                    for variant in (*builds, PART):
                         speeds[variant].append(times[CUBLAS] / times[variant])
-                    same = f" | {times[CUBLAS]:.1f}"
+                    speeds[SCALED].append(times[CUBLAS] / times[PART] * part_ratio)
+                    same = (f" | {times[PART]:.1f} (x{times[CUBLAS] / times[PART]:.2f}; "
+                            f"{sp24.launch_label(part_launch)}; {part_ratio:.3f}) | {times[CUBLAS]:.1f}")
                 rows.append(f"| {kind} | {name} ({out}x{inf}) | {splits}/{slices}s | "
                             + " | ".join(f"{times[v]:.1f}" + (f" (x{times[CUBLAS] / times[v]:.2f})" if dense is not
                                                               None else "") for v in builds) + same + " |")
@@ -171,8 +182,9 @@ def main() -> int:
            + "." if args.builds else "; the ablated builds compute wrong products on purpose."), "",
         *(slot_summary(speeds, batch) if slots else []),
         "| values | shape | splits/slices | " + " | ".join(builds)
-        + (" | bit for bit |" if args.builds else f" | {CUBLAS} |" if slots else " |"),
-        "|---|---|---|" + "---|" * (len(builds) + bool(args.builds) + slots), *rows, ""])
+        + (" | bit for bit |" if args.builds else f" | {PART} (x cuBLAS; its launch; its bytes / the weight's) | "
+           f"{CUBLAS} |" if slots else " |"),
+        "|---|---|---|" + "---|" * (len(builds) + bool(args.builds) + 2 * slots), *rows, ""])
     if args.out:
         args.out.write_text(text)
     return 0
@@ -184,7 +196,10 @@ def slot_summary(speeds: dict[str, list[float]], batch: int) -> list[str]:
     target = TARGETS_12.get(batch)
     lines = [f"Against {CUBLAS} (its time over the build's, the least of the same alternated rounds), over the "
              f"shapes below; issue 12's 16:32 target at batch {batch}: "
-             + (f"{target:.2f}x." if target else "none."), "",
+             + (f"{target:.2f}x." if target else "none.")
+             + f" `{PART}`: the weight's 2:4 part tiled on its own at its own tuned launch; `{SCALED}`: that speed "
+             "times the part's share of the weight's bytes, derived, not timed (the speed the whole weight would "
+             "have if its slots cost only their bytes at the part's rate).", "",
              "| build | geomean vs cuBLAS | least | shapes below 1.0x |", "|---|---|---|---|"]
     for variant, values in speeds.items():
         if values:

@@ -584,9 +584,10 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
-  lease57)  # thirty-eighth session (about 4 minutes a batch, no model; carry .kcachez as for lease56; BATCH: 8 or 16,
-    # default both): lease56's slot ablations on the 8B and 14B shapes with cuBLAS timed in the same alternated rounds,
-    # so that each build's geomean against issue 12's 16:32 target comes from one run (ablate_slots_cublas_h200_bN.md)
+  lease57)  # thirty-eighth session (about 20 s a batch, no model; carry .kcachez as for lease56; "BATCHES", default
+    # "16 8"): lease56's slot ablations on the 8B and 14B shapes with cuBLAS and the 2:4 part alone timed in the same
+    # alternated rounds, so each build's geomean against issue 12's 16:32 target comes from one run
+    # (ablate_slots_cublas_h200_bN.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     for b in ${2:-16 8}; do
       timeout 280 python3 benchmarks/ablate_probe.py --kinds slots --batch $b --models llama-3.1-8b qwen3-14b \
