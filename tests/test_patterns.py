@@ -45,7 +45,15 @@ def test_capped_patterns_parse_and_print_back(text, overflow):
     assert SparsityPattern.parse("16:32").overflow == -1 and str(SparsityPattern.parse("16:32")) == "16:32"
 
 
-@pytest.mark.parametrize("text", ["2:4+1", "16:32+9", "12:32+2", "8:12+1", "16:32+"])
+@pytest.mark.parametrize("text,placement", [("16:32+2l", "lanes"), (" 16:32 + 4 q ", "quads"), ("16:32+2", "")])
+def test_placed_patterns_parse_and_print_back(text, placement):
+    pattern = SparsityPattern.parse(text)
+    assert pattern.placement == placement and SparsityPattern.parse(str(pattern)) == pattern
+    assert str(pattern).endswith({"lanes": "+2l", "quads": "+4q", "": "+2"}[placement])
+
+
+@pytest.mark.parametrize("text", ["2:4+1", "16:32+9", "12:32+2", "8:12+1", "16:32+", "16:32+1l", "16:32+2q",
+                                  "8:16+2l", "16:32l", "16:32+2x"])
 def test_bad_capped_patterns_raise_one_line(text):
     with pytest.raises(SparsityPatternError) as info:
         SparsityPattern.parse(text)

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 from .errors import SparsityPatternError
 
-_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*)?$")
+_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*([lq])?\s*)?$")
+# Placements of the weights beyond two in a group of four (`SparsityPattern.placement`), by suffix: each pattern they
+# apply to, as (n, m, overflow)
+PLACEMENTS = {"l": ("lanes", (16, 32, 2)), "q": ("quads", (16, 32, 4))}
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 # The N:M patterns the packed format and its kernels are built and tuned for, densest first.
 KERNEL_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
@@ -26,17 +29,26 @@ class SparsityPattern:
     `overflow` kept weights beyond 2 in each group of m. 0 is the 2:4 mask, m / 4 the plain N:M mask; in between, a
     mask that a 2:4 weight plus `overflow` entries per group would hold. `pack` writes such a model as plain N:M; the
     engine runs a 16:32 linear whose mask fits 16:32+2 on the 2:4 kernel as its 2:4 tiles plus two overflow slots a
-    row and word (`kernels.sp24_linear.Sp24Linear`, SPARSEDECODING_SP24_SLOTS). -1: no such limit."""
+    row and word (`kernels.sp24_linear.Sp24Linear`, SPARSEDECODING_SP24_SLOTS). -1: no such limit.
+
+    `placement` (a suffix, for a kernel that would keep each such weight in the tensor-core lane that owns its group
+    of four; benchmarks/CUDA_KERNEL_NOTES.md, thirty-eighth session): `"16:32+2l"` (lanes) lets row r of each 16-row
+    tile (h = 1 for rows 8-15) keep its two in one group of {h, h + 4} and one of {h + 2, h + 6}; `"16:32+4q"`
+    (quads) lets the two rows g and g + 8 of a tile share four, one a group class (group index mod 4). Both are
+    16:32 masks (at most three kept in a group of four) that also fit 16:32+2 or 16:32+4; weights need a multiple of
+    16 rows. "": none."""
 
     n: int = 0
     m: int = 0
     sparsity: float = 0.0
     overflow: int = -1
+    placement: str = ""
 
     @classmethod
     def parse(cls, text: str | SparsityPattern) -> SparsityPattern:
         """`"2:4"`, `"4:8"`, `"16:32"`, any `"N:M"` with 0 < N < M, `"N:M+K"` (a 50% N:M with M a multiple of 8 and
-        at most K ≤ M / 4 kept weights beyond 2 in a group of 4: `overflow`), or `"50%"` (0 < p < 100)."""
+        at most K ≤ M / 4 kept weights beyond 2 in a group of 4: `overflow`), `"16:32+2l"` / `"16:32+4q"` (those weights
+        placed by lanes or quads: `placement`), or `"50%"` (0 < p < 100)."""
         if isinstance(text, SparsityPattern):
             return text
         if not isinstance(text, str):
@@ -52,7 +64,13 @@ class SparsityPattern:
             if 2 * n != m or m % 8 or overflow > m // 4:
                 raise SparsityPatternError(f"{text!r} — N:M+K needs a 50% pattern whose M is a multiple of 8 (8:16, "
                                            f"16:32) and K at most M / 4; try 16:32+4")
-            return cls(n=n, m=m, sparsity=0.5, overflow=overflow)
+            placement = ""
+            if match.group(4):
+                placement, fits = PLACEMENTS[match.group(4)]
+                if (n, m, overflow) != fits:
+                    raise SparsityPatternError(f"{text!r} — the {placement} placement is defined for "
+                                               f"{fits[0]}:{fits[1]}+{fits[2]}{match.group(4)} only")
+            return cls(n=n, m=m, sparsity=0.5, overflow=overflow, placement=placement)
         match = _PERCENT.match(text)
         if match:
             percent = float(match.group(1))
@@ -67,5 +85,6 @@ class SparsityPattern:
 
     def __str__(self) -> str:
         if self.is_nm:
-            return f"{self.n}:{self.m}" + (f"+{self.overflow}" if self.overflow >= 0 else "")
+            suffix = next((key for key, (name, _) in PLACEMENTS.items() if name == self.placement), "")
+            return f"{self.n}:{self.m}" + (f"+{self.overflow}{suffix}" if self.overflow >= 0 else "")
         return f"{self.sparsity * 100:g}%"

@@ -22,12 +22,39 @@ from .patterns import SparsityPattern
 
 log = logging.getLogger(__name__)
 
+PLACED_TILE_ROWS = 16  # placements (SparsityPattern.placement) are per 16-row tile: rows g and g + 8 share a quad
+PLACED_GROUPS = 8  # groups of four columns in a placed pattern's 32-column word
 MAX_DAMPING = 1.0  # relative to the mean diagonal; beyond this H is too far from PD to trust the result
 
 
 def check_pattern(weight: torch.Tensor, pattern: SparsityPattern) -> None:
     if pattern.is_nm and weight.shape[1] % pattern.m != 0:
         raise SparsityPatternError(f"{pattern} needs in_features divisible by {pattern.m}, got {weight.shape[1]}")
+    if pattern.placement and weight.shape[0] % PLACED_TILE_ROWS:
+        raise SparsityPatternError(f"{pattern} places weights per {PLACED_TILE_ROWS}-row tile; this weight has "
+                                   f"{weight.shape[0]} rows")
+
+
+def placement_breaks(kept: torch.Tensor, pattern: SparsityPattern) -> int:
+    """How many (row, word) pairs (lanes) or (quad, word) pairs (quads) of the mask `kept` [rows, cols] break the
+    pattern's placement (also counting any group of four that keeps all four); 0 without a placement."""
+    if not pattern.placement:
+        return 0
+    rows, cols = kept.shape
+    fours = kept.reshape(rows, cols // 32, PLACED_GROUPS, 4).sum(-1)
+    extra = (fours - 2).clamp(min=0)  # [rows, words, 8]
+    full = fours.max(-1).values > 3
+    if pattern.placement == "lanes":
+        half = (torch.arange(rows, device=kept.device) % PLACED_TILE_ROWS // (PLACED_TILE_ROWS // 2)).view(rows, 1)
+        bad = full
+        for cls in range(4):
+            used = extra[:, :, cls] + extra[:, :, cls + 4]
+            bad = bad | (used > 1) | (used.bool() & (cls != half) & (cls != half + 2))
+        return int(bad.sum())
+    tiles = extra.reshape(rows // PLACED_TILE_ROWS, 2, PLACED_TILE_ROWS // 2, cols // 32, PLACED_GROUPS)
+    by_class = tiles.sum(1).reshape(rows // PLACED_TILE_ROWS, PLACED_TILE_ROWS // 2, cols // 32, 2, 4).sum(3)
+    quad_full = full.reshape(rows // PLACED_TILE_ROWS, 2, PLACED_TILE_ROWS // 2, cols // 32).any(1)
+    return int(((by_class > 1).any(-1) | quad_full).sum())
 
 
 def check_kept_zeros(weight: torch.Tensor, pattern: SparsityPattern) -> None:
@@ -49,12 +76,20 @@ def check_kept_zeros(weight: torch.Tensor, pattern: SparsityPattern) -> None:
             raise SparsityPatternError(f"keeping the existing mask needs a {pattern} sparse weight, but {over} groups "
                                        f"of {pattern.m} columns keep more than {pattern.overflow} weights beyond two "
                                        "in a group of 4: prune the model with this pattern first")
+    breaks = placement_breaks(weight != 0, pattern)
+    if breaks:
+        raise SparsityPatternError(f"keeping the existing mask needs a {pattern} sparse weight, but {breaks} of its "
+                                   f"words break the {pattern.placement} placement: prune the model with this "
+                                   "pattern first")
 
 
 def keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
     """Boolean mask of kept entries: the N largest scores in each group of M consecutive columns of a row, or the
-    (1 − sparsity) largest of each row for unstructured patterns; with an `overflow` limit, `capped_keep_mask`."""
+    (1 − sparsity) largest of each row for unstructured patterns; with an `overflow` limit, `capped_keep_mask`; with
+    a `placement`, `lane_placed_keep_mask` or `quad_placed_keep_mask`."""
     rows, cols = score.shape
+    if pattern.placement:
+        return (lane_placed_keep_mask if pattern.placement == "lanes" else quad_placed_keep_mask)(score, pattern)
     if pattern.is_nm and pattern.overflow >= 0:
         return capped_keep_mask(score, pattern)
     if pattern.is_nm:
@@ -92,6 +127,67 @@ def capped_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Ten
         over += takes & (held >= 2)
         total += takes
     return kept.reshape(rows, cols)
+
+
+def lane_placed_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
+    """`capped_keep_mask` for 16:32+2l: row r (h = 1 for rows 8-15 of its 16-row tile) may keep a third weight in a
+    group of four only in one group of {h, h + 4} and one of {h + 2, h + 6}, never a fourth. Greedy as there, still
+    optimal (each kept column takes one of its group's two places or its row's one place of the group's class)."""
+    rows, cols = score.shape
+    m, n = pattern.m, pattern.n
+    groups = score.reshape(-1, m)
+    words = cols // m
+    half = (torch.arange(groups.shape[0], device=score.device) // words) % PLACED_TILE_ROWS // (PLACED_TILE_ROWS // 2)
+    order = groups.argsort(dim=1, descending=True)
+    kept = torch.zeros_like(groups, dtype=torch.bool)
+    per_four = torch.zeros(groups.shape[0], PLACED_GROUPS, dtype=torch.int64, device=score.device)
+    per_class = torch.zeros(groups.shape[0], 4, dtype=torch.int64, device=score.device)  # slots used, by group % 4
+    total = torch.zeros(groups.shape[0], dtype=torch.int64, device=score.device)
+    for rank in range(m):
+        column = order[:, rank]
+        four = column // 4
+        held = per_four.gather(1, four.unsqueeze(1)).squeeze(1)
+        cls = four % 4
+        allowed = (cls == half) | (cls == half + 2)
+        free = per_class.gather(1, cls.unsqueeze(1)).squeeze(1) == 0
+        overflow = (held == 2) & allowed & free
+        takes = (total < n) & ((held < 2) | overflow)
+        kept.scatter_(1, column.unsqueeze(1), takes.unsqueeze(1))
+        per_four.scatter_add_(1, four.unsqueeze(1), takes.long().unsqueeze(1))
+        per_class.scatter_add_(1, cls.unsqueeze(1), (takes & overflow).long().unsqueeze(1))
+        total += takes
+    return kept.reshape(rows, cols)
+
+
+def quad_placed_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
+    """The mask for 16:32+4q: rows g and g + 8 of a 16-row tile share four places a word, one a group class (group
+    index mod 4), each taking a weight beyond two in a group of four of either row; 16 kept a row and word. Greedy
+    over the pair's 64 columns in falling score order (the allowed sets are still a matroid: optimal). Needs a
+    multiple of 16 rows."""
+    rows, cols = score.shape
+    m, n = pattern.m, pattern.n
+    words = cols // m
+    # [tile, half, g, word, 32] -> pairs [tile, g, word] x [half, 32]
+    pairs = score.reshape(rows // PLACED_TILE_ROWS, 2, PLACED_TILE_ROWS // 2, words, m).permute(0, 2, 3, 1, 4).reshape(-1, 2 * m)
+    order = pairs.argsort(dim=1, descending=True)
+    kept = torch.zeros_like(pairs, dtype=torch.bool)
+    per_four = torch.zeros(pairs.shape[0], 2 * PLACED_GROUPS, dtype=torch.int64, device=score.device)  # by (half, group)
+    per_class = torch.zeros(pairs.shape[0], 4, dtype=torch.int64, device=score.device)
+    total = torch.zeros(pairs.shape[0], 2, dtype=torch.int64, device=score.device)
+    for rank in range(2 * m):
+        column = order[:, rank]
+        half, four = column // m, column % m // 4
+        held = per_four.gather(1, (half * PLACED_GROUPS + four).unsqueeze(1)).squeeze(1)
+        cls = four % 4
+        free = per_class.gather(1, cls.unsqueeze(1)).squeeze(1) == 0
+        overflow = (held == 2) & free
+        room = total.gather(1, half.unsqueeze(1)).squeeze(1) < n
+        takes = room & ((held < 2) | overflow)
+        kept.scatter_(1, column.unsqueeze(1), takes.unsqueeze(1))
+        per_four.scatter_add_(1, (half * PLACED_GROUPS + four).unsqueeze(1), takes.long().unsqueeze(1))
+        per_class.scatter_add_(1, cls.unsqueeze(1), (takes & overflow).long().unsqueeze(1))
+        total.scatter_add_(1, half.unsqueeze(1), takes.long().unsqueeze(1))
+    return kept.reshape(rows // PLACED_TILE_ROWS, PLACED_TILE_ROWS // 2, words, 2, m).permute(0, 3, 1, 2, 4).reshape(rows, cols)
 
 
 def magnitude(weight: torch.Tensor, hessian: torch.Tensor | None, pattern: SparsityPattern | str) -> torch.Tensor:
