@@ -180,6 +180,13 @@ PY
     # decision rule fixed before the run); no held-out item; about 8 minutes from the model's arrival (one
     # calibration, four pruned models, five dev scores)
     dev_check benchmarks/recipes/plan-head.json /root/recipes-head quality-head-dev-qwen2.5-coder-1.5b ;;
+  quality-placement-dev)  # thirty-eighth session: quality-placement-dev-qwen2.5-coder-1.5b/, do the placed 16:32 masks
+    # (16:32+2l, 16:32+4q) keep 16:32+2's dev quality (benchmarks/recipes/plan-placement.json, its rule fixed before
+    # the run); 2:4 and 16:32+2 beside them; no held-out item; about 8 minutes from the model's arrival
+    dev_check benchmarks/recipes/plan-placement.json /root/recipes-placement quality-placement-dev-qwen2.5-coder-1.5b ;;
+  lease58)  # thirty-eighth session: `bash benchmarks/h200.sh lease58` as the first call (carry .whl, .devdata and
+    # .xfer/cpart00), then the other pieces (`receive`, the last with `models`), then `WAIT=580 ... collect` calls
+    bash benchmarks/h200.sh receive && bash benchmarks/h200.sh bg quality-placement-dev ;;
   quality-overflow-dev)  # run in the fifteenth session (its rule passed for 16:32+2):
     # quality-overflow-dev-qwen2.5-coder-1.5b/, does 16:32+K (a 2:4 mask plus at most K entries a word) keep 16:32's
     # dev quality (benchmarks/recipes/plan-overflow.json, its decision rule fixed
