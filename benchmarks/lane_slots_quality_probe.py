@@ -113,7 +113,7 @@ def main() -> int:
         print(f"calibration: {tokens} decode tokens ({time.time() - started:.0f} s)", flush=True)
         hessians = layer_hessians(model, calib, args.layers, args.prompts)
         if args.hessians is not None:
-            save_file({k: v.contiguous() for k, v in hessians.items()}, str(args.hessians),
+            save_file({k: v.clone() for k, v in hessians.items()}, str(args.hessians),  # q/k/v share one
                       metadata={"tokens": str(tokens)})
     print(f"hessians ({time.time() - started:.0f} s)", flush=True)
     rows, positions = [], {p: [] for p in POSITIONED}
