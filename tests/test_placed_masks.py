@@ -89,3 +89,21 @@ def test_a_placement_needs_whole_16_row_tiles_and_keep_zeros_checks_it():
     with pytest.raises(SparsityPatternError, match="lanes placement"):
         check_kept_zeros(unplaced, LANES)
     check_kept_zeros(torch.randn(16, 32) * keep_mask(score, LANES), LANES)
+
+
+def test_the_cli_check_refuses_a_placement_on_rows_that_do_not_fill_16_row_tiles(tmp_path):
+    """Checked before any model work: k/v of one 24-wide head have 24 rows."""
+    import json
+
+    from sparsedecoding.models import check_pattern_fits
+
+    config = {"hidden_size": 96, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 24,
+              "intermediate_size": 192, "model_type": "llama"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SparsityPatternError, match="k/v_proj has 24") as info:
+        check_pattern_fits(tmp_path, QUADS, "sparsegpt", 128)
+    assert "\n" not in str(info.value)
+    check_pattern_fits(tmp_path, SparsityPattern.parse("16:32+4"), "sparsegpt", 128)
+    config["num_key_value_heads"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    check_pattern_fits(tmp_path, QUADS, "sparsegpt", 128)

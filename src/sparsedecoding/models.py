@@ -319,10 +319,25 @@ def linear_input_sizes(config: dict) -> dict[str, int]:
     return {"q/k/v/gate/up_proj": hidden, "o_proj": heads * head_dim, "down_proj": intermediate}
 
 
+def linear_output_sizes(config: dict) -> dict[str, int]:
+    """out_features of each prunable decoder linear, from config.json (k/v with the key-value heads)."""
+    try:
+        hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        intermediate = int(config["intermediate_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"config.json lacks a usable {exc} for the layer shapes; restore it from the model's "
+                             f"source") from None
+    return {"q_proj": heads * head_dim, "k/v_proj": kv_heads * head_dim, "o/down_proj": hidden,
+            "gate/up_proj": intermediate}
+
+
 def check_pattern_fits(folder: Path, pattern, solver: str, blocksize: int) -> None:
     """SparsityPatternError, before any model work, if an N:M `pattern` cannot be applied to this model: M must divide
     every prunable linear's in_features (groups run along input columns), and SparseGPT's `blocksize` must be a
-    multiple of M (a group may not straddle two blocks). Unstructured patterns fit any shape."""
+    multiple of M (a group may not straddle two blocks); a placed pattern (16:32+4q, 16:32+2l) needs a multiple of
+    16 output rows in every linear. Unstructured patterns fit any shape."""
     if not pattern.is_nm:
         return
     sizes = linear_input_sizes(read_config(folder))
@@ -334,6 +349,12 @@ def check_pattern_fits(folder: Path, pattern, solver: str, blocksize: int) -> No
         shapes = ", ".join(f"{name} has {size}" for name, size in untiled.items())
         raise SparsityPatternError(f"--pattern {pattern} needs every linear's input size divisible by {pattern.m}, but "
                                    f"{shapes}; {advice}")
+    if getattr(pattern, "placement", ""):
+        rows = {name: size for name, size in linear_output_sizes(read_config(folder)).items() if size % 16}
+        if rows:
+            shapes = ", ".join(f"{name} has {size}" for name, size in rows.items())
+            raise SparsityPatternError(f"--pattern {pattern} places weights per 16-row tile, so every linear needs a "
+                                       f"multiple of 16 output rows, but {shapes}; use 16:32+2 or 16:32+4")
     if solver == "sparsegpt" and blocksize % pattern.m:
         fitting_block = max(pattern.m, blocksize // pattern.m * pattern.m)
         raise SparsityPatternError(f"--pattern {pattern} with SparseGPT needs --blocksize a multiple of {pattern.m} "
