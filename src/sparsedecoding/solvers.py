@@ -168,10 +168,12 @@ def quad_placed_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torc
     m, n = pattern.m, pattern.n
     words = cols // m
     # [tile, half, g, word, 32] -> pairs [tile, g, word] x [half, 32]
-    pairs = score.reshape(rows // PLACED_TILE_ROWS, 2, PLACED_TILE_ROWS // 2, words, m).permute(0, 2, 3, 1, 4).reshape(-1, 2 * m)
+    tile, half_rows = rows // PLACED_TILE_ROWS, PLACED_TILE_ROWS // 2
+    pairs = score.reshape(tile, 2, half_rows, words, m).permute(0, 2, 3, 1, 4).reshape(-1, 2 * m)
     order = pairs.argsort(dim=1, descending=True)
     kept = torch.zeros_like(pairs, dtype=torch.bool)
-    per_four = torch.zeros(pairs.shape[0], 2 * PLACED_GROUPS, dtype=torch.int64, device=score.device)  # by (half, group)
+    # kept so far by (half, group)
+    per_four = torch.zeros(pairs.shape[0], 2 * PLACED_GROUPS, dtype=torch.int64, device=score.device)
     per_class = torch.zeros(pairs.shape[0], 4, dtype=torch.int64, device=score.device)
     total = torch.zeros(pairs.shape[0], 2, dtype=torch.int64, device=score.device)
     for rank in range(2 * m):
@@ -187,7 +189,7 @@ def quad_placed_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torc
         per_four.scatter_add_(1, (half * PLACED_GROUPS + four).unsqueeze(1), takes.long().unsqueeze(1))
         per_class.scatter_add_(1, cls.unsqueeze(1), (takes & overflow).long().unsqueeze(1))
         total.scatter_add_(1, half.unsqueeze(1), takes.long().unsqueeze(1))
-    return kept.reshape(rows // PLACED_TILE_ROWS, PLACED_TILE_ROWS // 2, words, 2, m).permute(0, 3, 1, 2, 4).reshape(rows, cols)
+    return kept.reshape(tile, half_rows, words, 2, m).permute(0, 3, 1, 2, 4).reshape(rows, cols)
 
 
 def magnitude(weight: torch.Tensor, hessian: torch.Tensor | None, pattern: SparsityPattern | str) -> torch.Tensor:
