@@ -591,6 +591,15 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease59)  # thirty-eighth session (no model; carry .kcachez with sp24, sp24-columns and sp24-quads of the current
+    # sp24.cu): the quad-placed slot loop's GPU tests, then quad_slots_bench.py (quads against 16:32+2 on mma and
+    # cuBLAS, 8B + 14B, batch 1-16; the default build only, SPARSEDECODING_SP24_EARLY_TRIGGER=0, so that no other
+    # library is built here)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 200 python3 -m pytest -q -m gpu tests/test_quad_slots.py -p no:cacheprovider -x 2>&1 | tail -15 \
+      | tee "$OUT/gpu_tests_h200_quad_slots.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src SPARSEDECODING_SP24_EARLY_TRIGGER=0 timeout 330 python3 \
+      quad_slots_bench.py --out "$OUT/quad_slots_h200.md" 2>&1 | grep -E "^\||rror" | tail -30) || true ;;
   lease57)  # thirty-eighth session (about 20 s a batch, no model; carry .kcachez as for lease56; "BATCHES", default
     # "16 8"): lease56's slot ablations on the 8B and 14B shapes with cuBLAS and the 2:4 part alone timed in the same
     # alternated rounds, so each build's geomean against issue 12's 16:32 target comes from one run

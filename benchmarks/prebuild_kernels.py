@@ -39,6 +39,7 @@ LIBRARIES = {
     "sp24-columns-early-trigger": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_EARLY_TRIGGER=1")),  # the slots' columns order
     # SPARSEDECODING_SP24_MMA_CTAS=1: the slots on the tensor cores under the one-CTA launch bound
     "sp24-columns-mma-one-cta": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_OVER_MMA_CTAS=1")),
+    "sp24-quads": ("sp24.cu", ("-DSP24_QUADS",)),  # quad-placed slots (16:32+4q), sp24.tile_quads
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4
     **{f"{columns}{code}-step8-early-trigger": ("sp24.cu", (*flags, f"-DSP24_{code.upper()}_KS=8",
                                                           "-DSP24_EARLY_TRIGGER=1"))

@@ -64,3 +64,52 @@ def test_an_unplaced_weight_is_refused_in_one_line():
     assert "\n" not in str(info.value)
     with pytest.raises(PackingError, match="multiple of 16"):
         quad_slots.split_quad_slots(torch.zeros(24, 64))
+
+
+def test_tile_quads_reads_back_exactly_and_keys_its_own_build(monkeypatch):
+    """CPU: the tiled weight (2:4 part + quad slots) reads back as the weight, and a launch of it asks for the
+    SP24_QUADS build at every batch (over_loop 5), no column copy."""
+    from helpers import fake_sp24_libraries
+    from sparsedecoding.kernels import sp24
+
+    weight = placed_weight(48, 544, seed=14)
+    w = sp24.tile_quads(weight)
+    assert w.quads and torch.equal(sp24.tiled_to_dense(w), weight.double())
+    assert all(sp24.over_loop(w, batch) == sp24.QUADS for batch in (1, 5, 8, 16))
+    assert not sp24.times_both_builds(w, 1) and not sp24.early_trigger(w, 1)
+    built = fake_sp24_libraries(monkeypatch)
+    sp24._load(quads=True)
+    assert built == [("-DSP24_QUADS",)]
+    with pytest.raises(Exception, match="16-bit"):
+        sp24.tile_quads(weight.float())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", [(128, 256), (48, 96), (4096, 4096), (1008, 14336), (6144, 1024)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_quad_slot_kernel_matches_float64(out, in_features, dtype):
+    from helpers import sp24_outputs
+    from sparsedecoding.kernels import sp24
+
+    weight = placed_weight(out, in_features, seed=out).to(dtype).cuda()
+    w = sp24.tile_quads(weight)
+    for batch, splits, slices, x, y in sp24_outputs(w, in_features, dtype):
+        x64, w64 = x.double().cpu(), weight.double().cpu()
+        exact = x64 @ w64.T
+        bound = (torch.finfo(dtype).eps * exact.abs() + 2 * in_features * 2.0**-24 * (x64.abs() @ w64.abs().T)
+                 + 1e-300)
+        assert float(((y.double().cpu() - exact).abs() / bound).max()) <= 1, (out, in_features, batch, splits, slices)
+
+
+@pytest.mark.gpu
+def test_quad_slot_kernel_tunes_with_the_rmsnorm_in_front():
+    """The tuner's own float64 checks (a mismatch raises) on the plain and the RMSNorm-in-front launches."""
+    from sparsedecoding.kernels import sp24
+
+    weight = placed_weight(2048, 4096, seed=15).cuda()
+    w = sp24.tile_quads(weight)
+    for batch in (1, 8, 16):
+        x = torch.randn(batch, 4096, device="cuda").bfloat16()
+        assert sp24.tuned_launch(x, w).over_loop == sp24.QUADS
+        norm = (torch.randn_like(x), torch.rand(4096, device="cuda").bfloat16() + 0.5, 1e-6)
+        sp24.tuned_launch(x, w, norm)

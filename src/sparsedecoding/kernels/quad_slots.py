@@ -90,19 +90,21 @@ def split_quad_slots(weight: torch.Tensor) -> tuple[torch.Tensor, QuadSlots]:
 def emulate(slots: QuadSlots) -> torch.Tensor:
     """W_over [out, in] in float64, rebuilt the way the kernel would see it: each lane's A registers from its own
     value and nibble, each metadata lane's words from its byte and its neighbour's (the shuffle), then the
-    instruction's decompression (position pairs of the metadata, as `sp24.tiled_to_dense` reads them)."""
+    instruction's decompression (position pairs of the metadata, as `sp24.tiled_to_dense` reads them). On the
+    slots' device."""
     tiles, steps = slots.values.shape[:2]
     values = slots.values.to(torch.float64).view(tiles, steps, 8, 4, STEP)  # tile step g t k
     info = slots.info.to(torch.int64).view(tiles, steps, 8, 4, STEP)
     own = info & 0xF
     row_bit, group_bit, position = own & 1, own >> 1 & 1, own >> 2
     # A: register 2·(group bit) + (row bit), element 1 when the position is 3
-    regs = torch.zeros(tiles, steps, 8, 4, STEP, 4, 2, dtype=torch.float64)
+    device = slots.values.device
+    regs = torch.zeros(tiles, steps, 8, 4, STEP, 4, 2, dtype=torch.float64, device=device)
     regs.scatter_(5, (2 * group_bit + row_bit)[..., None, None].expand(*own.shape, 1, 2),
                   torch.stack([torch.where(position == 3, 0.0, values), torch.where(position == 3, values, 0.0)],
                               -1)[..., None, :])
     # metadata lane m (< 2): classes m and m ^ 2 from its own byte, m ^ 1 and m ^ 3 from its neighbour's (shfl.xor 1)
-    meta = torch.full((tiles, steps, 8, 2, STEP), META_BASE, dtype=torch.int64)
+    meta = torch.full((tiles, steps, 8, 2, STEP), META_BASE, dtype=torch.int64, device=device)
     for m in range(2):
         bytes_ = {m: info[:, :, :, m], m ^ 1: info[:, :, :, m ^ 1]}
         for c, (source, shift) in {m: (m, 0), m ^ 2: (m, 4), m ^ 1: (m ^ 1, 0), m ^ 3: (m ^ 1, 4)}.items():
@@ -110,7 +112,7 @@ def emulate(slots: QuadSlots) -> torch.Tensor:
             r, gh, p = nib & 1, nib >> 1 & 1, nib >> 2
             here = gh == m
             meta[:, :, :, m] |= torch.where(here, torch.where(p == 3, 0, p) << (16 * r + 4 * c), 0)
-    dense = torch.zeros(tiles, 16, steps * STEP, WORD, dtype=torch.float64)
+    dense = torch.zeros(tiles, 16, steps * STEP, WORD, dtype=torch.float64, device=device)
     for h in range(2):
         for q in range(8):  # group q: register 2·(q // 4) + h of lane t = q % 4, metadata lane q // 4
             vals = regs[:, :, :, q % 4, :, 2 * (q // 4) + h]  # tile step g k 2

@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 
 from ..errors import KernelInputError
-from . import cuda_mma
-from .format import PackedNM
+from . import cuda_mma, quad_slots
+from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
@@ -59,7 +59,7 @@ _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
 # by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS, SP24_INT4_KS, with SP24_EARLY_TRIGGER)
-_libraries: dict[tuple[bool, bool, int, int, bool], ctypes.CDLL] = {}
+_libraries: dict[tuple[bool, bool, int, int, bool, int, bool], ctypes.CDLL] = {}
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 
@@ -73,7 +73,9 @@ class Sp24Weight:
     silu(gate)·up, `out_features` = out / 2 columns. `over_v` (values of `dtype`) and `over_o` (uint8): the
     overflow slots of a 16:32+K weight (`tile_overflow`), or None. `dense`: a dense int8 / int4 weight
     (`tile_dense`) of `shape` [out, in], tiled as the 2:4 [out, 2·in] weight that keeps positions 0 and 1 of every
-    group; its metadata is one constant word, not stored (`meta` None)."""
+    group; its metadata is one constant word, not stored (`meta` None). `quads`: `over_v` / `over_o` hold
+    quad-placed slots (`tile_quads`: each lane's value and placement byte a k-tile, kernels/quad_slots.py), which
+    run in sp24.cu's OVER 5 (a build with SP24_QUADS) at every batch."""
 
     a: torch.Tensor
     meta: torch.Tensor | None
@@ -89,6 +91,7 @@ class Sp24Weight:
     over_v: torch.Tensor | None = None
     over_o: torch.Tensor | None = None
     dense: bool = False
+    quads: bool = False
 
     @cached_property
     def ks(self) -> int:
@@ -137,7 +140,7 @@ class Sp24Weight:
             return None if t is None else fn(t)
         return Sp24Weight(fn(self.a), apply(self.meta), apply(self.scales), apply(self.row_scales), self.shape,
                           self.code, self.dtype, self.steps, self.gk_shift, self.groups, self.glu,
-                          apply(self.over_v), apply(self.over_o), self.dense)
+                          apply(self.over_v), apply(self.over_o), self.dense, self.quads)
 
 
 def meta_codes(bitmask: torch.Tensor) -> torch.Tensor:
@@ -346,6 +349,7 @@ OVER_LOOPS = dict(zip(SP24_OVER_LOOP_CHOICES, (1, 2, 0, 3, 4)))  # op.sp24_over_
 COLUMNS = 3  # the CUDA-core over_loop on a column copy of x, built only into the library with SP24_COLUMNS (sp24.cu)
 MMA = 4  # the tensor-core over_loop (16-bit values), on the same copy and in the same library
 COPIES = (COLUMNS, MMA)  # the over_loops that stage the column copy
+QUADS = 5  # quad-placed slots (16:32+4q, `tile_quads`), built only into the library with SP24_QUADS
 
 
 def over_loop(w: Sp24Weight, batch: int) -> int:
@@ -360,6 +364,8 @@ def over_loop(w: Sp24Weight, batch: int) -> int:
     values, and a weight of codes takes auto's order under it."""
     if w.over_v is None:
         return 1
+    if w.quads:  # quad-placed slots have one loop, on the tensor cores with the 2:4 part's own B fragments
+        return QUADS
     loop = OVER_LOOPS[sp24_over_loop_setting()]
     if loop == MMA and w.code != 0:  # the tensor-core loop takes 16-bit values; codes keep auto's order
         loop = 0
@@ -382,7 +388,7 @@ def early_trigger(w: Sp24Weight, batch: int) -> bool:
     setting = sp24_early_trigger_setting()
     if setting is not None:
         return setting
-    if w.dense or w.code == 4:
+    if w.dense or w.code == 4 or w.quads:  # quad-placed slots: not measured under the early build
         return False
     if w.over_v is not None:
         return w.code == 0 and batch <= 4
@@ -395,8 +401,9 @@ def times_both_builds(w: Sp24Weight, batch: int) -> bool:
     the default build as under auto. There the early build is slower in whole steps (0.949x at batch 8,
     results/early_trigger_h200_8b_16of32p2.md) though a launch alone can be faster in it, and timing both lost 1.6%
     and 1.4% of the 8B preset's 16:32+2 step at batch 8 in two runs, one in each order
-    (results/timed_trigger_h200_8b_16of32p2_builds*.md)."""
-    return sp24_early_trigger_timed() and not (w.over_v is not None and batch > 4)
+    (results/timed_trigger_h200_8b_16of32p2_builds*.md). Quad-placed slots (`tile_quads`) keep the default build.
+    """
+    return sp24_early_trigger_timed() and not (w.over_v is not None and (batch > 4 or w.quads))
 
 
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
@@ -454,6 +461,30 @@ def tile_overflow(w: OverflowNM, glu: bool = False) -> Sp24Weight:
         return v[:, :, g, (lane_t - g) & 3].contiguous().view(-1)  # tile step g t | k = 4·half + 2h + s
 
     return replace(base, over_v=lanes(values), over_o=lanes(staged_offset(columns)))
+
+
+def tile_quads(weight: torch.Tensor) -> Sp24Weight:
+    """The tiled layout of a 16:32+4q weight [out, in] of 16-bit values (`--pattern 16:32+4q`): `tile` of its 2:4
+    part (the two largest |w| of every group of four) plus its quad-placed slots as `quad_slots.split_quad_slots`
+    lays them out (each lane's 16-bit value and placement byte a k-tile, 16 and 8 bytes a lane and slot step, the
+    shapes sp24.cu's loads of `over_v` / `over_o` take), for sp24.cu's OVER 5. No GLU tiling yet. PackingError
+    unless the weight fits the placement; KernelInputError for codes."""
+    if weight.dtype not in (torch.bfloat16, torch.float16):
+        raise KernelInputError(f"quad-placed slots take 16-bit values; got {weight.dtype}")
+    w24, slots = quad_slots.split_quad_slots(weight)
+    base = tile(pack_nm(w24, 2, 4))
+    steps = base.steps * base.ks // quad_slots.STEP
+    if slots.values.shape[1] != steps:  # both pad the k-tiles to whole steps of 8
+        raise KernelInputError(f"{slots.values.shape[1]} slot steps for {steps} tiled ones")
+    return replace(base, over_v=slots.values.contiguous().view(torch.uint8).view(-1),
+                   over_o=slots.info.contiguous().view(-1), quads=True)
+
+
+def _quad_slots_of(w: Sp24Weight, device: torch.device) -> quad_slots.QuadSlots:
+    """The `quad_slots.QuadSlots` view of a `tile_quads` weight's slot tensors, on `device`."""
+    row_tiles = -(-w.shape[0] // 16)
+    return quad_slots.QuadSlots(w.over_v.to(device).view(w.dtype).view(row_tiles, -1, 32, quad_slots.STEP),
+                                w.over_o.to(device).view(row_tiles, -1, 32, quad_slots.STEP), w.shape)
 
 
 def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
@@ -568,6 +599,9 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     mma.sp's register semantics (each lane's A registers, dequantized as the kernel does, placed at the kept
     positions its metadata names) — independent of `tile`, for tests. A GLU weight's rows come back in their
     original order. Overflow slots are added as `untile_slots` reads them."""
+    if w.quads:
+        plain = tiled_to_dense(replace(w, over_v=None, over_o=None, quads=False))
+        return plain + quad_slots.emulate(_quad_slots_of(w, torch.device("cpu")))
     if w.over_v is not None:
         values, columns = slot_weights(w, torch.float64)
         plain = tiled_to_dense(replace(w, over_v=None, over_o=None))
@@ -615,19 +649,21 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
 
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
-          int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2) -> ctypes.CDLL:
+          int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2,
+          quads: bool = False) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' loops on a column-major
     copy of x (over_loop 3 and 4), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
     SP24_INT8_KS=8 (the weight's `build_ks`), `int4_ks` 8 with SP24_INT4_KS=8 (its `build_int4_ks`); `early_trigger`
     True with SP24_EARLY_TRIGGER=1 (default: SPARSEDECODING_SP24_EARLY_TRIGGER where it is 0 or 1; under auto and timed,
     a launch passes `early_trigger(w, batch)` and every other caller gets the default build); `mma_ctas` 1 (with
-    `columns`) builds it with SP24_OVER_MMA_CTAS=1 (SPARSEDECODING_SP24_MMA_CTAS, for launches of the mma order)."""
+    `columns`) builds it with SP24_OVER_MMA_CTAS=1 (SPARSEDECODING_SP24_MMA_CTAS, for launches of the mma order);
+    `quads` the build with SP24_QUADS (quad-placed slots, over_loop 5)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
         early_trigger = bool(sp24_early_trigger_setting())
-    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas)
+    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads)
     with _lock:
         library = _libraries.get(key)
         if library is None:
@@ -635,7 +671,8 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
                 + (() if int8_ks == STEP_TILES[8] else (f"-DSP24_INT8_KS={int8_ks}",)) \
                 + (() if int4_ks == STEP_TILES[4] else (f"-DSP24_INT4_KS={int4_ks}",)) \
                 + (("-DSP24_EARLY_TRIGGER=1",) if early_trigger else ()) \
-                + (() if mma_ctas == 2 else (f"-DSP24_OVER_MMA_CTAS={mma_ctas}",))
+                + (() if mma_ctas == 2 else (f"-DSP24_OVER_MMA_CTAS={mma_ctas}",)) \
+                + (("-DSP24_QUADS",) if quads else ())
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
@@ -749,7 +786,8 @@ class Sp24Launch:
         load()
         self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0]) if early is None else early
         self.library = _load(self.over_loop in COPIES, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
-                             self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2)
+                             self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2,
+                             self.over_loop == QUADS)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -901,6 +939,11 @@ def _reference(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None):
     elif w.over_v is None:
         def weight_rows(r0: int, r1: int) -> torch.Tensor:
             return _dense_rows(packed, r0, r1)
+    elif w.quads:  # the 2:4 part plus the quad-placed slots, rebuilt as the lanes would (on x's device)
+        over = quad_slots.emulate(_quad_slots_of(w, x.device))
+
+        def weight_rows(r0: int, r1: int) -> torch.Tensor:
+            return _dense_rows(packed, r0, r1) + over[r0:r1]
     else:  # the 2:4 part plus the overflow slots
         values, columns = slot_weights(w, torch.float64)
 

@@ -496,9 +496,23 @@ __device__ __forceinline__ void stage_columns(char* xs, int xstride, int units, 
 
 // One k-tile of a step: A from the step's registers (dequantized to exact codes for CODE 8 and 4), one mma.sp per
 // 8 rows of x into `acc`.
-template <typename T, int NT, int CODE, int SPS, bool DENSE>
+// OVER 5 (a build with SP24_QUADS; 16-bit values): quad-placed slots (16:32+4q, kernels/quad_slots.py). Lane t of a
+// quad owns the place of group class t of rows g and g + 8 in each k-tile: its 16-bit value (ov, k-tile k's half of
+// word k / 2) and a byte (oc, byte k: the low nibble its own, the high one lane t ^ 2's; nibble bit 0 row g + 8,
+// bit 1 group t + 4, bits 2-3 the position). The place lies in the lane's own A fragment, so one more mma.sp with the
+// 2:4 part's own B fragment adds it: A is the value in register 2·(group bit) + (row bit), in its second half at
+// position 3, zeros elsewhere; the metadata (lanes t < 2: groups 4t..4t+3 of both rows, bits 16·h + 4·(group mod 4))
+// is 0xCCCCCCCC (positions 0 and 3 everywhere) ORed with the position of each place whose group bit is t, taken from
+// the lane's byte and its neighbour's (`nb`, one shfl.xor 1 a step). No gather, no copy of x, no partials.
+__device__ __forceinline__ uint32_t quad_meta_bits(uint32_t nib, int c, int t) {
+  const uint32_t p = nib >> 2, at = 16u * (nib & 1u) + 4u * static_cast<uint32_t>(c);
+  return ((nib >> 1) & 1u) == static_cast<uint32_t>(t & 1) && p != 3u ? p << at : 0u;
+}
+
+template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false>
 __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, int k,
-                                             const char* xs, int xstride, int local_step, int g, int t, int batch) {
+                                             const char* xs, int xstride, int local_step, int g, int t, int batch,
+                                             uint2 nb = make_uint2(0u, 0u)) {
   using S = Steps<CODE>;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   uint32_t a0, a1, a2, a3;
@@ -540,14 +554,32 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
       if (k < S::meta_words) mma_sp<kBf16, 0>(acc[j], a0, a1, a2, a3, b, e);
       else mma_sp<kBf16, 1>(acc[j], a0, a1, a2, a3, b, e);
     }
+    if constexpr (QUADS) {
+      static_assert(CODE == 0 && S::ks == 8, "quad-placed slots: 16-bit values, one slot step a step");
+      const uint32_t word = word_of(r.ov[0], k / 2), value = k % 2 ? word >> 16 : word & 0xFFFFu;
+      const uint32_t own = ((k < 4 ? r.oc[0].x : r.oc[0].y) >> (8 * (k % 4))) & 0xFFu;
+      const uint32_t mate = ((k < 4 ? nb.x : nb.y) >> (8 * (k % 4))) & 0xFFu;
+      const uint32_t nib = own & 0xFu, reg = 2u * ((nib >> 1) & 1u) + (nib & 1u);
+      const uint32_t placed = (nib >> 2) == 3u ? value << 16 : value;
+      const uint32_t q0 = reg == 0u ? placed : 0u, q1 = reg == 1u ? placed : 0u, q2 = reg == 2u ? placed : 0u,
+                     q3 = reg == 3u ? placed : 0u;
+      const uint32_t qe = 0xCCCCCCCCu | quad_meta_bits(nib, t, t) | quad_meta_bits(own >> 4, t ^ 2, t) |
+                          quad_meta_bits(mate & 0xFu, t ^ 1, t) | quad_meta_bits(mate >> 4, t ^ 3, t);
+      mma_sp<kBf16, 0>(acc[j], q0, q1, q2, q3, b, qe);
+    }
   }
 }
 
-template <typename T, int NT, int CODE, int SPS, bool DENSE>
+template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false>
 __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
                                              int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
-  if constexpr (CODE != 4) {
+  if constexpr (QUADS) {  // the neighbour's info bytes: the places of classes t ^ 1 and t ^ 3
+    const uint2 nb = make_uint2(__shfl_xor_sync(0xFFFFFFFFu, r.oc[0].x, 1), __shfl_xor_sync(0xFFFFFFFFu, r.oc[0].y, 1));
+#pragma unroll
+    for (int k = 0; k < S::ks; ++k)
+      compute_tile<T, NT, CODE, SPS, DENSE, true>(acc, r, k, xs, xstride, local_step, g, t, batch, nb);
+  } else if constexpr (CODE != 4) {
 #pragma unroll
     for (int k = 0; k < S::ks; ++k) compute_tile<T, NT, CODE, SPS, DENSE>(acc, r, k, xs, xstride, local_step, g, t, batch);
   } else {
@@ -594,7 +626,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #define SP24_OVER_MMA_CTAS 2
 #endif
 template <int NT, int CODE, int OVER>
-constexpr int kMinCtas = OVER == 4 ? SP24_OVER_MMA_CTAS
+constexpr int kMinCtas = OVER == 5 ? 2 : OVER == 4 ? SP24_OVER_MMA_CTAS
                          : OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 && SP24_OVER_INT8_ONE_CTA)) ? 1
                                                                                                             : 2;
 // kBuffers: register buffers of steps a warp cycles through, one step in flight while one is computed. A third
@@ -746,8 +778,10 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
-        compute_step<T, NT, CODE, SPS, DENSE>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
-        if constexpr (OVER == 4) {
+        compute_step<T, NT, CODE, SPS, DENSE, OVER == 5>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
+        if constexpr (OVER == 5) {
+          // the quad-placed slots were added inside compute_step, k-tile by k-tile
+        } else if constexpr (OVER == 4) {
           static_assert(CODE == 0, "slots on the tensor cores: 16-bit values");
           over_mma_step<T, NT>(acc, r[b].ov[0], r[b].oc[0], xs, xstride, step + b - step0, g, t, lane, batch);
         } else if constexpr (OVER != 0) {
@@ -768,7 +802,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                                                  lane, t, g, gk_shift, groups);
       }
     }
-    if constexpr (OVER != 0 && OVER != 4) {
+    if constexpr (OVER != 0 && OVER != 4 && OVER != 5) {
       // the quad's four lanes hold partials of the same two rows: sum them (every lane of the warp takes part),
       // then each lane adds the entries of its own accumulators (row of x 8j + 2t + (e & 1), row g + 8·(e / 2))
 #pragma unroll
@@ -921,7 +955,7 @@ struct Problem {
   float eps = 0.f;
   int pdl = 0;  // a programmatic launch: see sp24_launch
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
-  int over_loop = 1;  // OVER's loop order (1, 2, 3 or 4; sp24_launch resolves 0)
+  int over_loop = 1;  // OVER's loop order (1-5; sp24_launch resolves 0)
   int dense = 0;  // DENSE: a dense weight of in / 2 columns (see sp24_kernel)
 };
 
@@ -933,7 +967,7 @@ cudaError_t launch(const Problem& p) {
   const int per_split = (p.steps + p.splits - 1) / p.splits;
   const int used = (p.steps + per_split - 1) / per_split;  // no split without work
   const int columns = per_split * Steps<CODE>::ks * 32;
-  const int smem = p.batch * (2 * columns + 64) + (OVER >= 3 ? columns * 16 * NT : 0);  // OVER 3, 4: the column copy
+  const int smem = p.batch * (2 * columns + 64) + (OVER == 3 || OVER == 4 ? columns * 16 * NT : 0);  // the column copy
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
@@ -1067,8 +1101,25 @@ cudaError_t columns(const Problem& p) {
 // 8), the default group size, so that the slots add 8 kernels for int4 rather than 40.
 constexpr int kOverInt4Sps = Steps<4>::ks / 4;
 
+// OVER 5 only in a library built with -DSP24_QUADS (sp24.py loads it for quad-placed weights), for the same reason;
+// 16-bit values only.
+template <typename T, int CODE, int SPS, bool NORM>
+cudaError_t quads(const Problem& p) {
+#ifdef SP24_QUADS
+  if constexpr (CODE != 0) {
+    return cudaErrorInvalidValue;
+  } else {
+    return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 5>(p) : launch<T, 2, CODE, SPS, NORM, 5>(p);
+  }
+#else
+  (void)p;
+  return cudaErrorNotSupported;
+#endif
+}
+
 template <typename T, int CODE, int SPS, bool NORM>
 cudaError_t with_slots(const Problem& p) {
+  if (p.over_loop == 5) return quads<T, CODE, SPS, NORM>(p);
   if (p.over_loop == 1)
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 1>(p) : launch<T, 2, CODE, SPS, NORM, 1>(p);
   if (p.over_loop >= 3) return columns<T, CODE, SPS, NORM>(p);
@@ -1112,7 +1163,8 @@ extern "C" {
 // weight stream is done). `over_v` and `over_o` (or null): the overflow slots of a 16:32+K weight (16-bit values, int8
 // codes, or int4 codes with 128 columns a scale; with or without norm_w; see sp24_kernel), added in loop order
 // `over_loop` (see over_step: 1 rows of x outer, 2 slots outer, 3 slots outer on a column-major copy of x, 4 the
-// tensor cores (over_mma_step; 16-bit values), 3 and 4 only in a build with SP24_COLUMNS; 0 the first for batch 1-4
+// tensor cores (over_mma_step; 16-bit values), 3 and 4 only in a build with SP24_COLUMNS, 5 quad-placed slots (16-bit
+// values, a build with SP24_QUADS; compute_tile); 0 the first for batch 1-4
 // and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself, sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see
 // sp24_kernel), `in` its expanded width (twice x's). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
@@ -1122,7 +1174,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
                 const void* over_o, int over_loop, int dense) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 4 || (dense && (glu || code_bits == 0)))
+      over_loop < 0 || over_loop > 5 || (dense && (glu || code_bits == 0)))
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
