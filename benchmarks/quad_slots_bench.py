@@ -22,7 +22,7 @@ from kernel_bench import geomean, linear_shapes
 from overflow_bench import capped_weight, rotation
 from sp24_bench import MODELS, TARGETS_12
 
-from sparsedecoding.kernels import sp24
+from sparsedecoding.kernels import op, sp24
 from sparsedecoding.kernels.autotune import replay_ms
 from sparsedecoding.kernels.op import SP24_OVER_LOOP_SETTING
 from sparsedecoding.kernels.overflow import split_overflow
@@ -98,6 +98,7 @@ def main() -> int:
         "", f"Each kernel at its tuned launch (float64-checked); least of {ROUNDS} alternated rounds of graph replays "
         "over weight copies past the L2, us a launch. cuBLAS: `F.linear` on the 16:32+4q weight's dense form. "
         "Weights: standard normal, masked by magnitude (16:32+4q; 16:32+2 for the mma side).", "",
+        op.settings_line(), "",
         *summary, "", f"Whole run: {time.time() - started:.0f} s.", "",
         "| model | linear | out x in | batch | quads us (x cuBLAS; launch) | mma us (x cuBLAS; launch) | cuBLAS us | "
         "mma / quads time |", "|---|---|---|---|---|---|---|---|", *rows, ""])

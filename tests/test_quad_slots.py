@@ -1,6 +1,6 @@
-"""kernels/quad_slots.py: the lanes' layout of a 16:32+4q weight's overflow and the arithmetic a register-only slot
-loop would run (A registers from each lane's own value, metadata words from its byte and its neighbour's), emulated
-in float64: it must rebuild W_over exactly, so the layout and the rule are checked before any CUDA exists."""
+"""kernels/quad_slots.py: the lanes' layout of a 16:32+4q weight's overflow and the arithmetic of sp24.cu's
+register-only slot loop (OVER 5: A registers from each lane's own value, metadata words from its byte and its
+neighbour's), emulated in float64: it must rebuild W_over exactly (CPU); and the kernel against float64 (GPU)."""
 
 from __future__ import annotations
 

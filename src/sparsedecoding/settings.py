@@ -229,8 +229,8 @@ class SolverSettings:
                         "that needs it), 16:32+2 (16:32 with at most two kept weights a word beyond two in a group "
                         "of four: the engine runs it on the 2:4 sparse tensor-core kernel with overflow slots; "
                         "repaired, 0.482 held-out pass@1 against 0.463 for 16:32), 16:32+4q / 16:32+2l (those weights "
-                        "placed per tensor-core lane, for a slot kernel not built yet; run as 16:32), 4:8, 8:16, any "
-                        "N:M, 50%, or dense "
+                        "placed per tensor-core lane, for an experimental slot loop; the engine runs them as "
+                        "16:32), 4:8, 8:16, any N:M, 50%, or dense "
                         "(nothing pruned: with --quantize, GPTQ rounds every weight on the same Hessians)")
     solver: str = knob("sparsegpt", "pruning solver", choices=SOLVERS)
     propagation: str = knob("dense", "dense: every Hessian from the dense model (paper); sequential: layer l sees "

@@ -1,5 +1,6 @@
 """Quad-placed overflow slots (16:32+4q): the layout and the per-lane arithmetic of a slot loop on the tensor cores
-that reads no shared memory, for a kernel not built yet (benchmarks/CUDA_KERNEL_NOTES.md, thirty-eighth section).
+that reads no shared memory (sp24.cu's OVER 5, `sp24.tile_quads`; benchmarks/CUDA_KERNEL_NOTES.md, thirty-eighth
+section).
 
 A 16:32+4q weight (`SparsityPattern` placement "quads", `solvers.quad_placed_keep_mask`) is W = W24 + W_over as in
 `overflow`, where in every 16-row tile and 32-column k-tile, rows g and g + 8 (a quad of lanes of `mma.sp`) hold at
@@ -15,8 +16,8 @@ register when the position is 3, the first otherwise) and zero in the other thre
 t holds the metadata of groups 4t..4t+3 of both rows, bits 16·h + 4·(group mod 4)) need all four places' nibbles:
 their own byte has classes t and t ^ 2, one `shfl.xor 1` brings t ^ 1 and t ^ 3. Each place whose group bit is t
 then ORs (position, 3) into the constant word 0xCCCCCCCC (every group (0, 3); a position 3 keeps (0, 3) with the
-value in the second half), so no bit is ever cleared. `emulate` runs exactly that on the CPU, in float64, so tests
-can check the layout and the rule before any CUDA is written."""
+value in the second half), so no bit is ever cleared. `emulate` runs exactly that in float64 (the tests' and the
+tuner's reference for the kernel)."""
 
 from __future__ import annotations
 
@@ -71,9 +72,9 @@ def split_quad_slots(weight: torch.Tensor) -> tuple[torch.Tensor, QuadSlots]:
                            "16:32+4q weight (prune with --pattern 16:32+4q)")
     # each place's one weight (or none): sum over its eight cells, and its nibble from the cell's index
     value = cells.sum(dim=(1, 4, 6))
-    half = torch.arange(2).view(1, 2, 1, 1, 1, 1, 1)
-    group_bit = torch.arange(2).view(1, 1, 1, 1, 2, 1, 1)
-    position = torch.arange(4).view(1, 1, 1, 1, 1, 1, 4)
+    half = torch.arange(2, device=weight.device).view(1, 2, 1, 1, 1, 1, 1)
+    group_bit = torch.arange(2, device=weight.device).view(1, 1, 1, 1, 2, 1, 1)
+    position = torch.arange(4, device=weight.device).view(1, 1, 1, 1, 1, 1, 4)
     nibble = (used * (half | group_bit << 1 | position << 2)).sum(dim=(1, 4, 6))  # [tile, g, k-tile, class]
     steps = -(-ktiles // STEP)
     pad = steps * STEP - ktiles
