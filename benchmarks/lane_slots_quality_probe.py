@@ -38,7 +38,7 @@ from sparsedecoding.calibration import decode_calibration
 from sparsedecoding.data import humaneval_prompts
 from sparsedecoding.generation import position_ids_from_mask
 from sparsedecoding.hessian import KeepMask, accumulate_inputs, hessians_by_module, prunable_linears
-from sparsedecoding.models import load_model
+from sparsedecoding.models import load_model, read_config, resolve_model
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown
 
@@ -93,19 +93,22 @@ def main() -> int:
     args = parser.parse_args()
     torch.manual_seed(0)
     started = time.time()
-    model, tokenizer, _ = load_model(args.model, "cpu", torch.float32)
-    bad = [index for index in args.layers if not 0 <= index < len(model.model.layers)]
+    # checked before any model work: the layers exist, a Hessians file holds them
+    layers = int(read_config(resolve_model(args.model))["num_hidden_layers"])
+    bad = [index for index in args.layers if not 0 <= index < layers]
     if bad:
-        parser.error(f"--layers {bad[0]}: the model has {len(model.model.layers)} layers")
+        parser.error(f"--layers {bad[0]}: the model has {layers} layers")
     cached = args.hessians is not None and args.hessians.exists()
     if cached:  # safetensors, never a pickle; the token count rides in the metadata
         with safe_open(args.hessians, "pt") as handle:
+            keys = set(handle.keys())
+            missing = [index for index in args.layers if f"model.layers.{index}.self_attn.q_proj" not in keys]
+            if missing:
+                parser.error(f"--hessians {args.hessians} has no layer {missing[0]}; delete it or pick its layers")
             tokens = int(handle.metadata()["tokens"])
-            hessians = {key: handle.get_tensor(key) for key in handle.keys()}
-        missing = [index for index in args.layers if f"model.layers.{index}.self_attn.q_proj" not in hessians]
-        if missing:
-            parser.error(f"--hessians {args.hessians} has no layer {missing[0]}; delete it or pick its layers")
-    else:
+            hessians = {key: handle.get_tensor(key) for key in keys}
+    model, tokenizer, _ = load_model(args.model, "cpu", torch.float32)
+    if not cached:
         with torch.no_grad():
             calib = decode_calibration(model, tokenizer, humaneval_prompts("calib"), max_new_tokens=args.new_tokens,
                                        n_prompts=args.prompts, batch_size=args.prompts, progress=False)

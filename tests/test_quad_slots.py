@@ -82,6 +82,9 @@ def test_tile_quads_reads_back_exactly_and_keys_its_own_build(monkeypatch):
     assert built == [("-DSP24_QUADS",)]
     with pytest.raises(Exception, match="16-bit"):
         sp24.tile_quads(weight.float())
+    with pytest.raises(Exception, match="quad-placed"):  # the 16:32+2 slot reader never misreads this layout
+        sp24.untile_slots(w)
+    assert torch.equal(sp24.to_dense(w), weight)  # CPU: through tiled_to_dense
 
 
 @pytest.mark.gpu

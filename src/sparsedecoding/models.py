@@ -306,21 +306,8 @@ def check_finite_weights(model, folder: Path) -> None:
                              f"checkpoint is corrupt: restore it from its source or prune again")
 
 
-def linear_input_sizes(config: dict) -> dict[str, int]:
-    """in_features of each prunable decoder linear, from config.json: q/k/v and gate/up read the hidden state, o_proj
-    the concatenated attention heads, down_proj the MLP's intermediate activations."""
-    try:
-        hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-        head_dim = int(config.get("head_dim") or hidden // heads)
-        intermediate = int(config["intermediate_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelFileError(f"config.json lacks a usable {exc} for the layer shapes; restore it from the model's "
-                             f"source") from None
-    return {"q/k/v/gate/up_proj": hidden, "o_proj": heads * head_dim, "down_proj": intermediate}
-
-
-def linear_output_sizes(config: dict) -> dict[str, int]:
-    """out_features of each prunable decoder linear, from config.json (k/v with the key-value heads)."""
+def _layer_dims(config: dict) -> tuple[int, int, int, int, int]:
+    """(hidden, heads, head_dim, kv_heads, intermediate) from config.json; ModelFileError if one is missing."""
     try:
         hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
         head_dim = int(config.get("head_dim") or hidden // heads)
@@ -329,6 +316,19 @@ def linear_output_sizes(config: dict) -> dict[str, int]:
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelFileError(f"config.json lacks a usable {exc} for the layer shapes; restore it from the model's "
                              f"source") from None
+    return hidden, heads, head_dim, kv_heads, intermediate
+
+
+def linear_input_sizes(config: dict) -> dict[str, int]:
+    """in_features of each prunable decoder linear, from config.json: q/k/v and gate/up read the hidden state, o_proj
+    the concatenated attention heads, down_proj the MLP's intermediate activations."""
+    hidden, heads, head_dim, _, intermediate = _layer_dims(config)
+    return {"q/k/v/gate/up_proj": hidden, "o_proj": heads * head_dim, "down_proj": intermediate}
+
+
+def linear_output_sizes(config: dict) -> dict[str, int]:
+    """out_features of each prunable decoder linear, from config.json (k/v with the key-value heads)."""
+    hidden, heads, head_dim, kv_heads, intermediate = _layer_dims(config)
     return {"q_proj": heads * head_dim, "k/v_proj": kv_heads * head_dim, "o/down_proj": hidden,
             "gate/up_proj": intermediate}
 

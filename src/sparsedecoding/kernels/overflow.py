@@ -81,6 +81,17 @@ class OverflowNM:
         return w24 + self.values.numel() * self.values.element_size() + self.columns.numel()
 
 
+def split_two_largest(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W24, rest) of a weight [out, in] (in a multiple of 4): W24 keeps the two largest |w| of every group of four
+    columns, rest the others; W24 + rest = weight."""
+    out, in_features = weight.shape
+    fours = weight.view(out, in_features // 4, 4)
+    top = fours.abs().float().topk(2, dim=-1).indices
+    in24 = torch.zeros_like(fours, dtype=torch.bool).scatter_(-1, top, True) & (fours != 0)
+    w24 = torch.where(in24, fours, torch.zeros_like(fours)).view(out, in_features)
+    return w24, torch.where(in24, torch.zeros_like(fours), fours).view(out, in_features)
+
+
 def split_overflow(weight: torch.Tensor, slots: int = 2) -> OverflowNM:
     """Split a 16:32+K weight [out, in] (K ≤ `slots`) into its 2:4 part and the overflow slots. Raises PackingError,
     in one line, when a group of 32 columns keeps more than 16 or a word more than `slots` beyond two in its
@@ -96,11 +107,8 @@ def split_overflow(weight: torch.Tensor, slots: int = 2) -> OverflowNM:
     if too_many:
         raise PackingError(f"{too_many} groups of {WORD} columns keep more than {WORD // 2} weights: not a 16:32 "
                            "weight")
-    fours = weight.view(out, words * WORD // 4, 4)
-    top = fours.abs().float().topk(2, dim=-1).indices
-    in24 = torch.zeros_like(fours, dtype=torch.bool).scatter_(-1, top, True) & (fours != 0)
-    w24 = torch.where(in24, fours, torch.zeros_like(fours)).view(out, in_features)
-    rest = torch.where(in24, torch.zeros_like(fours), fours).view(out, words, WORD)
+    w24, rest = split_two_largest(weight)
+    rest = rest.view(out, words, WORD)
     over = words_over_cap(weight, slots)
     if over:
         raise PackingError(f"{over} words keep more than {slots} weights beyond two in their groups of four: not a "

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import PackingError
+from .overflow import split_two_largest
 
 TILE_ROWS = 16
 WORD = 32
@@ -49,18 +50,14 @@ class QuadSlots:
 
 
 def split_quad_slots(weight: torch.Tensor) -> tuple[torch.Tensor, QuadSlots]:
-    """(W24, slots) of a 16:32+4q weight [out, in]: W24 keeps the two largest |w| of every group of four (as
-    `overflow.split_overflow`), the slots the rest. PackingError, in one line, unless out is a multiple of 16, in of
+    """(W24, slots) of a 16:32+4q weight [out, in]: W24 keeps the two largest |w| of every group of four
+    (`overflow.split_two_largest`), the slots the rest. PackingError, in one line, unless out is a multiple of 16, in of
     32, and the rest fits one weight a quad, k-tile and group class."""
     if weight.dim() != 2 or weight.shape[0] % TILE_ROWS or weight.shape[1] % WORD:
         raise PackingError(f"a quad-placed weight needs [out, in] with out a multiple of {TILE_ROWS} and in of "
                            f"{WORD}; got {tuple(weight.shape)}")
     out, in_features = weight.shape
-    fours = weight.view(out, in_features // 4, 4)
-    top = fours.abs().float().topk(2, dim=-1).indices
-    in24 = torch.zeros_like(fours, dtype=torch.bool).scatter_(-1, top, True) & (fours != 0)
-    w24 = torch.where(in24, fours, torch.zeros_like(fours)).view(out, in_features)
-    rest = torch.where(in24, torch.zeros_like(fours), fours).view(out, in_features)
+    w24, rest = split_two_largest(weight)
     tiles, ktiles = out // TILE_ROWS, in_features // WORD
     # [tile, half, g, k-tile, group bit, class, position]
     cells = rest.view(tiles, 2, TILE_ROWS // 2, ktiles, 2, 4, 4)

@@ -58,7 +58,8 @@ TILES_PER_LOAD = {0: 1, 8: 2, 4: 4}  # k-tiles a lane's 16-byte load of values c
 _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
-# by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS, SP24_INT4_KS, with SP24_EARLY_TRIGGER)
+# by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS, SP24_INT4_KS, with SP24_EARLY_TRIGGER, SP24_OVER_MMA_CTAS,
+# with SP24_QUADS)
 _libraries: dict[tuple[bool, bool, int, int, bool, int, bool], ctypes.CDLL] = {}
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
@@ -493,6 +494,9 @@ def untile_slots(w: Sp24Weight) -> tuple[torch.Tensor, torch.Tensor]:
     weights."""
     if w.over_v is None:
         raise KernelInputError("this tiled weight has no overflow slots")
+    if w.quads:
+        raise KernelInputError("this tiled weight holds quad-placed slots (tile_quads); read them with "
+                               "quad_slots.emulate")
     out, in_features = w.shape
     row_tiles, steps = -(-out // 16), w.steps * w.ks // STEP_TILES[0]
 
@@ -598,7 +602,8 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     """The float64 [out, in] weight that the kernel multiplies by, read back from the tiled tensors through
     mma.sp's register semantics (each lane's A registers, dequantized as the kernel does, placed at the kept
     positions its metadata names) — independent of `tile`, for tests. A GLU weight's rows come back in their
-    original order. Overflow slots are added as `untile_slots` reads them."""
+    original order. Overflow slots are added as `untile_slots` reads them, quad-placed ones as
+    `quad_slots.emulate` does."""
     if w.quads:
         plain = tiled_to_dense(replace(w, over_v=None, over_o=None, quads=False))
         return plain + quad_slots.emulate(_quad_slots_of(w, torch.device("cpu")))
@@ -885,7 +890,9 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
         raise RuntimeError(f"sp24 dense expansion failed: {library.sp24_error_string(err).decode()}")
     if w.glu:  # the kernel writes rows in the tiled order
         dense = dense[torch.argsort(glu_order(w.shape[0], dense.device))]
-    if w.over_v is not None:  # the slots fill zeros of the 2:4 part: the sum is exact in w's dtype
+    if w.quads:  # the quad-placed slots fill zeros of the 2:4 part: exact in w's dtype
+        dense += quad_slots.emulate(_quad_slots_of(w, dense.device)).to(w.dtype)
+    elif w.over_v is not None:  # the slots fill zeros of the 2:4 part: the sum is exact in w's dtype
         values, columns = slot_weights(w, w.dtype)
         dense += _slot_rows(values, columns, 0, w.shape[0], w.dtype)
     return dense
