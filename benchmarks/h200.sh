@@ -591,6 +591,17 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease60)  # thirty-ninth session (about 5 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
+    # sp24-early-int4-{3ctas,3ctas-1buffer,4ctas-1buffer} of the current sp24.cu): 2:4 + int4 at batch 1 with more
+    # CTAs a multiprocessor (room beside a running grid for the next programmatic launch's CTAs), 8B + 14B shapes,
+    # each build's fastest of 12 splits/slices against cuBLAS in the same rounds (ablate_int4_ctas_h200.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 420 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b \
+      --slices 1 2 4 8 --splits 1 2 4 --builds "default=" "early=-DSP24_EARLY_TRIGGER=1" \
+      "early, 3 CTAs=-DSP24_EARLY_TRIGGER=1,-DSP24_INT4_CTAS=3" \
+      "early, 3 CTAs, 1 buffer=-DSP24_EARLY_TRIGGER=1,-DSP24_INT4_CTAS=3,-DSP24_INT4_BUFFERS=1" \
+      "early, 4 CTAs, 1 buffer=-DSP24_EARLY_TRIGGER=1,-DSP24_INT4_CTAS=4,-DSP24_INT4_BUFFERS=1" \
+      --out "$OUT/ablate_int4_ctas_h200.md" 2>&1 | grep -E "^\||rror|skipped" || true ;;
   lease59)  # thirty-eighth session (no model; carry .kcachez with sp24, sp24-columns and sp24-quads of the current
     # sp24.cu): the quad-placed slot loop's GPU tests, then quad_slots_bench.py (quads against 16:32+2 on mma and
     # cuBLAS, 8B + 14B, batch 1-16; the default build only, SPARSEDECODING_SP24_EARLY_TRIGGER=0, so that no other

@@ -81,3 +81,15 @@ def test_ablate_probe_slot_summary_reads_against_cublas(monkeypatch):
     shapes = probe.slot_shapes(["llama-3.1-8b", "qwen3-14b"])
     assert [s[:3] for s in shapes[::4]] == [("8B qkv", 6144, 4096), ("14B qkv", 7168, 5120)]
     assert ("14B gate_up", 34816, 5120) in [s[:3] for s in shapes]
+
+
+def test_ablate_probe_builds_summary_reads_against_the_kinds_target(monkeypatch):
+    """ablate_probe --kinds int4 with --models: each build's geomean and least speed against cuBLAS, and its distance
+    from issue 13's batch-1 target (none at batch 2; bf16 takes issue 12's)."""
+    probe = benchmark_module(monkeypatch, "ablate_probe")
+    lines = probe.builds_summary({"default": [4.0, 3.0], "early, 3 CTAs": [4.0, 4.0]}, "int4", 1, True)
+    assert "target: 3.80x." in lines[0] and "fastest of the splits/slices" in lines[0]
+    assert lines[4] == "| default | 3.464x | 3.000x | -8.8% |"
+    assert lines[5] == "| early, 3 CTAs | 4.000x | 4.000x | meets |"
+    assert "target: none." in probe.builds_summary({"default": [1.0]}, "int4", 2, False)[0]
+    assert "target: 1.30x." in probe.builds_summary({"default": [1.0]}, "bf16", 8, False)[0]

@@ -625,14 +625,26 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #ifndef SP24_OVER_MMA_CTAS
 #define SP24_OVER_MMA_CTAS 2
 #endif
-template <int NT, int CODE, int OVER>
+// SP24_INT4_CTAS (a build of its own, for probes; default 2): the launch bound's CTAs a multiprocessor for 2:4 + int4
+// weights without slots, and SP24_INT4_BUFFERS (default kBuffers, 2) their register buffers of steps. More CTAs a
+// multiprocessor (fewer registers each) leave room beside a running grid for the next programmatic launch's CTAs,
+// which with the early trigger then stream their weights under this grid's compute and tail.
+#ifndef SP24_INT4_CTAS
+#define SP24_INT4_CTAS 2
+#endif
+template <int NT, int CODE, int OVER, bool DENSE>
 constexpr int kMinCtas = OVER == 5 ? 2 : OVER == 4 ? SP24_OVER_MMA_CTAS
                          : OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 && SP24_OVER_INT8_ONE_CTA)) ? 1
-                                                                                                            : 2;
+                         : CODE == 4 && OVER == 0 && !DENSE ? SP24_INT4_CTAS
+                                                            : 2;
 // kBuffers: register buffers of steps a warp cycles through, one step in flight while one is computed. A third
 // buffer for int4 codes (which keep a third of 16-bit values' bytes a step) was built, passed its tests, and gained
 // nothing measurable (results/sp24_h200_buffers.md; commit 8aed30d), so two it is.
 constexpr int kBuffers = 2;
+#ifndef SP24_INT4_BUFFERS
+#define SP24_INT4_BUFFERS kBuffers
+#endif
+static_assert(SP24_INT4_BUFFERS == 1 || SP24_INT4_BUFFERS == 2, "SP24_INT4_BUFFERS: 1 or 2 register buffers");
 // SP24_EARLY_TRIGGER 1 (a build of its own; sp24.early_trigger picks it per launch under the default setting, auto):
 // a CTA lets the next programmatic launch start as soon as it has requested its first steps, not after its main
 // loop. Where a grid leaves room on the multiprocessors (fewer CTAs than two a multiprocessor), the next linear's CTAs
@@ -641,7 +653,7 @@ constexpr int kBuffers = 2;
 #define SP24_EARLY_TRIGGER 0
 #endif
 template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, bool DENSE>
-__global__ void __launch_bounds__(kThreads, (kMinCtas<NT, CODE, OVER>))
+__global__ void __launch_bounds__(kThreads, (kMinCtas<NT, CODE, OVER, DENSE>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
             const char* __restrict__ scales,
@@ -676,7 +688,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* oc_tile = OVER != 0 ? over_o + tile_row * slot_steps * 256 : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
-  constexpr int NB = kBuffers;
+  constexpr int NB = CODE == 4 && OVER == 0 && !DENSE ? SP24_INT4_BUFFERS : kBuffers;
   StepRegs<CODE, SPS> r[NB];
 #pragma unroll
   for (int b = 0; b < NB; ++b)
