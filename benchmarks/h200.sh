@@ -591,6 +591,12 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease61)  # thirty-ninth session (about 3 minutes, no model; carry .kcachez with sp24 of the current sp24.cu):
+    # benchmarks/stream_probe.cu built here (a few seconds of nvcc), then stream_probe.py: a weight-sized buffer
+    # streamed through register buffers, a bulk-copy ring with a producer warp and a cp.async ring, with 0-12 rounds of
+    # arithmetic a 16-byte piece, beside sp24's tuned 2:4 + int4 launches of the same bytes (stream_probe_h200.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 400 python3 benchmarks/stream_probe.py --out "$OUT/stream_probe_h200.md" 2>&1 | grep -E "^\||rror" || true ;;
   lease60)  # thirty-ninth session (about 5 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
     # sp24-early-int4-{3ctas,3ctas-1buffer,4ctas-1buffer} of the current sp24.cu): 2:4 + int4 at batch 1 with more
     # CTAs a multiprocessor (room beside a running grid for the next programmatic launch's CTAs), 8B + 14B shapes,

@@ -1,0 +1,220 @@
+// A probe, not a kernel of the package (benchmarks/stream_probe.py builds and runs it): how fast can a grid stream a
+// weight-sized buffer from HBM while it spends `work` rounds of integer arithmetic on every 16 bytes, the way sp24's
+// codes kernels dequantize and multiply what they load? Three ways to bring the bytes in:
+//
+//   mode 0, registers: every warp streams its own contiguous range in steps of 8 16-byte loads a lane, two register
+//           buffers (one computed while the other is in flight), as sp24.cu does; 8 warps a CTA, 2 CTAs an SM.
+//   mode 1, bulk ring: a CTA of one producer warp and 8 consumer warps. The producer's lane 0 fills a ring of
+//           `stages` shared-memory stages of `stage_bytes` each with one cp.async.bulk copy a stage, counted on the
+//           stage's "full" mbarrier; the consumers wait on it, each reads its eighth of the stage (16-byte shared
+//           loads), computes, and arrives on the stage's "empty" mbarrier, which the producer waits on before it
+//           refills the stage. Loads in flight are then bounded by shared memory, not by registers, and no warp's
+//           compute waits on a load scoreboard.
+//   mode 2, cp.async ring: all 256 threads of a CTA copy each stage with 16-byte cp.async (one commit group a stage,
+//           `stages - 1` groups in flight), then wait, synchronize and compute from shared memory (Marlin's
+//           multistage pattern).
+//
+// The arithmetic (`mix`) is a chain the compiler cannot fold: about 4 instructions a round on each 16-byte piece, so
+// work = 8 is about 34 instructions a piece, sp24's int4 loop's rate (~15 a k-tile, 4.4 k-tiles a 16-byte load with
+// the metadata and scales counted as bytes). The sums land in `out` so nothing is dead.
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int kLoads = 8;  // mode 0: 16-byte loads a lane a step
+
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t mix(uint32_t acc, const uint4& v, int work) {
+#pragma unroll 1
+  for (int i = 0; i < work; ++i) {
+    acc = (acc ^ v.x) * 0x9E3779B1u + (acc >> 7);
+    acc ^= (v.y + acc) >> ((v.z ^ i) & 7);
+    acc += v.w;
+  }
+  return work > 0 ? acc : acc ^ v.x ^ v.y ^ v.z ^ v.w;
+}
+
+// mode 0: [warp's range of steps] of kLoads * 512 bytes each
+__global__ void __launch_bounds__(256, 2) registers_kernel(const char* __restrict__ w, size_t steps,
+                                                           uint32_t* __restrict__ out, int work) {
+  const int lane = threadIdx.x % 32;
+  const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
+  const size_t s0 = warp * steps / warps, s1 = (warp + 1) * steps / warps;
+  uint4 r[2][kLoads];
+  uint32_t acc = lane;
+  auto load = [&](uint4 (&b)[kLoads], size_t s) {
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) b[j] = ld_stream(w + (s * kLoads + j) * 512 + 16 * lane);
+  };
+  if (s0 < s1) load(r[0], s0);
+  if (s0 + 1 < s1) load(r[1], s0 + 1);
+  for (size_t s = s0; s < s1; s += 2) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      if (s + b >= s1) break;
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) acc = mix(acc, r[b][j], work);
+      if (s + b + 2 < s1) load(r[b], s + b + 2);
+    }
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// mode 1: 288 threads (warp 8 the producer); the CTA's range of stages of `stage_bytes` each
+__global__ void __launch_bounds__(288) bulk_kernel(const char* __restrict__ w, size_t chunks, int stage_bytes,
+                                                   int stages, uint32_t* __restrict__ out, int work) {
+  extern __shared__ __align__(128) char ring[];
+  __shared__ uint64_t full[16], empty[16];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t c0 = blockIdx.x * chunks / gridDim.x, c1 = (blockIdx.x + 1) * chunks / gridDim.x;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  uint32_t acc = threadIdx.x;
+  if (warp == 8) {
+    if (lane == 0) {
+      for (size_t c = c0; c < c1; ++c) {
+        const int s = static_cast<int>((c - c0) % stages);
+        const uint32_t round = static_cast<uint32_t>((c - c0) / stages);
+        if (round > 0) mbar_wait(&empty[s], (round - 1) & 1);
+        mbar_expect_tx(&full[s], stage_bytes);
+        bulk_copy(ring + static_cast<size_t>(s) * stage_bytes, w + c * stage_bytes, stage_bytes, &full[s]);
+      }
+    }
+  } else {
+    const int per_warp = stage_bytes / 8;  // bytes of a stage each consumer warp reads
+    for (size_t c = c0; c < c1; ++c) {
+      const int s = static_cast<int>((c - c0) % stages);
+      const uint32_t round = static_cast<uint32_t>((c - c0) / stages);
+      mbar_wait(&full[s], round & 1);
+      const char* mine = ring + static_cast<size_t>(s) * stage_bytes + warp * per_warp;
+      for (int at = 16 * lane; at < per_warp; at += 512)
+        acc = mix(acc, *reinterpret_cast<const uint4*>(mine + at), work);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+// mode 2: 256 threads; the CTA's range of stages, each copied by every thread's 16-byte cp.async pieces
+template <int stages>
+__global__ void __launch_bounds__(256) cp_async_kernel(const char* __restrict__ w, size_t chunks, int stage_bytes,
+                                                       uint32_t* __restrict__ out, int work) {
+  extern __shared__ __align__(128) char ring[];
+  const size_t c0 = blockIdx.x * chunks / gridDim.x, c1 = (blockIdx.x + 1) * chunks / gridDim.x;
+  const int tid = threadIdx.x;
+  auto issue = [&](size_t c) {
+    if (c < c1) {
+      char* dst = ring + static_cast<size_t>((c - c0) % stages) * stage_bytes;
+      const char* src = w + c * stage_bytes;
+      for (int at = 16 * tid; at < stage_bytes; at += 16 * 256)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst + at)), "l"(src + at)
+                     : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");  // an empty group past the range keeps the count
+  };
+  for (int s = 0; s < stages - 1; ++s) issue(c0 + s);
+  uint32_t acc = tid;
+  for (size_t c = c0; c < c1; ++c) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(stages - 2) : "memory");  // stage c's group has landed
+    __syncthreads();
+    issue(c + stages - 1);
+    const char* stage = ring + static_cast<size_t>((c - c0) % stages) * stage_bytes;
+    for (int at = 16 * tid; at < stage_bytes; at += 16 * 256)
+      acc = mix(acc, *reinterpret_cast<const uint4*>(stage + at), work);
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+}  // namespace
+
+extern "C" {
+
+// mode 0 / 1 / 2 (see the top) over `bytes` of w (a multiple of 4096 for mode 0, of stage_bytes for 1 and 2);
+// `ctas` CTAs (mode 0: any; 1 and 2: their shared memory allows what it allows); `out` holds a word per thread.
+int stream_launch(int mode, const void* w, size_t bytes, void* out, int work, int ctas, int stages, int stage_bytes,
+                  void* stream) {
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const char* src = static_cast<const char*>(w);
+  uint32_t* o = static_cast<uint32_t*>(out);
+  if (mode == 0) {
+    if (bytes % (kLoads * 512)) return cudaErrorInvalidValue;
+    registers_kernel<<<ctas, 256, 0, st>>>(src, bytes / (kLoads * 512), o, work);
+    return cudaGetLastError();
+  }
+  if (stages < 2 || stages > 16 || stage_bytes < 4096 || stage_bytes % 4096 || bytes % stage_bytes)
+    return cudaErrorInvalidValue;
+  const int smem = stages * stage_bytes;
+  if (mode == 1) {
+    cudaError_t err = cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    bulk_kernel<<<ctas, 288, smem, st>>>(src, bytes / stage_bytes, stage_bytes, stages, o, work);
+    return cudaGetLastError();
+  }
+  if (mode == 2) {
+    auto kernel = stages == 3 ? cp_async_kernel<3> : stages == 4 ? cp_async_kernel<4> : stages == 6 ? cp_async_kernel<6>
+                : stages == 8 ? cp_async_kernel<8> : nullptr;
+    if (kernel == nullptr) return cudaErrorInvalidValue;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    kernel<<<ctas, 256, smem, st>>>(src, bytes / stage_bytes, stage_bytes, o, work);
+    return cudaGetLastError();
+  }
+  return cudaErrorInvalidValue;
+}
+
+const char* stream_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
+}
