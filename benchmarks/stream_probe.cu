@@ -14,9 +14,11 @@
 //           `stages - 1` groups in flight), then wait, synchronize and compute from shared memory (Marlin's
 //           multistage pattern).
 //
-// The arithmetic (`mix`) is a chain the compiler cannot fold: about 4 instructions a round on each 16-byte piece, so
-// work = 8 is about 34 instructions a piece, sp24's int4 loop's rate (~15 a k-tile, 4.4 k-tiles a 16-byte load with
-// the metadata and scales counted as bytes). The sums land in `out` so nothing is dead.
+// The arithmetic (`mix`) cannot be folded by the compiler: `work` rounds on each 16-byte piece, either one dependent
+// chain (chain 1, about 10 instructions a round, bound by instruction latency when few warps share a scheduler) or
+// four independent ones, a word each (chain 0, about 12 instructions a round, as independent as a k-tile's
+// dequantizations). Mode 3 runs mode 0's loop with values made from indices instead of loads: the compute alone, to
+// set `work` against what sp24's int4 loop spends. The sums land in `out` so nothing is dead.
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -33,17 +35,34 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
+// CHAIN 1: one dependent chain a piece (instruction latency bound with few warps); 0: four independent chains a
+// piece, one a word, summed at the end (the independent dequantizations of a k-tile are like that)
+template <int CHAIN>
 __device__ __forceinline__ uint32_t mix(uint32_t acc, const uint4& v, int work) {
+  if constexpr (CHAIN) {
 #pragma unroll 1
-  for (int i = 0; i < work; ++i) {
-    acc = (acc ^ v.x) * 0x9E3779B1u + (acc >> 7);
-    acc ^= (v.y + acc) >> ((v.z ^ i) & 7);
-    acc += v.w;
+    for (int i = 0; i < work; ++i) {
+      acc = (acc ^ v.x) * 0x9E3779B1u + (acc >> 7);
+      acc ^= (v.y + acc) >> ((v.z ^ i) & 7);
+      acc += v.w;
+    }
+    return work > 0 ? acc : acc ^ v.x ^ v.y ^ v.z ^ v.w;
+  } else {
+    uint32_t a = v.x, b = v.y, c = v.z, d = v.w;
+#pragma unroll 1
+    for (int i = 0; i < work; ++i) {
+      a = (a ^ i) * 0x9E3779B1u + (a >> 7);
+      b = (b ^ i) * 0x9E3779B1u + (b >> 7);
+      c = (c ^ i) * 0x9E3779B1u + (c >> 7);
+      d = (d ^ i) * 0x9E3779B1u + (d >> 7);
+    }
+    return acc + (a ^ b ^ c ^ d);
   }
-  return work > 0 ? acc : acc ^ v.x ^ v.y ^ v.z ^ v.w;
 }
 
 // mode 0: [warp's range of steps] of kLoads * 512 bytes each
+// LOADS 0: the same loop with every load replaced by a value made from its indices (the compute alone)
+template <int CHAIN, int LOADS>
 __global__ void __launch_bounds__(256, 2) registers_kernel(const char* __restrict__ w, size_t steps,
                                                            uint32_t* __restrict__ out, int work) {
   const int lane = threadIdx.x % 32;
@@ -54,7 +73,9 @@ __global__ void __launch_bounds__(256, 2) registers_kernel(const char* __restric
   uint32_t acc = lane;
   auto load = [&](uint4 (&b)[kLoads], size_t s) {
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j) b[j] = ld_stream(w + (s * kLoads + j) * 512 + 16 * lane);
+    for (int j = 0; j < kLoads; ++j)
+      b[j] = LOADS ? ld_stream(w + (s * kLoads + j) * 512 + 16 * lane)
+                   : make_uint4(static_cast<uint32_t>(s), j, lane, 0x12345678u);
   };
   if (s0 < s1) load(r[0], s0);
   if (s0 + 1 < s1) load(r[1], s0 + 1);
@@ -63,7 +84,7 @@ __global__ void __launch_bounds__(256, 2) registers_kernel(const char* __restric
     for (int b = 0; b < 2; ++b) {
       if (s + b >= s1) break;
 #pragma unroll
-      for (int j = 0; j < kLoads; ++j) acc = mix(acc, r[b][j], work);
+      for (int j = 0; j < kLoads; ++j) acc = mix<CHAIN>(acc, r[b][j], work);
       if (s + b + 2 < s1) load(r[b], s + b + 2);
     }
   }
@@ -108,6 +129,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 }
 
 // mode 1: 288 threads (warp 8 the producer); the CTA's range of stages of `stage_bytes` each
+template <int CHAIN>
 __global__ void __launch_bounds__(288) bulk_kernel(const char* __restrict__ w, size_t chunks, int stage_bytes,
                                                    int stages, uint32_t* __restrict__ out, int work) {
   extern __shared__ __align__(128) char ring[];
@@ -141,7 +163,7 @@ __global__ void __launch_bounds__(288) bulk_kernel(const char* __restrict__ w, s
       mbar_wait(&full[s], round & 1);
       const char* mine = ring + static_cast<size_t>(s) * stage_bytes + warp * per_warp;
       for (int at = 16 * lane; at < per_warp; at += 512)
-        acc = mix(acc, *reinterpret_cast<const uint4*>(mine + at), work);
+        acc = mix<CHAIN>(acc, *reinterpret_cast<const uint4*>(mine + at), work);
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);
     }
@@ -150,7 +172,7 @@ __global__ void __launch_bounds__(288) bulk_kernel(const char* __restrict__ w, s
 }
 
 // mode 2: 256 threads; the CTA's range of stages, each copied by every thread's 16-byte cp.async pieces
-template <int stages>
+template <int CHAIN, int stages>
 __global__ void __launch_bounds__(256) cp_async_kernel(const char* __restrict__ w, size_t chunks, int stage_bytes,
                                                        uint32_t* __restrict__ out, int work) {
   extern __shared__ __align__(128) char ring[];
@@ -174,7 +196,7 @@ __global__ void __launch_bounds__(256) cp_async_kernel(const char* __restrict__ 
     issue(c + stages - 1);
     const char* stage = ring + static_cast<size_t>((c - c0) % stages) * stage_bytes;
     for (int at = 16 * tid; at < stage_bytes; at += 16 * 256)
-      acc = mix(acc, *reinterpret_cast<const uint4*>(stage + at), work);
+      acc = mix<CHAIN>(acc, *reinterpret_cast<const uint4*>(stage + at), work);
   }
   out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
 }
@@ -183,30 +205,38 @@ __global__ void __launch_bounds__(256) cp_async_kernel(const char* __restrict__ 
 
 extern "C" {
 
-// mode 0 / 1 / 2 (see the top) over `bytes` of w (a multiple of 4096 for mode 0, of stage_bytes for 1 and 2);
-// `ctas` CTAs (mode 0: any; 1 and 2: their shared memory allows what it allows); `out` holds a word per thread.
+// mode 0 / 1 / 2 (see the top), 3 (mode 0 without its loads: the compute alone) over `bytes` of w (a multiple of
+// 4096 for modes 0 and 3, of stage_bytes for 1 and 2); `ctas` CTAs (modes 1 and 2: what their shared memory allows);
+// `chain` 1 for one dependent chain of arithmetic a piece, 0 for four; `out` holds a word per thread.
 int stream_launch(int mode, const void* w, size_t bytes, void* out, int work, int ctas, int stages, int stage_bytes,
-                  void* stream) {
+                  int chain, void* stream) {
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   const char* src = static_cast<const char*>(w);
   uint32_t* o = static_cast<uint32_t*>(out);
-  if (mode == 0) {
+  if (mode == 0 || mode == 3) {
     if (bytes % (kLoads * 512)) return cudaErrorInvalidValue;
-    registers_kernel<<<ctas, 256, 0, st>>>(src, bytes / (kLoads * 512), o, work);
+    auto kernel = mode == 0 ? (chain ? registers_kernel<1, 1> : registers_kernel<0, 1>)
+                            : (chain ? registers_kernel<1, 0> : registers_kernel<0, 0>);
+    kernel<<<ctas, 256, 0, st>>>(src, bytes / (kLoads * 512), o, work);
     return cudaGetLastError();
   }
   if (stages < 2 || stages > 16 || stage_bytes < 4096 || stage_bytes % 4096 || bytes % stage_bytes)
     return cudaErrorInvalidValue;
   const int smem = stages * stage_bytes;
   if (mode == 1) {
-    cudaError_t err = cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    auto kernel = chain ? bulk_kernel<1> : bulk_kernel<0>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
-    bulk_kernel<<<ctas, 288, smem, st>>>(src, bytes / stage_bytes, stage_bytes, stages, o, work);
+    kernel<<<ctas, 288, smem, st>>>(src, bytes / stage_bytes, stage_bytes, stages, o, work);
     return cudaGetLastError();
   }
   if (mode == 2) {
-    auto kernel = stages == 3 ? cp_async_kernel<3> : stages == 4 ? cp_async_kernel<4> : stages == 6 ? cp_async_kernel<6>
-                : stages == 8 ? cp_async_kernel<8> : nullptr;
+    using Kernel = void (*)(const char*, size_t, int, uint32_t*, int);
+    Kernel kernel = nullptr;
+    if (stages == 3) kernel = chain ? cp_async_kernel<1, 3> : cp_async_kernel<0, 3>;
+    if (stages == 4) kernel = chain ? cp_async_kernel<1, 4> : cp_async_kernel<0, 4>;
+    if (stages == 6) kernel = chain ? cp_async_kernel<1, 6> : cp_async_kernel<0, 6>;
+    if (stages == 8) kernel = chain ? cp_async_kernel<1, 8> : cp_async_kernel<0, 8>;
     if (kernel == nullptr) return cudaErrorInvalidValue;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
