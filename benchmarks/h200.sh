@@ -594,7 +594,8 @@ PY
   lease61)  # thirty-ninth session (about 3 minutes, no model; carry .kcachez with sp24 of the current sp24.cu):
     # benchmarks/stream_probe.cu built here (a few seconds of nvcc), then stream_probe.py: a weight-sized buffer
     # streamed through register buffers, a bulk-copy ring with a producer warp and a cp.async ring, with 0-12 rounds of
-    # arithmetic a 16-byte piece, beside sp24's tuned 2:4 + int4 launches of the same bytes (stream_probe_h200.md)
+    # arithmetic a 16-byte piece, beside sp24's tuned 2:4 + int4 launches of the same bytes (stream_probe_h200.md; the
+    # probe's first version, one dependent chain a piece, now --chain, made stream_probe_h200_chain.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     timeout 400 python3 benchmarks/stream_probe.py --out "$OUT/stream_probe_h200.md" 2>&1 | grep -E "^\||rror" || true ;;
   lease60)  # thirty-ninth session (about 5 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
