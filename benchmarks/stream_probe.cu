@@ -95,6 +95,51 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// mode 4, hybrid: mode 0's warps and steps, but the odd steps go through the warp's own 4 KB of shared memory by
+// cp.async (lane-for-lane the bytes it reads back) while the even steps stay in registers. The register loads and the
+// cp.async groups are waited on separately (a load scoreboard, DEPBAR on the groups), so computing the register step
+// no longer waits for the other step's loads, as mode 0's single scoreboard makes it (see sp24.cu's notes).
+template <int CHAIN>
+__global__ void __launch_bounds__(256, 2) hybrid_kernel(const char* __restrict__ w, size_t steps,
+                                                        uint32_t* __restrict__ out, int work) {
+  __shared__ __align__(16) char slots[8][kLoads * 512];
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+  const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
+  const size_t s0 = warp * steps / warps, s1 = (warp + 1) * steps / warps;
+  char* slot = slots[wid];
+  uint4 r[kLoads];
+  uint32_t acc = lane;
+  auto load = [&](size_t s) {
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) r[j] = ld_stream(w + (s * kLoads + j) * 512 + 16 * lane);
+  };
+  auto copy = [&](size_t s) {  // a group even when past the range, so that wait_group 0 always means this step
+    if (s < s1) {
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(slot + j * 512 + 16 * lane)),
+                     "l"(w + (s * kLoads + j) * 512 + 16 * lane)
+                     : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  if (s0 < s1) load(s0);
+  copy(s0 + 1);
+  for (size_t s = s0; s < s1; s += 2) {
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) acc = mix<CHAIN>(acc, r[j], work);
+    if (s + 2 < s1) load(s + 2);
+    if (s + 1 >= s1) break;
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // each lane reads back only its own pieces
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j)
+      acc = mix<CHAIN>(acc, *reinterpret_cast<const uint4*>(slot + j * 512 + 16 * lane), work);
+    copy(s + 3);
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
@@ -205,14 +250,20 @@ __global__ void __launch_bounds__(256) cp_async_kernel(const char* __restrict__ 
 
 extern "C" {
 
-// mode 0 / 1 / 2 (see the top), 3 (mode 0 without its loads: the compute alone) over `bytes` of w (a multiple of
-// 4096 for modes 0 and 3, of stage_bytes for 1 and 2); `ctas` CTAs (modes 1 and 2: what their shared memory allows);
+// mode 0 / 1 / 2 (see the top), 3 (mode 0 without its loads: the compute alone), 4 (hybrid_kernel) over `bytes` of w (a multiple of
+// 4096 for modes 0, 3 and 4, of stage_bytes for 1 and 2); `ctas` CTAs (modes 1 and 2: what their shared memory allows);
 // `chain` 1 for one dependent chain of arithmetic a piece, 0 for four; `out` holds a word per thread.
 int stream_launch(int mode, const void* w, size_t bytes, void* out, int work, int ctas, int stages, int stage_bytes,
                   int chain, void* stream) {
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   const char* src = static_cast<const char*>(w);
   uint32_t* o = static_cast<uint32_t*>(out);
+  if (mode == 4) {
+    if (bytes % (kLoads * 512)) return cudaErrorInvalidValue;
+    auto kernel = chain ? hybrid_kernel<1> : hybrid_kernel<0>;
+    kernel<<<ctas, 256, 0, st>>>(src, bytes / (kLoads * 512), o, work);
+    return cudaGetLastError();
+  }
   if (mode == 0 || mode == 3) {
     if (bytes % (kLoads * 512)) return cudaErrorInvalidValue;
     auto kernel = mode == 0 ? (chain ? registers_kernel<1, 1> : registers_kernel<0, 1>)

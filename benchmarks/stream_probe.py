@@ -2,7 +2,8 @@
 sp24's register buffers cannot? `stream_probe.cu` streams a weight-sized buffer from HBM three ways (mode 0: each
 warp's own 16-byte loads into two register buffers, as sp24.cu; mode 1: one producer warp, cp.async.bulk into a ring
 of stages with mbarriers, eight consumer warps; mode 2: cp.async by every thread into a ring, Marlin's multistage
-pattern) while spending `work` rounds of integer arithmetic on every 16 bytes (four independent chains a piece, or
+pattern; mode 4: mode 0 with every other step through the warp's own shared memory by cp.async, waited on
+apart from the register loads) while spending `work` rounds of integer arithmetic on every 16 bytes (four independent chains a piece, or
 one with --chain), and mode 0's loop without its loads times the compute alone. Graph replays round-robin over
 buffer copies past the L2, median us a launch, the least of alternated rounds; read bandwidth = the buffer's bytes
 over that time. sp24's own tuned 2:4 + int4 launches on the 8B shapes of the same bytes, and a device-to-device
@@ -35,6 +36,7 @@ L2_ROTATION = 2  # copies of every buffer: at least twice the L2 in a round
 # (label, mode, CTAs an SM, stages, stage bytes)
 WAYS = (("registers, 2 CTAs/SM", 0, 2, 0, 0),
         ("compute alone (registers' loop, no loads)", 3, 2, 0, 0),
+        ("hybrid: even steps in registers, odd by cp.async, 2 CTAs/SM", 4, 2, 0, 0),
         ("bulk ring, 1 CTA/SM, 6 x 32 KB", 1, 1, 6, 32768),
         ("bulk ring, 2 CTAs/SM, 6 x 16 KB", 1, 2, 6, 16384),
         ("bulk ring, 2 CTAs/SM, 8 x 8 KB", 1, 2, 8, 8192),
