@@ -250,9 +250,10 @@ __global__ void __launch_bounds__(256) cp_async_kernel(const char* __restrict__ 
 
 extern "C" {
 
-// mode 0 / 1 / 2 (see the top), 3 (mode 0 without its loads: the compute alone), 4 (hybrid_kernel) over `bytes` of w (a multiple of
-// 4096 for modes 0, 3 and 4, of stage_bytes for 1 and 2); `ctas` CTAs (modes 1 and 2: what their shared memory allows);
-// `chain` 1 for one dependent chain of arithmetic a piece, 0 for four; `out` holds a word per thread.
+// mode 0 / 1 / 2 (see the top), 3 (mode 0 without its loads: the compute alone), 4 (hybrid_kernel) over `bytes` of w
+// (a multiple of 4096 for modes 0, 3 and 4, of stage_bytes for 1 and 2); `ctas` CTAs (modes 1 and 2: what their
+// shared memory allows); `chain` 1 for one dependent chain of arithmetic a piece, 0 for four; `out` holds a word per
+// thread.
 int stream_launch(int mode, const void* w, size_t bytes, void* out, int work, int ctas, int stages, int stage_bytes,
                   int chain, void* stream) {
   const cudaStream_t st = static_cast<cudaStream_t>(stream);

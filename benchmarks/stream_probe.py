@@ -1,13 +1,13 @@
 """Can a producer warp with bulk copies into a shared-memory ring hide a codes kernel's compute under its loads, where
-sp24's register buffers cannot? `stream_probe.cu` streams a weight-sized buffer from HBM three ways (mode 0: each
+sp24's register buffers cannot? `stream_probe.cu` streams a weight-sized buffer from HBM four ways (mode 0: each
 warp's own 16-byte loads into two register buffers, as sp24.cu; mode 1: one producer warp, cp.async.bulk into a ring
 of stages with mbarriers, eight consumer warps; mode 2: cp.async by every thread into a ring, Marlin's multistage
-pattern; mode 4: mode 0 with every other step through the warp's own shared memory by cp.async, waited on
-apart from the register loads) while spending `work` rounds of integer arithmetic on every 16 bytes (four independent chains a piece, or
-one with --chain), and mode 0's loop without its loads times the compute alone. Graph replays round-robin over
-buffer copies past the L2, median us a launch, the least of alternated rounds; read bandwidth = the buffer's bytes
-over that time. sp24's own tuned 2:4 + int4 launches on the 8B shapes of the same bytes, and a device-to-device
-copy, are timed in the same rounds for scale.
+pattern; mode 4: mode 0 with every other step through the warp's own shared memory by cp.async, waited on apart from
+the register loads) while spending `work` rounds of integer arithmetic on every 16 bytes (four independent chains a
+piece, or one with --chain), and mode 0's loop without its loads times the compute alone. Graph replays round-robin
+over buffer copies past the L2, median us a launch, the least of alternated rounds; read bandwidth = the buffer's
+bytes over that time. sp24's own tuned 2:4 + int4 launches on the 8B shapes of the same bytes, and a device-to-
+device copy, are timed in the same rounds for scale.
 
     python benchmarks/stream_probe.py --out results/stream_probe_h200.md
 """
