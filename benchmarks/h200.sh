@@ -591,6 +591,12 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease62)  # thirty-ninth session (about 1 minute, no model; carry .kcachez as for lease61): stream_probe.py again
+    # with its mode 4 (every other step through the warp's shared memory by cp.async) beside the other ways
+    # (stream_probe_h200_hybrid.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 400 python3 benchmarks/stream_probe.py --out "$OUT/stream_probe_h200_hybrid.md" 2>&1 \
+      | grep -E "^\||rror" | grep -E "hybrid|registers|sp24|rror" || true ;;
   lease61)  # thirty-ninth session (about 3 minutes, no model; carry .kcachez with sp24 of the current sp24.cu):
     # benchmarks/stream_probe.cu built here (a few seconds of nvcc), then stream_probe.py: a weight-sized buffer
     # streamed through register buffers, a bulk-copy ring with a producer warp and a cp.async ring, with 0-12 rounds of
