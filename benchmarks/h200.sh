@@ -591,6 +591,18 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease63)  # thirty-ninth session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
+    # sp24-int4-hybrid and sp24-early-int4-hybrid of the current sp24.cu): 2:4 + int4 with every other step through
+    # the warp's shared memory by cp.async (SP24_INT4_HYBRID) against the default and early builds, 8B + 14B shapes,
+    # each build's fastest of 12 splits/slices against cuBLAS in the same rounds, bit for bit, at batch 1, 8 and 16
+    # (ablate_int4_hybrid_h200_bN.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    for b in 1 8 16; do
+      timeout 170 python3 benchmarks/ablate_probe.py --kinds int4 --batch $b --models llama-3.1-8b qwen3-14b \
+        --slices 1 2 4 8 --splits 1 2 4 --builds "default=" "early=-DSP24_EARLY_TRIGGER=1" \
+        "hybrid=-DSP24_INT4_HYBRID=1" "early, hybrid=-DSP24_EARLY_TRIGGER=1,-DSP24_INT4_HYBRID=1" \
+        --out "$OUT/ablate_int4_hybrid_h200_b$b.md" 2>&1 | grep -E "^\| (build|default|early|hybrid)|rror| NO " || true
+    done ;;
   lease62)  # thirty-ninth session (about 1 minute, no model; carry .kcachez as for lease61): stream_probe.py again
     # with its mode 4 (every other step through the warp's shared memory by cp.async) beside the other ways
     # (stream_probe_h200_hybrid.md)

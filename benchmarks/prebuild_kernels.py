@@ -42,6 +42,9 @@ LIBRARIES = {
     "sp24-quads": ("sp24.cu", ("-DSP24_QUADS",)),  # quad-placed slots (16:32+4q), sp24.tile_quads
     # ablate_probe.py --builds (int4 CTAs a multiprocessor): the early build with 3 CTAs, and 3 or 4 with one buffer
     "sp24-early-int4-3ctas": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_CTAS=3")),
+    # ablate_probe.py --builds: every other int4 step through shared memory by cp.async (SP24_INT4_HYBRID)
+    "sp24-int4-hybrid": ("sp24.cu", ("-DSP24_INT4_HYBRID=1",)),
+    "sp24-early-int4-hybrid": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_HYBRID=1")),
     **{f"sp24-early-int4-{n}ctas-1buffer": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", f"-DSP24_INT4_CTAS={n}",
                                                         "-DSP24_INT4_BUFFERS=1")) for n in (3, 4)},
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4

@@ -303,6 +303,80 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
   (void)groups;
 }
 
+// SP24_INT4_HYBRID (a build of its own; default 0): 2:4 + int4 weights without slots bring every other step of a warp
+// through the warp's own slot of shared memory by cp.async instead of into registers: step wstep0 + 2i into registers
+// (load_step), step wstep0 + 2i + 1 into the slot (copy_step), read back by each lane from the bytes it copied
+// (read_slot) after `cp.async.wait_group 0`. The register loads and the cp.async groups are waited on apart (a load
+// scoreboard; a DEPBAR on the groups), so a warp computes its register step while the other step's bytes are still
+// on their way; with two register buffers ptxas gives every weight load one scoreboard and the first use of either
+// buffer waits for both (nineteenth section of benchmarks/CUDA_KERNEL_NOTES.md). benchmarks/stream_probe.py measured
+// the pattern (its mode 4) against register buffers with compute on every 16 bytes: equal with no compute, 3-7%
+// faster with it (results/stream_probe_h200_hybrid.md). A slot: the step's a and metadata pieces at the offsets the
+// lanes' global loads have (piece j of lane l at 512 j + 16 l), then its scale words (word j of lane l at
+// 4 (32 j + l)).
+#ifndef SP24_INT4_HYBRID
+#define SP24_INT4_HYBRID 0
+#endif
+template <int CODE, int SPS>
+struct StepSlot {
+  static constexpr int pieces = Steps<CODE>::a_loads + Steps<CODE>::meta_loads;  // 16-byte pieces a lane
+  static constexpr int bytes = pieces * 512 + (CODE == 4 ? SPS : 0) * 128;      // a warp's slot
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(char* dst, const char* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(char* dst, const char* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+
+// load_step's bytes of `step` (no slots, not dense) into this lane's places of the warp's slot, as one commit group
+// (an empty group when `copy` is false, so that `cp.async.wait_group 0` always means the last step asked for)
+template <int CODE, int SPS>
+__device__ __forceinline__ void copy_step(char* slot, bool copy, const char* a, const char* meta, const char* scales,
+                                          int step, int lane, int t, int g, int gk_shift) {
+  using S = Steps<CODE>;
+  if (copy) {
+#pragma unroll
+    for (int j = 0; j < S::a_loads; ++j)
+      cp_async16(slot + 512 * j + 16 * lane, a + (static_cast<size_t>(step) * S::a_loads + j) * 512 + 16 * lane);
+    const char* mp = meta + ((static_cast<size_t>(step) * 16 + 2 * g + (t & 1)) * S::ks +
+                             (SP24_HALF_META ? (t >> 1) * S::meta_words : 0)) * 4;
+#pragma unroll
+    for (int j = 0; j < S::meta_loads; ++j) cp_async16(slot + 512 * (S::a_loads + j) + 16 * lane, mp + 16 * j);
+    if constexpr (CODE == 4) {
+#pragma unroll
+      for (int j = 0; j < SPS; ++j) {
+        const int group = (step * S::ks + j * (S::ks / SPS)) >> gk_shift;
+        cp_async4(slot + 512 * StepSlot<CODE, SPS>::pieces + 4 * (32 * j + lane),
+                  scales + (static_cast<size_t>(group) * 8 + g) * 4);
+      }
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// the step copy_step put in the slot, into registers as load_step leaves them
+template <int CODE, int SPS>
+__device__ __forceinline__ void read_slot(StepRegs<CODE, SPS>& r, const char* slot, int lane) {
+  using S = Steps<CODE>;
+#pragma unroll
+  for (int j = 0; j < S::a_loads; ++j) r.a[j] = *reinterpret_cast<const uint4*>(slot + 512 * j + 16 * lane);
+#pragma unroll
+  for (int j = 0; j < S::meta_loads; ++j)
+    r.m[j] = *reinterpret_cast<const uint4*>(slot + 512 * (S::a_loads + j) + 16 * lane);
+  if constexpr (CODE == 4) {
+#pragma unroll
+    for (int j = 0; j < SPS; ++j)
+      r.s[j] = *reinterpret_cast<const uint32_t*>(slot + 512 * StepSlot<CODE, SPS>::pieces + 4 * (32 * j + lane));
+  }
+}
+
 // OVER: the products of this lane's 8 slots of a step with every row of x (p[h][b]: row g + 8h, row b of x), in one
 // of three loop orders (OVER, see sp24_launch's `over_loop`):
 // 1, rows of x outer: value and offset of the 8 slots decoded once, then one row of x at a time, left at the first row
@@ -688,13 +762,21 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* oc_tile = OVER != 0 ? over_o + tile_row * slot_steps * 256 : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
-  constexpr int NB = CODE == 4 && OVER == 0 && !DENSE ? SP24_INT4_BUFFERS : kBuffers;
+  // SP24_INT4_HYBRID: one register buffer and the warp's slot of shared memory (see copy_step)
+  // (not for 32-column scale groups: their slots, 40 KB a CTA, would pass the 48 KB of static shared memory)
+  constexpr bool kHybrid = SP24_INT4_HYBRID && CODE == 4 && OVER == 0 && !DENSE && SP24_ABLATE == 0 && SPS <= 8;
+  constexpr int NB = kHybrid ? 1 : CODE == 4 && OVER == 0 && !DENSE ? SP24_INT4_BUFFERS : kBuffers;
+  __shared__ __align__(16) char step_slots[kHybrid ? kWarps * StepSlot<CODE, SPS>::bytes : 16];
+  char* slot = step_slots + (kHybrid ? warp * StepSlot<CODE, SPS>::bytes : 0);
   StepRegs<CODE, SPS> r[NB];
 #pragma unroll
   for (int b = 0; b < NB; ++b)
     if (active && wstep0 + b < wstep1)
       load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t,
                                              g, gk_shift, groups);
+  if constexpr (kHybrid)
+    copy_step<CODE, SPS>(slot, active && wstep0 + 1 < wstep1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g,
+                         gk_shift);
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -784,7 +866,23 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int b = 0; b < 8 * NT; ++b) p[h][b] = 0.f;
-  if (active) {
+  if constexpr (kHybrid) {
+    if (active) {
+      // step wstep0 + 2i from the registers, then wstep0 + 2i + 1 from the slot; each refilled two steps further
+      for (int step = wstep0; step < wstep1; step += 2) {
+        compute_step<T, NT, CODE, SPS, DENSE>(acc, r[0], xs, xstride, step - step0, g, t, batch);
+        if (step + 2 < wstep1)
+          load_step<CODE, SPS, false, DENSE>(r[0], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 2, lane, t, g,
+                                             gk_shift, groups);
+        if (step + 1 >= wstep1) break;
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // a lane reads back only the bytes it copied
+        StepRegs<CODE, SPS> from_slot;
+        read_slot<CODE, SPS>(from_slot, slot, lane);
+        compute_step<T, NT, CODE, SPS, DENSE>(acc, from_slot, xs, xstride, step + 1 - step0, g, t, batch);
+        copy_step<CODE, SPS>(slot, step + 3 < wstep1, a_tile, m_tile, s_tile, step + 3, lane, t, g, gk_shift);
+      }
+    }
+  } else if (active) {
     // buffer b holds steps wstep0 + b + NB·i: computed, then refilled with the step NB further
     for (int step = wstep0; step < wstep1; step += NB) {
 #pragma unroll
