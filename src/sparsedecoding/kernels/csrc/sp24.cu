@@ -311,9 +311,11 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 // on their way; with two register buffers ptxas gives every weight load one scoreboard and the first use of either
 // buffer waits for both (nineteenth section of benchmarks/CUDA_KERNEL_NOTES.md). benchmarks/stream_probe.py measured
 // the pattern (its mode 4) against register buffers with compute on every 16 bytes: equal with no compute, 3-7%
-// faster with it (results/stream_probe_h200_hybrid.md). A slot: the step's a and metadata pieces at the offsets the
-// lanes' global loads have (piece j of lane l at 512 j + 16 l), then its scale words (word j of lane l at
-// 4 (32 j + l)).
+// faster with it (results/stream_probe_h200_hybrid.md). In sp24 it gained nothing: int4 geomean vs cuBLAS on the 8B
+// + 14B shapes 3.261x against 3.240x at batch 1, 3.407x against 3.423x with the early trigger, within 1% at 8 and
+// 16, bit for bit the default build's products (results/ablate_int4_hybrid_h200_b{1,8,16}.md); kept for probes.
+// A slot: the step's a and metadata pieces at the offsets the lanes' global loads have (piece j of lane l at
+// 512 j + 16 l), then its scale words (word j of lane l at 4 (32 j + l)).
 #ifndef SP24_INT4_HYBRID
 #define SP24_INT4_HYBRID 0
 #endif
