@@ -591,6 +591,15 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease64)  # thirty-ninth session (about 2 minutes, no model; carry .kcachez with sp24, sp24-ablate9,
+    # sp24-early-trigger and sp24-early-ablate9 of the current sp24.cu): what staging x costs at batch 1, 2:4 + int4 and
+    # bf16, 8B + 14B shapes, each build's fastest of 12 splits/slices against cuBLAS in the same rounds; the builds
+    # without staging (SP24_ABLATE=9) compute wrong products on purpose (ablate_staging_h200.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 400 python3 benchmarks/ablate_probe.py --kinds int4 bf16 --models llama-3.1-8b qwen3-14b \
+      --slices 1 2 4 8 --splits 1 2 4 --builds "default=" "no x staging=-DSP24_ABLATE=9" \
+      "early=-DSP24_EARLY_TRIGGER=1" "early, no x staging=-DSP24_EARLY_TRIGGER=1,-DSP24_ABLATE=9" \
+      --out "$OUT/ablate_staging_h200.md" 2>&1 | grep -E "^\| (build|default|early|no x)|rror" || true ;;
   lease63)  # thirty-ninth session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
     # sp24-int4-hybrid and sp24-early-int4-hybrid of the current sp24.cu): 2:4 + int4 with every other step through
     # the warp's shared memory by cp.async (SP24_INT4_HYBRID) against the default and early builds, 8B + 14B shapes,

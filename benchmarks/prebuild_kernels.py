@@ -32,10 +32,11 @@ LIBRARIES = {
     "sp24-columns-int4-step8": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_INT4_KS=8")),
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
-    **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5)},  # ablate_probe.py
+    **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5, 9)},  # ablate_probe.py
     # ablate_probe.py --kinds slots: the slots on the tensor cores, one part taken out
     **{f"sp24-columns-ablate{n}": ("sp24.cu", ("-DSP24_COLUMNS", f"-DSP24_ABLATE={n}")) for n in (6, 7, 8)},
-    "sp24-early-trigger": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1",)),  # ablate_probe.py --builds, h200.sh early-trigger
+    "sp24-early-trigger": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1",)),
+    "sp24-early-ablate9": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_ABLATE=9")),  # ablate_probe.py --builds  # ablate_probe.py --builds, h200.sh early-trigger
     "sp24-columns-early-trigger": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_EARLY_TRIGGER=1")),  # the slots' columns order
     # SPARSEDECODING_SP24_MMA_CTAS=1: the slots on the tensor cores under the one-CTA launch bound
     "sp24-columns-mma-one-cta": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_OVER_MMA_CTAS=1")),

@@ -104,7 +104,8 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 // loads alone (each loaded word XORed into the sums once: no x, no dequantization, no MMAs). For the slots on the
 // tensor cores (OVER 4): 6, each lane's own offset word in place of the holder's shuffle; 7, the shuffle kept but
 // each gathered row moved to a place whose bank group is its lane's (no bank conflicts); 8, no slot MMAs and no
-// gathers (the slot words are still loaded and kept live).
+// gathers (the slot words are still loaded and kept live). 9: no staging of x without the RMSNorm in front (the
+// shared memory holds whatever it holds; the barrier stays): what the staging costs.
 #ifndef SP24_ABLATE
 #define SP24_ABLATE 0
 #endif
@@ -832,7 +833,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       }
     }
   } else {
-    for (int idx = tid; idx < batch * units; idx += kThreads) {
+    for (int idx = tid; idx < (SP24_ABLATE == 9 ? 0 : batch * units); idx += kThreads) {
       const int n = idx / units, u = idx % units, col = col0 + 8 * u;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if constexpr (DENSE) {  // x's columns col / 2 .. col / 2 + 3 in words 0 and 2 (see the top)
