@@ -591,6 +591,15 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease65)  # thirty-ninth session (about 2 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
+    # sp24-multicast2 and sp24-early-multicast2 of the current sp24.cu): x staged by multicast bulk copies in clusters of
+    # two CTAs (SP24_MULTICAST=2) against the default and early builds, 2:4 + int4 at batch 1, 8B + 14B shapes, each
+    # build's fastest of 12 splits/slices against cuBLAS in the same rounds, bit for bit (ablate_multicast_h200.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 300 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b \
+      --slices 1 2 4 8 --splits 1 2 4 --builds "default=" "early=-DSP24_EARLY_TRIGGER=1" \
+      "multicast 2=-DSP24_MULTICAST=2" "early, multicast 2=-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2" \
+      --out "$OUT/ablate_multicast_h200.md" 2>&1 | grep -E "^\| (build|default|early|multicast)|rror| NO " || true ;;
   lease64)  # thirty-ninth session (about 2 minutes, no model; carry .kcachez with sp24, sp24-ablate9,
     # sp24-early-trigger and sp24-early-ablate9 of the current sp24.cu): what staging x costs at batch 1, 2:4 + int4 and
     # bf16, 8B + 14B shapes, each build's fastest of 12 splits/slices against cuBLAS in the same rounds; the builds

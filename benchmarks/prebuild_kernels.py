@@ -43,6 +43,9 @@ LIBRARIES = {
     "sp24-quads": ("sp24.cu", ("-DSP24_QUADS",)),  # quad-placed slots (16:32+4q), sp24.tile_quads
     # ablate_probe.py --builds (int4 CTAs a multiprocessor): the early build with 3 CTAs, and 3 or 4 with one buffer
     "sp24-early-int4-3ctas": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_CTAS=3")),
+    # ablate_probe.py --builds: x staged by multicast bulk copies in clusters of 2 or 4 CTAs (SP24_MULTICAST)
+    **{f"sp24-multicast{c}": ("sp24.cu", (f"-DSP24_MULTICAST={c}",)) for c in (2, 4)},
+    **{f"sp24-early-multicast{c}": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", f"-DSP24_MULTICAST={c}")) for c in (2, 4)},
     # ablate_probe.py --builds: every other int4 step through shared memory by cp.async (SP24_INT4_HYBRID)
     "sp24-int4-hybrid": ("sp24.cu", ("-DSP24_INT4_HYBRID=1",)),
     "sp24-early-int4-hybrid": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_HYBRID=1")),

@@ -487,6 +487,25 @@ __device__ __forceinline__ uint4 ldmatrix_x4_trans(uint32_t at) {
   return v;
 }
 
+// SP24_MULTICAST C (a build of its own, C = 2 or 4; default 0, off): the kernels without the RMSNorm in front, slots
+// or dense weights run in clusters of C CTAs along the row blocks, and stage x unpermuted (rows `xstride` = 2·columns
+// + 16 bytes apart): each CTA of a cluster copies a C-th of every row with one cp.async.bulk multicast into all C
+// CTAs' shared memory, counted on each CTA's mbarrier, so the L2 serves x once a cluster rather than once a CTA; the
+// MMAs take B by ldmatrix (non-transposed: lane (g, t) gets row g, columns 2t, 2t + 1 of matrix m, which is B
+// register m). Staging x in every CTA costs 0.8-2.1 us of the 8B down at batch 1 (results/ablate_staging_h200.md).
+#ifndef SP24_MULTICAST
+#define SP24_MULTICAST 0
+#endif
+static_assert(SP24_MULTICAST == 0 || SP24_MULTICAST == 2 || SP24_MULTICAST == 4, "SP24_MULTICAST: 0, 2 or 4");
+
+__device__ __forceinline__ uint4 ldmatrix_x4(uint32_t at) {
+  uint4 v;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(at));
+  return v;
+}
+
 // OVER 4: the slots of a slot step (16-bit values) on the tensor cores, one mma.sp m16n8k32 per k-tile and 8 rows of
 // x into the 2:4 part's accumulators. The k-tile's 32 slots (16 rows, two each) become a 2:4 A whose B rows are their
 // columns of x: row g's slots (and row g + 8's) go to MMA group G = (g + j) % 8 of k-tile j, B rows 4G + 2h + s for
@@ -586,7 +605,7 @@ __device__ __forceinline__ uint32_t quad_meta_bits(uint32_t nib, int c, int t) {
   return ((nib >> 1) & 1u) == static_cast<uint32_t>(t & 1) && p != 3u ? p << at : 0u;
 }
 
-template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false>
+template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false>
 __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, int k,
                                              const char* xs, int xstride, int local_step, int g, int t, int batch,
                                              uint2 nb = make_uint2(0u, 0u)) {
@@ -623,8 +642,15 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   for (int j = 0; j < NT; ++j) {
     // rows of x past the batch read the last row: their sums are never written, and no zeroing or predicate
     // is spent on them
-    const int row = min(8 * j + g, batch - 1);
-    const uint4 b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
+    uint4 b;
+    if constexpr (RAW) {  // x unpermuted (SP24_MULTICAST): lane 8m + r gives row r of matrix m (columns 8m..8m + 7)
+      const int lane = 4 * g + t;
+      const int row = min(8 * j + (lane & 7), batch - 1);
+      b = ldmatrix_x4(static_cast<uint32_t>(__cvta_generic_to_shared(xs + row * xstride + 64 * tile + 16 * (lane >> 3))));
+    } else {
+      const int row = min(8 * j + g, batch - 1);
+      b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
+    }
     if constexpr (SP24_ABLATE == 3) {
       acc[j][0] += __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b.x ^ b.y ^ b.z ^ b.w ^ e) & 0x3FFFFFFFu);
     } else {
@@ -647,7 +673,7 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   }
 }
 
-template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false>
+template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false>
 __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
                                              int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
@@ -658,7 +684,8 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
       compute_tile<T, NT, CODE, SPS, DENSE, true>(acc, r, k, xs, xstride, local_step, g, t, batch, nb);
   } else if constexpr (CODE != 4) {
 #pragma unroll
-    for (int k = 0; k < S::ks; ++k) compute_tile<T, NT, CODE, SPS, DENSE>(acc, r, k, xs, xstride, local_step, g, t, batch);
+    for (int k = 0; k < S::ks; ++k)
+      compute_tile<T, NT, CODE, SPS, DENSE, false, RAW>(acc, r, k, xs, xstride, local_step, g, t, batch);
   } else {
     // int4: each scale group's MMAs sum into `part`, which its rows' scales (fp32) then add into acc
 #pragma unroll
@@ -668,7 +695,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
       for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
 #pragma unroll
       for (int k = s * (S::ks / SPS); k < (s + 1) * (S::ks / SPS); ++k)
-        compute_tile<T, NT, CODE, SPS, DENSE>(part, r, k, xs, xstride, local_step, g, t, batch);
+        compute_tile<T, NT, CODE, SPS, DENSE, false, RAW>(part, r, k, xs, xstride, local_step, g, t, batch);
       const float sg = __uint_as_float(r.s[s] << 16), sg8 = __uint_as_float(r.s[s] & 0xFFFF0000u);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -765,6 +792,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* oc_tile = OVER != 0 ? over_o + tile_row * slot_steps * 256 : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
+  // SP24_MULTICAST: x staged unpermuted by multicast bulk copies in clusters (see ldmatrix_x4)
+  constexpr bool kRawX = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0;
+  __shared__ __align__(8) uint64_t x_landed;  // kRawX: the mbarrier that counts x's bytes in this CTA
   // SP24_INT4_HYBRID: one register buffer and the warp's slot of shared memory (see copy_step)
   // (not for 32-column scale groups: their slots, 40 KB a CTA, would pass the 48 KB of static shared memory)
   constexpr bool kHybrid = SP24_INT4_HYBRID && CODE == 4 && OVER == 0 && !DENSE && SP24_ABLATE == 0 && SPS <= 8;
@@ -780,6 +810,15 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   if constexpr (kHybrid)
     copy_step<CODE, SPS>(slot, active && wstep0 + 1 < wstep1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g,
                          gk_shift);
+  if constexpr (kRawX) {  // every CTA's mbarrier ready before any CTA of the cluster multicasts into it
+    if (tid == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(
+                       static_cast<uint32_t>(__cvta_generic_to_shared(&x_landed)))
+                   : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  }
   // Only the weights (constant) are read before this point. With a programmatic launch (pdl) the CTA may have
   // started while the previous kernel on the stream was still running; the wait holds x, res, y and the split-K
   // buffers back until that kernel has finished and its writes are visible (without one it returns at once).
@@ -794,7 +833,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 
   // Stage x columns [32·ks·step0, 32·ks·step1), permuted, zero past `in`.
   const int col0 = step0 * S::ks * 32, cols = (step1 - step0) * S::ks * 32;
-  const int xstride = 2 * cols + 64;
+  const int xstride = kRawX ? 2 * cols + 16 : 2 * cols + 64;
   const int units = cols / 8;
   __shared__ float ss_part[NORM ? kWarps : 1][NORM ? 16 : 1];  // NORM: each warp's Σs² per row of x
   if constexpr (NORM) {
@@ -832,6 +871,43 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         if (lane == 0) ss_part[warp][n] = v;
       }
     }
+  } else if constexpr (kRawX) {
+    // the CTA's columns of each row of x: those inside `in` by the cluster's multicast copies (this CTA sends the
+    // rank-th C-th of every row to all C), zeros past it by this CTA's threads
+    const int valid = max(0, min(cols, in - col0));
+    const uint32_t row_bytes = 2u * static_cast<uint32_t>(valid);
+    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&x_landed));
+    if (tid == 0) {
+      uint32_t rank;
+      asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                   "r"(row_bytes * static_cast<uint32_t>(batch))
+                   : "memory");
+      const uint32_t chunk = (row_bytes / SP24_MULTICAST + 15u) & ~15u;
+      const uint32_t begin = min(row_bytes, chunk * rank), end = min(row_bytes, begin + chunk);
+      if (end > begin) {
+        for (int n = 0; n < batch; ++n) {
+          const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(xs + n * xstride + begin));
+          const char* src = reinterpret_cast<const char*>(x + static_cast<size_t>(n) * in + col0) + begin;
+          asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                       " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+                       "l"(src), "r"(end - begin), "r"(bar), "h"(static_cast<uint16_t>((1u << SP24_MULTICAST) - 1u))
+                       : "memory");
+        }
+      }
+    }
+    for (int idx = tid; idx < batch * (units - valid / 8); idx += kThreads) {
+      const int per_row = units - valid / 8, n = idx / per_row, u = valid / 8 + idx % per_row;
+      *reinterpret_cast<uint4*>(xs + n * xstride + 16 * u) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    asm volatile(
+        "{\n"
+        ".reg .pred landed;\n"
+        "wait_x:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 landed, [%0], 0;\n"
+        "@!landed bra wait_x;\n"
+        "}\n" ::"r"(bar)
+        : "memory");
   } else {
     for (int idx = tid; idx < (SP24_ABLATE == 9 ? 0 : batch * units); idx += kThreads) {
       const int n = idx / units, u = idx % units, col = col0 + 8 * u;
@@ -873,7 +949,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     if (active) {
       // step wstep0 + 2i from the registers, then wstep0 + 2i + 1 from the slot; each refilled two steps further
       for (int step = wstep0; step < wstep1; step += 2) {
-        compute_step<T, NT, CODE, SPS, DENSE>(acc, r[0], xs, xstride, step - step0, g, t, batch);
+        compute_step<T, NT, CODE, SPS, DENSE, false, kRawX>(acc, r[0], xs, xstride, step - step0, g, t, batch);
         if (step + 2 < wstep1)
           load_step<CODE, SPS, false, DENSE>(r[0], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 2, lane, t, g,
                                              gk_shift, groups);
@@ -881,7 +957,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // a lane reads back only the bytes it copied
         StepRegs<CODE, SPS> from_slot;
         read_slot<CODE, SPS>(from_slot, slot, lane);
-        compute_step<T, NT, CODE, SPS, DENSE>(acc, from_slot, xs, xstride, step + 1 - step0, g, t, batch);
+        compute_step<T, NT, CODE, SPS, DENSE, false, kRawX>(acc, from_slot, xs, xstride, step + 1 - step0, g, t,
+                                                            batch);
         copy_step<CODE, SPS>(slot, step + 3 < wstep1, a_tile, m_tile, s_tile, step + 3, lane, t, g, gk_shift);
       }
     }
@@ -891,7 +968,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
-        compute_step<T, NT, CODE, SPS, DENSE, OVER == 5>(acc, r[b], xs, xstride, step + b - step0, g, t, batch);
+        compute_step<T, NT, CODE, SPS, DENSE, OVER == 5, kRawX>(acc, r[b], xs, xstride, step + b - step0, g, t,
+                                                                batch);
         if constexpr (OVER == 5) {
           // the quad-placed slots were added inside compute_step, k-tile by k-tile
         } else if constexpr (OVER == 4) {
@@ -1085,16 +1163,27 @@ cudaError_t launch(const Problem& p) {
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
+  constexpr int cluster = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0 ? SP24_MULTICAST : 1;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((p.row_tiles + cta_tiles - 1) / cta_tiles, used);
+  // SP24_MULTICAST: whole clusters along the row blocks; the CTAs past the last row block only stage x and exit
+  config.gridDim = dim3(((p.row_tiles + cta_tiles - 1) / cta_tiles + cluster - 1) / cluster * cluster, used);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = p.stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute[2];
+  int attributes = 0;
+  if (p.pdl) {
+    attribute[attributes].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[attributes++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attribute[attributes].id = cudaLaunchAttributeClusterDimension;
+    attribute[attributes].val.clusterDim.x = cluster;
+    attribute[attributes].val.clusterDim.y = 1;
+    attribute[attributes++].val.clusterDim.z = 1;
+  }
   config.attrs = attribute;
-  config.numAttrs = p.pdl ? 1 : 0;
+  config.numAttrs = attributes;
   return cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x), static_cast<const char*>(p.a),
                             static_cast<const char*>(p.meta), static_cast<const char*>(p.scales),
                             static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y), p.partials,
