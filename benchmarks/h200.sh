@@ -591,6 +591,13 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease66)  # thirty-ninth session (about 3 minutes, no model; carry .kcachez as for lease65): the kernel bench with
+    # x staged by multicast in clusters of two (SPARSEDECODING_SP24_MULTICAST=2), every tuned launch float64-checked,
+    # each also tuned and timed without it in the same run (sp24_h200_multicast2.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    (cd benchmarks && SPARSEDECODING_SP24_MULTICAST=2 PYTHONPATH=/tmp/site:$PWD/../src timeout 420 python3 \
+      sp24_bench.py --no-sweep --baseline SPARSEDECODING_SP24_MULTICAST=0 --out "$OUT/sp24_h200_multicast2.md" \
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
   lease65)  # thirty-ninth session (about 2 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
     # sp24-multicast2 and sp24-early-multicast2 of the current sp24.cu): x staged by multicast bulk copies in clusters of
     # two CTAs (SP24_MULTICAST=2) against the default and early builds, 2:4 + int4 at batch 1, 8B + 14B shapes, each

@@ -267,6 +267,41 @@ def test_sp24_builds_follow_the_mma_ctas_setting(monkeypatch):
         settings()
 
 
+def test_sp24_builds_follow_the_multicast_setting(monkeypatch):
+    """SPARSEDECODING_SP24_MULTICAST=2 or 4 asks plain launches (no RMSNorm in front, no slots, not dense) for a build
+    with -DSP24_MULTICAST=C, after the other defines (the order the offline builds use), and keeps their tuned
+    launches apart from the default's; launches with the RMSNorm in front and slotted weights keep theirs; a value
+    other than 0, 2 or 4 is refused by name."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_MULTICAST_SETTING, KernelChoiceError, settings, sp24_multicast_setting
+    from sparsedecoding.kernels.overflow import split_overflow
+    from sparsedecoding.patterns import SparsityPattern
+    from sparsedecoding.solvers import capped_keep_mask
+
+    built = fake_sp24_libraries(monkeypatch)
+    monkeypatch.delenv(SP24_MULTICAST_SETTING, raising=False)
+    assert sp24_multicast_setting() == 0
+    plain = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    weight = random_nm_weight(32, 1024, 16, 32, torch.bfloat16, seed=5)
+    slotted = sp24.tile_overflow(split_overflow(weight * capped_keep_mask(weight.abs(), SparsityPattern.parse(
+        "16:32+2"))))
+    x, x_slotted = torch.randn(8, 256).bfloat16(), torch.randn(8, 1024).bfloat16()
+    keys = sp24.problem_key(x, plain), sp24.problem_key(x, plain, norm=True), sp24.problem_key(x_slotted, slotted)
+    assert sp24.multicast_of(plain, False) == 0
+    monkeypatch.setenv(SP24_MULTICAST_SETTING, "2")
+    assert sp24.multicast_of(plain, False) == 2
+    assert sp24.multicast_of(plain, True) == 0 and sp24.multicast_of(slotted, False) == 0
+    assert sp24.problem_key(x, plain) != keys[0]
+    assert sp24.problem_key(x, plain, norm=True) == keys[1] and sp24.problem_key(x_slotted, slotted) == keys[2]
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, plain)))["multicast"] == 2
+    sp24._load(early_trigger=True, multicast=2)
+    sp24._load(early_trigger=False, multicast=4)
+    assert built == [("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2"), ("-DSP24_MULTICAST=4",)]
+    monkeypatch.setenv(SP24_MULTICAST_SETTING, "3")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_MULTICAST='3'"):
+        settings()
+
+
 def test_auto_early_trigger_follows_the_engine_measurements(monkeypatch):
     """Under auto (and first under timed, the default) a launch takes the early-trigger build for 2:4 bf16 values and
     int8 codes (steps of 16) and for slotted bf16 weights at batch 1-4, the default build for int4 codes, dense int8

@@ -182,6 +182,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SP24_HALF_META", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_EARLY_TRIGGER", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_MMA_CTAS", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_SP24_MULTICAST", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_INT8_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_INT4_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_STEP_TUNE", raising=False)
@@ -197,7 +198,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_NM_MMA_GEOMETRY=default, "
                                "SPARSEDECODING_SP24_OVER_LOOP=auto, SPARSEDECODING_SP24_SLOTS=1, "
                                "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_EARLY_TRIGGER=timed, "
-                               "SPARSEDECODING_SP24_MMA_CTAS=2, "
+                               "SPARSEDECODING_SP24_MMA_CTAS=2, SPARSEDECODING_SP24_MULTICAST=0, "
                                "SPARSEDECODING_SP24_INT8_STEP=auto, "
                                "SPARSEDECODING_SP24_INT4_STEP=auto, "
                                "SPARSEDECODING_STEP_TUNE=1, "
@@ -219,7 +220,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     assert settings_line().endswith(", SPARSEDECODING_NM_MMA_GEOMETRY=chunk_words=4,warps=4, "
                                     "SPARSEDECODING_SP24_OVER_LOOP=rows, SPARSEDECODING_SP24_SLOTS=0, "
                                     "SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_SP24_EARLY_TRIGGER=1, "
-                                    "SPARSEDECODING_SP24_MMA_CTAS=2, "
+                                    "SPARSEDECODING_SP24_MMA_CTAS=2, SPARSEDECODING_SP24_MULTICAST=0, "
                                     "SPARSEDECODING_SP24_INT8_STEP=8, "
                                     "SPARSEDECODING_SP24_INT4_STEP=16, "
                                     "SPARSEDECODING_STEP_TUNE=0, "

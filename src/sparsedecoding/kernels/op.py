@@ -64,6 +64,8 @@ SP24_EARLY_TRIGGER_SETTING = "SPARSEDECODING_SP24_EARLY_TRIGGER"
 SP24_EARLY_TRIGGER_CHOICES = ("auto", "timed", "0", "1")
 SP24_MMA_CTAS_SETTING = "SPARSEDECODING_SP24_MMA_CTAS"
 SP24_MMA_CTAS_CHOICES = ("2", "1")
+SP24_MULTICAST_SETTING = "SPARSEDECODING_SP24_MULTICAST"
+SP24_MULTICAST_CHOICES = ("0", "2", "4")
 SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
 SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
 SP24_STEP_CHOICES = ("auto", "16", "8")
@@ -368,6 +370,17 @@ def sp24_mma_ctas_setting() -> int:
                        "2 (two CTAs a multiprocessor, the default) or 1 (one, no register spills)"))
 
 
+def sp24_multicast_setting() -> int:
+    """SPARSEDECODING_SP24_MULTICAST: "0" or unset (the default): every CTA of an sp24 launch stages its columns of x
+    itself, from the L2; "2" or "4": launches without the RMSNorm in front, slots or a dense weight run in clusters of
+    that many CTAs, which stage x once a cluster by multicast bulk copies (sp24.cu's SP24_MULTICAST, a build of its
+    own; the products are bit for bit the default build's). Measured at batch 1 on the 2:4 + int4 8B and 14B shapes,
+    under the early trigger: 3.468x cuBLAS against 3.301x with clusters of two (results/ablate_multicast_h200.md); off
+    by default until the tuned bench, the GPU tests and the engine have run it."""
+    return int(_choice(SP24_MULTICAST_SETTING, SP24_MULTICAST_CHOICES, "0",
+                       "0 (every CTA stages x, the default), 2 or 4 (clusters that stage x once by multicast)"))
+
+
 def sp24_early_trigger_timed() -> bool:
     """Whether SPARSEDECODING_SP24_EARLY_TRIGGER is "timed" (or unset): the tuners time both builds of sp24 and keep
     the faster (`sp24_early_trigger_setting`; `sp24.times_both_builds` says where)."""
@@ -467,6 +480,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value, SP24_MMA_CTAS_SETTING: sp24_mma_ctas_setting,
+            SP24_MULTICAST_SETTING: sp24_multicast_setting,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}

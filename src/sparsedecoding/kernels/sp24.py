@@ -39,7 +39,7 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_mma_ctas_setting, sp24_over_loop_setting, sp24_pdl_setting)
+                 sp24_mma_ctas_setting, sp24_multicast_setting, sp24_over_loop_setting, sp24_pdl_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -655,7 +655,7 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
           int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2,
-          quads: bool = False) -> ctypes.CDLL:
+          quads: bool = False, multicast: int = 0) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' loops on a column-major
     copy of x (over_loop 3 and 4), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
@@ -663,12 +663,13 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
     True with SP24_EARLY_TRIGGER=1 (default: SPARSEDECODING_SP24_EARLY_TRIGGER where it is 0 or 1; under auto and timed,
     a launch passes `early_trigger(w, batch)` and every other caller gets the default build); `mma_ctas` 1 (with
     `columns`) builds it with SP24_OVER_MMA_CTAS=1 (SPARSEDECODING_SP24_MMA_CTAS, for launches of the mma order);
-    `quads` the build with SP24_QUADS (quad-placed slots, over_loop 5)."""
+    `quads` the build with SP24_QUADS (quad-placed slots, over_loop 5); `multicast` 2 or 4 the build with
+    SP24_MULTICAST (SPARSEDECODING_SP24_MULTICAST, for launches without the RMSNorm in front, slots or dense weights)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
         early_trigger = bool(sp24_early_trigger_setting())
-    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads)
+    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads, multicast)
     with _lock:
         library = _libraries.get(key)
         if library is None:
@@ -677,7 +678,8 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
                 + (() if int4_ks == STEP_TILES[4] else (f"-DSP24_INT4_KS={int4_ks}",)) \
                 + (("-DSP24_EARLY_TRIGGER=1",) if early_trigger else ()) \
                 + (() if mma_ctas == 2 else (f"-DSP24_OVER_MMA_CTAS={mma_ctas}",)) \
-                + (("-DSP24_QUADS",) if quads else ())
+                + (("-DSP24_QUADS",) if quads else ()) \
+                + ((f"-DSP24_MULTICAST={multicast}",) if multicast else ())
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
@@ -790,9 +792,10 @@ class Sp24Launch:
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
         self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0]) if early is None else early
+        self.multicast = multicast_of(w, norm)
         self.library = _load(self.over_loop in COPIES, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
                              self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2,
-                             self.over_loop == QUADS)
+                             self.over_loop == QUADS, self.multicast)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -916,17 +919,26 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 
 # the fields of a `problem_key`, in order (`problem_text` reads them by name)
 PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight_shape", "code", "ks", "gk_shift",
-                      "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop", "mma_ctas")
+                      "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop", "mma_ctas",
+                      "multicast")
+
+
+def multicast_of(w: Sp24Weight, norm: bool) -> int:
+    """The cluster size a launch of w stages x with (SPARSEDECODING_SP24_MULTICAST): 0 where the setting is 0 and for
+    launches the multicast build leaves as they are (the RMSNorm in front, overflow slots, dense weights)."""
+    if norm or w.over_v is not None or w.dense:
+        return 0
+    return sp24_multicast_setting()
 
 
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
     launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and
-    _MMA_CTAS too (fields: PROBLEM_KEY_FIELDS)."""
+    _MMA_CTAS too; and _MULTICAST where it applies (`multicast_of`; fields: PROBLEM_KEY_FIELDS)."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,
-            sp24_mma_ctas_setting() if w.over_v is not None else None)
+            sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm))
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
