@@ -594,13 +594,14 @@ PY
   lease67)  # thirty-ninth session (about 5 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
     # sp24-(early-)multicast2/4 of the current sp24.cu): sp24's float64 GPU tests (odd shapes, every batch and launch,
     # GLU, any bf16 scales) under SPARSEDECODING_SP24_MULTICAST=2 (gpu_tests_h200_multicast2.log), then the kernel bench
-    # with clusters of four against two in the same run (sp24_h200_multicast4.md)
+    # with clusters of four against two in the same run, int4 (sp24_h200_multicast4.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
-    SPARSEDECODING_SP24_MULTICAST=2 timeout 170 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider \
+    SPARSEDECODING_SP24_MULTICAST=2 timeout 150 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider \
       -k "test_kernel_matches_float64 or glu_kernel or any_bf16_scales" 2>&1 | tail -4 \
       | tee "$OUT/gpu_tests_h200_multicast2.log" || true
-    (cd benchmarks && SPARSEDECODING_SP24_MULTICAST=4 PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 \
-      sp24_bench.py --no-sweep --baseline SPARSEDECODING_SP24_MULTICAST=2 --out "$OUT/sp24_h200_multicast4.md" \
+    (cd benchmarks && SPARSEDECODING_SP24_MULTICAST=4 PYTHONPATH=/tmp/site:$PWD/../src timeout 120 python3 \
+      sp24_bench.py --kinds int4 --no-sweep --baseline SPARSEDECODING_SP24_MULTICAST=2 \
+      --out "$OUT/sp24_h200_multicast4.md" \
       | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
   lease66)  # thirty-ninth session (about 3 minutes, no model; carry .kcachez as for lease65): the kernel bench with
     # x staged by multicast in clusters of two (SPARSEDECODING_SP24_MULTICAST=2), every tuned launch float64-checked,
