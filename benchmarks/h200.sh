@@ -591,6 +591,13 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease68)  # prepared in the thirty-ninth session, not yet run (about 8 minutes, no model; carry .kcachez with sp24,
+    # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): the 8B preset's engine with x staged by
+    # multicast in clusters of two against without, side by side (setting_ab_bench.py), 2:4 + int4 and 2:4 bf16 at
+    # batch 1 / 4 / 8: the evidence SPARSEDECODING_SP24_MULTICAST's default waits for
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    ab 280 SPARSEDECODING_SP24_MULTICAST "0 2" 2:4 int4 "1 4 8" multicast_h200_8b_int4.md
+    ab 280 SPARSEDECODING_SP24_MULTICAST "0 2" 2:4 bf16 "1 4 8" multicast_h200_8b.md ;;
   lease67)  # thirty-ninth session (about 5 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
     # sp24-(early-)multicast2/4 of the current sp24.cu): sp24's float64 GPU tests (odd shapes, every batch and launch,
     # GLU, any bf16 scales) under SPARSEDECODING_SP24_MULTICAST=2 (gpu_tests_h200_multicast2.log), then the kernel bench
