@@ -93,3 +93,15 @@ def test_ablate_probe_builds_summary_reads_against_the_kinds_target(monkeypatch)
     assert lines[5] == "| early, 3 CTAs | 4.000x | 4.000x | meets |"
     assert "target: none." in probe.builds_summary({"default": [1.0]}, "int4", 2, False)[0]
     assert "target: 1.30x." in probe.builds_summary({"default": [1.0]}, "bf16", 8, False)[0]
+
+
+def test_ablate_probe_refuses_splits_without_slices(monkeypatch, capsys):
+    """--splits pairs with --slices: alone it is refused before any GPU work, with one line and exit 2."""
+    import sys
+
+    probe = benchmark_module(monkeypatch, "ablate_probe")
+    monkeypatch.setattr(sys, "argv", ["ablate_probe.py", "--kinds", "int4", "--splits", "2"])
+    with pytest.raises(SystemExit) as exit_info:
+        probe.main()
+    assert exit_info.value.code == 2
+    assert "--splits pairs with --slices" in capsys.readouterr().err
