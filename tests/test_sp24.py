@@ -236,24 +236,31 @@ def test_sp24_builds_follow_the_early_trigger_setting(monkeypatch):
         settings()
 
 
+def _plain_and_slotted():
+    """(a plain 2:4 bf16 tiled weight 16x256, a 16:32+2 one 32x1024 with slots, x for each, 8 rows), on the CPU."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.overflow import split_overflow
+    from sparsedecoding.patterns import SparsityPattern
+    from sparsedecoding.solvers import capped_keep_mask
+
+    plain = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
+    weight = random_nm_weight(32, 1024, 16, 32, torch.bfloat16, seed=5)
+    slotted = sp24.tile_overflow(split_overflow(weight * capped_keep_mask(weight.abs(), SparsityPattern.parse(
+        "16:32+2"))))
+    return plain, slotted, torch.randn(8, 256).bfloat16(), torch.randn(8, 1024).bfloat16()
+
+
 def test_sp24_builds_follow_the_mma_ctas_setting(monkeypatch):
     """SPARSEDECODING_SP24_MMA_CTAS=1 asks launches of the tensor-core slot order for a build with
     -DSP24_OVER_MMA_CTAS=1 (the default asks for none); a slotted weight's tuned launch is not reused across the two
     values, a plain 2:4 weight's is; a value other than 1 or 2 is refused by name."""
     import sparsedecoding.kernels.sp24 as sp24
     from sparsedecoding.kernels.op import SP24_MMA_CTAS_SETTING, KernelChoiceError, settings, sp24_mma_ctas_setting
-    from sparsedecoding.kernels.overflow import split_overflow
-    from sparsedecoding.patterns import SparsityPattern
-    from sparsedecoding.solvers import capped_keep_mask
 
     built = fake_sp24_libraries(monkeypatch)
     monkeypatch.delenv(SP24_MMA_CTAS_SETTING, raising=False)
     assert sp24_mma_ctas_setting() == 2
-    plain = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
-    weight = random_nm_weight(32, 1024, 16, 32, torch.bfloat16, seed=5)
-    slotted = sp24.tile_overflow(split_overflow(weight * capped_keep_mask(weight.abs(), SparsityPattern.parse(
-        "16:32+2"))))
-    x, x_slotted = torch.randn(8, 256).bfloat16(), torch.randn(8, 1024).bfloat16()
+    plain, slotted, x, x_slotted = _plain_and_slotted()
     keys = sp24.problem_key(x, plain), sp24.problem_key(x_slotted, slotted)
     two = sp24._load(columns=True)
     monkeypatch.setenv(SP24_MMA_CTAS_SETTING, "1")
@@ -274,18 +281,11 @@ def test_sp24_builds_follow_the_multicast_setting(monkeypatch):
     other than 0, 2 or 4 is refused by name."""
     import sparsedecoding.kernels.sp24 as sp24
     from sparsedecoding.kernels.op import SP24_MULTICAST_SETTING, KernelChoiceError, settings, sp24_multicast_setting
-    from sparsedecoding.kernels.overflow import split_overflow
-    from sparsedecoding.patterns import SparsityPattern
-    from sparsedecoding.solvers import capped_keep_mask
 
     built = fake_sp24_libraries(monkeypatch)
     monkeypatch.delenv(SP24_MULTICAST_SETTING, raising=False)
     assert sp24_multicast_setting() == 0
-    plain = tile(pack_nm(random_nm_weight(16, 256, 2, 4, torch.bfloat16, seed=4), 2, 4))
-    weight = random_nm_weight(32, 1024, 16, 32, torch.bfloat16, seed=5)
-    slotted = sp24.tile_overflow(split_overflow(weight * capped_keep_mask(weight.abs(), SparsityPattern.parse(
-        "16:32+2"))))
-    x, x_slotted = torch.randn(8, 256).bfloat16(), torch.randn(8, 1024).bfloat16()
+    plain, slotted, x, x_slotted = _plain_and_slotted()
     keys = sp24.problem_key(x, plain), sp24.problem_key(x, plain, norm=True), sp24.problem_key(x_slotted, slotted)
     assert sp24.multicast_of(plain, False) == 0
     monkeypatch.setenv(SP24_MULTICAST_SETTING, "2")

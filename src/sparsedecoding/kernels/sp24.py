@@ -59,8 +59,8 @@ _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
 # by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS, SP24_INT4_KS, with SP24_EARLY_TRIGGER, SP24_OVER_MMA_CTAS,
-# with SP24_QUADS)
-_libraries: dict[tuple[bool, bool, int, int, bool, int, bool], ctypes.CDLL] = {}
+# with SP24_QUADS, SP24_MULTICAST)
+_libraries: dict[tuple[bool, bool, int, int, bool, int, bool, int], ctypes.CDLL] = {}
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 

@@ -479,11 +479,18 @@ __device__ __forceinline__ void over_step(float (&p)[2][8 * NT], const OV& ov, c
 // Four 8x8 matrices of 16-bit values from shared memory, transposed: lane 8i + r gives the (shared) address of row r
 // of matrix i (16 contiguous bytes), and register i of lane (g, t) receives elements (2t, g) and (2t + 1, g) of
 // matrix i.
-__device__ __forceinline__ uint4 ldmatrix_x4_trans(uint32_t at) {
+// four 8x8 matrices of 16-bit elements from shared memory, transposed (TRANS) or not
+template <bool TRANS>
+__device__ __forceinline__ uint4 ldmatrix_x4(uint32_t at) {
   uint4 v;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(at));
+  if constexpr (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(at));
   return v;
 }
 
@@ -497,14 +504,6 @@ __device__ __forceinline__ uint4 ldmatrix_x4_trans(uint32_t at) {
 #define SP24_MULTICAST 0
 #endif
 static_assert(SP24_MULTICAST == 0 || SP24_MULTICAST == 2 || SP24_MULTICAST == 4, "SP24_MULTICAST: 0, 2 or 4");
-
-__device__ __forceinline__ uint4 ldmatrix_x4(uint32_t at) {
-  uint4 v;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(at));
-  return v;
-}
 
 // OVER 4: the slots of a slot step (16-bit values) on the tensor cores, one mma.sp m16n8k32 per k-tile and 8 rows of
 // x into the 2:4 part's accumulators. The k-tile's 32 slots (16 rows, two each) become a 2:4 A whose B rows are their
@@ -546,7 +545,7 @@ __device__ __forceinline__ void over_mma_step(float (&acc)[NT][4], const uint4& 
         xt + 32 * j * 16 + (SP24_ABLATE == 7 ? ((lane & 7) | ((byte >> 1) & 0x18)) * 16 : byte * 8);
 #pragma unroll
     for (int part = 0; part < NT; ++part) {  // batch 9-16 for two n-tiles: no part past the batch
-      const uint4 b = ldmatrix_x4_trans(row + part * part_bytes);
+      const uint4 b = ldmatrix_x4<true>(row + part * part_bytes);
       mma_sp<kBf16, 0>(acc[part], a0, a1, a2, a3, b, 0xEEEE4444u);
     }
   }
@@ -646,7 +645,7 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     if constexpr (RAW) {  // x unpermuted (SP24_MULTICAST): lane 8m + r gives row r of matrix m (columns 8m..8m + 7)
       const int lane = 4 * g + t;
       const int row = min(8 * j + (lane & 7), batch - 1);
-      b = ldmatrix_x4(static_cast<uint32_t>(__cvta_generic_to_shared(xs + row * xstride + 64 * tile + 16 * (lane >> 3))));
+      b = ldmatrix_x4<false>(shared_address(xs + row * xstride + 64 * tile + 16 * (lane >> 3)));
     } else {
       const int row = min(8 * j + g, batch - 1);
       b = *reinterpret_cast<const uint4*>(xs + row * xstride + 64 * tile + 16 * t);
@@ -792,7 +791,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* oc_tile = OVER != 0 ? over_o + tile_row * slot_steps * 256 : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
-  // SP24_MULTICAST: x staged unpermuted by multicast bulk copies in clusters (see ldmatrix_x4)
+  // SP24_MULTICAST: x staged unpermuted by multicast bulk copies in clusters (see SP24_MULTICAST)
   constexpr bool kRawX = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0;
   __shared__ __align__(8) uint64_t x_landed;  // kRawX: the mbarrier that counts x's bytes in this CTA
   // SP24_INT4_HYBRID: one register buffer and the warp's slot of shared memory (see copy_step)
@@ -812,9 +811,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                          gk_shift);
   if constexpr (kRawX) {  // every CTA's mbarrier ready before any CTA of the cluster multicasts into it
     if (tid == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(
-                       static_cast<uint32_t>(__cvta_generic_to_shared(&x_landed)))
-                   : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&x_landed)) : "memory");
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -876,7 +873,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     // rank-th C-th of every row to all C), zeros past it by this CTA's threads
     const int valid = max(0, min(cols, in - col0));
     const uint32_t row_bytes = 2u * static_cast<uint32_t>(valid);
-    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&x_landed));
+    const uint32_t bar = shared_address(&x_landed);
     if (tid == 0) {
       uint32_t rank;
       asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
@@ -887,7 +884,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       const uint32_t begin = min(row_bytes, chunk * rank), end = min(row_bytes, begin + chunk);
       if (end > begin) {
         for (int n = 0; n < batch; ++n) {
-          const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(xs + n * xstride + begin));
+          const uint32_t dst = shared_address(xs + n * xstride + begin);
           const char* src = reinterpret_cast<const char*>(x + static_cast<size_t>(n) * in + col0) + begin;
           asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
                        " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
