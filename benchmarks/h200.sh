@@ -591,7 +591,7 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
-  lease68)  # prepared in the thirty-ninth session, not yet run (about 8 minutes, no model; carry .kcachez with sp24,
+  lease68)  # fortieth session (about 4 minutes, no model; carry .kcachez with sp24,
     # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): the 8B preset's engine with x staged by
     # multicast in clusters of two against without, side by side (setting_ab_bench.py), 2:4 + int4 and 2:4 bf16 at
     # batch 1 / 4 / 8: the evidence SPARSEDECODING_SP24_MULTICAST's default waits for

@@ -275,7 +275,7 @@ def test_sp24_builds_follow_the_mma_ctas_setting(monkeypatch):
 
 
 def test_sp24_builds_follow_the_multicast_setting(monkeypatch):
-    """SPARSEDECODING_SP24_MULTICAST=2 or 4 asks plain launches (no RMSNorm in front, no slots, not dense) for a build
+    """SPARSEDECODING_SP24_MULTICAST=2 (the default) or 4 asks plain launches (no RMSNorm in front, no slots, not dense) for a build
     with -DSP24_MULTICAST=C, after the other defines (the order the offline builds use), and keeps their tuned
     launches apart from the default's; launches with the RMSNorm in front and slotted weights keep theirs; a value
     other than 0, 2 or 4 is refused by name."""
@@ -284,7 +284,8 @@ def test_sp24_builds_follow_the_multicast_setting(monkeypatch):
 
     built = fake_sp24_libraries(monkeypatch)
     monkeypatch.delenv(SP24_MULTICAST_SETTING, raising=False)
-    assert sp24_multicast_setting() == 0
+    assert sp24_multicast_setting() == 2
+    monkeypatch.setenv(SP24_MULTICAST_SETTING, "0")
     plain, slotted, x, x_slotted = _plain_and_slotted()
     keys = sp24.problem_key(x, plain), sp24.problem_key(x, plain, norm=True), sp24.problem_key(x_slotted, slotted)
     assert sp24.multicast_of(plain, False) == 0
