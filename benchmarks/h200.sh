@@ -591,6 +591,26 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease69)  # fortieth session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
+    # sp24-(early-)multicast2 and sp24-early-multicast2-chunks1/2/8 of the current sp24.cu): x's multicast copies in
+    # chunks a warp waits for one by one (SP24_X_CHUNKS, default 4): sp24's float64 GPU tests under the defaults
+    # (gpu_tests_h200_x_chunks.log), then 1 / 2 / 4 / 8 chunks under the early trigger, 2:4 + int4 and bf16 at batch 1,
+    # 8B + 14B shapes, each build's fastest of 12 splits/slices against cuBLAS in the same rounds, bit for bit
+    # (ablate_x_chunks_h200.md), and 1 against 4 chunks at batch 8 at the tuned launches (ablate_x_chunks_h200_b8.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider \
+      -k "test_kernel_matches_float64 or glu_kernel or any_bf16_scales" 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_h200_x_chunks.log" || true
+    # the settings' own defines off, so that each build is the flags given (the libraries built offline)
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0
+    timeout 300 python3 benchmarks/ablate_probe.py --kinds int4 bf16 --models llama-3.1-8b qwen3-14b \
+      --slices 1 2 4 8 --splits 1 2 4 --builds "1 chunk=$early,-DSP24_X_CHUNKS=1" "2 chunks=$early,-DSP24_X_CHUNKS=2" \
+      "4 chunks=$early" "8 chunks=$early,-DSP24_X_CHUNKS=8" \
+      --out "$OUT/ablate_x_chunks_h200.md" 2>&1 | grep -E "^\| (build|[0-9] chunk)|rror| NO " || true
+    timeout 120 python3 benchmarks/ablate_probe.py --kinds int4 bf16 --models llama-3.1-8b qwen3-14b --batch 8 \
+      --builds "1 chunk=$early,-DSP24_X_CHUNKS=1" "4 chunks=$early" \
+      --out "$OUT/ablate_x_chunks_h200_b8.md" 2>&1 | grep -E "^\| (build|[0-9] chunk)|rror| NO " || true ;;
   lease68)  # fortieth session (about 4 minutes, no model; carry .kcachez with sp24,
     # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): the 8B preset's engine with x staged by
     # multicast in clusters of two against without, side by side (setting_ab_bench.py), 2:4 + int4 and 2:4 bf16 at
