@@ -591,8 +591,9 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
-  lease69)  # fortieth session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
-    # sp24-(early-)multicast2 and sp24-early-multicast2-chunks1/2/8 of the current sp24.cu): x's multicast copies in
+  lease69)  # fortieth session, run at commit "sp24: x's multicast copies in chunks" (about 3 minutes, no model; carry
+    # .kcachez with sp24, sp24-early-trigger, sp24-(early-)multicast2 and the three builds of SP24_X_CHUNKS=1/2/8, which
+    # the next commit removed again): x's multicast copies in
     # chunks a warp waits for one by one (SP24_X_CHUNKS, default 4): sp24's float64 GPU tests under the defaults
     # (gpu_tests_h200_x_chunks.log), then 1 / 2 / 4 / 8 chunks under the early trigger, 2:4 + int4 and bf16 at batch 1,
     # 8B + 14B shapes, each build's fastest of 12 splits/slices against cuBLAS in the same rounds, bit for bit

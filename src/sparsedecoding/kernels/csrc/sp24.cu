@@ -504,28 +504,6 @@ __device__ __forceinline__ uint4 ldmatrix_x4(uint32_t at) {
 #define SP24_MULTICAST 0
 #endif
 static_assert(SP24_MULTICAST == 0 || SP24_MULTICAST == 2 || SP24_MULTICAST == 4, "SP24_MULTICAST: 0, 2 or 4");
-// SP24_X_CHUNKS K (with SP24_MULTICAST; default 4): the CTA's columns of x arrive in K chunks of whole steps, each
-// counted on an mbarrier of its own, and a warp waits only for the chunk of the step it is about to compute, so the
-// first steps start while the rest of x is still on its way (1: every warp waits for the whole of x).
-#ifndef SP24_X_CHUNKS
-#define SP24_X_CHUNKS 4
-#endif
-static_assert(SP24_X_CHUNKS >= 1 && SP24_X_CHUNKS <= 16, "SP24_X_CHUNKS: 1 to 16");
-
-// Whether the mbarrier at shared address `bar` has completed the phase of the given parity.
-__device__ __forceinline__ bool mbarrier_done(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0u;
-}
 
 // OVER 4: the slots of a slot step (16-bit values) on the tensor cores, one mma.sp m16n8k32 per k-tile and 8 rows of
 // x into the 2:4 part's accumulators. The k-tile's 32 slots (16 rows, two each) become a 2:4 A whose B rows are their
@@ -815,11 +793,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   // SP24_MULTICAST: x staged unpermuted by multicast bulk copies in clusters (see SP24_MULTICAST)
   constexpr bool kRawX = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0;
-  // kRawX: the mbarriers that count the bytes of x's chunks in this CTA (SP24_X_CHUNKS), chunk c holding steps
-  // step0 + c·x_chunk onwards
-  __shared__ __align__(8) uint64_t x_landed[kRawX ? SP24_X_CHUNKS : 1];
-  const int x_chunk = (step1 - step0 + SP24_X_CHUNKS - 1) / SP24_X_CHUNKS;
-  const int x_chunks = x_chunk > 0 ? (step1 - step0 + x_chunk - 1) / x_chunk : 0;
+  __shared__ __align__(8) uint64_t x_landed;  // kRawX: the mbarrier that counts x's bytes in this CTA
   // SP24_INT4_HYBRID: one register buffer and the warp's slot of shared memory (see copy_step)
   // (not for 32-column scale groups: their slots, 40 KB a CTA, would pass the 48 KB of static shared memory)
   constexpr bool kHybrid = SP24_INT4_HYBRID && CODE == 4 && OVER == 0 && !DENSE && SP24_ABLATE == 0 && SPS <= 8;
@@ -837,8 +811,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                          gk_shift);
   if constexpr (kRawX) {  // every CTA's mbarrier ready before any CTA of the cluster multicasts into it
     if (tid == 0) {
-      for (int c = 0; c < x_chunks; ++c)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&x_landed[c])) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&x_landed)) : "memory");
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -896,31 +869,26 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       }
     }
   } else if constexpr (kRawX) {
-    // the CTA's columns of each row of x: those inside `in` by the cluster's multicast copies (chunk c of row n from
-    // the rank (c·batch + n) mod C, into all C CTAs), zeros past it by this CTA's threads; the warps wait for a
-    // chunk where they first need it (x_ready)
+    // the CTA's columns of each row of x: those inside `in` by the cluster's multicast copies (this CTA sends the
+    // rank-th C-th of every row to all C), zeros past it by this CTA's threads
     const int valid = max(0, min(cols, in - col0));
     const uint32_t row_bytes = 2u * static_cast<uint32_t>(valid);
-    const uint32_t chunk_bytes = 64u * S::ks * static_cast<uint32_t>(x_chunk);
-    if (warp == 0) {
+    const uint32_t bar = shared_address(&x_landed);
+    if (tid == 0) {
       uint32_t rank;
       asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-      if (lane < x_chunks) {
-        const uint32_t begin = min(row_bytes, chunk_bytes * lane), end = min(row_bytes, begin + chunk_bytes);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(&x_landed[lane])),
-                     "r"((end - begin) * static_cast<uint32_t>(batch))
-                     : "memory");
-      }
-      for (int piece = lane; piece < x_chunks * batch; piece += 32) {
-        const int c = piece / batch, n = piece % batch;
-        const uint32_t begin = min(row_bytes, chunk_bytes * c), end = min(row_bytes, begin + chunk_bytes);
-        if (piece % SP24_MULTICAST == static_cast<int>(rank) && end > begin) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                   "r"(row_bytes * static_cast<uint32_t>(batch))
+                   : "memory");
+      const uint32_t chunk = (row_bytes / SP24_MULTICAST + 15u) & ~15u;
+      const uint32_t begin = min(row_bytes, chunk * rank), end = min(row_bytes, begin + chunk);
+      if (end > begin) {
+        for (int n = 0; n < batch; ++n) {
           const uint32_t dst = shared_address(xs + n * xstride + begin);
           const char* src = reinterpret_cast<const char*>(x + static_cast<size_t>(n) * in + col0) + begin;
           asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
                        " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
-                       "l"(src), "r"(end - begin), "r"(shared_address(&x_landed[c])),
-                       "h"(static_cast<uint16_t>((1u << SP24_MULTICAST) - 1u))
+                       "l"(src), "r"(end - begin), "r"(bar), "h"(static_cast<uint16_t>((1u << SP24_MULTICAST) - 1u))
                        : "memory");
         }
       }
@@ -929,6 +897,14 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       const int per_row = units - valid / 8, n = idx / per_row, u = valid / 8 + idx % per_row;
       *reinterpret_cast<uint4*>(xs + n * xstride + 16 * u) = make_uint4(0u, 0u, 0u, 0u);
     }
+    asm volatile(
+        "{\n"
+        ".reg .pred landed;\n"
+        "wait_x:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 landed, [%0], 0;\n"
+        "@!landed bra wait_x;\n"
+        "}\n" ::"r"(bar)
+        : "memory");
   } else {
     for (int idx = tid; idx < (SP24_ABLATE == 9 ? 0 : batch * units); idx += kThreads) {
       const int n = idx / units, u = idx % units, col = col0 + 8 * u;
@@ -958,16 +934,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     return total;
   };
 
-  // kRawX: wait until x's chunk of `step` has landed; returns the first step past that chunk (steps before it need
-  // no wait)
-  auto x_ready = [&](int step) {
-    const int c = (step - step0) / x_chunk;
-    while (!mbarrier_done(shared_address(&x_landed[c]), 0u)) {
-    }
-    return step0 + (c + 1) * x_chunk;
-  };
-  int x_until = step0;  // kRawX: x has landed for this warp's steps before this one
-
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
@@ -980,14 +946,12 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     if (active) {
       // step wstep0 + 2i from the registers, then wstep0 + 2i + 1 from the slot; each refilled two steps further
       for (int step = wstep0; step < wstep1; step += 2) {
-        if (kRawX && step >= x_until) x_until = x_ready(step);
         compute_step<T, NT, CODE, SPS, DENSE, false, kRawX>(acc, r[0], xs, xstride, step - step0, g, t, batch);
         if (step + 2 < wstep1)
           load_step<CODE, SPS, false, DENSE>(r[0], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + 2, lane, t, g,
                                              gk_shift, groups);
         if (step + 1 >= wstep1) break;
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // a lane reads back only the bytes it copied
-        if (kRawX && step + 1 >= x_until) x_until = x_ready(step + 1);
         StepRegs<CODE, SPS> from_slot;
         read_slot<CODE, SPS>(from_slot, slot, lane);
         compute_step<T, NT, CODE, SPS, DENSE, false, kRawX>(acc, from_slot, xs, xstride, step + 1 - step0, g, t,
@@ -1001,7 +965,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
-        if (kRawX && step + b >= x_until) x_until = x_ready(step + b);
         compute_step<T, NT, CODE, SPS, DENSE, OVER == 5, kRawX>(acc, r[b], xs, xstride, step + b - step0, g, t,
                                                                 batch);
         if constexpr (OVER == 5) {
@@ -1048,12 +1011,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
           acc[j][e] += add;
         }
     }
-  }
-  if constexpr (kRawX) {  // no CTA leaves before the cluster's copies into its shared memory have landed
-    if (warp == 0)
-      for (int c = 0; c < x_chunks; ++c)
-        while (!mbarrier_done(shared_address(&x_landed[c]), 0u)) {
-        }
   }
   // This CTA's weight stream is done: the next kernel on the stream, if launched programmatically, may start its
   // CTAs (and their weight loads) as SM room frees up, while this grid finishes its reductions and its tail.
