@@ -591,6 +591,21 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease70)  # fortieth session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
+    # sp24-(early-)multicast2 and sp24-early-multicast2-prefetch8/1000 of the current sp24.cu): a warp's later steps
+    # prefetched to the L2 before the dependency wait (SP24_PREFETCH_L2: the next 8, or all), against none, under the
+    # early trigger and clusters of two, 2:4 + int4 and bf16: at batch 1 each build's fastest of 12 splits/slices
+    # (ablate_prefetch_h200.md), at batch 8 the tuned launches (ablate_prefetch_h200_b8.md); cuBLAS in the same rounds
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+    builds=("none=$early" "next 8=$early,-DSP24_PREFETCH_L2=8" "all=$early,-DSP24_PREFETCH_L2=1000")
+    timeout 300 python3 benchmarks/ablate_probe.py --kinds int4 bf16 --models llama-3.1-8b qwen3-14b \
+      --slices 1 2 4 8 --splits 1 2 4 --builds "${builds[@]}" --out "$OUT/ablate_prefetch_h200.md" 2>&1 \
+      | grep -E "^\| (build|none|next 8|all) |rror| NO " || true
+    timeout 150 python3 benchmarks/ablate_probe.py --kinds int4 bf16 --models llama-3.1-8b qwen3-14b --batch 8 \
+      --builds "${builds[@]}" --out "$OUT/ablate_prefetch_h200_b8.md" 2>&1 \
+      | grep -E "^\| (build|none|next 8|all) |rror| NO " || true ;;
   lease69)  # fortieth session, run at commit "sp24: x's multicast copies in chunks" (about 3 minutes, no model; carry
     # .kcachez with sp24, sp24-early-trigger, sp24-(early-)multicast2 and the three builds of SP24_X_CHUNKS=1/2/8, which
     # the next commit removed again): x's multicast copies in
