@@ -591,8 +591,9 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
-  lease70)  # fortieth session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
-    # sp24-(early-)multicast2 and sp24-early-multicast2-prefetch8/1000 of the current sp24.cu): a warp's later steps
+  lease70)  # fortieth session, run at commit "sp24: weights prefetched to the L2" (about 2 minutes, no model; carry
+    # .kcachez with sp24, sp24-early-trigger, sp24-(early-)multicast2 and the builds of SP24_PREFETCH_L2=8/1000, which
+    # the next commit removed again): a warp's later steps
     # prefetched to the L2 before the dependency wait (SP24_PREFETCH_L2: the next 8, or all), against none, under the
     # early trigger and clusters of two, 2:4 + int4 and bf16: at batch 1 each build's fastest of 12 splits/slices
     # (ablate_prefetch_h200.md), at batch 8 the tuned launches (ablate_prefetch_h200_b8.md); cuBLAS in the same rounds

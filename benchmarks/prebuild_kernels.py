@@ -46,9 +46,6 @@ LIBRARIES = {
     # ablate_probe.py --builds: x staged by multicast bulk copies in clusters of 2 or 4 CTAs (SP24_MULTICAST)
     **{f"sp24-multicast{c}": ("sp24.cu", (f"-DSP24_MULTICAST={c}",)) for c in (2, 4)},
     **{f"sp24-early-multicast{c}": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", f"-DSP24_MULTICAST={c}")) for c in (2, 4)},
-    # ablate_probe.py --builds: a warp's next 8 or all later steps prefetched to the L2 (SP24_PREFETCH_L2)
-    **{f"sp24-early-multicast2-prefetch{n}": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
-                                                          f"-DSP24_PREFETCH_L2={n}")) for n in (8, 1000)},
     # ablate_probe.py --builds: every other int4 step through shared memory by cp.async (SP24_INT4_HYBRID)
     "sp24-int4-hybrid": ("sp24.cu", ("-DSP24_INT4_HYBRID=1",)),
     "sp24-early-int4-hybrid": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_HYBRID=1")),

@@ -504,21 +504,6 @@ __device__ __forceinline__ uint4 ldmatrix_x4(uint32_t at) {
 #define SP24_MULTICAST 0
 #endif
 static_assert(SP24_MULTICAST == 0 || SP24_MULTICAST == 2 || SP24_MULTICAST == 4, "SP24_MULTICAST: 0, 2 or 4");
-// SP24_PREFETCH_L2 P (a build of its own; default 0, off): before the dependency wait, lane 0 of each warp asks the
-// L2 for its next P steps' weights and metadata past those its registers already requested, by one bulk prefetch
-// each (the weights are constant, so they may move while the previous kernel is still running).
-#ifndef SP24_PREFETCH_L2
-#define SP24_PREFETCH_L2 0
-#endif
-
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
 
 // OVER 4: the slots of a slot step (16-bit values) on the tensor cores, one mma.sp m16n8k32 per k-tile and 8 rows of
 // x into the 2:4 part's accumulators. The k-tile's 32 slots (16 rows, two each) become a 2:4 A whose B rows are their
@@ -821,13 +806,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     if (active && wstep0 + b < wstep1)
       load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t,
                                              g, gk_shift, groups);
-  if constexpr (SP24_PREFETCH_L2 > 0) {
-    const int p0 = min(wstep1, wstep0 + NB), p1 = min(wstep1, p0 + SP24_PREFETCH_L2);
-    if (active && lane == 0 && p1 > p0) {
-      prefetch_l2(a_tile + static_cast<size_t>(p0) * S::a_loads * 512, (p1 - p0) * S::a_loads * 512);
-      if constexpr (!DENSE) prefetch_l2(m_tile + static_cast<size_t>(p0) * 16 * S::ks * 4, (p1 - p0) * 16 * S::ks * 4);
-    }
-  }
   if constexpr (kHybrid)
     copy_step<CODE, SPS>(slot, active && wstep0 + 1 < wstep1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g,
                          gk_shift);
