@@ -35,15 +35,16 @@ LIBRARIES = {
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5, 9)},  # ablate_probe.py
     # ablate_probe.py --kinds slots: the slots on the tensor cores, one part taken out
     **{f"sp24-columns-ablate{n}": ("sp24.cu", ("-DSP24_COLUMNS", f"-DSP24_ABLATE={n}")) for n in (6, 7, 8)},
-    "sp24-early-trigger": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1",)),
-    "sp24-early-ablate9": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_ABLATE=9")),  # ablate_probe.py --builds  # ablate_probe.py --builds, h200.sh early-trigger
+    "sp24-early-trigger": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1",)),  # ablate_probe.py --builds, h200.sh early-trigger
+    "sp24-early-ablate9": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_ABLATE=9")),  # ablate_probe.py --builds
     "sp24-columns-early-trigger": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_EARLY_TRIGGER=1")),  # the slots' columns order
     # SPARSEDECODING_SP24_MMA_CTAS=1: the slots on the tensor cores under the one-CTA launch bound
     "sp24-columns-mma-one-cta": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_OVER_MMA_CTAS=1")),
     "sp24-quads": ("sp24.cu", ("-DSP24_QUADS",)),  # quad-placed slots (16:32+4q), sp24.tile_quads
     # ablate_probe.py --builds (int4 CTAs a multiprocessor): the early build with 3 CTAs, and 3 or 4 with one buffer
     "sp24-early-int4-3ctas": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_CTAS=3")),
-    # ablate_probe.py --builds: x staged by multicast bulk copies in clusters of 2 or 4 CTAs (SP24_MULTICAST)
+    # x staged by multicast bulk copies in clusters of 2 or 4 CTAs (SP24_MULTICAST): SPARSEDECODING_SP24_MULTICAST's
+    # builds for plain launches (2, the default, with and without the early trigger) and ablate_probe.py --builds
     **{f"sp24-multicast{c}": ("sp24.cu", (f"-DSP24_MULTICAST={c}",)) for c in (2, 4)},
     **{f"sp24-early-multicast{c}": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", f"-DSP24_MULTICAST={c}")) for c in (2, 4)},
     # ablate_probe.py --builds: every other int4 step through shared memory by cp.async (SP24_INT4_HYBRID)

@@ -275,10 +275,10 @@ def test_sp24_builds_follow_the_mma_ctas_setting(monkeypatch):
 
 
 def test_sp24_builds_follow_the_multicast_setting(monkeypatch):
-    """SPARSEDECODING_SP24_MULTICAST=2 (the default) or 4 asks plain launches (no RMSNorm in front, no slots, not dense) for a build
-    with -DSP24_MULTICAST=C, after the other defines (the order the offline builds use), and keeps their tuned
-    launches apart from the default's; launches with the RMSNorm in front and slotted weights keep theirs; a value
-    other than 0, 2 or 4 is refused by name."""
+    """SPARSEDECODING_SP24_MULTICAST=2 (the default) or 4 asks plain launches (no RMSNorm in front, no slots, not
+    dense) for a build with -DSP24_MULTICAST=C, after the other defines (the order the offline builds use), and keeps
+    their tuned launches apart from those under 0; launches with the RMSNorm in front and slotted weights keep theirs;
+    a value other than 0, 2 or 4 is refused by name."""
     import sparsedecoding.kernels.sp24 as sp24
     from sparsedecoding.kernels.op import SP24_MULTICAST_SETTING, KernelChoiceError, settings, sp24_multicast_setting
 
@@ -301,6 +301,23 @@ def test_sp24_builds_follow_the_multicast_setting(monkeypatch):
     monkeypatch.setenv(SP24_MULTICAST_SETTING, "3")
     with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_MULTICAST='3'"):
         settings()
+
+
+def test_multicast_needs_compute_capability_9(monkeypatch):
+    """Clusters and multicast bulk copies exist from compute capability 9.0: a CUDA device below it gets no multicast
+    build whatever the setting (an A100 or L40S keeps the plain build), one at 9.0 gets the setting's."""
+    import sparsedecoding.kernels.sp24 as sp24
+
+    capability = {"value": (8, 0)}
+    monkeypatch.setattr(sp24.torch.cuda, "get_device_capability", lambda device=None: capability["value"])
+    cuda = torch.device("cuda", 0)
+    assert not sp24.clusters_on(cuda)
+    for value in ((8, 6), (8, 9)):
+        capability["value"] = value
+        assert not sp24.clusters_on(cuda)
+    capability["value"] = (9, 0)
+    assert sp24.clusters_on(cuda)
+    assert sp24.clusters_on(torch.device("cpu"))
 
 
 def test_auto_early_trigger_follows_the_engine_measurements(monkeypatch):

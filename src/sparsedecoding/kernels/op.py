@@ -371,13 +371,14 @@ def sp24_mma_ctas_setting() -> int:
 
 
 def sp24_multicast_setting() -> int:
-    """SPARSEDECODING_SP24_MULTICAST: "2" or unset (the default) or "4": the sp24 launches without the RMSNorm in front,
-    slots or a dense weight run in clusters of that many CTAs, which stage x once a cluster by multicast bulk copies
-    (sp24.cu's SP24_MULTICAST, a build of its own; the products are bit for bit the default build's); "0": every CTA
-    stages its columns of x itself, from the L2. Measured side by side: the kernel bench's int4 3.70x cuBLAS at batch 1
-    against 3.55x, 1.03-1.10x faster at 2-16 (results/sp24_h200_multicast2.md; clusters of four 0.97-0.99x of two,
-    sp24_h200_multicast4.md); the 8B preset's 2:4 bf16 step 1.028 / 1.018 / 1.057x at batch 1 / 4 / 8 and its
-    2:4 + int4 step 1.000 / 0.999 / 1.031x (results/multicast_h200_8b.md, multicast_h200_8b_int4.md)."""
+    """SPARSEDECODING_SP24_MULTICAST: "2" or unset (the default) or "4": on compute capability 9.0 or newer, the sp24
+    launches without the RMSNorm in front, slots or a dense weight run in clusters of that many CTAs, which stage x once
+    a cluster by multicast bulk copies (sp24.cu's SP24_MULTICAST, a build of its own; the products are bit for bit the
+    default build's); "0": every CTA stages its columns of x itself, from the L2. Measured side by side: the kernel
+    bench's int4 3.70x cuBLAS at batch 1 against 3.55x, 1.03-1.10x faster at 2-16 (results/sp24_h200_multicast2.md;
+    clusters of four 0.97-0.99x of two, sp24_h200_multicast4.md); the 8B preset's 2:4 bf16 step 1.028 / 1.018 / 1.057x
+    at batch 1 / 4 / 8 and its 2:4 + int4 step 1.000 / 0.999 / 1.031x (results/multicast_h200_8b.md,
+    multicast_h200_8b_int4.md)."""
     return int(_choice(SP24_MULTICAST_SETTING, SP24_MULTICAST_CHOICES, "2",
                        "2 (clusters of two that stage x once by multicast, the default), 4 or 0 (every CTA stages x)"))
 

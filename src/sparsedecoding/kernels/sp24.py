@@ -664,7 +664,8 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
     a launch passes `early_trigger(w, batch)` and every other caller gets the default build); `mma_ctas` 1 (with
     `columns`) builds it with SP24_OVER_MMA_CTAS=1 (SPARSEDECODING_SP24_MMA_CTAS, for launches of the mma order);
     `quads` the build with SP24_QUADS (quad-placed slots, over_loop 5); `multicast` 2 or 4 the build with
-    SP24_MULTICAST (SPARSEDECODING_SP24_MULTICAST, for launches without the RMSNorm in front, slots or dense weights)."""
+    SP24_MULTICAST (`multicast_of`: SPARSEDECODING_SP24_MULTICAST, for launches without the RMSNorm in front, slots or
+    dense weights)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
@@ -923,10 +924,17 @@ PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight
                       "multicast")
 
 
+def clusters_on(device: torch.device) -> bool:
+    """Whether launches on `device` may take the multicast build: thread-block clusters and multicast bulk copies
+    need compute capability 9.0 (a CPU device answers True: nothing launches there, and the keys stay comparable)."""
+    return device.type != "cuda" or torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def multicast_of(w: Sp24Weight, norm: bool) -> int:
-    """The cluster size a launch of w stages x with (SPARSEDECODING_SP24_MULTICAST): 0 where the setting is 0 and for
-    launches the multicast build leaves as they are (the RMSNorm in front, overflow slots, dense weights)."""
-    if norm or w.over_v is not None or w.dense:
+    """The cluster size a launch of w stages x with (SPARSEDECODING_SP24_MULTICAST): 0 where the setting is 0, below
+    compute capability 9.0 (`clusters_on`), and for launches the multicast build leaves as they are (the RMSNorm in
+    front, overflow slots, dense weights)."""
+    if norm or w.over_v is not None or w.dense or not clusters_on(w.a.device):
         return 0
     return sp24_multicast_setting()
 
