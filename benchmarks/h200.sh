@@ -591,6 +591,18 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease71)  # forty-first session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
+    # sp24-(early-)multicast2 of the current sp24.cu): stream-K launches (sp24.cu's StreamUnits), their float64 GPU
+    # tests beside sp24's own (gpu_tests_h200_stream_k.log), then the kernel bench with the tuner also trying them
+    # (SPARSEDECODING_SP24_STREAM_K=1) against the same bench re-tuned without them in the same run
+    # (sp24_h200_stream_k.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider \
+      -k "stream_k or test_kernel_matches_float64 or glu_kernel or any_bf16_scales or tuned" 2>&1 | tail -6 \
+      | tee "$OUT/gpu_tests_h200_stream_k.log" || true
+    (cd benchmarks && SPARSEDECODING_SP24_STREAM_K=1 PYTHONPATH=/tmp/site:$PWD/../src timeout 360 python3 \
+      sp24_bench.py --no-sweep --baseline SPARSEDECODING_SP24_STREAM_K=0 --out "$OUT/sp24_h200_stream_k.md" \
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
   lease70)  # fortieth session, run at commit "sp24: weights prefetched to the L2" (about 2 minutes, no model; carry
     # .kcachez with sp24, sp24-early-trigger, sp24-(early-)multicast2 and the builds of SP24_PREFETCH_L2=8/1000, which
     # the next commit removed again): a warp's later steps

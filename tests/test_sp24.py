@@ -378,7 +378,7 @@ def test_timed_early_trigger_starts_from_the_auto_choice_and_keys_its_own_launch
     x = torch.randn(1, 256).bfloat16()
     monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "auto")
     key = sp24.problem_key(x, bf16)
-    assert sp24.choice_label((1, 4, True)) == "1/4s" and not sp24_early_trigger_timed()
+    assert sp24.choice_label((1, 4, True, 0)) == "1/4s" and not sp24_early_trigger_timed()
     assert not any(sp24.times_both_builds(w, b) for w, b in ((bf16, 1), (int4, 1), (slotted, 1)))
     for unset in (False, True):
         if unset:
@@ -392,7 +392,7 @@ def test_timed_early_trigger_starts_from_the_auto_choice_and_keys_its_own_launch
             True] * 5 + [False] * 2
         assert [sp24.early_trigger(slotted, b) for b in (4, 5)] == [True, False]
         assert sp24.problem_key(x, bf16) != key
-        assert [sp24.choice_label(c) for c in ((1, 4, True), (8, 1, False), (2, 2, True))] == [
+        assert [sp24.choice_label(c) for c in ((1, 4, True, 0), (8, 1, False, 0), (2, 2, True, 0))] == [
             "1/4s+e", "8", "2/2s+e"]
         assert f"{SP24_EARLY_TRIGGER_SETTING}=timed" in settings_line()
     monkeypatch.setenv(SP24_EARLY_TRIGGER_SETTING, "1")
@@ -531,6 +531,80 @@ def test_kernel_matches_float64(out, in_features, kind):
     w = tile(packed)
     for batch, splits, slices, x, y in sp24_outputs(w, in_features, dtype):
         assert float64_error(y, x, weight) <= 1, (kind, out, in_features, batch, splits, slices)
+
+
+def test_stream_k_owner_formula_inverts_the_start():
+    """sp24.cu's StreamUnits: CTA c of G takes units [c·V / G, (c + 1)·V / G), and stream_owner(u) =
+    ((u + 1)·G - 1) / V must name the CTA whose units hold u (empty ranges, G > V, included), so that a row block's
+    last CTA adds exactly the slots of the CTAs that wrote them."""
+    for units in (1, 7, 10, 64, 272 * 10, 1009):
+        for ctas in (1, 2, 3, 7, 132, 264, units):
+            start = [c * units // ctas for c in range(ctas + 1)]
+            for u in range(units):
+                owner = ((u + 1) * ctas - 1) // units
+                assert start[owner] <= u < start[owner + 1], (units, ctas, u)
+
+
+def test_stream_k_fits_only_where_the_kernel_runs_it():
+    from sparsedecoding.kernels import sp24
+
+    plain = tile(pack_nm(random_nm_weight(300, 1024, 2, 4, torch.bfloat16, seed=2), 2, 4))  # 3 row blocks, 4 steps
+    assert sp24.stream_units(plain) == 12
+    assert sp24.stream_staged_steps(plain, 12) == 1 and sp24.stream_staged_steps(plain, 5) == 3
+    assert sp24.stream_staged_steps(plain, 1) == 4  # at most every step, however many units a CTA has
+    assert sp24.stream_fits(plain, 16, 12) and not sp24.stream_fits(plain, 1, 13)  # no more CTAs than units
+    assert not sp24.stream_fits(plain, 1, 4, norm=True)
+    glu = tile(pack_nm(random_nm_weight(256, 1024, 2, 4, torch.bfloat16, seed=2), 2, 4), glu=True)
+    assert not sp24.stream_fits(glu, 1, 4)
+    wide = tile(pack_nm(random_nm_weight(128, 40960, 2, 4, torch.bfloat16, seed=2), 2, 4))  # 80 KB of x a row
+    assert sp24.stream_fits(wide, 1, 160) and not sp24.stream_fits(wide, 1, 1) and not sp24.stream_fits(wide, 16, 2)
+    assert sp24.choice_label((1, 1, False, 264)) == "sk264"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", [(40, 96), (1000, 1536), (4096, 4096), (5000, 14336), (34816, 512)])
+@pytest.mark.parametrize("kind", ["bf16", "fp16", "int8", "int4", "int4-128"])
+def test_stream_k_matches_float64(out, in_features, kind):
+    """Stream-K launches (sp24.cu's StreamUnits) against float64 at batches 1-16 over grids from one CTA to one per
+    unit, the tuner's included; the same launch twice gives the same bits (the counters were left at zero)."""
+    from sparsedecoding.kernels.sp24 import Sp24Launch, stream_fits, stream_units
+
+    if kind == "int4-128":
+        packed, dtype = pack_nm_quantized(grid_weight(out, in_features, "int4", 128).cuda(), 2, 4, "int4", 128), \
+            torch.bfloat16
+    else:
+        packed, dtype = _packed_on_gpu(kind, out, in_features, seed=13)
+    weight = packed.to_dense() if kind in ("bf16", "fp16") else packed.to_dense(torch.float64)
+    w = tile(packed)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tried = 0
+    for batch in (1, 3, 8, 9, 16):
+        x = torch.randn(batch, in_features, device="cuda").to(dtype)
+        for ctas in sorted({1, 3, sms, 2 * sms, stream_units(w) - 1, stream_units(w)}):
+            if not stream_fits(w, batch, ctas):
+                with pytest.raises(KernelInputError, match="stream-K"):
+                    Sp24Launch(x, w, ctas=ctas)
+                continue
+            launch = Sp24Launch(x, w, ctas=ctas)
+            y = launch(x, w)
+            assert float64_error(y, x, weight) <= 1, (kind, out, in_features, batch, ctas)
+            assert torch.equal(launch(x, w), y), (kind, out, in_features, batch, ctas)
+            tried += 1
+    assert tried >= 5
+
+
+@pytest.mark.gpu
+def test_stream_k_refuses_what_it_cannot_run():
+    from sparsedecoding.kernels.sp24 import Sp24Launch
+
+    w = tile(pack_nm(random_nm_weight(256, 512, 2, 4, torch.bfloat16, seed=3).cuda(), 2, 4))
+    x = torch.randn(2, 512, device="cuda").bfloat16()
+    for kwargs in ({"slices": 2}, {"splits": 2}, {"norm": True}):
+        with pytest.raises(KernelInputError, match="stream-K"):
+            Sp24Launch(x, w, ctas=2, **kwargs)
+    glu = tile(pack_nm(random_nm_weight(256, 512, 2, 4, torch.bfloat16, seed=3).cuda(), 2, 4), glu=True)
+    with pytest.raises(KernelInputError, match="stream-K"):
+        Sp24Launch(x, glu, ctas=2)
 
 
 @pytest.mark.gpu
@@ -781,7 +855,7 @@ def test_timed_tuner_times_the_fastest_candidates_in_both_builds_and_keeps_the_f
     timings = sp24.launch_timings(sp24.problem_key(x, w))
     others = [choice for choice in timings if choice[2] != first]
     assert len(others) == sp24.TIMED_OTHER_BUILD
-    assert all(choice[:2] + (first,) in timings for choice in others)
+    assert all(choice[:2] + (first,) + choice[3:] in timings for choice in others)
     assert sp24.chosen_launch(sp24.problem_key(x, w)) == next(iter(timings))  # fastest first
     assert launch.library is sp24._load(early_trigger=launch.early_trigger)
     dense = packed.to_dense() if kind == "bf16" else packed.to_dense(torch.float64)

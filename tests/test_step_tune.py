@@ -57,28 +57,28 @@ def fake_kernel(monkeypatch, timings: dict, lookups: dict, step_cost: dict, toge
 
 def test_the_fastest_step_wins_and_a_gain_inside_the_margin_keeps_the_tuners_pick(monkeypatch):
     big, small = "gate_up", "o"
-    timings = {big: {(1, 4, False): 0.010, (2, 1, False): 0.011, (4, 1, False): 0.020, (8, 1, False): 0.012,
-                     (3, 1, False): 0.013, (6, 1, False): 0.014},
-               small: {(1, 1, False): 0.004, (2, 1, False): 0.0041}}
-    step_cost = {big: {(1, 4, False): 1.00, (2, 1, False): 1.01, (4, 1, False): 0.50, (8, 1, False): 0.90,
-                       (3, 1, False): 0.95, (6, 1, False): 0.97},
-                 small: {(1, 1, False): 0.500, (2, 1, False): 0.499}}
+    timings = {big: {(1, 4, False, 0): 0.010, (2, 1, False, 0): 0.011, (4, 1, False, 0): 0.020, (8, 1, False, 0): 0.012,
+                     (3, 1, False, 0): 0.013, (6, 1, False, 0): 0.014},
+               small: {(1, 1, False, 0): 0.004, (2, 1, False, 0): 0.0041}}
+    step_cost = {big: {(1, 4, False, 0): 1.00, (2, 1, False, 0): 1.01, (4, 1, False, 0): 0.50, (8, 1, False, 0): 0.90,
+                       (3, 1, False, 0): 0.95, (6, 1, False, 0): 0.97},
+                 small: {(1, 1, False, 0): 0.500, (2, 1, False, 0): 0.499}}
     current, timed = fake_kernel(monkeypatch, timings, {big: 32, small: 32}, step_cost)
     engine = FakeEngine(current)
     outcomes = step_tune.tune_step(engine, top=4, within=1.5, rounds=3, margin=0.003)
     assert [o.key for o in outcomes] == [big, small]  # the most kernel time first
     first = outcomes[0]
-    # the tuner's four fastest within 1.5x of its best; (4, 1, False) is 2x slower alone and never tried, though its
+    # the tuner's four fastest within 1.5x of its best; (4, 1, False, 0) is 2x slower alone and never tried, though its
     # steps would be fastest
-    assert list(first.step_ms) == [(1, 4, False), (2, 1, False), (8, 1, False), (3, 1, False)]
-    assert first.before == (1, 4, False) and first.chosen == (8, 1, False)
-    assert first.step_ms[(8, 1, False)] == pytest.approx(0.90 + 0.500)
+    assert list(first.step_ms) == [(1, 4, False, 0), (2, 1, False, 0), (8, 1, False, 0), (3, 1, False, 0)]
+    assert first.before == (1, 4, False, 0) and first.chosen == (8, 1, False, 0)
+    assert first.step_ms[(8, 1, False, 0)] == pytest.approx(0.90 + 0.500)
     second = outcomes[1]
-    assert second.before == (1, 1, False) and second.chosen == (1, 1, False)  # 0.07% faster: inside the margin
-    assert current == {big: (8, 1, False), small: (1, 1, False)}
+    assert second.before == (1, 1, False, 0) and second.chosen == (1, 1, False, 0)  # 0.07% faster: inside the margin
+    assert current == {big: (8, 1, False, 0), small: (1, 1, False, 0)}
     assert engine.graph == current  # captured again with the choices
     # each candidate timed `rounds` times, with the other problem at its choice so far
-    assert sum(1 for graph in timed if graph == {big: (8, 1, False), small: (2, 1, False)}) == 3
+    assert sum(1 for graph in timed if graph == {big: (8, 1, False, 0), small: (2, 1, False, 0)}) == 3
     assert "kept 8" in first.line() and "before 1/4s" in first.line()
 
 
@@ -88,20 +88,20 @@ def test_under_timed_the_fastest_launch_of_each_build_is_tried_in_steps(monkeypa
     faster. With one problem the whole-build move already finds it."""
     monkeypatch.setenv(op.SP24_EARLY_TRIGGER_SETTING, "timed")
     key = "gate_up"
-    timings = {key: {(1, 1, True): 0.010, (2, 1, True): 0.0105, (1, 2, True): 0.011, (1, 1, False): 0.016,
-                     (2, 1, False): 0.017}}
-    step_cost = {key: {(1, 1, True): 1.00, (2, 1, True): 1.02, (1, 2, True): 1.01, (1, 1, False): 0.98,
-                       (2, 1, False): 0.97}}
+    timings = {key: {(1, 1, True, 0): 0.010, (2, 1, True, 0): 0.0105, (1, 2, True, 0): 0.011, (1, 1, False, 0): 0.016,
+                     (2, 1, False, 0): 0.017}}
+    step_cost = {key: {(1, 1, True, 0): 1.00, (2, 1, True, 0): 1.02, (1, 2, True, 0): 1.01, (1, 1, False, 0): 0.98,
+                       (2, 1, False, 0): 0.97}}
     current, timed = fake_kernel(monkeypatch, timings, {key: 32}, step_cost)
     build, outcome = step_tune.tune_step(FakeEngine(current), top=2, within=1.5, rounds=1)
-    assert build.picks == {"tuner": {key: (1, 1, True)}, "early": {key: (1, 1, True)},
-                           "default": {key: (1, 1, False)}}
+    assert build.picks == {"tuner": {key: (1, 1, True, 0)}, "early": {key: (1, 1, True, 0)},
+                           "default": {key: (1, 1, False, 0)}}
     assert build.chosen == "default" and build.step_ms["default"] == pytest.approx(0.98)
     assert "kept default" in build.line()
     # then the problem alone: the two fastest alone, then the other build's fastest (1.6x the best alone: outside
     # `within` too), which is its launch now, the whole-build move's; it stays
-    assert list(outcome.step_ms) == [(1, 1, True), (2, 1, True), (1, 1, False)]
-    assert outcome.before == outcome.chosen == (1, 1, False) and current == {key: (1, 1, False)}
+    assert list(outcome.step_ms) == [(1, 1, True, 0), (2, 1, True, 0), (1, 1, False, 0)]
+    assert outcome.before == outcome.chosen == (1, 1, False, 0) and current == {key: (1, 1, False, 0)}
     assert "before 1;" in outcome.line() and outcome.line().endswith("kept 1")
 
 
@@ -111,9 +111,9 @@ def test_under_timed_a_whole_build_wins_where_no_single_switch_does(monkeypatch)
     the step; the 8B int4 steps measured it so): the whole-build move takes the default build; without two builds
     there is no such move."""
     monkeypatch.setenv(op.SP24_EARLY_TRIGGER_SETTING, "timed")
-    timings = {"qkv": {(1, 4, True): 0.005, (1, 4, False): 0.0055},
-               "down": {(4, 2, True): 0.009, (4, 2, False): 0.0098}}
-    step_cost = {"qkv": {(1, 4, True): 0.50, (1, 4, False): 0.51}, "down": {(4, 2, True): 0.90, (4, 2, False): 0.91}}
+    timings = {"qkv": {(1, 4, True, 0): 0.005, (1, 4, False, 0): 0.0055},
+               "down": {(4, 2, True, 0): 0.009, (4, 2, False, 0): 0.0098}}
+    step_cost = {"qkv": {(1, 4, True, 0): 0.50, (1, 4, False, 0): 0.51}, "down": {(4, 2, True, 0): 0.90, (4, 2, False, 0): 0.91}}
 
     def crowding(graph):  # any launch in the early build lets the next kernels in early, at a cost to the step
         return 0.05 if any(choice[2] for choice in graph.values()) else 0.0
@@ -123,9 +123,9 @@ def test_under_timed_a_whole_build_wins_where_no_single_switch_does(monkeypatch)
     build, *problems = step_tune.tune_step(engine, rounds=1)
     assert build.chosen == "default"
     assert build.step_ms == pytest.approx({"tuner": 1.45, "early": 1.45, "default": 1.42})
-    assert current == {"qkv": (1, 4, False), "down": (4, 2, False)} and engine.graph == current
+    assert current == {"qkv": (1, 4, False, 0), "down": (4, 2, False, 0)} and engine.graph == current
     # one problem at a time from there: switching either back to early alone is slower, so both stay
-    assert [p.chosen for p in problems] == [(4, 2, False), (1, 4, False)]
+    assert [p.chosen for p in problems] == [(4, 2, False, 0), (1, 4, False, 0)]
     monkeypatch.setenv(op.SP24_EARLY_TRIGGER_SETTING, "auto")
     one_build = {key: {c: ms for c, ms in t.items() if c[2]} for key, t in timings.items()}
     current, _ = fake_kernel(monkeypatch, one_build, {"qkv": 32, "down": 32}, step_cost, crowding)
@@ -133,16 +133,16 @@ def test_under_timed_a_whole_build_wins_where_no_single_switch_does(monkeypatch)
 
 
 def test_a_problem_with_one_candidate_is_left_alone(monkeypatch):
-    current, timed = fake_kernel(monkeypatch, {"qkv": {(1, 1, False): 0.01, (2, 1, False): 0.05}}, {"qkv": 32},
-                                 {"qkv": {(1, 1, False): 1.0, (2, 1, False): 0.1}})
+    current, timed = fake_kernel(monkeypatch, {"qkv": {(1, 1, False, 0): 0.01, (2, 1, False, 0): 0.05}}, {"qkv": 32},
+                                 {"qkv": {(1, 1, False, 0): 1.0, (2, 1, False, 0): 0.1}})
     engine = FakeEngine(current)
     assert step_tune.tune_step(engine, within=1.5) == []
-    assert current == {"qkv": (1, 1, False)} and timed == [] and engine.captures == 2
+    assert current == {"qkv": (1, 1, False, 0)} and timed == [] and engine.captures == 2
 
 
 def test_choosing_an_unchecked_launch_is_an_error():
     with pytest.raises(KernelInputError, match="not a checked candidate"):
-        sp24.choose_launch(("no such problem",), (1, 1, False))
+        sp24.choose_launch(("no such problem",), (1, 1, False, 0))
 
 
 def test_problem_text_names_shape_values_rows_norm_and_glu():

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-Choice = tuple[int, int, bool]  # (splits, slices, early-trigger build) of an sp24 launch (`kernels.sp24.Choice`)
+Choice = tuple[int, int, bool, int]  # (splits, slices, early build, stream-K CTAs) of an sp24 launch (`sp24.Choice`)
 
 
 @dataclass(frozen=True)

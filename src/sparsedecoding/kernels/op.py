@@ -66,6 +66,7 @@ SP24_MMA_CTAS_SETTING = "SPARSEDECODING_SP24_MMA_CTAS"
 SP24_MMA_CTAS_CHOICES = ("2", "1")
 SP24_MULTICAST_SETTING = "SPARSEDECODING_SP24_MULTICAST"
 SP24_MULTICAST_CHOICES = ("0", "2", "4")
+SP24_STREAM_K_SETTING = "SPARSEDECODING_SP24_STREAM_K"
 SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
 SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
 SP24_STEP_CHOICES = ("auto", "16", "8")
@@ -383,6 +384,14 @@ def sp24_multicast_setting() -> int:
                        "2 (clusters of two that stage x once by multicast, the default), 4 or 0 (every CTA stages x)"))
 
 
+def sp24_stream_k_setting() -> bool:
+    """SPARSEDECODING_SP24_STREAM_K: "1" makes the sp24 tuner also try stream-K launches (a grid of one or two CTAs a
+    multiprocessor sharing the row blocks' steps evenly, sp24.cu's StreamUnits) for the problems they can run (no
+    RMSNorm in front, slots, dense weight or GLU), beside its split-K ones, and keep the fastest; "0" or unset tries
+    split-K launches only (not yet measured side by side)."""
+    return _switch(SP24_STREAM_K_SETTING, "0", "the tuner also tries stream-K launches")
+
+
 def sp24_early_trigger_timed() -> bool:
     """Whether SPARSEDECODING_SP24_EARLY_TRIGGER is "timed" (or unset): the tuners time both builds of sp24 and keep
     the faster (`sp24_early_trigger_setting`; `sp24.times_both_builds` says where)."""
@@ -482,7 +491,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             NM_MMA_GEOMETRY_SETTING: _nm_mma_geometry_text, SP24_OVER_LOOP_SETTING: sp24_over_loop_setting,
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value, SP24_MMA_CTAS_SETTING: sp24_mma_ctas_setting,
-            SP24_MULTICAST_SETTING: sp24_multicast_setting,
+            SP24_MULTICAST_SETTING: sp24_multicast_setting, SP24_STREAM_K_SETTING: sp24_stream_k_setting,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}

@@ -39,7 +39,8 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_mma_ctas_setting, sp24_multicast_setting, sp24_over_loop_setting, sp24_pdl_setting)
+                 sp24_mma_ctas_setting, sp24_multicast_setting, sp24_over_loop_setting, sp24_pdl_setting,
+                 sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -685,7 +686,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
                                             + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int] * 2)
+                                            + [ctypes.c_int] * 3)
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
                                                   + [ctypes.c_int])
@@ -734,6 +735,26 @@ def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1) -> int:
     return max(wanted, min_splits(w, batch))
 
 
+def stream_units(w: Sp24Weight) -> int:
+    """The units a stream-K launch of w shares out among its CTAs: every step of every row block (of ROWS_PER_BLOCK
+    rows), laid end to end (sp24.cu's StreamUnits)."""
+    return -(-w.shape[0] // ROWS_PER_BLOCK) * w.steps
+
+
+def stream_staged_steps(w: Sp24Weight, ctas: int) -> int:
+    """The most steps of x a CTA of a stream-K launch of w over `ctas` CTAs stages: those its units touch, at most
+    all of them."""
+    return min(w.steps, -(-stream_units(w) // ctas))
+
+
+def stream_fits(w: Sp24Weight, batch: int, ctas: int, norm: bool = False) -> bool:
+    """Whether a stream-K launch of w over `ctas` CTAs can run at `batch`: a weight without overflow slots, dense
+    values or GLU, no RMSNorm in front, at most one CTA per unit, and its staged x within the shared memory."""
+    if norm or w.over_v is not None or w.dense or w.glu or not 1 <= ctas <= stream_units(w):
+        return False
+    return batch * (2 * stream_staged_steps(w, ctas) * w.ks * 32 + 64) <= MAX_SMEM
+
+
 def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
     """Raise KernelInputError for anything the kernel would compute wrongly: dtype, shape, batch, device, layout."""
     in_features = w.shape[1]
@@ -778,10 +799,17 @@ class Sp24Launch:
     row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
     launches on torch's current stream. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`,
     `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). Under
-    SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0."""
+    SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0.
+    `ctas` > 0: a stream-K launch over that many CTAs instead (one slice, no split-K; `stream_fits` says where)."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
-                 norm: bool = False, early: bool | None = None):
+                 norm: bool = False, early: bool | None = None, ctas: int = 0):
+        if ctas and (slices != 1 or splits not in (None, 1)):
+            raise KernelInputError(f"a stream-K launch ({ctas} CTAs) takes one slice and no split-K")
+        if ctas and not stream_fits(w, 1 if x.dim() == 1 else x.shape[0], ctas, norm):
+            raise KernelInputError(f"a stream-K launch over {ctas} CTAs cannot run this problem (it needs no RMSNorm "
+                                   "in front, slots, dense weight or GLU, at most one CTA per step of a row block, "
+                                   "and its staged x within the shared memory)")
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
         if w.glu and slices > max(SLICES) // 2:
@@ -806,8 +834,9 @@ class Sp24Launch:
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.slices = slices
         self.pdl = sp24_pdl_setting() and torch.cuda.get_device_capability(self.device)[0] >= 9
-        self.splits = default_splits(w, self.batch, sms, slices) if splits is None else splits
-        if self.splits < min_splits(w, self.batch):
+        self.ctas = ctas
+        self.splits = 1 if ctas else default_splits(w, self.batch, sms, slices) if splits is None else splits
+        if not ctas and self.splits < min_splits(w, self.batch):
             raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
                                    f"{min_splits(w, self.batch)} for its x to fit shared memory")
         per_split = -(-w.steps // self.splits)
@@ -817,7 +846,7 @@ class Sp24Launch:
         self.row_blocks = -(-row_tiles // (ROWS_PER_BLOCK // 16 // slices))
         self.dtype = x.dtype
         self.counters = None
-        if self.used_splits > 1:
+        if self.used_splits > 1 or ctas:
             self.counters = _counters.get(self.device_index)
             if self.counters is None:
                 if torch.cuda.is_current_stream_capturing():
@@ -835,7 +864,10 @@ class Sp24Launch:
         columns = w.out_features
         y = torch.empty((columns,) if self.vector else (self.batch, columns), dtype=self.dtype, device=self.device)
         partials = ss_slots = total = None
-        if self.used_splits > 1:
+        if self.ctas:  # two slots a CTA (see sp24.cu's StreamUnits)
+            partials = torch.empty(2 * self.ctas * self.batch * ROWS_PER_BLOCK, dtype=torch.float32,
+                                   device=self.device)
+        elif self.used_splits > 1:
             partials = torch.empty(self.used_splits * self.batch * self.out, dtype=torch.float32, device=self.device)
             if self.norm:
                 ss_slots = torch.empty(self.row_blocks * self.used_splits * self.batch, dtype=torch.float32,
@@ -852,7 +884,7 @@ class Sp24Launch:
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
                 cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
-                int(self.dense))
+                int(self.dense), self.ctas)
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -908,8 +940,8 @@ _SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # with one slice
 _SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already splits the steps inside a CTA)
 _MAX_COPIES = 8
 _launches: dict[tuple, Sp24Launch] = {}
-# a candidate launch of a problem: (splits, slices, whether it runs the early-trigger build)
-Choice = tuple[int, int, bool]
+# a candidate launch of a problem: (splits, slices, whether it runs the early-trigger build, stream-K CTAs or 0)
+Choice = tuple[int, int, bool, int]
 _timings: dict[tuple, dict[Choice, float]] = {}  # problem -> candidate -> ms per launch
 _choices: dict[tuple, dict[Choice, Sp24Launch]] = {}  # problem -> every correct candidate's launch
 # under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (the default): how many of a problem's fastest candidates the tuner
@@ -921,7 +953,7 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 # the fields of a `problem_key`, in order (`problem_text` reads them by name)
 PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight_shape", "code", "ks", "gk_shift",
                       "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop", "mma_ctas",
-                      "multicast")
+                      "multicast", "stream_k")
 
 
 def clusters_on(device: torch.device) -> bool:
@@ -942,11 +974,11 @@ def multicast_of(w: Sp24Weight, norm: bool) -> int:
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
     launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and
-    _MMA_CTAS too; and _MULTICAST where it applies (`multicast_of`; fields: PROBLEM_KEY_FIELDS)."""
+    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); and _STREAM_K (fields: PROBLEM_KEY_FIELDS)."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,
-            sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm))
+            sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting())
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -1044,7 +1076,8 @@ def _copies(w: Sp24Weight) -> list[Sp24Weight]:
 
 
 def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None) -> Sp24Launch:
-    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`), chosen on first use:
+    """The problem's launch with the fastest correct (splits, slices) pair (`_candidates`) or stream-K grid
+    (`_stream_candidates`), chosen on first use:
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
     L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
@@ -1086,9 +1119,12 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     launches: dict[Choice, Sp24Launch] = {}
     for slices, splits in _candidates(w, batch, sms, low):
         launch = Sp24Launch(x, w, splits, slices, norm is not None)
-        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values()}:
+        if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values() if not c.ctas}:
             continue  # the same grid as a candidate already kept
-        launches[(splits, slices, launch.early_trigger)] = checked(launch)
+        launches[(splits, slices, launch.early_trigger, 0)] = checked(launch)
+    for ctas in _stream_candidates(w, batch, sms, norm is not None):
+        launch = Sp24Launch(x, w, norm=norm is not None, ctas=ctas)
+        launches[(1, 1, launch.early_trigger, ctas)] = checked(launch)
     weights = _copies(w)
     from .autotune import replay_ms  # imports triton
 
@@ -1100,10 +1136,11 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     if times_both_builds(w, batch) and next(iter(launches.values())).pdl:
         # the trigger's place only matters to a programmatic launch; the fastest few again, beside the other build
         fastest = sorted(timings, key=timings.get)[:TIMED_OTHER_BUILD]
-        for splits, slices, early in fastest:
-            launches[(splits, slices, not early)] = checked(Sp24Launch(x, w, splits, slices, norm is not None,
-                                                                       early=not early))
-        timings.update(timed([c for choice in fastest for c in (choice, choice[:2] + (not choice[2],))]))
+        for splits, slices, early, ctas in fastest:
+            launches[(splits, slices, not early, ctas)] = checked(Sp24Launch(x, w, splits, slices, norm is not None,
+                                                                             early=not early, ctas=ctas))
+        timings.update(timed([c for choice in fastest
+                              for c in (choice, choice[:2] + (not choice[2],) + choice[3:])]))
     reference = weights = None  # free them before the launch is kept (the closures above are done)
     best = min(timings, key=timings.get)
     _launches[key], _timings[key], _choices[key] = launches[best], timings, launches
@@ -1123,8 +1160,8 @@ def recording_problems() -> Iterator[dict[tuple, int]]:
 
 
 def launch_timings(key: tuple) -> dict[Choice, float]:
-    """A tuned problem's correct (splits, slices, early build) candidates and the tuner's milliseconds per launch
-    for each (each launch alone, back to back), fastest first."""
+    """A tuned problem's correct (splits, slices, early build, stream-K CTAs) candidates and the tuner's milliseconds
+    per launch for each (each launch alone, back to back), fastest first."""
     timings = _timings[key]
     return {choice: timings[choice] for choice in sorted(timings, key=timings.get)}
 
@@ -1141,9 +1178,9 @@ def problem_text(key: tuple) -> str:
 
 
 def chosen_launch(key: tuple) -> Choice:
-    """The (splits, slices, early build) a tuned problem launches with now."""
+    """The (splits, slices, early build, stream-K CTAs) a tuned problem launches with now."""
     launch = _launches[key]
-    return launch.splits, launch.slices, launch.early_trigger
+    return launch.splits, launch.slices, launch.early_trigger, launch.ctas
 
 
 def choose_launch(key: tuple, choice: Choice) -> None:
@@ -1167,21 +1204,35 @@ def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int
     return sorted(found)
 
 
+# stream-K grids the tuner tries: CTAs per multiprocessor (the launch bound's two, and one)
+STREAM_CTAS_PER_SM = (1, 2)
+
+
+def _stream_candidates(w: Sp24Weight, batch: int, sms: int, norm: bool) -> list[int]:
+    """Stream-K grids (CTAs) the tuner tries under SPARSEDECODING_SP24_STREAM_K=1: STREAM_CTAS_PER_SM times the
+    multiprocessors, where `stream_fits`."""
+    if not sp24_stream_k_setting():
+        return []
+    return [k * sms for k in STREAM_CTAS_PER_SM if stream_fits(w, batch, k * sms, norm)]
+
+
 def tuning_results() -> dict[tuple, tuple[Choice, dict[Choice, float]]]:
     """For every problem tuned so far: the chosen (splits, slices) and each candidate's median time in ms."""
     return {key: (chosen_launch(key), dict(_timings[key])) for key in _launches}
 
 
 def choice_label(choice: Choice) -> str:
-    """A candidate launch as reports show it: splits, then `/Ns` for N slices, then `+e` on the early-trigger build
-    under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (under the other values the setting says which build runs)."""
-    splits, slices, early = choice
-    return f"{splits}" + (f"/{slices}s" if slices > 1 else "") + ("+e" if early and sp24_early_trigger_timed() else "")
+    """A candidate launch as reports show it: splits, then `/Ns` for N slices (or `skN` for a stream-K launch over N
+    CTAs), then `+e` on the early-trigger build under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (under the other values
+    the setting says which build runs)."""
+    splits, slices, early, ctas = choice
+    grid = f"sk{ctas}" if ctas else f"{splits}" + (f"/{slices}s" if slices > 1 else "")
+    return grid + ("+e" if early and sp24_early_trigger_timed() else "")
 
 
 def launch_label(launch: Sp24Launch) -> str:
     """A launch as reports show it (`choice_label`)."""
-    return choice_label((launch.splits, launch.slices, launch.early_trigger))
+    return choice_label((launch.splits, launch.slices, launch.early_trigger, launch.ctas))
 
 
 def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,

@@ -755,7 +755,40 @@ static_assert(SP24_INT4_BUFFERS == 1 || SP24_INT4_BUFFERS == 2, "SP24_INT4_BUFFE
 #ifndef SP24_EARLY_TRIGGER
 #define SP24_EARLY_TRIGGER 0
 #endif
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, bool DENSE>
+// STREAM (stream-K: one slice, no RMSNorm in front, no slots, dense weights or GLU): the row blocks' steps laid end to
+// end, unit rb·steps + s being step s of row block rb (its eight row tiles, one a warp), and CTA c of a grid of G takes
+// units [c·V / G, (c + 1)·V / G) of the V = row blocks · steps, so that every CTA has the same work to within one step
+// however the row blocks divide among the multiprocessors (split-K leaves a last partial wave where they do not: the
+// Qwen3-14B gate_up's 272 row blocks against 264 CTA places on an H200). A CTA stages x for the steps its units touch,
+// from its first unit's step on and wrapping past the last step (at most all of them), so a unit's staged step is
+// (step - first step) mod steps. Each run of units in one row block (a segment) ends where the row block or the CTA's
+// units do: a whole row block's sums go to y; otherwise they go to the CTA's partial slot (0 for its first segment's
+// row block, 1 for its last's: the segments between are whole), and the last of the row block's CTAs to count itself
+// on the row block's counter adds the slots of all of them, in CTA order, into y.
+struct StreamUnits {
+  int u0 = 0, u1 = 0, units = 0, first_step = 0, staged_steps = 0;
+};
+
+__device__ __forceinline__ int stream_start(int c, int units, int ctas) {
+  return static_cast<int>(static_cast<long long>(c) * units / ctas);
+}
+
+// the CTA whose units hold unit u: the last c with stream_start(c) <= u
+__device__ __forceinline__ int stream_owner(int u, int units, int ctas) {
+  return static_cast<int>((static_cast<long long>(u + 1) * ctas - 1) / units);
+}
+
+__device__ __forceinline__ StreamUnits stream_units(int row_tiles, int steps, int c, int ctas) {
+  StreamUnits s;
+  s.units = (row_tiles + kWarps - 1) / kWarps * steps;
+  s.u0 = stream_start(c, s.units, ctas);
+  s.u1 = stream_start(c + 1, s.units, ctas);
+  s.first_step = s.u0 % steps;
+  s.staged_steps = min(s.u1 - s.u0, steps);
+  return s;
+}
+
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER, bool DENSE, bool STREAM>
 __global__ void __launch_bounds__(kThreads, (kMinCtas<NT, CODE, OVER, DENSE>))
 sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ meta,
@@ -771,10 +804,14 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const char* __restrict__ over_o) {
   using S = Steps<CODE>;
   static_assert(!DENSE || (CODE != 0 && !NORM && OVER == 0), "dense weights: codes, no RMSNorm, no slots");
+  static_assert(!STREAM || (!NORM && OVER == 0 && !DENSE), "stream-K: no RMSNorm, slots or dense weights");
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int splits = gridDim.y, split = blockIdx.y;
-  const int step0 = split * per_split, step1 = min(steps, step0 + per_split);
+  // STREAM: this CTA's units [u0, u1) of the row blocks' steps laid end to end (see stream_units)
+  const StreamUnits su = STREAM ? stream_units(row_tiles, steps, blockIdx.x, gridDim.x) : StreamUnits{};
+  const int step0 = STREAM ? su.first_step : split * per_split;
+  const int step1 = STREAM ? step0 + su.staged_steps : min(steps, step0 + per_split);
   const int cta_tiles = kWarps / slices, slice = warp / cta_tiles;
   const int tile_row = blockIdx.x * cta_tiles + warp % cta_tiles;
   const bool active = tile_row < row_tiles;
@@ -792,20 +829,35 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   // SP24_MULTICAST: x staged unpermuted by multicast bulk copies in clusters (see SP24_MULTICAST)
-  constexpr bool kRawX = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0;
+  constexpr bool kRawX = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0 && !STREAM;
   __shared__ __align__(8) uint64_t x_landed;  // kRawX: the mbarrier that counts x's bytes in this CTA
   // SP24_INT4_HYBRID: one register buffer and the warp's slot of shared memory (see copy_step)
   // (not for 32-column scale groups: their slots, 40 KB a CTA, would pass the 48 KB of static shared memory)
-  constexpr bool kHybrid = SP24_INT4_HYBRID && CODE == 4 && OVER == 0 && !DENSE && SP24_ABLATE == 0 && SPS <= 8;
+  constexpr bool kHybrid =
+      SP24_INT4_HYBRID && CODE == 4 && OVER == 0 && !DENSE && !STREAM && SP24_ABLATE == 0 && SPS <= 8;
   constexpr int NB = kHybrid ? 1 : CODE == 4 && OVER == 0 && !DENSE ? SP24_INT4_BUFFERS : kBuffers;
   __shared__ __align__(16) char step_slots[kHybrid ? kWarps * StepSlot<CODE, SPS>::bytes : 16];
   char* slot = step_slots + (kHybrid ? warp * StepSlot<CODE, SPS>::bytes : 0);
   StepRegs<CODE, SPS> r[NB];
+  // STREAM: unit v's step of this warp's tile of the unit's row block (nothing past the last row tile)
+  auto load_unit = [&](StepRegs<CODE, SPS>& regs, int v) {
+    const int rb = v / steps, tile = rb * kWarps + warp;
+    if (tile < row_tiles)
+      load_step<CODE, SPS, false, false>(regs, a + tile * a_stride, meta + tile * m_stride,
+                                         CODE == 4 ? scales + static_cast<size_t>(tile) * groups * 32 : nullptr,
+                                         nullptr, nullptr, v - rb * steps, lane, t, g, gk_shift, groups);
+  };
+  if constexpr (STREAM) {
 #pragma unroll
-  for (int b = 0; b < NB; ++b)
-    if (active && wstep0 + b < wstep1)
-      load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t,
-                                             g, gk_shift, groups);
+    for (int b = 0; b < NB; ++b)
+      if (su.u0 + b < su.u1) load_unit(r[b], su.u0 + b);
+  } else {
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+      if (active && wstep0 + b < wstep1)
+        load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t,
+                                               g, gk_shift, groups);
+  }
   if constexpr (kHybrid)
     copy_step<CODE, SPS>(slot, active && wstep0 + 1 < wstep1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g,
                          gk_shift);
@@ -907,7 +959,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         : "memory");
   } else {
     for (int idx = tid; idx < (SP24_ABLATE == 9 ? 0 : batch * units); idx += kThreads) {
-      const int n = idx / units, u = idx % units, col = col0 + 8 * u;
+      const int n = idx / units, u = idx % units;
+      // STREAM: the staged steps wrap past the last step (see StreamUnits)
+      const int col = STREAM ? (step0 + u / (4 * S::ks)) % steps * (32 * S::ks) + 8 * (u % (4 * S::ks)) : col0 + 8 * u;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if constexpr (DENSE) {  // x's columns col / 2 .. col / 2 + 3 in words 0 and 2 (see the top)
         if (col < in) {
@@ -942,7 +996,87 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int b = 0; b < 8 * NT; ++b) p[h][b] = 0.f;
-  if constexpr (kHybrid) {
+  __shared__ int stream_last;  // STREAM: whether this CTA is the last of a row block's (see StreamUnits)
+  // STREAM: the end of a segment of row block rb (`whole`: all of its steps, `live`: this warp's tile in the weight)
+  auto stream_flush = [&](int rb, bool whole, bool live) {
+    if (whole) {
+      if (!live) return;
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int b = 8 * j + 2 * t + (e & 1), row = kRowsPerCta * rb + 16 * warp + g + 8 * (e >> 1);
+          if (b < batch && row < out) {
+            float v = acc[j][e];
+            if constexpr (CODE == 8) v *= __bfloat162float(row_scales[row]);
+            y[static_cast<size_t>(b) * out + row] = from_float<T>(v);
+          }
+        }
+      return;
+    }
+    const int slot = rb == su.u0 / steps ? 0 : 1;
+    float* mine = partials + static_cast<size_t>(2 * blockIdx.x + slot) * batch * kRowsPerCta;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int b = 8 * j + 2 * t + (e & 1);
+        if (b < batch) mine[b * kRowsPerCta + 16 * warp + g + 8 * (e >> 1)] = acc[j][e];
+      }
+    __threadfence();
+    __syncthreads();
+    const int first = stream_owner(rb * steps, su.units, gridDim.x);
+    const int final_owner = stream_owner(rb * steps + steps - 1, su.units, gridDim.x);
+    if (tid == 0) {
+      stream_last = atomicAdd(&counters[rb], 1) == final_owner - first;
+      if (stream_last) counters[rb] = 0;  // ready for the next launch: every other CTA of the row block has counted
+    }
+    __syncthreads();
+    if (stream_last) {
+      __threadfence();
+      for (int e = tid; e < kRowsPerCta * batch; e += kThreads) {
+        const int b = e / kRowsPerCta, local = e % kRowsPerCta, row = kRowsPerCta * rb + local;
+        if (row >= out) continue;
+        float sum = 0.f;
+        for (int c = first; c <= final_owner; ++c) {
+          const int c_slot = stream_start(c, su.units, gridDim.x) / steps == rb ? 0 : 1;
+          sum += __ldcg(partials + (static_cast<size_t>(2 * c + c_slot) * batch + b) * kRowsPerCta + local);
+        }
+        if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
+        y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+      }
+    }
+    __syncthreads();  // every thread has read stream_last before the next segment's end sets it
+  };
+  if constexpr (STREAM) {
+    // buffer b holds units u0 + b + NB·i, refilled NB units on across row blocks; one segment (the units of one row
+    // block) a pass, its units in a loop whose buffer order is fixed at compile time by the segment's first buffer
+    int local = 0;  // the staged step of unit v (see StreamUnits)
+    for (int v = su.u0; v < su.u1;) {
+      const int rb = v / steps, end = min(su.u1, (rb + 1) * steps);
+      const bool live = rb * kWarps + warp < row_tiles, whole = v == rb * steps && end == (rb + 1) * steps;
+      auto segment = [&](auto first) {
+        constexpr int P = decltype(first)::value;
+        for (; v < end; v += NB) {
+#pragma unroll
+          for (int i = 0; i < NB; ++i) {
+            if (v + i >= end) break;
+            if (live)
+              compute_step<T, NT, CODE, SPS, false, false, false>(acc, r[(P + i) % NB], xs, xstride, local, g, t,
+                                                                  batch);
+            if (v + i + NB < su.u1) load_unit(r[(P + i) % NB], v + i + NB);
+            local = local + 1 == steps ? 0 : local + 1;
+          }
+        }
+        v = end;
+      };
+      if (NB == 1 || (v - su.u0) % NB == 0) segment(std::integral_constant<int, 0>{});
+      else segment(std::integral_constant<int, 1>{});
+      stream_flush(rb, whole, live);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    }
+  } else if constexpr (kHybrid) {
     if (active) {
       // step wstep0 + 2i from the registers, then wstep0 + 2i + 1 from the slot; each refilled two steps further
       for (int step = wstep0; step < wstep1; step += 2) {
@@ -1017,6 +1151,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #if __CUDA_ARCH__ >= 900 && !SP24_EARLY_TRIGGER
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+  if constexpr (STREAM) return;  // every segment was flushed in the loop
   __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
   if (slices > 1) {  // slice 0's warp of each row tile adds the others' sums, in slice order
 #pragma unroll
@@ -1145,25 +1280,35 @@ struct Problem {
   const void *over_v = nullptr, *over_o = nullptr;  // OVER (over_v set): the overflow slots, see sp24_kernel
   int over_loop = 1;  // OVER's loop order (1-5; sp24_launch resolves 0)
   int dense = 0;  // DENSE: a dense weight of in / 2 columns (see sp24_kernel)
+  int stream_ctas = 0;  // STREAM: the grid's CTAs (0: split-K; see StreamUnits)
 };
 
-template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, bool DENSE = false>
+template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, bool DENSE = false, bool STREAM = false>
 cudaError_t launch(const Problem& p) {
-  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER, DENSE>;
+  auto kernel = sp24_kernel<T, NT, CODE, SPS, NORM, OVER, DENSE, STREAM>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
   if (err != cudaSuccess) return err;
-  const int per_split = (p.steps + p.splits - 1) / p.splits;
-  const int used = (p.steps + per_split - 1) / per_split;  // no split without work
-  const int columns = per_split * Steps<CODE>::ks * 32;
+  const int per_split = STREAM ? p.steps : (p.steps + p.splits - 1) / p.splits;
+  const int used = STREAM ? 1 : (p.steps + per_split - 1) / per_split;  // no split without work
+  // STREAM: a CTA stages the steps of its units, at most all (see StreamUnits)
+  const long long units = static_cast<long long>((p.row_tiles + kWarps - 1) / kWarps) * p.steps;
+  if (STREAM && (p.stream_ctas < 1 || p.stream_ctas > units || units > 0x7FFFFFFFLL || p.slices != 1 || p.glu ||
+                 p.partials == nullptr || p.counters == nullptr))
+    return cudaErrorInvalidValue;
+  const int staged = STREAM ? static_cast<int>(min(static_cast<long long>(p.steps),
+                                                   (units + p.stream_ctas - 1) / p.stream_ctas))
+                            : per_split;
+  const int columns = staged * Steps<CODE>::ks * 32;
   const int smem = p.batch * (2 * columns + 64) + (OVER == 3 || OVER == 4 ? columns * 16 * NT : 0);  // the column copy
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
-  constexpr int cluster = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0 ? SP24_MULTICAST : 1;
+  constexpr int cluster = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0 && !STREAM ? SP24_MULTICAST : 1;
   cudaLaunchConfig_t config = {};
   // SP24_MULTICAST: whole clusters along the row blocks; the CTAs past the last row block only stage x and exit
-  config.gridDim = dim3(((p.row_tiles + cta_tiles - 1) / cta_tiles + cluster - 1) / cluster * cluster, used);
+  config.gridDim = STREAM ? dim3(p.stream_ctas, 1)
+                          : dim3(((p.row_tiles + cta_tiles - 1) / cta_tiles + cluster - 1) / cluster * cluster, used);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = p.stream;
@@ -1327,6 +1472,11 @@ cudaError_t with_slots(const Problem& p) {
 
 template <typename T, int CODE, int SPS>
 cudaError_t by_batch(const Problem& p) {
+  if (p.stream_ctas > 0) {
+    if (p.over_v != nullptr || p.dense || p.norm_w != nullptr) return cudaErrorInvalidValue;
+    return p.batch <= 8 ? launch<T, 1, CODE, SPS, false, 0, false, true>(p)
+                        : launch<T, 2, CODE, SPS, false, 0, false, true>(p);
+  }
   if (p.over_v != nullptr) {
     if (p.over_o == nullptr || p.dense) return cudaErrorInvalidValue;
     if constexpr (CODE == 4 && SPS != kOverInt4Sps) {
@@ -1370,10 +1520,10 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop, int dense) {
+                const void* over_o, int over_loop, int dense, int stream_ctas) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 5 || (dense && (glu || code_bits == 0)))
+      over_loop < 0 || over_loop > 5 || (dense && (glu || code_bits == 0)) || stream_ctas < 0)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
@@ -1388,6 +1538,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.over_o = over_o;
   p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
   p.dense = dense;
+  p.stream_ctas = stream_ctas;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
