@@ -533,6 +533,25 @@ def test_kernel_matches_float64(out, in_features, kind):
         assert float64_error(y, x, weight) <= 1, (kind, out, in_features, batch, splits, slices)
 
 
+def test_stream_k_setting_defaults_on_keys_the_launches_and_refuses_other_values(monkeypatch):
+    """SPARSEDECODING_SP24_STREAM_K: on unset, 0 turns the tuner's stream-K candidates off (no grid is tried), a
+    launch tuned under one value is not reused under the other, and anything but 0 / 1 is refused by name."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_STREAM_K_SETTING, KernelChoiceError, settings, sp24_stream_k_setting
+
+    plain, _, x, _ = _plain_and_slotted()
+    monkeypatch.delenv(SP24_STREAM_K_SETTING, raising=False)
+    assert sp24_stream_k_setting()
+    key = sp24.problem_key(x, plain)
+    assert sp24._stream_candidates(plain, 1, 1, False) == [1] and sp24._stream_candidates(plain, 1, 1, True) == []
+    monkeypatch.setenv(SP24_STREAM_K_SETTING, "0")
+    assert not sp24_stream_k_setting() and sp24._stream_candidates(plain, 1, 1, False) == []
+    assert sp24.problem_key(x, plain) != key
+    monkeypatch.setenv(SP24_STREAM_K_SETTING, "yes")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_STREAM_K='yes'"):
+        settings()
+
+
 def test_stream_k_owner_formula_inverts_the_start():
     """sp24.cu's StreamUnits: CTA c of G takes units [c·V / G, (c + 1)·V / G), and stream_owner(u) =
     ((u + 1)·G - 1) / V must name the CTA whose units hold u (empty ranges, G > V, included), so that a row block's
@@ -570,6 +589,8 @@ def test_stream_k_matches_float64(out, in_features, kind):
     from sparsedecoding.kernels.sp24 import Sp24Launch, stream_fits, stream_units
 
     if kind == "int4-128":
+        if in_features % 128:
+            pytest.skip("128-column scale groups need a multiple of 128 columns")
         packed, dtype = pack_nm_quantized(grid_weight(out, in_features, "int4", 128).cuda(), 2, 4, "int4", 128), \
             torch.bfloat16
     else:
@@ -580,7 +601,7 @@ def test_stream_k_matches_float64(out, in_features, kind):
     tried = 0
     for batch in (1, 3, 8, 9, 16):
         x = torch.randn(batch, in_features, device="cuda").to(dtype)
-        for ctas in sorted({1, 3, sms, 2 * sms, stream_units(w) - 1, stream_units(w)}):
+        for ctas in sorted({1, 3, sms, 2 * sms, stream_units(w) - 1, stream_units(w)} - {0}):
             if not stream_fits(w, batch, ctas):
                 with pytest.raises(KernelInputError, match="stream-K"):
                     Sp24Launch(x, w, ctas=ctas)

@@ -385,11 +385,13 @@ def sp24_multicast_setting() -> int:
 
 
 def sp24_stream_k_setting() -> bool:
-    """SPARSEDECODING_SP24_STREAM_K: "1" makes the sp24 tuner also try stream-K launches (a grid of one or two CTAs a
-    multiprocessor sharing the row blocks' steps evenly, sp24.cu's StreamUnits) for the problems they can run (no
-    RMSNorm in front, slots, dense weight or GLU), beside its split-K ones, and keep the fastest; "0" or unset tries
-    split-K launches only (not yet measured side by side)."""
-    return _switch(SP24_STREAM_K_SETTING, "0", "the tuner also tries stream-K launches")
+    """SPARSEDECODING_SP24_STREAM_K: "1" or unset makes the sp24 tuner also try stream-K launches (a grid of one or
+    two CTAs a multiprocessor sharing the row blocks' steps evenly, sp24.cu's StreamUnits) for the problems they can
+    run (no RMSNorm in front, slots, dense weight or GLU), beside its split-K ones, and keep the fastest; "0" tries
+    split-K launches only. In the kernel bench beside the same bench without them (results/sp24_h200_stream_k.md) the
+    tuner kept them only for the Qwen3-14B gate_up at batch 1-2 (int4 25.4 -> 24.2 us, int8 32.3 -> 31.6 us at batch
+    1), whose 272 row blocks leave split-K a last partial wave on 132 multiprocessors."""
+    return _switch(SP24_STREAM_K_SETTING, "1", "the tuner also tries stream-K launches")
 
 
 def sp24_early_trigger_timed() -> bool:
