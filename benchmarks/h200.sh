@@ -591,6 +591,13 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease72)  # forty-first session (about 2 minutes, no model; carry .kcachez as for lease71): a second run of the int4
+    # kernel bench at batch 1-2 with stream-K among the tuner's candidates against without, same run
+    # (sp24_h200_stream_k_int4_run2.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py --kinds int4 --batches 1 2 \
+      --no-sweep --baseline SPARSEDECODING_SP24_STREAM_K=0 --out "$OUT/sp24_h200_stream_k_int4_run2.md" \
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
   lease71)  # forty-first session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
     # sp24-(early-)multicast2 of the current sp24.cu): stream-K launches (sp24.cu's StreamUnits), their float64 GPU
     # tests beside sp24's own (gpu_tests_h200_stream_k.log), then the kernel bench with the tuner also trying them
