@@ -804,12 +804,6 @@ class Sp24Launch:
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
                  norm: bool = False, early: bool | None = None, ctas: int = 0):
-        if ctas and (slices != 1 or splits not in (None, 1)):
-            raise KernelInputError(f"a stream-K launch ({ctas} CTAs) takes one slice and no split-K")
-        if ctas and not stream_fits(w, 1 if x.dim() == 1 else x.shape[0], ctas, norm):
-            raise KernelInputError(f"a stream-K launch over {ctas} CTAs cannot run this problem (it needs no RMSNorm "
-                                   "in front, slots, dense weight or GLU, at most one CTA per step of a row block, "
-                                   "and its staged x within the shared memory)")
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
         if w.glu and slices > max(SLICES) // 2:
@@ -818,6 +812,12 @@ class Sp24Launch:
         check_inputs(x, w)
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
+        if ctas and (slices != 1 or splits not in (None, 1)):
+            raise KernelInputError(f"a stream-K launch ({ctas} CTAs) takes one slice and no split-K")
+        if ctas and not stream_fits(w, 1 if x.dim() == 1 else x.shape[0], ctas, norm):
+            raise KernelInputError(f"a stream-K launch over {ctas} CTAs cannot run this problem (it needs no RMSNorm "
+                                   "in front, slots, dense weight or GLU, at most one CTA per step of a row block, "
+                                   "and its staged x within the shared memory)")
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
         load()
         self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0]) if early is None else early
@@ -1217,7 +1217,7 @@ def _stream_candidates(w: Sp24Weight, batch: int, sms: int, norm: bool) -> list[
 
 
 def tuning_results() -> dict[tuple, tuple[Choice, dict[Choice, float]]]:
-    """For every problem tuned so far: the chosen (splits, slices) and each candidate's median time in ms."""
+    """For every problem tuned so far: the chosen candidate (`Choice`) and each candidate's median time in ms."""
     return {key: (chosen_launch(key), dict(_timings[key])) for key in _launches}
 
 

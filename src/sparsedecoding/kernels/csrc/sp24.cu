@@ -1515,7 +1515,9 @@ extern "C" {
 // tensor cores (over_mma_step; 16-bit values), 3 and 4 only in a build with SP24_COLUMNS, 5 quad-placed slots (16-bit
 // values, a build with SP24_QUADS; compute_tile); 0 the first for batch 1-4
 // and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself, sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see
-// sp24_kernel), `in` its expanded width (twice x's). Returns 0 or a cudaError_t.
+// sp24_kernel), `in` its expanded width (twice x's). `stream_ctas` > 0: a stream-K launch over that many CTAs
+// instead of split-K (one slice, no norm_w, glu, slots or dense weight; `partials` two slots of batch · 128 floats a
+// CTA, `counters` one a row block of 128 rows; see StreamUnits). Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
