@@ -9,7 +9,8 @@ mean anything. Prints a markdown table; writes it to --out too.
     python benchmarks/ablate_probe.py --builds "after=" "early=-DSP24_EARLY_TRIGGER=1" --slices 2 4 8
 
 --slices times every shape at each of those slice counts (with one split, or with each of --splits) instead of its
-tuned launch; each build's fastest of them is its time for the shape.
+tuned launch, and --stream G ... also stream-K launches over G CTAs; each build's fastest of them is its time for the
+shape.
 
 --models with --kinds int4 / int8 / bf16 takes every decoder shape of those presets instead of the four 8B shapes,
 and times cuBLAS (`F.linear` on the dense pruned weight) in the same alternated rounds, so that each build's
@@ -91,6 +92,8 @@ def main() -> int:
                         help="time each shape at each of these slice counts (and each --splits), not its tuned launch")
     parser.add_argument("--splits", nargs="+", type=int, choices=range(1, 17), metavar="N",
                         help="with --slices: the split counts to pair with them (default: 1)")
+    parser.add_argument("--stream", nargs="+", type=int, metavar="G",
+                        help="with --slices: also stream-K launches over G CTAs (where `sp24.stream_fits`)")
     parser.add_argument("--models", nargs="+", choices=MODELS,
                         help="the presets whose decoder shapes run, with cuBLAS timed beside them (default: "
                              f"{MODELS[0]}; without it, the codes and bf16 kinds time four 8B shapes and no cuBLAS)")
@@ -103,6 +106,8 @@ def main() -> int:
         parser.error("--kinds slots runs alone (its builds are the slot ablations)")
     if args.splits and not args.slices:
         parser.error("--splits pairs with --slices")
+    if args.stream and (not args.slices or min(args.stream) < 1):
+        parser.error("--stream pairs with --slices and takes CTA counts of at least 1")
     against_cublas = slots or args.models is not None
     models = args.models or MODELS[:1]
     batch = args.batch if args.batch is not None else (8 if slots else 1)
@@ -152,14 +157,15 @@ def main() -> int:
                 tuned = sp24.tuned_launch(x, w)
                 tuned_splits, tuned_slices = tuned.splits, tuned.slices
             weights = sp24._copies(w)
-            configs = ([(splits, n) for splits in args.splits or [1] for n in args.slices] if args.slices
-                       else [(tuned_splits, tuned_slices)])
+            configs = ([(splits, n, 0) for splits in args.splits or [1] for n in args.slices] if args.slices
+                       else [(tuned_splits, tuned_slices, 0)])
+            configs += [(1, 1, ctas) for ctas in args.stream or [] if sp24.stream_fits(w, batch, ctas)]
             dense_copies = None
             if dense is not None:
                 dense_copies = rotation(dense.clone, dense.numel() * 2)
                 F.linear(x, dense)  # cuBLAS's handle and workspace come before any graph capture
             best = {}  # each build's least time over the configs, and cuBLAS's
-            for splits, slices in configs:
+            for splits, slices, ctas in configs:
                 launches = {}
                 for variant, extra in builds.items():
                     # the slot ablations change only the build with the column copy (the mma order's); the
@@ -169,9 +175,9 @@ def main() -> int:
                         + (extra if not slots or "-DSP24_COLUMNS" in defines else ())))
                     sp24._libraries.clear()
                     try:
-                        launches[variant] = sp24.Sp24Launch(x, w, splits, slices)
+                        launches[variant] = sp24.Sp24Launch(x, w, splits, slices, ctas=ctas)
                     except ValueError as exc:  # a split or slice count the shape has too few steps for
-                        print(f"skipped {name} {splits}/{slices}s: {exc}", flush=True)
+                        print(f"skipped {name} {sp24.choice_label((splits, slices, False, ctas))}: {exc}", flush=True)
                         break
                 cuda_mma.open_library = original
                 sp24._libraries.clear()
@@ -206,7 +212,8 @@ def main() -> int:
                             f"{sp24.launch_label(part_launch)}; {part_ratio:.3f}) | {times[CUBLAS]:.1f}")
                 if kind != "slots" and dense is not None:
                     same += f" | {times[CUBLAS]:.1f}"
-                rows.append(f"| {kind} | {name} ({out}x{inf}) | {splits}/{slices}s | "
+                grid = f"sk{ctas}" if ctas else f"{splits}/{slices}s"
+                rows.append(f"| {kind} | {name} ({out}x{inf}) | {grid} | "
                             + " | ".join(f"{times[v]:.1f}" + (f" (x{times[CUBLAS] / times[v]:.2f})" if dense is not
                                                               None else "") for v in builds) + same + " |")
                 print(rows[-1], flush=True)

@@ -591,6 +591,46 @@ PY
     # (int4 first: auto's rule gives it the old build, which lease38-39 measured 2% faster in the engine though 8%
     # slower alone), the kernel bench under timed against auto, then 2:4 bf16 in the engine
     bash benchmarks/h200.sh bg kcache timed-tests timed-engine-int4 timed-kernel timed-engine-bf16 ;;
+  lease73)  # forty-second session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
+    # sp24-(early-)multicast2 of the current sp24.cu): does the 2:4 + int4 launch's share of copy bandwidth follow the
+    # in-features, the rows or the size? The tuned launch over shapes between the 8B and 14B gate_up
+    # (shape_probe_h200.md), then Nsight Compute on the 8B gate_up (1 split) and the 14B gate_up (stream-K over 264
+    # CTAs, and 1 split / 2 slices), early build, memory counters (ncu_h200/ncu_shape_*.txt)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 shape_probe.py --kinds int4 --shapes \
+      28672x4096 28672x4608 28672x5120 28672x6144 28672x8192 32768x5120 34816x4096 34816x5120 \
+      --out "$OUT/shape_probe_h200.md" | grep -E "^\| int4|rror") || true
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+    [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$OUT/ncu_missing.txt"; exit 0; }
+    mkdir -p "$OUT/ncu_h200"
+    metrics=dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
+    metrics=$metrics,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
+    metrics=$metrics,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,dram__sectors_read.sum
+    for item in "8b_gate_up_int4_1 llama-3.1-8b --splits 1" "14b_gate_up_int4_sk264 qwen3-14b --ctas 264" \
+        "14b_gate_up_int4_1s2 qwen3-14b --splits 1 --slices 2"; do
+      set -- $item
+      name=$1; shift
+      (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 100 "$ncu" --clock-control none -k regex:sp24_kernel \
+        --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$metrics" \
+        python3 ncu_probe.py sp24-int4 --model "$@" --shape gate_up --batch 1 --early 1) \
+        > "$OUT/ncu_h200/ncu_shape_$name.txt" 2>&1 || true
+      grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
+        "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
+    done ;;
+  lease74)  # forty-second session (about 5 minutes, no model; carry .kcachez with lease73's libraries and
+    # sp24-early-multicast2-int4-{3,4}ctas-1buffer): 2:4 + int4 builds with 3 and 4 CTAs a multiprocessor (one register
+    # buffer) against the early build, all three under clusters of two, at batch 1 on the 8B + 14B shapes: each
+    # build's fastest of splits 1-4 by slices 1-8 and of stream-K grids of 132-528 CTAs, cuBLAS in the same rounds,
+    # bit for bit (ablate_int4_ctas_h200_multicast.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+    builds=("early=$early" "early, 3 CTAs, 1 buffer=$early,-DSP24_INT4_CTAS=3,-DSP24_INT4_BUFFERS=1"
+            "early, 4 CTAs, 1 buffer=$early,-DSP24_INT4_CTAS=4,-DSP24_INT4_BUFFERS=1")
+    timeout 520 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
+      --splits 1 2 3 4 --stream 132 264 396 528 --builds "${builds[@]}" \
+      --out "$OUT/ablate_int4_ctas_h200_multicast.md" 2>&1 | grep -E "^\| (build|early)|rror| NO " || true ;;
   lease72)  # forty-first session (about 2 minutes, no model; carry .kcachez as for lease71): a second run of the int4
     # kernel bench at batch 1-2 with stream-K among the tuner's candidates against without, same run
     # (sp24_h200_stream_k_int4_run2.md)

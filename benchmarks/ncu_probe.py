@@ -8,7 +8,8 @@ The paths:
 - `fast24`: the same kernel on 2:4 with its FAST24 path, the reference the generic path is measured against;
 - `sp24-bf16`, `sp24-int8`, `sp24-int4`: the tiled 2:4 sparse tensor-core kernel (`sp24.sp24_mm`, default splits,
   one slice, or `--splits` / `--slices`: the tuned launch itself is not called, whose tuning runs would be the
-  launches ncu skips; name its pair instead, as `sp24_h200.md` reports it);
+  launches ncu skips; name its pair instead, as `sp24_h200.md` reports it; `--ctas G` a stream-K launch over G
+  CTAs, `--early 0/1` the build);
 - `sp24-over`: the same kernel with two overflow slots a word inside (a 16:32+2 weight, `sp24.tile_overflow`);
 - `cublas`: `F.linear` on the dense weight.
 
@@ -29,7 +30,7 @@ from quant_kernel_bench import GROUP_SIZE, grid_weight
 from sparsedecoding.kernels import cuda_mma
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
-from sparsedecoding.kernels.sp24 import sp24_mm, tile
+from sparsedecoding.kernels.sp24 import Sp24Launch, sp24_mm, tile
 
 PATHS = ("generic", "fast24", "sp24-bf16", "sp24-int8", "sp24-int4", "sp24-over", "cublas")
 
@@ -45,7 +46,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--splits", type=int, help="sp24 paths: step ranges across CTAs (default: default_splits)")
     parser.add_argument("--slices", type=int, default=1, choices=(1, 2, 4, 8),
                         help="sp24 paths: warps sharing a row tile in a CTA (default: %(default)s)")
+    parser.add_argument("--ctas", type=int, default=0,
+                        help="sp24 paths: a stream-K launch over this many CTAs (one slice, no --splits)")
+    parser.add_argument("--early", type=int, choices=(0, 1),
+                        help="sp24 paths: 1 the early-trigger build, 0 the other (default: as the settings pick)")
     args = parser.parse_args(argv)
+    if args.ctas and (args.slices != 1 or args.splits not in (None, 1)):
+        parser.error("--ctas (stream-K) takes one slice and no --splits")
+    if args.early is not None:
+        args.early = bool(args.early)
     shapes = linear_shapes(args.model, unfused=False)
     if args.shape not in shapes:
         parser.error(f"--shape must be one of {', '.join(shapes)} for {args.model}; got {args.shape}")
@@ -84,6 +93,8 @@ def build(args: argparse.Namespace, generator: torch.Generator):
     else:
         group = in_features if kind == "int8" else GROUP_SIZE
         w = tile(pack_nm_quantized(grid_weight(out, in_features, 2, 4, kind, generator), 2, 4, kind, group))
+    if args.ctas or args.early is not None:  # a launch of exactly that grid and build
+        return lambda x: Sp24Launch(x, w, args.splits, args.slices, early=args.early, ctas=args.ctas)(x, w)
     return lambda x: sp24_mm(x, w, args.splits, args.slices)
 
 

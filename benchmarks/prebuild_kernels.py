@@ -52,6 +52,10 @@ LIBRARIES = {
     "sp24-early-int4-hybrid": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_HYBRID=1")),
     **{f"sp24-early-int4-{n}ctas-1buffer": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", f"-DSP24_INT4_CTAS={n}",
                                                         "-DSP24_INT4_BUFFERS=1")) for n in (3, 4)},
+    # ablate_probe.py --builds: the same CTAs a multiprocessor under the multicast default
+    **{f"sp24-early-multicast2-int4-{n}ctas-1buffer": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
+                                                                  f"-DSP24_INT4_CTAS={n}", "-DSP24_INT4_BUFFERS=1"))
+       for n in (3, 4)},
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4
     **{f"{columns}{code}-step8-early-trigger": ("sp24.cu", (*flags, f"-DSP24_{code.upper()}_KS=8",
                                                           "-DSP24_EARLY_TRIGGER=1"))
