@@ -621,7 +621,8 @@ PY
   lease74)  # forty-second session (about 5 minutes, no model; carry .kcachez with lease73's libraries and
     # sp24-early-multicast2-int4-{3,4}ctas-1buffer): 2:4 + int4 builds with 3 and 4 CTAs a multiprocessor (one register
     # buffer) against the early build, all three under clusters of two, at batch 1 on the 8B + 14B shapes: each
-    # build's fastest of splits 1-4 by slices 1-8 and of stream-K grids of 132-528 CTAs, cuBLAS in the same rounds,
+    # build's fastest of splits 1, 2, 4 by slices 1-8 and of stream-K grids of 132-528 CTAs (fewer than the 264 places
+    # too: room for the next launch), cuBLAS in the same rounds,
     # bit for bit (ablate_int4_ctas_h200_multicast.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
@@ -629,8 +630,9 @@ PY
     builds=("early=$early" "early, 3 CTAs, 1 buffer=$early,-DSP24_INT4_CTAS=3,-DSP24_INT4_BUFFERS=1"
             "early, 4 CTAs, 1 buffer=$early,-DSP24_INT4_CTAS=4,-DSP24_INT4_BUFFERS=1")
     timeout 520 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
-      --splits 1 2 3 4 --stream 132 264 396 528 --builds "${builds[@]}" \
-      --out "$OUT/ablate_int4_ctas_h200_multicast.md" 2>&1 | grep -E "^\| (build|early)|rror| NO " || true ;;
+      --splits 1 2 4 --stream 132 198 224 240 256 264 396 528 --builds "${builds[@]}" \
+      --out "$OUT/ablate_int4_ctas_h200_multicast.md" 2>&1 | tee "$OUT/ablate_int4_ctas_h200_multicast.log" \
+      | grep -E "^\| (build|early)|rror| NO " || true ;;
   lease72)  # forty-first session (about 2 minutes, no model; carry .kcachez as for lease71): a second run of the int4
     # kernel bench at batch 1-2 with stream-K among the tuner's candidates against without, same run
     # (sp24_h200_stream_k_int4_run2.md)
