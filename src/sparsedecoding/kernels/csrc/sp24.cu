@@ -996,8 +996,11 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int b = 0; b < 8 * NT; ++b) p[h][b] = 0.f;
-  __shared__ int stream_last;  // STREAM: whether this CTA is the last of a row block's (see StreamUnits)
-  // STREAM: the end of a segment of row block rb (`whole`: all of its steps, `live`: this warp's tile in the weight)
+  __shared__ int stream_last[2];  // STREAM: whether this CTA is the last of its slots' row blocks (see StreamUnits)
+  // STREAM: the row blocks whose partial slots this CTA has written (slot 0's, then slot 1's; -1: none)
+  int partial0 = -1, partial1 = -1;  // (scalars, not an array a run-time index would put on the stack)
+  // STREAM: the end of a segment of row block rb (`whole`: all of its steps, `live`: this warp's tile in the weight):
+  // a whole row block's sums go to y, a part's to the CTA's slot; the slots are counted at the CTA's end
   auto stream_flush = [&](int rb, bool whole, bool live) {
     if (whole) {
       if (!live) return;
@@ -1015,6 +1018,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       return;
     }
     const int slot = rb == su.u0 / steps ? 0 : 1;
+    if (slot == 0) partial0 = rb;
+    else partial1 = rb;
     float* mine = partials + static_cast<size_t>(2 * blockIdx.x + slot) * batch * kRowsPerCta;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
@@ -1023,17 +1028,34 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         const int b = 8 * j + 2 * t + (e & 1);
         if (b < batch) mine[b * kRowsPerCta + 16 * warp + g + 8 * (e >> 1)] = acc[j][e];
       }
+  };
+  // STREAM, after the CTA's last unit: one fence for both slots (a fence in the middle of the run would wait for the
+  // next segment's loads in flight), then each slot's row block counted; the last of a row block's CTAs to count adds
+  // every contributor's slot, in CTA order, into y
+  auto stream_count = [&]() {
+    if (partial0 < 0 && partial1 < 0) return;  // the same for the whole CTA
     __threadfence();
     __syncthreads();
-    const int first = stream_owner(rb * steps, su.units, gridDim.x);
-    const int final_owner = stream_owner(rb * steps + steps - 1, su.units, gridDim.x);
     if (tid == 0) {
-      stream_last = atomicAdd(&counters[rb], 1) == final_owner - first;
-      if (stream_last) counters[rb] = 0;  // ready for the next launch: every other CTA of the row block has counted
+#pragma unroll
+      for (int slot = 0; slot < 2; ++slot) {
+        const int rb = slot == 0 ? partial0 : partial1;
+        stream_last[slot] = 0;
+        if (rb < 0) continue;
+        const int first = stream_owner(rb * steps, su.units, gridDim.x);
+        const int final_owner = stream_owner(rb * steps + steps - 1, su.units, gridDim.x);
+        stream_last[slot] = atomicAdd(&counters[rb], 1) == final_owner - first;
+        if (stream_last[slot]) counters[rb] = 0;  // ready for the next launch: every other CTA has counted
+      }
     }
     __syncthreads();
-    if (stream_last) {
+#pragma unroll
+    for (int slot = 0; slot < 2; ++slot) {
+      if (!stream_last[slot]) continue;
       __threadfence();
+      const int rb = slot == 0 ? partial0 : partial1;
+      const int first = stream_owner(rb * steps, su.units, gridDim.x);
+      const int final_owner = stream_owner(rb * steps + steps - 1, su.units, gridDim.x);
       for (int e = tid; e < kRowsPerCta * batch; e += kThreads) {
         const int b = e / kRowsPerCta, local = e % kRowsPerCta, row = kRowsPerCta * rb + local;
         if (row >= out) continue;
@@ -1046,7 +1068,6 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
       }
     }
-    __syncthreads();  // every thread has read stream_last before the next segment's end sets it
   };
   if constexpr (STREAM) {
     // buffer b holds units u0 + b + NB·i, refilled NB units on across row blocks; one segment (the units of one row
@@ -1151,7 +1172,10 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #if __CUDA_ARCH__ >= 900 && !SP24_EARLY_TRIGGER
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-  if constexpr (STREAM) return;  // every segment was flushed in the loop
+  if constexpr (STREAM) {  // every segment was flushed in the loop; the slots are counted now
+    stream_count();
+    return;
+  }
   __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
   if (slices > 1) {  // slice 0's warp of each row tile adds the others' sums, in slice order
 #pragma unroll
