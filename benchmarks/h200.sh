@@ -618,6 +618,24 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
+  lease77)  # forty-second session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
+    # sp24-(early-)multicast2, sp24-early-multicast2-stream-fences and sp24-early-multicast2-ablate10): stream-K's
+    # counting at a CTA's end by one acquire-release atomic of thread 0 between barriers: the stream-K float64 GPU
+    # tests (gpu_tests_h200_stream_acq_rel.log), the counting's cost against the fences of every thread and against no
+    # counting at all (ablate_stream_protocol_h200.md), and the int4 kernel bench at batch 1-2 with stream-K against
+    # without in one run (sp24_h200_stream_acq_rel_int4.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k "stream_k" 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_h200_stream_acq_rel.log" || true
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+     timeout 200 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 \
+      --splits 1 --stream 198 224 256 264 --builds "acq_rel=$early" "fences=$early,-DSP24_STREAM_FENCES=1" \
+      "no counting=$early,-DSP24_ABLATE=10" --out "$OUT/ablate_stream_protocol_h200.md" 2>&1 \
+      | grep -E "^\| (build|acq_rel|fences|no counting|int4 \| .*(gate_up|down))|rror" || true)
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py --kinds int4 --batches 1 2 \
+      --no-sweep --baseline SPARSEDECODING_SP24_STREAM_K=0 --out "$OUT/sp24_h200_stream_acq_rel_int4.md" \
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
   lease76)  # forty-second session, lease75's steps again (same files with _ahead in their names) after stream-K's
     # loads of the next unit lost their division and the branch around a warp's steps (ptxas now waits on the weight
     # loads every two steps as in the split-K loop; lease75's build waited before every step)

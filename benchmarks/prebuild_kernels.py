@@ -56,6 +56,10 @@ LIBRARIES = {
     **{f"sp24-early-multicast2-int4-{n}ctas-1buffer": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
                                                                   f"-DSP24_INT4_CTAS={n}", "-DSP24_INT4_BUFFERS=1"))
        for n in (3, 4)},
+    # ablate_probe.py --builds: stream-K's counting with a fence by every thread (as first built), and none at all
+    "sp24-early-multicast2-stream-fences": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
+                                                        "-DSP24_STREAM_FENCES=1")),
+    "sp24-early-multicast2-ablate10": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2", "-DSP24_ABLATE=10")),
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4
     **{f"{columns}{code}-step8-early-trigger": ("sp24.cu", (*flags, f"-DSP24_{code.upper()}_KS=8",
                                                           "-DSP24_EARLY_TRIGGER=1"))

@@ -105,7 +105,8 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 // tensor cores (OVER 4): 6, each lane's own offset word in place of the holder's shuffle; 7, the shuffle kept but
 // each gathered row moved to a place whose bank group is its lane's (no bank conflicts); 8, no slot MMAs and no
 // gathers (the slot words are still loaded and kept live). 9: no staging of x without the RMSNorm in front (the
-// shared memory holds whatever it holds; the barrier stays): what the staging costs.
+// shared memory holds whatever it holds; the barrier stays): what the staging costs. 10: stream-K launches whose
+// partial slots are written but never counted nor added (what the counting at a CTA's end costs).
 #ifndef SP24_ABLATE
 #define SP24_ABLATE 0
 #endif
@@ -765,6 +766,20 @@ static_assert(SP24_INT4_BUFFERS == 1 || SP24_INT4_BUFFERS == 2, "SP24_INT4_BUFFE
 // units do: a whole row block's sums go to y; otherwise they go to the CTA's partial slot (0 for its first segment's
 // row block, 1 for its last's: the segments between are whole), and the last of the row block's CTAs to count itself
 // on the row block's counter adds the slots of all of them, in CTA order, into y.
+// SP24_STREAM_FENCES (a build of its own, for probes; default 0): the counting at a stream-K CTA's end as first built,
+// a fence by every thread before a relaxed atomicAdd and another before the adding, in place of one acquire-release
+// atomic by thread 0 between two barriers (the pattern of CUTLASS's semaphores)
+#ifndef SP24_STREAM_FENCES
+#define SP24_STREAM_FENCES 0
+#endif
+
+// counter += v at GPU scope with acquire-release order; the old value
+__device__ __forceinline__ int atomic_add_acq_rel(int* counter, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(v) : "memory");
+  return old;
+}
+
 struct StreamUnits {
   int u0 = 0, u1 = 0, units = 0, first_step = 0, staged_steps = 0;
 };
@@ -1044,8 +1059,11 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   // every contributor's slot, in CTA order, into y
   auto stream_count = [&]() {
     if (partial0 < 0 && partial1 < 0) return;  // the same for the whole CTA
+    if constexpr (SP24_ABLATE == 10) return;
+#if SP24_STREAM_FENCES
     __threadfence();
-    __syncthreads();
+#endif
+    __syncthreads();  // every warp's slot writes come before thread 0's release (the barrier makes them cumulative)
     if (tid == 0) {
 #pragma unroll
       for (int slot = 0; slot < 2; ++slot) {
@@ -1054,15 +1072,18 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         if (rb < 0) continue;
         const int first = stream_owner(rb * steps, su.units, gridDim.x);
         const int final_owner = stream_owner(rb * steps + steps - 1, su.units, gridDim.x);
-        stream_last[slot] = atomicAdd(&counters[rb], 1) == final_owner - first;
+        stream_last[slot] = (SP24_STREAM_FENCES ? atomicAdd(&counters[rb], 1) : atomic_add_acq_rel(&counters[rb], 1))
+                            == final_owner - first;
         if (stream_last[slot]) counters[rb] = 0;  // ready for the next launch: every other CTA has counted
       }
     }
     __syncthreads();
 #pragma unroll
     for (int slot = 0; slot < 2; ++slot) {
-      if (!stream_last[slot]) continue;
+      if (!stream_last[slot]) continue;  // thread 0's acquire, then the barrier: the other slots are visible
+#if SP24_STREAM_FENCES
       __threadfence();
+#endif
       const int rb = slot == 0 ? partial0 : partial1;
       const int first = stream_owner(rb * steps, su.units, gridDim.x);
       const int final_owner = stream_owner(rb * steps + steps - 1, su.units, gridDim.x);
