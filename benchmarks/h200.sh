@@ -618,6 +618,25 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
+  lease78)  # forty-second session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
+    # sp24-(early-)multicast2 of the current sp24.cu): split-K's counting by one acquire-release atomic as stream-K's,
+    # and stream-K's adding of the contributors' slots with their loads in flight together (the loop before waited
+    # for each): sp24's float64 GPU tests of split-K, the RMSNorm in front, GLU, scales, graph replay and stream-K
+    # (gpu_tests_h200_acq_rel.log), the early build's split-K and stream-K launches side by side
+    # (ablate_stream_sum_h200.md), then the kernel bench, every kind and batch, with stream-K against without in one
+    # run (sp24_h200_stream_sum.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 360 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k "test_kernel_matches_float64 \
+      or norm_kernel or glu_kernel or any_bf16 or magnitude or vector_input or timed_tuner or programmatic \
+      or stream_k" 2>&1 | tail -4 | tee "$OUT/gpu_tests_h200_acq_rel.log" || true
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # the build is the flags given
+     timeout 100 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
+      --splits 1 2 4 --stream 132 198 224 256 264 --builds "early=$early" \
+      --out "$OUT/ablate_stream_sum_h200.md" 2>&1 | grep -E "^\| (build|early)|rror| NO " || true)
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 120 python3 sp24_bench.py --no-sweep \
+      --baseline SPARSEDECODING_SP24_STREAM_K=0 --out "$OUT/sp24_h200_stream_sum.md" \
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
   lease77)  # forty-second session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
     # sp24-(early-)multicast2, sp24-early-multicast2-stream-fences and sp24-early-multicast2-ablate10): stream-K's
     # counting at a CTA's end by one acquire-release atomic of thread 0 between barriers: the stream-K float64 GPU

@@ -766,9 +766,9 @@ static_assert(SP24_INT4_BUFFERS == 1 || SP24_INT4_BUFFERS == 2, "SP24_INT4_BUFFE
 // units do: a whole row block's sums go to y; otherwise they go to the CTA's partial slot (0 for its first segment's
 // row block, 1 for its last's: the segments between are whole), and the last of the row block's CTAs to count itself
 // on the row block's counter adds the slots of all of them, in CTA order, into y.
-// SP24_STREAM_FENCES (a build of its own, for probes; default 0): the counting at a stream-K CTA's end as first built,
-// a fence by every thread before a relaxed atomicAdd and another before the adding, in place of one acquire-release
-// atomic by thread 0 between two barriers (the pattern of CUTLASS's semaphores)
+// SP24_STREAM_FENCES (a build of its own, for probes; default 0): the counting at a stream-K CTA's end (and a split-K
+// CTA's) as first built, a fence by every thread before a relaxed atomicAdd and another before the adding, in place of
+// one acquire-release atomic by thread 0 between two barriers (the pattern of CUTLASS's semaphores)
 #ifndef SP24_STREAM_FENCES
 #define SP24_STREAM_FENCES 0
 #endif
@@ -778,6 +778,23 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* counter, int v) {
   int old;
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(counter), "r"(v) : "memory");
   return old;
+}
+
+// 0 + v(0) + v(1) + ... + v(n - 1), added in that order (so bit for bit a plain loop's sum), v(i) = *at(i) read
+// past the L1; the loads eight at a time in flight together (a plain loop waited for each before the next: one L2
+// round trip a stream-K contributor at the end of the launch; nvcc already unrolls split-K's loops over splits so)
+template <typename At>
+__device__ __forceinline__ float ordered_sum(int n, At at) {
+  float sum = 0.f;
+  for (int i0 = 0; i0 < n; i0 += 8) {
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = i0 + i < n ? __ldcg(at(i0 + i)) : 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (i0 + i < n) sum += v[i];
+  }
+  return sum;
 }
 
 struct StreamUnits {
@@ -1087,14 +1104,15 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       const int rb = slot == 0 ? partial0 : partial1;
       const int first = stream_owner(rb * steps, su.units, gridDim.x);
       const int final_owner = stream_owner(rb * steps + steps - 1, su.units, gridDim.x);
+      // the first contributor's slot: 0 where its units start inside rb, else 1; every later one's rb is its first
+      const int first_slot = 2 * first + (stream_start(first, su.units, gridDim.x) / steps == rb ? 0 : 1);
       for (int e = tid; e < kRowsPerCta * batch; e += kThreads) {
         const int b = e / kRowsPerCta, local = e % kRowsPerCta, row = kRowsPerCta * rb + local;
         if (row >= out) continue;
-        float sum = 0.f;
-        for (int c = first; c <= final_owner; ++c) {
-          const int c_slot = stream_start(c, su.units, gridDim.x) / steps == rb ? 0 : 1;
-          sum += __ldcg(partials + (static_cast<size_t>(2 * c + c_slot) * batch + b) * kRowsPerCta + local);
-        }
+        const float* entry = partials + static_cast<size_t>(b) * kRowsPerCta + local;
+        float sum = ordered_sum(final_owner - first + 1, [&](int i) {
+          return entry + static_cast<size_t>(i == 0 ? first_slot : 2 * (first + i)) * batch * kRowsPerCta;
+        });
         if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
         y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
       }
@@ -1266,16 +1284,21 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       }
   }
   if (NORM && tid < batch) ss_slots[(blockIdx.x * splits + split) * batch + tid] = cta_ss(tid);
+#if SP24_STREAM_FENCES
   __threadfence();
-  __syncthreads();
+#endif
+  __syncthreads();  // every thread's partials come before thread 0's release (the barrier makes them cumulative)
   __shared__ int last;
   if (tid == 0) {
-    last = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
+    last = (SP24_STREAM_FENCES ? atomicAdd(&counters[blockIdx.x], 1) : atomic_add_acq_rel(&counters[blockIdx.x], 1))
+           == splits - 1;
     if (last) counters[blockIdx.x] = 0;  // ready for the next launch; every other CTA of the block has counted
   }
-  __syncthreads();
+  __syncthreads();  // after thread 0's acquire: the other splits' partials are visible to every thread
   if (!last) return;
+#if SP24_STREAM_FENCES
   __threadfence();
+#endif
   const int cta_rows = 16 * cta_tiles, row0 = blockIdx.x * cta_rows;
   auto norm_of = [&](int b) {  // NORM: 1/rms of row b of x from every split's Σs²
     if constexpr (!NORM) return 1.f;
