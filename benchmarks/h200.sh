@@ -618,6 +618,24 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
+  lease79)  # forty-second session (about 7 minutes, no model; carry .kcachez as for lease78): the GPU tests lease78 left:
+    # sp24's tuner under timed (its library assertion fixed for the multicast default), the early build against the
+    # default bit for bit, the dense expansion and the refusals, then the test files of the split product, the dispatch,
+    # the engine and the quantized engine, one pytest a file (gpu_suite_h200_acq_rel.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    mkdir -p "$OUT/gpu_suite"
+    echo "| file | pytest's result | s |" > "$OUT/gpu_suite_h200_acq_rel.md"
+    echo "|---|---|---|" >> "$OUT/gpu_suite_h200_acq_rel.md"
+    for item in "test_sp24 150 timed_tuner or early_trigger_build or dense_expansion or rejects or refuses" \
+        "test_sp24_split 60" "test_kernel_dispatch 60" "test_engine_gpu 100" "test_quantized_engine 130"; do
+      set -- $item
+      name=$1 limit=$2; shift 2; start=$SECONDS
+      timeout "$limit" python3 -m pytest -q -m gpu "tests/$name.py" -p no:cacheprovider --tb=short ${1:+-k "$*"} \
+        > "$OUT/gpu_suite/$name.log" 2>&1 || true
+      last=$(grep -E "passed|failed|skipped|error|no tests ran" "$OUT/gpu_suite/$name.log" | tail -1 | tr -d '=|')
+      echo "| $name${1:+ (-k $*)} | ${last:-stopped at its $limit s limit} | $((SECONDS - start)) |" \
+        | tee -a "$OUT/gpu_suite_h200_acq_rel.md"
+    done ;;
   lease78)  # forty-second session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
     # sp24-(early-)multicast2 of the current sp24.cu): split-K's counting by one acquire-release atomic as stream-K's,
     # and stream-K's adding of the contributors' slots with their loads in flight together (the loop before waited

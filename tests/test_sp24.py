@@ -878,7 +878,7 @@ def test_timed_tuner_times_the_fastest_candidates_in_both_builds_and_keeps_the_f
     assert len(others) == sp24.TIMED_OTHER_BUILD
     assert all(choice[:2] + (first,) + choice[3:] in timings for choice in others)
     assert sp24.chosen_launch(sp24.problem_key(x, w)) == next(iter(timings))  # fastest first
-    assert launch.library is sp24._load(early_trigger=launch.early_trigger)
+    assert launch.library is sp24._load(early_trigger=launch.early_trigger, multicast=launch.multicast)
     dense = packed.to_dense() if kind == "bf16" else packed.to_dense(torch.float64)
     assert float64_error(launch(x, w), x, dense) <= 1
 
