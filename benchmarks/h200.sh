@@ -618,6 +618,18 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
+  lease80)  # forty-second session (about 3 minutes, no model; carry .kcachez with sp24-early-trigger,
+    # sp24-early-multicast2 and sp24-early-cluster-split of the current sp24.cu): split-K's splits as thread-block
+    # clusters adding through distributed shared memory (SP24_CLUSTER_SPLIT, a probe build) against the early build
+    # without and with multicast, 2:4 + int4 at batch 1, 8B + 14B, each build's fastest of splits 1-8 by slices 1-8,
+    # cuBLAS in the same rounds, bit for bit (ablate_cluster_split_h200.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+    timeout 300 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
+      --splits 1 2 3 4 5 6 8 --builds "early=-DSP24_EARLY_TRIGGER=1" \
+      "early, multicast=-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2" \
+      "early, cluster split=-DSP24_EARLY_TRIGGER=1,-DSP24_CLUSTER_SPLIT=1" \
+      --out "$OUT/ablate_cluster_split_h200.md" 2>&1 | grep -E "^\| (build|early)|rror| NO " || true ;;
   lease79)  # forty-second session (about 7 minutes, no model; carry .kcachez as for lease78): the GPU tests lease78 left:
     # sp24's tuner under timed (its library assertion fixed for the multicast default), the early build against the
     # default bit for bit, the dense expansion and the refusals, then the test files of the split product, the dispatch,

@@ -60,6 +60,8 @@ LIBRARIES = {
     "sp24-early-multicast2-stream-fences": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
                                                         "-DSP24_STREAM_FENCES=1")),
     "sp24-early-multicast2-ablate10": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2", "-DSP24_ABLATE=10")),
+    # ablate_probe.py --builds: split-K's splits as clusters adding through distributed shared memory
+    "sp24-early-cluster-split": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_CLUSTER_SPLIT=1")),
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4
     **{f"{columns}{code}-step8-early-trigger": ("sp24.cu", (*flags, f"-DSP24_{code.upper()}_KS=8",
                                                           "-DSP24_EARLY_TRIGGER=1"))

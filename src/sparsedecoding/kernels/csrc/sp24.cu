@@ -756,22 +756,41 @@ static_assert(SP24_INT4_BUFFERS == 1 || SP24_INT4_BUFFERS == 2, "SP24_INT4_BUFFE
 #ifndef SP24_EARLY_TRIGGER
 #define SP24_EARLY_TRIGGER 0
 #endif
-// STREAM (stream-K: one slice, no RMSNorm in front, no slots, dense weights or GLU): the row blocks' steps laid end to
-// end, unit rb·steps + s being step s of row block rb (its eight row tiles, one a warp), and CTA c of a grid of G takes
-// units [c·V / G, (c + 1)·V / G) of the V = row blocks · steps, so that every CTA has the same work to within one step
-// however the row blocks divide among the multiprocessors (split-K leaves a last partial wave where they do not: the
-// Qwen3-14B gate_up's 272 row blocks against 264 CTA places on an H200). A CTA stages x for the steps its units touch,
-// from its first unit's step on and wrapping past the last step (at most all of them), so a unit's staged step is
-// (step - first step) mod steps. Each run of units in one row block (a segment) ends where the row block or the CTA's
-// units do: a whole row block's sums go to y; otherwise they go to the CTA's partial slot (0 for its first segment's
-// row block, 1 for its last's: the segments between are whole), and the last of the row block's CTAs to count itself
-// on the row block's counter adds the slots of all of them, in CTA order, into y.
+
 // SP24_STREAM_FENCES (a build of its own, for probes; default 0): the counting at a stream-K CTA's end (and a split-K
 // CTA's) as first built, a fence by every thread before a relaxed atomicAdd and another before the adding, in place of
 // one acquire-release atomic by thread 0 between two barriers (the pattern of CUTLASS's semaphores)
 #ifndef SP24_STREAM_FENCES
 #define SP24_STREAM_FENCES 0
 #endif
+
+// SP24_CLUSTER_SPLIT (a build of its own, for probes; default 0; not with SP24_MULTICAST): split-K launches of 2-8
+// splits without the RMSNorm in front, slots, dense weights or GLU run each row block's splits as one thread-block
+// cluster along y, and add their partial sums through distributed shared memory (each CTA leaves its sums in its own
+// shared memory, the cluster synchronises, each CTA adds its share of the rows from every CTA in split order) instead
+// of the global slots and counter: bit for bit the same sums, without the L2 round trips of the counting
+#ifndef SP24_CLUSTER_SPLIT
+#define SP24_CLUSTER_SPLIT 0
+#endif
+#if SP24_CLUSTER_SPLIT && SP24_MULTICAST
+#error "SP24_CLUSTER_SPLIT and SP24_MULTICAST both take the launch's clusters"
+#endif
+
+// the CTAs of this CTA's cluster (1 without clusters)
+__device__ __forceinline__ uint32_t cluster_ctas() {
+  uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  return n;
+}
+
+// the float at shared address `address` (this CTA's) in the shared memory of CTA `rank` of the cluster
+__device__ __forceinline__ float cluster_load(uint32_t address, uint32_t rank) {
+  uint32_t remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
 
 // counter += v at GPU scope with acquire-release order; the old value
 __device__ __forceinline__ int atomic_add_acq_rel(int* counter, int v) {
@@ -797,6 +816,16 @@ __device__ __forceinline__ float ordered_sum(int n, At at) {
   return sum;
 }
 
+// STREAM (stream-K: one slice, no RMSNorm in front, no slots, dense weights or GLU): the row blocks' steps laid end to
+// end, unit rb·steps + s being step s of row block rb (its eight row tiles, one a warp), and CTA c of a grid of G takes
+// units [c·V / G, (c + 1)·V / G) of the V = row blocks · steps, so that every CTA has the same work to within one step
+// however the row blocks divide among the multiprocessors (split-K leaves a last partial wave where they do not: the
+// Qwen3-14B gate_up's 272 row blocks against 264 CTA places on an H200). A CTA stages x for the steps its units touch,
+// from its first unit's step on and wrapping past the last step (at most all of them), so a unit's staged step is
+// (step - first step) mod steps. Each run of units in one row block (a segment) ends where the row block or the CTA's
+// units do: a whole row block's sums go to y; otherwise they go to the CTA's partial slot (0 for its first segment's
+// row block, 1 for its last's: the segments between are whole), and the last of the row block's CTAs to count itself
+// on the row block's counter adds the slots of all of them, in CTA order, into y.
 struct StreamUnits {
   int u0 = 0, u1 = 0, units = 0, first_step = 0, staged_steps = 0;
 };
@@ -1071,9 +1100,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         if (b < batch) mine[b * kRowsPerCta + 16 * warp + g + 8 * (e >> 1)] = acc[j][e];
       }
   };
-  // STREAM, after the CTA's last unit: one fence for both slots (a fence in the middle of the run would wait for the
-  // next segment's loads in flight), then each slot's row block counted; the last of a row block's CTAs to count adds
-  // every contributor's slot, in CTA order, into y
+  // STREAM, after the CTA's last unit (not in the middle of the run, where a fence would wait for the next segment's
+  // loads in flight): each slot's row block counted by thread 0's acquire-release atomic between two barriers; the
+  // last of a row block's CTAs to count adds every contributor's slot, in CTA order, into y
   auto stream_count = [&]() {
     if (partial0 < 0 && partial1 < 0) return;  // the same for the whole CTA
     if constexpr (SP24_ABLATE == 10) return;
@@ -1274,6 +1303,41 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       }
     return;
   }
+  if constexpr (SP24_CLUSTER_SPLIT && !NORM && !DENSE && OVER == 0 && !STREAM) {
+    if (!glu && cluster_ctas() == static_cast<uint32_t>(splits)) {  // the same for the whole cluster
+      const int cta_rows = 16 * cta_tiles;
+      float* red = reinterpret_cast<float*>(xs);  // [batch][cta_rows]: the staged x is no longer read
+      __syncthreads();
+      if (writes) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int b = 8 * j + 2 * t + (e & 1);
+            if (b < batch) red[b * cta_rows + 16 * (warp % cta_tiles) + g + 8 * (e >> 1)] = acc[j][e];
+          }
+      }
+      asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+      const int share = (cta_rows + splits - 1) / splits, r0 = split * share, r1 = min(cta_rows, r0 + share);
+      for (int e = tid; e < (r1 - r0) * batch; e += kThreads) {
+        const int b = e / (r1 - r0), local = r0 + e % (r1 - r0), row = blockIdx.x * cta_rows + local;
+        if (row >= out) continue;
+        const uint32_t address = shared_address(red + b * cta_rows + local);
+        float v[8];
+#pragma unroll
+        for (int s = 0; s < 8; ++s) v[s] = s < splits ? cluster_load(address, s) : 0.f;
+        float sum = 0.f;  // in split order, as the global path adds them
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+          if (s < splits) sum += v[s];
+        if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
+        y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+      }
+      // no CTA leaves (and frees its shared memory) while another reads it
+      asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+      return;
+    }
+  }
   if (writes) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
@@ -1394,10 +1458,13 @@ cudaError_t launch(const Problem& p) {
     attribute[attributes].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[attributes++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster > 1) {
+  // SP24_CLUSTER_SPLIT: a row block's 2-8 splits as one cluster along y (see sp24_kernel)
+  const bool cluster_split = SP24_CLUSTER_SPLIT && !NORM && !DENSE && OVER == 0 && !STREAM && !p.glu && used > 1 &&
+                             used <= 8;
+  if (cluster > 1 || cluster_split) {
     attribute[attributes].id = cudaLaunchAttributeClusterDimension;
     attribute[attributes].val.clusterDim.x = cluster;
-    attribute[attributes].val.clusterDim.y = 1;
+    attribute[attributes].val.clusterDim.y = cluster_split ? used : 1;
     attribute[attributes++].val.clusterDim.z = 1;
   }
   config.attrs = attribute;
