@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--early", type=int, choices=(0, 1),
                         help="sp24 paths: 1 the early-trigger build, 0 the other (default: as the settings pick)")
     args = parser.parse_args(argv)
+    if args.ctas < 0:
+        parser.error(f"--ctas must be 0 (split-K) or a CTA count; got {args.ctas}")
     if args.ctas and (args.slices != 1 or args.splits not in (None, 1)):
         parser.error("--ctas (stream-K) takes one slice and no --splits")
     if args.early is not None:

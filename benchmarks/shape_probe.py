@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=7, help="timed graph replays, median (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="write the markdown report here too")
     args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error(f"--reps must be at least 1; got {args.reps}")
     if args.out is not None and not args.out.parent.is_dir():
         parser.error(f"--out: no folder {args.out.parent}")
     return args

@@ -105,3 +105,17 @@ def test_ablate_probe_refuses_splits_without_slices(monkeypatch, capsys):
         probe.main()
     assert exit_info.value.code == 2
     assert "--splits pairs with --slices" in capsys.readouterr().err
+
+
+def test_shape_probe_takes_out_x_in_shapes_and_refuses_the_kernel_cannot_tile(monkeypatch, capsys):
+    """shape_probe.py --shapes: OUTxIN with rows a multiple of 16 and in-features a multiple of 512; anything else, and
+    --reps below 1, ends with one argparse error line (exit 2) before any GPU work."""
+    probe = benchmark_module(monkeypatch, "shape_probe")
+    args = probe.parse_args(["--shapes", "28672x4096", "34816x5120", "--kinds", "int4", "bf16"])
+    assert args.shapes == [(28672, 4096), (34816, 5120)] and args.kinds == ["int4", "bf16"] and args.batch == 1
+    for bad in (["--shapes", "100x4096"], ["--shapes", "4096x100"], ["--shapes", "4096"], ["--shapes", "64x512",
+                                                                                          "--reps", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            probe.parse_args(bad)
+        assert exc.value.code == 2
+        assert "error:" in capsys.readouterr().err
