@@ -618,6 +618,16 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
+  lease81)  # forty-second session (about 2 minutes, no model; carry .kcachez with sp24-early-multicast2 and
+    # sp24-early-multicast2-ablate11 of the current sp24.cu): what split-K's counting costs, SP24_ABLATE=11 (partials
+    # written, never counted nor added: wrong on purpose) against the early multicast build, 2:4 + int4 at batch 1, 8B +
+    # 14B, each build's fastest of splits 1-8 by slices 1-8, cuBLAS in the same rounds (ablate_split_protocol_h200.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+    timeout 150 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
+      --splits 1 2 3 4 6 8 --builds "early=$early" "no split-K counting=$early,-DSP24_ABLATE=11" \
+      --out "$OUT/ablate_split_protocol_h200.md" 2>&1 | grep -E "^\| (build|early|no split)|rror" || true ;;
   lease80)  # forty-second session (about 3 minutes, no model; carry .kcachez with sp24-early-trigger,
     # sp24-early-multicast2 and sp24-early-cluster-split of the current sp24.cu): split-K's splits as thread-block
     # clusters adding through distributed shared memory (SP24_CLUSTER_SPLIT, a probe build) against the early build

@@ -59,7 +59,8 @@ LIBRARIES = {
     # ablate_probe.py --builds: stream-K's counting with a fence by every thread (as first built), and none at all
     "sp24-early-multicast2-stream-fences": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
                                                         "-DSP24_STREAM_FENCES=1")),
-    "sp24-early-multicast2-ablate10": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2", "-DSP24_ABLATE=10")),
+    **{f"sp24-early-multicast2-ablate{n}": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
+                                                      f"-DSP24_ABLATE={n}")) for n in (10, 11)},  # 11: split-K's
     # ablate_probe.py --builds: split-K's splits as clusters adding through distributed shared memory
     "sp24-early-cluster-split": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_CLUSTER_SPLIT=1")),
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4

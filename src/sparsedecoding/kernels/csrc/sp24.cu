@@ -106,7 +106,8 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 // each gathered row moved to a place whose bank group is its lane's (no bank conflicts); 8, no slot MMAs and no
 // gathers (the slot words are still loaded and kept live). 9: no staging of x without the RMSNorm in front (the
 // shared memory holds whatever it holds; the barrier stays): what the staging costs. 10: stream-K launches whose
-// partial slots are written but never counted nor added (what the counting at a CTA's end costs).
+// partial slots are written but never counted nor added (what the counting at a CTA's end costs); 11: the same for
+// split-K launches of more than one split (their partials written, y never).
 #ifndef SP24_ABLATE
 #define SP24_ABLATE 0
 #endif
@@ -1348,6 +1349,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       }
   }
   if (NORM && tid < batch) ss_slots[(blockIdx.x * splits + split) * batch + tid] = cta_ss(tid);
+  if constexpr (SP24_ABLATE == 11) return;
 #if SP24_STREAM_FENCES
   __threadfence();
 #endif
