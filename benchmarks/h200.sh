@@ -698,39 +698,29 @@ PY
   lease76)  # forty-second session, lease75's steps again (same files with _ahead in their names) after stream-K's
     # loads of the next unit lost their division and the branch around a warp's steps (ptxas now waits on the weight
     # loads every two steps as in the split-K loop; lease75's build waited before every step)
-    bash benchmarks/h200.sh kcache > /dev/null 2>&1
-    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k "stream_k" 2>&1 | tail -4 \
-      | tee "$OUT/gpu_tests_h200_stream_ahead.log" || true
-    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 shape_probe.py --kinds int4 --shapes \
-      28672x4096 28672x5120 32768x5120 34816x4096 34816x5120 --out "$OUT/shape_probe_h200_ahead.md" \
-      | grep -E "^\| int4|rror") || true
-    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
-    (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # the build is the flags given
-     timeout 150 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
-      --splits 1 2 4 --stream 132 198 224 240 256 264 --builds "early=$early" \
-      --out "$OUT/ablate_stream_ahead_h200.md" 2>&1 | grep -E "^\| (build|early)|rror| NO " || true)
-    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py --kinds int4 --batches 1 2 \
-      --no-sweep --baseline SPARSEDECODING_SP24_STREAM_K=0 --out "$OUT/sp24_h200_stream_ahead_int4.md" \
-      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
+    bash benchmarks/h200.sh stream-round ahead ;;
   lease75)  # forty-second session (about 5 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
     # sp24-(early-)multicast2 of the current sp24.cu): stream-K's partial slots counted once at a CTA's end (one fence,
-    # no longer one in the middle of the run, which waited for the next segment's loads): the stream-K float64 GPU tests
-    # (gpu_tests_h200_stream_count.log), the tuned launch across the gate_up-like shapes (shape_probe_h200_count.md),
-    # the early build's split-K and stream-K grids side by side (ablate_stream_count_h200.md), and the int4 kernel
-    # bench at batch 1-2 with stream-K against without in one run (sp24_h200_stream_count_int4.md)
+    # no longer one in the middle of the run, which waited for the next segment's loads)
+    bash benchmarks/h200.sh stream-round count ;;
+  stream-round)  # lease75 and lease76 (NAME: count / ahead, in the file names): the stream-K float64 GPU tests
+    # (gpu_tests_h200_stream_NAME.log), the tuned launch across the gate_up-like shapes (shape_probe_h200_NAME.md), the
+    # early build's split-K and stream-K grids side by side (ablate_stream_NAME_h200.md), and the int4 kernel bench at
+    # batch 1-2 with stream-K against without in one run (sp24_h200_stream_NAME_int4.md)
+    name=${2:?usage: h200.sh stream-round NAME}
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k "stream_k" 2>&1 | tail -4 \
-      | tee "$OUT/gpu_tests_h200_stream_count.log" || true
+      | tee "$OUT/gpu_tests_h200_stream_$name.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 shape_probe.py --kinds int4 --shapes \
-      28672x4096 28672x5120 32768x5120 34816x4096 34816x5120 --out "$OUT/shape_probe_h200_count.md" \
+      28672x4096 28672x5120 32768x5120 34816x4096 34816x5120 --out "$OUT/shape_probe_h200_$name.md" \
       | grep -E "^\| int4|rror") || true
     early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
     (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # the build is the flags given
      timeout 150 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
       --splits 1 2 4 --stream 132 198 224 240 256 264 --builds "early=$early" \
-      --out "$OUT/ablate_stream_count_h200.md" 2>&1 | grep -E "^\| (build|early)|rror| NO " || true)
+      --out "$OUT/ablate_stream_${name}_h200.md" 2>&1 | grep -E "^\| (build|early)|rror| NO " || true)
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py --kinds int4 --batches 1 2 \
-      --no-sweep --baseline SPARSEDECODING_SP24_STREAM_K=0 --out "$OUT/sp24_h200_stream_count_int4.md" \
+      --no-sweep --baseline SPARSEDECODING_SP24_STREAM_K=0 --out "$OUT/sp24_h200_stream_${name}_int4.md" \
       | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
   lease74)  # forty-second session (about 5 minutes, no model; carry .kcachez with lease73's libraries and
     # sp24-early-multicast2-int4-{3,4}ctas-1buffer): 2:4 + int4 builds with 3 and 4 CTAs a multiprocessor (one register

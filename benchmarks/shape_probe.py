@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from kernel_bench import L2_ROTATION_BYTES, random_nm_weight, time_rotated
 from quant_kernel_bench import grid_weight
-from sp24_bench import GROUP_SIZE, copies, float64_error
+from sp24_bench import GROUP_SIZE, copies, float64_error, pct
 from sparsedecoding.engine.bench import copy_bandwidth
 from sparsedecoding.kernels import sp24
 from sparsedecoding.kernels.format import pack_nm
@@ -88,18 +88,14 @@ def probe(kind: str, out: int, in_features: int, batch: int, reps: int, generato
     nbytes = w.nbytes + 2 * batch * (out + in_features)
     row_blocks = -(-out // sp24.ROWS_PER_BLOCK)
     text = (f"| {kind} | {out}x{in_features} | {w.nbytes / 1e6:.1f} | {row_blocks} | {w.steps} | "
-            f"{cublas * 1e6:.1f} ({nbytes_pct(dense.numel() * 2, cublas, copy_bw)}) | "
-            f"{tuned * 1e6:.1f} | {sp24.launch_label(launch)} | {nbytes_pct(nbytes, tuned, copy_bw)} | "
+            f"{cublas * 1e6:.1f} ({pct(dense.numel() * 2, cublas, copy_bw)}) | "
+            f"{tuned * 1e6:.1f} | {sp24.launch_label(launch)} | {pct(nbytes, tuned, copy_bw)} | "
             f"{nbytes / tuned / 1e12:.2f} | {cublas / tuned:.2f} | "
             f"{split_k[0] * 1e3:.1f} ({sp24.choice_label(split_k[1])}) | "
             + (f"{stream[0] * 1e3:.1f} ({sp24.choice_label(stream[1])})" if stream else "-")
             + f" | {'ok' if error <= 1 else f'FAILED ({error:.3g})'} |")
     print(text, flush=True)
     return text
-
-
-def nbytes_pct(nbytes: int, seconds: float, copy_bw: float) -> str:
-    return f"{nbytes / seconds / copy_bw * 100:.0f}%"
 
 
 def main(argv: list[str] | None = None) -> int:
