@@ -618,6 +618,20 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
+  lease82)  # forty-third session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
+    # sp24-(early-)multicast2 of the current sp24.cu): split-K and stream-K sums added by handoff (sp24.cu's kEmpty):
+    # handoff against counting bit for bit (gpu_tests_h200_handoff.log), the kernel bench, every kind and batch,
+    # handoff against counting in one run (sp24_h200_handoff.md), then sp24's float64 GPU tests of split-K, the
+    # RMSNorm in front, GLU and stream-K under handoff (gpu_tests_h200_handoff_float64.log)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k handoff 2>&1 | tail -6 \
+      | tee "$OUT/gpu_tests_h200_handoff.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py --no-sweep \
+      --baseline SPARSEDECODING_SP24_HANDOFF=0 --out "$OUT/sp24_h200_handoff.md" \
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -x -k "stream_k \
+      or test_kernel_matches_float64 or norm_kernel or glu_kernel or magnitude or programmatic" 2>&1 | tail -6 \
+      | tee "$OUT/gpu_tests_h200_handoff_float64.log" || true ;;
   lease81)  # forty-second session (about 2 minutes, no model; carry .kcachez with sp24-early-multicast2 and
     # sp24-early-multicast2-ablate11 of the current sp24.cu): what split-K's counting costs, SP24_ABLATE=11 (partials
     # written, never counted nor added: wrong on purpose) against the early multicast build, 2:4 + int4 at batch 1, 8B +

@@ -552,6 +552,59 @@ def test_stream_k_setting_defaults_on_keys_the_launches_and_refuses_other_values
         settings()
 
 
+def test_handoff_setting_defaults_on_keys_the_launches_and_refuses_other_values(monkeypatch):
+    """SPARSEDECODING_SP24_HANDOFF: on unset, part of the tuned launches' key, anything but 0 / 1 refused by name."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_HANDOFF_SETTING, KernelChoiceError, settings, sp24_handoff_setting
+
+    plain, _, x, _ = _plain_and_slotted()
+    monkeypatch.delenv(SP24_HANDOFF_SETTING, raising=False)
+    assert sp24_handoff_setting()
+    key = sp24.problem_key(x, plain)
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, key))["handoff"] is True
+    monkeypatch.setenv(SP24_HANDOFF_SETTING, "0")
+    assert not sp24_handoff_setting() and sp24.problem_key(x, plain) != key
+    monkeypatch.setenv(SP24_HANDOFF_SETTING, "maybe")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_HANDOFF='maybe'"):
+        settings()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
+def test_handoff_matches_counting_bit_for_bit_and_leaves_the_slots_empty(kind, monkeypatch):
+    """Split-K (plain, GLU, the RMSNorm in front, slices) and stream-K launches give the same bits with their sums
+    added by handoff as by counting, over grids the GPU holds at once and grids it does not (8 splits of 5000 rows
+    at batch 16; stream-K over every unit), and leave every slot entry kEmpty and every counter zero behind."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_HANDOFF_SETTING
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for out, in_features, glu in ((5000, 4096, False), (1024, 4096, True), (40, 2048, False)):
+        packed, dtype = _packed_on_gpu(kind, out, in_features, seed=31)
+        w = tile(packed, glu=glu)
+        norm_weight = (1 + torch.randn(in_features, device="cuda") / 4).to(dtype)
+        for batch in (1, 9, 16):
+            x = torch.randn(batch, in_features, device="cuda").to(dtype)
+            res = torch.randn(batch, in_features, device="cuda").to(dtype)
+            cases = [dict(splits=s, slices=sl, norm=n) for s, sl in ((2, 1), (3, 2), (8, 1)) for n in (False, True)
+                     if s >= min_splits(w, batch) and -(-w.steps // s) >= sl]
+            if not glu:
+                cases += [dict(ctas=c) for c in (sms, 2 * sms, sp24.stream_units(w)) if sp24.stream_fits(w, batch, c)]
+            for case in cases:
+                ys = []
+                for handoff in ("1", "0"):
+                    monkeypatch.setenv(SP24_HANDOFF_SETTING, handoff)
+                    launch = sp24.Sp24Launch(x, w, **case)
+                    y = launch(x, w, res, norm_weight, 1e-6)[0] if case.get("norm") else launch(x, w)
+                    ys.append(launch(x, w, res, norm_weight, 1e-6)[0] if case.get("norm") else launch(x, w))
+                    assert torch.equal(ys[-1], y), (kind, out, batch, case, handoff)
+                    torch.cuda.synchronize()
+                    workspace = sp24._workspaces[0]
+                    assert bool((workspace.view(torch.int32) == -1).all()), (kind, out, batch, case, handoff)
+                    assert not sp24._counters[0].any(), (kind, out, batch, case, handoff)
+                assert torch.equal(ys[0], ys[1]), (kind, out, in_features, batch, case)
+
+
 def test_stream_k_owner_formula_inverts_the_start():
     """sp24.cu's StreamUnits: CTA c of G takes units [c·V / G, (c + 1)·V / G), and stream_owner(u) =
     ((u + 1)·G - 1) / V must name the CTA whose units hold u (empty ranges, G > V, included), so that a row block's

@@ -67,6 +67,7 @@ SP24_MMA_CTAS_CHOICES = ("2", "1")
 SP24_MULTICAST_SETTING = "SPARSEDECODING_SP24_MULTICAST"
 SP24_MULTICAST_CHOICES = ("0", "2", "4")
 SP24_STREAM_K_SETTING = "SPARSEDECODING_SP24_STREAM_K"
+SP24_HANDOFF_SETTING = "SPARSEDECODING_SP24_HANDOFF"
 SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
 SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
 SP24_STEP_CHOICES = ("auto", "16", "8")
@@ -394,6 +395,15 @@ def sp24_stream_k_setting() -> bool:
     return _switch(SP24_STREAM_K_SETTING, "1", "the tuner also tries stream-K launches")
 
 
+def sp24_handoff_setting() -> bool:
+    """SPARSEDECODING_SP24_HANDOFF: "1" or unset lets sp24's split-K and stream-K launches whose grid the GPU holds at
+    once add their CTAs' partial sums by handoff: every CTA but one a row block stores its sums and leaves, and that
+    one adds them as they land (each slot entry is its own flag, sp24.cu's kEmpty), with no fence or atomic; "0" adds
+    them by counting (each CTA counts itself on the row block's counter and the last adds), as launches too large to
+    be resident at once always do. Both give the same sums bit for bit."""
+    return _switch(SP24_HANDOFF_SETTING, "1", "split-K and stream-K sums added by handoff")
+
+
 def sp24_early_trigger_timed() -> bool:
     """Whether SPARSEDECODING_SP24_EARLY_TRIGGER is "timed" (or unset): the tuners time both builds of sp24 and keep
     the faster (`sp24_early_trigger_setting`; `sp24.times_both_builds` says where)."""
@@ -494,6 +504,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value, SP24_MMA_CTAS_SETTING: sp24_mma_ctas_setting,
             SP24_MULTICAST_SETTING: sp24_multicast_setting, SP24_STREAM_K_SETTING: sp24_stream_k_setting,
+            SP24_HANDOFF_SETTING: sp24_handoff_setting,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}

@@ -39,8 +39,8 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_mma_ctas_setting, sp24_multicast_setting, sp24_over_loop_setting, sp24_pdl_setting,
-                 sp24_stream_k_setting)
+                 sp24_handoff_setting, sp24_mma_ctas_setting, sp24_multicast_setting, sp24_over_loop_setting,
+                 sp24_pdl_setting, sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -64,6 +64,12 @@ _lock = threading.Lock()
 _libraries: dict[tuple[bool, bool, int, int, bool, int, bool, int], ctypes.CDLL] = {}
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
+# by device index: the split-K and stream-K launches' partial-sum and Σs² slots, every entry kEmpty (sp24.cu: all bits
+# set) between launches; one at a time per device, as the counters. An outgrown one is kept (`_retired`): launches
+# captured in CUDA graphs still use it.
+_workspaces: dict[int, torch.Tensor] = {}
+_retired: list[torch.Tensor] = []
+_WORKSPACE_FLOATS = 1 << 22  # 16 MiB at first: 8 splits of batch 16 for 32768 rows
 
 
 @dataclass(frozen=True)
@@ -686,7 +692,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
                                             + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int] * 3)
+                                            + [ctypes.c_int] * 4)
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
                                                   + [ctypes.c_int])
@@ -780,6 +786,24 @@ def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
             raise KernelInputError(f"{name} must be contiguous and start on a 16-byte boundary")
 
 
+def slot_workspace(device: torch.device, device_index: int, floats: int) -> torch.Tensor:
+    """The device's slot workspace (`_workspaces`) with at least `floats` float32 entries, each kEmpty; allocated (or
+    grown) outside CUDA graph capture only."""
+    with _lock:
+        workspace = _workspaces.get(device_index)
+        if workspace is None or workspace.numel() < floats:
+            if torch.cuda.is_current_stream_capturing():
+                raise KernelInputError("the first split-K call of this size on a device must run outside CUDA graph "
+                                       "capture (it allocates the kernel's slots)")
+            if workspace is not None:
+                _retired.append(workspace)
+            size = max(floats, _WORKSPACE_FLOATS, 2 * (workspace.numel() if workspace is not None else 0))
+            workspace = torch.full((size,), -1, dtype=torch.int32, device=device).view(torch.float32)
+            torch.cuda.synchronize(device)  # filled before any stream's launch reads it
+            _workspaces[device_index] = workspace
+        return workspace
+
+
 def check_norm_inputs(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, weight: torch.Tensor) -> None:
     """KernelInputError unless `res` (or None) matches x and `weight` is the norm's [in] of x's dtype, each on x's
     device, contiguous and on a 16-byte boundary."""
@@ -795,11 +819,13 @@ def check_norm_inputs(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, 
 class Sp24Launch:
     """The kernel for one problem (the first x's batch, dtype and device, the weight's shape and code), built or
     loaded at construction, which must run outside CUDA graph capture the first time a device uses split-K (it
-    allocates the counters). `splits`: step ranges across CTAs (default `default_splits`); `slices`: warps per
-    row tile inside a CTA, sharing out its steps (one of SLICES). A call allocates y (and split-K partials) and
-    launches on torch's current stream. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`,
-    `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). Under
-    SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute capability 9.0.
+    allocates the counters and the slot workspace, `slot_workspace`). `splits`: step ranges across CTAs (default
+    `default_splits`); `slices`: warps per row tile inside a CTA, sharing out its steps (one of SLICES). A call
+    allocates y and launches on torch's current stream; split-K and stream-K launches keep their partial sums in the
+    device's slot workspace, so a device runs them on one stream at a time. With `norm`, a call takes the RMSNorm in
+    front (`res`, `norm_weight`, `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see
+    sp24.cu). Under SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute
+    capability 9.0; SPARSEDECODING_SP24_HANDOFF (read at construction) says how split-K and stream-K sums are added.
     `ctas` > 0: a stream-K launch over that many CTAs instead (one slice, no split-K; `stream_fits` says where)."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
@@ -845,8 +871,17 @@ class Sp24Launch:
         row_tiles = -(-self.out // 16)
         self.row_blocks = -(-row_tiles // (ROWS_PER_BLOCK // 16 // slices))
         self.dtype = x.dtype
-        self.counters = None
+        self.handoff = sp24_handoff_setting()
+        self.counters = self.partials = self.ss_slots = None
         if self.used_splits > 1 or ctas:
+            # two slots a CTA for stream-K (see sp24.cu's StreamUnits); a split's sums of every row for split-K, and
+            # with the RMSNorm in front each row block's, split's and row of x's Σs² after them (16-byte aligned)
+            floats = 2 * ctas * self.batch * ROWS_PER_BLOCK if ctas else self.used_splits * self.batch * self.out
+            ss_at = -(-floats // 4) * 4
+            ss_floats = self.row_blocks * self.used_splits * self.batch if norm and not ctas else 0
+            workspace = slot_workspace(self.device, self.device_index, ss_at + ss_floats)
+            self.partials = workspace[:floats]
+            self.ss_slots = workspace[ss_at:ss_at + ss_floats] if ss_floats else None
             self.counters = _counters.get(self.device_index)
             if self.counters is None:
                 if torch.cuda.is_current_stream_capturing():
@@ -863,15 +898,7 @@ class Sp24Launch:
                                    "in front; pass norm_weight exactly when it was")
         columns = w.out_features
         y = torch.empty((columns,) if self.vector else (self.batch, columns), dtype=self.dtype, device=self.device)
-        partials = ss_slots = total = None
-        if self.ctas:  # two slots a CTA (see sp24.cu's StreamUnits)
-            partials = torch.empty(2 * self.ctas * self.batch * ROWS_PER_BLOCK, dtype=torch.float32,
-                                   device=self.device)
-        elif self.used_splits > 1:
-            partials = torch.empty(self.used_splits * self.batch * self.out, dtype=torch.float32, device=self.device)
-            if self.norm:
-                ss_slots = torch.empty(self.row_blocks * self.used_splits * self.batch, dtype=torch.float32,
-                                       device=self.device)
+        partials, ss_slots, total = self.partials, self.ss_slots, None
         if self.norm:
             total = torch.empty_like(x)
 
@@ -884,7 +911,7 @@ class Sp24Launch:
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
                 cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
-                int(self.dense), self.ctas)
+                int(self.dense), self.ctas, int(self.handoff))
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -953,7 +980,7 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 # the fields of a `problem_key`, in order (`problem_text` reads them by name)
 PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight_shape", "code", "ks", "gk_shift",
                       "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop", "mma_ctas",
-                      "multicast", "stream_k")
+                      "multicast", "stream_k", "handoff")
 
 
 def clusters_on(device: torch.device) -> bool:
@@ -974,11 +1001,12 @@ def multicast_of(w: Sp24Weight, norm: bool) -> int:
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
     launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and
-    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); and _STREAM_K (fields: PROBLEM_KEY_FIELDS)."""
+    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); _STREAM_K and _HANDOFF (fields: PROBLEM_KEY_FIELDS)."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,
-            sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting())
+            sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting(),
+            sp24_handoff_setting())
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)

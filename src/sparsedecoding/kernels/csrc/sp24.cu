@@ -79,6 +79,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <type_traits>
 
 namespace {
@@ -107,7 +108,8 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 // gathers (the slot words are still loaded and kept live). 9: no staging of x without the RMSNorm in front (the
 // shared memory holds whatever it holds; the barrier stays): what the staging costs. 10: stream-K launches whose
 // partial slots are written but never counted nor added (what the counting at a CTA's end costs); 11: the same for
-// split-K launches of more than one split (their partials written, y never).
+// split-K launches of more than one split (their partials written, y never). 10 and 11 leave the slots written (not
+// kEmpty): run them with SPARSEDECODING_SP24_HANDOFF=0, which counts and so never waits on a slot entry.
 #ifndef SP24_ABLATE
 #define SP24_ABLATE 0
 #endif
@@ -800,19 +802,64 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* counter, int v) {
   return old;
 }
 
+// Handoff (split-K and stream-K launches whose grid fits on the GPU at once, `handoff`; see sp24_kernel): the
+// partial slots and Σs² slots hold kEmpty between launches (sp24.py fills them so; every reader writes kEmpty back
+// after reading), so that an entry is its own flag. A producer CTA stores its sums and leaves, with no fence, atomic
+// or barrier; the row block's one adder waits on each entry until it is not kEmpty. kEmpty is a NaN with every bit
+// set, which no arithmetic produces (the GPU's NaNs are 0x7FFFFFFF); a sum that had those bits anyway is stored as
+// that NaN, so that no adder waits for ever.
+constexpr uint32_t kEmpty = 0xFFFFFFFFu;
+
+__device__ __forceinline__ void put_entry(float* at, float v) {
+  const uint32_t bits = __float_as_uint(v) == kEmpty ? 0x7FFFFFFFu : __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at), "r"(bits) : "memory");
+}
+
+__device__ __forceinline__ uint32_t peek_entry(const float* at) {
+  uint32_t bits;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(bits) : "l"(at) : "memory");
+  return bits;
+}
+
+// the entry at `at` once written (`bits`: a first read of it, issued with others so that their round trips overlap),
+// and kEmpty written back for the next launch
+__device__ __forceinline__ float take_entry(float* at, uint32_t bits) {
+  while (bits == kEmpty) {
+    __nanosleep(64);
+    bits = peek_entry(at);
+  }
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at), "r"(kEmpty) : "memory");
+  return __uint_as_float(bits);
+}
+
+// the same for an entry a counting launch's adder has read: kEmpty written back
+__device__ __forceinline__ void clear_entry(float* at) {
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at), "r"(kEmpty) : "memory");
+}
+
 // 0 + v(0) + v(1) + ... + v(n - 1), added in that order (so bit for bit a plain loop's sum), v(i) = *at(i) read
-// past the L1; the loads eight at a time in flight together (a plain loop waited for each before the next: one L2
-// round trip a stream-K contributor at the end of the launch; nvcc already unrolls split-K's loops over splits so)
-template <typename At>
+// past the L1 and kEmpty written back (see kEmpty); the loads eight at a time in flight together (a plain loop waited
+// for each before the next: one L2 round trip a stream-K contributor at the end of the launch; nvcc already unrolls
+// split-K's loops over splits so). WAIT (handoff): each entry waited for until written (see take_entry).
+template <bool WAIT, typename At>
 __device__ __forceinline__ float ordered_sum(int n, At at) {
   float sum = 0.f;
   for (int i0 = 0; i0 < n; i0 += 8) {
-    float v[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = i0 + i < n ? __ldcg(at(i0 + i)) : 0.f;
+    uint32_t v[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (i0 + i < n) sum += v[i];
+      v[i] = i0 + i < n ? (WAIT ? peek_entry(at(i0 + i)) : __float_as_uint(__ldcg(at(i0 + i)))) : 0u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (i0 + i < n) {
+        if constexpr (WAIT) {
+          sum += take_entry(at(i0 + i), v[i]);
+        } else {
+          sum += __uint_as_float(v[i]);
+          clear_entry(at(i0 + i));
+        }
+      }
+    }
   }
   return sum;
 }
@@ -863,7 +910,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const T* __restrict__ res, const T* __restrict__ norm_w,
             T* __restrict__ sum_out, float* __restrict__ ss_slots,
             float eps, const char* __restrict__ over_v,
-            const char* __restrict__ over_o) {
+            const char* __restrict__ over_o, int handoff) {
   using S = Steps<CODE>;
   static_assert(!DENSE || (CODE != 0 && !NORM && OVER == 0), "dense weights: codes, no RMSNorm, no slots");
   static_assert(!STREAM || (!NORM && OVER == 0 && !DENSE), "stream-K: no RMSNorm, slots or dense weights");
@@ -1098,7 +1145,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int b = 8 * j + 2 * t + (e & 1);
-        if (b < batch) mine[b * kRowsPerCta + 16 * warp + g + 8 * (e >> 1)] = acc[j][e];
+        const int local = 16 * warp + g + 8 * (e >> 1);  // the entries of rows inside `out`, which the adder reads
+        if (b < batch && kRowsPerCta * rb + local < out) put_entry(mine + b * kRowsPerCta + local, acc[j][e]);
       }
   };
   // STREAM, after the CTA's last unit (not in the middle of the run, where a fence would wait for the next segment's
@@ -1139,14 +1187,64 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       for (int e = tid; e < kRowsPerCta * batch; e += kThreads) {
         const int b = e / kRowsPerCta, local = e % kRowsPerCta, row = kRowsPerCta * rb + local;
         if (row >= out) continue;
-        const float* entry = partials + static_cast<size_t>(b) * kRowsPerCta + local;
-        float sum = ordered_sum(final_owner - first + 1, [&](int i) {
+        float* entry = partials + static_cast<size_t>(b) * kRowsPerCta + local;
+        float sum = ordered_sum<false>(final_owner - first + 1, [&](int i) {
           return entry + static_cast<size_t>(i == 0 ? first_slot : 2 * (first + i)) * batch * kRowsPerCta;
         });
         if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
         y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
       }
     }
+  };
+  int gather_rb = -1;  // STREAM, handoff: the row block whose parts this CTA adds (see stream_gather)
+  bool gather_live = false;
+  // STREAM, handoff (every CTA of the grid resident at once): row block rb's first unit is this CTA's; its part is
+  // the CTA's last segment, still in acc, and every other contributor's part (its first segment, or its whole run)
+  // is in that CTA's slot 0. Their entries are added to this CTA's sums in CTA order, waiting on each until written
+  // (see kEmpty), and y written: the same sums, bit for bit, as the counting's, with no fence or atomic in any CTA.
+  auto stream_gather = [&](int rb, bool live) {
+    const int first = blockIdx.x, others = stream_owner(rb * steps + steps - 1, su.units, gridDim.x) - first;
+    float sum[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[j][e] = 0.f + acc[j][e];
+    auto entry = [&](int i, int j, int e) {  // contributor first + i's entry of acc[j][e]
+      return partials + static_cast<size_t>(2 * (first + i)) * batch * kRowsPerCta +
+             (8 * j + 2 * t + (e & 1)) * kRowsPerCta + 16 * warp + g + 8 * (e >> 1);
+    };
+    auto written = [&](int j, int e) {  // as stream_flush writes them
+      return 8 * j + 2 * t + (e & 1) < batch && kRowsPerCta * rb + 16 * warp + g + 8 * (e >> 1) < out;
+    };
+    for (int i0 = 1; i0 <= others; i0 += 4) {  // four contributors' entries in flight together
+      uint32_t v[4][NT][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (i0 + i <= others && written(j, e)) v[i][j][e] = peek_entry(entry(i0 + i, j, e));
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (i0 + i <= others && written(j, e)) sum[j][e] += take_entry(entry(i0 + i, j, e), v[i][j][e]);
+    }
+    if (!live) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int b = 8 * j + 2 * t + (e & 1), row = kRowsPerCta * rb + 16 * warp + g + 8 * (e >> 1);
+        if (b < batch && row < out) {
+          float value = sum[j][e];
+          if constexpr (CODE == 8) value *= __bfloat162float(row_scales[row]);
+          y[static_cast<size_t>(b) * out + row] = from_float<T>(value);
+        }
+      }
   };
   if constexpr (STREAM) {
     // buffer b holds units u0 + b + NB·i, refilled NB units on across row blocks; one segment (the units of one row
@@ -1170,6 +1268,13 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       };
       if (NB == 1 || (v - su.u0) % NB == 0) segment(std::integral_constant<int, 0>{});
       else segment(std::integral_constant<int, 1>{});
+      // handoff: the CTA that holds rb's first unit computes its part last (its units end inside rb) and adds the
+      // others' parts to its own sums (see stream_gather)
+      if (handoff && v >= su.u1 && !whole && stream_owner(rb * steps, su.units, gridDim.x) == blockIdx.x) {
+        gather_rb = rb;
+        gather_live = live;
+        break;
+      }
       stream_flush(rb, whole, live);
 #pragma unroll
       for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
@@ -1249,8 +1354,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #if __CUDA_ARCH__ >= 900 && !SP24_EARLY_TRIGGER
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-  if constexpr (STREAM) {  // every segment was flushed in the loop; the slots are counted now
-    stream_count();
+  if constexpr (STREAM) {  // every other segment was flushed in the loop; the slots are counted now
+    if (!handoff) stream_count();
+    else if (gather_rb >= 0) stream_gather(gather_rb, gather_live);
     return;
   }
   __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
@@ -1270,7 +1376,72 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const bool writes = active && slice == 0;
 
   // acc[j][e]: batch row 8j + 2t + (e & 1), output row 16·tile_row + g + 8·(e >> 1)
-  if (splits == 1) {
+  // handoff (every CTA of the grid resident at once): the last split's CTA of each row block adds the others' sums
+  // (and Σs²) to its own, waiting on each entry until written (see kEmpty), and ends as without split-K; the others
+  // store theirs and leave, with no fence, atomic or barrier. The same sums, bit for bit, as the counting's.
+  const bool gathers = handoff && splits > 1 && split == splits - 1;
+  if (handoff && splits > 1 && !gathers) {
+    if (writes) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int b = 8 * j + 2 * t + (e & 1), row = 16 * tile_row + g + 8 * (e >> 1);
+          if (b < batch && row < out)
+            put_entry(partials + (static_cast<size_t>(split) * batch + b) * out + row, acc[j][e]);
+        }
+    }
+    if (NORM && tid < batch) put_entry(ss_slots + (blockIdx.x * splits + split) * batch + tid, cta_ss(tid));
+    return;
+  }
+  __shared__ float ss_all[NORM ? 16 : 1];  // gathers, NORM: Σs² of every split, by row of x
+  if (gathers) {
+    if (writes) {
+      float sum[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[j][e] = 0.f;
+      auto entry = [&](int s, int j, int e) {
+        return partials + (static_cast<size_t>(s) * batch + 8 * j + 2 * t + (e & 1)) * out + 16 * tile_row + g +
+               8 * (e >> 1);
+      };
+      auto written = [&](int j, int e) {
+        return 8 * j + 2 * t + (e & 1) < batch && 16 * tile_row + g + 8 * (e >> 1) < out;
+      };
+      for (int s0 = 0; s0 < splits - 1; s0 += 4) {  // four splits' entries in flight together
+        uint32_t v[4][NT][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (s0 + i < splits - 1 && written(j, e)) v[i][j][e] = peek_entry(entry(s0 + i, j, e));
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (s0 + i < splits - 1 && written(j, e)) sum[j][e] += take_entry(entry(s0 + i, j, e), v[i][j][e]);
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] = sum[j][e] + acc[j][e];
+    }
+    if constexpr (NORM) {
+      if (tid < batch)
+        ss_all[tid] = ordered_sum<true>(splits - 1, [&](int s) {
+          return ss_slots + (blockIdx.x * splits + s) * batch + tid;
+        }) + cta_ss(tid);
+      __syncthreads();
+    }
+  }
+  // NORM: Σs² of row b of x (of every split where this CTA adds them)
+  auto ss_of = [&](int b) { return gathers ? ss_all[NORM ? b : 0] : cta_ss(b); };
+  if (splits == 1 || gathers) {
     if (glu) {
       // slice 0's warps are the CTA's row tiles in order (warp = local tile, of even count): the up tile's warp
       // leaves its sums where the gate tile's reads them (entries of slice 0, which the slices' sums never read)
@@ -1290,7 +1461,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       for (int e = 0; e < 4; ++e) {
         const int b = 8 * j + 2 * t + (e & 1), row = 16 * tile_row + g + 8 * (e >> 1);
         if (b < batch && row < out) {
-          const float norm = NORM ? rsqrtf(cta_ss(b) / in + eps) : 1.f;
+          const float norm = NORM ? rsqrtf(ss_of(b) / in + eps) : 1.f;
           float v = acc[j][e] * norm;
           if constexpr (CODE == 8) v *= __bfloat162float(row_scales[row]);
           if (glu) {  // gate row `row`, up row `row + 16`: output row 16·(tile_row / 2) + g + 8·(e >> 1)
@@ -1379,9 +1550,11 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       if (row + 16 >= out) continue;
       float gate = 0.f, up = 0.f;
       for (int s = 0; s < splits; ++s) {
-        const float* part = partials + (static_cast<size_t>(s) * batch + b) * out + row;
+        float* part = partials + (static_cast<size_t>(s) * batch + b) * out + row;
         gate += __ldcg(part);
         up += __ldcg(part + 16);
+        clear_entry(part);  // the slots hold kEmpty between launches (see kEmpty)
+        clear_entry(part + 16);
       }
       if constexpr (NORM) {
         const float norm = norm_of(b);
@@ -1394,16 +1567,25 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       }
       y[static_cast<size_t>(b) * (out / 2) + row0 / 2 + q] = from_float<T>(silu_mul(gate, up));
     }
-    return;
+  } else {
+    for (int e = tid; e < cta_rows * batch; e += kThreads) {
+      const int b = e / cta_rows, row = row0 + e % cta_rows;
+      if (row >= out) continue;
+      float sum = 0.f;
+      for (int s = 0; s < splits; ++s) {
+        float* part = partials + (static_cast<size_t>(s) * batch + b) * out + row;
+        sum += __ldcg(part);
+        clear_entry(part);
+      }
+      if constexpr (NORM) sum *= norm_of(b);
+      if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
+      y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+    }
   }
-  for (int e = tid; e < cta_rows * batch; e += kThreads) {
-    const int b = e / cta_rows, row = row0 + e % cta_rows;
-    if (row >= out) continue;
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
-    if constexpr (NORM) sum *= norm_of(b);
-    if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
-    y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+  if constexpr (NORM) {  // every thread has read the Σs² slots
+    __syncthreads();
+    if (tid < batch)
+      for (int s = 0; s < splits; ++s) clear_entry(ss_slots + (blockIdx.x * splits + s) * batch + tid);
   }
 }
 
@@ -1423,7 +1605,36 @@ struct Problem {
   int over_loop = 1;  // OVER's loop order (1-5; sp24_launch resolves 0)
   int dense = 0;  // DENSE: a dense weight of in / 2 columns (see sp24_kernel)
   int stream_ctas = 0;  // STREAM: the grid's CTAs (0: split-K; see StreamUnits)
+  int handoff = 0;  // split-K and stream-K: add by handoff where the grid fits on the GPU at once (see kEmpty)
 };
+
+// The CTAs of `kernel` (`smem` bytes of dynamic shared memory, clusters of `config`'s cluster attribute, if any) the
+// current device holds at once, 0 if the runtime cannot say; remembered in `kept` (the kernel's own: eight entries of
+// (device << 40) | (smem << 20) | ctas, 0 for none)
+template <typename Kernel>
+int resident_ctas(Kernel kernel, int smem, const cudaLaunchConfig_t& config, int cluster,
+                  std::atomic<long long>* kept) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  std::atomic<long long>& slot = kept[(device * 7 + smem / 16) % 8];
+  const long long key = (static_cast<long long>(device) << 40) | (static_cast<long long>(smem) << 20);
+  const long long seen = slot.load(std::memory_order_relaxed);
+  if (seen != 0 && (seen & ~0xFFFFFLL) == key) return static_cast<int>(seen & 0xFFFFF);
+  int ctas = 0;
+  if (cluster > 1) {
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) ctas = clusters * cluster;
+  } else {
+    int per_sm = 0, sms = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+      ctas = per_sm * sms;
+  }
+  (void)cudaGetLastError();  // a failed query leaves no error behind for the launch
+  ctas = max(0, min(ctas, 0xFFFFF));
+  slot.store(key | ctas, std::memory_order_relaxed);
+  return ctas;
+}
 
 template <typename T, int NT, int CODE, int SPS, bool NORM, int OVER = 0, bool DENSE = false, bool STREAM = false>
 cudaError_t launch(const Problem& p) {
@@ -1471,13 +1682,25 @@ cudaError_t launch(const Problem& p) {
   }
   config.attrs = attribute;
   config.numAttrs = attributes;
+  // handoff only where every CTA of the grid is resident at once: an adder then waits only on CTAs that are running or
+  // will run as the kernels before it finish (a programmatic launch's dependents take room only once every CTA of
+  // this grid has started), never on one that waits for the adder's room
+  int handoff = 0;
+  if (p.handoff && (STREAM || used > 1) && !cluster_split) {
+    cudaLaunchConfig_t shape = config;
+    shape.attrs = cluster > 1 ? &attribute[attributes - 1] : nullptr;
+    shape.numAttrs = cluster > 1 ? 1 : 0;
+    const long long grid = static_cast<long long>(config.gridDim.x) * config.gridDim.y;
+    static std::atomic<long long> kept[8];  // this kernel's (see resident_ctas)
+    handoff = grid <= resident_ctas(kernel, smem, shape, cluster, kept) ? 1 : 0;
+  }
   return cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x), static_cast<const char*>(p.a),
                             static_cast<const char*>(p.meta), static_cast<const char*>(p.scales),
                             static_cast<const __nv_bfloat16*>(p.row_scales), static_cast<T*>(p.y), p.partials,
                             p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
                             p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w),
                             static_cast<T*>(p.sum_out), p.ss_slots, p.eps, static_cast<const char*>(p.over_v),
-                            static_cast<const char*>(p.over_o));
+                            static_cast<const char*>(p.over_o), handoff);
 }
 
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
@@ -1659,15 +1882,19 @@ extern "C" {
 // `over_loop` (see over_step: 1 rows of x outer, 2 slots outer, 3 slots outer on a column-major copy of x, 4 the
 // tensor cores (over_mma_step; 16-bit values), 3 and 4 only in a build with SP24_COLUMNS, 5 quad-placed slots (16-bit
 // values, a build with SP24_QUADS; compute_tile); 0 the first for batch 1-4
-// and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself, sp24.over_loop). `dense`: a dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see
+// and the second for 5-16; sp24.py never passes 0 but picks the order per batch itself, sp24.over_loop). `dense`: a
+// dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see
 // sp24_kernel), `in` its expanded width (twice x's). `stream_ctas` > 0: a stream-K launch over that many CTAs
 // instead of split-K (one slice, no norm_w, glu, slots or dense weight; `partials` two slots of batch · 128 floats a
-// CTA, `counters` one a row block of 128 rows; see StreamUnits). Returns 0 or a cudaError_t.
+// CTA, `counters` one a row block of 128 rows; see StreamUnits). `handoff` 1: split-K and stream-K launches whose grid
+// the GPU holds at once add their partial sums by handoff (no fence or atomic; `partials` and `ss_slots` must hold
+// kEmpty in every entry before the launch, and do again after it; see kEmpty), the others by counting; 0: always by
+// counting. Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop, int dense, int stream_ctas) {
+                const void* over_o, int over_loop, int dense, int stream_ctas, int handoff) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
       over_loop < 0 || over_loop > 5 || (dense && (glu || code_bits == 0)) || stream_ctas < 0)
@@ -1686,6 +1913,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
   p.dense = dense;
   p.stream_ctas = stream_ctas;
+  p.handoff = handoff;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
