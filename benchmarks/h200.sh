@@ -618,10 +618,16 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
-  lease82)  # forty-third session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
-    # sp24-(early-)multicast2 of the current sp24.cu): split-K and stream-K sums added by handoff (sp24.cu's kEmpty):
-    # handoff against counting bit for bit (gpu_tests_h200_handoff.log), the kernel bench, every kind and batch,
-    # handoff against counting in one run (sp24_h200_handoff.md), then sp24's float64 GPU tests of split-K, the
+  lease83)  # forty-third session (about 7 minutes, no model; carry .kcachez as for lease82, rebuilt): lease82's round
+    # again after the adders' waits were batched (sp24.cu's take_entries: the entries still kEmpty read again together,
+    # where lease82's adders waited for them one at a time)
+    bash benchmarks/h200.sh handoff-round ;;
+  lease82)  # forty-third session (about 6 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
+    # sp24-(early-)multicast2 of the current sp24.cu; at commit 6809fa2, its reports committed with the suffix _first):
+    # split-K and stream-K sums added by handoff (sp24.cu's kEmpty)
+    bash benchmarks/h200.sh handoff-round ;;
+  handoff-round)  # handoff against counting bit for bit (gpu_tests_h200_handoff.log), the kernel bench, every kind and
+    # batch, handoff against counting in one run (sp24_h200_handoff.md), then sp24's float64 GPU tests of split-K, the
     # RMSNorm in front, GLU and stream-K under handoff (gpu_tests_h200_handoff_float64.log)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     timeout 150 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k handoff 2>&1 | tail -6 \

@@ -821,15 +821,27 @@ __device__ __forceinline__ uint32_t peek_entry(const float* at) {
   return bits;
 }
 
-// the entry at `at` once written (`bits`: a first read of it, issued with others so that their round trips overlap),
-// and kEmpty written back for the next launch
-__device__ __forceinline__ float take_entry(float* at, uint32_t bits) {
-  while (bits == kEmpty) {
-    __nanosleep(64);
-    bits = peek_entry(at);
+// v[k] = the entry at(k) for each k < N with ok(k), once written: all read together, then those still kEmpty read
+// again together until none is (one round trip for all of them, not one each), and each written back as kEmpty for
+// the next launch
+template <int N, typename At, typename Ok>
+__device__ __forceinline__ void take_entries(uint32_t (&v)[N], At at, Ok ok) {
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    if (ok(k)) v[k] = peek_entry(at(k));
+  while (true) {
+    bool pending = false;
+#pragma unroll
+    for (int k = 0; k < N; ++k) pending |= ok(k) && v[k] == kEmpty;
+    if (!pending) break;
+    __nanosleep(32);
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (ok(k) && v[k] == kEmpty) v[k] = peek_entry(at(k));
   }
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at), "r"(kEmpty) : "memory");
-  return __uint_as_float(bits);
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    if (ok(k)) asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at(k)), "r"(kEmpty) : "memory");
 }
 
 // the same for an entry a counting launch's adder has read: kEmpty written back
@@ -840,26 +852,24 @@ __device__ __forceinline__ void clear_entry(float* at) {
 // 0 + v(0) + v(1) + ... + v(n - 1), added in that order (so bit for bit a plain loop's sum), v(i) = *at(i) read
 // past the L1 and kEmpty written back (see kEmpty); the loads eight at a time in flight together (a plain loop waited
 // for each before the next: one L2 round trip a stream-K contributor at the end of the launch; nvcc already unrolls
-// split-K's loops over splits so). WAIT (handoff): each entry waited for until written (see take_entry).
+// split-K's loops over splits so). WAIT (handoff): the entries waited for until written (see take_entries).
 template <bool WAIT, typename At>
 __device__ __forceinline__ float ordered_sum(int n, At at) {
   float sum = 0.f;
   for (int i0 = 0; i0 < n; i0 += 8) {
     uint32_t v[8];
+    if constexpr (WAIT) {
+      take_entries(v, [&](int i) { return at(i0 + i); }, [&](int i) { return i0 + i < n; });
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = i0 + i < n ? __float_as_uint(__ldcg(at(i0 + i))) : 0u;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (i0 + i < n) clear_entry(at(i0 + i));
+    }
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      v[i] = i0 + i < n ? (WAIT ? peek_entry(at(i0 + i)) : __float_as_uint(__ldcg(at(i0 + i)))) : 0u;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (i0 + i < n) {
-        if constexpr (WAIT) {
-          sum += take_entry(at(i0 + i), v[i]);
-        } else {
-          sum += __uint_as_float(v[i]);
-          clear_entry(at(i0 + i));
-        }
-      }
-    }
+      if (i0 + i < n) sum += __uint_as_float(v[i]);
   }
   return sum;
 }
@@ -1217,21 +1227,12 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       return 8 * j + 2 * t + (e & 1) < batch && kRowsPerCta * rb + 16 * warp + g + 8 * (e >> 1) < out;
     };
     for (int i0 = 1; i0 <= others; i0 += 4) {  // four contributors' entries in flight together
-      uint32_t v[4][NT][4];
+      uint32_t v[4 * NT * 4];  // contributor i0 + k / (4 NT)'s entry of acc[k / 4 % NT][k % 4]
+      auto ok = [&](int k) { return i0 + k / (4 * NT) <= others && written(k / 4 % NT, k % 4); };
+      take_entries(v, [&](int k) { return entry(i0 + k / (4 * NT), k / 4 % NT, k % 4); }, ok);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (i0 + i <= others && written(j, e)) v[i][j][e] = peek_entry(entry(i0 + i, j, e));
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (i0 + i <= others && written(j, e)) sum[j][e] += take_entry(entry(i0 + i, j, e), v[i][j][e]);
+      for (int k = 0; k < 4 * NT * 4; ++k)
+        if (ok(k)) sum[k / 4 % NT][k % 4] += __uint_as_float(v[k]);
     }
     if (!live) return;
 #pragma unroll
@@ -1409,22 +1410,14 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       auto written = [&](int j, int e) {
         return 8 * j + 2 * t + (e & 1) < batch && 16 * tile_row + g + 8 * (e >> 1) < out;
       };
-      for (int s0 = 0; s0 < splits - 1; s0 += 4) {  // four splits' entries in flight together
-        uint32_t v[4][NT][4];
+      constexpr int C = NT == 1 ? 8 : 4;  // splits whose entries are in flight together
+      for (int s0 = 0; s0 < splits - 1; s0 += C) {
+        uint32_t v[C * NT * 4];  // split s0 + k / (4 NT)'s entry of acc[k / 4 % NT][k % 4]
+        auto ok = [&](int k) { return s0 + k / (4 * NT) < splits - 1 && written(k / 4 % NT, k % 4); };
+        take_entries(v, [&](int k) { return entry(s0 + k / (4 * NT), k / 4 % NT, k % 4); }, ok);
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (s0 + i < splits - 1 && written(j, e)) v[i][j][e] = peek_entry(entry(s0 + i, j, e));
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (s0 + i < splits - 1 && written(j, e)) sum[j][e] += take_entry(entry(s0 + i, j, e), v[i][j][e]);
+        for (int k = 0; k < C * NT * 4; ++k)
+          if (ok(k)) sum[k / 4 % NT][k % 4] += __uint_as_float(v[k]);
       }
 #pragma unroll
       for (int j = 0; j < NT; ++j)
