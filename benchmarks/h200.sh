@@ -618,6 +618,21 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
+  lease84)  # forty-third session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
+    # sp24-(early-)multicast2 and sp24-columns(-early-trigger) of the current sp24.cu): after the counting adder's
+    # kEmpty stores became plain stores (as volatile asm they kept its loads one round trip apart): handoff against
+    # counting bit for bit (gpu_tests_h200_handoff.log), the 2:4 kernel bench, every kind and batch, handoff against
+    # counting in one run (sp24_h200_handoff.md), then the 16:32+2 kernel bench under the defaults, handoff against
+    # counting in one run (overflow_h200_handoff.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 100 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k handoff 2>&1 | tail -6 \
+      | tee "$OUT/gpu_tests_h200_handoff.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py --no-sweep \
+      --baseline SPARSEDECODING_SP24_HANDOFF=0 --out "$OUT/sp24_h200_handoff.md" \
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 230 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --over-loops auto --baseline SPARSEDECODING_SP24_HANDOFF=0 --batches 1 2 4 8 16 \
+      --out "$OUT/overflow_h200_handoff.md" | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
   lease83)  # forty-third session (about 7 minutes, no model; carry .kcachez as for lease82, rebuilt): lease82's round
     # again after the adders' waits were batched (sp24.cu's take_entries: the entries still kEmpty read again together,
     # where lease82's adders waited for them one at a time)
