@@ -618,38 +618,44 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
-  lease84)  # forty-third session (about 8 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
-    # sp24-(early-)multicast2 and sp24-columns(-early-trigger) of the current sp24.cu): after the counting adder's
-    # kEmpty stores became plain stores (as volatile asm they kept its loads one round trip apart): handoff against
-    # counting bit for bit (gpu_tests_h200_handoff.log), the 2:4 kernel bench, every kind and batch, handoff against
-    # counting in one run (sp24_h200_handoff.md), then the 16:32+2 kernel bench under the defaults, handoff against
-    # counting in one run (overflow_h200_handoff.md)
+  lease85)  # forty-third session (about 8 minutes, no model; carry .kcachez as for lease84, rebuilt): lease84's runs
+    # after the counting adders issue their kEmpty stores after all their loads (nvcc cannot tell a store from a later
+    # load, so a store between them kept each load a round trip after the last), then the float64 tests
+    bash benchmarks/h200.sh handoff-round
+    bash benchmarks/h200.sh handoff-overflow
+    bash benchmarks/h200.sh handoff-float64 ;;
+  lease84)  # forty-third session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
+    # sp24-(early-)multicast2 and sp24-columns(-early-trigger) of the current sp24.cu; at commit db81d4a, its reports
+    # committed with the suffix _third): after the counting adder's kEmpty stores became plain stores (as volatile
+    # asm they had kept its loads one round trip apart; so did the plain ones, lease85)
+    bash benchmarks/h200.sh handoff-round
+    bash benchmarks/h200.sh handoff-overflow ;;
+  lease83)  # forty-third session (about 7 minutes, no model; carry .kcachez as for lease82, rebuilt; at commit 2a50276,
+    # its reports committed with the suffix _second): lease82's round again after the adders' waits were batched
+    # (sp24.cu's take_entries: the entries still kEmpty read again together, where lease82's adders waited for them one
+    # at a time)
+    bash benchmarks/h200.sh handoff-round
+    bash benchmarks/h200.sh handoff-float64 ;;
+  lease82)  # forty-third session (about 6 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
+    # sp24-(early-)multicast2 of the current sp24.cu; at commit 6809fa2, its reports committed with the suffix _first):
+    # split-K and stream-K sums added by handoff (sp24.cu's kEmpty)
+    bash benchmarks/h200.sh handoff-round
+    bash benchmarks/h200.sh handoff-float64 ;;
+  handoff-round)  # handoff against counting bit for bit (gpu_tests_h200_handoff.log), then the 2:4 kernel bench, every
+    # kind and batch, handoff against counting in one run (sp24_h200_handoff.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     timeout 100 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k handoff 2>&1 | tail -6 \
       | tee "$OUT/gpu_tests_h200_handoff.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py --no-sweep \
       --baseline SPARSEDECODING_SP24_HANDOFF=0 --out "$OUT/sp24_h200_handoff.md" \
-      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
+  handoff-overflow)  # the 16:32+2 kernel bench under the defaults, handoff against counting in one run
+    # (overflow_h200_handoff.md)
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 230 python3 overflow_bench.py --models llama-3.1-8b \
       qwen3-14b --over-loops auto --baseline SPARSEDECODING_SP24_HANDOFF=0 --batches 1 2 4 8 16 \
       --out "$OUT/overflow_h200_handoff.md" | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
-  lease83)  # forty-third session (about 7 minutes, no model; carry .kcachez as for lease82, rebuilt): lease82's round
-    # again after the adders' waits were batched (sp24.cu's take_entries: the entries still kEmpty read again together,
-    # where lease82's adders waited for them one at a time)
-    bash benchmarks/h200.sh handoff-round ;;
-  lease82)  # forty-third session (about 6 minutes, no model; carry .kcachez with sp24, sp24-early-trigger and
-    # sp24-(early-)multicast2 of the current sp24.cu; at commit 6809fa2, its reports committed with the suffix _first):
-    # split-K and stream-K sums added by handoff (sp24.cu's kEmpty)
-    bash benchmarks/h200.sh handoff-round ;;
-  handoff-round)  # handoff against counting bit for bit (gpu_tests_h200_handoff.log), the kernel bench, every kind and
-    # batch, handoff against counting in one run (sp24_h200_handoff.md), then sp24's float64 GPU tests of split-K, the
-    # RMSNorm in front, GLU and stream-K under handoff (gpu_tests_h200_handoff_float64.log)
-    bash benchmarks/h200.sh kcache > /dev/null 2>&1
-    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k handoff 2>&1 | tail -6 \
-      | tee "$OUT/gpu_tests_h200_handoff.log" || true
-    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 sp24_bench.py --no-sweep \
-      --baseline SPARSEDECODING_SP24_HANDOFF=0 --out "$OUT/sp24_h200_handoff.md" \
-      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true
+  handoff-float64)  # sp24's float64 GPU tests of split-K, the RMSNorm in front, GLU and stream-K under handoff
+    # (gpu_tests_h200_handoff_float64.log)
     timeout 240 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -x -k "stream_k \
       or test_kernel_matches_float64 or norm_kernel or glu_kernel or magnitude or programmatic" 2>&1 | tail -6 \
       | tee "$OUT/gpu_tests_h200_handoff_float64.log" || true ;;

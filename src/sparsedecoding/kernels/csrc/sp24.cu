@@ -844,9 +844,10 @@ __device__ __forceinline__ void take_entries(uint32_t (&v)[N], At at, Ok ok) {
     if (ok(k)) asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at(k)), "r"(kEmpty) : "memory");
 }
 
-// the same for an entry a counting launch's adder has read: kEmpty written back, a plain store (no other CTA reads it
-// again in this launch), which leaves nvcc free to issue the adder's loads of every split together: as a volatile
-// asm store between them it kept them one round trip apart, and counted launches of 8-16 rows ran up to 1.6x slower
+// the same for an entry a counting launch's adder has read: kEmpty written back (no other CTA reads it again in this
+// launch). nvcc cannot tell these stores from the adder's later loads, so the adders issue every store after their
+// loads in flight (ordered_sum): a store between them kept each load a round trip after the last, and counted
+// launches of 8-16 rows ran up to 1.6x slower
 __device__ __forceinline__ void clear_entry(float* at) { *at = __uint_as_float(kEmpty); }
 
 // 0 + v(0) + v(1) + ... + v(n - 1), added in that order (so bit for bit a plain loop's sum), v(i) = *at(i) read
@@ -1541,13 +1542,22 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     for (int e = tid; e < half * batch; e += kThreads) {
       const int b = e / half, q = e % half, row = row0 + 32 * (q / 16) + q % 16;
       if (row + 16 >= out) continue;
+      // split s's gate and up entries (2s, 2s + 1), added in split order; the slots hold kEmpty between launches
       float gate = 0.f, up = 0.f;
-      for (int s = 0; s < splits; ++s) {
-        float* part = partials + (static_cast<size_t>(s) * batch + b) * out + row;
-        gate += __ldcg(part);
-        up += __ldcg(part + 16);
-        clear_entry(part);  // the slots hold kEmpty between launches (see kEmpty)
-        clear_entry(part + 16);
+      auto at = [&](int i) { return partials + (static_cast<size_t>(i / 2) * batch + b) * out + row + 16 * (i % 2); };
+      for (int i0 = 0; i0 < 2 * splits; i0 += 16) {
+        float v[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = i0 + i < 2 * splits ? __ldcg(at(i0 + i)) : 0.f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          if (i0 + i < 2 * splits) clear_entry(at(i0 + i));  // after every load: a store may alias a load
+#pragma unroll
+        for (int i = 0; i < 16; i += 2)
+          if (i0 + i < 2 * splits) {
+            gate += v[i];
+            up += v[i + 1];
+          }
       }
       if constexpr (NORM) {
         const float norm = norm_of(b);
@@ -1564,12 +1574,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     for (int e = tid; e < cta_rows * batch; e += kThreads) {
       const int b = e / cta_rows, row = row0 + e % cta_rows;
       if (row >= out) continue;
-      float sum = 0.f;
-      for (int s = 0; s < splits; ++s) {
-        float* part = partials + (static_cast<size_t>(s) * batch + b) * out + row;
-        sum += __ldcg(part);
-        clear_entry(part);
-      }
+      float sum = ordered_sum<false>(splits, [&](int s) {
+        return partials + (static_cast<size_t>(s) * batch + b) * out + row;
+      });
       if constexpr (NORM) sum *= norm_of(b);
       if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
       y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
