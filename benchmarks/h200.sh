@@ -618,16 +618,23 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
-  lease85)  # forty-third session (about 8 minutes, no model; carry .kcachez as for lease84, rebuilt): lease84's runs
-    # after the counting adders issue their kEmpty stores after all their loads (nvcc cannot tell a store from a later
-    # load, so a store between them kept each load a round trip after the last), then the float64 tests
+  lease86)  # forty-third session (about 7 minutes, no model; carry .kcachez as for lease84, rebuilt): lease85's runs
+    # after the handoff took a workspace of its own (sp24.py's slot_workspace), so that counted launches are as before
+    # this session (per-call slots, no kEmpty stores: in lease82-85 their adders wrote kEmpty back, and the stores kept
+    # their loads apart)
+    bash benchmarks/h200.sh handoff-round
+    bash benchmarks/h200.sh handoff-overflow
+    bash benchmarks/h200.sh handoff-float64 ;;
+  lease85)  # forty-third session (about 8 minutes, no model; carry .kcachez as for lease84, rebuilt; at commit 15d7ee2,
+    # its reports committed with the suffix _fourth): lease84's runs after the counting adders issue an element's kEmpty
+    # stores after all its loads (still before the next element's loads), then the float64 tests
     bash benchmarks/h200.sh handoff-round
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
   lease84)  # forty-third session (about 4 minutes, no model; carry .kcachez with sp24, sp24-early-trigger,
     # sp24-(early-)multicast2 and sp24-columns(-early-trigger) of the current sp24.cu; at commit db81d4a, its reports
     # committed with the suffix _third): after the counting adder's kEmpty stores became plain stores (as volatile
-    # asm they had kept its loads one round trip apart; so did the plain ones, lease85)
+    # asm they had kept its loads one round trip apart; so did the plain ones)
     bash benchmarks/h200.sh handoff-round
     bash benchmarks/h200.sh handoff-overflow ;;
   lease83)  # forty-third session (about 7 minutes, no model; carry .kcachez as for lease82, rebuilt; at commit 2a50276,

@@ -64,9 +64,9 @@ _lock = threading.Lock()
 _libraries: dict[tuple[bool, bool, int, int, bool, int, bool, int], ctypes.CDLL] = {}
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
-# by device index: the split-K and stream-K launches' partial-sum and Σs² slots, every entry kEmpty (sp24.cu: all bits
-# set) between launches; one at a time per device, as the counters. An outgrown one is kept (`_retired`): launches
-# captured in CUDA graphs still use it.
+# by device index: the handoff's partial-sum and Σs² slots of split-K and stream-K launches
+# (SPARSEDECODING_SP24_HANDOFF), every entry kEmpty (sp24.cu: all bits set) between launches; one launch at a time per
+# device, as the counters. An outgrown one is kept (`_retired`): launches captured in CUDA graphs still use it.
 _workspaces: dict[int, torch.Tensor] = {}
 _retired: list[torch.Tensor] = []
 _WORKSPACE_FLOATS = 1 << 22  # 16 MiB at first: 8 splits of batch 16 for 32768 rows
@@ -692,7 +692,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
                                             + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int] * 4)
+                                            + [ctypes.c_int] * 3 + [ctypes.c_void_p])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
                                                   + [ctypes.c_int])
@@ -821,8 +821,9 @@ class Sp24Launch:
     loaded at construction, which must run outside CUDA graph capture the first time a device uses split-K (it
     allocates the counters and the slot workspace, `slot_workspace`). `splits`: step ranges across CTAs (default
     `default_splits`); `slices`: warps per row tile inside a CTA, sharing out its steps (one of SLICES). A call
-    allocates y and launches on torch's current stream; split-K and stream-K launches keep their partial sums in the
-    device's slot workspace, so a device runs them on one stream at a time. With `norm`, a call takes the RMSNorm in
+    allocates y (and the counting's partial slots) and launches on torch's current stream; split-K and stream-K launches
+    that add by handoff keep their partial sums in the device's slot workspace, and like the counters it serves one
+    stream at a time. With `norm`, a call takes the RMSNorm in
     front (`res`, `norm_weight`, `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see
     sp24.cu). Under SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute
     capability 9.0; SPARSEDECODING_SP24_HANDOFF (read at construction) says how split-K and stream-K sums are added.
@@ -871,23 +872,28 @@ class Sp24Launch:
         row_tiles = -(-self.out // 16)
         self.row_blocks = -(-row_tiles // (ROWS_PER_BLOCK // 16 // slices))
         self.dtype = x.dtype
-        self.handoff = sp24_handoff_setting()
-        self.counters = self.partials = self.ss_slots = None
+        self.counters = self.handoff_slots = None
         if self.used_splits > 1 or ctas:
-            # two slots a CTA for stream-K (see sp24.cu's StreamUnits); a split's sums of every row for split-K, and
-            # with the RMSNorm in front each row block's, split's and row of x's Σs² after them (16-byte aligned)
-            floats = 2 * ctas * self.batch * ROWS_PER_BLOCK if ctas else self.used_splits * self.batch * self.out
-            ss_at = -(-floats // 4) * 4
-            ss_floats = self.row_blocks * self.used_splits * self.batch if norm and not ctas else 0
-            workspace = slot_workspace(self.device, self.device_index, ss_at + ss_floats)
-            self.partials = workspace[:floats]
-            self.ss_slots = workspace[ss_at:ss_at + ss_floats] if ss_floats else None
+            if sp24_handoff_setting():  # as many floats as the call's partials, then as its Σs² slots (16-byte aligned)
+                floats = -(-self._partial_floats() // 4) * 4 + self._ss_floats()
+                self.handoff_slots = slot_workspace(self.device, self.device_index, floats)
             self.counters = _counters.get(self.device_index)
             if self.counters is None:
                 if torch.cuda.is_current_stream_capturing():
                     raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture")
                 self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
                                                                            device=self.device)
+
+    def _partial_floats(self) -> int:
+        """A call's partial slots: two of batch x ROWS_PER_BLOCK a CTA for stream-K, a split's sums of every row for
+        split-K (0 without either)."""
+        if self.ctas:
+            return 2 * self.ctas * self.batch * ROWS_PER_BLOCK
+        return self.used_splits * self.batch * self.out if self.used_splits > 1 else 0
+
+    def _ss_floats(self) -> int:
+        """A split-K call's Σs² slots with the RMSNorm in front: one a row block, split and row of x (else 0)."""
+        return self.row_blocks * self.used_splits * self.batch if self.norm and self.used_splits > 1 else 0
 
     def __call__(self, x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None = None,
                  norm_weight: torch.Tensor | None = None, eps: float = 0.0):
@@ -898,7 +904,11 @@ class Sp24Launch:
                                    "in front; pass norm_weight exactly when it was")
         columns = w.out_features
         y = torch.empty((columns,) if self.vector else (self.batch, columns), dtype=self.dtype, device=self.device)
-        partials, ss_slots, total = self.partials, self.ss_slots, None
+        partials = ss_slots = total = None
+        if self.ctas or self.used_splits > 1:  # the counting's slots (see sp24.cu's StreamUnits and split-K)
+            partials = torch.empty(self._partial_floats(), dtype=torch.float32, device=self.device)
+            if self._ss_floats():
+                ss_slots = torch.empty(self._ss_floats(), dtype=torch.float32, device=self.device)
         if self.norm:
             total = torch.empty_like(x)
 
@@ -911,7 +921,7 @@ class Sp24Launch:
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
                 cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
-                int(self.dense), self.ctas, int(self.handoff))
+                int(self.dense), self.ctas, ptr(self.handoff_slots))
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")

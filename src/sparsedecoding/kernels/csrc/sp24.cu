@@ -802,10 +802,11 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* counter, int v) {
   return old;
 }
 
-// Handoff (split-K and stream-K launches whose grid fits on the GPU at once, `handoff`; see sp24_kernel): the
-// partial slots and Σs² slots hold kEmpty between launches (sp24.py fills them so; every reader writes kEmpty back
-// after reading), so that an entry is its own flag. A producer CTA stores its sums and leaves, with no fence, atomic
-// or barrier; the row block's one adder waits on each entry until it is not kEmpty. kEmpty is a NaN with every bit
+// Handoff (split-K and stream-K launches whose grid fits on the GPU at once; see sp24_kernel): their partial slots and
+// Σs² slots, in a workspace of their own (`hand`, not the counting's `partials` and `ss_slots`), hold kEmpty between
+// launches (sp24.py fills it so; the adder writes kEmpty back after reading), so that an entry is its own flag. A
+// producer CTA stores its sums and leaves, with no fence, atomic or barrier; the row block's one adder waits on each
+// entry until it is not kEmpty. kEmpty is a NaN with every bit
 // set, which no arithmetic produces (the GPU's NaNs are 0x7FFFFFFF); a sum that had those bits anyway is stored as
 // that NaN, so that no adder waits for ever.
 constexpr uint32_t kEmpty = 0xFFFFFFFFu;
@@ -844,16 +845,10 @@ __device__ __forceinline__ void take_entries(uint32_t (&v)[N], At at, Ok ok) {
     if (ok(k)) asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at(k)), "r"(kEmpty) : "memory");
 }
 
-// the same for an entry a counting launch's adder has read: kEmpty written back (no other CTA reads it again in this
-// launch). nvcc cannot tell these stores from the adder's later loads, so the adders issue every store after their
-// loads in flight (ordered_sum): a store between them kept each load a round trip after the last, and counted
-// launches of 8-16 rows ran up to 1.6x slower
-__device__ __forceinline__ void clear_entry(float* at) { *at = __uint_as_float(kEmpty); }
-
 // 0 + v(0) + v(1) + ... + v(n - 1), added in that order (so bit for bit a plain loop's sum), v(i) = *at(i) read
-// past the L1 and kEmpty written back (see kEmpty); the loads eight at a time in flight together (a plain loop waited
-// for each before the next: one L2 round trip a stream-K contributor at the end of the launch; nvcc already unrolls
-// split-K's loops over splits so). WAIT (handoff): the entries waited for until written (see take_entries).
+// past the L1; the loads eight at a time in flight together (a plain loop waited for each before the next: one L2
+// round trip a stream-K contributor at the end of the launch; nvcc already unrolls split-K's loops over splits so).
+// WAIT (handoff): the entries waited for until written, and kEmpty written back (see take_entries).
 template <bool WAIT, typename At>
 __device__ __forceinline__ float ordered_sum(int n, At at) {
   float sum = 0.f;
@@ -864,9 +859,6 @@ __device__ __forceinline__ float ordered_sum(int n, At at) {
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = i0 + i < n ? __float_as_uint(__ldcg(at(i0 + i))) : 0u;
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-        if (i0 + i < n) clear_entry(at(i0 + i));
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i)
@@ -921,13 +913,16 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const T* __restrict__ res, const T* __restrict__ norm_w,
             T* __restrict__ sum_out, float* __restrict__ ss_slots,
             float eps, const char* __restrict__ over_v,
-            const char* __restrict__ over_o, int handoff) {
+            const char* __restrict__ over_o, float* __restrict__ hand) {
   using S = Steps<CODE>;
   static_assert(!DENSE || (CODE != 0 && !NORM && OVER == 0), "dense weights: codes, no RMSNorm, no slots");
   static_assert(!STREAM || (!NORM && OVER == 0 && !DENSE), "stream-K: no RMSNorm, slots or dense weights");
   extern __shared__ __align__(16) char xs[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int splits = gridDim.y, split = blockIdx.y;
+  // handoff (see kEmpty): the slots in `hand`, split-K's Σs² slots after its partial slots (16-byte aligned)
+  const bool handoff = hand != nullptr;
+  float* const hand_ss = handoff ? hand + (static_cast<size_t>(splits) * batch * out + 3) / 4 * 4 : nullptr;
   // STREAM: this CTA's units [u0, u1) of the row blocks' steps laid end to end (see stream_units)
   const StreamUnits su = STREAM ? stream_units(row_tiles, steps, blockIdx.x, gridDim.x) : StreamUnits{};
   const int step0 = STREAM ? su.first_step : split * per_split;
@@ -1150,14 +1145,17 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     const int slot = rb == su.u0 / steps ? 0 : 1;
     if (slot == 0) partial0 = rb;
     else partial1 = rb;
-    float* mine = partials + static_cast<size_t>(2 * blockIdx.x + slot) * batch * kRowsPerCta;
+    float* mine = (handoff ? hand : partials) + static_cast<size_t>(2 * blockIdx.x + slot) * batch * kRowsPerCta;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int b = 8 * j + 2 * t + (e & 1);
         const int local = 16 * warp + g + 8 * (e >> 1);  // the entries of rows inside `out`, which the adder reads
-        if (b < batch && kRowsPerCta * rb + local < out) put_entry(mine + b * kRowsPerCta + local, acc[j][e]);
+        if (b < batch && kRowsPerCta * rb + local < out) {
+          if (handoff) put_entry(mine + b * kRowsPerCta + local, acc[j][e]);
+          else mine[b * kRowsPerCta + local] = acc[j][e];
+        }
       }
   };
   // STREAM, after the CTA's last unit (not in the middle of the run, where a fence would wait for the next segment's
@@ -1198,7 +1196,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       for (int e = tid; e < kRowsPerCta * batch; e += kThreads) {
         const int b = e / kRowsPerCta, local = e % kRowsPerCta, row = kRowsPerCta * rb + local;
         if (row >= out) continue;
-        float* entry = partials + static_cast<size_t>(b) * kRowsPerCta + local;
+        const float* entry = partials + static_cast<size_t>(b) * kRowsPerCta + local;
         float sum = ordered_sum<false>(final_owner - first + 1, [&](int i) {
           return entry + static_cast<size_t>(i == 0 ? first_slot : 2 * (first + i)) * batch * kRowsPerCta;
         });
@@ -1221,7 +1219,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
       for (int e = 0; e < 4; ++e) sum[j][e] = 0.f + acc[j][e];
     auto entry = [&](int i, int j, int e) {  // contributor first + i's entry of acc[j][e]
-      return partials + static_cast<size_t>(2 * (first + i)) * batch * kRowsPerCta +
+      return hand + static_cast<size_t>(2 * (first + i)) * batch * kRowsPerCta +
              (8 * j + 2 * t + (e & 1)) * kRowsPerCta + 16 * warp + g + 8 * (e >> 1);
     };
     auto written = [&](int j, int e) {  // as stream_flush writes them
@@ -1390,10 +1388,10 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         for (int e = 0; e < 4; ++e) {
           const int b = 8 * j + 2 * t + (e & 1), row = 16 * tile_row + g + 8 * (e >> 1);
           if (b < batch && row < out)
-            put_entry(partials + (static_cast<size_t>(split) * batch + b) * out + row, acc[j][e]);
+            put_entry(hand + (static_cast<size_t>(split) * batch + b) * out + row, acc[j][e]);
         }
     }
-    if (NORM && tid < batch) put_entry(ss_slots + (blockIdx.x * splits + split) * batch + tid, cta_ss(tid));
+    if (NORM && tid < batch) put_entry(hand_ss + (blockIdx.x * splits + split) * batch + tid, cta_ss(tid));
     return;
   }
   __shared__ float ss_all[NORM ? 16 : 1];  // gathers, NORM: Σs² of every split, by row of x
@@ -1405,7 +1403,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
         for (int e = 0; e < 4; ++e) sum[j][e] = 0.f;
       auto entry = [&](int s, int j, int e) {
-        return partials + (static_cast<size_t>(s) * batch + 8 * j + 2 * t + (e & 1)) * out + 16 * tile_row + g +
+        return hand + (static_cast<size_t>(s) * batch + 8 * j + 2 * t + (e & 1)) * out + 16 * tile_row + g +
                8 * (e >> 1);
       };
       auto written = [&](int j, int e) {
@@ -1428,7 +1426,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     if constexpr (NORM) {
       if (tid < batch)
         ss_all[tid] = ordered_sum<true>(splits - 1, [&](int s) {
-          return ss_slots + (blockIdx.x * splits + s) * batch + tid;
+          return hand_ss + (blockIdx.x * splits + s) * batch + tid;
         }) + cta_ss(tid);
       __syncthreads();
     }
@@ -1542,22 +1540,11 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     for (int e = tid; e < half * batch; e += kThreads) {
       const int b = e / half, q = e % half, row = row0 + 32 * (q / 16) + q % 16;
       if (row + 16 >= out) continue;
-      // split s's gate and up entries (2s, 2s + 1), added in split order; the slots hold kEmpty between launches
       float gate = 0.f, up = 0.f;
-      auto at = [&](int i) { return partials + (static_cast<size_t>(i / 2) * batch + b) * out + row + 16 * (i % 2); };
-      for (int i0 = 0; i0 < 2 * splits; i0 += 16) {
-        float v[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) v[i] = i0 + i < 2 * splits ? __ldcg(at(i0 + i)) : 0.f;
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-          if (i0 + i < 2 * splits) clear_entry(at(i0 + i));  // after every load: a store may alias a load
-#pragma unroll
-        for (int i = 0; i < 16; i += 2)
-          if (i0 + i < 2 * splits) {
-            gate += v[i];
-            up += v[i + 1];
-          }
+      for (int s = 0; s < splits; ++s) {
+        const float* part = partials + (static_cast<size_t>(s) * batch + b) * out + row;
+        gate += __ldcg(part);
+        up += __ldcg(part + 16);
       }
       if constexpr (NORM) {
         const float norm = norm_of(b);
@@ -1570,22 +1557,16 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       }
       y[static_cast<size_t>(b) * (out / 2) + row0 / 2 + q] = from_float<T>(silu_mul(gate, up));
     }
-  } else {
-    for (int e = tid; e < cta_rows * batch; e += kThreads) {
-      const int b = e / cta_rows, row = row0 + e % cta_rows;
-      if (row >= out) continue;
-      float sum = ordered_sum<false>(splits, [&](int s) {
-        return partials + (static_cast<size_t>(s) * batch + b) * out + row;
-      });
-      if constexpr (NORM) sum *= norm_of(b);
-      if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
-      y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
-    }
+    return;
   }
-  if constexpr (NORM) {  // every thread has read the Σs² slots
-    __syncthreads();
-    if (tid < batch)
-      for (int s = 0; s < splits; ++s) clear_entry(ss_slots + (blockIdx.x * splits + s) * batch + tid);
+  for (int e = tid; e < cta_rows * batch; e += kThreads) {
+    const int b = e / cta_rows, row = row0 + e % cta_rows;
+    if (row >= out) continue;
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
+    if constexpr (NORM) sum *= norm_of(b);
+    if constexpr (CODE == 8) sum *= __bfloat162float(row_scales[row]);
+    y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
   }
 }
 
@@ -1605,7 +1586,7 @@ struct Problem {
   int over_loop = 1;  // OVER's loop order (1-5; sp24_launch resolves 0)
   int dense = 0;  // DENSE: a dense weight of in / 2 columns (see sp24_kernel)
   int stream_ctas = 0;  // STREAM: the grid's CTAs (0: split-K; see StreamUnits)
-  int handoff = 0;  // split-K and stream-K: add by handoff where the grid fits on the GPU at once (see kEmpty)
+  float* hand = nullptr;  // split-K and stream-K: the handoff's slots (see kEmpty), or null: always by counting
 };
 
 // The CTAs of `kernel` (`smem` bytes of dynamic shared memory, clusters of `config`'s cluster attribute, if any) the
@@ -1685,14 +1666,14 @@ cudaError_t launch(const Problem& p) {
   // handoff only where every CTA of the grid is resident at once: an adder then waits only on CTAs that are running or
   // will run as the kernels before it finish (a programmatic launch's dependents take room only once every CTA of
   // this grid has started), never on one that waits for the adder's room
-  int handoff = 0;
-  if (p.handoff && (STREAM || used > 1) && !cluster_split) {
+  float* hand = nullptr;
+  if (p.hand != nullptr && (STREAM || used > 1) && !cluster_split) {
     cudaLaunchConfig_t shape = config;
     shape.attrs = cluster > 1 ? &attribute[attributes - 1] : nullptr;
     shape.numAttrs = cluster > 1 ? 1 : 0;
     const long long grid = static_cast<long long>(config.gridDim.x) * config.gridDim.y;
     static std::atomic<long long> kept[8];  // this kernel's (see resident_ctas)
-    handoff = grid <= resident_ctas(kernel, smem, shape, cluster, kept) ? 1 : 0;
+    if (grid <= resident_ctas(kernel, smem, shape, cluster, kept)) hand = p.hand;
   }
   return cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x), static_cast<const char*>(p.a),
                             static_cast<const char*>(p.meta), static_cast<const char*>(p.scales),
@@ -1700,7 +1681,7 @@ cudaError_t launch(const Problem& p) {
                             p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
                             p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w),
                             static_cast<T*>(p.sum_out), p.ss_slots, p.eps, static_cast<const char*>(p.over_v),
-                            static_cast<const char*>(p.over_o), handoff);
+                            static_cast<const char*>(p.over_o), hand);
 }
 
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
@@ -1886,15 +1867,16 @@ extern "C" {
 // dense weight (code_bits 8 or 4, no norm_w, no glu, no slots; see
 // sp24_kernel), `in` its expanded width (twice x's). `stream_ctas` > 0: a stream-K launch over that many CTAs
 // instead of split-K (one slice, no norm_w, glu, slots or dense weight; `partials` two slots of batch · 128 floats a
-// CTA, `counters` one a row block of 128 rows; see StreamUnits). `handoff` 1: split-K and stream-K launches whose grid
-// the GPU holds at once add their partial sums by handoff (no fence or atomic; `partials` and `ss_slots` must hold
-// kEmpty in every entry before the launch, and do again after it; see kEmpty), the others by counting; 0: always by
-// counting. Returns 0 or a cudaError_t.
+// CTA, `counters` one a row block of 128 rows; see StreamUnits). `handoff_slots` (or null: always by counting):
+// split-K and stream-K launches whose grid the GPU holds at once add their partial sums by handoff through these
+// slots (no fence or atomic; see kEmpty): every entry kEmpty before the launch, and again after it; as many floats as
+// `partials`, then (16-byte aligned) as many as `ss_slots`. The others count, through `partials` and `ss_slots`.
+// Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop, int dense, int stream_ctas, int handoff) {
+                const void* over_o, int over_loop, int dense, int stream_ctas, float* handoff_slots) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
       over_loop < 0 || over_loop > 5 || (dense && (glu || code_bits == 0)) || stream_ctas < 0)
@@ -1913,7 +1895,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.over_loop = over_loop != 0 ? over_loop : (batch <= 4 ? 1 : 2);
   p.dense = dense;
   p.stream_ctas = stream_ctas;
-  p.handoff = handoff;
+  p.hand = handoff_slots;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
