@@ -621,7 +621,9 @@ PY
   lease86)  # forty-third session (about 7 minutes, no model; carry .kcachez as for lease84, rebuilt): lease85's runs
     # after the handoff took a workspace of its own (sp24.py's slot_workspace), so that counted launches are as before
     # this session (per-call slots, no kEmpty stores: in lease82-85 their adders wrote kEmpty back, and the stores kept
-    # their loads apart)
+    # their loads apart). The machine was taken back before this step finished (no reports); `handoff-round` alone then
+    # ran at commit 7d53d7f (sp24_h200_handoff.md, gpu_tests_h200_handoff.log); handoff-overflow and handoff-float64 on
+    # this code are still to run
     bash benchmarks/h200.sh handoff-round
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
