@@ -618,6 +618,30 @@ PY
       grep -E "Duration|DRAM Throughput|dram__bytes_read.sum|Warp Cycles Per Issued|Grid Size|ERR_|rror" \
         "$OUT/ncu_h200/ncu_shape_$name.txt" | head -8 || true
     done ;;
+  lease87)  # prepared in the forty-third session, not yet run (about 5 minutes, no model; carry .kcachez with sp24,
+    # sp24-early-trigger, sp24-(early-)multicast2 and sp24-columns(-early-trigger) of the current sp24.cu): what lease86
+    # left on the final handoff code: the 16:32+2 bench with against without (overflow_h200_handoff.md) and sp24's
+    # float64 tests (gpu_tests_h200_handoff_float64.log)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    bash benchmarks/h200.sh handoff-overflow
+    bash benchmarks/h200.sh handoff-float64 ;;
+  lease88)  # prepared in the forty-third session, not yet run (about 7 minutes, no model; carry .kcachez as for
+    # lease87): the GPU test files of the split product, the slots, dispatch, the engine and the quantized engine under
+    # the handoff default, one pytest a file (gpu_suite_h200_handoff.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    mkdir -p "$OUT/gpu_suite"
+    echo "| file | pytest's result | s |" > "$OUT/gpu_suite_h200_handoff.md"
+    echo "|---|---|---|" >> "$OUT/gpu_suite_h200_handoff.md"
+    for item in "test_sp24_split 60" "test_sp24_slots 90" "test_kernel_dispatch 60" "test_engine_gpu 100" \
+        "test_quantized_engine 130"; do
+      set -- $item
+      name=$1 limit=$2; start=$SECONDS
+      timeout "$limit" python3 -m pytest -q -m gpu "tests/$name.py" -p no:cacheprovider --tb=short \
+        > "$OUT/gpu_suite/$name.log" 2>&1 || true
+      last=$(grep -E "passed|failed|skipped|error|no tests ran" "$OUT/gpu_suite/$name.log" | tail -1 | tr -d '=|')
+      echo "| $name | ${last:-stopped at its $limit s limit} | $((SECONDS - start)) |" \
+        | tee -a "$OUT/gpu_suite_h200_handoff.md"
+    done ;;
   lease86)  # forty-third session (about 7 minutes, no model; carry .kcachez as for lease84, rebuilt): lease85's runs
     # after the handoff took a workspace of its own (sp24.py's slot_workspace), so that counted launches are as before
     # this session (per-call slots, no kEmpty stores: in lease82-85 their adders wrote kEmpty back, and the stores kept

@@ -569,6 +569,28 @@ def test_handoff_setting_defaults_on_keys_the_launches_and_refuses_other_values(
         settings()
 
 
+def test_slot_workspace_is_empty_grows_keeps_the_old_and_refuses_capture(monkeypatch):
+    """The handoff's workspace: every entry kEmpty (all bits set), at least the size asked, grown by at least doubling
+    with the outgrown one kept alive (graphs may hold it), and never allocated during CUDA graph capture."""
+    import sparsedecoding.kernels.sp24 as sp24
+
+    monkeypatch.setattr(sp24, "_workspaces", {})
+    monkeypatch.setattr(sp24, "_retired", [])
+    monkeypatch.setattr(sp24, "_WORKSPACE_FLOATS", 64)
+    cpu = torch.device("cpu")
+    first = sp24.slot_workspace(cpu, 7, 10)
+    assert first.dtype == torch.float32 and first.numel() == 64
+    assert bool((first.view(torch.int32) == -1).all()) and bool(first.isnan().all())
+    assert sp24.slot_workspace(cpu, 7, 64) is first  # big enough: the same tensor
+    grown = sp24.slot_workspace(cpu, 7, 65)
+    assert grown.numel() == 128 and sp24._retired == [first] and bool((grown.view(torch.int32) == -1).all())
+    assert sp24.slot_workspace(cpu, 8, 1) is not grown  # one a device
+    monkeypatch.setattr(sp24, "_capturing", lambda device: True)
+    assert sp24.slot_workspace(cpu, 7, 100) is grown
+    with pytest.raises(KernelInputError, match="outside CUDA graph capture"):
+        sp24.slot_workspace(cpu, 7, 1000)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
 def test_handoff_matches_counting_bit_for_bit_and_leaves_the_slots_empty(kind, monkeypatch):

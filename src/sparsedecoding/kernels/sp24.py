@@ -786,20 +786,26 @@ def check_inputs(x: torch.Tensor, w: Sp24Weight) -> None:
             raise KernelInputError(f"{name} must be contiguous and start on a 16-byte boundary")
 
 
+def _capturing(device: torch.device) -> bool:
+    """Whether torch's current stream on a CUDA `device` is capturing a CUDA graph."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def slot_workspace(device: torch.device, device_index: int, floats: int) -> torch.Tensor:
     """The device's slot workspace (`_workspaces`) with at least `floats` float32 entries, each kEmpty; allocated (or
     grown) outside CUDA graph capture only."""
     with _lock:
         workspace = _workspaces.get(device_index)
         if workspace is None or workspace.numel() < floats:
-            if torch.cuda.is_current_stream_capturing():
+            if _capturing(device):
                 raise KernelInputError("the first split-K call of this size on a device must run outside CUDA graph "
                                        "capture (it allocates the kernel's slots)")
             if workspace is not None:
                 _retired.append(workspace)
             size = max(floats, _WORKSPACE_FLOATS, 2 * (workspace.numel() if workspace is not None else 0))
             workspace = torch.full((size,), -1, dtype=torch.int32, device=device).view(torch.float32)
-            torch.cuda.synchronize(device)  # filled before any stream's launch reads it
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # filled before any stream's launch reads it
             _workspaces[device_index] = workspace
         return workspace
 
