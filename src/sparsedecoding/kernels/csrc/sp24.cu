@@ -108,8 +108,8 @@ constexpr int kMaxSmem = 66 * 1024;  // staged x: batch rows of (columns·2 + 64
 // gathers (the slot words are still loaded and kept live). 9: no staging of x without the RMSNorm in front (the
 // shared memory holds whatever it holds; the barrier stays): what the staging costs. 10: stream-K launches whose
 // partial slots are written but never counted nor added (what the counting at a CTA's end costs); 11: the same for
-// split-K launches of more than one split (their partials written, y never). 10 and 11 leave the slots written (not
-// kEmpty): run them with SPARSEDECODING_SP24_HANDOFF=0, which counts and so never waits on a slot entry.
+// split-K launches of more than one split (their partials written, y never). 10 and 11 ablate the counting: run them
+// with SPARSEDECODING_SP24_HANDOFF=0 (launches that add by handoff never count, so the ablation would change nothing).
 #ifndef SP24_ABLATE
 #define SP24_ABLATE 0
 #endif
