@@ -829,10 +829,10 @@ class Sp24Launch:
     `default_splits`); `slices`: warps per row tile inside a CTA, sharing out its steps (one of SLICES). A call
     allocates y (and the counting's partial slots) and launches on torch's current stream; split-K and stream-K launches
     that add by handoff keep their partial sums in the device's slot workspace, and like the counters it serves one
-    stream at a time. With `norm`, a call takes the RMSNorm in
-    front (`res`, `norm_weight`, `eps`) and returns (y, s): y = W·rmsnorm(s) for the residual sum s = x + res (see
-    sp24.cu). Under SPARSEDECODING_SP24_PDL=1 (read at construction) the launches are programmatic on compute
-    capability 9.0; SPARSEDECODING_SP24_HANDOFF (read at construction) says how split-K and stream-K sums are added.
+    stream at a time. With `norm`, a call takes the RMSNorm in front (`res`, `norm_weight`, `eps`) and returns (y, s):
+    y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). Under SPARSEDECODING_SP24_PDL=1 (read at
+    construction) the launches are programmatic on compute capability 9.0; SPARSEDECODING_SP24_HANDOFF (read at
+    construction) says how split-K and stream-K sums are added.
     `ctas` > 0: a stream-K launch over that many CTAs instead (one slice, no split-K; `stream_fits` says where)."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
