@@ -625,6 +625,22 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  lease89)  # prepared in the forty-third session, not yet run (about 5 minutes, no model; carry .kcachez with sp24,
+    # sp24-early-trigger, sp24-(early-)multicast2 and sp24-early-multicast2-wait-batched of the current sp24.cu): the
+    # default build's handoff
+    # adders waiting on each entry alone (SP24_HANDOFF_WAIT_EACH=1: no register spills at one n-tile, sm_90a -Xptxas
+    # -v) against the batched waits timed in sp24_h200_handoff.md (=0: 88 bytes of spill stores in the int4 kernel of
+    # one n-tile, some inside the main loop), 2:4 + int4 at batch 1, 8B + 14B, each build's fastest of splits 1-8 by
+    # slices 1-8 and stream-K grids, cuBLAS in the same rounds, bit for bit (ablate_handoff_wait_h200.md); then the
+    # kernel bench, every kind and batch, handoff against counting, on the default build (sp24_h200_handoff.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+     timeout 170 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
+      --splits 1 2 3 4 6 8 --stream 132 264 --builds "wait each=$early" \
+      "wait batched=$early,-DSP24_HANDOFF_WAIT_EACH=0" --out "$OUT/ablate_handoff_wait_h200.md" 2>&1 \
+      | grep -E "^\| (build|wait)|rror" || true)
+    bash benchmarks/h200.sh handoff-round ;;
   lease88)  # prepared in the forty-third session, not yet run (about 7 minutes, no model; carry .kcachez as for
     # lease87): the GPU test files of the split product, the slots, dispatch, the engine and the quantized engine under
     # the handoff default, one pytest a file (gpu_suite_h200_handoff.md)

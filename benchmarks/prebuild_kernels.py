@@ -63,6 +63,10 @@ LIBRARIES = {
                                                       f"-DSP24_ABLATE={n}")) for n in (10, 11)},  # 11: split-K's
     # ablate_probe.py --builds: split-K's splits as clusters adding through distributed shared memory
     "sp24-early-cluster-split": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_CLUSTER_SPLIT=1")),
+    # ablate_probe.py --builds: the handoff's adders re-reading their entries together (as timed in
+    # sp24_h200_handoff.md; spills), against the default's waits on each entry alone
+    "sp24-early-multicast2-wait-batched": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
+                                                       "-DSP24_HANDOFF_WAIT_EACH=0")),
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4
     **{f"{columns}{code}-step8-early-trigger": ("sp24.cu", (*flags, f"-DSP24_{code.upper()}_KS=8",
                                                           "-DSP24_EARLY_TRIGGER=1"))

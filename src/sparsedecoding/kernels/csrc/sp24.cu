@@ -825,11 +825,29 @@ __device__ __forceinline__ uint32_t peek_entry(const float* at) {
 // v[k] = the entry at(k) for each k < N with ok(k), once written: all read together, then those still kEmpty read
 // again together until none is (one round trip for all of them, not one each), and each written back as kEmpty for
 // the next launch
+// SP24_HANDOFF_WAIT_EACH (default 1): each entry still kEmpty after the first reads waited for on its own, and
+// split-K's adder four splits at a time (the first handoff code's waits, h200.sh lease82). 0 (a build of its own, for
+// probes; the code timed in sp24_h200_handoff.md): those entries read again together, eight splits at a time at one
+// n-tile, which made ptxas spill in most split-K kernels (sm_90a, -Xptxas -v, results/ptxas_handoff_sm90a.md: the
+// int4 kernel of one n-tile and 128-column groups 88 bytes of spill stores, some between the main loop's MMAs; the
+// RMSNorm and dense-weight kernels up to 584 bytes of loads), where 1 spills none at one n-tile
+#ifndef SP24_HANDOFF_WAIT_EACH
+#define SP24_HANDOFF_WAIT_EACH 1
+#endif
 template <int N, typename At, typename Ok>
 __device__ __forceinline__ void take_entries(uint32_t (&v)[N], At at, Ok ok) {
 #pragma unroll
   for (int k = 0; k < N; ++k)
     if (ok(k)) v[k] = peek_entry(at(k));
+#if SP24_HANDOFF_WAIT_EACH
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    if (ok(k))
+      while (v[k] == kEmpty) {
+        __nanosleep(64);
+        v[k] = peek_entry(at(k));
+      }
+#else
   while (true) {
     bool pending = false;
 #pragma unroll
@@ -840,6 +858,7 @@ __device__ __forceinline__ void take_entries(uint32_t (&v)[N], At at, Ok ok) {
     for (int k = 0; k < N; ++k)
       if (ok(k) && v[k] == kEmpty) v[k] = peek_entry(at(k));
   }
+#endif
 #pragma unroll
   for (int k = 0; k < N; ++k)
     if (ok(k)) asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at(k)), "r"(kEmpty) : "memory");
@@ -1409,7 +1428,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       auto written = [&](int j, int e) {
         return 8 * j + 2 * t + (e & 1) < batch && 16 * tile_row + g + 8 * (e >> 1) < out;
       };
-      constexpr int C = NT == 1 ? 8 : 4;  // splits whose entries are in flight together
+      constexpr int C = NT == 1 && !SP24_HANDOFF_WAIT_EACH ? 8 : 4;  // splits whose entries are in flight together
       for (int s0 = 0; s0 < splits - 1; s0 += C) {
         uint32_t v[C * NT * 4];  // split s0 + k / (4 NT)'s entry of acc[k / 4 % NT][k % 4]
         auto ok = [&](int k) { return s0 + k / (4 * NT) < splits - 1 && written(k / 4 % NT, k % 4); };
