@@ -1145,20 +1145,23 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   int partial0 = -1, partial1 = -1;  // (scalars, not an array a run-time index would put on the stack)
   // STREAM: the end of a segment of row block rb (`whole`: all of its steps, `live`: this warp's tile in the weight):
   // a whole row block's sums go to y, a part's to the CTA's slot; the slots are counted at the CTA's end
+  // STREAM: a whole row block rb's sums `v` (this warp's tile of it) into y
+  auto stream_store = [&](int rb, const float (&v)[NT][4]) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int b = 8 * j + 2 * t + (e & 1), row = kRowsPerCta * rb + 16 * warp + g + 8 * (e >> 1);
+        if (b < batch && row < out) {
+          float value = v[j][e];
+          if constexpr (CODE == 8) value *= __bfloat162float(row_scales[row]);
+          y[static_cast<size_t>(b) * out + row] = from_float<T>(value);
+        }
+      }
+  };
   auto stream_flush = [&](int rb, bool whole, bool live) {
     if (whole) {
-      if (!live) return;
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int b = 8 * j + 2 * t + (e & 1), row = kRowsPerCta * rb + 16 * warp + g + 8 * (e >> 1);
-          if (b < batch && row < out) {
-            float v = acc[j][e];
-            if constexpr (CODE == 8) v *= __bfloat162float(row_scales[row]);
-            y[static_cast<size_t>(b) * out + row] = from_float<T>(v);
-          }
-        }
+      if (live) stream_store(rb, acc);
       return;
     }
     const int slot = rb == su.u0 / steps ? 0 : 1;
@@ -1252,18 +1255,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       for (int k = 0; k < 4 * NT * 4; ++k)
         if (ok(k)) sum[k / 4 % NT][k % 4] += __uint_as_float(v[k]);
     }
-    if (!live) return;
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int b = 8 * j + 2 * t + (e & 1), row = kRowsPerCta * rb + 16 * warp + g + 8 * (e >> 1);
-        if (b < batch && row < out) {
-          float value = sum[j][e];
-          if constexpr (CODE == 8) value *= __bfloat162float(row_scales[row]);
-          y[static_cast<size_t>(b) * out + row] = from_float<T>(value);
-        }
-      }
+    if (live) stream_store(rb, sum);
   };
   if constexpr (STREAM) {
     // buffer b holds units u0 + b + NB·i, refilled NB units on across row blocks; one segment (the units of one row
