@@ -625,11 +625,48 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
-  lease89)  # prepared in the forty-third session, not yet run (about 5 minutes, no model; carry .kcachez with sp24,
-    # sp24-early-trigger, sp24-(early-)multicast2 and sp24-early-multicast2-wait-batched of the current sp24.cu): the
-    # default build's handoff
-    # adders waiting on each entry alone (SP24_HANDOFF_WAIT_EACH=1: no register spills at one n-tile, sm_90a -Xptxas
-    # -v) against the batched waits timed in sp24_h200_handoff.md (=0: 88 bytes of spill stores in the int4 kernel of
+  lease91)  # prepared in the forty-fourth session (about 6 minutes, no model; carry .kcachez with sp24,
+    # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): the handoff against counting bit for bit
+    # (gpu_tests_h200_handoff.log); the 8B preset's engine, 2:4 + int4 at batch 1 / 4 / 8, with the step tuning's
+    # pass over neighbouring pairs against without, side by side (step_pairs_h200_8b_int4.md; value 1 starts from
+    # value 0's picks, the problems' keys being the same); the kernel bench, handoff against counting
+    # (sp24_h200_handoff.md); the step tuning's GPU tests (gpu_tests_h200_step_tune.log)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 60 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k handoff 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_h200_handoff.log" || true
+    ab 200 SPARSEDECODING_STEP_TUNE_PAIRS "0 1" 2:4 int4 "1 4 8" step_pairs_h200_8b_int4.md
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 120 python3 sp24_bench.py --no-sweep \
+      --baseline SPARSEDECODING_SP24_HANDOFF=0 --out "$OUT/sp24_h200_handoff.md" \
+      | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true
+    timeout 100 python3 -m pytest -q -m gpu tests/test_step_tune.py -p no:cacheprovider 2>&1 | tail -4 \
+      | tee "$OUT/gpu_tests_h200_step_tune.log" || true ;;
+  handoff-engine)  # (about 2-3 minutes, no model; carry .kcachez as for lease87; $2: int4 or bf16; $3: the values,
+    # default "0 1"; $4: the report's suffix) the 8B preset's engine with split-K / stream-K partial sums added by
+    # handoff against counting, side by side (setting_ab_bench.py), 2:4 + $2 at batch 1 / 4 / 8 (handoff_h200_8b_$2$4.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    ab 280 SPARSEDECODING_SP24_HANDOFF "${3:-0 1}" 2:4 "$2" "1 4 8" "handoff_h200_8b_$2${4:-}.md" ;;
+  lease90)  # prepared in the forty-fourth session (about 5 minutes, no model; carry .kcachez with sp24,
+    # sp24-early-trigger, sp24-(early-)multicast2, sp24-early-multicast2-wait-each and -wait-batched of the current
+    # sp24.cu): the handoff adders' waits, SP24_HANDOFF_WAIT_GROUP 2 (the default: one split's entries re-read
+    # together), 1 (each entry alone, lease89's default) and 0 (all together, as timed in sp24_h200_handoff_fourth.md),
+    # 2:4 + int4 at batch 1, 8 and 16, 8B + 14B, each build's fastest of splits 1-8 by slices 1-4 and stream-K grids,
+    # cuBLAS in the same rounds, bit for bit (ablate_handoff_group_b{1,8,16}_h200.md); then the kernel bench, every kind
+    # and batch, handoff against counting, on the default build (sp24_h200_handoff.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    for batch in 1 8 16; do
+      (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+       timeout 110 python3 benchmarks/ablate_probe.py --kinds int4 --batch "$batch" --models llama-3.1-8b qwen3-14b \
+        --slices 1 2 4 --splits 1 2 3 4 6 8 --stream 132 264 --builds "by split=$early" \
+        "each=$early,-DSP24_HANDOFF_WAIT_GROUP=1" "all=$early,-DSP24_HANDOFF_WAIT_GROUP=0" \
+        --out "$OUT/ablate_handoff_group_b${batch}_h200.md" 2>&1 | grep -E "^\| (build|by|each|all) |rror" || true)
+    done
+    bash benchmarks/h200.sh handoff-round ;;
+  lease89)  # run in the forty-fourth session at b2497b4, whose default was SP24_HANDOFF_WAIT_EACH=1 (now
+    # SP24_HANDOFF_WAIT_GROUP=1; 0 the same in both) (about 5 minutes, no model; carry .kcachez with sp24,
+    # sp24-early-trigger, sp24-(early-)multicast2 and sp24-early-multicast2-wait-batched of its sp24.cu): the default
+    # build's handoff adders waiting on each entry alone (SP24_HANDOFF_WAIT_EACH=1: no register spills at one n-tile,
+    # sm_90a -Xptxas -v) against the batched waits timed in sp24_h200_handoff.md (=0: 88 bytes of spill stores in the int4 kernel of
     # one n-tile, some inside the main loop), 2:4 + int4 at batch 1, 8B + 14B, each build's fastest of splits 1-8 by
     # slices 1-8 and stream-K grids, cuBLAS in the same rounds, bit for bit (ablate_handoff_wait_h200.md); then the
     # kernel bench, every kind and batch, handoff against counting, on the default build (sp24_h200_handoff.md)
@@ -638,7 +675,7 @@ PY
     (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
      timeout 170 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
       --splits 1 2 3 4 6 8 --stream 132 264 --builds "wait each=$early" \
-      "wait batched=$early,-DSP24_HANDOFF_WAIT_EACH=0" --out "$OUT/ablate_handoff_wait_h200.md" 2>&1 \
+      "wait batched=$early,-DSP24_HANDOFF_WAIT_GROUP=0" --out "$OUT/ablate_handoff_wait_h200.md" 2>&1 \
       | grep -E "^\| (build|wait)|rror" || true)
     bash benchmarks/h200.sh handoff-round ;;
   lease88)  # prepared in the forty-third session, not yet run (about 7 minutes, no model; carry .kcachez as for

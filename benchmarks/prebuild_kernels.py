@@ -63,10 +63,12 @@ LIBRARIES = {
                                                       f"-DSP24_ABLATE={n}")) for n in (10, 11)},  # 11: split-K's
     # ablate_probe.py --builds: split-K's splits as clusters adding through distributed shared memory
     "sp24-early-cluster-split": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_CLUSTER_SPLIT=1")),
-    # ablate_probe.py --builds: the handoff's adders re-reading their entries together (as timed in
-    # sp24_h200_handoff.md; spills), against the default's waits on each entry alone
-    "sp24-early-multicast2-wait-batched": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
-                                                       "-DSP24_HANDOFF_WAIT_EACH=0")),
+    # ablate_probe.py --builds: the handoff's adders' waits (SP24_HANDOFF_WAIT_GROUP; the default, 2, one split's
+    # entries re-read together): all of them together (0, as timed in sp24_h200_handoff_fourth.md; spills) and each
+    # entry alone (1, as timed in lease89's sp24_h200_handoff.md)
+    **{f"sp24-early-multicast2-wait-{name}": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
+                                                         f"-DSP24_HANDOFF_WAIT_GROUP={group}"))
+       for name, group in (("batched", 0), ("each", 1))},
     # the other build the tuner times (`sp24.times_both_builds`) for codes with slots at batch 1-4
     **{f"{columns}{code}-step8-early-trigger": ("sp24.cu", (*flags, f"-DSP24_{code.upper()}_KS=8",
                                                           "-DSP24_EARLY_TRIGGER=1"))

@@ -87,7 +87,7 @@ def main() -> int:
     kept_launches = []  # per value: the sp24 launch each 2:4 problem kept (the tuner's, or the step tuner's pick)
     for value in args.values:
         os.environ[args.setting] = value
-        tuned_before = set(sp24.tuning_results())
+        kept_before = {key: choice for key, (choice, _) in sp24.tuning_results().items()}
         torch._dynamo.reset()  # no compiled block reused from the previous value: each is compiled under its own
         op.clear_runners()  # nor a kernel runner built under it
         plan = ([(None, args.batch)] if args.quantized_dense else []) + [(args.pattern, args.batch)]
@@ -97,7 +97,10 @@ def main() -> int:
                     if isinstance(r, SpeedResult) else r for r in runs]
         print(format_table(results, copy), flush=True)
         kept_launches += [f"- {args.setting}={value}: {sp24.problem_text(key)}: {sp24.choice_label(choice)}"
-                          for key, (choice, _) in sp24.tuning_results().items() if key not in tuned_before]
+                          + ("" if key not in kept_before else
+                             f" (moved from {sp24.choice_label(kept_before[key])}, the earlier value's)")
+                          for key, (choice, _) in sp24.tuning_results().items()
+                          if kept_before.get(key) != choice]
     restore()
     kept = f" + {args.quantize}" if args.quantize else ""
     kept += f", {args.head} lm_head" if args.head else ""
@@ -115,7 +118,9 @@ def main() -> int:
         lines += ["## The sp24 launches kept", "",
                   "Per value, each 2:4 problem's launch after tuning (splits, `/Ns` slices, `+e` the early-trigger "
                   "build where SPARSEDECODING_SP24_EARLY_TRIGGER=timed chose it; with SPARSEDECODING_STEP_TUNE the "
-                  "step tuner's pick):", "", *kept_launches, ""]
+                  "step tuner's pick); where a setting leaves the problems as they were (not part of a problem's "
+                  "key), a later value lists only the launches its tuning moved, the rest kept from the value "
+                  "before:", "", *kept_launches, ""]
     write_report(args.out, "\n".join(lines))
     return 0
 

@@ -188,6 +188,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SP24_INT8_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_INT4_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_STEP_TUNE", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_STEP_TUNE_PAIRS", raising=False)
     monkeypatch.delenv("SPARSEDECODING_DENSE_INT4", raising=False)
     monkeypatch.delenv("SPARSEDECODING_DENSE_INT8", raising=False)
     monkeypatch.delenv("SPARSEDECODING_ATTENTION_EARLY_READS", raising=False)
@@ -204,7 +205,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_SP24_STREAM_K=1, SPARSEDECODING_SP24_HANDOFF=1, "
                                "SPARSEDECODING_SP24_INT8_STEP=auto, "
                                "SPARSEDECODING_SP24_INT4_STEP=auto, "
-                               "SPARSEDECODING_STEP_TUNE=1, "
+                               "SPARSEDECODING_STEP_TUNE=1, SPARSEDECODING_STEP_TUNE_PAIRS=0, "
                                "SPARSEDECODING_DENSE_INT4=auto, SPARSEDECODING_DENSE_INT8=auto, "
                                "SPARSEDECODING_FUSED_GREEDY=1.")
     monkeypatch.setenv("SPARSEDECODING_NM_MMA_GEOMETRY", "chunk_words=4, warps=4")
@@ -217,6 +218,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_SP24_INT8_STEP", "8")
     monkeypatch.setenv("SPARSEDECODING_SP24_INT4_STEP", "16")
     monkeypatch.setenv("SPARSEDECODING_STEP_TUNE", "0")
+    monkeypatch.setenv("SPARSEDECODING_STEP_TUNE_PAIRS", "1")
     monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "triton")
     monkeypatch.setenv("SPARSEDECODING_DENSE_INT8", "sp24")
     monkeypatch.setenv("SPARSEDECODING_ATTENTION_EARLY_READS", "0")
@@ -229,7 +231,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                     "SPARSEDECODING_SP24_STREAM_K=0, SPARSEDECODING_SP24_HANDOFF=0, "
                                     "SPARSEDECODING_SP24_INT8_STEP=8, "
                                     "SPARSEDECODING_SP24_INT4_STEP=16, "
-                                    "SPARSEDECODING_STEP_TUNE=0, "
+                                    "SPARSEDECODING_STEP_TUNE=0, SPARSEDECODING_STEP_TUNE_PAIRS=1, "
                                     "SPARSEDECODING_DENSE_INT4=triton, SPARSEDECODING_DENSE_INT8=sp24, "
                                     "SPARSEDECODING_FUSED_GREEDY=0.")
 

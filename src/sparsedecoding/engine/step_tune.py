@@ -17,8 +17,14 @@ default build made the step slower (results/step_tune_h200_8b_timed.md). So befo
 tuner compares whole steps with every problem at its fastest launch in each build against its picks as they stand,
 and starts from the fastest (`BuildChoice`; on that int4 step at batch 1: every problem in the default build, then
 the qkv and gate_up moved back to the early one, 1.086x the tuner's picks, results/step_tune_h200_8b_timed_builds.md).
+Under SPARSEDECODING_STEP_TUNE_PAIRS=1 a last pass takes neighbouring problems two at a time (each problem and the
+one launched after it, in launch order, the last with the first of the next layer) and times every pairing of a few
+candidates of each (`PairChoice`): one problem at a time cannot leave a pairing such as the o's early build with the
+gate_up's two slices when only the o's default build with the gate_up's single slice is faster (the 8B preset's
+2:4 + int4 step at batch 1, results/handoff_h200_8b_int4_repeat.md: 1.590 against 1.666 ms, the two ends of the
+same tuning in two processes).
 The choice is kept for the process, like the tuner's (every later engine with the same problem launches it), and is
-reported as `StepChoice`s (after the `BuildChoice`).
+reported as `StepChoice`s (after the `BuildChoice`; then the `PairChoice`s).
 
 Replays write the KV cache at positions from the middle of the cache on and change the engine's token; tuning
 runs when the engine is built, before any generation, whose prefill overwrites what it reads."""
@@ -65,6 +71,27 @@ class BuildChoice:
     def line(self) -> str:
         tried = ", ".join(f"{name} {ms:.4f} ms" for name, ms in self.step_ms.items())
         return f"every problem in one build: steps with {tried}; kept {self.chosen}"
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """The pass over neighbouring problems (SPARSEDECODING_STEP_TUNE_PAIRS): `keys` / `problems` the two (the second
+    launched after the first), `before` their launches as the pass found them, `step_ms` the median decode-step time
+    of each pairing tried, `chosen` the one kept."""
+
+    keys: tuple[tuple, tuple]
+    problems: tuple[str, str]
+    before: tuple[Choice, Choice]
+    step_ms: dict[tuple[Choice, Choice], float]
+    chosen: tuple[Choice, Choice]
+
+    def line(self) -> str:
+        def pair(choices: tuple[Choice, Choice]) -> str:
+            return f"{_label(choices[0])} + {_label(choices[1])}"
+
+        tried = ", ".join(f"{pair(choices)} {ms:.4f} ms" for choices, ms in self.step_ms.items())
+        return (f"{self.problems[0]}, then {self.problems[1]}: before {pair(self.before)}; steps with {tried}; "
+                f"kept {pair(self.chosen)}")
 
 
 def _label(choice: Choice) -> str:
@@ -124,16 +151,66 @@ def _tune_builds(engine, timings: dict, replays: int, rounds: int, margin: float
     return BuildChoice(medians, picks, chosen)
 
 
+def _pair_pool(key: tuple, timings: dict[Choice, float], within: float, size: int) -> list[Choice]:
+    """A problem's candidates in the pass over pairs: its launch now, then the fastest alone of each build the tuner
+    timed, then the next fastest within `within` times the best; `size` at most."""
+    from ..kernels import sp24
+
+    best = min(timings.values())
+    pool = [sp24.chosen_launch(key)]
+    for early in sorted({choice[2] for choice in timings}):  # timings are fastest first
+        pool.append(next(choice for choice in timings if choice[2] == early))
+    pool += [choice for choice, ms in timings.items() if ms <= within * best]
+    return list(dict.fromkeys(pool))[:size]
+
+
+def _tune_pairs(engine, problems: dict, timings: dict, within: float, size: int, replays: int, rounds: int,
+                margin: float) -> list[PairChoice]:
+    """The pass over neighbouring problems (module docstring), the pairs with the most kernel time first."""
+    from ..kernels import sp24
+
+    keys = list(problems)  # in the order a step first launches them
+    if len(keys) < 2:
+        return []
+    pairs = [(keys[i], keys[(i + 1) % len(keys)]) for i in range(len(keys) if len(keys) > 2 else 1)]
+    cost = {key: problems[key] * min(timings[key].values()) for key in keys}
+    outcomes = []
+    for first, second in sorted(pairs, key=lambda pair: -(cost[pair[0]] + cost[pair[1]])):
+        before = (sp24.chosen_launch(first), sp24.chosen_launch(second))
+        pairings = [(a, b) for a in _pair_pool(first, timings[first], within, size)
+                    for b in _pair_pool(second, timings[second], within, size)]
+        if len(pairings) < 2:
+            continue
+        graphs = {}
+        for a, b in pairings:
+            sp24.choose_launch(first, a)
+            sp24.choose_launch(second, b)
+            graphs[(a, b)] = engine.capture()
+        medians = _timed_steps(engine, graphs, replays, rounds)
+        del graphs
+        fastest = min(medians, key=medians.get)
+        chosen = fastest if medians[fastest] < (1 - margin) * medians[before] else before
+        sp24.choose_launch(first, chosen[0])
+        sp24.choose_launch(second, chosen[1])
+        outcomes.append(PairChoice((first, second), (sp24.problem_text(first), sp24.problem_text(second)), before,
+                                   medians, chosen))
+    return outcomes
+
+
 def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, rounds: int = 3,
-              margin: float = 0.003) -> list[StepChoice | BuildChoice]:
+              margin: float = 0.003, pairs: bool | None = None,
+              pair_pool: int = 3) -> list[StepChoice | BuildChoice | PairChoice]:
     """Picks each 2:4 problem's launch by decode-step time, as the module says, and leaves `engine.graph`
     captured with the picks. `top`: candidates tried a problem, the tuner's fastest first, each at most `within`
     times the tuner's best, and the fastest of each build the tuner timed (whatever `top` and `within`); `rounds`
     interleaved timings of `replays` steps each, their median compared. A candidate replaces the tuner's pick only
     if its step is more than `margin` (relative) faster. Returns one
     StepChoice per problem with more than one candidate tried, after the BuildChoice of the whole-build move where
-    the tuner timed both builds (its "tuner" picks are the launches before any move)."""
+    the tuner timed both builds (its "tuner" picks are the launches before any move); then, with `pairs` (default:
+    SPARSEDECODING_STEP_TUNE_PAIRS), one PairChoice per pair of neighbouring problems with more than one pairing
+    (`pair_pool` candidates each at most)."""
     from ..kernels import sp24
+    from ..kernels.op import step_tune_pairs_setting
 
     with sp24.recording_problems() as problems:
         engine.graph = engine.capture()
@@ -163,5 +240,9 @@ def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, roun
         sp24.choose_launch(key, chosen)
         del graphs
         outcomes.append(StepChoice(key, sp24.problem_text(key), problems[key], current, medians, chosen))
+    if pairs is None:
+        pairs = step_tune_pairs_setting()
+    if pairs:
+        outcomes += _tune_pairs(engine, problems, timings, within, pair_pool, replays, rounds, margin)
     engine.graph = engine.capture()
     return outcomes

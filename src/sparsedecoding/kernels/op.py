@@ -72,6 +72,7 @@ SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
 SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
 SP24_STEP_CHOICES = ("auto", "16", "8")
 STEP_TUNE_SETTING = "SPARSEDECODING_STEP_TUNE"
+STEP_TUNE_PAIRS_SETTING = "SPARSEDECODING_STEP_TUNE_PAIRS"
 FUSED_GREEDY_SETTING = "SPARSEDECODING_FUSED_GREEDY"
 DENSE_INT4_SETTING = "SPARSEDECODING_DENSE_INT4"
 DENSE_INT4_CHOICES = ("auto", "tinygemm", "triton", "sp24")
@@ -224,6 +225,15 @@ def step_tune_setting() -> bool:
     1.073x (int8) and 1.009x (int4) at batch 1 (results/step_tune_h200_8b.md). A tensor-parallel engine keeps the
     tuner's picks (its ranks would time, and might choose, apart)."""
     return _switch(STEP_TUNE_SETTING, "1", "2:4 launches chosen by decode-step time")
+
+
+def step_tune_pairs_setting() -> bool:
+    """SPARSEDECODING_STEP_TUNE_PAIRS: "1" has the step tuning (SPARSEDECODING_STEP_TUNE) end with a pass over
+    neighbouring 2:4 problems two at a time (each one's launch and the next one's, in launch order, every pairing of
+    a few candidates each: `engine.step_tune`), for the moves one problem at a time cannot make: which launch of the
+    gate_up is fastest in a step depends on the build of the o before it. "0" or unset: problems one at a time
+    only. Read when an Engine is built."""
+    return _switch(STEP_TUNE_PAIRS_SETTING, "0", "neighbouring 2:4 problems also tuned two at a time")
 
 
 def dense_int4_setting() -> str:
@@ -506,7 +516,8 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             SP24_MULTICAST_SETTING: sp24_multicast_setting, SP24_STREAM_K_SETTING: sp24_stream_k_setting,
             SP24_HANDOFF_SETTING: sp24_handoff_setting,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
-            STEP_TUNE_SETTING: step_tune_setting, DENSE_INT4_SETTING: dense_int4_setting,
+            STEP_TUNE_SETTING: step_tune_setting, STEP_TUNE_PAIRS_SETTING: step_tune_pairs_setting,
+            DENSE_INT4_SETTING: dense_int4_setting,
             DENSE_INT8_SETTING: dense_int8_setting, FUSED_GREEDY_SETTING: fused_greedy_setting}
 SETTINGS = tuple(_READERS)  # their names, in the order reports list them
 

@@ -822,46 +822,47 @@ __device__ __forceinline__ uint32_t peek_entry(const float* at) {
   return bits;
 }
 
-// v[k] = the entry at(k) for each k < N with ok(k), once written: all read together, then those still kEmpty read
-// again together until none is (one round trip for all of them, not one each), and each written back as kEmpty for
-// the next launch
-// SP24_HANDOFF_WAIT_EACH (default 1): each entry still kEmpty after the first reads waited for on its own, and
-// split-K's adder four splits at a time (the first handoff code's waits, h200.sh lease82). 0 (a build of its own, for
-// probes; the code timed in sp24_h200_handoff.md): those entries read again together, eight splits at a time at one
-// n-tile, which made ptxas spill in most split-K kernels (sm_90a, -Xptxas -v, results/ptxas_handoff_sm90a.md: the
-// int4 kernel of one n-tile and 128-column groups 88 bytes of spill stores, some between the main loop's MMAs; the
-// RMSNorm and dense-weight kernels up to 584 bytes of loads), where 1 spills none at one n-tile
-#ifndef SP24_HANDOFF_WAIT_EACH
-#define SP24_HANDOFF_WAIT_EACH 1
+// v[k] = the entry at(k) for each k < N with ok(k), once written, and each written back as kEmpty for the next
+// launch: all read together first; then, group by group (entries k / G, in order), those of the group still kEmpty
+// read again together until none is (one round trip a group, however many of its entries were late).
+// SP24_HANDOFF_WAIT_GROUP sets G where the callers hold one producer's entries in a row (split-K's splits, stream-K's
+// contributors: 4 NT entries a thread): 2 (the default) = one producer's entries (they land together, so one round
+// trip a late producer); 1 = each entry alone (the first handoff code, h200.sh lease82; at batch 4-16, 4-8 entries a
+// split, a late split cost a round trip each: 0.92-0.98x of counting in sp24_h200_handoff_each.md at batch 4-16);
+// 0 = all of them together, eight splits at a time at one n-tile (the code timed in sp24_h200_handoff_batched.md),
+// which made ptxas spill in most split-K kernels (sm_90a, -Xptxas -v, results/ptxas_handoff_sm90a.md: 88 bytes of
+// spill stores in the int4 kernel of one n-tile, some between the main loop's MMAs; up to 584 bytes of loads in the
+// RMSNorm and dense-weight kernels). Builds other than 2 are probes (ablate_probe.py).
+#ifndef SP24_HANDOFF_WAIT_GROUP
+#define SP24_HANDOFF_WAIT_GROUP 2
 #endif
-template <int N, typename At, typename Ok>
+template <int G, int N, typename At, typename Ok>
 __device__ __forceinline__ void take_entries(uint32_t (&v)[N], At at, Ok ok) {
+  static_assert(N % G == 0, "whole groups");
 #pragma unroll
   for (int k = 0; k < N; ++k)
     if (ok(k)) v[k] = peek_entry(at(k));
-#if SP24_HANDOFF_WAIT_EACH
 #pragma unroll
-  for (int k = 0; k < N; ++k)
-    if (ok(k))
-      while (v[k] == kEmpty) {
-        __nanosleep(64);
-        v[k] = peek_entry(at(k));
-      }
-#else
-  while (true) {
-    bool pending = false;
+  for (int k0 = 0; k0 < N; k0 += G)
+    while (true) {
+      bool pending = false;
 #pragma unroll
-    for (int k = 0; k < N; ++k) pending |= ok(k) && v[k] == kEmpty;
-    if (!pending) break;
-    __nanosleep(32);
+      for (int k = k0; k < k0 + G; ++k) pending |= ok(k) && v[k] == kEmpty;
+      if (!pending) break;
+      __nanosleep(G == 1 ? 64 : 32);
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      if (ok(k) && v[k] == kEmpty) v[k] = peek_entry(at(k));
-  }
-#endif
+      for (int k = k0; k < k0 + G; ++k)
+        if (ok(k) && v[k] == kEmpty) v[k] = peek_entry(at(k));
+    }
 #pragma unroll
   for (int k = 0; k < N; ++k)
     if (ok(k)) asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(at(k)), "r"(kEmpty) : "memory");
+}
+
+// the group of take_entries for N entries, one producer's P of them in a row (see SP24_HANDOFF_WAIT_GROUP)
+template <int N, int P>
+__host__ __device__ constexpr int wait_group() {
+  return SP24_HANDOFF_WAIT_GROUP == 0 ? N : SP24_HANDOFF_WAIT_GROUP == 1 ? 1 : P;
 }
 
 // 0 + v(0) + v(1) + ... + v(n - 1), added in that order (so bit for bit a plain loop's sum), v(i) = *at(i) read
@@ -874,7 +875,7 @@ __device__ __forceinline__ float ordered_sum(int n, At at) {
   for (int i0 = 0; i0 < n; i0 += 8) {
     uint32_t v[8];
     if constexpr (WAIT) {
-      take_entries(v, [&](int i) { return at(i0 + i); }, [&](int i) { return i0 + i < n; });
+      take_entries<wait_group<8, 1>()>(v, [&](int i) { return at(i0 + i); }, [&](int i) { return i0 + i < n; });
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = i0 + i < n ? __float_as_uint(__ldcg(at(i0 + i))) : 0u;
@@ -1247,12 +1248,15 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     auto written = [&](int j, int e) {  // as stream_flush writes them
       return 8 * j + 2 * t + (e & 1) < batch && kRowsPerCta * rb + 16 * warp + g + 8 * (e >> 1) < out;
     };
-    for (int i0 = 1; i0 <= others; i0 += 4) {  // four contributors' entries in flight together
-      uint32_t v[4 * NT * 4];  // contributor i0 + k / (4 NT)'s entry of acc[k / 4 % NT][k % 4]
+    // contributors whose entries are in flight together: at two n-tiles two (four spilled, sm_90a -Xptxas -v)
+    constexpr int C = SP24_HANDOFF_WAIT_GROUP == 2 ? 4 / NT : 4;
+    for (int i0 = 1; i0 <= others; i0 += C) {
+      uint32_t v[C * NT * 4];  // contributor i0 + k / (4 NT)'s entry of acc[k / 4 % NT][k % 4]
       auto ok = [&](int k) { return i0 + k / (4 * NT) <= others && written(k / 4 % NT, k % 4); };
-      take_entries(v, [&](int k) { return entry(i0 + k / (4 * NT), k / 4 % NT, k % 4); }, ok);
+      take_entries<wait_group<C * NT * 4, 4 * NT>()>(
+          v, [&](int k) { return entry(i0 + k / (4 * NT), k / 4 % NT, k % 4); }, ok);
 #pragma unroll
-      for (int k = 0; k < 4 * NT * 4; ++k)
+      for (int k = 0; k < C * NT * 4; ++k)
         if (ok(k)) sum[k / 4 % NT][k % 4] += __uint_as_float(v[k]);
     }
     if (live) stream_store(rb, sum);
@@ -1420,11 +1424,13 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       auto written = [&](int j, int e) {
         return 8 * j + 2 * t + (e & 1) < batch && 16 * tile_row + g + 8 * (e >> 1) < out;
       };
-      constexpr int C = NT == 1 && !SP24_HANDOFF_WAIT_EACH ? 8 : 4;  // splits whose entries are in flight together
+      // splits whose entries are in flight together: at two n-tiles two (four spilled, sm_90a -Xptxas -v)
+      constexpr int C = SP24_HANDOFF_WAIT_GROUP == 2 ? 4 / NT : NT == 1 && SP24_HANDOFF_WAIT_GROUP == 0 ? 8 : 4;
       for (int s0 = 0; s0 < splits - 1; s0 += C) {
         uint32_t v[C * NT * 4];  // split s0 + k / (4 NT)'s entry of acc[k / 4 % NT][k % 4]
         auto ok = [&](int k) { return s0 + k / (4 * NT) < splits - 1 && written(k / 4 % NT, k % 4); };
-        take_entries(v, [&](int k) { return entry(s0 + k / (4 * NT), k / 4 % NT, k % 4); }, ok);
+        take_entries<wait_group<C * NT * 4, 4 * NT>()>(
+            v, [&](int k) { return entry(s0 + k / (4 * NT), k / 4 % NT, k % 4); }, ok);
 #pragma unroll
         for (int k = 0; k < C * NT * 4; ++k)
           if (ok(k)) sum[k / 4 % NT][k % 4] += __uint_as_float(v[k]);
