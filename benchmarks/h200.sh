@@ -625,6 +625,14 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  lease92)  # prepared in the forty-fourth session, not yet run (about 6 minutes, no model; carry .kcachez with sp24,
+    # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): the step tuner's spread between tunings
+    # and what its pass over pairs tries, the 8B preset's 2:4 + int4 engine at batch 1 / 4 / 8, pairs off then on, in
+    # two processes (step_pairs_h200_8b_int4_run{1,2}.md, each with the step tuning's moves listed)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    for run in 1 2; do
+      ab 200 SPARSEDECODING_STEP_TUNE_PAIRS "0 1" 2:4 int4 "1 4 8" "step_pairs_h200_8b_int4_run$run.md"
+    done ;;
   lease91)  # prepared in the forty-fourth session (about 6 minutes, no model; carry .kcachez with sp24,
     # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): the handoff against counting bit for bit
     # (gpu_tests_h200_handoff.log); the 8B preset's engine, 2:4 + int4 at batch 1 / 4 / 8, with the step tuning's

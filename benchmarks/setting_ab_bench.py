@@ -7,13 +7,15 @@ bench` (random weights, decode steps compiled and captured in a CUDA graph, medi
 
 With `--quantize`, the kept values are int8 / int4; `--head` quantizes lm_head too; `--quantized-dense` also runs
 the dense weight-only quantized model under each value (for settings of the dense-quantized path, such as
-SPARSEDECODING_DENSE_INT4).
+SPARSEDECODING_DENSE_INT4). Under SPARSEDECODING_STEP_TUNE the report also lists what the step tuning of each
+value's engines tried and kept (its log lines).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import sys
 from pathlib import Path
@@ -25,6 +27,20 @@ from sparsedecoding.engine.config import preset
 from sparsedecoding.kernels.quantized import QUANTIZED_FORMATS
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.runenv import environment_markdown, write_report
+
+
+class StepTuningLines(logging.Handler):
+    """Collects the engine's "step tuning: ..." log lines (`engine.generate`, one per problem, whole-build move or
+    pair of problems the step tuning decided)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("step tuning: "):
+            self.lines.append(message.removeprefix("step tuning: "))
 
 
 def main() -> int:
@@ -85,6 +101,11 @@ def main() -> int:
     results = bench_preset(args.preset, [(None, args.batch)], device, new_tokens=args.new_tokens,
                            repeats=args.repeats)
     kept_launches = []  # per value: the sp24 launch each 2:4 problem kept (the tuner's, or the step tuner's pick)
+    step_lines = StepTuningLines()
+    engine_log = logging.getLogger("sparsedecoding.engine.generate")
+    engine_log.addHandler(step_lines)
+    engine_log.setLevel(logging.INFO)
+    step_tuning = []  # per value: what the step tuning tried and kept
     for value in args.values:
         os.environ[args.setting] = value
         kept_before = {key: choice for key, (choice, _) in sp24.tuning_results().items()}
@@ -96,6 +117,8 @@ def main() -> int:
         results += [dataclasses.replace(r, weights=f"{r.weights}, {args.setting}={value}")
                     if isinstance(r, SpeedResult) else r for r in runs]
         print(format_table(results, copy), flush=True)
+        step_tuning += [f"- {args.setting}={value}: {line}" for line in step_lines.lines]
+        step_lines.lines.clear()
         kept_launches += [f"- {args.setting}={value}: {sp24.problem_text(key)}: {sp24.choice_label(choice)}"
                           + ("" if key not in kept_before else
                              f" (moved from {sp24.choice_label(kept_before[key])}, the earlier value's)")
@@ -121,6 +144,11 @@ def main() -> int:
                   "step tuner's pick); where a setting leaves the problems as they were (not part of a problem's "
                   "key), a later value lists only the launches its tuning moved, the rest kept from the value "
                   "before:", "", *kept_launches, ""]
+    if step_tuning:
+        lines += ["## What the step tuning tried", "",
+                  "Per value, in order, each engine's (one per batch) moves: the whole-build move, each problem's "
+                  "candidates, then with SPARSEDECODING_STEP_TUNE_PAIRS each pair's pairings, with the median "
+                  "decode-step time of each:", "", *step_tuning, ""]
     write_report(args.out, "\n".join(lines))
     return 0
 
