@@ -656,7 +656,7 @@ PY
   lease90)  # prepared in the forty-fourth session (about 5 minutes, no model; carry .kcachez with sp24,
     # sp24-early-trigger, sp24-(early-)multicast2, sp24-early-multicast2-wait-each and -wait-batched of the current
     # sp24.cu): the handoff adders' waits, SP24_HANDOFF_WAIT_GROUP 2 (the default: one split's entries re-read
-    # together), 1 (each entry alone, lease89's default) and 0 (all together, as timed in sp24_h200_handoff_fourth.md),
+    # together), 1 (each entry alone, lease89's default) and 0 (all together, as timed in sp24_h200_handoff_batched.md),
     # 2:4 + int4 at batch 1, 8 and 16, 8B + 14B, each build's fastest of splits 1-8 by slices 1-4 and stream-K grids,
     # cuBLAS in the same rounds, bit for bit (ablate_handoff_group_b{1,8,16}_h200.md); then the kernel bench, every kind
     # and batch, handoff against counting, on the default build (sp24_h200_handoff.md)

@@ -64,8 +64,8 @@ LIBRARIES = {
     # ablate_probe.py --builds: split-K's splits as clusters adding through distributed shared memory
     "sp24-early-cluster-split": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_CLUSTER_SPLIT=1")),
     # ablate_probe.py --builds: the handoff's adders' waits (SP24_HANDOFF_WAIT_GROUP; the default, 2, one split's
-    # entries re-read together): all of them together (0, as timed in sp24_h200_handoff_fourth.md; spills) and each
-    # entry alone (1, as timed in lease89's sp24_h200_handoff.md)
+    # entries re-read together): all of them together (0, as timed in sp24_h200_handoff_batched.md; spills) and each
+    # entry alone (1, as timed in sp24_h200_handoff_each.md)
     **{f"sp24-early-multicast2-wait-{name}": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
                                                          f"-DSP24_HANDOFF_WAIT_GROUP={group}"))
        for name, group in (("batched", 0), ("each", 1))},

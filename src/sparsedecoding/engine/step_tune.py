@@ -19,10 +19,11 @@ and starts from the fastest (`BuildChoice`; on that int4 step at batch 1: every 
 the qkv and gate_up moved back to the early one, 1.086x the tuner's picks, results/step_tune_h200_8b_timed_builds.md).
 Under SPARSEDECODING_STEP_TUNE_PAIRS=1 a last pass takes neighbouring problems two at a time (each problem and the
 one launched after it, in launch order, the last with the first of the next layer) and times every pairing of a few
-candidates of each (`PairChoice`): one problem at a time cannot leave a pairing such as the o's early build with the
-gate_up's two slices when only the o's default build with the gate_up's single slice is faster (the 8B preset's
-2:4 + int4 step at batch 1, results/handoff_h200_8b_int4_repeat.md: 1.590 against 1.666 ms, the two ends of the
-same tuning in two processes).
+candidates of each (`PairChoice`), for moves one problem at a time cannot make: two tunings of the same kernels
+ended 4.8% apart on the 8B preset's 2:4 + int4 step at batch 1 (results/handoff_h200_8b_int4_repeat.md, one process,
+1.590 against 1.666 ms), differing in the o's build and the gate_up's slices. From the one-at-a-time picks the pass
+gained 1.002 / 1.022 / 1.006x at batch 1 / 4 / 8 and did not reach that 1.590 ms
+(results/step_pairs_h200_8b_int4.md), so it is off by default.
 The choice is kept for the process, like the tuner's (every later engine with the same problem launches it), and is
 reported as `StepChoice`s (after the `BuildChoice`; then the `PairChoice`s).
 
