@@ -625,6 +625,22 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  lease93)  # prepared in the forty-fifth session (about 5 minutes, no model; carry .kcachez as for lease91): the
+    # sp24 tuner's timing methods side by side, before (one candidate after another over copies of two L2s, at most 8)
+    # and now (interleaved rounds over copies of three L2s), each pick timed again beside every candidate and cuBLAS
+    # (tuner_ab_h200_b1.md: every kind at batch 1; tuner_ab_h200_int4_b4_b16.md); the kernel bench under the new
+    # tuner (sp24_h200_tuner.md); the tuner's GPU tests (gpu_tests_h200_tuner.log)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 150 python3 tuner_ab.py --kinds bf16 int8 int4 \
+      --batches 1 --out "$OUT/tuner_ab_h200_b1.md" | tee "$OUT/tuner_ab_h200_b1.log" \
+      | grep -E "^\| (bf16|int8|int4) \||rror") || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 120 python3 sp24_bench.py --no-sweep \
+      --out "$OUT/sp24_h200_tuner.md" | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true
+    timeout 60 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -k "timed_tuner or interleaved" \
+      2>&1 | tail -4 | tee "$OUT/gpu_tests_h200_tuner.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 120 python3 tuner_ab.py --kinds int4 --batches 4 16 \
+      --out "$OUT/tuner_ab_h200_int4_b4_b16.md" | tee "$OUT/tuner_ab_h200_int4_b4_b16.log" \
+      | grep -E "^\| int4 \||rror") || true ;;
   lease92)  # prepared in the forty-fourth session, not yet run (about 6 minutes, no model; carry .kcachez with sp24,
     # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): the step tuner's spread between tunings
     # and what its pass over pairs tries, the 8B preset's 2:4 + int4 engine at batch 1 / 4 / 8, pairs off then on, in

@@ -184,6 +184,26 @@ def test_tuner_candidates_leave_every_slice_a_step_and_fit_shared_memory():
         assert (8, 3) not in found  # 6 steps a split cannot give 8 warps one each
 
 
+def test_tuner_rotation_reads_three_l2_caches_within_the_copy_limit():
+    from sparsedecoding.kernels.sp24 import TUNE_ROTATION_L2S, _MAX_COPIES, rotation_copies
+
+    l2 = 60 << 20
+    o_int4 = 6_422_528  # a 4096x4096 2:4 + int4 weight's tiled bytes, about
+    copies = rotation_copies(o_int4, l2)
+    assert TUNE_ROTATION_L2S == 3 and (copies + 1) * o_int4 >= 3 * l2 > copies * o_int4
+    assert rotation_copies(o_int4, l2, l2s=2, most=8) == 8  # the tuner before: 58 MB a round, inside the L2
+    assert rotation_copies(4 * l2, l2) == 0  # a weight past three L2s rotates alone
+    assert rotation_copies(1000, l2) == _MAX_COPIES
+
+
+def test_interleaved_timing_checks_its_rounds_before_any_capture():
+    from sparsedecoding.kernels.autotune import interleaved_replay_ms
+
+    assert interleaved_replay_ms([], [object()]) == []
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        interleaved_replay_ms([lambda weight: None], [object()], rounds=0)
+
+
 def test_slices_other_than_a_divisor_of_the_warps_raise():
     from sparsedecoding.kernels.sp24 import Sp24Launch
 
@@ -956,6 +976,15 @@ def test_timed_tuner_times_the_fastest_candidates_in_both_builds_and_keeps_the_f
     assert launch.library is sp24._load(early_trigger=launch.early_trigger, multicast=launch.multicast)
     dense = packed.to_dense() if kind == "bf16" else packed.to_dense(torch.float64)
     assert float64_error(launch(x, w), x, dense) <= 1
+
+@pytest.mark.gpu
+def test_interleaved_timing_ranks_a_heavier_call_slower():
+    from sparsedecoding.kernels.autotune import interleaved_replay_ms
+
+    a = torch.randn(2048, 2048, device="cuda")
+    light, heavy = interleaved_replay_ms([lambda w: w.sum(), lambda w: w @ w @ w], [a, a.clone()], rounds=3)
+    assert 0 < light < heavy
+
 
 @pytest.mark.gpu
 def test_kernel_vector_input_and_graph_replay():

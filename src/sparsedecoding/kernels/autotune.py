@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 _MAX_SPLIT_K = 16
 _LAUNCHES_PER_REPLAY, _REPLAYS = 24, 5
+_ROUNDS = 7  # `interleaved_replay_ms`: rounds over the candidates, one timed replay of each a round
 _MAX_WEIGHT_COPIES = 8  # rotation copies beyond the caller's weight: at most 2·L2 bytes in all
 # The same for the per-kernel tuners (`Tuner`) that time over copies: enough that a weight of 3 MB (a 16:32 int8
 # linear of Qwen2.5-Coder-1.5B) is read past the L2; 8 copies kept such weights in it, and timed that way the
@@ -244,6 +245,41 @@ def replay_ms(call: Callable[[object], object], weights: list) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / len(sequence))
     return statistics.median(times[1:])
+
+
+def interleaved_replay_ms(calls: list[Callable[[object], object]], weights: list,
+                          rounds: int = _ROUNDS) -> list[float]:
+    """For each of `calls`, the median over `rounds` rounds of its milliseconds per launch in a CUDA graph that calls
+    it round-robin over `weights` (as `replay_ms`, one graph a call, captured and uploaded first). A round replays
+    every graph once, back to back, starting one call later each round: a drift of the clocks or of the memory
+    traffic around falls on every call alike, where timing the calls one after another lets it fall on whichever is
+    timed then."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1; got {rounds}")
+    if not calls:
+        return []
+    sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
+    graphs = []
+    for call in calls:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # thread_local: see `replay_ms`
+            for weight in sequence:
+                call(weight)
+        graph.replay()  # uploads the graph; untimed
+        graphs.append(graph)
+    times: list[list[float]] = [[] for _ in calls]
+    for first in range(rounds):
+        events = []
+        for i in [(first + j) % len(calls) for j in range(len(calls))]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[i].replay()
+            end.record()
+            events.append((i, start, end))
+        events[-1][2].synchronize()
+        for i, start, end in events:
+            times[i].append(start.elapsed_time(end) / len(sequence))
+    return [statistics.median(t) for t in times]
 
 
 def _graph_time(x: torch.Tensor, weights: list[tuple[torch.Tensor, torch.Tensor]], n: int, m: int,

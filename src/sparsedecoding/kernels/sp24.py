@@ -981,7 +981,15 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
 
 _SPLIT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # with one slice
 _SLICED_SPLIT_CANDIDATES = (1, 2, 3, 4)  # with 2, 4 or 8 slices (each already splits the steps inside a CTA)
-_MAX_COPIES = 8
+# The tuner times each candidate over copies of the weight that add up to TUNE_ROTATION_L2S L2 caches (at most
+# _MAX_COPIES copies), as the kernel bench does: in a decode step every weight comes from DRAM. Until the forty-fifth
+# session it used two L2s and at most 8 copies, so a 4096x4096 int4 weight (6.4 MB) rotated over 58 MB, most of
+# which an H200's 60 MB L2 could hold.
+TUNE_ROTATION_L2S = 3
+_MAX_COPIES = 128
+# whether the tuner times its candidates in interleaved rounds (`autotune.interleaved_replay_ms`) or one after another
+# (`replay_ms`, as until the forty-fifth session); benchmarks/tuner_ab.py compares the two
+TUNE_INTERLEAVED = True
 _launches: dict[tuple, Sp24Launch] = {}
 # a candidate launch of a problem: (splits, slices, whether it runs the early-trigger build, stream-K CTAs or 0)
 Choice = tuple[int, int, bool, int]
@@ -1110,13 +1118,18 @@ def _dense_rows(packed: PackedNM | PackedNMQ, r0: int, r1: int) -> torch.Tensor:
     return part.to_dense(torch.float64) if isinstance(part, PackedNMQ) else part.to_dense().double()
 
 
-def _copies(w: Sp24Weight) -> list[Sp24Weight]:
-    """w and enough temporary copies that a round over them reads past twice the L2 cache."""
-    import math
+def rotation_copies(weight_bytes: int, l2_bytes: int, l2s: float | None = None, most: int | None = None) -> int:
+    """How many temporary copies the tuner adds to a weight of `weight_bytes` so that a round over all of them reads
+    `l2s` (default TUNE_ROTATION_L2S) times the L2's bytes, at most `most` (default _MAX_COPIES)."""
+    l2s = TUNE_ROTATION_L2S if l2s is None else l2s
+    most = _MAX_COPIES if most is None else most
+    return max(0, min(most, -(-int(l2s * l2_bytes) // weight_bytes) - 1))
 
+
+def _copies(w: Sp24Weight) -> list[Sp24Weight]:
+    """w and the temporary copies `rotation_copies` asks for."""
     l2_bytes = torch.cuda.get_device_properties(w.a.device).L2_cache_size
-    count = min(_MAX_COPIES, math.ceil(2 * l2_bytes / w.nbytes) - 1)
-    return [w] + [w.clone() for _ in range(max(0, count))]
+    return [w] + [w.clone() for _ in range(rotation_copies(w.nbytes, l2_bytes))]
 
 
 def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None) -> Sp24Launch:
@@ -1124,7 +1137,8 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     (`_stream_candidates`), chosen on first use:
     each candidate's output is checked against a float64 product (a mismatch raises: a kernel bug, never a silent
     substitute) and timed as the decoder runs it, replayed from a CUDA graph round-robin over weight copies past the
-    L2. With `norm`, the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
+    L2 (`rotation_copies`), the candidates in interleaved rounds (`autotune.interleaved_replay_ms`). With `norm`,
+    the launches take that RMSNorm in front, and their residual sums must equal x + res exactly.
     The candidates run the build `early_trigger` picks; under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (the default)
     with programmatic launches, where `times_both_builds`, the TIMED_OTHER_BUILD fastest are then timed again beside
     the same launches in the other build (each checked the same way), and the fastest of all is kept.
@@ -1170,11 +1184,14 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
         launch = Sp24Launch(x, w, norm=norm is not None, ctas=ctas)
         launches[(1, 1, launch.early_trigger, ctas)] = checked(launch)
     weights = _copies(w)
-    from .autotune import replay_ms  # imports triton
+    from .autotune import interleaved_replay_ms, replay_ms  # imports triton
 
     def timed(choices) -> dict[Choice, float]:
-        return {choice: replay_ms(lambda weight, launch=launches[choice]: launch(x, weight, *(norm or ())), weights)
-                for choice in choices}
+        choices = list(choices)
+        calls = [lambda weight, launch=launches[choice]: launch(x, weight, *(norm or ())) for choice in choices]
+        if TUNE_INTERLEAVED:
+            return dict(zip(choices, interleaved_replay_ms(calls, weights)))
+        return {choice: replay_ms(call, weights) for choice, call in zip(choices, calls)}
 
     timings = timed(launches)
     if times_both_builds(w, batch) and next(iter(launches.values())).pdl:
