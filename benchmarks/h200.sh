@@ -625,6 +625,11 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  tuner-ab)  # (1-3 minutes, no model; carry .kcachez as for lease91; $2: tuner_ab.py's arguments, $3: the report's
+    # name without .md) the sp24 tuner's timing methods side by side (tuner_ab.py), its log beside the report
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 tuner_ab.py $2 --out "$OUT/$3.md" \
+      | tee "$OUT/$3.log" | grep -E "^\| (bf16|int8|int4) \||rror") || true ;;
   lease93)  # prepared in the forty-fifth session (about 5 minutes, no model; carry .kcachez as for lease91): the
     # sp24 tuner's timing methods side by side, before (one candidate after another over copies of two L2s, at most 8)
     # and now (interleaved rounds over copies of three L2s), each pick timed again beside every candidate and cuBLAS

@@ -92,6 +92,7 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
     picks: dict[str, list] = {name: [] for name in METHODS}
     tuning_s: dict[str, list[float]] = {name: [] for name in METHODS}
     launches: dict[sp24.Choice, sp24.Sp24Launch] = {}  # every tuning's checked candidates (the other build's differ)
+    tunings: list[tuple[str, dict]] = []  # (method, the tuner's milliseconds per candidate), in tuning order
     for name in method_order(repeats):
         forget(key)
         with method(name):
@@ -100,6 +101,7 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
             tuning_s[name].append(time.perf_counter() - started)
         picks[name].append(sp24.chosen_launch(key))
         launches.update(sp24._choices[key])
+        tunings.append((name, sp24.launch_timings(key)))
     times = reference_times(x, w, dense, launches)
     forget(key)
     cublas = times.pop("cuBLAS")
@@ -107,7 +109,8 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
     row = {"problem": f"{model} {shape} ({out}x{in_features}) {kind} b{batch}", "kind": kind, "batch": batch,
            "cublas": cublas, "fastest": fastest, "fastest_ms": times[fastest], "candidates": len(times),
            "picks": picks, "pick_ms": {name: [times[c] for c in picks[name]] for name in METHODS},
-           "tuning_s": {name: statistics.mean(t) for name, t in tuning_s.items()}}
+           "tuning_s": {name: statistics.mean(t) for name, t in tuning_s.items()}, "times": times,
+           "tunings": tunings}
     print(f"{row['problem']}: fastest {sp24.choice_label(fastest)} {times[fastest] * 1e3:.1f} us, cuBLAS "
           f"{cublas * 1e3:.1f} us; " + "; ".join(
               f"{name} " + ", ".join(f"{sp24.choice_label(c)} {t * 1e3:.1f}" for c, t in zip(picks[name],
@@ -154,6 +157,25 @@ def details(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def misses(rows: list[dict]) -> str:
+    """For each problem where a pick was more than 5% slower than the fastest candidate: every candidate's reference
+    time beside what each tuning measured for it (- where a tuning did not time it), fastest first."""
+    parts = []
+    for r in rows:
+        if all(t <= 1.05 * r["fastest_ms"] for ts in r["pick_ms"].values() for t in ts):
+            continue
+        lines = [f"### {r['problem']}", "", "| candidate | reference us | " + " | ".join(
+            f"tuning {i + 1} ({name}) us" for i, (name, _) in enumerate(r["tunings"])) + " |",
+            "|---|---|" + "---|" * len(r["tunings"])]
+        for choice in sorted(r["times"], key=r["times"].get):
+            cells = [f"{tuned[choice] * 1e3:.2f}" + (" (kept)" if choice == next(iter(tuned)) else "")
+                     if choice in tuned else "-" for _, tuned in r["tunings"]]
+            lines.append(f"| {sp24.choice_label(choice)} | {r['times'][choice] * 1e3:.2f} | " + " | ".join(cells)
+                         + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) or "none"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS, help="presets (default: %(default)s)")
@@ -183,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
               + "replays over copies adding up to three L2 caches (median)\n"
               + f"- {op.settings_line()}\n\n## Per values and batch (geomean over the problems)\n\n"
               + summary(rows) + "\n\n## Per problem\n\n" + details(rows)
+              + "\n\n## Where a pick was more than 5% slower than the fastest candidate\n\n" + misses(rows)
               + f"\n\nWhole run: {time.perf_counter() - started:.0f} s\n")
     write_report(report, args.out)
     return 0

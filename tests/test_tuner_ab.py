@@ -18,3 +18,18 @@ def test_a_method_sets_the_tuner_and_restores_it(monkeypatch):
     with tuner_ab.method("before"):
         assert (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED) == (2, 8, False)
     assert (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED) == now == tuner_ab.METHODS["now"]
+
+
+def test_misses_list_every_candidate_beside_each_tunings_view(monkeypatch):
+    tuner_ab = benchmark_module(monkeypatch, "tuner_ab")
+    fast, slow = (1, 8, True, 0), (2, 4, True, 0)
+    row = {"problem": "8B o int4 b1", "fastest_ms": 0.0041, "times": {slow: 0.0048, fast: 0.0041},
+           "pick_ms": {"before": [0.0048], "now": [0.0041]},
+           "tunings": [("before", {slow: 0.0040, fast: 0.0042}), ("now", {fast: 0.0040})]}
+    text = tuner_ab.misses([row])
+    lines = text.splitlines()
+    assert lines[0] == "### 8B o int4 b1"
+    assert lines[4] == "| 1/8s+e | 4.10 | 4.20 | 4.00 (kept) |"
+    assert lines[5] == "| 2/4s+e | 4.80 | 4.00 (kept) | - |"
+    row["pick_ms"]["before"] = [0.0042]  # within 5%: not listed
+    assert tuner_ab.misses([row]) == "none"
