@@ -625,6 +625,11 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  placement)  # (about 1 minute, no model; carry .kcachez as for lease91) sp24 launches against where x and the
+    # weight copies sit (placement_probe_h200.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 placement_probe.py \
+      --out "$OUT/placement_probe_h200.md" > /dev/null) || true ;;
   tuner-ab)  # (1-3 minutes, no model; carry .kcachez as for lease91; $2: tuner_ab.py's arguments, $3: the report's
     # name without .md) the sp24 tuner's timing methods side by side (tuner_ab.py), its log beside the report
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
