@@ -625,6 +625,10 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  tuner-engine)  # (about 3 minutes, no model; carry .kcachez as for lease91) the 8B preset's engine, 2:4 + int4 at
+    # batch 1 / 4 / 8 against dense bf16 under the current tuner (e2e_h200_8b_int4_tuner.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    ab 240 SPARSEDECODING_STEP_TUNE_PAIRS "0" 2:4 int4 "1 4 8" e2e_h200_8b_int4_tuner.md ;;
   placement)  # (about 1 minute, no model; carry .kcachez as for lease91) sp24 launches against where x and the
     # weight copies sit (placement_probe_h200.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
@@ -636,8 +640,9 @@ PY
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 tuner_ab.py $2 --out "$OUT/$3.md" \
       | tee "$OUT/$3.log" | grep -E "^\| (bf16|int8|int4) \||rror") || true ;;
   lease93)  # prepared in the forty-fifth session (about 5 minutes, no model; carry .kcachez as for lease91): the
-    # sp24 tuner's timing methods side by side, before (one candidate after another over copies of two L2s, at most 8)
-    # and now (interleaved rounds over copies of three L2s), each pick timed again beside every candidate and cuBLAS
+    # sp24 tuner's timing methods side by side, before (one candidate after another over copies of two L2s, at most 8,
+    # the three fastest again in the other build) and now (every candidate in both builds, interleaved rounds over
+    # copies of three L2s), each pick timed again beside every candidate and cuBLAS
     # (tuner_ab_h200_b1.md: every kind at batch 1; tuner_ab_h200_int4_b4_b16.md); the kernel bench under the new
     # tuner (sp24_h200_tuner.md); the tuner's GPU tests (gpu_tests_h200_tuner.log)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1

@@ -1,9 +1,10 @@
 """The sp24 tuner's picks under its two timing methods, side by side in one process.
 
 - `before`: each candidate timed alone, one after another, over weight copies adding up to two L2 caches, at most 8
-  copies (the tuner until the forty-fifth session);
-- `now`: the candidates in interleaved rounds (`autotune.interleaved_replay_ms`) over copies adding up to three L2
-  caches, at most 128 (`sp24.rotation_copies`).
+  copies, in the build `sp24.early_trigger` picks, then the three fastest again beside the same launches in the other
+  build (the tuner until the forty-fifth session);
+- `now`: every candidate in both builds, in interleaved rounds (`autotune.interleaved_replay_ms`) over copies adding
+  up to three L2 caches, at most 128 (`sp24.rotation_copies`).
 
 Each method tunes each problem (`sp24.tuned_launch`, its float64 checks included) --repeats times from scratch, the
 methods alternating. Then every checked candidate of the problem and cuBLAS on the dense pruned weight are timed as
@@ -38,20 +39,23 @@ from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
 from sparsedecoding.runenv import environment_markdown
 
-# each method's settings: (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED)
-METHODS = {"before": (2, 8, False), "now": (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED)}
+# each method's settings: (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD)
+SETTINGS = ("TUNE_ROTATION_L2S", "_MAX_COPIES", "TUNE_INTERLEAVED", "TIMED_OTHER_BUILD")
+METHODS = {"before": (2, 8, False, 3), "now": tuple(getattr(sp24, name) for name in SETTINGS)}
 REFERENCE_ROUNDS = 9
 
 
 @contextlib.contextmanager
 def method(name: str):
     """sp24's tuner under the method's settings, as it was afterwards."""
-    saved = sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED
-    sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED = METHODS[name]
+    saved = tuple(getattr(sp24, setting) for setting in SETTINGS)
+    for setting, value in zip(SETTINGS, METHODS[name]):
+        setattr(sp24, setting, value)
     try:
         yield
     finally:
-        sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED = saved
+        for setting, value in zip(SETTINGS, saved):
+            setattr(sp24, setting, value)
 
 
 def forget(key: tuple) -> None:
@@ -196,8 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = [bench_problem(model, shape, kind, batch, args.repeats, generator)
             for kind in args.kinds for batch in args.batches for model in args.models for shape in args.shapes]
     methods = "; ".join(f"`{name}`: rotation over {l2s} L2s, at most {most} copies, "
-                        + ("interleaved rounds" if inter else "one candidate after another")
-                        for name, (l2s, most, inter) in METHODS.items())
+                        + ("interleaved rounds" if inter else "one candidate after another") + ", "
+                        + ("every candidate in both builds" if other is None else
+                           f"the {other} fastest of the first build again in the other")
+                        for name, (l2s, most, inter, other) in METHODS.items())
     report = ("# The sp24 tuner's picks: timing methods side by side\n\n"
               + environment_markdown(" ".join(["python", *sys.argv]), torch.device("cuda"))
               + f"- methods: {methods}; {args.repeats} tunings each a problem, alternating\n"
