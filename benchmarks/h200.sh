@@ -625,6 +625,12 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  tuner-overflow)  # (about 2 minutes, no model; carry .kcachez as for lease91) the 16:32+2 kernel bench under the
+    # current tuner (overflow_h200_tuner.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 overflow_bench.py --models llama-3.1-8b \
+      qwen3-14b --over-loops auto --batches 1 2 4 8 16 --out "$OUT/overflow_h200_tuner.md" \
+      | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
   tuner-engine)  # (about 3 minutes, no model; carry .kcachez as for lease91) the 8B preset's engine, 2:4 + int4 at
     # batch 1 / 4 / 8 against dense bf16 under the current tuner (e2e_h200_8b_int4_tuner.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
