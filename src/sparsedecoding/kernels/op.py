@@ -357,7 +357,7 @@ def sp24_early_trigger_setting() -> bool | None:
     against default (results/early_trigger_h200_8b*.md): 2:4 bf16 1.022 / 1.001 / 1.027x at batch 1 / 4 / 8, 2:4 +
     int8 1.028 / 1.010x at 1 / 4, 16:32+2 bf16 1.019 / 1.012x at 1 / 4 and 0.949x at 8, 2:4 + int4 0.978 / 0.976x at
     batch 1 in two runs. "timed" or unset (None too; the default since the thirty-fifth session): auto's choice
-    first, and the tuners time the other build as well (`sp24.tuned_launch` on the fastest few candidates alone,
+    first, and the tuners time the other build as well (`sp24.tuned_launch` every candidate alone, in both builds,
     `engine.step_tune` in whole decode steps) and keep the faster (`sp24_early_trigger_timed`), except for slotted
     weights from batch 5 on, which stay in the default build (`sp24.times_both_builds`). 8B preset, timed against
     auto side by side (results/timed_trigger_h200_8b*_builds*.md): 2:4 bf16 1.016 / 1.005 / 1.020x at batch 1 / 4 /
