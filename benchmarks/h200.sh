@@ -631,8 +631,9 @@ PY
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 overflow_bench.py --models llama-3.1-8b \
       qwen3-14b --over-loops auto --batches 1 2 4 8 16 --out "$OUT/overflow_h200_tuner.md" \
       | grep -E "^\| [0-9]+ \||failures|rror") || true ;;
-  tuner-engine)  # (about 3 minutes, no model; carry .kcachez as for lease91) the 8B preset's engine, 2:4 + int4 at
-    # batch 1 / 4 / 8 against dense bf16 under the current tuner (e2e_h200_8b_int4_tuner.md)
+  tuner-engine)  # (about 1-2 minutes, no model; carry .kcachez as for lease91) the 8B preset's engine, 2:4 + int4 at
+    # batch 1 / 4 / 8 against dense bf16 under the current tuner (e2e_h200_8b_int4_tuner.md; run three times in the
+    # forty-fifth session, the second and third renamed _run1 / _run2)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     ab 240 SPARSEDECODING_STEP_TUNE_PAIRS "0" 2:4 int4 "1 4 8" e2e_h200_8b_int4_tuner.md ;;
   placement)  # (about 1 minute, no model; carry .kcachez as for lease91) sp24 launches against where x and the
