@@ -3,8 +3,9 @@
 - `before`: each candidate timed alone, one after another, over weight copies adding up to two L2 caches, at most 8
   copies, in the build `sp24.early_trigger` picks, then the three fastest again beside the same launches in the other
   build (the tuner until the forty-fifth session);
-- `now`: every candidate in both builds, in interleaved rounds (`autotune.interleaved_replay_ms`) over copies adding
-  up to three L2 caches, at most 128 (`sp24.rotation_copies`).
+- `no mixed`: every candidate in both builds, in interleaved rounds (`autotune.interleaved_replay_ms`) over copies
+  adding up to three L2 caches, at most 128 (`sp24.rotation_copies`): the forty-fifth session's tuner;
+- `now`: the same with mixed grids among the candidates (`sp24.TUNE_MIXED`, `sp24.mixed_heavy`).
 
 Each method tunes each problem (`sp24.tuned_launch`, its float64 checks included) --repeats times from scratch, the
 methods alternating. Then every checked candidate of the problem and cuBLAS on the dense pruned weight are timed as
@@ -39,9 +40,11 @@ from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
 from sparsedecoding.runenv import environment_markdown
 
-# each method's settings: (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD)
-SETTINGS = ("TUNE_ROTATION_L2S", "_MAX_COPIES", "TUNE_INTERLEAVED", "TIMED_OTHER_BUILD")
-METHODS = {"before": (2, 8, False, 3), "now": tuple(getattr(sp24, name) for name in SETTINGS)}
+# each method's settings: (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD,
+# sp24.TUNE_MIXED)
+SETTINGS = ("TUNE_ROTATION_L2S", "_MAX_COPIES", "TUNE_INTERLEAVED", "TIMED_OTHER_BUILD", "TUNE_MIXED")
+METHODS = {"before": (2, 8, False, 3, False), "no mixed": (3, 128, True, None, False),
+           "now": tuple(getattr(sp24, name) for name in SETTINGS)}
 REFERENCE_ROUNDS = 9
 
 
@@ -65,9 +68,10 @@ def forget(key: tuple) -> None:
 
 
 def method_order(repeats: int) -> list[str]:
-    """The tunings' order: before, now, now, before, before, now, ... (each method first as often)."""
+    """The tunings' order: every method once a repeat, the order rotated by one each repeat (before, no mixed, now;
+    no mixed, now, before; ...)."""
     names = list(METHODS)
-    return [names[(i + i // 2) % 2] for i in range(len(names) * repeats)]
+    return [names[(r + i) % len(names)] for r in range(repeats) for i in range(len(names))]
 
 
 def reference_times(x: torch.Tensor, w: sp24.Sp24Weight, dense: torch.Tensor, launches: dict) -> dict:
@@ -203,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                         + ("interleaved rounds" if inter else "one candidate after another") + ", "
                         + ("every candidate in both builds" if other is None else
                            f"the {other} fastest of the first build again in the other")
-                        for name, (l2s, most, inter, other) in METHODS.items())
+                        + (", mixed grids" if mixed else "")
+                        for name, (l2s, most, inter, other, mixed) in METHODS.items())
     report = ("# The sp24 tuner's picks: timing methods side by side\n\n"
               + environment_markdown(" ".join(["python", *sys.argv]), torch.device("cuda"))
               + f"- methods: {methods}; {args.repeats} tunings each a problem, alternating\n"
