@@ -65,7 +65,8 @@ def test_a_mixed_grid_is_one_wave_and_reads_fewer_rows_per_multiprocessor(slices
 
 def test_the_tuner_tries_mixed_grids_only_where_they_help(monkeypatch):
     w = tile(pack_nm(random_nm_weight(5120, 256, 2, 4, torch.bfloat16, seed=8), 2, 4))
-    assert sp24._mixed_candidates(w, 1, SMS) == [(4, 56)]
+    assert sp24._mixed_candidates(w, 1, SMS) == sp24._mixed_candidates(w, 8, SMS) == [(4, 56)]
+    assert sp24._mixed_candidates(w, 9, SMS) == []  # two n-tiles
     small = tile(pack_nm(random_nm_weight(4096, 256, 2, 4, torch.bfloat16, seed=8), 2, 4))
     assert sp24._mixed_candidates(small, 1, SMS) == []
     glu = tile(pack_nm(random_nm_weight(5120, 256, 2, 4, torch.bfloat16, seed=8), 2, 4), glu=True)
@@ -86,7 +87,7 @@ def test_mixed_choices_are_labelled_with_their_heavy_ctas(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
 @pytest.mark.parametrize("slices,heavy", [(4, 1), (4, 7), (2, 3), (1, 2)])
-@pytest.mark.parametrize("batch", [1, 5, 16])
+@pytest.mark.parametrize("batch", [1, 5, 8])
 def test_mixed_rows_equal_the_uniform_launches_bit_for_bit(kind, slices, heavy, batch):
     out, in_features = 400, 1024  # 25 row tiles: the last CTA's tile partly past `out` for no grid here
     packed, dtype = _packed_on_gpu(kind, out, in_features, seed=17)
@@ -127,6 +128,9 @@ def test_mixed_grids_that_cannot_run_raise():
                    {"slices": 1, "ctas": 132, "heavy": 3}):
         with pytest.raises(KernelInputError, match="mixed grid"):
             sp24.Sp24Launch(x, w, **kwargs)
+    wide = torch.randn(9, 1024, device="cuda").to(dtype)  # two n-tiles: kernels without the mixed grids
+    with pytest.raises(KernelInputError, match="batch 1-8"):
+        sp24.Sp24Launch(wide, w, 1, 4, heavy=3)
 
 
 @pytest.mark.gpu

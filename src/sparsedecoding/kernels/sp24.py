@@ -848,10 +848,11 @@ class Sp24Launch:
         if ctas and (slices != 1 or splits not in (None, 1)):
             raise KernelInputError(f"a stream-K launch ({ctas} CTAs) takes one slice and no split-K")
         if heavy and (ctas or splits not in (None, 1) or slices == max(SLICES) or w.glu or w.over_v is not None
+                      or (1 if x.dim() == 1 else x.shape[0]) > MIXED_MAX_BATCH
                       or not 0 < heavy * (max(SLICES) // slices) <= -(-w.shape[0] // 16)):
-            raise KernelInputError(f"a mixed grid ({heavy} CTAs at {slices} slices, then one row tile a CTA) takes one "
-                                   "split, fewer than 8 slices, no GLU, slots or stream-K, and at most the weight's "
-                                   "row tiles in its heavy CTAs")
+            raise KernelInputError(f"a mixed grid ({heavy} CTAs at {slices} slices, then one row tile a CTA) takes "
+                                   f"batch 1-{MIXED_MAX_BATCH}, one split, fewer than 8 slices, no GLU, slots or "
+                                   "stream-K, and at most the weight's row tiles in its heavy CTAs")
         if ctas and not stream_fits(w, 1 if x.dim() == 1 else x.shape[0], ctas, norm):
             raise KernelInputError(f"a stream-K launch over {ctas} CTAs cannot run this problem (it needs no RMSNorm "
                                    "in front, slots, dense weight or GLU, at most one CTA per step of a row block, "
@@ -1294,14 +1295,16 @@ def mixed_heavy(row_tiles: int, slices: int, sms: int, ctas_per_sm: int = 2) -> 
     return heavy if heavy <= sms and heavy * tiles <= row_tiles else None
 
 
-# under TUNE_MIXED the tuner also tries mixed grids (`mixed_heavy`) at these slices, with one split
+# under TUNE_MIXED the tuner also tries mixed grids (`mixed_heavy`) at these slices, with one split, at batch 1 to
+# MIXED_MAX_BATCH (the kernels of one n-tile: sp24.cu's kMixed)
 MIXED_SLICES = (2, 4)
+MIXED_MAX_BATCH = 8
 TUNE_MIXED = True
 
 
 def _mixed_candidates(w: Sp24Weight, batch: int, sms: int) -> list[tuple[int, int]]:
     """(slices, heavy CTAs) of the mixed grids the tuner tries: one split (where the staged x fits), no GLU or slots."""
-    if not TUNE_MIXED or w.glu or w.over_v is not None or min_splits(w, batch) > 1:
+    if not TUNE_MIXED or batch > MIXED_MAX_BATCH or w.glu or w.over_v is not None or min_splits(w, batch) > 1:
         return []
     row_tiles = -(-w.shape[0] // 16)
     found = [(slices, mixed_heavy(row_tiles, slices, sms)) for slices in MIXED_SLICES]

@@ -948,10 +948,12 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const StreamUnits su = STREAM ? stream_units(row_tiles, steps, blockIdx.x, gridDim.x) : StreamUnits{};
   const int step0 = STREAM ? su.first_step : split * per_split;
   const int step1 = STREAM ? step0 + su.staged_steps : min(steps, step0 + per_split);
-  // mixed grids (`heavy` below the grid; one split, no GLU, see sp24_launch): CTAs from `heavy` on take one row tile
-  // each, all kWarps warps sharing its steps; the first `heavy` take kWarps / slices row tiles, as the others do in a
-  // grid of one kind
-  const bool light = static_cast<int>(blockIdx.x) >= heavy;
+  // mixed grids (`heavy` below the grid; one split, one n-tile, no GLU or slots, see sp24_launch): CTAs from `heavy`
+  // on take one row tile each, all kWarps warps sharing its steps; the first `heavy` take kWarps / slices row tiles, as
+  // the others do in a grid of one kind. Only the kernels that can run them compute it (in the others the added
+  // registers made ptxas spill 8-16 bytes in four kernels of two n-tiles)
+  constexpr bool kMixed = NT == 1 && OVER == 0 && !STREAM;
+  const bool light = kMixed && static_cast<int>(blockIdx.x) >= heavy;
   const int cta_slices = light ? kWarps : slices;
   const int cta_tiles = kWarps / cta_slices, slice = warp / cta_tiles;
   const int tile_row = (light ? heavy * (kWarps / slices) + (blockIdx.x - heavy) : blockIdx.x * cta_tiles) +
@@ -1664,7 +1666,7 @@ cudaError_t launch(const Problem& p) {
     return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
   // a mixed grid: `heavy` CTAs of cta_tiles row tiles, then one row tile a CTA (one split, no GLU, slots or stream-K)
-  if (p.heavy < 0 || (p.heavy > 0 && (STREAM || OVER != 0 || p.glu || used != 1 || p.slices >= kWarps ||
+  if (p.heavy < 0 || (p.heavy > 0 && (NT != 1 || STREAM || OVER != 0 || p.glu || used != 1 || p.slices >= kWarps ||
                                       static_cast<long long>(p.heavy) * cta_tiles > p.row_tiles)))
     return cudaErrorInvalidValue;
   const int ctas = p.heavy > 0 ? p.heavy + (p.row_tiles - p.heavy * cta_tiles)
@@ -1901,11 +1903,11 @@ extern "C" {
 // split-K and stream-K launches whose grid the GPU holds at once add their partial sums by handoff through these
 // slots (no fence or atomic; see kEmpty): every entry kEmpty before the launch, and again after it; as many floats as
 // `partials`, then (16-byte aligned) as many as `ss_slots`. The others count, through `partials` and `ss_slots`.
-// `heavy` > 0 (one split, `slices` below 8, no glu, slots or stream-K): a mixed grid, whose first `heavy` CTAs take
-// 8 / slices row tiles each and the rest one row tile each, its steps shared by the CTA's 8 warps; `heavy` as large as
-// row_tiles - (CTAs a wave) lets the heavy CTAs fill the first CTA of as many multiprocessors and the light ones the
-// rest, so that no multiprocessor reads more than one heavy CTA's rows and one light CTA's (sp24.py `mixed_heavy`).
-// 0: every CTA at `slices`. Returns 0 or a cudaError_t.
+// `heavy` > 0 (batch 1-8, one split, `slices` below 8, no glu, slots or stream-K): a mixed grid, whose first `heavy`
+// CTAs take 8 / slices row tiles each and the rest one row tile each, its steps shared by the CTA's 8 warps; with
+// `heavy` such that the grid is one wave, the heavy CTAs take the first CTA of as many multiprocessors and the light
+// ones the rest, so that no multiprocessor reads more than one heavy CTA's rows and one light CTA's (sp24.py
+// `mixed_heavy`). 0: every CTA at `slices`. Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
