@@ -89,7 +89,7 @@ def test_mixed_choices_are_labelled_with_their_heavy_ctas(monkeypatch):
 @pytest.mark.parametrize("slices,heavy", [(4, 1), (4, 7), (2, 3), (1, 2)])
 @pytest.mark.parametrize("batch", [1, 5, 8])
 def test_mixed_rows_equal_the_uniform_launches_bit_for_bit(kind, slices, heavy, batch):
-    out, in_features = 400, 1024  # 25 row tiles: the last CTA's tile partly past `out` for no grid here
+    out, in_features = 400, 1024  # 25 row tiles, an odd count
     packed, dtype = _packed_on_gpu(kind, out, in_features, seed=17)
     w = tile(packed)
     x = torch.randn(batch, in_features, device="cuda").to(dtype)
