@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from cuda_kernel_bench import write_report
 from kernel_bench import L2_ROTATION_BYTES, geomean, linear_shapes, random_nm_weight
 from quant_kernel_bench import grid_weight
-from sp24_bench import GROUP_SIZE, KINDS, MODELS, SHAPES, TARGETS_13, TARGETS_12
+from sp24_bench import GROUP_SIZE, KINDS, MODELS, SHAPES, TARGETS_13, TARGETS_12, copies
 from sparsedecoding.kernels import op, sp24
 from sparsedecoding.kernels.autotune import interleaved_replay_ms
 from sparsedecoding.kernels.format import pack_nm
@@ -61,12 +61,6 @@ def method(name: str):
             setattr(sp24, setting, value)
 
 
-def forget(key: tuple) -> None:
-    """Drop a problem's tuning, so that the next call tunes it from scratch."""
-    for store in (sp24._launches, sp24._timings, sp24._choices):
-        store.pop(key, None)
-
-
 def method_order(repeats: int) -> list[str]:
     """The tunings' order: every method once a repeat, the order rotated by one each repeat (before, no mixed, now;
     no mixed, now, before; ...)."""
@@ -77,7 +71,7 @@ def method_order(repeats: int) -> list[str]:
 def reference_times(x: torch.Tensor, w: sp24.Sp24Weight, dense: torch.Tensor, launches: dict) -> dict:
     """Milliseconds per launch of every candidate in `launches` and of cuBLAS ("cuBLAS") on `dense`, over copies past
     three L2s (kernel_bench's L2_ROTATION_BYTES), all in the same interleaved rounds."""
-    weights = [w] + [w.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / w.nbytes))]
+    weights = copies(w)
     denses = [dense] + [dense.clone() for _ in range(math.ceil(L2_ROTATION_BYTES / (dense.numel() * 2)))]
     names = list(launches) + ["cuBLAS"]
     calls = [lambda i, launch=launches[name]: launch(x, weights[i % len(weights)]) for name in launches]
@@ -102,7 +96,7 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
     launches: dict[sp24.Choice, sp24.Sp24Launch] = {}  # every tuning's checked candidates (the other build's differ)
     tunings: list[tuple[str, dict]] = []  # (method, the tuner's milliseconds per candidate), in tuning order
     for name in method_order(repeats):
-        forget(key)
+        sp24.forget_tuning(key)
         with method(name):
             started = time.perf_counter()
             sp24.tuned_launch(x, w)
@@ -111,7 +105,7 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
         launches.update(sp24._choices[key])
         tunings.append((name, sp24.launch_timings(key)))
     times = reference_times(x, w, dense, launches)
-    forget(key)
+    sp24.forget_tuning(key)
     cublas = times.pop("cuBLAS")
     fastest = min(times, key=times.get)
     row = {"problem": f"{model} {shape} ({out}x{in_features}) {kind} b{batch}", "kind": kind, "batch": batch,

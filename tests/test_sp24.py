@@ -196,6 +196,16 @@ def test_tuner_rotation_reads_three_l2_caches_within_the_copy_limit():
     assert rotation_copies(1000, l2) == _MAX_COPIES
 
 
+def test_forgetting_a_tuning_drops_only_that_problem(monkeypatch):
+    import sparsedecoding.kernels.sp24 as sp24
+
+    for name in ("_launches", "_timings", "_choices"):
+        monkeypatch.setattr(sp24, name, {"a": 1, "b": 2})
+    sp24.forget_tuning("a")
+    sp24.forget_tuning("missing")
+    assert sp24._launches == sp24._timings == sp24._choices == {"b": 2}
+
+
 def test_interleaved_timing_checks_its_rounds_before_any_capture():
     from sparsedecoding.kernels.autotune import interleaved_replay_ms
 
@@ -977,8 +987,7 @@ def test_timed_tuner_times_every_candidate_in_both_builds_and_keeps_the_fastest(
     assert launch.library is sp24._load(early_trigger=launch.early_trigger, multicast=launch.multicast)
     dense = packed.to_dense() if kind == "bf16" else packed.to_dense(torch.float64)
     assert float64_error(launch(x, w), x, dense) <= 1
-    for store in (sp24._launches, sp24._timings, sp24._choices):
-        store.pop(key)
+    sp24.forget_tuning(key)
     monkeypatch.setattr(sp24, "TIMED_OTHER_BUILD", 2)
     sp24.tuned_launch(x, w)
     timings = sp24.launch_timings(key)

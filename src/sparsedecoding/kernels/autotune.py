@@ -227,33 +227,18 @@ def weight_copies(tensors: tuple[torch.Tensor, ...], max_copies: int) -> list[tu
 
 def replay_ms(call: Callable[[object], object], weights: list) -> float:
     """Median milliseconds per launch of a CUDA graph that calls `call(weight)` round-robin over `weights` (at least
-    _LAUNCHES_PER_REPLAY launches a replay, the first replay discarded: it also uploads the graph)."""
-    sequence = [weights[i % len(weights)] for i in range(max(_LAUNCHES_PER_REPLAY, len(weights)))]
-    graph = torch.cuda.CUDAGraph()
-    # thread_local: tuning can run during a tensor-parallel engine's warm-up, while NCCL's watchdog thread polls
-    # events; in the default global mode such a call from another thread invalidates the capture (as in
-    # `engine.generate.Engine._capture`)
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        for weight in sequence:
-            call(weight)
-    times = []
-    for _ in range(_REPLAYS + 1):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / len(sequence))
-    return statistics.median(times[1:])
+    _LAUNCHES_PER_REPLAY launches a replay; _REPLAYS timed replays after an untimed one that uploads the graph):
+    `interleaved_replay_ms` of the one call."""
+    return interleaved_replay_ms([call], weights, _REPLAYS)[0]
 
 
 def interleaved_replay_ms(calls: list[Callable[[object], object]], weights: list,
                           rounds: int = _ROUNDS) -> list[float]:
     """For each of `calls`, the median over `rounds` rounds of its milliseconds per launch in a CUDA graph that calls
-    it round-robin over `weights` (as `replay_ms`, one graph a call, captured and uploaded first). A round replays
-    every graph once, back to back, starting one call later each round: a drift of the clocks or of the memory
-    traffic around falls on every call alike, where timing the calls one after another lets it fall on whichever is
-    timed then."""
+    it round-robin over `weights` (at least _LAUNCHES_PER_REPLAY launches a replay; one graph a call, captured and
+    uploaded first). A round replays every graph once, back to back, starting one call later each round: a drift of
+    the clocks or of the memory traffic around falls on every call alike, where timing the calls one after another
+    lets it fall on whichever is timed then."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1; got {rounds}")
     if not calls:
@@ -262,7 +247,10 @@ def interleaved_replay_ms(calls: list[Callable[[object], object]], weights: list
     graphs = []
     for call in calls:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # thread_local: see `replay_ms`
+        # thread_local: tuning can run during a tensor-parallel engine's warm-up, while NCCL's watchdog thread polls
+        # events; in the default global mode such a call from another thread invalidates the capture (as in
+        # `engine.generate.Engine._capture`)
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             for weight in sequence:
                 call(weight)
         graph.replay()  # uploads the graph; untimed

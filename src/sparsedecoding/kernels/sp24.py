@@ -1265,6 +1265,13 @@ def chosen_launch(key: tuple) -> Choice:
     return launch.splits, launch.slices, launch.early_trigger, launch.ctas or -launch.heavy
 
 
+def forget_tuning(key: tuple) -> None:
+    """Drop a problem's tuning (its launch, timings and candidates), so that its next call tunes it anew; calls
+    captured in CUDA graphs before keep their launch."""
+    for store in (_launches, _timings, _choices):
+        store.pop(key, None)
+
+
 def choose_launch(key: tuple, choice: Choice) -> None:
     """Launch a tuned problem with another of its correct candidates from now on (`engine.step_tune` picks them by
     whole decode steps); calls captured in CUDA graphs before keep the launch they were captured with."""
