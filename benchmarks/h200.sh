@@ -625,7 +625,7 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
-  mixed)  # prepared in the forty-fifth session on branch mixed-slices, not yet run (about 7 minutes, no model; carry
+  mixed)  # prepared in the forty-fifth session on branch mixed-slices, run in the forty-sixth (about 6 minutes; carry
     # .kcachez with sp24, sp24-early-trigger and sp24-(early-)multicast2 of that branch's sp24.cu): mixed grids (the
     # first CTAs at 4 slices, then one row tile a CTA) against float64 and bit for bit against the uniform launches
     # (gpu_tests_h200_mixed.log), sp24's float64 tests of the default paths (gpu_tests_h200_mixed_float64.log), the

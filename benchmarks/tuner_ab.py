@@ -5,7 +5,7 @@
   build (the tuner until the forty-fifth session);
 - `no mixed`: every candidate in both builds, in interleaved rounds (`autotune.interleaved_replay_ms`) over copies
   adding up to three L2 caches, at most 128 (`sp24.rotation_copies`): the forty-fifth session's tuner;
-- `now`: the same with mixed grids among the candidates (`sp24.TUNE_MIXED`, `sp24.mixed_heavy`).
+- `now`: the same with mixed grids among the candidates (`SPARSEDECODING_SP24_MIXED=1`, `sp24.mixed_heavy`).
 
 Each method tunes each problem (`sp24.tuned_launch`, its float64 checks included) --repeats times from scratch, the
 methods alternating. Then every checked candidate of the problem and cuBLAS on the dense pruned weight are timed as
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import statistics
 import sys
 import time
@@ -41,10 +42,10 @@ from sparsedecoding.kernels.quantized import pack_nm_quantized
 from sparsedecoding.runenv import environment_markdown
 
 # each method's settings: (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD,
-# sp24.TUNE_MIXED)
-SETTINGS = ("TUNE_ROTATION_L2S", "_MAX_COPIES", "TUNE_INTERLEAVED", "TIMED_OTHER_BUILD", "TUNE_MIXED")
+# SPARSEDECODING_SP24_MIXED)
+SETTINGS = ("TUNE_ROTATION_L2S", "_MAX_COPIES", "TUNE_INTERLEAVED", "TIMED_OTHER_BUILD")
 METHODS = {"before": (2, 8, False, 3, False), "no mixed": (3, 128, True, None, False),
-           "now": tuple(getattr(sp24, name) for name in SETTINGS)}
+           "now": (*(getattr(sp24, name) for name in SETTINGS), True)}
 REFERENCE_ROUNDS = 9
 
 
@@ -52,13 +53,20 @@ REFERENCE_ROUNDS = 9
 def method(name: str):
     """sp24's tuner under the method's settings, as it was afterwards."""
     saved = tuple(getattr(sp24, setting) for setting in SETTINGS)
-    for setting, value in zip(SETTINGS, METHODS[name]):
+    saved_mixed = os.environ.get(op.SP24_MIXED_SETTING)
+    *values, mixed = METHODS[name]
+    for setting, value in zip(SETTINGS, values):
         setattr(sp24, setting, value)
+    os.environ[op.SP24_MIXED_SETTING] = "1" if mixed else "0"
     try:
         yield
     finally:
         for setting, value in zip(SETTINGS, saved):
             setattr(sp24, setting, value)
+        if saved_mixed is None:
+            os.environ.pop(op.SP24_MIXED_SETTING, None)
+        else:
+            os.environ[op.SP24_MIXED_SETTING] = saved_mixed
 
 
 def method_order(repeats: int) -> list[str]:
@@ -90,14 +98,16 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
         quantized = pack_nm_quantized(grid_weight(out, in_features, 2, 4, kind, generator), 2, 4, kind, group)
         w, dense = sp24.tile(quantized), quantized.to_dense(torch.float64).bfloat16()
     x = torch.randn(batch, in_features, device="cuda").bfloat16()
-    key = sp24.problem_key(x, w)
     picks: dict[str, list] = {name: [] for name in METHODS}
     tuning_s: dict[str, list[float]] = {name: [] for name in METHODS}
     launches: dict[sp24.Choice, sp24.Sp24Launch] = {}  # every tuning's checked candidates (the other build's differ)
     tunings: list[tuple[str, dict]] = []  # (method, the tuner's milliseconds per candidate), in tuning order
+    keys = set()  # the problem's key under each method (SPARSEDECODING_SP24_MIXED is one of its fields)
     for name in method_order(repeats):
-        sp24.forget_tuning(key)
         with method(name):
+            key = sp24.problem_key(x, w)
+            keys.add(key)
+            sp24.forget_tuning(key)
             started = time.perf_counter()
             sp24.tuned_launch(x, w)
             tuning_s[name].append(time.perf_counter() - started)
@@ -105,7 +115,8 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
         launches.update(sp24._choices[key])
         tunings.append((name, sp24.launch_timings(key)))
     times = reference_times(x, w, dense, launches)
-    sp24.forget_tuning(key)
+    for key in keys:
+        sp24.forget_tuning(key)
     cublas = times.pop("cuBLAS")
     fastest = min(times, key=times.get)
     row = {"problem": f"{model} {shape} ({out}x{in_features}) {kind} b{batch}", "kind": kind, "batch": batch,

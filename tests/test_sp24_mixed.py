@@ -11,6 +11,7 @@ import torch
 
 from sparsedecoding.kernels import sp24
 from sparsedecoding.kernels.format import pack_nm
+from sparsedecoding.kernels.op import KernelChoiceError
 from sparsedecoding.kernels.sp24 import mixed_heavy, tile
 
 from helpers import random_nm_weight
@@ -71,8 +72,29 @@ def test_the_tuner_tries_mixed_grids_only_where_they_help(monkeypatch):
     assert sp24._mixed_candidates(small, 1, SMS) == []
     glu = tile(pack_nm(random_nm_weight(5120, 256, 2, 4, torch.bfloat16, seed=8), 2, 4), glu=True)
     assert sp24._mixed_candidates(glu, 1, SMS) == []
-    monkeypatch.setattr(sp24, "TUNE_MIXED", False)
+    monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "0")
     assert sp24._mixed_candidates(w, 1, SMS) == []
+    monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "yes")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_MIXED='yes'"):
+        sp24._mixed_candidates(w, 1, SMS)
+
+
+def test_mixed_setting_defaults_on_and_keys_the_launches(monkeypatch):
+    """SPARSEDECODING_SP24_MIXED: on unset, part of the tuned launches' key (a launch tuned with mixed grids among the
+    candidates is not reused without them), anything but 0 / 1 refused by name in the settings."""
+    from sparsedecoding.kernels.op import SP24_MIXED_SETTING, settings, settings_line
+
+    w = tile(pack_nm(random_nm_weight(5120, 256, 2, 4, torch.bfloat16, seed=8), 2, 4))
+    x = torch.randn(1, 256).bfloat16()
+    monkeypatch.delenv(SP24_MIXED_SETTING, raising=False)
+    key = sp24.problem_key(x, w)
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, key))["mixed"] is True
+    assert "SPARSEDECODING_SP24_MIXED=1" in settings_line()
+    monkeypatch.setenv(SP24_MIXED_SETTING, "0")
+    assert sp24.problem_key(x, w) != key and "SPARSEDECODING_SP24_MIXED=0" in settings_line()
+    monkeypatch.setenv(SP24_MIXED_SETTING, "on")
+    with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_MIXED='on'"):
+        settings()
 
 
 def test_mixed_choices_are_labelled_with_their_heavy_ctas(monkeypatch):

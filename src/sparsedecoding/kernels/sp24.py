@@ -39,8 +39,8 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_handoff_setting, sp24_mma_ctas_setting, sp24_multicast_setting, sp24_over_loop_setting,
-                 sp24_pdl_setting, sp24_stream_k_setting)
+                 sp24_handoff_setting, sp24_mixed_setting, sp24_mma_ctas_setting, sp24_multicast_setting,
+                 sp24_over_loop_setting, sp24_pdl_setting, sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -1013,7 +1013,7 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 # the fields of a `problem_key`, in order (`problem_text` reads them by name)
 PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight_shape", "code", "ks", "gk_shift",
                       "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop", "mma_ctas",
-                      "multicast", "stream_k", "handoff")
+                      "multicast", "stream_k", "handoff", "mixed")
 
 
 def clusters_on(device: torch.device) -> bool:
@@ -1034,12 +1034,13 @@ def multicast_of(w: Sp24Weight, norm: bool) -> int:
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
     launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and
-    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); _STREAM_K and _HANDOFF (fields: PROBLEM_KEY_FIELDS)."""
+    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); _STREAM_K, _HANDOFF and _MIXED (fields:
+    PROBLEM_KEY_FIELDS)."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,
             sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting(),
-            sp24_handoff_setting())
+            sp24_handoff_setting(), sp24_mixed_setting())
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -1302,17 +1303,16 @@ def mixed_heavy(row_tiles: int, slices: int, sms: int, ctas_per_sm: int = 2) -> 
     return heavy if heavy <= sms and heavy * tiles <= row_tiles else None
 
 
-# under TUNE_MIXED the tuner also tries mixed grids (`mixed_heavy`) at these slices, with one split, at batch 1 to
-# MIXED_MAX_BATCH (the kernels of one n-tile: sp24.cu's kMixed)
+# under SPARSEDECODING_SP24_MIXED=1 (the default) the tuner also tries mixed grids (`mixed_heavy`) at these slices,
+# with one split, at batch 1 to MIXED_MAX_BATCH (the kernels of one n-tile: sp24.cu's kMixed)
 MIXED_SLICES = (2, 4)
 MIXED_MAX_BATCH = 8
-TUNE_MIXED = True
 
 
 def _mixed_candidates(w: Sp24Weight, batch: int, sms: int) -> list[tuple[int, int]]:
     """(slices, heavy CTAs) of the mixed grids the tuner tries: one split (where the staged x fits), no GLU, slots or
     dense weights (the kernel would run those too; no test covers them yet)."""
-    if (not TUNE_MIXED or batch > MIXED_MAX_BATCH or w.glu or w.over_v is not None or w.dense
+    if (not sp24_mixed_setting() or batch > MIXED_MAX_BATCH or w.glu or w.over_v is not None or w.dense
             or min_splits(w, batch) > 1):
         return []
     row_tiles = -(-w.shape[0] // 16)
