@@ -625,6 +625,22 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  mixed)  # prepared in the forty-fifth session on branch mixed-slices, run in the forty-sixth (about 6 minutes; carry
+    # .kcachez with sp24, sp24-early-trigger and sp24-(early-)multicast2 of that branch's sp24.cu): mixed grids (the
+    # first CTAs at 4 slices, then one row tile a CTA) against float64 and bit for bit against the uniform launches
+    # (gpu_tests_h200_mixed.log), sp24's float64 tests of the default paths (gpu_tests_h200_mixed_float64.log), the
+    # tuner with and without them beside the old one (tuner_ab_h200_mixed_b1.md), the kernel bench (sp24_h200_mixed.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    timeout 150 python3 -m pytest -q -m gpu tests/test_sp24_mixed.py -p no:cacheprovider --tb=short 2>&1 | tail -15 \
+      | tee "$OUT/gpu_tests_h200_mixed.log" || true
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24.py -p no:cacheprovider -x -k "test_kernel_matches_float64 \
+      or norm_kernel or glu_kernel or timed_tuner or stream_k" 2>&1 | tail -6 \
+      | tee "$OUT/gpu_tests_h200_mixed_float64.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 200 python3 tuner_ab.py --kinds bf16 int8 int4 \
+      --batches 1 --repeats 2 --out "$OUT/tuner_ab_h200_mixed_b1.md" | tee "$OUT/tuner_ab_h200_mixed_b1.log" \
+      | grep -E "^\| (bf16|int8|int4) \||rror") || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 120 python3 sp24_bench.py --no-sweep \
+      --out "$OUT/sp24_h200_mixed.md" | grep -E "^\| (bf16|int8|int4) \| [0-9]+ \||failures|rror") || true ;;
   tuner-overflow)  # (about 2 minutes, no model; carry .kcachez as for lease91) the 16:32+2 kernel bench under the
     # current tuner (overflow_h200_tuner.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1

@@ -3,8 +3,9 @@
 - `before`: each candidate timed alone, one after another, over weight copies adding up to two L2 caches, at most 8
   copies, in the build `sp24.early_trigger` picks, then the three fastest again beside the same launches in the other
   build (the tuner until the forty-fifth session);
-- `now`: every candidate in both builds, in interleaved rounds (`autotune.interleaved_replay_ms`) over copies adding
-  up to three L2 caches, at most 128 (`sp24.rotation_copies`).
+- `no mixed`: every candidate in both builds, in interleaved rounds (`autotune.interleaved_replay_ms`) over copies
+  adding up to three L2 caches, at most 128 (`sp24.rotation_copies`): the forty-fifth session's tuner;
+- `now`: the same with mixed grids among the candidates (`SPARSEDECODING_SP24_MIXED=1`, `sp24.mixed_heavy`).
 
 Each method tunes each problem (`sp24.tuned_launch`, its float64 checks included) --repeats times from scratch, the
 methods alternating. Then every checked candidate of the problem and cuBLAS on the dense pruned weight are timed as
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import statistics
 import sys
 import time
@@ -39,9 +41,11 @@ from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.quantized import pack_nm_quantized
 from sparsedecoding.runenv import environment_markdown
 
-# each method's settings: (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD)
+# each method's settings: (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD,
+# SPARSEDECODING_SP24_MIXED)
 SETTINGS = ("TUNE_ROTATION_L2S", "_MAX_COPIES", "TUNE_INTERLEAVED", "TIMED_OTHER_BUILD")
-METHODS = {"before": (2, 8, False, 3), "now": tuple(getattr(sp24, name) for name in SETTINGS)}
+METHODS = {"before": (2, 8, False, 3, False), "no mixed": (3, 128, True, None, False),
+           "now": (*(getattr(sp24, name) for name in SETTINGS), True)}
 REFERENCE_ROUNDS = 9
 
 
@@ -49,19 +53,27 @@ REFERENCE_ROUNDS = 9
 def method(name: str):
     """sp24's tuner under the method's settings, as it was afterwards."""
     saved = tuple(getattr(sp24, setting) for setting in SETTINGS)
-    for setting, value in zip(SETTINGS, METHODS[name]):
+    saved_mixed = os.environ.get(op.SP24_MIXED_SETTING)
+    *values, mixed = METHODS[name]
+    for setting, value in zip(SETTINGS, values):
         setattr(sp24, setting, value)
+    os.environ[op.SP24_MIXED_SETTING] = "1" if mixed else "0"
     try:
         yield
     finally:
         for setting, value in zip(SETTINGS, saved):
             setattr(sp24, setting, value)
+        if saved_mixed is None:
+            os.environ.pop(op.SP24_MIXED_SETTING, None)
+        else:
+            os.environ[op.SP24_MIXED_SETTING] = saved_mixed
 
 
 def method_order(repeats: int) -> list[str]:
-    """The tunings' order: before, now, now, before, before, now, ... (each method first as often)."""
+    """The tunings' order: every method once a repeat, the order rotated by one each repeat (before, no mixed, now;
+    no mixed, now, before; ...)."""
     names = list(METHODS)
-    return [names[(i + i // 2) % 2] for i in range(len(names) * repeats)]
+    return [names[(r + i) % len(names)] for r in range(repeats) for i in range(len(names))]
 
 
 def reference_times(x: torch.Tensor, w: sp24.Sp24Weight, dense: torch.Tensor, launches: dict) -> dict:
@@ -86,14 +98,16 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
         quantized = pack_nm_quantized(grid_weight(out, in_features, 2, 4, kind, generator), 2, 4, kind, group)
         w, dense = sp24.tile(quantized), quantized.to_dense(torch.float64).bfloat16()
     x = torch.randn(batch, in_features, device="cuda").bfloat16()
-    key = sp24.problem_key(x, w)
     picks: dict[str, list] = {name: [] for name in METHODS}
     tuning_s: dict[str, list[float]] = {name: [] for name in METHODS}
     launches: dict[sp24.Choice, sp24.Sp24Launch] = {}  # every tuning's checked candidates (the other build's differ)
     tunings: list[tuple[str, dict]] = []  # (method, the tuner's milliseconds per candidate), in tuning order
+    keys = set()  # the problem's key under each method (SPARSEDECODING_SP24_MIXED is one of its fields)
     for name in method_order(repeats):
-        sp24.forget_tuning(key)
         with method(name):
+            key = sp24.problem_key(x, w)
+            keys.add(key)
+            sp24.forget_tuning(key)
             started = time.perf_counter()
             sp24.tuned_launch(x, w)
             tuning_s[name].append(time.perf_counter() - started)
@@ -101,7 +115,8 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
         launches.update(sp24._choices[key])
         tunings.append((name, sp24.launch_timings(key)))
     times = reference_times(x, w, dense, launches)
-    sp24.forget_tuning(key)
+    for key in keys:
+        sp24.forget_tuning(key)
     cublas = times.pop("cuBLAS")
     fastest = min(times, key=times.get)
     row = {"problem": f"{model} {shape} ({out}x{in_features}) {kind} b{batch}", "kind": kind, "batch": batch,
@@ -197,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                         + ("interleaved rounds" if inter else "one candidate after another") + ", "
                         + ("every candidate in both builds" if other is None else
                            f"the {other} fastest of the first build again in the other")
-                        for name, (l2s, most, inter, other) in METHODS.items())
+                        + (", mixed grids" if mixed else "")
+                        for name, (l2s, most, inter, other, mixed) in METHODS.items())
     report = ("# The sp24 tuner's picks: timing methods side by side\n\n"
               + environment_markdown(" ".join(["python", *sys.argv]), torch.device("cuda"))
               + f"- methods: {methods}; {args.repeats} tunings each a problem, alternating\n"

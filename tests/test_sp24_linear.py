@@ -185,6 +185,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SP24_MULTICAST", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_STREAM_K", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_HANDOFF", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_SP24_MIXED", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_INT8_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_INT4_STEP", raising=False)
     monkeypatch.delenv("SPARSEDECODING_STEP_TUNE", raising=False)
@@ -203,7 +204,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_EARLY_TRIGGER=timed, "
                                "SPARSEDECODING_SP24_MMA_CTAS=2, SPARSEDECODING_SP24_MULTICAST=2, "
                                "SPARSEDECODING_SP24_STREAM_K=1, SPARSEDECODING_SP24_HANDOFF=1, "
-                               "SPARSEDECODING_SP24_INT8_STEP=auto, "
+                               "SPARSEDECODING_SP24_MIXED=1, SPARSEDECODING_SP24_INT8_STEP=auto, "
                                "SPARSEDECODING_SP24_INT4_STEP=auto, "
                                "SPARSEDECODING_STEP_TUNE=1, SPARSEDECODING_STEP_TUNE_PAIRS=0, "
                                "SPARSEDECODING_DENSE_INT4=auto, SPARSEDECODING_DENSE_INT8=auto, "
@@ -215,6 +216,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_SP24_EARLY_TRIGGER", "1")
     monkeypatch.setenv("SPARSEDECODING_SP24_STREAM_K", "0")
     monkeypatch.setenv("SPARSEDECODING_SP24_HANDOFF", "0")
+    monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "0")
     monkeypatch.setenv("SPARSEDECODING_SP24_INT8_STEP", "8")
     monkeypatch.setenv("SPARSEDECODING_SP24_INT4_STEP", "16")
     monkeypatch.setenv("SPARSEDECODING_STEP_TUNE", "0")
@@ -229,7 +231,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                     "SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_SP24_EARLY_TRIGGER=1, "
                                     "SPARSEDECODING_SP24_MMA_CTAS=2, SPARSEDECODING_SP24_MULTICAST=2, "
                                     "SPARSEDECODING_SP24_STREAM_K=0, SPARSEDECODING_SP24_HANDOFF=0, "
-                                    "SPARSEDECODING_SP24_INT8_STEP=8, "
+                                    "SPARSEDECODING_SP24_MIXED=0, SPARSEDECODING_SP24_INT8_STEP=8, "
                                     "SPARSEDECODING_SP24_INT4_STEP=16, "
                                     "SPARSEDECODING_STEP_TUNE=0, SPARSEDECODING_STEP_TUNE_PAIRS=1, "
                                     "SPARSEDECODING_DENSE_INT4=triton, SPARSEDECODING_DENSE_INT8=sp24, "

@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+import os
+
 from helpers import benchmark_module
 
 
 def test_methods_alternate_which_goes_first(monkeypatch):
     tuner_ab = benchmark_module(monkeypatch, "tuner_ab")
-    assert tuner_ab.method_order(3) == ["before", "now", "now", "before", "before", "now"]
-    assert tuner_ab.METHODS["before"] == (2, 8, False, 3)  # the tuner until the forty-fifth session
+    assert tuner_ab.method_order(2) == ["before", "no mixed", "now", "no mixed", "now", "before"]
+    assert tuner_ab.METHODS["before"] == (2, 8, False, 3, False)  # the tuner until the forty-fifth session
 
 
 def test_a_method_sets_the_tuner_and_restores_it(monkeypatch):
     tuner_ab = benchmark_module(monkeypatch, "tuner_ab")
     sp24 = tuner_ab.sp24
+    monkeypatch.delenv("SPARSEDECODING_SP24_MIXED", raising=False)
     def current():
-        return sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD
+        return (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD,
+                tuner_ab.op.sp24_mixed_setting())
 
     now = current()
     with tuner_ab.method("before"):
-        assert current() == (2, 8, False, 3)
-    assert current() == now == tuner_ab.METHODS["now"] == (3, 128, True, None)
+        assert current() == (2, 8, False, 3, False)
+    assert current() == now == tuner_ab.METHODS["now"] == (3, 128, True, None, True)
+    assert "SPARSEDECODING_SP24_MIXED" not in os.environ  # unset again, as it was
+    monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "1")
+    with tuner_ab.method("no mixed"):
+        assert current() == (3, 128, True, None, False)
+    assert os.environ["SPARSEDECODING_SP24_MIXED"] == "1"
 
 
 def test_misses_list_every_candidate_beside_each_tunings_view(monkeypatch):

@@ -39,8 +39,8 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_handoff_setting, sp24_mma_ctas_setting, sp24_multicast_setting, sp24_over_loop_setting,
-                 sp24_pdl_setting, sp24_stream_k_setting)
+                 sp24_handoff_setting, sp24_mixed_setting, sp24_mma_ctas_setting, sp24_multicast_setting,
+                 sp24_over_loop_setting, sp24_pdl_setting, sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -692,7 +692,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
             library.sp24_launch.restype = ctypes.c_int
             library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
                                             + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int] * 3 + [ctypes.c_void_p])
+                                            + [ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_int])
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
                                                   + [ctypes.c_int])
@@ -836,7 +836,7 @@ class Sp24Launch:
     `ctas` > 0: a stream-K launch over that many CTAs instead (one slice, no split-K; `stream_fits` says where)."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
-                 norm: bool = False, early: bool | None = None, ctas: int = 0):
+                 norm: bool = False, early: bool | None = None, ctas: int = 0, heavy: int = 0):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
         if w.glu and slices > max(SLICES) // 2:
@@ -847,6 +847,12 @@ class Sp24Launch:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         if ctas and (slices != 1 or splits not in (None, 1)):
             raise KernelInputError(f"a stream-K launch ({ctas} CTAs) takes one slice and no split-K")
+        if heavy and (ctas or splits not in (None, 1) or slices == max(SLICES) or w.glu or w.over_v is not None
+                      or (1 if x.dim() == 1 else x.shape[0]) > MIXED_MAX_BATCH
+                      or not 0 < heavy * (max(SLICES) // slices) <= -(-w.shape[0] // 16)):
+            raise KernelInputError(f"a mixed grid ({heavy} CTAs at {slices} slices, then one row tile a CTA) takes "
+                                   f"batch 1-{MIXED_MAX_BATCH}, one split, fewer than 8 slices, no GLU, slots or "
+                                   "stream-K, and at most the weight's row tiles in its heavy CTAs")
         if ctas and not stream_fits(w, 1 if x.dim() == 1 else x.shape[0], ctas, norm):
             raise KernelInputError(f"a stream-K launch over {ctas} CTAs cannot run this problem (it needs no RMSNorm "
                                    "in front, slots, dense weight or GLU, at most one CTA per step of a row block, "
@@ -866,9 +872,10 @@ class Sp24Launch:
         self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.slices = slices
+        self.heavy = heavy
         self.pdl = sp24_pdl_setting() and torch.cuda.get_device_capability(self.device)[0] >= 9
         self.ctas = ctas
-        self.splits = 1 if ctas else default_splits(w, self.batch, sms, slices) if splits is None else splits
+        self.splits = 1 if ctas or heavy else default_splits(w, self.batch, sms, slices) if splits is None else splits
         if not ctas and self.splits < min_splits(w, self.batch):
             raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
                                    f"{min_splits(w, self.batch)} for its x to fit shared memory")
@@ -927,7 +934,7 @@ class Sp24Launch:
                 int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
                 int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
                 cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
-                int(self.dense), self.ctas, ptr(self.handoff_slots))
+                int(self.dense), self.ctas, ptr(self.handoff_slots), self.heavy)
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -995,7 +1002,8 @@ TIMED_OTHER_BUILD: int | None = None
 # (`replay_ms`, as until the forty-fifth session); benchmarks/tuner_ab.py compares the two
 TUNE_INTERLEAVED = True
 _launches: dict[tuple, Sp24Launch] = {}
-# a candidate launch of a problem: (splits, slices, whether it runs the early-trigger build, stream-K CTAs or 0)
+# a candidate launch of a problem: (splits, slices, whether it runs the early-trigger build, grid), the grid being the
+# stream-K CTAs (> 0), minus the heavy CTAs of a mixed grid (< 0, `mixed_heavy`), or 0 (split-K and slices)
 Choice = tuple[int, int, bool, int]
 _timings: dict[tuple, dict[Choice, float]] = {}  # problem -> candidate -> ms per launch
 _choices: dict[tuple, dict[Choice, Sp24Launch]] = {}  # problem -> every correct candidate's launch
@@ -1005,7 +1013,7 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 # the fields of a `problem_key`, in order (`problem_text` reads them by name)
 PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight_shape", "code", "ks", "gk_shift",
                       "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop", "mma_ctas",
-                      "multicast", "stream_k", "handoff")
+                      "multicast", "stream_k", "handoff", "mixed")
 
 
 def clusters_on(device: torch.device) -> bool:
@@ -1026,12 +1034,13 @@ def multicast_of(w: Sp24Weight, norm: bool) -> int:
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
     launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and
-    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); _STREAM_K and _HANDOFF (fields: PROBLEM_KEY_FIELDS)."""
+    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); _STREAM_K, _HANDOFF and _MIXED (fields:
+    PROBLEM_KEY_FIELDS)."""
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,
             sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting(),
-            sp24_handoff_setting())
+            sp24_handoff_setting(), sp24_mixed_setting())
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -1187,13 +1196,16 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     for ctas in _stream_candidates(w, batch, sms, norm is not None):
         launch = Sp24Launch(x, w, norm=norm is not None, ctas=ctas)
         launches[(1, 1, launch.early_trigger, ctas)] = checked(launch)
+    for slices, heavy in _mixed_candidates(w, batch, sms):
+        launch = Sp24Launch(x, w, 1, slices, norm is not None, heavy=heavy)
+        launches[(1, slices, launch.early_trigger, -heavy)] = checked(launch)
     # the trigger's place only matters to a programmatic launch
     both = times_both_builds(w, batch) and next(iter(launches.values())).pdl
 
     def add_other_build(choices: list[Choice]) -> None:
-        for splits, slices, early, ctas in choices:
-            launches[(splits, slices, not early, ctas)] = checked(Sp24Launch(x, w, splits, slices, norm is not None,
-                                                                             early=not early, ctas=ctas))
+        for splits, slices, early, grid in choices:
+            other = (splits, slices, not early, grid)
+            launches[other] = checked(_launch_of(x, w, other, norm is not None))
 
     if both and TIMED_OTHER_BUILD is None:
         add_other_build(list(launches))
@@ -1249,9 +1261,9 @@ def problem_text(key: tuple) -> str:
 
 
 def chosen_launch(key: tuple) -> Choice:
-    """The (splits, slices, early build, stream-K CTAs) a tuned problem launches with now."""
+    """The (splits, slices, early build, grid) a tuned problem launches with now (`Choice`)."""
     launch = _launches[key]
-    return launch.splits, launch.slices, launch.early_trigger, launch.ctas
+    return launch.splits, launch.slices, launch.early_trigger, launch.ctas or -launch.heavy
 
 
 def forget_tuning(key: tuple) -> None:
@@ -1267,6 +1279,45 @@ def choose_launch(key: tuple, choice: Choice) -> None:
     if choice not in _choices.get(key, {}):
         raise KernelInputError(f"{choice} is not a checked candidate of the tuned problem {key}")
     _launches[key] = _choices[key][choice]
+
+
+def _launch_of(x: torch.Tensor, w: Sp24Weight, choice: Choice, norm: bool) -> Sp24Launch:
+    """The launch a `Choice` names."""
+    splits, slices, early, grid = choice
+    return Sp24Launch(x, w, splits, slices, norm, early=early, ctas=max(grid, 0), heavy=max(-grid, 0))
+
+
+def mixed_heavy(row_tiles: int, slices: int, sms: int, ctas_per_sm: int = 2) -> int | None:
+    """The heavy CTAs of a mixed grid (sp24.cu's `heavy`) for a weight of `row_tiles` row tiles at `slices` slices
+    (8 / slices tiles a heavy CTA, one a light one), or None where it cannot help. A grid of one kind whose CTAs pass
+    one wave (`ctas_per_sm` a multiprocessor) puts two heavy CTAs on some multiprocessors: 14B o, 320 row tiles at 4
+    slices, 160 CTAs, 28 multiprocessors reading four row tiles while the others read two. With h heavy CTAs and the
+    remaining row tiles one a CTA, the grid is one wave when h ≥ (row_tiles − wave) / (tiles − 1); the hardware hands
+    out CTAs in order, a first one to each multiprocessor before any second, so with h ≤ sms no multiprocessor gets
+    two heavy ones: at most tiles + 1 row tiles each (three, for the 14B o's 320 and the 8B qkv's 384 at 4 slices)."""
+    tiles = max(SLICES) // slices
+    wave = ctas_per_sm * sms
+    if tiles < 2 or row_tiles <= wave or -(-row_tiles // tiles) <= sms:  # no multiprocessor reads two CTAs' tiles
+        return None
+    heavy = -(-(row_tiles - wave) // (tiles - 1))
+    return heavy if heavy <= sms and heavy * tiles <= row_tiles else None
+
+
+# under SPARSEDECODING_SP24_MIXED=1 (the default) the tuner also tries mixed grids (`mixed_heavy`) at these slices,
+# with one split, at batch 1 to MIXED_MAX_BATCH (the kernels of one n-tile: sp24.cu's kMixed)
+MIXED_SLICES = (2, 4)
+MIXED_MAX_BATCH = 8
+
+
+def _mixed_candidates(w: Sp24Weight, batch: int, sms: int) -> list[tuple[int, int]]:
+    """(slices, heavy CTAs) of the mixed grids the tuner tries: one split (where the staged x fits), no GLU, slots or
+    dense weights (the kernel would run those too; no test covers them yet)."""
+    if (not sp24_mixed_setting() or batch > MIXED_MAX_BATCH or w.glu or w.over_v is not None or w.dense
+            or min_splits(w, batch) > 1):
+        return []
+    row_tiles = -(-w.shape[0] // 16)
+    found = [(slices, mixed_heavy(row_tiles, slices, sms)) for slices in MIXED_SLICES]
+    return [(slices, heavy) for slices, heavy in found if heavy is not None and -(-w.steps // slices) >= 1]
 
 
 def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int, int]]:
@@ -1301,16 +1352,17 @@ def tuning_results() -> dict[tuple, tuple[Choice, dict[Choice, float]]]:
 
 def choice_label(choice: Choice) -> str:
     """A candidate launch as reports show it: splits, then `/Ns` for N slices (or `skN` for a stream-K launch over N
-    CTAs), then `+e` on the early-trigger build under SPARSEDECODING_SP24_EARLY_TRIGGER=timed (under the other values
-    the setting says which build runs)."""
+    CTAs), `-mH` after a mixed grid's slices for its H heavy CTAs, then `+e` on the early-trigger build under
+    SPARSEDECODING_SP24_EARLY_TRIGGER=timed (under the other values the setting says which build runs)."""
     splits, slices, early, ctas = choice
-    grid = f"sk{ctas}" if ctas else f"{splits}" + (f"/{slices}s" if slices > 1 else "")
+    grid = f"sk{ctas}" if ctas > 0 else f"{splits}" + (f"/{slices}s" if slices > 1 else "") + (
+        f"-m{-ctas}" if ctas < 0 else "")
     return grid + ("+e" if early and sp24_early_trigger_timed() else "")
 
 
 def launch_label(launch: Sp24Launch) -> str:
     """A launch as reports show it (`choice_label`)."""
-    return choice_label((launch.splits, launch.slices, launch.early_trigger, launch.ctas))
+    return choice_label((launch.splits, launch.slices, launch.early_trigger, launch.ctas or -launch.heavy))
 
 
 def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,

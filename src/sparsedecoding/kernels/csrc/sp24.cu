@@ -80,6 +80,7 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <climits>
 #include <type_traits>
 
 namespace {
@@ -933,7 +934,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             const T* __restrict__ res, const T* __restrict__ norm_w,
             T* __restrict__ sum_out, float* __restrict__ ss_slots,
             float eps, const char* __restrict__ over_v,
-            const char* __restrict__ over_o, float* __restrict__ hand) {
+            const char* __restrict__ over_o, float* __restrict__ hand, int heavy) {
   using S = Steps<CODE>;
   static_assert(!DENSE || (CODE != 0 && !NORM && OVER == 0), "dense weights: codes, no RMSNorm, no slots");
   static_assert(!STREAM || (!NORM && OVER == 0 && !DENSE), "stream-K: no RMSNorm, slots or dense weights");
@@ -947,11 +948,19 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const StreamUnits su = STREAM ? stream_units(row_tiles, steps, blockIdx.x, gridDim.x) : StreamUnits{};
   const int step0 = STREAM ? su.first_step : split * per_split;
   const int step1 = STREAM ? step0 + su.staged_steps : min(steps, step0 + per_split);
-  const int cta_tiles = kWarps / slices, slice = warp / cta_tiles;
-  const int tile_row = blockIdx.x * cta_tiles + warp % cta_tiles;
+  // mixed grids (`heavy` below the grid; one split, one n-tile, no GLU or slots, see sp24_launch): CTAs from `heavy`
+  // on take one row tile each, all kWarps warps sharing its steps; the first `heavy` take kWarps / slices row tiles, as
+  // the others do in a grid of one kind. Only the kernels that can run them compute it (in the others the added
+  // registers made ptxas spill 8-16 bytes in four kernels of two n-tiles)
+  constexpr bool kMixed = NT == 1 && OVER == 0 && !STREAM;
+  const bool light = kMixed && static_cast<int>(blockIdx.x) >= heavy;
+  const int cta_slices = light ? kWarps : slices;
+  const int cta_tiles = kWarps / cta_slices, slice = warp / cta_tiles;
+  const int tile_row = (light ? heavy * (kWarps / slices) + (blockIdx.x - heavy) : blockIdx.x * cta_tiles) +
+                       warp % cta_tiles;
   const bool active = tile_row < row_tiles;
   // this warp's steps: its slice of the CTA's
-  const int per_slice = (step1 - step0 + slices - 1) / slices;
+  const int per_slice = (step1 - step0 + cta_slices - 1) / cta_slices;
   const int wstep0 = min(step1, step0 + slice * per_slice), wstep1 = min(step1, wstep0 + per_slice);
   const size_t a_stride = static_cast<size_t>(steps) * S::a_loads * 512;  // bytes per row tile
   const size_t m_stride = static_cast<size_t>(steps) * 16 * S::ks * 4;
@@ -1375,14 +1384,14 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     return;
   }
   __shared__ float sums[kWarps][NT * 4][32];  // each warp's sums: for the slices, then (glu) the up tiles'
-  if (slices > 1) {  // slice 0's warp of each row tile adds the others' sums, in slice order
+  if (cta_slices > 1) {  // slice 0's warp of each row tile adds the others' sums, in slice order
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sums[warp][4 * j + e][lane] = acc[j][e];
     __syncthreads();
     if (slice == 0)
-      for (int other = 1; other < slices; ++other)
+      for (int other = 1; other < cta_slices; ++other)
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -1604,6 +1613,7 @@ struct Problem {
   int dense = 0;  // DENSE: a dense weight of in / 2 columns (see sp24_kernel)
   int stream_ctas = 0;  // STREAM: the grid's CTAs (0: split-K; see StreamUnits)
   float* hand = nullptr;  // split-K and stream-K: the handoff's slots (see kEmpty), or null: always by counting
+  int heavy = 0;  // > 0: a mixed grid, its first `heavy` CTAs at `slices`, one row tile each after (see sp24_launch)
 };
 
 // The CTAs of `kernel` (`smem` bytes of dynamic shared memory, clusters of `config`'s cluster attribute, if any) the
@@ -1655,11 +1665,16 @@ cudaError_t launch(const Problem& p) {
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
   const int cta_tiles = kWarps / p.slices;
+  // a mixed grid: `heavy` CTAs of cta_tiles row tiles, then one row tile a CTA (one split, no GLU, slots or stream-K)
+  if (p.heavy < 0 || (p.heavy > 0 && (NT != 1 || STREAM || OVER != 0 || p.glu || used != 1 || p.slices >= kWarps ||
+                                      static_cast<long long>(p.heavy) * cta_tiles > p.row_tiles)))
+    return cudaErrorInvalidValue;
+  const int ctas = p.heavy > 0 ? p.heavy + (p.row_tiles - p.heavy * cta_tiles)
+                                : (p.row_tiles + cta_tiles - 1) / cta_tiles;
   constexpr int cluster = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0 && !STREAM ? SP24_MULTICAST : 1;
   cudaLaunchConfig_t config = {};
   // SP24_MULTICAST: whole clusters along the row blocks; the CTAs past the last row block only stage x and exit
-  config.gridDim = STREAM ? dim3(p.stream_ctas, 1)
-                          : dim3(((p.row_tiles + cta_tiles - 1) / cta_tiles + cluster - 1) / cluster * cluster, used);
+  config.gridDim = STREAM ? dim3(p.stream_ctas, 1) : dim3((ctas + cluster - 1) / cluster * cluster, used);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = p.stream;
@@ -1698,7 +1713,7 @@ cudaError_t launch(const Problem& p) {
                             p.counters, p.batch, p.out, p.in, p.row_tiles, p.steps, per_split, p.gk_shift, p.groups,
                             p.slices, p.glu, static_cast<const T*>(p.res), static_cast<const T*>(p.norm_w),
                             static_cast<T*>(p.sum_out), p.ss_slots, p.eps, static_cast<const char*>(p.over_v),
-                            static_cast<const char*>(p.over_o), hand);
+                            static_cast<const char*>(p.over_o), hand, p.heavy > 0 ? p.heavy : INT_MAX);
 }
 
 // The dense weight [out][in] (T; codes times their scales, rounded once) from the tiled layout, for prefill: one
@@ -1888,12 +1903,16 @@ extern "C" {
 // split-K and stream-K launches whose grid the GPU holds at once add their partial sums by handoff through these
 // slots (no fence or atomic; see kEmpty): every entry kEmpty before the launch, and again after it; as many floats as
 // `partials`, then (16-byte aligned) as many as `ss_slots`. The others count, through `partials` and `ss_slots`.
-// Returns 0 or a cudaError_t.
+// `heavy` > 0 (batch 1-8, one split, `slices` below 8, no glu, slots or stream-K): a mixed grid, whose first `heavy`
+// CTAs take 8 / slices row tiles each and the rest one row tile each, its steps shared by the CTA's 8 warps; with
+// `heavy` such that the grid is one wave, the heavy CTAs take the first CTA of as many multiprocessors and the light
+// ones the rest, so that no multiprocessor reads more than one heavy CTA's rows and one light CTA's (sp24.py
+// `mixed_heavy`). 0: every CTA at `slices`. Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
                 void* sum_out, float* ss_slots, float eps, int pdl, void* stream, const void* over_v,
-                const void* over_o, int over_loop, int dense, int stream_ctas, float* handoff_slots) {
+                const void* over_o, int over_loop, int dense, int stream_ctas, float* handoff_slots, int heavy) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
       over_loop < 0 || over_loop > 5 || (dense && (glu || code_bits == 0)) || stream_ctas < 0)
@@ -1913,6 +1932,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
   p.dense = dense;
   p.stream_ctas = stream_ctas;
   p.hand = handoff_slots;
+  p.heavy = heavy;
   if (code_bits == 0)
     return is_bf16 ? by_batch<__nv_bfloat16, 0, 1>(p) : by_batch<__half, 0, 1>(p);
   if (!is_bf16) return cudaErrorInvalidValue;
