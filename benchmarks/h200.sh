@@ -625,6 +625,10 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     bash benchmarks/h200.sh handoff-overflow
     bash benchmarks/h200.sh handoff-float64 ;;
+  mixed-engine)  # forty-sixth session (about 8 minutes, no model; carry .kcachez with sp24's default builds): the
+    # Qwen3-14B preset's 2:4 bf16 engine with and without mixed grids among the tuner's candidates, side by side
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    ab 520 SPARSEDECODING_SP24_MIXED "0 1" 2:4 bf16 "1 4 8" mixed_h200_14b_bf16.md qwen3-14b ;;
   mixed)  # prepared in the forty-fifth session on branch mixed-slices, run in the forty-sixth (about 6 minutes; carry
     # .kcachez with sp24, sp24-early-trigger and sp24-(early-)multicast2 of that branch's sp24.cu): mixed grids (the
     # first CTAs at 4 slices, then one row tile a CTA) against float64 and bit for bit against the uniform launches
