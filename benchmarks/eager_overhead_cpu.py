@@ -24,7 +24,6 @@ from collections.abc import Callable
 import torch
 
 from sparsedecoding.kernels import PackedLinear, nm_spmv, op
-from sparsedecoding.kernels.format import pack_nm
 
 
 def stub_runner(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> op.Runner:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import json
 import logging
 import os
