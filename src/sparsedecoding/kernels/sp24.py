@@ -1311,14 +1311,15 @@ MIXED_MAX_BATCH = 8
 
 
 def _mixed_candidates(w: Sp24Weight, batch: int, sms: int) -> list[tuple[int, int]]:
-    """(slices, heavy CTAs) of the mixed grids the tuner tries: one split (where the staged x fits), no GLU, slots or
-    dense weights (the kernel would run those too; no test covers them yet)."""
+    """(slices, heavy CTAs) of the mixed grids the tuner tries: one split (where the staged x fits), no GLU or slots
+    (the launcher refuses them) and no dense weights (the kernel would run them; no test covers them yet). A light
+    CTA's warps beyond the weight's steps have none to read, as in a uniform launch at 8 slices."""
     if (not sp24_mixed_setting() or batch > MIXED_MAX_BATCH or w.glu or w.over_v is not None or w.dense
             or min_splits(w, batch) > 1):
         return []
     row_tiles = -(-w.shape[0] // 16)
     found = [(slices, mixed_heavy(row_tiles, slices, sms)) for slices in MIXED_SLICES]
-    return [(slices, heavy) for slices, heavy in found if heavy is not None and -(-w.steps // slices) >= 1]
+    return [(slices, heavy) for slices, heavy in found if heavy is not None]
 
 
 def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int, int]]:

@@ -1905,9 +1905,9 @@ extern "C" {
 // `partials`, then (16-byte aligned) as many as `ss_slots`. The others count, through `partials` and `ss_slots`.
 // `heavy` > 0 (batch 1-8, one split, `slices` below 8, no glu, slots or stream-K): a mixed grid, whose first `heavy`
 // CTAs take 8 / slices row tiles each and the rest one row tile each, its steps shared by the CTA's 8 warps; with
-// `heavy` such that the grid is one wave, the heavy CTAs take the first CTA of as many multiprocessors and the light
-// ones the rest, so that no multiprocessor reads more than one heavy CTA's rows and one light CTA's (sp24.py
-// `mixed_heavy`). 0: every CTA at `slices`. Returns 0 or a cudaError_t.
+// `heavy` such that the grid is one wave, and if the hardware hands out CTAs in order (assumed, not observed), the
+// heavy CTAs take the first CTA of as many multiprocessors and the light ones the rest, so that no multiprocessor
+// reads more than one heavy CTA's rows and one light CTA's (sp24.py `mixed_heavy`). 0: every CTA at `slices`. Returns 0 or a cudaError_t.
 int sp24_launch(const void* x, const void* a, const void* meta, const void* scales, const void* row_scales, void* y,
                 float* partials, int* counters, int batch, int out, int in, int steps, int is_bf16, int code_bits,
                 int gk_shift, int groups, int splits, int slices, int glu, const void* res, const void* norm_w,
