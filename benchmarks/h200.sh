@@ -1955,6 +1955,25 @@ PY
       --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
     python3 benchmarks/hf_generate_bench.py /root/qwen-2of4-magnitude --batches 1 4 --rounds 3 --eager \
       --out "$OUT/hf_generate_h200.md" ;;
+  eager-tiled)  # forty-seventh session (about 7 minutes, no model; carry .kcachez with the current sp24.cu's six
+    # default builds): the GPU tests of sp24's launches (now one struct through ctypes), of `sparsify`'s tiling and
+    # of the engine (gpu_suite.md, SUITE_LIMIT 150 s a file), then eager_bench.py at batch 1 and 4 with Sp24Linear
+    # beside nm_spmv, PackedLinear and F.linear (eager_h200_tiled.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    SUITE_FILES="tests/test_sp24.py tests/test_sp24_mixed.py tests/test_sp24_split.py tests/test_sparsify.py \
+      tests/test_engine_gpu.py" SUITE_LIMIT=150 COMMIT=${COMMIT:-unknown} bash benchmarks/h200.sh gpu-suite || true
+    cat "$OUT/gpu_suite.md" | grep "^| test"
+    timeout 150 python3 benchmarks/eager_bench.py --patterns 2:4 --batches 1 4 --out "$OUT/eager_h200_tiled.md" 2>&1 \
+      | grep -E "^- |rror" || true ;;
+  hf-tiled)  # forty-seventh session (no model: carry .tok with the Qwen2.5-Coder tokenizer files, and .kcachez):
+    # transformers generate on random weights of Qwen2.5-Coder-1.5B's shapes pruned 2:4 by magnitude, dense against
+    # sparsify alone (packed kernels) and sparsify + tile_model (sp24) in one process ("BATCHES", default "1 4";
+    # NAME, default hf_generate_h200_tiled_random.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    [ -d /root/qwen-rand-2of4 ] || python3 benchmarks/random_hf_model.py --preset qwen2.5-coder-1.5b \
+      --tokenizer .tok/qwen --out /root/qwen-rand-2of4 --prune 2:4
+    timeout 540 python3 benchmarks/hf_generate_bench.py /root/qwen-rand-2of4 --sides packed tiled \
+      --batches ${2:-1 4} --rounds 3 --out "$OUT/${3:-hf_generate_h200_tiled_random.md}" 2>&1 | tail -25 ;;
   hf-generate-sp24)  # hf_generate_h200_sp24.md: hf-generate with the 2:4 linears tiled for sp24 after sparsify
     models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
       --solver magnitude --calibration text --tokens 512 --out /root/qwen-2of4-magnitude
@@ -2192,5 +2211,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, lease18b, split-kernel, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, lease18b, split-kernel, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, eager-tiled, hf-tiled, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

@@ -12,6 +12,7 @@ a kernel pattern.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from sparsedecoding import solvers
 from sparsedecoding.engine.config import preset
 from sparsedecoding.hessian import prunable_linears
+
+
+RANDOM_RECORD = "random_weights.json"  # written into the folder, so that reports on it can say the weights are random
 
 
 def hf_config(name: str):
@@ -56,6 +60,8 @@ def main() -> None:
     model.save_pretrained(args.out)
     for file in args.tokenizer.iterdir():
         shutil.copy(file, args.out / file.name)
+    (args.out / RANDOM_RECORD).write_text(json.dumps({"preset": args.preset, "prune": args.prune, "seed": 0}) + "\n",
+                                          encoding="utf-8")
     print(f"random {args.preset}{' pruned ' + args.prune if args.prune else ''} written to {args.out}")
 
 

@@ -134,7 +134,7 @@ def fake_sp24_libraries(monkeypatch) -> list[tuple[str, ...]]:
     class Library:
         def __init__(self, defines):
             built.append(defines)
-            self.sp24_launch, self.sp24_dense_launch, self.sp24_error_string = (lambda: 0,) * 3
+            self.sp24_call, self.sp24_dense_launch, self.sp24_error_string = (lambda: 0,) * 3
             self.sp24_rows_per_block = lambda: sp24.ROWS_PER_BLOCK
             self.sp24_max_smem = lambda: sp24.MAX_SMEM
 

@@ -1035,3 +1035,86 @@ def test_kernel_rejects_batch_17_and_wrong_dtype():
         sp24_mm(torch.randn(17, 256, device="cuda").bfloat16(), w)
     with pytest.raises(KernelInputError, match="float16"):
         sp24_mm(torch.randn(1, 256, device="cuda").half(), w)
+
+
+def test_settings_fingerprint_follows_the_environment(monkeypatch):
+    """`op.settings_fingerprint` (read from CPython's encoded environment where there is one, from `os.environ`
+    elsewhere) changes when a setting is set, changed or unset, and comes back to its value when the environment
+    does."""
+    from sparsedecoding.kernels import op
+
+    for name in (None, "nt"):  # the encoded mapping, then os.environ itself
+        if name is not None:
+            monkeypatch.setattr(op.os, "name", name)
+        monkeypatch.delenv(op.SP24_MIXED_SETTING, raising=False)
+        base = op.settings_fingerprint()
+        assert len(base) == len(op.SETTINGS) and base[op.SETTINGS.index(op.SP24_MIXED_SETTING)] is None
+        seen = {base}
+        for value in ("0", "1", " 1"):
+            monkeypatch.setenv(op.SP24_MIXED_SETTING, value)
+            seen.add(op.settings_fingerprint())
+        assert len(seen) == 4
+        monkeypatch.delenv(op.SP24_MIXED_SETTING)
+        assert op.settings_fingerprint() == base
+
+
+def test_problem_key_memo_follows_the_settings(monkeypatch):
+    """`problem_key`, memoised on the settings' raw values, equals the key computed afresh under each value, and a
+    bad value raises every time it is read (never memoised)."""
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels.op import SP24_MIXED_SETTING, KernelChoiceError
+
+    monkeypatch.delenv(SP24_MIXED_SETTING, raising=False)
+    w = tile(pack_nm(random_nm_weight(32, 256, 2, 4, torch.bfloat16, seed=1), 2, 4))
+    x = torch.randn(1, 256).bfloat16()
+    field = sp24.PROBLEM_KEY_FIELDS.index("mixed")
+    key = sp24.problem_key(x, w)
+    assert key == sp24._problem_key(x, w, False) and key[field] is True
+    monkeypatch.setenv(SP24_MIXED_SETTING, "0")
+    off = sp24.problem_key(x, w)
+    assert off == sp24._problem_key(x, w, False) and off[field] is False
+    assert sp24.problem_key(x, w, norm=True) == sp24._problem_key(x, w, True) != off
+    assert sp24.problem_key(x[:, :128].contiguous(), tile(pack_nm(random_nm_weight(32, 128, 2, 4, torch.bfloat16,
+                                                                                      seed=2), 2, 4)))[1] == (1, 128)
+    monkeypatch.setenv(SP24_MIXED_SETTING, "maybe")
+    for _ in range(2):
+        with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_MIXED"):
+            sp24.problem_key(x, w)
+    monkeypatch.delenv(SP24_MIXED_SETTING)
+    assert sp24.problem_key(x, w) == key
+
+
+def test_sp24_call_struct_mirrors_sp24_launch():
+    """sp24.py's `Sp24Call` has sp24.cu's `Sp24Call` fields in their order and C types (pointers as c_void_p; `in`
+    is `in_features` in Python), which are `sp24_launch`'s parameters in order, and `sp24_call` passes them to it in
+    that order."""
+    import ctypes
+    import re
+
+    import sparsedecoding.kernels.sp24 as sp24
+
+    source = sp24.SOURCE.read_text(encoding="utf-8")
+
+    def declared(text: str) -> list[tuple[str, str]]:  # (C type class, name) of "T a, b" declarations
+        out = []
+        for part in text.split(";"):
+            part = part.strip()
+            if not part:
+                continue
+            head, *rest = [p.strip() for p in part.split(",")]
+            base, first = head.rsplit(" ", 1)
+            pointer = "*" in base or first.startswith("*")
+            kind = "pointer" if pointer else base.replace("const ", "").strip()
+            out += [(kind, name.lstrip("*")) for name in (first, *rest)]
+        return out
+
+    struct = re.search(r"struct Sp24Call \{(.*?)\};", source, re.S).group(1)
+    fields = declared(struct)
+    params = declared(re.search(r"int sp24_launch\((.*?)\) \{", source, re.S).group(1).replace(",", ";"))
+    assert [kind for kind, _ in fields] == [kind for kind, _ in params]
+    assert [name for _, name in fields][:8] == [name for _, name in params][:8]
+    call = re.search(r"return sp24_launch\((.*?)\);", source[source.index("int sp24_call("):], re.S).group(1)
+    assert [arg.strip().removeprefix("c->") for arg in call.split(",")] == [name for _, name in fields]
+    ctypes_of = {"pointer": ctypes.c_void_p, "int": ctypes.c_int, "float": ctypes.c_float}
+    assert [(name if name != "in" else "in_features", ctypes_of[kind]) for kind, name in fields] == \
+        list(sp24.Sp24Call._fields_)

@@ -19,12 +19,13 @@ from helpers import make_tiny_model, tiny_config
 DENSE_LEFT = "model.layers.1.mlp.down_proj"  # left unpruned: sparsify must keep it dense
 
 
-def pruned_tiny(arch: str, dtype=torch.bfloat16, seed: int = 0) -> nn.Module:
-    """A tiny random causal LM whose decoder linears (all but DENSE_LEFT) are pruned 2:4 by magnitude."""
+def pruned_tiny(arch: str, dtype=torch.bfloat16, seed: int = 0, overrides: dict | None = None) -> nn.Module:
+    """A tiny random causal LM whose decoder linears (all but DENSE_LEFT) are pruned 2:4 by magnitude;
+    `overrides`: config values (`tiny_config`)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(arch), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, **(overrides or {})), dtype=torch.float32)
     with torch.no_grad():
         for name, module in model.model.layers.named_modules(prefix="model.layers"):
             if isinstance(module, nn.Linear) and name != DENSE_LEFT:
@@ -199,8 +200,6 @@ def test_load_packed_refuses_a_folder_that_is_not_packed(tmp_path):
 def test_cuda_sparsified_model_runs_the_kernel_eagerly_and_in_compiled_generate():
     """On CUDA: logits through the Triton kernel (16 rows) as close to float64 as the dense bf16 model's, and
     transformers' compiled decode step (inductor, CUDA graphs, fullgraph) picks the eager model's best tokens."""
-    from transformers.generation import CompileConfig
-
     model = pruned_tiny("qwen2").cuda()
     reference = copy.deepcopy(model).double()
     tokens = TOKENS.cuda()
@@ -210,12 +209,76 @@ def test_cuda_sparsified_model_runs_the_kernel_eagerly_and_in_compiled_generate(
         sparsify(model)
         sparse_error = float((model(tokens).logits.double() - exact).abs().max())
     assert sparse_error <= 1.5 * dense_error + 2**-8 * float(exact.abs().max())
+    assert_compiled_generate_is_greedy(model, tokens)
+
+
+@pytest.mark.gpu
+def test_cuda_sparsify_tiles_2of4_linears_by_default_and_load_packed_too(tmp_path):
+    """On CUDA, `sparsify` with its default tile="auto" makes every 2:4 linear of a model shaped for sp24's tiles
+    an `Sp24Linear` (the one left dense stays nn.Linear), with logits as close to float64 as the dense bf16 model's;
+    eager calls at batch 1 give the same product as tile=False's packed model up to rounding; `load_packed` of the
+    packed checkpoint on CUDA ends in the same modules; transformers' compiled decode step picks the eager model's
+    best tokens."""
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear
+
+    model = pruned_tiny("qwen2", overrides=TILEABLE).cuda()
+    tokens = TOKENS.cuda()
+    with torch.no_grad():
+        exact = copy.deepcopy(model).double()(tokens).logits
+        bound = 1.5 * float((model(tokens).logits.double() - exact).abs().max()) + 2**-8 * float(exact.abs().max())
+        packed, packed_summary = sparsify(copy.deepcopy(model), tile=False)
+        tiled, summary = sparsify(copy.deepcopy(model))
+        assert packed_summary.tiled == 0 and summary.tiled == len(summary.swapped) == 13
+        assert {type(tiled.get_submodule(name)) for name in summary.swapped} == {Sp24Linear}
+        assert isinstance(tiled.get_submodule(DENSE_LEFT), nn.Linear)
+        assert float((tiled(tokens).logits.double() - exact).abs().max()) <= bound
+        x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
+        name = "model.layers.0.self_attn.q_proj"
+        torch.testing.assert_close(tiled.get_submodule(name)(x), packed.get_submodule(name)(x), rtol=2**-7, atol=2**-7)
+    model.cpu().save_pretrained(tmp_path / "pruned")
+    pack_checkpoint(tmp_path / "pruned", tmp_path / "packed")
+    loaded = load_packed(tmp_path / "packed", device="cuda")
+    assert {name for name, m in loaded.named_modules() if isinstance(m, Sp24Linear)} == set(summary.swapped)
+    assert_compiled_generate_is_greedy(tiled, tokens)
+
+
+def test_sparsify_tile_setting_on_cpu():
+    """On CPU, tile="auto" (the default) tiles nothing and says so in the summary; tile=True is refused before
+    anything changes (the kernel runs on CUDA), as is a value other than "auto", True and False, by `sparsify`,
+    `load_packed` and `tile_packed`."""
+    from sparsedecoding import tile_packed
+    from sparsedecoding.kernels.op import KernelChoiceError
+
+    model, summary = sparsify(pruned_tiny("qwen2", overrides=TILEABLE))
+    assert summary.tiled == 0 and "tiled" not in str(summary)
+    assert tile_packed(model) == 0 and tile_packed(model, False) == 0
+    untouched = pruned_tiny("qwen2", overrides=TILEABLE)
+    with pytest.raises(KernelInputError, match="tile=True.*cpu"):
+        sparsify(untouched, tile=True)
+    assert not any(isinstance(m, PackedLinear) for m in untouched.modules())
+    for bad in ("yes", 1, None):
+        with pytest.raises(KernelChoiceError, match="tile="):
+            sparsify(untouched, tile=bad)
+        with pytest.raises(KernelChoiceError, match="tile="):
+            load_packed("/nonexistent", tile=bad)
+    with pytest.raises(KernelInputError, match="tile=True.*CUDA"):
+        load_packed("/nonexistent", tile=True)
+    with pytest.raises(KernelInputError, match="tile=True"):
+        tile_packed(model, True)
+
+
+def assert_compiled_generate_is_greedy(model: nn.Module, tokens: torch.Tensor) -> None:
+    """transformers' compiled decode step (inductor, CUDA graphs, fullgraph) on the first 5 tokens of each row, 8
+    new ones with a static cache, picks the eager model's best tokens (inductor rounds norms and attention its own
+    way, so choices are compared, not logits)."""
+    from transformers.generation import CompileConfig
+
     prompt = tokens[:, :5]
     settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=8, min_new_tokens=8, do_sample=False,
                     cache_implementation="static")
     compiled = model.generate(prompt, compile_config=CompileConfig(fullgraph=True), **settings)
     assert hasattr(model, "_compiled_call") and compiled.shape == (2, 13)
-    assert_greedy_choices(model, compiled, prompt.shape[1])  # inductor rounds norms and attention its own way
+    assert_greedy_choices(model, compiled, prompt.shape[1])
 
 
 def quantized_tiny(quantize: str, tied: bool = False, **overrides) -> nn.Module:
@@ -268,31 +331,28 @@ def test_quantized_sparsified_linears_are_tiled_for_sp24_when_their_padding_is_s
 @pytest.mark.parametrize("quantize", ["int8", "int4"])
 def test_cuda_quantized_sparsified_model_matches_its_grid_and_compiles_in_generate(quantize):
     """On CUDA: `sparsify(quantize=Q, head="int8")` of a model on those grids (shaped for sp24's tiles: TILEABLE)
-    gives logits as close to float64 as the bf16 grid model's (the kernels dequantize exactly), untiled and tiled
-    for sp24, and transformers' compiled decode step picks the eager model's best tokens."""
-    from transformers.generation import CompileConfig
-
+    gives logits as close to float64 as the bf16 grid model's (the kernels dequantize exactly): untiled
+    (tile=False), tiled by `tile_model` afterwards, and tiled by `sparsify` itself (tile=True: all 14); and
+    transformers' compiled decode step picks the eager model's best tokens."""
     from sparsedecoding.kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
-    from sparsedecoding.kernels.sp24_linear import tile_model
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear, tile_model
 
     grid = quantized_tiny(quantize, **TILEABLE).cuda()
     tokens = TOKENS.cuda()
     with torch.no_grad():
         exact = copy.deepcopy(grid).double()(tokens).logits
         bound = 1.5 * float((grid(tokens).logits.double() - exact).abs().max()) + 2**-8 * float(exact.abs().max())
-        for tile in (False, True):
-            model, summary = sparsify(copy.deepcopy(grid), quantize=quantize, group_size=32, head="int8")
+        for tile in (False, "tile_model", "sparsify"):
+            model, summary = sparsify(copy.deepcopy(grid), quantize=quantize, group_size=32, head="int8",
+                                      tile=tile == "sparsify")
             assert len(summary.swapped) == 14 and isinstance(model.lm_head, DenseQuantizedLinear)
-            assert sum(isinstance(m, QuantizedPackedLinear) for m in model.modules()) == 14
-            if tile:
+            assert summary.tiled == (14 if tile == "sparsify" else 0)
+            if tile == "tile_model":
                 assert tile_model(model) == 14
+            assert sum(isinstance(m, QuantizedPackedLinear) for m in model.modules()) == (14 if not tile else 0)
+            assert sum(isinstance(m, Sp24Linear) for m in model.modules()) == (14 if tile else 0)
             assert float((model(tokens).logits.double() - exact).abs().max()) <= bound
-    prompt = tokens[:, :5]
-    settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=8, min_new_tokens=8, do_sample=False,
-                    cache_implementation="static")
-    compiled = model.generate(prompt, compile_config=CompileConfig(fullgraph=True), **settings)
-    assert hasattr(model, "_compiled_call") and compiled.shape == (2, 13)
-    assert_greedy_choices(model, compiled, prompt.shape[1])
+    assert_compiled_generate_is_greedy(model, tokens)
 
 
 def test_a_quantized_model_survives_dtype_moves_retying_and_saving(tmp_path):

@@ -6,9 +6,11 @@ runner eagerly and through the custom op (with a fake implementation) under torc
 (`prune --quantize`, `--quantize-head`) get `QuantizedPackedLinear` and a `DenseQuantizedLinear` lm_head instead:
 `load_packed` reads both from the packed checkpoint and its pruning record; `sparsify` reads the record of the
 folder the model was loaded from, unless told otherwise.
-The 2:4 ones stay packed here: with transformers' separate q/k/v and gate/up projections the tiled sparse
-tensor-core kernel (`kernels.sp24_linear.tile_model`, which the engine applies) was measured slower end to end in
-bf16 (benchmarks/results/hf_generate_h200_sp24.md); call `tile_model(model)` after `sparsify` to opt in."""
+On CUDA both then tile (`tile="auto"`, the default) what the sparse tensor-core kernel runs, as the engine does: 2:4
+linears, and 16:32 ones whose masks fit 16:32+2 (SPARSEDECODING_SP24_SLOTS), become `Sp24Linear`s. In transformers'
+`generate` with the compiled decode step that was faster than dense at batch 1 / 4 / 8 / 16 (1.24 / 1.06 / 1.04 /
+1.04x on Qwen2.5-Coder-1.5B's shapes in 2:4), where the packed kernels alone gave 1.14 / 0.91 / 0.82 / 0.74x
+(benchmarks/results/hf_generate_h200_tiled_random*.md, one run each); `tile=False` keeps the packed modules."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from .kernels import PackedLinear, PackedNM, pack_nm
 from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, check_dense_quantization,
                                 check_packed_quantization, pack_nm_quantized)
 from .kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
-from .kernels.sp24_linear import Sp24Linear
+from .kernels.op import KernelChoiceError, kernel_setting, sp24_slots_setting
+from .kernels.sp24_linear import Sp24Linear, sp24_problem, tile_model, tileable
 from .packed import load_packed_checkpoint, recorded_head_quantization, recorded_quantization
 from .solvers import quantization_codes
 
@@ -47,6 +50,7 @@ class SparsifySummary:
     packed_bytes: int
     quantize: str | None = None
     head: str | None = None
+    tiled: int = 0  # of `swapped`, how many became `Sp24Linear`s (`tile_packed`)
 
     @property
     def bytes_saved(self) -> int:
@@ -56,8 +60,9 @@ class SparsifySummary:
         patterns = ", ".join(f"{pattern} x{count}" for pattern, count in sorted(Counter(self.swapped.values()).items()))
         values = "" if self.quantize is None else f", {self.quantize} values"
         head = "" if self.head is None else f", lm_head dense {self.head}"
-        return (f"{len(self.swapped)} linears packed ({patterns}{values}){head}, {len(self.kept_dense)} kept dense; "
-                f"their weights {self.dense_bytes / 2**20:.1f} MiB -> {self.packed_bytes / 2**20:.1f} MiB "
+        tiled = f", {self.tiled} of them tiled for sparse tensor cores" if self.tiled else ""
+        return (f"{len(self.swapped)} linears packed ({patterns}{values}){head}{tiled}, {len(self.kept_dense)} kept "
+                f"dense; their weights {self.dense_bytes / 2**20:.1f} MiB -> {self.packed_bytes / 2**20:.1f} MiB "
                 f"({self.bytes_saved / 2**20:.1f} MiB saved)")
 
 
@@ -67,7 +72,7 @@ def _output_embedding(model: nn.Module) -> nn.Module | None:
 
 
 def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int | None = None,
-             head: str | None = "auto") -> tuple[nn.Module, SparsifySummary]:
+             head: str | None = "auto", tile: bool | str = "auto") -> tuple[nn.Module, SparsifySummary]:
     """Replace in place every `nn.Linear` of `model` whose weight satisfies a kernel-supported N:M pattern
     (`engine.loading.nm_pattern`: the sparsest of 2:4, 4:8, 8:16, 16:32 families that holds, detected from the
     zeros) with a `PackedLinear` holding the same weight packed, the same bias, dtype and device. The output
@@ -82,10 +87,14 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
     there is none; None packs bf16 values and keeps lm_head as it is. `group_size` defaults to the record's, else
     128.
 
+    `tile` ("auto", True or False): see `tile_packed`; with True, where the kernel cannot run (CPU weights, no CUDA
+    build) is an error before anything changes.
+
     Raises PackingError when no linear is N:M sparse (the model was not pruned, or not to an N:M pattern) or a
     quantization setting is not one the kernels run, KernelInputError when a sparse linear's weight is not bfloat16
     or float16 (the kernel's dtypes; call `model.to(torch.bfloat16)` first), QuantizationError when a weight is off
     its grid: all before changing anything."""
+    _check_tile(tile, model)
     quantize, head, group_size = _resolve_quantization(model, quantize, head, group_size)
     if quantize is not None:
         check_packed_quantization(quantize, group_size)
@@ -135,7 +144,51 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
         packed_bytes += sum(t.numel() * t.element_size() for t in head_module.buffers() if t is not head_module.bias)
         _set_head(model, head_module)
         kept = [name for name in kept if model.get_submodule(name) is not head_module]
-    return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes, quantize, head)
+    tiled = tile_packed(model, tile)
+    return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes, quantize, head, tiled)
+
+
+TILE_CHOICES = ("auto", True, False)
+
+
+def _check_tile(tile: bool | str, model: nn.Module | None = None) -> None:
+    """KernelChoiceError for a `tile` that is not one of TILE_CHOICES; with True and a `model`, KernelInputError
+    unless the model's weights are on CUDA and the sparse tensor-core kernel runs here."""
+    if not (isinstance(tile, bool) or (isinstance(tile, str) and tile == "auto")):
+        raise KernelChoiceError(f"tile={tile!r}; use 'auto' (the default), True or False")
+    if tile is True and model is not None:
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        problem = f"the model is on {device}" if device.type != "cuda" else sp24_problem()
+        if problem is not None:
+            raise KernelInputError(f"tile=True: the sparse tensor-core kernel cannot run this model here ({problem}); "
+                                   "use tile='auto' or False")
+
+
+def tile_packed(model: nn.Module, tile: bool | str = "auto") -> int:
+    """Swap, in place, the packed linears the sparse tensor-core kernel runs for `Sp24Linear`s, as the engine does
+    (`kernels.sp24_linear.tile_model`): on CUDA, 2:4 ones, and under SPARSEDECODING_SP24_SLOTS (1, the default)
+    16:32 ones whose masks fit 16:32+2. "auto" tiles them where the kernel runs here and SPARSEDECODING_KERNEL is
+    auto (its default; `triton` or `cuda` keep the packed kernels), and otherwise keeps the packed modules, with the
+    reason logged once as a warning when the kernel cannot be built; True tiles them and raises KernelInputError
+    where the kernel cannot run; False tiles nothing. Returns how many linears were tiled."""
+    _check_tile(tile, model)
+    if tile is False or (tile == "auto" and kernel_setting() != "auto"):
+        return 0
+    slots = sp24_slots_setting()
+    if not any(tileable(module, True, slots) is None for module in model.modules()):
+        return 0
+    problem = sp24_problem()
+    if problem is not None:
+        global _tile_warned
+        if not _tile_warned:
+            _tile_warned = True
+            log.warning("sparsify: the sparse tensor-core kernel cannot run here, so the packed kernels serve the "
+                        "2:4 linears (slower than dense from batch 4 in transformers' generate). Reason: %s", problem)
+        return 0
+    return tile_model(model, slots=slots)
+
+
+_tile_warned = False
 
 
 def _resolve_quantization(model: nn.Module, quantize: str | None, head: str | None,
@@ -197,7 +250,7 @@ def _set_head(model: nn.Module, head: DenseQuantizedLinear) -> None:
         tied_keys.pop(f"{name}.weight", None)
 
 
-def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bool | str = "auto") -> nn.Module:
     """The transformers causal LM of a packed checkpoint folder (written by `sparsedecoding pack`) with a
     `PackedLinear` wherever the checkpoint holds a packed weight (a `QuantizedPackedLinear` where it holds codes,
     and lm_head a `DenseQuantizedLinear` where `prune --quantize-head` recorded one): the model `sparsify` makes
@@ -205,7 +258,12 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
     a folder that is not a packed checkpoint, does not match its config.json, or holds quantized weights beside
     float32 tensors (the quantized kernels take bfloat16 or float16 activations), and QuantizationError for a
     recorded quantized lm_head that is off its grid. Load it on the device it runs on (an int4 head's layout is
-    the device's)."""
+    the device's); on CUDA the linears the sparse tensor-core kernel runs are then tiled as `sparsify` tiles them
+    (`tile`, see `tile_packed`; with True, a device or build the kernel cannot run on is an error before loading)."""
+    _check_tile(tile)
+    if tile is True and torch.device(device).type != "cuda":
+        raise KernelInputError(f"tile=True: the sparse tensor-core kernel runs on CUDA, not on {device}; use "
+                               "tile='auto' or False")
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
     from transformers.initialization import no_init_weights
 
@@ -239,4 +297,6 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu") -> nn.Mo
                            f"unexpected {result.unexpected_keys[:3]}")
     if head is not None:  # prune --quantize-head: lm_head is on that grid and untied
         _set_head(model, _quantized_head_module(model, output, head, group_size))
-    return model.to(device).eval().requires_grad_(False)
+    model = model.to(device).eval().requires_grad_(False)
+    tile_packed(model, tile)
+    return model

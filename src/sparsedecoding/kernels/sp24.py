@@ -40,7 +40,7 @@ from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
                  sp24_handoff_setting, sp24_mixed_setting, sp24_mma_ctas_setting, sp24_multicast_setting,
-                 sp24_over_loop_setting, sp24_pdl_setting, sp24_stream_k_setting)
+                 settings_fingerprint, sp24_over_loop_setting, sp24_pdl_setting, sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -660,6 +660,25 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     return dense[:out, :in_features]
 
 
+def _data_ptr(t: torch.Tensor | None) -> int | None:
+    return t.data_ptr() if t is not None else None
+
+
+class Sp24Call(ctypes.Structure):
+    """sp24.cu's `Sp24Call`: the arguments of `sp24_launch`, field for field in its order, passed to `sp24_call` as
+    one pointer (ctypes converting 33 arguments took about 5 us of an eager call's host time)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in ("x", "a", "meta", "scales", "row_scales", "y", "partials",
+                                                      "counters")] \
+        + [(name, ctypes.c_int) for name in ("batch", "out", "in_features", "steps", "is_bf16", "code_bits", "gk_shift",
+                                             "groups", "splits", "slices", "glu")] \
+        + [(name, ctypes.c_void_p) for name in ("res", "norm_w", "sum_out", "ss_slots")] \
+        + [("eps", ctypes.c_float), ("pdl", ctypes.c_int)] \
+        + [(name, ctypes.c_void_p) for name in ("stream", "over_v", "over_o")] \
+        + [(name, ctypes.c_int) for name in ("over_loop", "dense", "stream_ctas")] \
+        + [("handoff_slots", ctypes.c_void_p), ("heavy", ctypes.c_int)]
+
+
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
           int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2,
           quads: bool = False, multicast: int = 0) -> ctypes.CDLL:
@@ -689,10 +708,8 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
                 + (("-DSP24_QUADS",) if quads else ()) \
                 + ((f"-DSP24_MULTICAST={multicast}",) if multicast else ())
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
-            library.sp24_launch.restype = ctypes.c_int
-            library.sp24_launch.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 11 + [ctypes.c_void_p] * 4
-                                            + [ctypes.c_float, ctypes.c_int] + [ctypes.c_void_p] * 3
-                                            + [ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_int])
+            library.sp24_call.restype = ctypes.c_int
+            library.sp24_call.argtypes = [ctypes.POINTER(Sp24Call)]
             library.sp24_dense_launch.restype = ctypes.c_int
             library.sp24_dense_launch.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p]
                                                   + [ctypes.c_int])
@@ -896,6 +913,12 @@ class Sp24Launch:
                     raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture")
                 self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
                                                                            device=self.device)
+        self._template = bytes(Sp24Call(
+            counters=_data_ptr(self.counters), batch=self.batch, out=self.out, in_features=self.in_features,
+            steps=w.steps, is_bf16=int(self.dtype == torch.bfloat16), code_bits=w.code, gk_shift=w.gk_shift,
+            groups=w.groups, splits=self.splits, slices=self.slices, glu=int(w.glu), pdl=int(self.pdl),
+            over_loop=self.over_loop, dense=int(self.dense), stream_ctas=self.ctas,
+            handoff_slots=_data_ptr(self.handoff_slots), heavy=self.heavy))
 
     def _partial_floats(self) -> int:
         """A call's partial slots: two of batch x ROWS_PER_BLOCK a CTA for stream-K, a split's sums of every row for
@@ -910,31 +933,38 @@ class Sp24Launch:
 
     def __call__(self, x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None = None,
                  norm_weight: torch.Tensor | None = None, eps: float = 0.0):
+        # An eager call is host-bound at these sizes, so this is kept lean: the launch's fixed arguments sit in a
+        # template struct copied per call (a copy, so that threads sharing a launch never share its pointers), y
+        # comes from `new_empty` with separate sizes, and the device switch is skipped where it is not needed
         if x.data_ptr() % 16:
             raise KernelInputError("x does not start on a 16-byte boundary; pass a fresh .clone()")
         if self.norm != (norm_weight is not None):
             raise KernelInputError("this launch was built " + ("with" if self.norm else "without") + " the RMSNorm "
                                    "in front; pass norm_weight exactly when it was")
-        columns = w.out_features
-        y = torch.empty((columns,) if self.vector else (self.batch, columns), dtype=self.dtype, device=self.device)
-        partials = ss_slots = total = None
+        y = x.new_empty(w.out_features) if self.vector else x.new_empty(self.batch, w.out_features)
+        call = Sp24Call.from_buffer_copy(self._template)
+        call.x, call.y, call.a = x.data_ptr(), y.data_ptr(), w.a.data_ptr()
+        for name in ("meta", "scales", "row_scales", "over_v", "over_o"):
+            tensor = getattr(w, name)
+            if tensor is not None:
+                setattr(call, name, tensor.data_ptr())
+        total = None
         if self.ctas or self.used_splits > 1:  # the counting's slots (see sp24.cu's StreamUnits and split-K)
-            partials = torch.empty(self._partial_floats(), dtype=torch.float32, device=self.device)
+            call.partials = torch.empty(self._partial_floats(), dtype=torch.float32, device=self.device).data_ptr()
             if self._ss_floats():
-                ss_slots = torch.empty(self._ss_floats(), dtype=torch.float32, device=self.device)
+                call.ss_slots = torch.empty(self._ss_floats(), dtype=torch.float32, device=self.device).data_ptr()
         if self.norm:
             total = torch.empty_like(x)
-
-        def ptr(t):
-            return t.data_ptr() if t is not None else None
-        with cuda_mma._on_device(self.device_index):
-            err = self.library.sp24_launch(
-                x.data_ptr(), w.a.data_ptr(), ptr(w.meta), ptr(w.scales), ptr(w.row_scales), y.data_ptr(),
-                ptr(partials), ptr(self.counters), self.batch, self.out, self.in_features, w.steps,
-                int(self.dtype == torch.bfloat16), w.code, w.gk_shift, w.groups, self.splits, self.slices,
-                int(w.glu), ptr(res), ptr(norm_weight), ptr(total), ptr(ss_slots), float(eps), int(self.pdl),
-                cuda_mma._current_raw_stream(self.device_index), ptr(w.over_v), ptr(w.over_o), self.over_loop,
-                int(self.dense), self.ctas, ptr(self.handoff_slots), self.heavy)
+            call.sum_out, call.norm_w, call.eps = total.data_ptr(), norm_weight.data_ptr(), eps
+            if res is not None:
+                call.res = res.data_ptr()
+        if torch.cuda.current_device() == self.device_index:
+            call.stream = cuda_mma._current_raw_stream(self.device_index)
+            err = self.library.sp24_call(call)
+        else:
+            with cuda_mma._on_device(self.device_index):
+                call.stream = cuda_mma._current_raw_stream(self.device_index)
+                err = self.library.sp24_call(call)
         if err:
             hint = ("; if this driver cannot launch programmatically, set SPARSEDECODING_SP24_PDL=0" if self.pdl
                     else "")
@@ -1031,11 +1061,24 @@ def multicast_of(w: Sp24Weight, norm: bool) -> int:
     return sp24_multicast_setting()
 
 
+_keys: dict[tuple, tuple] = {}  # problem_key's memo: (the settings' raw fingerprint, the problem) -> the key
+
+
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
     launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and
     _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); _STREAM_K, _HANDOFF and _MIXED (fields:
-    PROBLEM_KEY_FIELDS)."""
+    PROBLEM_KEY_FIELDS). Memoised on the settings' raw values (`op.settings_fingerprint`) and the problem, so that
+    an eager call does not parse every setting again (a bad value still raises, and is never memoised)."""
+    fast = (settings_fingerprint(), x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift,
+            w.steps, w.glu, w.dense, norm, w.over_v is not None)
+    key = _keys.get(fast)
+    if key is None:
+        key = _keys[fast] = _problem_key(x, w, norm)
+    return key
+
+
+def _problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool) -> tuple:
     return (x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift, w.steps, w.glu, w.dense, norm,
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,

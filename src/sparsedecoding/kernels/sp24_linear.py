@@ -87,7 +87,9 @@ class Sp24Linear(torch.nn.Module):
         """The buffers as an `Sp24Weight`, rebuilt only when a buffer was replaced (`.to()`, `load_state_dict`)."""
         buffers = self._buffers
         cached = self.__dict__.get("_weight")
-        if cached is None or any(getattr(cached, name) is not buffers[name] for name in _TILED):
+        if cached is None or cached.a is not buffers["a"] or cached.meta is not buffers["meta"] \
+                or cached.scales is not buffers["scales"] or cached.row_scales is not buffers["row_scales"] \
+                or cached.over_v is not buffers["over_v"] or cached.over_o is not buffers["over_o"]:
             cached = Sp24Weight(buffers["a"], buffers["meta"], buffers["scales"], buffers["row_scales"],
                                 (self.rows, self.in_features), self.code, self.value_dtype, self.steps,
                                 self.gk_shift, self.groups, self.glu, buffers["over_v"], buffers["over_o"])
@@ -117,26 +119,33 @@ class Sp24Linear(torch.nn.Module):
         return to_dense(self.weight).to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # An eager call is host-bound at decode sizes, so this path is kept lean as PackedLinear's is: buffers read
+        # from their dict, a 2-D x to the kernel without a reshape and a view back
         shape = x.shape
-        if len(shape) == 0 or shape[-1] != self.in_features:
+        flat = len(shape) == 2 and shape[1] == self.in_features
+        if not flat and (len(shape) == 0 or shape[-1] != self.in_features):
             raise KernelInputError(f"x has shape {tuple(shape)}; this Sp24Linear takes [..., {self.in_features}]")
-        x2 = x.reshape(-1, self.in_features)
+        x2 = x if flat else x.reshape(-1, self.in_features)
         rows = x2.shape[0]
-        on_copy = self._on_dense_copy(rows)
+        buffers = self._buffers
+        dense = buffers["dense"]
+        on_copy = dense is not None and rows >= self.dense_from_rows
         if on_copy or rows > MAX_BATCH or not x.is_cuda:  # the dense copy, prefill, or CPU (the reference product)
-            y = F.linear(x2, self._buffers["dense"] if on_copy else self._dense(x.dtype))
+            y = F.linear(x2, dense if on_copy else self._dense(x.dtype))
             if self.glu:
                 gate, up = y.chunk(2, dim=-1)
                 y = F.silu(gate) * up
         elif torch.compiler.is_compiling():
-            y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), self.a, self.meta, self.scales, self.row_scales,
-                                                 self.rows, self.in_features, self.code, self.steps,
-                                                 self.gk_shift, self.groups, self.glu, self.over_v, self.over_o)
+            y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), buffers["a"], buffers["meta"], buffers["scales"],
+                                                 buffers["row_scales"], self.rows, self.in_features, self.code,
+                                                 self.steps, self.gk_shift, self.groups, self.glu, buffers["over_v"],
+                                                 buffers["over_o"])
         else:
             y = sp24_linear(x2.contiguous(), self.weight)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.view(*shape[:-1], self.out_features)
+        bias = buffers["bias"]
+        if bias is not None:
+            y = y + bias
+        return y if flat else y.view(*shape[:-1], self.out_features)
 
     def normed(self, x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor,
                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
