@@ -1118,3 +1118,48 @@ def test_sp24_call_struct_mirrors_sp24_launch():
     ctypes_of = {"pointer": ctypes.c_void_p, "int": ctypes.c_int, "float": ctypes.c_float}
     assert [(name if name != "in" else "in_features", ctypes_of[kind]) for kind, name in fields] == \
         list(sp24.Sp24Call._fields_)
+
+
+def test_a_launch_passes_every_argument_in_its_call_struct(monkeypatch):
+    """`Sp24Launch.__call__` hands the library one `Sp24Call` whose fields are what the positional `sp24_launch`
+    call took: the tensors' addresses, the launch's fixed values, a fresh y, and with the RMSNorm in front and two
+    splits the norm's tensors, eps, the partial and Σs² slots, the counters and the handoff slots (CPU: the CUDA
+    queries, the build and the library stand in)."""
+    from types import SimpleNamespace
+
+    import sparsedecoding.kernels.sp24 as sp24
+    from sparsedecoding.kernels import cuda_mma
+
+    fake_sp24_libraries(monkeypatch)
+    for name, value in (("load", lambda: None), ("check_inputs", lambda x, w: None), ("_counters", {}),
+                        ("_workspaces", {})):
+        monkeypatch.setattr(sp24, name, value)
+    for name, value in (("current_device", lambda: 0), ("get_device_capability", lambda device=None: (9, 0)),
+                        ("get_device_properties", lambda device=None: SimpleNamespace(multi_processor_count=132)),
+                        ("is_current_stream_capturing", lambda: False)):
+        monkeypatch.setattr(sp24.torch.cuda, name, value)
+    monkeypatch.setattr(cuda_mma, "_current_raw_stream", lambda index: 0xABC0)
+    w = tile(pack_nm(random_nm_weight(64, 1024, 2, 4, torch.bfloat16, seed=3), 2, 4))
+    x = torch.randn(1, 1024).bfloat16()
+    res, norm_weight = torch.randn(1, 1024).bfloat16(), torch.ones(1024).bfloat16()
+    for norm, splits, slices in ((False, 1, 4), (True, 2, 1)):
+        launch = sp24.Sp24Launch(x, w, splits, slices, norm=norm)
+        seen = []
+        launch.library.sp24_call = lambda call: seen.append({name: getattr(call, name)
+                                                              for name, _ in sp24.Sp24Call._fields_}) or 0
+        out = launch(x, w, res, norm_weight, 1e-5) if norm else launch(x, w)
+        y, total = out if norm else (out, None)
+        (fields,) = seen
+        expected = dict(
+            x=x.data_ptr(), a=w.a.data_ptr(), meta=w.meta.data_ptr(), scales=None, row_scales=None, y=y.data_ptr(),
+            batch=1, out=64, in_features=1024, steps=w.steps, is_bf16=1, code_bits=0, gk_shift=w.gk_shift,
+            groups=w.groups, splits=splits, slices=slices, glu=0, pdl=1, stream=0xABC0, over_v=None, over_o=None,
+            over_loop=launch.over_loop, dense=0, stream_ctas=0, heavy=0,
+            res=res.data_ptr() if norm else None, norm_w=norm_weight.data_ptr() if norm else None,
+            sum_out=total.data_ptr() if norm else None, eps=pytest.approx(1e-5 if norm else 0.0),
+            counters=launch.counters.data_ptr() if norm else None,
+            handoff_slots=launch.handoff_slots.data_ptr() if norm else None)
+        assert {name: fields[name] for name in expected} == expected
+        assert (fields["partials"] is not None, fields["ss_slots"] is not None) == (norm, norm)
+        assert set(fields) == set(expected) | {"partials", "ss_slots"}
+        assert y.shape == (1, 64) and y.dtype == x.dtype
