@@ -1966,13 +1966,15 @@ PY
     timeout 150 python3 benchmarks/eager_bench.py --patterns 2:4 --batches 1 4 --out "$OUT/eager_h200_tiled.md" 2>&1 \
       | grep -E "^- |rror" || true ;;
   hf-tiled)  # forty-seventh session (no model: carry .tok with the Qwen2.5-Coder tokenizer files, and .kcachez):
-    # transformers generate on random weights of Qwen2.5-Coder-1.5B's shapes pruned 2:4 by magnitude, dense against
-    # sparsify alone (packed kernels) and sparsify + tile_model (sp24) in one process ("BATCHES", default "1 4";
-    # NAME, default hf_generate_h200_tiled_random.md)
+    # transformers generate on random weights of Qwen2.5-Coder-1.5B's shapes pruned by magnitude (PATTERN, default
+    # 2:4; 16:32+2 runs its slots), dense against sparsify(tile=False) (packed kernels) and tile=True (sp24) in one
+    # process ("BATCHES", default "1 4"; NAME, default hf_generate_h200_tiled_random.md). Run in that session: 2:4
+    # at "1 4" and "8 16", with sparsify + tile_model as the tiled side (what tile=True now does)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
-    [ -d /root/qwen-rand-2of4 ] || python3 benchmarks/random_hf_model.py --preset qwen2.5-coder-1.5b \
-      --tokenizer .tok/qwen --out /root/qwen-rand-2of4 --prune 2:4
-    timeout 540 python3 benchmarks/hf_generate_bench.py /root/qwen-rand-2of4 --sides packed tiled \
+    local_pattern=${4:-2:4}; folder=/root/qwen-rand-${local_pattern//[:+]/-}
+    [ -d "$folder" ] || python3 benchmarks/random_hf_model.py --preset qwen2.5-coder-1.5b \
+      --tokenizer .tok/qwen --out "$folder" --prune "$local_pattern"
+    timeout 540 python3 benchmarks/hf_generate_bench.py "$folder" --sides packed tiled \
       --batches ${2:-1 4} --rounds 3 --out "$OUT/${3:-hf_generate_h200_tiled_random.md}" 2>&1 | tail -25 ;;
   hf-generate-sp24)  # hf_generate_h200_sp24.md: hf-generate with the 2:4 linears tiled for sp24 after sparsify
     models; [ -d /root/qwen-2of4-magnitude ] || python3 -m sparsedecoding prune --model $qwen --pattern 2:4 \
