@@ -1957,14 +1957,14 @@ PY
       --out "$OUT/hf_generate_h200.md" ;;
   eager-tiled)  # forty-seventh session (about 7 minutes, no model; carry .kcachez with the current sp24.cu's six
     # default builds): the GPU tests of sp24's launches (now one struct through ctypes), of `sparsify`'s tiling and
-    # of the engine (gpu_suite.md, SUITE_LIMIT 150 s a file), then eager_bench.py at batch 1 and 4 with Sp24Linear
+    # of the engine (gpu_suite.md, SUITE_LIMIT 200 s a file), then eager_bench.py at batch 1 and 4 with Sp24Linear
     # beside nm_spmv, PackedLinear and F.linear (eager_h200_tiled.md)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     SUITE_FILES="tests/test_sp24.py tests/test_sp24_mixed.py tests/test_sp24_split.py tests/test_sparsify.py \
-      tests/test_engine_gpu.py" SUITE_LIMIT=150 COMMIT=${COMMIT:-unknown} bash benchmarks/h200.sh gpu-suite || true
-    cat "$OUT/gpu_suite.md" | grep "^| test"
-    timeout 150 python3 benchmarks/eager_bench.py --patterns 2:4 --batches 1 4 --out "$OUT/eager_h200_tiled.md" 2>&1 \
-      | grep -E "^- |rror" || true ;;
+      tests/test_engine_gpu.py" SUITE_LIMIT=200 COMMIT=${COMMIT:-unknown} bash benchmarks/h200.sh gpu-suite || true
+    grep "^| test" "$OUT/gpu_suite.md" || true
+    timeout 120 python3 benchmarks/eager_bench.py --patterns 2:4 --batches 1 4 --calls 1000 --device-calls 100 \
+      --out "$OUT/eager_h200_tiled.md" 2>&1 | grep -E "^- |rror" || true ;;
   hf-tiled)  # forty-seventh session (no model: carry .tok with the Qwen2.5-Coder tokenizer files, and .kcachez):
     # transformers generate on random weights of Qwen2.5-Coder-1.5B's shapes pruned by magnitude (PATTERN, default
     # 2:4; 16:32+2 runs its slots), dense against sparsify(tile=False) (packed kernels) and tile=True (sp24) in one
