@@ -4,16 +4,16 @@ every model in one process, measured alternately. Needs a CUDA GPU.
 
 The pruned folder (N:M zeros kept, e.g. written by `sparsedecoding prune`) is loaded once in bfloat16; a copy is
 sparsified for each of --sides: `packed` (`sparsify(tile=False)`, the default side) and `tiled` (`tile=True`, what
-`sparsify`'s default gives on CUDA: the 2:4 linears on the sparse tensor-core kernel), both beside dense in one run.
-A folder written by `random_hf_model.py` (random weights of a preset's shapes) is named so in the report. Each batch row decodes the
-same coding prompt; `min_new_tokens` keeps every run the same length. Per run: end-to-end tok/s (batch x new tokens
-/ seconds, prefill included), and the decode step time from the difference of a long and a short run ((t_long -
-t_short) / (long - short) steps), which leaves prefill and compilation out. Medians over `--rounds`. `--eager` adds
-rows with the decode step uncompiled (every PackedLinear call eager, through the cached kernel runner).
-`--quantized` reads the folder's `prune --quantize` / `--quantize-head` record and sparsifies with it (codes in the
-packed linears, lm_head dense int8 / int4); the dense model is then the same grid values in bfloat16. Before timing,
-every sparse model's next-token logits after the prompt's first 16 tokens are compared with dense (report only: the
-sparse kernels sum in another order than cuBLAS). Example:
+`sparsify`'s default gives on CUDA: the 2:4 linears on the sparse tensor-core kernel), both beside dense in one run. A
+folder written by `random_hf_model.py` (random weights of a preset's shapes) is named so in the report. Each batch row
+decodes the same coding prompt; `min_new_tokens` keeps every run the same length. Per run: end-to-end tok/s (batch x new
+tokens / seconds, prefill included), and the decode step time from the difference of a long and a short run ((t_long -
+t_short) / (long - short) steps), which leaves prefill and compilation out. Medians over `--rounds`. `--eager` adds rows
+with the decode step uncompiled (every PackedLinear call eager, through the cached kernel runner). `--quantized` reads
+the folder's `prune --quantize` / `--quantize-head` record and sparsifies with it (codes in the packed linears, lm_head
+dense int8 / int4); the dense model is then the same grid values in bfloat16. Before timing, every sparse model's
+next-token logits after the prompt's first 16 tokens are compared with dense (report only: the sparse kernels sum in
+another order than cuBLAS). Example:
 
     PYTHONPATH=src python benchmarks/hf_generate_bench.py /path/to/pruned-qwen2.5-coder-1.5b \
         --out benchmarks/results/hf_generate_h200.md

@@ -1,5 +1,6 @@
 """Host (Python) cost of one eager sp24 call on CPU, the library replaced by a C function that returns at once:
-`problem_key`, the cached launch's call and `sp24_linear` (both together) at batch 1 on a 4096x4096 2:4 weight,
+reading the kernel settings through `os.environ.get` (and through `op.settings_fingerprint`, where the package has
+it), `problem_key`, the cached launch's call and `sp24_linear` (both together) at batch 1 on a 4096x4096 2:4 weight,
 what an eager `Sp24Linear` spends before the kernel starts. The CUDA queries (device, capability, stream) are
 stood in for, so no GPU is needed; the stand-in library keeps ctypes' argument conversion, the part a Python no-op
 would hide: gcc builds two stubs, one with `sp24_launch`'s 33 arguments and one with `sp24_call`'s one pointer.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import platform
 import shutil
 import subprocess
@@ -28,7 +30,7 @@ import torch
 import sparsedecoding
 import sparsedecoding.kernels.sp24 as sp24
 from eager_overhead_cpu import best_us
-from sparsedecoding.kernels import cuda_mma
+from sparsedecoding.kernels import cuda_mma, op
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.solvers import magnitude
 
@@ -72,7 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         w = sp24.tile(pack_nm(magnitude(torch.randn(4096, 4096), None, "2:4").bfloat16(), 2, 4))
         x = torch.randn(1, 4096).bfloat16()
         launch = sp24._launches[sp24.problem_key(x, w)] = sp24.Sp24Launch(x, w, 1, 4)
-        times = {"problem_key": best_us(lambda: sp24.problem_key(x, w), args.calls, args.repeats),
+        unset = [name for name in op.SETTINGS if name not in os.environ]
+        times = {f"the {len(op.SETTINGS)} settings through os.environ.get ({len(unset)} unset)":
+                 best_us(lambda: tuple(map(os.environ.get, op.SETTINGS)), args.calls, args.repeats)}
+        if hasattr(op, "settings_fingerprint"):
+            times["op.settings_fingerprint"] = best_us(op.settings_fingerprint, args.calls, args.repeats)
+        times |= {"problem_key": best_us(lambda: sp24.problem_key(x, w), args.calls, args.repeats),
                  "launch call": best_us(lambda: launch(x, w), args.calls, args.repeats),
                  "sp24_linear": best_us(lambda: sp24.sp24_linear(x, w), args.calls, args.repeats)}
     print(f"# sp24 eager host cost per call, library stubbed ({platform.processor() or platform.machine()}, torch "

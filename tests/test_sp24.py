@@ -1163,3 +1163,27 @@ def test_a_launch_passes_every_argument_in_its_call_struct(monkeypatch):
         assert (fields["partials"] is not None, fields["ss_slots"] is not None) == (norm, norm)
         assert set(fields) == set(expected) | {"partials", "ss_slots"}
         assert y.shape == (1, 64) and y.dtype == x.dtype
+
+
+def test_sp24_call_struct_offsets_match_the_c_compiler(tmp_path):
+    """Where g++ is installed: every field of sp24.cu's `Sp24Call`, compiled for this host (sp24.cu's host code is
+    compiled for the same ABI), sits at the offset ctypes gives `sp24.Sp24Call`'s field, and the sizes agree."""
+    import ctypes
+    import re
+    import shutil
+    import subprocess
+
+    import sparsedecoding.kernels.sp24 as sp24
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    struct = re.search(r"struct Sp24Call \{.*?\};", sp24.SOURCE.read_text(encoding="utf-8"), re.S).group(0)
+    names = [name if name != "in_features" else "in" for name, _ in sp24.Sp24Call._fields_]
+    source = tmp_path / "offsets.cpp"
+    source.write_text("#include <cstddef>\n#include <cstdio>\n" + struct + "\nint main() {\n"
+                      + "".join(f'  std::printf("%zu\\n", offsetof(Sp24Call, {name}));\n' for name in names)
+                      + '  std::printf("%zu\\n", sizeof(Sp24Call));\n}\n', encoding="utf-8")
+    subprocess.run(["g++", "-o", str(tmp_path / "offsets"), str(source)], check=True)
+    printed = subprocess.run([str(tmp_path / "offsets")], check=True, capture_output=True, text=True).stdout.split()
+    assert [int(v) for v in printed] == [getattr(sp24.Sp24Call, name).offset for name, _ in sp24.Sp24Call._fields_] \
+        + [ctypes.sizeof(sp24.Sp24Call)]

@@ -29,7 +29,7 @@ from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, ch
                                 check_packed_quantization, pack_nm_quantized)
 from .kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from .kernels.op import KernelChoiceError, kernel_setting, sp24_slots_setting
-from .kernels.sp24_linear import Sp24Linear, sp24_problem, tile_model, tileable
+from .kernels.sp24_linear import Sp24Linear, sp24_problem, tile_where_kernel_runs
 from .packed import load_packed_checkpoint, recorded_head_quantization, recorded_quantization
 from .solvers import quantization_codes
 
@@ -148,11 +148,8 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
     return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes, quantize, head, tiled)
 
 
-TILE_CHOICES = ("auto", True, False)
-
-
 def _check_tile(tile: bool | str, model: nn.Module | None = None) -> None:
-    """KernelChoiceError for a `tile` that is not one of TILE_CHOICES; with True and a `model`, KernelInputError
+    """KernelChoiceError for a `tile` other than "auto", True and False; with True and a `model`, KernelInputError
     unless the model's weights are on CUDA and the sparse tensor-core kernel runs here."""
     if not (isinstance(tile, bool) or (isinstance(tile, str) and tile == "auto")):
         raise KernelChoiceError(f"tile={tile!r}; use 'auto' (the default), True or False")
@@ -174,21 +171,7 @@ def tile_packed(model: nn.Module, tile: bool | str = "auto") -> int:
     _check_tile(tile, model)
     if tile is False or (tile == "auto" and kernel_setting() != "auto"):
         return 0
-    slots = sp24_slots_setting()
-    if not any(tileable(module, True, slots) is None for module in model.modules()):
-        return 0
-    problem = sp24_problem()
-    if problem is not None:
-        global _tile_warned
-        if not _tile_warned:
-            _tile_warned = True
-            log.warning("sparsify: the sparse tensor-core kernel cannot run here, so the packed kernels serve the "
-                        "2:4 linears (slower than dense from batch 4 in transformers' generate). Reason: %s", problem)
-        return 0
-    return tile_model(model, slots=slots)
-
-
-_tile_warned = False
+    return tile_where_kernel_runs(model, sp24_slots_setting())
 
 
 def _resolve_quantization(model: nn.Module, quantize: str | None, head: str | None,

@@ -536,9 +536,9 @@ _ENCODED_SETTINGS = tuple(os.fsencode(name) for name in SETTINGS)
 def settings_fingerprint() -> tuple:
     """Every setting's raw value as the environment holds it now (None where unset), unparsed and unchecked: a key
     for caching what the readers make of them (equal fingerprints read alike). `os.environ.get` of an unset name
-    raises and catches a KeyError inside, about 1.4 us each on this project's CPU host, so this reads CPython's
+    raises and catches a KeyError inside, about 1 us each on this project's CPU host, so this reads CPython's
     encoded mapping behind `os.environ` (kept in step by every `os.environ` assignment and deletion) where there is
-    one, and `os.environ` itself elsewhere; sp24's `problem_key`, memoised on it, fell from 10.8 to 2.6 us a call
+    one, and `os.environ` itself elsewhere; sp24's `problem_key`, memoised on it, fell from 10.0 to 2.4 us a call
     there (benchmarks/results/eager_overhead_cpu_sp24.md)."""
     data = getattr(os.environ, "_data", None)
     if os.name == "posix" and isinstance(data, dict):

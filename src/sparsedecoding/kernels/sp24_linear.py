@@ -318,6 +318,23 @@ def sp24_problem() -> str | None:
     return _unavailable
 
 
+def tile_where_kernel_runs(model: torch.nn.Module, slots: bool, glu: bool = False) -> int:
+    """`tile_model(model, glu=glu, slots=slots)` where some linear is tileable on CUDA and the sparse tensor-core
+    kernel runs here; where it cannot, the packed modules stay and the reason is logged once as a warning. Returns
+    how many linears were tiled. What the engine (`tile_for_kernel`) and `sparsify` (`swap.tile_packed`) share."""
+    if not any(tileable(module, slots=slots) is None for module in model.modules()):
+        return 0
+    problem = sp24_problem()
+    if problem is not None:
+        global _warned
+        if not _warned:
+            _warned = True
+            log.warning("2:4 linears stay on the packed kernels: the sparse tensor-core kernel cannot run here "
+                        "(%s). Set SPARSEDECODING_KERNEL=triton to choose them explicitly and silence this.", problem)
+        return 0
+    return tile_model(model, glu=glu, slots=slots)
+
+
 def tile_for_kernel(model: torch.nn.Module) -> int:
     """What the engine does with a freshly built model: under SPARSEDECODING_KERNEL=auto (the default) every 2:4
     packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules
@@ -339,17 +356,9 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
     values = settings()  # all of them, so that a bad one fails here, before any launch reads it
     setting, glu, norms = values[KERNEL_SETTING], values[FUSE_GLU_SETTING], values[FUSE_NORM_SETTING]
     slots = values[SP24_SLOTS_SETTING]
-    if setting != "auto" or not any(tileable(module, slots=slots) is None for module in model.modules()):
+    tiled = tile_where_kernel_runs(model, slots, glu) if setting == "auto" else 0
+    if not tiled:
         return 0
-    global _warned
-    problem = sp24_problem()
-    if problem is not None:
-        if not _warned:
-            _warned = True
-            log.warning("2:4 linears stay on the packed kernels: the sparse tensor-core kernel cannot run here "
-                        "(%s). Set SPARSEDECODING_KERNEL=triton to choose them explicitly and silence this.", problem)
-        return 0
-    tiled = tile_model(model, glu=glu, slots=slots)
     slotted = sum(isinstance(module, Sp24Linear) and module.slotted for module in model.modules())
     if slotted:
         log.info("%d of the %d linears on sparse tensor cores are 16:32+%d (2:4 tiles plus overflow slots)", slotted,
