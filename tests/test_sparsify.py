@@ -245,9 +245,11 @@ def test_cuda_sparsify_tiles_2of4_linears_by_default_and_load_packed_too(tmp_pat
 def test_sparsify_tile_setting_on_cpu():
     """On CPU, tile="auto" (the default) tiles nothing and says so in the summary; tile=True is refused before
     anything changes (the kernel runs on CUDA), as is a value other than "auto", True and False, by `sparsify`,
-    `load_packed` and `tile_packed`."""
+    `load_packed` and `tile_packed`; `load_packed(device="cuda", tile=True)` where the kernel cannot run is refused
+    before the folder is read."""
     from sparsedecoding import tile_packed
     from sparsedecoding.kernels.op import KernelChoiceError
+    from sparsedecoding.kernels.sp24_linear import sp24_problem
 
     model, summary = sparsify(pruned_tiny("qwen2", overrides=TILEABLE))
     assert summary.tiled == 0 and "tiled" not in str(summary)
@@ -263,6 +265,9 @@ def test_sparsify_tile_setting_on_cpu():
             load_packed("/nonexistent", tile=bad)
     with pytest.raises(KernelInputError, match="tile=True.*CUDA"):
         load_packed("/nonexistent", tile=True)
+    if sp24_problem() is not None:  # a CUDA device the kernel cannot run on: refused before the folder is read
+        with pytest.raises(KernelInputError, match="tile=True.*cannot run"):
+            load_packed("/nonexistent", device="cuda", tile=True)
     with pytest.raises(KernelInputError, match="tile=True"):
         tile_packed(model, True)
 

@@ -94,7 +94,7 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
     quantization setting is not one the kernels run, KernelInputError when a sparse linear's weight is not bfloat16
     or float16 (the kernel's dtypes; call `model.to(torch.bfloat16)` first), QuantizationError when a weight is off
     its grid: all before changing anything."""
-    _check_tile(tile, model)
+    _check_tile(tile, _device_of(model))
     quantize, head, group_size = _resolve_quantization(model, quantize, head, group_size)
     if quantize is not None:
         check_packed_quantization(quantize, group_size)
@@ -148,17 +148,22 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
     return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes, quantize, head, tiled)
 
 
-def _check_tile(tile: bool | str, model: nn.Module | None = None) -> None:
-    """KernelChoiceError for a `tile` other than "auto", True and False; with True and a `model`, KernelInputError
-    unless the model's weights are on CUDA and the sparse tensor-core kernel runs here."""
+def _check_tile(tile: bool | str, device: str | torch.device | None = None) -> None:
+    """KernelChoiceError for a `tile` other than "auto", True and False; with True and a `device` (where the model
+    is or will be), KernelInputError unless it is CUDA and the sparse tensor-core kernel runs here."""
     if not (isinstance(tile, bool) or (isinstance(tile, str) and tile == "auto")):
         raise KernelChoiceError(f"tile={tile!r}; use 'auto' (the default), True or False")
-    if tile is True and model is not None:
-        device = next((p.device for p in model.parameters()), torch.device("cpu"))
-        problem = f"the model is on {device}" if device.type != "cuda" else sp24_problem()
+    if tile is True and device is not None:
+        device = torch.device(device)
+        problem = (f"the model is on {device}, and the kernel runs on CUDA" if device.type != "cuda"
+                   else sp24_problem())
         if problem is not None:
             raise KernelInputError(f"tile=True: the sparse tensor-core kernel cannot run this model here ({problem}); "
                                    "use tile='auto' or False")
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def tile_packed(model: nn.Module, tile: bool | str = "auto") -> int:
@@ -168,7 +173,7 @@ def tile_packed(model: nn.Module, tile: bool | str = "auto") -> int:
     auto (its default; `triton` or `cuda` keep the packed kernels), and otherwise keeps the packed modules, with the
     reason logged once as a warning when the kernel cannot be built; True tiles them and raises KernelInputError
     where the kernel cannot run; False tiles nothing. Returns how many linears were tiled."""
-    _check_tile(tile, model)
+    _check_tile(tile, _device_of(model))
     if tile is False or (tile == "auto" and kernel_setting() != "auto"):
         return 0
     return tile_where_kernel_runs(model, sp24_slots_setting())
@@ -243,10 +248,7 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
     recorded quantized lm_head that is off its grid. Load it on the device it runs on (an int4 head's layout is
     the device's); on CUDA the linears the sparse tensor-core kernel runs are then tiled as `sparsify` tiles them
     (`tile`, see `tile_packed`; with True, a device or build the kernel cannot run on is an error before loading)."""
-    _check_tile(tile)
-    if tile is True and torch.device(device).type != "cuda":
-        raise KernelInputError(f"tile=True: the sparse tensor-core kernel runs on CUDA, not on {device}; use "
-                               "tile='auto' or False")
+    _check_tile(tile, device)
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
     from transformers.initialization import no_init_weights
 
