@@ -42,8 +42,8 @@ def test_epsilon_matches_a_brute_force_maximisation(seed):
     scale = torch.linspace(0.2, 3.0, 7, dtype=torch.float64)  # an uneven spectrum, as activations have
     H_dec, H_C = random_hessian(7, 60, generator, scale), random_hessian(7, 60, generator, scale.flip(0))
     # k = 1: the single direction u₁.
-    assert discrepancy(H_C, H_dec, 1) == pytest.approx(sampled_gap(H_C, H_dec, 1, torch.ones(1, 1, dtype=torch.float64)),
-                                                       rel=1e-9)
+    one = torch.ones(1, 1, dtype=torch.float64)
+    assert discrepancy(H_C, H_dec, 1) == pytest.approx(sampled_gap(H_C, H_dec, 1, one), rel=1e-9)
     # k = 2: every direction of the plane, on a fine grid of angles.
     angles = torch.linspace(0, math.pi, 400_001, dtype=torch.float64)
     assert discrepancy(H_C, H_dec, 2) == pytest.approx(
@@ -134,8 +134,8 @@ def test_plateau_and_the_step_reaching_ninety_percent():
 # --- the commands ---------------------------------------------------------------------------------------------------
 
 def test_run_drift_writes_a_report_and_a_plot_that_can_be_redrawn(tiny_pair, tmp_path):
-    out = run_drift(str(tiny_pair / "dense"), str(tiny_pair / "other"), tmp_path / "drift", prompts=str(prompts_file(tmp_path)),
-                    steps=8, batch_size=4, progress=False)
+    out = run_drift(str(tiny_pair / "dense"), str(tiny_pair / "other"), tmp_path / "drift",
+                    prompts=str(prompts_file(tmp_path)), steps=8, batch_size=4, progress=False)
     payload = json.loads((out / "drift.json").read_text())
     assert len(payload["layers"]) == 2 and len(payload["layers"][0]["curve"]) == 8
     assert "reaches 90% of its plateau" in (out / "drift.md").read_text()
@@ -186,4 +186,82 @@ def test_the_analyze_commands(tiny_pair, tmp_path, capsys):
     assert main(["analyze", "plot", str(tmp_path)]) == 2
     assert "holds no discrepancy.json, drift.json or quality.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse rejects a malformed list before anything runs
-        main(["analyze", "discrepancy", "--model", str(tiny_pair / "dense"), "--rhos", "0.1,x", "--out", str(tmp_path / "d")])
+        main(["analyze", "discrepancy", "--model", str(tiny_pair / "dense"), "--rhos", "0.1,x",
+              "--out", str(tmp_path / "d")])
+
+
+# --- bad input: one error line, before any model loads ----------------------------------------------------------------
+
+def no_model_loading(monkeypatch, module):
+    def load_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the settings were checked")
+    monkeypatch.setattr(module, "load_model", load_model)
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    return err
+
+
+@pytest.mark.parametrize("option, value", [("--tokens", "0"), ("--tokens", "-1"), ("--max-new-tokens", "0"),
+                                           ("--gen-batch-size", "0"), ("--batch-size", "0")])
+def test_discrepancy_refuses_counts_below_one_before_loading(tiny_pair, tmp_path, monkeypatch, capsys, option, value):
+    import sparsedecoding.analysis.discrepancy as module
+    from sparsedecoding.cli import main
+
+    no_model_loading(monkeypatch, module)
+    calib = tmp_path / "calib.txt"
+    calib.write_text("write a function\n")
+    out = tmp_path / "disc"
+    assert main(["analyze", "discrepancy", "--model", str(tiny_pair / "dense"), "--calib-prompts", str(calib),
+                 "--heldout", str(prompts_file(tmp_path)), f"{option}={value}", "--no-plot", "--out", str(out)]) == 2
+    assert f"DiscrepancySettingsError: {option} must be at least 1, got {value}" in one_error_line(capsys)
+    assert not out.exists() and not out.with_name("disc.partial").exists()
+
+
+@pytest.mark.parametrize("option, value", [("--batch-size", "0"), ("--batch-size", "-2"), ("--limit", "0"),
+                                           ("--limit", "-1")])
+def test_drift_refuses_a_batch_size_or_limit_below_one_before_loading(tiny_pair, tmp_path, monkeypatch, capsys,
+                                                                        option, value):
+    import sparsedecoding.analysis.drift as module
+    from sparsedecoding.cli import main
+
+    no_model_loading(monkeypatch, module)
+    out = tmp_path / "drift"
+    assert main(["analyze", "drift", "--dense", str(tiny_pair / "dense"), "--pruned", str(tiny_pair / "other"),
+                 "--prompts", str(prompts_file(tmp_path)), f"{option}={value}", "--no-plot", "--out", str(out)]) == 2
+    assert f"DriftSettingsError: {option} must be at least 1" in one_error_line(capsys)
+    assert not out.exists()
+
+
+def test_drift_checks_the_pruned_model_before_loading_the_dense_one(tiny_pair, tmp_path, monkeypatch, capsys):
+    import sparsedecoding.analysis.drift as module
+    from sparsedecoding.cli import main
+
+    no_model_loading(monkeypatch, module)
+    missing = tmp_path / "no-such-model"
+    assert main(["analyze", "drift", "--dense", str(tiny_pair / "dense"), "--pruned", str(missing),
+                 "--prompts", str(prompts_file(tmp_path)), "--no-plot", "--out", str(tmp_path / "drift")]) == 2
+    err = one_error_line(capsys)
+    assert "ModelNotFoundError" in err and str(missing) in err
+
+
+@pytest.mark.parametrize("name, content, problem", [
+    ("drift.json", "", "is empty"),
+    ("drift.json", '{"pruned": "p", "layers": [{"layer": 0, "curve": [0.1, 0.', "is not valid JSON"),
+    ("drift.json", '{"pruned": "p", "layers": [{"layer": 0}]}', "lacks layers[].curve"),
+    ("discrepancy.json", "{}", "lacks model, summary[].rho"),
+    ("discrepancy.json", '{"model": "m", "summary": []}', "has nothing to draw"),
+    ("quality.json", "{}", "lacks settings.model"),
+    ("quality.json", '{"settings": {"model": "m", "small_model": "s", "tokens": 8}, "results": [{"name": "dense"}]}',
+     "lacks results[].config.role"),
+])
+def test_plot_names_a_broken_result_file_and_says_to_rerun(tmp_path, capsys, name, content, problem):
+    from sparsedecoding.cli import main
+
+    (tmp_path / name).write_text(content)
+    assert main(["analyze", "plot", str(tmp_path)]) == 2
+    err = one_error_line(capsys)
+    assert f"AnalysisResultError: {tmp_path / name} {problem}" in err and "re-run `sparsedecoding " in err
+    assert not list(tmp_path.glob("*.png"))

@@ -133,6 +133,12 @@ def truncated(case: Case, name: str = "tiny") -> Path:
     return folder
 
 
+def a_file(case: Case) -> Path:
+    path = case.tmp / "a-file"
+    path.write_text("not a folder")
+    return path
+
+
 def malformed_json(case: Case, name: str) -> Path:
     folder = case.copy()
     text = (folder / name).read_text()
@@ -207,7 +213,18 @@ CASES = [
     row("device-tpu", lambda c: c.prune("--device", "tpu"), "tpu"),
     row("device-cuda-without-cuda", lambda c: c.prune("--device", "cuda"), "CUDA",
         pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+    row("self-sources-nan", lambda c: c.prune("--calibration", "self", "--self-sources", "self=nan"), "finite"),
+    row("out-is-a-file", lambda c: c.prune("--out", a_file(c), "--overwrite"), "is a file, not a folder"),
+    row("prune-onto-its-model", lambda c: c.prune("--out", c.copy(), "--overwrite", model=c.tmp / "copy-tiny"),
+        "would overwrite the input"),
+    row("demo-eval-prompts-0", lambda c: ["demo", "--model", str(c.models["tiny"]), "--out", str(c.out),
+                                          "--eval-prompts", "0", "--device", "cpu"], "--eval-prompts 0"),
+    row("demo-to-read-only", lambda c: ["demo", "--model", str(c.models["tiny"]), "--out", str(c.read_only / "d"),
+                                        "--device", "cpu"], "not writable"),
     row("pack-to-read-only", lambda c: c.pack(c.models["2:4"], c.read_only / "out"), "not writable"),
+    row("pack-out-is-a-file", lambda c: c.pack(c.models["2:4"], a_file(c)) + ["--overwrite"], "is a file, not a"),
+    row("pack-onto-its-model", lambda c: c.pack(c.copy("2:4"), c.tmp / "copy-2:4") + ["--overwrite"],
+        "would overwrite the input"),
     row("pack-truncated", lambda c: c.pack(truncated(c, "2:4")), "truncated"),
     row("pack-nan", lambda c: c.pack(with_nan(c, "2:4")), "NaN or inf"),
     row("pack-dense", lambda c: c.pack(c.models["tiny"]), "no decoder linear"),

@@ -1,4 +1,6 @@
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -7,7 +9,8 @@ import torch
 from sparsedecoding import compare
 from sparsedecoding.calibration import CalibrationSet
 from sparsedecoding.compare import CompareSettings, run_compare, select
-from sparsedecoding.errors import SparseDecodingError
+from sparsedecoding.errors import (ModelNotFoundError, OutputNotWritableError, PromptsError, SandboxError,
+                                   SparseDecodingError, SparsityPatternError)
 from sparsedecoding.evaluation.suite import EvalSettings
 from helpers import make_tiny_model
 
@@ -135,3 +138,87 @@ def test_text_and_mix_get_as_many_tokens_as_decode_produced(settings):
               for name in ("decode-sparsegpt-2of4", "text-sparsegpt-2of4", "mix-sparsegpt-2of4")}
     assert tokens["decode-sparsegpt-2of4"] < 10_000
     assert len(set(tokens.values())) == 1
+
+
+def no_model_loading(*args, **kwargs):
+    pytest.fail("a model was loaded before every input was checked")
+
+
+@pytest.mark.parametrize("field,configs,error", [
+    ("model", ["dense"], ModelNotFoundError),
+    ("model", ["small-cross-sparsegpt-2of4"], ModelNotFoundError),  # the cross set needs the main model
+    ("small_model", ["dense", "small-dense"], ModelNotFoundError),
+    ("calib_prompts", ["dense", "decode-sparsegpt-2of4"], PromptsError),
+    ("text", ["dense", "text-wanda-50pct"], PromptsError),
+    ("evaluation.prompts", ["dense"], PromptsError),
+])
+def test_bad_input_is_refused_before_any_model_is_loaded_or_anything_written(settings, tmp_path, monkeypatch, field,
+                                                                            configs, error):
+    monkeypatch.setattr(compare, "load_model", no_model_loading)
+    missing = str(tmp_path / "missing.txt")
+    if field == "evaluation.prompts":
+        settings.evaluation = replace(settings.evaluation, prompts=missing)
+    else:
+        setattr(settings, field, missing)
+    with pytest.raises(error, match="missing.txt"):
+        run_compare(settings, configs)
+    assert not Path(settings.out).exists()
+
+
+def test_a_pattern_the_model_does_not_fit_is_refused_before_any_work(settings, tmp_path, monkeypatch):
+    settings.model = str(make_tiny_model(tmp_path / "odd", intermediate_size=66))  # down_proj: 66 columns
+    monkeypatch.setattr(compare, "load_model", no_model_loading)
+    with pytest.raises(SparsityPatternError, match="down_proj has 66"):
+        run_compare(settings, ["dense", "decode-wanda-2of4"])
+    assert not Path(settings.out).exists()
+
+
+def test_the_sandbox_of_pass_at_1_is_checked_before_any_work(settings, monkeypatch):
+    from sparsedecoding.evaluation import sandbox
+
+    settings.evaluation = replace(settings.evaluation, metrics=("pass@1", "kl"))
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(compare, "load_model", no_model_loading)
+    with pytest.raises(SandboxError, match="needs root"):
+        run_compare(settings, ["dense"])
+    assert not Path(settings.out).exists()
+
+
+@pytest.mark.parametrize("out", ["/sys/q", "FILE/q", "FILE", "/proc", ""])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(settings, tmp_path, monkeypatch, out):
+    monkeypatch.chdir(tmp_path)  # where an empty --out would write
+    monkeypatch.setattr(compare, "load_model", no_model_loading)
+    (tmp_path / "file").write_text("x")
+    before = sorted(tmp_path.rglob("*"))
+    settings.out = out.replace("FILE", str(tmp_path / "file"))
+    with pytest.raises(OutputNotWritableError if out else SparseDecodingError, match="--out"):
+        run_compare(settings, ["dense"])
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("file,text", [
+    ("settings.json", ""), ("settings.json", "[]"), ("settings.json", "{"),
+    ("configs/dense.json", "{}"), ("configs/dense.json", "[]"), ("calibration/main-decode.json", ""),
+])
+def test_a_report_folder_with_a_broken_file_is_refused_naming_it(settings, monkeypatch, file, text):
+    out = Path(settings.out)
+    for sub in ("calibration", "configs"):
+        (out / sub).mkdir(parents=True)
+    (out / "settings.json").write_text(json.dumps(settings.comparable()))
+    (out / file).write_text(text)
+    before = sorted(out.rglob("*"))
+    monkeypatch.setattr(compare, "load_model", no_model_loading)
+    with pytest.raises(SparseDecodingError, match=re.escape(str(out / file)) + ".*(use another --out|delete it)"):
+        run_compare(settings, ["dense", "decode-sparsegpt-2of4"])
+    assert sorted(out.rglob("*")) == before
+
+
+@pytest.mark.parametrize("configs", ["", ",", " , "])
+def test_the_compare_command_refuses_an_empty_selection(tmp_path, capsys, configs):
+    from sparsedecoding.cli import main
+
+    out = tmp_path / "report"
+    assert main(["compare", "--configs", configs, "--model", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: SparseDecodingError: --configs names no configuration") and error.count("\n") == 1
+    assert not out.exists()

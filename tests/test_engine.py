@@ -13,7 +13,8 @@ from sparsedecoding.engine.bench import check_plan, model_bytes
 from sparsedecoding.evaluation.engine_check import compare_tokens, replay_logits
 from sparsedecoding.engine.config import ModelArgs, from_hf_config
 from sparsedecoding.engine.generate import sample, uniform_noise
-from sparsedecoding.engine.loading import concat_rows, nm_pattern
+from sparsedecoding.engine.loading import concat_rows
+from sparsedecoding.kernels.format import nm_pattern
 from sparsedecoding.engine.model import rope_frequencies
 from sparsedecoding.errors import EngineError
 from sparsedecoding.kernels import PackedLinear, PackedNM, pack_nm
@@ -151,6 +152,12 @@ def test_nm_pattern_finds_the_finest_pattern_the_kernel_runs():
     assert nm_pattern(magnitude(weight, None, "16:32")) == (16, 32)
     assert nm_pattern(magnitude(weight, None, "3:8")) == (4, 8)  # 32·3/8 = 12 values per word: not a kernel shape
     assert nm_pattern(magnitude(torch.randn(64, 48), None, "2:4")) is None  # in_features not a multiple of 32
+    assert nm_pattern(magnitude(weight, None, "1:4")) == (1, 4)
+    # more than half kept somewhere: not a pruned weight, stays dense (3:4 and 24:32 would run but save little)
+    assert nm_pattern(magnitude(weight, None, "3:4")) is None
+    almost = magnitude(weight, None, "2:4")
+    almost[0, (almost[0, :4] == 0).nonzero()[0]] = 1.0
+    assert nm_pattern(almost) is None
 
 
 def test_row_concatenation_keeps_packed_parts_packed():

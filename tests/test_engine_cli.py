@@ -1,7 +1,9 @@
-"""`sparsedecoding generate` and `bench` from the command line: streamed text and one-line errors."""
+"""`sparsedecoding generate`, `bench` and `check` from the command line: streamed text and one-line errors, bad
+requests refused before any model loads."""
 
 import json
 
+import pytest
 import torch
 from helpers import char_tokenizer, random_hf_model
 
@@ -96,3 +98,151 @@ def test_sparse_auto_on_the_cpu_runs_dense_and_says_so(tmp_path, capsys, monkeyp
     assert main(argv + ["--sparse", "packed"]) == 0  # asked for explicitly, the packed path still runs
     assert modes == ["none", "packed"]
     assert "running the dense weights" not in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Makes loading a model (engine or `check`) fail loudly: a bad request must be refused before that."""
+    import sparsedecoding.engine as engine
+    import sparsedecoding.evaluation.engine_check as engine_check
+
+    def loads(*args, **kwargs):
+        raise AssertionError("the model was loaded before the request was checked")
+
+    monkeypatch.setattr(engine, "load_model", loads)
+    monkeypatch.setattr(engine_check, "run", loads)
+
+
+def packed_folder(tmp_path):
+    from helpers import prune_in_place
+
+    from sparsedecoding.patterns import SparsityPattern
+
+    hf, _ = tiny_folder(tmp_path / "pruned")
+    prune_in_place(hf, SparsityPattern.parse("2:4"))
+    hf.save_pretrained(tmp_path / "pruned")
+    assert main(["pack", "--model", str(tmp_path / "pruned"), "--out", str(tmp_path / "packed")]) == 0
+    return tmp_path / "packed"
+
+
+@pytest.mark.parametrize("kind", ["hf", "packed"])
+def test_truncated_weights_fail_before_loading(tmp_path, capsys, monkeypatch, kind):
+    if kind == "packed":
+        folder = packed_folder(tmp_path)
+    else:
+        folder = tmp_path
+        tiny_folder(folder)
+    generate = ["generate", "--model", str(folder), "--prompt", "hi", "--new-tokens", "2", "--device", "cpu"]
+    assert main(generate) == 0  # the check accepts the whole folder, packed shards included
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    import sparsedecoding.engine as engine
+
+    monkeypatch.setattr(engine, "load_model", lambda *args, **kwargs: pytest.fail("loaded a truncated folder"))
+    one_line_error(capsys, generate, "ModelFileError: " + str(weights))
+    if kind == "hf":
+        one_line_error(capsys, ["check", "--model", str(folder), "--device", "cpu", "--checks", "logits"],
+                       "ModelFileError: " + str(weights))
+
+
+@pytest.mark.parametrize("command", ["generate", "check"])
+def test_half_written_config_is_one_line(tmp_path, capsys, no_loading, command):
+    tiny_folder(tmp_path)
+    config = tmp_path / "config.json"
+    config.write_text(config.read_text()[:100])
+    argv = [command, "--model", str(tmp_path), "--device", "cpu"]
+    if command == "generate":
+        argv += ["--prompt", "hi"]
+    one_line_error(capsys, argv, f"ModelFileError: {config} is not valid JSON")
+
+
+def test_config_without_a_needed_field_is_one_line(tmp_path, capsys, no_loading):
+    tiny_folder(tmp_path)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({key: value for key, value in json.loads(config.read_text()).items()
+                                  if key != "hidden_size"}))
+    one_line_error(capsys, ["generate", "--model", str(tmp_path), "--prompt", "hi", "--device", "cpu"],
+                   f"ModelFileError: {config} lacks 'hidden_size'")
+
+
+@pytest.mark.parametrize("out, expected", [
+    ("a-file/report.md", "OutputNotWritableError: cannot create"),
+    ("a-folder", "OutputNotWritableError: --out"),
+])
+def test_check_refuses_an_unwritable_report_before_running(tmp_path, capsys, no_loading, out, expected):
+    tiny_folder(tmp_path / "model")
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "a-folder").mkdir()
+    one_line_error(capsys, ["check", "--model", str(tmp_path / "model"), "--device", "cpu", "--checks", "logits",
+                            "--out", str(tmp_path / out)], expected)
+
+
+def test_check_tokens_in_float32_is_refused_before_loading(tmp_path, capsys, no_loading):
+    tiny_folder(tmp_path)
+    one_line_error(capsys, ["check", "--model", str(tmp_path), "--device", "cpu", "--checks", "tokens",
+                            "--dtype", "float32"], "EngineError: --checks tokens packs the N:M linears")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--new-tokens", "0"], "--new-tokens must be at least 1, got 0"),
+    (["--new-tokens", "-3"], "--new-tokens must be at least 1, got -3"),
+    (["--prompt", ""], "--prompt is empty"),
+    (["--temperature", "-1"], "--temperature -1.0 must be a finite number"),
+    (["--temperature", "nan"], "--temperature nan must be a finite number"),
+    (["--temperature", "inf"], "--temperature inf must be a finite number"),
+    (["--top-k", "0"], "--top-k must be at least 1, got 0"),
+    (["--sparse", "packed", "--dtype", "float32"], "--sparse packed runs N:M linears packed"),
+])
+def test_bad_generate_request_is_refused_before_loading(tmp_path, capsys, no_loading, flags, expected):
+    tiny_folder(tmp_path)
+    one_line_error(capsys, ["generate", "--model", str(tmp_path), "--prompt", "hi", "--device", "cpu", *flags],
+                   "EngineError: " + expected)
+
+
+def test_prompt_without_tokens_is_refused_before_loading(tmp_path, capsys, no_loading):
+    from tokenizers import pre_tokenizers
+
+    _, tokenizer = tiny_folder(tmp_path)
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # a blank prompt has no tokens
+    tokenizer.save_pretrained(tmp_path)
+    one_line_error(capsys, ["generate", "--model", str(tmp_path), "--prompt", "  ", "--device", "cpu"],
+                   "EngineError: --prompt '  ' encodes to no tokens")
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -1.0])
+def test_sampling_refuses_a_temperature_that_is_not_finite_and_non_negative(temperature):
+    from sparsedecoding.engine import Sampling
+    from sparsedecoding.errors import EngineError
+
+    with pytest.raises(EngineError, match="finite number of at least 0"):
+        Sampling(temperature)
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    ("3:2", "'3:2' — N must satisfy 0 < N < M"),
+    ("abc", "'abc' is not a sparsity pattern"),
+    ("16:32+9", "'16:32+9' — N:M+K needs a 50% pattern"),
+])
+def test_bench_shows_the_pattern_error(capsys, pattern, expected):
+    one_line_error(capsys, ["bench", "--preset", "llama-3.1-8b", "--pattern", pattern],
+                   "SparsityPatternError: " + expected)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--prompt-tokens", "0"], "EngineError: --prompt-tokens 0"),
+    (["--prompt-tokens", "-4"], "EngineError: --prompt-tokens -4"),
+    (["--repeats", "0"], "EngineError: --repeats 0"),
+    (["--repeats", "-1"], "EngineError: --repeats -1"),
+    (["--out", "{tmp}/a-file/report.md"], "OutputNotWritableError: cannot create"),
+])
+def test_bad_bench_request_is_refused_before_gpu_work(tmp_path, capsys, flags, expected):
+    (tmp_path / "a-file").write_text("")
+    flags = [flag.format(tmp=tmp_path) for flag in flags]
+    one_line_error(capsys, ["bench", "--preset", "smollm2-135m", *flags], expected)
+
+
+def test_bench_checks_the_model_folder_before_gpu_work(tmp_path, capsys):
+    one_line_error(capsys, ["bench", "--model", str(tmp_path / "missing")], "ModelNotFoundError: ")
+    tiny_folder(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 8)
+    one_line_error(capsys, ["bench", "--model", str(tmp_path)], "ModelFileError: ")

@@ -236,3 +236,29 @@ def test_eval_without_root_refuses_pass_at_1_before_loading_any_model(tiny_pair,
     with pytest.raises(SandboxError, match="root"):
         run_eval(str(tiny_pair / "dense"), tmp_path / "out", EvalSettings(metrics=("pass@1",)))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("prompts", ["missing.txt", "empty.txt", "humaneval:bogus"])
+def test_a_bad_prompt_source_or_pruning_record_is_refused_before_loading_any_model(tiny_pair, tmp_path, monkeypatch,
+                                                                                 prompts):
+    from sparsedecoding.evaluation import suite
+
+    (tmp_path / "empty.txt").write_text("")
+    source = prompts if prompts.startswith("humaneval") else str(tmp_path / prompts)
+    monkeypatch.setattr(suite, "load_model", lambda *args, **kwargs: pytest.fail("a model was loaded"))
+    with pytest.raises(SparseDecodingError):
+        run_eval(str(tiny_pair / "dense"), tmp_path / "out", EvalSettings(metrics=("repetition",), prompts=source))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_pruning_record_is_refused_before_loading_any_model(tiny_pair, tmp_path, monkeypatch):
+    import shutil
+
+    from sparsedecoding.evaluation import suite
+
+    folder = tmp_path / "pruned"
+    shutil.copytree(tiny_pair / "dense", folder)
+    (folder / "sparsedecoding.json").write_text("[1, 2]")
+    monkeypatch.setattr(suite, "load_model", lambda *args, **kwargs: pytest.fail("a model was loaded"))
+    with pytest.raises(SparseDecodingError, match="sparsedecoding.json"):
+        run_eval(str(folder), tmp_path / "out", EvalSettings(metrics=("ppl",)))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from sparsedecoding.cli import main
 from sparsedecoding.errors import ModelNotFoundError, OutputExistsError, PackingError
@@ -113,3 +113,80 @@ def test_cli_pack(tmp_path, capsys):
     assert "OutputExistsError" in capsys.readouterr().err
     assert main([*args[:-1], "50%", "--overwrite"]) == 2
     assert "SparsityPatternError" in capsys.readouterr().err
+
+
+def damage(folder, how: str) -> None:
+    """Break a packed folder one way a copy or an edit can."""
+    manifest_path = folder / PACKED_MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    q_proj = manifest["tensors"]["model.layers.0.self_attn.q_proj.weight"]
+    shard = folder / q_proj["file"]
+    if how == "truncated json":
+        manifest_path.write_text(manifest_path.read_text()[:50])
+    elif how == "a list":
+        manifest_path.write_text("[]")
+    elif how == "no tensors":
+        manifest_path.write_text(json.dumps({key: value for key, value in manifest.items() if key != "tensors"}))
+    elif how == "a bad pattern":
+        q_proj["pattern"] = "2-4"
+        manifest_path.write_text(json.dumps(manifest))
+    elif how == "a version that is a bool":
+        manifest["version"] = True
+        manifest_path.write_text(json.dumps(manifest))
+    elif how == "a missing shard":
+        shard.unlink()
+    elif how == "a truncated shard":
+        shard.write_bytes(shard.read_bytes()[:-100])
+
+
+@pytest.mark.parametrize("how, match", [
+    ("truncated json", "damaged.*not valid JSON"), ("a list", "damaged.*a JSON list"),
+    ("no tensors", "damaged.*no \"tensors\""), ("a bad pattern", "damaged.*pattern '2-4'"),
+    ("a version that is a bool", "manifest version True"), ("a missing shard", "is missing, though"),
+    ("a truncated shard", "not a readable safetensors file")])
+def test_a_damaged_packed_folder_is_one_packing_error(tmp_path, capsys, how, match):
+    write_model(tmp_path / "hf")
+    pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
+    damage(tmp_path / "packed", how)
+    with pytest.raises(PackingError, match=match):
+        load_packed_checkpoint(tmp_path / "packed")
+
+
+def test_an_hf_folder_with_another_manifest_json_is_not_taken_for_a_packed_one(tmp_path):
+    from sparsedecoding.packed import packed_manifest
+
+    write_model(tmp_path / "hf")
+    (tmp_path / "hf" / "manifest.json").write_text('{"name": "someone else\'s"}')
+    assert packed_manifest(tmp_path / "hf") is None
+    pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
+    (tmp_path / "packed" / PACKED_MANIFEST).rename(tmp_path / "packed" / "manifest.json")
+    assert packed_manifest(tmp_path / "packed") == tmp_path / "packed" / "manifest.json"
+
+
+def test_packing_a_dense_model_fails_before_writing_anything(tmp_path, monkeypatch):
+    import sparsedecoding.packed as packed
+
+    folder = tmp_path / "hf"
+    write_model(folder)
+    for shard in folder.glob("*.safetensors"):  # every decoder linear dense
+        tensors = load_file(str(shard))
+        save_file({k: torch.randn_like(v) if "_proj" in k else v for k, v in tensors.items()}, str(shard))
+    written = []
+    monkeypatch.setattr(packed, "save_file", lambda *args, **kwargs: written.append(args))
+    with pytest.raises(PackingError, match=r"no decoder linear .* is N:M sparse.*down_proj.weight: a group of 32 "
+                                           r"columns keeps 32 weights"):
+        pack_checkpoint(folder, tmp_path / "packed")
+    assert written == [] and not (tmp_path / "packed.partial").exists()
+
+
+@pytest.mark.parametrize("record", ['[]', '{"solver_options": [1]}',
+                                    '{"solver_options": {"quantize": "int4", "group_size": "abc"}}',
+                                    '{"solver_options": {"quantize": "int3"}}'])
+def test_a_malformed_pruning_record_is_one_clear_error(tmp_path, record):
+    from sparsedecoding.errors import ModelFileError
+    from sparsedecoding.packed import recorded_quantization
+
+    write_model(tmp_path / "hf")
+    (tmp_path / "hf" / "sparsedecoding.json").write_text(record)
+    with pytest.raises(ModelFileError, match="sparsedecoding.json"):
+        recorded_quantization(tmp_path / "hf")

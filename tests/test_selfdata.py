@@ -63,7 +63,7 @@ def test_dev_split_is_a_stable_share_keyed_by_normalized_text():
 
 @pytest.mark.parametrize("sources, words", [
     ("self=0.9,humaneval:eval=0.1", "held-out"), ("humaneval:all=1", "held-out"), ("self", "name=weight"),
-    ("self=-1", "positive"), ("self=abc", "name=weight"),
+    ("self=-1", "positive"), ("self=abc", "name=weight"), ("self=nan", "finite"), ("self=inf", "finite"),
 ])
 def test_bad_sources_give_one_line_errors(sources, words):
     with pytest.raises(PromptsError, match=words) as caught:

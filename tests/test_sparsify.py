@@ -196,6 +196,78 @@ def test_load_packed_refuses_a_folder_that_is_not_packed(tmp_path):
         load_packed(tmp_path / "dense")
 
 
+def test_a_non_finite_weight_is_refused_by_name_before_any_swap():
+    model = pruned_tiny("llama")
+    model.model.layers[1].mlp.up_proj.weight.data[0, 0] = float("inf")
+    with pytest.raises(PackingError, match=r"model\.layers\.1\.mlp\.up_proj holds NaN or inf"):
+        sparsify(model, tile=False)
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+
+
+def test_sparsify_says_why_nothing_is_swapped():
+    model, _ = sparsify(pruned_tiny("llama"), tile=False)
+    with pytest.raises(PackingError, match="already sparsified"):
+        sparsify(model, tile=False)
+    narrow = pruned_tiny("llama", overrides={"hidden_size": 80, "intermediate_size": 80, "head_dim": 20})
+    with pytest.raises(PackingError, match=r"in_features not a multiple of 32"):
+        sparsify(narrow, tile=False)
+
+
+def nearly_pruned_folder(tmp_path) -> tuple[nn.Module, str]:
+    """(the model, the broken linear's name): a pruned tiny llama saved to tmp_path / "pruned" with one weight of
+    one 2:4 linear set back, so that linear keeps 3 of 4 in a group (more than half) and must stay dense
+    everywhere."""
+    model = pruned_tiny("llama")
+    broken = "model.layers.0.mlp.up_proj"
+    weight = model.get_submodule(broken).weight.data
+    weight[0, int((weight[0, :4] == 0).nonzero()[0])] = 0.5
+    model.save_pretrained(tmp_path / "pruned")
+    return model, broken
+
+
+def test_sparsify_pack_and_load_packed_keep_the_same_linears_dense(tmp_path, caplog):
+    from transformers import AutoModelForCausalLM
+
+    _, broken = nearly_pruned_folder(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "pruned", dtype=torch.bfloat16).eval()
+    with caplog.at_level("WARNING"):
+        sparsified, summary = sparsify(model, tile=False)
+    assert broken in summary.kept_dense and broken not in summary.swapped
+    assert "stay dense beside the" in caplog.text and broken in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        pack_checkpoint(tmp_path / "pruned", tmp_path / "packed")
+    assert "2 of 14 decoder linears are kept dense" in caplog.text
+    loaded = load_packed(tmp_path / "packed", tile=False)
+    assert {name for name, m in loaded.named_modules() if isinstance(m, PackedLinear)} == set(summary.swapped)
+    with torch.no_grad():
+        assert torch.equal(loaded(TOKENS).logits, sparsified(TOKENS).logits)
+
+
+def test_load_packed_casts_a_float32_checkpoint_only_when_asked(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    pruned_tiny("llama", dtype=torch.float32).save_pretrained(tmp_path / "pruned")
+    pack_checkpoint(tmp_path / "pruned", tmp_path / "packed")
+    with pytest.raises(PackingError, match=r"holds float32 tensors.*dtype=torch\.bfloat16"):
+        load_packed(tmp_path / "packed")
+    with pytest.raises(KernelInputError, match="dtype=torch.float64"):
+        load_packed(tmp_path / "packed", dtype=torch.float64)
+    model = load_packed(tmp_path / "packed", dtype=torch.bfloat16, tile=False)
+    assert all(t.dtype == torch.bfloat16 for t in model.state_dict().values() if t.is_floating_point())
+    reference, _ = sparsify(AutoModelForCausalLM.from_pretrained(tmp_path / "pruned", dtype=torch.bfloat16), tile=False)
+    out = model.generate(TOKENS[:1], max_new_tokens=3, do_sample=False)
+    assert torch.equal(out, reference.generate(TOKENS[:1], max_new_tokens=3, do_sample=False))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_load_packed_onto_cuda_without_cuda_is_one_clear_error(tmp_path):
+    pruned_tiny("llama").save_pretrained(tmp_path / "pruned")
+    pack_checkpoint(tmp_path / "pruned", tmp_path / "packed")
+    with pytest.raises(PackingError, match="no CUDA device"):
+        load_packed(tmp_path / "packed", device="cuda", tile=False)
+
+
 @pytest.mark.gpu
 def test_cuda_sparsified_model_runs_the_kernel_eagerly_and_in_compiled_generate():
     """On CUDA: logits through the Triton kernel (16 rows) as close to float64 as the dense bf16 model's, and

@@ -11,9 +11,11 @@ Configurations (names are what `--configs` globs match):
 Every calibration source gets the same token budget. Calibration sets are built once per source with the dense model
 and cached in OUT/calibration/. Each configuration prunes an in-memory copy of the dense model (`pipeline.prune_layers`,
 nothing written: `sparsedecoding prune` with the same settings gives the checkpoint), is evaluated against the dense
-model (one set of greedy answers serves pass@1, on-policy KL and repetition) and written to OUT/configs/NAME.json. Configurations
-whose result exists are skipped, so a run can be split (`--configs`) and resumed; OUT/quality.md and quality.json are
-rebuilt from every result present after each configuration.
+model (one set of greedy answers serves pass@1, on-policy KL and repetition) and written to OUT/configs/NAME.json.
+Configurations whose result exists are skipped, so a run can be split (`--configs`) and resumed; OUT/quality.md and
+quality.json are rebuilt from every result present after each configuration.
+Every input (the selection, the settings, the report folder and what it already holds, the models, prompt and text
+files, and the sandbox of pass@1) is checked before any model is loaded or anything is written.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import copy
 import fnmatch
 import json
 import logging
+import os
 import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -30,12 +34,12 @@ from pathlib import Path
 import torch
 
 from .calibration import CalibrationSet, decode_set_from_generations, describe
-from .data import chat_format, read_prompts
-from .errors import SparseDecodingError
-from .outputs import markdown_table, write_jsonl
-from .evaluation.suite import evaluate
+from .data import chat_format, read_prompts, read_text_file
+from .errors import OutputNotWritableError, SparseDecodingError
+from .outputs import check_writable, markdown_table, write_jsonl
+from .evaluation.suite import check_settings, evaluate
 from .generation import Generation, generate, tokenize_prompts
-from .models import load_model, resolve_model
+from .models import check_pattern_fits, load_model, resolve_model
 from .pipeline import build_calibration, prune_layers
 from .runenv import environment, peak_memory_gb, pick_device, write_json
 from .settings import CompareSettings, PruneConfig
@@ -78,10 +82,14 @@ def grid() -> list[GridConfig]:
 
 
 def select(patterns: list[str] | None) -> list[GridConfig]:
-    """The grid filtered by name globs (all of it for None); a glob matching nothing is an error."""
+    """The grid filtered by name globs (all of it for None); no glob at all, or a glob matching nothing, is an
+    error."""
     configs = grid()
-    if not patterns:
+    if patterns is None:
         return configs
+    if not patterns:
+        raise SparseDecodingError("--configs names no configuration; give comma-separated name globs such as "
+                                  "'dense,*-sparsegpt-2of4' (see --list), or leave --configs out for the whole grid")
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(config.name, pattern) for config in configs):
             raise SparseDecodingError(f"--configs {pattern!r} matches no configuration; choose from "
@@ -94,32 +102,94 @@ def select(patterns: list[str] | None) -> list[GridConfig]:
 RETIRED_SETTINGS = {"refine_steps": 0, "refine_lr": None}
 
 
+# The keys of a result file that the report is built from.
+RESULT_KEYS = ("name", "config", "pruning", "metrics", "environment")
+
+
+def read_object(path: Path, remedy: str) -> dict:
+    """A JSON object from the report folder; a SparseDecodingError naming the file and `remedy` when it is not one."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SparseDecodingError(f"{path} cannot be read ({exc.strerror}); {remedy}") from None
+    try:
+        value = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        problem = "is empty" if not data.strip() else f"is not valid JSON ({exc})"
+        raise SparseDecodingError(f"{path} {problem}; {remedy}") from None
+    if not isinstance(value, dict):
+        raise SparseDecodingError(f"{path} holds a JSON {type(value).__name__}, not an object; {remedy}")
+    return value
+
+
+def check_folder_writable(root: Path) -> None:
+    """Refuse, before any work, a report folder that could not be written: for a new one, a parent it cannot be
+    created in (`outputs.check_writable`); for an existing one, a file where it or its calibration/ or configs/ must
+    be, or a folder in which no entry can be created (probed for real, as check_writable does: permission bits say
+    nothing about read-only mounts or root)."""
+    if not root.exists():
+        check_writable(root)
+        return
+    for folder in (root, root / "calibration", root / "configs"):
+        if folder.exists() and not folder.is_dir():
+            raise OutputNotWritableError(f"cannot write the report into {root}: {folder} is a file, not a folder; "
+                                         f"choose another --out")
+        if folder.is_dir():
+            try:
+                os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=folder))
+            except OSError as exc:
+                raise OutputNotWritableError(f"cannot write the report into {root}: {folder} is not writable "
+                                             f"({exc.strerror}); choose another --out") from None
+
+
 class Report:
-    """The folder: settings.json (fixed at the first run), calibration/, configs/, quality.{md,json}."""
+    """The folder: settings.json (fixed at the first run), calibration/, configs/, quality.{md,json}. `check` reads
+    it and `create` writes, so that every input can be checked in between."""
 
     def __init__(self, settings: CompareSettings):
+        if not settings.out.strip():
+            raise SparseDecodingError("--out is empty; name the report folder")
         self.root = Path(settings.out)
         self.settings = settings
+        self.now = json.loads(json.dumps(settings.comparable()))  # tuples become lists, as in the stored file
+
+    def check(self) -> None:
+        """Refuse a folder that cannot be written, or whose settings differ from these or whose files are
+        unreadable; writes nothing."""
+        check_folder_writable(self.root)
+        fixed = self.root / "settings.json"
+        if fixed.exists():
+            self.check_stored(read_object(fixed, f"it records the settings of every result in {self.root}: restore "
+                                                 f"it (each result in configs/ holds them), or use another --out"))
+        for path in sorted((self.root / "configs").glob("*.json")):
+            remedy = f"delete it to run {path.stem} again"
+            missing = [key for key in RESULT_KEYS if key not in read_object(path, remedy)]
+            if missing:
+                raise SparseDecodingError(f"{path} lacks {', '.join(missing)}, which every result has; {remedy}")
+        for path in sorted((self.root / "calibration").glob("*.json")):
+            read_object(path, f"delete it and {path.stem}.safetensors to build that calibration set again")
+
+    def check_stored(self, stored: dict) -> None:
+        """The stored settings must be these; a setting added after the folder was made counts as its default
+        there."""
+        for key, value in RETIRED_SETTINGS.items():
+            if value is not None and stored.get(key, value) != value:
+                raise SparseDecodingError(f"{self.root} holds results made with {key}={stored[key]}, a setting "
+                                          f"that no longer exists; use another --out")
+            stored.pop(key, None)
+        defaults = json.loads(json.dumps(CompareSettings().comparable()))
+        earlier = {**{key: defaults[key] for key in self.now.keys() - stored.keys()}, **stored}
+        if earlier != self.now:
+            changed = sorted(key for key in earlier.keys() | self.now.keys() if earlier.get(key) != self.now.get(key))
+            raise SparseDecodingError(f"{self.root} holds results made with other settings ({', '.join(changed)});"
+                                      f" use another --out, or the same settings to add configurations")
+
+    def create(self) -> None:
         for sub in ("calibration", "configs"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         fixed = self.root / "settings.json"
-        now = json.loads(json.dumps(settings.comparable()))  # tuples become lists, as in the stored file
-        if fixed.exists():
-            # A setting added after the folder was made counts as its default there.
-            stored = json.loads(fixed.read_text())
-            for key, value in RETIRED_SETTINGS.items():
-                if value is not None and stored.get(key, value) != value:
-                    raise SparseDecodingError(f"{self.root} holds results made with {key}={stored[key]}, a setting "
-                                              f"that no longer exists; use another --out")
-                stored.pop(key, None)
-            defaults = json.loads(json.dumps(CompareSettings().comparable()))
-            earlier = {**{key: defaults[key] for key in now.keys() - stored.keys()}, **stored}
-            if earlier != now:
-                changed = sorted(key for key in earlier.keys() | now.keys() if earlier.get(key) != now.get(key))
-                raise SparseDecodingError(f"{self.root} holds results made with other settings ({', '.join(changed)});"
-                                          f" use another --out, or the same settings to add configurations")
-        else:
-            write_json(fixed, now)
+        if not fixed.exists():
+            write_json(fixed, self.now)
 
     def result_file(self, name: str) -> Path:
         return self.root / "configs" / f"{name}.json"
@@ -190,10 +260,9 @@ def pruned_copy(dense, calib: CalibrationSet, config: PruneConfig) -> tuple[torc
 class Group:
     """One dense model (main or small) loaded once, with everything its configurations need."""
 
-    def __init__(self, report: Report, role: str, spec: str):
-        self.report, self.role, self.settings = report, role, report.settings
-        self.folder = resolve_model(spec)
-        self.dense, self.tokenizer, _ = load_model(self.folder, pick_device(self.settings.device))
+    def __init__(self, report: Report, role: str, folder: Path, device: torch.device):
+        self.report, self.role, self.settings, self.folder = report, role, report.settings, folder
+        self.dense, self.tokenizer, _ = load_model(folder, device)
 
     def calibration(self, config: GridConfig, main: Group | None) -> tuple[CalibrationSet, dict]:
         key = f"{self.role}-{config.calibration}"
@@ -239,24 +308,51 @@ class Group:
         return result, records
 
 
+def check_inputs(settings: CompareSettings, todo: list[GridConfig], needs_cross: bool) -> dict[str, Path]:
+    """Everything the configurations to run read, checked before any model is loaded or anything written: each model
+    they need (resolved: an offline model is fetched, a GGUF converted, once), each pattern on it, the calibration
+    prompts and text, the evaluation prompts and the sandbox of pass@1. Returns the folder of each model needed."""
+    roles = {config.role for config in todo} | ({"main"} if needs_cross else set())
+    folders = {role: resolve_model(spec) for role, spec in (("main", settings.model), ("small", settings.small_model))
+               if role in roles}
+    pruned = [config for config in todo if config.calibration is not None]
+    for config in pruned:
+        prune_settings = prune_config(settings, config, folders[config.role])
+        check_pattern_fits(folders[config.role], prune_settings.sparsity_pattern(), config.solver,
+                           prune_settings.blocksize)
+    if pruned:  # every source needs the decode set (text and mix take its token count), cross the same prompts
+        read_prompts(settings.calib_prompts)
+    if settings.text and any(config.calibration in ("text", "mix") for config in pruned):
+        read_text_file(settings.text)
+    if todo:
+        evaluation = settings.evaluation
+        check_settings(evaluation, has_reference=True)
+        if {"kl", "repetition"} & set(evaluation.metrics):
+            read_prompts(evaluation.prompts or f"humaneval:{evaluation.split}")
+    return folders
+
+
 def run_compare(settings: CompareSettings, patterns: list[str] | None = None) -> Path:
     """Run the selected configurations that have no result yet; rebuild the report; returns OUT/quality.md."""
     chosen = select(patterns)
     settings.validate()
-    pick_device(settings.device)
+    device = pick_device(settings.device)
     report = Report(settings)
+    report.check()
     todo = [config for config in chosen if not report.done(config.name)]
+    needs_cross = any(config.calibration == "cross" for config in todo) and not report.has_calibration("small-cross")
+    folders = check_inputs(settings, todo, needs_cross)
+    report.create()
     log.info("%d configuration(s) selected, %d already done, %d to run", len(chosen), len(chosen) - len(todo),
              len(todo))
     groups: dict[str, Group] = {}
-    needs_cross = any(config.calibration == "cross" for config in todo) and not report.has_calibration("small-cross")
-    if needs_cross or any(config.role == "main" for config in todo):
-        groups["main"] = Group(report, "main", settings.model)
-    for role, spec in (("main", settings.model), ("small", settings.small_model)):
+    if "main" in folders:
+        groups["main"] = Group(report, "main", folders["main"], device)
+    for role in ("main", "small"):
         configs = [config for config in todo if config.role == role]
         if not configs:
             continue
-        group = groups.get(role) or Group(report, role, spec)
+        group = groups.get(role) or Group(report, role, folders[role], device)
         if role == "small":
             if needs_cross:  # while the main model is still loaded
                 group.calibration(next(config for config in configs if config.calibration == "cross"), groups["main"])
@@ -264,7 +360,8 @@ def run_compare(settings: CompareSettings, patterns: list[str] | None = None) ->
         for number, config in enumerate(configs, 1):
             log.info("[%s %d/%d] %s", role, number, len(configs), config.name)
             result, records = group.run(config, groups.get("main"))
-            result.update(environment=environment(next(group.dense.parameters()).device), settings=settings.comparable(), command=settings.command)
+            result.update(environment=environment(next(group.dense.parameters()).device),
+                          settings=settings.comparable(), command=settings.command)
             report.save_result(config.name, result, records)
             log.info("%s: %s (%.0f s)", config.name, compact(result["metrics"]), result["seconds"]["total"])
             write_report(report)

@@ -26,6 +26,8 @@ def check_writable(out: Path) -> None:
     """Refuse an output folder that could not be created, before any work is spent on it. The nearest existing
     ancestor must be a folder we can create entries in; a real probe folder is made and removed there because
     permission bits say nothing about read-only mounts or root."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise OutputNotWritableError(f"{out} is a file, not a folder; choose another --out")
     ancestor = Path(out).absolute().parent
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -37,6 +39,14 @@ def check_writable(out: Path) -> None:
         raise OutputNotWritableError(f"cannot create {out}: {ancestor} is not writable ({exc.strerror}); "
                                      f"choose another --out") from None
     os.rmdir(probe)
+
+
+def check_not_source(out: Path, source: Path) -> None:
+    """Refuse an output folder that is the input folder, holds it or lies inside it: writing (or --overwrite's
+    replacing) the output would destroy the input."""
+    out, source = Path(out).resolve(), Path(source).resolve()
+    if out == source or source.is_relative_to(out) or out.is_relative_to(source):
+        raise OutputNotWritableError(f"--out {out} would overwrite the input {source}; choose another --out")
 
 
 @contextmanager

@@ -21,14 +21,14 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from .errors import ModelNotFoundError, PackingError, QuantizationError, SparsityPatternError
-from .kernels.format import PackedNM, kernel_runs, pack_nm
-from .kernels.quantized import PackedNMQ, check_packed_quantization, pack_nm_quantized
+from .errors import ModelFileError, ModelNotFoundError, PackingError, QuantizationError, SparsityPatternError
+from .kernels.format import PackedNM, kernel_runs, nm_pattern, pack_nm
+from .kernels.quantized import QUANTIZED_FORMATS, PackedNMQ, check_packed_quantization, pack_nm_quantized
 from .models import check_weight_files, read_json, sha256_file
-from .outputs import PRUNED_MANIFEST, output_folder
+from .outputs import PRUNED_MANIFEST, check_not_source, output_folder
 from .patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,6 @@ _OLD_PACKED_MANIFEST = "manifest.json"
 FORMAT = "sparsedecoding-packed-nm"
 MANIFEST_VERSION = 2  # 2: quantized packed weights; 1 (no version field): values + bitmask only
 PRUNABLE = re.compile(rf"^model\.layers\.\d+\.(self_attn|mlp)\.({'|'.join(PRUNABLE_LINEARS)})\.weight$")
-# Tried in this order by pattern="auto": the first one a weight satisfies is used (all store the same bytes).
-AUTO_PATTERNS = KERNEL_PATTERNS
 
 
 def _requested_patterns(pattern: str | None, quantize: str | None = None) -> tuple[tuple[int, int], ...] | None:
@@ -55,16 +53,25 @@ def _requested_patterns(pattern: str | None, quantize: str | None = None) -> tup
     if quantize is not None and not kernel_runs(parsed.n, parsed.m):
         raise PackingError(f"the quantized kernel cannot run {parsed}: it needs M dividing 32 and 32·N/M a multiple of "
                            f"8; pack with --pattern auto (a sparser weight packs under 2:4) or one of "
-                           f"{', '.join(f'{n}:{m}' for n, m in AUTO_PATTERNS)}")
+                           f"{', '.join(f'{n}:{m}' for n, m in KERNEL_PATTERNS)}")
     return ((parsed.n, parsed.m),)
 
 
 def _recorded(folder: str | Path, option: str) -> tuple[str | None, int]:
     """(the pruned manifest's solver option `option`, its group size), or (None, 128) where it is none or absent."""
     manifest = Path(folder) / PRUNED_MANIFEST
-    options = (read_json(manifest).get("solver_options") or {}) if manifest.is_file() else {}
-    quantize = options.get(option, "none")
-    return (None, 128) if quantize in (None, "none") else (quantize, int(options.get("group_size", 128)))
+    record = read_json(manifest) if manifest.is_file() else {}
+    options = (record.get("solver_options") or {}) if isinstance(record, dict) else None
+    if not isinstance(options, dict):
+        raise ModelFileError(f"{manifest} is not a pruning record (a JSON object with solver_options); restore it or "
+                             f"prune again")
+    quantize, group_size = options.get(option, "none"), options.get("group_size", 128)
+    if quantize in (None, "none"):
+        return None, 128
+    if quantize not in QUANTIZED_FORMATS or type(group_size) is not int:
+        raise ModelFileError(f"{manifest} records {option} {quantize!r} with group size {group_size!r}, which this "
+                             f"sparsedecoding does not know; restore it or prune again")
+    return quantize, group_size
 
 
 def recorded_quantization(folder: str | Path) -> tuple[str | None, int]:
@@ -82,37 +89,44 @@ def recorded_head_quantization(folder: str | Path) -> tuple[str | None, int]:
 
 def _pack_if_sparse(name: str, weight: torch.Tensor, patterns, quantize: str | None = None,
                     group_size: int = 128) -> tuple[PackedNM | PackedNMQ | None, str]:
-    """(the packed weight, ""), or (None, why the last pattern tried did not fit) to keep it dense (auto mode and no
-    pattern fits). A non-finite weight is an error in either mode: auto must not quietly keep it dense; so is, with
+    """(the packed weight, ""), or in auto mode (`patterns` None: the pattern `nm_pattern` finds) (None, why it is
+    kept dense). A non-finite weight is an error in either mode: auto must not quietly keep it dense; so is, with
     `quantize`, a sparse weight off the quantization grid."""
     if not bool(torch.isfinite(weight).all()):
         raise PackingError(f"{name} holds NaN or inf; the checkpoint is corrupt: prune again from a finite model")
-    reason = ""
-    for n, m in patterns or AUTO_PATTERNS:
-        try:
-            if quantize is None:
-                return pack_nm(weight, n, m), ""
-            return pack_nm_quantized(weight, n, m, quantize, group_size), ""
-        except QuantizationError as exc:
-            raise QuantizationError(f"{name}: {exc}") from exc
-        except PackingError as exc:
-            if patterns is not None:
-                raise PackingError(f"{name}: {exc}") from exc
-            reason = str(exc)
-    return None, reason
+    if patterns is None:
+        found = nm_pattern(weight) if weight.dim() == 2 else None
+        if found is None:
+            return None, _why_dense(weight)
+        patterns = (found,)
+    (n, m), = patterns
+    try:
+        if quantize is None:
+            return pack_nm(weight, n, m), ""
+        return pack_nm_quantized(weight, n, m, quantize, group_size), ""
+    except (PackingError, QuantizationError) as exc:
+        raise type(exc)(f"{name}: {exc}") from exc
+
+
+def _why_dense(weight: torch.Tensor) -> str:
+    """Why `nm_pattern` found no pattern for a prunable weight, for the error when nothing at all is packable."""
+    if weight.dim() != 2 or weight.shape[1] % 32:
+        return f"in_features {tuple(weight.shape)[1:]} is not a multiple of 32, which the packed format needs"
+    most = int((weight != 0).view(weight.shape[0], -1, 32).sum(-1).max())
+    return f"a group of 32 columns keeps {most} weights, more than half"
 
 
 def _nothing_packable(source: Path, refused: tuple[str, str] | None) -> PackingError:
     """The error for a folder in which no tensor would be packed, saying why (a packed copy of a dense model is
     only a slower copy)."""
-    patterns = ", ".join(f"{n}:{m}" for n, m in AUTO_PATTERNS)
+    patterns = ", ".join(f"{n}:{m}" for n, m in KERNEL_PATTERNS)
     if refused is None:
         return PackingError(f"{source} has no decoder linear named like model.layers.N.mlp.up_proj.weight; pack "
                             f"works on llama, qwen2, qwen3 and mistral checkpoints")
     name, reason = refused
-    reason = reason.split("; ")[0]  # pack_nm's own advice names one pattern; the advice below names them all
-    return PackingError(f"no decoder linear of {source} is sparse in {patterns} (e.g. {name}: {reason}); prune it "
-                        f"to one of them first (`sparsedecoding prune --pattern 2:4`)")
+    return PackingError(f"no decoder linear of {source} is N:M sparse at half its weights or fewer, as {patterns} "
+                        f"(e.g. {name}: {reason}); prune it to one of them first (`sparsedecoding prune --pattern "
+                        f"2:4`)")
 
 
 def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None = None,
@@ -120,7 +134,8 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
     """Convert the HF folder `hf_dir` to a packed checkpoint in `out_dir` and return its manifest.
 
     `pattern`: "2:4" (or another N:M) packs every prunable decoder linear with it and fails on one that is not
-    that sparse; None or "auto" packs each prunable linear with the first of 2:4, 4:8, 8:16, 16:32 it satisfies
+    that sparse; None or "auto" packs each prunable linear in the sparsest pattern the kernel runs that it
+    satisfies with at most half its weights kept (`kernels.format.nm_pattern`, as `sparsify` and the engine choose)
     and keeps the others dense. `overwrite` replaces an existing `out_dir`; without it OutputExistsError.
     `quantize` ("int8" or "int4", default None) stores each packed weight's kept values as codes and scales; the
     weights must lie on that grid (`prune --quantize`), int4 with `group_size` (a multiple of 32) columns a scale."""
@@ -130,10 +145,27 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
     patterns = _requested_patterns(pattern, quantize)
     if not source.is_dir():
         raise ModelNotFoundError(f"{source} is not a folder with .safetensors weights; pass an HF model folder")
+    check_not_source(out, source)
     shards = check_weight_files(source)
+    if patterns is None:
+        _check_something_packs(source, shards)
     with output_folder(out, overwrite) as partial:
         manifest = _write_packed(source, shards, partial, patterns, pattern or "auto", quantize, group_size)
     return manifest
+
+
+def _check_something_packs(source: Path, shards: list[Path]) -> None:
+    """In auto mode, PackingError before anything is written when no prunable tensor would be packed (a dense model
+    given by mistake); reads prunable tensors only until the first packable one, which is usually the first."""
+    refused = None
+    for shard in shards:
+        with safe_open(str(shard), framework="pt") as f:
+            for name in filter(PRUNABLE.match, f.keys()):
+                weight = f.get_tensor(name)
+                if weight.dim() == 2 and nm_pattern(weight) is not None:
+                    return
+                refused = refused or (name, _why_dense(weight))
+    raise _nothing_packable(source, refused)
 
 
 def _write_packed(source: Path, shards: list[Path], out: Path, patterns, requested: str, quantize: str | None,
@@ -164,6 +196,10 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
                  sum(info["file"] == shard.name and "pattern" in info for info in tensors_info.values()))
     if not any("pattern" in info for info in tensors_info.values()):
         raise _nothing_packable(source, refused)
+    if refused is not None:
+        prunable = [info for name, info in tensors_info.items() if PRUNABLE.match(name)]
+        log.warning("%d of %d decoder linears are kept dense (e.g. %s: %s)",
+                    sum("pattern" not in info for info in prunable), len(prunable), *refused)
     for path in source.iterdir():
         if path.is_file() and path.suffix != ".safetensors" and path.name != "model.safetensors.index.json":
             shutil.copy2(path, out / path.name)
@@ -182,11 +218,59 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
 
 
 def packed_manifest(folder: Path) -> Path | None:
-    """The manifest file of a packed checkpoint folder (under its current or its old name), None for another folder."""
-    for name in (PACKED_MANIFEST, _OLD_PACKED_MANIFEST):
-        if (folder / name).is_file():
-            return folder / name
+    """The manifest file of a packed checkpoint folder (under its current or its old name), None for another folder.
+    A file under the old, generic name counts only when it says it is a packed-checkpoint manifest, so an HF folder
+    that ships some other manifest.json still loads as the HF folder it is."""
+    if (folder / PACKED_MANIFEST).is_file():
+        return folder / PACKED_MANIFEST
+    old = folder / _OLD_PACKED_MANIFEST
+    if old.is_file():
+        try:
+            record = json.loads(old.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        if isinstance(record, dict) and record.get("format") == FORMAT:
+            return old
     return None
+
+
+def _read_manifest(path: Path) -> dict:
+    """The packed manifest at `path`, its structure checked (it decides which bytes are read as what); PackingError
+    naming what is wrong, so a damaged folder fails with one line rather than deep in the loader."""
+    def broken(what: str) -> PackingError:
+        return PackingError(f"{path} is damaged ({what}); pack the pruned checkpoint again")
+
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise broken(f"not valid JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise broken(f"a JSON {type(manifest).__name__}, not an object")
+    if manifest.get("format") != FORMAT:
+        raise PackingError(f"{path} is not a packed-checkpoint manifest (format {manifest.get('format')!r})")
+    version = manifest.get("version", 1)
+    if type(version) is not int or not 1 <= version <= MANIFEST_VERSION:
+        raise PackingError(f"{path} has manifest version {version!r}; this sparsedecoding reads versions 1 to "
+                           f"{MANIFEST_VERSION}: update it, or pack the checkpoint again")
+    tensors = manifest.get("tensors")
+    if not isinstance(tensors, dict) or not tensors:
+        raise broken("no \"tensors\" object")
+    for name, info in tensors.items():
+        if not isinstance(info, dict) or not isinstance(info.get("file"), str) or "/" in info["file"]:
+            raise broken(f"tensor {name!r} names no file of the folder")
+        shape = info.get("shape")
+        if not isinstance(shape, list) or not all(type(size) is int and size >= 0 for size in shape):
+            raise broken(f"tensor {name!r} has shape {shape!r}")
+        if not isinstance(info.get("dtype"), str):
+            raise broken(f"tensor {name!r} has dtype {info.get('dtype')!r}")
+        if "pattern" in info:
+            pattern = info["pattern"]
+            parts = pattern.split(":") if isinstance(pattern, str) else []
+            if len(shape) != 2 or len(parts) != 2 or not all(part.isdigit() for part in parts):
+                raise broken(f"packed tensor {name!r} has pattern {pattern!r} and shape {shape!r}")
+            if "quantize" in info and type(info.get("group_size")) is not int:
+                raise broken(f"packed tensor {name!r} is quantized with group size {info.get('group_size')!r}")
+    return manifest
 
 
 def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.device = "cpu"
@@ -197,19 +281,13 @@ def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.devic
     manifest_path = packed_manifest(folder)
     if manifest_path is None:
         raise ModelNotFoundError(f"{folder} has no {PACKED_MANIFEST}; create it with `sparsedecoding pack`")
-    manifest = json.loads(manifest_path.read_text())
-    if manifest.get("format") != FORMAT:
-        raise PackingError(f"{manifest_path} is not a packed-checkpoint manifest (format {manifest.get('format')!r})")
-    version = manifest.get("version", 1)
-    if not isinstance(version, int) or not 1 <= version <= MANIFEST_VERSION:
-        raise PackingError(f"{manifest_path} has manifest version {version!r}; this sparsedecoding reads versions 1 to "
-                           f"{MANIFEST_VERSION}: update it, or pack the checkpoint again")
+    manifest = _read_manifest(manifest_path)
     by_file: dict[str, list[str]] = {}
     for name, info in manifest["tensors"].items():
         by_file.setdefault(info["file"], []).append(name)
     state: dict[str, torch.Tensor | PackedNM | PackedNMQ] = {}
     for file, names in by_file.items():
-        tensors = load_file(str(folder / file), device=str(device))
+        tensors = _load_shard(folder / file, device)
         for name in names:
             info = manifest["tensors"][name]
             if "pattern" in info:
@@ -224,3 +302,17 @@ def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.devic
             else:
                 raise PackingError(f"{folder / file} lacks {name} of shape {info['shape']} listed in the manifest")
     return state, manifest
+
+
+def _load_shard(path: Path, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """The tensors of one packed shard; PackingError when it is missing or not a whole safetensors file."""
+    if not path.is_file():
+        raise PackingError(f"{path} is missing, though {path.parent / PACKED_MANIFEST} lists tensors in it; copy the "
+                           f"whole folder")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise PackingError(f"cannot load {path.parent} onto {device}: this machine has no CUDA device")
+    try:
+        return load_file(str(path), device=str(device))
+    except (SafetensorError, OSError) as exc:
+        raise PackingError(f"{path} is not a readable safetensors file ({exc}); it may be truncated: copy it "
+                           f"again") from None

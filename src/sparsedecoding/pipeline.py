@@ -48,7 +48,7 @@ from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulat
                       hessians_by_module, input_groups, kept_rows, paired_by_module, prunable_linears)
 from .kernels.quantized import check_dense_quantization
 from .models import check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, source_dtype
-from .outputs import PRUNED_MANIFEST, check_writable
+from .outputs import PRUNED_MANIFEST, check_not_source, check_writable
 from .patterns import SparsityPattern
 from .runenv import peak_memory_gb, pick_device, versions, write_json
 from .settings import PruneConfig
@@ -376,6 +376,15 @@ def solver_name(config: PruneConfig) -> str:
     return "gptq" if config.sparsity_pattern() is None else config.solver
 
 
+def _read_state(path: Path) -> dict | None:
+    """A work folder's state.json, None when it is not a JSON object (a run killed while writing it)."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
 class WorkDir:
     """`OUT.partial/`: state.json, calibration.safetensors and layers/NNN.safetensors of finished layers."""
 
@@ -383,8 +392,11 @@ class WorkDir:
         self.path = out.with_name(out.name + ".partial")
         self.fingerprint = fingerprint
         state_file = self.path / "state.json"
-        state = json.loads(state_file.read_text()) if state_file.exists() else None
-        if state is not None and state.get("fingerprint") != fingerprint:
+        state = _read_state(state_file) if state_file.exists() else None
+        if state_file.exists() and state is None:
+            log.warning("removing %s: its state.json is damaged, so the run starts over", self.path)
+            shutil.rmtree(self.path)
+        elif state is not None and state.get("fingerprint") != fingerprint:
             log.info("removing %s from a run with other settings", self.path)
             shutil.rmtree(self.path)
             state = None
@@ -507,6 +519,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     check_writable(out)
     device = pick_device(config.device)
     folder = resolve_model(config.model)
+    check_not_source(out, folder)
     if pattern is not None:
         check_pattern_fits(folder, pattern, config.solver, config.blocksize)
     if config.quantize == "int4":  # every linear's rows must hold whole scale groups

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -119,9 +120,9 @@ class SelfDataConfig:
                 value = float(weight)
             except ValueError:
                 value = -1.0
-            if not sep or not name or value <= 0:
-                raise PromptsError(f"source {item.strip()!r} is not name=weight with a positive weight; write e.g. "
-                                   f"self=0.9,humaneval:fit=0.1")
+            if not sep or not name or not 0 < value < math.inf:
+                raise PromptsError(f"source {item.strip()!r} is not name=weight with a positive, finite weight; write "
+                                   f"e.g. self=0.9,humaneval:fit=0.1")
             if name in HELD_OUT:
                 raise PromptsError(f"source {name} contains the held-out half of HumanEval; use humaneval:fit or "
                                    f"humaneval:calib")

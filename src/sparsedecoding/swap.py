@@ -22,15 +22,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .engine.loading import nm_pattern
 from .errors import KernelInputError, PackingError, QuantizationError
 from .kernels import PackedLinear, PackedNM, pack_nm
+from .kernels.format import nm_pattern
 from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, check_dense_quantization,
                                 check_packed_quantization, pack_nm_quantized)
 from .kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from .kernels.op import KernelChoiceError, kernel_setting, sp24_slots_setting
 from .kernels.sp24_linear import Sp24Linear, sp24_problem, tile_where_kernel_runs
 from .packed import load_packed_checkpoint, recorded_head_quantization, recorded_quantization
+from .patterns import PRUNABLE_LINEARS
 from .solvers import quantization_codes
 
 log = logging.getLogger(__name__)
@@ -74,9 +75,12 @@ def _output_embedding(model: nn.Module) -> nn.Module | None:
 def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int | None = None,
              head: str | None = "auto", tile: bool | str = "auto") -> tuple[nn.Module, SparsifySummary]:
     """Replace in place every `nn.Linear` of `model` whose weight satisfies a kernel-supported N:M pattern
-    (`engine.loading.nm_pattern`: the sparsest of 2:4, 4:8, 8:16, 16:32 families that holds, detected from the
-    zeros) with a `PackedLinear` holding the same weight packed, the same bias, dtype and device. The output
-    embedding (lm_head, often tied to the input embedding) and linears that are not N:M sparse stay as they were.
+    (`kernels.format.nm_pattern`: the sparsest of the 2:4, 4:8, 8:16, 16:32 families that holds with at most
+    half the weights kept, detected from the zeros) with a `PackedLinear` holding the same weight packed, the same
+    bias, dtype and device. The output embedding (lm_head, often tied to the input embedding) and linears that are
+    not N:M sparse stay as they were (a warning names decoder linears left dense beside swapped ones). The model
+    `save_pretrained` writes afterwards holds the packed buffers, which `from_pretrained` does not read: keep the
+    pruned folder, or its packed checkpoint (`sparsedecoding pack`, `load_packed`), as the saved form.
     Returns the model and a `SparsifySummary`.
 
     A model that `prune --quantize` made holds its kept weights on an int8 / int4 grid: with `quantize` (and, for
@@ -114,14 +118,17 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
         else:
             plan[name] = (module, pattern)
     if not plan:
-        raise PackingError(f"no linear of this {type(model).__name__} is N:M sparse ({len(kept)} dense linears); "
-                           "prune the model to an N:M pattern such as 2:4 first (sparsedecoding prune)")
+        raise _nothing_sparse(model, kept)
     wrong = {name: module.weight.dtype for name, (module, _) in plan.items()
              if module.weight.dtype not in _KERNEL_DTYPES}
     if wrong:
         name, dtype = next(iter(wrong.items()))
         raise KernelInputError(f"{name} holds {dtype} weights; the sparse kernel runs bfloat16 or float16: call "
                                "model.to(torch.bfloat16) before sparsify")
+    broken = next((name for name, (module, _) in plan.items() if not bool(torch.isfinite(module.weight).all())), None)
+    if broken is not None:
+        raise PackingError(f"{broken} holds NaN or inf; the model is corrupt: prune again from a finite model")
+    _warn_kept_decoder_linears(plan, kept)
     # quantized: every weight's codes first (each may be off its grid), so that an error leaves the model unchanged
     codes = {name: _grid_packed(name, module.weight.detach(), n, m, quantize, group_size)
              for name, (module, (n, m)) in plan.items()} if quantize is not None else {}
@@ -146,6 +153,27 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
         kept = [name for name in kept if model.get_submodule(name) is not head_module]
     tiled = tile_packed(model, tile)
     return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes, quantize, head, tiled)
+
+
+def _nothing_sparse(model: nn.Module, kept: list[str]) -> PackingError:
+    """sparsify's error for a model with no linear to swap, saying which of the reasons applies."""
+    kind = type(model).__name__
+    if any(isinstance(module, (PackedLinear, Sp24Linear)) for module in model.modules()):
+        return PackingError(f"this {kind} is already sparsified: its N:M linears are packed modules")
+    narrow = [name for name in kept if model.get_submodule(name).in_features % 32]
+    why = (f"; {len(narrow)} of them, e.g. {narrow[0]}, have in_features not a multiple of 32, which the packed "
+           "format needs") if narrow else ""
+    return PackingError(f"no linear of this {kind} is N:M sparse ({len(kept)} dense linears{why}); prune the model "
+                        "to an N:M pattern such as 2:4 first (sparsedecoding prune)")
+
+
+def _warn_kept_decoder_linears(plan: dict, kept: list[str]) -> None:
+    """Warn once when decoder linears stay dense beside swapped ones (a weight that lost its pattern, or keeps more
+    than half of some group): the summary counts them, the log says which."""
+    stray = [name for name in kept if name.rsplit(".", 1)[-1] in PRUNABLE_LINEARS]
+    if stray:
+        log.warning("%d decoder linears are not N:M sparse at half their weights or fewer and stay dense beside the "
+                    "%d swapped (e.g. %s)", len(stray), len(plan), stray[0])
 
 
 def _check_tile(tile: bool | str, device: str | torch.device | None = None) -> None:
@@ -238,31 +266,33 @@ def _set_head(model: nn.Module, head: DenseQuantizedLinear) -> None:
         tied_keys.pop(f"{name}.weight", None)
 
 
-def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bool | str = "auto") -> nn.Module:
+def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bool | str = "auto",
+                dtype: torch.dtype | None = None) -> nn.Module:
     """The transformers causal LM of a packed checkpoint folder (written by `sparsedecoding pack`) with a
     `PackedLinear` wherever the checkpoint holds a packed weight (a `QuantizedPackedLinear` where it holds codes,
     and lm_head a `DenseQuantizedLinear` where `prune --quantize-head` recorded one): the model `sparsify` makes
-    from the pruned folder, without ever holding those weights dense. Raises ModelNotFoundError / PackingError for
-    a folder that is not a packed checkpoint, does not match its config.json, or holds quantized weights beside
-    float32 tensors (the quantized kernels take bfloat16 or float16 activations), and QuantizationError for a
-    recorded quantized lm_head that is off its grid. Load it on the device it runs on (an int4 head's layout is
-    the device's); on CUDA the linears the sparse tensor-core kernel runs are then tiled as `sparsify` tiles them
-    (`tile`, see `tile_packed`; with True, a device or build the kernel cannot run on is an error before loading)."""
+    from the pruned folder, without ever holding those weights dense. `dtype` (bfloat16 or float16) casts the
+    checkpoint's floating tensors and packed values; None (the default) keeps the checkpoint's own, which must then
+    be one the kernels run. Raises ModelNotFoundError / PackingError for a folder that is not a packed checkpoint,
+    is damaged, does not match its config.json, or holds float32 tensors without `dtype` (the packed kernels take
+    bfloat16 or float16), and QuantizationError for a recorded quantized lm_head that is off its grid. Load it on
+    the device it runs on (an int4 head's layout is the device's); on CUDA the linears the sparse tensor-core
+    kernel runs are then tiled as `sparsify` tiles them (`tile`, see `tile_packed`; with True, a device or build
+    the kernel cannot run on is an error before loading).
+
+    A sparsified or `load_packed` model's `save_pretrained` writes the packed modules' buffers, which
+    `from_pretrained` does not read back: keep the packed checkpoint (or the pruned folder) as the saved form."""
     _check_tile(tile, device)
+    if dtype is not None and dtype not in _KERNEL_DTYPES:
+        raise KernelInputError(f"dtype={dtype}: the packed kernels run torch.bfloat16 or torch.float16")
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
     from transformers.initialization import no_init_weights
 
     state, _ = load_packed_checkpoint(folder, device)
+    state, dtype = _in_kernel_dtype(folder, state, dtype)
     packed = {name.removesuffix(".weight"): weight for name, weight in state.items()
               if isinstance(weight, PackedNM | PackedNMQ)}
-    # the dense tensors' dtype (a quantized checkpoint's packed weights hold codes)
-    dtype = next(t.dtype for t in state.values() if isinstance(t, torch.Tensor) and t.is_floating_point())
     head, group_size = recorded_head_quantization(folder)
-    quantized = head is not None or any(isinstance(weight, PackedNMQ) for weight in packed.values())
-    if quantized and dtype not in _KERNEL_DTYPES:
-        raise PackingError(f"{folder} holds {dtype} tensors; its quantized weights run with bfloat16 or float16 "
-                           "activations: load the pruned model in bfloat16, save it with its sparsedecoding.json "
-                           "copied beside it, and pack that")
     with no_init_weights():  # every weight is assigned from the checkpoint below; skip the random initialisation
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype)
     if (Path(folder) / "generation_config.json").is_file():  # stop tokens, sampling defaults: as from_pretrained
@@ -285,3 +315,24 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
     model = model.to(device).eval().requires_grad_(False)
     tile_packed(model, tile)
     return model
+
+
+def _in_kernel_dtype(folder: str | Path, state: dict, dtype: torch.dtype | None) -> tuple[dict, torch.dtype]:
+    """(`state` with its floating tensors and packed values in `dtype`, that dtype); with `dtype` None the
+    checkpoint's single floating dtype, PackingError where it is not one the kernels run or the tensors disagree
+    (a packed value file in float32 beside bfloat16 tensors runs nowhere)."""
+    floating = {weight.values.dtype if isinstance(weight, PackedNM) else weight.dtype for weight in state.values()
+                if isinstance(weight, PackedNM) or (isinstance(weight, torch.Tensor) and weight.is_floating_point())}
+    if dtype is None:
+        if len(floating) != 1 or next(iter(floating)) not in _KERNEL_DTYPES:
+            held = ", ".join(sorted(str(kind).removeprefix("torch.") for kind in floating))
+            raise PackingError(f"{folder} holds {held} tensors; the packed kernels run bfloat16 or float16: pass "
+                               "dtype=torch.bfloat16 to load_packed to load it in bfloat16")
+        return state, next(iter(floating))
+
+    def cast(weight):
+        if isinstance(weight, PackedNM):
+            return PackedNM(weight.values.to(dtype), weight.bitmask, weight.n, weight.m, weight.shape)
+        return weight.to(dtype) if isinstance(weight, torch.Tensor) and weight.is_floating_point() else weight
+
+    return {name: cast(weight) for name, weight in state.items()}, dtype

@@ -38,6 +38,11 @@ RHOS = (0.01, 0.02, 0.05, 0.10, 0.20, 0.50)
 RANK_TOLERANCE = 1e-10
 
 
+class DiscrepancySettingsError(SparseDecodingError, ValueError):
+    """Discrepancy settings that cannot work: a token count or batch size below 1, a ρ outside (0, 1], an unknown
+    Hessian dtype."""
+
+
 def retained_rank(rho: float, d_in: int) -> int:
     """k = max(1, ⌈ρ·d_in⌉)."""
     return max(1, math.ceil(rho * d_in - 1e-9))  # the guard keeps exact products (0.5·64) from rounding up
@@ -150,10 +155,15 @@ def run_discrepancy(model: str, out: str | Path, *, heldout: str = "humaneval:ev
     and decomposition precision (float64 by default: small eigenvalues matter here)."""
     out = Path(out)
     check_output(out, overwrite)
+    counts = {"--tokens": tokens, "--max-new-tokens": max_new_tokens, "--gen-batch-size": gen_batch_size,
+              "--batch-size": batch_size}
+    for option, value in counts.items():
+        if value < 1:
+            raise DiscrepancySettingsError(f"{option} must be at least 1, got {value}")
     if not rhos or not all(0.0 < rho <= 1.0 for rho in rhos):
-        raise SparseDecodingError(f"--rhos must be fractions in (0, 1], got {', '.join(map(str, rhos)) or 'none'}")
+        raise DiscrepancySettingsError(f"--rhos must be fractions in (0, 1], got {', '.join(map(str, rhos)) or 'none'}")
     if hessian_dtype not in ("float32", "float64"):
-        raise SparseDecodingError(f"--hessian-dtype must be float32 or float64, got {hessian_dtype!r}")
+        raise DiscrepancySettingsError(f"--hessian-dtype must be float32 or float64, got {hessian_dtype!r}")
     if plot:
         require_matplotlib()
     heldout_prompts, calibration_prompts = read_prompts(heldout), read_prompts(calib_prompts)

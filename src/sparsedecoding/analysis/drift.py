@@ -25,9 +25,13 @@ from ..data import chat_format, prompts_hash, read_prompts
 from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..generation import Generation, generate, left_pad, position_ids_from_mask, tokenize_prompts
-from ..models import load_model
+from ..models import load_model, resolve_model
 from ..runenv import pick_device, versions, write_json
 from .plots import plot_drift, require_matplotlib
+
+
+class DriftSettingsError(SparseDecodingError, ValueError):
+    """Drift settings that cannot work: fewer than 4 steps, a batch size or prompt limit below 1."""
 
 
 def relative_distance(x_pruned: torch.Tensor, x_dense: torch.Tensor) -> torch.Tensor:
@@ -153,14 +157,20 @@ def run_drift(dense: str, pruned: str, out: str | Path, *, prompts: str = "human
     out = Path(out)
     check_output(out, overwrite)
     if steps < 4:
-        raise SparseDecodingError(f"--steps must be at least 4 (the plateau is the last quarter), got {steps}")
+        raise DriftSettingsError(f"--steps must be at least 4 (the plateau is the last quarter), got {steps}")
+    if batch_size < 1:
+        raise DriftSettingsError(f"--batch-size must be at least 1, got {batch_size}")
+    if limit is not None and limit < 1:
+        raise DriftSettingsError(f"--limit must be at least 1 (or left out for every prompt), got {limit}")
     if plot:
         require_matplotlib()
     chosen = read_prompts(prompts)[:limit]
     started = time.perf_counter()
     torch_device = pick_device(device)
-    dense_model, tokenizer, dense_folder = load_model(dense, torch_device)
-    pruned_model, _, pruned_folder = load_model(pruned, torch_device)
+    # Both models are found and checked before either loads (a mistyped --pruned must not wait for the dense one).
+    pruned_folder, dense_folder = resolve_model(pruned), resolve_model(dense)
+    dense_model, tokenizer, _ = load_model(dense_folder, torch_device)
+    pruned_model, _, _ = load_model(pruned_folder, torch_device)
     result = measure_drift(dense_model, pruned_model, tokenizer, chosen, steps, batch_size, progress)
     payload = {
         "dense": str(dense_folder), "pruned": str(pruned_folder), **result,

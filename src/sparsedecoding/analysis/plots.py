@@ -11,6 +11,11 @@ from pathlib import Path
 from ..errors import SparseDecodingError
 
 
+class AnalysisResultError(SparseDecodingError):
+    """A folder given to `analyze plot` whose analysis JSON is missing, empty, cut short or lacks what a figure
+    needs."""
+
+
 def require_matplotlib():
     """The pyplot module on the non-interactive Agg backend; a clear error where matplotlib is missing."""
     try:
@@ -92,9 +97,50 @@ def plot_quality(results: list[dict], path: Path, title: str) -> None:
     plt.close(figure)
 
 
+# What each result file's figures read: `a.b` is key b of object a, `a[].b` key b of every item of list a.
+RESULT_FIELDS = {
+    "discrepancy.json": ("model", "summary[].rho", "summary[].median_ratio", "summary[].ratio_q1",
+                         "summary[].ratio_q3", "summary[].decode_smaller_share"),
+    "drift.json": ("pruned", "layers[].layer", "layers[].curve"),
+    "quality.json": ("settings.model", "settings.small_model", "settings.tokens", "results[].name",
+                     "results[].config.role", "results[].config.calibration", "results[].metrics"),
+}
+WRITTEN_BY = {"discrepancy.json": "sparsedecoding analyze discrepancy", "drift.json": "sparsedecoding analyze drift",
+              "quality.json": "sparsedecoding compare"}
+
+
+def _has_field(value, path: list[str]) -> bool:
+    if not path:
+        return True
+    key, rest = path[0], path[1:]
+    if key.endswith("[]"):
+        items = value.get(key[:-2]) if isinstance(value, dict) else None
+        return isinstance(items, list) and all(_has_field(item, rest) for item in items)
+    return isinstance(value, dict) and key in value and _has_field(value[key], rest)
+
+
+def read_result(file: Path) -> dict:
+    """The payload of an analysis or `compare` JSON file, checked for every field its figures read, so that an empty,
+    cut-short or foreign file gives one error that names it instead of a decoding error or a KeyError mid-plot."""
+    redo = f"re-run `{WRITTEN_BY[file.name]}` to write it again"
+    if file.name == "quality.json":
+        redo += " (with the same --out: finished configurations are kept)"
+    try:
+        payload = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise AnalysisResultError(f"{file} is not UTF-8 text; {redo}") from None
+    except json.JSONDecodeError as exc:
+        state = "is empty" if not exc.doc.strip() else f"is not valid JSON, perhaps cut short ({exc})"
+        raise AnalysisResultError(f"{file} {state}; {redo}") from None
+    missing = [field for field in RESULT_FIELDS[file.name] if not _has_field(payload, field.split("."))]
+    if missing:
+        raise AnalysisResultError(f"{file} lacks {', '.join(missing)}; {redo}")
+    return payload
+
+
 def _quality_figures(folder: Path) -> list[Path]:
     """quality-ROLE.png for each model role in a `compare` folder's quality.json."""
-    payload = json.loads((folder / "quality.json").read_text())
+    payload = read_result(folder / "quality.json")
     drawn = []
     for role in ("main", "small"):
         results = [r for r in payload["results"] if r["config"]["role"] == role]
@@ -115,16 +161,19 @@ def redraw(folder: str | Path) -> list[Path]:
     machine without matplotlib); returns them."""
     folder = Path(folder)
     if (folder / "discrepancy.json").exists():
-        payload = json.loads((folder / "discrepancy.json").read_text())
+        payload = read_result(folder / "discrepancy.json")
         draw, data, title, name = plot_discrepancy, payload["summary"], Path(payload["model"]).name, "discrepancy"
     elif (folder / "drift.json").exists():
-        payload = json.loads((folder / "drift.json").read_text())
+        payload = read_result(folder / "drift.json")
         draw, data, title, name = plot_drift, payload["layers"], f"{Path(payload['pruned']).name} vs dense", "drift"
     elif (folder / "quality.json").exists():
         return _quality_figures(folder)
     else:
-        raise SparseDecodingError(f"{folder} holds no discrepancy.json, drift.json or quality.json; pass a folder "
+        raise AnalysisResultError(f"{folder} holds no discrepancy.json, drift.json or quality.json; pass a folder "
                                   f"written by `sparsedecoding analyze discrepancy`, `analyze drift` or `compare`")
+    if not data:
+        raise AnalysisResultError(f"{folder / f'{name}.json'} has nothing to draw (an empty list); "
+                                  f"re-run `{WRITTEN_BY[f'{name}.json']}` to write it again")
     partial = folder / f"{name}.partial.png"
     draw(data, partial, title)
     os.replace(partial, folder / f"{name}.png")

@@ -17,7 +17,8 @@ def fractions(text: str) -> tuple[float, ...]:
 def add_output_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="output folder (written atomically)")
     parser.add_argument("--no-plot", dest="plot", action="store_false",
-                        help="skip the PNG (no matplotlib here); draw it later with `analyze plot OUT` (default: draw it)")
+                        help="skip the PNG (no matplotlib here); draw it later with `analyze plot OUT` "
+                             "(default: draw it)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (default: off)")
 
@@ -43,8 +44,10 @@ def register(subparsers) -> None:
     discrepancy.add_argument("--max-new-tokens", type=int, default=512, help="new tokens per prompt (default 512)")
     discrepancy.add_argument("--rhos", type=fractions, default=(0.01, 0.02, 0.05, 0.10, 0.20, 0.50),
                              help="retained fractions (default 0.01,0.02,0.05,0.1,0.2,0.5)")
-    discrepancy.add_argument("--gen-batch-size", type=int, default=32, help="prompts per generation batch (default: 32)")
-    discrepancy.add_argument("--batch-size", type=int, default=8, help="sequences per Hessian replay batch (default: 8)")
+    discrepancy.add_argument("--gen-batch-size", type=int, default=32,
+                             help="prompts per generation batch (default: 32)")
+    discrepancy.add_argument("--batch-size", type=int, default=8,
+                             help="sequences per Hessian replay batch (default: 8)")
     discrepancy.add_argument("--hessian-dtype", default="float64", choices=["float32", "float64"],
                              help="Hessian accumulation dtype (default: float64)")
     discrepancy.add_argument("--seed", type=int, default=0, help="text window order (default: 0)")

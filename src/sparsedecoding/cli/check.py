@@ -1,5 +1,6 @@
 """`sparsedecoding check`: the decode engine's correctness on a real checkpoint, as a markdown report (dense engine
-logits against transformers; sparse against dense engine greedy tokens). See evaluation/engine_check.py for the rules."""
+logits against transformers; sparse against dense engine greedy tokens). See evaluation/engine_check.py for the
+rules."""
 
 from __future__ import annotations
 
@@ -31,18 +32,46 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def check_report_path(out: Path) -> None:
+    """OutputNotWritableError, before any work, for a report file that could not be written: a folder stands
+    there, the file exists but cannot be opened for writing, or no file can be created where it would go."""
+    from ..errors import OutputNotWritableError
+    from ..outputs import check_writable
+
+    if out.is_dir():
+        raise OutputNotWritableError(f"--out {out} is a folder; give the report file's path, such as "
+                                     f"{out / 'report.md'}")
+    if not out.exists():
+        check_writable(out)
+        return
+    try:
+        with open(out, "a"):  # appending nothing leaves the file as it is
+            pass
+    except OSError as exc:
+        raise OutputNotWritableError(f"cannot write {out} ({exc.strerror}); choose another --out") from None
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
     import torch
 
+    from ..engine.config import check_model_folder
     from ..errors import EngineError
     from ..evaluation.engine_check import DEFAULT_PROMPTS, run as run_check
     from ..runenv import pick_device
 
     if args.new_tokens < 1:
         raise EngineError(f"--new-tokens must be at least 1, got {args.new_tokens}")
+    if args.prompt and not all(args.prompt):
+        raise EngineError("--prompt is empty; give the text to continue")
+    if "tokens" in args.checks and args.dtype == "float32":
+        raise EngineError("--checks tokens packs the N:M linears, which run in bfloat16 or float16, not float32; "
+                          "pass --dtype bfloat16 or float16, or --checks logits")
+    if args.out:
+        check_report_path(args.out)
     device = pick_device(args.device)
+    check_model_folder(args.model)
     report = run_check(args.model, args.prompt or list(DEFAULT_PROMPTS), args.new_tokens, device,
                        compile=device.type == "cuda" and not args.no_compile, checks=args.checks,
                        dtype=getattr(torch, args.dtype), wide_reference=not args.no_wide_reference,

@@ -32,7 +32,8 @@ def run_compare_command(args) -> int:
         return 0
     settings = CompareSettings(**from_args(CompareSettings, args, evaluation=eval_settings_from_args(args, METRICS),
                                            command=["sparsedecoding", *sys.argv[1:]]))
-    patterns = [part.strip() for part in args.configs.split(",") if part.strip()] if args.configs else None
+    # An empty selection ("" or ",") is a list with nothing in it, which run_compare refuses; only no --configs is all.
+    patterns = None if args.configs is None else [part.strip() for part in args.configs.split(",") if part.strip()]
     report = run_compare(settings, patterns)
     text = report.read_text(encoding="utf-8")
     print(text[text.index("## "):text.index("## Runs")])

@@ -98,7 +98,8 @@ def run(args) -> int:
     import shutil
 
     from ..data import humaneval_prompts
-    from ..errors import OutputExistsError
+    from ..errors import OutputExistsError, SolverSettingsError
+    from ..outputs import check_writable
     from ..models import load_model, resolve_model
     from ..pipeline import PRUNED_MANIFEST, prune
     from ..runenv import pick_device
@@ -106,8 +107,12 @@ def run(args) -> int:
 
     for calibration in ("decode", "text"):  # bad settings fail here, before anything is fetched or removed
         config_from_args(args, calibration=calibration, out=args.out).check_values()
+    for flag, value in (("--eval-prompts", args.eval_prompts), ("--eval-new-tokens", args.eval_new_tokens)):
+        if value < 1:
+            raise SolverSettingsError(f"{flag} {value}: it must be at least 1")
     pick_device(args.device)
     out = Path(args.out)
+    check_writable(out)
     if out.exists():
         if not (out / DEMO_MARK).exists():
             raise OutputExistsError(f"{out} exists and is not an earlier demo; pass another --out")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from ..errors import EngineError
 from ..patterns import SparsityPattern
 from ..settings import add_all_reduce_option
+from .check import check_report_path
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = bench.add_mutually_exclusive_group(required=True)
     source.add_argument("--preset", help="random weights of a named architecture, e.g. llama-3.1-8b")
     source.add_argument("--model", type=Path, help="an HF folder with N:M-pruned weights (zeros kept)")
-    bench.add_argument("--pattern", nargs="+", type=SparsityPattern.parse,
-                       help="N:M patterns for --preset (default: 2:4)")
+    bench.add_argument("--pattern", nargs="+", help="N:M patterns for --preset (default: 2:4)")
     bench.add_argument("--quantize", nargs="+", choices=["none", "int8", "int4"], default=["none"],
                        help="value formats of the block linears for --preset: none (bf16), int8 (one scale a row), "
                             "int4 (one scale per --group-size columns); each quantized format is measured dense "
@@ -88,11 +89,26 @@ def _check_kernel_setting() -> None:
     settings()
 
 
+def _check_generate_args(args: argparse.Namespace) -> None:
+    """The request's own values, checked before the model loads (the engine would refuse them only after)."""
+    if args.new_tokens < 1:
+        raise EngineError(f"--new-tokens must be at least 1, got {args.new_tokens}")
+    if not args.prompt:
+        raise EngineError("--prompt is empty; give the text to continue")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise EngineError(f"--temperature {args.temperature} must be a finite number of at least 0 (0 = greedy)")
+    if args.top_k is not None and args.top_k < 1:
+        raise EngineError(f"--top-k must be at least 1, got {args.top_k}")
+
+
 def _generate(args: argparse.Namespace) -> int:
+    from ..engine.config import check_model_folder
     from ..engine.parallel import start_from_env
     from ..runenv import pick_device
 
     _check_kernel_setting()
+    _check_generate_args(args)
+    check_model_folder(args.model)
     with start_from_env(pick_device(args.device), args.all_reduce) as (tp, device):
         return _generate_on(args, device, tp)
 
@@ -106,18 +122,23 @@ def _generate_on(args: argparse.Namespace, device, tp) -> int:
 
     first = tp is None or tp.rank() == 0
     dense_instead = args.sparse == "auto" and device.type != "cuda"
-    model = load_model(args.model, sparse="none" if dense_instead else args.sparse, dtype=getattr(torch, args.dtype),
-                       device=device, tp=tp)
-    if dense_instead and first:  # said once the model loaded, so a bad model still gives one error line
-        print(f"generate: running the dense weights on {device.type}: the packed N:M kernel is CUDA-only, and its "
-              f"reference implementation here is many times slower than dense (--sparse packed forces it)",
-              file=sys.stderr)
+    sparse = "none" if dense_instead else args.sparse
+    if sparse != "none" and args.dtype == "float32":
+        raise EngineError(f"--sparse {sparse} runs N:M linears packed, in bfloat16 or float16, not float32; pass "
+                          f"--dtype bfloat16 or float16, or --sparse none")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     if args.chat:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
                                             tokenize=True, return_dict=True)["input_ids"]
     else:
         ids = tokenizer(args.prompt)["input_ids"]
+    if not ids:
+        raise EngineError(f"--prompt {args.prompt!r} encodes to no tokens; give text to continue")
+    model = load_model(args.model, sparse=sparse, dtype=getattr(torch, args.dtype), device=device, tp=tp)
+    if dense_instead and first:  # said once the model loaded, so a bad model still gives one error line
+        print(f"generate: running the dense weights on {device.type}: the packed N:M kernel is CUDA-only, and its "
+              f"reference implementation here is many times slower than dense (--sparse packed forces it)",
+              file=sys.stderr)
     engine = Engine(model, 1, len(ids) + args.new_tokens, Sampling(args.temperature, args.top_k),
                     compile=device.type == "cuda" and not args.no_compile)
     stops = _stop_ids(args.model, tokenizer)
@@ -154,9 +175,9 @@ def _bench(args: argparse.Namespace) -> int:
     import torch
 
     _check_kernel_setting()
-    from ..engine.bench import (bench_folder, bench_preset, check_group_size, check_plan, copy_bandwidth,
-                                format_table)
-    from ..engine.config import preset
+    from ..engine.bench import (bench_folder, bench_preset, check_group_size, check_plan, check_timing,
+                                copy_bandwidth, format_table)
+    from ..engine.config import check_model_folder, preset
     from ..engine.parallel import start_from_env
     from ..kernels.op import settings_line
     from ..runenv import environment_markdown
@@ -166,7 +187,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.model is not None and args.quantize != ["none"]:
         raise EngineError("--quantize applies to --preset; a --model folder is measured with its own weights (pack "
                           "a `prune --quantize` checkpoint to measure its quantized values)")
-    patterns = args.pattern or [SparsityPattern.parse("2:4")]
+    # parsed here rather than by argparse, which would hide the pattern error's advice behind "invalid value"
+    patterns = [SparsityPattern.parse(text) for text in args.pattern or ["2:4"]]
     bf16 = "none" in args.quantize
     plan = [(None, args.batch)] + [(pattern, args.batch) for pattern in patterns if bf16]
     dense_from = args.dense_copy_from_batch
@@ -185,6 +207,11 @@ def _bench(args: argparse.Namespace) -> int:
     for quantize in quantizations:
         check_plan(quantized_plan, args.new_tokens, quantize, args.group_size)
         check_group_size(model_args, quantize, args.group_size)
+    check_timing(args.prompt_tokens, args.repeats)
+    if args.out:
+        check_report_path(args.out)
+    if args.model is not None:
+        check_model_folder(args.model)
     if not torch.cuda.is_available():
         raise EngineError("bench measures GPU decode speed and needs a CUDA device")
     with start_from_env(torch.device("cuda"), args.all_reduce) as (tp, device):

@@ -192,6 +192,14 @@ def check_plan(plan: list[Run], new_tokens: int, quantize: str | None = None, gr
             check_dense_copy_batch(dense_from[0])
 
 
+def check_timing(prompt_tokens: int, repeats: int) -> None:
+    """Refuses an empty prompt and a measurement without a timed generation, before any model is built."""
+    if prompt_tokens < 1:
+        raise EngineError(f"--prompt-tokens {prompt_tokens}: prefill needs a prompt of at least 1 token")
+    if repeats < 1:
+        raise EngineError(f"--repeats {repeats}: the median needs at least 1 timed generation")
+
+
 def check_group_size(args: ModelArgs, quantize: str | None, group_size: int, head: str | None = None) -> None:
     """QuantizationError unless int4's `group_size` divides the row length of every block linear of `args` (and of
     lm_head with a quantized `head`)."""
@@ -214,6 +222,7 @@ def bench_preset(name: str, plan: list[Run], device: torch.device, prompt_tokens
     memory of the ranks decides, so that all take the same path)."""
     args = preset(name)
     check_plan(plan, new_tokens, quantize, group_size, head)
+    check_timing(prompt_tokens, repeats)
     check_group_size(args, quantize, group_size, head)
     world = rank_and_world(tp)[1]
     results: list[SpeedResult | NotRun] = []
@@ -245,6 +254,7 @@ def bench_folder(folder: Path, batches: list[int], device: torch.device, prompt_
                  tp: ProcessGroup | None = None) -> list[SpeedResult | NotRun]:
     """The folder's weights dense (`--sparse none`) and with its N:M linears packed (`--sparse auto`); with
     `dense_from`, the packed model again with dense copies from that batch on, at the batches that use them."""
+    check_timing(prompt_tokens, repeats)
     results: list[SpeedResult | NotRun] = []
     for sparse in ("none", "auto"):
         model = load_model(folder, sparse=sparse, device=device, tp=tp)

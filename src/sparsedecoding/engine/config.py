@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, ModelNotFoundError, UnsupportedArchitectureError
+from ..errors import EngineError, ModelFileError, ModelNotFoundError, UnsupportedArchitectureError
+from ..models import check_weight_files, read_config, read_json
 
 
 @dataclass(frozen=True)
@@ -133,11 +133,33 @@ def from_hf_config(config: dict[str, Any]) -> ModelArgs:
 
 
 def load_hf_config(folder: str | Path) -> ModelArgs:
-    """ModelArgs from `folder/config.json`."""
+    """ModelArgs from `folder/config.json`; ModelFileError when the file does not parse or lacks a field."""
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise ModelNotFoundError(f"{path} does not exist; pass an HF model folder (config.json + *.safetensors)")
-    return from_hf_config(json.loads(path.read_text()))
+    try:
+        return from_hf_config(read_config(path.parent))
+    except KeyError as exc:
+        raise ModelFileError(f"{path} lacks {exc}; restore it from the model's source") from None
+
+
+def check_model_folder(folder: str | Path) -> ModelArgs:
+    """ModelArgs of an HF or packed checkpoint folder whose files are checked first, as `models.resolve_model`
+    checks them before pruning: config.json parses and names an architecture the engine runs, the other JSON files
+    parse, and every safetensors file (packed shards included) has a whole header, so that a truncated copy fails
+    before any loading. Only headers are read."""
+    from ..packed import packed_manifest
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelNotFoundError(f"{folder} is not a folder; pass an HF model folder or a packed checkpoint")
+    args = load_hf_config(folder)
+    manifest = packed_manifest(folder)  # the packed loader checks its manifest, with advice of its own
+    for path in sorted(folder.glob("*.json")):
+        if path != manifest:
+            read_json(path)
+    check_weight_files(folder)
+    return args
 
 
 def _rope(config: dict[str, Any]) -> dict[str, Any]:

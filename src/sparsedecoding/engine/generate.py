@@ -5,6 +5,7 @@ regions and is captured once in a CUDA graph, so a step is one graph launch and 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ class Sampling:
     top_k: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise EngineError(f"temperature {self.temperature} is negative; use 0 for greedy or a positive value")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise EngineError(f"temperature {self.temperature} is not a finite number of at least 0; use 0 for "
+                              f"greedy or a positive value")
         if self.top_k is not None and self.top_k < 1:
             raise EngineError(f"top_k {self.top_k} must be at least 1")
 

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..errors import EngineError, ModelNotFoundError
 from ..kernels import PackedLinear, PackedNM, pack_nm
-from ..kernels.format import kernel_runs
+from ..kernels.format import kernel_runs, nm_pattern
 from ..kernels.op import MAX_BATCH
 from ..kernels.quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ
 from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
@@ -27,7 +27,7 @@ from ..kernels.sp24 import OVER_SLOTS
 from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel
 from ..solvers import CODE_RANGES, QuantizedCodes, quantization_codes, quantization_group
 from ..packed import load_packed_checkpoint, packed_manifest, recorded_head_quantization
-from ..patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
+from ..patterns import PRUNABLE_LINEARS, SparsityPattern
 from .config import ModelArgs, load_hf_config
 from .model import Transformer
 from .parallel import ProcessGroup, rank_and_world, shard_weight
@@ -58,7 +58,6 @@ KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 PRUNABLE = tuple(f"{module}.weight" for module, sources in _HF_SOURCES.items()
                  if all(source.rsplit(".", 1)[-1] in PRUNABLE_LINEARS for source in sources))
 # N:M group sizes of the kernel patterns, finest first so that ties go to the finer pattern.
-_GROUP_SIZES = tuple(m for _, m in KERNEL_PATTERNS)
 
 
 def is_prunable(key: str) -> bool:
@@ -253,25 +252,6 @@ def random_quantized(rows: int, columns: int, pattern: SparsityPattern | None, q
     else:  # two codes a byte, and any byte is a valid pair
         codes = torch.randint(0, 256, (rows, kept // 2), device=device, generator=generator).to(torch.uint8)
     return PackedNMQ(codes, scales.to(SCALE_DTYPE), bitmask, n, m, (rows, columns), quantize, group)
-
-
-def nm_pattern(weight: Tensor) -> tuple[int, int] | None:
-    """The kernel-supported N:M pattern (M in 4, 8, 16, 32) that `weight` [out, in] satisfies with the smallest N/M,
-    ties going to the smaller M; None when there is none or `in` is not a multiple of 32 (packed format). N is the
-    largest nonzero count of a group, rounded up to what the kernel runs (32·N/M a multiple of 8): packing keeps
-    explicit zeros, so a sparser weight packs correctly under a denser pattern."""
-    rows, columns = weight.shape
-    if columns % 32:
-        return None
-    nonzero = weight != 0
-    best = None
-    for m in _GROUP_SIZES:
-        n = max(int(nonzero.view(rows, columns // m, m).sum(-1).max()), 1)
-        while n < m and not kernel_runs(n, m):
-            n += 1
-        if kernel_runs(n, m) and (best is None or n * best[1] < best[0] * m):
-            best = (n, m)
-    return best
 
 
 def concat_rows(parts: list[Weight], dtype: torch.dtype = torch.bfloat16) -> Weight:

@@ -8,7 +8,6 @@ per-problem records to OUT/humaneval.jsonl (see `outputs.output_folder`).
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -18,9 +17,9 @@ from pathlib import Path
 import torch
 
 from ..data import chat_format, humaneval_problems, humaneval_prompts, lee_text, prompts_hash, read_prompts
-from ..errors import SparseDecodingError
+from ..errors import ModelFileError, SparseDecodingError
 from ..generation import Generation, generate, tokenize_prompts
-from ..models import load_model, resolve_model
+from ..models import load_model, read_json, resolve_model
 from ..runenv import pick_device, versions, write_json
 from ..settings import EvalSettings
 from .humaneval import check_completions, pass_at_1
@@ -119,7 +118,9 @@ def model_manifest(folder: Path) -> dict | None:
     file = folder / PRUNED_MANIFEST
     if not file.exists():
         return None
-    manifest = json.loads(file.read_text())
+    manifest = read_json(file)
+    if not isinstance(manifest, dict):
+        raise ModelFileError(f"{file} is not a pruning record (a JSON object); restore it or prune again")
     return {key: manifest.get(key) for key in ("pattern", "solver", "propagation", "calibration", "source_model",
                                                "seed")}
 
@@ -133,6 +134,9 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     check_output(out, overwrite)
     folder = resolve_model(model)
     reference_folder = resolve_model(reference) if reference else None
+    pruning = model_manifest(folder)
+    if {"kl", "repetition"} & set(settings.metrics):  # a bad prompt file fails here, not after the model loads
+        read_prompts(settings.prompts or f"humaneval:{settings.split}")
     torch_device = pick_device(device)
     started = time.perf_counter()
     evaluated, tokenizer, _ = load_model(folder, torch_device)
@@ -140,7 +144,7 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     results, records = evaluate(evaluated, tokenizer, settings, dense, progress)
     payload = {
         "model": str(folder), "reference": str(reference_folder) if reference_folder else None,
-        "pruning": model_manifest(folder), "metrics": results, "settings": asdict(settings),
+        "pruning": pruning, "metrics": results, "settings": asdict(settings),
         "device": str(torch_device), "dtype": str(next(evaluated.parameters()).dtype),
         "total_seconds": round(time.perf_counter() - started, 2), "versions": versions(),
         "command": ["sparsedecoding", *sys.argv[1:]],

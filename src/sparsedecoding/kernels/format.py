@@ -16,9 +16,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..errors import PackingError
+from ..patterns import KERNEL_PATTERNS
 
 _PACK_CHUNK_ELEMENTS = 1 << 24  # rows are packed in slices of about this many weights to bound temporary memory
 _BITS = 32
+_GROUP_SIZES = tuple(m for _, m in KERNEL_PATTERNS)  # M of the patterns nm_pattern tries
 # The kernels read bf16 and fp16; fp32 is kept for CPU checkpoints and the reference path. float64 and float8 have
 # no kernel, so packing them would only defer the error to the first matrix product.
 PACKABLE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -41,6 +43,28 @@ def kernel_runs(n: int, m: int) -> bool:
     """Whether the sparse kernel runs N:M: M divides 32 and 32·N/M is a multiple of 8 (2:4, 4:8, 8:16, 16:32, 1:4,
     ...). The one rule that the op, the engine's loader and its pattern detection share."""
     return 0 < n < m and _BITS % m == 0 and values_per_word(n, m) % 8 == 0
+
+
+def nm_pattern(weight: torch.Tensor) -> tuple[int, int] | None:
+    """The kernel-supported N:M pattern (M in 4, 8, 16, 32, N ≤ M/2) that `weight` [out, in] satisfies with the
+    smallest N/M, ties going to the smaller M; None when there is none or `in` is not a multiple of 32 (packed
+    format). N is the largest nonzero count of a group, rounded up to what the kernel runs (32·N/M a multiple of 8):
+    packing keeps explicit zeros, so a sparser weight packs correctly under a denser pattern. A weight that keeps
+    more than half of some group (3:4, 24:32) is not one pruning made, and packed it would save little and run
+    slower than dense beyond batch 1, so it stays dense. The one rule by which `pack --pattern auto`, `sparsify`
+    and the engine's `--sparse auto` choose."""
+    rows, columns = weight.shape
+    if columns % 32:
+        return None
+    nonzero = weight != 0
+    best = None
+    for m in _GROUP_SIZES:
+        n = max(int(nonzero.view(rows, columns // m, m).sum(-1).max()), 1)
+        while 2 * n <= m and not kernel_runs(n, m):
+            n += 1
+        if 2 * n <= m and kernel_runs(n, m) and (best is None or n * best[1] < best[0] * m):
+            best = (n, m)
+    return best
 
 
 def popcount32(bitmask: torch.Tensor) -> torch.Tensor:
