@@ -193,6 +193,23 @@ def test_packed_linear_matches_float64(rows_shape):
     assert torch.equal(with_bias(x), y + bias)
 
 
+@pytest.mark.parametrize("x_shape", [(0, 96), (2, 0, 96)])
+def test_packed_linears_take_an_empty_batch_as_nn_linear_does(x_shape):
+    from sparsedecoding.kernels.quantized import pack_nm_quantized
+    from sparsedecoding.kernels.quantized_linear import QuantizedPackedLinear
+    from sparsedecoding.solvers import grid_scale, round_to_grid
+
+    weight = random_nm_weight(48, 96, 2, 4).to(DEVICE)
+    bias = torch.randn(48).bfloat16().to(DEVICE)
+    scale = grid_scale(weight.float().abs().amax(1, keepdim=True), "int8")
+    on_grid = round_to_grid(weight.float(), scale, "int8").bfloat16()
+    x = torch.randn(*x_shape).bfloat16().to(DEVICE)
+    for module in (PackedLinear.from_dense(weight, 2, 4, bias=bias),
+                   QuantizedPackedLinear(pack_nm_quantized(on_grid, 2, 4, "int8", 128), bias)):
+        y = module(x)
+        assert y.shape == (*x_shape[:-1], 48) and y.dtype == x.dtype
+
+
 # PackedLinear's eager path: the runner cached per call signature (kernels/op.py) and the module's lean forward.
 # (x shape, contiguous): a row, a batch, the widest kernel batch, HF's [batch, tokens, in], a vector, a transposed x.
 EAGER_CASES = [((1, 96), True), ((3, 96), True), ((16, 96), True), ((2, 1, 96), True), ((96,), True),

@@ -62,7 +62,7 @@ class PackedLinear(torch.nn.Module):
         dense = buffers["dense"]
         if dense is not None and rows >= self.dense_from_rows:
             y = F.linear(x2, dense)
-        elif rows <= MAX_BATCH:
+        elif 0 < rows <= MAX_BATCH:  # no rows: the dense product below returns the empty result
             y = spmv(x2.contiguous(), buffers["values"], buffers["bitmask"], self.n, self.m)
         else:
             y = F.linear(x2, dense_from_parts(buffers["values"], buffers["bitmask"]))

@@ -59,7 +59,7 @@ class QuantizedPackedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
         x2 = x.reshape(rows, self.in_features)
-        if rows > MAX_BATCH:
+        if rows > MAX_BATCH or rows == 0:  # prefill, or no rows (the kernel takes 1..MAX_BATCH)
             y = F.linear(x2, self.packed.to_dense(x.dtype))
         elif torch.compiler.is_compiling():
             y = torch.ops.sparsedecoding.nmq_spmv(x2.contiguous(), self.codes, self.scales, self.bitmask, self.n,

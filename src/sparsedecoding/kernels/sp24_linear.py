@@ -130,7 +130,7 @@ class Sp24Linear(torch.nn.Module):
         buffers = self._buffers
         dense = buffers["dense"]
         on_copy = dense is not None and rows >= self.dense_from_rows
-        if on_copy or rows > MAX_BATCH or not x.is_cuda:  # the dense copy, prefill, or CPU (the reference product)
+        if on_copy or rows > MAX_BATCH or rows == 0 or not x.is_cuda:  # dense copy, prefill, no rows, CPU
             y = F.linear(x2, dense if on_copy else self._dense(x.dtype))
             if self.glu:
                 gate, up = y.chunk(2, dim=-1)
@@ -157,7 +157,7 @@ class Sp24Linear(torch.nn.Module):
             raise KernelInputError(f"x has shape {tuple(shape)} and res {tuple(res.shape)}; this Sp24Linear takes "
                                    f"both [..., {self.in_features}]")
         x2, res2 = x.reshape(-1, self.in_features), res.reshape(-1, self.in_features)
-        if x2.shape[0] > MAX_BATCH or not x.is_cuda or self._on_dense_copy(x2.shape[0]):
+        if not 0 < x2.shape[0] <= MAX_BATCH or not x.is_cuda or self._on_dense_copy(x2.shape[0]):
             total = x + res
             return self(rms_norm(total, norm_weight, eps)), total
         if torch.compiler.is_compiling():
