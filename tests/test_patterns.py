@@ -58,3 +58,19 @@ def test_bad_capped_patterns_raise_one_line(text):
     with pytest.raises(SparsityPatternError) as info:
         SparsityPattern.parse(text)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("fields", [dict(n=3, m=2), dict(n=0, m=4), dict(n=4, m=4), dict(sparsity=1.5), dict(),
+                                    dict(n=2, m=4, overflow=3), dict(n=16, m=32, overflow=9),
+                                    dict(n=16, m=32, overflow=2, placement="bogus"),
+                                    dict(n=16, m=32, overflow=4, placement="lanes"),
+                                    dict(sparsity=0.5, overflow=2)])
+def test_a_pattern_built_directly_is_checked_as_parse_checks_it(fields):
+    with pytest.raises(SparsityPatternError, match="SparsityPattern"):
+        SparsityPattern(**fields)
+
+
+def test_every_parsed_pattern_passes_the_direct_check():
+    for text in ("2:4", "1:4", "3:8", "16:32", "16:32+0", "16:32+2", "8:16+4", "16:32+2l", "16:32+4q", "50%", "0.5%"):
+        pattern = SparsityPattern.parse(text)
+        assert SparsityPattern(pattern.n, pattern.m, pattern.sparsity, pattern.overflow, pattern.placement) == pattern

@@ -447,3 +447,53 @@ def test_keeping_the_mask_of_a_capped_pattern_checks_the_cap():
     within[0, [0, 1, 2, 4, 5, 6, 8, 9, 12, 13, 16, 17, 20, 21, 24, 28]] = 1.0  # 3, 3, 2, 2, 2, 2, 1, 1
     check_kept_zeros(within, SparsityPattern.parse("16:32+2"))
 
+
+
+def _bad_weight_inputs():
+    W, H = random_problem(rows=8, cols=64, dtype=torch.float32)[:2]
+    nan_weight = W.clone()
+    nan_weight[0, 0] = math.nan
+    nan_hessian = H.clone()
+    nan_hessian[3, 3] = math.nan
+    return [
+        ("1-D weight", W[0], H, SolverSettingsError, "2-D floating-point"),
+        ("integer weight", torch.randint(-5, 6, (8, 64)), H, SolverSettingsError, "2-D floating-point"),
+        ("meta weight", W.to("meta"), H, SolverSettingsError, "meta device"),
+        ("no columns", W[:, :0], H[:0, :0], SolverSettingsError, "no input columns"),
+        ("NaN weight", nan_weight, H, SolverSettingsError, "NaN or inf"),
+        ("Hessian of other size", W, H[:32, :32], SolverSettingsError, r"\[64, 64\]"),
+        ("1-D Hessian", W, H[0], SolverSettingsError, r"\[64, 64\]"),
+        ("NaN on the Hessian's diagonal", W, nan_hessian, CalibrationError, "NaN or inf"),
+    ]
+
+
+@pytest.mark.parametrize("solver", ["sparsegpt", "gptq", "wanda"])
+@pytest.mark.parametrize("case", _bad_weight_inputs(), ids=lambda case: case[0])
+def test_bad_weights_and_hessians_are_named_before_solving(solver, case):
+    _, weight, hessian, error, match = case
+    call = {"sparsegpt": lambda: solvers.sparsegpt(weight, hessian, "2:4"),
+            "gptq": lambda: solvers.gptq(weight, hessian, "int8"),
+            "wanda": lambda: solvers.wanda(weight, hessian, "2:4")}[solver]
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_magnitude_checks_the_weight_and_ignores_the_hessian():
+    W = random_problem(rows=8, cols=64, dtype=torch.float32)[0]
+    assert solvers.magnitude(W, torch.zeros(3), "2:4").shape == W.shape
+    with pytest.raises(SolverSettingsError, match="NaN or inf"):
+        solvers.magnitude(torch.full((4, 8), math.inf), None, "2:4")
+
+
+def test_an_unstructured_share_prunes_the_columns_it_names():
+    """100 · 0.29 is 28.999… in floating point: 29% of 100 columns is still 29 of them."""
+    W, H = random_problem(rows=4, cols=100, dtype=torch.float64)[:2]
+    for solver in (solvers.magnitude, solvers.wanda):
+        assert int((solver(W, H, "29%") == 0).sum(1).min()) == 29
+
+
+def test_quantization_codes_refuse_a_weight_with_nan():
+    weight = torch.zeros(2, 32)
+    weight[0, :4] = torch.tensor([1.0, 2.0, math.nan, 3.0])
+    with pytest.raises(QuantizationError, match="NaN or inf"):
+        solvers.quantization_codes(weight, "int8")

@@ -4,12 +4,13 @@ calibration positions that are kept (forward pre-hooks on the prunable linears).
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from .errors import CalibrationError, NonFiniteActivationError
+from .errors import CalibrationError, NonFiniteActivationError, SolverSettingsError
 from .patterns import PRUNABLE_LINEARS
 
 # Linears of one decoder layer that always read the same tensor.
@@ -24,6 +25,10 @@ class HessianAccumulator:
         self.count = 0
 
     def add(self, rows: torch.Tensor) -> None:
+        """Accumulate `rows` [N, dim] (the hooks check them for NaN and inf before they get here)."""
+        if rows.dim() != 2 or rows.shape[1] != self.sum.shape[0]:
+            raise CalibrationError(f"rows of shape {tuple(rows.shape)} do not fit a Hessian of {self.sum.shape[0]} "
+                                   f"inputs; pass [N, {self.sum.shape[0]}]")
         rows = rows.to(self.sum.dtype)
         self.sum.addmm_(rows.T, rows)
         self.count += rows.shape[0]
@@ -168,6 +173,15 @@ def dense_target(weight: torch.Tensor, cross: torch.Tensor, hessian: torch.Tenso
     pulls towards W rather than towards zero: W_t = W·(C + λI)·(H + λI)⁻¹ = W + W·(C − H)·(H + λI)⁻¹, with
     λ = percdamp·mean(diag H) as in the solver, so equal streams give W_t = W exactly. Inputs that were always zero
     keep W_t = 0 there. Solved in float64; returns W's dtype."""
+    from .solvers import check_inputs
+
+    if isinstance(percdamp, bool) or not isinstance(percdamp, (int, float)) or not 0 <= percdamp < math.inf:
+        raise SolverSettingsError(f"percdamp = {percdamp!r} must be a finite number of at least 0 (0: the exact "
+                                  f"least-squares target); the usual value is 0.01")
+    check_inputs(weight, hessian)
+    if not isinstance(cross, torch.Tensor) or cross.shape != hessian.shape:
+        raise CalibrationError(f"the cross term C must have the Hessian's shape {tuple(hessian.shape)}, got "
+                               f"{tuple(getattr(cross, 'shape', ()))}")
     H = hessian.to(torch.float64).clone()
     dead = H.diagonal() == 0
     H[dead, dead] = 1

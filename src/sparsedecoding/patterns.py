@@ -44,6 +44,27 @@ class SparsityPattern:
     overflow: int = -1
     placement: str = ""
 
+    def __post_init__(self) -> None:
+        """The fields must form one of the patterns `parse` reads, so that one built directly is checked too."""
+        if self.m or self.n:
+            wrong = None
+            if not (type(self.n) is int and type(self.m) is int and 0 < self.n < self.m):
+                wrong = "N must satisfy 0 < N < M"
+            elif self.overflow != -1 and (self.overflow < 0 or 2 * self.n != self.m or self.m % 8
+                                          or self.overflow > self.m // 4):
+                wrong = "an overflow K needs a 50% pattern whose M is a multiple of 8 and 0 ≤ K ≤ M / 4"
+            elif self.placement and PLACEMENTS.get(self.placement[0], ("", None)) != \
+                    (self.placement, (self.n, self.m, self.overflow)):
+                wrong = "placements are lanes (16:32+2l) and quads (16:32+4q)"
+            if wrong:
+                raise SparsityPatternError(f"SparsityPattern(n={self.n!r}, m={self.m!r}, overflow={self.overflow!r}, "
+                                           f"placement={self.placement!r}): {wrong}; try SparsityPattern.parse('2:4')")
+        elif not (isinstance(self.sparsity, (int, float)) and 0.0 < self.sparsity < 1.0) or self.overflow != -1 \
+                or self.placement:
+            raise SparsityPatternError(f"SparsityPattern(sparsity={self.sparsity!r}) is not a pattern: an unstructured "
+                                       f"sparsity is strictly between 0 and 1 (0.5 = 50%); try "
+                                       f"SparsityPattern.parse('50%')")
+
     @classmethod
     def parse(cls, text: str | SparsityPattern) -> SparsityPattern:
         """`"2:4"`, `"4:8"`, `"16:32"`, any `"N:M"` with 0 < N < M, `"N:M+K"` (a 50% N:M with M a multiple of 8 and

@@ -27,6 +27,33 @@ PLACED_GROUPS = 8  # groups of four columns in a placed pattern's 32-column word
 MAX_DAMPING = 1.0  # relative to the mean diagonal; beyond this H is too far from PD to trust the result
 
 
+def check_inputs(weight: torch.Tensor, hessian: torch.Tensor | None, uses: str = "full") -> None:
+    """SolverSettingsError unless `weight` is a finite floating [out, in] tensor with values (not on the meta device)
+    and, where the solver reads it (`uses` "full" or "diagonal"), `hessian` an [in, in] floating tensor
+    (CalibrationError where the part read holds NaN or inf). Checked up front, so that a wrong argument is named
+    rather than surfacing as an index error deep in the solve, or as NaN spread through the result."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
+        described = f"{tuple(weight.shape)} {weight.dtype}" if isinstance(weight, torch.Tensor) else type(weight)
+        raise SolverSettingsError(f"weight must be a 2-D floating-point tensor [out, in], got {described}")
+    if weight.is_meta:
+        raise SolverSettingsError("weight is on the meta device and has no values; load the weights first")
+    if weight.shape[1] == 0:
+        raise SolverSettingsError(f"weight {tuple(weight.shape)} has no input columns to prune")
+    if not bool(torch.isfinite(weight).all()):
+        raise SolverSettingsError("weight holds NaN or inf; prune a finite checkpoint")
+    if uses == "none":
+        return
+    columns = weight.shape[1]
+    if not isinstance(hessian, torch.Tensor) or hessian.shape != (columns, columns) or \
+            not hessian.is_floating_point():
+        described = f"{tuple(hessian.shape)} {hessian.dtype}" if isinstance(hessian, torch.Tensor) else type(hessian)
+        raise SolverSettingsError(f"hessian must be a floating-point [{columns}, {columns}] tensor for a weight of "
+                                  f"{columns} input columns, got {described}")
+    read = hessian.diagonal() if uses == "diagonal" else hessian
+    if not bool(torch.isfinite(read).all()):
+        raise CalibrationError("the Hessian holds NaN or inf; calibrate again (a layer input was not finite)")
+
+
 def check_pattern(weight: torch.Tensor, pattern: SparsityPattern) -> None:
     if pattern.is_nm and weight.shape[1] % pattern.m != 0:
         raise SparsityPatternError(f"{pattern} needs in_features divisible by {pattern.m}, got {weight.shape[1]}")
@@ -97,7 +124,7 @@ def keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
         kept = torch.zeros_like(groups, dtype=torch.bool)
         kept.scatter_(2, groups.topk(pattern.n, dim=2).indices, True)
         return kept.reshape(rows, cols)
-    n_pruned = int(cols * pattern.sparsity)
+    n_pruned = math.floor(cols * pattern.sparsity + 1e-9)  # 100 · 0.29 is 28.999…: still 29 columns
     kept = torch.ones_like(score, dtype=torch.bool)
     if n_pruned:
         kept.scatter_(1, score.topk(n_pruned, dim=1, largest=False).indices, False)
@@ -195,6 +222,7 @@ def quad_placed_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torc
 def magnitude(weight: torch.Tensor, hessian: torch.Tensor | None, pattern: SparsityPattern | str) -> torch.Tensor:
     """Keep the largest |W| per row (or per N:M group); H is ignored."""
     pattern = SparsityPattern.parse(pattern)
+    check_inputs(weight, hessian, "none")
     check_pattern(weight, pattern)
     return weight * keep_mask(weight.abs().float(), pattern)
 
@@ -203,6 +231,7 @@ def wanda(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern 
     """Wanda: score |W_ij|·‖X_j‖ = |W_ij|·sqrt(H_jj/2·N) (the constant does not change the order), compared within
     each output row (or each N:M group of a row)."""
     pattern = SparsityPattern.parse(pattern)
+    check_inputs(weight, hessian, "diagonal")
     check_pattern(weight, pattern)
     score = weight.abs().float() * hessian.diagonal().float().clamp(min=0).sqrt().to(weight.device)
     return weight * keep_mask(score, pattern)
@@ -299,7 +328,12 @@ def quantization_codes(weight: torch.Tensor, quantize: str, group_size: int = 12
     returns: for each row (int8) or row group (int4) with largest magnitude a, the scale is a/k for the largest
     code magnitude k for which every value is an in-range integer multiple of it, exactly, and the scale is exact in
     bfloat16 (the solver's own scale always qualifies). Zeros get code 0, so pruned weights stay zero.
-    Raises QuantizationError if some group is not on any such grid."""
+    Raises QuantizationError if some group is not on any such grid, or the weight is not a finite [out, in] tensor."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.is_meta:
+        raise QuantizationError(f"quantization_codes needs a 2-D weight [out, in] with values, got "
+                                f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight)}")
+    if not bool(torch.isfinite(weight).all()):
+        raise QuantizationError("the weight holds NaN or inf, which is on no quantization grid")
     out, in_features = weight.shape
     group = quantization_group(quantize, group_size, in_features)
     if group is None:
@@ -346,7 +380,7 @@ def prune_block(WT: torch.Tensor, U1: torch.Tensor, d: torch.Tensor, pattern: Sp
         start = 0
         for rows in segments:
             block = score[:, start:start + rows]
-            lowest = block.flatten().topk(int(block.numel() * pattern.sparsity), largest=False).indices
+            lowest = block.flatten().topk(math.floor(block.numel() * pattern.sparsity + 1e-9), largest=False).indices
             chosen = torch.zeros(block.numel(), dtype=torch.bool, device=block.device)
             chosen.scatter_(0, lowest, torch.ones_like(lowest, dtype=torch.bool))  # no host scalar: graph-safe
             pruned1[:, start:start + rows] = chosen.view(block.shape)
@@ -455,6 +489,8 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     """SparseGPT (pattern set) or GPTQ (pattern None) on weights stacked by rows, all against one factorisation;
     `keep_zeros`: the mask is the weights' zeros (checked against the N:M pattern), not chosen."""
     check_percdamp(percdamp)
+    for weight in weights:
+        check_inputs(weight, hessian)
     if isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize <= 0:
         raise SolverSettingsError(f"blocksize = {blocksize!r} must be a positive integer such as 128")
     if pattern is not None:
