@@ -465,3 +465,57 @@ def test_transformers_loads_a_quantized_checkpoint_with_codes_and_a_quantized_he
         sparsify(grid, quantize=quantize, group_size=32)
     assert not any(isinstance(m, QuantizedPackedLinear | DenseQuantizedLinear) for m in grid.modules())
     assert before.config.tie_word_embeddings == grid.config.tie_word_embeddings
+
+
+def test_a_run_stopped_in_generation_is_not_resumed_by_other_settings_or_edited_prompts(tiny_folder, prompts_file,
+                                                                                       tmp_path, monkeypatch, caplog):
+    """The work folder records its fingerprint before any work, and the fingerprint covers the prompt file's
+    contents: a rerun with other settings, or after the prompts were edited, starts over."""
+    from sparsedecoding import generation
+
+    def stop_at_second_batch(original):
+        calls = []
+
+        def call(*args):
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return original(*args)
+        return call
+
+    out = tmp_path / "out"
+    for change in ("settings", "prompts"):
+        monkeypatch.setattr(generation, "_generate_batch", stop_at_second_batch(generation._generate_batch))
+        with pytest.raises(KeyboardInterrupt):
+            prune(config(tiny_folder, out, prompts_file, gen_batch_size=1), progress=False)
+        assert json.loads((tmp_path / "out.partial" / "state.json").read_text())["fingerprint"]
+        monkeypatch.undo()
+        if change == "prompts":
+            prompts_file.write_text(prompts_file.read_text().replace("sort a list", "reverse a string"))
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            prune(config(tiny_folder, out, prompts_file, gen_batch_size=1,
+                         seed=1 if change == "settings" else 0), progress=False)
+        assert "from a run with other settings" in caplog.text and "resuming generation" not in caplog.text
+        shutil.rmtree(out)
+
+
+def test_repair_split_of_too_few_sequences_is_refused_before_any_layer_is_solved(tiny_folder, prompts_file, tmp_path,
+                                                                                monkeypatch):
+    from sparsedecoding.errors import RepairError
+
+    monkeypatch.setattr(pipeline, "solve_layer", lambda *args: pytest.fail("a layer was solved"))
+    with pytest.raises(RepairError, match="train/dev split empty"):
+        prune(config(tiny_folder, tmp_path / "out", prompts_file, tokens=10, n_prompts=1, repair_steps=2,
+                     repair_on_policy=False), progress=False)
+
+
+def test_options_a_run_does_not_read_are_named_in_one_warning(tiny_folder, prompts_file, tmp_path, caplog):
+    with caplog.at_level("WARNING"):
+        pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "out", prompts_file, do_sample=False,
+                                             temperature=0.3, solver="wanda", percdamp=0.5))
+    assert "does not read --temperature, --percdamp" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "out", prompts_file, recipe="recommended"))
+    assert caplog.text == ""

@@ -25,6 +25,8 @@ a finished repair is restored from its best state); the finished checkpoint is r
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
 import itertools
 import json
 import logging
@@ -47,7 +49,8 @@ from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target,
                       hessians_by_module, input_groups, kept_rows, paired_by_module, prunable_linears)
 from .kernels.quantized import check_dense_quantization
-from .models import check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, source_dtype
+from .models import (check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, sha256_file,
+                     source_dtype)
 from .outputs import PRUNED_MANIFEST, check_not_source, check_writable
 from .patterns import SparsityPattern
 from .runenv import peak_memory_gb, pick_device, versions, write_json
@@ -83,7 +86,7 @@ def check_gen_backend(config: PruneConfig, model_config: dict) -> None:
 
 
 def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore | None = None,
-                      selfdata_folder: Path | None = None) -> tuple[CalibrationSet, dict]:
+                      selfdata_folder: Path | None = None, progress: bool = True) -> tuple[CalibrationSet, dict]:
     """The calibration set for `config.calibration`, plus generation statistics for the manifest. `store` keeps the
     finished generation batches (see `generation.BatchStore`); `selfdata_folder` the shards of `--calibration self`."""
     stats: dict = {}
@@ -91,7 +94,7 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
         if selfdata_folder is None:
             raise ValueError("--calibration self needs a folder for its shards")
         started = time.perf_counter()
-        data = selfdata.build(model, tokenizer, selfdata_folder, selfdata_config(config))
+        data = selfdata.build(model, tokenizer, selfdata_folder, selfdata_config(config), progress)
         calib, _ = selfdata.calibration_sets(data, tokenizer.pad_token_id, config.tokens)
         temperature, top_p = config.answer_sampling()
         stats["selfdata"] = {**data.stats, "answer_temperature": temperature, "answer_top_p": top_p,
@@ -112,7 +115,7 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
             model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, n_prompts=config.n_prompts,
             token_budget=decode_budget, batch_size=config.gen_batch_size, do_sample=config.do_sample,
             temperature=config.temperature, top_p=config.top_p, seed=config.seed,
-            samples_per_prompt=config.samples_per_prompt, store=store)
+            samples_per_prompt=config.samples_per_prompt, store=store, progress=progress)
         seconds = time.perf_counter() - started
         stats["generation_seconds"] = round(seconds, 2)
         stats["generated_tokens_per_second"] = round(decode_set.tokens / seconds, 1)
@@ -402,6 +405,8 @@ class WorkDir:
             state = None
         self.state = state or {"fingerprint": fingerprint, "finished_layers": 0, "layers": {}, "calibration": {}}
         (self.path / "layers").mkdir(parents=True, exist_ok=True)
+        if state is None:  # recorded before any work, so a run stopped in generation is not resumed by other settings
+            self.save_state()
 
     @property
     def generation_store(self) -> BatchStore:
@@ -512,6 +517,46 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
 
 
 @torch.no_grad()
+def inputs_digest(config: PruneConfig, folder: Path) -> str:
+    """A digest of what the run reads besides its settings: the prompt, text and selfdata source files' contents and
+    the model folder's config and weight files (name, size, modification time), so that a resumed run never goes on
+    with calibration or layers built from inputs that have changed since."""
+    digest = hashlib.sha256()
+    named = [config.prompts, config.text, *(name for name, _ in selfdata_config(config).mix())] \
+        if config.calibration == "self" else [config.prompts, config.text]
+    for name in named:
+        if name and Path(name).is_file():
+            digest.update(f"{name}:".encode() + sha256_file(Path(name)).encode())
+    for file in sorted([folder / "config.json", *folder.glob("*.safetensors")]):
+        if file.is_file():
+            stat = file.stat()
+            digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()[:16]
+
+
+def warn_ignored_options(config: PruneConfig) -> None:
+    """One warning naming the options set away from their defaults that this run does not read (they still change
+    its fingerprint and record)."""
+    defaults = PruneConfig(model=config.model, out=config.out, recipe=config.recipe)  # a recipe's values are its own
+    unread = []
+    if not config.do_sample:
+        unread += ["temperature", "top_p"]
+    if config.solver in ("wanda", "magnitude") and config.sparsity_pattern() is not None:
+        unread += ["blocksize", "percdamp", "hessian_dtype"]
+    if config.calibration == "decode":
+        unread += ["text", "text_seq_len", "mix_ratio"]
+    if config.calibration == "text":
+        unread += ["prompts", "n_prompts", "max_new_tokens", "gen_batch_size", "do_sample", "mix_ratio"]
+    if config.calibration == "self":
+        unread += ["prompts", "n_prompts", "gen_batch_size", "do_sample"]
+    changed = [name for name in dict.fromkeys(unread) if getattr(config, name) != getattr(defaults, name)]
+    if changed:
+        fields = {item.name: item for item in dataclasses.fields(PruneConfig)}
+        log.warning("this run does not read %s (solver %s, calibration %s%s): drop them, or see `sparsedecoding "
+                    "prune --help`", ", ".join(settings.flag_of(fields[name]) for name in changed), config.solver,
+                    config.calibration, "" if config.do_sample else ", greedy")
+
+
 def prune(config: PruneConfig, progress: bool = True) -> Path:
     """Run (or resume) a pruning job and return the output folder. See the module docstring."""
     pattern = config.validate()
@@ -545,7 +590,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         log.info("lm_head stays bf16; --quantize-head int8 runs the 8B preset's 2:4 + int4 step 4.9%% faster (one "
                  "run) and is off by default: its dev check lost two problems of 41 or raised KL by 9%% "
                  "(benchmarks/results/quality-head-dev-qwen2.5-coder-1.5b)")
-    work = WorkDir(out, config.fingerprint())
+    warn_ignored_options(config)
+    work = WorkDir(out, config.fingerprint(inputs_digest(config, folder)))
     try:
         started = time.perf_counter()
         model, tokenizer, _ = load_model(folder, device)
@@ -560,10 +606,14 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         else:
             torch.manual_seed(config.seed)
             calib, work.state["calibration"] = build_calibration(config, model, tokenizer, work.generation_store,
-                                                                 work.selfdata_folder)
-            calib.save(work.calibration_file)
-            work.save_state()
+                                                                 work.selfdata_folder, progress)
+            work.save_state()  # before the file: a run killed in between rebuilds the set and its record
+            temporary = work.calibration_file.with_name(work.calibration_file.name + ".tmp")
+            calib.save(temporary)
+            os.replace(temporary, work.calibration_file)
         log.info("calibration: %s, %d tokens in %d sequences", calib.source, calib.tokens, len(calib))
+        if config.repair_steps and not config.repair_on_policy and config.calibration != "self":
+            split_by_hash(calib)  # repair's split of these sequences must have two sides: say so before the solve
         result = prune_layers(model, calib, config, work, progress)
         repair_report = repair_model(config, folder, model, tokenizer, calib, work, progress) \
             if config.repair_steps else None

@@ -340,9 +340,11 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
         """The parsed --pattern; None for dense (GPTQ alone)."""
         return None if self.pattern.strip() == DENSE_PATTERN else SparsityPattern.parse(self.pattern)
 
-    def fingerprint(self) -> str:
-        """What must match for a partial run to be resumed (everything but output handling)."""
+    def fingerprint(self, inputs: str = "") -> str:
+        """What must match for a partial run to be resumed: every setting but output handling, and `inputs`, a
+        digest of the files the run reads (`pipeline.inputs_digest`)."""
         relevant = {key: value for key, value in asdict(self).items() if key not in ("out", "overwrite", "command")}
+        relevant["inputs"] = inputs
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
