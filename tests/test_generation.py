@@ -24,7 +24,7 @@ def counted(tiny, monkeypatch):
     fail_at = []
 
     def counting(*args, **kwargs):
-        calls.append(kwargs["max_new_tokens"])
+        calls.append(kwargs["generation_config"].max_new_tokens)
         if fail_at and len(calls) == fail_at[0]:
             raise KeyboardInterrupt
         return original(*args, **kwargs)
@@ -79,3 +79,26 @@ def test_stored_batches_of_other_prompts_are_not_reused(tiny, counted, tmp_path)
     generate(model, tokenizer, PROMPTS[:2], 4, batch_size=2, progress=False, token_budget=1, store=store)
     generate(model, tokenizer, PROMPTS[2:4], 4, batch_size=2, progress=False, token_budget=1, store=store)
     assert len(calls) == 2
+
+
+def test_greedy_is_the_argmax_whatever_the_folders_generation_config_adds(tiny):
+    """A repetition penalty in the model's generation config (as some HF folders ship) must not change greedy
+    decoding: each new token is the argmax of the model's logits for the sequence so far."""
+    import torch
+
+    model, tokenizer = tiny
+    saved = model.generation_config.repetition_penalty
+    model.generation_config.repetition_penalty = 1.5
+    try:
+        generations = generate(model, tokenizer, PROMPTS[:3], max_new_tokens=6, batch_size=3, progress=False)
+    finally:
+        model.generation_config.repetition_penalty = saved
+    for prompt, generation in zip(PROMPTS[:3], generations):
+        ids = list(prompt)
+        with torch.no_grad():
+            for _ in range(6):
+                ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+                if ids[-1] == 1:  # the fixture's stop token
+                    break
+        assert generation.new_ids == ids[len(prompt):]
+    assert any(len(generation.new_ids) == 6 for generation in generations)

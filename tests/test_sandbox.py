@@ -229,3 +229,21 @@ def test_when_the_namespaces_cannot_be_made_nothing_runs(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "NAMESPACES", ("no-such-unshare-command",))
     with pytest.raises(SandboxError, match="util-linux"):
         run_sandboxed("pass\n", FAST)
+
+
+def test_the_pass_token_is_not_on_the_command_line():
+    """/proc/self/cmdline shows the guard's arguments: the token is not among them, so echoing them and leaving
+    early does not pass."""
+    program = ("import os\nargs = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+               "print()\nprint('\\n'.join(arg.decode(errors='replace') for arg in args), flush=True)\nos._exit(0)\n")
+    result = run_sandboxed(program, FAST)
+    assert not result.passed
+
+
+def test_a_main_block_does_not_run_before_the_tests():
+    """As under the reference HumanEval harness: an answer ending in `unittest.main()` (which exits) or a block
+    that reads input still reaches the tests after it."""
+    for block in ("    import unittest\n    unittest.main()\n", "    input()\n"):
+        program = f"def f():\n    return 1\n\nif __name__ == '__main__':\n{block}\nassert f() == 1\n"
+        assert run_sandboxed(program, FAST).passed, block
+    assert not run_sandboxed("def f():\n    return 1\n\nassert f() == 2\n", FAST).passed

@@ -144,15 +144,22 @@ def generate(
 
 def _generate_batch(model, prompts: list[list[int]], max_new_tokens: int, stops: list[int], pad_id: int, device,
                     do_sample: bool, temperature: float, top_p: float, seed: int) -> list[Generation]:
+    from transformers import GenerationConfig
+
     ids, mask = left_pad(prompts, pad_id)
     sampling = {"do_sample": False}
     if do_sample:
         torch.manual_seed(seed)
         sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
-    output = model.generate(
-        input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-        eos_token_id=stops, pad_token_id=pad_id, **sampling,
-    )
+    # Our settings alone: the model folder's generation_config.json may add processors (a repetition penalty, say)
+    # that would make "greedy" something else, and transformers fills every setting left unset from the model's
+    # config, so the model holds a blank one for the call.
+    config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad_id, **sampling)
+    folder_config, model.generation_config = model.generation_config, GenerationConfig()
+    try:
+        output = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+    finally:
+        model.generation_config = folder_config
     generations = []
     for prompt, tokens in zip(prompts, output[:, ids.shape[1]:].tolist()):
         cut = next((pos for pos, token in enumerate(tokens) if token in stops), None)
