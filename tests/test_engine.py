@@ -283,6 +283,38 @@ def test_sliding_window_limits_the_cache():
         model.setup_caches(1, 9)
 
 
+def test_a_request_inside_the_window_is_served_though_the_cache_is_rounded_past_it():
+    """The Engine rounds its cache up to 16 positions; a window of 24 still serves 19 positions, and refuses a
+    request beyond the window even where the rounded cache (32) would hold it."""
+    model = build_model(replace(TINY, sliding_window=24), random_state(TINY, None, torch.float32, "cpu"))
+    engine = Engine(model, batch=1, max_seq_len=19)
+    assert engine.max_seq_len == 24 and model.max_seq_len == 32
+    engine.generate(torch.zeros(1, 7, dtype=torch.long), 12)
+    with pytest.raises(EngineError, match="does not fit"):
+        engine.generate(torch.zeros(1, 20, dtype=torch.long), 8)
+
+
+def test_a_tied_config_beside_its_own_different_lm_head_is_refused(tmp_path):
+    import json
+
+    folder = saved(random_hf_model("llama", tie_word_embeddings=False), tmp_path / "untied")
+    config = json.loads((folder / "config.json").read_text())
+    config["tie_word_embeddings"] = True
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(EngineError, match="lm_head.weight that differs from the input embedding"):
+        load_model(folder, dtype=torch.float32, device="cpu")
+
+
+def test_check_refuses_a_packed_folder_rather_than_compare_random_weights(tmp_path):
+    from sparsedecoding.evaluation.engine_check import run
+
+    model = random_hf_model("llama")
+    prune_in_place(model, "2:4")
+    pack_checkpoint(saved(model, tmp_path / "pruned"), tmp_path / "packed")
+    with pytest.raises(EngineError, match="is a packed checkpoint"):
+        run(tmp_path / "packed", ["hi"], 2, torch.device("cpu"), False, ["logits"], torch.float32)
+
+
 @pytest.mark.parametrize("vocab", [128256, 151936, 49152, 32000, 1000, 257])
 def test_two_stage_argmax_gives_torchs_index(vocab):
     """two_stage_argmax: the index torch.argmax gives, ties (first maximum), NaN and -inf rows included, for

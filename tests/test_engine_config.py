@@ -92,6 +92,12 @@ def test_sliding_window_is_kept_for_mistral_and_ignored_when_qwen_disables_it():
         .sliding_window is None
 
 
+def test_a_mistral_config_without_a_sliding_window_gets_transformers_default():
+    config = tiny_config("mistral").to_dict()
+    config.pop("sliding_window", None)
+    assert from_hf_config(config).sliding_window == 4096
+
+
 @pytest.mark.parametrize("change, message", [
     ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}}, "RoPE type 'yarn'"),

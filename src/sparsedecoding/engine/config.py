@@ -179,6 +179,8 @@ def _sliding_window(config: dict[str, Any]) -> int | None:
     # Qwen configs carry a `sliding_window` value that only applies when `use_sliding_window` is set.
     if config["model_type"].startswith("qwen") and not config.get("use_sliding_window", False):
         return None
+    if config["model_type"] == "mistral" and "sliding_window" not in config:
+        return 4096  # transformers' MistralConfig default, which a config without the key gets there
     return config.get("sliding_window")
 
 

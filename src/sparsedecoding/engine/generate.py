@@ -147,7 +147,7 @@ class Engine:
             raise EngineError(f"batch {batch} is outside 1..{MAX_BATCH}, the range the N:M kernel serves")
         self.model, self.batch, self.sampling, self.compiled = model, batch, sampling, compile
         # Whole multiples of 16 positions keep the attention mask rows aligned for the fused attention kernels.
-        model.setup_caches(batch, -(-max_seq_len // 16) * 16)
+        model.setup_caches(batch, -(-max_seq_len // 16) * 16, positions=max_seq_len)
         self.cache_version = model.cache_version
         self.device = model.norm.weight.device
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
@@ -178,7 +178,9 @@ class Engine:
 
     @property
     def max_seq_len(self) -> int:
-        return self.model.max_seq_len
+        """Positions a request may use: the cache's, or fewer where a sliding window ends them first."""
+        window = self.model.args.sliding_window
+        return self.model.max_seq_len if window is None else min(self.model.max_seq_len, window)
 
     def generate(self, prompt: Tensor, new_tokens: int, seed: int = 0) -> Generation:
         """Generates `new_tokens` for each row of prompt [B, T] without any host sync inside the decode loop."""

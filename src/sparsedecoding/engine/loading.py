@@ -87,6 +87,8 @@ def load_model(folder: str | Path, sparse: SparseMode = "none", dtype: torch.dty
     folder = Path(folder)
     args = load_hf_config(folder)
     read = _packed_reader(folder) if packed_manifest(folder) else _safetensors_reader(folder)
+    if args.tie_embeddings:
+        _check_tied_head(folder, read)
     head, group_size = recorded_head_quantization(folder)
     return model_from_hf(args, read, sparse, dtype, device, tp, head=head and (head, group_size))
 
@@ -390,6 +392,20 @@ def _log_packing(state: dict[str, Weight]) -> None:
     packed = [weight for weight in prunable if isinstance(weight, (PackedNM, PackedNMQ))]
     formats = ", ".join(sorted({weight_format(w) for w in packed}))
     log.info("%d of %d block linears packed %s", len(packed), len(prunable), formats)
+
+
+def _check_tied_head(folder: Path, read: Callable[[str], Weight]) -> None:
+    """EngineError when config.json ties the output embedding to the input one but the checkpoint holds an
+    lm_head.weight of its own that differs: transformers keeps that stored head, the engine would use the
+    embedding, and the two models would silently differ."""
+    try:
+        head = read("lm_head.weight")
+    except EngineError:  # not stored: tied, as the config says
+        return
+    embedding = read("model.embed_tokens.weight")
+    if not isinstance(head, Tensor) or head.shape != embedding.shape or not torch.equal(head, embedding):
+        raise EngineError(f"{folder}/config.json says tie_word_embeddings, but the checkpoint holds an lm_head.weight "
+                          f"that differs from the input embedding; set tie_word_embeddings to false there")
 
 
 def _checked_reader(folder: Path, available: Collection[str],

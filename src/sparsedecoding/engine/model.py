@@ -252,13 +252,15 @@ class Transformer(nn.Module):
         self.fused_decode = False  # every layer's decode steps take the fused attention kernel (`setup_caches`)
         self._compiled: tuple | None = None
 
-    def setup_caches(self, batch: int, max_seq_len: int) -> None:
+    def setup_caches(self, batch: int, max_seq_len: int, positions: int | None = None) -> None:
         """Allocates zeroed KV caches [batch, kv_heads, max_seq_len, head_dim] per layer and the RoPE tables. Zeros
-        matter: masked cache slots are multiplied by zero attention weights, and 0·NaN would poison the output."""
-        window = self.args.sliding_window
-        if window is not None and max_seq_len > window:
-            raise EngineError(f"a cache of {max_seq_len} positions exceeds this model's sliding window of {window}, "
-                              f"which the engine does not apply; generate at most {window} positions in all")
+        matter: masked cache slots are multiplied by zero attention weights, and 0·NaN would poison the output.
+        `positions`: how many the caller will use (default all), which must fit a sliding window; slots beyond
+        them, padding the cache to a round size, are never attended."""
+        window, used = self.args.sliding_window, max_seq_len if positions is None else positions
+        if window is not None and used > window:
+            raise EngineError(f"{used} positions exceed this model's sliding window of {window}, which the engine "
+                              f"does not apply; generate at most {window} positions in all")
         weight = self.norm.weight
         shape = (batch, self.local_args.n_kv_heads, max_seq_len, self.args.head_dim)
         for layer in self.layers:

@@ -176,6 +176,11 @@ def run(folder: Path, prompts: list[str], new_tokens: int, device: torch.device,
     (float32 for bf16) and judge against it; without, the logits check falls back to the fixed tolerance."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..packed import packed_manifest
+
+    if packed_manifest(Path(folder)) is not None:  # transformers would fill its packed linears with random weights
+        raise EngineError(f"{folder} is a packed checkpoint, which transformers cannot load as it is; check the pruned "
+                          f"folder it was packed from (packed.json's source.dir)")
     args = load_hf_config(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval().requires_grad_(False)
