@@ -262,3 +262,14 @@ def test_a_malformed_pruning_record_is_refused_before_loading_any_model(tiny_pai
     monkeypatch.setattr(suite, "load_model", lambda *args, **kwargs: pytest.fail("a model was loaded"))
     with pytest.raises(SparseDecodingError, match="sparsedecoding.json"):
         run_eval(str(folder), tmp_path / "out", EvalSettings(metrics=("ppl",)))
+
+
+def test_kl_and_repetition_use_the_pass_at_1_prompts_in_their_wording(tiny_pair, tmp_path):
+    from sparsedecoding.data import humaneval_prompts, prompts_hash
+
+    settings = EvalSettings(metrics=("repetition",), wording="plain", limit=2, max_new_tokens=3)
+    out = run_eval(str(tiny_pair / "dense"), tmp_path / "out", settings)
+    recorded = json.loads((out / "metrics.json").read_text())["metrics"]["task_prompts"]
+    assert recorded["source"] == "humaneval:eval (plain wording)"
+    assert recorded["hash"] == prompts_hash(humaneval_prompts("eval", "plain")[:2])
+    assert recorded["hash"] != prompts_hash(humaneval_prompts("eval", "fenced")[:2])

@@ -69,8 +69,11 @@ def evaluate(model, tokenizer, settings: EvalSettings, reference=None, progress:
     seconds: dict[str, float] = {}
     records: list[dict] = []
     if {"kl", "repetition"} & set(settings.metrics):
-        source = settings.prompts or f"humaneval:{settings.split}"
-        task_prompts = read_prompts(source)[:settings.limit]
+        if settings.prompts:
+            source, task_prompts = settings.prompts, read_prompts(settings.prompts)[:settings.limit]
+        else:  # the pass@1 prompts in their wording, so one set of answers serves every metric
+            source = f"humaneval:{settings.split} ({settings.wording} wording)"
+            task_prompts = humaneval_prompts(settings.split, settings.wording)[:settings.limit]
         results["task_prompts"] = {"source": source, "count": len(task_prompts), "hash": prompts_hash(task_prompts)}
 
     if "pass@1" in settings.metrics:
