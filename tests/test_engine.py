@@ -490,3 +490,14 @@ def test_the_attention_setting_picks_reductions_by_batch_device_and_cache(value,
     cos, sin = torch.ones(1, TINY.head_dim), torch.zeros(1, TINY.head_dim)
     attention.attend(qkv, cos, sin, torch.zeros(group, cache), torch.tensor([0]))
     assert bool(called) == reductions
+
+
+def test_a_packed_folder_without_its_manifest_says_so(tmp_path):
+    from sparsedecoding.packed import PACKED_MANIFEST
+
+    model = random_hf_model("llama")
+    prune_in_place(model, "2:4")
+    pack_checkpoint(saved(model, tmp_path / "pruned"), tmp_path / "packed")
+    (tmp_path / "packed" / PACKED_MANIFEST).unlink()
+    with pytest.raises(EngineError, match=f"packed but has no {PACKED_MANIFEST}"):
+        load_model(tmp_path / "packed", dtype=torch.float32, device="cpu")

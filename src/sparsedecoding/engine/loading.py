@@ -26,7 +26,7 @@ from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLine
 from ..kernels.sp24 import OVER_SLOTS
 from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel
 from ..solvers import CODE_RANGES, QuantizedCodes, quantization_codes, quantization_group
-from ..packed import load_packed_checkpoint, packed_manifest, recorded_head_quantization
+from ..packed import PACKED_MANIFEST, load_packed_checkpoint, packed_manifest, recorded_head_quantization
 from ..patterns import PRUNABLE_LINEARS, SparsityPattern
 from .config import ModelArgs, load_hf_config
 from .model import Transformer
@@ -412,6 +412,9 @@ def _checked_reader(folder: Path, available: Collection[str],
                     get: Callable[[str], Weight]) -> Callable[[str], Weight]:
     def read(name: str) -> Weight:
         if name not in available:
+            if f"{name}.values" in available:
+                raise EngineError(f"{folder} holds {name} packed but has no {PACKED_MANIFEST}; copy the packed "
+                                  f"folder whole, or pack the pruned checkpoint again")
             raise EngineError(f"{folder} has no tensor {name}; the checkpoint does not match its config.json")
         return get(name)
 
