@@ -87,6 +87,31 @@ def test_held_out_problems_are_refused_wherever_they_appear():
         check_no_heldout(["ok", f"Complete this:\n{problem}\n"], [problem])
 
 
+def test_held_out_problems_are_caught_in_another_layout():
+    problem = 'def f(x):\n    """Return x."""'
+    for layout in ('def f(x):\n  """Return x."""', 'def f(x):\r\n\t"""Return x."""', 'def f (x):\n """Return x."""'):
+        with pytest.raises(PromptsError, match="held-out HumanEval"):
+            check_no_heldout([layout], [problem])
+
+
+def test_answer_shards_that_are_damaged_or_answer_other_prompts_are_refused(tiny, tmp_path):
+    model, tokenizer = tiny
+    prompt_file = tmp_path / "prompts.txt"
+    prompt_file.write_text("\n".join(f"Question {i} about lists?" for i in range(10)))
+    config = small_config(sources=f"{prompt_file}=1", n_answers=10)
+    build(model, tokenizer, tmp_path / "data", config, progress=False, held_out=[])
+    shard = tmp_path / "data" / "answers" / "00001.jsonl"
+    lines = shard.read_text().splitlines()
+    shard.write_text("\n".join(lines[:-1]) + "\n")  # one answer short: no longer the plan's shard
+    with pytest.raises(CalibrationError, match="00001.jsonl holds answers to other prompts"):
+        build(model, tokenizer, tmp_path / "data", config, progress=False, held_out=[])
+    shard.write_text(lines[0][:30])
+    with pytest.raises(CalibrationError, match="00001.jsonl is damaged"):
+        build(model, tokenizer, tmp_path / "data", config, progress=False, held_out=[])
+    shard.unlink()  # deleted, it is answered again
+    assert build(model, tokenizer, tmp_path / "data", config, progress=False, held_out=[]).stats["answered"] == 10
+
+
 @pytest.mark.integration
 def test_the_real_held_out_half_is_caught_and_the_calibration_half_passes():
     from sparsedecoding.data import humaneval_problems, humaneval_prompts

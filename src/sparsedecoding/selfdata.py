@@ -209,6 +209,9 @@ def meta_prompts(n: int, seed: int) -> list[dict]:
             for topic, kind, level in chosen]
 
 
+_WHITESPACE = re.compile(r"\s+")
+
+
 def heldout_markers() -> list[str]:
     """Strings no training prompt may contain: each held-out HumanEval problem's text and its `def name(` line. The
     dense model may have memorized HumanEval, so a self-written stub could reproduce a held-out problem nearly
@@ -221,7 +224,10 @@ def heldout_markers() -> list[str]:
 
 
 def find_heldout(prompt: str, held_out: list[str]) -> str | None:
-    return next((marker for marker in held_out if marker in prompt), None)
+    """The first marker that `prompt` contains, whitespace ignored on both sides (another indentation, tabs, CRLF
+    or `def name (` still match)."""
+    squeezed = _WHITESPACE.sub("", prompt)
+    return next((marker for marker in held_out if _WHITESPACE.sub("", marker) in squeezed), None)
 
 
 def check_no_heldout(prompts: list[str], held_out: list[str]) -> None:
@@ -230,6 +236,9 @@ def check_no_heldout(prompts: list[str], held_out: list[str]) -> None:
         if marker is not None:
             raise PromptsError(f"prompt {index} contains a held-out HumanEval problem ({marker[:40]!r}…); remove it "
                                f"from the prompt source")
+
+
+ANSWER_KEYS = ("prompt_ids", "new_ids", "stopped", "source", "split")  # an answers shard's record
 
 
 def shard_seed(seed: int, stage: str, index: int) -> int:
@@ -245,9 +254,20 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
     os.replace(temporary, path)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict]:
+    """A shard's records, each a JSON object with `keys`; CalibrationError naming the shard otherwise (shards are
+    written whole, so a damaged one was edited or copied in part: it is rebuilt once deleted)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            records = [json.loads(line) for line in handle if line.strip()]
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CalibrationError(f"{path} is damaged ({exc}); delete it and run again to rebuild it") from None
+    for record in records:
+        missing = [key for key in keys if not isinstance(record, dict) or key not in record]
+        if missing:
+            raise CalibrationError(f"{path} holds a record without {', '.join(missing)}; delete it and run again "
+                                   f"to rebuild it")
+    return records
 
 
 def open_folder(folder: Path, config: SelfDataConfig) -> None:
@@ -257,7 +277,12 @@ def open_folder(folder: Path, config: SelfDataConfig) -> None:
     settings = folder / "settings.json"
     wanted = config.fingerprint()
     if settings.exists():
-        found = json.loads(settings.read_text())
+        try:
+            found = json.loads(settings.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            found = None
+        if not isinstance(found, dict):
+            raise CalibrationError(f"{settings} is damaged; delete {folder} (its data is rebuilt) or use another")
         differing = sorted(key for key in wanted.keys() | found.keys() if wanted.get(key) != found.get(key))
         if differing:
             raise CalibrationError(f"{folder} holds data built with other settings ({', '.join(differing)}); use "
@@ -289,7 +314,7 @@ def write_prompts(model, tokenizer, folder: Path, config: SelfDataConfig, held_o
     prompts, seen = [], set()
     dropped = {"unusable": 0, "duplicate": 0, "held_out": 0}
     for index in range(len(shards(metas, config.shard_size))):
-        for record in read_jsonl(folder / "prompts" / f"{index:05d}.jsonl"):
+        for record in read_jsonl(folder / "prompts" / f"{index:05d}.jsonl", ("reply", "kind", "topic", "level")):
             text = clean_prompt(record["reply"], record["kind"], config.min_prompt_chars, config.max_prompt_chars)
             reason = ("unusable" if text is None else "duplicate" if normalize(text) in seen
                       else "held_out" if find_heldout(text, held_out) else None)
@@ -364,8 +389,8 @@ def build(model, tokenizer, folder: str | Path, config: SelfDataConfig, progress
         if config.decode_tokens is not None and train_tokens >= config.decode_tokens:
             break
         path = folder / "answers" / f"{index:05d}.jsonl"
+        ids = tokenize_prompts(tokenizer, chat_format(tokenizer, [entry["prompt"] for entry in shard]))
         if not path.exists():
-            ids = tokenize_prompts(tokenizer, chat_format(tokenizer, [entry["prompt"] for entry in shard]))
             generations = generate_many(model, tokenizer, ids, config.answer_max_new_tokens, config.batch_size,
                                         do_sample=config.answer_do_sample, temperature=config.answer_temperature,
                                         top_p=config.answer_top_p, seed=shard_seed(config.seed, "answers", index),
@@ -374,7 +399,12 @@ def build(model, tokenizer, folder: str | Path, config: SelfDataConfig, progress
             write_jsonl(path, [{"prompt_ids": gen.prompt_ids, "new_ids": gen.new_ids, "stopped": gen.stopped,
                                 "source": entry["source"], "split": entry["split"]}
                                for gen, entry in zip(generations, shard)])
-        records = read_jsonl(path)
+        records = read_jsonl(path, ANSWER_KEYS)
+        # the plan's prompts were checked against the held-out markers; its answers must be to exactly those
+        if [record["prompt_ids"] for record in records] != ids or \
+                [record["split"] for record in records] != [entry["split"] for entry in shard]:
+            raise CalibrationError(f"{path} holds answers to other prompts than the plan's shard {index} (written by "
+                                   f"another run, or with other held-out markers); delete it and run again")
         answered += len(records)
         train_tokens += sum(len(record["new_ids"]) - 1 for record in records if record["split"] == "train")
     data = load_answers(folder, answered, counts)
@@ -389,7 +419,7 @@ def load_answers(folder: Path, limit: int, counts: dict) -> SelfData:
     by_source: dict[str, int] = {}
     stopped = 0
     for path in sorted((folder / "answers").glob("*.jsonl")):
-        for record in read_jsonl(path):
+        for record in read_jsonl(path, ANSWER_KEYS):
             if len(train) + len(dev) == limit:
                 break
             gen = Generation(record["prompt_ids"], record["new_ids"], record["stopped"])
