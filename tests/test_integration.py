@@ -33,6 +33,8 @@ def test_fetch_converts_the_gguf_to_a_bf16_folder(smollm2):
     assert tensors["model.layers.0.self_attn.q_proj.weight"].dtype == torch.bfloat16
     generation = json.loads((smollm2 / "generation_config.json").read_text())
     assert 2 in generation["eos_token_id"]  # <|im_end|> ends a chat turn
+    from transformers import AutoTokenizer  # the tokenizer's eos is the config's, not the GGUF reader's guess
+    assert AutoTokenizer.from_pretrained(smollm2).eos_token == "<|im_end|>" and config["eos_token_id"] == 2
 
 
 def test_decode_calibrated_2of4_on_smollm2(smollm2, tmp_path):

@@ -29,3 +29,15 @@ def test_verify_gguf_keeps_a_matching_file_and_deletes_one_changed_byte(tmp_path
     with pytest.raises(FetchError, match="sha256"):
         models.verify_gguf(spec, path)
     assert not path.exists()
+
+
+def test_a_damaged_cached_model_is_named_with_what_to_do(tmp_path, monkeypatch):
+    from sparsedecoding.errors import ModelFileError
+
+    monkeypatch.setenv("SPARSEDECODING_CACHE", str(tmp_path))
+    folder = tmp_path / "models" / "smollm2-135m"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")  # a header cut short
+    with pytest.raises(ModelFileError, match=r"the cached smollm2-135m is damaged.*delete"):
+        models.resolve_model("smollm2-135m")

@@ -95,6 +95,10 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
         del model.config.quantization_config
     stop_ids = end_of_turn_ids(tokenizer, model.config.eos_token_id)
     model.generation_config.eos_token_id = stop_ids
+    if isinstance(model.config.eos_token_id, int) and tokenizer.eos_token_id != model.config.eos_token_id:
+        # transformers' GGUF tokenizer reader can take another special token for eos (SmolLM2: <|im_start|>);
+        # the saved tokenizer says what the model's config says, for any tool that stops on the tokenizer's eos
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(model.config.eos_token_id)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = stop_ids[0]
     partial = out_dir.with_name(out_dir.name + ".partial")
@@ -102,6 +106,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     (partial / "source.json").write_text(json.dumps({"gguf": gguf_path.name, "sha256": sha256_file(gguf_path)}))
+    if out_dir.exists():  # an earlier conversion stopped before its rename left it incomplete (no config.json)
+        shutil.rmtree(out_dir)
     os.replace(partial, out_dir)
     return out_dir
 
@@ -183,7 +189,13 @@ def resolve_model(spec: str | Path) -> Path:
     A folder's config and weight files are checked here, so a broken one fails before any model work."""
     text = str(spec)
     if text in OFFLINE_MODELS:
-        return fetch(text)
+        folder = fetch(text)
+        try:  # the cache is ours, but a disk or a hand can still damage it
+            check_weight_files(folder)
+        except ModelFileError as exc:
+            raise ModelFileError(f"the cached {text} is damaged ({exc}); delete {folder} and it is converted "
+                                 f"again") from None
+        return folder
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
