@@ -242,3 +242,39 @@ def test_a_non_finite_step_is_skipped_and_counted_and_masks_stay_zero(teacher_fo
         assert torch.equal(parameters[name] != 0, mask), name
     assert report["stopped_by"] == stopped_by
     assert report["skipped_steps"] == (1 if stopped_by == "max_steps" else 4)
+
+
+def test_a_non_finite_stop_between_evaluations_scores_and_saves_its_last_step(teacher_folder, data, tmp_path,
+                                                                               monkeypatch):
+    """The fourth skipped step (7) falls between evaluations (every 5): the run still scores step 7 and saves a
+    finished checkpoint, so a rerun of the folder does not train again."""
+    from sparsedecoding import repair as repair_module
+
+    teacher, student = load_model(teacher_folder)[0], pruned_student(teacher_folder)
+    train, dev = data
+    calls, real = {"n": 0}, repair_module.batch_kl
+
+    def overflowing(teacher, student, *args, **kwargs):
+        loss = real(teacher, student, *args, **kwargs)
+        if not student.training:  # a dev evaluation
+            return loss
+        step = calls["n"] // 2  # two micro-batches per step
+        calls["n"] += 1
+        return loss * float("inf") if step in {1, 2, 3, 6} else loss
+
+    monkeypatch.setattr(repair_module, "batch_kl", overflowing)
+    report = repair(teacher, student, train, dev, tmp_path / "work", config(max_skipped_steps=3))
+    assert report["stopped_by"] == "non_finite" and report["step"] == 7 and report["curve"][-1]["step"] == 7
+    monkeypatch.setattr(repair_module, "batch_kl", lambda *args, **kwargs: pytest.fail("trained again"))
+    again = repair(teacher, pruned_student(teacher_folder), train, dev, tmp_path / "work", config(max_skipped_steps=3))
+    assert again["stopped_by"] == "non_finite" and again["step"] == 7
+
+
+def test_a_run_stopped_by_its_time_budget_goes_on_when_resumed_with_more(teacher_folder, data, tmp_path):
+    teacher, student = load_model(teacher_folder)[0], pruned_student(teacher_folder)
+    train, dev = data
+    first = repair(teacher, student, train, dev, tmp_path / "work", config(time_budget_s=1e-9, max_steps=10))
+    assert first["stopped_by"] == "time_budget" and first["step"] < 10
+    second = repair(teacher, pruned_student(teacher_folder), train, dev, tmp_path / "work",
+                    config(time_budget_s=None, max_steps=10))
+    assert second["stopped_by"] == "max_steps" and second["step"] == 10

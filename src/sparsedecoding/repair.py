@@ -398,9 +398,17 @@ def _train(teacher, student, train, config, params, masks, masters, optimizer, p
     device = next(student.parameters()).device
     started = time.perf_counter() - progress["seconds"]
     window_kl, window_tokens = 0.0, 0
-    while progress["stopped_by"] is None:
+    if progress["stopped_by"] == "time_budget" and (config.time_budget_s is None
+                                                   or progress["seconds"] < config.time_budget_s):
+        progress["stopped_by"] = None  # resumed with more time (time_budget_s may change on resume): go on
+        log.info("repair stopped by its time budget at %.0f s; continuing to %s", progress["seconds"],
+                 f"{config.time_budget_s:g} s" if config.time_budget_s is not None else "its other limits")
+    stopped_before = progress["stopped_by"] is not None  # a finished run loaded from its checkpoint
+    while not stopped_before:
         step = progress["step"]
-        if step >= config.max_steps:
+        if progress["stopped_by"] is not None:  # set by the last step (too many non-finite steps)
+            pass
+        elif step >= config.max_steps:
             progress["stopped_by"] = "max_steps"
         elif config.token_budget is not None and progress["tokens"] >= config.token_budget:
             progress["stopped_by"] = "token_budget"
@@ -409,6 +417,7 @@ def _train(teacher, student, train, config, params, masks, masters, optimizer, p
         if progress["stopped_by"] is not None:
             if progress["curve"][-1]["step"] != step:  # score the last steps too, so they can be the best
                 _evaluate(progress, config, evaluate, snapshot, best, window_kl, window_tokens, started)
+            check_masks(student, masks)
             store.save(progress, masters, optimizer, names, best)
             break
         student.train()
@@ -449,13 +458,15 @@ def _train(teacher, student, train, config, params, masks, masters, optimizer, p
         if progress["step"] % config.eval_every == 0:
             record = _evaluate(progress, config, evaluate, snapshot, best, window_kl, window_tokens, started)
             window_kl, window_tokens = 0.0, 0
-            if progress["bad_evals"] >= config.patience:
+            if progress["bad_evals"] >= config.patience and progress["stopped_by"] is None:
                 progress["stopped_by"] = "patience"
             if progress["step"] % config.checkpoint_every == 0 or progress["stopped_by"]:
                 check_masks(student, masks)
                 store.save(progress, masters, optimizer, names, best)
             if on_eval is not None:
                 on_eval(record)
+            if progress["stopped_by"] is not None:  # scored and saved above
+                break
     return progress
 
 
