@@ -376,3 +376,24 @@ def test_cuda_eager_runner_equals_triton_launch_at_every_batch(n, m, monkeypatch
         assert_matches_float64(expected, x, weight)
         if batch == 1:
             assert torch.equal(nm_spmv(x[0], packed), expected[0])
+
+
+def test_a_dense_copy_follows_a_loaded_state_dict():
+    layer = PackedLinear.from_dense(random_nm_weight(48, 96, 2, 4).to(DEVICE), 2, 4)
+    layer.keep_dense_copy(2)
+    other = random_nm_weight(48, 96, 2, 4, seed=1).to(DEVICE)
+    layer.load_state_dict(PackedLinear.from_dense(other, 2, 4).state_dict())
+    x = torch.randn(4, 96).bfloat16().to(DEVICE)
+    assert torch.equal(layer(x), torch.nn.functional.linear(x, other))
+
+
+def test_wide_batches_and_quantized_layers_name_a_wrong_input():
+    from sparsedecoding.kernels.quantized import pack_nm_quantized
+    from sparsedecoding.kernels.quantized_linear import QuantizedPackedLinear
+
+    layer = PackedLinear.from_dense(random_nm_weight(48, 96, 2, 4).to(DEVICE), 2, 4)
+    with pytest.raises(KernelInputError, match="cast x to torch.bfloat16"):
+        layer(torch.randn(20, 96).half().to(DEVICE))
+    quantized = QuantizedPackedLinear(pack_nm_quantized(torch.zeros(48, 256).bfloat16(), 2, 4, "int8", 256))
+    with pytest.raises(KernelInputError, match=r"takes \[\.\.\., 256\]"):
+        quantized(torch.randn(2, 128).bfloat16())

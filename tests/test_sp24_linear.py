@@ -483,3 +483,41 @@ def test_engine_with_dense_copies_keeps_its_tiles_and_decodes_the_packed_models_
     keep_dense_copies(packed, from_batch)
     assert keep_dense_copies(tiled, from_batch) == sum(isinstance(m, Sp24Linear) for m in tiled.modules()) == 4 * 4
     _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)
+
+
+def _quantized_tiled(quantize, group_size, n=2, m=4, seed=0):
+    """(the weight on its grid, dense; the same as an Sp24Linear) for a 48 x 256 weight."""
+    from helpers import random_nm_weight
+    from sparsedecoding.kernels.quantized import pack_nm_quantized
+    from sparsedecoding.solvers import sparsegpt
+
+    weight = random_nm_weight(48, 256, n, m, seed=seed).float()
+    pattern = f"{n}:{m}" + ("+2" if m == 32 else "")  # a 16:32 mask the 2:4 tiles hold with two slots a word
+    on_grid = sparsegpt(weight, torch.eye(256), pattern, quantize=quantize, group_size=group_size).bfloat16()
+    module = QuantizedPackedLinear(pack_nm_quantized(on_grid, n, m, quantize, group_size))
+    return on_grid, Sp24Linear.from_module(module)
+
+
+@pytest.mark.parametrize("quantize, group_size, n, m", [("int8", 128, 2, 4), ("int4", 64, 2, 4),
+                                                        ("int4", 128, 16, 32)])
+def test_half_keeps_the_tiled_formats_dtypes_and_the_product(quantize, group_size, n, m):
+    """`model.half()` converts the bias and activations, not the tiled values and bfloat16 scales: the product
+    in float16 is the grid weight's (a 16:32 weight here has nonzeros beyond 2:4, so its slots are used)."""
+    weight, tiled = _quantized_tiled(quantize, group_size, n, m)
+    dtypes = {name: buffer.dtype for name, buffer in tiled.named_buffers()}
+    tiled.half()
+    assert {name: buffer.dtype for name, buffer in tiled.named_buffers()} == dtypes
+    x = torch.randn(3, 256).half()
+    expected = x.double() @ weight.double().T
+    assert (tiled(x).double() - expected).abs().max() <= 2e-3 * expected.abs().max()
+    assert tiled.state_dict().keys()  # the packed format still reads back
+
+
+def test_a_tiled_state_dict_with_a_wrong_bias_is_refused():
+    _, tiled = _quantized_tiled("int8", 128)
+    state = tiled.state_dict()
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        tiled.load_state_dict({**state, "bias": torch.zeros(48)})
+    with_bias = Sp24Linear(tiled.weight, torch.zeros(48, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="size mismatch for bias"):
+        with_bias.load_state_dict({**state, "bias": torch.ones(1, dtype=torch.bfloat16)})

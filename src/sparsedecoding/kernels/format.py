@@ -67,6 +67,20 @@ def nm_pattern(weight: torch.Tensor) -> tuple[int, int] | None:
     return best
 
 
+def apply_keeping_dtypes(module: torch.nn.Module, names: tuple[str, ...], fn, apply) -> None:
+    """Run `apply` (the module's Module._apply of `fn`) with the buffers `names` held aside, then move each to the
+    device `fn` gives without changing its dtype: `model.half()` converts activations' tensors (bias, dense copies) but
+    not a format's own values or scales, which the kernels read in their stored dtype. Converting and converting
+    back instead would round tiny bfloat16 scales through float16."""
+    held = {name: module._buffers[name] for name in names if module._buffers.get(name) is not None}
+    for name in held:
+        module._buffers[name] = None  # in place, so the buffers keep their order
+    apply()
+    for name, tensor in held.items():
+        device = fn(torch.empty(0, dtype=tensor.dtype, device=tensor.device)).device
+        module._buffers[name] = tensor if tensor.device == device else tensor.to(device)
+
+
 def popcount32(bitmask: torch.Tensor) -> torch.Tensor:
     """Number of set bits of every int32 word (read as uint32), as int64."""
     v = bitmask.to(torch.int64) & 0xFFFFFFFF

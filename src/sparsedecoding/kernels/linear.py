@@ -39,6 +39,11 @@ class PackedLinear(torch.nn.Module):
         self.dense = dense_from_parts(self.values, self.bitmask)
         self.dense_from_rows = from_rows
 
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        if self._buffers["dense"] is not None:  # the copy follows the loaded weight
+            self.dense = dense_from_parts(self.values, self.bitmask)
+
     @classmethod
     def from_dense(cls, weight: torch.Tensor, n: int, m: int, bias: torch.Tensor | None = None) -> PackedLinear:
         """Pack an N:M sparse dense weight (see `pack_nm` for what is accepted)."""
@@ -65,6 +70,9 @@ class PackedLinear(torch.nn.Module):
         elif 0 < rows <= MAX_BATCH:  # no rows: the dense product below returns the empty result
             y = spmv(x2.contiguous(), buffers["values"], buffers["bitmask"], self.n, self.m)
         else:
+            if x2.dtype != buffers["values"].dtype:  # as the kernel says for fewer rows
+                raise KernelInputError(f"x is {x2.dtype} but the packed values are {buffers['values'].dtype}; cast "
+                                       f"x to {buffers['values'].dtype}")
             y = F.linear(x2, dense_from_parts(buffers["values"], buffers["bitmask"]))
         bias = buffers["bias"]
         if bias is not None:

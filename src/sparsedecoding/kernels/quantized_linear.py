@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import KernelInputError
+from .format import apply_keeping_dtypes
 from .op import MAX_BATCH
-from .quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ, dense_quantized_mm, nmq_spmv
+from .quantized import DenseQuantized, PackedNMQ, dense_quantized_mm, nmq_spmv
 
 
 @torch.library.custom_op("sparsedecoding::nmq_spmv", mutates_args=())
@@ -45,10 +46,9 @@ class QuantizedPackedLinear(torch.nn.Module):
         self.register_buffer("bias", bias)
 
     def _apply(self, fn, recurse=True):
-        """`model.half()` / `.float()` convert the bias with the activations; the scales stay bfloat16, the format's."""
-        super()._apply(fn, recurse)
-        if self.scales.dtype != SCALE_DTYPE:
-            self.scales = self.scales.to(SCALE_DTYPE)
+        """`model.half()` / `.float()` convert the bias with the activations; the scales stay bfloat16, the format's
+        (held aside, not converted and back, which would round tiny scales through float16)."""
+        apply_keeping_dtypes(self, ("scales",), fn, lambda: super(QuantizedPackedLinear, self)._apply(fn, recurse))
         return self
 
     @property
@@ -57,6 +57,9 @@ class QuantizedPackedLinear(torch.nn.Module):
                          (self.out_features, self.in_features), self.quantize, self.group_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise KernelInputError(f"x has shape {tuple(x.shape)}; this QuantizedPackedLinear takes "
+                                   f"[..., {self.in_features}]")
         rows = x.numel() // self.in_features
         x2 = x.reshape(rows, self.in_features)
         if rows > MAX_BATCH or rows == 0:  # prefill, or no rows (the kernel takes 1..MAX_BATCH)
@@ -104,10 +107,8 @@ class DenseQuantizedLinear(torch.nn.Module):
         `model.half()` / `.float()` do to the activations (that kernel then refuses other activations with one
         error; prefill rows multiply by the dequantized weight in x's dtype). The other layouts' scales follow the
         activations' dtype."""
-        sp24 = self.layout == "sp24"
-        super()._apply(fn, recurse)
-        if sp24 and self.scales.dtype != SCALE_DTYPE:
-            self.scales = self.scales.to(SCALE_DTYPE)
+        held = ("scales",) if self.layout == "sp24" else ()
+        apply_keeping_dtypes(self, held, fn, lambda: super(DenseQuantizedLinear, self)._apply(fn, recurse))
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import EngineError, KernelInputError, PackingError
-from .format import PackedNM, pack_nm
+from .format import PackedNM, apply_keeping_dtypes, pack_nm
 from .linear import PackedLinear
 from .op import MAX_BATCH
 from .overflow import merge_overflow_quantized, split_overflow, split_overflow_quantized, words_over_cap
@@ -72,6 +72,12 @@ class Sp24Linear(torch.nn.Module):
                                    f"{self.quantize} codes")
         self.dense = self._dense(self.value_dtype)
         self.dense_from_rows = from_rows
+
+    def _apply(self, fn, recurse=True):
+        """`.to(device)` moves every buffer; `model.half()` / `.float()` convert the bias and the dense copy, not the
+        tiled values, overflow slots and scales, which the kernel reads in the format's dtypes."""
+        apply_keeping_dtypes(self, _TILED, fn, lambda: super(Sp24Linear, self)._apply(fn, recurse))
+        return self
 
     def _on_dense_copy(self, rows: int) -> bool:
         return self._buffers["dense"] is not None and rows >= self.dense_from_rows
@@ -186,7 +192,7 @@ class Sp24Linear(torch.nn.Module):
                               error_msgs):
         """Loads the packed format's keys (what `_save_to_state_dict` writes) and tiles them in place."""
         names = self._packed_keys()
-        known = set(names) | {"bias"}
+        known = set(names) | ({"bias"} if self.bias is not None else set())
         unexpected_keys += [key for key in state_dict if key.startswith(prefix) and "." not in key[len(prefix):]
                             and key[len(prefix):] not in known]
         absent = [prefix + name for name in names if prefix + name not in state_dict]
@@ -196,6 +202,11 @@ class Sp24Linear(torch.nn.Module):
             missing_keys += absent
             return
         device = self.a.device
+        if self.bias is not None and state_dict[prefix + "bias"].shape != self.bias.shape:
+            error_msgs.append(f"size mismatch for {prefix}bias: copying a param with shape "
+                              f"{tuple(state_dict[prefix + 'bias'].shape)}, the shape in current model is "
+                              f"{tuple(self.bias.shape)}")
+            return
         parts = [state_dict[prefix + name].to(device) for name in names]
         shape = (self.rows, self.in_features)
         try:
