@@ -232,6 +232,7 @@ CASES = [
     row("pack-2:3", lambda c: c.pack(c.models["2:3"]), "no decoder linear"),
     row("pack-quantized-1:8", lambda c: c.pack(c.models["int8"]) + ["--pattern", "1:8"],
         "quantized kernel cannot run 1:8"),
+    row("prune-int4-group-16", lambda c: c.prune("--quantize", "int4", "--group-size", "16"), "multiple of 32"),
     row("pack-int4-group-16", lambda c: c.pack(c.models["int8"]) + ["--quantize", "int4", "--group-size", "16"],
         "multiple of 32"),
     row("pack-quantize-off-grid", lambda c: c.pack(c.models["2:4"]) + ["--quantize", "int4"], "not on an int4 grid"),

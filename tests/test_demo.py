@@ -39,3 +39,17 @@ def test_the_summary_reads_the_numbers_and_says_when_decode_loses():
     loses = what_it_shows({"text": row(0.80, 0.4, 300.0), "decode": row(0.70, 0.6, 60.0)})
     assert loses == ["Here decode-time calibration did not beat text calibration on held-out prompts (agreement "
                      "70% vs 80%, KL 0.600 vs 0.400)."]
+
+
+def test_the_demo_runs_on_a_tiny_model_without_warning_about_its_own_settings(tmp_path, caplog):
+    """The text-calibrated run does not read the decode run's generation settings; the demo must not warn the
+    newcomer about settings they never gave."""
+    from sparsedecoding.cli import main
+    from helpers import make_tiny_model
+
+    tiny = make_tiny_model(tmp_path / "tiny")
+    with caplog.at_level("WARNING"):
+        assert main(["demo", "--model", str(tiny), "--out", str(tmp_path / "demo"), "--tokens", "16",
+                     "--eval-prompts", "1", "--eval-new-tokens", "4", "--device", "cpu"]) == 0
+    assert "does not read" not in caplog.text
+    assert (tmp_path / "demo" / "text" / "sparsedecoding.json").is_file()

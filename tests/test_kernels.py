@@ -143,6 +143,7 @@ def _bad_inputs():
     yield "batch 17", torch.randn(17, 64).bfloat16(), v, b, 2, 4, "outside 1..16"
     yield "batch 0", torch.randn(0, 64).bfloat16(), v, b, 2, 4, "outside 1..16"
     yield "x on another device", x.to("meta"), v, b, 2, 4, "one device"
+    yield "float32 values", x, v.float(), b, 2, 4, "pack the weight in one of those"
     p18 = pack_nm(random_nm_weight(32, 64, 1, 8), 1, 8)
     yield "1:8 pattern", x, p18.values, p18.bitmask, 1, 8, "32·N/M a multiple of 8"
     yield "M not dividing 32", x, v, b, 2, 5, "M dividing 32"

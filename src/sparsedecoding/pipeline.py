@@ -48,7 +48,7 @@ from .errors import RepairError, SparseDecodingError, UnsupportedArchitectureErr
 from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target,
                       hessians_by_module, input_groups, kept_rows, paired_by_module, prunable_linears)
-from .kernels.quantized import check_dense_quantization
+from .kernels.quantized import check_dense_quantization, check_packed_quantization
 from .models import (check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, sha256_file,
                      source_dtype)
 from .outputs import PRUNED_MANIFEST, check_not_source, check_writable
@@ -534,13 +534,13 @@ def inputs_digest(config: PruneConfig, folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def warn_ignored_options(config: PruneConfig) -> None:
-    """One warning naming the options set away from their defaults that this run does not read (they still change
-    its fingerprint and record)."""
-    defaults = PruneConfig(model=config.model, out=config.out, recipe=config.recipe)  # a recipe's values are its own
+def unread_options(config: PruneConfig) -> list[str]:
+    """The fields set away from their defaults (the recipe's, under a recipe) that this run does not read."""
+    defaults = PruneConfig(model=config.model, out=config.out, recipe=config.recipe)
+    on_policy_repair = bool(config.repair_steps) and config.repair_on_policy
     unread = []
-    if not config.do_sample:
-        unread += ["temperature", "top_p"]
+    if not config.do_sample and config.calibration != "self" and not on_policy_repair:
+        unread += ["temperature", "top_p"]  # self-written answers and on-policy samples are always sampled
     if config.solver in ("wanda", "magnitude") and config.sparsity_pattern() is not None:
         unread += ["blocksize", "percdamp", "hessian_dtype"]
     if config.calibration == "decode":
@@ -549,7 +549,13 @@ def warn_ignored_options(config: PruneConfig) -> None:
         unread += ["prompts", "n_prompts", "max_new_tokens", "gen_batch_size", "do_sample", "mix_ratio"]
     if config.calibration == "self":
         unread += ["prompts", "n_prompts", "gen_batch_size", "do_sample"]
-    changed = [name for name in dict.fromkeys(unread) if getattr(config, name) != getattr(defaults, name)]
+    return [name for name in dict.fromkeys(unread) if getattr(config, name) != getattr(defaults, name)]
+
+
+def warn_ignored_options(config: PruneConfig) -> None:
+    """One warning naming the options set away from their defaults that this run does not read (they still change
+    its fingerprint and record)."""
+    changed = unread_options(config)
     if changed:
         fields = {item.name: item for item in dataclasses.fields(PruneConfig)}
         log.warning("this run does not read %s (solver %s, calibration %s%s): drop them, or see `sparsedecoding "
@@ -572,6 +578,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             solvers.quantization_group(config.quantize, config.group_size, size)
         if pattern is None:  # dense GPTQ: the engine runs it on the dense int4 kernel
             check_dense_quantization("int4", config.group_size)
+        else:  # the packed format and its kernels: checked here, not after the whole run at `pack`
+            check_packed_quantization("int4", config.group_size)
     if config.quantize_head == "int4":  # lm_head's rows too, and a group the engine's dense int4 kernel takes
         solvers.quantization_group("int4", config.group_size, read_config(folder)["hidden_size"])
         check_dense_quantization("int4", config.group_size)

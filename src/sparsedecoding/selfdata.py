@@ -439,7 +439,7 @@ def calibration_sets(data: SelfData, pad_id: int, token_budget: int | None = Non
     """(train, dev) sets whose keep masks cover the decode positions; `token_budget` cuts the train side only."""
     train = decode_set_from_generations(data.train, pad_id, token_budget)
     if not data.dev:
-        raise CalibrationError("the dev split is empty; raise n_answers or dev_share")
+        raise CalibrationError("the dev split is empty; raise --self-answers (n_answers)")
     dev = decode_set_from_generations(data.dev, pad_id)
     train.source = dev.source = "selfdata"
     return train, dev

@@ -7,6 +7,7 @@ chosen by measurement on the calibration half only: benchmarks/results/demo-choi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -101,7 +102,7 @@ def run(args) -> int:
     from ..errors import OutputExistsError, SolverSettingsError
     from ..outputs import check_writable
     from ..models import load_model, resolve_model
-    from ..pipeline import PRUNED_MANIFEST, prune
+    from ..pipeline import PRUNED_MANIFEST, PruneConfig, prune, unread_options
     from ..runenv import pick_device
     from .prune import config_from_args
 
@@ -125,7 +126,10 @@ def run(args) -> int:
     decode_out = prune(config_from_args(args, calibration="decode", out=str(out / "decode")))
     tokens = json.loads((decode_out / PRUNED_MANIFEST).read_text())["calibration"]["tokens"]
     print(f"[3/4] pruning to {args.pattern}, Hessians from Lee news text (the same {tokens} tokens)")
-    text_out = prune(config_from_args(args, calibration="text", tokens=tokens, out=str(out / "text")))
+    text_config = config_from_args(args, calibration="text", tokens=tokens, out=str(out / "text"))
+    defaults = PruneConfig(model=text_config.model, out=text_config.out)  # the decode run's generation settings,
+    text_out = prune(dataclasses.replace(text_config, **{  # unread here, go back to their defaults: no warning
+        name: getattr(defaults, name) for name in unread_options(text_config)}))
     (out / DEMO_MARK).write_text(json.dumps({"command": ["sparsedecoding", *sys.argv[1:]]}))
 
     print("[4/4] scoring the three models on held-out prompts and text")

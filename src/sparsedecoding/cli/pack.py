@@ -14,7 +14,8 @@ def register(subparsers) -> None:
     parser.add_argument("--out", required=True, type=Path, help="output folder (written atomically)")
     parser.add_argument("--pattern", default="auto",
                         help="N:M pattern every decoder linear must satisfy (2:4, 4:8, 8:16, 16:32), or auto: pack "
-                             "each linear with the first of those it satisfies and keep the rest dense (default: auto)")
+                             "each linear in the sparsest pattern the kernel runs that keeps at most half its "
+                             "weights, and keep the rest dense (default: auto)")
     parser.add_argument("--quantize", choices=["auto", "none", "int8", "int4"], default="auto",
                         help="store kept values as int8 or int4 codes and scales (the weights must lie on that grid, "
                              "as `prune --quantize` leaves them), or as they are (none); auto: what the pruned "

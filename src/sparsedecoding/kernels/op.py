@@ -609,6 +609,9 @@ def check_spmv_inputs(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tens
                                f"(2:4, 4:8, 8:16, 16:32, 1:4, ...); got {n}:{m}")
     if x.dtype not in _DTYPES:
         raise KernelInputError(f"x is {x.dtype}; nm_spmv takes bfloat16 or float16 activations")
+    if values.dtype not in _DTYPES:
+        raise KernelInputError(f"the packed values are {values.dtype}; nm_spmv runs bfloat16 or float16 weights: "
+                               "pack the weight in one of those")
     if values.dtype != x.dtype:
         raise KernelInputError(f"x is {x.dtype} but the packed values are {values.dtype}; cast x to {values.dtype}")
     if bitmask.dtype != torch.int32:
