@@ -519,3 +519,14 @@ def test_options_a_run_does_not_read_are_named_in_one_warning(tiny_folder, promp
     with caplog.at_level("WARNING"):
         pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "out", prompts_file, recipe="recommended"))
     assert caplog.text == ""
+
+
+def test_int4_groups_of_16_are_refused_for_n_m_patterns_only(tiny_folder, prompts_file, tmp_path):
+    """The packed format needs groups of a multiple of 32; an unstructured 50% model is never packed."""
+    from sparsedecoding.errors import PackingError
+
+    with pytest.raises(PackingError, match="multiple of 32"):
+        prune(config(tiny_folder, tmp_path / "nm", prompts_file, quantize="int4", group_size=16), progress=False)
+    out = prune(config(tiny_folder, tmp_path / "unstructured", prompts_file, pattern="50%", quantize="int4",
+                       group_size=16), progress=False)
+    assert (out / "sparsedecoding.json").is_file()

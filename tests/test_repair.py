@@ -278,3 +278,21 @@ def test_a_run_stopped_by_its_time_budget_goes_on_when_resumed_with_more(teacher
     second = repair(teacher, pruned_student(teacher_folder), train, dev, tmp_path / "work",
                     config(time_budget_s=None, max_steps=10))
     assert second["stopped_by"] == "max_steps" and second["step"] == 10
+
+
+def test_a_finished_time_budget_run_is_not_trained_again_with_the_same_budget(teacher_folder, data, tmp_path,
+                                                                              monkeypatch):
+    """The budget runs out inside an evaluation's callback; the stop records the time it was seen, so a rerun with
+    the same budget finds it spent."""
+    import time as clock
+
+    from sparsedecoding import repair as repair_module
+
+    teacher, student = load_model(teacher_folder)[0], pruned_student(teacher_folder)
+    train, dev = data
+    settings = config(time_budget_s=0.5, eval_every=1, max_steps=50)
+    first = repair(teacher, student, train, dev, tmp_path / "work", settings, on_eval=lambda record: clock.sleep(0.6))
+    assert first["stopped_by"] == "time_budget" and first["seconds"] >= 0.5
+    monkeypatch.setattr(repair_module, "batch_kl", lambda *args, **kwargs: pytest.fail("trained again"))
+    again = repair(teacher, pruned_student(teacher_folder), train, dev, tmp_path / "work", settings)
+    assert again["step"] == first["step"]

@@ -521,3 +521,20 @@ def test_a_tiled_state_dict_with_a_wrong_bias_is_refused():
     with_bias = Sp24Linear(tiled.weight, torch.zeros(48, dtype=torch.bfloat16))
     with pytest.raises(RuntimeError, match="size mismatch for bias"):
         with_bias.load_state_dict({**state, "bias": torch.ones(1, dtype=torch.bfloat16)})
+
+
+def test_held_buffers_move_with_to_empty_and_survive_a_failed_apply():
+    """The tiled buffers held aside from dtype changes still move (`to_empty` from meta, as models built on meta
+    are materialised) and are back in place even when the apply raises."""
+    _, tiled = _quantized_tiled("int8", 128)
+    dtypes = {name: buffer.dtype for name, buffer in tiled.named_buffers()}
+    tiled.to("meta").to_empty(device="cpu")
+    assert {name: (buffer.dtype, buffer.device.type) for name, buffer in tiled.named_buffers()} == \
+        {name: (dtype, "cpu") for name, dtype in dtypes.items()}
+
+    def failing(tensor):
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        tiled._apply(failing)
+    assert all(tiled._buffers[name] is not None for name in dtypes)

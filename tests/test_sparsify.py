@@ -249,7 +249,7 @@ def test_load_packed_casts_a_float32_checkpoint_only_when_asked(tmp_path):
 
     pruned_tiny("llama", dtype=torch.float32).save_pretrained(tmp_path / "pruned")
     pack_checkpoint(tmp_path / "pruned", tmp_path / "packed")
-    with pytest.raises(PackingError, match=r"holds float32 tensors.*dtype=torch\.bfloat16"):
+    with pytest.raises(PackingError, match=r"holds float32 packed values.*dtype=torch\.bfloat16"):
         load_packed(tmp_path / "packed")
     with pytest.raises(KernelInputError, match="dtype=torch.float64"):
         load_packed(tmp_path / "packed", dtype=torch.float64)

@@ -42,10 +42,10 @@ def check_writable(out: Path) -> None:
 
 
 def check_not_source(out: Path, source: Path) -> None:
-    """Refuse an output folder that is the input folder, holds it or lies inside it: writing (or --overwrite's
-    replacing) the output would destroy the input."""
+    """Refuse an output folder that is the input folder or holds it: writing (or --overwrite's replacing) the
+    output would destroy the input. One inside the input is harmless (inputs are read from its top level)."""
     out, source = Path(out).resolve(), Path(source).resolve()
-    if out == source or source.is_relative_to(out) or out.is_relative_to(source):
+    if out == source or source.is_relative_to(out):
         raise OutputNotWritableError(f"--out {out} would overwrite the input {source}; choose another --out")
 
 

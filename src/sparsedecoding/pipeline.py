@@ -537,18 +537,20 @@ def inputs_digest(config: PruneConfig, folder: Path) -> str:
 def unread_options(config: PruneConfig) -> list[str]:
     """The fields set away from their defaults (the recipe's, under a recipe) that this run does not read."""
     defaults = PruneConfig(model=config.model, out=config.out, recipe=config.recipe)
-    on_policy_repair = bool(config.repair_steps) and config.repair_on_policy
+    on_policy_repair = bool(config.repair_steps) and config.repair_on_policy  # samples task prompts' answers
     unread = []
     if not config.do_sample and config.calibration != "self" and not on_policy_repair:
         unread += ["temperature", "top_p"]  # self-written answers and on-policy samples are always sampled
     if config.solver in ("wanda", "magnitude") and config.sparsity_pattern() is not None:
-        unread += ["blocksize", "percdamp", "hessian_dtype"]
+        unread += ["blocksize"] + (["percdamp"] if config.target != "dense" else [])  # dense_target damps
     if config.calibration == "decode":
         unread += ["text", "text_seq_len", "mix_ratio"]
     if config.calibration == "text":
-        unread += ["prompts", "n_prompts", "max_new_tokens", "gen_batch_size", "do_sample", "mix_ratio"]
+        unread += ["gen_batch_size", "do_sample", "mix_ratio"]
+        if not on_policy_repair:
+            unread += ["prompts", "n_prompts", "max_new_tokens"]
     if config.calibration == "self":
-        unread += ["prompts", "n_prompts", "gen_batch_size", "do_sample"]
+        unread += ["gen_batch_size", "do_sample"] + ([] if on_policy_repair else ["prompts", "n_prompts"])
     return [name for name in dict.fromkeys(unread) if getattr(config, name) != getattr(defaults, name)]
 
 
@@ -578,7 +580,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             solvers.quantization_group(config.quantize, config.group_size, size)
         if pattern is None:  # dense GPTQ: the engine runs it on the dense int4 kernel
             check_dense_quantization("int4", config.group_size)
-        else:  # the packed format and its kernels: checked here, not after the whole run at `pack`
+        elif pattern.is_nm:  # the packed format and its kernels: checked here, not after the whole run at `pack`
             check_packed_quantization("int4", config.group_size)
     if config.quantize_head == "int4":  # lm_head's rows too, and a group the engine's dense int4 kernel takes
         solvers.quantization_group("int4", config.group_size, read_config(folder)["hidden_size"])

@@ -417,6 +417,8 @@ def _train(teacher, student, train, config, params, masks, masters, optimizer, p
         if progress["stopped_by"] is not None:
             if progress["curve"][-1]["step"] != step:  # score the last steps too, so they can be the best
                 _evaluate(progress, config, evaluate, snapshot, best, window_kl, window_tokens, started)
+            # the time at the stop, so that a rerun with the same budget finds it spent
+            progress["seconds"] = max(progress["seconds"], round(time.perf_counter() - started, 3))
             check_masks(student, masks)
             store.save(progress, masters, optimizer, names, best)
             break

@@ -18,6 +18,7 @@ an interrupted build resumes at the first missing shard. The answers become `Cal
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -227,7 +228,12 @@ def find_heldout(prompt: str, held_out: list[str]) -> str | None:
     """The first marker that `prompt` contains, whitespace ignored on both sides (another indentation, tabs, CRLF
     or `def name (` still match)."""
     squeezed = _WHITESPACE.sub("", prompt)
-    return next((marker for marker in held_out if _WHITESPACE.sub("", marker) in squeezed), None)
+    return next((marker for marker, plain in zip(held_out, _squeezed(tuple(held_out))) if plain in squeezed), None)
+
+
+@functools.lru_cache(maxsize=4)
+def _squeezed(markers: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_WHITESPACE.sub("", marker) for marker in markers)
 
 
 def check_no_heldout(prompts: list[str], held_out: list[str]) -> None:

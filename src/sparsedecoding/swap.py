@@ -318,17 +318,20 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
 
 
 def _in_kernel_dtype(folder: str | Path, state: dict, dtype: torch.dtype | None) -> tuple[dict, torch.dtype]:
-    """(`state` with its floating tensors and packed values in `dtype`, that dtype); with `dtype` None the
-    checkpoint's single floating dtype, PackingError where it is not one the kernels run or the tensors disagree
-    (a packed value file in float32 beside bfloat16 tensors runs nowhere)."""
-    floating = {weight.values.dtype if isinstance(weight, PackedNM) else weight.dtype for weight in state.values()
-                if isinstance(weight, PackedNM) or (isinstance(weight, torch.Tensor) and weight.is_floating_point())}
+    """(`state` with its floating tensors and packed values in `dtype`, that dtype); with `dtype` None, `state` as
+    it is and the dtype the kernels will run: that of the packed values (the first floating tensor's for codes),
+    PackingError where it is not bfloat16 or float16 or the packed values disagree. Other tensors (float32 norms,
+    say) load in their own dtype, as from_pretrained loads them."""
     if dtype is None:
-        if len(floating) != 1 or next(iter(floating)) not in _KERNEL_DTYPES:
-            held = ", ".join(sorted(str(kind).removeprefix("torch.") for kind in floating))
-            raise PackingError(f"{folder} holds {held} tensors; the packed kernels run bfloat16 or float16: pass "
-                               "dtype=torch.bfloat16 to load_packed to load it in bfloat16")
-        return state, next(iter(floating))
+        values = {weight.values.dtype for weight in state.values() if isinstance(weight, PackedNM)}
+        found = values or {next((weight.dtype for weight in state.values()
+                                 if isinstance(weight, torch.Tensor) and weight.is_floating_point()), None)}
+        if len(found) != 1 or next(iter(found)) not in _KERNEL_DTYPES:
+            held = ", ".join(sorted(str(kind).removeprefix("torch.") for kind in found))
+            raise PackingError(f"{folder} holds {held} {'packed values' if values else 'tensors'}; the packed kernels "
+                               "run bfloat16 or float16: pass dtype=torch.bfloat16 to load_packed to load it in "
+                               "bfloat16")
+        return state, next(iter(found))
 
     def cast(weight):
         if isinstance(weight, PackedNM):

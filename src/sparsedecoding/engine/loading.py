@@ -343,7 +343,7 @@ def _dequantized(weight: Weight, dtype: torch.dtype) -> Weight:
 
 
 def _sparsify(key: str, weight: Weight, mode: SparseMode, dtype: torch.dtype) -> Weight:
-    # Every pattern the kernel runs keeps at most 3/4 of the values, so packing always moves fewer bytes.
+    # `auto` packs what `nm_pattern` finds (at most half kept); a packed checkpoint keeps the pattern it was packed in.
     if mode == "none":
         return weight.to_dense() if isinstance(weight, PackedNM) else _dequantized(weight, dtype)
     if isinstance(weight, (PackedNM, PackedNMQ)):
@@ -352,8 +352,9 @@ def _sparsify(key: str, weight: Weight, mode: SparseMode, dtype: torch.dtype) ->
     if pattern is not None:
         return pack_nm(weight, *pattern)
     if mode == "packed":
-        raise EngineError(f"{key} is not N:M sparse; prune the model to an N:M pattern first, "
-                          f"or load it with --sparse auto to keep such linears dense")
+        raise EngineError(f"{key} is not N:M sparse with at most half its weights kept; prune the model to such a "
+                          f"pattern first (a denser N:M such as 3:4 runs packed from `sparsedecoding pack --pattern "
+                          f"3:4`), or load it with --sparse auto to keep such linears dense")
     return weight
 
 

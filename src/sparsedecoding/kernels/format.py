@@ -68,17 +68,26 @@ def nm_pattern(weight: torch.Tensor) -> tuple[int, int] | None:
 
 
 def apply_keeping_dtypes(module: torch.nn.Module, names: tuple[str, ...], fn, apply) -> None:
-    """Run `apply` (the module's Module._apply of `fn`) with the buffers `names` held aside, then move each to the
-    device `fn` gives without changing its dtype: `model.half()` converts activations' tensors (bias, dense copies) but
-    not a format's own values or scales, which the kernels read in their stored dtype. Converting and converting
-    back instead would round tiny bfloat16 scales through float16."""
+    """Run `apply` (the module's Module._apply of `fn`) with the buffers `names` held aside, then give each `fn` as
+    raw integers of its width, so that it moves (`.to(device)`, `.cuda()`, `to_empty`) but is never converted:
+    `model.half()` converts activations' tensors (bias, dense copies), not a format's own values or scales, which
+    the kernels read in their stored dtype (converting and back would also round tiny bfloat16 scales through
+    float16). The buffers are put back whatever `apply` raises."""
     held = {name: module._buffers[name] for name in names if module._buffers.get(name) is not None}
     for name in held:
         module._buffers[name] = None  # in place, so the buffers keep their order
-    apply()
+    try:
+        apply()
+    finally:
+        for name, tensor in held.items():
+            module._buffers[name] = tensor
     for name, tensor in held.items():
-        device = fn(torch.empty(0, dtype=tensor.dtype, device=tensor.device)).device
-        module._buffers[name] = tensor if tensor.device == device else tensor.to(device)
+        raw = _RAW.get(tensor.element_size()) if tensor.is_floating_point() else None
+        moved = fn(tensor) if raw is None else fn(tensor.view(raw)).view(tensor.dtype)
+        module._buffers[name] = moved
+
+
+_RAW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # same-width integer views
 
 
 def popcount32(bitmask: torch.Tensor) -> torch.Tensor:

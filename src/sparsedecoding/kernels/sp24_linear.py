@@ -79,6 +79,12 @@ class Sp24Linear(torch.nn.Module):
         apply_keeping_dtypes(self, _TILED, fn, lambda: super(Sp24Linear, self)._apply(fn, recurse))
         return self
 
+    def _check_traced_dtype(self, x: torch.Tensor) -> None:
+        """Under torch.compile the ops read the tiles in x's dtype (eager, `sp24_linear` checks this itself)."""
+        if x.dtype != self.value_dtype:
+            raise KernelInputError(f"x is {x.dtype} but this Sp24Linear was tiled for {self.value_dtype}; cast x to "
+                                   f"{self.value_dtype}")
+
     def _on_dense_copy(self, rows: int) -> bool:
         return self._buffers["dense"] is not None and rows >= self.dense_from_rows
 
@@ -142,6 +148,7 @@ class Sp24Linear(torch.nn.Module):
                 gate, up = y.chunk(2, dim=-1)
                 y = F.silu(gate) * up
         elif torch.compiler.is_compiling():
+            self._check_traced_dtype(x)
             y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), buffers["a"], buffers["meta"], buffers["scales"],
                                                  buffers["row_scales"], self.rows, self.in_features, self.code,
                                                  self.steps, self.gk_shift, self.groups, self.glu, buffers["over_v"],
@@ -167,6 +174,7 @@ class Sp24Linear(torch.nn.Module):
             total = x + res
             return self(rms_norm(total, norm_weight, eps)), total
         if torch.compiler.is_compiling():
+            self._check_traced_dtype(x)
             y, total = torch.ops.sparsedecoding.sp24_norm_mm(
                 x2.contiguous(), res2.contiguous(), norm_weight, eps, self.a, self.meta, self.scales,
                 self.row_scales, self.rows, self.in_features, self.code, self.steps, self.gk_shift, self.groups,
