@@ -530,3 +530,18 @@ def test_int4_groups_of_16_are_refused_for_n_m_patterns_only(tiny_folder, prompt
     out = prune(config(tiny_folder, tmp_path / "unstructured", prompts_file, pattern="50%", quantize="int4",
                        group_size=16), progress=False)
     assert (out / "sparsedecoding.json").is_file()
+
+
+def test_prune_runs_without_autograd(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    """Calibration and everything around the solver run with gradients off (repair turns them on for itself):
+    an autograd graph kept over calibration would cost memory the size of the activations."""
+    seen = []
+    real = pipeline.build_calibration
+
+    def recording(*args, **kwargs):
+        seen.append(torch.is_grad_enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "build_calibration", recording)
+    prune(config(tiny_folder, tmp_path / "out", prompts_file), progress=False)
+    assert seen == [False]

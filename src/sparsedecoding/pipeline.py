@@ -516,7 +516,6 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     return {"layers": linear_stats, "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
 
 
-@torch.no_grad()
 def inputs_digest(config: PruneConfig, folder: Path) -> str:
     """A digest of what the run reads besides its settings: the prompt, text and selfdata source files' contents and
     the model folder's config and weight files (name, size, modification time), so that a resumed run never goes on
@@ -565,6 +564,7 @@ def warn_ignored_options(config: PruneConfig) -> None:
                     config.calibration, "" if config.do_sample else ", greedy")
 
 
+@torch.no_grad()
 def prune(config: PruneConfig, progress: bool = True) -> Path:
     """Run (or resume) a pruning job and return the output folder. See the module docstring."""
     pattern = config.validate()
