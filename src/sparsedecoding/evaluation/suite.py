@@ -138,8 +138,8 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     folder = resolve_model(model)
     reference_folder = resolve_model(reference) if reference else None
     pruning = model_manifest(folder)
-    if {"kl", "repetition"} & set(settings.metrics):  # a bad prompt file fails here, not after the model loads
-        read_prompts(settings.prompts or f"humaneval:{settings.split}")
+    if settings.prompts and {"kl", "repetition"} & set(settings.metrics):  # a bad file fails before any loading
+        read_prompts(settings.prompts)
     torch_device = pick_device(device)
     started = time.perf_counter()
     evaluated, tokenizer, _ = load_model(folder, torch_device)
