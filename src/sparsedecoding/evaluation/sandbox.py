@@ -290,14 +290,14 @@ def _run_in(home: Path, program: str, limits: SandboxLimits, prefix: tuple[str, 
     token, uid = secrets.token_hex(16), sandbox_user()
     (home / "program.py").write_text(program, encoding="utf-8")
     os.chown(home, uid, uid)  # the program may write here and nowhere else
-    token_read, token_write = os.pipe()
-    os.write(token_write, token.encode())
-    os.close(token_write)
-    command = [*prefix, sys.executable, "-I", "-c", GUARD, "program.py", str(limits.memory_mb << 20),
-               str(math.ceil(limits.timeout_s)), str(limits.file_mb << 20), str(limits.processes), str(uid),
-               str(token_read)]
     started = time.perf_counter()
     with open(home / "stdout", "wb") as stdout, open(home / "stderr", "wb") as stderr:
+        token_read, token_write = os.pipe()  # closed on every path below: the child holds its own copy
+        os.write(token_write, token.encode())
+        os.close(token_write)
+        command = [*prefix, sys.executable, "-I", "-c", GUARD, "program.py", str(limits.memory_mb << 20),
+                   str(math.ceil(limits.timeout_s)), str(limits.file_mb << 20), str(limits.processes), str(uid),
+                   str(token_read)]
         try:
             process = subprocess.Popen(command, cwd=home, env=scrubbed_environment(), stdin=subprocess.DEVNULL,
                                        stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=(token_read,))
