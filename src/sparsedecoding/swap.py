@@ -275,10 +275,10 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
     checkpoint's floating tensors and packed values; None (the default) keeps the checkpoint's own, whose packed
     values must then be in a dtype the kernels run. Raises ModelNotFoundError / PackingError for a folder that is not
     a packed checkpoint, is damaged, does not match its config.json, or holds float32 packed values without `dtype`
-    (the packed kernels take bfloat16 or float16), and QuantizationError for a recorded quantized lm_head that is off its grid. Load it on
-    the device it runs on (an int4 head's layout is the device's); on CUDA the linears the sparse tensor-core
-    kernel runs are then tiled as `sparsify` tiles them (`tile`, see `tile_packed`; with True, a device or build
-    the kernel cannot run on is an error before loading).
+    (the packed kernels take bfloat16 or float16), and QuantizationError for a recorded quantized lm_head that is
+    off its grid. Load it on the device it runs on (an int4 head's layout is the device's); on CUDA the linears the
+    sparse tensor-core kernel runs are then tiled as `sparsify` tiles them (`tile`, see `tile_packed`; with True, a
+    device or build the kernel cannot run on is an error before loading).
 
     A sparsified or `load_packed` model's `save_pretrained` writes the packed modules' buffers, which
     `from_pretrained` does not read back: keep the packed checkpoint (or the pruned folder) as the saved form."""
