@@ -131,7 +131,8 @@ def bench_shape(shape: tuple[int, int], pattern: str, batches: list[int], calls:
                 row[f"{name} wall"] = wall_us(call, calls)
                 row[f"{name} device"] = device_us(call, device_calls)
             rows.append(row)
-            del dense_copies, packed_copies, layers, tiled
+            for copies in (dense_copies, packed_copies, layers, tiled):  # free this size's copies before the next
+                copies.clear()
     return rows
 
 
