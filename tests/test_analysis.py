@@ -265,3 +265,41 @@ def test_plot_names_a_broken_result_file_and_says_to_rerun(tmp_path, capsys, nam
     err = one_error_line(capsys)
     assert f"AnalysisResultError: {tmp_path / name} {problem}" in err and "re-run `sparsedecoding " in err
     assert not list(tmp_path.glob("*.png"))
+
+
+def strict_json(text: str):
+    """Parse as a standard-JSON reader does: NaN and Infinity are refused."""
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_result_files_are_standard_json_with_null_for_non_finite_numbers(tmp_path):
+    from sparsedecoding.outputs import write_jsonl
+    from sparsedecoding.runenv import write_json
+
+    payload = {"a": math.nan, "b": [1.5, math.inf, {"c": -math.inf}], "d": (2, math.nan), "e": "nan", "f": 3}
+    write_json(tmp_path / "x.json", payload)
+    assert strict_json((tmp_path / "x.json").read_text()) == {"a": None, "b": [1.5, None, {"c": None}],
+                                                              "d": [2, None], "e": "nan", "f": 3}
+    write_jsonl(tmp_path / "x.jsonl", [payload, {"g": math.nan}])
+    lines = (tmp_path / "x.jsonl").read_text().splitlines()
+    assert [strict_json(line) for line in lines][1] == {"g": None}
+
+
+def test_plot_draws_result_files_whose_unreached_values_are_null(tmp_path):
+    from sparsedecoding.runenv import write_json
+
+    drift = tmp_path / "drift"
+    drift.mkdir()
+    write_json(drift / "drift.json", {"pruned": "p", "layers": [{"layer": 0, "curve": [0.1, 0.2, math.nan]},
+                                                                 {"layer": 1, "curve": [0.3, math.nan, math.nan]}]})
+    assert "null" in (drift / "drift.json").read_text()
+    assert [path.read_bytes()[:8] for path in redraw(drift)] == [b"\x89PNG\r\n\x1a\n"]
+    disc = tmp_path / "disc"
+    disc.mkdir()
+    row = {"rho": 0.5, "median_ratio": 1.2, "ratio_q1": math.nan, "ratio_q3": math.nan, "decode_smaller_share": 0.6}
+    write_json(disc / "discrepancy.json", {"model": "m", "summary": [row, {**row, "rho": 0.05,
+                                                                             "median_ratio": math.nan}]})
+    assert [path.read_bytes()[:8] for path in redraw(disc)] == [b"\x89PNG\r\n\x1a\n"]

@@ -222,3 +222,34 @@ def test_the_compare_command_refuses_an_empty_selection(tmp_path, capsys, config
     error = capsys.readouterr().err
     assert error.startswith("error: SparseDecodingError: --configs names no configuration") and error.count("\n") == 1
     assert not out.exists()
+
+
+def stored_result(name: str, calibration, harness=None, kl=0.5) -> dict:
+    result = {"name": name, "config": {"role": "main", "calibration": calibration}, "pruning": None,
+              "metrics": {"kl": kl, "pass@1": 0.25},
+              "environment": {"date": "2026-12-05", "device": "CPU", "versions": {"torch": "x"}}}
+    return result if harness is None else {**result, "harness": harness}
+
+
+def test_the_report_marks_results_of_an_older_harness_and_non_finite_metrics(settings, caplog):
+    from sparsedecoding.evaluation.suite import HARNESS_VERSION
+    from sparsedecoding.runenv import write_json
+
+    report = compare.Report(settings)
+    report.create()
+    write_json(report.result_file("dense"), stored_result("dense", None, harness=HARNESS_VERSION))
+    write_json(report.result_file("decode-sparsegpt-2of4"),
+               stored_result("decode-sparsegpt-2of4", "decode", harness=HARNESS_VERSION, kl=float("nan")))
+    text = compare.write_report(report).read_text()
+    assert "older harness" not in text
+    assert re.search(r"\| decode-sparsegpt-2of4 \| decode \|.*\| n/a \|", text)  # NaN was stored as null
+    json.loads((Path(settings.out) / "quality.json").read_text(), parse_constant=pytest.fail)
+
+    write_json(report.result_file("text-sparsegpt-2of4"), stored_result("text-sparsegpt-2of4", "text"))
+    text = compare.write_report(report).read_text()
+    assert "## Results of an older harness" in text
+    assert f"1 of 3 results (text-sparsegpt-2of4) were evaluated by an older harness than version " \
+           f"{HARNESS_VERSION} (version 1: 1, version {HARNESS_VERSION}: 2" in text
+    with caplog.at_level("WARNING"):
+        run_compare(settings, ["dense", "decode-sparsegpt-2of4", "text-sparsegpt-2of4"])  # all done: nothing runs
+    assert "text-sparsegpt-2of4 were evaluated by an older harness" in caplog.text

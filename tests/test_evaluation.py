@@ -11,7 +11,7 @@ from sparsedecoding.evaluation.humaneval import build_program, check_completions
 from sparsedecoding.evaluation.metrics import (distinct_n, longest_repeated_ngram, on_policy_scores, perplexity,
                                                repetition_summary)
 from sparsedecoding.evaluation.sandbox import SandboxLimits
-from sparsedecoding.evaluation.suite import EvalSettings, run_eval
+from sparsedecoding.evaluation.suite import HARNESS_VERSION, EvalSettings, run_eval
 from sparsedecoding.generation import Generation
 from sparsedecoding.models import load_model
 
@@ -168,7 +168,9 @@ def test_eval_writes_metrics_and_refuses_to_overwrite(tiny_pair, tmp_path):
     prompts.write_text("def add(a, b):\nreturn the sum\nprint hello\n")
     settings = EvalSettings(metrics=("kl", "repetition"), prompts=str(prompts), max_new_tokens=6)
     out = run_eval(str(tiny_pair / "dense"), tmp_path / "same", settings, reference=str(tiny_pair / "dense"))
-    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
+    payload = json.loads((out / "metrics.json").read_text())
+    metrics = payload["metrics"]
+    assert payload["harness"] == HARNESS_VERSION  # results of another harness are told apart
     assert metrics["kl"] == 0.0 and metrics["scored_tokens"] > 0
     assert metrics["task_prompts"]["count"] == 3 and 1 <= metrics["mean_length"] <= 6
     assert not (out / "humaneval.jsonl").exists()  # pass@1 was not asked for

@@ -37,7 +37,7 @@ from .calibration import CalibrationSet, decode_set_from_generations, describe
 from .data import chat_format, read_prompts, read_text_file
 from .errors import OutputNotWritableError, SparseDecodingError
 from .outputs import check_writable, markdown_table, write_jsonl
-from .evaluation.suite import check_settings, evaluate
+from .evaluation.suite import HARNESS_VERSION, check_settings, evaluate, harness_version
 from .generation import Generation, generate, tokenize_prompts
 from .models import check_pattern_fits, load_model, resolve_model
 from .pipeline import build_calibration, prune_layers
@@ -302,7 +302,8 @@ class Group:
                        "pipeline": asdict(prune_settings)}
         prune_seconds = time.perf_counter() - started
         metrics, records = evaluate(evaluated, self.tokenizer, self.settings.evaluation, reference=self.dense)
-        result = {"name": config.name, "config": asdict(config), "model": str(self.folder), "pruning": pruning,
+        result = {"name": config.name, "config": asdict(config), "model": str(self.folder),
+                  "harness": HARNESS_VERSION, "pruning": pruning,
                   "metrics": metrics, "seconds": {"prune": round(prune_seconds, 1),
                                                   "total": round(time.perf_counter() - started, 1)}}
         return result, records
@@ -340,6 +341,10 @@ def run_compare(settings: CompareSettings, patterns: list[str] | None = None) ->
     report = Report(settings)
     report.check()
     todo = [config for config in chosen if not report.done(config.name)]
+    older = older_harness(report.results())
+    if older:
+        log.warning("%s were evaluated by an older harness (%s); the report marks them, and deleting their "
+                    "configs/NAME.json evaluates them again", ", ".join(older), harness_history(report.results()))
     needs_cross = any(config.calibration == "cross" for config in todo) and not report.has_calibration("small-cross")
     folders = check_inputs(settings, todo, needs_cross)
     report.create()
@@ -378,6 +383,12 @@ COLUMNS = [("pass@1", "pass@1"), ("KL(dense‖pruned)", "kl"), ("dense NLL", "de
            ("stopped", "stopped_share")]
 
 
+def cell(metrics: dict, key: str):
+    """A metric for the table: "—" where it was not measured, "n/a" where it was not finite (stored as null)."""
+    value = metrics.get(key, "—")
+    return "n/a" if value is None else value
+
+
 def table(results: list[dict]) -> str:
     headers = ["config", "calibration", "solver", "pattern", "propagation", "calib tokens", *[h for h, _ in COLUMNS]]
     rows = []
@@ -387,7 +398,7 @@ def table(results: list[dict]) -> str:
         metrics = result["metrics"]
         rows.append([result["name"], config["calibration"] or "—", pruning.get("solver", "—"),
                      pruning.get("pattern", "—"), pruning.get("propagation", "—"), tokens,
-                     *[metrics.get(key, "—") for _, key in COLUMNS]])
+                     *[cell(metrics, key) for _, key in COLUMNS]])
     return markdown_table(headers, rows)
 
 
@@ -396,6 +407,31 @@ def sampling(settings: CompareSettings) -> str:
         return "greedy"
     return (f"{settings.samples_per_prompt} sampled continuations per prompt (temperature {settings.temperature:g}, "
             f"top-p {settings.top_p:g})")
+
+
+def older_harness(results: list[dict]) -> list[str]:
+    """The results evaluated by an older harness than today's (`evaluation.suite.HARNESS_VERSION`)."""
+    return [result["name"] for result in results if harness_version(result) < HARNESS_VERSION]
+
+
+def harness_history(results: list[dict]) -> str:
+    """Which harness version evaluated how many of `results`."""
+    counts = {}
+    for result in results:
+        counts[harness_version(result)] = counts.get(harness_version(result), 0) + 1
+    return ", ".join(f"version {version}: {count}" for version, count in sorted(counts.items()))
+
+
+def harness_note(results: list[dict]) -> str:
+    """A report section naming results of an older harness, which differ in how answers were made and run; empty
+    when every result is of today's."""
+    older = older_harness(results)
+    if not older:
+        return ""
+    return (f"\n## Results of an older harness\n\n{len(older)} of {len(results)} results ({', '.join(older)}) were "
+            f"evaluated by an older harness than version {HARNESS_VERSION} ({harness_history(results)}; see "
+            f"`HARNESS_VERSION` in `sparsedecoding/evaluation/suite.py` for what changed). Delete their "
+            f"`configs/NAME.json` and run the same command again to evaluate them under today's.\n")
 
 
 def write_report(report: Report) -> Path:
@@ -425,6 +461,7 @@ def write_report(report: Report) -> Path:
         + f"\n## Cross-model ablation: {Path(settings.small_model).name}\n\n"
         "`small-cross-…` is calibrated on the main model's generations of the calibration prompts (re-tokenized), "
         "`small-decode-…` on its own.\n\n" + table(small)
+        + harness_note(results)
         + "\n## Runs\n\n" + "".join(f"- {date}, {device}, {versions}\n" for date, device, versions in environments)
         + "\nCommands:\n\n" + "".join(f"    {command}\n" for command in commands)
     )

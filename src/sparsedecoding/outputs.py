@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -11,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import OutputExistsError, OutputNotWritableError
+from .runenv import json_text
 
 # The pruning record inside a checkpoint written by `sparsedecoding prune` (a packed checkpoint's is packed.PACKED_MANIFEST).
 PRUNED_MANIFEST = "sparsedecoding.json"
@@ -69,7 +69,7 @@ def output_folder(out: Path, overwrite: bool):
 def write_jsonl(path: Path, records: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for record in records:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json_text(record) + "\n")
 
 
 def markdown_table(headers: list[str], rows: list[list]) -> str:

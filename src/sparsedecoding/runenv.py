@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -100,8 +101,26 @@ def write_report(path: Path, text: str) -> None:
     print(f"wrote {path}")
 
 
+def strict(value):
+    """`value` with every NaN or infinite float (also inside lists, tuples and dicts) replaced by None, so that
+    `json.dumps(..., allow_nan=False)` writes standard JSON: Python reads bare `NaN`, but jq, JavaScript and most
+    plotting front ends refuse the whole file. A value that was not finite reads back as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(item) for item in value]
+    return value
+
+
+def json_text(payload, indent: int | None = None) -> str:
+    """Standard JSON for a results file: non-finite floats written as null (`strict`)."""
+    return json.dumps(strict(payload), indent=indent, allow_nan=False)
+
+
 def write_json(path: Path, payload: dict) -> None:
-    """Atomic JSON write (temp file + rename)."""
+    """Atomic JSON write (temp file + rename) of standard JSON (`json_text`: a non-finite float becomes null)."""
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2))
+    temporary.write_text(json_text(payload, indent=2))
     os.replace(temporary, path)

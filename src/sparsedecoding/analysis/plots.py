@@ -29,19 +29,25 @@ def require_matplotlib():
     return plt
 
 
+def number(value) -> float:
+    """A figure's value: result files hold null where the number was not finite (`runenv.strict`); drawn as a gap."""
+    return float("nan") if value is None else float(value)
+
+
 def plot_discrepancy(summary: list[dict], path: Path, title: str) -> None:
     """Left: median ε_text/ε_decode per retained fraction ρ with the interquartile band (above 1: decode-time
     calibration is closer to held-out decoding). Right: share of modules where ε_decode < ε_text."""
     plt = require_matplotlib()
-    rhos = [row["rho"] for row in summary]
+    rhos = [number(row["rho"]) for row in summary]
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    left.fill_between(rhos, [row["ratio_q1"] for row in summary], [row["ratio_q3"] for row in summary],
+    left.fill_between(rhos, [number(row["ratio_q1"]) for row in summary],
+                      [number(row["ratio_q3"]) for row in summary],
                       alpha=0.25, label="interquartile range")
-    left.plot(rhos, [row["median_ratio"] for row in summary], marker="o", label="median")
+    left.plot(rhos, [number(row["median_ratio"]) for row in summary], marker="o", label="median")
     left.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     left.set(xscale="log", xlabel="retained fraction ρ", ylabel="ε_text / ε_decode", title="discrepancy ratio")
     left.legend()
-    right.plot(rhos, [100 * row["decode_smaller_share"] for row in summary], marker="o")
+    right.plot(rhos, [100 * number(row["decode_smaller_share"]) for row in summary], marker="o")
     right.axhline(50, color="grey", linestyle="--", linewidth=1)
     right.set(xscale="log", xlabel="retained fraction ρ", ylabel="% of modules", ylim=(0, 100),
               title="modules where ε_decode < ε_text")
@@ -58,7 +64,8 @@ def plot_drift(layers: list[dict], path: Path, title: str) -> None:
     colours = plt.get_cmap("viridis")
     for layer in layers:
         steps = range(1, len(layer["curve"]) + 1)
-        axes.plot(steps, layer["curve"], color=colours(layer["layer"] / max(len(layers) - 1, 1)), linewidth=1)
+        axes.plot(steps, [number(value) for value in layer["curve"]],
+                  color=colours(layer["layer"] / max(len(layers) - 1, 1)), linewidth=1)
     scale = plt.cm.ScalarMappable(cmap=colours, norm=plt.Normalize(0, len(layers) - 1))
     figure.colorbar(scale, ax=axes, label="layer")
     axes.set(xlabel="decode step t", ylabel="‖x_pruned − x_dense‖ / ‖x_dense‖", title=title)
@@ -82,13 +89,13 @@ def plot_quality(results: list[dict], path: Path, title: str) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 0.35 * len(names) + 1.8), constrained_layout=True,
                                          sharey=True)
     for axes, key, label in ((left, "pass@1", "pass@1 (held-out)"), (right, "kl", "KL(dense‖pruned)")):
-        values = [r["metrics"].get(key, float("nan")) for r in pruned]
+        values = [number(r["metrics"].get(key)) for r in pruned]
         axes.barh(names, values, color=colours)
         for y, value in enumerate(values):
             axes.annotate(f"{value:.3g}", (value, y), xytext=(3, 0), textcoords="offset points", va="center",
                           fontsize=8)
         if dense and key in dense[0]["metrics"] and key == "pass@1":
-            axes.axvline(dense[0]["metrics"][key], color="grey", linestyle="--", linewidth=1, label="dense")
+            axes.axvline(number(dense[0]["metrics"][key]), color="grey", linestyle="--", linewidth=1, label="dense")
             axes.legend(loc="lower right")
         axes.set(xlabel=label)
     left.invert_yaxis()

@@ -29,6 +29,19 @@ from .sandbox import SandboxLimits, isolation_command
 
 log = logging.getLogger(__name__)
 
+# The version of how answers are made and checked, stored with every result (`eval`'s metrics.json, each `compare`
+# result) so that results of different versions are never mixed unseen. 1 (results without the field): answers ran
+# as `__main__` and generation also applied the model folder's own generation settings; 2: answers run as
+# `__sandbox__`, generation applies only its own settings (greedy or the run's sampling), and under the plain wording
+# KL and repetition read the plain prompts as pass@1 does.
+HARNESS_VERSION = 2
+
+
+def harness_version(result: dict) -> int:
+    """The harness version a stored result was made with (1 where it predates the field)."""
+    return result.get("harness", 1)
+
+
 class GenerationCache:
     """Greedy continuations of one model, made once per prompt list and shared by the metrics that read them."""
 
@@ -147,7 +160,7 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     results, records = evaluate(evaluated, tokenizer, settings, dense, progress)
     payload = {
         "model": str(folder), "reference": str(reference_folder) if reference_folder else None,
-        "pruning": pruning, "metrics": results, "settings": asdict(settings),
+        "harness": HARNESS_VERSION, "pruning": pruning, "metrics": results, "settings": asdict(settings),
         "device": str(torch_device), "dtype": str(next(evaluated.parameters()).dtype),
         "total_seconds": round(time.perf_counter() - started, 2), "versions": versions(),
         "command": ["sparsedecoding", *sys.argv[1:]],
