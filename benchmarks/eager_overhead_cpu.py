@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 from sparsedecoding.kernels import PackedLinear, nm_spmv, op
+from sparsedecoding.runenv import environment_markdown
 
 
 def stub_runner(x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor, n: int, m: int) -> op.Runner:
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     nm_op = torch.ops.sparsedecoding.nm_spmv
     print(f"# eager host cost per call, kernel launch stubbed ({platform.processor() or platform.machine()}, "
           f"torch {torch.__version__}, Python {platform.python_version()})\n")
+    command = "python benchmarks/eager_overhead_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(environment_markdown(command.strip(), torch.device("cpu")))
     print("| batch | runner alone us | nm_spmv us | PackedLinear [b, in] us | PackedLinear [b, 1, in] us | op us |")
     print("|---|---|---|---|---|---|")
     for batch in args.batches:

@@ -567,12 +567,13 @@ PY
     # and run `COMMIT=$(git rev-parse --short HEAD) bash benchmarks/h200.sh bg kcache gpu-suite` (the copy there has no
     # git history). SUITE_FILES (paths, space-separated) runs those files only
     mkdir -p "$OUT/gpu_suite"
-    printf '# GPU tests, one pytest a file\n\n- date: %s\n- commit: %s\n- device: %s\n- software: %s\n\n' \
+    printf '# GPU tests, one pytest a file\n\n- date: %s\n- commit: %s\n- device: %s\n- software: %s\n- command: %s\n\n' \
       "$(date -u +%F)" "${COMMIT:-unknown}" \
       "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
       "$(python3 -c 'import sys, torch, triton, transformers as t; print("torch", torch.__version__, "triton", \
       triton.__version__, "transformers", t.__version__, "Python", sys.version.split()[0])')" \
-      > "$OUT/gpu_suite.md"
+      "\`SUITE_FILES=\"${SUITE_FILES:-}\" SUITE_LIMIT=${SUITE_LIMIT:-240} bash benchmarks/h200.sh gpu-suite\` (each file: \
+\`python3 -m pytest -q -m gpu FILE\`)" > "$OUT/gpu_suite.md"
     echo "| file | pytest's result | s |" >> "$OUT/gpu_suite.md"; echo "|---|---|---|" >> "$OUT/gpu_suite.md"
     files=${SUITE_FILES:-$( (ls tests/test_sp24*.py; ls tests/test_*.py) | awk '!seen[$0]++' \
       | xargs grep -l "mark.gpu")}

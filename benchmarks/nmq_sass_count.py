@@ -11,6 +11,7 @@ design"). Example:
 from __future__ import annotations
 
 import collections
+import datetime
 import re
 import subprocess
 import sys
@@ -67,6 +68,10 @@ def loop_opcodes(sass: str) -> collections.Counter:
 
 
 def main() -> int:
+    ptxas = subprocess.run([TOOLS / "ptxas", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    print(f"- date: {datetime.date.today().isoformat()}\n- device: none (offline compile for sm_90)\n"
+          f"- software: triton {triton.__version__}, ptxas {ptxas[-1] if ptxas else 'not found'}\n"
+          f"- command: `python benchmarks/nmq_sass_count.py`\n")
     print("| design | code | rows x words, warps | batch | registers | spill bytes | loop instructions | "
           "warp instructions per (row, word) | most frequent |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -10,7 +10,9 @@ Files are the per-problem records `compare` writes (configs/NAME.humaneval.jsonl
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import sys
 from math import comb
 from pathlib import Path
 
@@ -51,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if len(args.paths) % 2:
         parser.error("give pairs of record files")
+    command = " ".join(["python benchmarks/paired_test.py", *(sys.argv[1:] if argv is None else argv)])
+    print(f"- date: {datetime.date.today().isoformat()}\n- command: `{command}`\n")
     print("| A | B | pass A | pass B | only A | only B | p |\n|---|---|---|---|---|---|---|")
     for a, b in zip(args.paths[::2], args.paths[1::2]):
         print(compare(a, b, args.wording))

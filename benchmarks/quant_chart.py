@@ -20,10 +20,13 @@ listed as not measured; nothing is filled in.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
+import platform
 import sys
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -422,7 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = chart(quality, panels, args.out)
     command = "python benchmarks/quant_chart.py " + " ".join(sys.argv[1:] if argv is None else argv)
     report = ["# Issue 13: held-out quality vs decode speed (Qwen2.5-Coder-1.5B-Instruct)", "",
-              f"Command: `{command.strip()}`", "",
+              f"- date: {datetime.date.today().isoformat()}",
+              f"- software: matplotlib {metadata.version('matplotlib')}, Python {platform.python_version()} "
+              "(drawn from the reports named below, each of which names its GPU and versions)",
+              f"- command: `{command.strip()}`", "",
               f"![chart]({args.out.name})", "",
               "Held-out odd half of HumanEval (82 problems), greedy, mean of the fenced and plain wordings; speed: "
               "decode tok/s at batch 1 from the reports listed below, ratio against dense bf16 in the same report "

@@ -32,6 +32,7 @@ import sparsedecoding.kernels.sp24 as sp24
 from eager_overhead_cpu import best_us
 from sparsedecoding.kernels import cuda_mma, op
 from sparsedecoding.kernels.format import pack_nm
+from sparsedecoding.runenv import environment_markdown
 from sparsedecoding.solvers import magnitude
 
 STUBS = {"launch": "int sp24_launch(" + ", ".join(
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# sp24 eager host cost per call, library stubbed ({platform.processor() or platform.machine()}, torch "
           f"{torch.__version__}, Python {platform.python_version()}, package from "
           f"{Path(sparsedecoding.__file__).parents[1]})\n")
+    command = "python benchmarks/sp24_host_cost_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(environment_markdown(command.strip(), torch.device("cpu")))
     print("| " + " | ".join(f"{name} us" for name in times) + " |")
     print("|" + "---|" * len(times))
     print("| " + " | ".join(f"{t:.2f}" for t in times.values()) + " |")

@@ -1,5 +1,7 @@
+import datetime
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -139,6 +141,9 @@ def test_run_drift_writes_a_report_and_a_plot_that_can_be_redrawn(tiny_pair, tmp
     payload = json.loads((out / "drift.json").read_text())
     assert len(payload["layers"]) == 2 and len(payload["layers"][0]["curve"]) == 8
     assert "reaches 90% of its plateau" in (out / "drift.md").read_text()
+    assert payload["environment"]["device"] and payload["environment"]["date"] == datetime.date.today().isoformat()
+    assert re.search(r"- date: \d{4}-\d\d-\d\d\n- device: .+\n- software: torch .+\n- command: `",
+                     (out / "drift.md").read_text())
     (out / "drift.png").unlink()
     assert [path.read_bytes()[:8] for path in redraw(out)] == [b"\x89PNG\r\n\x1a\n"]
     with pytest.raises(OutputExistsError):
@@ -164,6 +169,8 @@ def test_run_discrepancy_on_a_tiny_model(tiny_pair, tmp_path):
     assert payload["calibration"]["decode"]["tokens"] == payload["calibration"]["text"]["tokens"] == 48
     assert len(payload["modules"]) == 2 * 7 and len(payload["summary"]) == 2
     assert (out / "discrepancy.png").exists() and "ε_text/ε_decode" in (out / "discrepancy.md").read_text()
+    assert payload["environment"]["date"] == datetime.date.today().isoformat()
+    assert "- device: " in (out / "discrepancy.md").read_text()
 
 
 def test_discrepancy_refuses_the_same_prompts_for_both_roles(tiny_pair, tmp_path):

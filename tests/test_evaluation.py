@@ -171,6 +171,7 @@ def test_eval_writes_metrics_and_refuses_to_overwrite(tiny_pair, tmp_path):
     payload = json.loads((out / "metrics.json").read_text())
     metrics = payload["metrics"]
     assert payload["harness"] == HARNESS_VERSION  # results of another harness are told apart
+    assert set(payload["environment"]) == {"date", "device", "versions"}
     assert metrics["kl"] == 0.0 and metrics["scored_tokens"] > 0
     assert metrics["task_prompts"]["count"] == 3 and 1 <= metrics["mean_length"] <= 6
     assert not (out / "humaneval.jsonl").exists()  # pass@1 was not asked for

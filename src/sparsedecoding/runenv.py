@@ -69,7 +69,11 @@ def environment(device: torch.device | None = None) -> dict:
 
 def environment_markdown(command: str, device: torch.device | None = None) -> str:
     """`environment()` and the exact command as markdown list lines, for the head of a results file."""
-    found = environment(device)
+    return environment_lines(environment(device), command)
+
+
+def environment_lines(found: dict, command: str) -> str:
+    """A stored `environment()` and the command as markdown list lines (`environment_markdown`)."""
     software = ", ".join(f"{package} {version}" for package, version in found["versions"].items()
                          if package not in ("sparsedecoding", "python"))
     return (f"- date: {found['date']}\n- device: {found['device']}\n- software: {software}\n"

@@ -30,7 +30,7 @@ from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..hessian import collect_hessians
 from ..models import load_model
-from ..runenv import pick_device, versions, write_json
+from ..runenv import environment, environment_lines, pick_device, versions, write_json
 from ..settings import CALIBRATION_TOKENS
 from .plots import plot_discrepancy, require_matplotlib
 
@@ -136,7 +136,7 @@ def report(payload: dict) -> str:
         f"smaller in at least 87% of modules (Qwen3-14B/32B).\n\n"
         + markdown_table(["ρ", "modules", "median ε_text/ε_decode", "IQR", "decode smaller", "median ε_text",
                           "median ε_decode", "rank-deficient H_dec"], rows)
-        + f"\nCommand: `{' '.join(payload['command'])}`\n"
+        + "\n" + environment_lines(payload["environment"], " ".join(payload["command"]))
     )
 
 
@@ -175,7 +175,8 @@ def run_discrepancy(model: str, out: str | Path, *, heldout: str = "humaneval:ev
         raise SparseDecodingError("the held-out and calibration prompts are the same list; H_dec must come from "
                                   "prompts the calibration never saw (e.g. humaneval:eval vs humaneval:calib)")
     started = time.perf_counter()
-    dense, tokenizer, folder = load_model(model, pick_device(device))
+    torch_device = pick_device(device)
+    dense, tokenizer, folder = load_model(model, torch_device)
     generation = {"max_new_tokens": max_new_tokens, "batch_size": gen_batch_size, "progress": progress}
     sets = {"heldout": decode_calibration(dense, tokenizer, heldout_prompts, **generation)}
     sets["decode"] = decode_calibration(dense, tokenizer, calibration_prompts, token_budget=tokens, **generation)
@@ -193,7 +194,7 @@ def run_discrepancy(model: str, out: str | Path, *, heldout: str = "humaneval:ev
                      "max_new_tokens": max_new_tokens, "rhos": list(rhos), "hessian_dtype": hessian_dtype,
                      "seed": seed},
         "seconds": round(time.perf_counter() - started, 1), "versions": versions(),
-        "command": ["sparsedecoding", *sys.argv[1:]], "modules": records,
+        "environment": environment(torch_device), "command": ["sparsedecoding", *sys.argv[1:]], "modules": records,
     }
     with output_folder(out, overwrite) as folder_out:
         write_json(folder_out / "discrepancy.json", payload)

@@ -26,7 +26,7 @@ from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..generation import Generation, generate, left_pad, position_ids_from_mask, tokenize_prompts
 from ..models import load_model, resolve_model
-from ..runenv import pick_device, versions, write_json
+from ..runenv import environment, environment_lines, pick_device, versions, write_json
 from .plots import plot_drift, require_matplotlib
 
 
@@ -145,7 +145,7 @@ def report(payload: dict) -> str:
         f"(median layer: step {rises[len(rises) // 2] if rises else 'n/a'}); the paper reports every layer by "
         f"step 12 on Llama-3.1-8B.\n\n"
         + markdown_table(["layer", "plateau", "step reaching 90% of plateau"], rows)
-        + f"\nCommand: `{' '.join(payload['command'])}`\n"
+        + "\n" + environment_lines(payload["environment"], " ".join(payload["command"]))
     )
 
 
@@ -176,7 +176,7 @@ def run_drift(dense: str, pruned: str, out: str | Path, *, prompts: str = "human
         "dense": str(dense_folder), "pruned": str(pruned_folder), **result,
         "settings": {"prompts": prompts, "prompts_hash": prompts_hash(chosen), "count": len(chosen), "steps": steps},
         "seconds": round(time.perf_counter() - started, 1), "versions": versions(),
-        "command": ["sparsedecoding", *sys.argv[1:]],
+        "environment": environment(torch_device), "command": ["sparsedecoding", *sys.argv[1:]],
     }
     with output_folder(out, overwrite) as folder:
         write_json(folder / "drift.json", payload)

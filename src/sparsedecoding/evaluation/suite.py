@@ -20,7 +20,7 @@ from ..data import chat_format, humaneval_problems, humaneval_prompts, lee_text,
 from ..errors import ModelFileError, SparseDecodingError
 from ..generation import Generation, generate, tokenize_prompts
 from ..models import load_model, read_json, resolve_model
-from ..runenv import pick_device, versions, write_json
+from ..runenv import environment, pick_device, versions, write_json
 from ..settings import EvalSettings
 from .humaneval import check_completions, pass_at_1
 from .metrics import on_policy_scores, perplexity, repetition_summary
@@ -163,6 +163,7 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
         "harness": HARNESS_VERSION, "pruning": pruning, "metrics": results, "settings": asdict(settings),
         "device": str(torch_device), "dtype": str(next(evaluated.parameters()).dtype),
         "total_seconds": round(time.perf_counter() - started, 2), "versions": versions(),
+        "environment": environment(torch_device),
         "command": ["sparsedecoding", *sys.argv[1:]],
     }
     with output_folder(out, overwrite) as folder:
