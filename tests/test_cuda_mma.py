@@ -102,12 +102,25 @@ def _prmt(a: int, b: int, sel: int) -> int:
     return sum(((pool >> 8 * ((sel >> 4 * i) & 7)) & 0xFF) << 8 * i for i in range(4))
 
 
+def _sp_meta_expression() -> str:
+    """The bit expression `sp_meta_codes` returns, read from nm_mma.cu (the hex literals without their `u`), so that
+    the tests below check the kernel's own code, not a copy of it."""
+    import re
+
+    body = re.search(r"uint32_t sp_meta_codes\(uint32_t m\) \{\s*const uint32_t u = m >> 1, v = m << 1;\s*"
+                     r"return (.*?);\s*\}", cuda_mma.SOURCE.read_text(encoding="utf-8"), re.S)
+    assert body, "sp_meta_codes in nm_mma.cu no longer has the form these tests read"
+    expression = re.sub(r"(0x[0-9A-Fa-f]+)u", r"\1", " ".join(body.group(1).split()))
+    assert re.fullmatch(r"[muv0-9A-Fa-fx&|~() ]+", expression), expression  # bit operations on m, u, v only
+    return expression
+
+
 def _sp_meta_codes(m: int) -> int:
-    """nm_mma.cu `sp_meta_codes` in Python integers."""
-    full = 0xFFFFFFFF
-    u, v, not_m = m >> 1, (m << 1) & full, ~m & full
-    return ((not_m & u) & 0x11111111) | (~(m | v) & full & 0x22222222) | ((u | not_m) & 0x44444444) \
-        | ((m | v) & 0x88888888)
+    """nm_mma.cu `sp_meta_codes` on Python integers (32-bit words: each term is masked by a 32-bit constant)."""
+    return eval(_SP_META, {"__builtins__": {}}, {"m": m, "u": m >> 1, "v": (m << 1) & 0xFFFFFFFF}) & 0xFFFFFFFF
+
+
+_SP_META = _sp_meta_expression()
 
 
 def test_sp_metadata_codes_every_two_of_four_nibble():

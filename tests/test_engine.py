@@ -228,12 +228,18 @@ def test_dense_copies_serve_wide_batches_and_cost_their_memory(tmp_path):
         check_plan([(SparsityPattern.parse("2:4"), [4], 1)], 16)
 
 
-def test_gumbel_max_sampling_draws_from_the_softmax():
-    logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
-    noise = uniform_noise(torch.tensor([7]), torch.tensor([3]), batch=40000, vocab=4)
-    draws = (logits + -torch.log(-torch.log(noise))).argmax(-1)
-    frequencies = torch.bincount(draws, minlength=4) / len(draws)
-    torch.testing.assert_close(frequencies, logits.softmax(-1), atol=0.01, rtol=0)
+@pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.5, None), (2.0, None), (1.0, 3)])
+def test_sampling_draws_from_the_softmax_at_the_temperature(temperature, top_k):
+    """`sample` on 40,000 copies of one row (each row its own noise): token frequencies match softmax(logits/T),
+    renormalised over the top k where given."""
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0, 0.0])
+    draws = sample(logits.expand(40000, -1), Sampling(temperature=temperature, top_k=top_k), torch.tensor([7]),
+                   torch.tensor([3]))
+    frequencies = torch.bincount(draws, minlength=5) / len(draws)
+    expected = logits / temperature
+    if top_k is not None:
+        expected = expected.masked_fill(expected < expected.topk(top_k).values[-1], float("-inf"))
+    torch.testing.assert_close(frequencies, expected.softmax(-1), atol=0.01, rtol=0)
 
 
 def test_uniform_noise_never_reaches_zero_or_one():

@@ -181,14 +181,15 @@ def test_eval_writes_metrics_and_refuses_to_overwrite(tiny_pair, tmp_path):
         run_eval(str(tiny_pair / "dense"), out, settings, reference=str(tiny_pair / "dense"))
 
 
-@pytest.mark.parametrize("settings, reference", [
-    (EvalSettings(metrics=("kl",)), None),
-    (EvalSettings(metrics=("bleu",)), "x"),
-    (EvalSettings(metrics=("ppl",), ppl_window=1), None),
-    (EvalSettings(metrics=("pass@1",), timeout_s=0), None),
+@pytest.mark.parametrize("settings, reference, message", [
+    (EvalSettings(metrics=("kl",)), None, "pass --reference"),
+    (EvalSettings(metrics=("bleu",)), "dense", "unknown metric"),
+    (EvalSettings(metrics=("ppl",), ppl_window=1), None, "--ppl-window must be at least 2"),
+    (EvalSettings(metrics=("pass@1",), timeout_s=0), None, "--timeout must be above 0"),
 ])
-def test_bad_settings_fail_before_anything_is_written(tiny_pair, tmp_path, settings, reference):
-    with pytest.raises(SparseDecodingError):
+def test_bad_settings_fail_before_anything_is_written(tiny_pair, tmp_path, settings, reference, message):
+    reference = str(tiny_pair / reference) if reference else None
+    with pytest.raises(SparseDecodingError, match=message):
         run_eval(str(tiny_pair / "dense"), tmp_path / "out", settings, reference=reference)
     assert list(tmp_path.iterdir()) == []
 

@@ -135,7 +135,9 @@ def test_it_runs_on_the_committed_files_alone(chart, tmp_path):
     assert chart.main(["--out", str(out)]) == 0
     text = out.with_suffix(".md").read_text()
     assert "| dense bf16 | none | dense | 0.659 | 0.683 | 0.671 |" in text  # the first round's held-out dense row
-    assert "- 16:32 int8, decode: no held-out result (items nm16-int8-fit)" in text or "nm16-int8-fit |" in text
+    # the held-out 16:32 + int8 row of the committed quality rounds and its target line
+    assert "| 16:32 int8 | decode | nm16-int8-fit | 0.463 | 0.354 | 0.409 |" in text
+    assert "- 16:32: nm16-int8-fit 0.409 vs nm16-bf16-fit 0.409: equal (met)" in text
 
 
 def test_repaired_pairs_get_their_own_target_line_and_old_rows_without_quantize_count_as_bf16(chart, tmp_path):

@@ -205,10 +205,12 @@ def test_failures_name_the_exception_class_and_results_keep_their_order():
     assert results[2].message == "AssertionError: wrong"
 
 
-@pytest.mark.parametrize("limits", [SandboxLimits(timeout_s=0), SandboxLimits(memory_mb=8), SandboxLimits(file_mb=0),
-                                    SandboxLimits(processes=0)])
-def test_bad_limits_are_refused(limits):
-    with pytest.raises(SandboxError):
+@pytest.mark.parametrize("limits, message", [
+    (SandboxLimits(timeout_s=0), "timeout must be positive"), (SandboxLimits(memory_mb=8), "at least 64 MB"),
+    (SandboxLimits(file_mb=0), "file size limit must be at least 1 MB"),
+    (SandboxLimits(processes=0), "process limit must be at least 1")])
+def test_bad_limits_are_refused(limits, message):
+    with pytest.raises(SandboxError, match=message):
         run_sandboxed("pass\n", limits)
 
 
@@ -238,6 +240,27 @@ def test_the_pass_token_is_not_on_the_command_line():
                "print()\nprint('\\n'.join(arg.decode(errors='replace') for arg in args), flush=True)\nos._exit(0)\n")
     result = run_sandboxed(program, FAST)
     assert not result.passed
+
+
+def test_the_pass_token_is_in_no_argument_or_environment_variable(monkeypatch):
+    """Wherever in an argument the token sat (whole or inside a longer one), a program could read it from
+    /proc/self/cmdline or its environment and print it: every argument and variable the sandbox starts with is
+    searched for it."""
+    known = "0123456789abcdef" * 2
+    monkeypatch.setattr(sandbox.secrets, "token_hex", lambda nbytes: known)
+    started = []
+    real = sandbox.subprocess.Popen
+
+    def recording(command, *args, **kwargs):
+        started.append((list(command), dict(kwargs.get("env") or {})))
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", recording)
+    assert run_sandboxed("assert 1 + 1 == 2\n", FAST).passed  # the token did reach the guard
+    assert started
+    for command, environment in started:
+        assert not [arg for arg in command if known in arg]
+        assert not [name for name, value in environment.items() if known in name or known in value]
 
 
 def test_a_main_block_does_not_run_before_the_tests():
