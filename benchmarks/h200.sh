@@ -1724,8 +1724,9 @@ PY
     if [ -f .kcachez/k.tgz ]; then tar xzf .kcachez/k.tgz -C .kcache; fi
     for lib in .kcache/cuda_build/*.so; do
       [ -f "$lib" ] || continue
-      python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$lib" && cp -n "$lib" /root/cache/cuda_build/ \
-        || echo "not loadable here: $lib"
+      dest=/root/cache/cuda_build/$(basename "$lib")  # copied under a temporary name, then renamed: never half there
+      python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$lib" && { [ -e "$dest" ] \
+        || { cp "$lib" "$dest.copy.tmp" && mv "$dest.copy.tmp" "$dest"; }; } || echo "not loadable here: $lib"
     done; ls /root/cache/cuda_build ;;
   pipe-tests)  # (run at commit 8aed30d) the GPU tests of sp24 with each lane's metadata halved (selector 1 for the second half) and of the
     # three step buffers for int4, every sp24 kernel test on the new build, the tiled linears (tuning with three

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -95,19 +94,16 @@ def main() -> int:
     for name in args.only:
         source, defines = LIBRARIES[name]
         target = cuda_mma.library_path(CSRC / source, args.arch, defines, nvcc)
-        if target.is_file():
+        if target.is_file() and cuda_mma.damaged(target) is None:
             print(f"{name}: cached {target}")
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.tmp")
         started = time.perf_counter()
-        result = subprocess.run(cuda_mma.build_command(nvcc, CSRC / source, args.arch, defines, partial),
-                                capture_output=True, text=True)
-        if result.returncode or not partial.is_file():
-            partial.unlink(missing_ok=True)
-            print(f"error: {name}: nvcc failed\n{(result.stderr + result.stdout).strip()}", file=sys.stderr)
+        try:
+            cuda_mma.compile_library(nvcc, CSRC / source, args.arch, defines, target)
+        except cuda_mma.CudaKernelUnavailableError as exc:
+            print(f"error: {name}: {exc}", file=sys.stderr)
             return 1
-        os.replace(partial, target)
         print(f"{name}: built {target} in {time.perf_counter() - started:.0f} s")
     return 0
 

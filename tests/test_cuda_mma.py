@@ -4,6 +4,9 @@ split-K, fp16, graph replay)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -411,3 +414,133 @@ def test_kernel_in_each_geometry_matches_float64(geometry, monkeypatch):
                     error = float64_error(nm_mm_cuda(x, packed, splits=splits, stages=stages), x, weight)
                     assert error <= 1, (geometry, n, m, out, in_features, batch, splits, stages, error)
 
+
+
+# --- The kernel library cache (no GPU: a stand-in nvcc "builds" by copying a real shared library) ------------------
+
+def _a_shared_library() -> Path:
+    import _ctypes
+
+    return Path(_ctypes.__file__)
+
+
+def _fake_toolkit(folder: Path, delay: float = 0.0, fail: bool = False) -> Path:
+    """A CUDA_HOME whose bin/nvcc answers --version and otherwise copies a real ELF shared library to its -o path
+    (after `delay` seconds), logging each build; with `fail`, every build exits 1 after writing half a file."""
+    import sys
+
+    nvcc = folder / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text(f"""#!{sys.executable}
+import shutil, sys, time
+if "--version" in sys.argv:
+    print("Cuda compilation tools, release 99.9, V99.9.0")
+    raise SystemExit(0)
+with open({str(folder / 'builds.log')!r}, "a") as log:
+    log.write("build\\n")
+out = sys.argv[sys.argv.index("-o") + 1]
+time.sleep({delay})
+if {fail}:
+    open(out, "wb").write(open({str(_a_shared_library())!r}, "rb").read()[:1000])
+    print("error: the stand-in compiler failed", file=sys.stderr)
+    raise SystemExit(1)
+shutil.copyfile({str(_a_shared_library())!r}, out)
+""")
+    nvcc.chmod(0o755)
+    return folder
+
+
+def _builds(toolkit: Path) -> int:
+    log = toolkit / "builds.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.fixture
+def fake_build(tmp_path, monkeypatch):
+    toolkit = _fake_toolkit(tmp_path / "cuda")
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+    monkeypatch.setenv("SPARSEDECODING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cuda_mma, "_arch", lambda min_major=9: "90")
+    return toolkit
+
+
+def test_damaged_names_a_cut_short_or_foreign_library_and_passes_a_whole_one(tmp_path):
+    whole = _a_shared_library()
+    assert cuda_mma.damaged(whole) is None
+    data = whole.read_bytes()
+    for keep in (0, 40, 64, 4096, len(data) // 2, len(data) - 1):
+        cut = tmp_path / f"cut{keep}.so"
+        cut.write_bytes(data[:keep])
+        assert cuda_mma.damaged(cut), keep
+    foreign = tmp_path / "foreign.so"
+    foreign.write_bytes(b"#!/bin/sh\n" * 100)
+    assert "not a 64-bit ELF" in cuda_mma.damaged(foreign)
+
+
+def test_a_build_is_cached_and_a_damaged_cached_library_is_built_again(fake_build, caplog):
+    target = cuda_mma.build(cuda_mma.SOURCE)
+    assert target.is_file() and cuda_mma.damaged(target) is None and _builds(fake_build) == 1
+    assert cuda_mma.build(cuda_mma.SOURCE) == target and _builds(fake_build) == 1  # found in the cache
+    target.write_bytes(target.read_bytes()[:5000])  # a crash or full disk cut it short
+    with caplog.at_level("WARNING"):
+        assert cuda_mma.build(cuda_mma.SOURCE) == target
+    assert _builds(fake_build) == 2 and cuda_mma.damaged(target) is None
+    assert "is damaged (cut short at 5000 bytes" in caplog.text
+    assert sorted(path.suffix for path in target.parent.iterdir()) == [".lock", ".so"]  # no temporary file left
+
+
+def test_a_failed_build_leaves_nothing_under_the_library_name(tmp_path, monkeypatch):
+    toolkit = _fake_toolkit(tmp_path / "cuda", fail=True)
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+    monkeypatch.setenv("SPARSEDECODING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cuda_mma, "_arch", lambda min_major=9: "90")
+    with pytest.raises(cuda_mma.CudaKernelUnavailableError, match="(?s)nvcc failed to build nm_mma.cu .exit 1.*"
+                                                                    "stand-in compiler failed"):
+        cuda_mma.build(cuda_mma.SOURCE)
+    assert [path.suffix for path in (tmp_path / "cache" / "cuda_build").iterdir()] == [".lock"]
+
+
+def test_the_library_name_follows_the_build_flags(fake_build, monkeypatch):
+    nvcc = str(fake_build / "bin" / "nvcc")
+    before = cuda_mma.library_path(cuda_mma.SOURCE, "90", (), nvcc)
+    assert cuda_mma.library_path(cuda_mma.SOURCE, "90", ("-DX=1",), nvcc) != before
+    original = cuda_mma.build_command
+    monkeypatch.setattr(cuda_mma, "build_command", lambda *args: [*original(*args), "--use_fast_math"])
+    assert cuda_mma.library_path(cuda_mma.SOURCE, "90", (), nvcc) != before
+
+
+@pytest.mark.parametrize("problem", ["cache is a file", "nvcc cannot run", "no home"])
+def test_a_cache_or_compiler_that_cannot_be_used_is_one_clear_error(fake_build, tmp_path, monkeypatch, problem):
+    """CudaKernelUnavailableError, which auto mode turns into the stated Triton fallback, not a traceback."""
+    if problem == "cache is a file":
+        (tmp_path / "file").write_text("")
+        monkeypatch.setenv("SPARSEDECODING_CACHE", str(tmp_path / "file"))
+        match = "cannot write the kernel cache .* set SPARSEDECODING_CACHE to a writable folder"
+    elif problem == "nvcc cannot run":
+        (fake_build / "bin" / "nvcc").chmod(0o644)
+        match = "nvcc cannot be run .*CUDA_HOME"
+    else:
+        monkeypatch.delenv("SPARSEDECODING_CACHE")
+        monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
+        match = "HOME is not set; set SPARSEDECODING_CACHE"
+    with pytest.raises(cuda_mma.CudaKernelUnavailableError, match=match):
+        cuda_mma.build(cuda_mma.SOURCE)
+
+
+def test_processes_sharing_the_cache_build_a_library_once(tmp_path):
+    """Two processes asking at once: one builds while the other waits on the lock, then loads the same file."""
+    import subprocess
+    import sys
+
+    toolkit = _fake_toolkit(tmp_path / "cuda", delay=1.5)
+    driver = tmp_path / "driver.py"
+    driver.write_text("from sparsedecoding.kernels import cuda_mma\n"
+                      "cuda_mma._arch = lambda min_major=9: '90'\n"
+                      "print(cuda_mma.build(cuda_mma.SOURCE))\n")
+    env = {**os.environ, "CUDA_HOME": str(toolkit), "SPARSEDECODING_CACHE": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(Path(cuda_mma.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    runs = [subprocess.Popen([sys.executable, str(driver)], env=env, stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    outputs = [run.communicate(timeout=120)[0].strip() for run in runs]
+    assert [run.returncode for run in runs] == [0, 0] and outputs[0] == outputs[1]
+    assert _builds(toolkit) == 1 and cuda_mma.damaged(Path(outputs[0])) is None

@@ -53,3 +53,18 @@ def test_the_demo_runs_on_a_tiny_model_without_warning_about_its_own_settings(tm
                      "--eval-prompts", "1", "--eval-new-tokens", "4", "--device", "cpu"]) == 0
     assert "does not read" not in caplog.text
     assert (tmp_path / "demo" / "text" / "sparsedecoding.json").is_file()
+
+
+def test_the_demo_refuses_calibration_options_it_does_not_run(tmp_path, capsys):
+    """The demo runs decode and text calibration itself: another source or its knobs get argparse's one error line
+    instead of being taken and ignored; nothing is written."""
+    import pytest
+
+    from sparsedecoding.cli import main
+
+    for option in (["--calibration", "self"], ["--mix-ratio", "0.3"], ["--self-meta", "8"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(["demo", *option, "--out", str(tmp_path / "demo")])
+        assert stopped.value.code == 2
+        assert f"unrecognized arguments: {option[0]}" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()

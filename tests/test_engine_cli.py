@@ -42,6 +42,21 @@ def one_line_error(capsys, argv, expected):
     assert len(err.splitlines()) == 1 and expected in err, err
 
 
+def test_the_presets_named_in_the_help_are_the_engine_presets():
+    from sparsedecoding.cli.engine import PRESET_NAMES
+    from sparsedecoding.engine.config import PRESETS
+
+    assert set(PRESET_NAMES) == set(PRESETS)
+
+
+def test_eval_does_not_offer_the_prune_recipe(capsys):
+    from sparsedecoding.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["eval", "--model", "m", "--out", "o", "--recipe", "recommended"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --recipe" in capsys.readouterr().err
+
+
 def test_unknown_preset_is_one_line(capsys):
     one_line_error(capsys, ["bench", "--preset", "llama-9b"], "EngineError: unknown preset 'llama-9b'")
 

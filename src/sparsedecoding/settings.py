@@ -246,7 +246,7 @@ class SolverSettings:
     quantize_head: str = knob("none", "also round lm_head to a grid by GPTQ on the Hessian of its inputs (the final "
                               "normed hidden states at the calibration's kept positions): int8 (one scale per row) or "
                               "int4 (one per --group-size columns); a tied lm_head is untied, the embedding kept. "
-                              "With int8 the 8B preset's 2:4 + int4 step ran 4.9% faster in one run; off by default: "
+                              "With int8 the 8B preset's 2:4 + int4 step ran 5.6% faster in one run; off by default: "
                               "on the dev quarter it lost two problems of 41 (16:32 + int4) or raised KL by 9% "
                               "(16:32 + int8)",
                               choices=QUANTIZATIONS)
@@ -397,8 +397,11 @@ class CompareSettings:
     max_new_tokens: int = like(CalibrationSettings, "max_new_tokens", flag="--calib-new-tokens")
     samples_per_prompt: int = like(CalibrationSettings, "samples_per_prompt",
                                    help="sampled calibration continuations per prompt (1: greedy)")
-    temperature: float = like(CalibrationSettings, "temperature")
-    top_p: float = like(CalibrationSettings, "top_p")
+    temperature: float = like(CalibrationSettings, "temperature",
+                              help="sampling temperature of the calibration continuations (with --samples-per-prompt "
+                                   "above 1)")
+    top_p: float = like(CalibrationSettings, "top_p",
+                        help="sampling top-p of the calibration continuations (with --samples-per-prompt above 1)")
     percdamp: float = like(SolverSettings, "percdamp")
     mix_ratio: float = like(CalibrationSettings, "mix_ratio")
     gen_batch_size: int = like(CalibrationSettings, "gen_batch_size", default=82,

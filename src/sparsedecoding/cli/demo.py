@@ -27,12 +27,19 @@ DEMO = {"model": "smollm2-135m", "out": "sparsedecoding-demo", "pattern": "16:32
 def register(subparsers) -> None:
     parser = subparsers.add_parser("demo", help="prune the default model on CPU and print a before/after table",
                                    description=__doc__)
-    add_arguments(parser, RunSettings, defaults=DEMO, skip=("overwrite", "recipe"))
+    add_arguments(parser, RunSettings, defaults=DEMO, skip=("overwrite", "recipe", "out"))
+    parser.add_argument("--out", default=DEMO["out"],
+                        help="folder of the two pruned models (decode/, text/); an earlier demo's folder there is "
+                             "replaced, any other folder refused (default: %(default)s)")
     parser.add_argument("--eval-prompts", type=int, default=8, help="held-out HumanEval prompts scored (default: 8)")
     parser.add_argument("--eval-new-tokens", type=int, default=64,
                         help="greedy new tokens per held-out answer (default: 64)")
     add_arguments(parser, SolverSettings, "solver", defaults=DEMO)
-    add_arguments(parser, CalibrationSettings, "calibration", defaults=DEMO)
+    # The demo runs decode and text calibration itself: the choice of source and the other sources' knobs are not
+    # offered (argparse refuses them) rather than taken and ignored.
+    add_arguments(parser, CalibrationSettings, "calibration", defaults=DEMO,
+                  skip=("calibration", "mix_ratio", "self_sources", "self_meta", "self_answers", "self_batch_size",
+                        "gen_backend"))
     parser.set_defaults(func=run)
 
 

@@ -19,6 +19,10 @@ from .check import check_report_path
 log = logging.getLogger(__name__)
 
 
+# engine.config.PRESETS' names, spelled out so that `--help` does not import torch (a test keeps the two equal).
+PRESET_NAMES = ("llama-3.1-8b", "llama-3.3-70b", "qwen3-14b", "qwen3-32b", "qwen2.5-coder-1.5b", "smollm2-135m")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     generate = subparsers.add_parser(
         "generate", help="stream a continuation with the compiled decode engine",
@@ -55,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "`torchrun --nproc-per-node N -m sparsedecoding bench ...` every model is split over N GPUs "
                     "(tensor parallel) and the byte counts and bandwidth are per GPU.")
     source = bench.add_mutually_exclusive_group(required=True)
-    source.add_argument("--preset", help="random weights of a named architecture, e.g. llama-3.1-8b")
+    source.add_argument("--preset", help="random weights of a named architecture: " + ", ".join(PRESET_NAMES))
     source.add_argument("--model", type=Path, help="an HF folder with N:M-pruned weights (zeros kept)")
     bench.add_argument("--pattern", nargs="+", help="N:M patterns for --preset (default: 2:4)")
     bench.add_argument("--quantize", nargs="+", choices=["none", "int8", "int4"], default=["none"],

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
     parser.add_argument("--metrics", default=None,
                         help=f"comma-separated subset of {','.join(METRICS)} (default: all; kl only with --reference)")
     parser.add_argument("--out", required=True, help="output folder: metrics.json and humaneval.jsonl")
-    add_arguments(parser, RunSettings, skip=("model", "out", "seed"))
+    add_arguments(parser, RunSettings, skip=("model", "out", "seed", "recipe"))
     add_arguments(parser, EvalSettings, "evaluation", prefix=EVAL_PREFIX)
     parser.set_defaults(func=run_eval_command)
 

