@@ -41,3 +41,22 @@ def test_a_damaged_cached_model_is_named_with_what_to_do(tmp_path, monkeypatch):
     (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")  # a header cut short
     with pytest.raises(ModelFileError, match=r"the cached smollm2-135m is damaged.*delete"):
         models.resolve_model("smollm2-135m")
+
+
+@pytest.mark.parametrize("problem", ["a file", "no home"])
+def test_a_model_cache_that_cannot_be_made_is_one_error_line(tmp_path, monkeypatch, capsys, problem):
+    from pathlib import Path
+
+    from sparsedecoding.cli import main
+
+    if problem == "a file":
+        (tmp_path / "cache").write_text("")
+        monkeypatch.setenv("SPARSEDECODING_CACHE", str(tmp_path / "cache"))
+        expected = f"cannot create the model cache {tmp_path / 'cache'}"
+    else:
+        monkeypatch.delenv("SPARSEDECODING_CACHE", raising=False)
+        monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
+        expected = "HOME is not set"
+    assert main(["fetch", "smollm2-135m"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0] and "SPARSEDECODING_CACHE" in err[0]

@@ -16,7 +16,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import FetchError
+from .errors import FetchError, OutputNotWritableError
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,18 @@ log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
-    """The cache root; created on first use."""
-    root = Path(os.environ.get("SPARSEDECODING_CACHE") or Path.home() / ".cache" / "sparsedecoding")
-    root.mkdir(parents=True, exist_ok=True)
+    """The cache root, $SPARSEDECODING_CACHE or ~/.cache/sparsedecoding; created on first use. A root that cannot
+    be found or created is an OutputNotWritableError that names the variable."""
+    try:
+        root = Path(os.environ.get("SPARSEDECODING_CACHE") or Path.home() / ".cache" / "sparsedecoding")
+    except RuntimeError:  # no HOME and no passwd entry (a container's arbitrary user id)
+        raise OutputNotWritableError("the model cache has no folder: HOME is not set; set SPARSEDECODING_CACHE to "
+                                     "a writable folder") from None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputNotWritableError(f"cannot create the model cache {root} ({exc.strerror}); set "
+                                     f"SPARSEDECODING_CACHE to a writable folder") from None
     return root
 
 
