@@ -1,7 +1,9 @@
 """Build the CUDA kernel libraries offline, for a GPU this machine need not have, into the cache that
 `kernels.cuda_mma.build` reads (SPARSEDECODING_CACHE, or --cache): the same file names and nvcc command line, so
-a GPU machine with the same nvcc release loads them instead of spending a minute per library in nvcc. Each
-library is the source as it stands, for compute capability --arch, with the defines the kernels ask for.
+a GPU machine with the same nvcc release loads them instead of spending a minute per library in nvcc, and a
+machine without nvcc finds them by the record written beside each (`cuda_mma.prebuilt`). Each library is the
+source as it stands, for compute capability --arch, with the defines the kernels ask for (every library the kernel
+settings can ask for by default; --only NAME ... builds some).
 
     PATH=/usr/local/bin:$PATH python benchmarks/prebuild_kernels.py --arch 90 --cache .kcache
 """

@@ -486,7 +486,7 @@ def test_a_build_is_cached_and_a_damaged_cached_library_is_built_again(fake_buil
         assert cuda_mma.build(cuda_mma.SOURCE) == target
     assert _builds(fake_build) == 2 and cuda_mma.damaged(target) is None
     assert "is damaged (cut short at 5000 bytes" in caplog.text
-    assert sorted(path.suffix for path in target.parent.iterdir()) == [".lock", ".so"]  # no temporary file left
+    assert sorted(path.suffix for path in target.parent.iterdir()) == [".json", ".lock", ".so"]  # no temporary file
 
 
 def test_a_failed_build_leaves_nothing_under_the_library_name(tmp_path, monkeypatch):
@@ -544,3 +544,22 @@ def test_processes_sharing_the_cache_build_a_library_once(tmp_path):
     outputs = [run.communicate(timeout=120)[0].strip() for run in runs]
     assert [run.returncode for run in runs] == [0, 0] and outputs[0] == outputs[1]
     assert _builds(toolkit) == 1 and cuda_mma.damaged(Path(outputs[0])) is None
+
+
+def test_without_nvcc_a_library_prebuilt_into_the_cache_is_found_by_its_record(fake_build, monkeypatch):
+    """A serving image without nvcc, given a cache filled elsewhere: the library built from this source with these
+    flags is used; for other settings, or a library cut short, the error says nothing was prebuilt."""
+    import json
+
+    target = cuda_mma.build(cuda_mma.SOURCE, defines=("-DNM_MMA_WARPS=4",))
+    record = json.loads(target.with_suffix(".json").read_text())
+    assert record["source"] == "nm_mma.cu" and record["arch"] == "90" and "-DNM_MMA_WARPS=4" in record["flags"]
+    assert record["nvcc"] == "Cuda compilation tools, release 99.9, V99.9.0"
+    monkeypatch.setattr(cuda_mma, "_nvcc", lambda: None)
+    assert cuda_mma.build(cuda_mma.SOURCE, defines=("-DNM_MMA_WARPS=4",)) == target
+    with pytest.raises(cuda_mma.CudaKernelUnavailableError, match="nvcc not found .* holds no library of nm_mma.cu "
+                                                                    "prebuilt for sm_90"):
+        cuda_mma.build(cuda_mma.SOURCE, defines=("-DNM_MMA_WARPS=8",))
+    target.write_bytes(target.read_bytes()[:3000])
+    with pytest.raises(cuda_mma.CudaKernelUnavailableError, match="holds no library"):
+        cuda_mma.build(cuda_mma.SOURCE, defines=("-DNM_MMA_WARPS=4",))

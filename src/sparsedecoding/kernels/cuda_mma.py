@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import re
@@ -63,8 +64,9 @@ def _nvcc() -> str | None:
 
 
 def available() -> bool:
-    """True when a CUDA device and an nvcc compiler are present (the build itself may still fail)."""
-    return torch.cuda.is_available() and _nvcc() is not None
+    """True when a CUDA device and an nvcc compiler, or a prebuilt library in the cache, are present (the build or
+    the load may still fail)."""
+    return torch.cuda.is_available() and (_nvcc() is not None or any(cache_dir().glob(f"{SOURCE.stem}_sm*.json")))
 
 
 def cache_dir() -> Path:
@@ -97,15 +99,46 @@ def library_path(source_path: Path, arch: str, defines: tuple[str, ...], nvcc: s
     """Where `build` keeps the library of `source_path` for compute capability `arch` ("90") built with `defines` by
     this `nvcc`: named by a hash of the source, nvcc's version line and the whole build command (arch, flags and
     defines), so any change builds anew (`benchmarks/prebuild_kernels.py` fills it offline)."""
+    key = hashlib.sha256(source_path.read_bytes() + _version_line(nvcc).encode()
+                         + " ".join(_flags(source_path, arch, defines)).encode()).hexdigest()[:16]
+    return cache_dir() / f"{source_path.stem}_sm{arch}_{key}.so"
+
+
+def _flags(source_path: Path, arch: str, defines: tuple[str, ...]) -> list[str]:
+    """The build command without the machine's paths: what makes two builds of one source the same."""
+    return build_command("nvcc", Path(source_path.name), arch, defines, Path("library.so"))
+
+
+def _record(source_path: Path, arch: str, defines: tuple[str, ...]) -> dict:
+    """What a library's record (the .json beside it) says it was built from."""
+    return {"source": source_path.name, "source_sha256": hashlib.sha256(source_path.read_bytes()).hexdigest(),
+            "arch": arch, "flags": _flags(source_path, arch, defines)}
+
+
+def prebuilt(source_path: Path, arch: str, defines: tuple[str, ...]) -> Path | None:
+    """A whole library in the cache built from this source for `arch` with these flags, found by its record, for a
+    machine without nvcc (a serving image given a cache that `benchmarks/prebuild_kernels.py` filled elsewhere)."""
+    wanted = _record(source_path, arch, defines)
+    for record in sorted(cache_dir().glob(f"{source_path.stem}_sm{arch}_*.json")):
+        try:
+            found = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        library = record.with_suffix(".so")
+        if isinstance(found, dict) and all(found.get(key) == value for key, value in wanted.items()) \
+                and library.is_file() and damaged(library) is None:
+            return library
+    return None
+
+
+def _version_line(nvcc: str) -> str:
+    """The last line of `nvcc --version` (its exact build)."""
     try:
         version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     except OSError as exc:
         raise CudaKernelUnavailableError(f"{nvcc} cannot be run ({exc.strerror}); fix it or set CUDA_HOME to a "
                                          f"working CUDA toolkit") from None
-    flags = build_command("nvcc", Path(source_path.name), arch, defines, Path("library.so"))
-    key = hashlib.sha256(source_path.read_bytes() + (version[-1] if version else "").encode()
-                         + " ".join(flags).encode()).hexdigest()[:16]
-    return cache_dir() / f"{source_path.stem}_sm{arch}_{key}.so"
+    return version[-1] if version else ""
 
 
 def damaged(library: Path) -> str | None:
@@ -170,6 +203,9 @@ def compile_library(nvcc: str, source_path: Path, arch: str, defines: tuple[str,
         with open(partial, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(partial, target)
+        record = target.with_suffix(".json.tmp")
+        record.write_text(json.dumps({**_record(source_path, arch, defines), "nvcc": _version_line(nvcc)}, indent=1))
+        os.replace(record, target.with_suffix(".json"))
     finally:
         partial.unlink(missing_ok=True)
 
@@ -185,10 +221,14 @@ def build(source_path: Path = SOURCE, min_major: int = 9, defines: tuple[str, ..
     device, with nvcc flags `defines` (`geometry_defines`), unless a matching library is cached; return its path.
     Raises CudaKernelUnavailableError with nvcc's messages if the compile fails."""
     nvcc = _nvcc()
-    if nvcc is None:
-        raise CudaKernelUnavailableError("nvcc not found (set CUDA_HOME or put nvcc on PATH) — the tensor-core "
-                                         "kernel is compiled at first use; use the Triton kernel (nm_spmv) instead")
     arch = _arch(min_major)
+    if nvcc is None:
+        found = prebuilt(source_path, arch, defines)
+        if found is not None:
+            return found
+        raise CudaKernelUnavailableError(f"nvcc not found (set CUDA_HOME or put nvcc on PATH), and {cache_dir()} "
+                                         f"holds no library of {source_path.name} prebuilt for sm_{arch} with these "
+                                         "settings; the CUDA kernels are compiled at first use")
     target = library_path(source_path, arch, defines, nvcc)
     if target.is_file() and damaged(target) is None:
         return target
@@ -364,8 +404,8 @@ class Launch:
         if sparse_mma and (not fast24 or stages != 2):
             raise KernelInputError("sparse_mma (mma.sp) runs the 2:4 pattern with stages=2 only; got "
                                    f"{'2:4' if fast24 else 'another pattern'} with stages={stages}")
-        if not available():
-            raise CudaKernelUnavailableError("the tensor-core kernel needs a CUDA GPU and nvcc; use nm_spmv")
+        if not torch.cuda.is_available():
+            raise CudaKernelUnavailableError("the tensor-core kernel needs a CUDA GPU; use nm_spmv")
         self.library = _load()
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
