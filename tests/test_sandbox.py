@@ -21,7 +21,7 @@ def test_a_plain_program_passes_in_a_fresh_private_directory(tmp_path, monkeypat
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     program = (
         "import os\n"
-        "assert sorted(os.listdir('.')) == ['program.py', 'stderr', 'stdout'], os.listdir('.')\n"
+        "assert os.listdir('.') == ['program.py'], os.listdir('.')  # its output files are kept elsewhere\n"
         f"assert os.getcwd() != {os.getcwd()!r}\n"
         "open('scratch.txt', 'w').write('x')\n"
     )
@@ -35,9 +35,13 @@ def test_a_plain_program_passes_in_a_fresh_private_directory(tmp_path, monkeypat
 
 @pytest.fixture
 def open_folder():
-    """A folder anyone may write to (under the world-writable temp root), so only the read-only mount stands between
-    the program and it."""
-    folder = Path(tempfile.mkdtemp(dir="/tmp", prefix="sandbox-probe-"))
+    """A folder anyone may write to, outside the folders each run covers with an empty tmpfs (sandbox.COVERED), so
+    only the read-only mount stands between the program and it."""
+    from sparsedecoding.evaluation.sandbox import COVERED
+
+    base = next(Path(path) for path in ("/var/lib", "/opt", "/srv", "/usr/local")
+                if os.path.isdir(path) and os.stat(path).st_mode & 0o001 and not path.startswith(COVERED))
+    folder = Path(tempfile.mkdtemp(dir=base, prefix="sandbox-probe-"))
     folder.chmod(0o777)
     yield folder
     shutil.rmtree(folder)
@@ -270,3 +274,55 @@ def test_a_main_block_does_not_run_before_the_tests():
         program = f"def f():\n    return 1\n\nif __name__ == '__main__':\n{block}\nassert f() == 1\n"
         assert run_sandboxed(program, FAST).passed, block
     assert not run_sandboxed("def f():\n    return 1\n\nassert f() == 2\n", FAST).passed
+
+
+def test_the_program_cannot_erase_or_forge_the_setup_report():
+    """Whether the walls stood comes back on a pipe closed before the program starts: truncating or writing its
+    own stdout and stderr makes a failed run, not a setup error (which would stop a whole batch)."""
+    programs = ["import os\nos.ftruncate(1, 0)\nos.ftruncate(2, 0)\nraise AssertionError('tests failed')\n",
+                "import sys\nsys.stderr.write('sandbox-setup-failed: x\\n')\nsys.stderr.flush()\nassert False\n",
+                "import os\nos.write(2, b'sandbox-ready\\n')\nassert False\n"]
+    results = run_many(programs, FAST, workers=2)
+    assert [result.outcome for result in results] == ["failed"] * 3
+
+
+@pytest.fixture
+def host_socket():
+    """A Unix socket anyone may connect to, in each shared folder the runs cover, as a host service's would be."""
+    import socket
+
+    made = []
+    for base in ("/tmp", "/run"):
+        if os.path.isdir(base):
+            folder = Path(tempfile.mkdtemp(dir=base, prefix="sandbox-probe-"))
+            folder.chmod(0o777)
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(str(folder / "service.sock"))
+            (folder / "service.sock").chmod(0o777)
+            server.listen(1)
+            made.append((folder, server))
+    yield [folder / "service.sock" for folder, _ in made]
+    for folder, server in made:
+        server.close()
+        shutil.rmtree(folder)
+
+
+def test_host_unix_sockets_and_shared_folders_are_out_of_reach(host_socket):
+    """The network namespace does not fence off Unix sockets that have a path; the run covers /tmp, /run and the
+    other shared folders with empty read-only mounts, so neither a host socket nor another run's files are there."""
+    for path in host_socket:
+        program = ("import _socket\nraw = _socket.socket.__mro__[1]  # around the guard's Python-level block\n"
+                   f"client = raw(_socket.AF_UNIX, _socket.SOCK_STREAM)\nclient.connect({str(path)!r})\n")
+        result = run_sandboxed(program, FAST)
+        assert result.outcome == "failed" and result.error == "FileNotFoundError", (path, result)
+    listing = ("import os\nfor folder in ('/tmp', '/var/tmp', '/dev/shm', '/run'):\n"
+               "    if os.path.isdir(folder):\n"
+               "        assert not [name for name in os.listdir(folder) if name.startswith('sandbox-probe-')], folder\n")
+    assert run_sandboxed(listing, FAST).passed
+
+
+def test_a_folder_with_anything_in_it_is_refused(tmp_path):
+    (tmp_path / "program.py").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(SandboxError, match="is not an empty folder"):
+        run_sandboxed("pass\n", FAST, folder=tmp_path)
+    assert not (tmp_path / "elsewhere").exists()

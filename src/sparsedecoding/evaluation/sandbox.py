@@ -5,11 +5,17 @@ Each program gets:
   is a small supervisor; when it ends, or is killed at the timeout, the kernel kills every process in the namespace,
   so nothing the program started (forked, `setsid`, daemonized) outlives the run;
 - a read-only view of every mount, except a fresh temp folder that is its working directory (`mount_setattr`,
-  Linux 5.12 or later); the mount namespace keeps this view private to the run;
+  Linux 5.12 or later); the mount namespace keeps this view private to the run, and empty read-only mounts cover
+  the shared folders (`COVERED`: /tmp, /run, /dev/shm, ...), so other runs' files and the host's Unix sockets (which
+  a network namespace does not fence off) are not there;
 - no network at all: the new network namespace has only a loopback interface, and it is down;
 - an unprivileged user id of its own (no capabilities, `no_new_privs`, no supplementary groups), so it cannot undo
   the read-only mounts, and limits on address space, CPU seconds, file size, process count (for that user id, so
-  parallel sandboxes do not share it) and core dumps;
+  parallel sandboxes do not share it) and core dumps. Address space and file size are per process and per file:
+  a run may hold up to `processes` x `memory_mb` and write many files of `file_mb` into its folder;
+- its output files kept outside that folder, in one only root may enter: it can write them, not replace them. Whether
+  the walls stood comes back on a pipe closed before the program starts, so nothing it writes or erases turns a
+  failed run into a setup error;
 - a scrubbed environment and `python -I` (no user site, no PYTHON* variables, no script dir on sys.path).
 
 The sandbox needs root (true in the containers this project runs in, and on CI) and fails closed: when the isolation
@@ -46,26 +52,29 @@ from ..errors import SandboxError
 log = logging.getLogger(__name__)
 
 ERROR_PREFIX = "sandbox-error: "
-READY = "sandbox-ready"  # the supervisor's first line on stderr once every wall stands
+READY = "sandbox-ready"  # what the supervisor writes on its status pipe once every wall stands
+# Folders covered by an empty read-only tmpfs in every run: shared scratch space and the host's runtime sockets.
+COVERED = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/var/run")
 SETUP_PREFIX = "sandbox-setup-failed: "
 SETUP_EXIT = 125
 
 NAMESPACES = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount", "--net", "--ipc", "--uts")
 
-# Runs as PID 1 of the new namespaces (as `python -I -c GUARD program.py MEMORY CPU FILE PROCESSES UID TOKEN_FD`,
-# the token on that pipe).
+# Runs as PID 1 of the new namespaces (as `python -I -c GUARD program.py MEMORY CPU FILE PROCESSES UID TOKEN_FD
+# STATUS_FD`, the token on the first pipe; READY or why the setup failed goes back on the second, which is closed
+# before the program starts, so the program can neither forge nor erase it).
 # Everything lives in one function so the token is in no module global (see the module docstring).
 GUARD = r'''
 def _sandbox():
     import ctypes, os, resource, sys, traceback
-    path, memory, cpu, file_size, processes, uid, token_fd = sys.argv[1], *map(int, sys.argv[2:8])
+    path, memory, cpu, file_size, processes, uid, token_fd, status_fd = sys.argv[1], *map(int, sys.argv[2:9])
     token = os.read(token_fd, 64).decode()
     os.close(token_fd)
     libc = ctypes.CDLL(None, use_errno=True)
 
     def failed(step):
-        sys.stderr.write("''' + SETUP_PREFIX + r'''" + step + ": " + os.strerror(ctypes.get_errno()) + "\n")
-        sys.stderr.flush()
+        message = "''' + SETUP_PREFIX + r'''" + step + ": " + os.strerror(ctypes.get_errno()) + "\n"
+        os.write(status_fd, message.encode())
         os._exit(''' + str(SETUP_EXIT) + r''')
 
     class MountAttr(ctypes.Structure):
@@ -80,19 +89,22 @@ def _sandbox():
     if libc.mount(home, home, None, MS_BIND, None) != 0:
         failed("bind the work folder")
     os.chdir(home)  # the working directory still pointed into the mount below the new one
-    # The program runs as another user, who must still read the interpreter and its libraries. Where one of them
-    # sits below a folder only root may enter (a Python under /root), that folder is covered by an empty tmpfs that
-    # holds just the library folders, moved in from a staging mount.
+    # The shared scratch and runtime folders (COVERED: other runs' files, and the host's Unix sockets, which a
+    # network namespace does not fence off) are covered by empty tmpfs mounts. The program runs as another user, who
+    # must still read the interpreter and its libraries: where one of them sits below a covered folder, or below a
+    # folder only root may enter (a Python under /root), the cover holds just the library folders, moved in from a
+    # staging mount.
     import stat
     wanted = sorted({os.path.realpath(entry or ".") for entry in (sys.base_prefix, sys.prefix, *sys.path)})
     wanted = [entry for entry in wanted if os.path.isdir(entry)]
     wanted = [entry for entry in wanted if not any(entry.startswith(other + "/") for other in wanted)]
-    closed = {}
+    covered = ''' + repr(COVERED) + r'''
+    closed = {folder: [] for folder in covered if os.path.isdir(folder) and not os.path.islink(folder)}
     for entry in wanted:
         parts = entry.split("/")
         for depth in range(2, len(parts)):
             ancestor = "/".join(parts[:depth])
-            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+            if ancestor in closed or not os.stat(ancestor).st_mode & stat.S_IXOTH:
                 closed.setdefault(ancestor, []).append(entry)
                 break
     for ancestor, entries in closed.items():
@@ -118,8 +130,8 @@ def _sandbox():
         if libc.syscall(ctypes.c_long(MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), ctypes.c_char_p(target),
                         ctypes.c_uint(flags), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) != 0:
             failed(step)
-    sys.stderr.write("''' + READY + r'''\n")
-    sys.stderr.flush()
+    os.write(status_fd, b"''' + READY + r'''\n")
+    os.close(status_fd)
 
     child = os.fork()
     if child:
@@ -275,36 +287,69 @@ def last_line(text: str, width: int = 300) -> str:
 def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits(), folder: Path | None = None
                   ) -> SandboxResult:
     """Run one program (Python source) under `limits` and report how it ended. See the module docstring.
-    folder: an empty folder to run in and keep (to inspect what the program wrote); default a fresh temp folder that
-    is removed afterwards."""
+    folder: an empty folder to run in and keep (to inspect what the program wrote; a folder with anything in it is
+    refused, since an earlier program could have left links there); default a fresh temp folder that is removed
+    afterwards."""
     limits.check()
     prefix = isolation_command()
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="sparsedecoding-sandbox-") as scratch:
             return _run_in(Path(scratch), program, limits, prefix)
     folder.mkdir(parents=True, exist_ok=True)
+    if folder.is_symlink() or any(folder.iterdir()):
+        raise SandboxError(f"{folder} is not an empty folder; the sandbox runs a program in an empty one")
     return _run_in(folder, program, limits, prefix)
+
+
+def _write_program(home: Path, program: str) -> None:
+    """program.py, created here (never through a link the folder holds) and readable by the program."""
+    descriptor = os.open(home / "program.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with open(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(program)
+
+
+def _tail(handle, limit: int = 1 << 20) -> str:
+    """The last `limit` bytes the program wrote to one of its output files, read through the parent's own handle."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(max(0, size - limit))
+    return handle.read().decode("utf-8", errors="replace")
+
+
+def _drain(descriptor: int) -> str:
+    """Everything on a pipe whose write ends are all closed; closes it."""
+    chunks = []
+    with open(descriptor, "rb") as pipe:
+        while chunk := pipe.read(1 << 16):
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _run_in(home: Path, program: str, limits: SandboxLimits, prefix: tuple[str, ...]) -> SandboxResult:
     token, uid = secrets.token_hex(16), sandbox_user()
-    (home / "program.py").write_text(program, encoding="utf-8")
+    _write_program(home, program)
     os.chown(home, uid, uid)  # the program may write here and nowhere else
     started = time.perf_counter()
-    with open(home / "stdout", "wb") as stdout, open(home / "stderr", "wb") as stderr:
+    # The output files live in a folder only root may enter, outside the program's folder: the program holds them
+    # open for writing (and the file size limit bounds them), but cannot replace them by links, pipes or devices.
+    with tempfile.TemporaryDirectory(prefix="sparsedecoding-sandbox-output-") as private, \
+            open(Path(private) / "stdout", "w+b") as stdout, open(Path(private) / "stderr", "w+b") as stderr:
         token_read, token_write = os.pipe()  # closed on every path below: the child holds its own copy
         os.write(token_write, token.encode())
         os.close(token_write)
+        status_read, status_write = os.pipe()
         command = [*prefix, sys.executable, "-I", "-c", GUARD, "program.py", str(limits.memory_mb << 20),
                    str(math.ceil(limits.timeout_s)), str(limits.file_mb << 20), str(limits.processes), str(uid),
-                   str(token_read)]
+                   str(token_read), str(status_write)]
         try:
             process = subprocess.Popen(command, cwd=home, env=scrubbed_environment(), stdin=subprocess.DEVNULL,
-                                       stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=(token_read,))
+                                       stdout=stdout, stderr=stderr, start_new_session=True,
+                                       pass_fds=(token_read, status_write))
         except OSError as exc:
+            os.close(status_read)
             raise SandboxError(f"could not start the sandbox ({exc})") from None
         finally:
             os.close(token_read)
+            os.close(status_write)
         try:
             process.wait(timeout=limits.timeout_s)
             timed_out = False
@@ -312,12 +357,12 @@ def _run_in(home: Path, program: str, limits: SandboxLimits, prefix: tuple[str, 
             timed_out = True
         kill_group(process)
         returncode = process.wait()
+        status = _drain(status_read)  # every writer is gone with the namespace
+        out, err = _tail(stdout), _tail(stderr)
     seconds = time.perf_counter() - started
-    out = (home / "stdout").read_text(encoding="utf-8", errors="replace")
-    err = (home / "stderr").read_text(encoding="utf-8", errors="replace")
-    ready, _, err = err.partition("\n")
+    ready = status.split("\n", 1)[0]
     if ready != READY:
-        reason = ready[len(SETUP_PREFIX):] if ready.startswith(SETUP_PREFIX) else last_line(ready + "\n" + err)
+        reason = ready[len(SETUP_PREFIX):] if ready.startswith(SETUP_PREFIX) else last_line(err)
         raise SandboxError(f"could not isolate the program, so it was not run: {reason or 'no reason given'}"
                            f"{' (timed out during setup)' if timed_out else ''}")
     if timed_out:
