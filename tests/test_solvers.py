@@ -497,3 +497,56 @@ def test_quantization_codes_refuse_a_weight_with_nan():
     weight[0, :4] = torch.tensor([1.0, 2.0, math.nan, 3.0])
     with pytest.raises(QuantizationError, match="NaN or inf"):
         solvers.quantization_codes(weight, "int8")
+
+
+# --- Hessians at the edges: scale, dead inputs, asymmetry; float16 grids -------------------------------------------
+
+def output_error(W, W_hat, H):
+    """‖(W - Ŵ)X‖_F² through H = X·Xᵀ (up to H's constant factor)."""
+    D = (W - W_hat).to(torch.float64)
+    return float(torch.einsum("ij,jk,ik->", D, H.to(torch.float64), D))
+
+
+@pytest.mark.parametrize("solve", ["sparsegpt", "gptq"])
+def test_the_result_does_not_depend_on_the_hessians_scale_even_with_dead_inputs(solve):
+    """A dead input (diag 0) gets a placeholder on the live inputs' scale: at activation scale 1e-3 it once set
+    the damping a million times too high and the solve fell back to magnitude pruning / round-to-nearest."""
+    W, H = random_problem(rows=16, cols=64, seed=3)
+    H[5, :] = H[:, 5] = 0  # an input that was always zero
+    run = (lambda h: solvers.sparsegpt(W, h, "2:4")) if solve == "sparsegpt" else \
+        (lambda h: solvers.gptq(W, h, "int4", group_size=32))
+    live = torch.ones(64, dtype=torch.bool)
+    live[5] = False
+    errors = [output_error(W[:, live], run(H * scale)[:, live], H[live][:, live]) for scale in (1.0, 1e-6, 1e-40)]
+    assert errors[1] == pytest.approx(errors[0], rel=1e-3) and errors[2] == pytest.approx(errors[0], rel=1e-3)
+
+
+def test_a_float64_hessian_far_outside_float32s_range_still_prunes():
+    W, H = random_problem(rows=8, cols=32, seed=2)
+    expected = solvers.sparsegpt(W.float(), H, "2:4")
+    for scale in (1e-50, 1e39):
+        torch.testing.assert_close(solvers.sparsegpt(W.float(), H * scale, "2:4"), expected)
+
+
+def test_a_zero_or_asymmetric_hessian_is_refused_by_name():
+    W, H = random_problem(rows=8, cols=32)
+    with pytest.raises(CalibrationError, match="the Hessian is zero: no calibration input reached this layer"):
+        solvers.gptq(W, torch.zeros(32, 32, dtype=torch.float64), "int8")
+    lopsided = H.clone()
+    lopsided[0, 5] += 50 * float(H.diagonal().mean())
+    for solve in (lambda: solvers.sparsegpt(W, lopsided, "2:4"), lambda: solvers.gptq(W, lopsided.T, "int8")):
+        with pytest.raises(CalibrationError, match="not symmetric"):
+            solve()
+
+
+@pytest.mark.parametrize("solve", ["gptq", "sparsegpt"])
+@pytest.mark.parametrize("quantize", ["int4", "int8"])
+def test_float16_results_stay_on_their_grid_for_tiny_weights(solve, quantize):
+    """float16's smallest step is 2⁻²⁴: scales of groups with |w| near 1e-6 are rounded up to a multiple of it."""
+    W, H = random_problem(rows=16, cols=64, seed=6, dtype=torch.float32)
+    W = (W * 3e-6).half()
+    out = solvers.gptq(W, H, quantize, group_size=32) if solve == "gptq" else \
+        solvers.sparsegpt(W, H, "2:4", quantize=quantize, group_size=32)
+    assert out.dtype == torch.float16
+    codes = solvers.quantization_codes(out, quantize, group_size=32)
+    assert torch.equal(codes.dequantize(torch.float16), out)

@@ -292,12 +292,16 @@ def quantization_group(quantize: str | None, group_size: int, in_features: int) 
     return group_size
 
 
-def grid_scale(absmax: torch.Tensor, quantize: str) -> torch.Tensor:
+def grid_scale(absmax: torch.Tensor, quantize: str, float16: bool = False) -> torch.Tensor:
     """Scale of a group with largest magnitude `absmax`: absmax/(top code + ½), so round-to-nearest never clips more
-    than half a step, rounded up to SCALE_BITS significant bits; 1 for an all-zero group."""
+    than half a step, rounded up to SCALE_BITS significant bits; 1 for an all-zero group. `float16`: the weight is
+    returned in float16, whose smallest step is 2⁻²⁴, so a smaller scale is rounded up to a multiple of it (every
+    code·scale is then exact there too; only groups with |w| below about 1.5e-5 are affected)."""
     bits = SCALE_BITS[quantize]
     mantissa, exponent = torch.frexp(absmax / (CODE_RANGES[quantize][1] + 0.5))
     scale = torch.ldexp(torch.ceil(mantissa * 2**bits), exponent - bits)  # both steps exact
+    if float16:
+        scale = torch.where(scale < 2.0 ** (bits - 24), torch.ceil(scale * 2.0**24) * 2.0**-24, scale)
     return torch.where(absmax > 0, scale, torch.ones_like(scale))
 
 
@@ -447,11 +451,12 @@ _captured: dict[tuple, CapturedBlock] = {}
 
 def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | None, segments: tuple[int, ...],
                  quantize: str | None, group: int, blocksize: int, use_graph: bool,
-                 scales: torch.Tensor | None = None, fixed: torch.Tensor | None = None) -> torch.Tensor:
+                 scales: torch.Tensor | None = None, fixed: torch.Tensor | None = None,
+                 float16: bool = False) -> torch.Tensor:
     """One left-to-right pass over W's columns in blocks (in place); returns the pruned mask. With `quantize`,
     a group's scale comes from its weights as they stand when its block starts, as in GPTQ, unless `scales`
-    [rows, cols/group] are given. `fixed` [rows, cols] (True = pruned) is the mask to keep instead of choosing
-    one."""
+    [rows, cols/group] are given (`float16`: scales for a float16 result, `grid_scale`). `fixed` [rows, cols]
+    (True = pruned) is the mask to keep instead of choosing one."""
     rows, cols = W.shape
     pruned = torch.zeros(rows, cols, dtype=torch.bool, device=W.device)
     given_scales = scales is not None
@@ -464,7 +469,7 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
         fixedT = None if fixed is None else fixed[:, i1:i2].T.contiguous()
         if quantize is not None:
             for g in range(-(-i1 // group) * group, i2, group) if not given_scales else ():
-                scales[:, g // group] = grid_scale(W[:, g:g + group].abs().amax(1), quantize)
+                scales[:, g // group] = grid_scale(W[:, g:g + group].abs().amax(1), quantize, float16)
             scaleT = scales[:, torch.arange(i1, i2, device=W.device) // group].T.contiguous()
         if use_graph:
             key = (rows, i2 - i1, pattern, segments, quantize, W.dtype, W.device, fixed is not None)
@@ -480,6 +485,33 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
         W[:, i2:].addmm_(ErrT.T, U[i1:i2, i2:], alpha=-1)
     W[pruned] = 0  # the in-block update leaves rounding-level residue on pruned entries
     return pruned
+
+
+def normalized_hessian(hessian: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
+    """H / s in `compute` (a new tensor), s the power of four nearest mean(live diag H). Every solver here gives the
+    same weights for H and c·H, so dividing by the scale first keeps a float64 H that is tiny or huge inside
+    float32's range, and makes the placeholder 1 of a dead input (diag 0) about the live inputs' mean instead of a
+    value that can outweigh them by orders of magnitude and swamp the damping. An all-zero H (no input ever reached the layer) and an H that is not
+    symmetric (only one triangle would be read) raise CalibrationError."""
+    diagonal = hessian.diagonal().to(torch.float64)
+    live = diagonal != 0
+    if not bool(live.any()):
+        raise CalibrationError("the Hessian is zero: no calibration input reached this layer (every input was 0); "
+                               "calibrate on other prompts or text")
+    # A power of four near the mean: dividing by it is exact and so is its square root in the Cholesky factor, so
+    # the weights come out bit for bit as from H itself wherever H was in range. abs: a negative diagonal (not
+    # X·Xᵀ) stays negative, for the factorisation to refuse.
+    scale = torch.tensor(4.0 ** round(math.log(float(diagonal[live].abs().mean()), 4)), dtype=torch.float64)
+    H = (hessian / scale.to(hessian.dtype)).to(compute) if hessian.dtype == torch.float64 \
+        else (hessian.to(compute) / scale.to(compute))
+    size, worst = H.shape[0], 0.0
+    for start in range(0, size, 1024):  # in row blocks: H - Hᵀ whole would double the memory of a large layer
+        worst = max(worst, float((H[start:start + 1024] - H[:, start:start + 1024].T).abs().max()))
+    top = float(H.diagonal().abs().max())
+    if worst > 1e-3 * top:
+        raise CalibrationError(f"the Hessian is not symmetric (largest |H - Hᵀ| is {worst / top:.3g} of its largest "
+                               f"diagonal entry); it must be X·Xᵀ of the layer inputs")
+    return H
 
 
 @torch.no_grad()
@@ -506,11 +538,12 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     W = torch.cat([weight.to(compute) for weight in weights])
     fixed = W == 0 if keep_zeros else None
     segments = tuple(weight.shape[0] for weight in weights)
-    H = hessian.to(device=W.device, dtype=compute).clone()
+    H = normalized_hessian(hessian.to(W.device), compute)
     use_graph = W.is_cuda if cuda_graph is None else cuda_graph
+    float16 = any(weight.dtype == torch.float16 for weight in weights)
 
     dead = H.diagonal() == 0  # inputs that were always zero: any weight there is free to prune
-    H[dead, dead] = 1
+    H[dead, dead] = 1  # the mean of the live diagonal (normalized_hessian), so the damping is the live inputs'
     W[:, dead] = 0
     U = damped_inverse_cholesky(H, percdamp)
     scales = None
@@ -520,8 +553,8 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
         # first, for the scales only.
         pruned_first = W.clone()
         _column_loop(pruned_first, U, pattern, segments, None, group, blocksize, use_graph, fixed=fixed)
-        scales = grid_scale(pruned_first.abs().amax(1, keepdim=True), quantize)
-    _column_loop(W, U, pattern, segments, quantize, group, blocksize, use_graph, scales, fixed)
+        scales = grid_scale(pruned_first.abs().amax(1, keepdim=True), quantize, float16)
+    _column_loop(W, U, pattern, segments, quantize, group, blocksize, use_graph, scales, fixed, float16)
     return [part.to(weight.dtype) for part, weight in zip(W.split(segments), weights)]
 
 
