@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     add_arguments(parser, RunSettings, defaults=DEMO, skip=("overwrite", "recipe", "out"))
     parser.add_argument("--out", default=DEMO["out"],
                         help="folder of the two pruned models (decode/, text/); an earlier demo's folder there is "
-                             "replaced, any other folder refused (default: %(default)s)")
+                             f"replaced, any other folder refused (default: {DEMO['out']})")
     parser.add_argument("--eval-prompts", type=int, default=8, help="held-out HumanEval prompts scored (default: 8)")
     parser.add_argument("--eval-new-tokens", type=int, default=64,
                         help="greedy new tokens per held-out answer (default: 64)")
