@@ -56,7 +56,7 @@ from safetensors.torch import load_file, save_file
 from paired_test import mcnemar  # benchmarks/ is on sys.path when this script runs
 from sparsedecoding import repair, selfdata
 from sparsedecoding.calibration import CalibrationSet, describe
-from sparsedecoding.data import chat_format, humaneval_problems, humaneval_prompts, lee_text
+from sparsedecoding.data import chat_format, humaneval_problems, humaneval_prompts, lee_text, shares_problems
 from sparsedecoding.evaluation.humaneval import check_completions
 from sparsedecoding.evaluation.metrics import on_policy_scores, perplexity, repetition_summary
 from sparsedecoding.evaluation.sandbox import SandboxLimits
@@ -173,6 +173,9 @@ class Run:
         values = {key: value for key, value in recipe.items() if key in known}
         calibration = "text" if recipe["data"] == "text" else "decode"
         prompts = recipe["data"] if recipe["data"].startswith("humaneval:") else "humaneval:fit"
+        if shares_problems(prompts, "eval"):
+            raise SystemExit(f"error: {recipe['name']} calibrates on {prompts}, which holds the held-out half "
+                             f"(humaneval:eval) that every plan is scored on; calibrate on humaneval:fit or calib")
         return PruneConfig(model=str(self.folder), out="", calibration=calibration, prompts=prompts,
                            do_sample=recipe.get("samples_per_prompt", 1) > 1, **values)
 

@@ -253,3 +253,14 @@ def test_the_report_marks_results_of_an_older_harness_and_non_finite_metrics(set
     with caplog.at_level("WARNING"):
         run_compare(settings, ["dense", "decode-sparsegpt-2of4", "text-sparsegpt-2of4"])  # all done: nothing runs
     assert "text-sparsegpt-2of4 were evaluated by an older harness" in caplog.text
+
+
+def test_calibrating_on_the_split_pass_at_1_scores_is_refused(settings):
+    from sparsedecoding.data import shares_problems
+
+    assert shares_problems("humaneval:all", "eval") and shares_problems("humaneval:calib", "dev")
+    assert not shares_problems("humaneval:calib", "eval") and not shares_problems("humaneval:fit", "dev")
+    assert not shares_problems("prompts.txt", "eval")
+    with pytest.raises(SparseDecodingError, match="--calib-prompts humaneval:eval holds problems of the split"):
+        replace(settings, calib_prompts="humaneval:eval").validate()
+    replace(settings, calib_prompts="humaneval:eval", evaluation=replace(settings.evaluation, split="dev")).validate()

@@ -545,3 +545,21 @@ def test_prune_runs_without_autograd(tiny_folder, prompts_file, tmp_path, monkey
     monkeypatch.setattr(pipeline, "build_calibration", recording)
     prune(config(tiny_folder, tmp_path / "out", prompts_file), progress=False)
     assert seen == [False]
+
+
+def test_calibrating_on_the_held_out_half_is_warned_about(tiny_folder, tmp_path, monkeypatch, caplog):
+    class Stop(Exception):
+        pass
+
+    monkeypatch.setattr(pipeline, "read_prompts", lambda source: ["def f():"])
+    monkeypatch.setattr(pipeline, "WorkDir", lambda *args: (_ for _ in ()).throw(Stop()))
+    for prompts, warned in (("humaneval:eval", True), ("humaneval:all", True), ("humaneval:calib", False)):
+        caplog.clear()
+        with caplog.at_level("WARNING"), pytest.raises(Stop):
+            prune(PruneConfig(model=str(tiny_folder), out=str(tmp_path / "out"), prompts=prompts), progress=False)
+        assert ("holds HumanEval's held-out half" in caplog.text) == warned, prompts
+
+
+def test_the_recommended_recipe_calibrates_on_the_fit_quarter_it_was_evaluated_with():
+    assert PruneConfig(model="m", out="o", recipe="recommended").prompts == "humaneval:fit"
+    assert PruneConfig(model="m", out="o", recipe="recommended", prompts="p.txt").prompts == "p.txt"

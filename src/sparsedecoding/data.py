@@ -32,6 +32,16 @@ HUMANEVAL_INSTRUCTIONS = {
 HUMANEVAL_INSTRUCTION = HUMANEVAL_INSTRUCTIONS["fenced"]
 
 
+def shares_problems(source: str | None, split: str) -> bool:
+    """Whether the prompt source `source` (`humaneval:SPLIT` or a file) holds problems of HumanEval `split`: a
+    calibration source must not share the held-out half (eval) with the evaluation, nor the dev quarter with the
+    recipe choice. Files are not read here (selfdata checks its sources' texts for held-out problems)."""
+    if not source or not source.startswith("humaneval:") or split not in SPLITS:
+        return False
+    quarters = {"calib": {0, 2}, "eval": {1, 3}, "all": {0, 1, 2, 3}, "fit": {0}, "dev": {2}}
+    return bool(quarters.get(source.split(":", 1)[1], set()) & quarters[split])
+
+
 def humaneval_problems(split: str = "all") -> list[dict]:
     """HumanEval's 164 problems (task_id, prompt, entry_point, test, canonical_solution); `calib` keeps the even
     indices, `eval` the odd ones (the held-out half)."""

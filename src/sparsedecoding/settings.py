@@ -24,7 +24,7 @@ import math
 from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 
-from .data import HUMANEVAL_INSTRUCTIONS, SPLITS
+from .data import HUMANEVAL_INSTRUCTIONS, SPLITS, shares_problems
 from .errors import OutputExistsError, SparseDecodingError
 from .patterns import SparsityPattern
 
@@ -275,8 +275,8 @@ class RepairSettings:
 
 
 # Issue 11's dev pick (p16-fit): with the default 16:32 pattern, dense propagation and the self target.
-RECIPES = {"recommended": {"do_sample": True, "samples_per_prompt": 4, "temperature": 0.7, "top_p": 0.95,
-                           "tokens": 32768}}
+RECIPES = {"recommended": {"prompts": "humaneval:fit", "do_sample": True, "samples_per_prompt": 4, "temperature": 0.7,
+                           "top_p": 0.95, "tokens": 32768}}
 
 
 @dataclass(kw_only=True)
@@ -415,6 +415,10 @@ class CompareSettings:
     def validate(self) -> None:
         check(self)
         self.evaluation.validate(has_reference=True)
+        if shares_problems(self.calib_prompts, self.evaluation.split):
+            raise SparseDecodingError(f"--calib-prompts {self.calib_prompts} holds problems of the split pass@1 is "
+                                      f"scored on (--split {self.evaluation.split}); calibrate on another split, "
+                                      f"such as humaneval:calib against --split eval")
 
     def comparable(self) -> dict:
         """What every result in one report folder must share."""
