@@ -550,3 +550,18 @@ def test_float16_results_stay_on_their_grid_for_tiny_weights(solve, quantize):
     assert out.dtype == torch.float16
     codes = solvers.quantization_codes(out, quantize, group_size=32)
     assert torch.equal(codes.dequantize(torch.float16), out)
+
+
+def test_codes_pushed_to_the_ends_of_the_range_are_warned_about(caplog):
+    """Outlier inputs with a tiny damping: GPTQ's compensation outgrows the scales and half the int4 codes clip;
+    at the default damping the same problem stays quiet."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(256, 64, generator=g) @ torch.randn(64, 1024, generator=g) / 8 \
+        + 0.1 * torch.randn(256, 1024, generator=g)
+    X[[44, 175, 201, 242]] *= 1e4
+    W, H = torch.randn(128, 256, generator=g), 2 * X @ X.T / 1024
+    with caplog.at_level("WARNING", logger="sparsedecoding.solvers"):
+        solvers.gptq(W, H, "int4")
+        assert "codes sit at the ends of the range" not in caplog.text
+        solvers.gptq(W, H, "int4", percdamp=1e-6)
+    assert "int4 codes sit at the ends of the range" in caplog.text and "a larger --percdamp" in caplog.text

@@ -484,7 +484,26 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
         pruned[:, i1:i2] = pruned1.T
         W[:, i2:].addmm_(ErrT.T, U[i1:i2, i2:], alpha=-1)
     W[pruned] = 0  # the in-block update leaves rounding-level residue on pruned entries
+    if quantize is not None:
+        warn_saturated(W, scales.repeat_interleave(group, dim=1) if scales.shape[1] > 1 else scales, pruned, quantize)
     return pruned
+
+
+SATURATED_SHARE = 0.1  # of the kept weights' codes at the ends of the range, above which the solve warns
+
+
+def warn_saturated(W: torch.Tensor, scales: torch.Tensor, pruned: torch.Tensor, quantize: str) -> None:
+    """One warning when more than SATURATED_SHARE of the kept weights' codes sit at the ends of the code range: the
+    error compensation then outgrew the scales (seen with a very small damping and outlier inputs, where GPTQ ended
+    several times worse than round-to-nearest), and clipping fed back into the solve."""
+    low, high = CODE_RANGES[quantize]
+    codes = torch.round(W / scales)
+    kept = ~pruned
+    share = float(((codes <= low) | (codes >= high))[kept].float().mean()) if bool(kept.any()) else 0.0
+    if share > SATURATED_SHARE:
+        log.warning("%.0f%% of the kept weights' %s codes sit at the ends of the range: the error compensation "
+                    "outgrew the scales (a very small --percdamp with outlier inputs does this); a larger --percdamp "
+                    "keeps them in range", 100 * share, quantize)
 
 
 def normalized_hessian(hessian: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
