@@ -563,3 +563,15 @@ def test_calibrating_on_the_held_out_half_is_warned_about(tiny_folder, tmp_path,
 def test_the_recommended_recipe_calibrates_on_the_fit_quarter_it_was_evaluated_with():
     assert PruneConfig(model="m", out="o", recipe="recommended").prompts == "humaneval:fit"
     assert PruneConfig(model="m", out="o", recipe="recommended", prompts="p.txt").prompts == "p.txt"
+
+
+def test_mix_keeps_its_ratio_when_decode_falls_short(tiny_folder, prompts_file, tmp_path, caplog):
+    """Six prompts of at most 4 new tokens cannot give 500 decode tokens: text gets the matching share, not the
+    rest of --tokens (which turned a 50% mix into a few percent of decode tokens)."""
+    with caplog.at_level("WARNING"):
+        calib, stats = pipeline.build_calibration(
+            config(tiny_folder, tmp_path / "out", prompts_file, calibration="mix", tokens=1000, mix_ratio=0.5,
+                   max_new_tokens=4, text_seq_len=16), *load_model(tiny_folder)[:2], progress=False)
+    decode, text = stats["tokens_by_source"]["decode"], stats["tokens_by_source"]["text"]
+    assert 0 < decode < 500 and text == decode and calib.tokens == 2 * decode
+    assert "mix: decode gave" in caplog.text and "to keep --mix-ratio 0.5" in caplog.text

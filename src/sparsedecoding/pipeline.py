@@ -123,6 +123,11 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
     if config.calibration in ("text", "mix"):
         text = read_text_file(config.text) if config.text else lee_text("background")
         text_budget = config.tokens - (sets[0].tokens if sets else 0)
+        if sets and sets[0].tokens < decode_budget:  # decode fell short: text keeps --mix-ratio, not the total
+            text_budget = round(sets[0].tokens * (1 - config.mix_ratio) / config.mix_ratio)
+            log.warning("mix: decode gave %d of its %d tokens, so text gets %d to keep --mix-ratio %g (%d tokens in "
+                        "all, below --tokens %d)", sets[0].tokens, decode_budget, text_budget, config.mix_ratio,
+                        sets[0].tokens + text_budget, config.tokens)
         sets.append(text_calibration(tokenizer, text, token_budget=text_budget, seq_len=config.text_seq_len,
                                      seed=config.seed))
     calib = sets[0] if len(sets) == 1 else concat(sets, tokenizer.pad_token_id, "mix")
