@@ -413,9 +413,11 @@ class Report:
         return {path.stem: json.loads(path.read_text()) for path in sorted((self.out / stage).glob("*.json"))
                 if path.stem != "picks"}
 
-    def solved(self, name: str) -> dict[str, list[bool]]:
+    def solved(self, name: str) -> dict[str, dict[str, bool]]:
+        """wording -> task_id -> passed, from the item's held-out records."""
         rows = [json.loads(line) for line in (self.out / "final" / f"{name}.records.jsonl").read_text().splitlines()]
-        return {wording: [row["passed"] for row in rows if row["wording"] == wording] for wording in WORDINGS}
+        return {wording: {row["task_id"]: row["passed"] for row in rows if row["wording"] == wording}
+                for wording in WORDINGS}
 
     @staticmethod
     def row(name: str, result: dict, dense: dict | None) -> dict:
@@ -524,8 +526,11 @@ class Report:
             listed.add(frozenset((first, second)))
             a, b = self.solved(first), self.solved(second)
             for wording in WORDINGS:
-                only_a = sum(x and not y for x, y in zip(a[wording], b[wording]))
-                only_b = sum(y and not x for x, y in zip(a[wording], b[wording]))
+                if a[wording].keys() != b[wording].keys():  # pairs by problem, never by position
+                    raise SystemExit(f"error: {first} and {second} hold different problems ({wording} wording); "
+                                     f"score both on the same split and --limit")
+                only_a = sum(a[wording][task] and not b[wording][task] for task in a[wording])
+                only_b = sum(b[wording][task] and not a[wording][task] for task in a[wording])
                 lines.append(f"- {first} vs {second} ({wording}): {only_a} vs {only_b}, p = {mcnemar(only_a, only_b):.3g}")
         return lines
 

@@ -42,6 +42,14 @@ def test_extract_code_prefers_the_block_defining_the_entry_point():
     ("    return double(math.hypot(a, b))\n", True),
     ("```python\ndef hypot_double(a, b):\n    return a + b\n```", False),
     ("```python\ndef something_else():\n    return 1\n```", False),  # the stub returns None: tests fail
+    # Answers whose code a plain reading misses (the plain wording asks for no fence).
+    ("1. The function:\n\n    ```python\n    def hypot_double(a, b):\n        return double(math.hypot(a, b))\n"
+     "    ```\n", True),  # a fence indented under a list item
+    ("~~~python\ndef hypot_double(a, b):\n    return double(math.hypot(a, b))\n~~~\n", True),
+    ("Here is the function:\n\ndef hypot_double(a, b):\n    return double(math.hypot(a, b))\n\n"
+     "This doubles the hypotenuse.\n", True),  # no fence, prose around the code
+    ("Here is the function:\n\ndef hypot_double(a, b):\n    return a + b\n\nThis adds them.\n", False),
+    ("I cannot write this function.", False),
 ])
 def test_programs_pass_exactly_when_the_answer_is_right(completion, passes):
     (result,) = check_completions([PROBLEM], [completion], LIMITS)
@@ -105,6 +113,14 @@ def test_kl_and_nll_match_a_hand_computation_on_a_tiny_vocabulary():
     assert scores[1].kl == pytest.approx(kl(2), abs=1e-6)  # identical rows: zero
     assert scores[0].dense_nll == pytest.approx(nll(1, 2) + nll(2, 0), rel=1e-5)
     assert scores[1].dense_nll == pytest.approx(nll(2, 1), rel=1e-5)
+
+
+def test_an_answer_with_no_tokens_scores_nothing():
+    dense, pruned = Bigram([[0.0, 1.0, 2.0]] * 3), Bigram([[2.0, 0.0, 1.0]] * 3)
+    scores = on_policy_scores(dense, pruned, [Generation([0, 1, 2], [], stopped=False),
+                                              Generation([0, 1], [2, 0, 1], stopped=False)], pad_id=0)
+    assert (scores[0].kl, scores[0].dense_nll, scores[0].tokens) == (0.0, 0.0, 0)
+    assert scores[1].tokens == 3 and scores[1].kl > 0
 
 
 def random_generations(count: int, seed: int) -> list[Generation]:

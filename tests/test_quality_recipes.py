@@ -76,7 +76,8 @@ def result(name: str, recipe: dict, passed: list[tuple[bool, bool]], kl: float, 
 
 def write(out: Path, stage: str, name: str, recipe: dict, passed, kl=0.0, ppl=10.0) -> None:
     (out / stage / f"{name}.json").write_text(json.dumps(result(name, recipe, passed, kl, ppl)))
-    rows = [{"wording": wording, "passed": row[i]} for i, wording in enumerate(("fenced", "plain")) for row in passed]
+    rows = [{"task_id": f"HumanEval/{task}", "wording": wording, "passed": row[i]}
+            for i, wording in enumerate(("fenced", "plain")) for task, row in enumerate(passed)]
     (out / stage / f"{name}.records.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
@@ -323,3 +324,21 @@ def test_a_saved_model_with_a_quantized_head_reloads_untied_and_records_say_whic
     assert torch.equal(model.model.embed_tokens.weight, run.dense.model.embed_tokens.weight)
     assert not model.config.tie_word_embeddings and record["config"]["quantize_head"] == "int8"
     assert run.dense.lm_head.weight is run.dense.model.embed_tokens.weight  # the dense model is untouched
+
+
+def test_paired_tests_pair_problems_by_task_not_by_position(recipes, tmp_path):
+    (tmp_path / "final").mkdir()
+
+    def records(name, passed):  # passed: task -> bool, written in the given order, under both wordings
+        lines = [json.dumps({"task_id": task, "wording": wording, "passed": ok})
+                 for wording in recipes.WORDINGS for task, ok in passed.items()]
+        (tmp_path / "final" / f"{name}.records.jsonl").write_text("\n".join(lines) + "\n")
+
+    records("a", {"T/1": True, "T/2": False, "T/3": True})
+    records("b", {"T/3": True, "T/2": False, "T/1": False})  # the same problems in another order
+    report = recipes.Report(tmp_path, {"baselines": [{"name": "a", "against": ["b"]}]}, "plan.json")
+    lines = report.tests({}, {"a": {}, "b": {}})
+    assert [line for line in lines if line.startswith("- a vs b")][0].startswith("- a vs b (fenced): 1 vs 0")
+    records("b", {"T/1": False, "T/2": False})
+    with pytest.raises(SystemExit, match="hold different problems"):
+        report.tests({}, {"a": {}, "b": {}})

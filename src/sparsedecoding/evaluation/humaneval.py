@@ -4,17 +4,26 @@ The instruction (`data.HUMANEVAL_INSTRUCTION`) asks for the complete function in
 the problem's prompt (its imports and any helper functions it defines, e.g. `encode_cyclic` in HumanEval/38), then the
 extracted code, then the problem's tests and `check(entry_point)`. When the code defines the entry point it replaces the
 prompt's stub (a function whose body is only its docstring); otherwise the code is taken as the body that continues
-the prompt. With greedy decoding pass@1 is the share of problems whose program passes.
+the prompt. A block indented as a whole (a fence under a list item) is dedented when that makes it define the entry
+point. Where the program does not even compile, the answer's code is looked for again (`fallback_codes`: the block
+dedented; `~~~` fences; the code lines of an answer with no fence, prose around them left out) and the first that
+compiles is used.
+Compiling runs none of the answer's code. With greedy decoding pass@1 is the share of problems whose program passes.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 
 from .sandbox import SandboxLimits, SandboxResult, run_many
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_TILDE_FENCE = re.compile(r"~~~[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:~~~|\Z)", re.DOTALL)
+# A line that starts top-level Python code, and one that starts prose (a capitalised word, then a space).
+_CODE_LINE = re.compile(r"^(?:from\s+\S+\s+import\s|import\s+\w|(?:async\s+)?def\s+\w|class\s+\w|@\w)")
+_PROSE_LINE = re.compile(r"^[A-Z][a-z]+[,:]?\s")
 
 
 def code_blocks(text: str) -> list[tuple[str, str]]:
@@ -42,14 +51,46 @@ def defines(code: str, entry_point: str) -> bool:
     return re.search(rf"^(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
 
 
+def fallback_codes(completion: str, code: str, entry_point: str) -> list[str]:
+    """Other readings of an answer whose extracted `code` does not compile (see the module docstring), in order."""
+    found = [textwrap.dedent(code)]
+    tilde = [block for language, block in ((m.group(1).lower(), m.group(2)) for m in _TILDE_FENCE.finditer(completion))
+             if language in ("python", "py", "python3", "")]
+    found += sorted(tilde, key=lambda block: not defines(block, entry_point))[:1]
+    lines = completion.splitlines()
+    start = next((index for index, line in enumerate(lines) if _CODE_LINE.match(line)), None)
+    if start is not None:
+        end = next((index for index in range(start + 1, len(lines)) if _PROSE_LINE.match(lines[index])), len(lines))
+        found += ["\n".join(lines[start:end]) + "\n", "\n".join(lines[start:]) + "\n"]
+    return [candidate for candidate in dict.fromkeys(found) if candidate != code]
+
+
+def _solution(problem: dict, code: str) -> str:
+    if defines(code, problem["entry_point"]):
+        return problem["prompt"] + "\n\n" + code
+    return problem["prompt"] + code
+
+
+def _compiles(source: str) -> bool:
+    """Whether `source` compiles (nothing of it runs)."""
+    try:
+        compile(source, "<answer>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    return True
+
+
 def build_program(problem: dict, completion: str) -> str:
     """The test program for one problem and one model answer (see the module docstring)."""
     entry_point = problem["entry_point"]
     code = extract_code(completion, entry_point)
-    if defines(code, entry_point):
-        solution = problem["prompt"] + "\n\n" + code
-    else:
-        solution = problem["prompt"] + code
+    if not defines(code, entry_point) and defines(textwrap.dedent(code), entry_point):
+        code = textwrap.dedent(code)  # a fence indented under a list item; as a body it would nest the function
+    solution = _solution(problem, code)
+    if not _compiles(solution):
+        solution = next((candidate for candidate in (_solution(problem, other) for other in
+                                                     fallback_codes(completion, code, entry_point))
+                         if _compiles(candidate)), solution)
     return f"{solution}\n\n{problem['test']}\n\ncheck({entry_point})\n"
 
 

@@ -3,7 +3,9 @@
 On-policy divergence: the pruned model's own greedy continuations are replayed through the dense model p and the
 pruned model q; at every generated position t (the prompt excluded) KL(p_t ‖ q_t) = Σ_v p_t(v)·(log p_t(v) − log q_t(v))
 and the dense model's NLL −log p_t(y_t) of the token the pruned model chose, both in float32 from log_softmax of the
-logits, averaged over all generated tokens. Perplexity: exp of the token-weighted mean NLL over non-overlapping windows
+logits, averaged over all generated tokens. The logits come as the models give them (bfloat16 for a bfloat16 model),
+so a small KL reads slightly high: on SmolLM2-135M with one layer pruned, 0.0081 against 0.0073 with the output
+layer in float32 (about +0.001; immaterial at KLs of 0.05 and above). Perplexity: exp of the token-weighted mean NLL over non-overlapping windows
 of held-out text (each window's first token is context only). Repetition: distinct-n (unique n-grams / n-grams in one
 sequence) and the longest n-gram that occurs twice in a sequence.
 """
@@ -53,9 +55,12 @@ def on_policy_scores(dense, pruned, generations: list[Generation], pad_id: int, 
                      ) -> list[ContinuationScore]:
     """Per generation (in order): KL(dense ‖ pruned) and dense NLL summed over its generated tokens, see the module
     docstring. `generations` are the pruned model's own; both models read exactly those tokens."""
-    scores: list[ContinuationScore | None] = [None] * len(generations)
+    scores: list[ContinuationScore | None] = [ContinuationScore(0.0, 0.0, 0) if not gen.new_ids else None
+                                              for gen in generations]  # nothing generated: nothing to score
     lengths = [len(gen.prompt_ids) + len(gen.new_ids) for gen in generations]
-    for batch in batches_by_length(lengths, batch_size):
+    scored = [index for index, gen in enumerate(generations) if gen.new_ids]
+    for positions in batches_by_length([lengths[index] for index in scored], batch_size):
+        batch = [scored[position] for position in positions]
         contexts = [generations[index].prompt_ids for index in batch]
         continuations = [generations[index].new_ids for index in batch]
         logits_p = continuation_logits(dense, contexts, continuations, pad_id)

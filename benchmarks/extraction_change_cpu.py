@@ -1,0 +1,75 @@
+"""What the fiftieth session's code extraction (`evaluation.humaneval.build_program`: an indented fence dedented,
+and where the program does not compile, `~~~` fences and the code lines of an unfenced answer) does to the
+committed HumanEval answers (`benchmarks/results/**/*.records.jsonl` and `*.humaneval.jsonl`): how many answers get
+another test program, and how those programs end in the sandbox under the old and the new extraction. Needs root
+(the sandbox). Writes a markdown report:
+
+    PYTHONPATH=src python benchmarks/extraction_change_cpu.py --out benchmarks/results/extraction_change_cpu.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from sparsedecoding.data import humaneval_problems
+from sparsedecoding.evaluation.humaneval import _solution, build_program, extract_code
+from sparsedecoding.evaluation.sandbox import SandboxLimits, run_many
+from sparsedecoding.runenv import environment_markdown
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def old_program(problem: dict, completion: str) -> str:
+    """The test program as `build_program` made it before this change."""
+    solution = _solution(problem, extract_code(completion, problem["entry_point"]))
+    return f"{solution}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the markdown report to write")
+    args = parser.parse_args()
+    problems = {problem["task_id"]: problem for problem in humaneval_problems("all")}
+    files = sorted({*RESULTS.glob("**/*.records.jsonl"), *RESULTS.glob("**/*.humaneval.jsonl")})
+    records, changed = 0, []
+    for file in files:
+        for line in file.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if "completion" not in record or record.get("task_id") not in problems:
+                continue
+            records += 1
+            problem = problems[record["task_id"]]
+            before, after = old_program(problem, record["completion"]), build_program(problem, record["completion"])
+            if before != after:
+                changed.append((file, record, before, after))
+    limits = SandboxLimits()
+    before_runs = run_many([before for _, _, before, _ in changed], limits)
+    after_runs = run_many([after for _, _, _, after in changed], limits)
+    flips = Counter((old.passed, new.passed) for old, new in zip(before_runs, after_runs))
+    agrees = sum(old.passed == bool(record.get("passed")) for (_, record, _, _), old in zip(changed, before_runs))
+    rows = "".join(f"| {file.relative_to(RESULTS)} | {record['task_id']} | {record.get('wording', '')} | "
+                   f"{record.get('passed')} | {old.passed} | {new.passed} |\n"
+                   for (file, record, _, _), old, new in zip(changed, before_runs, after_runs))
+    command = "PYTHONPATH=src python " + " ".join(["benchmarks/extraction_change_cpu.py", *sys.argv[1:]])
+    args.out.write_text(
+        "# Committed HumanEval answers under the fiftieth session's code extraction\n\n"
+        f"{environment_markdown(command)}\n"
+        "| what | count |\n|---|---|\n"
+        f"| committed answers ({len(files)} record files) | {records} |\n"
+        f"| whose test program changes | {len(changed)} |\n"
+        f"| of those, the old program's outcome equal to the recorded one | {agrees} |\n"
+        f"| failed before, pass now | {flips[(False, True)]} |\n"
+        f"| passed before, fail now | {flips[(True, False)]} |\n"
+        f"| failed both ways | {flips[(False, False)]} |\n"
+        f"| passed both ways | {flips[(True, True)]} |\n\n"
+        + ("| record file | task | wording | recorded | old program | new program |\n|---|---|---|---|---|---|\n"
+           + rows if changed else ""))
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()
