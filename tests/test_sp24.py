@@ -1145,8 +1145,18 @@ def test_a_launch_passes_every_argument_in_its_call_struct(monkeypatch):
     for norm, splits, slices in ((False, 1, 4), (True, 2, 1)):
         launch = sp24.Sp24Launch(x, w, splits, slices, norm=norm)
         seen = []
-        launch.library.sp24_call = lambda call: seen.append({name: getattr(call, name)
-                                                              for name, _ in sp24.Sp24Call._fields_}) or 0
+        probes = []
+
+        def record(call):
+            seen.append({name: getattr(call, name) for name, _ in sp24.Sp24Call._fields_})
+            # Each scratch buffer must still be held while the kernel may write it: memory freed before the launch
+            # is what the allocator hands out next (split-K partials once overwrote the residual sum).
+            for name, floats in (("partials", launch._partial_floats()), ("ss_slots", launch._ss_floats())):
+                if getattr(call, name):
+                    probes.extend((name, torch.empty(floats, dtype=torch.float32).data_ptr()) for _ in range(4))
+            return 0
+
+        launch.library.sp24_call = record
         out = launch(x, w, res, norm_weight, 1e-5) if norm else launch(x, w)
         y, total = out if norm else (out, None)
         (fields,) = seen
@@ -1161,6 +1171,7 @@ def test_a_launch_passes_every_argument_in_its_call_struct(monkeypatch):
             handoff_slots=launch.handoff_slots.data_ptr() if norm else None)
         assert {name: fields[name] for name in expected} == expected
         assert (fields["partials"] is not None, fields["ss_slots"] is not None) == (norm, norm)
+        assert not [name for name, pointer in probes if pointer == fields[name]], "a scratch buffer was freed early"
         assert set(fields) == set(expected) | {"partials", "ss_slots"}
         assert y.shape == (1, 64) and y.dtype == x.dtype
 

@@ -946,11 +946,16 @@ class Sp24Launch:
             tensor = getattr(w, name)
             if tensor is not None:
                 setattr(call, name, tensor.data_ptr())
-        total = None
+        # Every buffer the kernel gets a pointer to is held in a local until the launch is queued: a tensor dropped
+        # right after .data_ptr() goes back to the caching allocator, and the next allocation (the residual sum
+        # below) would reuse its memory, so split-K partials and the sum overwrote each other.
+        total = partials = ss_slots = None
         if self.ctas or self.used_splits > 1:  # the counting's slots (see sp24.cu's StreamUnits and split-K)
-            call.partials = torch.empty(self._partial_floats(), dtype=torch.float32, device=self.device).data_ptr()
+            partials = torch.empty(self._partial_floats(), dtype=torch.float32, device=self.device)
+            call.partials = partials.data_ptr()
             if self._ss_floats():
-                call.ss_slots = torch.empty(self._ss_floats(), dtype=torch.float32, device=self.device).data_ptr()
+                ss_slots = torch.empty(self._ss_floats(), dtype=torch.float32, device=self.device)
+                call.ss_slots = ss_slots.data_ptr()
         if self.norm:
             total = torch.empty_like(x)
             call.sum_out, call.norm_w, call.eps = total.data_ptr(), norm_weight.data_ptr(), eps
