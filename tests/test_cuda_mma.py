@@ -480,6 +480,7 @@ def test_damaged_names_a_cut_short_or_foreign_library_and_passes_a_whole_one(tmp
 def test_a_build_is_cached_and_a_damaged_cached_library_is_built_again(fake_build, caplog):
     target = cuda_mma.build(cuda_mma.SOURCE)
     assert target.is_file() and cuda_mma.damaged(target) is None and _builds(fake_build) == 1
+    assert target.stat().st_mode & 0o777 == 0o755  # readable by the users a cache built by root may serve
     assert cuda_mma.build(cuda_mma.SOURCE) == target and _builds(fake_build) == 1  # found in the cache
     target.write_bytes(target.read_bytes()[:5000])  # a crash or full disk cut it short
     with caplog.at_level("WARNING"):

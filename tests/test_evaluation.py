@@ -293,3 +293,14 @@ def test_kl_and_repetition_use_the_pass_at_1_prompts_in_their_wording(tiny_pair,
     assert recorded["source"] == "humaneval:eval (plain wording)"
     assert recorded["hash"] == prompts_hash(humaneval_prompts("eval", "plain")[:2])
     assert recorded["hash"] != prompts_hash(humaneval_prompts("eval", "fenced")[:2])
+
+
+def test_a_compiler_warning_neither_prints_nor_changes_which_code_is_used(capsys):
+    import warnings
+
+    from sparsedecoding.evaluation.humaneval import _compiles
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as under python -W error
+        assert _compiles("x = 1\nif x is 1:\n    pass\n")
+    assert capsys.readouterr().err == ""

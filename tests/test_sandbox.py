@@ -326,3 +326,16 @@ def test_a_folder_with_anything_in_it_is_refused(tmp_path):
     with pytest.raises(SandboxError, match="is not an empty folder"):
         run_sandboxed("pass\n", FAST, folder=tmp_path)
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_the_program_reaches_its_folder_by_its_absolute_path_too(tmp_path, monkeypatch):
+    """The work folder lies under /tmp, which every run covers: it is staged back at its path, so answers that
+    write through os.getcwd(), Path.resolve() or tempfile work as they would outside."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    program = ("import os, pathlib, tempfile\n"
+               "open(os.path.join(os.getcwd(), 'a'), 'w').write('1')\n"
+               "pathlib.Path('b').resolve().write_text('2')\n"
+               "with tempfile.NamedTemporaryFile() as handle:\n    handle.write(b'3')\n"
+               "with tempfile.TemporaryDirectory() as folder:\n    open(os.path.join(folder, 'c'), 'w').write('4')\n"
+               "assert sorted(os.listdir('.')) == ['a', 'b', 'program.py'], os.listdir('.')\n")
+    assert run_sandboxed(program, FAST).passed

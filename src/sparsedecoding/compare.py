@@ -419,7 +419,8 @@ def harness_history(results: list[dict]) -> str:
     counts = {}
     for result in results:
         counts[harness_version(result)] = counts.get(harness_version(result), 0) + 1
-    return ", ".join(f"version {version}: {count}" for version, count in sorted(counts.items()))
+    return ", ".join(f"{'not recorded (before the fiftieth session)' if version == 0 else f'version {version}'}: "
+                     f"{count}" for version, count in sorted(counts.items()))
 
 
 def harness_note(results: list[dict]) -> str:

@@ -485,7 +485,7 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
         W[:, i2:].addmm_(ErrT.T, U[i1:i2, i2:], alpha=-1)
     W[pruned] = 0  # the in-block update leaves rounding-level residue on pruned entries
     if quantize is not None:
-        warn_saturated(W, scales.repeat_interleave(group, dim=1) if scales.shape[1] > 1 else scales, pruned, quantize)
+        warn_saturated(W, scales, pruned, quantize)
     return pruned
 
 
@@ -495,11 +495,19 @@ SATURATED_SHARE = 0.1  # of the kept weights' codes at the ends of the range, ab
 def warn_saturated(W: torch.Tensor, scales: torch.Tensor, pruned: torch.Tensor, quantize: str) -> None:
     """One warning when more than SATURATED_SHARE of the kept weights' codes sit at the ends of the code range: the
     error compensation then outgrew the scales (seen with a very small damping and outlier inputs, where GPTQ ended
-    several times worse than round-to-nearest), and clipping fed back into the solve."""
+    several times worse than round-to-nearest), and clipping fed back into the solve. `scales` [rows, groups];
+    counted in blocks of rows, so the extra memory stays a small part of W's."""
     low, high = CODE_RANGES[quantize]
-    codes = torch.round(W / scales)
-    kept = ~pruned
-    share = float(((codes <= low) | (codes >= high))[kept].float().mean()) if bool(kept.any()) else 0.0
+    rows, cols = W.shape
+    groups = scales.shape[1]
+    ends = kept = 0
+    for start in range(0, rows, 1024):
+        block = W[start:start + 1024].view(-1, groups, cols // groups)
+        codes = torch.round(block / scales[start:start + 1024, :, None]).view(-1, cols)
+        live = ~pruned[start:start + 1024]
+        ends += int((((codes <= low) | (codes >= high)) & live).sum())
+        kept += int(live.sum())
+    share = ends / kept if kept else 0.0
     if share > SATURATED_SHARE:
         log.warning("%.0f%% of the kept weights' %s codes sit at the ends of the range: the error compensation "
                     "outgrew the scales (a very small --percdamp with outlier inputs does this); a larger --percdamp "
@@ -521,8 +529,12 @@ def normalized_hessian(hessian: torch.Tensor, compute: torch.dtype) -> torch.Ten
     # the weights come out bit for bit as from H itself wherever H was in range. abs: a negative diagonal (not
     # X·Xᵀ) stays negative, for the factorisation to refuse.
     scale = torch.tensor(4.0 ** round(math.log(float(diagonal[live].abs().mean()), 4)), dtype=torch.float64)
-    H = (hessian / scale.to(hessian.dtype)).to(compute) if hessian.dtype == torch.float64 \
-        else (hessian.to(compute) / scale.to(compute))
+    if hessian.dtype == torch.float64 and compute != torch.float64:  # divide before narrowing, a block of rows at a time
+        H = torch.empty(hessian.shape, dtype=compute, device=hessian.device)
+        for start in range(0, hessian.shape[0], 1024):
+            H[start:start + 1024] = hessian[start:start + 1024] / scale.to(hessian.device)
+    else:
+        H = hessian.to(compute) / scale.to(compute)
     size, worst = H.shape[0], 0.0
     for start in range(0, size, 1024):  # in row blocks: H - Hᵀ whole would double the memory of a large layer
         worst = max(worst, float((H[start:start + 1024] - H[:, start:start + 1024].T).abs().max()))

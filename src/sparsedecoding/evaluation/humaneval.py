@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import warnings
 from dataclasses import dataclass
 
 from .sandbox import SandboxLimits, SandboxResult, run_many
@@ -72,11 +73,14 @@ def _solution(problem: dict, code: str) -> str:
 
 
 def _compiles(source: str) -> bool:
-    """Whether `source` compiles (nothing of it runs)."""
-    try:
-        compile(source, "<answer>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return False
+    """Whether `source` compiles (nothing of it runs); the compiler's warnings (`"is" with a literal`, an invalid
+    escape) are neither printed nor, under -W error, taken for failures."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            compile(source, "<answer>", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            return False
     return True
 
 

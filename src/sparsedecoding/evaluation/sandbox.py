@@ -100,7 +100,10 @@ def _sandbox():
     wanted = [entry for entry in wanted if not any(entry.startswith(other + "/") for other in wanted)]
     covered = ''' + repr(COVERED) + r'''
     closed = {folder: [] for folder in covered if os.path.isdir(folder) and not os.path.islink(folder)}
-    for entry in wanted:
+    # The work folder is staged in too, so that the program reaches it by its absolute path (os.getcwd(),
+    # Path.resolve(), tempfile), not only as its working directory.
+    work = os.getcwd()
+    for entry in wanted + ([work] if not any(work.startswith(other + "/") for other in wanted) else []):
         parts = entry.split("/")
         for depth in range(2, len(parts)):
             ancestor = "/".join(parts[:depth])
@@ -112,7 +115,8 @@ def _sandbox():
         for entry in entries:
             stage = ".stage%d" % len(stages)  # relative: the cover may hide the work folder's path
             os.mkdir(stage)
-            if libc.mount(entry.encode(), stage.encode(), None, MS_BIND | MS_REC, None) != 0:
+            # The work folder without the stages inside it (MS_REC would copy them along).
+            if libc.mount(entry.encode(), stage.encode(), None, MS_BIND | (0 if entry == work else MS_REC), None):
                 failed("stage " + entry)
             stages.append(stage)
         if libc.mount(b"tmpfs", ancestor.encode(), b"tmpfs", 0, b"mode=0755,size=64k") != 0:
@@ -122,7 +126,8 @@ def _sandbox():
             if libc.mount(stage.encode(), entry.encode(), None, MS_MOVE, None) != 0:
                 failed("move " + entry)
             os.rmdir(stage)
-    # The work folder is named by the working directory: a cover above may hide its path, never the mount itself.
+    # Into the work folder's mount at its path (the staged one where a cover hid the first), for "." below.
+    os.chdir(work)
     for target, flags, attr, step in (
             (b"/", AT_RECURSIVE, MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0),
              "make every mount read-only (needs Linux 5.12 or later)"),

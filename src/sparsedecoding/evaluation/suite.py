@@ -30,18 +30,19 @@ from .sandbox import SandboxLimits, isolation_command
 log = logging.getLogger(__name__)
 
 # The version of how answers are made and checked, stored with every result (`eval`'s metrics.json, each `compare`
-# result) so that results of different versions are never mixed unseen. 1 (results without the field): answers ran
-# as `__main__` and generation also applied the model folder's own generation settings; 2: answers run as
-# `__sandbox__`, generation applies only its own settings (greedy or the run's sampling), and under the plain wording
-# KL and repetition read the plain prompts as pass@1 does; 3: code extraction also reads an indented fence, `~~~`
-# fences and unfenced code amid prose (`evaluation.humaneval`; 1 of 18,860 committed answers gets another program,
-# with the same outcome: benchmarks/results/extraction_change_cpu.md).
+# result) so that results of different versions are never mixed unseen. The field exists since version 3; results
+# without it (read as 0) were made by version 1 (until the forty-ninth session: answers ran as `__main__` and
+# generation also applied the model folder's own generation settings) or 2 (the forty-ninth session: answers run as
+# `__sandbox__`, generation applies only its own settings, and under the plain wording KL and repetition read the
+# plain prompts as pass@1 does). 3: code extraction also reads an indented fence, `~~~` fences and unfenced code amid
+# prose (`evaluation.humaneval`; 1 of 18,860 committed answers gets another program, with the same outcome:
+# benchmarks/results/extraction_change_cpu.md).
 HARNESS_VERSION = 3
 
 
 def harness_version(result: dict) -> int:
-    """The harness version a stored result was made with (1 where it predates the field)."""
-    return result.get("harness", 1)
+    """The harness version a stored result was made with (0 where it predates the field: version 1 or 2)."""
+    return result.get("harness", 0)
 
 
 class GenerationCache:

@@ -66,7 +66,14 @@ def _nvcc() -> str | None:
 def available() -> bool:
     """True when a CUDA device and an nvcc compiler, or a prebuilt library in the cache, are present (the build or
     the load may still fail)."""
-    return torch.cuda.is_available() and (_nvcc() is not None or any(cache_dir().glob(f"{SOURCE.stem}_sm*.json")))
+    if not torch.cuda.is_available():
+        return False
+    if _nvcc() is not None:
+        return True
+    try:
+        return any(cache_dir().glob(f"{SOURCE.stem}_sm*.json"))
+    except CudaKernelUnavailableError:  # no cache folder to look in
+        return False
 
 
 def cache_dir() -> Path:
@@ -146,6 +153,13 @@ def damaged(library: Path) -> str | None:
     full disk or an interrupted copy), or None. Loading a cut-short library can kill the process with SIGBUS
     before Python sees an error, so a cached file is checked first: every loadable segment and the section header
     table must lie inside the file."""
+    try:
+        return _damaged(library)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+
+
+def _damaged(library: Path) -> str | None:
     size = library.stat().st_size
     with open(library, "rb") as handle:
         header = handle.read(64)
@@ -176,7 +190,11 @@ def _build_lock(target: Path):
         raise CudaKernelUnavailableError(f"cannot write the kernel cache {target.parent} ({exc.strerror}); set "
                                          f"SPARSEDECODING_CACHE to a writable folder") from None
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as exc:  # a filesystem without locks (NFS mounted nolock): the rename still keeps it whole
+            log.warning("cannot lock %s (%s); processes sharing this cache may each build %s", handle.name,
+                        exc.strerror, target.name)
         yield
 
 
@@ -202,6 +220,7 @@ def compile_library(nvcc: str, source_path: Path, arch: str, defines: tuple[str,
                                              f"\n{output}")
         with open(partial, "rb") as handle:
             os.fsync(handle.fileno())
+        os.chmod(partial, 0o755)  # mkstemp made it owner-only: a cache prebuilt by one user is served by another
         os.replace(partial, target)
         record = target.with_suffix(".json.tmp")
         record.write_text(json.dumps({**_record(source_path, arch, defines), "nvcc": _version_line(nvcc)}, indent=1))
