@@ -174,9 +174,10 @@ class RunSettings:
     seed: int = knob(0, "seed of sampling and text window order")
     overwrite: bool = knob(False, "replace --out if it exists")
     recipe: str = knob("none", "recommended: the calibration chosen on the dev split of issue 11's recipe search "
-                       "(benchmarks/results/quality-recipes-qwen2.5-coder-1.5b): the fit quarter's prompts (humaneval:fit), 4 "
-                       "sampled continuations per prompt at temperature 0.7, top-p 0.95, 32768 tokens; it sets those "
-                       "fields left at their defaults (a value given equal to its default counts as left)",
+                       "(benchmarks/results/quality-recipes-qwen2.5-coder-1.5b): the fit quarter's prompts "
+                       "(humaneval:fit), 4 sampled continuations per prompt at temperature 0.7, top-p 0.95, 32768 "
+                       "tokens; it sets those fields left at their defaults (a value given equal to its default counts "
+                       "as left)",
                        choices=("none", "recommended"))
     command: list[str] = knob(help="the command line recorded in the output", factory=list, cli=False)
 

@@ -518,8 +518,8 @@ def normalized_hessian(hessian: torch.Tensor, compute: torch.dtype) -> torch.Ten
     """H / s in `compute` (a new tensor), s the power of four nearest mean(live diag H). Every solver here gives the
     same weights for H and c·H, so dividing by the scale first keeps a float64 H that is tiny or huge inside
     float32's range, and makes the placeholder 1 of a dead input (diag 0) about the live inputs' mean instead of a
-    value that can outweigh them by orders of magnitude and swamp the damping. An all-zero H (no input ever reached the layer) and an H that is not
-    symmetric (only one triangle would be read) raise CalibrationError."""
+    value that can outweigh them by orders of magnitude and swamp the damping. An all-zero H (no input ever reached
+    the layer) and an H that is not symmetric (only one triangle would be read) raise CalibrationError."""
     diagonal = hessian.diagonal().to(torch.float64)
     live = diagonal != 0
     if not bool(live.any()):
@@ -529,7 +529,7 @@ def normalized_hessian(hessian: torch.Tensor, compute: torch.dtype) -> torch.Ten
     # the weights come out bit for bit as from H itself wherever H was in range. abs: a negative diagonal (not
     # X·Xᵀ) stays negative, for the factorisation to refuse.
     scale = torch.tensor(4.0 ** round(math.log(float(diagonal[live].abs().mean()), 4)), dtype=torch.float64)
-    if hessian.dtype == torch.float64 and compute != torch.float64:  # divide before narrowing, a block of rows at a time
+    if hessian.dtype == torch.float64 and compute != torch.float64:  # divide before narrowing, by blocks of rows
         H = torch.empty(hessian.shape, dtype=compute, device=hessian.device)
         for start in range(0, hessian.shape[0], 1024):
             H[start:start + 1024] = hessian[start:start + 1024] / scale.to(hessian.device)
