@@ -1717,6 +1717,14 @@ PY
         --out "$OUT/sp24_h200$([ $pdl = 1 ] || echo _plain).md" | grep -E "^\| (bf16|int8|int4) \||failures|rror") \
         || true
     done ;;
+  prebuild)  # fiftieth session: the default sp24 libraries (PREBUILD names others) built on the device, all at once,
+    # into the kernel cache (178 s for six on the H200's 16 cores): what `kcache` does without an offline build
+    export PATH=/usr/local/cuda/bin:$PATH; mkdir -p /root/cache
+    for name in ${PREBUILD:-sp24 sp24-early-trigger sp24-multicast2 sp24-early-multicast2 sp24-columns \
+                sp24-columns-early-trigger}; do
+      python3 benchmarks/prebuild_kernels.py --arch 90 --only "$name" --cache /root/cache > "$OUT/prebuild_$name.log" \
+        2>&1 &
+    done; wait; tail -qn1 "$OUT"/prebuild_*.log ;;
   kcache)  # the libraries benchmarks/prebuild_kernels.py built offline (carried in .kcache/, same nvcc release, or
     # packed as .kcachez/k.tgz when they pass the carry's 64 MiB: tar czf .kcachez/k.tgz -C .kcache cuda_build) into
     # the kernel cache, each kept only if it loads here
@@ -1961,7 +1969,8 @@ PY
     # default builds): the GPU tests of sp24's launches (now one struct through ctypes), of `sparsify`'s tiling and
     # of the engine (gpu_suite.md, SUITE_LIMIT 200 s a file), then eager_bench.py at batch 1 and 4 with Sp24Linear
     # beside nm_spmv, PackedLinear and F.linear (eager_h200_tiled.md)
-    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    if [ -f .kcachez/k.tgz ]; then bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    else bash benchmarks/h200.sh prebuild > /dev/null 2>&1; fi  # without a carried cache, built here
     SUITE_FILES="tests/test_sp24.py tests/test_sp24_mixed.py tests/test_sp24_split.py tests/test_sparsify.py \
       tests/test_engine_gpu.py" SUITE_LIMIT=200 COMMIT=${COMMIT:-unknown} bash benchmarks/h200.sh gpu-suite || true
     grep "^| test" "$OUT/gpu_suite.md" || true
@@ -1972,7 +1981,8 @@ PY
     # 2:4; 16:32+2 runs its slots), dense against sparsify(tile=False) (packed kernels) and tile=True (sp24) in one
     # process ("BATCHES", default "1 4"; NAME, default hf_generate_h200_tiled_random.md). Run in that session: 2:4
     # at "1 4" and "8 16", with sparsify + tile_model as the tiled side (what tile=True now does)
-    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    if [ -f .kcachez/k.tgz ]; then bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    else bash benchmarks/h200.sh prebuild > /dev/null 2>&1; fi  # without a carried cache, built here
     local_pattern=${4:-2:4}; folder=/root/qwen-rand-${local_pattern//[:+]/-}
     [ -d "$folder" ] || python3 benchmarks/random_hf_model.py --preset qwen2.5-coder-1.5b \
       --tokenizer .tok/qwen --out "$folder" --prune "$local_pattern"
@@ -2215,5 +2225,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, lease18b, split-kernel, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, eager-tiled, hf-tiled, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, lease18b, split-kernel, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, eager-tiled, hf-tiled, prebuild, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
