@@ -1718,7 +1718,7 @@ PY
         || true
     done ;;
   prebuild)  # fiftieth session: the default sp24 libraries (PREBUILD names others) built on the device, all at once,
-    # into the kernel cache (178 s for six on the H200's 16 cores): what `kcache` does without an offline build
+    # into the kernel cache (about three minutes for six on the H200): what `kcache` does without an offline build
     export PATH=/usr/local/cuda/bin:$PATH; mkdir -p /root/cache
     for name in ${PREBUILD:-sp24 sp24-early-trigger sp24-multicast2 sp24-early-multicast2 sp24-columns \
                 sp24-columns-early-trigger}; do

@@ -38,8 +38,12 @@ def shares_problems(source: str | None, split: str) -> bool:
     recipe choice. Files are not read here (selfdata checks its sources' texts for held-out problems)."""
     if not source or not source.startswith("humaneval:") or split not in SPLITS:
         return False
-    quarters = {"calib": {0, 2}, "eval": {1, 3}, "all": {0, 1, 2, 3}, "fit": {0}, "dev": {2}}
-    return bool(quarters.get(source.split(":", 1)[1], set()) & quarters[split])
+
+    def quarters(name: str) -> set[int]:  # the problem indices modulo 4 a split holds (_SPLIT_RULE; all: every one)
+        modulus, residue = _SPLIT_RULE.get(name, (1, 0))
+        return {quarter for quarter in range(4) if quarter % modulus == residue} if name in SPLITS else set()
+
+    return bool(quarters(source.split(":", 1)[1]) & quarters(split))
 
 
 def humaneval_problems(split: str = "all") -> list[dict]:
