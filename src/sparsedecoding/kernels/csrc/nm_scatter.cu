@@ -1,0 +1,340 @@
+// y = x·Wᵀ for a 50% N:M bitmask-packed W (any pattern whose 32-column mask words keep 16 values: 16:32, 8:16, 4:8,
+// 2:4) and 1..16 rows of x: each warp scatters its packed words into a dense tile in shared memory and feeds the
+// tensor cores from it with ldmatrix ("load as sparse, compute as dense" with the expansion done by stores, not by
+// per-column rank arithmetic).
+//
+// Why a scatter: nm_mma.cu expands each mask nibble in registers, which needs every column's rank among the kept
+// values (a popcount, a shared-memory window at that rank, selects): a dependent integer chain that made 16:32 issue-
+// bound at 0.6-0.8x cuBLAS (benchmarks/CUDA_KERNEL_NOTES.md). Walking a word's kept values instead needs no rank:
+// value i of a word is the i-th set bit from the top, found by one count-leading-zeros, so each kept value costs a
+// handful of independent instructions and one 16-bit shared store.
+//
+// Per warp and step (16 rows x 128 columns = 4 mask words a row):
+// - lane l holds word (l & 3) of rows (l >> 2) and (l >> 2) + 8 of the warp's strip: its 16 values (32 bytes) and
+//   its mask word, loaded from global memory straight into registers one step ahead;
+// - the warp zeroes its tile (16-byte stores, 8 lanes a row segment, no bank conflicts), then each lane stores its
+//   words' kept values at their columns;
+// - ldmatrix.x4 reads the A operand of mma.m16n8k16 from the tile, and the B operand (x) from a copy of x that the CTA
+//   stages once for its column range; one n-tile of 8 batch rows for batch 1-8, two for 9-16.
+// Tile rows are 256 + 16 bytes apart and x rows 32·range_words·2 + 16, so that the 8 rows an ldmatrix phase reads
+// fall on 8 different 16-byte bank groups.
+//
+// Split-K: blockIdx.y is a range of at most kRangeWords mask words (the x copy holds that range); with more than one
+// split each CTA writes fp32 partials and the last CTA of a row block (counted with an atomic that it resets) sums
+// them, as in nm_mma.cu.
+//
+// NM_SCATTER_NO_EXPAND builds a probe without the zeroing and the scatter (its products are wrong): the loads, the x
+// copy, ldmatrix and the MMAs alone, to measure what the expansion costs (benchmarks/scatter_bench.py --probe).
+//
+// Requires exactly 16 set bits in every mask word (pack_nm keeps explicit zeros to guarantee it; nm_scatter.py
+// checks a weight when a launch is built). Built by sparsedecoding/kernels/nm_scatter.py through cuda_mma's build
+// (nvcc into a plain shared library, called through ctypes). Compute capability 8.0+ (ldmatrix, bf16 mma).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+namespace {
+
+#ifndef NM_SCATTER_WARPS
+#define NM_SCATTER_WARPS 8
+#endif
+#ifndef NM_SCATTER_RANGE_WORDS
+#define NM_SCATTER_RANGE_WORDS 64
+#endif
+constexpr int kWarps = NM_SCATTER_WARPS;          // warps a CTA, one 16-row strip each
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = 16 * kWarps;                // rows of W a CTA
+constexpr int kStepWords = 4;                     // mask words a row and step: 128 columns
+constexpr int kRangeWords = NM_SCATTER_RANGE_WORDS;  // the most mask words one CTA covers (its x copy)
+static_assert(kWarps == 4 || kWarps == 8, "NM_SCATTER_WARPS: 4 or 8");
+static_assert(kRangeWords % kStepWords == 0 && kRangeWords >= 8 && kRangeWords <= 128, "NM_SCATTER_RANGE_WORDS");
+constexpr int kTileRowBytes = kStepWords * 64 + 16;  // a tile row: 128 bf16 columns and 16 bytes of stagger
+constexpr int kTileBytes = 16 * kTileRowBytes;
+constexpr int kXRowBytes = kRangeWords * 64 + 16;    // an x row of the CTA's range, staggered the same way
+
+template <int NT>
+struct Layout {
+  static constexpr int tiles = 0;                      // kWarps tiles
+  static constexpr int x = kWarps * kTileBytes;        // 8·NT rows of x
+  static constexpr int smem = x + 8 * NT * kXRowBytes;
+  static_assert(x % 128 == 0, "x copy on a 128-byte boundary");
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void st_shared_u16(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(static_cast<unsigned short>(v)) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr)
+               : "memory");
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// One lane's words of a step: 16 values (8 pair registers, value 2k in the low half of register k) and the mask of
+// each of its two rows.
+struct Words {
+  uint4 v[2][2];
+  uint32_t m[2];
+};
+
+// Stores a word's 16 kept values at their columns of a zeroed 64-byte tile segment starting at shared address
+// `base`: value i (counted from the top) sits at the highest set bit left after clearing the 15 - i above it.
+__device__ __forceinline__ void scatter_word(uint32_t base, const uint4 (&v)[2], uint32_t m) {
+  const uint32_t r[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
+#pragma unroll
+  for (int i = 15; i >= 0; --i) {
+    const uint32_t z = __clz(m);  // the column is 31 - z; 16 set bits, so m != 0 here
+    m &= 0x7FFFFFFFu >> z;
+    st_shared_u16(base + 62 - 2 * z, (i & 1) ? r[i >> 1] >> 16 : r[i >> 1]);
+  }
+}
+
+template <typename T, int NT>
+__global__ void __launch_bounds__(kThreads, 2) nm_scatter_kernel(const T* __restrict__ x, const T* __restrict__ values,
+                                                                 const uint32_t* __restrict__ bitmask,
+                                                                 T* __restrict__ y, float* __restrict__ partials,
+                                                                 int* __restrict__ counters, int batch, int out,
+                                                                 int words, int words_per_split) {
+  using L = Layout<NT>;
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  extern __shared__ __align__(128) char smem[];
+  const int tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int row0 = blockIdx.x * kRows;
+  const int split = blockIdx.y, splits = gridDim.y;
+  const int w_begin = split * words_per_split;
+  const int n_words = max(0, min(words, w_begin + words_per_split) - w_begin);
+  const int steps = (n_words + kStepWords - 1) / kStepWords;
+  const int in_features = words * 32;
+
+  // The lane's rows (rows past the end read the last row; their outputs are never stored) and word of a step.
+  const int lw = lane & 3, lr = lane >> 2;
+  const int strip = row0 + warp * 16;
+  const T* vrow[2];
+  const uint32_t* mrow[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int row = min(strip + lr + 8 * e, out - 1);
+    vrow[e] = values + static_cast<size_t>(row) * words * 16;
+    mrow[e] = bitmask + static_cast<size_t>(row) * words;
+  }
+  // Words past the split's end become 16 zeros in the low columns (x is zero there too), so that every word the
+  // scatter walks has 16 set bits.
+  auto load = [&](int s, Words& d) {
+    const int local = s * kStepWords + lw;
+    const bool ok = local < n_words;
+    const int w = w_begin + min(local, max(n_words - 1, 0));
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const uint4* src = reinterpret_cast<const uint4*>(vrow[e] + static_cast<size_t>(w) * 16);
+      const uint4 a = __ldcs(src), b = __ldcs(src + 1);
+      const uint32_t m = __ldcs(mrow[e] + w);
+      d.v[e][0] = ok ? a : make_uint4(0u, 0u, 0u, 0u);
+      d.v[e][1] = ok ? b : make_uint4(0u, 0u, 0u, 0u);
+      d.m[e] = ok ? m : 0xFFFFu;
+    }
+  };
+
+  Words cur, nxt;
+  if (steps > 0) load(0, cur);
+
+  // x[b, 32·w_begin ...] for the steps' columns into shared memory; rows past the batch and columns past the range
+  // are zero (they meet only zero weights or outputs that are not stored).
+  char* xs = smem + L::x;
+  {
+    const int pieces = steps * kStepWords * 4;  // 16-byte pieces an x row
+    const int valid = n_words * 4;
+    for (int e = tid; e < 8 * NT * pieces; e += kThreads) {
+      const int b = e / pieces, q = e % pieces;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (b < batch && q < valid)
+        v = *reinterpret_cast<const uint4*>(x + static_cast<size_t>(b) * in_features + w_begin * 32 + q * 8);
+      *reinterpret_cast<uint4*>(xs + b * kXRowBytes + q * 16) = v;
+    }
+  }
+  __syncthreads();
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  const uint32_t tile = smem_addr(smem + L::tiles + warp * kTileBytes);
+  // scatter segments of the lane's two rows; zeroing: 16-byte piece j·32 + lane of the tile's 256 (row piece / 16)
+  const uint32_t seg0 = tile + lr * kTileRowBytes + lw * 64, seg1 = seg0 + 8 * kTileRowBytes;
+  const uint32_t zero_at = tile + (lane >> 4) * kTileRowBytes + (lane & 15) * 16;
+  // ldmatrix addresses: A matrix q = lane / 8 is rows 8(q & 1) + (lane & 7), columns 8(q >> 1) of a k-step; B matrix
+  // q is batch rows (lane & 7) of an n-tile, columns 8q of a 32-column pair of k-steps
+  const uint32_t a_at = tile + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kTileRowBytes + 16 * (lane >> 4);
+  const uint32_t b_at = smem_addr(xs) + (lane & 7) * kXRowBytes + 16 * (lane >> 3);
+
+  auto step = [&](int s, Words& now, Words& next) {
+    if (s + 1 < steps) load(s + 1, next);
+    __syncwarp();  // every lane has read the previous step's tile
+#ifndef NM_SCATTER_NO_EXPAND
+#pragma unroll
+    for (int j = 0; j < 8; ++j) st_shared_zero16(zero_at + 2 * j * kTileRowBytes);
+    __syncwarp();
+    scatter_word(seg0, now.v[0], now.m[0]);
+    scatter_word(seg1, now.v[1], now.m[1]);
+#else  // a probe of what the kernel costs without its expansion (wrong products): the words are only kept alive
+    uint32_t fold = now.m[0] ^ now.m[1];
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) fold ^= now.v[e][h].x ^ now.v[e][h].y ^ now.v[e][h].z ^ now.v[e][h].w;
+    if (fold == 0x9E3779B9u) st_shared_u16(seg0, fold);  // (almost never) stores, so no load is dropped
+#endif
+    __syncwarp();
+#pragma unroll
+    for (int kp = 0; kp < kStepWords; ++kp) {  // 32 columns: two k-steps
+      uint32_t a[2][4];
+      ldmatrix_x4(a_at + 64 * kp, a[0][0], a[0][1], a[0][2], a[0][3]);
+      ldmatrix_x4(a_at + 64 * kp + 32, a[1][0], a[1][1], a[1][2], a[1][3]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4(b_at + j * 8 * kXRowBytes + 2 * (s * kStepWords * 32 + 32 * kp), b0, b1, b2, b3);
+        mma16816<kBf16>(acc[j], a[0][0], a[0][1], a[0][2], a[0][3], b0, b1);
+        mma16816<kBf16>(acc[j], a[1][0], a[1][1], a[1][2], a[1][3], b2, b3);
+      }
+    }
+  };
+  for (int s = 0; s < steps; s += 2) {
+    step(s, cur, nxt);
+    if (s + 1 < steps) step(s + 1, nxt, cur);
+  }
+
+  // acc[j][0..1]: row strip + g, batch rows 8j + 2t, +1; acc[j][2..3]: row strip + g + 8.
+  if (splits == 1) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int b = 8 * j + 2 * t + (e & 1);
+        const int row = strip + g + 8 * (e >> 1);
+        if (b < batch && row < out) y[static_cast<size_t>(b) * out + row] = from_float<T>(acc[j][e]);
+      }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int b = 8 * j + 2 * t + (e & 1);
+      const int row = strip + g + 8 * (e >> 1);
+      if (b < batch && row < out) partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e];
+    }
+  __threadfence();
+  __syncthreads();
+  __shared__ int last;
+  if (tid == 0) {
+    last = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
+    if (last) counters[blockIdx.x] = 0;  // ready for the next launch; every other CTA of the block has counted
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int e = tid; e < kRows * batch; e += kThreads) {
+    const int b = e / kRows, row = row0 + e % kRows;
+    if (row >= out) continue;
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
+    y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+  }
+}
+
+template <typename T, int NT>
+cudaError_t launch(const void* x, const void* values, const void* bitmask, void* y, float* partials, int* counters,
+                   int batch, int out, int words, int splits, cudaStream_t stream) {
+  auto kernel = nm_scatter_kernel<T, NT>;
+  const int smem = Layout<NT>::smem;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  const int per_split = (words + splits - 1) / splits;
+  if (per_split > kRangeWords) return cudaErrorInvalidValue;
+  const int used_splits = (words + per_split - 1) / per_split;  // no split without work
+  dim3 grid((out + kRows - 1) / kRows, used_splits);
+  kernel<<<grid, kThreads, smem, stream>>>(static_cast<const T*>(x), static_cast<const T*>(values),
+                                           static_cast<const uint32_t*>(bitmask), static_cast<T*>(y), partials,
+                                           counters, batch, out, words, per_split);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" {
+
+// Launch on `stream`. Returns 0 or a cudaError_t; bad arguments give cudaErrorInvalidValue (nm_scatter.py validates
+// first). `splits` must leave at most nm_scatter_range_words() mask words a split; with splits > 1, `partials` holds
+// splits·batch·out floats and `counters` one zeroed int per block of nm_scatter_rows_per_block() rows.
+int nm_scatter_launch(const void* x, const void* values, const void* bitmask, void* y, float* partials,
+                      int* counters, int batch, int out, int words, int is_bf16, int splits, void* stream) {
+  if (batch < 1 || batch > 16 || out < 1 || words < 1 || splits < 1) return cudaErrorInvalidValue;
+  if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (batch <= 8)
+    return is_bf16 ? launch<__nv_bfloat16, 1>(x, values, bitmask, y, partials, counters, batch, out, words, splits, s)
+                   : launch<__half, 1>(x, values, bitmask, y, partials, counters, batch, out, words, splits, s);
+  return is_bf16 ? launch<__nv_bfloat16, 2>(x, values, bitmask, y, partials, counters, batch, out, words, splits, s)
+                 : launch<__half, 2>(x, values, bitmask, y, partials, counters, batch, out, words, splits, s);
+}
+
+const char* nm_scatter_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
+
+int nm_scatter_rows_per_block() { return kRows; }
+
+int nm_scatter_range_words() { return kRangeWords; }
+
+// CTAs of `nt` n-tiles that fit on one multiprocessor of the current device by shared memory; 0 if the device cannot
+// be queried or nt is not 1 or 2.
+int nm_scatter_ctas_per_sm(int nt) {
+  int device = 0, per_sm = 0, reserved = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess)
+    return 0;
+  const int smem = nt == 1 ? Layout<1>::smem : nt == 2 ? Layout<2>::smem : 0;
+  if (smem == 0) return 0;
+  return per_sm / (smem + reserved + 16);  // + the kernel's static shared memory (`last`)
+}
+
+}  // extern "C"

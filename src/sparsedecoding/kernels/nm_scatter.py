@@ -1,0 +1,143 @@
+"""Scatter-expansion tensor-core kernel for 50% N:M packed weights (`csrc/nm_scatter.cu`): y = x·Wᵀ for 1..16 rows
+of x, with each warp storing its packed words' kept values into a dense shared-memory tile that ldmatrix feeds to
+dense MMAs. An experiment for issue 12's 16:32 rows at batch 8-16, where `nm_mma`'s rank-based expansion runs at
+0.6-0.8x cuBLAS and 16:32+2 on the 2:4 kernel is bound by its slots' bytes: not used by the op, the engine or
+`sparsify` until `benchmarks/scatter_bench.py` has measured it (benchmarks/CUDA_KERNEL_NOTES.md, fifty-first
+session).
+
+Built at first use by `cuda_mma`'s build (nvcc into a cached shared library, called through ctypes on torch's
+current stream, so it is captured by CUDA graphs). Takes the packed format as `pack_nm` writes it (no re-layout):
+every mask word must keep exactly 16 values, which a launch checks on its first weight."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+import torch
+
+from ..errors import KernelInputError
+from . import cuda_mma
+from .cuda_mma import CudaKernelUnavailableError, check_inputs, open_library
+from .format import PackedNM, popcount32
+
+SOURCE = Path(__file__).parent / "csrc" / "nm_scatter.cu"
+PROBE_DEFINE = "-DNM_SCATTER_NO_EXPAND"  # the build without the expansion (wrong products; a probe of its cost)
+_DTYPES = {torch.bfloat16: 1, torch.float16: 0}
+_COUNTER_SLOTS = 1 << 16  # one int per row block of a split-K launch
+_lock = threading.Lock()
+_libraries: dict[tuple[str, ...], ctypes.CDLL] = {}
+_counters: dict[int, torch.Tensor] = {}
+
+
+def _load(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    with _lock:
+        library = _libraries.get(defines)
+        if library is None:
+            library = open_library(SOURCE, 8, defines)
+            library.nm_scatter_launch.restype = ctypes.c_int
+            library.nm_scatter_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 5 + [ctypes.c_void_p]
+            library.nm_scatter_error_string.restype = ctypes.c_char_p
+            library.nm_scatter_error_string.argtypes = [ctypes.c_int]
+            library.nm_scatter_rows_per_block.restype = ctypes.c_int
+            library.nm_scatter_range_words.restype = ctypes.c_int
+            library.nm_scatter_ctas_per_sm.restype = ctypes.c_int
+            library.nm_scatter_ctas_per_sm.argtypes = [ctypes.c_int]
+            _libraries[defines] = library
+        return library
+
+
+def min_splits(words: int, range_words: int) -> int:
+    """The fewest column splits that leave each split at most `range_words` mask words (the CTA's copy of x)."""
+    return -(-words // range_words)
+
+
+def default_splits(out: int, words: int, sms: int, rows_per_block: int, range_words: int, ctas_per_sm: int) -> int:
+    """Column splits per row block: enough for each split's x copy, then as many as keep the CTAs within one wave,
+    each split with at least two steps of 4 words (an estimate, not yet read off a GPU sweep)."""
+    row_blocks = -(-out // rows_per_block)
+    wave = max(1, ctas_per_sm * sms // row_blocks)
+    return max(min_splits(words, range_words), min(wave, max(1, words // 8)))
+
+
+def check_sixteen_per_word(bitmask: torch.Tensor) -> None:
+    """Raise KernelInputError unless every mask word keeps exactly 16 columns (what `pack_nm` writes for a 50%
+    pattern): the kernel walks 16 set bits a word and would store past a word's segment otherwise."""
+    counts = popcount32(bitmask)
+    if bool((counts != 16).any()):
+        raise KernelInputError("the scatter kernel needs exactly 16 kept columns in every 32-column mask word (a 50% "
+                               "pattern packed by pack_nm); this bitmask has words that do not")
+
+
+class ScatterLaunch:
+    """The scatter kernel for one problem (shapes, dtype, device of the first x and packed weight), with everything
+    but the tensors fixed, like `cuda_mma.Launch`: a call allocates y (and split-K partials) and launches on torch's
+    current stream. Construction checks the inputs (and the first weight's mask words), builds or loads the library
+    and allocates the device's split-K counters, so it must run outside CUDA graph capture.
+    `splits` defaults to `default_splits`; `probe` runs the build without the expansion (wrong products)."""
+
+    def __init__(self, x: torch.Tensor, packed: PackedNM, splits: int | None = None, probe: bool = False):
+        check_inputs(x, packed)
+        check_sixteen_per_word(packed.bitmask)
+        if not torch.cuda.is_available():
+            raise CudaKernelUnavailableError("the scatter kernel needs a CUDA GPU; use nm_spmv")
+        self.library = _load((PROBE_DEFINE,) if probe else ())
+        self.vector = x.dim() == 1
+        self.batch = 1 if self.vector else x.shape[0]
+        self.out, in_features = packed.shape
+        self.words = in_features // 32
+        self.device = x.device
+        self.device_index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        self.rows_per_block = self.library.nm_scatter_rows_per_block()
+        self.range_words = self.library.nm_scatter_range_words()
+        fewest = min_splits(self.words, self.range_words)
+        if splits is None:
+            with cuda_mma._on_device(self.device_index):
+                ctas = self.library.nm_scatter_ctas_per_sm(1 if self.batch <= 8 else 2)
+            splits = default_splits(self.out, self.words,
+                                    torch.cuda.get_device_properties(self.device).multi_processor_count,
+                                    self.rows_per_block, self.range_words, ctas or 2)
+        if splits < fewest:
+            raise KernelInputError(f"splits = {splits}; {self.words} mask words need at least {fewest} splits of at "
+                                   f"most {self.range_words} words each")
+        self.splits = splits
+        self.dtype, self.dtype_code = x.dtype, _DTYPES[x.dtype]
+        self.counters = None
+        if splits > 1:
+            if -(-self.out // self.rows_per_block) > _COUNTER_SLOTS:
+                raise KernelInputError(f"{self.out} output rows exceed the split-K counters")
+            self.counters = _counters.get(self.device_index)
+            if self.counters is None:
+                if torch.cuda.is_current_stream_capturing():
+                    raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture "
+                                           "(it allocates the kernel's counters); call it once eagerly first")
+                self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
+                                                                           device=self.device)
+
+    def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+        for name, t in (("x", x), ("values", values), ("bitmask", bitmask)):
+            if t.data_ptr() % 16:
+                raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
+        y = torch.empty((self.out,) if self.vector else (self.batch, self.out), dtype=self.dtype, device=self.device)
+        partials = None
+        if self.splits > 1:
+            partials = torch.empty(self.splits * self.batch * self.out, dtype=torch.float32, device=self.device)
+        with cuda_mma._on_device(self.device_index):
+            err = self.library.nm_scatter_launch(
+                x.data_ptr(), values.data_ptr(), bitmask.data_ptr(), y.data_ptr(),
+                partials.data_ptr() if partials is not None else None,
+                self.counters.data_ptr() if self.counters is not None else None,
+                self.batch, self.out, self.words, self.dtype_code, self.splits,
+                cuda_mma._current_raw_stream(self.device_index))
+        if err:
+            raise RuntimeError(f"nm_scatter kernel launch failed: "
+                               f"{self.library.nm_scatter_error_string(err).decode()}")
+        return y
+
+
+def nm_mm_scatter(x: torch.Tensor, packed: PackedNM, splits: int | None = None) -> torch.Tensor:
+    """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16, fp32 accumulation, y in x's dtype, W a
+    50% N:M packed weight, on the scatter kernel. Compiles it on first use; raises CudaKernelUnavailableError if it
+    cannot."""
+    return ScatterLaunch(x, packed, splits)(x, packed.values, packed.bitmask)
