@@ -14,28 +14,13 @@ from sparsedecoding.errors import KernelInputError
 from sparsedecoding.kernels import PackedNM, pack_nm
 from sparsedecoding.kernels import cuda_mma, nm_scatter
 from sparsedecoding.kernels.nm_scatter import ScatterLaunch, check_sixteen_per_word, default_splits, nm_mm_scatter
+from test_cuda_mma import float64_error, random_nm
 
 PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32)]
 # nm_scatter.cu's layout constants (the C file is the source; the emulation below restates them)
 WARPS, STEP_WORDS, RANGE_WORDS = 8, 4, 64
 TILE_ROW_BYTES = STEP_WORDS * 64 + 16
 X_ROW_BYTES = RANGE_WORDS * 64 + 16
-
-
-def random_nm(out: int, in_features: int, n: int, m: int, dtype=torch.bfloat16, device="cpu") -> torch.Tensor:
-    """Standard-normal weight with n random survivors in every group of m columns."""
-    keys = torch.rand(out, in_features // m, m)
-    kept = keys.argsort(-1).argsort(-1) < n
-    weight = torch.randn(out, in_features // m, m) * kept
-    return weight.view(out, in_features).to(dtype).to(device)
-
-
-def float64_error(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> float:
-    """Largest |y - x·Wᵀ| over its bound u·|x·Wᵀ| + in·2⁻²⁴·|x|·|W|ᵀ (output rounding plus any fp32 sum order)."""
-    x64, w64 = x.double(), weight.double()
-    exact = x64 @ w64.T
-    bound = torch.finfo(y.dtype).eps / 2 * exact.abs() + w64.shape[1] * 2.0**-24 * (x64.abs() @ w64.abs().T)
-    return float(((y.double() - exact).abs() / bound.clamp_min(1e-30)).max())
 
 
 # --- CPU: emulation of a warp's tile and the CTA's x copy ------------------------------------------------------

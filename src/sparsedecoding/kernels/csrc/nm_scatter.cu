@@ -243,26 +243,21 @@ __global__ void __launch_bounds__(kThreads, 2) nm_scatter_kernel(const T* __rest
     if (s + 1 < steps) step(s + 1, nxt, cur);
   }
 
-  // acc[j][0..1]: row strip + g, batch rows 8j + 2t, +1; acc[j][2..3]: row strip + g + 8.
-  if (splits == 1) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int b = 8 * j + 2 * t + (e & 1);
-        const int row = strip + g + 8 * (e >> 1);
-        if (b < batch && row < out) y[static_cast<size_t>(b) * out + row] = from_float<T>(acc[j][e]);
-      }
-    return;
-  }
+  // acc[j][0..1]: row strip + g, batch rows 8j + 2t, +1; acc[j][2..3]: row strip + g + 8. One split writes y, more
+  // write fp32 partials that the last CTA of the row block adds.
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int b = 8 * j + 2 * t + (e & 1);
       const int row = strip + g + 8 * (e >> 1);
-      if (b < batch && row < out) partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e];
+      if (b >= batch || row >= out) continue;
+      if (splits == 1)
+        y[static_cast<size_t>(b) * out + row] = from_float<T>(acc[j][e]);
+      else
+        partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e];
     }
+  if (splits == 1) return;
   __threadfence();
   __syncthreads();
   __shared__ int last;
