@@ -6,7 +6,10 @@ Llama-3.1-8B gate_up 28672x4096, patterns 2:4 and 16:32, batch 1..16. Needs a CU
 Every output is first checked against a float64 product (`autotune.output_error`, bound: output rounding plus the
 worst case of an fp32 sum). Then, per call:
 - wall: time.perf_counter over `--calls` back-to-back calls with one synchronize at the end, divided by the calls:
-  what a Python caller waits per layer, whichever of CPU issue time or GPU time is larger;
+  what a Python caller waits per layer, whichever of CPU issue time or GPU time is larger; taken in `--rounds`
+  rounds that time every call once, in reversed order every other round, and reported as the median; a target's
+  ratio is the median of the per-round ratios (the two calls timed in the same round), with their range, since
+  these host-bound times drift by several us between runs and rows;
 - device: CUDA events around `--device-calls` calls queued behind a GPU sleep, so the GPU runs them back to back:
   the kernels' own time.
 "rotated" runs each call on the next of enough weight copies that their bytes are 3x the L2 cache (as in a model,
@@ -24,6 +27,7 @@ import datetime
 import math
 import platform
 import shlex
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -85,8 +89,8 @@ def copies_for(tensors_bytes: int, rotate: bool) -> int:
     return max(1, math.ceil(ROTATION_L2_MULTIPLE * l2 / tensors_bytes))
 
 
-def bench_shape(shape: tuple[int, int], pattern: str, batches: list[int], calls: int, device_calls: int
-                ) -> list[dict]:
+def bench_shape(shape: tuple[int, int], pattern: str, batches: list[int], calls: int, device_calls: int,
+                rounds: int = 1) -> list[dict]:
     from sparsedecoding.kernels.autotune import output_error
 
     n, m = (int(v) for v in pattern.split(":"))
@@ -127,8 +131,14 @@ def bench_shape(shape: tuple[int, int], pattern: str, batches: list[int], calls:
                     call(i)
             row = {"shape": shape, "pattern": pattern, "batch": batch, "weights": "rotated" if rotate else "same",
                    "check": max(errors.values())}
+            names = list(calls_of)
+            walls = {name: [] for name in names}
+            for r in range(rounds):
+                for name in (names if r % 2 == 0 else names[::-1]):
+                    walls[name].append(wall_us(calls_of[name], calls))
             for name, call in calls_of.items():
-                row[f"{name} wall"] = wall_us(call, calls)
+                row[f"{name} wall"] = statistics.median(walls[name])
+                row[f"{name} walls"] = walls[name]
                 row[f"{name} device"] = device_us(call, device_calls)
             rows.append(row)
             for copies in (dense_copies, packed_copies, layers, tiled):  # free this size's copies before the next
@@ -157,11 +167,15 @@ def targets(rows: list[dict]) -> tuple[str, bool]:
             continue
         limit, strict = ((1.2, False) if r["shape"] == SHAPES["4096x4096"] else (1.0, True))
         for name in ("nm_spmv", "Sp24Linear"):
-            ratio = r[f"{name} wall"] / r["F.linear wall"]
+            if f"{name} walls" not in r:
+                continue
+            ratios = [a / b for a, b in zip(r[f"{name} walls"], r["F.linear walls"])]
+            ratio = statistics.median(ratios)
             ok = ratio < limit if strict else ratio <= limit
             passed &= ok
+            spread = f", rounds {min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""
             lines.append(f"- {r['shape'][0]}x{r['shape'][1]} 2:4 batch 1, {r['weights']} weights: {name} wall "
-                         f"{r[f'{name} wall']:.1f} us / F.linear {r['F.linear wall']:.1f} us = {ratio:.2f} "
+                         f"{r[f'{name} wall']:.1f} us / F.linear {r['F.linear wall']:.1f} us = {ratio:.2f}{spread} "
                          f"(target {'<' if strict else '<='} {limit}): {'PASS' if ok else 'FAIL'}")
     return "\n".join(lines) + "\n", passed
 
@@ -173,8 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--calls", type=int, default=2000, help="calls per wall-time measurement")
     parser.add_argument("--device-calls", type=int, default=200, help="calls per device-time measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="alternated rounds of wall timings (median reported)")
     parser.add_argument("--out", default=None, help="write the markdown report here too")
     args = parser.parse_args(argv)
+    for name in ("calls", "device_calls", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if not torch.cuda.is_available():
         print("eager_bench needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -182,13 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for shape in args.shapes:
         for pattern in args.patterns:
-            rows += bench_shape(SHAPES[shape], pattern, args.batches, args.calls, args.device_calls)
+            rows += bench_shape(SHAPES[shape], pattern, args.batches, args.calls, args.device_calls, args.rounds)
     target_lines, passed = targets(rows)
     report = "\n".join([
         report_head("Eager per-call cost: nm_spmv / PackedLinear / Sp24Linear vs F.linear"),
         "## Targets", "", target_lines,
         "## All measurements", "",
-        "wall: per call, back-to-back calls, one synchronize at the end; device: CUDA events, calls queued behind "
+        f"wall: per call, back-to-back calls, one synchronize at the end, median of {args.rounds} alternated rounds; "
+        "device: CUDA events, calls queued behind "
         "a GPU sleep. op = torch.ops.sparsedecoding.nm_spmv through the dispatcher. Sp24Linear: the 2:4 weight tiled "
         "for the sparse tensor-core kernel (- for 16:32). check = worst output error / float64 bound of nm_spmv, "
         "PackedLinear, op and Sp24Linear (<= 1 passes).", "",
