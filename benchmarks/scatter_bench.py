@@ -32,7 +32,8 @@ from sparsedecoding.kernels.format import PackedNM, pack_nm
 from sparsedecoding.runenv import environment_markdown
 
 ROUNDS = 4
-SCATTER, PROBE, PACKED, SP24, CUBLAS = "scatter", "probe (no expansion)", "op (packed 16:32)", "sp24 (16:32+2)", "cuBLAS"
+SCATTER, PROBE, PACKED = "scatter", "probe (no expansion)", "op (packed 16:32)"
+SP24, CUBLAS = "sp24 (16:32+2)", "cuBLAS"
 
 
 def split_candidates(words: int, range_words: int, library_default: int) -> list[int]:
@@ -42,12 +43,13 @@ def split_candidates(words: int, range_words: int, library_default: int) -> list
     return sorted(s for s in wanted if fewest <= s <= max(fewest, words // 4))
 
 
-def fastest_scatter(x: torch.Tensor, packed: PackedNM, copies: list, weight: torch.Tensor) -> tuple[int, float]:
+def fastest_scatter(x: torch.Tensor, packed: PackedNM, copies: list, weight: torch.Tensor,
+                    warps: int) -> tuple[int, float]:
     """(splits, us) of the fastest checked candidate; a float64 mismatch raises (a kernel bug, never skipped)."""
-    default = nm_scatter.ScatterLaunch(x, packed)
+    default = nm_scatter.ScatterLaunch(x, packed, warps=warps)
     best = None
     for splits in split_candidates(default.words, default.range_words, default.splits):
-        launch = nm_scatter.ScatterLaunch(x, packed, splits)
+        launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps)
         error = float64_error(launch(x, packed.values, packed.bitmask), x, weight)
         if error > 1:
             raise AssertionError(f"scatter kernel, {tuple(packed.shape)} batch {x.shape[0]} splits {splits}: "
@@ -68,6 +70,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=MODELS)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 2, 4, 8, 12, 16], choices=range(1, 17))
+    parser.add_argument("--warps", nargs="+", type=int, default=[8], choices=nm_scatter.WARPS,
+                        help="CTA sizes of the scatter kernel to time, each a side (the probe takes the first)")
     parser.add_argument("--probe", action="store_true", help="also time the build without the expansion")
     parser.add_argument("--sp24", action="store_true", help="also time 16:32+2 on the 2:4 kernel (tuned launch)")
     parser.add_argument("--out", type=Path)
@@ -78,7 +82,8 @@ def main() -> int:
     if args.out is not None and not args.out.parent.is_dir():
         print(f"error: {args.out.parent} is not a folder", file=sys.stderr)
         return 2
-    sides = [SCATTER] + ([PROBE] if args.probe else []) + [PACKED] + ([SP24] if args.sp24 else []) + [CUBLAS]
+    scatters = {f"{SCATTER} ({w} warps)": w for w in dict.fromkeys(args.warps)}
+    sides = [*scatters] + ([PROBE] if args.probe else []) + [PACKED] + ([SP24] if args.sp24 else []) + [CUBLAS]
     started = time.time()
     rows, speeds = [], {(b, s): [] for b in args.batches for s in sides[:-1]}
     for model in args.models:
@@ -87,7 +92,8 @@ def main() -> int:
             weight = capped_weight(out, inf, generator)
             packed = pack_nm(weight, 16, 32)
             copies = {SCATTER: packed_copies(packed), CUBLAS: rotation(weight.clone, weight.numel() * 2)}
-            copies[PROBE] = copies[PACKED] = copies[SCATTER]
+            for side in [*scatters, PROBE, PACKED]:
+                copies[side] = copies[SCATTER]
             if args.sp24:
                 from sparsedecoding.kernels import sp24
                 from sparsedecoding.kernels.overflow import split_overflow
@@ -95,16 +101,19 @@ def main() -> int:
                 copies[SP24] = sp24._copies(tiled)
             for batch in args.batches:
                 x = torch.randn(batch, inf, device="cuda", generator=generator).bfloat16()
-                splits, _ = fastest_scatter(x, packed, copies[SCATTER], weight)
-                scatter = nm_scatter.ScatterLaunch(x, packed, splits)
-                calls = {SCATTER: lambda p: scatter(x, p.values, p.bitmask),
-                         PACKED: lambda p: op.nm_spmv(x, p),
-                         CUBLAS: lambda d: F.linear(x, d)}
-                checks = {SCATTER: float64_error(calls[SCATTER](packed), x, weight),
-                          PACKED: float64_error(calls[PACKED](packed), x, weight)}
-                labels = {SCATTER: f"{splits} splits", PACKED: "nm_mma" if batch >= op.CUDA_FROM_BATCH[(16, 32)] else "Triton"}
+                calls = {PACKED: lambda p: op.nm_spmv(x, p), CUBLAS: lambda d: F.linear(x, d)}
+                labels = {PACKED: "nm_mma" if batch >= op.CUDA_FROM_BATCH[(16, 32)] else "Triton"}
+                chosen = {}  # the scatter sides' splits
+                for side, warps in scatters.items():
+                    splits, _ = fastest_scatter(x, packed, copies[SCATTER], weight, warps)
+                    chosen[side] = splits
+                    launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps)
+                    calls[side] = lambda p, launch=launch: launch(x, p.values, p.bitmask)
+                    labels[side] = f"{splits} splits"
+                checks = {side: float64_error(calls[side](packed), x, weight) for side in [*scatters, PACKED]}
                 if args.probe:
-                    probe = nm_scatter.ScatterLaunch(x, packed, splits, probe=True)
+                    first = next(iter(scatters))
+                    probe = nm_scatter.ScatterLaunch(x, packed, chosen[first], probe=True, warps=scatters[first])
                     calls[PROBE] = lambda p: probe(x, p.values, p.bitmask)
                     labels[PROBE] = "wrong products"
                 if args.sp24:

@@ -18,7 +18,7 @@ from test_cuda_mma import float64_error, random_nm
 
 PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32)]
 # nm_scatter.cu's layout constants (the C file is the source; the emulation below restates them)
-WARPS, STEP_WORDS, RANGE_WORDS = 8, 4, 64
+STEP_WORDS, RANGE_WORDS = 4, 64
 TILE_ROW_BYTES = STEP_WORDS * 64 + 16
 X_ROW_BYTES = RANGE_WORDS * 64 + 16
 
@@ -43,8 +43,8 @@ def _ldmatrix_x4(memory: list[float], row_bytes_of_lane) -> list[list[list[float
     return matrices
 
 
-def emulate(x: torch.Tensor, packed: PackedNM, splits: int) -> torch.Tensor:
-    """y as the kernel computes it (float64 sums): every CTA, split and warp strip, step by step."""
+def emulate(x: torch.Tensor, packed: PackedNM, splits: int, warps: int = 8) -> torch.Tensor:
+    """y as the kernel computes it (float64 sums): every CTA of `warps` warps, split and warp strip, step by step."""
     out, in_features = packed.shape
     words = in_features // 32
     batch = x.shape[0]
@@ -54,7 +54,7 @@ def emulate(x: torch.Tensor, packed: PackedNM, splits: int) -> torch.Tensor:
     per_split = -(-words // splits)
     assert per_split <= RANGE_WORDS
     y = torch.zeros(batch, out, dtype=torch.float64)
-    rows_per_block = 16 * WARPS
+    rows_per_block = 16 * warps
     for row0 in range(0, out, rows_per_block):
         for split in range(-(-words // per_split)):
             w_begin = split * per_split
@@ -67,7 +67,7 @@ def emulate(x: torch.Tensor, packed: PackedNM, splits: int) -> torch.Tensor:
                     for k in range(8):
                         ok = b < batch and q < n_words * 4
                         xs[(b * X_ROW_BYTES + q * 16) // 2 + k] = float(x[b, w_begin * 32 + q * 8 + k]) if ok else 0.
-            for warp in range(WARPS):
+            for warp in range(warps):
                 strip = row0 + 16 * warp
                 if strip >= out:  # the kernel runs it on the last row, and stores nothing
                     continue
@@ -118,8 +118,9 @@ def emulate(x: torch.Tensor, packed: PackedNM, splits: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("n,m", PATTERNS)
-@pytest.mark.parametrize("out,in_features,batch,splits", [(20, 96, 3, 1), (130, 320, 11, 2), (16, 4160, 1, 3)])
-def test_emulated_kernel_equals_the_dense_product(n, m, out, in_features, batch, splits):
+@pytest.mark.parametrize("out,in_features,batch,splits,warps", [(20, 96, 3, 1, 8), (130, 320, 11, 2, 8),
+                                                                 (16, 4160, 1, 3, 8), (300, 160, 16, 1, 16)])
+def test_emulated_kernel_equals_the_dense_product(n, m, out, in_features, batch, splits, warps):
     """Every step's tile, A and B fragments as the kernel builds them give x·Wᵀ exactly (float64 sums of bf16
     products): partial steps (3 and 5 words a split), rows past the end, a second n-tile, and a tile that held NaNs
     before its first zeroing."""
@@ -127,7 +128,7 @@ def test_emulated_kernel_equals_the_dense_product(n, m, out, in_features, batch,
     weight = random_nm(out, in_features, n, m)
     packed = pack_nm(weight, n, m)
     x = torch.randn(batch, in_features).bfloat16()
-    y = emulate(x, packed, splits)
+    y = emulate(x, packed, splits, warps)
     exact = x.double() @ weight.double().T
     assert torch.allclose(y, exact, rtol=1e-12, atol=1e-12)
 
@@ -194,18 +195,20 @@ def test_cpu_tensors_and_other_patterns_are_refused_before_any_build():
     packed = pack_nm(random_nm(8, 64, 16, 32), 16, 32)
     with pytest.raises(KernelInputError, match="one CUDA device"):
         nm_mm_scatter(torch.randn(2, 64).bfloat16(), packed)
+    with pytest.raises(KernelInputError, match="warps = 5; the scatter kernel is built for"):
+        ScatterLaunch(torch.randn(2, 64).bfloat16(), packed, warps=5)
     quarter = pack_nm(random_nm(8, 64, 1, 4), 1, 4)
     with pytest.raises(KernelInputError, match="50% patterns"):
         ScatterLaunch(torch.randn(2, 64).bfloat16(), quarter)
 
 
 def test_both_builds_compile_without_spills(tmp_path):
-    """nvcc (where this machine has one) builds nm_scatter.cu for sm_90 with no GPU, the kernel and its probe
-    without the expansion, every instance without register spills (ptxas' report)."""
+    """nvcc (where this machine has one) builds nm_scatter.cu for sm_90 with no GPU, the kernel, its probe without
+    the expansion and the other CTA sizes, every instance without register spills (ptxas' report)."""
     nvcc = cuda_mma._nvcc()
     if nvcc is None:
         pytest.skip("no nvcc on this machine")
-    for defines in ((), (nm_scatter.PROBE_DEFINE,)):
+    for defines in ((), (nm_scatter.PROBE_DEFINE,), ("-DNM_SCATTER_WARPS=16",), ("-DNM_SCATTER_WARPS=4",)):
         result = subprocess.run([nvcc, "-O3", "-std=c++17", "-gencode=arch=compute_90,code=sm_90", *defines,
                                  "--ptxas-options=-v", "-cubin", "-o", str(tmp_path / "k.cubin"),
                                  str(nm_scatter.SOURCE)], capture_output=True, text=True)
@@ -233,6 +236,19 @@ def test_kernel_matches_float64(n, m, out, in_features):
             assert y.shape == (batch, out) and y.dtype == torch.bfloat16
             error = float64_error(y, x, weight)
             assert error <= 1, (batch, splits, error)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warps", [4, 16])
+def test_other_cta_sizes_match_float64(warps):
+    weight = random_nm(1000, 4128, 16, 32, device="cuda")
+    packed = pack_nm(weight, 16, 32)
+    for batch in (1, 8, 16):
+        x = torch.randn(batch, 4128, device="cuda").bfloat16()
+        for splits in (3, None):
+            launch = ScatterLaunch(x, packed, splits, warps=warps)
+            assert launch.rows_per_block == 16 * warps
+            assert float64_error(launch(x, packed.values, packed.bitmask), x, weight) <= 1, (batch, splits)
 
 
 @pytest.mark.gpu

@@ -50,7 +50,8 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = 16 * kWarps;                // rows of W a CTA
 constexpr int kStepWords = 4;                     // mask words a row and step: 128 columns
 constexpr int kRangeWords = NM_SCATTER_RANGE_WORDS;  // the most mask words one CTA covers (its x copy)
-static_assert(kWarps == 4 || kWarps == 8, "NM_SCATTER_WARPS: 4 or 8");
+static_assert(kWarps == 4 || kWarps == 8 || kWarps == 16, "NM_SCATTER_WARPS: 4, 8 or 16");
+constexpr int kMinCtas = kWarps == 16 ? 1 : 2;  // CTAs a multiprocessor the registers must allow
 static_assert(kRangeWords % kStepWords == 0 && kRangeWords >= 8 && kRangeWords <= 128, "NM_SCATTER_RANGE_WORDS");
 constexpr int kTileRowBytes = kStepWords * 64 + 16;  // a tile row: 128 bf16 columns and 16 bytes of stagger
 constexpr int kTileBytes = 16 * kTileRowBytes;
@@ -128,11 +129,10 @@ __device__ __forceinline__ void scatter_word(uint32_t base, const uint4 (&v)[2],
 }
 
 template <typename T, int NT>
-__global__ void __launch_bounds__(kThreads, 2) nm_scatter_kernel(const T* __restrict__ x, const T* __restrict__ values,
-                                                                 const uint32_t* __restrict__ bitmask,
-                                                                 T* __restrict__ y, float* __restrict__ partials,
-                                                                 int* __restrict__ counters, int batch, int out,
-                                                                 int words, int words_per_split) {
+__global__ void __launch_bounds__(kThreads, kMinCtas)
+    nm_scatter_kernel(const T* __restrict__ x, const T* __restrict__ values, const uint32_t* __restrict__ bitmask,
+                      T* __restrict__ y, float* __restrict__ partials, int* __restrict__ counters, int batch, int out,
+                      int words, int words_per_split) {
   using L = Layout<NT>;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   extern __shared__ __align__(128) char smem[];
