@@ -66,7 +66,7 @@ def packed_copies(packed: PackedNM) -> list[PackedNM]:
                     packed.values.numel() * 2 + packed.bitmask.numel() * 4)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=MODELS)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 2, 4, 8, 12, 16], choices=range(1, 17))
@@ -75,7 +75,7 @@ def main() -> int:
     parser.add_argument("--probe", action="store_true", help="also time the build without the expansion")
     parser.add_argument("--sp24", action="store_true", help="also time 16:32+2 on the 2:4 kernel (tuned launch)")
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: scatter_bench needs a CUDA GPU", file=sys.stderr)
         return 2
