@@ -29,34 +29,62 @@ def _clz(v: int) -> int:
     return 32 - v.bit_length()
 
 
-def _ldmatrix_x4(memory: list[float], row_bytes_of_lane) -> list[list[list[float]]]:
-    """ldmatrix.m8n8.x4 on a memory of 2-byte elements (one entry each): lanes 8q..8q+7 give the byte addresses of
-    matrix q's rows; returns the four 8x8 matrices."""
-    matrices = []
-    for q in range(4):
-        rows = []
-        for r in range(8):
-            address = row_bytes_of_lane(8 * q + r)
+def _bf16(half: int) -> float:
+    """The bfloat16 whose bits are the low 16 of `half`."""
+    return torch.tensor([half & 0xFFFF], dtype=torch.int32).to(torch.int16).view(torch.bfloat16).item()
+
+
+def _ldmatrix_x4(memory: list[float], row_address) -> list[list[tuple[float, float]]]:
+    """ldmatrix.sync.aligned.m8n8.x4.b16 per the PTX ISA, on a memory of 2-byte elements (one entry each): lane 8i + r
+    gives the byte address of row r of matrix i (`row_address(lane)`); lane l receives in register i the pair at
+    row l / 4, elements 2(l % 4) and + 1, of matrix i. Returns each lane's four registers as value pairs."""
+    registers = [[None] * 4 for _ in range(32)]
+    for i in range(4):
+        for lane in range(32):
+            address = row_address(8 * i + lane // 4)
             assert address % 16 == 0, "ldmatrix rows start on 16 bytes"
-            rows.append(memory[address // 2: address // 2 + 8])
-        matrices.append(rows)
-    return matrices
+            first = address // 2 + 2 * (lane % 4)
+            registers[lane][i] = (memory[first], memory[first + 1])
+    return registers
+
+
+def _mma16816(acc: list[list[float]], a: list, b: list) -> None:
+    """mma.sync.aligned.m16n8k16.row.col with fp32 accumulation (here float64) per the PTX ISA's fragment layouts:
+    lane (g, t) = (l / 4, l % 4) holds A registers a0..a3 = (row g, k 2t..2t+1), (g + 8, 2t), (g, 2t + 8),
+    (g + 8, 2t + 8), B registers b0, b1 = (k 2t..2t+1, n g), (k 2t + 8.., n g), and accumulators c0..c3 = (row g,
+    n 2t..2t+1), (g + 8, 2t..2t+1). `a[l]`, `b[l]`: lane l's registers as value pairs; `acc[l]`: its four sums."""
+    A = torch.zeros(16, 16, dtype=torch.float64)
+    B = torch.zeros(16, 8, dtype=torch.float64)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for (row, k), pair in zip(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)), a[lane]):
+            A[row, k], A[row, k + 1] = pair
+        for k, pair in zip((2 * t, 2 * t + 8), b[lane]):
+            B[k, g], B[k + 1, g] = pair
+    D = A @ B
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for e, (row, n) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
+            acc[lane][e] += float(D[row, n])
 
 
 def emulate(x: torch.Tensor, packed: PackedNM, splits: int, warps: int = 8) -> torch.Tensor:
-    """y as the kernel computes it (float64 sums): every CTA of `warps` warps, split and warp strip, step by step."""
+    """y as the kernel computes it, lane by lane (float64 sums): every CTA of `warps` warps and split, each warp
+    strip's steps (its lanes' value registers, zeroing, scatter, ldmatrix registers and MMAs in the kernel's operand
+    order), the epilogue's lane-to-output map, and the split-K sum of the splits' partials."""
     out, in_features = packed.shape
     words = in_features // 32
     batch = x.shape[0]
     nt = 1 if batch <= 8 else 2
-    values = packed.values.double().view(out, words, 16)
-    masks = packed.bitmask.to(torch.int64) & 0xFFFFFFFF
+    halves = (packed.values.view(torch.int16).to(torch.int32) & 0xFFFF).view(out, words, 16).tolist()
+    masks = (packed.bitmask.to(torch.int64) & 0xFFFFFFFF).tolist()
     per_split = -(-words // splits)
     assert per_split <= RANGE_WORDS
-    y = torch.zeros(batch, out, dtype=torch.float64)
+    used_splits = -(-words // per_split)
+    partials = torch.zeros(used_splits, batch, out, dtype=torch.float64)
     rows_per_block = 16 * warps
     for row0 in range(0, out, rows_per_block):
-        for split in range(-(-words // per_split)):
+        for split in range(used_splits):
             w_begin = split * per_split
             n_words = max(0, min(words, w_begin + per_split) - w_begin)
             steps = -(-n_words // STEP_WORDS)
@@ -72,7 +100,7 @@ def emulate(x: torch.Tensor, packed: PackedNM, splits: int, warps: int = 8) -> t
                 if strip >= out:  # the kernel runs it on the last row, and stores nothing
                     continue
                 tile = [float("nan")] * (16 * TILE_ROW_BYTES // 2)  # whatever shared memory held before
-                acc = torch.zeros(16, 8 * nt, dtype=torch.float64)
+                acc = [[[0.] * 4 for _ in range(32)] for _ in range(nt)]
                 for s in range(steps):
                     for lane in range(32):  # zeroing: piece j·32 + lane, 16 bytes
                         zero_at = (lane >> 4) * TILE_ROW_BYTES + (lane & 15) * 16
@@ -86,44 +114,43 @@ def emulate(x: torch.Tensor, packed: PackedNM, splits: int, warps: int = 8) -> t
                             local = s * STEP_WORDS + lw
                             word = w_begin + min(local, max(n_words - 1, 0))
                             ok = local < n_words
-                            m = int(masks[row, word]) if ok else 0xFFFF
-                            vals = values[row, word].tolist() if ok else [0.] * 16
+                            m = masks[row][word] if ok else 0xFFFF
+                            h = halves[row][word] if ok else [0] * 16
+                            registers = [h[2 * k] | h[2 * k + 1] << 16 for k in range(8)]  # value 2k in the low half
                             segment = (lr + 8 * e) * TILE_ROW_BYTES + lw * 64
                             for i in range(15, -1, -1):
                                 z = _clz(m)
                                 m &= 0x7FFFFFFF >> z
-                                tile[(segment + 62 - 2 * z) // 2] = vals[i]
+                                value = registers[i >> 1] >> 16 if i & 1 else registers[i >> 1]
+                                tile[(segment + 62 - 2 * z) // 2] = _bf16(value)
                     a_at = lambda lane: ((lane & 7) + 8 * ((lane >> 3) & 1)) * TILE_ROW_BYTES + 16 * (lane >> 4)
                     b_at = lambda lane: (lane & 7) * X_ROW_BYTES + 16 * (lane >> 3)
                     for kp in range(STEP_WORDS):
-                        for half in range(2):
-                            mats = _ldmatrix_x4(tile, lambda lane: a_at(lane) + 64 * kp + 32 * half)
-                            # mma.m16n8k16 A: a0 rows 0-7 / k 0-7, a1 rows 8-15 / k 0-7, a2 rows 0-7 / k 8-15,
-                            # a3 rows 8-15 / k 8-15
-                            a = torch.zeros(16, 16, dtype=torch.float64)
-                            for q, (r0, k0) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
-                                a[r0:r0 + 8, k0:k0 + 8] = torch.tensor(mats[q], dtype=torch.float64)
-                            for j in range(nt):
-                                column = s * STEP_WORDS * 32 + 32 * kp
-                                bm = _ldmatrix_x4(xs, lambda lane: b_at(lane) + j * 8 * X_ROW_BYTES + 2 * column)
-                                # B: b0 k 0-7 / n = row, b1 k 8-15; the second k-step takes matrices 2 and 3
-                                b = torch.zeros(16, 8, dtype=torch.float64)
-                                b[0:8] = torch.tensor(bm[2 * half], dtype=torch.float64).T
-                                b[8:16] = torch.tensor(bm[2 * half + 1], dtype=torch.float64).T
-                                acc[:, 8 * j:8 * j + 8] += a @ b
-                for r in range(16):
-                    if strip + r < out:
-                        y[:, strip + r] += acc[r, :batch]
-    return y
+                        a0 = _ldmatrix_x4(tile, lambda lane: a_at(lane) + 64 * kp)
+                        a1 = _ldmatrix_x4(tile, lambda lane: a_at(lane) + 64 * kp + 32)
+                        for j in range(nt):
+                            column = s * STEP_WORDS * 32 + 32 * kp
+                            b = _ldmatrix_x4(xs, lambda lane: b_at(lane) + j * 8 * X_ROW_BYTES + 2 * column)
+                            _mma16816(acc[j], a0, [(r[0], r[1]) for r in b])
+                            _mma16816(acc[j], a1, [(r[2], r[3]) for r in b])
+                for j in range(nt):  # the epilogue: c_e of lane (g, t) is row g + 8(e >> 1), batch 8j + 2t + (e & 1)
+                    for lane in range(32):
+                        g, t = lane // 4, lane % 4
+                        for e in range(4):
+                            b, row = 8 * j + 2 * t + (e & 1), strip + g + 8 * (e >> 1)
+                            if b < batch and row < out:
+                                partials[split, b, row] = acc[j][lane][e]
+    return partials.sum(0)
 
 
-@pytest.mark.parametrize("n,m", PATTERNS)
-@pytest.mark.parametrize("out,in_features,batch,splits,warps", [(20, 96, 3, 1, 8), (130, 320, 11, 2, 8),
-                                                                 (16, 4160, 1, 3, 8), (300, 160, 16, 1, 16)])
+@pytest.mark.parametrize("n,m,out,in_features,batch,splits,warps", [
+    (2, 4, 20, 96, 3, 1, 8), (16, 32, 20, 96, 3, 1, 4), (4, 8, 130, 320, 11, 2, 8), (8, 16, 130, 320, 11, 2, 8),
+    (16, 32, 40, 4160, 9, 3, 4), (2, 4, 16, 4160, 1, 3, 8), (16, 32, 300, 160, 16, 1, 16)])
 def test_emulated_kernel_equals_the_dense_product(n, m, out, in_features, batch, splits, warps):
-    """Every step's tile, A and B fragments as the kernel builds them give x·Wᵀ exactly (float64 sums of bf16
-    products): partial steps (3 and 5 words a split), rows past the end, a second n-tile, and a tile that held NaNs
-    before its first zeroing."""
+    """Every step's tile, ldmatrix registers and MMAs as the kernel's lanes build them, and its epilogue and split
+    sums, give x·Wᵀ exactly (float64 sums of bf16 products): partial steps (3 and 5 words a split, 9 and 11 steps),
+    rows past the end, a second n-tile, CTAs of 4, 8 and 16 warps, and a tile that held NaNs before its first
+    zeroing."""
     torch.manual_seed(n * 100 + out)
     weight = random_nm(out, in_features, n, m)
     packed = pack_nm(weight, n, m)
@@ -133,24 +160,22 @@ def test_emulated_kernel_equals_the_dense_product(n, m, out, in_features, batch,
     assert torch.allclose(y, exact, rtol=1e-12, atol=1e-12)
 
 
-def test_emulation_fails_with_the_a_fragments_swapped():
-    """The emulation is sensitive to the fragment layout: with A's middle two matrices exchanged it is wrong."""
+@pytest.mark.parametrize("swap", ["A registers a1 and a2", "the value halves"])
+def test_emulation_fails_with_a_layout_mistake(swap, monkeypatch):
+    """The emulation is sensitive to what it models: with a lane's A registers a1 and a2 exchanged (rows 8-15 and
+    columns 8-15 crossed), or each register's two values read the other way round, the product is wrong."""
     torch.manual_seed(0)
     weight = random_nm(16, 128, 16, 32)
     packed = pack_nm(weight, 16, 32)
     x = torch.randn(2, 128).bfloat16()
-    original = _ldmatrix_x4
-
-    def swapped(memory, row_bytes_of_lane):
-        mats = original(memory, row_bytes_of_lane)
-        return [mats[0], mats[2], mats[1], mats[3]]
-
-    globals()["_ldmatrix_x4"] = swapped
-    try:
-        y = emulate(x, packed, 1)
-    finally:
-        globals()["_ldmatrix_x4"] = original
-    assert not torch.allclose(y, x.double() @ weight.double().T)
+    if swap == "the value halves":
+        packed = PackedNM(packed.values.view(-1, 2).flip(-1).reshape(packed.values.shape), packed.bitmask, 16, 32,
+                          packed.shape)
+    else:
+        original = _mma16816
+        monkeypatch.setitem(globals(), "_mma16816", lambda acc, a, b: original(
+            acc, [[r[0], r[2], r[1], r[3]] for r in a], b))
+    assert not torch.allclose(emulate(x, packed, 1), x.double() @ weight.double().T)
 
 
 def test_shared_memory_accesses_fall_on_distinct_bank_groups():
@@ -268,11 +293,12 @@ def test_kernel_float16_vector_and_graph_replay():
     with torch.cuda.graph(graph):
         y1 = launch(x, packed.values, packed.bitmask)
         y2 = launch(x, copy.values, copy.bitmask)
+        y3 = nm_mm_scatter(x, copy, splits=4)  # a launch built under capture skips the mask check's host sync
     for _ in range(3):
         x.copy_(torch.randn(12, 4096, device="cuda").bfloat16())
         graph.replay()
         torch.cuda.synchronize()
-        assert float64_error(y1, x, weight) <= 1 and float64_error(y2, x, weight) <= 1
+        assert all(float64_error(y, x, weight) <= 1 for y in (y1, y2, y3))
 
 
 @pytest.mark.gpu

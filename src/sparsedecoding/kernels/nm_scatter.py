@@ -45,6 +45,8 @@ def _load(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
             library.nm_scatter_range_words.restype = ctypes.c_int
             library.nm_scatter_ctas_per_sm.restype = ctypes.c_int
             library.nm_scatter_ctas_per_sm.argtypes = [ctypes.c_int]
+            library.nm_scatter_smem_bytes.restype = ctypes.c_int
+            library.nm_scatter_smem_bytes.argtypes = [ctypes.c_int]
             _libraries[defines] = library
         return library
 
@@ -64,7 +66,10 @@ def default_splits(out: int, words: int, sms: int, rows_per_block: int, range_wo
 
 def check_sixteen_per_word(bitmask: torch.Tensor) -> None:
     """Raise KernelInputError unless every mask word keeps exactly 16 columns (what `pack_nm` writes for a 50%
-    pattern): the kernel walks 16 set bits a word and would store past a word's segment otherwise."""
+    pattern): the kernel walks 16 set bits a word and would store past a word's segment otherwise. Skipped during
+    CUDA graph capture (its answer needs a host sync); a launch checks its first weight outside capture."""
+    if bitmask.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
     counts = popcount32(bitmask)
     if bool((counts != 16).any()):
         raise KernelInputError("the scatter kernel needs exactly 16 kept columns in every 32-column mask word (a 50% "
@@ -100,12 +105,18 @@ class ScatterLaunch:
         self.rows_per_block = self.library.nm_scatter_rows_per_block()
         self.range_words = self.library.nm_scatter_range_words()
         fewest = min_splits(self.words, self.range_words)
+        nt = 1 if self.batch <= 8 else 2
+        with cuda_mma._on_device(self.device_index):
+            ctas = self.library.nm_scatter_ctas_per_sm(nt)
+        if ctas < 1:
+            optin = getattr(torch.cuda.get_device_properties(self.device), "shared_memory_per_block_optin", "?")
+            raise KernelInputError(f"a CTA of {warps} warps takes {self.library.nm_scatter_smem_bytes(nt)} bytes of "
+                                   f"shared memory at batch {self.batch} and does not fit on this GPU ({optin} bytes "
+                                   f"a block): use warps=8 or fewer")
         if splits is None:
-            with cuda_mma._on_device(self.device_index):
-                ctas = self.library.nm_scatter_ctas_per_sm(1 if self.batch <= 8 else 2)
             splits = default_splits(self.out, self.words,
                                     torch.cuda.get_device_properties(self.device).multi_processor_count,
-                                    self.rows_per_block, self.range_words, ctas or 2)
+                                    self.rows_per_block, self.range_words, ctas)
         if splits < fewest:
             raise KernelInputError(f"splits = {splits}; {self.words} mask words need at least {fewest} splits of at "
                                    f"most {self.range_words} words each")

@@ -319,17 +319,22 @@ int nm_scatter_rows_per_block() { return kRows; }
 
 int nm_scatter_range_words() { return kRangeWords; }
 
-// CTAs of `nt` n-tiles that fit on one multiprocessor of the current device by shared memory; 0 if the device cannot
-// be queried or nt is not 1 or 2.
+// Bytes of dynamic shared memory a CTA of `nt` n-tiles takes (0 for another nt).
+int nm_scatter_smem_bytes(int nt) { return nt == 1 ? Layout<1>::smem : nt == 2 ? Layout<2>::smem : 0; }
+
+// CTAs of `nt` n-tiles that fit on one multiprocessor of the current device, by registers and shared memory both
+// (the occupancy calculator); 0 when one CTA does not fit (a GPU with less shared memory a block than the CTA takes)
+// or the device cannot be queried, or nt is not 1 or 2.
 int nm_scatter_ctas_per_sm(int nt) {
-  int device = 0, per_sm = 0, reserved = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) != cudaSuccess)
+  auto kernel = nt == 1 ? nm_scatter_kernel<__nv_bfloat16, 1> : nm_scatter_kernel<__nv_bfloat16, 2>;
+  const int smem = nm_scatter_smem_bytes(nt);
+  int ctas = 0;
+  if (smem == 0 || cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kThreads, smem) != cudaSuccess) {
+    cudaGetLastError();  // clear the error, so that it does not surface at the next launch
     return 0;
-  const int smem = nt == 1 ? Layout<1>::smem : nt == 2 ? Layout<2>::smem : 0;
-  if (smem == 0) return 0;
-  return per_sm / (smem + reserved + 16);  // + the kernel's static shared memory (`last`)
+  }
+  return ctas;
 }
 
 }  // extern "C"
