@@ -33,6 +33,10 @@ LIBRARIES = {
     "sp24-columns-int4-step8": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_INT4_KS=8")),
     "slots": ("slots.cu", ()),
     "nm_mma": ("nm_mma.cu", ()),
+    # nm_scatter.py (scatter_bench.py): the default CTA, its probe without the expansion, and the other CTA sizes
+    "nm_scatter": ("nm_scatter.cu", ()),
+    "nm_scatter-probe": ("nm_scatter.cu", ("-DNM_SCATTER_NO_EXPAND",)),
+    **{f"nm_scatter-{w}warps": ("nm_scatter.cu", (f"-DNM_SCATTER_WARPS={w}",)) for w in (4, 16)},
     **{f"sp24-ablate{n}": ("sp24.cu", (f"-DSP24_ABLATE={n}",)) for n in (1, 2, 3, 4, 5, 9)},  # ablate_probe.py
     # ablate_probe.py --kinds slots: the slots on the tensor cores, one part taken out
     **{f"sp24-columns-ablate{n}": ("sp24.cu", ("-DSP24_COLUMNS", f"-DSP24_ABLATE={n}")) for n in (6, 7, 8)},
