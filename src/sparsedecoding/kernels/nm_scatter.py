@@ -158,5 +158,6 @@ class ScatterLaunch:
 def nm_mm_scatter(x: torch.Tensor, packed: PackedNM, splits: int | None = None) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in], b ≤ 16, bf16/fp16, fp32 accumulation, y in x's dtype, W a
     50% N:M packed weight, on the scatter kernel. Compiles it on first use; raises CudaKernelUnavailableError if it
-    cannot."""
+    cannot. Each call builds a `ScatterLaunch`, whose mask check synchronises with the host outside graph capture:
+    for repeated eager calls build one launch and call it."""
     return ScatterLaunch(x, packed, splits)(x, packed.values, packed.bitmask)
