@@ -43,13 +43,13 @@ def split_candidates(words: int, range_words: int, library_default: int) -> list
     return sorted(s for s in wanted if fewest <= s <= max(fewest, words // 4))
 
 
-def fastest_scatter(x: torch.Tensor, packed: PackedNM, copies: list, weight: torch.Tensor,
-                    warps: int) -> tuple[int, float]:
+def fastest_scatter(x: torch.Tensor, packed: PackedNM, copies: list, weight: torch.Tensor, warps: int,
+                    prefetch: int = 0) -> tuple[int, float]:
     """(splits, us) of the fastest checked candidate; a float64 mismatch raises (a kernel bug, never skipped)."""
-    default = nm_scatter.ScatterLaunch(x, packed, warps=warps)
+    default = nm_scatter.ScatterLaunch(x, packed, warps=warps, prefetch=prefetch)
     best = None
     for splits in split_candidates(default.words, default.range_words, default.splits):
-        launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps)
+        launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch)
         error = float64_error(launch(x, packed.values, packed.bitmask), x, weight)
         if error > 1:
             raise AssertionError(f"scatter kernel, {tuple(packed.shape)} batch {x.shape[0]} splits {splits}: "
@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 2, 4, 8, 12, 16], choices=range(1, 17))
     parser.add_argument("--warps", nargs="+", type=int, default=[8], choices=nm_scatter.WARPS,
                         help="CTA sizes of the scatter kernel to time, each a side (the probe takes the first)")
+    parser.add_argument("--prefetch", nargs="+", type=int, default=[0], choices=nm_scatter.PREFETCH,
+                        help="L2 prefetch distances (steps) of the scatter kernel to time, each a side with each CTA "
+                             "size (and a probe each with --probe)")
     parser.add_argument("--probe", action="store_true", help="also time the build without the expansion")
     parser.add_argument("--sp24", action="store_true", help="also time 16:32+2 on the 2:4 kernel (tuned launch)")
     parser.add_argument("--out", type=Path)
@@ -82,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None and not args.out.parent.is_dir():
         print(f"error: {args.out.parent} is not a folder", file=sys.stderr)
         return 2
-    scatters = {f"{SCATTER} ({w} warps)": w for w in dict.fromkeys(args.warps)}
-    sides = [*scatters] + ([PROBE] if args.probe else []) + [PACKED] + ([SP24] if args.sp24 else []) + [CUBLAS]
+    prefetches = list(dict.fromkeys(args.prefetch))
+    named = len(prefetches) > 1 or prefetches[0] != 0  # sides name their prefetch unless it is only the default 0
+    scatters = {f"{SCATTER} ({w} warps{f', prefetch {d}' if named else ''})": (w, d)
+                for w in dict.fromkeys(args.warps) for d in prefetches}
+    probes = {f"{PROBE[:-1]}{f', prefetch {d}' if named else ''})": d for d in prefetches} if args.probe else {}
+    sides = [*scatters] + [*probes] + [PACKED] + ([SP24] if args.sp24 else []) + [CUBLAS]
     started = time.time()
     rows, speeds = [], {(b, s): [] for b in args.batches for s in sides[:-1]}
     for model in args.models:
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             weight = capped_weight(out, inf, generator)
             packed = pack_nm(weight, 16, 32)
             copies = {SCATTER: packed_copies(packed), CUBLAS: rotation(weight.clone, weight.numel() * 2)}
-            for side in [*scatters, PROBE, PACKED]:
+            for side in [*scatters, *probes, PACKED]:
                 copies[side] = copies[SCATTER]
             if args.sp24:
                 from sparsedecoding.kernels import sp24
@@ -104,18 +111,19 @@ def main(argv: list[str] | None = None) -> int:
                 calls = {PACKED: lambda p: op.nm_spmv(x, p), CUBLAS: lambda d: F.linear(x, d)}
                 labels = {PACKED: "nm_mma" if batch >= op.CUDA_FROM_BATCH[(16, 32)] else "Triton"}
                 chosen = {}  # the scatter sides' splits
-                for side, warps in scatters.items():
-                    splits, _ = fastest_scatter(x, packed, copies[SCATTER], weight, warps)
+                for side, (warps, prefetch) in scatters.items():
+                    splits, _ = fastest_scatter(x, packed, copies[SCATTER], weight, warps, prefetch)
                     chosen[side] = splits
-                    launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps)
+                    launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch)
                     calls[side] = lambda p, launch=launch: launch(x, p.values, p.bitmask)
                     labels[side] = f"{splits} splits"
                 checks = {side: float64_error(calls[side](packed), x, weight) for side in [*scatters, PACKED]}
-                if args.probe:
-                    first = next(iter(scatters))
-                    probe = nm_scatter.ScatterLaunch(x, packed, chosen[first], probe=True, warps=scatters[first])
-                    calls[PROBE] = lambda p: probe(x, p.values, p.bitmask)
-                    labels[PROBE] = "wrong products"
+                for side, prefetch in probes.items():  # at the splits of the first CTA size's side
+                    twin = next(s for s, (_, d) in scatters.items() if d == prefetch)
+                    probe = nm_scatter.ScatterLaunch(x, packed, chosen[twin], probe=True, warps=scatters[twin][0],
+                                                     prefetch=prefetch)
+                    calls[side] = lambda p, probe=probe: probe(x, p.values, p.bitmask)
+                    labels[side] = "wrong products"
                 if args.sp24:
                     launch = sp24.tuned_launch(x, tiled)
                     calls[SP24] = lambda w, launch=launch: launch(x, w)

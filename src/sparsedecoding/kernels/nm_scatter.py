@@ -25,6 +25,7 @@ from .format import PackedNM, popcount32
 SOURCE = Path(__file__).parent / "csrc" / "nm_scatter.cu"
 PROBE_DEFINE = "-DNM_SCATTER_NO_EXPAND"  # the build without the expansion (wrong products; a probe of its cost)
 WARPS = (8, 16, 4)  # warps a CTA (16 rows each) the kernel is built for; the first is the default
+PREFETCH = (0, 4, 8)  # steps ahead the L2 is asked for a lane's words (NM_SCATTER_PREFETCH); 0 asks for none
 _DTYPES = {torch.bfloat16: 1, torch.float16: 0}
 _COUNTER_SLOTS = 1 << 16  # one int per row block of a split-K launch
 _lock = threading.Lock()
@@ -82,12 +83,15 @@ class ScatterLaunch:
     current stream. Construction checks the inputs (and the first weight's mask words), builds or loads the library
     and allocates the device's split-K counters, so it must run outside CUDA graph capture.
     `splits` defaults to `default_splits`; `warps` (one of WARPS) sets the CTA's rows (16 a warp) and so how many
-    rows share one copy of x; `probe` runs the build without the expansion (wrong products)."""
+    rows share one copy of x; `prefetch` (one of PREFETCH) how many steps past its register loads each lane asks the
+    L2 for; `probe` runs the build without the expansion (wrong products)."""
 
     def __init__(self, x: torch.Tensor, packed: PackedNM, splits: int | None = None, probe: bool = False,
-                 warps: int = WARPS[0]):
+                 warps: int = WARPS[0], prefetch: int = PREFETCH[0]):
         if warps not in WARPS:
             raise KernelInputError(f"warps = {warps}; the scatter kernel is built for {sorted(WARPS)}")
+        if prefetch not in PREFETCH:
+            raise KernelInputError(f"prefetch = {prefetch}; the scatter kernel is built for {sorted(PREFETCH)}")
         check_inputs(x, packed)
         check_sixteen_per_word(packed.bitmask)
         if not torch.cuda.is_available():
@@ -95,6 +99,8 @@ class ScatterLaunch:
         defines = (PROBE_DEFINE,) if probe else ()
         if warps != WARPS[0]:
             defines += (f"-DNM_SCATTER_WARPS={warps}",)
+        if prefetch:
+            defines += (f"-DNM_SCATTER_PREFETCH={prefetch}",)
         self.library = _load(defines)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]

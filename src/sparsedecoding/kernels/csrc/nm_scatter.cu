@@ -23,6 +23,10 @@
 // split each CTA writes fp32 partials and the last CTA of a row block (counted with an atomic that it resets) sums
 // them, as in nm_mma.cu.
 //
+// NM_SCATTER_PREFETCH = D > 0 also asks the L2 for each lane's words D steps past the ones it loads into registers
+// (prefetch.global.L2: no register or shared memory held), so that a warp has more than one step of its weight in
+// flight; the register loads then mostly hit the L2.
+//
 // NM_SCATTER_NO_EXPAND builds a probe without the zeroing and the scatter (its products are wrong): the loads, the x
 // copy, ldmatrix and the MMAs alone, to measure what the expansion costs (benchmarks/scatter_bench.py --probe).
 //
@@ -52,6 +56,11 @@ constexpr int kStepWords = 4;                     // mask words a row and step: 
 constexpr int kRangeWords = NM_SCATTER_RANGE_WORDS;  // the most mask words one CTA covers (its x copy)
 static_assert(kWarps == 4 || kWarps == 8 || kWarps == 16, "NM_SCATTER_WARPS: 4, 8 or 16");
 constexpr int kMinCtas = kWarps == 16 ? 1 : 2;  // CTAs a multiprocessor the registers must allow
+#ifndef NM_SCATTER_PREFETCH
+#define NM_SCATTER_PREFETCH 0
+#endif
+constexpr int kPrefetch = NM_SCATTER_PREFETCH;  // steps past the register load that the L2 is asked for
+static_assert(kPrefetch >= 0 && kPrefetch <= 32, "NM_SCATTER_PREFETCH: 0..32 steps");
 static_assert(kRangeWords % kStepWords == 0 && kRangeWords >= 8 && kRangeWords <= 128, "NM_SCATTER_RANGE_WORDS");
 constexpr int kTileRowBytes = kStepWords * 64 + 16;  // a tile row: 128 bf16 columns and 16 bytes of stagger
 constexpr int kTileBytes = 16 * kTileRowBytes;
@@ -67,6 +76,10 @@ struct Layout {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 __device__ __forceinline__ void st_shared_u16(uint32_t addr, uint32_t v) {
@@ -174,8 +187,21 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
     }
   };
 
+  // The L2 prefetch of step s: the lane's 32 value bytes of each row, and (one lane of four) the row's 4 mask words.
+  auto prefetch = [&](int s) {
+    const int local = s * kStepWords + lw;
+    if (local >= n_words) return;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      prefetch_l2(vrow[e] + static_cast<size_t>(w_begin + local) * 16);
+      if (lw == 0) prefetch_l2(mrow[e] + w_begin + local);
+    }
+  };
+
   Words cur, nxt;
   if (steps > 0) load(0, cur);
+  if constexpr (kPrefetch > 0)
+    for (int s = 1; s <= kPrefetch && s < steps; ++s) prefetch(s);
 
   // x[b, 32·w_begin ...] for the steps' columns into shared memory; rows past the batch and columns past the range
   // are zero (they meet only zero weights or outputs that are not stored).
@@ -208,6 +234,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
 
   auto step = [&](int s, Words& now, Words& next) {
     if (s + 1 < steps) load(s + 1, next);
+    if constexpr (kPrefetch > 0) prefetch(s + 1 + kPrefetch);
     __syncwarp();  // every lane has read the previous step's tile
 #ifndef NM_SCATTER_NO_EXPAND
 #pragma unroll
