@@ -44,19 +44,23 @@ def split_candidates(words: int, range_words: int, library_default: int) -> list
 
 
 def fastest_scatter(x: torch.Tensor, packed: PackedNM, copies: list, weight: torch.Tensor, warps: int,
-                    prefetch: int = 0) -> tuple[int, float]:
-    """(splits, us) of the fastest checked candidate; a float64 mismatch raises (a kernel bug, never skipped)."""
+                    prefetch: int = 0) -> tuple[tuple[int, int], float]:
+    """((splits, row CTAs), us) of the fastest checked candidate: each split candidate with one CTA a row block and
+    with its default row CTAs (row blocks shared, x copied once a CTA). A float64 mismatch raises (a kernel bug,
+    never skipped)."""
     default = nm_scatter.ScatterLaunch(x, packed, warps=warps, prefetch=prefetch)
     best = None
     for splits in split_candidates(default.words, default.range_words, default.splits):
-        launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch)
-        error = float64_error(launch(x, packed.values, packed.bitmask), x, weight)
-        if error > 1:
-            raise AssertionError(f"scatter kernel, {tuple(packed.shape)} batch {x.shape[0]} splits {splits}: "
-                                 f"float64 error {error:.2f}x the bound")
-        us = 1000 * replay_ms(lambda p, launch=launch: launch(x, p.values, p.bitmask), copies)
-        if best is None or us < best[1]:
-            best = (splits, us)
+        shared = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch)
+        for row_ctas in dict.fromkeys([default.row_blocks, shared.row_ctas]):
+            launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch, row_ctas=row_ctas)
+            error = float64_error(launch(x, packed.values, packed.bitmask), x, weight)
+            if error > 1:
+                raise AssertionError(f"scatter kernel, {tuple(packed.shape)} batch {x.shape[0]} splits {splits} row "
+                                     f"CTAs {row_ctas}: float64 error {error:.2f}x the bound")
+            us = 1000 * replay_ms(lambda p, launch=launch: launch(x, p.values, p.bitmask), copies)
+            if best is None or us < best[1]:
+                best = ((splits, row_ctas), us)
     return best
 
 
@@ -112,16 +116,18 @@ def main(argv: list[str] | None = None) -> int:
                 labels = {PACKED: "nm_mma" if batch >= op.CUDA_FROM_BATCH[(16, 32)] else "Triton"}
                 chosen = {}  # the scatter sides' splits
                 for side, (warps, prefetch) in scatters.items():
-                    splits, _ = fastest_scatter(x, packed, copies[SCATTER], weight, warps, prefetch)
-                    chosen[side] = splits
-                    launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch)
+                    (splits, row_ctas), _ = fastest_scatter(x, packed, copies[SCATTER], weight, warps, prefetch)
+                    chosen[side] = splits, row_ctas
+                    launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch,
+                                                      row_ctas=row_ctas)
                     calls[side] = lambda p, launch=launch: launch(x, p.values, p.bitmask)
-                    labels[side] = f"{splits} splits"
+                    labels[side] = f"{splits} splits, {row_ctas}/{launch.row_blocks} row CTAs"
                 checks = {side: float64_error(calls[side](packed), x, weight) for side in [*scatters, PACKED]}
                 for side, prefetch in probes.items():  # at the splits of the first CTA size's side
                     twin = next(s for s, (_, d) in scatters.items() if d == prefetch)
-                    probe = nm_scatter.ScatterLaunch(x, packed, chosen[twin], probe=True, warps=scatters[twin][0],
-                                                     prefetch=prefetch)
+                    probe = nm_scatter.ScatterLaunch(x, packed, chosen[twin][0], probe=True,
+                                                     warps=scatters[twin][0], prefetch=prefetch,
+                                                     row_ctas=chosen[twin][1])
                     calls[side] = lambda p, probe=probe: probe(x, p.values, p.bitmask)
                     labels[side] = "wrong products"
                 if args.sp24:

@@ -13,7 +13,8 @@ import torch
 from sparsedecoding.errors import KernelInputError
 from sparsedecoding.kernels import PackedNM, pack_nm
 from sparsedecoding.kernels import cuda_mma, nm_scatter
-from sparsedecoding.kernels.nm_scatter import ScatterLaunch, check_sixteen_per_word, default_splits, nm_mm_scatter
+from sparsedecoding.kernels.nm_scatter import (ScatterLaunch, check_sixteen_per_word, default_row_ctas, default_splits,
+                                               nm_mm_scatter)
 from test_cuda_mma import float64_error, random_nm
 
 PATTERNS = [(2, 4), (4, 8), (8, 16), (16, 32)]
@@ -207,6 +208,17 @@ def test_default_splits_cover_the_x_copy_and_fill_one_wave():
     assert default_splits(64, 3, 132, 128, 64, 2) == 1
 
 
+def test_default_row_ctas_fill_the_gpu_with_even_shares():
+    assert default_row_ctas(28672, 2, 128, 264) == 112  # 224 blocks, 132 slots a split: 2 blocks each
+    assert default_row_ctas(4096, 8, 128, 264) == 32  # 32 blocks, 33 slots a split: one each
+    assert default_row_ctas(34816, 3, 128, 264) == 68  # 272 blocks, 88 slots a split: 4 each
+    assert default_row_ctas(100, 1, 128, 264) == 1
+    for out, splits in ((28672, 2), (5120, 6), (34816, 3), (4096, 1)):
+        ctas = default_row_ctas(out, splits, 128, 264)
+        blocks = -(-out // 128)
+        assert ctas * splits <= max(264, splits) and -(-blocks // ctas) * ctas - blocks < -(-blocks // ctas)
+
+
 def test_a_mask_without_sixteen_a_word_is_refused():
     packed = pack_nm(random_nm(8, 64, 16, 32), 16, 32)
     check_sixteen_per_word(packed.bitmask)
@@ -222,6 +234,8 @@ def test_cpu_tensors_and_other_patterns_are_refused_before_any_build():
         nm_mm_scatter(torch.randn(2, 64).bfloat16(), packed)
     with pytest.raises(KernelInputError, match="warps = 5; the scatter kernel is built for"):
         ScatterLaunch(torch.randn(2, 64).bfloat16(), packed, warps=5)
+    with pytest.raises(KernelInputError, match="prefetch = 3; the scatter kernel is built for"):
+        ScatterLaunch(torch.randn(2, 64).bfloat16(), packed, prefetch=3)
     quarter = pack_nm(random_nm(8, 64, 1, 4), 1, 4)
     with pytest.raises(KernelInputError, match="50% patterns"):
         ScatterLaunch(torch.randn(2, 64).bfloat16(), quarter)
@@ -233,13 +247,14 @@ def test_both_builds_compile_without_spills(tmp_path):
     nvcc = cuda_mma._nvcc()
     if nvcc is None:
         pytest.skip("no nvcc on this machine")
-    for defines in ((), (nm_scatter.PROBE_DEFINE,), ("-DNM_SCATTER_WARPS=16",), ("-DNM_SCATTER_WARPS=4",)):
+    for defines in ((), (nm_scatter.PROBE_DEFINE,), ("-DNM_SCATTER_WARPS=16",), ("-DNM_SCATTER_WARPS=4",),
+                    *((f"-DNM_SCATTER_PREFETCH={d}",) for d in nm_scatter.PREFETCH if d)):
         result = subprocess.run([nvcc, "-O3", "-std=c++17", "-gencode=arch=compute_90,code=sm_90", *defines,
                                  "--ptxas-options=-v", "-cubin", "-o", str(tmp_path / "k.cubin"),
                                  str(nm_scatter.SOURCE)], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr[-2000:]
         report = result.stderr + result.stdout
-        assert report.count("0 bytes spill stores") == 4, report[-2000:]
+        assert report.count("0 bytes spill stores") == 4, (defines, report[-2000:])
 
 
 # --- GPU ---------------------------------------------------------------------------------------------------------
@@ -274,6 +289,33 @@ def test_other_cta_sizes_match_float64(warps):
             launch = ScatterLaunch(x, packed, splits, warps=warps)
             assert launch.rows_per_block == 16 * warps
             assert float64_error(launch(x, packed.values, packed.bitmask), x, weight) <= 1, (batch, splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefetch", nm_scatter.PREFETCH)
+def test_row_blocks_shared_by_ctas_and_prefetch_match_float64(prefetch):
+    """A CTA that runs several row blocks (its loads running on from one into the next, the split-K sum of each
+    block by its last CTA) gives the same products as one CTA a block, with every L2 prefetch distance; a graph
+    replays it (the counters reset block by block)."""
+    weight = random_nm(1000, 4128, 16, 32, device="cuda")  # 8 row blocks of 128, the last partial
+    packed = pack_nm(weight, 16, 32)
+    for batch in (1, 8, 16):
+        x = torch.randn(batch, 4128, device="cuda").bfloat16()
+        for splits, row_ctas in ((3, 1), (3, 3), (5, 2), (3, 8), (None, None)):
+            launch = ScatterLaunch(x, packed, splits, prefetch=prefetch, row_ctas=row_ctas)
+            error = float64_error(launch(x, packed.values, packed.bitmask), x, weight)
+            assert error <= 1, (batch, splits, row_ctas, error)
+    launch = ScatterLaunch(x, packed, 3, prefetch=prefetch, row_ctas=3)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = launch(x, packed.values, packed.bitmask)
+    for _ in range(3):
+        x.copy_(torch.randn(16, 4128, device="cuda").bfloat16())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert float64_error(y, x, weight) <= 1
+    with pytest.raises(KernelInputError, match="row_ctas = 9; 1000 rows make 8 row blocks"):
+        ScatterLaunch(x, packed, 3, row_ctas=9)
 
 
 @pytest.mark.gpu

@@ -39,7 +39,7 @@ def _load(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
         if library is None:
             library = open_library(SOURCE, 8, defines)
             library.nm_scatter_launch.restype = ctypes.c_int
-            library.nm_scatter_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 5 + [ctypes.c_void_p]
+            library.nm_scatter_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 6 + [ctypes.c_void_p]
             library.nm_scatter_error_string.restype = ctypes.c_char_p
             library.nm_scatter_error_string.argtypes = [ctypes.c_int]
             library.nm_scatter_rows_per_block.restype = ctypes.c_int
@@ -65,6 +65,15 @@ def default_splits(out: int, words: int, sms: int, rows_per_block: int, range_wo
     return max(min_splits(words, range_words), min(wave, max(1, words // 8)))
 
 
+def default_row_ctas(out: int, splits: int, rows_per_block: int, slots: int) -> int:
+    """CTAs a split that share its row blocks (each runs every row_ctas-th block with one copy of x, its loads
+    running on from one block into the next): as many as fill `slots` (CTAs resident on the GPU at once), evened out
+    so that every CTA runs the same number of blocks."""
+    row_blocks = -(-out // rows_per_block)
+    per_cta = -(-row_blocks // max(1, slots // splits))
+    return -(-row_blocks // per_cta)
+
+
 def check_sixteen_per_word(bitmask: torch.Tensor) -> None:
     """Raise KernelInputError unless every mask word keeps exactly 16 columns (what `pack_nm` writes for a 50%
     pattern): the kernel walks 16 set bits a word and would store past a word's segment otherwise. Skipped during
@@ -84,10 +93,12 @@ class ScatterLaunch:
     and allocates the device's split-K counters, so it must run outside CUDA graph capture.
     `splits` defaults to `default_splits`; `warps` (one of WARPS) sets the CTA's rows (16 a warp) and so how many
     rows share one copy of x; `prefetch` (one of PREFETCH) how many steps past its register loads each lane asks the
-    L2 for; `probe` runs the build without the expansion (wrong products)."""
+    L2 for; `row_ctas` how many CTAs a split has, each running every row_ctas-th row block (default
+    `default_row_ctas`; the number of row blocks gives one CTA a block); `probe` runs the build without the expansion
+    (wrong products)."""
 
     def __init__(self, x: torch.Tensor, packed: PackedNM, splits: int | None = None, probe: bool = False,
-                 warps: int = WARPS[0], prefetch: int = PREFETCH[0]):
+                 warps: int = WARPS[0], prefetch: int = PREFETCH[0], row_ctas: int | None = None):
         if warps not in WARPS:
             raise KernelInputError(f"warps = {warps}; the scatter kernel is built for {sorted(WARPS)}")
         if prefetch not in PREFETCH:
@@ -119,14 +130,20 @@ class ScatterLaunch:
             raise KernelInputError(f"a CTA of {warps} warps takes {self.library.nm_scatter_smem_bytes(nt)} bytes of "
                                    f"shared memory at batch {self.batch} and does not fit on this GPU ({optin} bytes "
                                    f"a block): use warps=8 or fewer")
+        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         if splits is None:
-            splits = default_splits(self.out, self.words,
-                                    torch.cuda.get_device_properties(self.device).multi_processor_count,
-                                    self.rows_per_block, self.range_words, ctas)
+            splits = default_splits(self.out, self.words, sms, self.rows_per_block, self.range_words, ctas)
         if splits < fewest:
             raise KernelInputError(f"splits = {splits}; {self.words} mask words need at least {fewest} splits of at "
                                    f"most {self.range_words} words each")
         self.splits = splits
+        self.row_blocks = -(-self.out // self.rows_per_block)
+        if row_ctas is None:
+            row_ctas = default_row_ctas(self.out, splits, self.rows_per_block, ctas * sms)
+        if not 1 <= row_ctas <= self.row_blocks:
+            raise KernelInputError(f"row_ctas = {row_ctas}; {self.out} rows make {self.row_blocks} row blocks of "
+                                   f"{self.rows_per_block}, so 1 to {self.row_blocks} CTAs a split")
+        self.row_ctas = row_ctas
         self.dtype, self.dtype_code = x.dtype, _DTYPES[x.dtype]
         self.counters = None
         if splits > 1:
@@ -153,7 +170,7 @@ class ScatterLaunch:
                 x.data_ptr(), values.data_ptr(), bitmask.data_ptr(), y.data_ptr(),
                 partials.data_ptr() if partials is not None else None,
                 self.counters.data_ptr() if self.counters is not None else None,
-                self.batch, self.out, self.words, self.dtype_code, self.splits,
+                self.batch, self.out, self.words, self.dtype_code, self.splits, self.row_ctas,
                 cuda_mma._current_raw_stream(self.device_index))
         if err:
             raise RuntimeError(f"nm_scatter kernel launch failed: "

@@ -145,63 +145,79 @@ template <typename T, int NT>
 __global__ void __launch_bounds__(kThreads, kMinCtas)
     nm_scatter_kernel(const T* __restrict__ x, const T* __restrict__ values, const uint32_t* __restrict__ bitmask,
                       T* __restrict__ y, float* __restrict__ partials, int* __restrict__ counters, int batch, int out,
-                      int words, int words_per_split) {
+                      int words, int words_per_split, int row_blocks) {
   using L = Layout<NT>;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int row0 = blockIdx.x * kRows;
   const int split = blockIdx.y, splits = gridDim.y;
   const int w_begin = split * words_per_split;
   const int n_words = max(0, min(words, w_begin + words_per_split) - w_begin);
   const int steps = (n_words + kStepWords - 1) / kStepWords;
   const int in_features = words * 32;
+  // The CTA's row blocks: blockIdx.x, + gridDim.x, ... below row_blocks, one after the other with the same x copy;
+  // the loads run through them as one sequence of steps, so that the next block's first words are in flight while
+  // this block's last step computes.
+  const int my_blocks = blockIdx.x < row_blocks ? (row_blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int total = my_blocks * steps;
 
-  // The lane's rows (rows past the end read the last row; their outputs are never stored) and word of a step.
+  // A place in that sequence: a row block and a step of it.
+  struct Cursor {
+    int block, s;
+  };
+  auto advance = [&](Cursor& c) {
+    if (++c.s == steps) {
+      c.s = 0;
+      c.block += gridDim.x;
+    }
+  };
+  // The lane's rows of a block (rows past the end read the last row; their outputs are never stored) and word of a
+  // step. Words past the split's end become 16 zeros in the low columns (x is zero there too), so that every word
+  // the scatter walks has 16 set bits.
   const int lw = lane & 3, lr = lane >> 2;
-  const int strip = row0 + warp * 16;
-  const T* vrow[2];
-  const uint32_t* mrow[2];
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int row = min(strip + lr + 8 * e, out - 1);
-    vrow[e] = values + static_cast<size_t>(row) * words * 16;
-    mrow[e] = bitmask + static_cast<size_t>(row) * words;
-  }
-  // Words past the split's end become 16 zeros in the low columns (x is zero there too), so that every word the
-  // scatter walks has 16 set bits.
-  auto load = [&](int s, Words& d) {
-    const int local = s * kStepWords + lw;
+  auto lane_row = [&](int block, int e) { return min(block * kRows + warp * 16 + lr + 8 * e, out - 1); };
+  auto load = [&](const Cursor& c, Words& d) {
+    const int local = c.s * kStepWords + lw;
     const bool ok = local < n_words;
     const int w = w_begin + min(local, max(n_words - 1, 0));
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const uint4* src = reinterpret_cast<const uint4*>(vrow[e] + static_cast<size_t>(w) * 16);
+      const size_t word = static_cast<size_t>(lane_row(c.block, e)) * words + w;
+      const uint4* src = reinterpret_cast<const uint4*>(values + word * 16);
       const uint4 a = __ldcs(src), b = __ldcs(src + 1);
-      const uint32_t m = __ldcs(mrow[e] + w);
+      const uint32_t m = __ldcs(bitmask + word);
       d.v[e][0] = ok ? a : make_uint4(0u, 0u, 0u, 0u);
       d.v[e][1] = ok ? b : make_uint4(0u, 0u, 0u, 0u);
       d.m[e] = ok ? m : 0xFFFFu;
     }
   };
-
-  // The L2 prefetch of step s: the lane's 32 value bytes of each row, and (one lane of four) the row's 4 mask words.
-  auto prefetch = [&](int s) {
-    const int local = s * kStepWords + lw;
-    if (local >= n_words) return;
+  // The L2 prefetch of a step: the lane's 32 value bytes of each row, and (one lane of four) the row's 4 mask words.
+  auto prefetch = [&](const Cursor& c) {
+    const int local = c.s * kStepWords + lw;
+    if (c.block >= row_blocks || local >= n_words) return;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      prefetch_l2(vrow[e] + static_cast<size_t>(w_begin + local) * 16);
-      if (lw == 0) prefetch_l2(mrow[e] + w_begin + local);
+      const size_t word = static_cast<size_t>(lane_row(c.block, e)) * words + w_begin + local;
+      prefetch_l2(values + word * 16);
+      if (lw == 0) prefetch_l2(bitmask + word);
     }
   };
 
   Words cur, nxt;
-  if (steps > 0) load(0, cur);
-  if constexpr (kPrefetch > 0)
-    for (int s = 1; s <= kPrefetch && s < steps; ++s) prefetch(s);
+  Cursor loading{static_cast<int>(blockIdx.x), 0}, computing = loading, prefetching = loading;
+  if (total > 0) {
+    load(loading, cur);
+    advance(loading);
+  }
+  if constexpr (kPrefetch > 0) {
+    advance(prefetching);
+    for (int i = 1; i <= kPrefetch && i < total; ++i) {
+      prefetch(prefetching);
+      advance(prefetching);
+    }
+  }
 
   // x[b, 32·w_begin ...] for the steps' columns into shared memory; rows past the batch and columns past the range
   // are zero (they meet only zero weights or outputs that are not stored).
@@ -232,9 +248,54 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
   const uint32_t a_at = tile + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kTileRowBytes + 16 * (lane >> 4);
   const uint32_t b_at = smem_addr(xs) + (lane & 7) * kXRowBytes + 16 * (lane >> 3);
 
-  auto step = [&](int s, Words& now, Words& next) {
-    if (s + 1 < steps) load(s + 1, next);
-    if constexpr (kPrefetch > 0) prefetch(s + 1 + kPrefetch);
+  // A row block's outputs, after its last step: acc[j][0..1] are row strip + g, batch rows 8j + 2t, +1; acc[j][2..3]
+  // row strip + g + 8. One split writes y, more write fp32 partials that the last CTA of the row block adds. Every
+  // thread of the CTA comes here at the same block (the barriers need it).
+  __shared__ int last;
+  auto finish = [&](int block) {
+    const int row0 = block * kRows, strip = row0 + warp * 16;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int b = 8 * j + 2 * t + (e & 1);
+        const int row = strip + g + 8 * (e >> 1);
+        const float v = acc[j][e];
+        acc[j][e] = 0.f;
+        if (b >= batch || row >= out) continue;
+        if (splits == 1)
+          y[static_cast<size_t>(b) * out + row] = from_float<T>(v);
+        else
+          partials[(static_cast<size_t>(split) * batch + b) * out + row] = v;
+      }
+    if (splits == 1) return;
+    __threadfence();
+    __syncthreads();  // also: every thread has read `last` of the previous block
+    if (tid == 0) {
+      last = atomicAdd(&counters[block], 1) == splits - 1;
+      if (last) counters[block] = 0;  // ready for the next launch; every other CTA of the block has counted
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int e = tid; e < kRows * batch; e += kThreads) {
+      const int b = e / kRows, row = row0 + e % kRows;
+      if (row >= out) continue;
+      float sum = 0.f;
+      for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
+      y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+    }
+  };
+
+  auto step = [&](int i, Words& now, Words& next) {
+    if (i + 1 < total) {
+      load(loading, next);
+      advance(loading);
+    }
+    if constexpr (kPrefetch > 0) {
+      prefetch(prefetching);
+      advance(prefetching);
+    }
     __syncwarp();  // every lane has read the previous step's tile
 #ifndef NM_SCATTER_NO_EXPAND
 #pragma unroll
@@ -251,6 +312,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
     if (fold == 0x9E3779B9u) st_shared_u16(seg0, fold);  // (almost never) stores, so no load is dropped
 #endif
     __syncwarp();
+    const uint32_t b_step = b_at + 2 * computing.s * kStepWords * 32;
 #pragma unroll
     for (int kp = 0; kp < kStepWords; ++kp) {  // 32 columns: two k-steps
       uint32_t a[2][4];
@@ -259,54 +321,23 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         uint32_t b0, b1, b2, b3;
-        ldmatrix_x4(b_at + j * 8 * kXRowBytes + 2 * (s * kStepWords * 32 + 32 * kp), b0, b1, b2, b3);
+        ldmatrix_x4(b_step + j * 8 * kXRowBytes + 64 * kp, b0, b1, b2, b3);
         mma16816<kBf16>(acc[j], a[0][0], a[0][1], a[0][2], a[0][3], b0, b1);
         mma16816<kBf16>(acc[j], a[1][0], a[1][1], a[1][2], a[1][3], b2, b3);
       }
     }
+    if (computing.s == steps - 1) finish(computing.block);
+    advance(computing);
   };
-  for (int s = 0; s < steps; s += 2) {
-    step(s, cur, nxt);
-    if (s + 1 < steps) step(s + 1, nxt, cur);
-  }
-
-  // acc[j][0..1]: row strip + g, batch rows 8j + 2t, +1; acc[j][2..3]: row strip + g + 8. One split writes y, more
-  // write fp32 partials that the last CTA of the row block adds.
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int b = 8 * j + 2 * t + (e & 1);
-      const int row = strip + g + 8 * (e >> 1);
-      if (b >= batch || row >= out) continue;
-      if (splits == 1)
-        y[static_cast<size_t>(b) * out + row] = from_float<T>(acc[j][e]);
-      else
-        partials[(static_cast<size_t>(split) * batch + b) * out + row] = acc[j][e];
-    }
-  if (splits == 1) return;
-  __threadfence();
-  __syncthreads();
-  __shared__ int last;
-  if (tid == 0) {
-    last = atomicAdd(&counters[blockIdx.x], 1) == splits - 1;
-    if (last) counters[blockIdx.x] = 0;  // ready for the next launch; every other CTA of the block has counted
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int e = tid; e < kRows * batch; e += kThreads) {
-    const int b = e / kRows, row = row0 + e % kRows;
-    if (row >= out) continue;
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
-    y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+  for (int i = 0; i < total; i += 2) {
+    step(i, cur, nxt);
+    if (i + 1 < total) step(i + 1, nxt, cur);
   }
 }
 
 template <typename T, int NT>
 cudaError_t launch(const void* x, const void* values, const void* bitmask, void* y, float* partials, int* counters,
-                   int batch, int out, int words, int splits, cudaStream_t stream) {
+                   int batch, int out, int words, int splits, int row_ctas, cudaStream_t stream) {
   auto kernel = nm_scatter_kernel<T, NT>;
   const int smem = Layout<NT>::smem;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -314,10 +345,11 @@ cudaError_t launch(const void* x, const void* values, const void* bitmask, void*
   const int per_split = (words + splits - 1) / splits;
   if (per_split > kRangeWords) return cudaErrorInvalidValue;
   const int used_splits = (words + per_split - 1) / per_split;  // no split without work
-  dim3 grid((out + kRows - 1) / kRows, used_splits);
+  const int row_blocks = (out + kRows - 1) / kRows;
+  dim3 grid(row_ctas < 1 || row_ctas > row_blocks ? row_blocks : row_ctas, used_splits);
   kernel<<<grid, kThreads, smem, stream>>>(static_cast<const T*>(x), static_cast<const T*>(values),
                                            static_cast<const uint32_t*>(bitmask), static_cast<T*>(y), partials,
-                                           counters, batch, out, words, per_split);
+                                           counters, batch, out, words, per_split, row_blocks);
   return cudaGetLastError();
 }
 
@@ -327,17 +359,19 @@ extern "C" {
 
 // Launch on `stream`. Returns 0 or a cudaError_t; bad arguments give cudaErrorInvalidValue (nm_scatter.py validates
 // first). `splits` must leave at most nm_scatter_range_words() mask words a split; with splits > 1, `partials` holds
-// splits·batch·out floats and `counters` one zeroed int per block of nm_scatter_rows_per_block() rows.
+// splits·batch·out floats and `counters` one zeroed int per block of nm_scatter_rows_per_block() rows. `row_ctas`
+// CTAs a split share its row blocks (each takes every row_ctas-th); 0 or more than the row blocks gives one each.
 int nm_scatter_launch(const void* x, const void* values, const void* bitmask, void* y, float* partials,
-                      int* counters, int batch, int out, int words, int is_bf16, int splits, void* stream) {
+                      int* counters, int batch, int out, int words, int is_bf16, int splits, int row_ctas,
+                      void* stream) {
   if (batch < 1 || batch > 16 || out < 1 || words < 1 || splits < 1) return cudaErrorInvalidValue;
   if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (batch <= 8)
-    return is_bf16 ? launch<__nv_bfloat16, 1>(x, values, bitmask, y, partials, counters, batch, out, words, splits, s)
-                   : launch<__half, 1>(x, values, bitmask, y, partials, counters, batch, out, words, splits, s);
-  return is_bf16 ? launch<__nv_bfloat16, 2>(x, values, bitmask, y, partials, counters, batch, out, words, splits, s)
-                 : launch<__half, 2>(x, values, bitmask, y, partials, counters, batch, out, words, splits, s);
+    return is_bf16 ? launch<__nv_bfloat16, 1>(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s)
+                   : launch<__half, 1>(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s);
+  return is_bf16 ? launch<__nv_bfloat16, 2>(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s)
+                 : launch<__half, 2>(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s);
 }
 
 const char* nm_scatter_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
