@@ -46,13 +46,13 @@ def split_candidates(words: int, range_words: int, library_default: int) -> list
 def fastest_scatter(x: torch.Tensor, packed: PackedNM, copies: list, weight: torch.Tensor, warps: int,
                     prefetch: int = 0) -> tuple[tuple[int, int], float]:
     """((splits, row CTAs), us) of the fastest checked candidate: each split candidate with one CTA a row block and
-    with its default row CTAs (row blocks shared, x copied once a CTA). A float64 mismatch raises (a kernel bug,
+    with `default_row_ctas` (row blocks shared, x copied once a CTA). A float64 mismatch raises (a kernel bug,
     never skipped)."""
     default = nm_scatter.ScatterLaunch(x, packed, warps=warps, prefetch=prefetch)
     best = None
     for splits in split_candidates(default.words, default.range_words, default.splits):
-        shared = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch)
-        for row_ctas in dict.fromkeys([default.row_blocks, shared.row_ctas]):
+        shared = nm_scatter.default_row_ctas(default.out, splits, default.rows_per_block, default.slots)
+        for row_ctas in dict.fromkeys([default.row_blocks, shared]):
             launch = nm_scatter.ScatterLaunch(x, packed, splits, warps=warps, prefetch=prefetch, row_ctas=row_ctas)
             error = float64_error(launch(x, packed.values, packed.bitmask), x, weight)
             if error > 1:

@@ -1,9 +1,10 @@
 """Scatter-expansion tensor-core kernel for 50% N:M packed weights (`csrc/nm_scatter.cu`): y = x·Wᵀ for 1..16 rows
 of x, with each warp storing its packed words' kept values into a dense shared-memory tile that ldmatrix feeds to
 dense MMAs. An experiment for issue 12's 16:32 rows at batch 8-16, where `nm_mma`'s rank-based expansion runs at
-0.6-0.8x cuBLAS and 16:32+2 on the 2:4 kernel is bound by its slots' bytes: not used by the op, the engine or
-`sparsify` until `benchmarks/scatter_bench.py` has measured it (benchmarks/CUDA_KERNEL_NOTES.md, fifty-first
-session).
+0.6-0.8x cuBLAS and 16:32+2 on the 2:4 kernel is bound by its slots' bytes. Measured, it is slower than both
+(0.71x cuBLAS at batch 8 on the H200: its register loads keep too few bytes in flight, and the expansion does not
+overlap them), so the op, the engine and `sparsify` do not use it (benchmarks/CUDA_KERNEL_NOTES.md, fifty-first and
+fifty-second sections).
 
 Built at first use by `cuda_mma`'s build (nvcc into a cached shared library, called through ctypes on torch's
 current stream, so it is captured by CUDA graphs). Takes the packed format as `pack_nm` writes it (no re-layout):
@@ -93,9 +94,9 @@ class ScatterLaunch:
     and allocates the device's split-K counters, so it must run outside CUDA graph capture.
     `splits` defaults to `default_splits`; `warps` (one of WARPS) sets the CTA's rows (16 a warp) and so how many
     rows share one copy of x; `prefetch` (one of PREFETCH) how many steps past its register loads each lane asks the
-    L2 for; `row_ctas` how many CTAs a split has, each running every row_ctas-th row block (default
-    `default_row_ctas`; the number of row blocks gives one CTA a block); `probe` runs the build without the expansion
-    (wrong products)."""
+    L2 for; `row_ctas` how many CTAs a split has, each running every row_ctas-th row block (default: one CTA a block,
+    faster in 45 of the 48 problems of `results/scatter_h200_rowloop.md` than `default_row_ctas`); `probe` runs the
+    build without the expansion (wrong products)."""
 
     def __init__(self, x: torch.Tensor, packed: PackedNM, splits: int | None = None, probe: bool = False,
                  warps: int = WARPS[0], prefetch: int = PREFETCH[0], row_ctas: int | None = None):
@@ -138,8 +139,9 @@ class ScatterLaunch:
                                    f"most {self.range_words} words each")
         self.splits = splits
         self.row_blocks = -(-self.out // self.rows_per_block)
+        self.slots = ctas * sms  # CTAs resident at once
         if row_ctas is None:
-            row_ctas = default_row_ctas(self.out, splits, self.rows_per_block, ctas * sms)
+            row_ctas = self.row_blocks
         if not 1 <= row_ctas <= self.row_blocks:
             raise KernelInputError(f"row_ctas = {row_ctas}; {self.out} rows make {self.row_blocks} row blocks of "
                                    f"{self.rows_per_block}, so 1 to {self.row_blocks} CTAs a split")
