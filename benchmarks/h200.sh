@@ -1975,6 +1975,18 @@ PY
     tail -3 "$OUT/gpu_tests_h200_scatter.log"
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 330 python3 scatter_bench.py --probe \
       ${SP24:+--sp24} --out "$OUT/scatter_h200.md" 2>&1 | grep -E "^\||rror" | tail -30) || true ;;
+  eager-rounds)  # fifty-second session, prepared and not yet run (the device was paused; about 6 minutes, no model;
+    # carry .kcachez with the six default sp24 builds, built offline by prebuild_kernels.py in about 9 minutes on two
+    # cores): eager_bench.py at batch 1 and 4 in alternated rounds (eager_h200_tiled_run3.md: the third run of the
+    # Sp24Linear rows, the first with --rounds), then the sp24 GPU test files not run since the split-K fix
+    # (gpu_suite.md: test_sp24_mixed.py, test_sp24_split.py, test_sp24.py)
+    if [ -f .kcachez/k.tgz ]; then bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    else bash benchmarks/h200.sh prebuild > /dev/null 2>&1; fi  # without a carried cache, built here
+    timeout 200 python3 benchmarks/eager_bench.py --patterns 2:4 --batches 1 4 --calls 1000 --device-calls 100 \
+      --out "$OUT/eager_h200_tiled_run3.md" 2>&1 | grep -E "^- |rror" || true
+    SUITE_FILES="tests/test_sp24_mixed.py tests/test_sp24_split.py tests/test_sp24.py" SUITE_LIMIT=110 \
+      COMMIT=${COMMIT:-unknown} bash benchmarks/h200.sh gpu-suite || true
+    grep "^| test" "$OUT/gpu_suite.md" || true ;;
   eager-tiled)  # forty-seventh session (about 7 minutes, no model; carry .kcachez with the current sp24.cu's six
     # default builds): the GPU tests of sp24's launches (now one struct through ctypes), of `sparsify`'s tiling and
     # of the engine (gpu_suite.md, SUITE_LIMIT 200 s a file), then eager_bench.py at batch 1 and 4 with Sp24Linear
@@ -2235,5 +2247,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, lease18b, split-kernel, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, eager-tiled, hf-tiled, prebuild, scatter, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, lease18b, split-kernel, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, eager-rounds, eager-tiled, hf-tiled, prebuild, scatter, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac
