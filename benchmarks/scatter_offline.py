@@ -1,8 +1,8 @@
 """What the scatter kernel (`csrc/nm_scatter.cu`) should cost, read offline (no GPU): ptxas' registers and spills of
-every build, the main loop's SASS instructions per step and weight (from the first 16-bit shared store or MMA of the
-loop, which is unrolled over two steps, to its last), and the shared-memory wavefronts of a step, with the scatter's
-bank conflicts simulated on random masks as the kernel's lanes store them (wavefronts of one 16-bit store
-instruction: the most distinct 4-byte words any bank gets). Needs nvcc and cuobjdump (Triton's copy will do).
+every build, the main loop's SASS instructions per step and weight (the loop is unrolled over two steps: from its
+first 16-bit shared store to the last MMA before the 65th store), and the shared-memory wavefronts of a step, with
+the scatter's bank conflicts simulated on random masks as the kernel's lanes store them (wavefronts of one 16-bit
+store instruction: the most distinct 4-byte words any bank gets). Needs nvcc and cuobjdump (Triton's copy will do).
 
     python benchmarks/scatter_offline.py --out benchmarks/results/scatter_offline_cpu.md
 """
@@ -66,10 +66,15 @@ def loop_counts(sass: str) -> dict[int, tuple[float, Counter]]:
                 op = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
                 if op:
                     ops.append(op.group(1))
-        marks = [i for i, op in enumerate(ops) if op.startswith(("STS.U16", "HMMA"))]
-        span = ops[marks[0]:marks[-1] + 1] if marks else []
-        steps = max(1, sum(op.startswith("STS.U16") for op in span) // 32)  # 32 kept values a lane and step
-        counts[int(match.group(1))] = (len(span) / steps, Counter(op.split(".")[0] for op in span))
+        # the loop's two unrolled steps: from the first 16-bit shared store to the last MMA before the 65th (32 kept
+        # values a lane and step), which starts the code after the loop (an odd last step, then the block's epilogue)
+        stores = [i for i, op in enumerate(ops) if op.startswith("STS.U16")]
+        if len(stores) < 64:
+            continue
+        end = stores[64] if len(stores) > 64 else len(ops)
+        last = max(i for i, op in enumerate(ops[:end]) if op.startswith("HMMA"))
+        span = ops[stores[0]:last + 1]
+        counts[int(match.group(1))] = (len(span) / 2, Counter(op.split(".")[0] for op in span))
     return counts
 
 

@@ -301,7 +301,8 @@ def test_row_blocks_shared_by_ctas_and_prefetch_match_float64(prefetch):
     packed = pack_nm(weight, 16, 32)
     for batch in (1, 8, 16):
         x = torch.randn(batch, 4128, device="cuda").bfloat16()
-        for splits, row_ctas in ((3, 1), (3, 3), (5, 2), (3, 8), (None, None)):
+        # 11, 7 and 4 steps a split: both parities of the steps' pairs across a CTA's blocks
+        for splits, row_ctas in ((3, 1), (3, 3), (5, 2), (9, 2), (3, 8), (None, None)):
             launch = ScatterLaunch(x, packed, splits, prefetch=prefetch, row_ctas=row_ctas)
             error = float64_error(launch(x, packed.values, packed.bitmask), x, weight)
             assert error <= 1, (batch, splits, row_ctas, error)

@@ -163,28 +163,31 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
   const int my_blocks = blockIdx.x < row_blocks ? (row_blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const int total = my_blocks * steps;
 
-  // A place in that sequence: a row block and a step of it.
+  // A place in that sequence: a row block, a step of it, and the first mask word (of the row) of the lane's two rows
+  // in that block (rows past the end read the last row; their outputs are never stored).
+  const int lw = lane & 3, lr = lane >> 2;
   struct Cursor {
     int block, s;
+    int row_word[2];
+  };
+  auto at_block = [&](Cursor& c, int block) {
+    c.block = block;
+    c.s = 0;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) c.row_word[e] = min(block * kRows + warp * 16 + lr + 8 * e, out - 1) * words;
   };
   auto advance = [&](Cursor& c) {
-    if (++c.s == steps) {
-      c.s = 0;
-      c.block += gridDim.x;
-    }
+    if (++c.s == steps) at_block(c, c.block + gridDim.x);
   };
-  // The lane's rows of a block (rows past the end read the last row; their outputs are never stored) and word of a
-  // step. Words past the split's end become 16 zeros in the low columns (x is zero there too), so that every word
-  // the scatter walks has 16 set bits.
-  const int lw = lane & 3, lr = lane >> 2;
-  auto lane_row = [&](int block, int e) { return min(block * kRows + warp * 16 + lr + 8 * e, out - 1); };
+  // The lane's word of a step. Words past the split's end become 16 zeros in the low columns (x is zero there too),
+  // so that every word the scatter walks has 16 set bits.
   auto load = [&](const Cursor& c, Words& d) {
     const int local = c.s * kStepWords + lw;
     const bool ok = local < n_words;
     const int w = w_begin + min(local, max(n_words - 1, 0));
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const size_t word = static_cast<size_t>(lane_row(c.block, e)) * words + w;
+      const size_t word = static_cast<size_t>(c.row_word[e] + w);
       const uint4* src = reinterpret_cast<const uint4*>(values + word * 16);
       const uint4 a = __ldcs(src), b = __ldcs(src + 1);
       const uint32_t m = __ldcs(bitmask + word);
@@ -199,14 +202,16 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
     if (c.block >= row_blocks || local >= n_words) return;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const size_t word = static_cast<size_t>(lane_row(c.block, e)) * words + w_begin + local;
+      const size_t word = static_cast<size_t>(c.row_word[e] + w_begin + local);
       prefetch_l2(values + word * 16);
       if (lw == 0) prefetch_l2(bitmask + word);
     }
   };
 
   Words cur, nxt;
-  Cursor loading{static_cast<int>(blockIdx.x), 0}, computing = loading, prefetching = loading;
+  Cursor loading, prefetching;
+  at_block(loading, blockIdx.x);
+  prefetching = loading;
   if (total > 0) {
     load(loading, cur);
     advance(loading);
@@ -287,8 +292,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
     }
   };
 
-  auto step = [&](int i, Words& now, Words& next) {
-    if (i + 1 < total) {
+  auto step = [&](int s, Words& now, Words& next) {
+    if (loading.block < row_blocks) {  // the loads run one step ahead: none past the CTA's last step
       load(loading, next);
       advance(loading);
     }
@@ -312,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
     if (fold == 0x9E3779B9u) st_shared_u16(seg0, fold);  // (almost never) stores, so no load is dropped
 #endif
     __syncwarp();
-    const uint32_t b_step = b_at + 2 * computing.s * kStepWords * 32;
+    const uint32_t b_step = b_at + 2 * s * kStepWords * 32;
 #pragma unroll
     for (int kp = 0; kp < kStepWords; ++kp) {  // 32 columns: two k-steps
       uint32_t a[2][4];
@@ -326,12 +331,22 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
         mma16816<kBf16>(acc[j], a[1][0], a[1][1], a[1][2], a[1][3], b2, b3);
       }
     }
-    if (computing.s == steps - 1) finish(computing.block);
-    advance(computing);
   };
-  for (int i = 0; i < total; i += 2) {
-    step(i, cur, nxt);
-    if (i + 1 < total) step(i + 1, nxt, cur);
+  // Blocks outer, steps in pairs inner (cur and nxt take turns); after an odd number of steps the next block's first
+  // words are in nxt, so the two change places once a block.
+  for (int block = blockIdx.x; block < row_blocks; block += gridDim.x) {
+    int s = 0;
+    for (; s + 1 < steps; s += 2) {
+      step(s, cur, nxt);
+      step(s + 1, nxt, cur);
+    }
+    if (s < steps) {
+      step(s, cur, nxt);
+      const Words held = cur;
+      cur = nxt;
+      nxt = held;
+    }
+    finish(block);
   }
 }
 
@@ -367,11 +382,11 @@ int nm_scatter_launch(const void* x, const void* values, const void* bitmask, vo
   if (batch < 1 || batch > 16 || out < 1 || words < 1 || splits < 1) return cudaErrorInvalidValue;
   if (splits > 1 && (partials == nullptr || counters == nullptr)) return cudaErrorInvalidValue;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (batch <= 8)
-    return is_bf16 ? launch<__nv_bfloat16, 1>(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s)
-                   : launch<__half, 1>(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s);
-  return is_bf16 ? launch<__nv_bfloat16, 2>(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s)
-                 : launch<__half, 2>(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s);
+  auto run = [&](auto launch_nt) {
+    return launch_nt(x, values, bitmask, y, partials, counters, batch, out, words, splits, row_ctas, s);
+  };
+  if (batch <= 8) return is_bf16 ? run(launch<__nv_bfloat16, 1>) : run(launch<__half, 1>);
+  return is_bf16 ? run(launch<__nv_bfloat16, 2>) : run(launch<__half, 2>);
 }
 
 const char* nm_scatter_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
