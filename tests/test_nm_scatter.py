@@ -306,6 +306,18 @@ def test_row_blocks_shared_by_ctas_and_prefetch_match_float64(prefetch):
             launch = ScatterLaunch(x, packed, splits, prefetch=prefetch, row_ctas=row_ctas)
             error = float64_error(launch(x, packed.values, packed.bitmask), x, weight)
             assert error <= 1, (batch, splits, row_ctas, error)
+    # one step a split (33 splits of 4 words, the last of 1), and one split (its blocks' warps run apart: no barrier)
+    for splits, row_ctas in ((33, 2), (33, 3)):
+        launch = ScatterLaunch(x, packed, splits, prefetch=prefetch, row_ctas=row_ctas)
+        assert float64_error(launch(x, packed.values, packed.bitmask), x, weight) <= 1, (splits, row_ctas)
+    narrow = random_nm(1000, 2048, 16, 32, device="cuda")
+    packed_narrow = pack_nm(narrow, 16, 32)
+    for batch in (1, 16):
+        xn = torch.randn(batch, 2048, device="cuda").bfloat16()
+        for row_ctas in (2, 3):
+            launch = ScatterLaunch(xn, packed_narrow, 1, prefetch=prefetch, row_ctas=row_ctas)
+            error = float64_error(launch(xn, packed_narrow.values, packed_narrow.bitmask), xn, narrow)
+            assert error <= 1, (batch, row_ctas, error)
     launch = ScatterLaunch(x, packed, 3, prefetch=prefetch, row_ctas=3)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

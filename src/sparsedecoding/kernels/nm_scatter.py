@@ -105,6 +105,9 @@ class ScatterLaunch:
         if prefetch not in PREFETCH:
             raise KernelInputError(f"prefetch = {prefetch}; the scatter kernel is built for {sorted(PREFETCH)}")
         check_inputs(x, packed)
+        if packed.shape[0] * (packed.shape[1] // 32) >= 2**31:
+            raise KernelInputError(f"a {packed.shape[0]}x{packed.shape[1]} weight has 2^31 mask words or more; the "
+                                   "scatter kernel indexes them with 32-bit integers")
         check_sixteen_per_word(packed.bitmask)
         if not torch.cuda.is_available():
             raise CudaKernelUnavailableError("the scatter kernel needs a CUDA GPU; use nm_spmv")

@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas)
   const int total = my_blocks * steps;
 
   // A place in that sequence: a row block, a step of it, and the first mask word (of the row) of the lane's two rows
-  // in that block (rows past the end read the last row; their outputs are never stored).
+  // in that block (rows past the end read the last row; their outputs are never stored). 32-bit: nm_scatter.py
+  // refuses weights of 2^31 mask words or more.
   const int lw = lane & 3, lr = lane >> 2;
   struct Cursor {
     int block, s;
