@@ -501,6 +501,21 @@ def test_a_failed_build_leaves_nothing_under_the_library_name(tmp_path, monkeypa
     assert [path.suffix for path in (tmp_path / "cache" / "cuda_build").iterdir()] == [".lock"]
 
 
+def test_the_library_name_follows_the_included_header(fake_build, tmp_path):
+    """A source that includes a header from its folder gets a new library name when only the header changes; a
+    source without one is hashed as before (its bytes alone)."""
+    nvcc = str(fake_build / "bin" / "nvcc")
+    (tmp_path / "k.cu").write_text('#include <stdint.h>\n#include "common.cuh"\nint f() { return g(); }\n')
+    (tmp_path / "common.cuh").write_text("inline int g() { return 1; }\n")
+    before = cuda_mma.library_path(tmp_path / "k.cu", "90", (), nvcc)
+    (tmp_path / "common.cuh").write_text("inline int g() { return 2; }\n")
+    assert cuda_mma.library_path(tmp_path / "k.cu", "90", (), nvcc) != before
+    assert cuda_mma.source_bytes(tmp_path / "k.cu").endswith(b"return 2; }\n")
+    (tmp_path / "plain.cu").write_text("int f() { return 1; }\n")
+    assert cuda_mma.source_bytes(tmp_path / "plain.cu") == (tmp_path / "plain.cu").read_bytes()
+    assert b"mma16816" in cuda_mma.source_bytes(cuda_mma.SOURCE)  # nm_mma.cu's shared helpers come with it
+
+
 def test_the_library_name_follows_the_build_flags(fake_build, monkeypatch):
     nvcc = str(fake_build / "bin" / "nvcc")
     before = cuda_mma.library_path(cuda_mma.SOURCE, "90", (), nvcc)

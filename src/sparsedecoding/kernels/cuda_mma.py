@@ -102,11 +102,23 @@ def geometry_defines(geometry: dict[str, int]) -> list[str]:
     return [f"-DNM_MMA_{name.upper()}={value}" for name, value in sorted(geometry.items())]
 
 
+_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def source_bytes(source_path: Path) -> bytes:
+    """The bytes a build of `source_path` depends on: the source, then each header it includes by a quoted name
+    from its own folder (`csrc/mma_common.cuh`), so that a change to a shared header names new libraries."""
+    data = source_path.read_bytes()
+    for name in _LOCAL_INCLUDE.findall(data.decode("utf-8")):
+        data += (source_path.parent / name).read_bytes()
+    return data
+
+
 def library_path(source_path: Path, arch: str, defines: tuple[str, ...], nvcc: str) -> Path:
     """Where `build` keeps the library of `source_path` for compute capability `arch` ("90") built with `defines` by
     this `nvcc`: named by a hash of the source, nvcc's version line and the whole build command (arch, flags and
     defines), so any change builds anew (`benchmarks/prebuild_kernels.py` fills it offline)."""
-    key = hashlib.sha256(source_path.read_bytes() + _version_line(nvcc).encode()
+    key = hashlib.sha256(source_bytes(source_path) + _version_line(nvcc).encode()
                          + " ".join(_flags(source_path, arch, defines)).encode()).hexdigest()[:16]
     return cache_dir() / f"{source_path.stem}_sm{arch}_{key}.so"
 
@@ -118,7 +130,7 @@ def _flags(source_path: Path, arch: str, defines: tuple[str, ...]) -> list[str]:
 
 def _record(source_path: Path, arch: str, defines: tuple[str, ...]) -> dict:
     """What a library's record (the .json beside it) says it was built from."""
-    return {"source": source_path.name, "source_sha256": hashlib.sha256(source_path.read_bytes()).hexdigest(),
+    return {"source": source_path.name, "source_sha256": hashlib.sha256(source_bytes(source_path)).hexdigest(),
             "arch": arch, "flags": _flags(source_path, arch, defines)}
 
 

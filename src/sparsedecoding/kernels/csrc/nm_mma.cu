@@ -44,6 +44,8 @@
 
 #include <type_traits>
 
+#include "mma_common.cuh"
+
 namespace {
 
 // The CTA's geometry, 8 warps and 8 words a stage unless the build defines otherwise (cuda_mma.py passes
@@ -84,10 +86,6 @@ struct Layout {
   static_assert(STAGES * 8 <= kBarrierBytes, "one mbarrier per stage");
   static_assert(mask % 16 == 0 && x % 16 == 0 && stage % 16 == 0, "16-byte alignment of stage parts");
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // src_bytes = 0 fills the destination with zeros without reading (columns past the end of a row).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
@@ -138,24 +136,6 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   return d;
 }
 
-template <bool BF16>
-__device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  if constexpr (BF16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
-
 // ::ordered_metadata (PTX ISA 8.5, nvcc 12.5+; our positions are always in increasing order) where the compiler
 // has it, else the plain form, so that older toolkits still build the whole library.
 #if (__CUDACC_VER_MAJOR__ > 12) || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 5)
@@ -200,13 +180,6 @@ __device__ __forceinline__ uint32_t nibble_selectors(uint32_t nib) {
   const uint32_t keep = kept * 0xFFu;
   return (take & keep) | (0x77777777u & ~keep);
 }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
 // The 64-bit window of a row's values starting at element `rank` of a 32-value word pair row in shared memory,
 // with everything past the first `count` values zeroed.
