@@ -501,6 +501,30 @@ def test_a_failed_build_leaves_nothing_under_the_library_name(tmp_path, monkeypa
     assert [path.suffix for path in (tmp_path / "cache" / "cuda_build").iterdir()] == [".lock"]
 
 
+def test_split_k_counters_are_allocated_once_outside_capture_and_outputs_sized(monkeypatch):
+    from types import SimpleNamespace
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    cpu, store = torch.device("cpu"), {}
+    capturing[0] = True
+    with pytest.raises(KernelInputError, match="outside CUDA graph capture .*call nm_mm_scatter once eagerly first"):
+        cuda_mma.split_k_counters(store, cpu, 0, 1000, 128, "nm_mm_scatter")
+    assert store == {}
+    capturing[0] = False
+    counters = cuda_mma.split_k_counters(store, cpu, 0, 1000, 128, "nm_mm_scatter")
+    assert counters.dtype == torch.int32 and not counters.any() and store[0] is counters
+    capturing[0] = True  # allocated already: capture may reuse it
+    assert cuda_mma.split_k_counters(store, cpu, 0, 1000, 128, "nm_mm_scatter") is counters
+    with pytest.raises(KernelInputError, match="output rows exceed the split-K counters"):
+        cuda_mma.split_k_counters(store, cpu, 0, 128 * counters.numel() + 1, 128, "nm_mm_scatter")
+    launch = SimpleNamespace(out=5, batch=3, vector=False, splits=4, dtype=torch.float16, device=cpu)
+    y, partials = cuda_mma.launch_outputs(launch)
+    assert y.shape == (3, 5) and y.dtype == torch.float16 and partials.shape == (60,)
+    launch.vector, launch.batch, launch.splits = True, 1, 1
+    y, partials = cuda_mma.launch_outputs(launch)
+    assert y.shape == (5,) and partials is None
+
+
 def test_the_library_name_follows_the_included_header(fake_build, tmp_path):
     """A source that includes a header from its folder gets a new library name when only the header changes; a
     source without one is hashed as before (its bytes alone)."""

@@ -6,6 +6,7 @@ memory layout, the split choice, input checks and an offline compile; on GPU, th
 from __future__ import annotations
 
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -241,7 +242,14 @@ def test_cpu_tensors_and_other_patterns_are_refused_before_any_build():
         ScatterLaunch(torch.randn(2, 64).bfloat16(), quarter)
 
 
-def test_both_builds_compile_without_spills(tmp_path):
+def test_a_weight_past_32_bit_word_offsets_is_refused(monkeypatch):
+    monkeypatch.setattr(nm_scatter, "check_inputs", lambda x, packed: None)  # its CUDA checks, not this one
+    huge = SimpleNamespace(shape=(1 << 16, 1 << 20))  # 2^31 mask words: too big to build here, only its shape
+    with pytest.raises(KernelInputError, match="2\\^31 mask words or more"):
+        ScatterLaunch(torch.randn(2, 64).bfloat16(), huge)
+
+
+def test_every_build_compiles_without_spills(tmp_path):
     """nvcc (where this machine has one) builds nm_scatter.cu for sm_90 with no GPU, the kernel, its probe without
     the expansion and the other CTA sizes, every instance without register spills (ptxas' report)."""
     nvcc = cuda_mma._nvcc()

@@ -460,25 +460,38 @@ class Launch:
         self.dtype, self.dtype_code = x.dtype, _DTYPES[x.dtype]
         self.fast24 = fast24
         self.sparse_mma = int(sparse_mma)
-        self.counters = None
-        if splits > 1:
-            if -(-self.out // self.rows_per_block) > _COUNTER_SLOTS:
-                raise KernelInputError(f"{self.out} output rows exceed the split-K counters; pass splits=1")
-            self.counters = _counters.get(self.device_index)
-            if self.counters is None:
-                if torch.cuda.is_current_stream_capturing():
-                    raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture "
-                                           "(it allocates the kernel's counters); call nm_mm_cuda once eagerly first")
-                self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
-                                                                           device=self.device)
+        self.counters = split_k_counters(_counters, self.device, self.device_index, self.out, self.rows_per_block,
+                                         "nm_mm_cuda") if splits > 1 else None
 
     def _outputs(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """y, and the split-K partials (None without split-K), for one call."""
-        y = torch.empty((self.out,) if self.vector else (self.batch, self.out), dtype=self.dtype, device=self.device)
-        partials = None
-        if self.splits > 1:
-            partials = torch.empty(self.splits * self.batch * self.out, dtype=torch.float32, device=self.device)
-        return y, partials
+        return launch_outputs(self)
+
+
+def split_k_counters(store: dict[int, torch.Tensor], device: torch.device, device_index: int, out: int,
+                     rows_per_block: int, caller: str) -> torch.Tensor:
+    """The device's zeroed split-K counters in `store` (one int a row block; the last CTA of a block resets its
+    own), allocated on the first split-K launch, which therefore must not be under CUDA graph capture."""
+    if -(-out // rows_per_block) > _COUNTER_SLOTS:
+        raise KernelInputError(f"{out} output rows exceed the split-K counters; pass splits=1")
+    counters = store.get(device_index)
+    if counters is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture (it "
+                                   f"allocates the kernel's counters); call {caller} once eagerly first")
+        counters = store[device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32, device=device)
+    return counters
+
+
+def launch_outputs(launch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """y, and the split-K partials (None without split-K), for one call of a launch with `out`, `batch`, `vector`,
+    `splits`, `dtype` and `device` (`Launch`, `nm_scatter.ScatterLaunch`)."""
+    shape = (launch.out,) if launch.vector else (launch.batch, launch.out)
+    y = torch.empty(shape, dtype=launch.dtype, device=launch.device)
+    partials = None
+    if launch.splits > 1:
+        partials = torch.empty(launch.splits * launch.batch * launch.out, dtype=torch.float32, device=launch.device)
+    return y, partials
 
     def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
         for name, t in (("x", x), ("values", values), ("bitmask", bitmask)):

@@ -28,10 +28,9 @@ PROBE_DEFINE = "-DNM_SCATTER_NO_EXPAND"  # the build without the expansion (wron
 WARPS = (8, 16, 4)  # warps a CTA (16 rows each) the kernel is built for; the first is the default
 PREFETCH = (0, 4, 8)  # steps ahead the L2 is asked for a lane's words (NM_SCATTER_PREFETCH); 0 asks for none
 _DTYPES = {torch.bfloat16: 1, torch.float16: 0}
-_COUNTER_SLOTS = 1 << 16  # one int per row block of a split-K launch
 _lock = threading.Lock()
 _libraries: dict[tuple[str, ...], ctypes.CDLL] = {}
-_counters: dict[int, torch.Tensor] = {}
+_counters: dict[int, torch.Tensor] = {}  # the kernel's own split-K counters a device
 
 
 def _load(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
@@ -150,26 +149,14 @@ class ScatterLaunch:
                                    f"{self.rows_per_block}, so 1 to {self.row_blocks} CTAs a split")
         self.row_ctas = row_ctas
         self.dtype, self.dtype_code = x.dtype, _DTYPES[x.dtype]
-        self.counters = None
-        if splits > 1:
-            if -(-self.out // self.rows_per_block) > _COUNTER_SLOTS:
-                raise KernelInputError(f"{self.out} output rows exceed the split-K counters")
-            self.counters = _counters.get(self.device_index)
-            if self.counters is None:
-                if torch.cuda.is_current_stream_capturing():
-                    raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture "
-                                           "(it allocates the kernel's counters); call it once eagerly first")
-                self.counters = _counters[self.device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32,
-                                                                           device=self.device)
+        self.counters = cuda_mma.split_k_counters(_counters, self.device, self.device_index, self.out,
+                                                  self.rows_per_block, "nm_mm_scatter") if splits > 1 else None
 
     def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
         for name, t in (("x", x), ("values", values), ("bitmask", bitmask)):
             if t.data_ptr() % 16:
                 raise KernelInputError(f"{name} does not start on a 16-byte boundary; pass a fresh .clone()")
-        y = torch.empty((self.out,) if self.vector else (self.batch, self.out), dtype=self.dtype, device=self.device)
-        partials = None
-        if self.splits > 1:
-            partials = torch.empty(self.splits * self.batch * self.out, dtype=torch.float32, device=self.device)
+        y, partials = cuda_mma.launch_outputs(self)
         with cuda_mma._on_device(self.device_index):
             err = self.library.nm_scatter_launch(
                 x.data_ptr(), values.data_ptr(), bitmask.data_ptr(), y.data_ptr(),
