@@ -1966,7 +1966,8 @@ PY
     python3 benchmarks/hf_generate_bench.py /root/qwen-2of4-magnitude --batches 1 4 --rounds 3 --eager \
       --out "$OUT/hf_generate_h200.md" ;;
   scatter)  # fifty-first session, run in the fifty-second on an H100 (scatter_h100.md; no model, about 2 minutes):
-    # the scatter kernel's GPU tests (gpu_tests_h200_scatter.log), then scatter_bench.py with its probe on the 8B + 14B shapes at batch 1-16
+    # the scatter kernel's GPU tests (gpu_tests_h200_scatter.log), then scatter_bench.py with its probe on the 8B + 14B
+    # shapes at batch 1-16
     # (scatter_h200.md: the scatter kernel on 16:32, the op as dispatched, cuBLAS). SP24=1 adds 16:32+2 on the 2:4
     # kernel (run `prebuild` first in the same lease, or it builds the sp24 libraries it needs here)
     export PATH=/usr/local/cuda/bin:$PATH

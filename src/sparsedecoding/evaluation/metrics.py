@@ -4,9 +4,10 @@ On-policy divergence: the pruned model's own greedy continuations are replayed t
 pruned model q; at every generated position t (the prompt excluded) KL(p_t ‖ q_t) = Σ_v p_t(v)·(log p_t(v) − log q_t(v))
 and the dense model's NLL −log p_t(y_t) of the token the pruned model chose, both in float32 from log_softmax of the
 logits, averaged over all generated tokens. The logits come as the models give them (bfloat16 for a bfloat16 model),
-so a very small KL reads slightly high (their rounding adds to the divergence; no committed measurement of how much). Perplexity: exp of the token-weighted mean NLL over non-overlapping windows
-of held-out text (each window's first token is context only). Repetition: distinct-n (unique n-grams / n-grams in one
-sequence) and the longest n-gram that occurs twice in a sequence.
+so a very small KL reads slightly high (their rounding adds to the divergence; no committed measurement of how
+much). Perplexity: exp of the token-weighted mean NLL over non-overlapping windows of held-out text (each window's
+first token is context only). Repetition: distinct-n (unique n-grams / n-grams in one sequence) and the longest
+n-gram that occurs twice in a sequence.
 """
 
 from __future__ import annotations
