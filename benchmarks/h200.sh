@@ -1980,13 +1980,13 @@ PY
     # carry .kcachez with the six default sp24 builds, built offline by prebuild_kernels.py in about 9 minutes on two
     # cores): eager_bench.py at batch 1 and 4 in alternated rounds (eager_h200_tiled_run3.md: the third run of the
     # Sp24Linear rows, the first with --rounds), then the sp24 GPU test files not run since the split-K fix
-    # (gpu_suite.md: test_sp24_mixed.py, test_sp24_split.py, test_sp24.py)
+    # (gpu_suite.md: test_sp24_mixed.py, test_sp24_split.py, test_sp24.py) and save_packed's (fifty-third session)
     if [ -f .kcachez/k.tgz ]; then bash benchmarks/h200.sh kcache > /dev/null 2>&1
     else bash benchmarks/h200.sh prebuild > /dev/null 2>&1; fi  # without a carried cache, built here
     timeout 200 python3 benchmarks/eager_bench.py --patterns 2:4 --batches 1 4 --calls 1000 --device-calls 100 \
       --out "$OUT/eager_h200_tiled_run3.md" 2>&1 | grep -E "^- |rror" || true
-    SUITE_FILES="tests/test_sp24_mixed.py tests/test_sp24_split.py tests/test_sp24.py" SUITE_LIMIT=110 \
-      COMMIT=${COMMIT:-unknown} bash benchmarks/h200.sh gpu-suite || true
+    SUITE_FILES="tests/test_sp24_mixed.py tests/test_sp24_split.py tests/test_sp24.py tests/test_save_packed.py" \
+      SUITE_LIMIT=110 COMMIT=${COMMIT:-unknown} bash benchmarks/h200.sh gpu-suite || true
     grep "^| test" "$OUT/gpu_suite.md" || true ;;
   eager-tiled)  # forty-seventh session (about 7 minutes, no model; carry .kcachez with the current sp24.cu's six
     # default builds): the GPU tests of sp24's launches (now one struct through ctypes), of `sparsify`'s tiling and

@@ -26,11 +26,16 @@ def pruned_tiny(arch: str, dtype=torch.bfloat16, seed: int = 0, overrides: dict 
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(tiny_config(arch, **(overrides or {})), dtype=torch.float32)
-    with torch.no_grad():
-        for name, module in model.model.layers.named_modules(prefix="model.layers"):
-            if isinstance(module, nn.Linear) and name != DENSE_LEFT:
-                module.weight.copy_(magnitude(module.weight, None, "2:4"))
+    prune_all_but_one(model)
     return model.to(dtype).eval()
+
+
+@torch.no_grad()
+def prune_all_but_one(model: nn.Module) -> None:
+    """Prune every decoder linear of `model` but DENSE_LEFT 2:4 by magnitude, in place."""
+    for name, module in model.model.layers.named_modules(prefix="model.layers"):
+        if isinstance(module, nn.Linear) and name != DENSE_LEFT:
+            module.weight.copy_(magnitude(module.weight, None, "2:4"))
 
 
 def decoder_linears(model: nn.Module) -> set[str]:
@@ -152,10 +157,7 @@ def test_load_packed_builds_the_model_sparsify_makes(tmp_path):
     for arch, tied in (("qwen2", True), ("llama", False)):
         make_tiny_model(tmp_path / f"{arch}-dense", arch=arch, tie_word_embeddings=tied)
         model = AutoModelForCausalLM.from_pretrained(tmp_path / f"{arch}-dense", dtype=torch.bfloat16)
-        with torch.no_grad():
-            for name, module in model.model.layers.named_modules(prefix="model.layers"):
-                if isinstance(module, nn.Linear) and name != DENSE_LEFT:
-                    module.weight.copy_(magnitude(module.weight, None, "2:4"))
+        prune_all_but_one(model)
         model.generation_config.eos_token_id = [3]  # differs from config.json's [1, 3]
         model.save_pretrained(tmp_path / f"{arch}-pruned")
         pack_checkpoint(tmp_path / f"{arch}-pruned", tmp_path / f"{arch}-packed")

@@ -7,9 +7,9 @@ from .patterns import SparsityPattern
 __version__ = "0.1.0"
 
 __all__ = ["SparsityPattern", "SparsityPatternError", "SparseDecodingError", "SparsifySummary", "load_packed",
-           "sparsify", "tile_packed", "__version__"]
+           "save_packed", "sparsify", "tile_packed", "__version__"]
 
-_FROM_SWAP = ("SparsifySummary", "load_packed", "sparsify", "tile_packed")
+_FROM_SWAP = ("SparsifySummary", "load_packed", "save_packed", "sparsify", "tile_packed")
 
 
 def __getattr__(name: str):

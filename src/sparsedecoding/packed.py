@@ -203,18 +203,69 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
     for path in source.iterdir():
         if path.is_file() and path.suffix != ".safetensors" and path.name != "model.safetensors.index.json":
             shutil.copy2(path, out / path.name)
+    source_record = {"dir": str(source.resolve()),
+                     "safetensors_sha256": {shard.name: sha256_file(shard) for shard in shards}}
+    return _write_manifest(out, requested, quantize, tensors_info, source_record)
+
+
+def _write_manifest(out: Path, requested: str, quantize: str | None, tensors_info: dict[str, dict],
+                    source: dict) -> dict:
     manifest = {
         "format": FORMAT,
         "version": MANIFEST_VERSION,
         "pattern": requested,
         "quantize": quantize or "none",
         "patterns": sorted({info["pattern"] for info in tensors_info.values() if "pattern" in info}),
-        "source": {"dir": str(source.resolve()),
-                   "safetensors_sha256": {shard.name: sha256_file(shard) for shard in shards}},
+        "source": source,
         "tensors": tensors_info,
     }
     (out / PACKED_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def write_packed_state(out: Path, state: dict[str, torch.Tensor | PackedNM | PackedNMQ], dtypes: dict[str, str],
+                       source: dict, shard_bytes: int = 4 * 2**30) -> dict:
+    """Write `state` (every tensor of a model by its transformers name: dense tensors, and `PackedNM` /
+    `PackedNMQ` for packed weights) into the existing folder `out` as a packed checkpoint's safetensors shards (in
+    order, a new shard once one would pass `shard_bytes`) and its manifest, and return the manifest. `dtypes`
+    gives, for each `PackedNMQ`, the dtype its dequantized weight takes (codes hold none); `source` is recorded as
+    the manifest's "source". What `sparsedecoding.save_packed` writes with; the caller adds config and tokenizer."""
+    def size(tensor) -> int:
+        parts = tensor.state_dict("w").values() if isinstance(tensor, PackedNM | PackedNMQ) else (tensor,)
+        return sum(part.numel() * part.element_size() for part in parts)
+
+    kinds = sorted({tensor.quantize for tensor in state.values() if isinstance(tensor, PackedNMQ)})
+    if len(kinds) > 1:
+        raise PackingError(f"the packed weights hold {' and '.join(kinds)} codes; a packed checkpoint holds one kind")
+    shards: list[list[str]] = [[]]
+    held = 0
+    for name, tensor in state.items():
+        if shards[-1] and held + size(tensor) > shard_bytes:
+            shards.append([])
+            held = 0
+        shards[-1].append(name)
+        held += size(tensor)
+    tensors_info: dict[str, dict] = {}
+    for index, names in enumerate(shards, 1):
+        file = "model.safetensors" if len(shards) == 1 else f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+        written: dict[str, torch.Tensor] = {}
+        for name in names:
+            tensor = state[name]
+            if isinstance(tensor, PackedNM | PackedNMQ):
+                parts = {key: part.detach().cpu().contiguous() for key, part in tensor.state_dict(name).items()}
+                written.update(parts)
+                dtype = dtypes[name] if isinstance(tensor, PackedNMQ) else str(tensor.values.dtype)
+                info = {"file": file, "shape": list(tensor.shape), "dtype": dtype.removeprefix("torch."),
+                        "pattern": tensor.pattern}
+                if isinstance(tensor, PackedNMQ):
+                    info.update(quantize=tensor.quantize, group_size=tensor.group_size)
+            else:
+                written[name] = tensor.detach().cpu().contiguous()
+                info = {"file": file, "shape": list(tensor.shape),
+                        "dtype": str(tensor.dtype).removeprefix("torch.")}
+            tensors_info[name] = info
+        save_file(written, str(out / file), metadata={"format": FORMAT})
+    return _write_manifest(out, "auto", kinds[0] if kinds else None, tensors_info, source)
 
 
 def packed_manifest(folder: Path) -> Path | None:

@@ -5,7 +5,7 @@ static cache and `torch.compile` work as on the dense model: `PackedLinear` call
 runner eagerly and through the custom op (with a fake implementation) under torch.compile. Quantized models
 (`prune --quantize`, `--quantize-head`) get `QuantizedPackedLinear` and a `DenseQuantizedLinear` lm_head instead:
 `load_packed` reads both from the packed checkpoint and its pruning record; `sparsify` reads the record of the
-folder the model was loaded from, unless told otherwise.
+folder the model was loaded from, unless told otherwise. `save_packed` writes such a model as a packed checkpoint.
 On CUDA both then tile (`tile="auto"`, the default) what the sparse tensor-core kernel runs, as the engine does: 2:4
 linears, and 16:32 ones whose masks fit 16:32+2 (SPARSEDECODING_SP24_SLOTS), become `Sp24Linear`s. In transformers'
 `generate` with the compiled decode step that was faster than dense at batch 1 / 4 / 8 / 16 (1.24 / 1.06 / 1.04 /
@@ -15,6 +15,7 @@ linears, and 16:32 ones whose masks fit 16:32+2 (SPARSEDECODING_SP24_SLOTS), bec
 from __future__ import annotations
 
 import logging
+import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import KernelInputError, PackingError, QuantizationError
+from .errors import KernelInputError, ModelFileError, PackingError, QuantizationError
 from .kernels import PackedLinear, PackedNM, pack_nm
 from .kernels.format import nm_pattern
 from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, check_dense_quantization,
@@ -30,8 +31,12 @@ from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, ch
 from .kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from .kernels.op import KernelChoiceError, kernel_setting, sp24_slots_setting
 from .kernels.sp24_linear import Sp24Linear, sp24_problem, tile_where_kernel_runs
-from .packed import load_packed_checkpoint, recorded_head_quantization, recorded_quantization
+from .models import read_json
+from .outputs import PRUNED_MANIFEST, check_not_source, output_folder
+from .packed import (PACKED_MANIFEST, load_packed_checkpoint, packed_manifest, recorded_head_quantization,
+                     recorded_quantization, write_packed_state)
 from .patterns import PRUNABLE_LINEARS
+from .runenv import write_json
 from .solvers import quantization_codes
 
 log = logging.getLogger(__name__)
@@ -78,9 +83,9 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
     (`kernels.format.nm_pattern`: the sparsest of the 2:4, 4:8, 8:16, 16:32 families that holds with at most
     half the weights kept, detected from the zeros) with a `PackedLinear` holding the same weight packed, the same
     bias, dtype and device. The output embedding (lm_head, often tied to the input embedding) and linears that are
-    not N:M sparse stay as they were (a warning names decoder linears left dense beside swapped ones). The model
-    `save_pretrained` writes afterwards holds the packed buffers, which `from_pretrained` does not read: keep the
-    pruned folder, or its packed checkpoint (`sparsedecoding pack`, `load_packed`), as the saved form.
+    not N:M sparse stay as they were (a warning names decoder linears left dense beside swapped ones). Save the
+    result with `save_packed` (a packed checkpoint that `load_packed` reads back): `save_pretrained` would write
+    packed buffers that `from_pretrained` does not read.
     Returns the model and a `SparsifySummary`.
 
     A model that `prune --quantize` made holds its kept weights on an int8 / int4 grid: with `quantize` (and, for
@@ -280,8 +285,8 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
     sparse tensor-core kernel runs are then tiled as `sparsify` tiles them (`tile`, see `tile_packed`; with True, a
     device or build the kernel cannot run on is an error before loading).
 
-    A sparsified or `load_packed` model's `save_pretrained` writes the packed modules' buffers, which
-    `from_pretrained` does not read back: keep the packed checkpoint (or the pruned folder) as the saved form."""
+    Save such a model with `save_packed` (`save_pretrained` writes the packed modules' buffers, which
+    `from_pretrained` does not read back)."""
     _check_tile(tile, device)
     if dtype is not None and dtype not in _KERNEL_DTYPES:
         raise KernelInputError(f"dtype={dtype}: the packed kernels run torch.bfloat16 or torch.float16")
@@ -315,6 +320,135 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
     model = model.to(device).eval().requires_grad_(False)
     tile_packed(model, tile)
     return model
+
+
+# files of a model folder that save_packed carries over beside the weights it writes: tokenizer, chat template,
+# model card (never weights or code)
+_CARRIED_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".md")
+_WRITTEN_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json", PACKED_MANIFEST,
+                  PRUNED_MANIFEST}
+
+
+def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite: bool = False) -> Path:
+    """Write a sparsified (`sparsify`) or `load_packed` transformers model as a packed checkpoint folder, the form
+    `load_packed`, the engine and the CLI read (what `sparsedecoding pack` writes from a pruned folder), and
+    return its path. (`save_pretrained` on such a model writes packed buffers that `from_pretrained` cannot read.)
+
+    Packed linears (`PackedLinear`, `QuantizedPackedLinear`, and `Sp24Linear`s, untiled exactly first) are stored
+    as values or codes with their bitmasks, every other tensor dense; a quantized lm_head (`DenseQuantizedLinear`)
+    is stored as its dequantized weight and recorded in `sparsedecoding.json` (`prune --quantize-head`'s record),
+    so that `load_packed` quantizes it again. config.json and the generation config come from the model; the
+    tokenizer from `tokenizer` if given, else the tokenizer files (and pruning record) of the folder the model was
+    loaded from, if it was loaded from one; with neither, a warning says the folder has no tokenizer.
+
+    The folder is written as OUT.partial and renamed when complete. Raises PackingError for a model with no packed
+    linear or with one the engine fused (a gate|up `Sp24Linear`), OutputExistsError for an existing `out` without
+    `overwrite`, OutputNotWritableError for an `out` that cannot be made or is the folder the model came from: all
+    before writing anything."""
+    out = Path(out)
+    packed = {name: module for name, module in model.named_modules()
+              if isinstance(module, PackedLinear | QuantizedPackedLinear | Sp24Linear)}
+    if not packed:
+        raise PackingError(f"this {type(model).__name__} holds no packed linear: sparsify it first (or save the pruned "
+                           "model with save_pretrained and pack that folder: sparsedecoding pack)")
+    fused = next((name for name, module in packed.items() if isinstance(module, Sp24Linear) and module.glu), None)
+    if fused is not None:
+        raise PackingError(f"{fused} is a fused gate|up layer of the engine, not a transformers linear; save the "
+                           "model sparsify or load_packed made")
+    source = Path(str(getattr(model, "name_or_path", "") or ""))
+    source = source if str(source) not in ("", ".") and source.is_dir() else None
+    if source is not None:
+        check_not_source(out, source)
+    state, dtypes, head = _packed_state(model, packed)
+    record = _saved_record(source, head)
+    if tokenizer is None and (source is None or not any((source / name).is_file() for name in _TOKENIZER_FILES)):
+        log.warning("save_packed: no tokenizer given and none found beside the model (%s); the folder %s will hold "
+                    "none, which the CLI needs: pass tokenizer=", source or "no source folder", out)
+    with output_folder(out, overwrite) as partial:
+        write_packed_state(partial, state, dtypes, {"model": str(getattr(model, "name_or_path", "") or ""),
+                                                    "saved_by": "sparsedecoding.save_packed"})
+        if source is not None:
+            for path in source.iterdir():
+                if (path.is_file() and path.suffix in _CARRIED_SUFFIXES and path.name not in _WRITTEN_FILES
+                        and packed_manifest(source) != path):
+                    shutil.copy2(path, partial / path.name)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(partial)
+        model.config.save_pretrained(partial)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(partial)
+        if record is not None:
+            write_json(partial / PRUNED_MANIFEST, record)
+    return out
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _packed_state(model: nn.Module, packed: dict[str, nn.Module]
+                  ) -> tuple[dict, dict[str, str], DenseQuantizedLinear | None]:
+    """(every tensor of `model` by its transformers name, packed weights as PackedNM / PackedNMQ and a quantized
+    lm_head dequantized; the dtype each PackedNMQ's weight takes; the quantized lm_head or None). The output
+    embedding's weight is left out where it is the input embedding's (tied), as save_pretrained leaves it."""
+    output = _output_embedding(model)
+    head = output if isinstance(output, DenseQuantizedLinear) else None
+    inputs = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    embedding = getattr(inputs, "weight", None)
+    dtype = embedding.dtype if isinstance(embedding, torch.Tensor) else torch.bfloat16
+    tied = (f"{_module_name(model, output)}.weight" if output is not None and embedding is not None
+            and getattr(output, "weight", None) is embedding else None)
+    owners = {**packed, **({_module_name(model, head): head} if head is not None else {})}
+    state: dict[str, object] = {}
+    dtypes: dict[str, str] = {}
+    seen: set[int] = set()
+    for key, tensor in model.state_dict().items():
+        owner, leaf = key.rsplit(".", 1) if "." in key else ("", key)
+        if owner in owners:  # the module's first buffer stands for its weight; its bias stays as it is
+            module = owners[owner]
+            if f"{owner}.weight" not in state:
+                weight = module.to_dense(dtype) if module is head else module.packed
+                state[f"{owner}.weight"] = weight
+                if isinstance(weight, PackedNMQ):
+                    dtypes[f"{owner}.weight"] = str(dtype)
+            if leaf == "bias":
+                state[key] = tensor
+            continue
+        if key == tied:
+            continue
+        if tensor.numel() and tensor.untyped_storage().data_ptr() in seen:  # safetensors refuses shared storage
+            tensor = tensor.clone()
+        seen.add(tensor.untyped_storage().data_ptr())
+        state[key] = tensor
+    return state, dtypes, head
+
+
+def _module_name(model: nn.Module, module: nn.Module) -> str:
+    return next(name for name, candidate in model.named_modules() if candidate is module)
+
+
+def _saved_record(source: Path | None, head: DenseQuantizedLinear | None) -> dict | None:
+    """The pruning record save_packed writes: the source folder's, with its lm_head quantization set to what the
+    model holds (so that `load_packed` rebuilds the same head); a record of only that where the model has a
+    quantized head and no record; None where neither."""
+    record = None
+    if source is not None and (source / PRUNED_MANIFEST).is_file():
+        record = read_json(source / PRUNED_MANIFEST)
+        if not isinstance(record, dict):
+            raise ModelFileError(f"{source / PRUNED_MANIFEST} is not a pruning record (a JSON object); restore it")
+    if record is None and head is None:
+        return None
+    record = dict(record or {})
+    options = dict(record.get("solver_options") or {})
+    if head is None:
+        if options.get("quantize_head", "none") in (None, "none"):
+            return record
+        options["quantize_head"] = "none"  # the model's head was kept bf16 (sparsify(head=None))
+    else:
+        options["quantize_head"] = head.quantize
+        if head.quantize == "int4":
+            options["group_size"] = head.group_size
+    record["solver_options"] = options
+    return record
 
 
 def _in_kernel_dtype(folder: str | Path, state: dict, dtype: torch.dtype | None) -> tuple[dict, torch.dtype]:

@@ -310,6 +310,32 @@ class DenseQuantized:
         """y = x·Wᵀ for x [b, in] in the scales' dtype."""
         return dense_quantized_mm(x, self.weight, self.scales, self.quantize, self.group_size)
 
+    def to_dense(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight [out, in] in `dtype`, on the weight's device: each code times its scale, exact where `dtype`
+        holds the grid's values (the dtype it was built from). tinygemm's layout has no reader of its own, so its
+        weight comes from multiplying identity rows through the layout's own kernel (x·Wᵀ with x = I)."""
+        out, in_features = self.shape
+        if self.layout == "sp24":
+            from . import sp24
+
+            tiled = sp24.dense_from_parts(self.weight, self.scales, in_features, self.quantize, self.group_size)
+            return sp24.to_dense(tiled)[:out].to(dtype)
+        if self.quantize == "int8":
+            return (self.weight.float() * self.scales.float()[:, None]).to(dtype)
+        if self.layout == "w4":
+            from .triton_w4 import unpack_w4
+
+            return unpack_w4(self.weight, self.scales, dtype)
+        product = (torch.ops.aten._weight_int4pack_mm if self.weight.device.type == "cuda"
+                   else torch.ops.aten._weight_int4pack_mm_for_cpu)
+        rows = []
+        for start in range(0, in_features, 1024):  # 1024 rows of I at a time: the transposed weight's rows
+            count = min(1024, in_features - start)
+            eye = torch.zeros(count, in_features, dtype=self.scales.dtype, device=self.weight.device)
+            eye[:, start:start + count].fill_diagonal_(1)
+            rows.append(product(eye, self.weight, self.group_size, self.scales))
+        return torch.cat(rows).T.contiguous().to(dtype)
+
     @property
     def layout(self) -> str:
         """"w4" for `triton_w4`'s int4 layout, "sp24" for the sparse tensor-core kernel's dense one (int8 or int4),

@@ -102,6 +102,11 @@ class DenseQuantizedLinear(torch.nn.Module):
         return DenseQuantized(self.qweight, self.scales, self.quantize, self.group_size,
                               (self.out_features, self.in_features)).layout
 
+    def to_dense(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight [out, in] in `dtype` (`DenseQuantized.to_dense`)."""
+        return DenseQuantized(self.qweight, self.scales, self.quantize, self.group_size,
+                              (self.out_features, self.in_features)).to_dense(dtype)
+
     def _apply(self, fn, recurse=True):
         """In the sparse tensor-core kernel's dense layout the scales are bfloat16, the kernel's, whatever
         `model.half()` / `.float()` do to the activations (that kernel then refuses other activations with one
