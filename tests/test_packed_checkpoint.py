@@ -113,6 +113,10 @@ def test_cli_pack(tmp_path, capsys):
     assert "OutputExistsError" in capsys.readouterr().err
     assert main([*args[:-1], "50%", "--overwrite"]) == 2
     assert "SparsityPatternError" in capsys.readouterr().err
+    again = ["pack", "--model", str(tmp_path / "packed"), "--out", str(tmp_path / "twice")]
+    assert main(again) == 2
+    assert "is already a packed checkpoint (packed.json)" in capsys.readouterr().err
+    assert not (tmp_path / "twice").exists()
 
 
 def damage(folder, how: str) -> None:

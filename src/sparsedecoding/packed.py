@@ -146,6 +146,9 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
     if not source.is_dir():
         raise ModelNotFoundError(f"{source} is not a folder with .safetensors weights; pass an HF model folder")
     check_not_source(out, source)
+    if packed_manifest(source) is not None:
+        raise PackingError(f"{source} is already a packed checkpoint ({packed_manifest(source).name}); load_packed, "
+                           f"generate, bench and eval read it as it is")
     shards = check_weight_files(source)
     if patterns is None:
         _check_something_packs(source, shards)
