@@ -47,16 +47,20 @@ def assert_same_model(loaded: nn.Module, expected: nn.Module) -> None:
 @pytest.mark.parametrize("arch,tied", [("qwen2", True), ("llama", False)])
 def test_a_sparsified_model_saved_loads_back_as_the_same_model(tmp_path, arch, tied):
     """sparsify → save_packed → load_packed gives the same modules, tensors, logits and generation config, the tie
-    restored; the folder holds the tokenizer of the folder the model came from and the same packed tensors as
-    `sparsedecoding pack` of that folder."""
+    restored; the folder holds the tokenizer and model card of the folder the model came from (not its weight
+    index) and the same packed tensors as `sparsedecoding pack` of that folder."""
     folder, model = pruned_folder(tmp_path, arch, tied)
+    (folder / "README.md").write_text("a model card")
+    (folder / "pytorch_model.bin.index.json").write_text("{}")  # a stale index of weights the folder lacks
     model, _ = sparsify(model)
     assert save_packed(model, tmp_path / "saved") == tmp_path / "saved"
     loaded = load_packed(tmp_path / "saved")
     assert_same_model(loaded, model)
     assert (loaded.lm_head.weight is loaded.model.embed_tokens.weight) == tied
     assert loaded.generation_config.eos_token_id == [3]
-    assert {"tokenizer.json", "tokenizer_config.json"} <= {path.name for path in (tmp_path / "saved").iterdir()}
+    files = {path.name for path in (tmp_path / "saved").iterdir()}
+    assert {"tokenizer.json", "tokenizer_config.json", "README.md"} <= files
+    assert "pytorch_model.bin.index.json" not in files and "sparsedecoding.json" not in files
     assert not list(tmp_path.glob("*.partial"))
     pack_checkpoint(folder, tmp_path / "packed")
     ours = json.loads((tmp_path / "saved" / "packed.json").read_text())["tensors"]

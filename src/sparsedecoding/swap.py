@@ -323,10 +323,9 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
 
 
 # files of a model folder that save_packed carries over beside the weights it writes: tokenizer, chat template,
-# model card (never weights or code)
+# model card (never weights, their indexes or code)
 _CARRIED_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".md")
-_WRITTEN_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json", PACKED_MANIFEST,
-                  PRUNED_MANIFEST}
+_WRITTEN_FILES = {"config.json", "generation_config.json", PACKED_MANIFEST, PRUNED_MANIFEST}
 
 
 def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite: bool = False) -> Path:
@@ -370,7 +369,7 @@ def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite:
         if source is not None:
             for path in source.iterdir():
                 if (path.is_file() and path.suffix in _CARRIED_SUFFIXES and path.name not in _WRITTEN_FILES
-                        and packed_manifest(source) != path):
+                        and not path.name.endswith(".index.json") and packed_manifest(source) != path):
                     shutil.copy2(path, partial / path.name)
         if tokenizer is not None:
             tokenizer.save_pretrained(partial)
