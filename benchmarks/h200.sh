@@ -1987,7 +1987,10 @@ PY
       --out "$OUT/eager_h200_tiled_run3.md" 2>&1 | grep -E "^- |rror" || true
     SUITE_FILES="tests/test_sp24_mixed.py tests/test_sp24_split.py tests/test_sp24.py tests/test_save_packed.py" \
       SUITE_LIMIT=110 COMMIT=${COMMIT:-unknown} bash benchmarks/h200.sh gpu-suite || true
-    grep "^| test" "$OUT/gpu_suite.md" || true ;;
+    grep "^| test" "$OUT/gpu_suite.md" || true
+    timeout 150 python3 -m pytest -q -m gpu tests/test_engine_gpu.py -k bench_cli -p no:cacheprovider \
+      > "$OUT/gpu_tests_bench_json.log" 2>&1 || true  # bench --out's JSON (fifty-third session)
+    tail -1 "$OUT/gpu_tests_bench_json.log" ;;
   eager-tiled)  # forty-seventh session (about 7 minutes, no model; carry .kcachez with the current sp24.cu's six
     # default builds): the GPU tests of sp24's launches (now one struct through ctypes), of `sparsify`'s tiling and
     # of the engine (gpu_suite.md, SUITE_LIMIT 200 s a file), then eager_bench.py at batch 1 and 4 with Sp24Linear

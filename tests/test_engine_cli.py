@@ -249,11 +249,14 @@ def test_bench_shows_the_pattern_error(capsys, pattern, expected):
     (["--repeats", "0"], "EngineError: --repeats 0"),
     (["--repeats", "-1"], "EngineError: --repeats -1"),
     (["--out", "{tmp}/a-file/report.md"], "OutputNotWritableError: cannot create"),
+    (["--out", "{tmp}/report.json"], "EngineError: --out {tmp}/report.json names the markdown report"),
+    (["--out", "{tmp}/taken.md"], "OutputNotWritableError: --out {tmp}/taken.json is a folder"),
 ])
 def test_bad_bench_request_is_refused_before_gpu_work(tmp_path, capsys, flags, expected):
     (tmp_path / "a-file").write_text("")
+    (tmp_path / "taken.json").mkdir()  # where the JSON beside taken.md would go
     flags = [flag.format(tmp=tmp_path) for flag in flags]
-    one_line_error(capsys, ["bench", "--preset", "smollm2-135m", *flags], expected)
+    one_line_error(capsys, ["bench", "--preset", "smollm2-135m", *flags], expected.format(tmp=tmp_path))
 
 
 def test_bench_checks_the_model_folder_before_gpu_work(tmp_path, capsys):

@@ -41,6 +41,26 @@ def test_bench_measures_dense_and_sparse_side_by_side():
     assert "x |" in format_table(results, 4e12)
 
 
+def test_bench_cli_writes_the_report_and_its_json_beside_it(tmp_path, capsys):
+    """`bench --out R.md` writes the markdown report and R.json: the command, environment, settings and one record
+    a row, the ratio against the dense row of the same run."""
+    import json
+
+    from sparsedecoding.cli import main
+
+    out = tmp_path / "runs" / "bench.md"
+    assert main(["bench", "--preset", "smollm2-135m", "--new-tokens", "32", "--repeats", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["command"].startswith("sparsedecoding bench --preset smollm2-135m")
+    assert record["environment"]["device"] == torch.cuda.get_device_name()
+    assert record["settings"]["SPARSEDECODING_KERNEL"] == "auto"
+    dense, sparse = record["results"]
+    assert (dense["weights"], sparse["weights"], dense["vs_dense"]) == ("dense", "2:4", 1.0)
+    assert sparse["vs_dense"] == sparse["tokens_per_second_per_sequence"] / dense["tokens_per_second_per_sequence"]
+    assert f"| {sparse['vs_dense']:.3f}x |" in out.read_text()
+
+
 def test_correctness_check_passes_on_a_tiny_pruned_model(tmp_path):
     model = random_hf_model("qwen2")
     prune_in_place(model, "2:4")

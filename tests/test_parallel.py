@@ -18,7 +18,7 @@ from helpers import char_tokenizer, make_tiny_model, prune_in_place, random_hf_m
 from safetensors.torch import load_file, save_file
 
 from sparsedecoding.engine import Engine, build_model, random_state
-from sparsedecoding.engine.bench import SpeedResult, format_table, model_bytes
+from sparsedecoding.engine.bench import NotRun, SpeedResult, format_table, model_bytes, results_records
 from sparsedecoding.engine.config import ModelArgs
 from sparsedecoding.engine import parallel
 from sparsedecoding.engine.parallel import (all_reduce, check_world, enable_one_shot, local_args, rank_and_world,
@@ -161,6 +161,11 @@ def test_bench_table_marks_tensor_parallel_rows_and_compares_like_with_like():
     assert "per GPU" in table
     assert "| m | 2:4 | 1 |" in table and "| 2.000x |" in table  # 2:4 vs dense on one GPU
     assert "| m TP=2 | 2:4 | 1 |" in table and "| 1.600x |" in table  # 2:4 vs dense on two
+    records = results_records([*rows, NotRun("m", "8:16", "too large")], 1e12)
+    assert [(r["gpus"], r["vs_dense"]) for r in records[:4]] == [(1, 1.0), (1, 2.0), (2, 1.0), (2, 1.6)]
+    assert records[1]["tokens_per_second_per_sequence"] == 20 and records[1]["ms_per_step"] == 50
+    assert records[1]["fraction_of_copy"] == 1000 * 10 / 0.5 / 1e12
+    assert records[4] == {"model": "m", "weights": "8:16", "not_run": "too large"}
 
 
 # --- two gloo processes on the CPU ----------------------------------------------------------------------------------

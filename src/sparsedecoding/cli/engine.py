@@ -81,7 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (default: 16)")
     bench.add_argument("--repeats", type=int, default=3, help="timed generations per row (default: 3)")
     add_all_reduce_option(bench)
-    bench.add_argument("--out", type=Path, help="also write the markdown report here (default: print only)")
+    bench.add_argument("--out", type=Path, help="also write the markdown report here, and its rows, settings and "
+                       "environment as JSON beside it (the same name ending .json) (default: print only)")
     bench.set_defaults(func=_bench)
 
 
@@ -180,11 +181,11 @@ def _bench(args: argparse.Namespace) -> int:
 
     _check_kernel_setting()
     from ..engine.bench import (bench_folder, bench_preset, check_group_size, check_plan, check_timing,
-                                copy_bandwidth, format_table)
+                                copy_bandwidth, format_table, results_records)
     from ..engine.config import check_model_folder, preset
     from ..engine.parallel import start_from_env
-    from ..kernels.op import settings_line
-    from ..runenv import environment_markdown
+    from ..kernels.op import settings, settings_line
+    from ..runenv import environment, environment_markdown, write_json
 
     if args.model is not None and args.pattern:
         raise EngineError("--pattern applies to --preset; a --model folder is measured with its own N:M weights")
@@ -213,7 +214,11 @@ def _bench(args: argparse.Namespace) -> int:
         check_group_size(model_args, quantize, args.group_size)
     check_timing(args.prompt_tokens, args.repeats)
     if args.out:
+        if args.out.suffix == ".json":
+            raise EngineError(f"--out {args.out} names the markdown report; give it another ending, such as .md (the "
+                              "JSON goes beside it)")
         check_report_path(args.out)
+        check_report_path(args.out.with_suffix(".json"))
     if args.model is not None:
         check_model_folder(args.model)
     if not torch.cuda.is_available():
@@ -238,4 +243,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report)
+        write_json(args.out.with_suffix(".json"), {
+            "command": command, "environment": environment(device), "settings": settings(),
+            "copy_bytes_per_second": copy, "results": results_records(results, copy)})
     return 0

@@ -281,9 +281,34 @@ def release_memory() -> None:
     torch.cuda.empty_cache()
 
 
+def _dense_rows(results: list[SpeedResult | NotRun]) -> dict[tuple[str, int, int], SpeedResult]:
+    return {(r.model, r.batch, r.gpus): r for r in results if isinstance(r, SpeedResult) and r.weights == "dense"}
+
+
+def results_records(results: list[SpeedResult | NotRun], copy_bytes_per_second: float) -> list[dict]:
+    """The rows of `format_table` as records for a JSON file (units in the keys; `vs_dense` null where the run has
+    no dense row of the same model, batch and GPUs; a row not measured has `not_run` with the reason)."""
+    dense = _dense_rows(results)
+    records = []
+    for r in results:
+        if isinstance(r, NotRun):
+            records.append({"model": r.model, "weights": r.weights, "not_run": r.reason})
+            continue
+        base = dense.get((r.model, r.batch, r.gpus))
+        records.append({
+            "model": r.model, "weights": r.weights, "batch": r.batch, "gpus": r.gpus, "decode_steps": r.decode_steps,
+            "seconds": r.seconds, "ms_per_step": r.step_ms, "tokens_per_second_per_sequence": r.tokens_per_second,
+            "tokens_per_second_total": r.batch * r.tokens_per_second,
+            "vs_dense": r.tokens_per_second / base.tokens_per_second if base else None,
+            "weight_bytes_per_step": r.weight_bytes, "bytes_per_second": r.bandwidth,
+            "fraction_of_copy": r.bandwidth / copy_bytes_per_second, "resident_bytes": r.resident_bytes,
+            "setup_seconds": r.setup_seconds})
+    return records
+
+
 def format_table(results: list[SpeedResult | NotRun], copy_bytes_per_second: float) -> str:
     """Markdown table; the ratio is against the dense result of the same model, batch and number of GPUs."""
-    dense = {(r.model, r.batch, r.gpus): r for r in results if isinstance(r, SpeedResult) and r.weights == "dense"}
+    dense = _dense_rows(results)
     lines = [f"Copy bandwidth (device-to-device, read + write): {copy_bytes_per_second / 1e12:.2f} TB/s", ""]
     if any(isinstance(r, SpeedResult) and r.gpus > 1 for r in results):
         lines += ["Rows marked TP=N ran tensor-parallel over N GPUs: weight GB/step, achieved TB/s, % of copy and "
