@@ -44,7 +44,7 @@ def assert_same_model(loaded: nn.Module, expected: nn.Module) -> None:
         assert torch.equal(loaded(TOKENS).logits, expected(TOKENS).logits)
 
 
-@pytest.mark.parametrize("arch,tied", [("qwen2", True), ("llama", False)])
+@pytest.mark.parametrize("arch,tied", [("qwen2", True), ("llama", False), ("qwen3", True), ("mistral", False)])
 def test_a_sparsified_model_saved_loads_back_as_the_same_model(tmp_path, arch, tied):
     """sparsify → save_packed → load_packed gives the same modules, tensors, logits and generation config, the tie
     restored; the folder holds the tokenizer and model card of the folder the model came from (not its weight
