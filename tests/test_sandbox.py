@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,55 +36,73 @@ def test_a_plain_program_passes_in_a_fresh_private_directory(tmp_path, monkeypat
 
 @pytest.fixture
 def open_folder():
-    """A folder anyone may write to, outside the folders each run covers with an empty tmpfs (sandbox.COVERED), so
-    only the read-only mount stands between the program and it."""
-    from sparsedecoding.evaluation.sandbox import COVERED
-
-    base = next(Path(path) for path in ("/var/lib", "/opt", "/srv", "/usr/local")
-                if os.path.isdir(path) and os.stat(path).st_mode & 0o001 and not path.startswith(COVERED))
+    """A folder anyone may write to below /usr, which every run sees (sandbox.VISIBLE), so only the read-only mount
+    stands between the program and it."""
+    base = Path("/usr/local")
+    if not base.is_dir():
+        pytest.skip("no /usr/local to make a world-writable probe folder in")
     folder = Path(tempfile.mkdtemp(dir=base, prefix="sandbox-probe-"))
     folder.chmod(0o777)
     yield folder
     shutil.rmtree(folder)
 
 
-def test_a_write_outside_the_folder_fails(tmp_path, open_folder):
+def test_a_write_outside_the_folder_fails(open_folder):
     outside = open_folder / "outside.txt"
-    program = (f"open('inside.txt', 'w').write('fine')\n"
+    program = ("open('inside.txt', 'w').write('fine')\n"
+               "assert open('inside.txt').read() == 'fine'  # the same write inside the folder works\n"
+               f"assert {str(open_folder)!r} and __import__('os').path.isdir({str(open_folder)!r})  # seen\n"
                f"open({str(outside)!r}, 'w').write('escaped')\n")
-    result = run_sandboxed(program, FAST, folder=tmp_path / "work")
-    assert (tmp_path / "work" / "inside.txt").read_text() == "fine"  # the same write inside the folder works
+    result = run_sandboxed(program, FAST)
     assert result.outcome == "failed" and "Read-only file system" in result.message, result
     assert not outside.exists()
 
 
-def test_a_shell_command_through_ctypes_cannot_write_outside(tmp_path, open_folder):
+def test_a_shell_command_through_ctypes_cannot_write_outside(open_folder):
     outside = open_folder / "from_shell.txt"
-    program = ("import ctypes\nlibc = ctypes.CDLL(None)\n"
+    program = ("import ctypes, os\nlibc = ctypes.CDLL(None)\n"
                "libc.system(b'touch inside.txt')\n"
+               "assert os.path.exists('inside.txt')  # the shell did run\n"
                f"libc.system(b'touch {outside}')\n")
-    run_sandboxed(program, FAST, folder=tmp_path / "work")
-    assert (tmp_path / "work" / "inside.txt").exists()  # the shell did run
+    assert run_sandboxed(program, FAST).passed
     assert not outside.exists()
 
 
-@pytest.mark.parametrize("ending, late_s", [("while True:\n    pass\n", FAST.timeout_s + 0.5), ("", 0.5)],
+def sandbox_processes() -> list[str]:
+    """The host's processes running as a sandbox user id (sandbox_user: 10^9 and above)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            uids = next(line for line in (entry / "status").read_text().splitlines() if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue  # not a process, or gone
+        if int(uids.split()[1]) >= 1_000_000_000:
+            found.append(entry.name)
+    return found
+
+
+@pytest.mark.parametrize("ending", ["while True:\n    pass\n", "time.sleep(0.6)\n"],
                          ids=["past the timeout", "after a normal end"])
-def test_no_process_outlives_the_run(tmp_path, ending, late_s):
-    """A forked child leaves the session and sleeps, then writes into the one folder it may write to."""
+def test_no_process_outlives_the_run(ending):
+    """A forked child leaves the session and sleeps for 5 s, far past the run's end: while the run goes on it is
+    there, and within a second of the run's end no process of a sandbox user is left on the host (the kernel
+    kills what is left of a PID namespace; a killed process takes a moment to go)."""
     program = ("import ctypes, time\nlibc = ctypes.CDLL(None)\n"
                "if libc.fork() == 0:\n"
                "    libc.setsid()\n"
-               f"    time.sleep({late_s})\n"
-               "    open('late.txt', 'w').write('survived')\n"
-               "    libc._exit(0)\n"
-               "open('early.txt', 'w').write('ran')\n" + ending)
-    work = tmp_path / "work"
-    started = time.perf_counter()
-    run_sandboxed(program, FAST, folder=work)
-    assert (work / "early.txt").exists()
-    time.sleep(max(0.0, started + late_s + 1.0 - time.perf_counter()))
-    assert not (work / "late.txt").exists()
+               "    time.sleep(5)\n"
+               "    libc._exit(0)\n" + ending)
+    assert not sandbox_processes()
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_sandboxed, program, FAST)
+        time.sleep(0.3)
+        during = sandbox_processes()
+        running.result()
+    assert len(during) >= 2  # the program and its child (the supervisor stays root)
+    deadline = time.perf_counter() + 1.0
+    while sandbox_processes() and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    assert not sandbox_processes()
 
 
 def test_a_fork_bomb_stops_at_the_process_limit():
@@ -115,10 +134,48 @@ def test_memory_is_capped_and_the_cap_cannot_be_raised():
     assert result.outcome == "failed" and result.error == "MemoryError", result
 
 
-def test_a_huge_file_stops_at_the_file_size_limit(tmp_path):
-    result = run_sandboxed("open('big', 'wb').write(b'x' * (8 << 20))\n", FAST, folder=tmp_path)
+def test_a_huge_file_stops_at_the_file_size_limit():
+    program = ("import os\ntry:\n    open('big', 'wb').write(b'x' * (8 << 20))\n"
+               "except OSError:\n    raise OSError(os.path.getsize('big'))\n")
+    result = run_sandboxed(program, FAST)
     assert result.outcome == "failed" and result.error in ("OSError", "SIGXFSZ"), result
-    assert (tmp_path / "big").stat().st_size <= FAST.file_mb << 20
+    if result.error == "OSError":
+        assert int(result.message.split(":")[1]) <= FAST.file_mb << 20
+
+
+def test_the_work_folder_is_bounded_in_bytes_and_files():
+    """The work folder is a tmpfs of disk_mb with WORK_INODES inodes: many files of the file size limit stop at
+    its size (the host's disk is never touched), and a folder tree as deep as the program likes stops at the inode
+    count, with the run reported normally (a deep tree once broke the parent's clean-up)."""
+    many_files = ("n = 0\ntry:\n    while True:\n        open(f'f{n}', 'wb').write(b'x' * (1 << 20))\n"
+                  "        n += 1\nexcept OSError as error:\n    raise RuntimeError(f'{n} made: {error.strerror}')\n")
+    result = run_sandboxed(many_files, SandboxLimits(timeout_s=2, memory_mb=256, file_mb=1, disk_mb=4))
+    assert result.error == "RuntimeError" and result.message.endswith("made: No space left on device"), result
+    assert int(result.message.split()[1]) <= 4  # files of 1 MB written
+    deep = ("import os\nn = 0\ntry:\n    while True:\n        os.mkdir('d')\n        os.chdir('d')\n"
+            "        n += 1\nexcept OSError as error:\n    raise RuntimeError(f'{n} made: {error.strerror}')\n")
+    result = run_sandboxed(deep, FAST)
+    assert result.error == "RuntimeError" and result.message.endswith("made: No space left on device"), result
+    assert int(result.message.split()[1]) < sandbox.WORK_INODES
+
+
+@pytest.mark.parametrize("program", [
+    "import os\nos.memfd_create('held')\n",
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "if libc.shmget(0, 1 << 20, 0o1600) == -1:\n"
+    "    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))\n",
+], ids=["memfd_create", "shmget"])
+def test_memory_outside_the_address_space_limit_is_refused(program):
+    """A memory file's or System V segment's pages count against no address space: the seccomp filter refuses the
+    calls that make them (a memfd-backed gigabyte once passed a 128 MB limit)."""
+    result = run_sandboxed(program, FAST)
+    assert result.outcome == "failed" and "Operation not permitted" in result.message, result
+
+
+def test_open_files_are_few():
+    program = ("import resource\nassert resource.getrlimit(resource.RLIMIT_NOFILE) == "
+               f"({sandbox.OPEN_FILES}, {sandbox.OPEN_FILES})\n")
+    assert run_sandboxed(program, FAST).passed
 
 
 def test_output_is_capped_by_the_file_size_limit():
@@ -218,20 +275,20 @@ def test_bad_limits_are_refused(limits, message):
         run_sandboxed("pass\n", limits)
 
 
-def test_without_root_nothing_runs(monkeypatch, tmp_path):
+def test_without_root_nothing_runs(monkeypatch, open_folder):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(SandboxError, match="needs root"):
-        run_sandboxed("open('ran', 'w')\n", FAST, folder=tmp_path)
+        run_sandboxed(f"open({str(open_folder / 'ran')!r}, 'w')\n", FAST)
     with pytest.raises(SandboxError, match="needs root"):
         run_many(["pass\n"], FAST)
-    assert not (tmp_path / "ran").exists()
+    assert not (open_folder / "ran").exists()
 
 
-def test_when_the_namespaces_cannot_be_made_nothing_runs(monkeypatch, tmp_path):
+def test_when_the_namespaces_cannot_be_made_nothing_runs(monkeypatch, open_folder):
     monkeypatch.setattr(sandbox, "NAMESPACES", ("unshare", "--no-such-namespace"))
     with pytest.raises(SandboxError, match="could not isolate"):
-        run_sandboxed("open('ran', 'w')\n", FAST, folder=tmp_path)
-    assert not (tmp_path / "ran").exists()
+        run_sandboxed(f"open({str(open_folder / 'ran')!r}, 'w')\n", FAST)
+    assert not (open_folder / "ran").exists()
     monkeypatch.setattr(sandbox, "NAMESPACES", ("no-such-unshare-command",))
     with pytest.raises(SandboxError, match="util-linux"):
         run_sandboxed("pass\n", FAST)
@@ -317,15 +374,34 @@ def test_host_unix_sockets_and_shared_folders_are_out_of_reach(host_socket):
         assert result.outcome == "failed" and result.error == "FileNotFoundError", (path, result)
     listing = ("import os\nfor folder in ('/tmp', '/var/tmp', '/dev/shm', '/run'):\n"
                "    if os.path.isdir(folder):\n"
-               "        assert not [name for name in os.listdir(folder) if name.startswith('sandbox-probe-')], folder\n")
+               "        probes = [name for name in os.listdir(folder) if name.startswith('sandbox-probe-')]\n"
+               "        assert not probes, folder\n")
     assert run_sandboxed(listing, FAST).passed
 
 
-def test_a_folder_with_anything_in_it_is_refused(tmp_path):
-    (tmp_path / "program.py").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(SandboxError, match="is not an empty folder"):
-        run_sandboxed("pass\n", FAST, folder=tmp_path)
-    assert not (tmp_path / "elsewhere").exists()
+def test_host_folders_outside_the_system_ones_are_hidden():
+    """Every top-level folder but the system's is covered: a world-readable file in a fresh folder under /var, /srv,
+    /opt, /home or /mnt (whichever exists here) is not there, and /root shows only what the interpreter needs."""
+    base = next((Path(path) for path in ("/var/lib", "/srv", "/opt", "/home", "/mnt") if os.path.isdir(path)), None)
+    if base is None:
+        pytest.skip("none of /var/lib, /srv, /opt, /home, /mnt here")
+    folder = Path(tempfile.mkdtemp(dir=base, prefix="sandbox-probe-"))
+    try:
+        folder.chmod(0o755)
+        (folder / "notes.txt").write_text("private")
+        (folder / "notes.txt").chmod(0o644)
+        assert run_sandboxed(f"assert open({str(folder / 'notes.txt')!r}).read() == 'private'\n",
+                             SandboxLimits(timeout_s=1.0, memory_mb=256)).outcome == "failed"
+        program = (f"import os\nassert not os.path.exists({str(folder)!r})\n"
+                   "top = [name for name in os.listdir('/')\n"
+                   "       if os.path.isdir('/' + name) and not os.path.islink('/' + name)]\n"
+                   "for name in top:\n"
+                   f"    if name not in {sandbox.VISIBLE!r}:\n"
+                   "        for entry in os.listdir('/' + name):  # only folders the interpreter or the run need\n"
+                   "            assert os.path.isdir(os.path.join('/', name, entry)), (name, entry)\n")
+        assert run_sandboxed(program, FAST).passed
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_the_program_reaches_its_folder_by_its_absolute_path_too(tmp_path, monkeypatch):

@@ -4,15 +4,18 @@ Each program gets:
 - its own PID, mount, network, IPC and UTS namespaces (util-linux `unshare`). The first process in the PID namespace
   is a small supervisor; when it ends, or is killed at the timeout, the kernel kills every process in the namespace,
   so nothing the program started (forked, `setsid`, daemonized) outlives the run;
-- a read-only view of every mount, except a fresh temp folder that is its working directory (`mount_setattr`,
-  Linux 5.12 or later); the mount namespace keeps this view private to the run, and empty read-only mounts cover
-  the shared folders (`COVERED`: /tmp, /run, /dev/shm, ...), so other runs' files and the host's Unix sockets (which
-  a network namespace does not fence off) are not there;
+- a read-only view of the system's folders (`VISIBLE`: /usr, /etc, /lib, /bin, /proc, /dev, ...), and nothing of
+  any other top-level folder (homes, /root, /tmp, /run, /var, /srv, /opt, a project's /work) or /dev/shm: empty
+  read-only mounts cover them, with the interpreter's own folders moved back in where a cover hides them
+  (`mount_setattr`, Linux 5.12 or later). The host's files, other runs' files and the host's Unix sockets (which a
+  network namespace does not fence off) are not there. Its working directory is a fresh tmpfs of `disk_mb` and
+  `WORK_INODES` files, gone with the run, so what it writes never reaches the host's disk;
 - no network at all: the new network namespace has only a loopback interface, and it is down;
 - an unprivileged user id of its own (no capabilities, `no_new_privs`, no supplementary groups), so it cannot undo
-  the read-only mounts, and limits on address space, CPU seconds, file size, process count (for that user id, so
-  parallel sandboxes do not share it) and core dumps. Address space and file size are per process and per file:
-  a run may hold up to `processes` x `memory_mb` and write many files of `file_mb` into its folder;
+  the read-only mounts, and limits on address space, CPU seconds, file size, open files, process count (for that
+  user id, so parallel sandboxes do not share it) and core dumps; a seccomp filter refuses the calls that would
+  hold memory outside the address-space limit (memfd_create, memfd_secret, shmget). Address space is per process:
+  a run may hold up to `processes` x `memory_mb`, plus `disk_mb` in its folder;
 - its output files kept outside that folder, in one only root may enter: it can write them, not replace them. Whether
   the walls stood comes back on a pipe closed before the program starts, so nothing it writes or erases turns a
   failed run into a setup error;
@@ -26,7 +29,9 @@ A program passes when it runs to its end: the guard prints a per-run random toke
 program that calls `sys.exit(0)` or `os._exit(0)` before its tests ran does not pass. The token reaches the guard on
 a pipe (not the command line, which /proc shows) and lives only in the guard's function; this stops accidental early
 exits, not code written to forge a pass (code in the same interpreter can always find a value the interpreter
-holds), which a pass@1 score of a model's answers does not need. The program runs under the module name
+holds), which a pass@1 score of a model's answers does not need. Nor does the harness stop a program written to
+pass dishonestly in other ways (reading the tests from its own file, returning an object equal to everything): as in
+the reference HumanEval harness, the tests run in the program's interpreter. The program runs under the module name
 `__sandbox__`, not `__main__`, as under the reference HumanEval harness (`exec` in fresh globals): an answer's
 `if __name__ == "__main__":` block (often `unittest.main()`) does not run before the tests.
 """
@@ -53,27 +58,37 @@ log = logging.getLogger(__name__)
 
 ERROR_PREFIX = "sandbox-error: "
 READY = "sandbox-ready"  # what the supervisor writes on its status pipe once every wall stands
-# Folders covered by an empty read-only tmpfs in every run: shared scratch space and the host's runtime sockets.
-COVERED = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/var/run")
+# The top-level folders a run sees (read-only): the system's programs, libraries and settings, and the kernel's
+# views. Every other one (homes, /root, /tmp, /run, /var, /srv, /opt, /mnt, a project's /work), and /dev/shm, is
+# covered by an empty read-only tmpfs; the interpreter's own folders are moved back in where a cover hides them.
+VISIBLE = ("bin", "dev", "etc", "gnu", "lib", "lib32", "lib64", "libx32", "nix", "proc", "sbin", "sys", "usr")
+WORK_INODES = 8192  # files and folders a program may make in its work folder
+OPEN_FILES = 256  # file descriptors each of its processes may hold
+# machine: (its audit architecture, whether x32 numbers share its table, the numbers of memfd_create, memfd_secret
+# and shmget), for the seccomp filter
+SECCOMP_TABLES = {"x86_64": (0xC000003E, True, (319, 447, 29)), "aarch64": (0xC00000B7, False, (279, 447, 194))}
 SETUP_PREFIX = "sandbox-setup-failed: "
 SETUP_EXIT = 125
 
 NAMESPACES = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount", "--net", "--ipc", "--uts")
 
 # Runs as PID 1 of the new namespaces (as `python -I -c GUARD program.py MEMORY CPU FILE PROCESSES UID TOKEN_FD
-# STATUS_FD`, the token on the first pipe; READY or why the setup failed goes back on the second, which is closed
-# before the program starts, so the program can neither forge nor erase it).
+# STATUS_FD DISK`, the token on the first pipe; READY or why the setup failed goes back on the second, which is
+# closed before the program starts, so the program can neither forge nor erase it).
 # Everything lives in one function so the token is in no module global (see the module docstring).
 GUARD = r'''
 def _sandbox():
     import ctypes, os, resource, sys, traceback
-    path, memory, cpu, file_size, processes, uid, token_fd, status_fd = sys.argv[1], *map(int, sys.argv[2:9])
+    path, memory, cpu, file_size, processes, uid, token_fd, status_fd, disk = sys.argv[1], *map(int, sys.argv[2:10])
     token = os.read(token_fd, 64).decode()
     os.close(token_fd)
     libc = ctypes.CDLL(None, use_errno=True)
+    with open(path, encoding="utf-8") as handle:  # read before the work folder's own mount hides the parent's file
+        source = handle.read()
 
-    def failed(step):
-        message = "''' + SETUP_PREFIX + r'''" + step + ": " + os.strerror(ctypes.get_errno()) + "\n"
+    def failed(step, known=False):
+        why = "" if known else ": " + os.strerror(ctypes.get_errno())
+        message = "''' + SETUP_PREFIX + r'''" + step + why + "\n"
         os.write(status_fd, message.encode())
         os._exit(''' + str(SETUP_EXIT) + r''')
 
@@ -84,21 +99,26 @@ def _sandbox():
     # mount_setattr has the same number on every architecture (new system calls share one table since Linux 5.1).
     MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MS_BIND = 442, -100, 0x8000, 0x1000
     MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, PR_SET_NO_NEW_PRIVS = 0x1, 0x2, 38
-    MS_MOVE, MS_REC = 0x2000, 0x4000
+    MS_MOVE, MS_REC, MS_NOSUID, MS_NODEV = 0x2000, 0x4000, 0x2, 0x4
+    # The work folder is a tmpfs of its own, owned by the program's user: its size and inode count bound what the
+    # program can write there (and the memory that takes), and it vanishes with the mount namespace.
     home = os.getcwd().encode()
-    if libc.mount(home, home, None, MS_BIND, None) != 0:
-        failed("bind the work folder")
+    options = "mode=0700,uid=%d,gid=%d,size=%d,nr_inodes=%d" % (uid, uid, disk, ''' + str(WORK_INODES) + r''')
+    if libc.mount(b"tmpfs", home, b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()) != 0:
+        failed("mount the work folder")
     os.chdir(home)  # the working directory still pointed into the mount below the new one
-    # The shared scratch and runtime folders (COVERED: other runs' files, and the host's Unix sockets, which a
-    # network namespace does not fence off) are covered by empty tmpfs mounts. The program runs as another user, who
-    # must still read the interpreter and its libraries: where one of them sits below a covered folder, or below a
-    # folder only root may enter (a Python under /root), the cover holds just the library folders, moved in from a
-    # staging mount.
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(source)
+    # Every top-level folder but the system's (VISIBLE), and /dev/shm, is covered by an empty tmpfs: the host's
+    # files (homes, /work, /srv, /var), other runs' scratch files and the host's Unix sockets (which a network
+    # namespace does not fence off) are not there. The program runs as another user, who must still read the
+    # interpreter and its libraries: where one of them sits below a covered folder, or below a folder only root may
+    # enter (a Python under /root), the cover holds just the library folders, moved in from a staging mount.
     import stat
     wanted = sorted({os.path.realpath(entry or ".") for entry in (sys.base_prefix, sys.prefix, *sys.path)})
     wanted = [entry for entry in wanted if os.path.isdir(entry)]
     wanted = [entry for entry in wanted if not any(entry.startswith(other + "/") for other in wanted)]
-    covered = ''' + repr(COVERED) + r'''
+    covered = ["/" + name for name in sorted(os.listdir("/")) if name not in ''' + repr(VISIBLE) + r'''] + ["/dev/shm"]
     closed = {folder: [] for folder in covered if os.path.isdir(folder) and not os.path.islink(folder)}
     # The work folder is staged in too, so that the program reaches it by its absolute path (os.getcwd(),
     # Path.resolve(), tempfile), not only as its working directory.
@@ -135,6 +155,32 @@ def _sandbox():
         if libc.syscall(ctypes.c_long(MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), ctypes.c_char_p(target),
                         ctypes.c_uint(flags), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) != 0:
             failed(step)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        failed("set no_new_privs")
+    # A seccomp filter refuses (EPERM) the system calls that hold memory outside the address-space limit: memory
+    # files (memfd_create, memfd_secret) and System V shared memory (shmget); x32's numbers get EPERM too and calls
+    # through another table (i386's int 0x80) ENOSYS, so these numbers are the only way to those calls. Installed
+    # here, before the fork, it binds the program and everything it starts; no_new_privs first, as seccomp needs.
+    arch, x32, refused = ''' + repr(SECCOMP_TABLES) + r'''.get(os.uname().machine, (None, False, ()))
+    if arch is None:
+        failed("no seccomp filter for the " + os.uname().machine + " architecture (x86_64 and aarch64 have one)",
+               known=True)
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+
+    LOAD, EQUAL, AT_LEAST, RETURN, ALLOW, ERRNO = 0x20, 0x15, 0x35, 0x06, 0x7FFF0000, 0x00050000
+    checks = ([(AT_LEAST, 0x40000000)] if x32 else []) + [(EQUAL, number) for number in refused]
+    # load arch; another table -> ENOSYS; load nr; each check -> EPERM; ALLOW; EPERM; ENOSYS
+    code = [(LOAD, 0, 0, 4), (EQUAL, 0, len(checks) + 3, arch), (LOAD, 0, 0, 0)]
+    code += [(kind, len(checks) - index, 0, value) for index, (kind, value) in enumerate(checks)]
+    code += [(RETURN, 0, 0, ALLOW), (RETURN, 0, 0, ERRNO | 1), (RETURN, 0, 0, ERRNO | 38)]
+    program = Filter(len(code), (Instruction * len(code))(*[Instruction(*line) for line in code]))
+    if libc.prctl(22, 2, ctypes.byref(program), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        failed("install the seccomp filter")
     os.write(status_fd, b"''' + READY + r'''\n")
     os.close(status_fd)
 
@@ -146,15 +192,15 @@ def _sandbox():
 
     # The CPU hard limit is one second above the soft one so the kernel sends SIGXCPU (reported as a timeout)
     # before SIGKILL. Limits are set while still root; the program, as another user, can only lower them.
+    # Few open files, so that pipe and socket buffers (kernel memory no other limit counts) stay small.
     for limit, soft, hard in ((resource.RLIMIT_AS, memory, memory), (resource.RLIMIT_CPU, cpu, cpu + 1),
                               (resource.RLIMIT_FSIZE, file_size, file_size), (resource.RLIMIT_CORE, 0, 0),
-                              (resource.RLIMIT_NPROC, processes, processes)):
+                              (resource.RLIMIT_NPROC, processes, processes),
+                              (resource.RLIMIT_NOFILE, ''' + str(OPEN_FILES) + ", " + str(OPEN_FILES) + r''')):
         resource.setrlimit(limit, (soft, hard))
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        failed("set no_new_privs")
 
     import _socket, socket, subprocess
 
@@ -179,8 +225,6 @@ def _sandbox():
                 setattr(module, name, disabled(getattr(module, name)))
 
     leave, stdout, stderr = os._exit, sys.stdout, sys.stderr
-    with open(path, encoding="utf-8") as handle:
-        source = handle.read()
     sys.argv = [path]
     try:
         exec(compile(source, path, "exec"), {"__name__": "__sandbox__", "__file__": path})
@@ -199,14 +243,16 @@ _sandbox()
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """timeout_s: wall clock (the CPU limit is the same number of seconds, rounded up); memory_mb: address space;
-    file_mb: largest file (and stdout/stderr, which go to files) the program may write; processes: processes and
-    threads the program may run at once, itself included."""
+    """timeout_s: wall clock (the CPU limit is the same number of seconds, rounded up); memory_mb: address space
+    of each process; file_mb: largest file (and stdout/stderr, which go to files) the program may write; processes:
+    processes and threads the program may run at once, itself included; disk_mb: all it may write into its work
+    folder (a tmpfs: memory too), at most WORK_INODES files and folders."""
 
     timeout_s: float = 10.0
     memory_mb: int = 1024
     file_mb: int = 16
     processes: int = 16
+    disk_mb: int = 64
 
     def check(self) -> None:
         if not self.timeout_s > 0:
@@ -218,6 +264,8 @@ class SandboxLimits:
             raise SandboxError(f"the sandbox file size limit must be at least 1 MB, got {self.file_mb}")
         if self.processes < 1:
             raise SandboxError(f"the sandbox process limit must be at least 1, got {self.processes}")
+        if self.disk_mb < 1:
+            raise SandboxError(f"the sandbox work folder limit must be at least 1 MB, got {self.disk_mb}")
 
 
 @dataclass(frozen=True)
@@ -289,25 +337,17 @@ def last_line(text: str, width: int = 300) -> str:
     return lines[-1][:width] if lines else ""
 
 
-def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits(), folder: Path | None = None
-                  ) -> SandboxResult:
-    """Run one program (Python source) under `limits` and report how it ended. See the module docstring.
-    folder: an empty folder to run in and keep (to inspect what the program wrote; a folder with anything in it is
-    refused, since an earlier program could have left links there); default a fresh temp folder that is removed
-    afterwards."""
+def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
+    """Run one program (Python source) under `limits` and report how it ended. See the module docstring. The
+    program works in a fresh folder of its own, a tmpfs that ends with the run: what it wrote there is gone."""
     limits.check()
     prefix = isolation_command()
-    if folder is None:
-        with tempfile.TemporaryDirectory(prefix="sparsedecoding-sandbox-") as scratch:
-            return _run_in(Path(scratch), program, limits, prefix)
-    folder.mkdir(parents=True, exist_ok=True)
-    if folder.is_symlink() or any(folder.iterdir()):
-        raise SandboxError(f"{folder} is not an empty folder; the sandbox runs a program in an empty one")
-    return _run_in(folder, program, limits, prefix)
+    with tempfile.TemporaryDirectory(prefix="sparsedecoding-sandbox-") as scratch:
+        return _run_in(Path(scratch), program, limits, prefix)
 
 
 def _write_program(home: Path, program: str) -> None:
-    """program.py, created here (never through a link the folder holds) and readable by the program."""
+    """program.py, created in the fresh folder (never through a link), for the guard to read."""
     descriptor = os.open(home / "program.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with open(descriptor, "w", encoding="utf-8") as handle:
         handle.write(program)
@@ -331,8 +371,7 @@ def _drain(descriptor: int) -> str:
 
 def _run_in(home: Path, program: str, limits: SandboxLimits, prefix: tuple[str, ...]) -> SandboxResult:
     token, uid = secrets.token_hex(16), sandbox_user()
-    _write_program(home, program)
-    os.chown(home, uid, uid)  # the program may write here and nowhere else
+    _write_program(home, program)  # the guard copies it into the run's own folder, a tmpfs mounted over this one
     started = time.perf_counter()
     # The output files live in a folder only root may enter, outside the program's folder: the program holds them
     # open for writing (and the file size limit bounds them), but cannot replace them by links, pipes or devices.
@@ -344,7 +383,7 @@ def _run_in(home: Path, program: str, limits: SandboxLimits, prefix: tuple[str, 
         status_read, status_write = os.pipe()
         command = [*prefix, sys.executable, "-I", "-c", GUARD, "program.py", str(limits.memory_mb << 20),
                    str(math.ceil(limits.timeout_s)), str(limits.file_mb << 20), str(limits.processes), str(uid),
-                   str(token_read), str(status_write)]
+                   str(token_read), str(status_write), str(limits.disk_mb << 20)]
         try:
             process = subprocess.Popen(command, cwd=home, env=scrubbed_environment(), stdin=subprocess.DEVNULL,
                                        stdout=stdout, stderr=stderr, start_new_session=True,
