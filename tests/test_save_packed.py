@@ -200,3 +200,105 @@ def test_cuda_tiled_model_with_an_sp24_head_saves_and_loads_back(tmp_path, quant
     tokens = TOKENS.cuda()
     with torch.no_grad():
         assert torch.equal(loaded(tokens).logits, model(tokens).logits)
+
+
+def test_a_given_tokenizer_replaces_the_source_folders_and_a_compiled_model_saves_as_itself(tmp_path):
+    """With tokenizer= none of the source folder's tokenizer files is carried (its chat template would otherwise
+    outlive the given tokenizer's); a torch.compile wrapper saves the model it wraps."""
+    from helpers import char_tokenizer
+
+    folder, model = pruned_folder(tmp_path, "llama", False)
+    (folder / "chat_template.jinja").write_text("{{ messages }}")
+    tokenizer = char_tokenizer()
+    tokenizer.chat_template = None
+    model, _ = sparsify(model)
+    save_packed(torch.compile(model), tmp_path / "saved", tokenizer=tokenizer)
+    files = {path.name for path in (tmp_path / "saved").iterdir()}
+    assert "chat_template.jinja" not in files and "tokenizer_config.json" in files
+    assert not [name for name in json.loads((tmp_path / "saved" / "packed.json").read_text())["tensors"]
+                if name.startswith("_orig_mod")]
+    assert_same_model(load_packed(tmp_path / "saved"), model)
+
+
+def test_what_cannot_be_saved_is_refused_before_writing(tmp_path):
+    """A model that is not a transformers model, and a source pruning record that is not one: one error, nothing
+    written."""
+    from sparsedecoding.errors import ModelFileError
+    from sparsedecoding.kernels import PackedLinear
+
+    bare = nn.Sequential(PackedLinear.from_dense(torch.zeros(16, 64, dtype=torch.bfloat16), 2, 4))
+    with pytest.raises(PackingError, match="writes transformers models; this Sequential is not one"):
+        save_packed(bare, tmp_path / "bare")
+    folder, model = pruned_folder(tmp_path, "llama", False)
+    (folder / "sparsedecoding.json").write_text(json.dumps({"solver_options": "int8"}))
+    model, _ = sparsify(model, quantize=None, head=None)
+    with pytest.raises(ModelFileError, match="is not a pruning record"):
+        save_packed(model, tmp_path / "saved")
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(("bare", "saved"))]
+
+
+def test_shared_biases_save_and_the_record_follows_the_values_the_model_holds(tmp_path):
+    """Two packed linears sharing one bias (safetensors refuses shared storage) save as two copies. The record
+    says how the values are held: bf16 values from a folder whose record said int8 make "none", int8 values of a
+    model with no record make a record saying int8, so that sparsify of the folder's dense weights (quantize
+    "auto") makes the modules load_packed makes."""
+    from transformers import AutoModelForCausalLM
+
+    from sparsedecoding.models import unpacked_state
+    from test_sparsify import pruned_tiny
+
+    model = pruned_tiny("qwen2")
+    model.model.layers[1].self_attn.q_proj.bias = model.model.layers[0].self_attn.q_proj.bias
+    model, _ = sparsify(model)
+    loaded = load_packed(save_packed(model, tmp_path / "shared"))
+    assert torch.equal(loaded.model.layers[1].self_attn.q_proj.bias, model.model.layers[0].self_attn.q_proj.bias)
+
+    quantized_tiny("int8").save_pretrained(tmp_path / "grid")
+    (tmp_path / "grid" / "sparsedecoding.json").write_text(json.dumps({"solver_options": {"quantize": "int8"}}))
+    grid = AutoModelForCausalLM.from_pretrained(tmp_path / "grid", dtype=torch.bfloat16)
+    bf16, _ = sparsify(grid, quantize=None)
+    codes, _ = sparsify(quantized_tiny("int8"), quantize="int8", group_size=32)
+    for name, model, expected in (("bf16", bf16, "none"), ("codes", codes, "int8")):
+        save_packed(model, tmp_path / name)
+        record = json.loads((tmp_path / name / "sparsedecoding.json").read_text())
+        assert record["solver_options"]["quantize"] == expected
+        dense = AutoModelForCausalLM.from_config(load_packed(tmp_path / name).config, dtype=torch.bfloat16)
+        dense.load_state_dict(unpacked_state(tmp_path / name), strict=False)
+        dense.name_or_path = str(tmp_path / name)
+        again, summary = sparsify(dense)
+        assert summary.quantize == (None if expected == "none" else expected), name
+        types = {type(m) for m in load_packed(tmp_path / name).modules()}
+        assert types >= {type(m) for m in again.modules()} - {nn.Linear}
+
+
+def test_each_tiled_linear_is_untiled_once(tmp_path, monkeypatch):
+    """save_packed reads each Sp24Linear's packed weight once (state_dict would untile every one a second time)."""
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear, tile_model
+
+    model, _ = sparsify(quantized_tiny("int8", **TILEABLE), quantize="int8", group_size=32)
+    assert tile_model(model, require_cuda=False) == 14
+    calls = []
+    original = Sp24Linear.packed
+    monkeypatch.setattr(Sp24Linear, "packed", property(lambda self: calls.append(1) or original.fget(self)))
+    save_packed(model, tmp_path / "saved", overwrite=True)
+    assert len(calls) == 14
+
+
+@pytest.mark.gpu
+def test_a_tinygemm_head_built_on_the_cpu_and_moved_to_cuda_saves_its_own_weight(tmp_path, monkeypatch):
+    """tinygemm's int4 layout is the device's: a head sparsify laid out on the CPU and then moved to CUDA (with the
+    model) is read on the CPU, where its layout is known, and saves the weight it was built from."""
+    monkeypatch.setenv("SPARSEDECODING_DENSE_INT4", "tinygemm")
+    from sparsedecoding import solvers
+
+    grid = quantized_tiny("int8")
+    with torch.no_grad():
+        grid.lm_head.weight.copy_(solvers.gptq(grid.lm_head.weight.float(), torch.eye(64), "int4", group_size=32))
+    expected = grid.lm_head.weight.detach().clone()
+    model, _ = sparsify(grid, quantize="int8", group_size=32, head="int4", tile=False)
+    assert model.lm_head.layout_device == "cpu"
+    model.cuda()
+    save_packed(model, tmp_path / "saved")
+    from safetensors.torch import load_file
+
+    assert torch.equal(load_file(str(tmp_path / "saved" / "model.safetensors"))["lm_head.weight"], expected)

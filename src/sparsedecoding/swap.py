@@ -326,25 +326,41 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
 # model card (never weights, their indexes or code)
 _CARRIED_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".md")
 _WRITTEN_FILES = {"config.json", "generation_config.json", PACKED_MANIFEST, PRUNED_MANIFEST}
+# a tokenizer's files (what `save_pretrained` of one writes, in its several kinds)
+_TOKENIZER_PREFIXES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges", "chat_template")
+_TOKENIZER_SUFFIXES = (".model", ".tiktoken")
+
+
+def _is_tokenizer_file(name: str) -> bool:
+    return name.startswith(_TOKENIZER_PREFIXES) or name.endswith(_TOKENIZER_SUFFIXES)
 
 
 def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite: bool = False) -> Path:
     """Write a sparsified (`sparsify`) or `load_packed` transformers model as a packed checkpoint folder, the form
     `load_packed`, the engine and the CLI read (what `sparsedecoding pack` writes from a pruned folder), and
     return its path. (`save_pretrained` on such a model writes packed buffers that `from_pretrained` cannot read.)
+    A `torch.compile` wrapper is saved as the model it wraps.
 
-    Packed linears (`PackedLinear`, `QuantizedPackedLinear`, and `Sp24Linear`s, untiled exactly first) are stored
-    as values or codes with their bitmasks, every other tensor dense; a quantized lm_head (`DenseQuantizedLinear`)
-    is stored as its dequantized weight and recorded in `sparsedecoding.json` (`prune --quantize-head`'s record),
-    so that `load_packed` quantizes it again. config.json and the generation config come from the model; the
-    tokenizer from `tokenizer` if given, else the tokenizer files (and pruning record) of the folder the model was
-    loaded from, if it was loaded from one; with neither, a warning says the folder has no tokenizer.
+    Packed linears (`PackedLinear`, `QuantizedPackedLinear`, and `Sp24Linear`s, untiled exactly, one at a time) are
+    stored as values or codes with their bitmasks, every other tensor dense; a quantized lm_head
+    (`DenseQuantizedLinear`) is stored as its dequantized weight. The pruning record (`sparsedecoding.json`: the
+    source folder's, or a new one) says how the values and lm_head are quantized, as the model holds them, so that
+    `load_packed` quantizes the head again and `sparsify` of the folder's dense weights (quantize "auto") makes the
+    same modules. config.json and the generation config come from the model; the tokenizer is `tokenizer` if given
+    (and then none of the source folder's tokenizer files), else the tokenizer files of the folder the model was
+    loaded from, if any; with neither, a warning says the folder has no tokenizer. Other text files of that folder
+    (a model card) are carried over; never weights or code.
 
-    The folder is written as OUT.partial and renamed when complete. Raises PackingError for a model with no packed
-    linear or with one the engine fused (a gate|up `Sp24Linear`), OutputExistsError for an existing `out` without
-    `overwrite`, OutputNotWritableError for an `out` that cannot be made or is the folder the model came from: all
-    before writing anything."""
+    The folder is written as OUT.partial and renamed when complete. Raises PackingError for a model that is not a
+    transformers model, has no packed linear or one the engine fused (a gate|up `Sp24Linear`), or whose values and
+    int4 head use different group sizes; ModelFileError for a source pruning record that is not one;
+    OutputExistsError for an existing `out` without `overwrite`; OutputNotWritableError for an `out` that cannot be
+    made or is the folder the model came from: all before writing anything."""
     out = Path(out)
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+    if not callable(getattr(getattr(model, "config", None), "save_pretrained", None)):
+        raise PackingError(f"save_packed writes transformers models; this {type(model).__name__} is not one (the "
+                           "engine's models are built from a packed folder: save that one)")
     packed = {name: module for name, module in model.named_modules()
               if isinstance(module, PackedLinear | QuantizedPackedLinear | Sp24Linear)}
     if not packed:
@@ -358,19 +374,22 @@ def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite:
     source = source if str(source) not in ("", ".") and source.is_dir() else None
     if source is not None:
         check_not_source(out, source)
-    state, dtypes, head = _packed_state(model, packed)
-    record = _saved_record(source, head)
-    if tokenizer is None and (source is None or not any((source / name).is_file() for name in _TOKENIZER_FILES)):
+    output = _output_embedding(model)
+    head = output if isinstance(output, DenseQuantizedLinear) else None
+    record = _saved_record(source, head, _values_quantization(packed.values()))
+    carried = [path for path in (source.iterdir() if source is not None else ())
+               if path.is_file() and path.suffix in _CARRIED_SUFFIXES and path.name not in _WRITTEN_FILES
+               and not path.name.endswith(".index.json") and packed_manifest(source) != path
+               and not (tokenizer is not None and _is_tokenizer_file(path.name))]
+    if tokenizer is None and not any(_is_tokenizer_file(path.name) for path in carried):
         log.warning("save_packed: no tokenizer given and none found beside the model (%s); the folder %s will hold "
                     "none, which the CLI needs: pass tokenizer=", source or "no source folder", out)
     with output_folder(out, overwrite) as partial:
+        state, dtypes = _packed_state(model, packed, head)
         write_packed_state(partial, state, dtypes, {"model": str(getattr(model, "name_or_path", "") or ""),
                                                     "saved_by": "sparsedecoding.save_packed"})
-        if source is not None:
-            for path in source.iterdir():
-                if (path.is_file() and path.suffix in _CARRIED_SUFFIXES and path.name not in _WRITTEN_FILES
-                        and not path.name.endswith(".index.json") and packed_manifest(source) != path):
-                    shutil.copy2(path, partial / path.name)
+        for path in carried:
+            shutil.copy2(path, partial / path.name)
         if tokenizer is not None:
             tokenizer.save_pretrained(partial)
         model.config.save_pretrained(partial)
@@ -381,71 +400,82 @@ def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite:
     return out
 
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+def _values_quantization(modules) -> tuple[str, int] | None:
+    """(format, int4 group size or 0) of the packed linears' kept values, None for bf16; PackingError for a mix."""
+    kinds = {(getattr(module, "quantize", None), module.group_size if getattr(module, "quantize", None) == "int4"
+              else 0) for module in modules}
+    if len(kinds) > 1:
+        held = ", ".join(sorted(f"{kind or 'bf16'}{f' g{group}' if group else ''}" for kind, group in kinds))
+        raise PackingError(f"the packed linears hold values in several formats ({held}); a packed checkpoint holds "
+                           "one")
+    kind, group = next(iter(kinds))
+    return None if kind is None else (kind, group)
 
 
-def _packed_state(model: nn.Module, packed: dict[str, nn.Module]
-                  ) -> tuple[dict, dict[str, str], DenseQuantizedLinear | None]:
-    """(every tensor of `model` by its transformers name, packed weights as PackedNM / PackedNMQ and a quantized
-    lm_head dequantized; the dtype each PackedNMQ's weight takes; the quantized lm_head or None). The output
-    embedding's weight is left out where it is the input embedding's (tied), as save_pretrained leaves it."""
-    output = _output_embedding(model)
-    head = output if isinstance(output, DenseQuantizedLinear) else None
+def _packed_state(model: nn.Module, packed: dict[str, nn.Module], head: DenseQuantizedLinear | None
+                  ) -> tuple[dict, dict[str, str]]:
+    """(every tensor of `model` by its transformers name, packed weights as PackedNM / PackedNMQ on the CPU and a
+    quantized lm_head dequantized; the dtype each PackedNMQ's weight takes). Walks the modules' own parameters and
+    persistent buffers rather than `state_dict`, which would untile every Sp24Linear a second time and hold all of
+    them at once. The output embedding's weight is left out where it is the input embedding's (tied), as
+    save_pretrained leaves it; other tensors sharing storage are copied (safetensors refuses shared storage)."""
     inputs = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     embedding = getattr(inputs, "weight", None)
     dtype = embedding.dtype if isinstance(embedding, torch.Tensor) else torch.bfloat16
-    tied = (f"{_module_name(model, output)}.weight" if output is not None and embedding is not None
-            and getattr(output, "weight", None) is embedding else None)
-    owners = {**packed, **({_module_name(model, head): head} if head is not None else {})}
     state: dict[str, object] = {}
     dtypes: dict[str, str] = {}
     seen: set[int] = set()
-    for key, tensor in model.state_dict().items():
-        owner, leaf = key.rsplit(".", 1) if "." in key else ("", key)
-        if owner in owners:  # the module's first buffer stands for its weight; its bias stays as it is
-            module = owners[owner]
-            if f"{owner}.weight" not in state:
-                weight = module.to_dense(dtype) if module is head else module.packed
-                state[f"{owner}.weight"] = weight
-                if isinstance(weight, PackedNMQ):
-                    dtypes[f"{owner}.weight"] = str(dtype)
-            if leaf == "bias":
-                state[key] = tensor
-            continue
-        if key == tied:
-            continue
-        if tensor.numel() and tensor.untyped_storage().data_ptr() in seen:  # safetensors refuses shared storage
-            tensor = tensor.clone()
-        seen.add(tensor.untyped_storage().data_ptr())
-        state[key] = tensor
-    return state, dtypes, head
+    held: set[int] = set()
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if name in packed or module is head:
+            weight = module.to_dense(dtype) if module is head else module.packed.to("cpu")
+            state[f"{prefix}weight"] = weight
+            if isinstance(weight, PackedNMQ):
+                dtypes[f"{prefix}weight"] = str(dtype)
+            tensors = {"bias": module.bias} if module.bias is not None else {}
+        else:
+            tensors = {**module._parameters, **{key: value for key, value in module._buffers.items()
+                                                if key not in module._non_persistent_buffers_set}}
+        for key, tensor in tensors.items():
+            if tensor is None:
+                continue
+            if id(tensor) in held:  # the same tensor under a second name: the tied output embedding
+                if tensor is embedding:
+                    continue
+                tensor = tensor.clone()
+            held.add(id(tensor))
+            if tensor.numel() and tensor.untyped_storage().data_ptr() in seen:
+                tensor = tensor.clone()
+            seen.add(tensor.untyped_storage().data_ptr())
+            state[f"{prefix}{key}"] = tensor.detach()
+    return state, dtypes
 
 
-def _module_name(model: nn.Module, module: nn.Module) -> str:
-    return next(name for name, candidate in model.named_modules() if candidate is module)
-
-
-def _saved_record(source: Path | None, head: DenseQuantizedLinear | None) -> dict | None:
-    """The pruning record save_packed writes: the source folder's, with its lm_head quantization set to what the
-    model holds (so that `load_packed` rebuilds the same head); a record of only that where the model has a
-    quantized head and no record; None where neither."""
+def _saved_record(source: Path | None, head: DenseQuantizedLinear | None,
+                  values: tuple[str, int] | None) -> dict | None:
+    """The pruning record save_packed writes: the source folder's, with its value and lm_head quantization set to
+    what the model holds; a record of only those where the model holds quantized values or head and the source has
+    no record; None where neither."""
     record = None
     if source is not None and (source / PRUNED_MANIFEST).is_file():
         record = read_json(source / PRUNED_MANIFEST)
-        if not isinstance(record, dict):
-            raise ModelFileError(f"{source / PRUNED_MANIFEST} is not a pruning record (a JSON object); restore it")
-    if record is None and head is None:
+        if not isinstance(record, dict) or not isinstance(record.get("solver_options", {}), dict):
+            raise ModelFileError(f"{source / PRUNED_MANIFEST} is not a pruning record (a JSON object with "
+                                 "solver_options); restore it")
+    if record is None and head is None and values is None:
         return None
+    groups = {group for kind, group in ((values or (None, 0)), ((head.quantize, head.group_size) if head else
+                                                                 (None, 0))) if kind == "int4"}
+    if len(groups) > 1:
+        raise PackingError(f"the values and lm_head are int4 with different group sizes ({sorted(groups)}); the "
+                           "pruning record holds one")
     record = dict(record or {})
     options = dict(record.get("solver_options") or {})
-    if head is None:
-        if options.get("quantize_head", "none") in (None, "none"):
-            return record
-        options["quantize_head"] = "none"  # the model's head was kept bf16 (sparsify(head=None))
-    else:
-        options["quantize_head"] = head.quantize
-        if head.quantize == "int4":
-            options["group_size"] = head.group_size
+    options["quantize"] = values[0] if values else "none"
+    options["quantize_head"] = head.quantize if head is not None else "none"
+    if groups:
+        options["group_size"] = next(iter(groups))
     record["solver_options"] = options
     return record
 

@@ -103,9 +103,13 @@ class DenseQuantizedLinear(torch.nn.Module):
                               (self.out_features, self.in_features)).layout
 
     def to_dense(self, dtype: torch.dtype) -> torch.Tensor:
-        """The weight [out, in] in `dtype` (`DenseQuantized.to_dense`)."""
-        return DenseQuantized(self.qweight, self.scales, self.quantize, self.group_size,
-                              (self.out_features, self.in_features)).to_dense(dtype)
+        """The weight [out, in] in `dtype` (`DenseQuantized.to_dense`), on the module's device; a tinygemm layout
+        moved off the device it was built for is read on that device (its kernel there knows it)."""
+        device = self.qweight.device
+        built = torch.device(self.layout_device) if self.layout_device not in (None, device.type) else device
+        dense = DenseQuantized(self.qweight.to(built), self.scales.to(built), self.quantize, self.group_size,
+                               (self.out_features, self.in_features))
+        return dense.to_dense(dtype).to(device)
 
     def _apply(self, fn, recurse=True):
         """In the sparse tensor-core kernel's dense layout the scales are bfloat16, the kernel's, whatever
