@@ -29,23 +29,30 @@ def old_program(problem: dict, completion: str) -> str:
     return f"{solution}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
+def committed_answers(problems: dict[str, dict]) -> tuple[list[Path], list[tuple[Path, dict]]]:
+    """(the committed answer files, (file, record) for every answer in them to a problem of `problems`)."""
+    files = sorted({*RESULTS.glob("**/*.records.jsonl"), *RESULTS.glob("**/*.humaneval.jsonl")})
+    answers = []
+    for file in files:
+        for line in file.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if "completion" in record and record.get("task_id") in problems:
+                answers.append((file, record))
+    return files, answers
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="the markdown report to write")
     args = parser.parse_args()
     problems = {problem["task_id"]: problem for problem in humaneval_problems("all")}
-    files = sorted({*RESULTS.glob("**/*.records.jsonl"), *RESULTS.glob("**/*.humaneval.jsonl")})
-    records, changed = 0, []
-    for file in files:
-        for line in file.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            if "completion" not in record or record.get("task_id") not in problems:
-                continue
-            records += 1
-            problem = problems[record["task_id"]]
-            before, after = old_program(problem, record["completion"]), build_program(problem, record["completion"])
-            if before != after:
-                changed.append((file, record, before, after))
+    files, answers = committed_answers(problems)
+    records, changed = len(answers), []
+    for file, record in answers:
+        problem = problems[record["task_id"]]
+        before, after = old_program(problem, record["completion"]), build_program(problem, record["completion"])
+        if before != after:
+            changed.append((file, record, before, after))
     limits = SandboxLimits()
     before_runs = run_many([before for _, _, before, _ in changed], limits)
     after_runs = run_many([after for _, _, _, after in changed], limits)
