@@ -84,10 +84,10 @@ def test_demo_help_shows_the_demo_defaults_and_compare_shares_the_definitions():
     ("n_prompts", 0, "--n-prompts must be at least 1"),
     ("percdamp", 0.0, "--percdamp must be in (0, 1]"),
     ("percdamp", -0.5, "--percdamp must be in (0, 1]"),
-    ("percdamp", math.nan, "--percdamp must be in (0, 1], got nan"),
+    ("percdamp", math.nan, "--percdamp must be a finite number in (0, 1], got nan"),
     ("percdamp", 2.0, "--percdamp must be in (0, 1]"),
     ("temperature", 0.0, "--temperature must be above 0"),
-    ("temperature", math.inf, "--temperature must be above 0, got inf"),
+    ("temperature", math.inf, "--temperature must be a finite number above 0, got inf"),
     ("top_p", 0.0, "--top-p must be in (0, 1]"),
     ("top_p", 1.5, "--top-p must be in (0, 1]"),
     ("mix_ratio", 1.0, "--mix-ratio must be in (0, 1)"),
@@ -106,7 +106,7 @@ def test_a_bad_value_is_one_line_before_anything_is_loaded(tmp_path, field, valu
 
 @pytest.mark.parametrize("argv,expected", [
     (["--batch-size", "0"], "--batch-size must be at least 1"),
-    (["--percdamp", "nan"], "--percdamp must be in (0, 1], got nan"),
+    (["--percdamp", "nan"], "--percdamp must be a finite number in (0, 1], got nan"),
     (["--top-p", "0"], "--top-p must be in (0, 1]"),
     (["--device", "tpu"], "DeviceError: --device 'tpu' is not a device"),
 ])
@@ -138,7 +138,7 @@ def test_the_gen_backend_choices_are_the_generators_and_engine_is_the_default():
 def test_eval_and_compare_settings_check_their_ranges():
     with pytest.raises(SparseDecodingError, match="--eval-batch-size must be at least 1"):
         EvalSettings(gen_batch_size=0).validate(has_reference=True)
-    with pytest.raises(SparseDecodingError, match="--timeout must be above 0"):
+    with pytest.raises(SparseDecodingError, match="--timeout must be a finite number above 0"):
         EvalSettings(timeout_s=math.nan).validate(has_reference=True)
     with pytest.raises(SparseDecodingError, match="--tokens must be at least 1"):
         CompareSettings(tokens=0).validate()

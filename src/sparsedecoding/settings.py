@@ -29,6 +29,7 @@ from .errors import OutputExistsError, SparseDecodingError
 from .patterns import SparsityPattern
 
 CALIBRATION_TOKENS = 16384  # every calibration source gets this many tokens unless told otherwise
+SEED_MAX = 2**63 - 1  # seeds live in int64 tensors and torch generators
 SOLVERS = ("sparsegpt", "wanda", "magnitude")
 QUANTIZATIONS = ("none", "int8", "int4")
 METRICS = ("pass@1", "kl", "repetition", "ppl")
@@ -73,17 +74,24 @@ def flag_of(item: dataclasses.Field) -> str:
     return item.metadata.get("flag") or "--" + item.name.replace("_", "-")
 
 
+def _number(value) -> str:
+    """A bound as --help and errors show it: integers in full (a seed's 2^63 - 1), other numbers short."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _range_text(meta: dict) -> str | None:
-    low = f"[{meta['minimum']:g}" if meta["minimum"] is not None else f"({meta['above']:g}" \
+    low = f"[{_number(meta['minimum'])}" if meta["minimum"] is not None else f"({_number(meta['above'])}" \
         if meta["above"] is not None else None
-    high = f"{meta['maximum']:g}]" if meta["maximum"] is not None else f"{meta['below']:g})" \
+    high = f"{_number(meta['maximum'])}]" if meta["maximum"] is not None else f"{_number(meta['below'])})" \
         if meta["below"] is not None else None
     if low and high:
         return f"in {low}, {high}"
     if low:
-        return f"at least {meta['minimum']:g}" if meta["minimum"] is not None else f"above {meta['above']:g}"
+        return f"at least {_number(meta['minimum'])}" if meta["minimum"] is not None else \
+            f"above {_number(meta['above'])}"
     if high:
-        return f"at most {meta['maximum']:g}" if meta["maximum"] is not None else f"below {meta['below']:g}"
+        return f"at most {_number(meta['maximum'])}" if meta["maximum"] is not None else \
+            f"below {_number(meta['below'])}"
     return None
 
 
@@ -104,7 +112,8 @@ def check(settings) -> None:
         if meta["choices"] and value not in meta["choices"]:
             raise SparseDecodingError(f"{flag_of(item)} {value!r} is not one of {', '.join(meta['choices'])}")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not _in_range(value, meta):
-            raise SparseDecodingError(f"{flag_of(item)} must be {_range_text(meta)}, got {value}")
+            finite = "a finite number " if isinstance(value, float) and not math.isfinite(value) else ""
+            raise SparseDecodingError(f"{flag_of(item)} must be {finite}{_range_text(meta)}, got {value}")
 
 
 def _default_text(item: dataclasses.Field, default) -> str:
@@ -161,7 +170,15 @@ def from_args(settings, args, prefix: str = "", **values) -> dict:
 
 
 def _tokens(text: str) -> int | None:
-    return int(text) or None
+    """--tokens: 0 is every decode token (None); below 0 is neither a budget nor that."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (every decode token generated) or a budget of at least 1, "
+                                         f"got {value}")
+    return value or None
 
 
 @dataclass(kw_only=True)
@@ -171,7 +188,7 @@ class RunSettings:
     model: str = knob(help="HF model folder, .gguf file, or offline model name (smollm2-135m, qwen2.5-coder-1.5b)")
     out: str = knob(help="output folder (written atomically)")
     device: str = knob("auto", "auto (cuda when available), cpu, cuda, cuda:1 ...")
-    seed: int = knob(0, "seed of sampling and text window order")
+    seed: int = knob(0, "seed of sampling and text window order", minimum=0, maximum=SEED_MAX)
     overwrite: bool = knob(False, "replace --out if it exists")
     recipe: str = knob("none", "recommended: the calibration chosen on the dev split of issue 11's recipe search "
                        "(benchmarks/results/quality-recipes-qwen2.5-coder-1.5b): the fit quarter's prompts "

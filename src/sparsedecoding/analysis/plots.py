@@ -30,8 +30,13 @@ def require_matplotlib():
 
 
 def number(value) -> float:
-    """A figure's value: result files hold null where the number was not finite (`runenv.strict`); drawn as a gap."""
-    return float("nan") if value is None else float(value)
+    """A figure's value: result files hold null where the number was not finite (`runenv.strict`); drawn as a gap.
+    AnalysisResultError for anything else that is not a number (an edited or foreign file)."""
+    if value is None:
+        return float("nan")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AnalysisResultError(f"holds {value!r} where a number belongs")
+    return float(value)
 
 
 def plot_discrepancy(summary: list[dict], path: Path, title: str) -> None:
@@ -153,11 +158,9 @@ def _quality_figures(folder: Path) -> list[Path]:
         results = [r for r in payload["results"] if r["config"]["role"] == role]
         if any(r["config"]["calibration"] is not None for r in results):
             model = Path(payload["settings"]["model" if role == "main" else "small_model"]).name
-            partial = folder / f"quality-{role}.partial.png"
             budget = payload["settings"]["tokens"]
-            plot_quality(results, partial, f"{model}: calibration budget {budget} tokens per source")
-            os.replace(partial, folder / f"quality-{role}.png")
-            drawn.append(folder / f"quality-{role}.png")
+            drawn.append(_drawn(folder / "quality.json", f"quality-{role}", plot_quality, results,
+                                f"{model}: calibration budget {budget} tokens per source"))
     if not drawn:
         raise SparseDecodingError(f"{folder}/quality.json has no pruned configuration to draw")
     return drawn
@@ -181,7 +184,20 @@ def redraw(folder: str | Path) -> list[Path]:
     if not data:
         raise AnalysisResultError(f"{folder / f'{name}.json'} has nothing to draw (an empty list); "
                                   f"re-run `{WRITTEN_BY[f'{name}.json']}` to write it again")
-    partial = folder / f"{name}.partial.png"
-    draw(data, partial, title)
-    os.replace(partial, folder / f"{name}.png")
-    return [folder / f"{name}.png"]
+    return [_drawn(folder / f"{name}.json", name, draw, data, title)]
+
+
+def _drawn(file: Path, name: str, draw, data, title: str) -> Path:
+    """NAME.png beside `file`, drawn by `draw` from `data` into NAME.partial.png and renamed; AnalysisResultError
+    naming the file for a value that is not a number, or naming the folder where it cannot be written."""
+    partial, final = file.with_name(f"{name}.partial.png"), file.with_name(f"{name}.png")
+    try:
+        draw(data, partial, title)
+        os.replace(partial, final)
+    except AnalysisResultError as exc:
+        raise AnalysisResultError(f"{file} {exc}; re-run `{WRITTEN_BY[file.name]}` to write it again") from None
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise AnalysisResultError(f"cannot write {final} ({exc.strerror or exc}); make {file.parent} writable or "
+                                  "copy the folder somewhere writable and draw there") from None
+    return final

@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
+    parser.commands = subparsers.choices  # each command's own parser, for its errors
     return parser
 
 
@@ -48,7 +49,9 @@ def _attach_pattern_value(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_attach_pattern_value(sys.argv[1:] if argv is None else list(argv)))
+    args, unknown = parser.parse_known_args(_attach_pattern_value(sys.argv[1:] if argv is None else list(argv)))
+    if unknown:  # said by the command's parser, whose --help lists its options
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -59,8 +59,10 @@ def run(args: argparse.Namespace) -> int:
     from ..engine.config import check_model_folder
     from ..errors import EngineError
     from ..evaluation.engine_check import DEFAULT_PROMPTS, run as run_check
+    from ..kernels.op import settings
     from ..runenv import pick_device
 
+    settings()  # the engine's environment settings: a bad value fails here, before the models load
     if args.new_tokens < 1:
         raise EngineError(f"--new-tokens must be at least 1, got {args.new_tokens}")
     if args.prompt and not all(args.prompt):

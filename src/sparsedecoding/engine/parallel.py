@@ -244,6 +244,16 @@ def smallest(value: int, tp: ProcessGroup | None, device: torch.device) -> int:
     return int(tensor.item())
 
 
+def _launcher_int(name: str, default: str | None = None) -> int:
+    """A whole number torchrun sets in the environment; EngineError where it is missing or not one."""
+    value = os.environ.get(name, default)
+    if value is None or not value.strip().lstrip("-").isdigit():
+        what = f"{name} is unset" if value is None else f"{name}={value!r} is not a whole number"
+        raise EngineError(f"{what}; start tensor-parallel runs with torchrun --nproc-per-node N (or unset "
+                          "WORLD_SIZE)")
+    return int(value)
+
+
 @contextmanager
 def start_from_env(device: torch.device, all_reduce: str = "auto") -> Iterator[tuple[ProcessGroup | None,
                                                                                      torch.device]]:
@@ -255,12 +265,19 @@ def start_from_env(device: torch.device, all_reduce: str = "auto") -> Iterator[t
     friends) is left as the machine sets it."""
     if all_reduce not in ALL_REDUCE:
         raise EngineError(f"all-reduce {all_reduce!r} is not one of {', '.join(ALL_REDUCE)}")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = _launcher_int("WORLD_SIZE", "1")
     if world == 1:
         yield None, device
         return
+    if world < 1:
+        raise EngineError(f"WORLD_SIZE={world}: a group has at least one process; start tensor-parallel runs with "
+                          "torchrun --nproc-per-node N (or unset WORLD_SIZE)")
+    rank, local_rank = _launcher_int("RANK"), _launcher_int("LOCAL_RANK")
+    if not 0 <= rank < world or not 0 <= local_rank < world:
+        raise EngineError(f"WORLD_SIZE={world}, RANK={rank}, LOCAL_RANK={local_rank} is not a process of a group; "
+                          "start tensor-parallel runs with torchrun --nproc-per-node N (or unset WORLD_SIZE)")
     if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         # device_id connects NCCL at once instead of at the first collective, which may be inside graph capture
         dist.init_process_group("nccl", device_id=device)

@@ -1,0 +1,116 @@
+"""Bad input found by an audit in the fifty-third session, each now one `error:` line and exit 2 before any work: seeds
+outside int64, non-finite numbers, result files with a value that is not a number or a folder a figure cannot be
+written into, `fetch --wheels` that is not a folder, torchrun variables that make no group, a generation longer than
+the model's context, and an unknown option, which names its own command's help."""
+
+import json
+
+import pytest
+
+from sparsedecoding.cli import main
+
+from helpers import make_tiny_model
+
+
+def one_line_error(capsys, argv, expected):
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err, err
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**63), str(10**23)])
+def test_a_seed_outside_int64_is_refused_up_front(capsys, tmp_path, tiny, seed):
+    one_line_error(capsys, ["prune", "--model", str(tiny), "--out", str(tmp_path / "out"), "--seed", seed],
+                   f"--seed must be in [0, 9223372036854775807], got {seed}")
+    one_line_error(capsys, ["generate", "--model", str(tiny), "--prompt", "hi", "--device", "cpu",
+                            "--temperature", "1", "--seed", seed],
+                   f"EngineError: --seed must be in [0, 9223372036854775807], got {seed}")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_number_that_is_not_finite_is_called_so(capsys, tmp_path, tiny):
+    one_line_error(capsys, ["prune", "--model", str(tiny), "--out", str(tmp_path / "out"), "--temperature", "inf"],
+                   "--temperature must be a finite number above 0, got inf")
+
+
+def test_plot_refuses_a_value_that_is_not_a_number_and_a_folder_it_cannot_write(capsys, tmp_path, monkeypatch):
+    from sparsedecoding.analysis import plots
+
+    (tmp_path / "drift.json").write_text(json.dumps({"pruned": "p", "layers": [{"layer": 0, "curve": [0.1, "abc"]}]}))
+    one_line_error(capsys, ["analyze", "plot", str(tmp_path)],
+                   f"AnalysisResultError: {tmp_path / 'drift.json'} holds 'abc' where a number belongs; re-run")
+    (tmp_path / "drift.json").write_text(json.dumps({"pruned": "p", "layers": [{"layer": 0, "curve": [0.1, 0.2]}]}))
+
+    def read_only(data, path, title):
+        path.write_bytes(b"half a figure")
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(plots, "plot_drift", read_only)
+    one_line_error(capsys, ["analyze", "plot", str(tmp_path)],
+                   f"AnalysisResultError: cannot write {tmp_path / 'drift.png'} (Permission denied)")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["drift.json"]
+
+
+def test_fetch_wheels_must_be_folders(capsys, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    one_line_error(capsys, ["fetch", "smollm2-135m", "--wheels", str(tmp_path / "none")],
+                   f"FetchError: --wheels {tmp_path / 'none'} is not there")
+    one_line_error(capsys, ["fetch", "smollm2-135m", "--wheels", str(tmp_path), "--wheels", str(tmp_path / "a-file")],
+                   f"FetchError: --wheels {tmp_path / 'a-file'} is a file, not a folder")
+
+
+@pytest.mark.parametrize("environment, expected", [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not a whole number"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0: a group has at least one process"),
+    ({"WORLD_SIZE": "2"}, "RANK is unset"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "5"}, "WORLD_SIZE=2, RANK=0, LOCAL_RANK=5 is not a process"),
+])
+def test_torchrun_variables_that_make_no_group_are_refused(capsys, monkeypatch, tiny, environment, expected):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    one_line_error(capsys, ["generate", "--model", str(tiny), "--prompt", "hi", "--device", "cpu"],
+                   f"EngineError: {expected}")
+
+
+def test_a_generation_longer_than_the_context_is_refused_before_the_model_loads(capsys, monkeypatch, tiny):
+    from sparsedecoding import engine
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(engine, "load_model", never)
+    one_line_error(capsys, ["generate", "--model", str(tiny), "--prompt", "hi", "--device", "cpu",
+                            "--new-tokens", str(10**12)],
+                   "pass the model's context of 512 positions (max_position_embeddings); ask for at most 510")
+
+
+def test_an_unknown_option_names_its_commands_help(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["demo", "--no-such-option"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip() == \
+        "error: unrecognized arguments: --no-such-option (see `sparsedecoding demo --help`)"
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("-5", "argument --tokens: must be 0 (every decode token generated) or a budget of at least 1, got -5"),
+    ("abc", "argument --tokens: must be a whole number, got 'abc'"),
+])
+def test_tokens_below_zero_or_not_a_number_say_what_tokens_takes(capsys, tmp_path, value, expected):
+    with pytest.raises(SystemExit) as stopped:
+        main(["prune", "--model", str(tmp_path), "--out", str(tmp_path / "out"), "--tokens", value])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip() == f"error: {expected} (see `sparsedecoding prune --help`)"
+
+
+def test_check_refuses_a_bad_engine_setting_before_loading(capsys, monkeypatch, tiny):
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "bogus")
+    one_line_error(capsys, ["check", "--model", str(tiny)], "KernelChoiceError: SPARSEDECODING_KERNEL='bogus'")
