@@ -130,3 +130,27 @@ def test_text_needs_a_budget(capsys, tmp_path, tiny_folder, prompts):
     out = tmp_path / "out"
     code, errors = run_prune(capsys, "--model", tiny_folder, "--out", out, "--calibration", "text", "--tokens", "0")
     assert_clean_failure(code, errors, out, "--tokens")
+
+
+def test_the_cli_logs_its_own_progress_and_other_libraries_only_from_warnings():
+    """A command's INFO lines are shown; another library's INFO (torch's compile-cache statistics at exit, say) is
+    not, unless -v."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("import logging, sys\nfrom sparsedecoding.cli import fetch, main\n"
+              "def run(args):\n"
+              "    logging.getLogger('torch._subclasses.fake_tensor').info('cache statistics')\n"
+              "    logging.getLogger('torch._subclasses.fake_tensor').warning('a real warning')\n"
+              "    logging.getLogger('sparsedecoding.models').info('our progress')\n"
+              "    return 0\n"
+              "fetch.run = run\nsys.exit(main(sys.argv[1:]))\n")
+    source = str(Path(__file__).resolve().parents[1] / "src")
+    for flags, shown in (([], {"our progress", "a real warning"}),
+                         (["-v"], {"our progress", "a real warning", "cache statistics"})):
+        done = subprocess.run([sys.executable, "-c", script, *flags, "fetch", "smollm2-135m"], capture_output=True,
+                              text=True, env={"PYTHONPATH": source, "PATH": "/usr/bin:/bin"}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        said = {message for message in ("our progress", "a real warning", "cache statistics") if message in done.stderr}
+        assert said == shown, (flags, done.stderr)

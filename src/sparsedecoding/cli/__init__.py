@@ -52,11 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(_attach_pattern_value(sys.argv[1:] if argv is None else list(argv)))
     if unknown:  # said by the command's parser, whose --help lists its options
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    # Our progress at INFO; other libraries' (torch's compile and cache statistics, say) only from WARNING, unless -v
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    logging.getLogger("sparsedecoding").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         result = args.func(args)
     except SparseDecodingError as exc:
