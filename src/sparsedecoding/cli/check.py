@@ -33,17 +33,18 @@ def register(subparsers) -> None:
 
 
 def check_report_path(out: Path) -> None:
-    """OutputNotWritableError, before any work, for a report file that could not be written: a folder stands
-    there, the file exists but cannot be opened for writing, or no file can be created where it would go."""
+    """OutputNotWritableError, before any work, for a report file that could not be written: a name the filesystem
+    refuses (too long), a folder stands there, the file exists but cannot be opened for writing, or no file can be
+    created where it would go."""
     from ..errors import OutputNotWritableError
-    from ..outputs import check_writable
+    from ..outputs import check_writable, path_exists
 
+    if not path_exists(out):
+        check_writable(out, partial=False)
+        return
     if out.is_dir():
         raise OutputNotWritableError(f"--out {out} is a folder; give the report file's path, such as "
                                      f"{out / 'report.md'}")
-    if not out.exists():
-        check_writable(out)
-        return
     try:
         with open(out, "a"):  # appending nothing leaves the file as it is
             pass
