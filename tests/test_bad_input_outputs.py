@@ -1,8 +1,9 @@
-"""Outputs never destroy inputs and never half-fail: an --out that is, holds or is built over an input is refused
-before any work; the demo removes nothing before its inputs are checked and replaces an earlier demo only once the
-new one is written; whatever an earlier run left at OUT.partial (a file, a link) is cleared without following it, or
-refused up front; a name too long for the filesystem is one clear error, one that fits (with .partial) is taken; and
-drift refuses two models of different shapes before loading either. Each runs the CLI in-process on tiny models."""
+"""Outputs never destroy inputs and never half-fail: an --out that is, holds or is built over an input (or a report
+over a file of the model) is refused before any work; the demo removes nothing before its inputs are checked and
+replaces an earlier demo only once the new one is written; whatever an earlier run left at OUT.partial (a file, a
+link) is cleared without following it, or refused up front; a name too long for the filesystem is one clear error,
+one that fits (with .partial) is taken; and drift refuses two models of different shapes before loading either.
+Each runs the CLI in-process on tiny models."""
 
 from __future__ import annotations
 
@@ -100,6 +101,18 @@ def test_an_out_over_an_input_is_refused_before_any_work(capsys, tmp_path, model
     before = listing(scratch)
     one_line_error(capsys, argv, "would overwrite the input")
     assert listing(scratch) == before
+
+
+@pytest.mark.parametrize("argv", [lambda m: ["check", "--model", m, "--out", m / "config.json", "--device", "cpu"],
+                                  lambda m: ["bench", "--model", m, "--out", m / "tokenizer.md"]],
+                         ids=["check-over-config", "bench-json-over-tokenizer"])
+def test_a_report_over_a_file_of_the_model_is_refused_before_any_work(capsys, tmp_path, models, argv):
+    """check and bench write their report (bench: and a .json beside it) after reading the model: over one of its
+    files that would destroy it."""
+    model = Path(shutil.copytree(models["tiny"], tmp_path / "m"))
+    before = listing(model)
+    one_line_error(capsys, argv(model), "would overwrite a file of the model folder")
+    assert listing(model) == before
 
 
 @pytest.fixture
