@@ -36,7 +36,7 @@ import torch
 from .calibration import CalibrationSet, decode_set_from_generations, describe
 from .data import chat_format, read_prompts, read_text_file
 from .errors import OutputNotWritableError, SparseDecodingError
-from .outputs import check_writable, markdown_table, write_jsonl
+from .outputs import check_writable, markdown_table, path_exists, write_jsonl
 from .evaluation.suite import HARNESS_VERSION, check_settings, evaluate, harness_version
 from .generation import Generation, generate, tokenize_prompts
 from .models import check_pattern_fits, load_model, resolve_model
@@ -127,8 +127,8 @@ def check_folder_writable(root: Path) -> None:
     created in (`outputs.check_writable`); for an existing one, a file where it or its calibration/ or configs/ must
     be, or a folder in which no entry can be created (probed for real, as check_writable does: permission bits say
     nothing about read-only mounts or root)."""
-    if not root.exists():
-        check_writable(root)
+    if not path_exists(root):
+        check_writable(root, partial=False)
         return
     for folder in (root, root / "calibration", root / "configs"):
         if folder.exists() and not folder.is_dir():

@@ -16,45 +16,93 @@ from .runenv import json_text
 PRUNED_MANIFEST = "sparsedecoding.json"
 
 
-def check_output(out: Path, overwrite: bool) -> None:
+def partial_path(out: Path) -> Path:
+    """OUT.partial, where OUT is built before its rename."""
+    return out.with_name(out.name + ".partial")
+
+
+def path_exists(path: Path) -> bool:
+    """Whether a user's output path exists; an OSError (a name too long for the filesystem, a folder that cannot be
+    searched) is an OutputNotWritableError rather than a traceback."""
+    try:
+        return path.exists()
+    except OSError as exc:
+        raise OutputNotWritableError(f"cannot use {path} ({exc.strerror}); choose another --out") from None
+
+
+def check_output(out: Path, overwrite: bool, inputs: tuple = ()) -> None:
+    """Refuse, before any work, an output folder that exists (without `overwrite`), could not be created, or is or
+    holds one of `inputs` (`check_not_source`); then clear OUT.partial of an earlier, stopped run (as
+    `output_folder` would at the end), so that something there that cannot be removed is refused now."""
+    check_writable(out)
     if out.exists() and not overwrite:
         raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    check_writable(out)
+    check_not_source(out, *inputs)
+    remove_partial(out)
 
 
-def check_writable(out: Path) -> None:
-    """Refuse an output folder that could not be created, before any work is spent on it. The nearest existing
-    ancestor must be a folder we can create entries in; a real probe folder is made and removed there because
-    permission bits say nothing about read-only mounts or root."""
-    if Path(out).exists() and not Path(out).is_dir():
-        raise OutputNotWritableError(f"{out} is a file, not a folder; choose another --out")
-    ancestor = Path(out).absolute().parent
-    while not ancestor.exists():
+def check_writable(out: Path, partial: bool = True) -> None:
+    """Refuse an output that could not be created, before any work is spent on it. Its name must fit the
+    filesystem's limit (with `.partial` added, where it is built, unless `partial` is False), and the nearest
+    existing ancestor must be a folder we can create entries in; a real probe folder is made and removed there
+    because permission bits say nothing about read-only mounts or root."""
+    out = Path(out)
+    ancestor = out.absolute().parent
+    while not path_exists(ancestor):
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise OutputNotWritableError(f"cannot create {out}: {ancestor} is a file, not a folder; choose another --out")
+    size = len(os.fsencode(partial_path(out).name if partial else out.name))
+    limit = os.pathconf(ancestor, "PC_NAME_MAX")
+    if size > limit:
+        what = "its name with .partial (the folder it is built in)" if partial else "its name"
+        raise OutputNotWritableError(f"cannot create {out}: {what} has {size} bytes, more than the {limit} a name may "
+                                     f"have in {ancestor}; choose a shorter --out")
+    if path_exists(out) and not out.is_dir():
+        raise OutputNotWritableError(f"{out} is a file, not a folder; choose another --out")
     try:
-        probe = tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=ancestor)
+        probe = tempfile.mkdtemp(prefix=".probe-", dir=ancestor)
     except OSError as exc:
         raise OutputNotWritableError(f"cannot create {out}: {ancestor} is not writable ({exc.strerror}); "
                                      f"choose another --out") from None
     os.rmdir(probe)
 
 
-def check_not_source(out: Path, source: Path) -> None:
-    """Refuse an output folder that is the input folder or holds it: writing (or --overwrite's replacing) the
-    output would destroy the input. One inside the input is harmless (inputs are read from its top level)."""
-    out, source = Path(out).resolve(), Path(source).resolve()
-    if out == source or source.is_relative_to(out):
-        raise OutputNotWritableError(f"--out {out} would overwrite the input {source}; choose another --out")
+def check_not_source(out: Path, *sources: str | Path | None) -> None:
+    """Refuse an output folder that is an input (a model folder, a GGUF or prompt file) or holds one, and one whose
+    OUT.partial is or holds one: writing (or --overwrite's replacing) the output would destroy it. One inside an
+    input folder is harmless (inputs are read from its top level). A source not on disk (None, an offline model
+    name, `humaneval:eval`) has nothing to destroy."""
+    out = Path(out).resolve()
+    for source in sources:
+        if source is None or not os.path.lexists(source):
+            continue
+        source = Path(source).resolve()
+        if any(source == target or source.is_relative_to(target) for target in (out, partial_path(out))):
+            raise OutputNotWritableError(f"--out {out} would overwrite the input {source}; choose another --out")
+
+
+def remove_partial(out: Path, keep_folder: bool = False) -> None:
+    """Remove what an earlier run left at OUT.partial: a file or link itself (never what a link points to) and,
+    unless `keep_folder` (prune resumes from its work folder), a folder with its tree. OutputNotWritableError when
+    it cannot be removed."""
+    partial = partial_path(out)
+    try:
+        if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
+            partial.unlink()
+        elif partial.is_dir() and not keep_folder:
+            shutil.rmtree(partial)
+    except OSError as exc:
+        raise OutputNotWritableError(f"cannot remove {partial}, left by an earlier run ({exc.strerror}); remove it "
+                                     f"or choose another --out") from None
 
 
 @contextmanager
 def output_folder(out: Path, overwrite: bool):
-    """Yield OUT.partial/ to write into; on success it replaces OUT, on any error it is removed."""
+    """Yield OUT.partial/ to write into; on success it replaces OUT, on any error it is removed. The caller checks
+    its inputs up front (`check_output(..., inputs=...)` or `check_not_source`)."""
     check_output(out, overwrite)
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    partial = partial_path(out)
     partial.mkdir(parents=True)
     try:
         yield partial

@@ -51,7 +51,7 @@ from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulat
 from .kernels.quantized import check_dense_quantization, check_packed_quantization
 from .models import (check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, sha256_file,
                      source_dtype)
-from .outputs import PRUNED_MANIFEST, check_not_source, check_writable
+from .outputs import PRUNED_MANIFEST, check_not_source, partial_path, remove_partial
 from .patterns import SparsityPattern
 from .runenv import peak_memory_gb, pick_device, versions, write_json
 from .settings import PruneConfig
@@ -397,7 +397,8 @@ class WorkDir:
     """`OUT.partial/`: state.json, calibration.safetensors and layers/NNN.safetensors of finished layers."""
 
     def __init__(self, out: Path, fingerprint: str):
-        self.path = out.with_name(out.name + ".partial")
+        remove_partial(out, keep_folder=True)  # a file or link there is no work folder
+        self.path = partial_path(out)
         self.fingerprint = fingerprint
         state_file = self.path / "state.json"
         state = _read_state(state_file) if state_file.exists() else None
@@ -574,10 +575,9 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     """Run (or resume) a pruning job and return the output folder. See the module docstring."""
     pattern = config.validate()
     out = Path(config.out)
-    check_writable(out)
     device = pick_device(config.device)
     folder = resolve_model(config.model)
-    check_not_source(out, folder)
+    check_not_source(out, config.model, folder, config.prompts, config.text)
     if pattern is not None:
         check_pattern_fits(folder, pattern, config.solver, config.blocksize)
     if config.quantize == "int4":  # every linear's rows must hold whole scale groups

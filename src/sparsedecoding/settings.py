@@ -315,8 +315,11 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
 
     def validate(self) -> SparsityPattern | None:
         """Check everything that can be checked before loading anything; returns the parsed pattern (None: dense)."""
+        from .outputs import check_writable  # imports torch: not when the CLI is only built
+
         pattern = self.check_values()
         out = Path(self.out)
+        check_writable(out)
         if out.exists() and not self.overwrite:
             raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
         return pattern

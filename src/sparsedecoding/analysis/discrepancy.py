@@ -154,7 +154,7 @@ def run_discrepancy(model: str, out: str | Path, *, heldout: str = "humaneval:ev
     exactly as many tokens. hessian_dtype: accumulation
     and decomposition precision (float64 by default: small eigenvalues matter here)."""
     out = Path(out)
-    check_output(out, overwrite)
+    check_output(out, overwrite, inputs=(model, heldout, calib_prompts, text))
     counts = {"--tokens": tokens, "--max-new-tokens": max_new_tokens, "--gen-batch-size": gen_batch_size,
               "--batch-size": batch_size}
     for option, value in counts.items():

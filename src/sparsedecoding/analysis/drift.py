@@ -25,13 +25,29 @@ from ..data import chat_format, prompts_hash, read_prompts
 from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..generation import Generation, generate, left_pad, position_ids_from_mask, tokenize_prompts
-from ..models import load_model, resolve_model
+from ..models import load_model, read_config, resolve_model
 from ..runenv import environment, environment_lines, pick_device, versions, write_json
 from .plots import plot_drift, require_matplotlib
 
 
 class DriftSettingsError(SparseDecodingError, ValueError):
-    """Drift settings that cannot work: fewer than 4 steps, a batch size or prompt limit below 1."""
+    """Drift settings that cannot work: fewer than 4 steps, a batch size or prompt limit below 1, or a pruned model
+    whose shapes are not the dense model's."""
+
+
+# What the comparison of layer inputs needs the two models to share (the dense tokenizer serves both).
+SHARED_SHAPES = ("hidden_size", "num_hidden_layers", "vocab_size")
+
+
+def check_same_shapes(dense: Path, pruned: Path) -> None:
+    """Refuse, from the config files (before either model loads), a pruned model that cannot have come from the
+    dense one: drift compares their layer inputs layer by layer."""
+    dense_config, pruned_config = read_config(dense), read_config(pruned)
+    differ = [f"{key} {dense_config.get(key)} vs {pruned_config.get(key)}" for key in SHARED_SHAPES
+              if dense_config.get(key) != pruned_config.get(key)]
+    if differ:
+        raise DriftSettingsError(f"--pruned {pruned} is not a pruned copy of --dense {dense} ({', '.join(differ)}); "
+                                 f"pass the dense model it was pruned from")
 
 
 def relative_distance(x_pruned: torch.Tensor, x_dense: torch.Tensor) -> torch.Tensor:
@@ -155,7 +171,7 @@ def run_drift(dense: str, pruned: str, out: str | Path, *, prompts: str = "human
               progress: bool = True) -> Path:
     """Measure drift of `pruned` against `dense` on `prompts` and write drift.{json,md,png} to OUT."""
     out = Path(out)
-    check_output(out, overwrite)
+    check_output(out, overwrite, inputs=(dense, pruned, prompts))
     if steps < 4:
         raise DriftSettingsError(f"--steps must be at least 4 (the plateau is the last quarter), got {steps}")
     if batch_size < 1:
@@ -169,6 +185,7 @@ def run_drift(dense: str, pruned: str, out: str | Path, *, prompts: str = "human
     torch_device = pick_device(device)
     # Both models are found and checked before either loads (a mistyped --pruned must not wait for the dense one).
     pruned_folder, dense_folder = resolve_model(pruned), resolve_model(dense)
+    check_same_shapes(dense_folder, pruned_folder)
     dense_model, tokenizer, _ = load_model(dense_folder, torch_device)
     pruned_model, _, _ = load_model(pruned_folder, torch_device)
     result = measure_drift(dense_model, pruned_model, tokenizer, chosen, steps, batch_size, progress)

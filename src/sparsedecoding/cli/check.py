@@ -32,18 +32,23 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def check_report_path(out: Path) -> None:
-    """OutputNotWritableError, before any work, for a report file that could not be written: a folder stands
-    there, the file exists but cannot be opened for writing, or no file can be created where it would go."""
+def check_report_path(out: Path, model: Path | None = None) -> None:
+    """OutputNotWritableError, before any work, for a report file that could not be written: a name the filesystem
+    refuses (too long), a folder stands there, the file exists but cannot be opened for writing, or no file can be
+    created where it would go; and for one that would replace a file in `model`'s folder (its config, weights or
+    tokenizer: the report is written after the model is read)."""
     from ..errors import OutputNotWritableError
-    from ..outputs import check_writable
+    from ..outputs import check_writable, path_exists
 
+    if not path_exists(out):
+        check_writable(out, partial=False)
+        return
     if out.is_dir():
         raise OutputNotWritableError(f"--out {out} is a folder; give the report file's path, such as "
                                      f"{out / 'report.md'}")
-    if not out.exists():
-        check_writable(out)
-        return
+    if model is not None and out.resolve().is_relative_to(Path(model).resolve()):
+        raise OutputNotWritableError(f"--out {out} would overwrite a file of the model folder {model}; choose "
+                                     f"another --out")
     try:
         with open(out, "a"):  # appending nothing leaves the file as it is
             pass
@@ -71,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise EngineError("--checks tokens packs the N:M linears, which run in bfloat16 or float16, not float32; "
                           "pass --dtype bfloat16 or float16, or --checks logits")
     if args.out:
-        check_report_path(args.out)
+        check_report_path(args.out, args.model)
     device = pick_device(args.device)
     check_model_folder(args.model)
     report = run_check(args.model, args.prompt or list(DEFAULT_PROMPTS), args.new_tokens, device,

@@ -103,17 +103,15 @@ def what_it_shows(rows: dict) -> list[str]:
 
 
 def run(args) -> int:
-    import shutil
-
     from ..data import humaneval_prompts
     from ..errors import OutputExistsError, SolverSettingsError
-    from ..outputs import check_writable
+    from ..outputs import check_not_source, check_writable, output_folder
     from ..models import load_model, resolve_model
     from ..pipeline import PRUNED_MANIFEST, PruneConfig, prune, unread_options
     from ..runenv import pick_device
     from .prune import config_from_args
 
-    for calibration in ("decode", "text"):  # bad settings fail here, before anything is fetched or removed
+    for calibration in ("decode", "text"):  # bad settings fail here, before anything is fetched or written
         config_from_args(args, calibration=calibration, out=args.out).check_values()
     for flag, value in (("--eval-prompts", args.eval_prompts), ("--eval-new-tokens", args.eval_new_tokens)):
         if value < 1:
@@ -121,23 +119,25 @@ def run(args) -> int:
     pick_device(args.device)
     out = Path(args.out)
     check_writable(out)
-    if out.exists():
-        if not (out / DEMO_MARK).exists():
-            raise OutputExistsError(f"{out} exists and is not an earlier demo; pass another --out")
-        shutil.rmtree(out)
+    if out.exists() and not (out / DEMO_MARK).exists():
+        raise OutputExistsError(f"{out} exists and is not an earlier demo; pass another --out")
     print(f"[1/4] fetching {args.model}")
     folder = resolve_model(args.model)  # an offline name is fetched; a folder or .gguf is used as given
+    check_not_source(out, args.model, folder)  # an earlier demo's model, read from the folder this one replaces
     print(f"      {folder}")
     args.model = str(folder)
-    print(f"[2/4] pruning to {args.pattern}, Hessians from the model's own decode steps ({args.tokens} tokens)")
-    decode_out = prune(config_from_args(args, calibration="decode", out=str(out / "decode")))
-    tokens = json.loads((decode_out / PRUNED_MANIFEST).read_text())["calibration"]["tokens"]
-    print(f"[3/4] pruning to {args.pattern}, Hessians from Lee news text (the same {tokens} tokens)")
-    text_config = config_from_args(args, calibration="text", tokens=tokens, out=str(out / "text"))
-    defaults = PruneConfig(model=text_config.model, out=text_config.out)  # the decode run's generation settings,
-    text_out = prune(dataclasses.replace(text_config, **{  # unread here, go back to their defaults: no warning
-        name: getattr(defaults, name) for name in unread_options(text_config)}))
-    (out / DEMO_MARK).write_text(json.dumps({"command": ["sparsedecoding", *sys.argv[1:]]}))
+    # Both models are built in OUT.partial, which replaces an earlier demo only once they are written.
+    with output_folder(out, overwrite=True) as partial:
+        print(f"[2/4] pruning to {args.pattern}, Hessians from the model's own decode steps ({args.tokens} tokens)")
+        decode_out = prune(config_from_args(args, calibration="decode", out=str(partial / "decode")))
+        tokens = json.loads((decode_out / PRUNED_MANIFEST).read_text())["calibration"]["tokens"]
+        print(f"[3/4] pruning to {args.pattern}, Hessians from Lee news text (the same {tokens} tokens)")
+        text_config = config_from_args(args, calibration="text", tokens=tokens, out=str(partial / "text"))
+        defaults = PruneConfig(model=text_config.model, out=text_config.out)  # the decode run's generation settings,
+        prune(dataclasses.replace(text_config, **{  # unread here, go back to their defaults: no warning
+            name: getattr(defaults, name) for name in unread_options(text_config)}))
+        (partial / DEMO_MARK).write_text(json.dumps({"command": ["sparsedecoding", *sys.argv[1:]]}))
+    decode_out, text_out = out / "decode", out / "text"
 
     print("[4/4] scoring the three models on held-out prompts and text")
     dense, tokenizer, _ = load_model(folder, "cpu" if args.device == "auto" else args.device)

@@ -232,8 +232,8 @@ def _bench(args: argparse.Namespace) -> int:
         if args.out.suffix == ".json":
             raise EngineError(f"--out {args.out} names the markdown report; give it another ending, such as .md (the "
                               "JSON goes beside it)")
-        check_report_path(args.out)
-        check_report_path(args.out.with_suffix(".json"))
+        check_report_path(args.out, args.model)
+        check_report_path(args.out.with_suffix(".json"), args.model)
     if args.model is not None:
         check_model_folder(args.model)
     if not torch.cuda.is_available():

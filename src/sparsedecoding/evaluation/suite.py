@@ -150,7 +150,7 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     """Load the model (and reference), evaluate, write OUT; returns OUT. See the module docstring."""
     out = Path(out)
     check_settings(settings, reference is not None)
-    check_output(out, overwrite)
+    check_output(out, overwrite, inputs=(model, reference, settings.prompts))
     folder = resolve_model(model)
     reference_folder = resolve_model(reference) if reference else None
     pruning = model_manifest(folder)
