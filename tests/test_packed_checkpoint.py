@@ -12,7 +12,7 @@ from sparsedecoding.errors import ModelNotFoundError, OutputExistsError, Packing
 from sparsedecoding.kernels import PackedNM
 from sparsedecoding.packed import PACKED_MANIFEST, load_packed_checkpoint, pack_checkpoint
 
-from helpers import random_nm_weight
+from helpers import make_tiny_model, prune_in_place, random_nm_weight
 
 LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
            "mlp.up_proj", "mlp.down_proj"]
@@ -105,10 +105,16 @@ def test_load_rejects_a_manifest_whose_tensor_is_missing(tmp_path):
 
 
 def test_cli_pack(tmp_path, capsys):
-    write_model(tmp_path / "hf")
-    args = ["pack", "--model", str(tmp_path / "hf"), "--out", str(tmp_path / "packed"), "--pattern", "2:4"]
+    """On a whole pruned model: the command checks that what it packs loads (config, shapes, tokenizer) first."""
+    from transformers import AutoModelForCausalLM
+
+    folder = make_tiny_model(tmp_path / "hf")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    prune_in_place(model, "2:4")
+    model.save_pretrained(folder)
+    args = ["pack", "--model", str(folder), "--out", str(tmp_path / "packed"), "--pattern", "2:4"]
     assert main(args) == 0
-    assert "packed 14 of 18 tensors (patterns: 2:4)" in capsys.readouterr().out
+    assert "packed 14 of 21 tensors (patterns: 2:4)" in capsys.readouterr().out
     assert main(args) == 2
     assert "OutputExistsError" in capsys.readouterr().err
     assert main([*args[:-1], "50%", "--overwrite"]) == 2

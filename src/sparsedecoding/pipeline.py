@@ -610,10 +610,12 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                  "run) and is off by default: its dev check lost two problems of 41 or raised KL by 9%% "
                  "(benchmarks/results/quality-head-dev-qwen2.5-coder-1.5b)")
     warn_ignored_options(config)
+    started = time.perf_counter()
+    # loaded before the work folder exists: a model that cannot load leaves nothing, and an interrupted run's folder
+    # is kept for resuming
+    model, tokenizer, _ = load_model(folder, device)
     work = WorkDir(out, config.fingerprint(inputs_digest(config, folder)))
     try:
-        started = time.perf_counter()
-        model, tokenizer, _ = load_model(folder, device)
         if config.keep_mask:  # the model must already be pruned to --pattern: say so before calibration
             for layer in model.model.layers:
                 for linear in prunable_linears(layer).values():

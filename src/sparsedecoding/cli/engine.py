@@ -135,9 +135,9 @@ def _generate(args: argparse.Namespace) -> int:
 def _generate_on(args: argparse.Namespace, device, tp) -> int:
     """generate on `device`, with this rank's shards when `tp` is a process group; only rank 0 prints."""
     import torch
-    from transformers import AutoTokenizer
 
     from ..engine import Engine, Sampling, load_model
+    from ..models import load_tokenizer
 
     first = tp is None or tp.rank() == 0
     dense_instead = args.sparse == "auto" and device.type != "cuda"
@@ -145,7 +145,7 @@ def _generate_on(args: argparse.Namespace, device, tp) -> int:
     if sparse != "none" and args.dtype == "float32":
         raise EngineError(f"--sparse {sparse} runs N:M linears packed, in bfloat16 or float16, not float32; pass "
                           f"--dtype bfloat16 or float16, or --sparse none")
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    tokenizer = load_tokenizer(args.model)
     if args.chat:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
                                             tokenize=True, return_dict=True)["input_ids"]
@@ -235,7 +235,7 @@ def _bench(args: argparse.Namespace) -> int:
         check_report_path(args.out, args.model)
         check_report_path(args.out.with_suffix(".json"), args.model)
     if args.model is not None:
-        check_model_folder(args.model)
+        check_model_folder(args.model, tokenizer=False)  # bench feeds token ids, it never tokenizes
     if not torch.cuda.is_available():
         raise EngineError("bench measures GPU decode speed and needs a CUDA device")
     with start_from_env(torch.device("cuda"), args.all_reduce) as (tp, device):

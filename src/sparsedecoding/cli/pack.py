@@ -28,8 +28,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from ..models import check_hf_folder
     from ..packed import PACKED_MANIFEST, pack_checkpoint, recorded_quantization
 
+    if args.model.is_dir():  # what generate and eval load must load: checked before anything is written
+        check_hf_folder(args.model)
     quantize, group_size = recorded_quantization(args.model) if args.model.is_dir() else (None, 128)
     if args.quantize != "auto":
         quantize = None if args.quantize == "none" else args.quantize

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, ModelFileError, ModelNotFoundError, UnsupportedArchitectureError
-from ..models import check_weight_files, read_config, read_json
+from ..models import check_loadable, check_model_files, describe_error, read_config
 
 
 @dataclass(frozen=True)
@@ -141,13 +141,17 @@ def load_hf_config(folder: str | Path) -> ModelArgs:
         return from_hf_config(read_config(path.parent))
     except KeyError as exc:
         raise ModelFileError(f"{path} lacks {exc}; restore it from the model's source") from None
+    except (TypeError, ZeroDivisionError, AttributeError) as exc:  # a field of the wrong kind, or 0 heads
+        raise ModelFileError(f"{path} holds a value the engine cannot use ({describe_error(exc)}); restore it from "
+                             f"the model's source") from None
 
 
-def check_model_folder(folder: str | Path) -> ModelArgs:
+def check_model_folder(folder: str | Path, tokenizer: bool = True) -> ModelArgs:
     """ModelArgs of an HF or packed checkpoint folder whose files are checked first, as `models.resolve_model`
-    checks them before pruning: config.json parses and names an architecture the engine runs, the other JSON files
-    parse, and every safetensors file (packed shards included) has a whole header, so that a truncated copy fails
-    before any loading. Only headers are read."""
+    checks them before pruning: config.json parses, names an architecture the engine runs and is accepted by
+    transformers, the other JSON files parse, the special-token ids are ids, every safetensors file (packed shards
+    included) has a whole header, an HF folder's tensors have the shapes its config implies and, with `tokenizer`,
+    the tokenizer loads; so that a truncated or mismatched copy fails before any loading. Only headers are read."""
     from ..packed import packed_manifest
 
     folder = Path(folder)
@@ -155,10 +159,8 @@ def check_model_folder(folder: str | Path) -> ModelArgs:
         raise ModelNotFoundError(f"{folder} is not a folder; pass an HF model folder or a packed checkpoint")
     args = load_hf_config(folder)
     manifest = packed_manifest(folder)  # the packed loader checks its manifest, with advice of its own
-    for path in sorted(folder.glob("*.json")):
-        if path != manifest:
-            read_json(path)
-    check_weight_files(folder)
+    shards = check_model_files(folder, skip=manifest)
+    check_loadable(folder, None if manifest else shards, tokenizer)
     return args
 
 

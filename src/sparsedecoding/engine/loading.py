@@ -25,6 +25,7 @@ from ..kernels.quantized import SCALE_DTYPE, DenseQuantized, PackedNMQ
 from ..kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from ..kernels.sp24 import OVER_SLOTS
 from ..kernels.sp24_linear import Sp24Linear, tile_for_kernel
+from ..models import model_file_errors
 from ..solvers import CODE_RANGES, QuantizedCodes, quantization_codes, quantization_group
 from ..packed import PACKED_MANIFEST, load_packed_checkpoint, packed_manifest, recorded_head_quantization
 from ..patterns import PRUNABLE_LINEARS, SparsityPattern
@@ -83,14 +84,17 @@ def engine_shapes(args: ModelArgs, tp: ProcessGroup | None = None) -> dict[str, 
 
 def load_model(folder: str | Path, sparse: SparseMode = "none", dtype: torch.dtype = torch.bfloat16,
                device: str | torch.device = "cuda", tp: ProcessGroup | None = None) -> Transformer:
-    """The engine model of an HF safetensors folder or a packed checkpoint folder (see `model_from_hf`)."""
+    """The engine model of an HF safetensors folder or a packed checkpoint folder (see `model_from_hf`); a tensor
+    whose shape does not fit config.json is a ModelFileError (`engine.config.check_model_folder` finds that of an HF
+    folder before loading)."""
     folder = Path(folder)
     args = load_hf_config(folder)
     read = _packed_reader(folder) if packed_manifest(folder) else _safetensors_reader(folder)
     if args.tie_embeddings:
         _check_tied_head(folder, read)
     head, group_size = recorded_head_quantization(folder)
-    return model_from_hf(args, read, sparse, dtype, device, tp, head=head and (head, group_size))
+    with model_file_errors(folder, "weights"):
+        return model_from_hf(args, read, sparse, dtype, device, tp, head=head and (head, group_size))
 
 
 def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: SparseMode = "none",

@@ -174,16 +174,15 @@ def run(folder: Path, prompts: list[str], new_tokens: int, device: torch.device,
         dtype: torch.dtype = torch.bfloat16, wide_reference: bool = True, command: str = "") -> str:
     """Runs the checks and returns the markdown report. `wide_reference`: also run transformers in WIDER[dtype]
     (float32 for bf16) and judge against it; without, the logits check falls back to the fixed tolerance."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    from ..models import load_checkpoint, load_tokenizer
     from ..packed import packed_manifest
 
     if packed_manifest(Path(folder)) is not None:  # transformers would fill its packed linears with random weights
         raise EngineError(f"{folder} is a packed checkpoint, which transformers cannot load as it is; check the pruned "
                           f"folder it was packed from (packed.json's source.dir)")
     args = load_hf_config(folder)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval().requires_grad_(False)
+    tokenizer = load_tokenizer(folder)
+    hf = load_checkpoint(folder, dtype).to(device).eval().requires_grad_(False)
     weights = hf.state_dict()
     dense = model_from_hf(args, weights.__getitem__, "none", dtype, device)
     if "tokens" in checks:  # built first, so that a model the kernel cannot run fails before the long work
