@@ -114,3 +114,25 @@ def test_tokens_below_zero_or_not_a_number_say_what_tokens_takes(capsys, tmp_pat
 def test_check_refuses_a_bad_engine_setting_before_loading(capsys, monkeypatch, tiny):
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "bogus")
     one_line_error(capsys, ["check", "--model", str(tiny)], "KernelChoiceError: SPARSEDECODING_KERNEL='bogus'")
+
+
+def test_eval_and_drift_refuse_generations_longer_than_the_context_before_loading(capsys, monkeypatch, tmp_path,
+                                                                                  tiny):
+    from sparsedecoding import models
+    from sparsedecoding.analysis import drift
+    from sparsedecoding.evaluation import suite
+
+    def never(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    for module in (models, drift, suite):
+        monkeypatch.setattr(module, "load_model", never)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\n")
+    one_line_error(capsys, ["eval", "--model", str(tiny), "--out", str(tmp_path / "eval"), "--metrics",
+                            "repetition", "--prompts", str(prompts), "--max-new-tokens", "100000", "--device", "cpu"],
+                   "--max-new-tokens 100000 passes the model's context of 512 positions")
+    one_line_error(capsys, ["analyze", "drift", "--dense", str(tiny), "--pruned", str(tiny), "--prompts",
+                            str(prompts), "--steps", "99999999999", "--out", str(tmp_path / "drift"), "--no-plot"],
+                   "DriftSettingsError: --steps 99999999999 passes the model's context of 512 positions")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["prompts.txt"]

@@ -187,6 +187,19 @@ def read_config(folder: Path) -> dict:
     return read_object(folder / "config.json")
 
 
+def check_fits_context(folder: Path, new_tokens: int, flag: str, error: type[Exception] = SparseDecodingError,
+                       prompt_tokens: int = 0) -> None:
+    """`error`, before the model loads, where `prompt_tokens` + `new_tokens` (asked for by `flag`) pass the model's
+    context: config.json's max_position_embeddings, the positions it was trained for (and that a static cache
+    holds at most). A config without the field passes."""
+    limit = read_config(folder).get("max_position_embeddings")
+    if isinstance(limit, int) and not isinstance(limit, bool) and prompt_tokens + new_tokens > limit:
+        asked = f"a prompt of {prompt_tokens} tokens and {flag} {new_tokens} pass" if prompt_tokens else \
+            f"{flag} {new_tokens} passes"
+        raise error(f"{asked} the model's context of {limit} positions "
+                    f"(max_position_embeddings); ask for at most {max(limit - prompt_tokens, 0)} new tokens")
+
+
 def check_token_ids(folder: Path) -> None:
     """ModelFileError unless the special-token ids of config.json and generation_config.json (where present; it
     must be a JSON object) are each an int, a list of ints or null: transformers loads other values and fails only

@@ -25,7 +25,7 @@ from ..data import chat_format, prompts_hash, read_prompts
 from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..generation import Generation, generate, left_pad, position_ids_from_mask, tokenize_prompts
-from ..models import load_model, read_config, resolve_model
+from ..models import check_fits_context, load_model, read_config, resolve_model
 from ..runenv import environment, environment_lines, pick_device, versions, write_json
 from .plots import plot_drift, require_matplotlib
 
@@ -186,6 +186,7 @@ def run_drift(dense: str, pruned: str, out: str | Path, *, prompts: str = "human
     # Both models are found and checked before either loads (a mistyped --pruned must not wait for the dense one).
     pruned_folder, dense_folder = resolve_model(pruned), resolve_model(dense)
     check_same_shapes(dense_folder, pruned_folder)
+    check_fits_context(dense_folder, steps, "--steps", DriftSettingsError)
     dense_model, tokenizer, _ = load_model(dense_folder, torch_device)
     pruned_model, _, _ = load_model(pruned_folder, torch_device)
     result = measure_drift(dense_model, pruned_model, tokenizer, chosen, steps, batch_size, progress)

@@ -108,18 +108,6 @@ def _check_generate_args(args: argparse.Namespace) -> None:
         raise EngineError(f"--seed must be in [0, {SEED_MAX}], got {args.seed}")
 
 
-def _check_context(folder: str, prompt_tokens: int, new_tokens: int) -> None:
-    """EngineError, before the model loads, where the prompt and --new-tokens pass the model's context
-    (config.json's max_position_embeddings; the KV cache holds that many positions at most)."""
-    from ..models import read_json
-
-    limit = read_json(Path(folder) / "config.json").get("max_position_embeddings")
-    if isinstance(limit, int) and not isinstance(limit, bool) and prompt_tokens + new_tokens > limit:
-        raise EngineError(f"a prompt of {prompt_tokens} tokens and --new-tokens {new_tokens} pass the model's context "
-                          f"of {limit} positions (max_position_embeddings); ask for at most "
-                          f"{max(limit - prompt_tokens, 0)} new tokens")
-
-
 def _generate(args: argparse.Namespace) -> int:
     from ..engine.config import check_model_folder
     from ..engine.parallel import start_from_env
@@ -137,7 +125,7 @@ def _generate_on(args: argparse.Namespace, device, tp) -> int:
     import torch
 
     from ..engine import Engine, Sampling, load_model
-    from ..models import load_tokenizer
+    from ..models import check_fits_context, load_tokenizer
 
     first = tp is None or tp.rank() == 0
     dense_instead = args.sparse == "auto" and device.type != "cuda"
@@ -153,7 +141,7 @@ def _generate_on(args: argparse.Namespace, device, tp) -> int:
         ids = tokenizer(args.prompt)["input_ids"]
     if not ids:
         raise EngineError(f"--prompt {args.prompt!r} encodes to no tokens; give text to continue")
-    _check_context(args.model, len(ids), args.new_tokens)
+    check_fits_context(Path(args.model), args.new_tokens, "--new-tokens", EngineError, prompt_tokens=len(ids))
     model = load_model(args.model, sparse=sparse, dtype=getattr(torch, args.dtype), device=device, tp=tp)
     if dense_instead and first:  # said once the model loaded, so a bad model still gives one error line
         print(f"generate: running the dense weights on {device.type}: the packed N:M kernel is CUDA-only, and its "

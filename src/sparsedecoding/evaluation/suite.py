@@ -19,7 +19,7 @@ import torch
 from ..data import chat_format, humaneval_problems, humaneval_prompts, lee_text, prompts_hash, read_prompts
 from ..errors import ModelFileError, SparseDecodingError
 from ..generation import Generation, generate, tokenize_prompts
-from ..models import load_model, read_json, resolve_model
+from ..models import check_fits_context, load_model, read_json, resolve_model
 from ..runenv import environment, pick_device, versions, write_json
 from ..settings import EvalSettings
 from .humaneval import check_completions, pass_at_1
@@ -153,6 +153,8 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     check_output(out, overwrite, inputs=(model, reference, settings.prompts))
     folder = resolve_model(model)
     reference_folder = resolve_model(reference) if reference else None
+    if {"pass@1", "kl", "repetition"} & set(settings.metrics):  # they generate
+        check_fits_context(folder, settings.max_new_tokens, "--max-new-tokens")
     pruning = model_manifest(folder)
     if settings.prompts and {"kl", "repetition"} & set(settings.metrics):  # a bad file fails before any loading
         read_prompts(settings.prompts)
