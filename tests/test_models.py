@@ -60,3 +60,31 @@ def test_a_model_cache_that_cannot_be_made_is_one_error_line(tmp_path, monkeypat
     assert main(["fetch", "smollm2-135m"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0] and "SPARSEDECODING_CACHE" in err[0]
+
+
+@pytest.mark.parametrize("damage", ["not a zip", "no such member"])
+def test_a_bad_wheel_leaves_no_part_assembled_gguf(tmp_path, monkeypatch, damage):
+    """The parts of a GGUF are concatenated into NAME.partial; a wheel that is no zip, or lacks its part, stops the
+    fetch with one FetchError and nothing of it left in the cache."""
+    import zipfile
+
+    monkeypatch.setenv("SPARSEDECODING_CACHE", str(tmp_path / "cache"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in ("one", "two"):
+        with zipfile.ZipFile(wheels / f"llm_{name}-0.1-py3-none-any.whl", "w") as archive:
+            archive.writestr(f"{name}/part", b"GGUF" if name == "one" else b"rest")
+    if damage == "not a zip":
+        (wheels / "llm_two-0.1-py3-none-any.whl").write_bytes(b"garbage")
+    members = ("one/part", "two/part" if damage == "not a zip" else "two/missing")
+    spec = OfflineModel(requirements=("llm-one==0.1", "llm-two==0.1"), members=members, gguf_name="m.gguf",
+                        size=8, sha256=hashlib.sha256(b"GGUFrest").hexdigest())
+    destination = tmp_path / "gguf" / "m.gguf"
+    with pytest.raises(FetchError, match="not a valid wheel" if damage == "not a zip" else "has no file two/missing"):
+        models.assemble_gguf(spec, destination, [wheels])
+    assert list(destination.parent.iterdir()) == []
+    (wheels / "llm_two-0.1-py3-none-any.whl").unlink()
+    with zipfile.ZipFile(wheels / "llm_two-0.1-py3-none-any.whl", "w") as archive:
+        archive.writestr("two/part", b"rest")
+    spec = OfflineModel(spec.requirements, ("one/part", "two/part"), spec.gguf_name, spec.size, spec.sha256)
+    assert models.assemble_gguf(spec, destination, [wheels]).read_bytes() == b"GGUFrest"

@@ -140,6 +140,9 @@ def damage(folder, how: str) -> None:
     elif how == "a bad pattern":
         q_proj["pattern"] = "2-4"
         manifest_path.write_text(json.dumps(manifest))
+    elif how == "a dtype torch has not":
+        q_proj["dtype"] = "int7"
+        manifest_path.write_text(json.dumps(manifest))
     elif how == "a version that is a bool":
         manifest["version"] = True
         manifest_path.write_text(json.dumps(manifest))
@@ -152,6 +155,7 @@ def damage(folder, how: str) -> None:
 @pytest.mark.parametrize("how, match", [
     ("truncated json", "damaged.*not valid JSON"), ("a list", "damaged.*a JSON list"),
     ("no tensors", "damaged.*no \"tensors\""), ("a bad pattern", "damaged.*pattern '2-4'"),
+    ("a dtype torch has not", "damaged.*dtype 'int7'"),
     ("a version that is a bool", "manifest version True"), ("a missing shard", "is missing, though"),
     ("a truncated shard", "not a readable safetensors file")])
 def test_a_damaged_packed_folder_is_one_packing_error(tmp_path, capsys, how, match):

