@@ -302,3 +302,14 @@ def test_a_tinygemm_head_built_on_the_cpu_and_moved_to_cuda_saves_its_own_weight
     from safetensors.torch import load_file
 
     assert torch.equal(load_file(str(tmp_path / "saved" / "model.safetensors"))["lm_head.weight"], expected)
+
+
+def test_load_packed_of_a_folder_whose_config_transformers_refuses_is_one_error(tmp_path):
+    from sparsedecoding.errors import ModelFileError
+
+    _, model = pruned_folder(tmp_path, "llama", False)
+    save_packed(sparsify(model)[0], tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    (tmp_path / "saved" / "config.json").write_text(json.dumps({**config, "num_attention_heads": 0}))
+    with pytest.raises(ModelFileError, match="the config cannot be loaded"):
+        load_packed(tmp_path / "saved")

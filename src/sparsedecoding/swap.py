@@ -31,7 +31,7 @@ from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, ch
 from .kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinear
 from .kernels.op import KernelChoiceError, kernel_setting, sp24_slots_setting
 from .kernels.sp24_linear import Sp24Linear, sp24_problem, tile_where_kernel_runs
-from .models import read_json
+from .models import model_file_errors, read_json
 from .outputs import PRUNED_MANIFEST, check_not_source, output_folder
 from .packed import (PACKED_MANIFEST, load_packed_checkpoint, packed_manifest, recorded_head_quantization,
                      recorded_quantization, write_packed_state)
@@ -298,10 +298,12 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
     packed = {name.removesuffix(".weight"): weight for name, weight in state.items()
               if isinstance(weight, PackedNM | PackedNMQ)}
     head, group_size = recorded_head_quantization(folder)
-    with no_init_weights():  # every weight is assigned from the checkpoint below; skip the random initialisation
+    # every weight is assigned from the checkpoint below: no_init_weights skips the random initialisation
+    with model_file_errors(Path(folder), "config"), no_init_weights():
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype)
     if (Path(folder) / "generation_config.json").is_file():  # stop tokens, sampling defaults: as from_pretrained
-        model.generation_config = GenerationConfig.from_pretrained(folder)
+        with model_file_errors(Path(folder), "generation config"):
+            model.generation_config = GenerationConfig.from_pretrained(folder)
     for name, weight in packed.items():
         module = QuantizedPackedLinear if isinstance(weight, PackedNMQ) else PackedLinear
         model.set_submodule(name, module(weight, state.get(f"{name}.bias")))
