@@ -244,9 +244,8 @@ def test_drift_refuses_models_of_other_shapes_before_loading_them(capsys, monkey
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    other = Path(shutil.copytree(models["tiny"], tmp_path / "other"))
-    config = json.loads((other / "config.json").read_text())
-    (other / "config.json").write_text(json.dumps({**config, **change}))
+    other = make_tiny_model(tmp_path / "other", **change)  # a whole model of another shape
+    config = json.loads((models["tiny"] / "config.json").read_text())
     monkeypatch.setattr(drift, "load_model", no_loading)
     key = next(iter(change))
     err = one_line_error(capsys, ["analyze", "drift", "--dense", models["tiny"], "--pruned", other, "--out",
