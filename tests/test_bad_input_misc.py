@@ -136,3 +136,23 @@ def test_eval_and_drift_refuse_generations_longer_than_the_context_before_loadin
                             str(prompts), "--steps", "99999999999", "--out", str(tmp_path / "drift"), "--no-plot"],
                    "DriftSettingsError: --steps 99999999999 passes the model's context of 512 positions")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["prompts.txt"]
+
+
+@pytest.mark.parametrize("settings, expected", [
+    (dict(tokens="many"), "--tokens must be a whole number, got 'many'"),
+    (dict(blocksize="128"), "--blocksize must be a whole number, got '128'"),
+    (dict(pattern=None), "--pattern must be text, got None"),
+    (dict(do_sample="yes"), "--sample must be True or False, got 'yes'"),
+])
+def test_prune_settings_of_the_wrong_type_are_refused_before_loading(tmp_path, tiny, settings, expected):
+    """PruneConfig built in Python takes any value; a wrong type is one error before the model loads (a string
+    token budget once failed after loading and left OUT.partial). A SparsityPattern is taken as its text."""
+    from sparsedecoding import SparsityPattern
+    from sparsedecoding.errors import SparseDecodingError
+    from sparsedecoding.pipeline import PruneConfig, prune
+
+    with pytest.raises(SparseDecodingError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        prune(PruneConfig(model=str(tiny), out=str(tmp_path / "out"), calibration="text", **settings))
+    assert list(tmp_path.iterdir()) == []
+    config = PruneConfig(model=str(tiny), out=str(tmp_path / "out"), pattern=SparsityPattern.parse("2:4"))
+    assert config.pattern == "2:4" and str(config.check_values()) == "2:4"

@@ -103,12 +103,31 @@ def _in_range(value, meta: dict) -> bool:
             and (meta["below"] is None or value < meta["below"]))
 
 
+_KINDS = {"int": "a whole number", "float": "a number", "str": "text", "bool": "True or False"}
+
+
+def _of_kind(value, kind: str) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, {"int": int, "float": (int, float), "str": str}[kind])
+
+
 def check(settings) -> None:
-    """Raise a one-line SparseDecodingError for the first field of `settings` outside its choices or range."""
+    """Raise a one-line SparseDecodingError for the first field of `settings` of the wrong type (a settings object
+    built in Python: `PruneConfig(tokens="many")`), outside its choices or outside its range."""
     for item in dataclasses.fields(settings):
         meta, value = item.metadata, getattr(settings, item.name)
-        if "help" not in meta or value is None:
+        if "help" not in meta:
             continue
+        kinds = [part.strip() for part in str(item.type).split("|") if part.strip() != "None"]
+        if value is None and len(kinds) == 1 and "None" not in str(item.type) and kinds[0] in _KINDS:
+            raise SparseDecodingError(f"{flag_of(item)} must be {_KINDS[kinds[0]]}, got None")
+        if value is None:
+            continue
+        if len(kinds) == 1 and kinds[0] in _KINDS and not _of_kind(value, kinds[0]):
+            raise SparseDecodingError(f"{flag_of(item)} must be {_KINDS[kinds[0]]}, got {value!r}")
         if meta["choices"] and value not in meta["choices"]:
             raise SparseDecodingError(f"{flag_of(item)} {value!r} is not one of {', '.join(meta['choices'])}")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not _in_range(value, meta):
@@ -305,7 +324,10 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
     RepairSettings."""
 
     def __post_init__(self) -> None:
-        """`recipe`: fill the recipe's fields that still hold their defaults (a value given explicitly wins)."""
+        """`recipe`: fill the recipe's fields that still hold their defaults (a value given explicitly wins). A
+        `SparsityPattern` given as `pattern` is taken as its text."""
+        if isinstance(self.pattern, SparsityPattern):
+            self.pattern = str(self.pattern)
         if self.recipe not in RECIPES:  # "none", or a bad value that check_values reports
             return
         defaults = {item.name: item.default for item in dataclasses.fields(self)}
@@ -327,8 +349,8 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
     def check_values(self) -> SparsityPattern | None:
         """The settings' own checks (ranges, choices, the pattern and rules between fields), the output folder aside;
         returns the parsed pattern (None for --pattern dense)."""
-        pattern = self.sparsity_pattern()
         check(self)
+        pattern = self.sparsity_pattern()
         if pattern is None and self.quantize == "none":
             raise SparseDecodingError("--pattern dense prunes nothing and, without --quantize, changes nothing; add "
                                       "--quantize int8 or int4 (dense GPTQ), or choose a pattern such as 16:32")
