@@ -156,3 +156,63 @@ def test_prune_settings_of_the_wrong_type_are_refused_before_loading(tmp_path, t
     assert list(tmp_path.iterdir()) == []
     config = PruneConfig(model=str(tiny), out=str(tmp_path / "out"), pattern=SparsityPattern.parse("2:4"))
     assert config.pattern == "2:4" and str(config.check_values()) == "2:4"
+
+
+def test_python_api_calls_with_the_wrong_things_are_one_project_error(tmp_path, tiny):
+    """What an API audit passed in by mistake, each refused by the project's own error with what to pass instead,
+    before any work (nothing written, the model unchanged)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sparsedecoding import load_packed, save_packed, sparsify, tile_packed
+    from sparsedecoding.errors import (DeviceError, KernelInputError, ModelNotFoundError, OutputNotWritableError,
+                                       PackingError)
+    from sparsedecoding.kernels import PackedLinear, nm_spmv, pack_nm
+    from helpers import tiny_config
+
+    with pytest.raises(PackingError, match="sparsify takes a torch.nn.Module"):
+        sparsify(None)
+    with pytest.raises(PackingError, match="tile_packed takes a torch.nn.Module"):
+        tile_packed(torch.zeros(3))
+    with torch.device("meta"):
+        meta = AutoModelForCausalLM.from_config(tiny_config("llama"), dtype=torch.bfloat16)
+    with pytest.raises(PackingError, match="is on the meta device, with no values: load the weights"):
+        sparsify(meta)
+    assert not any(isinstance(m, PackedLinear) for m in meta.modules())
+
+    weight = torch.zeros(16, 64, dtype=torch.bfloat16)
+    weight[:, ::2] = 1
+    packed = pack_nm(weight, 2, 4)
+    x = torch.ones(1, 64, dtype=torch.bfloat16)
+    with pytest.raises(KernelInputError, match="x must be a torch.Tensor"):
+        nm_spmv(x.tolist(), packed)
+    with pytest.raises(KernelInputError, match="nm_spmv takes the weight as a PackedNM"):
+        nm_spmv(x, weight)
+    with pytest.raises(KernelInputError, match=r"PackedLinear takes a PackedNM; got Tensor \(a dense weight: "):
+        PackedLinear(weight)
+    with pytest.raises(KernelInputError, match=r"bias must be a tensor \[16\] .* got \(7,\)"):
+        PackedLinear(packed, torch.zeros(7))
+    with pytest.raises(KernelInputError, match="a whole number of rows; got '4'"):
+        PackedLinear(packed).keep_dense_copy("4")
+
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.bfloat16)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.copy_(torch.zeros(128, 64).index_fill_(1, torch.arange(0, 64, 2), 1))
+    model, _ = sparsify(model)
+    with pytest.raises(OutputNotWritableError, match="save_packed writes to a folder path; got NoneType"):
+        save_packed(model, None)
+    with pytest.raises(PackingError, match="tokenizer=str: pass a transformers tokenizer"):
+        save_packed(model, tmp_path / "saved", tokenizer="abc")
+    assert not list(tmp_path.iterdir())
+    save_packed(model, tmp_path / "saved")
+    (tmp_path / "a-file").write_text("")
+    for folder, message in ((tmp_path / "none", "is not there"), (tmp_path / "a-file", "is not a folder"),
+                            (None, "is a NoneType, not a path")):
+        with pytest.raises(ModelNotFoundError, match=message):
+            load_packed(folder)
+    with pytest.raises(DeviceError, match="device='gpu' is not a device"):
+        load_packed(tmp_path / "saved", device="gpu")
+    with pytest.raises(KernelInputError, match="the string 'bfloat16'; pass torch.bfloat16"):
+        load_packed(tmp_path / "saved", dtype="bfloat16")
+    assert isinstance(load_packed(tmp_path / "saved").model.layers[0].mlp.up_proj, PackedLinear)
+    assert isinstance(model.model.layers[0].mlp.up_proj, PackedLinear)

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import KernelInputError, ModelFileError, PackingError, QuantizationError
+from .errors import (DeviceError, KernelInputError, ModelFileError, ModelNotFoundError, OutputNotWritableError,
+                     PackingError, QuantizationError)
 from .kernels import PackedLinear, PackedNM, pack_nm
 from .kernels.format import nm_pattern
 from .kernels.quantized import (QUANTIZED_FORMATS, DenseQuantized, PackedNMQ, check_dense_quantization,
@@ -103,6 +104,7 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
     quantization setting is not one the kernels run, KernelInputError when a sparse linear's weight is not bfloat16
     or float16 (the kernel's dtypes; call `model.to(torch.bfloat16)` first), QuantizationError when a weight is off
     its grid: all before changing anything."""
+    _check_model(model, "sparsify")
     _check_tile(tile, _device_of(model))
     quantize, head, group_size = _resolve_quantization(model, quantize, head, group_size)
     if quantize is not None:
@@ -181,6 +183,16 @@ def _warn_kept_decoder_linears(plan: dict, kept: list[str]) -> None:
                     "%d swapped (e.g. %s)", len(stray), len(plan), stray[0])
 
 
+def _check_model(model, call: str) -> None:
+    """PackingError for something that is not a model with its weights loaded."""
+    if not isinstance(model, nn.Module):
+        raise PackingError(f"{call} takes a torch.nn.Module (a transformers model); got {type(model).__name__}")
+    meta = next((name for name, parameter in model.named_parameters() if parameter.is_meta), None)
+    if meta is not None:
+        raise PackingError(f"{meta} is on the meta device, with no values: load the weights (from_pretrained, or "
+                           f"load_state_dict(..., assign=True)) before {call}")
+
+
 def _check_tile(tile: bool | str, device: str | torch.device | None = None) -> None:
     """KernelChoiceError for a `tile` other than "auto", True and False; with True and a `device` (where the model
     is or will be), KernelInputError unless it is CUDA and the sparse tensor-core kernel runs here."""
@@ -206,6 +218,7 @@ def tile_packed(model: nn.Module, tile: bool | str = "auto") -> int:
     auto (its default; `triton` or `cuda` keep the packed kernels), and otherwise keeps the packed modules, with the
     reason logged once as a warning when the kernel cannot be built; True tiles them and raises KernelInputError
     where the kernel cannot run; False tiles nothing. Returns how many linears were tiled."""
+    _check_model(model, "tile_packed")
     _check_tile(tile, _device_of(model))
     if tile is False or (tile == "auto" and kernel_setting() != "auto"):
         return 0
@@ -287,9 +300,18 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
 
     Save such a model with `save_packed` (`save_pretrained` writes the packed modules' buffers, which
     `from_pretrained` does not read back)."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise DeviceError(f"device={device!r} is not a device ({exc}); use cpu, cuda or cuda:N") from None
     _check_tile(tile, device)
     if dtype is not None and dtype not in _KERNEL_DTYPES:
-        raise KernelInputError(f"dtype={dtype}: the packed kernels run torch.bfloat16 or torch.float16")
+        given = f"the string {dtype!r}; pass torch.{dtype}" if isinstance(dtype, str) else f"{dtype}"
+        raise KernelInputError(f"dtype={given}: the packed kernels run torch.bfloat16 or torch.float16")
+    if not isinstance(folder, (str, Path)) or not Path(folder).is_dir():
+        what = "not a folder" if isinstance(folder, (str, Path)) and Path(folder).exists() else "not there" \
+            if isinstance(folder, (str, Path)) else f"a {type(folder).__name__}, not a path"
+        raise ModelNotFoundError(f"{folder} is {what}; pass the folder `sparsedecoding pack` or save_packed wrote")
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
     from transformers.initialization import no_init_weights
 
@@ -358,6 +380,11 @@ def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite:
     int4 head use different group sizes; ModelFileError for a source pruning record that is not one;
     OutputExistsError for an existing `out` without `overwrite`; OutputNotWritableError for an `out` that cannot be
     made or is the folder the model came from: all before writing anything."""
+    if not isinstance(out, (str, Path)):
+        raise OutputNotWritableError(f"save_packed writes to a folder path; got {type(out).__name__}")
+    if tokenizer is not None and not callable(getattr(tokenizer, "save_pretrained", None)):
+        raise PackingError(f"tokenizer={type(tokenizer).__name__}: pass a transformers tokenizer (with "
+                           "save_pretrained), or None to carry the model folder's")
     out = Path(out)
     model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
     if not callable(getattr(getattr(model, "config", None), "save_pretrained", None)):
@@ -383,10 +410,10 @@ def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite:
                if path.is_file() and path.suffix in _CARRIED_SUFFIXES and path.name not in _WRITTEN_FILES
                and not path.name.endswith(".index.json") and packed_manifest(source) != path
                and not (tokenizer is not None and _is_tokenizer_file(path.name))]
-    if tokenizer is None and not any(_is_tokenizer_file(path.name) for path in carried):
-        log.warning("save_packed: no tokenizer given and none found beside the model (%s); the folder %s will hold "
-                    "none, which the CLI needs: pass tokenizer=", source or "no source folder", out)
     with output_folder(out, overwrite) as partial:
+        if tokenizer is None and not any(_is_tokenizer_file(path.name) for path in carried):
+            log.warning("save_packed: no tokenizer given and none found beside the model (%s); the folder %s will "
+                        "hold none, which the CLI needs: pass tokenizer=", source or "no source folder", out)
         state, dtypes = _packed_state(model, packed, head)
         write_packed_state(partial, state, dtypes, {"model": str(getattr(model, "name_or_path", "") or ""),
                                                     "saved_by": "sparsedecoding.save_packed"})

@@ -10,6 +10,17 @@ from .format import PackedNM, dense_from_parts, pack_nm
 from .op import MAX_BATCH, spmv
 
 
+def check_layer_parts(packed, kind: type, bias, layer: str, build: str) -> None:
+    """KernelInputError, when a packed layer is built, for a weight that is not a `kind` or a bias that is not a
+    tensor [out] (the first call would fail deep in the kernel or the addition)."""
+    if not isinstance(packed, kind):
+        raise KernelInputError(f"{layer} takes a {kind.__name__}; got {type(packed).__name__} (a dense weight: {build})")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (packed.shape[0],)):
+        shape = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise KernelInputError(f"{layer}'s bias must be a tensor [{packed.shape[0]}] (one value an output row); got "
+                               f"{shape}")
+
+
 class PackedLinear(torch.nn.Module):
     """y = x·Wᵀ + bias for x [..., in], with W [out, in] held as the buffers `values` and `bitmask` of a
     PackedNM. Up to 16 rows of x (decoding) run the sparse kernel `nm_spmv`, which reads 1.125 instead of 2 bytes
@@ -23,6 +34,7 @@ class PackedLinear(torch.nn.Module):
 
     def __init__(self, packed: PackedNM, bias: torch.Tensor | None = None):
         super().__init__()
+        check_layer_parts(packed, PackedNM, bias, "PackedLinear", "PackedLinear.from_dense(weight, n, m)")
         self.n, self.m = packed.n, packed.m
         self.out_features, self.in_features = packed.shape
         self.register_buffer("values", packed.values)
@@ -33,6 +45,8 @@ class PackedLinear(torch.nn.Module):
 
     def keep_dense_copy(self, from_rows: int) -> None:
         """Hold W dense as well, and use it (cuBLAS) whenever x has `from_rows` rows or more."""
+        if type(from_rows) is not int:
+            raise KernelInputError(f"a dense copy from_rows must be a whole number of rows; got {from_rows!r}")
         if from_rows < 2:
             raise KernelInputError(f"dense copy from {from_rows} rows of x: the packed kernel would never run; "
                                    "use 2 or more")

@@ -818,4 +818,9 @@ def nm_spmv(x: torch.Tensor, packed: PackedNM) -> torch.Tensor:
     """y[b, o] = Σ_i W[o, i]·x[b, i] for x [in] or [b, in] with b ≤ 16, bf16/fp16, fp32 accumulation, output in
     x's dtype, W given packed. On CUDA the Triton or the tensor-core kernel runs (`choose_kernel`); on CPU the torch
     reference."""
+    if not isinstance(packed, PackedNM):
+        raise KernelInputError(f"nm_spmv takes the weight as a PackedNM (kernels.pack_nm(weight, n, m)); got "
+                               f"{type(packed).__name__}")
+    if not isinstance(x, torch.Tensor):
+        raise KernelInputError(f"x must be a torch.Tensor [in] or [b, in]; got {type(x).__name__}")
     return spmv(x, packed.values, packed.bitmask, packed.n, packed.m)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from ..errors import KernelInputError
 from .format import apply_keeping_dtypes
+from .linear import check_layer_parts
 from .op import MAX_BATCH
 from .quantized import DenseQuantized, PackedNMQ, dense_quantized_mm, nmq_spmv
 
@@ -38,6 +39,7 @@ class QuantizedPackedLinear(torch.nn.Module):
 
     def __init__(self, packed: PackedNMQ, bias: torch.Tensor | None = None):
         super().__init__()
+        check_layer_parts(packed, PackedNMQ, bias, "QuantizedPackedLinear", "kernels.quantized.pack_nm_quantized")
         self.n, self.m, self.quantize, self.group_size = packed.n, packed.m, packed.quantize, packed.group_size
         self.out_features, self.in_features = packed.shape
         self.register_buffer("codes", packed.codes)
