@@ -216,3 +216,19 @@ def test_python_api_calls_with_the_wrong_things_are_one_project_error(tmp_path, 
         load_packed(tmp_path / "saved", dtype="bfloat16")
     assert isinstance(load_packed(tmp_path / "saved").model.layers[0].mlp.up_proj, PackedLinear)
     assert isinstance(model.model.layers[0].mlp.up_proj, PackedLinear)
+
+
+def test_solver_and_packing_inputs_without_values_are_refused():
+    import torch
+
+    from sparsedecoding import solvers
+    from sparsedecoding.errors import PackingError, QuantizationError, SolverSettingsError
+    from sparsedecoding.kernels import pack_nm
+
+    with pytest.raises(SolverSettingsError, match="hessian is on the meta device"):
+        solvers.sparsegpt(torch.randn(8, 32), torch.empty(32, 32, device="meta"), "2:4")
+    for weight in (torch.empty(8, 0), torch.ones(8, 32, dtype=torch.int32)):
+        with pytest.raises(QuantizationError, match="needs a floating-point weight with rows and columns"):
+            solvers.quantization_codes(weight, "int8")
+    with pytest.raises(PackingError, match="weight is on the meta device"):
+        pack_nm(torch.empty(16, 64, dtype=torch.bfloat16, device="meta"), 2, 4)

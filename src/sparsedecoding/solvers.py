@@ -49,6 +49,8 @@ def check_inputs(weight: torch.Tensor, hessian: torch.Tensor | None, uses: str =
         described = f"{tuple(hessian.shape)} {hessian.dtype}" if isinstance(hessian, torch.Tensor) else type(hessian)
         raise SolverSettingsError(f"hessian must be a floating-point [{columns}, {columns}] tensor for a weight of "
                                   f"{columns} input columns, got {described}")
+    if hessian.is_meta:
+        raise SolverSettingsError("hessian is on the meta device and has no values; build it from real inputs")
     read = hessian.diagonal() if uses == "diagonal" else hessian
     if not bool(torch.isfinite(read).all()):
         raise CalibrationError("the Hessian holds NaN or inf; calibrate again (a layer input was not finite)")
@@ -339,6 +341,9 @@ def quantization_codes(weight: torch.Tensor, quantize: str, group_size: int = 12
     if not bool(torch.isfinite(weight).all()):
         raise QuantizationError("the weight holds NaN or inf, which is on no quantization grid")
     out, in_features = weight.shape
+    if not weight.is_floating_point() or not out or not in_features:
+        raise QuantizationError(f"quantization_codes needs a floating-point weight with rows and columns, got "
+                                f"{tuple(weight.shape)} {str(weight.dtype).removeprefix('torch.')}")
     group = quantization_group(quantize, group_size, in_features)
     if group is None:
         raise QuantizationError("quantization_codes needs quantize = int8 or int4")

@@ -230,7 +230,8 @@ def pack_nm(weight: torch.Tensor, n: int, m: int) -> PackedNM:
     """Pack an N:M sparse weight [out, in]: keep every nonzero, and in groups with fewer than N nonzeros also
     the first zeros, so each group keeps exactly N columns. Raises PackingError if a group has more than N
     nonzeros, if M does not divide 32, if in % 32 != 0, if W has no rows, holds NaN or inf, or is not bf16, fp16 or
-    fp32."""
+    fp32 (float32 values are for storage: `nm_spmv` and the packed layers run bf16 or fp16, so cast the result's
+    values, or load a float32 packed checkpoint with `load_packed(dtype=torch.bfloat16)`)."""
     check_pattern(n, m)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         raise PackingError(f"expected a 2-D weight [out, in], got {getattr(weight, 'shape', type(weight))}")
@@ -238,6 +239,8 @@ def pack_nm(weight: torch.Tensor, n: int, m: int) -> PackedNM:
         raise PackingError(f"expected a floating-point weight in bfloat16, float16 or float32, "
                            f"got {str(weight.dtype).removeprefix('torch.')}; convert it first")
     out, in_features = weight.shape
+    if weight.is_meta:
+        raise PackingError("weight is on the meta device and has no values; load the weights before packing")
     if out == 0:
         raise PackingError(f"weight of shape {tuple(weight.shape)} has no rows; there is nothing to pack")
     if in_features == 0 or in_features % _BITS:
