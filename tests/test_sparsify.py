@@ -488,3 +488,12 @@ def test_quantization_settings_and_weights_off_their_grid_are_refused_before_any
         sparsify(model, **settings)
     assert not any(isinstance(m, PackedLinear) for m in model.modules())
     assert all(type(m) is nn.Linear for name, m in model.named_modules() if name.endswith(("proj", "lm_head")))
+
+
+def test_the_summary_line_reads_on_a_tiny_model_and_a_large_one():
+    """Sizes in one unit, the largest the dense size fills: a tiny model's line is not "0.1 MiB -> 0.1 MiB"."""
+    _, summary = sparsify(pruned_tiny("llama"))
+    dense_kib = summary.dense_bytes / 1024
+    assert f"their weights {dense_kib:.1f} KiB -> {summary.packed_bytes / 1024:.1f} KiB" in str(summary)
+    large = SparsifySummary({"a": "2:4"}, [], 2499 * 2**20, 1405 * 2**20)
+    assert str(large).endswith("their weights 2.4 GiB -> 1.4 GiB (1.1 GiB saved)")

@@ -69,8 +69,14 @@ class SparsifySummary:
         head = "" if self.head is None else f", lm_head dense {self.head}"
         tiled = f", {self.tiled} of them tiled for sparse tensor cores" if self.tiled else ""
         return (f"{len(self.swapped)} linears packed ({patterns}{values}){head}{tiled}, {len(self.kept_dense)} kept "
-                f"dense; their weights {self.dense_bytes / 2**20:.1f} MiB -> {self.packed_bytes / 2**20:.1f} MiB "
-                f"({self.bytes_saved / 2**20:.1f} MiB saved)")
+                f"dense; their weights {_sizes(self.dense_bytes, self.packed_bytes, self.bytes_saved)} saved)")
+
+
+def _sizes(dense: int, packed: int, saved: int) -> str:
+    """"D -> P (S" in one unit, the largest the dense size fills (KiB, MiB or GiB), so a tiny model's line reads."""
+    unit = next((unit for unit in (3, 2) if dense >= 2**(10 * unit)), 1)
+    name, scale = ("KiB", "MiB", "GiB")[unit - 1], 2**(10 * unit)
+    return f"{dense / scale:.1f} {name} -> {packed / scale:.1f} {name} ({saved / scale:.1f} {name}"
 
 
 def _output_embedding(model: nn.Module) -> nn.Module | None:
