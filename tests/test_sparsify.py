@@ -497,3 +497,9 @@ def test_the_summary_line_reads_on_a_tiny_model_and_a_large_one():
     assert f"their weights {dense_kib:.1f} KiB -> {summary.packed_bytes / 1024:.1f} KiB" in str(summary)
     large = SparsifySummary({"a": "2:4"}, [], 2499 * 2**20, 1405 * 2**20)
     assert str(large).endswith("their weights 2.4 GiB -> 1.4 GiB (1.1 GiB saved)")
+
+
+def test_a_group_size_nothing_uses_is_named_in_a_warning(caplog):
+    with caplog.at_level("WARNING", logger="sparsedecoding.swap"):
+        sparsify(pruned_tiny("llama"), quantize=None, group_size=7)
+    assert "group_size=7 is unused" in caplog.text

@@ -112,7 +112,11 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
     its grid: all before changing anything."""
     _check_model(model, "sparsify")
     _check_tile(tile, _device_of(model))
+    given_group = group_size
     quantize, head, group_size = _resolve_quantization(model, quantize, head, group_size)
+    if given_group is not None and "int4" not in (quantize, head):
+        log.warning("sparsify: group_size=%s is unused (it sets the scales of int4 values or an int4 lm_head; here "
+                    "the values are %s and lm_head %s)", given_group, quantize or "bf16", head or "unchanged")
     if quantize is not None:
         check_packed_quantization(quantize, group_size)
     if head is not None:
