@@ -253,3 +253,15 @@ def test_pack_refuses_a_broken_folder_before_writing(capsys, tmp_path, pruned, d
 def test_pack_of_a_sound_folder_still_packs(capsys, tmp_path, pruned):
     assert main(["pack", "--model", str(pruned), "--out", str(tmp_path / "packed")]) == 0
     assert (tmp_path / "packed" / "config.json").is_file()
+
+
+def test_eval_pass_at_1_with_a_damaged_humaneval_fails_before_the_model_loads(capsys, cache_dir, tmp_path, tiny,
+                                                                               monkeypatch):
+    from sparsedecoding.evaluation import suite
+
+    monkeypatch.setattr(suite, "load_model", lambda *args: pytest.fail("loaded before HumanEval was read"))
+    write_humaneval(cache_dir, b"not gzip")
+    out = tmp_path / "out"
+    line = one_error_line(capsys, ["eval", "--model", tiny, "--out", out, "--metrics", "pass@1", "--device", "cpu"],
+                          "is damaged (BadGzipFile", out)
+    assert "FetchError" in line

@@ -158,6 +158,8 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     pruning = model_manifest(folder)
     if settings.prompts and {"kl", "repetition"} & set(settings.metrics):  # a bad file fails before any loading
         read_prompts(settings.prompts)
+    if "pass@1" in settings.metrics:  # so does a damaged HumanEval file (fetched now if absent)
+        humaneval_problems(settings.split)
     torch_device = pick_device(device)
     started = time.perf_counter()
     evaluated, tokenizer, _ = load_model(folder, torch_device)
