@@ -265,3 +265,20 @@ def test_eval_pass_at_1_with_a_damaged_humaneval_fails_before_the_model_loads(ca
     line = one_error_line(capsys, ["eval", "--model", tiny, "--out", out, "--metrics", "pass@1", "--device", "cpu"],
                           "is damaged (BadGzipFile", out)
     assert "FetchError" in line
+
+
+def test_a_folder_is_checked_once_until_a_file_of_it_changes(tmp_path, monkeypatch):
+    """resolve_model then load_model check a folder once in a process; a folder damaged after it passed is checked
+    again (its files' sizes and times are part of what was checked) and refused."""
+    folder = make_tiny_model(tmp_path / "tiny")
+    calls = []
+    original = models.check_loadable
+    monkeypatch.setattr(models, "check_loadable", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    models.resolve_model(str(folder))
+    models.resolve_model(str(folder))
+    assert len(calls) == 1
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_size": 96}))
+    with pytest.raises(ModelFileError, match="where it implies"):
+        models.resolve_model(str(folder))
+    assert len(calls) == 2

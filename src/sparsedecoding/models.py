@@ -335,13 +335,22 @@ def check_loadable(folder: Path, shards: list[Path] | None, tokenizer: bool = Tr
         load_tokenizer(folder)
 
 
+_CHECKED: dict[tuple, list[Path]] = {}  # folders that passed check_hf_folder, by their files' names, sizes and times
+
+
 def check_hf_folder(folder: Path) -> list[Path]:
     """Every check of an HF or packed model folder before it is loaded (`check_model_files`, then `check_loadable`);
-    returns its safetensors files."""
+    returns its safetensors files. A folder whose files are unchanged since it passed is not checked again in this
+    process (a command resolves a model, then loads it: the meta-device build and tokenizer load run once)."""
     from .packed import packed_manifest
 
+    key = (str(folder.resolve()), tuple(sorted((path.name, stat.st_size, stat.st_mtime_ns) for path in folder.iterdir()
+                                               if path.is_file() and (stat := path.stat()))))
+    if key in _CHECKED:
+        return _CHECKED[key]
     shards = check_model_files(folder)
     check_loadable(folder, None if packed_manifest(folder) else shards)
+    _CHECKED[key] = shards
     return shards
 
 
