@@ -1,5 +1,6 @@
 // Device helpers shared by the tensor-core kernels built through kernels/cuda_mma.py (nm_mma.cu, nm_scatter.cu):
-// a shared-memory address, the dense m16n8k16 MMA (bf16 or fp16 in, fp32 accumulate) and the store conversion.
+// a shared-memory address, the dense m16n8k16 MMA (bf16 or fp16 in, fp32 accumulate), the store conversion and the
+// split-K partial sums' addition.
 // cuda_mma's build hashes this header with each source that includes it, so a change here builds them anew.
 
 #pragma once
@@ -38,5 +39,19 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// The last CTA of a split-K group: y[b, row] for its kRows rows from row0 = the sum over the `splits` partial sums
+// the group's CTAs left in `partials` [splits, batch, out], read past L1 (other CTAs wrote them).
+template <int kRows, int kThreads, typename T>
+__device__ __forceinline__ void add_split_partials(const float* partials, T* y, int row0, int batch, int out,
+                                                   int splits, int tid) {
+  for (int e = tid; e < kRows * batch; e += kThreads) {
+    const int b = e / kRows, row = row0 + e % kRows;
+    if (row >= out) continue;
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
+    y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
+  }
+}
 
 }  // namespace

@@ -605,13 +605,7 @@ __global__ void __launch_bounds__(kThreads) nm_mma_kernel(const T* __restrict__ 
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int e = tid; e < kRows * batch; e += kThreads) {
-    const int b = e / kRows, row = row0 + e % kRows;
-    if (row >= out) continue;
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += __ldcg(partials + (static_cast<size_t>(s) * batch + b) * out + row);
-    y[static_cast<size_t>(b) * out + row] = from_float<T>(sum);
-  }
+  add_split_partials<kRows, kThreads>(partials, y, row0, batch, out, splits, tid);
 }
 
 template <typename T, int NT, bool FAST24, int STAGES, int CODE, bool SP, int GW = 0>
