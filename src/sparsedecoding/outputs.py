@@ -30,6 +30,22 @@ def path_exists(path: Path) -> bool:
         raise OutputNotWritableError(f"cannot use {path} ({exc.strerror}); choose another --out") from None
 
 
+# A model folder's files by name: its tokenizer's (what `save_pretrained` of one writes, in its several kinds), and
+# every file the folder is read from (weights, config, records, tokenizer), which no output may replace.
+TOKENIZER_PREFIXES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges", "chat_template")
+_TOKENIZER_SUFFIXES = (".model", ".tiktoken")
+_MODEL_RECORDS = {"config.json", "generation_config.json", "packed.json", "manifest.json", PRUNED_MANIFEST}
+
+
+def is_tokenizer_file(name: str) -> bool:
+    return name.startswith(TOKENIZER_PREFIXES) or name.endswith(_TOKENIZER_SUFFIXES)
+
+
+def is_model_file(name: str) -> bool:
+    return name in _MODEL_RECORDS or is_tokenizer_file(name) or name.endswith((".safetensors", ".index.json", ".gguf",
+                                                                                 ".bin"))
+
+
 def check_output(out: Path, overwrite: bool, inputs: tuple = ()) -> None:
     """Refuse, before any work, an output folder that exists (without `overwrite`), could not be created, or is or
     holds one of `inputs` (`check_not_source`); then clear OUT.partial of an earlier, stopped run (as

@@ -33,7 +33,7 @@ from .kernels.quantized_linear import DenseQuantizedLinear, QuantizedPackedLinea
 from .kernels.op import KernelChoiceError, kernel_setting, sp24_slots_setting
 from .kernels.sp24_linear import Sp24Linear, sp24_problem, tile_where_kernel_runs
 from .models import model_file_errors, read_json
-from .outputs import PRUNED_MANIFEST, check_not_source, output_folder
+from .outputs import PRUNED_MANIFEST, check_not_source, is_tokenizer_file, output_folder
 from .packed import (PACKED_MANIFEST, load_packed_checkpoint, packed_manifest, recorded_head_quantization,
                      recorded_quantization, write_packed_state)
 from .patterns import PRUNABLE_LINEARS
@@ -360,13 +360,6 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
 # model card (never weights, their indexes or code)
 _CARRIED_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".md")
 _WRITTEN_FILES = {"config.json", "generation_config.json", PACKED_MANIFEST, PRUNED_MANIFEST}
-# a tokenizer's files (what `save_pretrained` of one writes, in its several kinds)
-_TOKENIZER_PREFIXES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges", "chat_template")
-_TOKENIZER_SUFFIXES = (".model", ".tiktoken")
-
-
-def _is_tokenizer_file(name: str) -> bool:
-    return name.startswith(_TOKENIZER_PREFIXES) or name.endswith(_TOKENIZER_SUFFIXES)
 
 
 def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite: bool = False) -> Path:
@@ -419,9 +412,9 @@ def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite:
     carried = [path for path in (source.iterdir() if source is not None else ())
                if path.is_file() and path.suffix in _CARRIED_SUFFIXES and path.name not in _WRITTEN_FILES
                and not path.name.endswith(".index.json") and packed_manifest(source) != path
-               and not (tokenizer is not None and _is_tokenizer_file(path.name))]
+               and not (tokenizer is not None and is_tokenizer_file(path.name))]
     with output_folder(out, overwrite) as partial:
-        if tokenizer is None and not any(_is_tokenizer_file(path.name) for path in carried):
+        if tokenizer is None and not any(is_tokenizer_file(path.name) for path in carried):
             log.warning("save_packed: no tokenizer given and none found beside the model (%s); the folder %s will "
                         "hold none, which the CLI needs: pass tokenizer=", source or "no source folder", out)
         state, dtypes = _packed_state(model, packed, head)

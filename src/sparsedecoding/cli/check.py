@@ -32,24 +32,13 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-# the files a model folder is read from (weights, config, records, tokenizer), which no report may replace
-_MODEL_FILES = {"config.json", "generation_config.json", "packed.json", "manifest.json", "sparsedecoding.json",
-                "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja",
-                "chat_template.json"}
-
-
-def _model_file(name: str) -> bool:
-    return name in _MODEL_FILES or name.startswith("tokenizer") or \
-        name.endswith((".safetensors", ".index.json", ".gguf", ".bin", ".model", ".tiktoken"))
-
-
 def check_report_path(out: Path, model: Path | None = None) -> None:
     """OutputNotWritableError, before any work, for a report file that could not be written: a name the filesystem
     refuses (too long), a folder stands there, the file exists but cannot be opened for writing, or no file can be
     created where it would go; and for one that would replace a file `model`'s folder is read from (its config,
     weights or tokenizer: the report is written after the model is read); an earlier report there may be replaced."""
     from ..errors import OutputNotWritableError
-    from ..outputs import check_writable, path_exists
+    from ..outputs import check_writable, is_model_file, path_exists
 
     if not path_exists(out):
         check_writable(out, partial=False)
@@ -57,7 +46,7 @@ def check_report_path(out: Path, model: Path | None = None) -> None:
     if out.is_dir():
         raise OutputNotWritableError(f"--out {out} is a folder; give the report file's path, such as "
                                      f"{out / 'report.md'}")
-    if model is not None and _model_file(out.name) and out.resolve().is_relative_to(Path(model).resolve()):
+    if model is not None and is_model_file(out.name) and out.resolve().is_relative_to(Path(model).resolve()):
         raise OutputNotWritableError(f"--out {out} would overwrite a file of the model folder {model}; choose "
                                      f"another --out")
     try:
