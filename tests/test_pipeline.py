@@ -575,3 +575,37 @@ def test_mix_keeps_its_ratio_when_decode_falls_short(tiny_folder, prompts_file, 
     decode, text = stats["tokens_by_source"]["decode"], stats["tokens_by_source"]["text"]
     assert 0 < decode < 500 and text == decode and calib.tokens == 2 * decode
     assert "mix: decode gave" in caplog.text and "to keep --mix-ratio 0.5" in caplog.text
+
+
+def test_the_solver_order_reaches_every_solve_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch, caplog):
+    """--solver-order hessian: every SparseGPT solve (and the head's GPTQ) gets it, the manifest records it, and the
+    pruned weights are the hessian-order solves of the same Hessians; Wanda, which has no column loop, is warned."""
+    orders = []
+    sparsegpt_shared, gptq_shared = pipeline.solvers.sparsegpt_shared, pipeline.solvers.gptq_shared
+
+    def spy_sparsegpt(*args, **kwargs):
+        orders.append(kwargs["order"])
+        return sparsegpt_shared(*args, **kwargs)
+
+    def spy_gptq(*args, **kwargs):
+        orders.append(kwargs["order"])
+        return gptq_shared(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline.solvers, "sparsegpt_shared", spy_sparsegpt)
+    monkeypatch.setattr(pipeline.solvers, "gptq_shared", spy_gptq)
+    results = {}
+    for order in ("columns", "hessian"):
+        orders.clear()
+        out = prune(config(tiny_folder, tmp_path / order, prompts_file, solver_order=order, quantize_head="int8"),
+                    progress=False)
+        assert orders and set(orders) == {order}
+        assert len(orders) == 3 * 4 + 1  # qkv, o, gate_up, down of three layers, then the head
+        manifest = json.loads((out / "sparsedecoding.json").read_text())
+        assert manifest["solver_options"]["solver_order"] == order
+        results[order] = weights(out)
+    assert any(not torch.equal(results["columns"][key], results["hessian"][key]) for key in results["columns"]
+               if key.endswith("down_proj.weight"))
+    with caplog.at_level("WARNING"):
+        pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "out", prompts_file, solver="wanda",
+                                             solver_order="hessian"))
+    assert "--solver-order" in caplog.text

@@ -271,6 +271,19 @@ def first_layer_inputs(model, calib: CalibrationSet, batch_size: int, device: to
     return batches
 
 
+def layer_hessians(layer, linears: dict, batches, dtype: torch.dtype, where: str) -> tuple[dict, list[torch.Tensor]]:
+    """The Hessians of `linears` (by module name) from one pass of `layer` over `batches` at their kept positions,
+    and the layer's outputs."""
+    keep = KeepMask()
+    with accumulate_inputs(linears, keep, dtype, where=where) as accumulators:
+        outputs = []
+        for hidden, kwargs, kept in batches:
+            keep.set(kept)
+            out = layer(hidden, **kwargs)
+            outputs.append(out[0] if isinstance(out, tuple) else out)
+    return hessians_by_module(accumulators, list(linears)), outputs
+
+
 def run_layer(layer, batches) -> list[torch.Tensor]:
     outputs = []
     for hidden, kwargs, _ in batches:
@@ -338,11 +351,13 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
             weights = [dense_target(weight, crosses[names[0]], hessian, config.percdamp) for weight in weights]
         if pattern is None:  # --pattern dense: GPTQ, the joint solver's loop without pruning
             pruned = solvers.gptq_shared(weights, hessian, config.quantize, group_size=config.group_size,
-                                         blocksize=config.blocksize, percdamp=config.percdamp)
+                                         blocksize=config.blocksize, percdamp=config.percdamp,
+                                         order=config.solver_order)
         elif config.solver == "sparsegpt":
             pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
                                               percdamp=config.percdamp, quantize=config.quantize,
-                                              group_size=config.group_size, keep_zeros=config.keep_mask)
+                                              group_size=config.group_size, keep_zeros=config.keep_mask,
+                                              order=config.solver_order)
         else:
             pruned = [SOLVERS[config.solver](weight, hessian, pattern) for weight in weights]
         for name, weight, new in zip(names, weights, pruned):
@@ -366,7 +381,7 @@ def quantize_head(model, batches, config: PruneConfig, dtype: torch.dtype) -> di
     hessian = accumulator.hessian()
     weight = head.weight.detach()
     new, = solvers.gptq_shared([weight], hessian, config.quantize_head, group_size=config.group_size,
-                               blocksize=config.blocksize, percdamp=config.percdamp)
+                               blocksize=config.blocksize, percdamp=config.percdamp, order=config.solver_order)
     stats = {"sparsity": round(float((new == 0).float().mean()), 6),
              "relative_error": relative_error(weight, new, hessian), "quantize": config.quantize_head}
     tied = head.weight is model.get_input_embeddings().weight
@@ -483,21 +498,13 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
             if config.propagation == "sequential":
                 outputs = run_layer(layer, batches)
         else:
-            keep = KeepMask()
             if dense_stream is not None:
                 solve_started = time.perf_counter()
                 layer_stats[index], dense_stream = dense_target_layer(config, pattern, layer, linears, batches,
                                                                       dense_stream, hessian_dtype, f"layer {index} ")
                 solver_seconds += time.perf_counter() - solve_started  # statistics included: they interleave
             else:
-                with accumulate_inputs(linears, keep, hessian_dtype, where=f"layer {index} ") as accumulators:
-                    outputs = []
-                    for hidden, kwargs, kept in batches:
-                        keep.set(kept)
-                        out_hidden = layer(hidden, **kwargs)
-                        outputs.append(out_hidden[0] if isinstance(out_hidden, tuple) else out_hidden)
-                hessians = hessians_by_module(accumulators, list(linears))
-                del accumulators
+                hessians, outputs = layer_hessians(layer, linears, batches, hessian_dtype, f"layer {index} ")
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 solve_started = time.perf_counter()
@@ -547,7 +554,8 @@ def unread_options(config: PruneConfig) -> list[str]:
     if not config.do_sample and config.calibration != "self" and not on_policy_repair:
         unread += ["temperature", "top_p"]  # self-written answers and on-policy samples are always sampled
     if config.solver in ("wanda", "magnitude") and config.sparsity_pattern() is not None:
-        unread += ["blocksize"] + (["percdamp"] if config.target != "dense" else [])  # dense_target damps
+        unread += ["blocksize", "solver_order"]
+        unread += ["percdamp"] if config.target != "dense" else []  # dense_target damps
     if config.calibration == "decode":
         unread += ["text", "text_seq_len", "mix_ratio"]
     if config.calibration == "text":
@@ -643,6 +651,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "propagation": config.propagation,
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
+                               "solver_order": config.solver_order,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],

@@ -32,6 +32,7 @@ CALIBRATION_TOKENS = 16384  # every calibration source gets this many tokens unl
 SEED_MAX = 2**63 - 1  # seeds live in int64 tensors and torch generators
 SOLVERS = ("sparsegpt", "wanda", "magnitude")
 QUANTIZATIONS = ("none", "int8", "int4")
+SOLVER_ORDERS = ("columns", "hessian")  # solvers.check_order
 METRICS = ("pass@1", "kl", "repetition", "ppl")
 DENSE_PATTERN = "dense"  # --pattern dense: nothing pruned, the weights only quantized (GPTQ; needs --quantize)
 GEN_BACKENDS = ("engine", "hf")  # batchgen.BACKENDS, without importing torch
@@ -278,6 +279,10 @@ class SolverSettings:
                        "and pruned inputs; needs --propagation sequential)", choices=("self", "dense"))
     blocksize: int = knob(128, "SparseGPT block size", minimum=1)
     percdamp: float = knob(0.01, "SparseGPT damping, relative to the mean Hessian diagonal", above=0.0, maximum=1.0)
+    solver_order: str = knob("columns", "the order in which SparseGPT and GPTQ visit a weight's columns: columns "
+                             "(left to right, as both papers) or hessian (whole N:M groups, and int4 scale groups, the "
+                             "one with the largest Hessian diagonal first: GPTQ's activation order kept to groups; the "
+                             "mask stays N:M)", choices=SOLVER_ORDERS)
     quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
                          "scale per output row) or int4 (one per --group-size input columns)", choices=QUANTIZATIONS)
     group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)
