@@ -180,6 +180,15 @@ PY
     # decision rule fixed before the run); no held-out item; about 8 minutes from the model's arrival (one
     # calibration, four pruned models, five dev scores)
     dev_check benchmarks/recipes/plan-head.json /root/recipes-head quality-head-dev-qwen2.5-coder-1.5b ;;
+  quality-order)  # prepared in the fifty-fourth session, not yet run: quality-order-qwen2.5-coder-1.5b/, should
+    # --solver-order hessian be the default (benchmarks/recipes/plan-order.json, its rule fixed before any run): 16:32
+    # and 2:4 each left to right and in group order on one calibration set, dev then held-out (every item, paired);
+    # about 12 minutes from the model's arrival on one GPU. First call: `END_AT=$(( $(date +%s) + 1500 )) bash
+    # benchmarks/h200.sh lease-order` carrying .whl, .devdata and .xfer/cpart00; then the other pieces (`receive`,
+    # the last with `models`), then `WAIT=580 ... collect` calls
+    recipes benchmarks/recipes/plan-order.json /root/recipes-order quality-order-qwen2.5-coder-1.5b ;;
+  lease-order)
+    bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-order ;;
   quality-placement-dev)  # thirty-eighth session: quality-placement-dev-qwen2.5-coder-1.5b/, do the placed 16:32 masks
     # (16:32+2l, 16:32+4q) keep 16:32+2's dev quality (benchmarks/recipes/plan-placement.json, its rule fixed before
     # the run); 2:4 and 16:32+2 beside them; no held-out item; about 8 minutes from the model's arrival

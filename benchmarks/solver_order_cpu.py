@@ -29,9 +29,8 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from sparsedecoding import pipeline  # noqa: E402
-from sparsedecoding.cli.demo import dense_answer_scores  # noqa: E402
 from sparsedecoding.data import chat_format, humaneval_prompts, lee_text  # noqa: E402
-from sparsedecoding.evaluation.metrics import perplexity  # noqa: E402
+from sparsedecoding.evaluation.metrics import continuation_logits, perplexity  # noqa: E402
 from sparsedecoding.generation import generate, tokenize_prompts  # noqa: E402
 from sparsedecoding.hessian import prunable_linears  # noqa: E402
 from sparsedecoding.models import load_model, resolve_model  # noqa: E402
@@ -75,6 +74,24 @@ def solve_variants(model, calib, variants: dict[str, PruneConfig], batch_size: i
     return weights, stats
 
 
+@torch.no_grad()
+def answer_log_probs(model, answers, pad_id: int) -> list[torch.Tensor]:
+    """Per answer, the model's next-token log-probabilities [tokens, vocabulary] along it (float32, CPU)."""
+    return [continuation_logits(model, [gen.prompt_ids], [gen.new_ids], pad_id)[0, -len(gen.new_ids):].float()
+            .log_softmax(-1) for gen in answers]
+
+
+def answer_scores(dense: list[torch.Tensor], pruned: list[torch.Tensor], answers) -> tuple[float, float]:
+    """KL(dense ‖ pruned) per token and the share of tokens where the pruned model's top-1 is the dense model's
+    token, over every answer (as `cli.demo.dense_answer_scores`, from log-probabilities already computed)."""
+    kl = agree = count = 0.0
+    for log_p, log_q, gen in zip(dense, pruned, answers):
+        kl += float((log_p.exp() * (log_p - log_q)).sum())
+        agree += float((log_q.argmax(-1) == torch.tensor(gen.new_ids)).sum())
+        count += len(gen.new_ids)
+    return kl / count, agree / count
+
+
 def error_table(stats: dict) -> list[str]:
     """Per pattern and linear kind: the mean relative error under each order, and the geometric mean over linears
     of hessian's error over columns' (in brackets, the largest such ratio of any one linear)."""
@@ -98,6 +115,7 @@ def main() -> int:
     parser.add_argument("--patterns", nargs="+", default=["2:4", "16:32"])
     parser.add_argument("--tokens", type=int, default=8192, help="calibration decode tokens")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="calibration answers' length limit")
+    parser.add_argument("--gen-batch-size", type=int, default=32, help="calibration answers generated at once")
     parser.add_argument("--dev-tokens", type=int, default=192, help="dense dev answers' length limit")
     parser.add_argument("--dev-limit", type=int, default=0, help="only the first N dev prompts (0: all 41)")
     parser.add_argument("--ppl-tokens", type=int, default=4096)
@@ -109,7 +127,7 @@ def main() -> int:
     model.eval()
     started = time.perf_counter()
     base = PruneConfig(model=str(folder), out="unused", recipe="recommended", tokens=args.tokens,
-                       max_new_tokens=args.max_new_tokens)
+                       max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size)
     calib, calib_stats = pipeline.build_calibration(base, model, tokenizer)
     print(f"calibration: {calib.tokens} tokens in {time.perf_counter() - started:.0f} s", flush=True)
     variants = {f"{pattern} {order}": dataclasses.replace(base, pattern=pattern, solver_order=order)
@@ -122,12 +140,13 @@ def main() -> int:
     answers = generate(model, tokenizer, prompt_ids, args.dev_tokens, batch_size=len(prompt_ids))
     text_ids = tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"][:args.ppl_tokens]
     rows = {"dense": {"kl": 0.0, "agree": 1.0, "ppl": perplexity(model, text_ids)[0]}}
+    dense_log_p = answer_log_probs(model, answers, tokenizer.pad_token_id)  # once: the dense passes dominate on a CPU
     for name, pruned_weights in weights.items():
         pruned = copy.deepcopy(model)
         missing = set(pruned_weights) - set(pruned.state_dict())
         assert not missing, missing
         pruned.load_state_dict({key: value.float() for key, value in pruned_weights.items()}, strict=False)
-        kl, agree = dense_answer_scores(model, pruned, answers, tokenizer.pad_token_id)
+        kl, agree = answer_scores(dense_log_p, answer_log_probs(pruned, answers, tokenizer.pad_token_id), answers)
         rows[name] = {"kl": kl, "agree": agree, "ppl": perplexity(pruned, text_ids)[0]}
         print(f"{name}: KL {kl:.4f}, agreement {agree:.4f}, ppl {rows[name]['ppl']:.2f}", flush=True)
         del pruned
