@@ -120,6 +120,10 @@ def main() -> int:
     parser.add_argument("--dev-tokens", type=int, default=128, help="dense dev answers' length limit")
     parser.add_argument("--dev-limit", type=int, default=0, help="only the first N dev prompts (0: all 41)")
     parser.add_argument("--ppl-tokens", type=int, default=4096)
+    parser.add_argument("--quantize", default="none", choices=("none", "int8", "int4"),
+                        help="every variant also rounds its kept weights (the joint solve); int4 moves whole scale "
+                             "groups under the hessian order")
+    parser.add_argument("--group-size", type=int, default=128, help="int4: input columns a scale")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -128,7 +132,8 @@ def main() -> int:
     model.eval()
     started = time.perf_counter()
     base = PruneConfig(model=str(folder), out="unused", recipe="recommended", tokens=args.tokens,
-                       max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size)
+                       max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size,
+                       quantize=args.quantize, group_size=args.group_size)
     calib, calib_stats = pipeline.build_calibration(base, model, tokenizer)
     print(f"calibration: {calib.tokens} tokens in {time.perf_counter() - started:.0f} s", flush=True)
     variants = {f"{pattern} {order}": dataclasses.replace(base, pattern=pattern, solver_order=order)
@@ -163,7 +168,9 @@ def main() -> int:
         f"- calibration: the recommended recipe's decode calibration (HumanEval fit quarter, 4 sampled answers a "
         f"prompt, temperature 0.7, top-p 0.95) at {calib.tokens} tokens (answers cut at {args.max_new_tokens} new "
         f"tokens); dense propagation, so every variant solves the same Hessians; SparseGPT, damping "
-        f"{base.percdamp}, blocks of {base.blocksize}",
+        f"{base.percdamp}, blocks of {base.blocksize}"
+        + ("" if args.quantize == "none" else f"; kept values rounded to {args.quantize} in the same pass"
+           + (f" ({args.group_size} columns a scale)" if args.quantize == "int4" else "")),
         f"- dev scores: along the dense model's greedy answers to {len(dev)} dev-quarter prompts (fenced wording, at "
         f"most {args.dev_tokens} new tokens, {answer_tokens} tokens in all): KL(dense ‖ pruned) per token and the "
         f"share of tokens where the pruned model's top-1 is the dense model's token; perplexity on the first "
