@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from sparsedecoding import pipeline  # noqa: E402
 from sparsedecoding.data import chat_format, humaneval_prompts, lee_text  # noqa: E402
-from sparsedecoding.evaluation.metrics import continuation_logits, perplexity  # noqa: E402
+from sparsedecoding.evaluation.metrics import answer_agreement, answer_log_probs, perplexity  # noqa: E402
 from sparsedecoding.generation import generate, tokenize_prompts  # noqa: E402
 from sparsedecoding.hessian import prunable_linears  # noqa: E402
 from sparsedecoding.models import load_model, resolve_model  # noqa: E402
@@ -73,24 +73,6 @@ def solve_variants(model, calib, variants: dict[str, PruneConfig], batch_size: i
                          for name in variants)
         print(f"layer {index}: {time.perf_counter() - started:.0f} s; worst relative error {line}", flush=True)
     return weights, stats
-
-
-@torch.no_grad()
-def answer_log_probs(model, answers, pad_id: int) -> list[torch.Tensor]:
-    """Per answer, the model's next-token log-probabilities [tokens, vocabulary] along it (float32, CPU)."""
-    return [continuation_logits(model, [gen.prompt_ids], [gen.new_ids], pad_id)[0, -len(gen.new_ids):].float()
-            .log_softmax(-1) for gen in answers]
-
-
-def answer_scores(dense: list[torch.Tensor], pruned: list[torch.Tensor], answers) -> tuple[float, float]:
-    """KL(dense ‖ pruned) per token and the share of tokens where the pruned model's top-1 is the dense model's
-    token, over every answer (as `cli.demo.dense_answer_scores`, from log-probabilities already computed)."""
-    kl = agree = count = 0.0
-    for log_p, log_q, gen in zip(dense, pruned, answers):
-        kl += float((log_p.exp() * (log_p - log_q)).sum())
-        agree += float((log_q.argmax(-1) == torch.tensor(gen.new_ids)).sum())
-        count += len(gen.new_ids)
-    return kl / count, agree / count
 
 
 def error_table(stats: dict) -> list[str]:
@@ -152,7 +134,7 @@ def main() -> int:
         missing = set(pruned_weights) - set(pruned.state_dict())
         assert not missing, missing
         pruned.load_state_dict({key: value.float() for key, value in pruned_weights.items()}, strict=False)
-        kl, agree = answer_scores(dense_log_p, answer_log_probs(pruned, answers, tokenizer.pad_token_id), answers)
+        kl, agree = answer_agreement(dense_log_p, answer_log_probs(pruned, answers, tokenizer.pad_token_id), answers)
         rows[name] = {"kl": kl, "agree": agree, "ppl": perplexity(pruned, text_ids)[0]}
         print(f"{name}: KL {kl:.4f}, agreement {agree:.4f}, ppl {rows[name]['ppl']:.2f}", flush=True)
         del pruned

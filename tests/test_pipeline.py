@@ -578,8 +578,8 @@ def test_mix_keeps_its_ratio_when_decode_falls_short(tiny_folder, prompts_file, 
 
 
 def test_the_solver_order_reaches_every_solve_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch, caplog):
-    """--solver-order hessian: every SparseGPT solve (and the head's GPTQ) gets it, the manifest records it, and the
-    pruned weights are the hessian-order solves of the same Hessians; Wanda, which has no column loop, is warned."""
+    """--solver-order: every SparseGPT solve (and the head's GPTQ) gets it, the manifest records it, and the two
+    orders give different weights; Wanda, which has no column loop, is warned that it does not read it."""
     orders = []
     sparsegpt_shared, gptq_shared = pipeline.solvers.sparsegpt_shared, pipeline.solvers.gptq_shared
 

@@ -452,6 +452,7 @@ class CompareSettings:
     top_p: float = like(CalibrationSettings, "top_p",
                         help="sampling top-p of the calibration continuations (with --samples-per-prompt above 1)")
     percdamp: float = like(SolverSettings, "percdamp")
+    solver_order: str = like(SolverSettings, "solver_order")
     mix_ratio: float = like(CalibrationSettings, "mix_ratio")
     gen_batch_size: int = like(CalibrationSettings, "gen_batch_size", default=82,
                                help="prompts per calibration generation batch")

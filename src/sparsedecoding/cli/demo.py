@@ -47,19 +47,10 @@ def dense_answer_scores(dense, model, answers, pad_id: int) -> tuple[float, floa
     """On the dense model's own greedy answers: KL(dense ‖ model) per token, and the share of tokens where the
     model's top-1 next token is the one the dense model chose. Unlike scores on the model's own answers, a model
     that repeats itself cannot look good here: every model reads the same, coherent tokens."""
-    import torch
+    from ..evaluation.metrics import answer_agreement, answer_log_probs
 
-    from ..evaluation.metrics import continuation_logits
-
-    kl = agree = count = 0.0
-    for gen in answers:
-        n = len(gen.new_ids)
-        log_p, log_q = (continuation_logits(scored, [gen.prompt_ids], [gen.new_ids], pad_id)[0, -n:].float()
-                        .log_softmax(-1) for scored in (dense, model))
-        kl += float((log_p.exp() * (log_p - log_q)).sum())
-        agree += float((log_q.argmax(-1).cpu() == torch.tensor(gen.new_ids)).sum())
-        count += n
-    return kl / count, agree / count
+    return answer_agreement(answer_log_probs(dense, answers, pad_id), answer_log_probs(model, answers, pad_id),
+                            answers)
 
 
 def held_out_scores(dense, models: dict, tokenizer, prompts: list[str], new_tokens: int) -> dict:

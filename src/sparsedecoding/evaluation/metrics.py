@@ -77,6 +77,26 @@ def on_policy_scores(dense, pruned, generations: list[Generation], pad_id: int, 
 
 
 @torch.no_grad()
+def answer_log_probs(model, answers: list[Generation], pad_id: int) -> list[torch.Tensor]:
+    """Per answer, the model's next-token log-probabilities [tokens, vocabulary] along its tokens (float32)."""
+    return [continuation_logits(model, [gen.prompt_ids], [gen.new_ids], pad_id)[0, -len(gen.new_ids):].float()
+            .log_softmax(-1) for gen in answers]
+
+
+def answer_agreement(dense: list[torch.Tensor], model: list[torch.Tensor],
+                     answers: list[Generation]) -> tuple[float, float]:
+    """From `answer_log_probs` of the dense model and of another along the dense model's own answers: KL(dense ‖
+    model) per token, and the share of tokens where the model's top-1 is the token the dense model chose."""
+    kl = agree = count = 0.0
+    for log_p, log_q, gen in zip(dense, model, answers):
+        log_q = log_q.to(log_p.device)
+        kl += float((log_p.exp() * (log_p - log_q)).sum())
+        agree += float((log_q.argmax(-1).cpu() == torch.tensor(gen.new_ids)).sum())
+        count += len(gen.new_ids)
+    return kl / count, agree / count
+
+
+@torch.no_grad()
 def perplexity(model, token_ids: list[int], window: int = 512, batch_size: int = 8) -> tuple[float, int]:
     """(perplexity, scored tokens) of a token stream cut into non-overlapping windows of `window` tokens."""
     windows = [token_ids[start:start + window] for start in range(0, len(token_ids), window)]
