@@ -95,7 +95,8 @@ def error_table(stats: dict) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--patterns", nargs="+", default=["2:4", "16:32"])
+    parser.add_argument("--patterns", nargs="+", default=["2:4", "16:32"],
+                        help="sparsity patterns; dense: no pruning, GPTQ alone (needs --quantize)")
     parser.add_argument("--tokens", type=int, default=8192, help="calibration decode tokens")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="calibration answers' length limit")
     parser.add_argument("--gen-batch-size", type=int, default=32, help="calibration answers generated at once")
@@ -103,11 +104,13 @@ def main() -> int:
     parser.add_argument("--dev-limit", type=int, default=0, help="only the first N dev prompts (0: all 41)")
     parser.add_argument("--ppl-tokens", type=int, default=4096)
     parser.add_argument("--quantize", default="none", choices=("none", "int8", "int4"),
-                        help="every variant also rounds its kept weights (the joint solve); int4 moves whole scale "
-                             "groups under the hessian order")
+                        help="every variant also rounds its kept weights (the joint solve); under the hessian order "
+                             "int4 scales are fixed before the loop from the unrounded solve")
     parser.add_argument("--group-size", type=int, default=128, help="int4: input columns a scale")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if "dense" in args.patterns and args.quantize == "none":
+        parser.error("--patterns dense (GPTQ alone) needs --quantize int8 or int4")
     torch.manual_seed(0)
     folder = resolve_model(args.model)
     model, tokenizer, _ = load_model(folder, "cpu", torch.float32)
@@ -152,7 +155,9 @@ def main() -> int:
         f"tokens); dense propagation, so every variant solves the same Hessians; SparseGPT, damping "
         f"{base.percdamp}, blocks of {base.blocksize}"
         + ("" if args.quantize == "none" else f"; kept values rounded to {args.quantize} in the same pass"
-           + (f" ({args.group_size} columns a scale)" if args.quantize == "int4" else "")),
+           + (f" ({args.group_size} columns a scale; left to right sets each group's scale as its block starts, the "
+              f"hessian order fixes every scale before the loop from the same problem solved unrounded)"
+              if args.quantize == "int4" else "")),
         f"- dev scores: along the dense model's greedy answers to {len(dev)} dev-quarter prompts (fenced wording, at "
         f"most {args.dev_tokens} new tokens, {answer_tokens} tokens in all): KL(dense ‖ pruned) per token and the "
         f"share of tokens where the pruned model's top-1 is the dense model's token; perplexity on the first "

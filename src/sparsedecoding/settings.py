@@ -280,9 +280,9 @@ class SolverSettings:
     blocksize: int = knob(128, "SparseGPT block size", minimum=1)
     percdamp: float = knob(0.01, "SparseGPT damping, relative to the mean Hessian diagonal", above=0.0, maximum=1.0)
     solver_order: str = knob("columns", "the order in which SparseGPT and GPTQ visit a weight's columns: columns "
-                             "(left to right, as both papers) or hessian (whole N:M groups, and int4 scale groups, the "
-                             "one with the largest Hessian diagonal first: GPTQ's activation order kept to groups; the "
-                             "mask stays N:M)", choices=SOLVER_ORDERS)
+                             "(left to right, as both papers) or hessian (whole N:M groups, the one with the largest "
+                             "Hessian diagonal first: GPTQ's activation order kept to groups; the mask stays N:M; "
+                             "int4 scales are then fixed before the loop)", choices=SOLVER_ORDERS)
     quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
                          "scale per output row) or int4 (one per --group-size input columns)", choices=QUANTIZATIONS)
     group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)

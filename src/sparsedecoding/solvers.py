@@ -273,7 +273,7 @@ def damped_inverse_cholesky(hessian: torch.Tensor, percdamp: float) -> torch.Ten
 
 
 # The orders in which the column loop can visit W's columns (`sparsegpt(order=...)`): "columns" left to right, as
-# SparseGPT and GPTQ do; "hessian" in units of whole N:M groups (and whole int4 scale groups), heaviest diag(H) first.
+# SparseGPT and GPTQ do; "hessian" in units of whole N:M groups (single columns for GPTQ), heaviest diag(H) first.
 ORDERS = SOLVER_ORDERS
 
 
@@ -282,14 +282,11 @@ def check_order(order: str) -> None:
         raise SolverSettingsError(f"order = {order!r} is not a solver order; use one of {', '.join(ORDERS)}")
 
 
-def order_unit(pattern: SparsityPattern | None, quantize: str | None, group: int | None) -> int:
+def order_unit(pattern: SparsityPattern | None) -> int:
     """The columns that stay together, in their order, when the loop visits W by `order="hessian"`: an N:M group
-    (the mask is chosen per group of M columns), an int4 scale group (its scale is set when the loop reaches it), the
-    least common multiple of the two where both apply; 1 otherwise."""
-    unit = pattern.m if pattern is not None and pattern.is_nm else 1
-    if quantize == "int4":
-        unit = math.lcm(unit, group)
-    return unit
+    (the mask is chosen per group of M columns); 1 otherwise. int4 scale groups need not stay together: under this
+    order their scales are fixed before the loop (`_solve`)."""
+    return pattern.m if pattern is not None and pattern.is_nm else 1
 
 
 def hessian_order(hessian: torch.Tensor, unit: int) -> torch.Tensor:
@@ -488,11 +485,12 @@ _captured: dict[tuple, CapturedBlock] = {}
 def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | None, segments: tuple[int, ...],
                  quantize: str | None, group: int, blocksize: int, use_graph: bool,
                  scales: torch.Tensor | None = None, fixed: torch.Tensor | None = None,
-                 float16: bool = False) -> torch.Tensor:
+                 float16: bool = False, column_groups: torch.Tensor | None = None) -> torch.Tensor:
     """One left-to-right pass over W's columns in blocks (in place); returns the pruned mask. With `quantize`,
     a group's scale comes from its weights as they stand when its block starts, as in GPTQ, unless `scales`
-    [rows, cols/group] are given (`float16`: scales for a float16 result, `grid_scale`). `fixed` [rows, cols]
-    (True = pruned) is the mask to keep instead of choosing one."""
+    [rows, cols/group] are given (`float16`: scales for a float16 result, `grid_scale`). `column_groups` [cols]: the
+    scale group of each column of W (default column // group; the hessian order passes the visited columns' own
+    groups). `fixed` [rows, cols] (True = pruned) is the mask to keep instead of choosing one."""
     rows, cols = W.shape
     pruned = torch.zeros(rows, cols, dtype=torch.bool, device=W.device)
     given_scales = scales is not None
@@ -506,7 +504,9 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
         if quantize is not None:
             for g in range(-(-i1 // group) * group, i2, group) if not given_scales else ():
                 scales[:, g // group] = grid_scale(W[:, g:g + group].abs().amax(1), quantize, float16)
-            scaleT = scales[:, torch.arange(i1, i2, device=W.device) // group].T.contiguous()
+            where = (torch.arange(i1, i2, device=W.device) // group if column_groups is None
+                     else column_groups[i1:i2])
+            scaleT = scales[:, where].T.contiguous()
         if use_graph:
             key = (rows, i2 - i1, pattern, segments, quantize, W.dtype, W.device, fixed is not None)
             if key not in _captured:
@@ -614,21 +614,30 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     dead = H.diagonal() == 0  # inputs that were always zero: any weight there is free to prune
     H[dead, dead] = 1  # the mean of the live diagonal (normalized_hessian), so the damping is the live inputs'
     W[:, dead] = 0
-    visit = None
+    visit = column_groups = None
     if order == "hessian":  # the loop runs on W and H with columns permuted; the result is put back in place
-        visit = hessian_order(H, order_unit(pattern, quantize, group))
+        visit = hessian_order(H, order_unit(pattern))
         W, H = W[:, visit], H.index_select(0, visit).index_select(1, visit)
         fixed = None if fixed is None else fixed[:, visit]
+        column_groups = visit // group if quantize is not None else None  # each visited column's own scale group
     U = damped_inverse_cholesky(H, percdamp)
     scales = None
-    if quantize == "int8" and pattern is not None:
-        # One scale per row must cover the kept weights after all of the pruning's compensation, which grows them
-        # (by 15-20% at 2:4 on test problems): a scale set from W up front clips them. So an unquantized solve runs
-        # first, for the scales only.
-        pruned_first = W.clone()
-        _column_loop(pruned_first, U, pattern, segments, None, group, blocksize, use_graph, fixed=fixed)
-        scales = grid_scale(pruned_first.abs().amax(1, keepdim=True), quantize, float16)
-    _column_loop(W, U, pattern, segments, quantize, group, blocksize, use_graph, scales, fixed, float16)
+    if quantize == "int8" and pattern is not None or quantize == "int4" and visit is not None:
+        # Scales fixed before the loop, from an unquantized solve of the same problem (W itself without pruning).
+        # int8 + pruning: one scale per row must cover the kept weights after all of the pruning's compensation,
+        # which grows them (by 15-20% at 2:4 on test problems), so a scale set from W up front clips them. int4 in
+        # the hessian order: a group's scale cannot wait for the loop to reach the group, whose columns are visited
+        # apart; fixed scales let the order move single N:M groups (or columns) instead of whole scale groups.
+        first = W
+        if pattern is not None:
+            first = W.clone()
+            _column_loop(first, U, pattern, segments, None, group, blocksize, use_graph, fixed=fixed)
+        if visit is not None:
+            first = torch.empty_like(first).index_copy_(1, visit, first)
+        scales = grid_scale(first.abs().view(first.shape[0], -1, group).amax(2), quantize, float16)
+        del first
+    _column_loop(W, U, pattern, segments, quantize, group, blocksize, use_graph, scales, fixed, float16,
+                 column_groups)
     if visit is not None:
         W = torch.empty_like(W).index_copy_(1, visit, W)
     return [part.to(weight.dtype) for part, weight in zip(W.split(segments), weights)]
@@ -657,8 +666,8 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
 
     `quantize` ("int8" or "int4"; default None) is the paper's joint mode: q_i is also the kept entries rounded to
     the grid (see the module docstring; int4 scales per `group_size` input columns, default 128, set from the
-    group's current weights when its block starts; int8 per row from the whole W), so the error spread is pruning
-    plus rounding. The result's kept values are exactly on the grid; `quantization_codes` gives codes and scales.
+    group's current weights when its block starts; int8 per row from the whole W; fixed before the loop where the
+    loop cannot set them as it goes, see `order`), so the error spread is pruning plus rounding. The result's kept values are exactly on the grid; `quantization_codes` gives codes and scales.
 
     `keep_zeros` keeps the mask W already has (its zeros; an N:M pattern, at least M − N zeros in every group of M)
     instead of choosing one. The kept entries are re-solved against H, rounded to the grid with `quantize`, and the
@@ -667,9 +676,10 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
     Computes in float64 if W is float64, else float32; H may be any float dtype; returns W's dtype. `percdamp`
     (λ relative to mean(diag H), default 0.01) must be positive; a failed factorisation raises it tenfold, to 1.
 
-    `order` = "hessian" visits the columns in whole N:M groups (with int4, whole scale groups too), the group with
-    the largest sum of diag(H) first, GPTQ's activation order kept to groups; the mask stays N:M in W's own
-    columns. On SmolLM2-135M it cut the dev KL along the dense model's answers by 35% at 2:4 and 23% at 16:32
+    `order` = "hessian" visits the columns in whole N:M groups, the group with the largest sum of diag(H) first,
+    GPTQ's activation order kept to groups; the mask stays N:M in W's own columns. With int4 each scale group's scale
+    is then fixed before the loop from an unquantized solve of the same problem (GPTQ's "static groups"), so the
+    order need not keep scale groups whole. On SmolLM2-135M it cut the dev KL along the dense model's answers by 35% at 2:4 and 23% at 16:32
     (benchmarks/results/solver_order_smollm2_cpu.md). Default "columns": left to right."""
     return sparsegpt_shared([weight], hessian, pattern, quantize=quantize, group_size=group_size,
                             blocksize=blocksize, percdamp=percdamp, keep_zeros=keep_zeros, order=order)[0]
@@ -690,6 +700,7 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, quantize: str = "int8", *,
     """GPTQ: dense weight rounded to the `quantize` grid column by column, each column's rounding error spread over
     the later columns through the inverse Hessian's Cholesky factor exactly as in `sparsegpt` (which is this loop
     with pruning added). Same grids, settings and result conventions as `sparsegpt(..., quantize=...)`;
-    `order` = "hessian" is GPTQ's activation order (int4: whole scale groups, heaviest first)."""
+    `order` = "hessian" is GPTQ's activation order, one column at a time, heaviest first (int4: with each group's
+    scale fixed from W before the loop, GPTQ's "static groups")."""
     return gptq_shared([weight], hessian, quantize, group_size=group_size, blocksize=blocksize,
                        percdamp=percdamp, order=order)[0]
