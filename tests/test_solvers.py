@@ -346,17 +346,26 @@ def test_gptq_beats_round_to_nearest(quantize):
 
 
 def test_unquantized_results_unchanged_from_before_quantization():
-    """Outputs of the solver as it was before the joint mode (commit c399d08) on fixed problems, bit for bit."""
+    """Outputs of the solver as it was before the joint mode (commit c399d08) on fixed problems: the same mask, and
+    values equal to rounding. Bit for bit on the CPU that wrote the file; on another (MKL picks other kernels per
+    instruction set) float32 values moved by up to 7e-6 and float64 by 6e-15, while any change to the algorithm
+    moves them by far more than the tolerance (one mask flip moves several values by O(1))."""
     before = load_file(str(Path(__file__).parent / "data" / "sparsegpt_before_quantization.safetensors"))
+
+    def same(new, old, dtype):
+        assert torch.equal(new == 0, old == 0)
+        tolerance = 1e-5 if dtype == torch.float32 else 1e-12
+        assert float((new - old).abs().max()) <= tolerance * float(old.abs().max())
+
     for dtype in (torch.float32, torch.float64):
         name = str(dtype).removeprefix("torch.")
         W, H = random_problem(rows=16, cols=96, dtype=dtype, seed=11)
         for pattern in ("2:4", "4:8", "50%"):
             for blocksize in (32, 128):
-                assert torch.equal(solvers.sparsegpt(W, H, pattern, quantize=None, blocksize=blocksize),
-                                   before[f"{name}/{pattern}/{blocksize}"])
-        assert torch.equal(torch.cat(solvers.sparsegpt_shared([W[:6], W[6:]], H, "2:4", blocksize=32)),
-                           before[f"{name}/shared"])
+                same(solvers.sparsegpt(W, H, pattern, quantize=None, blocksize=blocksize),
+                     before[f"{name}/{pattern}/{blocksize}"], dtype)
+        same(torch.cat(solvers.sparsegpt_shared([W[:6], W[6:]], H, "2:4", blocksize=32)), before[f"{name}/shared"],
+             dtype)
 
 
 @pytest.mark.parametrize("quantize", ["int8", "int4"])
