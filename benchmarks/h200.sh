@@ -72,7 +72,9 @@ dev_check() {  # PLAN WORK REPORT: a dev-quarter-only plan (quality_recipes.py -
   # GPU, once the pieces and `models` are there; results in $OUT/REPORT, the log in WORK-w0.log
   for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done
   models
-  python3 benchmarks/quality_recipes.py --plan "$1" --out "$2" --stage dev > "$2-w0.log" 2>&1 || true
+  # ONLY: comma-separated item names, the only ones run (quality_recipes.py --only)
+  python3 benchmarks/quality_recipes.py --plan "$1" --out "$2" --stage dev ${ONLY:+--only "$ONLY"} > "$2-w0.log" 2>&1 \
+    || true
   python3 benchmarks/quality_recipes.py --plan "$1" --out "$2" --stage report >> "$2-w0.log" 2>&1 || true
   mkdir -p "$OUT/$3" && cp -r "$2/dev" "$2/report.md" "$2/summary.json" "$OUT/$3/"
 }
@@ -187,6 +189,23 @@ PY
     # benchmarks/h200.sh lease-order` carrying .whl, .devdata and .xfer/cpart00; then the other pieces (`receive`,
     # the last with `models`), then `WAIT=580 ... collect` calls
     recipes benchmarks/recipes/plan-order.json /root/recipes-order quality-order-qwen2.5-coder-1.5b ;;
+  quality-refit-dev)  # fifty-sixth session: quality-refit-dev-qwen2.5-coder-1.5b/, the dev stage of
+    # benchmarks/recipes/plan-refit.json (its rule fixed before any run) for the 16:32 pair only (ONLY, default
+    # p16-fit,p16-fit-rf: SparseGPT with and without --refit-steps 40 on one calibration set): what fits a short
+    # budget; about 5 minutes from the model's arrival. First call: `bash benchmarks/h200.sh lease-refit-dev`
+    # carrying .whl, .devdata and .xfer/cpart00; then the other pieces (`receive`, the last with `models`), then
+    # `WAIT=580 ... collect` calls
+    ONLY=${ONLY:-p16-fit,p16-fit-rf} dev_check benchmarks/recipes/plan-refit.json /root/recipes-refit \
+      quality-refit-dev-qwen2.5-coder-1.5b ;;
+  lease-refit-dev)
+    bash benchmarks/h200.sh receive && bash benchmarks/h200.sh bg quality-refit-dev ;;
+  quality-refit)  # prepared in the fifty-sixth session, not yet run: quality-refit-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-refit.json (2:4 and 16:32 each with and without --refit-steps 40, dev then held-out,
+    # every item paired); about 12 minutes from the model's arrival. First call: `END_AT=$(( $(date +%s) + 1500 ))
+    # bash benchmarks/h200.sh lease-refit` (as lease-order)
+    recipes benchmarks/recipes/plan-refit.json /root/recipes-refit quality-refit-qwen2.5-coder-1.5b ;;
+  lease-refit)
+    bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-refit ;;
   lease-order)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-order ;;
   quality-placement-dev)  # thirty-eighth session: quality-placement-dev-qwen2.5-coder-1.5b/, do the placed 16:32 masks
@@ -2260,5 +2279,5 @@ PY
   *) echo "unknown report '$report': receive, gpu-tests, kernel, kernel-8b-batch2-16, e2e, e2e-8b, prune-cli," \
        "check-qwen-dense, check-qwen-2of4, check-smollm2-dense, check-smollm2-2of4, drift, discrepancy," \
        "quality-16k, quality-64k-sampled, quality-recipes, quality-repair, quality-repair2, quality-quant, quality-quant2, quality-quant3, quant-e2e-qwen, quant-e2e-8b-16of32, hf-generate, eager, tp-check-qwen, tp-check-qwen-2of4, tp-bench-70b," \
-       "tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, lease18b, split-kernel, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, eager-rounds, eager-tiled, hf-tiled, prebuild, scatter, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
+       "quality-refit-dev, lease-refit-dev, quality-refit, lease-refit, tp-bench-8b, gen-engine, tp-one-shot-test, tp-bench-70b-one-shot, tp-bench-8b-one-shot, tp-check-qwen-one-shot, gpu-tests-7, quant-remeasure, quant-cuda, generic-16of32, generic-ab, quant-e2e-qwen-2of4, step-profile-int4, sparsify-gpu-tests, quant-e2e-head-int8, lease14, lease15, lease16, lease17, lease17b, auto-loop, one-cta, lease18, gpu-tests-18, lease18b, split-kernel, slots-engine-one-cta, dense-copies-tiled, slots-engine, overflow-columns, qwen-slots, quality-overflow-heldout, overflow-kernel, overflow-loops, ncu-overflow, ncu-probe, generic-geometry, quality-overflow-dev, quality-head-dev, sp24, sp24-tests, argmax, attention-ab-combo, attention-ab-long, quant-e2e-inductor, quant-e2e-head, qwen-bench-inductor, sp24-e2e-8b, quant-e2e-sp24, qwen-bench-sp24, eager-rounds, eager-tiled, hf-tiled, prebuild, scatter, hf-generate-sp24, hf-generate-quant, sp24-slices, sp24-glu, sp24-glu-qwen, quant-e2e-sp, quant-e2e, quant-kernel, cuda-dispatch, gpu-tests-new, models, bg, collect" >&2; exit 2 ;;
 esac

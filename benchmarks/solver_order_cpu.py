@@ -1,5 +1,6 @@
 """The solver's column order on a real model, dev side only: SparseGPT visiting columns left to right (`columns`)
-against whole N:M groups in falling Hessian-diagonal order (`hessian`), from the same decode-time Hessians.
+against whole N:M groups in falling Hessian-diagonal order (`hessian`), from the same decode-time Hessians; with
+--refit-steps, each order also with its kept weights re-solved for its mask (`--refit-steps`, `solvers.refit_kept`).
 
 One calibration set (the dense model's sampled answers to the HumanEval fit quarter, as the recommended recipe, at
 a smaller token budget), dense propagation, so every variant solves exactly the same Hessians; per variant the
@@ -76,19 +77,22 @@ def solve_variants(model, calib, variants: dict[str, PruneConfig], batch_size: i
 
 
 def error_table(stats: dict) -> list[str]:
-    """Per pattern and linear kind: the mean relative error under each order, and the geometric mean over linears
-    of hessian's error over columns' (in brackets, the largest such ratio of any one linear)."""
-    lines = ["| pattern | linear | columns: mean error | hessian: mean error | hessian / columns: geomean (largest) |",
-             "|---|---|---|---|---|"]
-    for pattern in dict.fromkeys(name.rsplit(" ", 1)[0] for name in stats):
-        base, other = stats[f"{pattern} columns"], stats[f"{pattern} hessian"]
-        for kind in ("qkv", "o", "gate_up", "down", "all"):
-            keys = [key for key in base if kind == "all" or KINDS[key.rsplit(".", 1)[1]] == kind]
-            logs = [math.log(other[key]["relative_error"] / base[key]["relative_error"]) for key in keys
-                    if base[key]["relative_error"] > 0 and other[key]["relative_error"] > 0]
-            means = [sum(side[key]["relative_error"] for key in keys) / len(keys) for side in (base, other)]
-            lines.append(f"| {pattern} | {kind} | {means[0]:.5f} | {means[1]:.5f} | "
-                         f"{math.exp(sum(logs) / len(logs)):.3f} ({math.exp(max(logs)):.3f}) |")
+    """Per pattern, variant and linear kind: the mean relative error, and the geometric mean over linears of the
+    variant's error over the pattern's first variant's (`columns`; in brackets, the largest such ratio of any one
+    linear)."""
+    lines = ["| pattern | variant | linear | mean error | / first variant: geomean (largest) |", "|---|---|---|---|---|"]
+    for pattern in dict.fromkeys(name.split(" ", 1)[0] for name in stats):
+        names = [name for name in stats if name.split(" ", 1)[0] == pattern]
+        base = stats[names[0]]
+        for name in names:
+            other = stats[name]
+            for kind in ("qkv", "o", "gate_up", "down", "all"):
+                keys = [key for key in base if kind == "all" or KINDS[key.rsplit(".", 1)[1]] == kind]
+                logs = [math.log(other[key]["relative_error"] / base[key]["relative_error"]) for key in keys
+                        if base[key]["relative_error"] > 0 and other[key]["relative_error"] > 0]
+                mean = sum(other[key]["relative_error"] for key in keys) / len(keys)
+                lines.append(f"| {pattern} | {name.split(' ', 1)[1]} | {kind} | {mean:.5f} | "
+                             f"{math.exp(sum(logs) / len(logs)):.3f} ({math.exp(max(logs)):.3f}) |")
     return lines
 
 
@@ -107,6 +111,9 @@ def main() -> int:
                         help="every variant also rounds its kept weights (the joint solve); under the hessian order "
                              "int4 scales are fixed before the loop from the unrounded solve")
     parser.add_argument("--group-size", type=int, default=128, help="int4: input columns a scale")
+    parser.add_argument("--orders", nargs="+", default=["columns", "hessian"], choices=("columns", "hessian"))
+    parser.add_argument("--refit-steps", type=int, nargs="+", default=[0],
+                        help="refit settings to try with every order (0: none; 40: 40 conjugate-gradient steps)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if "dense" in args.patterns and args.quantize == "none":
@@ -121,8 +128,9 @@ def main() -> int:
                        quantize=args.quantize, group_size=args.group_size)
     calib, calib_stats = pipeline.build_calibration(base, model, tokenizer)
     print(f"calibration: {calib.tokens} tokens in {time.perf_counter() - started:.0f} s", flush=True)
-    variants = {f"{pattern} {order}": dataclasses.replace(base, pattern=pattern, solver_order=order)
-                for pattern in args.patterns for order in ("columns", "hessian")}
+    variants = {f"{pattern} {order}" + (f"+refit{steps}" if steps else ""):
+                dataclasses.replace(base, pattern=pattern, solver_order=order, refit_steps=steps)
+                for pattern in args.patterns for order in args.orders for steps in args.refit_steps}
     weights, stats = solve_variants(model, calib, variants, base.batch_size)
 
     dev = humaneval_prompts("dev", "fenced")
@@ -144,7 +152,9 @@ def main() -> int:
 
     answer_tokens = sum(len(gen.new_ids) for gen in answers)
     lines = [
-        "# SparseGPT's column order: left to right vs whole groups by Hessian diagonal (CPU, dev side only)", "",
+        "# SparseGPT's column order: left to right vs whole groups by Hessian diagonal"
+        + (" (CPU, dev side only)" if args.refit_steps == [0] else ", each with and without the kept weights' refit "
+           "(CPU, dev side only)"), "",
         f"- command: `python {' '.join(sys.argv)}`",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- machine: CPU only ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads); "
@@ -154,6 +164,8 @@ def main() -> int:
         f"prompt, temperature 0.7, top-p 0.95) at {calib.tokens} tokens (answers cut at {args.max_new_tokens} new "
         f"tokens); dense propagation, so every variant solves the same Hessians; SparseGPT, damping "
         f"{base.percdamp}, blocks of {base.blocksize}"
+        + ("" if args.refit_steps == [0] else "; `+refitN`: the kept weights then re-solved for the mask by N "
+           "conjugate-gradient steps on the same damped Hessian")
         + ("" if args.quantize == "none" else f"; kept values rounded to {args.quantize} in the same pass"
            + (f" ({args.group_size} columns a scale; left to right sets each group's scale as its block starts, the "
               f"hessian order fixes every scale before the loop from the same problem solved unrounded)"

@@ -577,6 +577,42 @@ def test_mix_keeps_its_ratio_when_decode_falls_short(tiny_folder, prompts_file, 
     assert "mix: decode gave" in caplog.text and "to keep --mix-ratio 0.5" in caplog.text
 
 
+def test_the_refit_reaches_every_solve_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch, caplog):
+    """--refit-steps: every SparseGPT solve gets it (Wanda's masks go through solvers.refit), the manifest records
+    it, the mask is the one without it and every layer's loss is lower; GPTQ alone is warned it does not read it."""
+    seen = []
+    sparsegpt_shared = pipeline.solvers.sparsegpt_shared
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["refit_steps"])
+        return sparsegpt_shared(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline.solvers, "sparsegpt_shared", spy)
+    manifests, results = {}, {}
+    for steps in (0, 30):
+        seen.clear()
+        out = prune(config(tiny_folder, tmp_path / f"s{steps}", prompts_file, refit_steps=steps), progress=False)
+        assert seen == [steps] * (3 * 4)
+        manifests[steps] = json.loads((out / "sparsedecoding.json").read_text())
+        assert manifests[steps]["solver_options"]["refit_steps"] == steps
+        results[steps] = weights(out)
+    for key in results[0]:
+        if key.endswith("proj.weight"):
+            assert torch.equal(results[0][key] != 0, results[30][key] != 0), key
+    assert len(manifests[30]["layers"]) == 7 * 3
+    for name, item in manifests[30]["layers"].items():
+        assert item["relative_error"] < manifests[0]["layers"][name]["relative_error"], name
+    calls = []
+    refit = pipeline.solvers.refit
+    monkeypatch.setattr(pipeline.solvers, "refit", lambda *a, **k: calls.append(k["steps"]) or refit(*a, **k))
+    prune(config(tiny_folder, tmp_path / "wanda", prompts_file, solver="wanda", refit_steps=20), progress=False)
+    assert calls == [20] * 7 * 3  # q, k, v, o, gate, up, down of three layers, one at a time
+    with caplog.at_level("WARNING"):
+        pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "out", prompts_file, pattern="dense",
+                                             quantize="int8", refit_steps=40))
+    assert "--refit-steps" in caplog.text
+
+
 def test_the_solver_order_reaches_every_solve_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch, caplog):
     """--solver-order: every SparseGPT solve (and the head's GPTQ) gets it, the manifest records it, and the two
     orders give different weights; Wanda, which has no column loop, is warned that it does not read it."""

@@ -357,9 +357,13 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
             pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
                                               percdamp=config.percdamp, quantize=config.quantize,
                                               group_size=config.group_size, keep_zeros=config.keep_mask,
-                                              order=config.solver_order)
+                                              order=config.solver_order,
+                                              refit_steps=0 if config.keep_mask else config.refit_steps)
         else:
             pruned = [SOLVERS[config.solver](weight, hessian, pattern) for weight in weights]
+            if config.refit_steps:
+                pruned = [solvers.refit(weight, new, hessian, steps=config.refit_steps, percdamp=config.percdamp)
+                          for weight, new in zip(weights, pruned)]
         for name, weight, new in zip(names, weights, pruned):
             stats[name] = {"sparsity": round(float((new == 0).float().mean()), 6),
                            "relative_error": relative_error(weight, new, hessian)}
@@ -555,7 +559,11 @@ def unread_options(config: PruneConfig) -> list[str]:
         unread += ["temperature", "top_p"]  # self-written answers and on-policy samples are always sampled
     if config.solver in ("wanda", "magnitude") and config.sparsity_pattern() is not None:
         unread += ["blocksize", "solver_order"]
-        unread += ["percdamp"] if config.target != "dense" else []  # dense_target damps
+        unread += ["percdamp"] if config.target != "dense" and not config.refit_steps else []  # both damp
+    if config.sparsity_pattern() is None:
+        unread += ["refit_steps"]  # GPTQ alone: no mask to refit for
+    if config.keep_mask:
+        unread += ["refit_steps"]  # the kept weights are already the best for their own mask (their own target)
     if config.calibration == "decode":
         unread += ["text", "text_seq_len", "mix_ratio"]
     if config.calibration == "text":
@@ -651,7 +659,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "propagation": config.propagation,
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
-                               "solver_order": config.solver_order,
+                               "solver_order": config.solver_order, "refit_steps": config.refit_steps,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],

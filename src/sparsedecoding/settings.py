@@ -283,6 +283,11 @@ class SolverSettings:
                              "(left to right, as both papers) or hessian (whole N:M groups, the one with the largest "
                              "Hessian diagonal first: GPTQ's activation order kept to groups; the mask stays N:M; "
                              "int4 scales are then fixed before the loop)", choices=SOLVER_ORDERS)
+    refit_steps: int = knob(0, "after the solver, re-solve the kept weights for the mask it chose, by this many "
+                            "conjugate-gradient steps toward the least layer loss the mask allows (0: off; 40 came "
+                            "within 0.2% of the exact solution on SmolLM2's layers, at 0.60-0.80x SparseGPT's own "
+                            "loss); any solver's mask; with --quantize the refit weights are rounded with the mask "
+                            "fixed", minimum=0, maximum=10_000)
     quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
                          "scale per output row) or int4 (one per --group-size input columns)", choices=QUANTIZATIONS)
     group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)
@@ -453,6 +458,7 @@ class CompareSettings:
                         help="sampling top-p of the calibration continuations (with --samples-per-prompt above 1)")
     percdamp: float = like(SolverSettings, "percdamp")
     solver_order: str = like(SolverSettings, "solver_order")
+    refit_steps: int = like(SolverSettings, "refit_steps")
     mix_ratio: float = like(CalibrationSettings, "mix_ratio")
     gen_batch_size: int = like(CalibrationSettings, "gen_batch_size", default=82,
                                help="prompts per calibration generation batch")
