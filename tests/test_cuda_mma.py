@@ -603,3 +603,26 @@ def test_without_nvcc_a_library_prebuilt_into_the_cache_is_found_by_its_record(f
     target.write_bytes(target.read_bytes()[:3000])
     with pytest.raises(cuda_mma.CudaKernelUnavailableError, match="holds no library"):
         cuda_mma.build(cuda_mma.SOURCE, defines=("-DNM_MMA_WARPS=4",))
+
+
+def test_every_launch_class_is_callable():
+    """A launch is called once built. A helper once pasted inside `Launch` between its methods left `__call__` nested
+    under the helper's return, unreachable, and every tensor-core launch failed with "'Launch' object is not
+    callable" on the GPU while every CPU test passed."""
+    from sparsedecoding.kernels import nm_scatter, sp24
+    for cls in (cuda_mma.Launch, cuda_mma.CodesLaunch, nm_scatter.ScatterLaunch, sp24.Sp24Launch):
+        assert callable(object.__new__(cls)), cls.__name__
+
+
+def test_no_function_of_the_package_has_code_after_its_return():
+    """Statements after a function's top-level return or raise never run: the shape of the fault above."""
+    import ast
+    import sparsedecoding
+    found = []
+    for path in Path(sparsedecoding.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                ends = [index for index, stmt in enumerate(node.body) if isinstance(stmt, (ast.Return, ast.Raise))]
+                if ends and ends[0] < len(node.body) - 1:
+                    found.append(f"{path.name}:{node.body[ends[0] + 1].lineno} ({node.name})")
+    assert not found, found

@@ -411,6 +411,32 @@ def geometry() -> tuple[int, int]:
     return library.nm_mma_rows_per_block(), library.nm_mma_chunk_words()
 
 
+def split_k_counters(store: dict[int, torch.Tensor], device: torch.device, device_index: int, out: int,
+                     rows_per_block: int, caller: str) -> torch.Tensor:
+    """The device's zeroed split-K counters in `store` (one int a row block; the last CTA of a block resets its
+    own), allocated on the first split-K launch, which therefore must not be under CUDA graph capture."""
+    if -(-out // rows_per_block) > _COUNTER_SLOTS:
+        raise KernelInputError(f"{out} output rows exceed the split-K counters; pass splits=1")
+    counters = store.get(device_index)
+    if counters is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture (it "
+                                   f"allocates the kernel's counters); call {caller} once eagerly first")
+        counters = store[device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32, device=device)
+    return counters
+
+
+def launch_outputs(launch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """y, and the split-K partials (None without split-K), for one call of a launch with `out`, `batch`, `vector`,
+    `splits`, `dtype` and `device` (`Launch`, `nm_scatter.ScatterLaunch`)."""
+    shape = (launch.out,) if launch.vector else (launch.batch, launch.out)
+    y = torch.empty(shape, dtype=launch.dtype, device=launch.device)
+    partials = None
+    if launch.splits > 1:
+        partials = torch.empty(launch.splits * launch.batch * launch.out, dtype=torch.float32, device=launch.device)
+    return y, partials
+
+
 class Launch:
     """The tensor-core kernel for one problem (shapes, dtype, device, pattern of the first x and packed weight),
     with everything but the tensors fixed: a call allocates y (and split-K partials) and launches on torch's
@@ -467,31 +493,6 @@ class Launch:
         """y, and the split-K partials (None without split-K), for one call."""
         return launch_outputs(self)
 
-
-def split_k_counters(store: dict[int, torch.Tensor], device: torch.device, device_index: int, out: int,
-                     rows_per_block: int, caller: str) -> torch.Tensor:
-    """The device's zeroed split-K counters in `store` (one int a row block; the last CTA of a block resets its
-    own), allocated on the first split-K launch, which therefore must not be under CUDA graph capture."""
-    if -(-out // rows_per_block) > _COUNTER_SLOTS:
-        raise KernelInputError(f"{out} output rows exceed the split-K counters; pass splits=1")
-    counters = store.get(device_index)
-    if counters is None:
-        if torch.cuda.is_current_stream_capturing():
-            raise KernelInputError("the first split-K call on a device must run outside CUDA graph capture (it "
-                                   f"allocates the kernel's counters); call {caller} once eagerly first")
-        counters = store[device_index] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32, device=device)
-    return counters
-
-
-def launch_outputs(launch) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """y, and the split-K partials (None without split-K), for one call of a launch with `out`, `batch`, `vector`,
-    `splits`, `dtype` and `device` (`Launch`, `nm_scatter.ScatterLaunch`)."""
-    shape = (launch.out,) if launch.vector else (launch.batch, launch.out)
-    y = torch.empty(shape, dtype=launch.dtype, device=launch.device)
-    partials = None
-    if launch.splits > 1:
-        partials = torch.empty(launch.splits * launch.batch * launch.out, dtype=torch.float32, device=launch.device)
-    return y, partials
 
     def __call__(self, x: torch.Tensor, values: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
         for name, t in (("x", x), ("values", values), ("bitmask", bitmask)):
