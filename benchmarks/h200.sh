@@ -191,7 +191,7 @@ PY
     recipes benchmarks/recipes/plan-order.json /root/recipes-order quality-order-qwen2.5-coder-1.5b ;;
   quality-refit-dev)  # fifty-sixth session: quality-refit-dev-qwen2.5-coder-1.5b/, the dev stage of
     # benchmarks/recipes/plan-refit.json (its rule fixed before any run) for the 16:32 pair only (ONLY, default
-    # p16-fit,p16-fit-rf: SparseGPT with and without --refit-steps 40 on one calibration set): what fits a short
+    # p16-fit,p16-fit-rf: SparseGPT with and without --refit-steps 10 on one calibration set): what fits a short
     # budget; about 5 minutes from the model's arrival. First call: `bash benchmarks/h200.sh lease-refit-dev`
     # carrying .whl, .devdata and .xfer/cpart00; then the other pieces (`receive`, the last with `models`), then
     # `WAIT=580 ... collect` calls
@@ -200,7 +200,7 @@ PY
   lease-refit-dev)
     bash benchmarks/h200.sh receive && bash benchmarks/h200.sh bg quality-refit-dev ;;
   quality-refit)  # prepared in the fifty-sixth session, not yet run: quality-refit-qwen2.5-coder-1.5b/, the whole of
-    # benchmarks/recipes/plan-refit.json (2:4 and 16:32 each with and without --refit-steps 40, dev then held-out,
+    # benchmarks/recipes/plan-refit.json (2:4 and 16:32 each with and without --refit-steps 10, dev then held-out,
     # every item paired); about 12 minutes from the model's arrival. First call: `END_AT=$(( $(date +%s) + 1500 ))
     # bash benchmarks/h200.sh lease-refit` (as lease-order)
     recipes benchmarks/recipes/plan-refit.json /root/recipes-refit quality-refit-qwen2.5-coder-1.5b ;;

@@ -264,3 +264,20 @@ def test_calibrating_on_the_split_pass_at_1_scores_is_refused(settings):
     with pytest.raises(SparseDecodingError, match="--calib-prompts humaneval:eval holds problems of the split"):
         replace(settings, calib_prompts="humaneval:eval").validate()
     replace(settings, calib_prompts="humaneval:eval", evaluation=replace(settings.evaluation, split="dev")).validate()
+
+
+def test_the_report_names_a_solver_order_or_refit_away_from_the_default(settings):
+    from sparsedecoding.evaluation.suite import HARNESS_VERSION
+    from sparsedecoding.runenv import write_json
+
+    for changes, expected, absent in (({}, "SparseGPT damping 0.01. ", "refit"),
+                                      ({"solver_order": "hessian", "refit_steps": 10},
+                                       "SparseGPT damping 0.01, columns in the hessian order, kept weights refit by "
+                                       "10 steps. ", None)):
+        changed = replace(settings, out=str(Path(settings.out) / str(len(changes))), **changes)
+        report = compare.Report(changed)
+        report.create()
+        write_json(report.result_file("dense"), stored_result("dense", None, harness=HARNESS_VERSION))
+        text = compare.write_report(report).read_text()
+        assert expected in text
+        assert absent is None or absent not in text

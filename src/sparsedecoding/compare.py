@@ -452,7 +452,9 @@ def write_report(report: Report) -> Path:
         f"{settings.tokens} tokens per "
         f"source (mix: {settings.mix_ratio:g} decode), {settings.max_new_tokens} new tokens per calibration prompt, "
         f"{sampling(settings)}, seed {settings.seed}, SparseGPT damping {settings.percdamp:g}"
-        ". "
+        + (f", columns in the {settings.solver_order} order" if settings.solver_order != "columns" else "")
+        + (f", kept weights refit by {settings.refit_steps} steps" if settings.refit_steps else "")
+        + ". "
         f"Evaluation: pass@1 on HumanEval `{evaluation.split}` (greedy, sandboxed, "
         f"{evaluation.timeout_s:g} s and {evaluation.memory_mb} MB per problem); on-policy KL(dense‖evaluated), "
         f"the dense model's NLL per token and repetition over the evaluated model's own greedy answers (at most "

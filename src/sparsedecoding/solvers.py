@@ -284,7 +284,7 @@ MAX_REFIT_STEPS = 10_000
 def check_refit_steps(steps: int) -> None:
     if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_REFIT_STEPS:
         raise SolverSettingsError(f"refit_steps = {steps!r} must be an integer from 0 (no refit) to "
-                                  f"{MAX_REFIT_STEPS}; 40 came within 0.2% of the exact refit on SmolLM2's layers")
+                                  f"{MAX_REFIT_STEPS}, such as 10")
 
 
 @torch.no_grad()
@@ -323,7 +323,7 @@ def refit_kept(X: torch.Tensor, target: torch.Tensor, H: torch.Tensor, damping: 
     return X
 
 
-def refit(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Tensor, *, steps: int = 40,
+def refit(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Tensor, *, steps: int = 10,
           percdamp: float = 0.01) -> torch.Tensor:
     """Re-solve the kept weights of `pruned` (any solver's result for `weight`; its zeros are the mask, kept) for
     the least reconstruction loss against `hessian`, by `refit_kept` with the damping SparseGPT would take. For
@@ -770,8 +770,9 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
 
     `refit_steps` (default 0: off) re-solves the kept weights for the chosen mask after the loop, by that many
     conjugate-gradient steps toward the least loss the mask allows (`refit_kept`); with `quantize` the mask comes
-    from the unquantized loop and the refit weights are then rounded with it fixed. On SmolLM2-135M's layers 40
-    steps came within 0.2% of the exact per-row solution, 0.60-0.80x SparseGPT's own loss."""
+    from the unquantized loop and the refit weights are then rounded with it fixed. Stopping early regularizes:
+    the exact refit fits the calibration's Hessians closest and moved SmolLM2-135M furthest from text it was not
+    calibrated on (benchmarks/results/solver_refit_smollm2_cpu.md and the solver_refit_steps_* reports)."""
     return sparsegpt_shared([weight], hessian, pattern, quantize=quantize, group_size=group_size,
                             blocksize=blocksize, percdamp=percdamp, keep_zeros=keep_zeros, order=order,
                             refit_steps=refit_steps)[0]
