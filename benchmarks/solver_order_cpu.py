@@ -165,7 +165,9 @@ def main() -> int:
         f"tokens); dense propagation, so every variant solves the same Hessians; SparseGPT, damping "
         f"{base.percdamp}, blocks of {base.blocksize}"
         + ("" if args.refit_steps == [0] else "; `+refitN`: the kept weights then re-solved for the mask by N "
-           "conjugate-gradient steps on the same damped Hessian")
+           "conjugate-gradient steps on the same damped Hessian"
+           + ("" if args.quantize == "none" else f" (the mask from the unrounded solve, the refit weights then "
+              f"rounded to {args.quantize} with it fixed)"))
         + ("" if args.quantize == "none" else f"; kept values rounded to {args.quantize} in the same pass"
            + (f" ({args.group_size} columns a scale; left to right sets each group's scale as its block starts, the "
               f"hessian order fixes every scale before the loop from the same problem solved unrounded)"
