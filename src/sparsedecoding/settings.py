@@ -285,7 +285,7 @@ class SolverSettings:
                              "int4 scales are then fixed before the loop)", choices=SOLVER_ORDERS)
     refit_steps: int = knob(0, "after the solver, re-solve the kept weights for the mask it chose, by this many "
                             "conjugate-gradient steps toward the least layer loss the mask allows (0: off). Few steps "
-                            "also regularize: on SmolLM2 10 kept most of 40's dev KL gain at under half its rise in "
+                            "also regularize: on SmolLM2 10 kept most of 40's dev KL gain at 40-60% of its rise in "
                             "news-text perplexity; any solver's mask; with --quantize the refit weights are rounded "
                             "with the mask fixed", minimum=0, maximum=10_000)
     quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
