@@ -603,10 +603,11 @@ def test_the_refit_reaches_every_solve_and_the_record(tiny_folder, prompts_file,
     for name, item in manifests[30]["layers"].items():
         assert item["relative_error"] < manifests[0]["layers"][name]["relative_error"], name
     calls = []
-    refit = pipeline.solvers.refit
-    monkeypatch.setattr(pipeline.solvers, "refit", lambda *a, **k: calls.append(k["steps"]) or refit(*a, **k))
+    refit_shared = pipeline.solvers.refit_shared
+    monkeypatch.setattr(pipeline.solvers, "refit_shared",
+                        lambda *a, **k: calls.append((len(a[0]), k["steps"])) or refit_shared(*a, **k))
     prune(config(tiny_folder, tmp_path / "wanda", prompts_file, solver="wanda", refit_steps=20), progress=False)
-    assert calls == [20] * 7 * 3  # q, k, v, o, gate, up, down of three layers, one at a time
+    assert calls == [(3, 20), (1, 20), (2, 20), (1, 20)] * 3  # qkv, o, gate_up, down of three layers
     with caplog.at_level("WARNING"):
         pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "out", prompts_file, pattern="dense",
                                              quantize="int8", refit_steps=40))

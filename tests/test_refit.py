@@ -106,6 +106,16 @@ def test_public_refit_of_another_solvers_mask(solver):
     assert half.dtype == torch.bfloat16 and torch.equal(half != 0, pruned != 0)
 
 
+def test_a_shared_refit_is_each_weights_own():
+    W, H = random_problem(rows=40, cols=64, seed=8)
+    parts = [solvers.wanda(W[:16], H, "2:4"), solvers.wanda(W[16:], H, "2:4")]
+    together = solvers.refit_shared([W[:16], W[16:]], parts, H, steps=15)
+    for new, weight, part in zip(together, (W[:16], W[16:]), parts):
+        assert torch.allclose(new, solvers.refit(weight, part, H, steps=15), rtol=0, atol=1e-12)
+    with pytest.raises(SolverSettingsError, match="one pruned weight for each weight, got 1 for 2"):
+        solvers.refit_shared([W[:16], W[16:]], parts[:1], H)
+
+
 def test_the_public_refit_is_the_solvers_own():
     W, H = random_problem(rows=16, cols=64, seed=4)
     inside = solvers.sparsegpt(W, H, "2:4", refit_steps=25)

@@ -362,8 +362,8 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
         else:
             pruned = [SOLVERS[config.solver](weight, hessian, pattern) for weight in weights]
             if config.refit_steps:
-                pruned = [solvers.refit(weight, new, hessian, steps=config.refit_steps, percdamp=config.percdamp)
-                          for weight, new in zip(weights, pruned)]
+                pruned = solvers.refit_shared(weights, pruned, hessian, steps=config.refit_steps,
+                                              percdamp=config.percdamp)
         for name, weight, new in zip(names, weights, pruned):
             stats[name] = {"sparsity": round(float((new == 0).float().mean()), 6),
                            "relative_error": relative_error(weight, new, hessian)}

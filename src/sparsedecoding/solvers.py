@@ -255,9 +255,10 @@ def damped_inverse_cholesky(hessian: torch.Tensor, percdamp: float) -> torch.Ten
     return damped_factor(hessian, percdamp)[0]
 
 
-def damped_factor(hessian: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, float]:
+def damped_factor(hessian: torch.Tensor, percdamp: float, inverse: bool = True) -> tuple[torch.Tensor | None, float]:
     """`damped_inverse_cholesky`'s factor and the λ it took (absolute, after any escalation): the refit solves the
-    same damped problem."""
+    same damped problem. `inverse=False`: only the λ at which H + λI factorises (factor None), for the refit alone,
+    which needs no inverse."""
     check_percdamp(percdamp)
     if not bool(torch.isfinite(hessian).all()):
         raise CalibrationError("the Hessian holds NaN or inf; calibrate again (a layer input was not finite)")
@@ -266,9 +267,10 @@ def damped_factor(hessian: torch.Tensor, percdamp: float) -> tuple[torch.Tensor,
     damping = percdamp
     while True:
         lower, info = torch.linalg.cholesky_ex(hessian + damping * mean_diag * identity)
+        if info == 0 and not inverse:
+            return None, damping * float(mean_diag)
         if info == 0:
-            inverse = torch.cholesky_inverse(lower)
-            upper, info = torch.linalg.cholesky_ex(inverse, upper=True)
+            upper, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(lower), upper=True)
             if info == 0:
                 return upper, damping * float(mean_diag)
         if damping * 10 > MAX_DAMPING:
@@ -293,7 +295,7 @@ def refit_kept(X: torch.Tensor, target: torch.Tensor, H: torch.Tensor, damping: 
     """The kept weights re-solved for the mask they have, in place on X [rows, cols] (zero where not `kept`):
     each row's kept entries move toward the minimiser of (x − t)·(H + λI)·(x − t)ᵀ over x with the row's zeros
     held, t the row of `target` (the weight before pruning), λ = `damping`. The exact minimiser solves
-    H_KK·x_K = (t·(H + λI))_K per row; SparseGPT's column loop only approaches it (each column's compensation
+    (H + λI)_KK·x_K = (t·(H + λI))_K per row; SparseGPT's column loop only approaches it (each column's compensation
     reaches later columns only, and the mask is chosen as it goes). `steps` iterations of conjugate gradients with
     the diagonal as preconditioner, all rows at once (one [rows, cols] x [cols, cols] product each); the loss falls
     at every step, so the result is never worse than X on this objective. Rows stacked from several weights are
@@ -326,22 +328,35 @@ def refit_kept(X: torch.Tensor, target: torch.Tensor, H: torch.Tensor, damping: 
 def refit(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Tensor, *, steps: int = 10,
           percdamp: float = 0.01) -> torch.Tensor:
     """Re-solve the kept weights of `pruned` (any solver's result for `weight`; its zeros are the mask, kept) for
-    the least reconstruction loss against `hessian`, by `refit_kept` with the damping SparseGPT would take. For
+    the least reconstruction loss against `hessian`, by `refit_kept` with SparseGPT's damping (escalated, if at all,
+    only as far as H + λI needs to factorise; SparseGPT also needs its inverse to). For
     Wanda's and magnitude's masks, whose kept weights are W's own values; `sparsegpt(refit_steps=...)` does the
     same inside its solve. Returns `pruned`'s dtype."""
+    return refit_shared([weight], [pruned], hessian, steps=steps, percdamp=percdamp)[0]
+
+
+def refit_shared(weights: list[torch.Tensor], pruned: list[torch.Tensor], hessian: torch.Tensor, *,
+                 steps: int = 10, percdamp: float = 0.01) -> list[torch.Tensor]:
+    """`refit` for several weights that read the same input (q/k/v, gate/up), their rows stacked against one
+    normalized Hessian and one damping (each weight's result is the one it gets alone: rows are independent)."""
     check_refit_steps(steps)
-    check_inputs(weight, hessian)
-    if not isinstance(pruned, torch.Tensor) or pruned.shape != weight.shape:
-        raise SolverSettingsError(f"pruned must have the weight's shape {tuple(weight.shape)}, got "
-                                  f"{tuple(pruned.shape) if isinstance(pruned, torch.Tensor) else type(pruned)}")
-    compute = torch.float64 if weight.dtype == torch.float64 else torch.float32
-    H = normalized_hessian(hessian.to(weight.device), compute)
+    if len(weights) != len(pruned) or not weights:
+        raise SolverSettingsError(f"refit_shared needs one pruned weight for each weight, got {len(pruned)} for "
+                                  f"{len(weights)}")
+    for weight, new in zip(weights, pruned):
+        check_inputs(weight, hessian)
+        if not isinstance(new, torch.Tensor) or new.shape != weight.shape:
+            raise SolverSettingsError(f"pruned must have the weight's shape {tuple(weight.shape)}, got "
+                                      f"{tuple(new.shape) if isinstance(new, torch.Tensor) else type(new)}")
+    compute = torch.float64 if weights[0].dtype == torch.float64 else torch.float32
+    H = normalized_hessian(hessian.to(weights[0].device), compute)
     dead = H.diagonal() == 0
     H[dead, dead] = 1
-    target = weight.to(compute).masked_fill(dead, 0)
-    _, damping = damped_factor(H, percdamp)
-    X = pruned.to(compute).masked_fill(dead, 0)
-    return refit_kept(X, target, H, damping, X != 0, steps).to(pruned.dtype)
+    target = torch.cat([weight.to(compute) for weight in weights]).masked_fill(dead, 0)
+    _, damping = damped_factor(H, percdamp, inverse=False)
+    X = torch.cat([new.to(compute) for new in pruned]).masked_fill(dead, 0)
+    X = refit_kept(X, target, H, damping, X != 0, steps)
+    return [part.to(new.dtype) for part, new in zip(X.split([weight.shape[0] for weight in weights]), pruned)]
 
 
 # The orders in which the column loop can visit W's columns (`sparsegpt(order=...)`): "columns" left to right, as
