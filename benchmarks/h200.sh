@@ -189,7 +189,7 @@ PY
     # benchmarks/h200.sh lease-order` carrying .whl, .devdata and .xfer/cpart00; then the other pieces (`receive`,
     # the last with `models`), then `WAIT=580 ... collect` calls
     recipes benchmarks/recipes/plan-order.json /root/recipes-order quality-order-qwen2.5-coder-1.5b ;;
-  quality-refit-dev)  # fifty-sixth session: quality-refit-dev-qwen2.5-coder-1.5b/, the dev stage of
+  quality-refit-dev)  # fifty-sixth session (not run: quality-refit ran whole in the fifty-seventh): the dev stage of
     # benchmarks/recipes/plan-refit.json (its rule fixed before any run) for the 16:32 pair only (ONLY, default
     # p16-fit,p16-fit-rf: SparseGPT with and without --refit-steps 10 on one calibration set): what fits a short
     # budget; about 5 minutes from the model's arrival. First call: `bash benchmarks/h200.sh lease-refit-dev`
@@ -199,7 +199,8 @@ PY
       quality-refit-dev-qwen2.5-coder-1.5b ;;
   lease-refit-dev)
     bash benchmarks/h200.sh receive && bash benchmarks/h200.sh bg quality-refit-dev ;;
-  quality-refit)  # prepared in the fifty-sixth session, not yet run: quality-refit-qwen2.5-coder-1.5b/, the whole of
+  quality-refit)  # prepared in the fifty-sixth session, run in the fifty-seventh (one H100; rule failed at 16:32's dev
+    # pass@1, default stays 0): quality-refit-qwen2.5-coder-1.5b/, the whole of
     # benchmarks/recipes/plan-refit.json (2:4 and 16:32 each with and without --refit-steps 10, dev then held-out,
     # every item paired); about 12 minutes from the model's arrival. First call: `END_AT=$(( $(date +%s) + 1500 ))
     # bash benchmarks/h200.sh lease-refit` (as lease-order)
@@ -2004,7 +2005,8 @@ PY
     tail -3 "$OUT/gpu_tests_h200_scatter.log"
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 330 python3 scatter_bench.py --probe \
       ${SP24:+--sp24} --out "$OUT/scatter_h200.md" 2>&1 | grep -E "^\||rror" | tail -30) || true ;;
-  eager-rounds)  # fifty-second session, prepared and not yet run (the device was paused; about 6 minutes, no model;
+  eager-rounds)  # fifty-second session, run in the fifty-seventh on an H100 (committed renamed eager_h100_tiled_run3.md,
+    # gpu_suite_h100_eager_rounds.md; about 4-6 minutes, no model;
     # carry .kcachez with the six default sp24 builds, built offline by prebuild_kernels.py in about 9 minutes on two
     # cores): eager_bench.py at batch 1 and 4 in alternated rounds (eager_h200_tiled_run3.md: the third run of the
     # Sp24Linear rows, the first with --rounds), then the sp24 GPU test files not run since the split-K fix
