@@ -189,6 +189,8 @@ def test_the_analyze_commands(tiny_pair, tmp_path, capsys):
             str(prompts_file(tmp_path)), "--steps", "6", "--no-plot", "--out", str(out)]
     assert main(args) == 0
     assert "| layer | plateau |" in capsys.readouterr().out and not (out / "drift.png").exists()
+    # the record names the arguments main was given, not pytest's own command line
+    assert json.loads((out / "drift.json").read_text())["command"] == ["sparsedecoding", *args]
     assert main(["analyze", "plot", str(out)]) == 0 and (out / "drift.png").exists()
     assert main(["analyze", "plot", str(tmp_path)]) == 2
     assert "holds no discrepancy.json, drift.json or quality.json" in capsys.readouterr().err

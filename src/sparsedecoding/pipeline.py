@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -53,6 +52,7 @@ from .models import (check_pattern_fits, linear_input_sizes, load_model, read_co
                      source_dtype)
 from .outputs import PRUNED_MANIFEST, check_not_source, partial_path, remove_partial
 from .patterns import SparsityPattern
+from .invocation import command
 from .runenv import peak_memory_gb, pick_device, versions, write_json
 from .settings import PruneConfig
 
@@ -667,7 +667,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                        "total_seconds_this_run": round(time.perf_counter() - started, 2),
                        "resumed_from_layer": result["resumed_from_layer"]},
             "peak_memory_gb": peak_memory_gb(device), "device": str(device), "versions": versions(),
-            "command": config.command or sys.argv,
+            "command": config.command or command(),
         }
         if repair_report is not None:
             manifest["repair"] = repair_report

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..hessian import collect_hessians
 from ..models import load_model
+from ..invocation import command
 from ..runenv import environment, environment_lines, pick_device, versions, write_json
 from ..settings import CALIBRATION_TOKENS
 from .plots import plot_discrepancy, require_matplotlib
@@ -194,7 +194,7 @@ def run_discrepancy(model: str, out: str | Path, *, heldout: str = "humaneval:ev
                      "max_new_tokens": max_new_tokens, "rhos": list(rhos), "hessian_dtype": hessian_dtype,
                      "seed": seed},
         "seconds": round(time.perf_counter() - started, 1), "versions": versions(),
-        "environment": environment(torch_device), "command": ["sparsedecoding", *sys.argv[1:]], "modules": records,
+        "environment": environment(torch_device), "command": command(), "modules": records,
     }
     with output_folder(out, overwrite) as folder_out:
         write_json(folder_out / "discrepancy.json", payload)

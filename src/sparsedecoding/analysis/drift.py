@@ -14,7 +14,6 @@ plateau is the mean of its last quarter of steps; we report the first step at wh
 from __future__ import annotations
 
 import math
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +25,7 @@ from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
 from ..generation import Generation, generate, left_pad, position_ids_from_mask, tokenize_prompts
 from ..models import check_fits_context, load_model, read_config, resolve_model
+from ..invocation import command
 from ..runenv import environment, environment_lines, pick_device, versions, write_json
 from .plots import plot_drift, require_matplotlib
 
@@ -194,7 +194,7 @@ def run_drift(dense: str, pruned: str, out: str | Path, *, prompts: str = "human
         "dense": str(dense_folder), "pruned": str(pruned_folder), **result,
         "settings": {"prompts": prompts, "prompts_hash": prompts_hash(chosen), "count": len(chosen), "steps": steps},
         "seconds": round(time.perf_counter() - started, 1), "versions": versions(),
-        "environment": environment(torch_device), "command": ["sparsedecoding", *sys.argv[1:]],
+        "environment": environment(torch_device), "command": command(),
     }
     with output_folder(out, overwrite) as folder:
         write_json(folder / "drift.json", payload)

@@ -10,6 +10,7 @@ import logging
 import sys
 
 from ..errors import SparseDecodingError
+from ..invocation import running_command
 
 # Module names under sparsedecoding.cli, in the order their commands appear in --help.
 _COMMAND_MODULES = ["fetch", "prune", "demo", "evaluate", "compare", "analyze", "check", "pack", "engine"]
@@ -49,7 +50,8 @@ def _attach_pattern_value(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(_attach_pattern_value(sys.argv[1:] if argv is None else list(argv)))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, unknown = parser.parse_known_args(_attach_pattern_value(argv))
     if unknown:  # said by the command's parser, whose --help lists its options
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     # Our progress at INFO; other libraries' (torch's compile and cache statistics, say) only from WARNING, unless -v
@@ -60,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("sparsedecoding").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
-        result = args.func(args)
+        with running_command(argv):  # what the run's records name as their command
+            result = args.func(args)
     except SparseDecodingError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

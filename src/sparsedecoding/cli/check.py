@@ -57,13 +57,12 @@ def check_report_path(out: Path, model: Path | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     import torch
 
     from ..engine.config import check_model_folder
     from ..errors import EngineError
     from ..evaluation.engine_check import DEFAULT_PROMPTS, run as run_check
+    from ..invocation import command
     from ..kernels.op import settings
     from ..runenv import pick_device
 
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     report = run_check(args.model, args.prompt or list(DEFAULT_PROMPTS), args.new_tokens, device,
                        compile=device.type == "cuda" and not args.no_compile, checks=args.checks,
                        dtype=getattr(torch, args.dtype), wide_reference=not args.no_wide_reference,
-                       command=" ".join(["sparsedecoding", *sys.argv[1:]]))
+                       command=" ".join(command()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from ..invocation import command
 from ..settings import METRICS, CompareSettings, EvalSettings, add_arguments, from_args
 from .evaluate import EVAL_PREFIX, eval_settings_from_args
 
@@ -23,15 +24,13 @@ def register(subparsers) -> None:
 
 
 def run_compare_command(args) -> int:
-    import sys
-
     from ..compare import grid, run_compare
 
     if args.list:
         print("\n".join(config.name for config in grid()))
         return 0
     settings = CompareSettings(**from_args(CompareSettings, args, evaluation=eval_settings_from_args(args, METRICS),
-                                           command=["sparsedecoding", *sys.argv[1:]]))
+                                           command=command()))
     # An empty selection ("" or ",") is a list with nothing in it, which run_compare refuses; only no --configs is all.
     patterns = None if args.configs is None else [part.strip() for part in args.configs.split(",") if part.strip()]
     report = run_compare(settings, patterns)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
+from ..invocation import command
 from ..settings import CalibrationSettings, RunSettings, SolverSettings, add_arguments
 
 DEMO_MARK = "demo.json"
@@ -127,7 +127,7 @@ def run(args) -> int:
         defaults = PruneConfig(model=text_config.model, out=text_config.out)  # the decode run's generation settings,
         prune(dataclasses.replace(text_config, **{  # unread here, go back to their defaults: no warning
             name: getattr(defaults, name) for name in unread_options(text_config)}))
-        (partial / DEMO_MARK).write_text(json.dumps({"command": ["sparsedecoding", *sys.argv[1:]]}))
+        (partial / DEMO_MARK).write_text(json.dumps({"command": command()}))
     decode_out, text_out = out / "decode", out / "text"
 
     print("[4/4] scoring the three models on held-out prompts and text")

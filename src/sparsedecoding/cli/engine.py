@@ -188,6 +188,7 @@ def _bench(args: argparse.Namespace) -> int:
     from ..engine.config import check_model_folder, preset
     from ..engine.parallel import start_from_env
     from ..kernels.op import settings, settings_line
+    from ..invocation import command as invocation
     from ..runenv import environment, environment_markdown, write_json
 
     if args.model is not None and args.pattern:
@@ -238,7 +239,7 @@ def _bench(args: argparse.Namespace) -> int:
                                    dense_from, tp)
         if tp is not None and tp.rank() != 0:
             return 0
-    command = "sparsedecoding " + " ".join(sys.argv[1:])
+    command = " ".join(invocation())
     if tp is not None:
         command = f"torchrun --nproc-per-node {tp.size()} -m {command}"
     report = environment_markdown(command, device) + "\n" + settings_line() + "\n\n" + format_table(results, copy)

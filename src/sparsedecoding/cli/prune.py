@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
+from ..invocation import command
 from ..settings import (CalibrationSettings, PruneConfig, RepairSettings, RunSettings, SolverSettings, add_arguments,
                         from_args)
 
@@ -20,7 +19,7 @@ def register(subparsers) -> None:
 
 def config_from_args(args, **overrides) -> PruneConfig:
     """The PruneConfig of the parsed flags, with `overrides` (any PruneConfig field) on top."""
-    return PruneConfig(**from_args(PruneConfig, args, command=["sparsedecoding", *sys.argv[1:]], **overrides))
+    return PruneConfig(**from_args(PruneConfig, args, command=command(), **overrides))
 
 
 def run(args) -> int:

@@ -9,7 +9,6 @@ per-problem records to OUT/humaneval.jsonl (see `outputs.output_folder`).
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +19,7 @@ from ..data import chat_format, humaneval_problems, humaneval_prompts, lee_text,
 from ..errors import ModelFileError, SparseDecodingError
 from ..generation import Generation, generate, tokenize_prompts
 from ..models import check_fits_context, load_model, read_json, resolve_model
+from ..invocation import command
 from ..runenv import environment, pick_device, versions, write_json
 from ..settings import EvalSettings
 from .humaneval import check_completions, pass_at_1
@@ -171,7 +171,7 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
         "device": str(torch_device), "dtype": str(next(evaluated.parameters()).dtype),
         "total_seconds": round(time.perf_counter() - started, 2), "versions": versions(),
         "environment": environment(torch_device),
-        "command": ["sparsedecoding", *sys.argv[1:]],
+        "command": command(),
     }
     with output_folder(out, overwrite) as folder:
         if records:
