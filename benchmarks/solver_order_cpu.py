@@ -1,6 +1,8 @@
 """The solver's column order on a real model, dev side only: SparseGPT visiting columns left to right (`columns`)
 against whole N:M groups in falling Hessian-diagonal order (`hessian`), from the same decode-time Hessians; with
---refit-steps, each order also with its kept weights re-solved for its mask (`--refit-steps`, `solvers.refit_kept`).
+--refit-steps, each order also with its kept weights re-solved for its mask (`--refit-steps`, `solvers.refit_kept`);
+with --solvers admm, also ADMM on the whole layer loss (`--solver admm`, `solvers.admm`; one variant a pattern and
+refit setting unless --quantize, since only the rounding loop after ADMM reads the order).
 
 One calibration set (the dense model's sampled answers to the HumanEval fit quarter, as the recommended recipe, at
 a smaller token budget), dense propagation, so every variant solves exactly the same Hessians; per variant the
@@ -114,6 +116,8 @@ def main() -> int:
     parser.add_argument("--orders", nargs="+", default=["columns", "hessian"], choices=("columns", "hessian"))
     parser.add_argument("--refit-steps", type=int, nargs="+", default=[0],
                         help="refit settings to try with every order (0: none; 40: 40 conjugate-gradient steps)")
+    parser.add_argument("--solvers", nargs="+", default=["sparsegpt"], choices=("sparsegpt", "admm"))
+    parser.add_argument("--admm-iterations", type=int, default=100, help="--solvers admm: ADMM steps")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if "dense" in args.patterns and args.quantize == "none":
@@ -128,9 +132,18 @@ def main() -> int:
                        quantize=args.quantize, group_size=args.group_size)
     calib, calib_stats = pipeline.build_calibration(base, model, tokenizer)
     print(f"calibration: {calib.tokens} tokens in {time.perf_counter() - started:.0f} s", flush=True)
-    variants = {f"{pattern} {order}" + (f"+refit{steps}" if steps else ""):
-                dataclasses.replace(base, pattern=pattern, solver_order=order, refit_steps=steps)
-                for pattern in args.patterns for order in args.orders for steps in args.refit_steps}
+    variants = {}
+    for pattern in args.patterns:
+        for solver in args.solvers:
+            # unquantized, ADMM's result does not depend on the order: one variant
+            orders = args.orders if solver == "sparsegpt" or args.quantize != "none" else args.orders[:1]
+            for order in orders:
+                for steps in args.refit_steps:
+                    name = (f"{pattern} {order}" if solver == "sparsegpt" else
+                            f"{pattern} admm{args.admm_iterations}" + (f" {order}" if len(orders) > 1 else ""))
+                    variants[name + (f"+refit{steps}" if steps else "")] = dataclasses.replace(
+                        base, pattern=pattern, solver=solver, solver_order=order, refit_steps=steps,
+                        admm_iterations=args.admm_iterations)
     weights, stats = solve_variants(model, calib, variants, base.batch_size)
 
     dev = humaneval_prompts("dev", "fenced")
@@ -152,7 +165,8 @@ def main() -> int:
 
     answer_tokens = sum(len(gen.new_ids) for gen in answers)
     lines = [
-        "# SparseGPT's column order: left to right vs whole groups by Hessian diagonal"
+        ("# SparseGPT's column order: left to right vs whole groups by Hessian diagonal"
+         if args.solvers == ["sparsegpt"] else f"# ADMM ({args.admm_iterations} iterations) against SparseGPT")
         + (" (CPU, dev side only)" if args.refit_steps == [0] else ", each with and without the kept weights' refit "
            "(CPU, dev side only)"), "",
         f"- command: `python {' '.join(sys.argv)}`",
@@ -164,6 +178,7 @@ def main() -> int:
         f"prompt, temperature 0.7, top-p 0.95) at {calib.tokens} tokens (answers cut at {args.max_new_tokens} new "
         f"tokens); dense propagation, so every variant solves the same Hessians; SparseGPT, damping "
         f"{base.percdamp}, blocks of {base.blocksize}"
+        + ("" if "admm" not in args.solvers else "; `admmN`: `--solver admm` with N iterations (same damping)")
         + ("" if args.refit_steps == [0] else "; `+refitN`: the kept weights then re-solved for the mask by N "
            "conjugate-gradient steps on the same damped Hessian"
            + ("" if args.quantize == "none" else f" (the mask from the unrounded solve, the refit weights then "

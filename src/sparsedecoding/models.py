@@ -541,7 +541,7 @@ def check_pattern_fits(folder: Path, pattern, solver: str, blocksize: int) -> No
             shapes = ", ".join(f"{name} has {size}" for name, size in rows.items())
             raise SparsityPatternError(f"--pattern {pattern} places weights per 16-row tile, so every linear needs a "
                                        f"multiple of 16 output rows, but {shapes}; use 16:32+2 or 16:32+4")
-    if solver == "sparsegpt" and blocksize % pattern.m:
+    if solver in ("sparsegpt", "admm") and blocksize % pattern.m:
         fitting_block = max(pattern.m, blocksize // pattern.m * pattern.m)
         raise SparsityPatternError(f"--pattern {pattern} with SparseGPT needs --blocksize a multiple of {pattern.m} "
                                    f"(got {blocksize}); pass --blocksize {fitting_block}")

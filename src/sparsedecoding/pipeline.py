@@ -353,7 +353,12 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
             pruned = solvers.gptq_shared(weights, hessian, config.quantize, group_size=config.group_size,
                                          blocksize=config.blocksize, percdamp=config.percdamp,
                                          order=config.solver_order)
-        elif config.solver == "sparsegpt":
+        elif config.solver == "admm" and not config.keep_mask:
+            pruned = solvers.admm_shared(weights, hessian, pattern, iterations=config.admm_iterations,
+                                         blocksize=config.blocksize, percdamp=config.percdamp,
+                                         quantize=config.quantize, group_size=config.group_size,
+                                         order=config.solver_order, refit_steps=config.refit_steps)
+        elif config.solver in ("sparsegpt", "admm"):  # admm with --keep-mask: the mask is kept, nothing to search
             pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
                                               percdamp=config.percdamp, quantize=config.quantize,
                                               group_size=config.group_size, keep_zeros=config.keep_mask,
@@ -560,6 +565,10 @@ def unread_options(config: PruneConfig) -> list[str]:
     if config.solver in ("wanda", "magnitude") and config.sparsity_pattern() is not None:
         unread += ["blocksize", "solver_order"]
         unread += ["percdamp"] if config.target != "dense" and not config.refit_steps else []  # both damp
+    if config.solver == "admm" and config.quantize == "none" and config.sparsity_pattern() is not None:
+        unread += ["solver_order"]  # only the rounding loop after ADMM reads it
+    if config.solver != "admm" or config.keep_mask or config.sparsity_pattern() is None:
+        unread += ["admm_iterations"]
     if config.sparsity_pattern() is None:
         unread += ["refit_steps"]  # GPTQ alone: no mask to refit for
     if config.keep_mask:
@@ -660,6 +669,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
                                "solver_order": config.solver_order, "refit_steps": config.refit_steps,
+                               "admm_iterations": config.admm_iterations if config.solver == "admm" else None,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],

@@ -30,7 +30,7 @@ from .patterns import SparsityPattern
 
 CALIBRATION_TOKENS = 16384  # every calibration source gets this many tokens unless told otherwise
 SEED_MAX = 2**63 - 1  # seeds live in int64 tensors and torch generators
-SOLVERS = ("sparsegpt", "wanda", "magnitude")
+SOLVERS = ("sparsegpt", "wanda", "magnitude", "admm")
 QUANTIZATIONS = ("none", "int8", "int4")
 SOLVER_ORDERS = ("columns", "hessian")  # solvers.check_order
 METRICS = ("pass@1", "kl", "repetition", "ppl")
@@ -271,7 +271,10 @@ class SolverSettings:
                         "placed per tensor-core lane, for an experimental slot loop; the engine runs them as "
                         "16:32), 4:8, 8:16, any N:M, 50%, or dense "
                         "(nothing pruned: with --quantize, GPTQ rounds every weight on the same Hessians)")
-    solver: str = knob("sparsegpt", "pruning solver", choices=SOLVERS)
+    solver: str = knob("sparsegpt", "pruning solver: sparsegpt (one pass over the columns, each group's mask chosen "
+                       "as the pass reaches it), admm (every group's mask revisited by ADMM on the whole layer loss, "
+                       "--admm-iterations steps: lower layer error, more solver time; see the README), wanda, "
+                       "magnitude", choices=SOLVERS)
     propagation: str = knob("dense", "dense: every Hessian from the dense model (paper); sequential: layer l sees "
                             "pruned layers < l", choices=("dense", "sequential"))
     target: str = knob("self", "what each pruned layer is fitted to: self (its own output on the inputs it sees, as "
@@ -288,6 +291,8 @@ class SolverSettings:
                             "also regularize: on SmolLM2 10 kept most of 40's dev KL gain at 40-60% of its rise in "
                             "news-text perplexity; any solver's mask; with --quantize the refit weights are rounded "
                             "with the mask fixed", minimum=0, maximum=10_000)
+    admm_iterations: int = knob(100, "--solver admm: ADMM steps (its penalty grows from 0.1 to 1000 times the "
+                                "mean eigenvalue of the damped Hessian over them)", minimum=1, maximum=10_000)
     quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
                          "scale per output row) or int4 (one per --group-size input columns)", choices=QUANTIZATIONS)
     group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)
@@ -373,9 +378,10 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
             raise SparseDecodingError("--keep-mask quantizes the kept weights of an already pruned model: it needs "
                                       "the model's N:M --pattern (such as 2:4) and --quantize int8 or int4 (without "
                                       "--quantize it changes nothing)")
-        if self.quantize != "none" and (self.solver != "sparsegpt" or self.repair_steps):
-            raise SparseDecodingError(f"--quantize {self.quantize} runs inside SparseGPT and needs its result untouched; "
-                                      f"use --solver sparsegpt and --repair-steps 0")
+        if self.quantize != "none" and (self.solver not in ("sparsegpt", "admm") or self.repair_steps):
+            raise SparseDecodingError(f"--quantize {self.quantize} runs inside SparseGPT's loop (after ADMM's mask "
+                                      f"with --solver admm) and needs its result untouched; use --solver sparsegpt "
+                                      f"or admm and --repair-steps 0")
         if self.samples_per_prompt > 1 and not self.do_sample:
             raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
         if self.calibration == "self":

@@ -359,6 +359,57 @@ def refit_shared(weights: list[torch.Tensor], pruned: list[torch.Tensor], hessia
     return [part.to(new.dtype) for part, new in zip(X.split([weight.shape[0] for weight in weights]), pruned)]
 
 
+MAX_ADMM_ITERATIONS = 10_000
+# The ADMM penalty ρ: from ADMM_RHO[0] to ADMM_RHO[1] times the mean eigenvalue of H + λI, geometrically over the
+# iterations. Small at first, so the weights move freely toward the loss while the projection tries masks; large at
+# the end, so the weights meet the mask they settle on.
+ADMM_RHO = (0.1, 1000.0)
+
+
+def check_admm_iterations(iterations: int) -> None:
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ADMM_ITERATIONS:
+        raise SolverSettingsError(f"admm_iterations = {iterations!r} must be an integer from 1 to "
+                                  f"{MAX_ADMM_ITERATIONS}, such as 100")
+
+
+@torch.no_grad()
+def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: SparsityPattern,
+               iterations: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A mask and weights for it by ADMM on the layer loss: minimise (w − t)·(H + λI)·(w − t)ᵀ for every row w of
+    W [rows, cols] (t the row itself), subject to the pattern, with λ = `damping`. The problem is split into a free
+    copy X and a pattern-feasible copy D, held together by a scaled dual V and the penalty ρ:
+    - X = (t·(H + λI) + ρ·(D − V))·(H + λI + ρI)⁻¹, one eigendecomposition of H + λI serving every ρ;
+    - D = the pattern's projection of X + V: its largest magnitudes kept (`keep_mask`, so every pattern, capped and
+      placed ones included);
+    - V = X + V − D.
+    ρ grows geometrically (`ADMM_RHO`), so the mask is free to change early and settles late. Unlike SparseGPT's
+    column loop, which fixes each group's mask once with the columns after it not yet compensated, every group's
+    mask is revisited with the whole row's compensation known. On SmolLM2-135M's layer Hessians 100 iterations
+    ended at 0.49-0.70x SparseGPT's loss and below the refit of SparseGPT's own mask (0.60-0.80x). This follows the
+    idea of ALPS (Meng et al., 2024: ADMM for the support, then conjugate gradients for the weights, which is
+    `refit_kept` here). Returns D, exactly zero where pruned, and its mask (True where kept); all rows in one product
+    a step."""
+    A = H.clone()
+    A.diagonal().add_(damping)
+    eigenvalues, Q = torch.linalg.eigh(A)
+    eigenvalues = eigenvalues.clamp_min(damping)  # H + λI ≥ λ; rounding can put the smallest a hair below
+    G = W @ A
+    kept = keep_mask(W.abs(), pattern)
+    D = W * kept
+    V = torch.zeros_like(W)
+    first, last = ADMM_RHO
+    rho = first * float(eigenvalues.mean())
+    growth = (last / first) ** (1 / max(iterations - 1, 1))
+    for _ in range(iterations):
+        X = ((G + rho * (D - V)) @ Q).div_(eigenvalues + rho) @ Q.T
+        X += V
+        kept = keep_mask(X.abs(), pattern)
+        D = X * kept
+        V = X.sub_(D)
+        rho *= growth
+    return D, kept
+
+
 # The orders in which the column loop can visit W's columns (`sparsegpt(order=...)`): "columns" left to right, as
 # SparseGPT and GPTQ do; "hessian" in units of whole N:M groups (single columns for GPTQ), heaviest diag(H) first.
 ORDERS = SOLVER_ORDERS
@@ -671,13 +722,19 @@ def normalized_hessian(hessian: torch.Tensor, compute: torch.dtype) -> torch.Ten
 @torch.no_grad()
 def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: SparsityPattern | None,
            quantize: str | None, group_size: int, blocksize: int, percdamp: float, cuda_graph: bool | None,
-           keep_zeros: bool = False, order: str = "columns", refit_steps: int = 0) -> list[torch.Tensor]:
+           keep_zeros: bool = False, order: str = "columns", refit_steps: int = 0,
+           admm_iterations: int = 0) -> list[torch.Tensor]:
     """SparseGPT (pattern set) or GPTQ (pattern None) on weights stacked by rows, all against one factorisation;
     `keep_zeros`: the mask is the weights' zeros (checked against the N:M pattern), not chosen; `order` and
-    `refit_steps`: see `sparsegpt`."""
+    `refit_steps`: see `sparsegpt`; `admm_iterations` (with a pattern): the mask and its weights from `admm_prune`
+    instead of the unquantized column loop (see `admm`)."""
     check_percdamp(percdamp)
     check_order(order)
     check_refit_steps(refit_steps)
+    if admm_iterations:
+        check_admm_iterations(admm_iterations)
+        if pattern is None or keep_zeros:
+            raise SolverSettingsError("ADMM chooses a mask: it needs a sparsity pattern and a mask not kept")
     for weight in weights:
         check_inputs(weight, hessian)
     if isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize <= 0:
@@ -710,7 +767,15 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
         column_groups = visit // group if quantize is not None else None  # each visited column's own scale group
     U, damping = damped_factor(H, percdamp)
     refitting = bool(refit_steps) and pattern is not None
-    if refitting:
+    if admm_iterations:
+        # The mask and its weights from ADMM on the whole loss (`admm_prune`); then as for the refit: optionally
+        # re-solved for the mask, and with `quantize` rounded by the loop below with the mask fixed.
+        solved, kept = admm_prune(W, H, damping, pattern, admm_iterations)
+        pruned = ~kept
+        if refit_steps:
+            solved = refit_kept(solved, W, H, damping, kept, refit_steps)
+        W, fixed, refitting = solved, pruned, True
+    elif refitting:
         # The mask from the unquantized loop, its kept weights re-solved exactly for it (`refit_kept`); with
         # `quantize` the loop below then rounds them with that mask fixed. The refit minimises the loss over the
         # mask, so the loss of any rounding splits into the refit's loss plus the rounding's own: the quantized
@@ -791,6 +856,31 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
     return sparsegpt_shared([weight], hessian, pattern, quantize=quantize, group_size=group_size,
                             blocksize=blocksize, percdamp=percdamp, keep_zeros=keep_zeros, order=order,
                             refit_steps=refit_steps)[0]
+
+
+def admm_shared(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: SparsityPattern | str, *,
+                iterations: int = 100, quantize: str | None = None, group_size: int = 128, blocksize: int = 128,
+                percdamp: float = 0.01, cuda_graph: bool | None = None, order: str = "columns",
+                refit_steps: int = 0) -> list[torch.Tensor]:
+    """`admm` for several weights that read the same input, their rows stacked against one eigendecomposition (each
+    weight's result is the one it gets alone: rows are independent)."""
+    check_admm_iterations(iterations)
+    return _solve(weights, hessian, SparsityPattern.parse(pattern), quantize, group_size, blocksize, percdamp,
+                  cuda_graph, order=order, refit_steps=refit_steps, admm_iterations=iterations)
+
+
+def admm(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern | str, *, iterations: int = 100,
+         quantize: str | None = None, group_size: int = 128, blocksize: int = 128, percdamp: float = 0.01,
+         order: str = "columns", refit_steps: int = 0) -> torch.Tensor:
+    """Prune by ADMM on the whole layer loss (`admm_prune`, `iterations` steps, default 100) instead of SparseGPT's
+    one pass over the columns: the same damped, normalized Hessian and the same patterns, but every group's mask is
+    revisited while the weights of the whole row move toward the loss. `refit_steps` then re-solves the kept weights
+    for the mask (`refit_kept`; ADMM's own weights are close to that already). With `quantize` the kept weights are
+    rounded by SparseGPT's loop with ADMM's mask fixed (GPTQ on ADMM's weights; `blocksize`, `group_size` and
+    `order` as in `sparsegpt`, read only then). Computes in float64 if W is float64, else float32; returns W's
+    dtype."""
+    return admm_shared([weight], hessian, pattern, iterations=iterations, quantize=quantize, group_size=group_size,
+                       blocksize=blocksize, percdamp=percdamp, order=order, refit_steps=refit_steps)[0]
 
 
 def gptq_shared(weights: list[torch.Tensor], hessian: torch.Tensor, quantize: str = "int8", *,

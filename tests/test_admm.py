@@ -1,0 +1,203 @@
+"""ADMM pruning (`--solver admm`, `solvers.admm`): the mask and its weights from ADMM on the whole damped layer
+loss, every group's mask revisited, instead of SparseGPT's single pass over the columns."""
+
+import json
+
+import pytest
+import torch
+
+from sparsedecoding import pipeline, solvers
+from sparsedecoding.errors import SolverSettingsError, SparseDecodingError
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.pipeline import prune
+from sparsedecoding.settings import PruneConfig, check
+from helpers import make_tiny_model
+from test_pipeline import config, weights
+from test_refit import exact_refit, layer_loss
+from test_solvers import random_problem
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("admm") / "model", num_hidden_layers=3)
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": text}) for text in ["def f(x):", "sort a list", "x = 1", "loop"]))
+    return path
+
+
+def reference_admm(W, H, pattern, iterations, percdamp=0.01):
+    """ADMM written out in float64 with a direct solve at every step (no eigendecomposition): the free copy
+    X = (w·A + ρ(D − V))·(A + ρI)⁻¹, D the pattern's largest magnitudes of X + V, V += X − D, A = H + λI on the
+    normalized H, ρ from 0.1 to 1000 times mean(eig A) = mean(diag A) geometrically."""
+    pattern = SparsityPattern.parse(pattern)
+    Hn = solvers.normalized_hessian(H, torch.float64)
+    A = Hn + percdamp * Hn.diagonal().mean() * torch.eye(Hn.shape[0], dtype=torch.float64)
+    W = W.double()
+    D = W * solvers.keep_mask(W.abs(), pattern)
+    V = torch.zeros_like(W)
+    rho = 0.1 * float(A.diagonal().mean())
+    for _ in range(iterations):
+        right = W @ A + rho * (D - V)
+        X = torch.linalg.solve(A + rho * torch.eye(A.shape[0], dtype=torch.float64), right.T).T
+        Z = X + V
+        D = Z * solvers.keep_mask(Z.abs(), pattern)
+        V = Z - D
+        rho *= 10_000 ** (1 / (iterations - 1))
+    return D
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "16:32", "50%"])
+def test_admm_equals_the_written_out_algorithm(pattern):
+    W, H = random_problem(rows=8, cols=64, seed=3)
+    ours = solvers.admm(W, H, pattern, iterations=30)
+    expected = reference_admm(W, H, pattern, 30)
+    assert torch.equal(ours != 0, expected != 0)
+    assert float((ours - expected).abs().max()) < 1e-9 * float(expected.abs().max())
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "4:8", "16:32", "50%", "16:32+2", "16:32+4q", "16:32+2l"])
+def test_the_mask_is_the_patterns(pattern):
+    """Every pattern the solvers take, the capped and placed ones included (their projection is `keep_mask`'s)."""
+    W, H = random_problem(rows=32, cols=128, seed=1)
+    ours = solvers.admm(W, H, pattern, iterations=40)
+    parsed = SparsityPattern.parse(pattern)
+    if parsed.is_nm:
+        solvers.check_kept_zeros(ours, parsed)  # raises where a group keeps too much or breaks the placement
+        assert int((ours != 0).sum()) == 32 * 128 * parsed.n // parsed.m
+    else:
+        assert torch.equal((ours == 0).sum(1), torch.full((32,), 64))
+    assert ours.dtype == W.dtype and bool(torch.isfinite(ours).all())
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "4:8", "16:32", "50%", "16:32+2"])
+def test_admm_lowers_the_loss_well_below_sparsegpts(pattern):
+    """On these problems ADMM ends at 0.40-0.60x SparseGPT's layer loss (SparseGPT's mask refit exactly: 0.50-0.64x);
+    over four problems together below 0.6x."""
+    totals = [0.0, 0.0]
+    for seed in range(4):
+        W, H = random_problem(rows=32, cols=128, seed=seed)
+        totals[0] += layer_loss(W, solvers.admm(W, H, pattern), H)
+        totals[1] += layer_loss(W, solvers.sparsegpt(W, H, pattern), H)
+    assert totals[0] < 0.6 * totals[1], totals
+
+
+def test_admm_weights_are_close_to_the_best_for_their_mask():
+    """ADMM's D is feasible at every step and the penalty ends large, so its kept weights end near the exact refit of
+    its own mask (within 5% of the loss here); `refit_steps` closes most of the rest and keeps the mask."""
+    W, H = random_problem(rows=32, cols=128, seed=2)
+    ours = solvers.admm(W, H, "2:4")
+    best = layer_loss(W, exact_refit(W, ours != 0, H), H)
+    assert best <= layer_loss(W, ours, H) < 1.05 * best
+    refit = solvers.admm(W, H, "2:4", refit_steps=200)
+    assert torch.equal(refit != 0, ours != 0)
+    assert layer_loss(W, refit, H) < 1.001 * best
+
+
+def test_more_iterations_search_further():
+    W, H = random_problem(rows=32, cols=128, seed=0)
+    losses = [layer_loss(W, solvers.admm(W, H, "2:4", iterations=n), H) for n in (1, 10, 100)]
+    assert losses[2] < losses[1] < losses[0], losses
+
+
+def test_stacked_weights_get_what_they_get_alone():
+    W, H = random_problem(rows=40, cols=64, seed=7)
+    together = torch.cat(solvers.admm_shared([W[:16], W[16:]], H, "2:4", iterations=50))
+    alone = torch.cat([solvers.admm(W[:16], H, "2:4", iterations=50), solvers.admm(W[16:], H, "2:4", iterations=50)])
+    assert torch.equal(together != 0, alone != 0)
+    assert torch.allclose(together, alone, rtol=0, atol=1e-12)
+
+
+def test_float32_and_bfloat16_weights():
+    """Computed in float32 for anything but float64 weights; the result has the weight's dtype and mask."""
+    W, H = random_problem(rows=16, cols=64, seed=5)
+    wide = solvers.admm(W, H, "2:4", iterations=50)
+    single = solvers.admm(W.float(), H.float(), "2:4", iterations=50)
+    assert single.dtype == torch.float32
+    assert float((single.double() != 0).ne(wide != 0).float().mean()) < 0.02  # float32 may flip a near tie
+    half = solvers.admm(W.to(torch.bfloat16), H, "2:4", iterations=50)
+    assert half.dtype == torch.bfloat16
+    assert int((half != 0).view(16, -1, 4).sum(-1).max()) <= 2
+
+
+def test_dead_inputs_are_pruned_and_nothing_is_nan():
+    W, H = random_problem(rows=8, cols=64, seed=4)
+    H[:, 5] = H[5, :] = 0
+    ours = solvers.admm(W, H, "2:4")
+    assert bool(torch.isfinite(ours).all()) and float(ours[:, 5].abs().max()) == 0
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+@pytest.mark.parametrize("order", ["columns", "hessian"])
+def test_quantized_admm_rounds_with_the_admm_mask_fixed(quantize, order):
+    """With quantize the loop rounds ADMM's weights with its mask fixed: every value on the grid, nothing kept outside
+    the unquantized mask, the N:M pattern kept in W's own columns, the loss lower than the joint SparseGPT's."""
+    totals = [0.0, 0.0]
+    for seed in range(3):
+        W, H = random_problem(rows=32, cols=128, seed=seed)
+        ours = solvers.admm(W, H, "2:4", quantize=quantize, group_size=32, order=order)
+        unquantized = solvers.admm(W, H, "2:4")
+        assert not bool((ours != 0)[unquantized == 0].any())
+        assert torch.equal(solvers.quantization_codes(ours, quantize, 32).dequantize(torch.float64), ours)
+        assert int((ours != 0).view(32, -1, 4).sum(-1).max()) <= 2
+        totals[0] += layer_loss(W, ours, H)
+        totals[1] += layer_loss(W, solvers.sparsegpt(W, H, "2:4", quantize=quantize, group_size=32, order=order), H)
+    assert totals[0] < 0.8 * totals[1], totals
+
+
+@pytest.mark.parametrize("iterations", [0, -1, 1.5, True, "100", 10_001])
+def test_bad_iteration_counts_are_refused(iterations):
+    W, H = random_problem(rows=8, cols=32)
+    with pytest.raises(SolverSettingsError, match="admm_iterations"):
+        solvers.admm(W, H, "2:4", iterations=iterations)
+
+
+def test_admm_needs_a_pattern_and_a_mask_to_choose():
+    W, H = random_problem(rows=8, cols=32)
+    with pytest.raises(SolverSettingsError, match="needs a sparsity pattern and a mask not kept"):
+        solvers._solve([W], H, None, "int8", 128, 128, 0.01, False, admm_iterations=10)
+    pruned = solvers.sparsegpt(W, H, "2:4")
+    with pytest.raises(SolverSettingsError, match="needs a sparsity pattern and a mask not kept"):
+        solvers._solve([pruned], H, SparsityPattern.parse("2:4"), None, 128, 128, 0.01, False, keep_zeros=True,
+                       admm_iterations=10)
+
+
+def test_the_settings():
+    assert PruneConfig(model="m", out="o").admm_iterations == 100
+    assert PruneConfig(model="m", out="o", solver="admm").solver == "admm"
+    with pytest.raises(SparseDecodingError, match="--admm-iterations"):
+        check(PruneConfig(model="m", out="o", admm_iterations=0))
+    PruneConfig(model="m", out="o", solver="admm", quantize="int4").check_values()  # ADMM's mask, then the rounding
+    with pytest.raises(SparseDecodingError, match="--solver sparsegpt or admm"):
+        PruneConfig(model="m", out="o", solver="wanda", quantize="int4").check_values()
+
+
+def test_prune_with_admm_reaches_every_solve_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch,
+                                                             caplog):
+    """--solver admm: every input group goes through solvers.admm_shared with the iterations, the manifest records
+    them, every layer's loss is below SparseGPT's on the same calibration, and the weights keep the pattern.
+    SparseGPT runs are warned that they do not read --admm-iterations."""
+    calls = []
+    admm_shared = pipeline.solvers.admm_shared
+    monkeypatch.setattr(pipeline.solvers, "admm_shared",
+                        lambda *a, **k: calls.append((len(a[0]), k["iterations"])) or admm_shared(*a, **k))
+    out = prune(config(tiny_folder, tmp_path / "admm", prompts_file, solver="admm", admm_iterations=60),
+                progress=False)
+    assert calls == [(3, 60), (1, 60), (2, 60), (1, 60)] * 3  # qkv, o, gate_up, down of three layers
+    record = json.loads((out / "sparsedecoding.json").read_text())
+    assert record["solver"] == "admm" and record["solver_options"]["admm_iterations"] == 60
+    plain = json.loads((prune(config(tiny_folder, tmp_path / "sg", prompts_file), progress=False)
+                        / "sparsedecoding.json").read_text())
+    assert plain["solver_options"]["admm_iterations"] is None
+    for name, item in record["layers"].items():
+        assert item["relative_error"] < plain["layers"][name]["relative_error"], name
+    pattern = SparsityPattern.parse(record["pattern"])
+    for key, tensor in weights(out).items():
+        if key.endswith("proj.weight"):
+            solvers.check_kept_zeros(tensor.float(), pattern)
+    with caplog.at_level("WARNING"):
+        pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "x", prompts_file, admm_iterations=50))
+    assert "--admm-iterations" in caplog.text
