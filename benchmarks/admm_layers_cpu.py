@@ -11,7 +11,6 @@ and down_proj. About 6 minutes on two cores.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
@@ -26,10 +25,8 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from refit_steps_cpu import exact_refit, layer_hessians, loss  # noqa: E402
+from refit_steps_cpu import arguments, exact_refit, loss, text_problems  # noqa: E402
 from sparsedecoding import solvers  # noqa: E402
-from sparsedecoding.data import lee_text  # noqa: E402
-from sparsedecoding.models import load_model  # noqa: E402
 
 ITERATIONS = (50, 100, 200)
 
@@ -41,17 +38,9 @@ def timed(function, *args, **kwargs):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--layers", type=int, nargs="+", default=[3, 15, 27])
-    parser.add_argument("--patterns", nargs="+", default=["2:4", "16:32"])
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = arguments(__doc__.split("\n\n")[0])
     started = time.perf_counter()
-    model, tokenizer, folder = load_model(args.model, "cpu", torch.float32)
-    model.eval()
-    ids = tokenizer(lee_text("background"), return_tensors="pt").input_ids[0, :4096].view(8, 512)
-    problems = layer_hessians(model, ids, args.layers)
+    folder, ids, problems = text_problems(args.model, args.layers)
     rows = []
     for key, (W, H) in problems.items():
         for pattern in args.patterns:

@@ -71,18 +71,29 @@ def exact_refit(W: torch.Tensor, kept: torch.Tensor, H: torch.Tensor, percdamp: 
     return X
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(description: str) -> argparse.Namespace:
+    """The options this script and `admm_layers_cpu.py` share."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--layers", type=int, nargs="+", default=[3, 15, 27])
     parser.add_argument("--patterns", nargs="+", default=["2:4", "16:32"])
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    started = time.perf_counter()
-    model, tokenizer, folder = load_model(args.model, "cpu", torch.float32)
+    return parser.parse_args()
+
+
+def text_problems(model_name: str, layers: list[int]):
+    """(model folder, the token windows, {name: (weight, H)}): the chosen layers' linears over the first 4096 tokens
+    of the Lee background text (8 windows of 512), teacher-forced."""
+    model, tokenizer, folder = load_model(model_name, "cpu", torch.float32)
     model.eval()
     ids = tokenizer(lee_text("background"), return_tensors="pt").input_ids[0, :4096].view(8, 512)
-    problems = layer_hessians(model, ids, args.layers)
+    return folder, ids, layer_hessians(model, ids, layers)
+
+
+def main() -> int:
+    args = arguments(__doc__.split("\n\n")[0])
+    started = time.perf_counter()
+    folder, ids, problems = text_problems(args.model, args.layers)
     rows = []
     for key, (W, H) in problems.items():
         for pattern in args.patterns:

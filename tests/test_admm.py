@@ -11,22 +11,14 @@ from sparsedecoding.errors import SolverSettingsError, SparseDecodingError
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.pipeline import prune
 from sparsedecoding.settings import PruneConfig, check
-from helpers import make_tiny_model
+import test_pipeline
 from test_pipeline import config, weights
 from test_refit import exact_refit, layer_loss
 from test_solvers import random_problem
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("admm") / "model", num_hidden_layers=3)
-
-
-@pytest.fixture
-def prompts_file(tmp_path):
-    path = tmp_path / "prompts.jsonl"
-    path.write_text("\n".join(json.dumps({"prompt": text}) for text in ["def f(x):", "sort a list", "x = 1", "loop"]))
-    return path
+# the pipeline tests' tiny model and prompts
+tiny_folder, prompts_file = test_pipeline.tiny_folder, test_pipeline.prompts_file
 
 
 def reference_admm(W, H, pattern, iterations, percdamp=0.01):
