@@ -193,3 +193,17 @@ def test_prune_with_admm_reaches_every_solve_and_the_record(tiny_folder, prompts
     with caplog.at_level("WARNING"):
         pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "x", prompts_file, admm_iterations=50))
     assert "--admm-iterations" in caplog.text
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_device_and_a_layer_sized_problem(device):
+    """On the device of the weight (the GPU's eigendecomposition and products), a bfloat16 weight of a real layer's
+    width: the pattern kept, the dtype and device kept, the loss below SparseGPT's on the same device."""
+    rows, cols = (256, 1024) if device == "cuda" else (64, 256)  # the CPU's: fast enough for CI
+    W, H = random_problem(rows=rows, cols=cols, samples=2 * cols, dtype=torch.float32, seed=6)
+    W, H = W.bfloat16().to(device), H.to(device)
+    ours = solvers.admm(W, H, "2:4")
+    assert ours.dtype == torch.bfloat16 and ours.device == W.device
+    assert int((ours != 0).view(rows, -1, 4).sum(-1).max()) <= 2
+    assert layer_loss(W.cpu(), ours.cpu(), H.cpu()) < 0.8 * layer_loss(W.cpu(), solvers.sparsegpt(W, H, "2:4").cpu(),
+                                                                       H.cpu())
