@@ -387,8 +387,10 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     ρ grows geometrically (`ADMM_RHO`, relative to the median eigenvalue), so the mask is free to change early and
     settles late. Unlike SparseGPT's
     column loop, which fixes each group's mask once with the columns after it not yet compensated, every group's
-    mask is revisited with the whole row's compensation known. On SmolLM2-135M's layer Hessians 100 iterations
-    ended at 0.49-0.70x SparseGPT's loss and below the refit of SparseGPT's own mask (0.60-0.80x). This follows the
+    mask is revisited with the whole row's compensation known. On 16 of SmolLM2-135M's linears (text Hessians,
+    benchmarks/results/admm_layers_smollm2_cpu.md) 100 iterations ended at 0.45-0.86x SparseGPT's loss, geometric
+    mean 0.61x at 2:4 and 0.60x at 16:32, against 0.71x for the exact refit of SparseGPT's own mask; only the last
+    layer's down_proj stayed above that refit (0.86x against 0.65x at 16:32). This follows the
     idea of ALPS (Meng et al., 2024: ADMM for the support, then conjugate gradients for the weights, which is
     `refit_kept` here). Returns D, exactly zero where pruned, and its mask (True where kept); all rows in one product
     a step."""
