@@ -292,7 +292,7 @@ class SolverSettings:
                             "news-text perplexity; any solver's mask; with --quantize the refit weights are rounded "
                             "with the mask fixed", minimum=0, maximum=10_000)
     admm_iterations: int = knob(100, "--solver admm: ADMM steps (its penalty grows from 0.1 to 1000 times the "
-                                "median eigenvalue of the damped Hessian over them)", minimum=1, maximum=10_000)
+                                "mean eigenvalue of the damped Hessian over them)", minimum=1, maximum=10_000)
     quantize: str = knob("none", "also round the kept weights to a grid, jointly with SparseGPT's pruning: int8 (one "
                          "scale per output row) or int4 (one per --group-size input columns)", choices=QUANTIZATIONS)
     group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)

@@ -360,11 +360,13 @@ def refit_shared(weights: list[torch.Tensor], pruned: list[torch.Tensor], hessia
 
 
 MAX_ADMM_ITERATIONS = 10_000
-# The ADMM penalty ρ: from ADMM_RHO[0] to ADMM_RHO[1] times the median eigenvalue of H + λI, geometrically over the
+# The ADMM penalty ρ: from ADMM_RHO[0] to ADMM_RHO[1] times the mean eigenvalue of H + λI, geometrically over the
 # iterations. Small at first, so the weights move freely toward the loss while the projection tries masks; large at
-# the end, so the weights meet the mask they settle on. The median, not the mean: a few outlier inputs (the last
-# layers' down_proj in SmolLM2, mean eigenvalue 60x the median) put the mean far above most of the spectrum, and a
-# penalty scaled to it held the weights to the first mask from the start (ADMM then ended above SparseGPT's loss).
+# the end, so the weights meet the mask they settle on. Where a few outlier inputs put the mean far above most of the
+# spectrum (SmolLM2's last down_proj: 60x the median) the penalty holds those weights near the first mask and the
+# layer loss there stays above SparseGPT's; scaled to the median instead, every layer's loss fell further but the
+# model did worse on SmolLM2's dev answers and news text (benchmarks/results/solver_admm_median_rho_smollm2_cpu.md
+# against solver_admm_smollm2_cpu.md): the mean's early penalty also regularizes.
 ADMM_RHO = (0.1, 1000.0)
 
 
@@ -384,13 +386,13 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     - D = the pattern's projection of X + V: its largest magnitudes kept (`keep_mask`, so every pattern, capped and
       placed ones included);
     - V = X + V − D.
-    ρ grows geometrically (`ADMM_RHO`, relative to the median eigenvalue), so the mask is free to change early and
+    ρ grows geometrically (`ADMM_RHO`, relative to the mean eigenvalue), so the mask is free to change early and
     settles late. Unlike SparseGPT's
     column loop, which fixes each group's mask once with the columns after it not yet compensated, every group's
     mask is revisited with the whole row's compensation known. On 16 of SmolLM2-135M's linears (text Hessians,
-    benchmarks/results/admm_layers_smollm2_cpu.md) 100 iterations ended at 0.45-0.86x SparseGPT's loss, geometric
-    mean 0.61x at 2:4 and 0.60x at 16:32, against 0.71x for the exact refit of SparseGPT's own mask; only the last
-    layer's down_proj stayed above that refit (0.86x against 0.65x at 16:32). This follows the
+    benchmarks/results/admm_layers_smollm2_cpu.md) 100 iterations ended at a geometric mean of 0.63x SparseGPT's
+    loss at 2:4 and 16:32, against 0.71x for the exact refit of SparseGPT's own mask; the last layer's down_proj,
+    whose inputs have a few outlier directions, is the exception (0.92x and 1.17x; `ADMM_RHO`). This follows the
     idea of ALPS (Meng et al., 2024: ADMM for the support, then conjugate gradients for the weights, which is
     `refit_kept` here). Returns D, exactly zero where pruned, and its mask (True where kept); all rows in one product
     a step."""
@@ -403,7 +405,7 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     D = W * kept
     V = torch.zeros_like(W)
     first, last = ADMM_RHO
-    rho = first * float(eigenvalues.median())
+    rho = first * float(eigenvalues.mean())
     growth = (last / first) ** (1 / max(iterations - 1, 1))
     for _ in range(iterations):
         X = ((G + rho * (D - V)) @ Q).div_(eigenvalues + rho) @ Q.T
