@@ -11,21 +11,15 @@ and down_proj. About 6 minutes on two cores.
 
 from __future__ import annotations
 
-import datetime
-import json
 import math
-import platform
 import sys
 import time
 from pathlib import Path
 
-import torch
-import transformers
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from refit_steps_cpu import arguments, exact_refit, loss, text_problems  # noqa: E402
+from refit_steps_cpu import arguments, exact_refit, loss, report_head, text_problems, write_report  # noqa: E402
 from sparsedecoding import solvers  # noqa: E402
 
 ITERATIONS = (50, 100, 200)
@@ -57,13 +51,8 @@ def main() -> int:
             print(f"{key} {pattern}: SparseGPT {base:.5f}, its exact refit {refit:.3f}x, "
                   + ", ".join(f"ADMM {n} {item['loss'] / base:.3f}x" for n, item in row["admm"].items()), flush=True)
     lines = [
-        "# ADMM pruning against SparseGPT on SmolLM2-135M's layer Hessians (CPU)", "",
-        f"- command: `python {' '.join(sys.argv)}`",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- machine: CPU only ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads); "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
-        f"- model: {folder.name}; Hessians of layers {', '.join(map(str, args.layers))} from the first "
-        f"{ids.numel()} tokens of the Lee background text (teacher-forced: a solver comparison, not a calibration)",
+        *report_head("# ADMM pruning against SparseGPT on SmolLM2-135M's layer Hessians (CPU)", folder, ids,
+                     args.layers, "a solver comparison"),
         "- loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ), shown as a ratio to SparseGPT's; SparseGPT left to right, damping 0.01, "
         "blocks of 128; its exact refit: SparseGPT's mask with each row's kept weights solved in float64 on the same "
         "damped H; ADMM: `solvers.admm` (same damping, float32), N iterations; same mask: the share of entries kept "
@@ -91,10 +80,7 @@ def main() -> int:
                      f"{refit:.3f}x SparseGPT's loss; ADMM " + ", ".join(f"{n}: {value:.3f}x" for n, value in
                                                                           admm.items()) + ".")
     lines.append("")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    args.out.with_suffix(".json").write_text(json.dumps({"rows": rows, "argv": sys.argv}, indent=1))
-    print("\n".join(lines))
+    write_report(args.out, lines, rows)
     return 0
 
 

@@ -90,6 +90,28 @@ def text_problems(model_name: str, layers: list[int]):
     return folder, ids, layer_hessians(model, ids, layers)
 
 
+def report_head(title: str, folder, ids: torch.Tensor, layers: list[int], use: str) -> list[str]:
+    """A report's title and its command, date, machine, versions and Hessian source lines (this script's and
+    `admm_layers_cpu.py`'s)."""
+    return [
+        title, "",
+        f"- command: `python {' '.join(sys.argv)}`",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- machine: CPU only ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads); "
+        f"torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
+        f"- model: {folder.name}; Hessians of layers {', '.join(map(str, layers))} from the first "
+        f"{ids.numel()} tokens of the Lee background text (teacher-forced: {use}, not a calibration)",
+    ]
+
+
+def write_report(out: Path, lines: list[str], rows: list[dict]) -> None:
+    """OUT (markdown) and OUT with .json beside it (the rows and the command), then the report on stdout."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+    out.with_suffix(".json").write_text(json.dumps({"rows": rows, "argv": sys.argv}, indent=1))
+    print("\n".join(lines))
+
+
 def main() -> int:
     args = arguments(__doc__.split("\n\n")[0])
     started = time.perf_counter()
@@ -105,13 +127,8 @@ def main() -> int:
             print(f"{key} {pattern}: SparseGPT {base:.5f}, exact refit {exact / base:.3f}x, "
                   + ", ".join(f"{steps} steps {value / base:.3f}x" for steps, value in by_steps.items()), flush=True)
     lines = [
-        "# The refit's conjugate-gradient steps against the exact refit (CPU)", "",
-        f"- command: `python {' '.join(sys.argv)}`",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- machine: CPU only ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads); "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
-        f"- model: {folder.name}; Hessians of layers {', '.join(map(str, args.layers))} from the first "
-        f"{ids.numel()} tokens of the Lee background text (teacher-forced: a convergence test, not a calibration)",
+        *report_head("# The refit's conjugate-gradient steps against the exact refit (CPU)", folder, ids, args.layers,
+                     "a convergence test"),
         "- loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ); SparseGPT left to right, damping 0.01, blocks of 128; the refit keeps "
         "SparseGPT's mask and re-solves the kept weights on the same damped H (exact: each row in float64 directly; "
         "N steps: `solvers.refit`, conjugate gradients preconditioned by the diagonal, from SparseGPT's weights)",
@@ -129,10 +146,7 @@ def main() -> int:
     ratios = [row["exact"] / row["sparsegpt"] for row in rows]
     lines += ["", f"40 steps end at most {100 * (worst - 1):.2f}% above the exact refit's loss; the exact refit is "
               f"{min(ratios):.3f}-{max(ratios):.3f}x SparseGPT's loss on these {len(rows)} problems.", ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    args.out.with_suffix(".json").write_text(json.dumps({"rows": rows, "argv": sys.argv}, indent=1))
-    print("\n".join(lines))
+    write_report(args.out, lines, rows)
     return 0
 
 

@@ -772,7 +772,8 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
         W, H = W[:, visit], H.index_select(0, visit).index_select(1, visit)
         fixed = None if fixed is None else fixed[:, visit]
         column_groups = visit // group if quantize is not None else None  # each visited column's own scale group
-    U, damping = damped_factor(H, percdamp)
+    # ADMM without rounding runs no column loop: only the damping is needed, not the inverse's factor
+    U, damping = damped_factor(H, percdamp, inverse=not admm_iterations or quantize is not None)
     refitting = bool(refit_steps) and pattern is not None
     if admm_iterations:
         # The mask and its weights from ADMM on the whole loss (`admm_prune`); then as for the refit: optionally
