@@ -106,7 +106,8 @@ def main() -> int:
         for pattern in args.patterns:
             for source in args.sources:
                 config = PruneConfig(model=str(folder), out="", calibration=source, pattern=pattern,
-                                     propagation=args.propagation, tokens=sets[source].tokens, device="cpu")
+                                     propagation=args.propagation, tokens=sets[source].tokens, device="cpu",
+                                     solver="sparsegpt")  # the demo's solver (cli/demo.py)
                 started = time.perf_counter()
                 pruned, _ = pruned_copy(dense, sets[source], config)
                 prune_seconds = time.perf_counter() - started

@@ -207,13 +207,14 @@ PY
     recipes benchmarks/recipes/plan-refit.json /root/recipes-refit quality-refit-qwen2.5-coder-1.5b ;;
   lease-refit)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-refit ;;
-  quality-admm)  # prepared in the fifty-seventh session, not yet run: quality-admm-qwen2.5-coder-1.5b/, the whole of
+  quality-admm)  # prepared in the fifty-seventh session, run in the fifty-eighth (one H100; the rule passed at both
+    # patterns: --solver defaults to admm): quality-admm-qwen2.5-coder-1.5b/, the whole of
     # benchmarks/recipes/plan-admm.json (2:4 and 16:32 each with SparseGPT and with --solver admm on one calibration
-    # set, dev then held-out, every item paired; its rule fixed before any run); about 15-20 minutes from the model's
-    # arrival (ADMM's time on the GPU not yet measured). First call: `END_AT=$(( $(date +%s) + 1500 )) bash
-    # benchmarks/h200.sh lease-admm` carrying .whl, .devdata and .xfer/cpart00; then the other pieces (`receive`, the
-    # last with `models`), then `WAIT=580 ... collect` calls. Short of time: `ONLY=p16-fit,p16-fit-admm` (the 16:32
-    # pair first; the rule waits for all four items' dev results)
+    # set, dev then held-out, every item paired); 14 minutes from the model's arrival. First call:
+    # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-admm` carrying .whl, .devdata and the first
+    # piece; then the other pieces (`receive`, the last with `models`), then `WAIT=570 ... collect` calls. In the
+    # fifty-eighth session the first piece no longer fit beside the grown tree: .xfer/cpart00/part00 was cut by hand
+    # into .xfer/cpart00a/part00 and .xfer/cpart00b/part00b (`models` joins part* in name order), 33 calls in all
     recipes benchmarks/recipes/plan-admm.json /root/recipes-admm quality-admm-qwen2.5-coder-1.5b ;;
   lease-admm)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm ;;

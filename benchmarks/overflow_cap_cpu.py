@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     def config(pattern: str, model: str, work: str) -> PruneConfig:
         return PruneConfig(model=model, out=str(Path(work) / pattern.replace(":", "of")), pattern=pattern,
                            prompts="humaneval:fit", tokens=args.tokens, max_new_tokens=128, gen_batch_size=12,
-                           device="cpu")
+                           device="cpu", solver="sparsegpt")  # as its committed report
 
     try:  # every setting checked before the model is fetched or anything is pruned
         patterns = [str(SparsityPattern.parse(text)) for text in args.patterns]

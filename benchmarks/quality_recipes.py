@@ -23,6 +23,8 @@ without running the old ones again. `held_out_checks` names recipes whose held-o
 they are picked (a repaired model, say), each with the items it is paired against; a check never feeds the selection.
 A baseline may name items it is paired against (`against`) as well. A recipe or baseline takes any PruneConfig field
 by name: `quantize` and `group_size` give N:M + int8/int4 values, and `"pattern": "dense"` with `quantize` dense GPTQ.
+A recipe without `solver` runs the plan's top-level `solver`, else sparsegpt (the default when the committed plans
+were fixed; the CLI's default is admm since the fifty-eighth session).
 `"start": NAME` begins from another recipe's or baseline's model of the same run (pruned and repaired first if its
 weights are not in OUT/models yet) instead of the dense one; with `"keep_mask": true` and `quantize` this quantizes a
 repaired N:M model without moving its mask, and with `"as_is": true` the start's model is scored as it is (a
@@ -171,6 +173,9 @@ class Run:
     def prune_config(self, recipe: dict) -> PruneConfig:
         known = {f.name for f in fields(PruneConfig)}
         values = {key: value for key, value in recipe.items() if key in known}
+        # Every plan before plan-admm.json was fixed while SparseGPT was the default solver: a recipe without
+        # "solver" takes the plan's own "solver", else sparsegpt, so committed plans rerun as they were run.
+        values.setdefault("solver", self.plan.get("solver", "sparsegpt"))
         calibration = "text" if recipe["data"] == "text" else "decode"
         prompts = recipe["data"] if recipe["data"].startswith("humaneval:") else "humaneval:fit"
         if shares_problems(prompts, "eval"):

@@ -1,7 +1,9 @@
-"""Time the SparseGPT solver pass for a model's linear shapes with random weights and Hessians (values do not change
-the solver's work), with and without the CUDA-graph block loop.
+"""Time the solver pass for a model's linear shapes with random weights and Hessians (values do not change the
+solver's work): SparseGPT with and without the CUDA-graph block loop, and ADMM (`--solvers sparsegpt,admm`), whose
+time is its eigendecomposition and its iterations' products, no column loop.
 
     python benchmarks/solver_bench.py --layers 28 --out benchmarks/results/solver.md
+    python benchmarks/solver_bench.py --model llama-3.1-8b --layers 1 --solvers sparsegpt,admm --patterns 2:4
 """
 
 from __future__ import annotations
@@ -42,38 +44,61 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", choices=sorted(SHAPES))
     parser.add_argument("--layers", type=int, default=None, help="layers to solve (default: all of the model)")
     parser.add_argument("--patterns", default="2:4,50%")
+    parser.add_argument("--solvers", default="sparsegpt", help="comma-separated: sparsegpt, admm")
+    parser.add_argument("--admm-iterations", type=int, default=100)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    names = args.solvers.split(",")
+    if not names or any(name not in ("sparsegpt", "admm") for name in names):
+        parser.error(f"--solvers {args.solvers!r}: a comma-separated list of sparsegpt and admm")
     device = torch.device("cuda")
     layers = args.layers or SHAPES[args.model][4]
     problems = layer_problems(args.model, device)
     rows = []
+    runs = [(name, graph) for name in names for graph in ((True, False) if name == "sparsegpt" else (None,))]
     for pattern in args.patterns.split(","):
-        for graph in (True, False):
-            solvers.sparsegpt_shared(*problems[0], pattern, cuda_graph=graph)  # warm-up (and capture)
+        for name, graph in runs:
+            def solve(weights, hessian):
+                if name == "admm":
+                    return solvers.admm_shared(weights, hessian, pattern, iterations=args.admm_iterations)
+                return solvers.sparsegpt_shared(weights, hessian, pattern, cuda_graph=graph)
+
+            solve(*problems[0])  # warm-up (and capture)
             torch.cuda.synchronize()
             started = time.perf_counter()
             for _ in range(layers):
                 for weights, hessian in problems:
-                    solvers.sparsegpt_shared(weights, hessian, pattern, cuda_graph=graph)
+                    solve(weights, hessian)
             torch.cuda.synchronize()
             seconds = time.perf_counter() - started
-            rows.append(f"| {pattern} | {'graph' if graph else 'eager'} | {layers} | {seconds:.2f} |")
+            loop = "-" if graph is None else "graph" if graph else "eager"
+            label = f"admm ({args.admm_iterations} iterations)" if name == "admm" else name
+            whole = seconds / layers * SHAPES[args.model][4]
+            rows.append(f"| {pattern} | {label} | {loop} | {layers} | {seconds:.2f} | {seconds / layers:.2f} | "
+                        f"{whole:.0f} |")
             print(rows[-1], flush=True)
+    write_report(f"Solver time, {args.model} shapes, random weights",
+                 ["", f"- the whole model's solver time: per layer x {SHAPES[args.model][4]} layers (calibration, "
+                  f"Hessians and loading not included)"],
+                 ["| pattern | solver | block loop | layers | seconds | s / layer | whole model (s) |",
+                  "|---|---|---|---|---|---|---|", *rows], args.out)
+
+
+def write_report(title: str, notes: list[str], table: list[str], out: str | None) -> None:
+    """A GPU report: the title, date, GPU, torch and command, `notes` (lines), then `table`; printed, and written to
+    `out` if given."""
     report = "\n".join([
-        f"# SparseGPT solver time, {args.model} shapes, random weights",
+        f"# {title}",
         "",
         f"- date: {datetime.date.today()}, GPU: {torch.cuda.get_device_name()}, torch {torch.version.__version__}",
         f"- command: `python {' '.join(sys.argv)}`",
+        *notes,
         "",
-        "| pattern | block loop | layers | seconds |",
-        "|---|---|---|---|",
-        *rows, ""])
+        *table, ""])
     print(report)
-    if args.out:
-        with open(args.out, "w") as handle:
+    if out:
+        with open(out, "w") as handle:
             handle.write(report)
-
 
 if __name__ == "__main__":
     main()

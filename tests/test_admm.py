@@ -159,6 +159,7 @@ def test_admm_needs_a_pattern_and_a_mask_to_choose():
 
 def test_the_settings():
     assert PruneConfig(model="m", out="o").admm_iterations == 100
+    assert PruneConfig(model="m", out="o").solver == "admm"  # the default since plan-admm.json's rule passed
     assert PruneConfig(model="m", out="o", solver="admm").solver == "admm"
     with pytest.raises(SparseDecodingError, match="--admm-iterations"):
         check(PruneConfig(model="m", out="o", admm_iterations=0))
@@ -176,12 +177,15 @@ def test_prune_with_admm_reaches_every_solve_and_the_record(tiny_folder, prompts
     admm_shared = pipeline.solvers.admm_shared
     monkeypatch.setattr(pipeline.solvers, "admm_shared",
                         lambda *a, **k: calls.append((len(a[0]), k["iterations"])) or admm_shared(*a, **k))
-    out = prune(config(tiny_folder, tmp_path / "admm", prompts_file, solver="admm", admm_iterations=60),
-                progress=False)
+    with caplog.at_level("INFO", logger="sparsedecoding.pipeline"):
+        out = prune(config(tiny_folder, tmp_path / "admm", prompts_file, solver="admm", admm_iterations=60),
+                    progress=False)
+    assert "--solver admm (the default) on a CPU: 60 iterations a layer" in caplog.text  # the hint to CPU users
+    caplog.clear()
     assert calls == [(3, 60), (1, 60), (2, 60), (1, 60)] * 3  # qkv, o, gate_up, down of three layers
     record = json.loads((out / "sparsedecoding.json").read_text())
     assert record["solver"] == "admm" and record["solver_options"]["admm_iterations"] == 60
-    plain = json.loads((prune(config(tiny_folder, tmp_path / "sg", prompts_file), progress=False)
+    plain = json.loads((prune(config(tiny_folder, tmp_path / "sg", prompts_file, solver="sparsegpt"), progress=False)
                         / "sparsedecoding.json").read_text())
     assert plain["solver_options"]["admm_iterations"] is None
     for name, item in record["layers"].items():
@@ -191,7 +195,8 @@ def test_prune_with_admm_reaches_every_solve_and_the_record(tiny_folder, prompts
         if key.endswith("proj.weight"):
             solvers.check_kept_zeros(tensor.float(), pattern)
     with caplog.at_level("WARNING"):
-        pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "x", prompts_file, admm_iterations=50))
+        pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "x", prompts_file, solver="sparsegpt",
+                                             admm_iterations=50))
     assert "--admm-iterations" in caplog.text
 
 

@@ -591,7 +591,8 @@ def test_the_refit_reaches_every_solve_and_the_record(tiny_folder, prompts_file,
     manifests, results = {}, {}
     for steps in (0, 30):
         seen.clear()
-        out = prune(config(tiny_folder, tmp_path / f"s{steps}", prompts_file, refit_steps=steps), progress=False)
+        out = prune(config(tiny_folder, tmp_path / f"s{steps}", prompts_file, solver="sparsegpt", refit_steps=steps),
+                    progress=False)
         assert seen == [steps] * (3 * 4)
         manifests[steps] = json.loads((out / "sparsedecoding.json").read_text())
         assert manifests[steps]["solver_options"]["refit_steps"] == steps
@@ -633,8 +634,8 @@ def test_the_solver_order_reaches_every_solve_and_the_record(tiny_folder, prompt
     results = {}
     for order in ("columns", "hessian"):
         orders.clear()
-        out = prune(config(tiny_folder, tmp_path / order, prompts_file, solver_order=order, quantize_head="int8"),
-                    progress=False)
+        out = prune(config(tiny_folder, tmp_path / order, prompts_file, solver="sparsegpt", solver_order=order,
+                           quantize_head="int8"), progress=False)
         assert orders and set(orders) == {order}
         assert len(orders) == 3 * 4 + 1  # qkv, o, gate_up, down of three layers, then the head
         manifest = json.loads((out / "sparsedecoding.json").read_text())

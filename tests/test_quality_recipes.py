@@ -216,6 +216,7 @@ def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
     plan = json.loads(plan_file.read_text())
     run = object.__new__(recipes.Run)
     run.folder = Path("not-loaded")
+    run.plan = plan
     for recipe in plan["recipes"] + plan["baselines"]:
         if recipe.get("as_is"):  # scores its start's model: it prunes nothing itself
             assert "start" in recipe and "quantize" not in recipe, recipe["name"]
@@ -342,3 +343,16 @@ def test_paired_tests_pair_problems_by_task_not_by_position(recipes, tmp_path):
     records("b", {"T/1": False, "T/2": False})
     with pytest.raises(SystemExit, match="hold different problems"):
         report.tests({}, {"a": {}, "b": {}})
+
+
+def test_a_recipe_without_a_solver_runs_sparsegpt_unless_its_plan_names_one(recipes):
+    """Every committed plan before plan-admm.json was fixed while SparseGPT was the default: they rerun with it, not
+    with the CLI's default (admm); a plan's top-level `solver` and a recipe's own win in that order."""
+    run = object.__new__(recipes.Run)
+    run.folder = Path("not-loaded")
+    recipe = {"name": "r", "pattern": "16:32", "data": "humaneval:fit", "tokens": 1024}
+    run.plan = {"recipes": [recipe]}
+    assert run.prune_config(recipe).solver == "sparsegpt"
+    run.plan = {"recipes": [recipe], "solver": "admm"}
+    assert run.prune_config(recipe).solver == "admm"
+    assert run.prune_config({**recipe, "solver": "wanda"}).solver == "wanda"
