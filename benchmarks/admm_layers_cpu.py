@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from refit_steps_cpu import arguments, exact_refit, loss, report_head, text_problems, write_report  # noqa: E402
+from refit_steps_cpu import exact_refit, loss, report_head, solver_cases, write_report  # noqa: E402
 from sparsedecoding import solvers  # noqa: E402
 
 ITERATIONS = (50, 100, 200)
@@ -32,24 +32,21 @@ def timed(function, *args, **kwargs):
 
 
 def main() -> int:
-    args = arguments(__doc__.split("\n\n")[0])
-    started = time.perf_counter()
-    folder, ids, problems = text_problems(args.model, args.layers)
+    args, started, folder, ids, cases = solver_cases(__doc__.split("\n\n")[0])
     rows = []
-    for key, (W, H) in problems.items():
-        for pattern in args.patterns:
-            plain, plain_s = timed(solvers.sparsegpt, W, H, pattern)
-            base = loss(W, plain, H)
-            row = {"linear": key, "pattern": pattern, "sparsegpt": base, "sparsegpt_s": plain_s,
-                   "sparsegpt_exact_refit": loss(W, exact_refit(W, plain != 0, H, 0.01), H), "admm": {}}
-            for iterations in ITERATIONS:
-                result, seconds = timed(solvers.admm, W, H, pattern, iterations=iterations)
-                row["admm"][iterations] = {"loss": loss(W, result, H), "seconds": seconds,
-                                           "kept_as_sparsegpt": float(((result != 0) == (plain != 0)).float().mean())}
-            rows.append(row)
-            refit = row["sparsegpt_exact_refit"] / base
-            print(f"{key} {pattern}: SparseGPT {base:.5f}, its exact refit {refit:.3f}x, "
-                  + ", ".join(f"ADMM {n} {item['loss'] / base:.3f}x" for n, item in row["admm"].items()), flush=True)
+    for key, pattern, W, H in cases:
+        plain, plain_s = timed(solvers.sparsegpt, W, H, pattern)
+        base = loss(W, plain, H)
+        row = {"linear": key, "pattern": pattern, "sparsegpt": base, "sparsegpt_s": plain_s,
+               "sparsegpt_exact_refit": loss(W, exact_refit(W, plain != 0, H, 0.01), H), "admm": {}}
+        for iterations in ITERATIONS:
+            result, seconds = timed(solvers.admm, W, H, pattern, iterations=iterations)
+            row["admm"][iterations] = {"loss": loss(W, result, H), "seconds": seconds,
+                                       "kept_as_sparsegpt": float(((result != 0) == (plain != 0)).float().mean())}
+        rows.append(row)
+        refit = row["sparsegpt_exact_refit"] / base
+        print(f"{key} {pattern}: SparseGPT {base:.5f}, its exact refit {refit:.3f}x, "
+              + ", ".join(f"ADMM {n} {item['loss'] / base:.3f}x" for n, item in row["admm"].items()), flush=True)
     lines = [
         *report_head("# ADMM pruning against SparseGPT on SmolLM2-135M's layer Hessians (CPU)", folder, ids,
                      args.layers, "a solver comparison"),

@@ -81,6 +81,16 @@ def arguments(description: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
+def solver_cases(description: str):
+    """This script's and the ADMM scripts' start: (the arguments, the start time, the model folder, the token
+    windows, [(linear name, pattern, W, H)] for every chosen linear and pattern)."""
+    args = arguments(description)
+    started = time.perf_counter()
+    folder, ids, problems = text_problems(args.model, args.layers)
+    cases = [(key, pattern, W, H) for key, (W, H) in problems.items() for pattern in args.patterns]
+    return args, started, folder, ids, cases
+
+
 def text_problems(model_name: str, layers: list[int]):
     """(model folder, the token windows, {name: (weight, H)}): the chosen layers' linears over the first 4096 tokens
     of the Lee background text (8 windows of 512), teacher-forced."""
@@ -113,19 +123,16 @@ def write_report(out: Path, lines: list[str], rows: list[dict]) -> None:
 
 
 def main() -> int:
-    args = arguments(__doc__.split("\n\n")[0])
-    started = time.perf_counter()
-    folder, ids, problems = text_problems(args.model, args.layers)
+    args, started, folder, ids, cases = solver_cases(__doc__.split("\n\n")[0])
     rows = []
-    for key, (W, H) in problems.items():
-        for pattern in args.patterns:
-            plain = solvers.sparsegpt(W, H, pattern)
-            base = loss(W, plain, H)
-            exact = loss(W, exact_refit(W, plain != 0, H, 0.01), H)
-            by_steps = {steps: loss(W, solvers.refit(W, plain, H, steps=steps), H) for steps in STEPS}
-            rows.append({"linear": key, "pattern": pattern, "sparsegpt": base, "exact": exact, "steps": by_steps})
-            print(f"{key} {pattern}: SparseGPT {base:.5f}, exact refit {exact / base:.3f}x, "
-                  + ", ".join(f"{steps} steps {value / base:.3f}x" for steps, value in by_steps.items()), flush=True)
+    for key, pattern, W, H in cases:
+        plain = solvers.sparsegpt(W, H, pattern)
+        base = loss(W, plain, H)
+        exact = loss(W, exact_refit(W, plain != 0, H, 0.01), H)
+        by_steps = {steps: loss(W, solvers.refit(W, plain, H, steps=steps), H) for steps in STEPS}
+        rows.append({"linear": key, "pattern": pattern, "sparsegpt": base, "exact": exact, "steps": by_steps})
+        print(f"{key} {pattern}: SparseGPT {base:.5f}, exact refit {exact / base:.3f}x, "
+              + ", ".join(f"{steps} steps {value / base:.3f}x" for steps, value in by_steps.items()), flush=True)
     lines = [
         *report_head("# The refit's conjugate-gradient steps against the exact refit (CPU)", folder, ids, args.layers,
                      "a convergence test"),

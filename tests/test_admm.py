@@ -212,3 +212,67 @@ def test_device_and_a_layer_sized_problem(device):
     assert int((ours != 0).view(rows, -1, 4).sum(-1).max()) <= 2
     assert layer_loss(W.cpu(), ours.cpu(), H.cpu()) < 0.8 * layer_loss(W.cpu(), solvers.sparsegpt(W, H, "2:4").cpu(),
                                                                        H.cpu())
+
+
+def test_tf32_rounding_keeps_ten_mantissa_bits_to_nearest():
+    one_ulp = 2.0 ** -10  # TF32's spacing at 1
+    x = torch.tensor([1.0, 1 + one_ulp, 1 + 0.49 * one_ulp, 1 + 0.5 * one_ulp, 1 + 0.51 * one_ulp, -(1 + 0.6 * one_ulp),
+                      3.0e-5 * (1 + 0.3 * one_ulp), 0.0], dtype=torch.float32)
+    expected = [1.0, 1 + one_ulp, 1.0, 1 + one_ulp, 1 + one_ulp, -(1 + one_ulp), None, 0.0]
+    rounded = solvers.tf32_round(x)
+    for value, want in zip(rounded.tolist(), expected):
+        if want is not None:
+            assert value == want
+    bits = rounded.view(torch.int32)
+    assert torch.equal(bits & 0x1FFF, torch.zeros_like(bits))  # the 13 low mantissa bits are gone
+    assert float(((rounded - x).abs() / x.abs().clamp_min(1e-30)).max()) <= 2.0 ** -11
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "16:32"])
+def test_tf32_products_cost_almost_nothing_in_layer_loss(pattern):
+    """TF32 operands (emulated on the CPU) perturb each iteration's solve by about 2^-11 relative. Float32 keeps
+    float64's mask exactly on this problem; TF32 flips about 2.5% of the decisions (near-ties) and lands within 1%
+    of the loss (on real layers 0.2-1.4% above it: benchmarks/results/admm_tf32_smollm2_cpu.md)."""
+    W, H = random_problem(rows=64, cols=256, samples=512, dtype=torch.float32, seed=8)
+    exact = solvers.admm(W, H, pattern, iterations=60)
+    fast = solvers.admm(W, H, pattern, iterations=60, products="tf32")
+    assert not torch.equal(exact, fast)
+    assert abs(layer_loss(W, fast, H) / layer_loss(W, exact, H) - 1) < 0.02
+    assert float(((exact != 0) == (fast != 0)).float().mean()) > 0.95
+    solvers.check_kept_zeros(fast, SparsityPattern.parse(pattern))
+
+
+def test_tf32_leaves_float64_problems_and_the_global_setting_alone():
+    W, H = random_problem(rows=8, cols=64, seed=3)
+    W = W.double()
+    assert torch.equal(solvers.admm(W, H, "2:4", iterations=20, products="tf32"), solvers.admm(W, H, "2:4", iterations=20))
+    with pytest.raises(SolverSettingsError, match="admm products = 'bf16'"):
+        solvers.admm(W, H, "2:4", iterations=20, products="bf16")
+
+
+def test_tf32_products_reach_the_solver_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    seen = []
+    admm_shared = pipeline.solvers.admm_shared
+    monkeypatch.setattr(pipeline.solvers, "admm_shared",
+                        lambda *a, **k: seen.append(k["products"]) or admm_shared(*a, **k))
+    out = prune(config(tiny_folder, tmp_path / "tf32", prompts_file, admm_iterations=20, admm_products="tf32"),
+                progress=False)
+    assert seen == ["tf32"] * 12
+    assert json.loads((out / "sparsedecoding.json").read_text())["solver_options"]["admm_products"] == "tf32"
+    assert "admm_products" in pipeline.unread_options(config(tiny_folder, tmp_path / "x", prompts_file,
+                                                             solver="sparsegpt", admm_products="tf32"))
+    with pytest.raises(SparseDecodingError, match="--admm-products"):
+        check(PruneConfig(model="m", out="o", admm_products="fp8"))
+
+
+@pytest.mark.gpu
+def test_tf32_on_the_gpu_matches_the_emulation_closely_and_restores_the_setting():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    W, H = random_problem(rows=256, cols=1024, samples=2048, dtype=torch.float32, seed=9)
+    before = torch.backends.cuda.matmul.allow_tf32
+    gpu = solvers.admm(W.cuda(), H.cuda(), "2:4", products="tf32").cpu()
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+    exact = solvers.admm(W.cuda(), H.cuda(), "2:4").cpu()
+    assert abs(layer_loss(W, gpu, H) / layer_loss(W, exact, H) - 1) < 0.02
+    assert float(((gpu != 0) == (exact != 0)).float().mean()) > 0.95

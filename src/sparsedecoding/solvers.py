@@ -19,7 +19,7 @@ import torch
 
 from .errors import CalibrationError, QuantizationError, SolverSettingsError, SparsityPatternError
 from .patterns import SparsityPattern
-from .settings import SOLVER_ORDERS
+from .settings import ADMM_PRODUCTS, SOLVER_ORDERS
 
 log = logging.getLogger(__name__)
 
@@ -397,6 +397,48 @@ MAX_ADMM_ITERATIONS = 10_000
 # model did worse on SmolLM2's dev answers and news text (benchmarks/results/solver_admm_median_rho_smollm2_cpu.md
 # against solver_admm_smollm2_cpu.md): the mean's early penalty also regularizes.
 ADMM_RHO = (0.1, 1000.0)
+# ADMM_PRODUCTS (settings): how ADMM's two products an iteration with the eigenvectors run (`admm_prune(products=)`):
+# float32, or with both operands rounded to TF32 (10 mantissa bits, float32 accumulation): the GPU's tensor cores
+# then take them, 6-8x faster on the H100 for Llama-3.1-8B's largest problems (benchmarks/results/admm_parts_h100*.md).
+# On a CPU the rounding is emulated (`tf32_round`), so both devices compute alike.
+
+
+def tf32_round(x: torch.Tensor) -> torch.Tensor:
+    """float32 values rounded to TF32's 10 explicit mantissa bits (to nearest, ties away from zero), still float32:
+    what a tensor core reads of a float32 operand. Infinities and NaNs are not expected here (checked inputs)."""
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def check_admm_products(products: str) -> None:
+    if products not in ADMM_PRODUCTS:
+        raise SolverSettingsError(f"admm products = {products!r}: choose one of {', '.join(ADMM_PRODUCTS)}")
+
+
+class EigenProducts:
+    """(M·Q)·diag(1/s)·Qᵀ, ADMM's solve in the eigenbasis, in float32 or with TF32 operands (`ADMM_PRODUCTS`). On
+    CUDA TF32 is cuBLAS's (allowed only around these products, the global setting restored); on a CPU both
+    operands are rounded by `tf32_round` and multiplied in float32 (cuBLAS's own conversion may differ from it in
+    the last kept bit)."""
+
+    def __init__(self, Q: torch.Tensor, products: str):
+        check_admm_products(products)
+        self.tf32 = products == "tf32" and Q.dtype == torch.float32
+        self.emulate = self.tf32 and not Q.is_cuda
+        self.Q = tf32_round(Q) if self.emulate else Q
+        self.QT = self.Q.T
+
+    def __call__(self, M: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        if not self.tf32:
+            return (M @ self.Q).div_(scale) @ self.QT
+        if self.emulate:
+            return tf32_round((tf32_round(M) @ self.Q).div_(scale)) @ self.QT
+        allowed = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return (M @ self.Q).div_(scale) @ self.QT
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
 def check_admm_iterations(iterations: int) -> None:
@@ -407,7 +449,7 @@ def check_admm_iterations(iterations: int) -> None:
 
 @torch.no_grad()
 def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: SparsityPattern,
-               iterations: int) -> tuple[torch.Tensor, torch.Tensor]:
+               iterations: int, products: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
     """A mask and weights for it by ADMM on the layer loss: minimise (w − t)·(H + λI)·(w − t)ᵀ for every row w of
     W [rows, cols] (t the row itself), subject to the pattern, with λ = `damping`. The problem is split into a free
     copy X and a pattern-feasible copy D, held together by a scaled dual V and the penalty ρ:
@@ -424,11 +466,13 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     whose inputs have a few outlier directions, is the exception (0.92x and 1.17x; `ADMM_RHO`). This follows the
     idea of ALPS (Meng et al., 2024: ADMM for the support, then conjugate gradients for the weights, which is
     `refit_kept` here). Returns D, exactly zero where pruned, and its mask (True where kept); all rows in one product
-    a step."""
+    a step. `products`: how the two products with the eigenvectors run (`ADMM_PRODUCTS`, `EigenProducts`); float64
+    problems always run in float64."""
     A = H.clone()
     A.diagonal().add_(damping)
     eigenvalues, Q = torch.linalg.eigh(A)
     eigenvalues = eigenvalues.clamp_min(damping)  # H + λI ≥ λ; rounding can put the smallest a hair below
+    solve = EigenProducts(Q, products)
     G = W @ A
     kept = keep_mask(W.abs(), pattern)
     D = W * kept
@@ -437,7 +481,7 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     rho = first * float(eigenvalues.mean())
     growth = (last / first) ** (1 / max(iterations - 1, 1))
     for _ in range(iterations):
-        X = ((G + rho * (D - V)) @ Q).div_(eigenvalues + rho) @ Q.T
+        X = solve(G + rho * (D - V), eigenvalues + rho)
         X += V
         kept = projection(X.abs(), pattern)
         D = X * kept
@@ -759,7 +803,7 @@ def normalized_hessian(hessian: torch.Tensor, compute: torch.dtype) -> torch.Ten
 def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: SparsityPattern | None,
            quantize: str | None, group_size: int, blocksize: int, percdamp: float, cuda_graph: bool | None,
            keep_zeros: bool = False, order: str = "columns", refit_steps: int = 0,
-           admm_iterations: int = 0) -> list[torch.Tensor]:
+           admm_iterations: int = 0, admm_products: str = "float32") -> list[torch.Tensor]:
     """SparseGPT (pattern set) or GPTQ (pattern None) on weights stacked by rows, all against one factorisation;
     `keep_zeros`: the mask is the weights' zeros (checked against the N:M pattern), not chosen; `order` and
     `refit_steps`: see `sparsegpt`; `admm_iterations` (with a pattern): the mask and its weights from `admm_prune`
@@ -769,6 +813,7 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     check_refit_steps(refit_steps)
     if admm_iterations:
         check_admm_iterations(admm_iterations)
+        check_admm_products(admm_products)
         if pattern is None or keep_zeros:
             raise SolverSettingsError("ADMM chooses a mask: it needs a sparsity pattern and a mask not kept")
     for weight in weights:
@@ -807,7 +852,7 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     if admm_iterations:
         # The mask and its weights from ADMM on the whole loss (`admm_prune`); then as for the refit: optionally
         # re-solved for the mask, and with `quantize` rounded by the loop below with the mask fixed.
-        solved, kept = admm_prune(W, H, damping, pattern, admm_iterations)
+        solved, kept = admm_prune(W, H, damping, pattern, admm_iterations, admm_products)
         pruned = ~kept
         if refit_steps:
             solved = refit_kept(solved, W, H, damping, kept, refit_steps)
@@ -898,26 +943,29 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
 def admm_shared(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: SparsityPattern | str, *,
                 iterations: int = 100, quantize: str | None = None, group_size: int = 128, blocksize: int = 128,
                 percdamp: float = 0.01, cuda_graph: bool | None = None, order: str = "columns",
-                refit_steps: int = 0) -> list[torch.Tensor]:
+                refit_steps: int = 0, products: str = "float32") -> list[torch.Tensor]:
     """`admm` for several weights that read the same input, their rows stacked against one eigendecomposition (each
     weight's result is the one it gets alone: rows are independent)."""
     check_admm_iterations(iterations)
     return _solve(weights, hessian, SparsityPattern.parse(pattern), quantize, group_size, blocksize, percdamp,
-                  cuda_graph, order=order, refit_steps=refit_steps, admm_iterations=iterations)
+                  cuda_graph, order=order, refit_steps=refit_steps, admm_iterations=iterations,
+                  admm_products=products)
 
 
 def admm(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern | str, *, iterations: int = 100,
          quantize: str | None = None, group_size: int = 128, blocksize: int = 128, percdamp: float = 0.01,
-         order: str = "columns", refit_steps: int = 0) -> torch.Tensor:
+         order: str = "columns", refit_steps: int = 0, products: str = "float32") -> torch.Tensor:
     """Prune by ADMM on the whole layer loss (`admm_prune`, `iterations` steps, default 100) instead of SparseGPT's
     one pass over the columns: the same damped, normalized Hessian and the same patterns, but every group's mask is
     revisited while the weights of the whole row move toward the loss. `refit_steps` then re-solves the kept weights
     for the mask (`refit_kept`; ADMM's own weights are close to that already). With `quantize` the kept weights are
     rounded by SparseGPT's loop with ADMM's mask fixed (GPTQ on ADMM's weights; `blocksize`, `group_size` and
     `order` as in `sparsegpt`, read only then). Computes in float64 if W is float64, else float32; returns W's
-    dtype."""
+    dtype. `products` = "tf32" runs the iterations' products with the eigenvectors on TF32 operands (see
+    `ADMM_PRODUCTS`; ignored for float64)."""
     return admm_shared([weight], hessian, pattern, iterations=iterations, quantize=quantize, group_size=group_size,
-                       blocksize=blocksize, percdamp=percdamp, order=order, refit_steps=refit_steps)[0]
+                       blocksize=blocksize, percdamp=percdamp, order=order, refit_steps=refit_steps,
+                       products=products)[0]
 
 
 def gptq_shared(weights: list[torch.Tensor], hessian: torch.Tensor, quantize: str = "int8", *,
