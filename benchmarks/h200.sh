@@ -218,6 +218,27 @@ PY
     recipes benchmarks/recipes/plan-admm.json /root/recipes-admm quality-admm-qwen2.5-coder-1.5b ;;
   lease-admm)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm ;;
+  quality-admm2)  # prepared in the fifty-eighth session, not yet run: quality-admm2-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-admm2.json (ADMM on one calibration set: the recommended 16:32 recipe, with sequential
+    # propagation, with TF32 products, as 16:32+2, and 2:4; dev then held-out; its three rules fixed before any run);
+    # about 17 minutes from the model's arrival. First call: `END_AT=$(( $(date +%s) + 1500 )) bash
+    # benchmarks/h200.sh lease-admm2` carrying .whl, .devdata and the first piece (it also runs admm-time, about 2
+    # minutes, which rule 2 needs, while the GPU waits for the model); then the other pieces (`receive`, the last
+    # with `models`), then `WAIT=570 ... collect` calls. Short of time: `ONLY=q16,q16-tf32` first (rules 1 and 3 wait
+    # for their own items)
+    recipes benchmarks/recipes/plan-admm2.json /root/recipes-admm2 quality-admm2-qwen2.5-coder-1.5b ;;
+  lease-admm2)
+    bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2 \
+      && bash benchmarks/h200.sh admm-time ;;
+  admm-time)  # prepared in the fifty-eighth session, not yet run: solver_admm_tf32_gpu_llama-3.1-8b.md, ADMM's solver
+    # time with float32 and with TF32 products (--admm-products) on the 8B shapes, beside SparseGPT; then the TF32 GPU
+    # tests (cuBLAS against the CPU emulation's tolerance, the global flag restored) into admm_tf32_gpu_tests.log;
+    # about 2 minutes, no model needed
+    timeout 240 python3 benchmarks/solver_bench.py --model llama-3.1-8b --layers 1 --patterns 2:4,16:32 \
+      --solvers sparsegpt,admm --admm-products float32,tf32 --out "$OUT/solver_admm_tf32_gpu_llama-3.1-8b.md" \
+      2>&1 | grep -E "^\| [12]|rror" || true
+    PYTHONPATH=src:tests timeout 120 python3 -m pytest -q -m gpu tests/test_admm.py tests/test_keep_mask_ranks.py \
+      -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/admm_tf32_gpu_tests.log" ;;
   lease-order)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-order ;;
   quality-placement-dev)  # thirty-eighth session: quality-placement-dev-qwen2.5-coder-1.5b/, do the placed 16:32 masks

@@ -46,22 +46,29 @@ def main() -> None:
     parser.add_argument("--patterns", default="2:4,50%")
     parser.add_argument("--solvers", default="sparsegpt", help="comma-separated: sparsegpt, admm")
     parser.add_argument("--admm-iterations", type=int, default=100)
+    parser.add_argument("--admm-products", default="float32",
+                        help="comma-separated: float32, tf32 (each a row of its own)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     names = args.solvers.split(",")
     if not names or any(name not in ("sparsegpt", "admm") for name in names):
         parser.error(f"--solvers {args.solvers!r}: a comma-separated list of sparsegpt and admm")
+    products = args.admm_products.split(",")
+    if any(value not in solvers.ADMM_PRODUCTS for value in products):
+        parser.error(f"--admm-products {args.admm_products!r}: a comma-separated list of float32 and tf32")
     device = torch.device("cuda")
     layers = args.layers or SHAPES[args.model][4]
     problems = layer_problems(args.model, device)
     rows = []
-    runs = [(name, graph) for name in names for graph in ((True, False) if name == "sparsegpt" else (None,))]
+    # (solver, the block loop's graph for SparseGPT / ADMM's products)
+    runs = [(name, option) for name in names for option in ((True, False) if name == "sparsegpt" else products)]
     for pattern in args.patterns.split(","):
-        for name, graph in runs:
+        for name, option in runs:
             def solve(weights, hessian):
                 if name == "admm":
-                    return solvers.admm_shared(weights, hessian, pattern, iterations=args.admm_iterations)
-                return solvers.sparsegpt_shared(weights, hessian, pattern, cuda_graph=graph)
+                    return solvers.admm_shared(weights, hessian, pattern, iterations=args.admm_iterations,
+                                               products=option)
+                return solvers.sparsegpt_shared(weights, hessian, pattern, cuda_graph=option)
 
             solve(*problems[0])  # warm-up (and capture)
             torch.cuda.synchronize()
@@ -71,8 +78,8 @@ def main() -> None:
                     solve(weights, hessian)
             torch.cuda.synchronize()
             seconds = time.perf_counter() - started
-            loop = "-" if graph is None else "graph" if graph else "eager"
-            label = f"admm ({args.admm_iterations} iterations)" if name == "admm" else name
+            loop = "-" if name == "admm" else "graph" if option else "eager"
+            label = f"admm ({args.admm_iterations} iterations, {option})" if name == "admm" else name
             whole = seconds / layers * SHAPES[args.model][4]
             rows.append(f"| {pattern} | {label} | {loop} | {layers} | {seconds:.2f} | {seconds / layers:.2f} | "
                         f"{whole:.0f} |")

@@ -356,3 +356,21 @@ def test_a_recipe_without_a_solver_runs_sparsegpt_unless_its_plan_names_one(reci
     run.plan = {"recipes": [recipe], "solver": "admm"}
     assert run.prune_config(recipe).solver == "admm"
     assert run.prune_config({**recipe, "solver": "wanda"}).solver == "wanda"
+
+
+def test_a_family_without_an_issue_11_target_is_reported_without_one(recipes, tmp_path):
+    """plan-admm2.json's `o2` family (16:32+2's own question) has no target in TARGETS: the report still writes."""
+    plan = {**PLAN, "families": {**PLAN["families"], "o2": ["broad-a"]}, "baselines": []}
+    run = run_for(recipes, tmp_path, 0)
+    run.plan = plan
+    by_name = {recipe["name"]: recipe for recipe in PLAN["recipes"]}
+    for name in ("fit", "broad-a", "broad-b"):
+        write(tmp_path, "dev", name, by_name[name], [(True, False)] * 4)
+    picks = run.picks()
+    assert picks["o2"]["name"] == "o2-broad-a"
+    (tmp_path / "final" / "picks.json").write_text(json.dumps(picks))
+    write(tmp_path, "final", "dense", {"name": "dense", "dense": True}, [(True, True)] * 2)
+    write(tmp_path, "final", "o2-broad-a", picks["o2"], [(True, False)] * 2)
+    recipes.Report(tmp_path, plan, "plan.json").write()
+    report = (tmp_path / "report.md").read_text()
+    assert "- o2: broad-a (members: broad-a)" in report and "o2 pass@1" not in report
