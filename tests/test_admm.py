@@ -276,3 +276,25 @@ def test_tf32_on_the_gpu_matches_the_emulation_closely_and_restores_the_setting(
     exact = solvers.admm(W.cuda(), H.cuda(), "2:4").cpu()
     assert abs(layer_loss(W, gpu, H) / layer_loss(W, exact, H) - 1) < 0.02
     assert float(((gpu != 0) == (exact != 0)).float().mean()) > 0.95
+
+
+def test_a_failed_eigendecomposition_is_retried_once_in_float64(monkeypatch, caplog):
+    W, H = random_problem(rows=16, cols=64, samples=256, dtype=torch.float32, seed=2)
+    expected = solvers.admm(W, H, "2:4", iterations=30)
+    eigh, calls = torch.linalg.eigh, []
+
+    def flaky(A):
+        calls.append(A.dtype)
+        if A.dtype == torch.float32:
+            raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
+        return eigh(A)
+
+    monkeypatch.setattr(torch.linalg, "eigh", flaky)
+    with caplog.at_level("WARNING", logger="sparsedecoding.solvers"):
+        retried = solvers.admm(W, H, "2:4", iterations=30)
+    assert calls == [torch.float32, torch.float64] and "retrying in float64" in caplog.text
+    assert retried.dtype == torch.float32 and torch.equal(retried != 0, expected != 0)
+    assert float((retried - expected).abs().max()) < 1e-4 * float(expected.abs().max())
+    monkeypatch.setattr(torch.linalg, "eigh", lambda A: (_ for _ in ()).throw(torch.linalg.LinAlgError("no")))
+    with pytest.raises(torch.linalg.LinAlgError):
+        solvers.admm(W.double(), H, "2:4", iterations=30)  # float64 has nothing to fall back to

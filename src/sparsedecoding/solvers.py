@@ -447,6 +447,20 @@ def check_admm_iterations(iterations: int) -> None:
                                   f"{MAX_ADMM_ITERATIONS}, such as 100")
 
 
+def symmetric_eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.linalg.eigh` of a symmetric positive definite A; if the solver fails to converge in A's dtype (cuSOLVER
+    can on large ill-conditioned float32 matrices), once more in float64, with a warning, the result cast back."""
+    try:
+        return torch.linalg.eigh(A)
+    except torch.linalg.LinAlgError as error:
+        if A.dtype == torch.float64:
+            raise
+        log.warning("eigendecomposition of a %dx%d %s Hessian failed (%s); retrying in float64", A.shape[0],
+                    A.shape[1], str(A.dtype).removeprefix("torch."), str(error).splitlines()[0])
+        eigenvalues, Q = torch.linalg.eigh(A.double())
+        return eigenvalues.to(A.dtype), Q.to(A.dtype)
+
+
 @torch.no_grad()
 def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: SparsityPattern,
                iterations: int, products: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
@@ -470,7 +484,7 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     problems always run in float64."""
     A = H.clone()
     A.diagonal().add_(damping)
-    eigenvalues, Q = torch.linalg.eigh(A)
+    eigenvalues, Q = symmetric_eigh(A)
     eigenvalues = eigenvalues.clamp_min(damping)  # H + λI ≥ λ; rounding can put the smallest a hair below
     solve = EigenProducts(Q, products)
     G = W @ A
