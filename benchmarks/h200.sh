@@ -230,6 +230,20 @@ PY
   lease-admm2)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2 \
       && bash benchmarks/h200.sh admm-time ;;
+  int4-nb3)  # prepared in the fifty-eighth session, not yet run: ablate_int4_nb3_h200.md, issue 13's batch-1 int4 miss:
+    # the early multicast build with two register buffers against SP24_INT4_BUFFERS=3 (three, only for the int4
+    # launches that hold them: the 14B o and qkv at 4 slices then request all three steps a warp before the dependency
+    # wait; CUDA_KERNEL_NOTES.md, fifty-eighth session), every slice and split, 8B and 14B shapes, float64-checked. Carry
+    # .kcachez with both libraries prebuilt (`prebuild_kernels.py --only sp24-early-multicast2
+    # sp24-early-multicast2-int4-3buffers`, then tar czf .kcachez/k.tgz -C .kcache cuda_build), else nvcc builds them
+    # here (about a minute each); about 3 minutes. Adopt it (sp24.py choosing NB 3 for three-step int4 launches) only if
+    # the 14B o and qkv rows gain and no row loses
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+     timeout 400 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
+      --splits 1 2 3 --builds "two buffers=$early" "three buffers=$early,-DSP24_INT4_BUFFERS=3" \
+      --out "$OUT/ablate_int4_nb3_h200.md" 2>&1 | grep -E "^\| (two|three)|rror" || true) ;;
   admm-time)  # prepared in the fifty-eighth session, not yet run: solver_admm_tf32_gpu_llama-3.1-8b.md, ADMM's solver
     # time with float32 and with TF32 products (--admm-products) on the 8B shapes, beside SparseGPT; then the TF32 GPU
     # tests (cuBLAS against the CPU emulation's tolerance, the global flag restored) into admm_tf32_gpu_tests.log;

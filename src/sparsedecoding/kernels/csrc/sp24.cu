@@ -752,7 +752,11 @@ constexpr int kBuffers = 2;
 #ifndef SP24_INT4_BUFFERS
 #define SP24_INT4_BUFFERS kBuffers
 #endif
-static_assert(SP24_INT4_BUFFERS == 1 || SP24_INT4_BUFFERS == 2, "SP24_INT4_BUFFERS: 1 or 2 register buffers");
+// SP24_INT4_BUFFERS 3 (a probe build, fifty-eighth session, not yet timed): three buffers, only for the int4 instances
+// that hold them without spilling (one n-tile, no stream-K, no RMSNorm, groups of at least 128 columns); the others
+// keep kBuffers. Where a warp's share of a tile is three steps (the 14B o and qkv at 4 slices), all three are then
+// requested before the early trigger's dependency wait (benchmarks/CUDA_KERNEL_NOTES.md, fifty-eighth session).
+static_assert(SP24_INT4_BUFFERS >= 1 && SP24_INT4_BUFFERS <= 3, "SP24_INT4_BUFFERS: 1, 2 or 3 register buffers");
 // SP24_EARLY_TRIGGER 1 (a build of its own; sp24.early_trigger picks it per launch under the default setting, auto):
 // a CTA lets the next programmatic launch start as soon as it has requested its first steps, not after its main
 // loop. Where a grid leaves room on the multiprocessors (fewer CTAs than two a multiprocessor), the next linear's CTAs
@@ -979,7 +983,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   // (not for 32-column scale groups: their slots, 40 KB a CTA, would pass the 48 KB of static shared memory)
   constexpr bool kHybrid =
       SP24_INT4_HYBRID && CODE == 4 && OVER == 0 && !DENSE && !STREAM && SP24_ABLATE == 0 && SPS <= 8;
-  constexpr int NB = kHybrid ? 1 : CODE == 4 && OVER == 0 && !DENSE ? SP24_INT4_BUFFERS : kBuffers;
+  constexpr bool kInt4Buffers = CODE == 4 && OVER == 0 && !DENSE &&
+                                (SP24_INT4_BUFFERS < 3 || (NT == 1 && !STREAM && !NORM && SPS <= Steps<4>::ks / 4));
+  constexpr int NB = kHybrid ? 1 : kInt4Buffers ? SP24_INT4_BUFFERS : kBuffers;
   __shared__ __align__(16) char step_slots[kHybrid ? kWarps * StepSlot<CODE, SPS>::bytes : 16];
   char* slot = step_slots + (kHybrid ? warp * StepSlot<CODE, SPS>::bytes : 0);
   StepRegs<CODE, SPS> r[NB];
