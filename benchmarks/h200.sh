@@ -66,6 +66,12 @@ recipes() {  # PLAN WORK REPORT: one quality_recipes.py worker per GPU on PLAN, 
   done
   wait
   mkdir -p "$OUT/$3" && cp -r "$2/dev" "$2/final" "$2/report.md" "$2/summary.json" "$OUT/$3/"
+  # the calibration sets (a few MB each; a later plan's calibration_files can name them): ':' written '_'
+  for set in "$2"/data/*.safetensors; do
+    [ -f "$set" ] || continue
+    mkdir -p "$OUT/$3/data" && name=$(basename "$set" .safetensors | tr ':' '_')
+    cp "$set" "$OUT/$3/data/$name.safetensors" && cp "${set%.safetensors}.json" "$OUT/$3/data/$name.json"
+  done
 }
 
 dev_check() {  # PLAN WORK REPORT: a dev-quarter-only plan (quality_recipes.py --stage dev, then its report) on one
@@ -121,7 +127,8 @@ case $report in
     # the work folders' results only (dev, final, report, summary; never their models, data or caches: in the
     # fifteenth session whole folders of 10-22 GB took a collect past its call's limit), plus every log
     tar czf "$OUT/bg.tgz" --exclude='answers' -C /root bg $(cd /root && ls -d recipes*/dev recipes*/final \
-      recipes*/report.md recipes*/summary.json recipes*-w*.log 2>/dev/null) ;;
+      recipes*/report.md recipes*/summary.json recipes*-w*.log recipes*/data/*.safetensors recipes*/data/*.json \
+      2>/dev/null) ;;
   quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
     recipes benchmarks/recipes/plan.json /root/recipes quality-recipes ;;
   quality-repair)  # quality-repair/: issue 11's second round (benchmarks/recipes/plan-repair.json): repair
@@ -225,7 +232,8 @@ PY
     # benchmarks/h200.sh lease-admm2` carrying .whl, .devdata and the first piece (it also runs admm-time, about 2
     # minutes, which rule 2 needs, while the GPU waits for the model); then the other pieces (`receive`, the last
     # with `models`), then `WAIT=570 ... collect` calls. Short of time: `ONLY=q16,q16-tf32` first (rules 1 and 3 wait
-    # for their own items)
+    # for their own items). Its calibration set now comes back in bg.tgz (recipes-admm2/data/): commit it into the
+    # report folder's data/ (':' written '_') so that a later plan's calibration_files can prune from the same tokens
     recipes benchmarks/recipes/plan-admm2.json /root/recipes-admm2 quality-admm2-qwen2.5-coder-1.5b ;;
   lease-admm2)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2 \

@@ -30,6 +30,11 @@ weights are not in OUT/models yet) instead of the dense one; with `"keep_mask": 
 repaired N:M model without moving its mask, and with `"as_is": true` the start's model is scored as it is (a
 recreated model's own bf16 control, since a repair stopped by its time budget is not reproduced step for step).
 `--only NAME,...` runs only the named items (plan recipes, baselines or `dense`; results already there still count).
+GPU sampling does not reproduce a calibration draw bit for bit across runs (the refit and ADMM rounds' controls, one
+recipe and seed, drew 31,851 and 31,498 tokens and scored 0.439 and 0.396 held-out), so a plan may name committed
+sets by data key, `"calibration_files": {"humaneval:fit-32768-4": PATH}` with PATH a round's
+`benchmarks/results/ROUND/data/humaneval_fit-32768-4.safetensors`, and its items then prune from those very tokens
+(`h200.sh recipes` brings each round's sets back).
 
 Every finished item is skipped when the script runs again, so a run can be split over several device calls;
 `--deadline` stops starting new items after that many seconds. Several GPUs share one OUT: start one process per GPU
@@ -121,6 +126,13 @@ class Run:
         file, stats_file = self.out / "data" / f"{key}.safetensors", self.out / "data" / f"{key}.json"
         if stats_file.exists():
             return CalibrationSet.load(file), json.loads(stats_file.read_text())
+        committed = self.plan.get("calibration_files", {}).get(key)
+        if committed is not None:  # an earlier round's set, committed: its very tokens, not a new draw of them
+            calib, stats = committed_calibration(REPO / committed)
+            stats = {**stats, "from_file": committed}
+            calib.save(file)
+            write_json(stats_file, stats)
+            return calib, stats
         # items on the same data must calibrate on the same tokens: one worker samples them, the others wait (past
         # the deadline, or if that worker died, they sample them themselves, with the same seed)
         if not self.claim(f"data-{key}") and self.wait_for(stats_file.exists, f"calibration data {key}",
@@ -540,6 +552,20 @@ class Report:
                 only_b = sum(b[wording][task] and not a[wording][task] for task in a[wording])
                 lines.append(f"- {first} vs {second} ({wording}): {only_a} vs {only_b}, p = {mcnemar(only_a, only_b):.3g}")
         return lines
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def committed_calibration(path: Path) -> tuple[CalibrationSet, dict]:
+    """A calibration set a round brought back (`h200.sh recipes` copies OUT/data/KEY.safetensors and its .json into
+    the report folder's data/, ':' written '_'), loaded with its statistics; a missing file is one error line."""
+    stats_path = path.with_suffix(".json")
+    for needed in (path, stats_path):
+        if not needed.is_file():
+            raise SystemExit(f"error: the plan's calibration file {needed} does not exist (calibration_files names a "
+                             f"set an earlier round brought back, relative to the repository root)")
+    return CalibrationSet.load(path), json.loads(stats_path.read_text())
 
 
 def main() -> None:

@@ -222,6 +222,8 @@ def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
             assert "start" in recipe and "quantize" not in recipe, recipe["name"]
             continue
         run.prune_config(recipe).check_values()
+    for path in plan.get("calibration_files", {}).values():  # committed sets the plan prunes from
+        assert (BENCHMARKS.parent / path).is_file(), path
     known = {recipe["name"] for recipe in plan["recipes"]}
     if "earlier" in plan:
         earlier = BENCHMARKS.parent / plan["earlier"]
@@ -374,3 +376,36 @@ def test_a_family_without_an_issue_11_target_is_reported_without_one(recipes, tm
     recipes.Report(tmp_path, plan, "plan.json").write()
     report = (tmp_path / "report.md").read_text()
     assert "- o2: broad-a (members: broad-a)" in report and "o2 pass@1" not in report
+
+
+def test_a_plan_can_prune_from_an_earlier_rounds_committed_calibration_set(recipes, tmp_path, monkeypatch):
+    """calibration_files: the items of that data key load the committed set and its statistics (never a new draw),
+    and OUT/data keeps a copy for the later items; a file that is not there is one error line."""
+    import torch
+
+    from sparsedecoding.calibration import CalibrationSet
+
+    monkeypatch.setattr(recipes, "REPO", tmp_path)
+    committed = tmp_path / "benchmarks" / "results" / "round" / "data"
+    committed.mkdir(parents=True)
+    ids = torch.arange(12).view(2, 6)
+    original = CalibrationSet(ids, torch.ones_like(ids), ids % 2 == 0, "decode")
+    original.save(committed / "humaneval_fit-64-4.safetensors")
+    (committed / "humaneval_fit-64-4.json").write_text(json.dumps({"tokens": 6, "prompts_hash": "abc"}))
+    out = tmp_path / "out"
+    run = run_for(recipes, out, 0)
+    (out / "data").mkdir()
+    run.plan = {**PLAN, "calibration_files": {
+        "humaneval:fit-64-4": "benchmarks/results/round/data/humaneval_fit-64-4.safetensors"}}
+    run.claim = lambda key: pytest.fail("a committed set is never sampled")
+    recipe = {"name": "r", "pattern": "16:32", "data": "humaneval:fit", "tokens": 64, "samples_per_prompt": 4}
+    calib, stats = run.calibration(recipe)
+    assert torch.equal(calib.input_ids, ids) and torch.equal(calib.keep, original.keep) and calib.source == "decode"
+    assert stats == {"tokens": 6, "prompts_hash": "abc",
+                     "from_file": "benchmarks/results/round/data/humaneval_fit-64-4.safetensors"}
+    again, _ = run.calibration(recipe)  # now from OUT/data
+    assert torch.equal(again.input_ids, ids)
+    (out / "data" / "humaneval:fit-64-4.json").unlink()  # as in a fresh OUT
+    run.plan = {**PLAN, "calibration_files": {"humaneval:fit-64-4": "benchmarks/results/none.safetensors"}}
+    with pytest.raises(SystemExit, match="calibration file .*none.safetensors does not exist"):
+        run.calibration(recipe)
