@@ -5,6 +5,8 @@ not N:M sparse are refused in one line; and `prune --keep-mask` on a pruned chec
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -124,6 +126,9 @@ def test_prune_keep_mask_quantizes_a_pruned_checkpoint_without_moving_its_masks(
                        progress=False)
     out = prune(PruneConfig(model=str(pruned_dir), out=str(tmp_path / "int8"), pattern="2:4", quantize="int8",
                             keep_mask=True, **common), progress=False)
+    record = json.loads((out / "sparsedecoding.json").read_text())
+    # the default solver is admm, but with the mask kept only SparseGPT's loop runs: the record says so
+    assert record["solver"] == "sparsegpt" and record["solver_options"]["admm_iterations"] is None
     before = load_file(str(pruned_dir / "model.safetensors"))
     after = load_file(str(out / "model.safetensors"))
     checked = 0

@@ -405,8 +405,11 @@ def quantize_head(model, batches, config: PruneConfig, dtype: torch.dtype) -> di
 
 
 def solver_name(config: PruneConfig) -> str:
-    """The solver that runs: gptq for --pattern dense (nothing pruned), else --solver."""
-    return "gptq" if config.sparsity_pattern() is None else config.solver
+    """The solver that runs: gptq for --pattern dense (nothing pruned), sparsegpt for --keep-mask (its loop rounds
+    the kept weights; nothing searches a mask, whatever --solver says), else --solver."""
+    if config.sparsity_pattern() is None:
+        return "gptq"
+    return "sparsegpt" if config.keep_mask and config.solver in ("sparsegpt", "admm") else config.solver
 
 
 def _read_state(path: Path) -> dict | None:
@@ -674,8 +677,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             "calibration": work.state["calibration"], "source_model": str(folder),
             "solver_options": {"blocksize": config.blocksize, "percdamp": config.percdamp,
                                "solver_order": config.solver_order, "refit_steps": config.refit_steps,
-                               "admm_iterations": config.admm_iterations if config.solver == "admm" else None,
-                               "admm_products": config.admm_products if config.solver == "admm" else None,
+                               "admm_iterations": config.admm_iterations if solver_name(config) == "admm" else None,
+                               "admm_products": config.admm_products if solver_name(config) == "admm" else None,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
