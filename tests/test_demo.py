@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import torch
 
@@ -53,6 +54,8 @@ def test_the_demo_runs_on_a_tiny_model_without_warning_about_its_own_settings(tm
                      "--eval-prompts", "1", "--eval-new-tokens", "4", "--device", "cpu"]) == 0
     assert "does not read" not in caplog.text
     assert (tmp_path / "demo" / "text" / "sparsedecoding.json").is_file()
+    for run in ("decode", "text"):  # the demo keeps SparseGPT (its settings were chosen with it), not prune's admm
+        assert json.loads((tmp_path / "demo" / run / "sparsedecoding.json").read_text())["solver"] == "sparsegpt"
 
 
 def test_the_demo_refuses_calibration_options_it_does_not_run(tmp_path, capsys):
