@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from . import repair, selfdata, settings, solvers
 from .calibration import CalibrationSet, concat, decode_calibration, describe, text_calibration
 from .data import chat_format, lee_text, prompts_hash, read_prompts, read_text_file, shares_problems
-from .errors import RepairError, SparseDecodingError, UnsupportedArchitectureError
+from .errors import CalibrationError, RepairError, SparseDecodingError, UnsupportedArchitectureError
 from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target,
                       hessians_by_module, input_groups, kept_rows, paired_by_module, prunable_linears)
@@ -542,6 +542,26 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     return {"layers": linear_stats, "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
 
 
+def reused_calibration(config: PruneConfig, model) -> tuple[CalibrationSet, dict]:
+    """--calibration-from: the earlier run's set, checked against this model's vocabulary, and its record (the
+    earlier manifest's calibration record under `from_record` where the folder has one)."""
+    file = config.calibration_source()
+    try:
+        calib = CalibrationSet.load(file)
+    except Exception as error:  # safetensors' own errors (a truncated or foreign file) name no flag
+        raise CalibrationError(f"--calibration-from {file}: not a calibration set ({type(error).__name__}: "
+                               f"{str(error).splitlines()[0] if str(error) else 'unreadable'})") from None
+    vocabulary = model.get_input_embeddings().num_embeddings
+    if int(calib.input_ids.max()) >= vocabulary:
+        raise CalibrationError(f"--calibration-from {file}: token id {int(calib.input_ids.max())} is past this "
+                               f"model's vocabulary ({vocabulary}); the set was made with another tokenizer")
+    record = {**describe(calib), "from": str(file)}
+    manifest = file.parents[1] / PRUNED_MANIFEST if file.parent.name == "calibration" else None
+    if manifest is not None and manifest.is_file():
+        record["from_record"] = json.loads(manifest.read_text()).get("calibration")
+    return calib, record
+
+
 def inputs_digest(config: PruneConfig, folder: Path) -> str:
     """A digest of what the run reads besides its settings: the prompt, text and selfdata source files' contents and
     the model folder's config and weight files (name, size, modification time), so that a resumed run never goes on
@@ -549,7 +569,10 @@ def inputs_digest(config: PruneConfig, folder: Path) -> str:
     digest = hashlib.sha256()
     named = [config.prompts, config.text, *(name for name, _ in selfdata_config(config).mix())] \
         if config.calibration == "self" else [config.prompts, config.text]
+    named.append(config.calibration_from)
     for name in named:
+        if name and Path(name).is_dir() and (Path(name) / settings.CALIBRATION_FILE).is_file():
+            name = str(Path(name) / settings.CALIBRATION_FILE)
         if name and Path(name).is_file():
             digest.update(f"{name}:".encode() + sha256_file(Path(name)).encode())
     for file in sorted([folder / "config.json", *folder.glob("*.safetensors")]):
@@ -577,6 +600,10 @@ def unread_options(config: PruneConfig) -> list[str]:
         unread += ["refit_steps"]  # GPTQ alone: no mask to refit for
     if config.keep_mask:
         unread += ["refit_steps"]  # the kept weights are already the best for their own mask (their own target)
+    if config.calibration_from is not None:  # the tokens are an earlier run's: nothing draws or reads new ones
+        unread += ["calibration", "text", "text_seq_len", "mix_ratio", "tokens", "n_prompts", "samples_per_prompt",
+                   "max_new_tokens", "do_sample", "gen_batch_size", "self_sources", "self_meta", "self_answers"]
+        unread += [] if on_policy_repair else ["prompts", "temperature", "top_p", "self_batch_size", "gen_backend"]
     if config.calibration == "decode":
         unread += ["text", "text_seq_len", "mix_ratio"]
     if config.calibration == "text":
@@ -657,6 +684,10 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
             torch.cuda.reset_peak_memory_stats(device)
         if work.calibration_file.exists():
             calib = CalibrationSet.load(work.calibration_file)
+        elif config.calibration_from is not None:
+            calib, work.state["calibration"] = reused_calibration(config, model)
+            work.save_state()
+            calib.save(work.calibration_file)
         else:
             torch.manual_seed(config.seed)
             calib, work.state["calibration"] = build_calibration(config, model, tokenizer, work.generation_store,
@@ -694,6 +725,10 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         shutil.rmtree(final, ignore_errors=True)
         model.to(source_dtype(folder)).save_pretrained(final)
         tokenizer.save_pretrained(final)
+        kept_set = final / settings.CALIBRATION_FILE  # in a folder of its own: model loaders glob *.safetensors
+        kept_set.parent.mkdir()
+        shutil.copyfile(work.calibration_file, kept_set)
+        manifest["calibration"] = {**manifest["calibration"], "file": settings.CALIBRATION_FILE}
         write_json(final / PRUNED_MANIFEST, manifest)
         if out.exists():  # only reachable with --overwrite (validate refuses otherwise)
             shutil.rmtree(out)

@@ -25,12 +25,13 @@ from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 
 from .data import HUMANEVAL_INSTRUCTIONS, SPLITS, shares_problems
-from .errors import OutputExistsError, SparseDecodingError
+from .errors import CalibrationError, OutputExistsError, SparseDecodingError
 from .patterns import SparsityPattern
 
 CALIBRATION_TOKENS = 16384  # every calibration source gets this many tokens unless told otherwise
 SEED_MAX = 2**63 - 1  # seeds live in int64 tensors and torch generators
 SOLVERS = ("admm", "sparsegpt", "wanda", "magnitude")
+CALIBRATION_FILE = "calibration/set.safetensors"  # in a pruned model's folder: the tokens it was calibrated on
 ADMM_PRODUCTS = ("float32", "tf32")  # solvers.ADMM_PRODUCTS
 QUANTIZATIONS = ("none", "int8", "int4")
 SOLVER_ORDERS = ("columns", "hessian")  # solvers.check_order
@@ -250,6 +251,11 @@ class CalibrationSettings:
     self_meta: int = knob(4096, "--calibration self: meta-prompts asking the model for a task prompt", minimum=1)
     self_answers: int = knob(4096, "--calibration self: prompts answered, mixed from --self-sources", minimum=1)
     self_batch_size: int = knob(256, "--calibration self and on-policy repair: generator rows", minimum=1)
+    calibration_from: str | None = knob(None, "reuse an earlier run's calibration tokens instead of drawing new ones: "
+                                        "its output folder (which keeps them in calibration/) or that .safetensors "
+                                        "file; the source, prompt, budget and sampling options are then not read. "
+                                        "GPU sampling does not redraw a set bit for bit, so two solvers or patterns "
+                                        "compare fairly only on one set", shown="none")
     gen_backend: str = knob("engine", "--calibration self and on-policy repair: what runs the large-batch "
                             "generator: engine (the engine's transformer in CUDA graphs, 5.9x hf's tokens/s on an "
                             "H200; refuses models with extras it lacks, such as a non-SiLU activation) or hf (the "
@@ -377,6 +383,7 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
         if pattern is None and self.quantize == "none":
             raise SparseDecodingError("--pattern dense prunes nothing and, without --quantize, changes nothing; add "
                                       "--quantize int8 or int4 (dense GPTQ), or choose a pattern such as 16:32")
+        self.calibration_source()
         if self.calibration in ("text", "mix") and not self.tokens:
             raise SparseDecodingError(f"--calibration {self.calibration} needs a token budget (--tokens N)")
         if self.target == "dense" and self.propagation != "sequential":
@@ -403,6 +410,19 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
             raise SparseDecodingError(f"--repair-micro-batch {self.repair_micro_batch} is larger than --repair-batch "
                                       f"{self.repair_batch}; lower it")
         return pattern
+
+    def calibration_source(self) -> Path | None:
+        """The calibration file --calibration-from names (a pruned folder's `CALIBRATION_FILE`, or the file itself);
+        None without it. A path that holds none is one error line."""
+        if self.calibration_from is None:
+            return None
+        given = Path(self.calibration_from)
+        file = given / CALIBRATION_FILE if given.is_dir() else given
+        if not file.is_file() or file.suffix != ".safetensors":
+            raise CalibrationError(f"--calibration-from {self.calibration_from}: no calibration set there; name an "
+                                   f"earlier prune's output folder (it keeps {CALIBRATION_FILE}) or that .safetensors "
+                                   f"file")
+        return file
 
     def sparsity_pattern(self) -> SparsityPattern | None:
         """The parsed --pattern; None for dense (GPTQ alone)."""

@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     # offered (argparse refuses them) rather than taken and ignored.
     add_arguments(parser, CalibrationSettings, "calibration", defaults=DEMO,
                   skip=("calibration", "mix_ratio", "self_sources", "self_meta", "self_answers", "self_batch_size",
-                        "gen_backend"))
+                        "gen_backend", "calibration_from"))
     parser.set_defaults(func=run)
 
 
