@@ -38,7 +38,7 @@ def test_fetch_converts_the_gguf_to_a_bf16_folder(smollm2):
 
 
 def test_decode_calibrated_2of4_on_smollm2(smollm2, tmp_path):
-    # SparseGPT: the default solver (admm) takes over ten minutes on 2 CPU cores for this model; the pipeline runs
+    # SparseGPT: with the default solver (admm) this test ran past eight minutes on 2 CPU cores; the pipeline runs
     # admm end to end in tests/test_admm.py on small models
     out = prune(PruneConfig(model=str(smollm2), out=str(tmp_path / "out"), pattern="2:4", n_prompts=6,
                             max_new_tokens=24, tokens=96, gen_batch_size=6, solver="sparsegpt"), progress=False)
