@@ -298,3 +298,19 @@ def test_a_failed_eigendecomposition_is_retried_once_in_float64(monkeypatch, cap
     monkeypatch.setattr(torch.linalg, "eigh", lambda A: (_ for _ in ()).throw(torch.linalg.LinAlgError("no")))
     with pytest.raises(torch.linalg.LinAlgError):
         solvers.admm(W.double(), H, "2:4", iterations=30)  # float64 has nothing to fall back to
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(propagation="sequential", target="dense"),  # ADMM on W·C·H⁻¹, the dense model's output as the target
+    dict(quantize="int4", group_size=32),  # ADMM's mask, then SparseGPT's loop rounding with it fixed
+    dict(pattern="16:32+2"),  # the capped projection
+])
+def test_the_default_solver_runs_with_the_other_prune_options(tiny_folder, prompts_file, tmp_path, overrides):
+    """admm is the default: the options that used to meet only SparseGPT run with it, the pattern kept."""
+    out = prune(config(tiny_folder, tmp_path / "out", prompts_file, admm_iterations=20, **overrides), progress=False)
+    record = json.loads((out / "sparsedecoding.json").read_text())
+    assert record["solver"] == "admm"
+    pattern = SparsityPattern.parse(record["pattern"])
+    for key, tensor in weights(out).items():
+        if key.endswith("proj.weight"):
+            solvers.check_kept_zeros(tensor.float(), pattern)  # 16:32+2: the cap on weights beyond two too
