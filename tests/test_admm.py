@@ -314,3 +314,10 @@ def test_the_default_solver_runs_with_the_other_prune_options(tiny_folder, promp
     for key, tensor in weights(out).items():
         if key.endswith("proj.weight"):
             solvers.check_kept_zeros(tensor.float(), pattern)  # 16:32+2: the cap on weights beyond two too
+
+
+def test_zero_iterations_is_refused_not_run_as_sparsegpt():
+    W, H = random_problem(rows=8, cols=64, seed=3)
+    for iterations in (0, True, 10_001):
+        with pytest.raises(SolverSettingsError, match="admm_iterations"):
+            solvers.admm(W, H, "2:4", iterations=iterations)

@@ -38,16 +38,25 @@ def test_a_second_run_prunes_from_the_first_runs_tokens(tiny_folder, prompts_fil
     third = prune(config(tiny_folder, tmp_path / "third", prompts_file, solver="wanda", calibration_from=str(kept)),
                   progress=False)  # the file itself, another solver
     assert "from_record" in json.loads((third / "sparsedecoding.json").read_text())["calibration"]
-    unread = pipeline.unread_options(config(tiny_folder, tmp_path / "x", prompts_file, calibration_from=str(first),
+    missing = tmp_path / "no-such-file.jsonl"
+    unread = pipeline.unread_options(config(tiny_folder, tmp_path / "x", missing, calibration_from=str(first),
                                             tokens=99, max_new_tokens=7))
-    assert {"tokens", "max_new_tokens"} <= set(unread)
+    assert {"tokens", "max_new_tokens", "prompts"} <= set(unread)
+    prune(config(tiny_folder, tmp_path / "fourth", missing, solver="wanda", calibration_from=str(first)),
+          progress=False)  # a prompt file it never reads is not opened
 
 
 def test_a_source_without_a_set_fails_in_one_line_before_loading(tiny_folder, prompts_file, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    CalibrationSet(ids, torch.ones_like(ids), torch.ones_like(ids, dtype=torch.bool), "decode").save(
+        tmp_path / "foreign.safetensors")
     for source in (tmp_path / "empty", tmp_path / "none.safetensors", prompts_file):
         with pytest.raises(SparseDecodingError, match="--calibration-from .*: no calibration set there"):
             config(tiny_folder, tmp_path / "out", prompts_file, calibration_from=str(source)).check_values()
+    with pytest.raises(SparseDecodingError, match="--calibration text would draw new ones"):  # one source only
+        config(tiny_folder, tmp_path / "out", prompts_file, calibration="text",
+               calibration_from=str(tmp_path / "foreign.safetensors")).check_values()
     assert main(["prune", "--model", str(tiny_folder), "--out", str(tmp_path / "out"),
                  "--calibration-from", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

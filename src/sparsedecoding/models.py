@@ -543,8 +543,8 @@ def check_pattern_fits(folder: Path, pattern, solver: str, blocksize: int) -> No
                                        f"multiple of 16 output rows, but {shapes}; use 16:32+2 or 16:32+4")
     if solver in ("sparsegpt", "admm") and blocksize % pattern.m:
         fitting_block = max(pattern.m, blocksize // pattern.m * pattern.m)
-        raise SparsityPatternError(f"--pattern {pattern} with SparseGPT needs --blocksize a multiple of {pattern.m} "
-                                   f"(got {blocksize}); pass --blocksize {fitting_block}")
+        raise SparsityPatternError(f"--pattern {pattern} with SparseGPT or ADMM needs --blocksize a multiple of "
+                                   f"{pattern.m} (got {blocksize}); pass --blocksize {fitting_block}")
 
 
 def stop_token_ids(model) -> list[int]:

@@ -569,10 +569,8 @@ def inputs_digest(config: PruneConfig, folder: Path) -> str:
     digest = hashlib.sha256()
     named = [config.prompts, config.text, *(name for name, _ in selfdata_config(config).mix())] \
         if config.calibration == "self" else [config.prompts, config.text]
-    named.append(config.calibration_from)
+    named.append(config.calibration_source())  # None without --calibration-from
     for name in named:
-        if name and Path(name).is_dir() and (Path(name) / settings.CALIBRATION_FILE).is_file():
-            name = str(Path(name) / settings.CALIBRATION_FILE)
         if name and Path(name).is_file():
             digest.update(f"{name}:".encode() + sha256_file(Path(name)).encode())
     for file in sorted([folder / "config.json", *folder.glob("*.safetensors")]):
@@ -601,7 +599,7 @@ def unread_options(config: PruneConfig) -> list[str]:
     if config.keep_mask:
         unread += ["refit_steps"]  # the kept weights are already the best for their own mask (their own target)
     if config.calibration_from is not None:  # the tokens are an earlier run's: nothing draws or reads new ones
-        unread += ["calibration", "text", "text_seq_len", "mix_ratio", "tokens", "n_prompts", "samples_per_prompt",
+        unread += ["text", "text_seq_len", "mix_ratio", "tokens", "n_prompts", "samples_per_prompt",
                    "max_new_tokens", "do_sample", "gen_batch_size", "self_sources", "self_meta", "self_answers"]
         unread += [] if on_policy_repair else ["prompts", "temperature", "top_p", "self_batch_size", "gen_backend"]
     if config.calibration == "decode":
@@ -646,11 +644,13 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     if config.quantize_head == "int4":  # lm_head's rows too, and a group the engine's dense int4 kernel takes
         solvers.quantization_group("int4", config.group_size, read_config(folder)["hidden_size"])
         check_dense_quantization("int4", config.group_size)
-    if config.calibration in ("decode", "mix"):
+    draws = config.calibration_from is None  # a reused set draws nothing and reads no prompt
+    if config.calibration in ("decode", "mix") and draws:
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
     if config.repair_steps and config.repair_on_policy and config.calibration != "self":
         prompt_sides(config)
-    reads_prompts = config.calibration in ("decode", "mix") or bool(config.repair_steps and config.repair_on_policy)
+    reads_prompts = config.calibration in ("decode", "mix") and draws or bool(config.repair_steps
+                                                                             and config.repair_on_policy)
     if reads_prompts and shares_problems(config.prompts, "eval"):
         log.warning("--prompts %s holds HumanEval's held-out half (humaneval:eval): pass@1 there, `eval`'s default, "
                     "no longer measures held-out quality for this model", config.prompts)

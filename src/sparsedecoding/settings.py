@@ -253,7 +253,8 @@ class CalibrationSettings:
     self_batch_size: int = knob(256, "--calibration self and on-policy repair: generator rows", minimum=1)
     calibration_from: str | None = knob(None, "reuse an earlier run's calibration tokens instead of drawing new ones: "
                                         "its output folder (which keeps them in calibration/) or that .safetensors "
-                                        "file; the source, prompt, budget and sampling options are then not read. "
+                                        "file; the prompt, budget and sampling options are then not read (and "
+                                        "--calibration stays at decode). "
                                         "GPU sampling does not redraw a set bit for bit, so two solvers or patterns "
                                         "compare fairly only on one set", shown="none")
     gen_backend: str = knob("engine", "--calibration self and on-policy repair: what runs the large-batch "
@@ -383,7 +384,10 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
         if pattern is None and self.quantize == "none":
             raise SparseDecodingError("--pattern dense prunes nothing and, without --quantize, changes nothing; add "
                                       "--quantize int8 or int4 (dense GPTQ), or choose a pattern such as 16:32")
-        self.calibration_source()
+        if self.calibration_source() is not None and self.calibration != "decode":
+            raise CalibrationError(f"--calibration-from takes an earlier run's tokens, whatever their source; "
+                                   f"--calibration {self.calibration} would draw new ones (and, with self, repair "
+                                   f"from new self-written data): drop one of the two")
         if self.calibration in ("text", "mix") and not self.tokens:
             raise SparseDecodingError(f"--calibration {self.calibration} needs a token budget (--tokens N)")
         if self.target == "dense" and self.propagation != "sequential":

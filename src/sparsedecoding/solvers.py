@@ -960,7 +960,7 @@ def admm_shared(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Spa
                 refit_steps: int = 0, products: str = "float32") -> list[torch.Tensor]:
     """`admm` for several weights that read the same input, their rows stacked against one eigendecomposition (each
     weight's result is the one it gets alone: rows are independent)."""
-    check_admm_iterations(iterations)
+    check_admm_iterations(iterations)  # here: _solve reads 0 as "no ADMM" and would run SparseGPT
     return _solve(weights, hessian, SparsityPattern.parse(pattern), quantize, group_size, blocksize, percdamp,
                   cuda_graph, order=order, refit_steps=refit_steps, admm_iterations=iterations,
                   admm_products=products)
