@@ -227,19 +227,19 @@ PY
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm ;;
   quality-admm2)  # prepared in the fifty-eighth session, not yet run: quality-admm2-qwen2.5-coder-1.5b/, the whole of
     # benchmarks/recipes/plan-admm2.json (ADMM on one calibration set: the recommended 16:32 recipe, with sequential
-    # propagation, with TF32 products, as 16:32+2, and 2:4; dev then held-out; its three rules fixed before any run);
-    # about 17 minutes from the model's arrival. First call: `END_AT=$(( $(date +%s) + 1500 )) bash
+    # propagation, with TF32 products, as 16:32+2, and 2:4; dev then held-out; its three rules fixed before any run;
+    # amended in the fifty-ninth session, still before any run, with q16-settle and rule 4: 200 iterations, settle 5);
+    # about 20 minutes from the model's arrival. First call: `END_AT=$(( $(date +%s) + 1500 )) bash
     # benchmarks/h200.sh lease-admm2` carrying .whl, .devdata and the first piece (it also runs admm-time, which rule
     # 2 needs, and with KERNEL=1 int4-nb3, while the GPU waits for the model; see lease-admm2); then the other pieces
-    # (`receive`, the last
-    # with `models`), then `WAIT=570 ... collect` calls. Short of time: `ONLY=q16,q16-tf32` first (rules 1 and 3 wait
-    # for their own items). Its calibration set now comes back in bg.tgz (recipes-admm2/data/): commit it into the
+    # (`receive`, the last with `models`), then `WAIT=570 ... collect` calls. Short of time: `ONLY=q16,q16-tf32,
+    # q16-settle` first (rules 1 and 3 wait for their own items). Its calibration set now comes back in bg.tgz (recipes-admm2/data/): commit it into the
     # report folder's data/ (':' written '_') so that a later plan's calibration_files can prune from the same tokens
     recipes benchmarks/recipes/plan-admm2.json /root/recipes-admm2 quality-admm2-qwen2.5-coder-1.5b ;;
   lease-admm2)  # the first call (carry .whl, .devdata and .xfer/cpart00a; with KERNEL=1 also .kcachez): the quality
     # plan waits in the background for the model while the GPU runs the timed steps undisturbed: admm-time (about 2
-    # minutes), and with KERNEL=1 int4-nb3 too (3 more; the whole plan then needs about 29 of a lease's 30 minutes, so
-    # add ONLY=q16,q16-tf32,q16o2,q2 or run int4-nb3 in a lease of its own)
+    # minutes), and with KERNEL=1 int4-nb3 too (3 more; the whole plan then needs more than a lease's 30 minutes, so
+    # add ONLY=q16,q16-tf32,q16-settle,q2 or run int4-nb3 in a lease of its own)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2 \
       && { bash benchmarks/h200.sh admm-time; [ "${KERNEL:-0}" != 1 ] || bash benchmarks/h200.sh int4-nb3; } ;;
   int4-nb3)  # prepared in the fifty-eighth session, not yet run: ablate_int4_nb3_h200.md, issue 13's batch-1 int4 miss:

@@ -321,3 +321,63 @@ def test_zero_iterations_is_refused_not_run_as_sparsegpt():
     for iterations in (0, True, 10_001):
         with pytest.raises(SolverSettingsError, match="admm_iterations"):
             solvers.admm(W, H, "2:4", iterations=iterations)
+
+
+def test_settle_stops_once_the_mask_holds_and_refits_its_weights():
+    """`settle=K` runs until the projection has returned one mask K times in a row, then moves the kept weights by
+    `ADMM_SETTLED_REFIT` conjugate-gradient steps: the mask is the one the loop reached at that iteration, the
+    weights never worse on the loss than the loop's own, and near the full run's loss."""
+    W, H = random_problem(rows=32, cols=128, seed=5)
+    pattern = SparsityPattern.parse("2:4")
+    Hn = solvers.normalized_hessian(H, torch.float64)
+    _, damping = solvers.damped_factor(Hn, 0.01, inverse=False)
+    full, full_kept, ran = solvers.admm_prune(W.double(), Hn, damping, pattern, 100)
+    assert ran == 100
+    settled, kept, stopped = solvers.admm_prune(W.double(), Hn, damping, pattern, 100, settle=5)
+    assert 5 < stopped < 100
+    loop = reference_stop(W, Hn, damping, pattern, 100, stopped)  # the same iterations, no refit after them
+    assert torch.equal(kept, loop != 0) and torch.equal(settled != 0, kept)
+    assert layer_loss(W, settled, H) < layer_loss(W, loop, H)  # the refit ran, and lowered the loss
+    assert layer_loss(W, settled, H) < 1.02 * layer_loss(W, full, H)
+
+
+def reference_stop(W, Hn, damping, pattern, iterations, stop):
+    """`admm_prune`'s iterations written out in float64 with a direct solve, the schedule of `iterations`, stopped
+    after `stop` of them; returns D."""
+    A = Hn + damping * torch.eye(Hn.shape[0], dtype=torch.float64)
+    W = W.double()
+    D = W * solvers.keep_mask(W.abs(), pattern)
+    V = torch.zeros_like(W)
+    rho = 0.1 * float(torch.linalg.eigvalsh(A).clamp_min(damping).mean())
+    for _ in range(stop):
+        X = torch.linalg.solve(A + rho * torch.eye(A.shape[0], dtype=torch.float64), (W @ A + rho * (D - V)).T).T
+        Z = X + V
+        D = Z * solvers.keep_mask(Z.abs(), pattern)
+        V = Z - D
+        rho *= 10_000 ** (1 / (iterations - 1))
+    return D
+
+
+def test_settle_zero_or_never_reached_is_the_full_run_and_bad_values_are_refused():
+    W, H = random_problem(rows=16, cols=64, seed=4)
+    full = solvers.admm(W, H, "16:32", iterations=40)
+    assert torch.equal(solvers.admm(W, H, "16:32", iterations=40, settle=0), full)
+    assert torch.equal(solvers.admm(W, H, "16:32", iterations=40, settle=40), full)  # a stop at the end: no refit
+    for settle in (-1, True, 2.5, 10_001):
+        with pytest.raises(SolverSettingsError, match="settle"):
+            solvers.admm(W, H, "2:4", iterations=30, settle=settle)
+    with pytest.raises(SparseDecodingError, match="--admm-settle"):
+        check(PruneConfig(model="m", out="o", admm_settle=-1))
+
+
+def test_settle_reaches_the_solver_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    seen = []
+    admm_shared = pipeline.solvers.admm_shared
+    monkeypatch.setattr(pipeline.solvers, "admm_shared",
+                        lambda *a, **k: seen.append(k["settle"]) or admm_shared(*a, **k))
+    out = prune(config(tiny_folder, tmp_path / "settle", prompts_file, admm_iterations=30, admm_settle=3),
+                progress=False)
+    assert seen == [3] * 12
+    assert json.loads((out / "sparsedecoding.json").read_text())["solver_options"]["admm_settle"] == 3
+    assert "admm_settle" in pipeline.unread_options(config(tiny_folder, tmp_path / "x", prompts_file,
+                                                           solver="sparsegpt", admm_settle=3))

@@ -355,7 +355,7 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
                                          order=config.solver_order)
         elif config.solver == "admm" and not config.keep_mask:
             pruned = solvers.admm_shared(weights, hessian, pattern, iterations=config.admm_iterations,
-                                         products=config.admm_products,
+                                         products=config.admm_products, settle=config.admm_settle,
                                          blocksize=config.blocksize, percdamp=config.percdamp,
                                          quantize=config.quantize, group_size=config.group_size,
                                          order=config.solver_order, refit_steps=config.refit_steps)
@@ -593,7 +593,7 @@ def unread_options(config: PruneConfig) -> list[str]:
     if config.solver == "admm" and config.quantize == "none" and config.sparsity_pattern() is not None:
         unread += ["solver_order"]  # only the rounding loop after ADMM reads it
     if config.solver != "admm" or config.keep_mask or config.sparsity_pattern() is None:
-        unread += ["admm_iterations", "admm_products"]
+        unread += ["admm_iterations", "admm_products", "admm_settle"]
     if config.sparsity_pattern() is None:
         unread += ["refit_steps"]  # GPTQ alone: no mask to refit for
     if config.keep_mask:
@@ -710,6 +710,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                                "solver_order": config.solver_order, "refit_steps": config.refit_steps,
                                "admm_iterations": config.admm_iterations if solver_name(config) == "admm" else None,
                                "admm_products": config.admm_products if solver_name(config) == "admm" else None,
+                               "admm_settle": config.admm_settle if solver_name(config) == "admm" else None,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],

@@ -397,6 +397,13 @@ MAX_ADMM_ITERATIONS = 10_000
 # model did worse on SmolLM2's dev answers and news text (benchmarks/results/solver_admm_median_rho_smollm2_cpu.md
 # against solver_admm_smollm2_cpu.md): the mean's early penalty also regularizes.
 ADMM_RHO = (0.1, 1000.0)
+# `admm_prune(settle=K)`: once the mask has stayed the same K iterations in a row the rest only move the kept weights
+# toward the loss's minimum for that mask; conjugate gradients get there in fewer products (one a step against
+# ADMM's two an iteration). On 16 of SmolLM2-135M's linears (text Hessians, benchmarks/results/admm_settle_smollm2_cpu.md)
+# settle 5 with 10 refit steps ended at 0.997x (2:4) and 0.994x (16:32) the layer loss of 100 full iterations after
+# 53 and 52 iterations on average; with the schedule spread over 200, at 0.980x and 0.974x after 84 and 98 (200 full
+# iterations: 0.981x and 0.977x). Geometric means.
+ADMM_SETTLED_REFIT = 10
 # ADMM_PRODUCTS (settings): how ADMM's two products an iteration with the eigenvectors run (`admm_prune(products=)`):
 # float32, or with both operands rounded to TF32 (10 mantissa bits, float32 accumulation): the GPU's tensor cores
 # then take them, 6-8x faster on the H100 for Llama-3.1-8B's largest problems (benchmarks/results/admm_parts_h100*.md).
@@ -447,6 +454,12 @@ def check_admm_iterations(iterations: int) -> None:
                                   f"{MAX_ADMM_ITERATIONS}, such as 100")
 
 
+def check_admm_settle(settle: int) -> None:
+    if isinstance(settle, bool) or not isinstance(settle, int) or not 0 <= settle <= MAX_ADMM_ITERATIONS:
+        raise SolverSettingsError(f"admm settle = {settle!r} must be an integer from 0 (run every iteration) to "
+                                  f"{MAX_ADMM_ITERATIONS}, such as 5")
+
+
 def symmetric_eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`torch.linalg.eigh` of a symmetric positive definite A; if the solver fails to converge in A's dtype (cuSOLVER
     can on large ill-conditioned float32 matrices), once more in float64, with a warning, the result cast back."""
@@ -463,7 +476,7 @@ def symmetric_eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: SparsityPattern,
-               iterations: int, products: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
+               iterations: int, products: str = "float32", settle: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
     """A mask and weights for it by ADMM on the layer loss: minimise (w − t)·(H + λI)·(w − t)ᵀ for every row w of
     W [rows, cols] (t the row itself), subject to the pattern, with λ = `damping`. The problem is split into a free
     copy X and a pattern-feasible copy D, held together by a scaled dual V and the penalty ρ:
@@ -481,7 +494,10 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     idea of ALPS (Meng et al., 2024: ADMM for the support, then conjugate gradients for the weights, which is
     `refit_kept` here). Returns D, exactly zero where pruned, and its mask (True where kept); all rows in one product
     a step. `products`: how the two products with the eigenvectors run (`ADMM_PRODUCTS`, `EigenProducts`); float64
-    problems always run in float64."""
+    problems always run in float64. `settle` > 0 stops as soon as the projection has returned the same mask `settle`
+    times in a row, and then re-solves D's kept weights for that mask by `ADMM_SETTLED_REFIT` conjugate-gradient
+    steps (`refit_kept`), which is where the remaining iterations would take them (0 runs every iteration, as
+    before). The third value returned is the number of iterations run."""
     A = H.clone()
     A.diagonal().add_(damping)
     eigenvalues, Q = symmetric_eigh(A)
@@ -494,14 +510,21 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     first, last = ADMM_RHO
     rho = first * float(eigenvalues.mean())
     growth = (last / first) ** (1 / max(iterations - 1, 1))
-    for _ in range(iterations):
+    unchanged = 0
+    for step in range(1, iterations + 1):
         X = solve(G + rho * (D - V), eigenvalues + rho)
         X += V
-        kept = projection(X.abs(), pattern)
+        previous, kept = kept, projection(X.abs(), pattern)
         D = X * kept
         V = X.sub_(D)
         rho *= growth
-    return D, kept
+        if settle:
+            unchanged = unchanged + 1 if torch.equal(kept, previous) else 0
+            if unchanged == settle:
+                if step < iterations:
+                    D = refit_kept(D, W, H, damping, kept, ADMM_SETTLED_REFIT)
+                break
+    return D, kept, step
 
 
 # The orders in which the column loop can visit W's columns (`sparsegpt(order=...)`): "columns" left to right, as
@@ -817,7 +840,7 @@ def normalized_hessian(hessian: torch.Tensor, compute: torch.dtype) -> torch.Ten
 def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: SparsityPattern | None,
            quantize: str | None, group_size: int, blocksize: int, percdamp: float, cuda_graph: bool | None,
            keep_zeros: bool = False, order: str = "columns", refit_steps: int = 0,
-           admm_iterations: int = 0, admm_products: str = "float32") -> list[torch.Tensor]:
+           admm_iterations: int = 0, admm_products: str = "float32", admm_settle: int = 0) -> list[torch.Tensor]:
     """SparseGPT (pattern set) or GPTQ (pattern None) on weights stacked by rows, all against one factorisation;
     `keep_zeros`: the mask is the weights' zeros (checked against the N:M pattern), not chosen; `order` and
     `refit_steps`: see `sparsegpt`; `admm_iterations` (with a pattern): the mask and its weights from `admm_prune`
@@ -828,6 +851,7 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     if admm_iterations:
         check_admm_iterations(admm_iterations)
         check_admm_products(admm_products)
+        check_admm_settle(admm_settle)
         if pattern is None or keep_zeros:
             raise SolverSettingsError("ADMM chooses a mask: it needs a sparsity pattern and a mask not kept")
     for weight in weights:
@@ -866,7 +890,7 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     if admm_iterations:
         # The mask and its weights from ADMM on the whole loss (`admm_prune`); then as for the refit: optionally
         # re-solved for the mask, and with `quantize` rounded by the loop below with the mask fixed.
-        solved, kept = admm_prune(W, H, damping, pattern, admm_iterations, admm_products)
+        solved, kept, _ = admm_prune(W, H, damping, pattern, admm_iterations, admm_products, admm_settle)
         pruned = ~kept
         if refit_steps:
             solved = refit_kept(solved, W, H, damping, kept, refit_steps)
@@ -957,18 +981,18 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
 def admm_shared(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: SparsityPattern | str, *,
                 iterations: int = 100, quantize: str | None = None, group_size: int = 128, blocksize: int = 128,
                 percdamp: float = 0.01, cuda_graph: bool | None = None, order: str = "columns",
-                refit_steps: int = 0, products: str = "float32") -> list[torch.Tensor]:
+                refit_steps: int = 0, products: str = "float32", settle: int = 0) -> list[torch.Tensor]:
     """`admm` for several weights that read the same input, their rows stacked against one eigendecomposition (each
     weight's result is the one it gets alone: rows are independent)."""
     check_admm_iterations(iterations)  # here: _solve reads 0 as "no ADMM" and would run SparseGPT
     return _solve(weights, hessian, SparsityPattern.parse(pattern), quantize, group_size, blocksize, percdamp,
                   cuda_graph, order=order, refit_steps=refit_steps, admm_iterations=iterations,
-                  admm_products=products)
+                  admm_products=products, admm_settle=settle)
 
 
 def admm(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern | str, *, iterations: int = 100,
          quantize: str | None = None, group_size: int = 128, blocksize: int = 128, percdamp: float = 0.01,
-         order: str = "columns", refit_steps: int = 0, products: str = "float32") -> torch.Tensor:
+         order: str = "columns", refit_steps: int = 0, products: str = "float32", settle: int = 0) -> torch.Tensor:
     """Prune by ADMM on the whole layer loss (`admm_prune`, `iterations` steps, default 100) instead of SparseGPT's
     one pass over the columns: the same damped, normalized Hessian and the same patterns, but every group's mask is
     revisited while the weights of the whole row move toward the loss. `refit_steps` then re-solves the kept weights
@@ -979,7 +1003,7 @@ def admm(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern |
     `ADMM_PRODUCTS`; ignored for float64)."""
     return admm_shared([weight], hessian, pattern, iterations=iterations, quantize=quantize, group_size=group_size,
                        blocksize=blocksize, percdamp=percdamp, order=order, refit_steps=refit_steps,
-                       products=products)[0]
+                       products=products, settle=settle)[0]
 
 
 def gptq_shared(weights: list[torch.Tensor], hessian: torch.Tensor, quantize: str = "int8", *,
