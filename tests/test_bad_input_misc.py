@@ -232,3 +232,34 @@ def test_solver_and_packing_inputs_without_values_are_refused():
             solvers.quantization_codes(weight, "int8")
     with pytest.raises(PackingError, match="weight is on the meta device"):
         pack_nm(torch.empty(16, 64, dtype=torch.bfloat16, device="meta"), 2, 4)
+
+
+@pytest.mark.parametrize("argv", [
+    lambda m, o, t, p: ["prune", "--model", m, "--out", o, "--calibration", "mix", "--text", t, "--prompts", p,
+                        "--tokens", "64", "--device", "cpu", "--solver", "magnitude"],
+    lambda m, o, t, p: ["prune", "--model", m, "--out", o, "--calibration", "text", "--text", t, "--tokens", "64",
+                        "--device", "cpu", "--solver", "magnitude"],
+    lambda m, o, t, p: ["analyze", "discrepancy", "--model", m, "--out", o, "--text", t, "--heldout", p,
+                        "--calib-prompts", p + "2", "--tokens", "64", "--no-plot", "--device", "cpu"],
+], ids=["prune-mix", "prune-text", "discrepancy"])
+def test_a_text_too_short_for_its_share_is_refused_before_any_generation(capsys, monkeypatch, tmp_path, tiny, argv):
+    """The text's tokens are counted as soon as the tokenizer is loaded, not after the model has written its decode
+    calibration (a discrepancy run's text gets as many tokens as its decode set: at most --tokens)."""
+    from transformers.utils import logging as hf_logging
+
+    from sparsedecoding import calibration, generation
+
+    hf_logging.disable_progress_bar()  # its loading bar is no error line
+    monkeypatch.setattr(generation, "generate", lambda *a, **k: pytest.fail("generation ran before the text check"))
+    monkeypatch.setattr(calibration, "generate", lambda *a, **k: pytest.fail("generation ran before the text check"))
+    text, prompts = tmp_path / "short.txt", tmp_path / "p.txt"
+    text.write_text("three words only")
+    prompts.write_text("def f(x):\nhello\n")
+    (tmp_path / "p.txt2").write_text("sort a list\nadd two numbers\n")
+    out = tmp_path / "out"
+    try:
+        one_line_error(capsys, [str(part) for part in argv(tiny, out, text, str(prompts))],
+                       "CalibrationError: the calibration text has")
+    finally:
+        hf_logging.enable_progress_bar()
+    assert not out.exists() and not (tmp_path / "out.partial").exists()

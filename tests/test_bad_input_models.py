@@ -282,3 +282,19 @@ def test_a_folder_is_checked_once_until_a_file_of_it_changes(tmp_path, monkeypat
     with pytest.raises(ModelFileError, match="where it implies"):
         models.resolve_model(str(folder))
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("sparse", ["none", "auto"])
+@pytest.mark.parametrize("model", ["tiny", "pruned"])
+def test_generate_refuses_nan_weights_in_one_line(capsys, tmp_path, tiny, pruned, sparse, model):
+    """A NaN weight makes the engine generate garbage or nothing, silently: like prune, pack and eval, generate
+    names the tensor instead (dense or as the packed values `--sparse auto` makes of a 2:4 weight)."""
+    folder = Path(shutil.copytree({"tiny": tiny, "pruned": pruned}[model], tmp_path / "nan"))
+
+    def poison(tensors):
+        tensors["model.layers.1.mlp.up_proj.weight"][3, 4] = float("nan")
+    edit_weights(folder, poison)
+    line = one_error_line(capsys, ["generate", "--model", folder, "--prompt", "hi", "--new-tokens", "2", "--device",
+                                   "cpu", "--dtype", "bfloat16", "--sparse", sparse, "--no-compile"],
+                          "model.layers.1.mlp.up_proj.weight holds NaN or inf")
+    assert "ModelFileError" in line

@@ -252,3 +252,57 @@ def test_drift_refuses_models_of_other_shapes_before_loading_them(capsys, monkey
                                   tmp_path / "out", *DRIFT], "DriftSettingsError")
     assert f"{key} {config[key]} vs {change[key]}" in err
     assert not (tmp_path / "out").exists()
+
+
+# Each command's argv for an --out `o`, from the tiny model `t` and its 2:4 copy `p`.
+OUT_COMMANDS = {
+    "prune": lambda o, t, p: ["prune", "--model", t, "--out", o, *PRUNE, "--solver", "magnitude"],
+    "pack": lambda o, t, p: ["pack", "--model", p, "--out", o],
+    "eval": lambda o, t, p: ["eval", "--model", t, "--out", o, *EVAL],
+    "drift": lambda o, t, p: ["analyze", "drift", "--dense", t, "--pruned", p, "--out", o, *DRIFT[:-1]],
+}
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS)
+def test_an_out_through_a_missing_folder_and_dotdot_is_the_folder_it_lands_on(capsys, monkeypatch, tmp_path, models,
+                                                                             command):
+    """`missing/../keep`: making OUT.partial would create `missing`, and the rename at the end would land on `keep`.
+    Checked as `keep`: it exists, so without --overwrite it is refused, untouched and with nothing created."""
+    monkeypatch.chdir(tmp_path)
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "data.txt").write_text("important")
+    before = listing(tmp_path)
+    one_line_error(capsys, OUT_COMMANDS[command]("missing/../keep", models["tiny"], models["2:4"]), "keep exists")
+    assert listing(tmp_path) == before and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS)
+@pytest.mark.parametrize("out", ["", ".", "/", "..", "sub/.."])
+def test_an_out_that_names_no_folder_of_its_own_is_one_line(capsys, monkeypatch, tmp_path, models, command, out):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    before = listing(tmp_path)
+    err = one_line_error(capsys, OUT_COMMANDS[command](out, models["tiny"], models["2:4"]), "--out ")
+    assert "names no folder of its own" in err or out == "" and "--out is empty" in err, err  # pack: Path("") is .
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS)
+@pytest.mark.parametrize("target", ["dangling", "folder"])
+@pytest.mark.parametrize("given", ["link", "missing/../link"])
+def test_an_out_that_is_a_symbolic_link_is_refused_before_any_work(capsys, monkeypatch, tmp_path, models, command,
+                                                                   target, given):
+    """The rename at the end cannot replace a link with a folder, nor --overwrite remove one: refused up front, the
+    link and what it points to untouched."""
+    monkeypatch.chdir(tmp_path)
+    pointed = tmp_path / "pointed"
+    if target == "folder":
+        pointed.mkdir()
+        (pointed / "data.txt").write_text("important")
+    link = tmp_path / "link"
+    link.symlink_to(pointed)
+    before = listing(tmp_path)
+    argv = OUT_COMMANDS[command](given, models["tiny"], models["2:4"])
+    one_line_error(capsys, [*argv, "--overwrite"] if command != "drift" else argv, "is a symbolic link")
+    assert listing(tmp_path) == before and not (tmp_path / "missing").exists()

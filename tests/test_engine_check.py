@@ -131,3 +131,20 @@ def test_a_tokens_check_it_cannot_run_is_one_line_and_writes_nothing(tiny_folder
     errors = [line for line in stderr if line.startswith("error:")]
     assert errors == stderr[-1:] and errors[0].startswith("error: EngineError") and re.search(message, errors[0])
     assert not out.exists()
+
+
+def test_a_failed_check_exits_1_with_its_report_and_a_line_saying_so(tiny_folder, monkeypatch, tmp_path, capsys):
+    """A script or CI must see a failed check in the exit status: the report is still printed and written, then one
+    stderr line counts the rows that did not pass."""
+    exact = engine_model.rope_frequencies
+    monkeypatch.setattr(engine_model, "rope_frequencies", lambda args: 1.1 * exact(args))
+    out = tmp_path / "report.md"
+    assert main(["--model", str(tiny_folder), "--checks", "logits", "--new-tokens", "4", "--device", "cpu",
+                 "--prompt", "hello world", "--prompt", "abc", "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "| NO |" in captured.out and "| NO |" in out.read_text()
+    assert captured.err.strip().splitlines()[-1] == "check failed: 2 rows of the report did not pass"
+    report, failed = run(tiny_folder, ["abc"], 4, torch.device("cpu"), compile=False, checks=["logits"], verdict=True)
+    assert failed == 1 and "| NO |" in report
+    monkeypatch.setattr(engine_model, "rope_frequencies", exact)
+    assert run(tiny_folder, ["abc"], 4, torch.device("cpu"), compile=False, checks=["logits"], verdict=True)[1] == 0

@@ -43,6 +43,21 @@ def test_a_damaged_cached_model_is_named_with_what_to_do(tmp_path, monkeypatch):
         models.resolve_model("smollm2-135m")
 
 
+def test_fetch_does_not_report_a_damaged_cached_model_as_ready(tmp_path, monkeypatch, capsys):
+    """`fetch` trusted a cached folder that had its config.json and printed it with exit 0."""
+    from sparsedecoding.cli import main
+
+    monkeypatch.setenv("SPARSEDECODING_CACHE", str(tmp_path))
+    folder = tmp_path / "models" / "smollm2-135m"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    assert main(["fetch", "smollm2-135m"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "the cached smollm2-135m is damaged" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("problem", ["a file", "no home"])
 def test_a_model_cache_that_cannot_be_made_is_one_error_line(tmp_path, monkeypatch, capsys, problem):
     from pathlib import Path

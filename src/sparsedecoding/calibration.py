@@ -131,14 +131,21 @@ def decode_calibration(model, tokenizer, prompts: list[str], *, max_new_tokens: 
     return calib
 
 
-def text_calibration(tokenizer, text: str, *, token_budget: int, seq_len: int = 512, seed: int = 0) -> CalibrationSet:
-    """Fixed text, teacher-forced: `token_budget` tokens in chunks of `seq_len` drawn (seeded) from the text's
-    non-overlapping windows; every position is kept."""
+def text_windows(tokenizer, text: str, token_budget: int, seq_len: int) -> list[list[int]]:
+    """The text's non-overlapping windows of `seq_len` tokens; CalibrationError if they hold fewer than
+    `token_budget` tokens. Cheap (one tokenization), so callers check a text this way before generating anything."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     windows = [ids[start:start + seq_len] for start in range(0, len(ids) - seq_len + 1, seq_len)]
     if sum(len(window) for window in windows) < token_budget:
         raise CalibrationError(f"the calibration text has {len(ids)} tokens, fewer than the budget of {token_budget} "
                                f"in windows of {seq_len}; give a longer --text file or a smaller --tokens")
+    return windows
+
+
+def text_calibration(tokenizer, text: str, *, token_budget: int, seq_len: int = 512, seed: int = 0) -> CalibrationSet:
+    """Fixed text, teacher-forced: `token_budget` tokens in chunks of `seq_len` drawn (seeded) from the text's
+    non-overlapping windows; every position is kept."""
+    windows = text_windows(tokenizer, text, token_budget, seq_len)
     random.Random(seed).shuffle(windows)
     counts = budget_counts([len(window) for window in windows], token_budget)
     chosen = [window[:count] for window, count in zip(windows, counts)]

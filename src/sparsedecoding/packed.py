@@ -28,7 +28,7 @@ from .errors import ModelFileError, ModelNotFoundError, PackingError, Quantizati
 from .kernels.format import PackedNM, kernel_runs, nm_pattern, pack_nm
 from .kernels.quantized import QUANTIZED_FORMATS, PackedNMQ, check_packed_quantization, pack_nm_quantized
 from .models import check_model_files, read_json, sha256_file
-from .outputs import PRUNED_MANIFEST, check_not_source, output_folder
+from .outputs import PRUNED_MANIFEST, check_output, output_folder
 from .patterns import KERNEL_PATTERNS, PRUNABLE_LINEARS, SparsityPattern
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def pack_checkpoint(hf_dir: str | Path, out_dir: str | Path, pattern: str | None
     patterns = _requested_patterns(pattern, quantize)
     if not source.is_dir():
         raise ModelNotFoundError(f"{source} is not a folder with .safetensors weights; pass an HF model folder")
-    check_not_source(out, source)
+    out = check_output(out, overwrite, inputs=(source,))  # before the model's files are read through
     if packed_manifest(source) is not None:
         raise PackingError(f"{source} is already a packed checkpoint ({packed_manifest(source).name}); load_packed, "
                            f"generate, bench and eval read it as it is")

@@ -41,7 +41,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from . import repair, selfdata, settings, solvers
-from .calibration import CalibrationSet, concat, decode_calibration, describe, text_calibration
+from .calibration import CalibrationSet, concat, decode_calibration, describe, text_calibration, text_windows
 from .data import chat_format, lee_text, prompts_hash, read_prompts, read_text_file, shares_problems
 from .errors import CalibrationError, RepairError, SparseDecodingError, UnsupportedArchitectureError
 from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
@@ -50,7 +50,7 @@ from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulat
 from .kernels.quantized import check_dense_quantization, check_packed_quantization
 from .models import (check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, sha256_file,
                      source_dtype)
-from .outputs import PRUNED_MANIFEST, check_not_source, partial_path, remove_partial
+from .outputs import PRUNED_MANIFEST, check_not_source, output_target, partial_path, remove_partial
 from .patterns import SparsityPattern
 from .invocation import command
 from .runenv import peak_memory_gb, pick_device, versions, write_json
@@ -106,6 +106,10 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
     if config.calibration == "mix":
         decode_budget = round(config.tokens * config.mix_ratio)
     sets = []
+    if config.calibration in ("text", "mix"):  # a text too short for its share fails now, not after the generation
+        text = read_text_file(config.text) if config.text else lee_text("background")
+        share = config.tokens - (decode_budget if config.calibration == "mix" else 0)
+        text_windows(tokenizer, text, share, config.text_seq_len)
     if config.calibration in ("decode", "mix"):
         prompts = read_prompts(config.prompts)
         stats["prompts_hash"] = prompts_hash(prompts[:config.n_prompts] if config.n_prompts else prompts)
@@ -121,7 +125,6 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
         stats["generated_tokens_per_second"] = round(decode_set.tokens / seconds, 1)
         sets.append(decode_set)
     if config.calibration in ("text", "mix"):
-        text = read_text_file(config.text) if config.text else lee_text("background")
         text_budget = config.tokens - (sets[0].tokens if sets else 0)
         if sets and sets[0].tokens < decode_budget:  # decode fell short: text keeps --mix-ratio, not the total
             text_budget = round(sets[0].tokens * (1 - config.mix_ratio) / config.mix_ratio)
@@ -628,7 +631,7 @@ def warn_ignored_options(config: PruneConfig) -> None:
 def prune(config: PruneConfig, progress: bool = True) -> Path:
     """Run (or resume) a pruning job and return the output folder. See the module docstring."""
     pattern = config.validate()
-    out = Path(config.out)
+    out = output_target(config.out)
     device = pick_device(config.device)
     folder = resolve_model(config.model)
     check_not_source(out, config.model, folder, config.prompts, config.text)

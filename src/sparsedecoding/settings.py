@@ -236,7 +236,8 @@ class CalibrationSettings:
     tokens: int | None = knob(CALIBRATION_TOKENS, "calibration token budget, equal for every source (0: every decode "
                               "token generated)", minimum=1, parse=_tokens)
     n_prompts: int | None = knob(None, "use only the first N prompts", minimum=1, shown="all")
-    samples_per_prompt: int = knob(1, "continuations drawn per prompt (more than 1 needs --sample)", minimum=1)
+    samples_per_prompt: int = knob(1, "continuations drawn per prompt (more than 1 needs --sample)", minimum=1,
+                                   maximum=4096)
     max_new_tokens: int = knob(512, "new tokens per calibration prompt", minimum=1)
     mix_ratio: float = knob(0.5, "share of decode tokens in --calibration mix", above=0.0, below=1.0)
     text_seq_len: int = knob(512, "window length of the text source", minimum=2)
@@ -372,10 +373,10 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
 
     def validate(self) -> SparsityPattern | None:
         """Check everything that can be checked before loading anything; returns the parsed pattern (None: dense)."""
-        from .outputs import check_writable  # imports torch: not when the CLI is only built
+        from .outputs import check_writable, output_target  # imports torch: not when the CLI is only built
 
         pattern = self.check_values()
-        out = Path(self.out)
+        out = output_target(self.out)
         check_writable(out)
         if out.exists() and not self.overwrite:
             raise OutputExistsError(f"{out} exists; choose another --out or pass --overwrite")

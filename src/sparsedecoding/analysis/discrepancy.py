@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..calibration import decode_calibration, describe, text_calibration
+from ..calibration import decode_calibration, describe, text_calibration, text_windows
 from ..data import lee_text, prompts_hash, read_prompts
 from ..errors import SparseDecodingError
 from ..outputs import check_output, markdown_table, output_folder
@@ -177,6 +177,7 @@ def run_discrepancy(model: str, out: str | Path, *, heldout: str = "humaneval:ev
     started = time.perf_counter()
     torch_device = pick_device(device)
     dense, tokenizer, folder = load_model(model, torch_device)
+    text_windows(tokenizer, text_body, tokens, 512)  # the text gets as many tokens as decode: at most --tokens
     generation = {"max_new_tokens": max_new_tokens, "batch_size": gen_batch_size, "progress": progress}
     sets = {"heldout": decode_calibration(dense, tokenizer, heldout_prompts, **generation)}
     sets["decode"] = decode_calibration(dense, tokenizer, calibration_prompts, token_budget=tokens, **generation)

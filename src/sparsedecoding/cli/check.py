@@ -5,6 +5,7 @@ rules."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -78,12 +79,15 @@ def run(args: argparse.Namespace) -> int:
         check_report_path(args.out, args.model)
     device = pick_device(args.device)
     check_model_folder(args.model)
-    report = run_check(args.model, args.prompt or list(DEFAULT_PROMPTS), args.new_tokens, device,
-                       compile=device.type == "cuda" and not args.no_compile, checks=args.checks,
-                       dtype=getattr(torch, args.dtype), wide_reference=not args.no_wide_reference,
-                       command=" ".join(command()))
+    report, failed = run_check(args.model, args.prompt or list(DEFAULT_PROMPTS), args.new_tokens, device,
+                               compile=device.type == "cuda" and not args.no_compile, checks=args.checks,
+                               dtype=getattr(torch, args.dtype), wide_reference=not args.no_wide_reference,
+                               command=" ".join(command()), verdict=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report)
     print(report)
+    if failed:  # the report says which; a script or CI sees it in the exit status
+        print(f"check failed: {failed} row{'s' if failed > 1 else ''} of the report did not pass", file=sys.stderr)
+        return 1
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 from ..invocation import command
 from ..settings import CalibrationSettings, RunSettings, SolverSettings, add_arguments
@@ -98,7 +97,7 @@ def what_it_shows(rows: dict) -> list[str]:
 def run(args) -> int:
     from ..data import humaneval_prompts
     from ..errors import OutputExistsError, SolverSettingsError
-    from ..outputs import check_not_source, check_writable, output_folder
+    from ..outputs import check_not_source, check_writable, output_folder, output_target
     from ..models import load_model, resolve_model
     from ..pipeline import PRUNED_MANIFEST, PruneConfig, prune, unread_options
     from ..runenv import pick_device
@@ -110,7 +109,7 @@ def run(args) -> int:
         if value < 1:
             raise SolverSettingsError(f"{flag} {value}: it must be at least 1")
     pick_device(args.device)
-    out = Path(args.out)
+    out = output_target(args.out)
     check_writable(out)
     if out.exists() and not (out / DEMO_MARK).exists():
         raise OutputExistsError(f"{out} exists and is not an earlier demo; pass another --out")

