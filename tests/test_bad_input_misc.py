@@ -4,6 +4,7 @@ written into, `fetch --wheels` that is not a folder, torchrun variables that mak
 the model's context, and an unknown option, which names its own command's help."""
 
 import json
+import shutil
 
 import pytest
 
@@ -132,10 +133,11 @@ def test_eval_and_drift_refuse_generations_longer_than_the_context_before_loadin
     one_line_error(capsys, ["eval", "--model", str(tiny), "--out", str(tmp_path / "eval"), "--metrics",
                             "repetition", "--prompts", str(prompts), "--max-new-tokens", "100000", "--device", "cpu"],
                    "--max-new-tokens 100000 passes the model's context of 512 positions")
-    one_line_error(capsys, ["analyze", "drift", "--dense", str(tiny), "--pruned", str(tiny), "--prompts",
+    copy = shutil.copytree(tiny, tmp_path / "copy")  # drift refuses a model against itself
+    one_line_error(capsys, ["analyze", "drift", "--dense", str(tiny), "--pruned", str(copy), "--prompts",
                             str(prompts), "--steps", "99999999999", "--out", str(tmp_path / "drift"), "--no-plot"],
                    "DriftSettingsError: --steps 99999999999 passes the model's context of 512 positions")
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["prompts.txt"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["copy", "prompts.txt"]
 
 
 @pytest.mark.parametrize("settings, expected", [
@@ -263,3 +265,91 @@ def test_a_text_too_short_for_its_share_is_refused_before_any_generation(capsys,
     finally:
         hf_logging.enable_progress_bar()
     assert not out.exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_a_pattern_is_recorded_as_parsed_and_only_ascii_digits_parse():
+    from sparsedecoding.errors import SparsityPatternError
+    from sparsedecoding.patterns import SparsityPattern
+    from sparsedecoding.settings import PruneConfig
+
+    assert [PruneConfig(model="m", out="o", pattern=text).pattern for text in (" 2:4", "2 :4", " dense ")] == \
+        ["2:4", "2:4", "dense"]
+    for text in ("２:４", "٢:٤", "５０%"):  # int() reads these digits; the pattern syntax does not
+        with pytest.raises(SparsityPatternError):
+            SparsityPattern.parse(text)
+
+
+def test_unread_sampling_and_recipe_fields_are_named_under_text_calibration(tmp_path):
+    from sparsedecoding.pipeline import unread_options
+    from sparsedecoding.settings import PruneConfig
+
+    plain = PruneConfig(model="m", out="o", calibration="text", do_sample=True, temperature=0.5)
+    assert {"do_sample", "temperature"} <= set(unread_options(plain))
+    recipe = PruneConfig(model="m", out="o", calibration="text", recipe="recommended")
+    assert {"prompts", "do_sample", "samples_per_prompt", "temperature", "top_p"} <= set(unread_options(recipe))
+    assert unread_options(PruneConfig(model="m", out="o", recipe="recommended")) == []
+
+
+def test_pack_group_size_is_checked_and_an_unread_one_is_named(capsys, tmp_path, tiny, caplog):
+    from helpers import prune_in_place
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    prune_in_place(model, "2:4")
+    model.save_pretrained(tmp_path / "p")
+    for name in tiny.glob("tokenizer*"):
+        (tmp_path / "p" / name.name).write_bytes(name.read_bytes())
+    for size in ("0", "-32", "48"):
+        one_line_error(capsys, ["pack", "--model", str(tmp_path / "p"), "--out", str(tmp_path / "o"), "--group-size",
+                                size], "--group-size")
+    assert not (tmp_path / "o").exists()
+    with caplog.at_level("WARNING"):
+        assert main(["pack", "--model", str(tmp_path / "p"), "--out", str(tmp_path / "o"), "--group-size", "64"]) == 0
+    assert "--group-size 64 is not read" in caplog.text
+
+
+@pytest.mark.parametrize("what, make, expected", [
+    ("folder", lambda p: p.mkdir(), "is a folder"),
+    ("device", None, "is not a regular file"),
+    ("binary", lambda p: p.write_bytes(b"PK\x03\x04\x00\x00binary"), "holds NUL bytes"),
+])
+def test_a_text_or_prompt_path_says_what_is_wrong_with_it(tmp_path, what, make, expected):
+    from sparsedecoding.data import read_prompts, read_text_file
+    from sparsedecoding.errors import PromptsError
+
+    path = tmp_path / what if make else __import__("pathlib").Path("/dev/null")
+    if make:
+        make(path)
+    with pytest.raises(PromptsError, match=expected):
+        read_text_file(path)
+    if what != "binary":  # prompt files are UTF-8, refused as such
+        with pytest.raises(PromptsError, match=expected):
+            read_prompts(path)
+
+
+def test_the_demo_names_its_own_token_flag(capsys, tmp_path):
+    one_line_error(capsys, ["demo", "--tokens", "0", "--out", str(tmp_path / "d")],
+                   "--tokens must be at least 1 for the demo")
+    assert not (tmp_path / "d").exists()
+
+
+def test_drift_of_a_model_against_itself_is_refused(capsys, tmp_path, tiny):
+    one_line_error(capsys, ["analyze", "drift", "--dense", str(tiny), "--pruned", str(tiny), "--out",
+                            str(tmp_path / "d"), "--steps", "4", "--limit", "1", "--no-plot", "--device", "cpu"],
+                   "--dense and --pruned are the same model")
+    assert not (tmp_path / "d").exists()
+
+
+def test_an_all_reduce_choice_outside_torchrun_is_named_as_unread(monkeypatch, caplog):
+    import torch
+
+    from sparsedecoding.engine.parallel import start_from_env
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with caplog.at_level("WARNING"), start_from_env(torch.device("cpu"), "one-shot") as (group, _):
+        assert group is None
+    assert "--all-reduce one-shot is not read" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"), start_from_env(torch.device("cpu"), "auto"):
+        pass
+    assert "not read" not in caplog.text

@@ -76,3 +76,15 @@ def test_a_foreign_or_damaged_set_fails_in_one_line_and_leaves_nothing(tiny_fold
         prune(config(tiny_folder, tmp_path / "b", prompts_file, calibration_from=str(tmp_path / "damaged.safetensors")),
               progress=False)
     assert not any(path.name.startswith(("a", "b")) for path in tmp_path.iterdir())
+
+
+def test_a_file_that_is_no_set_is_refused_before_the_model_loads(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    """A model's own weights file given by mistake: a safetensors file, but no calibration set, refused before the
+    (possibly long) model load."""
+    from sparsedecoding import pipeline
+
+    monkeypatch.setattr(pipeline, "load_model", lambda *a, **k: pytest.fail("the model loaded first"))
+    with pytest.raises(SparseDecodingError, match="not a calibration set"):
+        prune(config(tiny_folder, tmp_path / "out", prompts_file,
+                     calibration_from=str(tiny_folder / "model.safetensors")), progress=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

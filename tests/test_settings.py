@@ -92,7 +92,7 @@ def test_demo_help_shows_the_demo_defaults_and_compare_shares_the_definitions():
     ("top_p", 1.5, "--top-p must be in (0, 1]"),
     ("mix_ratio", 1.0, "--mix-ratio must be in (0, 1)"),
     ("solver", "obs", "--solver 'obs' is not one of admm, sparsegpt, wanda, magnitude"),
-    ("samples_per_prompt", 0, "--samples-per-prompt must be at least 1"),
+    ("samples_per_prompt", 0, "--samples-per-prompt must be in [1, 4096], got 0"),
     ("recipe", "best", "--recipe 'best' is not one of none, recommended"),
     ("gen_backend", "vllm", "--gen-backend 'vllm' is not one of engine, hf"),
 ])

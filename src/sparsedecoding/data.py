@@ -105,12 +105,22 @@ def read_text_file(path: str | Path) -> str:
     it is missing or holds only whitespace."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise PromptsError(f"text file {file} does not exist; pass an existing file to --text, or leave --text out "
-                           f"for the Lee corpus")
+        raise PromptsError(f"text file {file} {what_is_there(file)}; pass an existing file to --text, or leave --text "
+                           f"out for the Lee corpus")
     text = file.read_text(encoding="latin-1")
     if not text.strip():
         raise PromptsError(f"text file {file} holds no text")
+    if "\x00" in text:  # latin-1 decodes any byte: a NUL is what tells a binary file (an archive, weights) apart
+        raise PromptsError(f"text file {file} holds NUL bytes, so it is not text; pass a natural-text file to --text")
     return text
+
+
+def what_is_there(path: Path) -> str:
+    """Why `path` is no file to read, for an error line: "does not exist", "is a folder" or "is not a regular
+    file" (a device, a pipe)."""
+    if not path.exists():
+        return "does not exist"
+    return "is a folder" if path.is_dir() else "is not a regular file"
 
 
 def read_prompts(path: str | Path) -> list[str]:
@@ -121,7 +131,7 @@ def read_prompts(path: str | Path) -> list[str]:
         return humaneval_prompts(text_path.split(":", 1)[1])
     file = Path(text_path).expanduser()
     if not file.is_file():
-        raise PromptsError(f"prompt file {file} does not exist; pass a .jsonl/.txt file or humaneval:calib")
+        raise PromptsError(f"prompt file {file} {what_is_there(file)}; pass a .jsonl/.txt file or humaneval:calib")
     try:
         lines = file.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:

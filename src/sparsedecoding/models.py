@@ -202,8 +202,10 @@ def check_fits_context(folder: Path, new_tokens: int, flag: str, error: type[Exc
     if isinstance(limit, int) and not isinstance(limit, bool) and prompt_tokens + new_tokens > limit:
         asked = f"a prompt of {prompt_tokens} tokens and {flag} {new_tokens} pass" if prompt_tokens else \
             f"{flag} {new_tokens} passes"
-        raise error(f"{asked} the model's context of {limit} positions "
-                    f"(max_position_embeddings); ask for at most {max(limit - prompt_tokens, 0)} new tokens")
+        room = limit - prompt_tokens
+        advice = f"ask for at most {room} new tokens" if room > 0 else \
+            f"shorten the prompt below {limit} tokens"
+        raise error(f"{asked} the model's context of {limit} positions (max_position_embeddings); {advice}")
 
 
 def check_token_ids(folder: Path) -> None:

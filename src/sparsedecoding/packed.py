@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 
 from .errors import ModelFileError, ModelNotFoundError, PackingError, QuantizationError, SparsityPatternError
 from .kernels.format import PackedNM, kernel_runs, nm_pattern, pack_nm
@@ -178,28 +179,35 @@ def _write_packed(source: Path, shards: list[Path], out: Path, patterns, request
                   group_size: int) -> dict:
     tensors_info: dict[str, dict] = {}
     refused = None  # the first prunable tensor kept dense, and why
+    total = 0
     for shard in shards:
-        written: dict[str, torch.Tensor] = {}
         with safe_open(str(shard), framework="pt") as f:
-            for name in f.keys():
-                tensor = f.get_tensor(name)
-                dtype = str(tensor.dtype).removeprefix("torch.")
-                info = {"file": shard.name, "shape": list(tensor.shape), "dtype": dtype}
-                packed, reason = (_pack_if_sparse(name, tensor, patterns, quantize, group_size)
-                                  if PRUNABLE.match(name) else (None, ""))
-                if reason and refused is None:
-                    refused = name, reason
-                if packed is None:
-                    written[name] = tensor.contiguous()
-                else:
-                    written.update(packed.state_dict(name))
-                    info["pattern"] = packed.pattern
-                    if isinstance(packed, PackedNMQ):
-                        info.update(quantize=packed.quantize, group_size=packed.group_size)
-                tensors_info[name] = info
-        save_file(written, str(out / shard.name), metadata={"format": FORMAT})
-        log.info("wrote %s: %d tensor(s) packed", shard.name,
-                 sum(info["file"] == shard.name and "pattern" in info for info in tensors_info.values()))
+            total += len(f.keys())
+    # a bar on a terminal only (disable=None): an 8B model takes minutes here, and a log or a test sees no bar lines
+    with tqdm(total=total, desc="packing", unit="tensor", disable=None) as bar:
+        for shard in shards:
+            written: dict[str, torch.Tensor] = {}
+            with safe_open(str(shard), framework="pt") as f:
+                for name in f.keys():
+                    bar.update()
+                    tensor = f.get_tensor(name)
+                    dtype = str(tensor.dtype).removeprefix("torch.")
+                    info = {"file": shard.name, "shape": list(tensor.shape), "dtype": dtype}
+                    packed, reason = (_pack_if_sparse(name, tensor, patterns, quantize, group_size)
+                                      if PRUNABLE.match(name) else (None, ""))
+                    if reason and refused is None:
+                        refused = name, reason
+                    if packed is None:
+                        written[name] = tensor.contiguous()
+                    else:
+                        written.update(packed.state_dict(name))
+                        info["pattern"] = packed.pattern
+                        if isinstance(packed, PackedNMQ):
+                            info.update(quantize=packed.quantize, group_size=packed.group_size)
+                    tensors_info[name] = info
+            save_file(written, str(out / shard.name), metadata={"format": FORMAT})
+            log.info("wrote %s: %d tensor(s) packed", shard.name,
+                     sum(info["file"] == shard.name and "pattern" in info for info in tensors_info.values()))
     if not any("pattern" in info for info in tensors_info.values()):
         raise _nothing_packable(source, refused)
     if refused is not None:

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from .errors import SparsityPatternError
 
-_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*([lq])?\s*)?$")
+_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*([lq])?\s*)?$", re.ASCII)  # ASCII digits only
 # Placements of the weights beyond two in a group of four (`SparsityPattern.placement`), by suffix: each pattern they
 # apply to, as (n, m, overflow)
 PLACEMENTS = {"l": ("lanes", (16, 32, 2)), "q": ("quads", (16, 32, 4))}
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 # The N:M patterns the packed format and its kernels are built and tuned for, densest first.
 KERNEL_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
 # The decoder linears that are pruned (and packed), by their name inside a layer; the rest stays dense.

@@ -545,15 +545,21 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
     return {"layers": linear_stats, "solver_seconds": round(solver_seconds, 2), "resumed_from_layer": start}
 
 
+def load_reused_set(file: Path) -> CalibrationSet:
+    """The set --calibration-from names, or one error line: `prune` reads it once before the model loads (it is a
+    few MB), so a foreign or damaged file is refused before any work."""
+    try:
+        return CalibrationSet.load(file)
+    except Exception as error:  # safetensors' own errors (a truncated or foreign file) name no flag
+        raise CalibrationError(f"--calibration-from {file}: not a calibration set ({type(error).__name__}: "
+                               f"{str(error).splitlines()[0] if str(error) else 'unreadable'})") from None
+
+
 def reused_calibration(config: PruneConfig, model) -> tuple[CalibrationSet, dict]:
     """--calibration-from: the earlier run's set, checked against this model's vocabulary, and its record (the
     earlier manifest's calibration record under `from_record` where the folder has one)."""
     file = config.calibration_source()
-    try:
-        calib = CalibrationSet.load(file)
-    except Exception as error:  # safetensors' own errors (a truncated or foreign file) name no flag
-        raise CalibrationError(f"--calibration-from {file}: not a calibration set ({type(error).__name__}: "
-                               f"{str(error).splitlines()[0] if str(error) else 'unreadable'})") from None
+    calib = load_reused_set(file)
     vocabulary = model.get_input_embeddings().num_embeddings
     if int(calib.input_ids.max()) >= vocabulary:
         raise CalibrationError(f"--calibration-from {file}: token id {int(calib.input_ids.max())} is past this "
@@ -608,12 +614,14 @@ def unread_options(config: PruneConfig) -> list[str]:
     if config.calibration == "decode":
         unread += ["text", "text_seq_len", "mix_ratio"]
     if config.calibration == "text":
-        unread += ["gen_batch_size", "do_sample", "mix_ratio"]
-        if not on_policy_repair:
-            unread += ["prompts", "n_prompts", "max_new_tokens"]
+        unread += ["gen_batch_size", "do_sample", "mix_ratio", "samples_per_prompt"]
+        if not on_policy_repair:  # on-policy repair samples the task prompts' answers with these
+            unread += ["prompts", "n_prompts", "max_new_tokens", "temperature", "top_p"]
     if config.calibration == "self":
         unread += ["gen_batch_size", "do_sample"] + ([] if on_policy_repair else ["prompts", "n_prompts"])
-    return [name for name in dict.fromkeys(unread) if getattr(config, name) != getattr(defaults, name)]
+    recipe = settings.RECIPES.get(config.recipe, {})  # a recipe's own fields count as set
+    return [name for name in dict.fromkeys(unread) if getattr(config, name) != getattr(defaults, name)
+            or name in recipe]
 
 
 def warn_ignored_options(config: PruneConfig) -> None:
@@ -648,6 +656,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         solvers.quantization_group("int4", config.group_size, read_config(folder)["hidden_size"])
         check_dense_quantization("int4", config.group_size)
     draws = config.calibration_from is None  # a reused set draws nothing and reads no prompt
+    if not draws:
+        load_reused_set(config.calibration_source())
     if config.calibration in ("decode", "mix") and draws:
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
     if config.repair_steps and config.repair_on_policy and config.calibration != "self":

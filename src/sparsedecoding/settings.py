@@ -25,7 +25,7 @@ from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 
 from .data import HUMANEVAL_INSTRUCTIONS, SPLITS, shares_problems
-from .errors import CalibrationError, OutputExistsError, SparseDecodingError
+from .errors import CalibrationError, OutputExistsError, SparseDecodingError, SparsityPatternError
 from .patterns import SparsityPattern
 
 CALIBRATION_TOKENS = 16384  # every calibration source gets this many tokens unless told otherwise
@@ -364,6 +364,12 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
         `SparsityPattern` given as `pattern` is taken as its text."""
         if isinstance(self.pattern, SparsityPattern):
             self.pattern = str(self.pattern)
+        elif isinstance(self.pattern, str):  # written as every record then shows it: " 16 : 32" is 16:32
+            try:
+                self.pattern = DENSE_PATTERN if self.pattern.strip() == DENSE_PATTERN else \
+                    str(SparsityPattern.parse(self.pattern))
+            except SparsityPatternError:
+                pass  # check_values reports it
         if self.recipe not in RECIPES:  # "none", or a bad value that check_values reports
             return
         defaults = {item.name: item.default for item in dataclasses.fields(self)}

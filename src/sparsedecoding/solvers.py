@@ -648,7 +648,8 @@ def quantization_codes(weight: torch.Tensor, quantize: str, group_size: int = 12
     if len(pending):
         row, first = divmod(int(pending[0]) * group, in_features)
         raise QuantizationError(f"row {row}, columns {first}..{first + group - 1} are not on an {quantize} grid with "
-                                f"group size {group}; quantize the weight with solvers.sparsegpt or solvers.gptq")
+                                f"group size {group}; put it on the grid first (`sparsedecoding prune --keep-mask --quantize "
+                                f"{quantize}` on a pruned model, or solvers.sparsegpt / solvers.gptq with quantize=)")
     return QuantizedCodes(codes.to(torch.int8).reshape(out, in_features),
                           scales.to(torch.float32).reshape(out, in_features // group), quantize, group)
 

@@ -185,6 +185,8 @@ def run_drift(dense: str, pruned: str, out: str | Path, *, prompts: str = "human
     torch_device = pick_device(device)
     # Both models are found and checked before either loads (a mistyped --pruned must not wait for the dense one).
     pruned_folder, dense_folder = resolve_model(pruned), resolve_model(dense)
+    if pruned_folder.resolve() == dense_folder.resolve():  # every number would be 0, and the plateau read as reached
+        raise DriftSettingsError(f"--dense and --pruned are the same model ({dense_folder}); give the pruned one")
     check_same_shapes(dense_folder, pruned_folder)
     check_fits_context(dense_folder, steps, "--steps", DriftSettingsError)
     dense_model, tokenizer, _ = load_model(dense_folder, torch_device)

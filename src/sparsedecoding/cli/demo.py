@@ -103,6 +103,9 @@ def run(args) -> int:
     from ..runenv import pick_device
     from .prune import config_from_args
 
+    if not args.tokens:  # 0 means "every decode token" to prune; the demo's text run needs a budget as well
+        raise SolverSettingsError(f"--tokens must be at least 1 for the demo: both of its prunes read that many tokens "
+                                  f"(default {DEMO['tokens']})")
     for calibration in ("decode", "text"):  # bad settings fail here, before anything is fetched or written
         config_from_args(args, calibration=calibration, out=args.out).check_values()
     for flag, value in (("--eval-prompts", args.eval_prompts), ("--eval-new-tokens", args.eval_new_tokens)):

@@ -4,7 +4,10 @@ written by `prune --quantize int8|int4` is packed with int8 / int4 codes and sca
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -28,6 +31,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from ..errors import PackingError
     from ..models import check_hf_folder
     from ..packed import PACKED_MANIFEST, pack_checkpoint, recorded_quantization
 
@@ -37,6 +41,11 @@ def run(args) -> int:
     if args.quantize != "auto":
         quantize = None if args.quantize == "none" else args.quantize
     if args.group_size is not None:
+        if args.group_size <= 0 or args.group_size % 32:
+            raise PackingError(f"--group-size {args.group_size} must be a positive multiple of 32, such as 128")
+        if quantize != "int4":
+            log.warning("--group-size %d is not read: only int4 codes have scale groups (this pack stores %s)",
+                        args.group_size, f"{quantize} codes" if quantize else "the values as they are")
         group_size = args.group_size
     manifest = pack_checkpoint(args.model, args.out, pattern=args.pattern, overwrite=args.overwrite,
                                quantize=quantize, group_size=group_size)

@@ -267,6 +267,9 @@ def start_from_env(device: torch.device, all_reduce: str = "auto") -> Iterator[t
         raise EngineError(f"all-reduce {all_reduce!r} is not one of {', '.join(ALL_REDUCE)}")
     world = _launcher_int("WORLD_SIZE", "1")
     if world == 1:
+        if all_reduce != "auto":
+            log.warning("--all-reduce %s is not read: this is one process (start tensor-parallel runs with torchrun "
+                        "--nproc-per-node N)", all_reduce)
         yield None, device
         return
     if world < 1:
