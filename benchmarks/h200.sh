@@ -242,7 +242,8 @@ PY
     # add ONLY=q16,q16-tf32,q16-settle,q2 or run int4-nb3 in a lease of its own)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2 \
       && { bash benchmarks/h200.sh admm-time; [ "${KERNEL:-0}" != 1 ] || bash benchmarks/h200.sh int4-nb3; } ;;
-  int4-nb3)  # prepared in the fifty-eighth session, not yet run: ablate_int4_nb3_h200.md, issue 13's batch-1 int4 miss:
+  int4-nb3)  # run in the fifty-ninth session on an H100 (ablate_int4_nb3_h100.md: not adopted); its report is
+    # named ablate_int4_nb3_h200.md; issue 13's batch-1 int4 miss:
     # the early multicast build with two register buffers against SP24_INT4_BUFFERS=3 (three, only for the int4
     # launches that hold them: the 14B o and qkv at 4 slices then request all three steps a warp before the dependency
     # wait; CUDA_KERNEL_NOTES.md, fifty-eighth session), every slice and split, 8B and 14B shapes, float64-checked. Carry
@@ -256,7 +257,8 @@ PY
      timeout 400 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
       --splits 1 2 3 --builds "two buffers=$early" "three buffers=$early,-DSP24_INT4_BUFFERS=3" \
       --out "$OUT/ablate_int4_nb3_h200.md" 2>&1 | grep -E "^\| (two|three)|rror" || true) ;;
-  admm-time)  # prepared in the fifty-eighth session, not yet run: solver_admm_tf32_gpu_llama-3.1-8b.md, ADMM's solver
+  admm-time)  # run in the fifty-ninth session on an H100 (solver_admm_tf32_gpu_h100_llama-3.1-8b.md: TF32 2.75-2.87x
+    # faster); solver_admm_tf32_gpu_llama-3.1-8b.md, ADMM's solver
     # time with float32 and with TF32 products (--admm-products) on the 8B shapes, beside SparseGPT; then the TF32 GPU
     # tests (cuBLAS against the CPU emulation's tolerance, the global flag restored) into admm_tf32_gpu_tests.log;
     # about 2 minutes, no model needed
