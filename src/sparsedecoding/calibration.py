@@ -136,16 +136,28 @@ def text_windows(tokenizer, text: str, token_budget: int, seq_len: int) -> list[
     `token_budget` tokens. Cheap (one tokenization), so callers check a text this way before generating anything."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     windows = [ids[start:start + seq_len] for start in range(0, len(ids) - seq_len + 1, seq_len)]
-    if sum(len(window) for window in windows) < token_budget:
-        raise CalibrationError(f"the calibration text has {len(ids)} tokens, fewer than the budget of {token_budget} "
-                               f"in windows of {seq_len}; give a longer --text file or a smaller --tokens")
+    check_windows(windows, token_budget, seq_len, f"the calibration text has {len(ids)} tokens,")
     return windows
 
 
-def text_calibration(tokenizer, text: str, *, token_budget: int, seq_len: int = 512, seed: int = 0) -> CalibrationSet:
+def check_windows(windows: list[list[int]], token_budget: int, seq_len: int, what: str) -> None:
+    """CalibrationError, beginning with `what`, if the windows hold fewer than `token_budget` tokens."""
+    if sum(len(window) for window in windows) < token_budget:
+        raise CalibrationError(f"{what} fewer than the budget of {token_budget} in windows of {seq_len}; give a "
+                               f"longer --text file or a smaller --tokens")
+
+
+def text_calibration(tokenizer, text: str | list[list[int]], *, token_budget: int, seq_len: int = 512,
+                     seed: int = 0) -> CalibrationSet:
     """Fixed text, teacher-forced: `token_budget` tokens in chunks of `seq_len` drawn (seeded) from the text's
-    non-overlapping windows; every position is kept."""
-    windows = text_windows(tokenizer, text, token_budget, seq_len)
+    non-overlapping windows; every position is kept. `text` may be its windows already (`text_windows`, from a check
+    made before generating), which are then not tokenized again."""
+    if isinstance(text, list):
+        windows = list(text)
+        check_windows(windows, token_budget, seq_len,
+                      f"the calibration text's windows hold {sum(map(len, windows))} tokens,")
+    else:
+        windows = text_windows(tokenizer, text, token_budget, seq_len)
     random.Random(seed).shuffle(windows)
     counts = budget_counts([len(window) for window in windows], token_budget)
     chosen = [window[:count] for window, count in zip(windows, counts)]

@@ -109,7 +109,7 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
     if config.calibration in ("text", "mix"):  # a text too short for its share fails now, not after the generation
         text = read_text_file(config.text) if config.text else lee_text("background")
         share = config.tokens - (decode_budget if config.calibration == "mix" else 0)
-        text_windows(tokenizer, text, share, config.text_seq_len)
+        windows = text_windows(tokenizer, text, share, config.text_seq_len)
     if config.calibration in ("decode", "mix"):
         prompts = read_prompts(config.prompts)
         stats["prompts_hash"] = prompts_hash(prompts[:config.n_prompts] if config.n_prompts else prompts)
@@ -131,7 +131,7 @@ def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore |
             log.warning("mix: decode gave %d of its %d tokens, so text gets %d to keep --mix-ratio %g (%d tokens in "
                         "all, below --tokens %d)", sets[0].tokens, decode_budget, text_budget, config.mix_ratio,
                         sets[0].tokens + text_budget, config.tokens)
-        sets.append(text_calibration(tokenizer, text, token_budget=text_budget, seq_len=config.text_seq_len,
+        sets.append(text_calibration(tokenizer, windows, token_budget=text_budget, seq_len=config.text_seq_len,
                                      seed=config.seed))
     calib = sets[0] if len(sets) == 1 else concat(sets, tokenizer.pad_token_id, "mix")
     stats.update(describe(calib))
@@ -555,11 +555,11 @@ def load_reused_set(file: Path) -> CalibrationSet:
                                f"{str(error).splitlines()[0] if str(error) else 'unreadable'})") from None
 
 
-def reused_calibration(config: PruneConfig, model) -> tuple[CalibrationSet, dict]:
-    """--calibration-from: the earlier run's set, checked against this model's vocabulary, and its record (the
-    earlier manifest's calibration record under `from_record` where the folder has one)."""
+def reused_calibration(config: PruneConfig, model, calib: CalibrationSet) -> tuple[CalibrationSet, dict]:
+    """--calibration-from: the earlier run's set (`calib`, as `load_reused_set` read it before the model loaded),
+    checked against this model's vocabulary, and its record (the earlier manifest's calibration record under
+    `from_record` where the folder has one)."""
     file = config.calibration_source()
-    calib = load_reused_set(file)
     vocabulary = model.get_input_embeddings().num_embeddings
     if int(calib.input_ids.max()) >= vocabulary:
         raise CalibrationError(f"--calibration-from {file}: token id {int(calib.input_ids.max())} is past this "
@@ -656,8 +656,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         solvers.quantization_group("int4", config.group_size, read_config(folder)["hidden_size"])
         check_dense_quantization("int4", config.group_size)
     draws = config.calibration_from is None  # a reused set draws nothing and reads no prompt
-    if not draws:
-        load_reused_set(config.calibration_source())
+    reused = None if draws else load_reused_set(config.calibration_source())
     if config.calibration in ("decode", "mix") and draws:
         read_prompts(config.prompts)  # fail on a bad prompt file before any work
     if config.repair_steps and config.repair_on_policy and config.calibration != "self":
@@ -698,7 +697,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         if work.calibration_file.exists():
             calib = CalibrationSet.load(work.calibration_file)
         elif config.calibration_from is not None:
-            calib, work.state["calibration"] = reused_calibration(config, model)
+            calib, work.state["calibration"] = reused_calibration(config, model, reused)
             work.save_state()
             calib.save(work.calibration_file)
         else:

@@ -137,8 +137,8 @@ def model_from_hf(args: ModelArgs, read: Callable[[str], Weight], sparse: Sparse
 def check_finite(key: str, weight: Weight) -> None:
     """ModelFileError if `weight` (dense, packed values or quantized scales) holds NaN or inf: such a model
     generates garbage or nothing, silently. One max reduction a tensor, as `models.check_finite_weights`."""
-    tensor = weight.values if isinstance(weight, PackedNM) else weight.scales if isinstance(weight, PackedNMQ) \
-        else weight
+    tensor = weight if isinstance(weight, Tensor) else weight.values if isinstance(weight, PackedNM) \
+        else weight.scales  # PackedNMQ, DenseQuantized: integer codes are always finite
     if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor.abs().amax())):
         raise ModelFileError(f"the checkpoint's {key} holds NaN or inf weights, so the model would generate garbage; "
                              f"re-create the checkpoint from a finite model")
