@@ -227,7 +227,8 @@ PY
     recipes benchmarks/recipes/plan-admm.json /root/recipes-admm quality-admm-qwen2.5-coder-1.5b ;;
   lease-admm)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm ;;
-  quality-admm2)  # prepared in the fifty-eighth session, not yet run: quality-admm2-qwen2.5-coder-1.5b/, the whole of
+  quality-admm2)  # prepared in the fifty-eighth session; run in the sixtieth with ONLY=q16,q16-tf32,q16-settle,q2
+    # (quality-admm2-qwen2.5-coder-1.5b/NOTES.md; q16-seq and q16o2 are plan-admm2b.json's): the whole of
     # benchmarks/recipes/plan-admm2.json (ADMM on one calibration set: the recommended 16:32 recipe, with sequential
     # propagation, with TF32 products, as 16:32+2, and 2:4; dev then held-out; its three rules fixed before any run;
     # amended in the fifty-ninth session, still before any run, with q16-settle and rule 4: 200 iterations, settle 5);

@@ -285,8 +285,8 @@ class Run:
         result_file = self.out / stage / f"{recipe['name']}.json"
         if result_file.exists():
             return json.loads(result_file.read_text())
-        if self.args.only and recipe["name"] not in self.args.only:
-            return None
+        if self.args.only and recipe.get("model", recipe["name"]) not in self.args.only:
+            return None  # a held-out pick or check answers to the name of the recipe it scores
         if not self.time_left(estimate - grace):
             log.info("deadline: %s/%s left for the next call", stage, recipe["name"])
             return None
@@ -348,11 +348,16 @@ class Run:
 
     def picks(self) -> dict[str, dict]:
         """The selection rule: per family, the highest mean dev pass@1 over both wordings, ties by lower dev KL,
-        among the family's recipes that ran (the ones that did not are listed in the pick's `not_run`)."""
+        among the family's recipes that ran (the ones that did not are listed in the pick's `not_run`). A family
+        without any dev result stops the run, unless `--only` leaves out every one of its recipes: then it is left
+        out of the picks (a plan run in parts)."""
         chosen = {}
         for family, names in self.plan["families"].items():
             results = [json.loads((self.out / "dev" / f"{name}.json").read_text()) for name in names
                        if (self.out / "dev" / f"{name}.json").exists()]
+            if not results and not set(names) & set(getattr(self.args, "only", None) or names):
+                log.warning("family %s: none of its recipes is in --only and none has a dev result; not scored", family)
+                continue
             if not results:
                 raise SystemExit(f"family {family}: no dev result; run --stage dev first")
             best = max(results, key=lambda r: (r["metrics"]["pass@1_mean"], -r["metrics"]["kl"]))

@@ -91,6 +91,12 @@ def test_the_rule_picks_the_best_dev_mean_and_the_report_counts_the_pairs(recipe
     (tmp_path / "claims" / "dev-broad-b").mkdir()
     with pytest.raises(SystemExit, match="2of4"):
         run.picks()  # a family none of whose recipes produced a result cannot be picked
+    run.args.only = ["fit", "broad-a"]  # a plan run in parts: a family left out by --only is left out of the picks
+    assert set(run.picks()) == {"nm50"}
+    run.args.only = ["fit", "broad-b"]  # but not one --only asked for
+    with pytest.raises(SystemExit, match="2of4"):
+        run.picks()
+    del run.args.only
     write(tmp_path, "dev", "broad-b", by_name["broad-b"], [(False, False)] * 4, kl=0.1)
     picks = run.picks()
     assert picks["nm50"]["model"] == "broad-a" and picks["nm50"]["name"] == "nm50-broad-a"
@@ -409,3 +415,16 @@ def test_a_plan_can_prune_from_an_earlier_rounds_committed_calibration_set(recip
     run.plan = {**PLAN, "calibration_files": {"humaneval:fit-64-4": "benchmarks/results/none.safetensors"}}
     with pytest.raises(SystemExit, match="calibration file .*none.safetensors does not exist"):
         run.calibration(recipe)
+
+
+def test_only_names_the_recipe_a_held_out_pick_or_check_scores(recipes, tmp_path):
+    run = run_for(recipes, tmp_path, 0)
+    run.args.only = ["fit"]
+    scored = []
+    run.pruned = lambda recipe: (object(), None)
+    run.score = lambda model, split: (scored.append(split) or {"pass@1_mean": 0.5}, [])
+    recipe = next(recipe for recipe in PLAN["recipes"] if recipe["name"] == "fit")
+    assert run.item("final", {**recipe, "name": "nm50-fit", "model": "fit"}, "eval", 1.0) is not None
+    assert run.item("final", {**recipe, "name": "check-broad-a", "model": "broad-a"}, "eval", 1.0) is None
+    assert run.item("dev", {"name": "dense", "dense": True}, "dev", 1.0) is None
+    assert scored == ["eval"] and (tmp_path / "final" / "nm50-fit.json").exists()
