@@ -96,7 +96,7 @@ sp24_codes_reports() {  # [LOG]: every sp24 GPU test (their tail in $OUT/LOG; no
 }
 
 case $report in
-  receive)  # once per piece: carry .xfer/dpartNNN (Qwen; the older cpartNN no longer fit) or .xfer/spartNN (SmolLM2)
+  receive)  # once per piece: carry .xfer/epartNNN (Qwen, 40 pieces; the older cpart/dpart no longer fit) or .xfer/spartNN (SmolLM2)
     cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l ;;
   models)  # join and convert the received pieces; marks /root/m/ready for the background steps that wait for it
     models; touch /root/m/ready ;;
@@ -224,6 +224,8 @@ PY
     # into .xfer/cpart00a/part00 and .xfer/cpart00b/part00b (`models` joins part* in name order), 33 calls in all. In
     # the fifty-ninth session no 35.6 MB piece fit beside the 31.8 MB tree: all of them were joined and cut again into
     # 33 MB pieces, .xfer/dpart000/part000 ... .xfer/dpart033/part033 (`split -b 33000000 -d -a 3`), 34 calls in all
+    # In the sixtieth session the tree passed 35 MB (a round's calibration set is committed): cut again into 28 MB
+    # pieces, .xfer/epart000/part000 ... .xfer/epart039/part039 (`split -b 28000000 -d -a 3`), 40 calls in all
     recipes benchmarks/recipes/plan-admm.json /root/recipes-admm quality-admm-qwen2.5-coder-1.5b ;;
   lease-admm)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm ;;
