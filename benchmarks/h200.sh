@@ -241,6 +241,15 @@ PY
     # q16-settle` first (rules 1 and 3 wait for their own items). Its calibration set now comes back in bg.tgz (recipes-admm2/data/): commit it into the
     # report folder's data/ (':' written '_') so that a later plan's calibration_files can prune from the same tokens
     recipes benchmarks/recipes/plan-admm2.json /root/recipes-admm2 quality-admm2-qwen2.5-coder-1.5b ;;
+  quality-admm2b)  # prepared in the sixtieth session, not yet run: quality-admm2b-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-admm2b.json: plan-admm2.json's q16-seq and q16o2 (rules 1 and 3, unchanged) pruned from
+    # that round's committed calibration tokens, its results taken as they are; about 7 minutes from the model's
+    # arrival (the dense dev row, two prunes, two held-out picks). First call: `END_AT=$(( $(date +%s) + 1200 ))
+    # bash benchmarks/h200.sh lease-admm2b` carrying .whl, .devdata and .xfer/epart000; then `receive` with
+    # epart001 ... epart038, `receive && models` with epart039, then `WAIT=570 ... collect`
+    recipes benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b quality-admm2b-qwen2.5-coder-1.5b ;;
+  lease-admm2b)
+    bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
   lease-admm2)  # the first call (carry .whl, .devdata and .xfer/cpart00a; with KERNEL=1 also .kcachez): the quality
     # plan waits in the background for the model while the GPU runs the timed steps undisturbed: admm-time (about 2
     # minutes), and with KERNEL=1 int4-nb3 too (3 more; the whole plan then needs more than a lease's 30 minutes, so
