@@ -250,6 +250,11 @@ PY
     recipes benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b quality-admm2b-qwen2.5-coder-1.5b ;;
   lease-admm2b)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
+  lease60)  # prepared in the sixtieth session, not yet run (about 16 minutes): the first call, carrying .kcachez (see
+    # int4-slot3), .whl and .devdata but no piece (a piece beside .kcachez passes the carry's 64 MiB), times int4-slot3
+    # on the idle GPU, then leaves quality-admm2b waiting in the background for the model; then `receive` carrying
+    # .xfer/epart000 ... epart038 one a call, `receive && models` with epart039, then `WAIT=570 ... collect`
+    bash benchmarks/h200.sh int4-slot3; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
   lease-admm2)  # the first call (carry .whl, .devdata and .xfer/cpart00a; with KERNEL=1 also .kcachez): the quality
     # plan waits in the background for the model while the GPU runs the timed steps undisturbed: admm-time (about 2
     # minutes), and with KERNEL=1 int4-nb3 too (3 more; the whole plan then needs more than a lease's 30 minutes, so
@@ -271,6 +276,19 @@ PY
      timeout 400 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
       --splits 1 2 3 --builds "two buffers=$early" "three buffers=$early,-DSP24_INT4_BUFFERS=3" \
       --out "$OUT/ablate_int4_nb3_h200.md" 2>&1 | grep -E "^\| (two|three)|rror" || true) ;;
+  int4-slot3)  # prepared in the sixtieth session, not yet run: ablate_int4_slot3_h200.md, issue 13's batch-1 int4
+    # miss: the early multicast build against SP24_INT4_SLOT3=1 (a warp's third int4 step by cp.async into shared
+    # memory before the dependency wait, two register buffers kept: candidate 3 of CUDA_KERNEL_NOTES.md's fifty-eighth
+    # section), every slice and split, 8B and 14B shapes, float64-checked. Carry .kcachez with both libraries
+    # prebuilt (`prebuild_kernels.py --only sp24-early-multicast2 sp24-early-multicast2-int4-slot3`, then tar czf
+    # .kcachez/k.tgz -C .kcache cuda_build); about 3 minutes. Adopt it (sp24.py choosing the build for int4 launches
+    # at batch 1) only if the 14B o and qkv rows gain and no row loses; name the report after the GPU that ran it
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+    (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+     timeout 400 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
+      --splits 1 2 3 --builds "two buffers=$early" "third step in shared=$early,-DSP24_INT4_SLOT3=1" \
+      --out "$OUT/ablate_int4_slot3_h200.md" 2>&1 | grep -E "^\| (two|third)|rror" || true) ;;
   admm-time)  # run in the fifty-ninth session on an H100 (solver_admm_tf32_gpu_h100_llama-3.1-8b.md: TF32 2.75-2.87x
     # faster); solver_admm_tf32_gpu_llama-3.1-8b.md, ADMM's solver
     # time with float32 and with TF32 products (--admm-products) on the 8B shapes, beside SparseGPT; then the TF32 GPU

@@ -64,6 +64,9 @@ LIBRARIES = {
     # ablate_probe.py --builds: three register buffers for the int4 launches that hold them (SP24_INT4_BUFFERS=3)
     "sp24-early-multicast2-int4-3buffers": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
                                                          "-DSP24_INT4_BUFFERS=3")),
+    # ablate_probe.py --builds: a warp's third int4 step through shared memory beside two buffers (SP24_INT4_SLOT3)
+    "sp24-early-multicast2-int4-slot3": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
+                                                      "-DSP24_INT4_SLOT3=1")),
     # ablate_probe.py --builds: stream-K's counting with a fence by every thread (as first built), and none at all
     "sp24-early-multicast2-stream-fences": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_MULTICAST=2",
                                                         "-DSP24_STREAM_FENCES=1")),

@@ -757,6 +757,18 @@ constexpr int kBuffers = 2;
 // keep kBuffers. Where a warp's share of a tile is three steps (the 14B o and qkv at 4 slices), all three are then
 // requested before the early trigger's dependency wait (benchmarks/CUDA_KERNEL_NOTES.md, fifty-eighth session).
 static_assert(SP24_INT4_BUFFERS >= 1 && SP24_INT4_BUFFERS <= 3, "SP24_INT4_BUFFERS: 1, 2 or 3 register buffers");
+// SP24_INT4_SLOT3 (a probe build, sixtieth session, not yet timed): the int4 instances that keep two register buffers
+// (one n-tile, no slots, stream-K, RMSNorm or dense weights, groups of at least 128 columns) also request a warp's
+// third step before the dependency wait, by cp.async into the warp's slot of shared memory (copy_step), and read it
+// back into the first buffer (read_slot) once that buffer's step is computed; every later step loads as before. Where
+// a warp's share of a tile is three steps (the 14B o and qkv at 4 slices) all of them are then in flight before the
+// wait without the third register buffer, whose 127 registers made ptxas chain a step's MMAs into one dependency
+// (candidate 3 of benchmarks/CUDA_KERNEL_NOTES.md's fifty-eighth section; the third buffer: its fifty-ninth).
+#ifndef SP24_INT4_SLOT3
+#define SP24_INT4_SLOT3 0
+#endif
+static_assert(!SP24_INT4_SLOT3 || (!SP24_INT4_HYBRID && SP24_INT4_BUFFERS == 2),
+              "SP24_INT4_SLOT3 is a third step beside two register buffers, not with SP24_INT4_HYBRID or other buffers");
 // SP24_EARLY_TRIGGER 1 (a build of its own; sp24.early_trigger picks it per launch under the default setting, auto):
 // a CTA lets the next programmatic launch start as soon as it has requested its first steps, not after its main
 // loop. Where a grid leaves room on the multiprocessors (fewer CTAs than two a multiprocessor), the next linear's CTAs
@@ -986,8 +998,11 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   constexpr bool kInt4Buffers = CODE == 4 && OVER == 0 && !DENSE &&
                                 (SP24_INT4_BUFFERS < 3 || (NT == 1 && !STREAM && !NORM && SPS <= Steps<4>::ks / 4));
   constexpr int NB = kHybrid ? 1 : kInt4Buffers ? SP24_INT4_BUFFERS : kBuffers;
-  __shared__ __align__(16) char step_slots[kHybrid ? kWarps * StepSlot<CODE, SPS>::bytes : 16];
-  char* slot = step_slots + (kHybrid ? warp * StepSlot<CODE, SPS>::bytes : 0);
+  // SP24_INT4_SLOT3: a warp's third step through its slot of shared memory (see SP24_INT4_SLOT3)
+  constexpr bool kSlot3 = SP24_INT4_SLOT3 && CODE == 4 && OVER == 0 && !DENSE && !STREAM && !NORM && NT == 1 &&
+                          SP24_ABLATE == 0 && SPS <= Steps<4>::ks / 4 && NB == 2;
+  __shared__ __align__(16) char step_slots[kHybrid || kSlot3 ? kWarps * StepSlot<CODE, SPS>::bytes : 16];
+  char* slot = step_slots + (kHybrid || kSlot3 ? warp * StepSlot<CODE, SPS>::bytes : 0);
   StepRegs<CODE, SPS> r[NB];
   // STREAM: the next unit to load, `ahead`: step ahead_step of row tile ahead_tile (this warp's tile of the unit's row
   // block; a warp past the last row tile loads that one, and its sums are never written), advanced a unit at a time
@@ -1020,6 +1035,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   }
   if constexpr (kHybrid)
     copy_step<CODE, SPS>(slot, active && wstep0 + 1 < wstep1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g,
+                         gk_shift);
+  if constexpr (kSlot3)
+    copy_step<CODE, SPS>(slot, active && wstep0 + 2 < wstep1, a_tile, m_tile, s_tile, wstep0 + 2, lane, t, g,
                          gk_shift);
   if constexpr (kRawX) {  // every CTA's mbarrier ready before any CTA of the cluster multicasts into it
     if (tid == 0) {
@@ -1352,9 +1370,19 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
                                          (step + b - step0) * (S::ks / 8) + h, (t - g) & 3, batch);
           }
         }
-        if (step + b + NB < wstep1)
-          load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + b + NB,
-                                                 lane, t, g, gk_shift, groups);
+        if (step + b + NB < wstep1) {
+          bool from_slot = false;
+          if constexpr (kSlot3) {
+            if (step == wstep0 && b == 0) {  // step wstep0 + 2: requested before the wait, into the slot
+              asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // a lane reads back only the bytes it copied
+              read_slot<CODE, SPS>(r[0], slot, lane);
+              from_slot = true;
+            }
+          }
+          if (!from_slot)
+            load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + b + NB,
+                                                   lane, t, g, gk_shift, groups);
+        }
       }
     }
     if constexpr (OVER != 0 && OVER != 4 && OVER != 5) {
