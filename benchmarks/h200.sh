@@ -49,6 +49,17 @@ pruned_qwen() {  # the decode-calibrated 2:4 model that prune-cli, check-qwen-2o
     --out $pruned
 }
 
+int4_probe() {  # NAME FLAG REPORT: ablate_probe.py on int4 at batch 1, the early multicast build with two register
+  # buffers against the same build with FLAG (named NAME), every slice and split, 8B and 14B shapes, float64-checked;
+  # the libraries from .kcachez where carried (h200.sh kcache), else nvcc builds them here (about a minute each)
+  bash benchmarks/h200.sh kcache > /dev/null 2>&1
+  local early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
+  (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
+   timeout 400 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
+    --splits 1 2 3 --builds "two buffers=$early" "$1=$early,$2" --out "$OUT/$3" 2>&1 \
+    | grep -E "^\| (two|${1%% *})|rror" || true)
+}
+
 recipes() {  # PLAN WORK REPORT: one quality_recipes.py worker per GPU on PLAN, results in WORK, copied to $OUT/REPORT
   for _ in $(seq 120); do [ -f /root/m/ready ] && break; sleep 5; done  # the pieces and `models` come first
   models
@@ -270,12 +281,7 @@ PY
     # sp24-early-multicast2-int4-3buffers`, then tar czf .kcachez/k.tgz -C .kcache cuda_build), else nvcc builds them
     # here (about a minute each); about 3 minutes. Adopt it (sp24.py choosing NB 3 for three-step int4 launches) only if
     # the 14B o and qkv rows gain and no row loses
-    bash benchmarks/h200.sh kcache > /dev/null 2>&1
-    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
-    (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
-     timeout 400 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
-      --splits 1 2 3 --builds "two buffers=$early" "three buffers=$early,-DSP24_INT4_BUFFERS=3" \
-      --out "$OUT/ablate_int4_nb3_h200.md" 2>&1 | grep -E "^\| (two|three)|rror" || true) ;;
+    int4_probe "three buffers" -DSP24_INT4_BUFFERS=3 ablate_int4_nb3_h200.md ;;
   int4-slot3)  # prepared in the sixtieth session, not yet run: ablate_int4_slot3_h200.md, issue 13's batch-1 int4
     # miss: the early multicast build against SP24_INT4_SLOT3=1 (a warp's third int4 step by cp.async into shared
     # memory before the dependency wait, two register buffers kept: candidate 3 of CUDA_KERNEL_NOTES.md's fifty-eighth
@@ -283,12 +289,7 @@ PY
     # prebuilt (`prebuild_kernels.py --only sp24-early-multicast2 sp24-early-multicast2-int4-slot3`, then tar czf
     # .kcachez/k.tgz -C .kcache cuda_build); about 3 minutes. Adopt it (sp24.py choosing the build for int4 launches
     # at batch 1) only if the 14B o and qkv rows gain and no row loses; name the report after the GPU that ran it
-    bash benchmarks/h200.sh kcache > /dev/null 2>&1
-    early="-DSP24_EARLY_TRIGGER=1,-DSP24_MULTICAST=2"
-    (export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0  # each build is the flags given
-     timeout 400 python3 benchmarks/ablate_probe.py --kinds int4 --models llama-3.1-8b qwen3-14b --slices 1 2 4 8 \
-      --splits 1 2 3 --builds "two buffers=$early" "third step in shared=$early,-DSP24_INT4_SLOT3=1" \
-      --out "$OUT/ablate_int4_slot3_h200.md" 2>&1 | grep -E "^\| (two|third)|rror" || true) ;;
+    int4_probe "third step in shared" -DSP24_INT4_SLOT3=1 ablate_int4_slot3_h200.md ;;
   admm-time)  # run in the fifty-ninth session on an H100 (solver_admm_tf32_gpu_h100_llama-3.1-8b.md: TF32 2.75-2.87x
     # faster); solver_admm_tf32_gpu_llama-3.1-8b.md, ADMM's solver
     # time with float32 and with TF32 products (--admm-products) on the 8B shapes, beside SparseGPT; then the TF32 GPU
