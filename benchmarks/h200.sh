@@ -261,11 +261,13 @@ PY
     recipes benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b quality-admm2b-qwen2.5-coder-1.5b ;;
   lease-admm2b)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
-  lease60)  # prepared in the sixtieth session, not yet run (about 16 minutes): the first call, carrying .kcachez (see
-    # int4-slot3), .whl and .devdata but no piece (a piece beside .kcachez passes the carry's 64 MiB), times int4-slot3
-    # on the idle GPU, then leaves quality-admm2b waiting in the background for the model; then `receive` carrying
+  lease-s60)  # prepared in the sixtieth session, not yet run (about 20 minutes): the first call, carrying .kcachez (the
+    # libraries of int4-slot3 and int4-spread), .whl and .devdata but no piece (a piece beside .kcachez passes the
+    # carry's 64 MiB), times int4-slot3 and int4-spread on the idle GPU (about 6 minutes), then leaves quality-admm2b
+    # waiting in the background for the model; then `receive` carrying
     # .xfer/epart000 ... epart038 one a call, `receive && models` with epart039, then `WAIT=570 ... collect`
-    bash benchmarks/h200.sh int4-slot3; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
+    bash benchmarks/h200.sh int4-slot3; bash benchmarks/h200.sh int4-spread
+    END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
   lease-admm2)  # the first call (carry .whl, .devdata and .xfer/cpart00a; with KERNEL=1 also .kcachez): the quality
     # plan waits in the background for the model while the GPU runs the timed steps undisturbed: admm-time (about 2
     # minutes), and with KERNEL=1 int4-nb3 too (3 more; the whole plan then needs more than a lease's 30 minutes, so
@@ -290,6 +292,14 @@ PY
     # .kcachez/k.tgz -C .kcache cuda_build); about 3 minutes. Adopt it (sp24.py choosing the build for int4 launches
     # at batch 1) only if the 14B o and qkv rows gain and no row loses; name the report after the GPU that ran it
     int4_probe "third step in shared" -DSP24_INT4_SLOT3=1 ablate_int4_slot3_h200.md ;;
+  int4-spread)  # prepared in the sixtieth session, not yet run (about 3 minutes, no model; carry .kcachez with sp24,
+    # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): tuner_ab_h200_spread_b1.md, issue 13's
+    # batch-1 int4 miss: the tuner as it is (`now`) against the same with the grids of one heavy CTA a multiprocessor
+    # among its candidates (`spread`, SPARSEDECODING_SP24_MIXED=2, sp24.spread_heavy: the 14B o and the 8B qkv;
+    # candidate 2 of CUDA_KERNEL_NOTES.md's fifty-eighth section). Rule, fixed before any run: the default becomes 2
+    # only if spread's geomean vs cuBLAS (mean pick) is at least 1% above now's; name the report after the GPU
+    bash benchmarks/h200.sh tuner-ab "--kinds int4 --batches 1 --methods now spread --repeats 2" \
+      tuner_ab_h200_spread_b1 ;;
   admm-time)  # run in the fifty-ninth session on an H100 (solver_admm_tf32_gpu_h100_llama-3.1-8b.md: TF32 2.75-2.87x
     # faster); solver_admm_tf32_gpu_llama-3.1-8b.md, ADMM's solver
     # time with float32 and with TF32 products (--admm-products) on the 8B shapes, beside SparseGPT; then the TF32 GPU

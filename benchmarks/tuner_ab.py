@@ -5,7 +5,9 @@
   build (the tuner until the forty-fifth session);
 - `no mixed`: every candidate in both builds, in interleaved rounds (`autotune.interleaved_replay_ms`) over copies
   adding up to three L2 caches, at most 128 (`sp24.rotation_copies`): the forty-fifth session's tuner;
-- `now`: the same with mixed grids among the candidates (`SPARSEDECODING_SP24_MIXED=1`, `sp24.mixed_heavy`).
+- `now`: the same with mixed grids among the candidates (`SPARSEDECODING_SP24_MIXED=1`, `sp24.mixed_heavy`);
+- `spread` (a probe, sixtieth session; only with --methods): those and the grids of one heavy CTA a multiprocessor
+  (`SPARSEDECODING_SP24_MIXED=2`, `sp24.spread_heavy`).
 
 Each method tunes each problem (`sp24.tuned_launch`, its float64 checks included) --repeats times from scratch, the
 methods alternating. Then every checked candidate of the problem and cuBLAS on the dense pruned weight are timed as
@@ -15,6 +17,7 @@ method's picks with their reference times, and per method the geomean over probl
 against the fastest candidate and of its speedup against cuBLAS.
 
     PYTHONPATH=src python benchmarks/tuner_ab.py --kinds int4 --batches 1 --out benchmarks/results/tuner_ab_h200.md
+    PYTHONPATH=src python benchmarks/tuner_ab.py --kinds int4 --batches 1 --methods now spread --out ...
 """
 
 from __future__ import annotations
@@ -44,8 +47,11 @@ from sparsedecoding.runenv import environment_markdown
 # each method's settings: (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD,
 # SPARSEDECODING_SP24_MIXED)
 SETTINGS = ("TUNE_ROTATION_L2S", "_MAX_COPIES", "TUNE_INTERLEAVED", "TIMED_OTHER_BUILD")
-METHODS = {"before": (2, 8, False, 3, False), "no mixed": (3, 128, True, None, False),
-           "now": (*(getattr(sp24, name) for name in SETTINGS), True)}
+METHODS = {"before": (2, 8, False, 3, "0"), "no mixed": (3, 128, True, None, "0"),
+           "now": (*(getattr(sp24, name) for name in SETTINGS), "1"),
+           "spread": (*(getattr(sp24, name) for name in SETTINGS), "2")}
+DEFAULT_METHODS = ("before", "no mixed", "now")
+MIXED_TEXT = {"0": "", "1": ", mixed grids", "2": ", mixed grids and one heavy CTA a multiprocessor"}
 REFERENCE_ROUNDS = 9
 
 
@@ -57,7 +63,7 @@ def method(name: str):
     *values, mixed = METHODS[name]
     for setting, value in zip(SETTINGS, values):
         setattr(sp24, setting, value)
-    os.environ[op.SP24_MIXED_SETTING] = "1" if mixed else "0"
+    os.environ[op.SP24_MIXED_SETTING] = mixed
     try:
         yield
     finally:
@@ -69,10 +75,9 @@ def method(name: str):
             os.environ[op.SP24_MIXED_SETTING] = saved_mixed
 
 
-def method_order(repeats: int) -> list[str]:
+def method_order(repeats: int, names: tuple[str, ...] = DEFAULT_METHODS) -> list[str]:
     """The tunings' order: every method once a repeat, the order rotated by one each repeat (before, no mixed, now;
     no mixed, now, before; ...)."""
-    names = list(METHODS)
     return [names[(r + i) % len(names)] for r in range(repeats) for i in range(len(names))]
 
 
@@ -88,7 +93,8 @@ def reference_times(x: torch.Tensor, w: sp24.Sp24Weight, dense: torch.Tensor, la
     return dict(zip(names, times))
 
 
-def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, generator) -> dict:
+def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, generator,
+                  methods: tuple[str, ...] = DEFAULT_METHODS) -> dict:
     out, in_features = linear_shapes(model, unfused=False)[shape]
     if kind == "bf16":
         weight = random_nm_weight(out, in_features, 2, 4, generator)
@@ -98,12 +104,12 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
         quantized = pack_nm_quantized(grid_weight(out, in_features, 2, 4, kind, generator), 2, 4, kind, group)
         w, dense = sp24.tile(quantized), quantized.to_dense(torch.float64).bfloat16()
     x = torch.randn(batch, in_features, device="cuda").bfloat16()
-    picks: dict[str, list] = {name: [] for name in METHODS}
-    tuning_s: dict[str, list[float]] = {name: [] for name in METHODS}
+    picks: dict[str, list] = {name: [] for name in methods}
+    tuning_s: dict[str, list[float]] = {name: [] for name in methods}
     launches: dict[sp24.Choice, sp24.Sp24Launch] = {}  # every tuning's checked candidates (the other build's differ)
     tunings: list[tuple[str, dict]] = []  # (method, the tuner's milliseconds per candidate), in tuning order
     keys = set()  # the problem's key under each method (SPARSEDECODING_SP24_MIXED is one of its fields)
-    for name in method_order(repeats):
+    for name in method_order(repeats, methods):
         with method(name):
             key = sp24.problem_key(x, w)
             keys.add(key)
@@ -121,14 +127,14 @@ def bench_problem(model: str, shape: str, kind: str, batch: int, repeats: int, g
     fastest = min(times, key=times.get)
     row = {"problem": f"{model} {shape} ({out}x{in_features}) {kind} b{batch}", "kind": kind, "batch": batch,
            "cublas": cublas, "fastest": fastest, "fastest_ms": times[fastest], "candidates": len(times),
-           "picks": picks, "pick_ms": {name: [times[c] for c in picks[name]] for name in METHODS},
+           "picks": picks, "pick_ms": {name: [times[c] for c in picks[name]] for name in methods},
            "tuning_s": {name: statistics.mean(t) for name, t in tuning_s.items()}, "times": times,
            "tunings": tunings}
     print(f"{row['problem']}: fastest {sp24.choice_label(fastest)} {times[fastest] * 1e3:.1f} us, cuBLAS "
           f"{cublas * 1e3:.1f} us; " + "; ".join(
               f"{name} " + ", ".join(f"{sp24.choice_label(c)} {t * 1e3:.1f}" for c, t in zip(picks[name],
                                                                                         row["pick_ms"][name]))
-              for name in METHODS), flush=True)
+              for name in methods), flush=True)
     del w, dense, launches
     torch.cuda.empty_cache()
     return row
@@ -143,7 +149,7 @@ def summary(rows: list[dict]) -> str:
         target = TARGETS_13.get(kind) if batch == 1 else None
         target = TARGETS_12.get(batch) if kind == "bf16" else target
         best = geomean([r["cublas"] / r["fastest_ms"] for r in group])
-        for name in METHODS:
+        for name in group[0]["pick_ms"]:  # the methods run, in their order
             means = [statistics.mean(r["pick_ms"][name]) for r in group]
             slow = geomean([m / r["fastest_ms"] for m, r in zip(means, group)])
             worst = max(t / r["fastest_ms"] for r in group for t in r["pick_ms"][name])
@@ -157,11 +163,12 @@ def summary(rows: list[dict]) -> str:
 
 
 def details(rows: list[dict]) -> str:
+    methods = list(rows[0]["pick_ms"]) if rows else []  # the methods run, in their order
     lines = ["| problem | candidates | cuBLAS us | fastest candidate us | " + " | ".join(
-        f"{name}: picks (us)" for name in METHODS) + " |", "|---|---|---|---|" + "---|" * len(METHODS)]
+        f"{name}: picks (us)" for name in methods) + " |", "|---|---|---|---|" + "---|" * len(methods)]
     for r in rows:
         cells = []
-        for name in METHODS:
+        for name in methods:
             counted = Counter(zip(r["picks"][name], r["pick_ms"][name]))
             cells.append(", ".join(f"{sp24.choice_label(c)} {t * 1e3:.1f}" + (f" (x{n})" if n > 1 else "")
                                    for (c, t), n in counted.items()))
@@ -197,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", nargs="+", type=int, default=[1], choices=range(1, 17), metavar="B",
                         help="batch sizes 1..16 (default: 1)")
     parser.add_argument("--repeats", type=int, default=3, help="tunings per method and problem (default: 3)")
+    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHODS),
+                        help="the tuners compared (default: %(default)s)")
     parser.add_argument("--out", help="write the markdown report here too")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -206,17 +215,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.perf_counter()
     generator = torch.Generator(device="cuda").manual_seed(0)
-    rows = [bench_problem(model, shape, kind, batch, args.repeats, generator)
+    methods = tuple(dict.fromkeys(args.methods))
+    rows = [bench_problem(model, shape, kind, batch, args.repeats, generator, methods)
             for kind in args.kinds for batch in args.batches for model in args.models for shape in args.shapes]
-    methods = "; ".join(f"`{name}`: rotation over {l2s} L2s, at most {most} copies, "
+    described = "; ".join(f"`{name}`: rotation over {l2s} L2s, at most {most} copies, "
                         + ("interleaved rounds" if inter else "one candidate after another") + ", "
                         + ("every candidate in both builds" if other is None else
                            f"the {other} fastest of the first build again in the other")
-                        + (", mixed grids" if mixed else "")
-                        for name, (l2s, most, inter, other, mixed) in METHODS.items())
+                        + MIXED_TEXT[mixed]
+                        for name, (l2s, most, inter, other, mixed) in METHODS.items() if name in methods)
     report = ("# The sp24 tuner's picks: timing methods side by side\n\n"
               + environment_markdown(" ".join(["python", *sys.argv]), torch.device("cuda"))
-              + f"- methods: {methods}; {args.repeats} tunings each a problem, alternating\n"
+              + f"- methods: {described}; {args.repeats} tunings each a problem, alternating\n"
               + f"- reference: every checked candidate and cuBLAS in {REFERENCE_ROUNDS} interleaved rounds of graph "
               + "replays over copies adding up to three L2 caches (median)\n"
               + f"- {op.settings_line()}\n\n## Per values and batch (geomean over the problems)\n\n"

@@ -1069,10 +1069,10 @@ def test_problem_key_memo_follows_the_settings(monkeypatch):
     x = torch.randn(1, 256).bfloat16()
     field = sp24.PROBLEM_KEY_FIELDS.index("mixed")
     key = sp24.problem_key(x, w)
-    assert key == sp24._problem_key(x, w, False) and key[field] is True
+    assert key == sp24._problem_key(x, w, False) and key[field] == "1"
     monkeypatch.setenv(SP24_MIXED_SETTING, "0")
     off = sp24.problem_key(x, w)
-    assert off == sp24._problem_key(x, w, False) and off[field] is False
+    assert off == sp24._problem_key(x, w, False) and off[field] == "0"
     assert sp24.problem_key(x, w, norm=True) == sp24._problem_key(x, w, True) != off
     assert sp24.problem_key(x[:, :128].contiguous(), tile(pack_nm(random_nm_weight(32, 128, 2, 4, torch.bfloat16,
                                                                                       seed=2), 2, 4)))[1] == (1, 128)

@@ -12,7 +12,7 @@ import torch
 from sparsedecoding.kernels import sp24
 from sparsedecoding.kernels.format import pack_nm
 from sparsedecoding.kernels.op import KernelChoiceError
-from sparsedecoding.kernels.sp24 import mixed_heavy, tile
+from sparsedecoding.kernels.sp24 import mixed_heavy, spread_heavy, tile
 
 from helpers import random_nm_weight
 from test_cuda_mma_codes import float64_error
@@ -64,6 +64,26 @@ def test_a_mixed_grid_is_one_wave_and_reads_fewer_rows_per_multiprocessor(slices
     assert most_rows(mixed(320, 2, 56), SMS) == 3 < most_rows(uniform(320, 2), SMS) == 4
 
 
+def test_one_heavy_cta_a_multiprocessor_where_the_rest_fits_one_a_multiprocessor():
+    assert spread_heavy(320, 4, SMS) == SMS  # Qwen3-14B o: 132 CTAs of two tiles, then 56 of one
+    assert spread_heavy(384, 4, SMS) == SMS  # Llama-3.1-8B qkv: 132 of two, then 120 of one
+    assert spread_heavy(448, 4, SMS) is None  # 14B qkv: 184 one-tile CTAs would put two beside some heavy ones
+    assert spread_heavy(256, 4, SMS) is None  # 8B o: 128 two-tile CTAs, one wave of one a multiprocessor already
+    assert spread_heavy(320, 2, SMS) is None  # 132 CTAs of four tiles would pass the weight's 320
+    assert spread_heavy(320, 8, SMS) is None  # one tile a CTA: nothing to mix
+    for row_tiles in range(SMS + 1, 6 * SMS):
+        for slices in (2, 4):
+            heavy = spread_heavy(row_tiles, slices, SMS)
+            if heavy is None:
+                continue
+            tiles = 8 // slices
+            ctas = mixed(row_tiles, tiles, heavy)
+            assert sum(ctas) == row_tiles and len(ctas) <= 2 * SMS
+            assert most_rows(ctas, SMS) == tiles + 1 <= most_rows(uniform(row_tiles, tiles), SMS)
+            other = mixed_heavy(row_tiles, slices, SMS)
+            assert other is None or len(ctas) <= len(mixed(row_tiles, tiles, other))
+
+
 def test_the_tuner_tries_mixed_grids_only_where_they_help(monkeypatch):
     w = tile(pack_nm(random_nm_weight(5120, 256, 2, 4, torch.bfloat16, seed=8), 2, 4))
     assert sp24._mixed_candidates(w, 1, SMS) == sp24._mixed_candidates(w, 8, SMS) == [(4, 56)]
@@ -72,6 +92,9 @@ def test_the_tuner_tries_mixed_grids_only_where_they_help(monkeypatch):
     assert sp24._mixed_candidates(small, 1, SMS) == []
     glu = tile(pack_nm(random_nm_weight(5120, 256, 2, 4, torch.bfloat16, seed=8), 2, 4), glu=True)
     assert sp24._mixed_candidates(glu, 1, SMS) == []
+    monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "2")  # the probe: also one heavy CTA a multiprocessor
+    assert sp24._mixed_candidates(w, 1, SMS) == [(4, 56), (4, 132)]
+    assert sp24._mixed_candidates(small, 1, SMS) == []
     monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "0")
     assert sp24._mixed_candidates(w, 1, SMS) == []
     monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "yes")
@@ -81,17 +104,21 @@ def test_the_tuner_tries_mixed_grids_only_where_they_help(monkeypatch):
 
 def test_mixed_setting_defaults_on_and_keys_the_launches(monkeypatch):
     """SPARSEDECODING_SP24_MIXED: on unset, part of the tuned launches' key (a launch tuned with mixed grids among the
-    candidates is not reused without them), anything but 0 / 1 refused by name in the settings."""
+    candidates is not reused without them), anything but 0 / 1 / 2 refused by name in the settings."""
     from sparsedecoding.kernels.op import SP24_MIXED_SETTING, settings, settings_line
 
     w = tile(pack_nm(random_nm_weight(5120, 256, 2, 4, torch.bfloat16, seed=8), 2, 4))
     x = torch.randn(1, 256).bfloat16()
     monkeypatch.delenv(SP24_MIXED_SETTING, raising=False)
     key = sp24.problem_key(x, w)
-    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, key))["mixed"] is True
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, key))["mixed"] == "1"
     assert "SPARSEDECODING_SP24_MIXED=1" in settings_line()
     monkeypatch.setenv(SP24_MIXED_SETTING, "0")
     assert sp24.problem_key(x, w) != key and "SPARSEDECODING_SP24_MIXED=0" in settings_line()
+    monkeypatch.setenv(SP24_MIXED_SETTING, "2")  # the probe's candidates are a launch key of their own
+    probe = sp24.problem_key(x, w)
+    assert probe != key and dict(zip(sp24.PROBLEM_KEY_FIELDS, probe))["mixed"] == "2"
+    assert "SPARSEDECODING_SP24_MIXED=2" in settings_line()
     monkeypatch.setenv(SP24_MIXED_SETTING, "on")
     with pytest.raises(KernelChoiceError, match="SPARSEDECODING_SP24_MIXED='on'"):
         settings()

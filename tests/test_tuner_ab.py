@@ -10,7 +10,8 @@ from helpers import benchmark_module
 def test_methods_alternate_which_goes_first(monkeypatch):
     tuner_ab = benchmark_module(monkeypatch, "tuner_ab")
     assert tuner_ab.method_order(2) == ["before", "no mixed", "now", "no mixed", "now", "before"]
-    assert tuner_ab.METHODS["before"] == (2, 8, False, 3, False)  # the tuner until the forty-fifth session
+    assert tuner_ab.METHODS["before"] == (2, 8, False, 3, "0")  # the tuner until the forty-fifth session
+    assert tuner_ab.method_order(2, ("now", "spread")) == ["now", "spread", "spread", "now"]
 
 
 def test_a_method_sets_the_tuner_and_restores_it(monkeypatch):
@@ -19,16 +20,18 @@ def test_a_method_sets_the_tuner_and_restores_it(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SP24_MIXED", raising=False)
     def current():
         return (sp24.TUNE_ROTATION_L2S, sp24._MAX_COPIES, sp24.TUNE_INTERLEAVED, sp24.TIMED_OTHER_BUILD,
-                tuner_ab.op.sp24_mixed_setting())
+                tuner_ab.op.sp24_mixed_value())
 
     now = current()
     with tuner_ab.method("before"):
-        assert current() == (2, 8, False, 3, False)
-    assert current() == now == tuner_ab.METHODS["now"] == (3, 128, True, None, True)
+        assert current() == (2, 8, False, 3, "0")
+    assert current() == now == tuner_ab.METHODS["now"] == (3, 128, True, None, "1")
     assert "SPARSEDECODING_SP24_MIXED" not in os.environ  # unset again, as it was
     monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "1")
     with tuner_ab.method("no mixed"):
-        assert current() == (3, 128, True, None, False)
+        assert current() == (3, 128, True, None, "0")
+    with tuner_ab.method("spread"):  # the probe: mixed grids and one heavy CTA a multiprocessor
+        assert current() == (3, 128, True, None, "2")
     assert os.environ["SPARSEDECODING_SP24_MIXED"] == "1"
 
 

@@ -69,6 +69,7 @@ SP24_MULTICAST_CHOICES = ("0", "2", "4")
 SP24_STREAM_K_SETTING = "SPARSEDECODING_SP24_STREAM_K"
 SP24_HANDOFF_SETTING = "SPARSEDECODING_SP24_HANDOFF"
 SP24_MIXED_SETTING = "SPARSEDECODING_SP24_MIXED"
+SP24_MIXED_CHOICES = ("1", "0", "2")
 SP24_INT8_STEP_SETTING = "SPARSEDECODING_SP24_INT8_STEP"
 SP24_INT4_STEP_SETTING = "SPARSEDECODING_SP24_INT4_STEP"
 SP24_STEP_CHOICES = ("auto", "16", "8")
@@ -406,13 +407,21 @@ def sp24_stream_k_setting() -> bool:
     return _switch(SP24_STREAM_K_SETTING, "1", "the tuner also tries stream-K launches")
 
 
-def sp24_mixed_setting() -> bool:
+def sp24_mixed_value() -> str:
     """SPARSEDECODING_SP24_MIXED: "1" or unset makes the sp24 tuner also try mixed grids (the first CTAs at 2 or 4
     slices, every later CTA one row tile at 8, sp24.cu's `heavy`) for the problems whose grid passes one wave by less
     than it could hold (`sp24.mixed_heavy`), with one split, no GLU, slots or dense weight, at batch 1-8; "0" does not.
     The tuner A/B beside the same tuner without them (results/tuner_ab_h200_mixed_b1.md): the Qwen3-14B o in bf16 8.42
-    against 9.00 us at batch 1, bf16's geomean 1.96x against 1.94x cuBLAS, int8 and int4 unchanged."""
-    return _switch(SP24_MIXED_SETTING, "1", "the tuner also tries mixed grids")
+    against 9.00 us at batch 1, bf16's geomean 1.96x against 1.94x cuBLAS, int8 and int4 unchanged. "2" (a probe,
+    sixtieth session, not yet timed) also tries the grid of one heavy CTA on every multiprocessor and the rest one row
+    tile a CTA (`sp24.spread_heavy`), which leaves the next programmatic launch's CTAs more room."""
+    return _choice(SP24_MIXED_SETTING, SP24_MIXED_CHOICES, "1",
+                   "1 (the tuner also tries mixed grids), 2 (those and one heavy CTA a multiprocessor) or 0")
+
+
+def sp24_mixed_setting() -> bool:
+    """Whether the sp24 tuner tries mixed grids at all (SPARSEDECODING_SP24_MIXED 1 or 2, `sp24_mixed_value`)."""
+    return sp24_mixed_value() != "0"
 
 
 def sp24_handoff_setting() -> bool:
@@ -524,7 +533,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value, SP24_MMA_CTAS_SETTING: sp24_mma_ctas_setting,
             SP24_MULTICAST_SETTING: sp24_multicast_setting, SP24_STREAM_K_SETTING: sp24_stream_k_setting,
-            SP24_HANDOFF_SETTING: sp24_handoff_setting, SP24_MIXED_SETTING: sp24_mixed_setting,
+            SP24_HANDOFF_SETTING: sp24_handoff_setting, SP24_MIXED_SETTING: sp24_mixed_value,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, STEP_TUNE_PAIRS_SETTING: step_tune_pairs_setting,
             DENSE_INT4_SETTING: dense_int4_setting,

@@ -39,8 +39,9 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_handoff_setting, sp24_mixed_setting, sp24_mma_ctas_setting, sp24_multicast_setting,
-                 settings_fingerprint, sp24_over_loop_setting, sp24_pdl_setting, sp24_stream_k_setting)
+                 sp24_handoff_setting, sp24_mixed_setting, sp24_mixed_value, sp24_mma_ctas_setting,
+                 sp24_multicast_setting, settings_fingerprint, sp24_over_loop_setting, sp24_pdl_setting,
+                 sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -1086,7 +1087,7 @@ def _problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool) -> tuple:
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,
             sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting(),
-            sp24_handoff_setting(), sp24_mixed_setting())
+            sp24_handoff_setting(), sp24_mixed_value())
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -1350,6 +1351,18 @@ def mixed_heavy(row_tiles: int, slices: int, sms: int, ctas_per_sm: int = 2) -> 
     return heavy if heavy <= sms and heavy * tiles <= row_tiles else None
 
 
+def spread_heavy(row_tiles: int, slices: int, sms: int) -> int | None:
+    """The heavy CTAs of the mixed grid with one heavy CTA on every multiprocessor (SPARSEDECODING_SP24_MIXED=2, a
+    probe): `sms` CTAs of 8 / slices row tiles, then the rest one row tile a CTA, where that rest is at most one a
+    multiprocessor; None elsewhere. Its most row tiles a multiprocessor are `mixed_heavy`'s (tiles + 1) in fewer CTAs
+    (14B o at 4 slices: 132 + 56 CTAs against 56 + 208), so that multiprocessors with one CTA leave the room of a
+    second to the next programmatic launch's CTAs, which with the early trigger request their weights under this grid
+    (candidate 2 of benchmarks/CUDA_KERNEL_NOTES.md's fifty-eighth section)."""
+    tiles = max(SLICES) // slices
+    rest = row_tiles - sms * tiles
+    return sms if tiles >= 2 and 0 < rest <= sms else None
+
+
 # under SPARSEDECODING_SP24_MIXED=1 (the default) the tuner also tries mixed grids (`mixed_heavy`) at these slices,
 # with one split, at batch 1 to MIXED_MAX_BATCH (the kernels of one n-tile: sp24.cu's kMixed)
 MIXED_SLICES = (2, 4)
@@ -1365,7 +1378,9 @@ def _mixed_candidates(w: Sp24Weight, batch: int, sms: int) -> list[tuple[int, in
         return []
     row_tiles = -(-w.shape[0] // 16)
     found = [(slices, mixed_heavy(row_tiles, slices, sms)) for slices in MIXED_SLICES]
-    return [(slices, heavy) for slices, heavy in found if heavy is not None]
+    if sp24_mixed_value() == "2":
+        found += [(slices, spread_heavy(row_tiles, slices, sms)) for slices in MIXED_SLICES]
+    return sorted({(slices, heavy) for slices, heavy in found if heavy is not None})
 
 
 def _candidates(w: Sp24Weight, batch: int, sms: int, low: int) -> list[tuple[int, int]]:
