@@ -265,7 +265,8 @@ PY
     # libraries of int4-slot3 and int4-spread), .whl and .devdata but no piece (a piece beside .kcachez passes the
     # carry's 64 MiB), times int4-slot3 and int4-spread on the idle GPU (about 6 minutes), then leaves quality-admm2b
     # waiting in the background for the model; then `receive` carrying
-    # .xfer/epart000 ... epart038 one a call, `receive && models` with epart039, then `WAIT=570 ... collect`
+    # .xfer/epart000 ... epart038 one a call, `receive && models` with epart039, then `WAIT=570 ... collect`. Give
+    # END_AT=$(( $(date +%s) + 1700 )): the plan's deadline counts from it, and the probes take its first 6 minutes
     bash benchmarks/h200.sh int4-slot3; bash benchmarks/h200.sh int4-spread
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
   lease-admm2)  # the first call (carry .whl, .devdata and .xfer/cpart00a; with KERNEL=1 also .kcachez): the quality
