@@ -261,14 +261,15 @@ PY
     recipes benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b quality-admm2b-qwen2.5-coder-1.5b ;;
   lease-admm2b)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
-  lease-s60)  # prepared in the sixtieth session, not yet run (about 20 minutes): the first call, carrying .kcachez (the
-    # libraries of int4-slot3 and int4-spread), .whl and .devdata but no piece (a piece beside .kcachez passes the
-    # carry's 64 MiB), times int4-slot3 and int4-spread on the idle GPU (about 6 minutes), then leaves quality-admm2b
-    # waiting in the background for the model; then `receive` carrying
-    # .xfer/epart000 ... epart038 one a call, `receive && models` with epart039, then `WAIT=570 ... collect`. Give
-    # END_AT=$(( $(date +%s) + 1700 )): the plan's deadline counts from it, and the probes take its first 6 minutes
-    bash benchmarks/h200.sh int4-slot3; bash benchmarks/h200.sh int4-spread
-    END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
+  lease-s60)  # prepared in the sixtieth session, not yet run (about 20 minutes in all). The first call, carrying
+    # .kcachez (the libraries of int4-slot3 and int4-spread), .whl and .devdata but no piece (a piece beside .kcachez
+    # passes the carry's 64 MiB), times int4-slot3 on the idle GPU (about 3 minutes; its timeout is 400 s); the second,
+    # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s60b` (carry .kcachez again), times int4-spread
+    # (about 3 minutes) and leaves quality-admm2b waiting in the background for the model; then `receive` carrying
+    # .xfer/epart000 ... epart038 one a call, `receive && models` with epart039, then `WAIT=570 ... collect`
+    bash benchmarks/h200.sh int4-slot3 ;;
+  lease-s60b)
+    bash benchmarks/h200.sh int4-spread; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
   lease-admm2)  # the first call (carry .whl, .devdata and .xfer/cpart00a; with KERNEL=1 also .kcachez): the quality
     # plan waits in the background for the model while the GPU runs the timed steps undisturbed: admm-time (about 2
     # minutes), and with KERNEL=1 int4-nb3 too (3 more; the whole plan then needs more than a lease's 30 minutes, so
