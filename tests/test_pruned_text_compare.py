@@ -1,0 +1,69 @@
+"""benchmarks/pruned_text_compare.py without a real model: the teacher-forced scores, the masks' agreement and the
+arguments it refuses."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from helpers import benchmark_module
+
+
+class Table(torch.nn.Module):
+    """A model whose next-token logits depend only on the current token: a fixed table."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.logits = torch.nn.Parameter(logits)
+
+    def forward(self, ids):
+        return SimpleNamespace(logits=self.logits[ids])
+
+
+def test_scores_equal_a_hand_computation(monkeypatch):
+    compare = benchmark_module(monkeypatch, "pruned_text_compare")
+    torch.manual_seed(0)
+    p, q = Table(torch.randn(5, 5)), Table(torch.randn(5, 5))
+    ids = [0, 3, 1, 4, 2, 2, 0, 1, 3]  # two windows of 4; the last token is left out
+    scores = compare.text_scores(p, q, ids, window=4, batch_size=1)
+    pairs = [(a, b) for window in (ids[0:4], ids[4:8]) for a, b in zip(window, window[1:])]
+    log_p, log_q = p.logits.detach().log_softmax(-1), q.logits.detach().log_softmax(-1)
+    nll = -sum(float(log_q[a, b]) for a, b in pairs) / len(pairs)
+    kl = sum(float((log_p[a].exp() * (log_p[a] - log_q[a])).sum()) for a, _ in pairs) / len(pairs)
+    agree = sum(int(log_p[a].argmax() == log_q[a].argmax()) for a, _ in pairs) / len(pairs)
+    assert scores["tokens"] == 6
+    assert scores["ppl"] == pytest.approx(math.exp(nll), rel=1e-5)
+    assert scores["kl"] == pytest.approx(kl, rel=1e-5) and scores["top1_agree"] == pytest.approx(agree)
+    assert compare.text_scores(p, p, ids, 4, 2)["kl"] == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(SystemExit, match="fewer than one window"):
+        compare.text_scores(p, q, ids[:3], 4, 1)
+
+
+def test_masks_of_the_prunable_linears_and_their_agreement(monkeypatch, tmp_path):
+    compare = benchmark_module(monkeypatch, "pruned_text_compare")
+    weight = torch.tensor([[1.0, 0.0, 2.0, 0.0]])
+    for name, w in (("a", weight), ("b", torch.tensor([[1.0, 3.0, 0.0, 0.0]]))):
+        (tmp_path / name).mkdir()
+        save_file({"model.layers.0.mlp.down_proj.weight": w, "model.norm.weight": torch.zeros(4)},
+                  str(tmp_path / name / "model.safetensors"))
+    a, b = compare.masks(tmp_path / "a"), compare.masks(tmp_path / "b")
+    assert list(a) == ["model.layers.0.mlp.down_proj.weight"]  # the norm is not a prunable linear
+    assert compare.same_share(a, b) == 0.5 and compare.same_share(a, a) == 1.0
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no prunable linear"):
+        compare.masks(tmp_path / "empty")
+
+
+def test_bad_arguments_are_one_error_before_any_model_loads(monkeypatch, tmp_path, capsys):
+    compare = benchmark_module(monkeypatch, "pruned_text_compare")
+    out = str(tmp_path / "r.md")
+    for pruned in (["f32"], ["=x"], [f"a={tmp_path}"]):
+        with pytest.raises(SystemExit) as stop:
+            compare.main(["--dense", "nowhere", "--pruned", *pruned, "--out", out])
+        assert stop.value.code == 2
+    assert "not a pruned folder" in capsys.readouterr().err
+    assert not (tmp_path / "r.md").exists()
