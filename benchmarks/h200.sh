@@ -253,9 +253,10 @@ PY
     # report folder's data/ (':' written '_') so that a later plan's calibration_files can prune from the same tokens
     recipes benchmarks/recipes/plan-admm2.json /root/recipes-admm2 quality-admm2-qwen2.5-coder-1.5b ;;
   quality-admm2b)  # prepared in the sixtieth session, not yet run: quality-admm2b-qwen2.5-coder-1.5b/, the whole of
-    # benchmarks/recipes/plan-admm2b.json: plan-admm2.json's q16-seq and q16o2 (rules 1 and 3, unchanged) pruned from
-    # that round's committed calibration tokens, its results taken as they are; about 7 minutes from the model's
-    # arrival (the dense dev row, two prunes, two held-out picks). First call: `END_AT=$(( $(date +%s) + 1200 ))
+    # benchmarks/recipes/plan-admm2b.json: plan-admm2.json's q16-seq and q16o2 (rules 1 and 3, unchanged) and q16-tf32r
+    # (TF32 then 10 float32 refit steps, rule 5) pruned from that round's committed calibration tokens, its results
+    # taken as they are; about 9 minutes from the model's arrival (the dense dev row, three prunes, three held-out
+    # picks). First call: `END_AT=$(( $(date +%s) + 1200 ))
     # bash benchmarks/h200.sh lease-admm2b` carrying .whl, .devdata and .xfer/epart000; then `receive` with
     # epart001 ... epart038, `receive && models` with epart039, then `WAIT=570 ... collect`
     recipes benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b quality-admm2b-qwen2.5-coder-1.5b ;;
