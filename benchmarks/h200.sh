@@ -140,6 +140,13 @@ case $report in
     tar czf "$OUT/bg.tgz" --exclude='answers' -C /root bg $(cd /root && ls -d recipes*/dev recipes*/final \
       recipes*/report.md recipes*/summary.json recipes*-w*.log recipes*/data/*.safetensors recipes*/data/*.json \
       2>/dev/null) ;;
+  stage)  # PLAN WORK STAGE [REPORT]: one quality_recipes.py stage (dev, final, all or report; ONLY as for `recipes`)
+    # in this script's environment (the cache holding the converted model and data), for a plan run by hand in parts;
+    # with REPORT, WORK's results and report copied to $OUT/REPORT (never its pruned models)
+    python3 benchmarks/quality_recipes.py --plan "$2" --out "$3" --stage "$4" ${ONLY:+--only "$ONLY"} \
+      >> "$3-stage.log" 2>&1; echo "rc $?"; tail -5 "$3-stage.log"
+    [ -z "${5:-}" ] || { mkdir -p "$OUT/$5" && cp -r "$3/dev" "$3/final" "$OUT/$5/" \
+      && cp "$3/report.md" "$3/summary.json" "$3-stage.log" "$OUT/$5/" 2>/dev/null; } ;;
   quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
     recipes benchmarks/recipes/plan.json /root/recipes quality-recipes ;;
   quality-repair)  # quality-repair/: issue 11's second round (benchmarks/recipes/plan-repair.json): repair
