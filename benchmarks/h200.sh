@@ -107,7 +107,8 @@ sp24_codes_reports() {  # [LOG]: every sp24 GPU test (their tail in $OUT/LOG; no
 }
 
 case $report in
-  receive)  # once per piece: carry .xfer/epartNNN (Qwen, 40 pieces; the older cpart/dpart no longer fit) or .xfer/spartNN (SmolLM2)
+  receive)  # once per piece: carry .xfer/epartNNN (Qwen, 40 pieces; the older cpart/dpart no longer fit) or
+    # .xfer/spartNN (SmolLM2)
     cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l ;;
   models)  # join and convert the received pieces; marks /root/m/ready for the background steps that wait for it
     models; touch /root/m/ready ;;
@@ -256,7 +257,8 @@ PY
     # benchmarks/h200.sh lease-admm2` carrying .whl, .devdata and the first piece (it also runs admm-time, which rule
     # 2 needs, and with KERNEL=1 int4-nb3, while the GPU waits for the model; see lease-admm2); then the other pieces
     # (`receive`, the last with `models`), then `WAIT=570 ... collect` calls. Short of time: `ONLY=q16,q16-tf32,
-    # q16-settle` first (rules 1 and 3 wait for their own items). Its calibration set now comes back in bg.tgz (recipes-admm2/data/): commit it into the
+    # q16-settle` first (rules 1 and 3 wait for their own items). Its calibration set now comes back in bg.tgz
+    # (recipes-admm2/data/): commit it into the
     # report folder's data/ (':' written '_') so that a later plan's calibration_files can prune from the same tokens
     recipes benchmarks/recipes/plan-admm2.json /root/recipes-admm2 quality-admm2-qwen2.5-coder-1.5b ;;
   quality-admm2b)  # prepared in the sixtieth session, not yet run: quality-admm2b-qwen2.5-coder-1.5b/, the whole of

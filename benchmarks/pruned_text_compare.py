@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--pruned {name}={folder}: not a pruned folder (no sparsedecoding.json)")
     if args.window < 2 or args.batch_size < 1:
         parser.error("--window must be at least 2 and --batch-size at least 1")
+    if args.max_tokens is not None and args.max_tokens < args.window:
+        parser.error(f"--max-tokens {args.max_tokens} is less than one window of {args.window}")
+    if not Path(args.out).resolve().parent.is_dir():
+        parser.error(f"--out {args.out}: its folder does not exist")
     started = time.perf_counter()
     dense, tokenizer, _ = load_model(args.dense, args.device, torch.float32)
     dense.eval()

@@ -66,4 +66,11 @@ def test_bad_arguments_are_one_error_before_any_model_loads(monkeypatch, tmp_pat
             compare.main(["--dense", "nowhere", "--pruned", *pruned, "--out", out])
         assert stop.value.code == 2
     assert "not a pruned folder" in capsys.readouterr().err
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "sparsedecoding.json").write_text("{}")
+    for extra, message in ((["--out", str(tmp_path / "missing" / "r.md")], "its folder does not exist"),
+                           (["--out", out, "--max-tokens", "100"], "less than one window")):
+        with pytest.raises(SystemExit) as stop:
+            compare.main(["--dense", "nowhere", "--pruned", f"a={tmp_path / 'p'}", *extra])
+        assert stop.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "r.md").exists()

@@ -399,7 +399,8 @@ MAX_ADMM_ITERATIONS = 10_000
 ADMM_RHO = (0.1, 1000.0)
 # `admm_prune(settle=K)`: once the mask has stayed the same K iterations in a row the rest only move the kept weights
 # toward the loss's minimum for that mask; conjugate gradients get there in fewer products (one a step against
-# ADMM's two an iteration). On 16 of SmolLM2-135M's linears (text Hessians, benchmarks/results/admm_settle_smollm2_cpu.md)
+# ADMM's two an iteration). On 16 of SmolLM2-135M's linears (text Hessians,
+# benchmarks/results/admm_settle_smollm2_cpu.md)
 # settle 5 with 10 refit steps ended at 0.997x (2:4) and 0.994x (16:32) the layer loss of 100 full iterations after
 # 53 and 52 iterations on average; with the schedule spread over 200, at 0.980x and 0.974x after 84 and 98 (200 full
 # iterations: 0.981x and 0.977x). Geometric means.
@@ -648,8 +649,9 @@ def quantization_codes(weight: torch.Tensor, quantize: str, group_size: int = 12
     if len(pending):
         row, first = divmod(int(pending[0]) * group, in_features)
         raise QuantizationError(f"row {row}, columns {first}..{first + group - 1} are not on an {quantize} grid with "
-                                f"group size {group}; put it on the grid first (`sparsedecoding prune --keep-mask --quantize "
-                                f"{quantize}` on a pruned model, or solvers.sparsegpt / solvers.gptq with quantize=)")
+                                f"group size {group}; put it on the grid first (`sparsedecoding prune --keep-mask "
+                                f"--quantize {quantize}` on a pruned model, or solvers.sparsegpt / solvers.gptq with "
+                                "quantize=)")
     return QuantizedCodes(codes.to(torch.int8).reshape(out, in_features),
                           scales.to(torch.float32).reshape(out, in_features // group), quantize, group)
 

@@ -768,7 +768,8 @@ static_assert(SP24_INT4_BUFFERS >= 1 && SP24_INT4_BUFFERS <= 3, "SP24_INT4_BUFFE
 #define SP24_INT4_SLOT3 0
 #endif
 static_assert(!SP24_INT4_SLOT3 || (!SP24_INT4_HYBRID && SP24_INT4_BUFFERS == 2),
-              "SP24_INT4_SLOT3 is a third step beside two register buffers, not with SP24_INT4_HYBRID or other buffers");
+              "SP24_INT4_SLOT3: a third step beside two register buffers, not with SP24_INT4_HYBRID or other "
+              "buffers");
 // SP24_EARLY_TRIGGER 1 (a build of its own; sp24.early_trigger picks it per launch under the default setting, auto):
 // a CTA lets the next programmatic launch start as soon as it has requested its first steps, not after its main
 // loop. Where a grid leaves room on the multiprocessors (fewer CTAs than two a multiprocessor), the next linear's CTAs
