@@ -271,7 +271,8 @@ PY
     recipes benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b quality-admm2b-qwen2.5-coder-1.5b ;;
   lease-admm2b)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
-  lease-s60)  # prepared in the sixtieth session, not yet run (about 20 minutes in all). The first call, carrying
+  lease-s60)  # its int4-slot3 ran in the sixty-first session (on an H100, int4-spread in a call of its own); its
+    # quality-admm2b did not (no device time left). As prepared (about 20 minutes in all): the first call, carrying
     # .kcachez (the libraries of int4-slot3 and int4-spread), .whl and .devdata but no piece (a piece beside .kcachez
     # passes the carry's 64 MiB), times int4-slot3 on the idle GPU (about 3 minutes; its timeout is 400 s); the second,
     # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s60b` (carry .kcachez again), times int4-spread
@@ -296,7 +297,8 @@ PY
     # here (about a minute each); about 3 minutes. Adopt it (sp24.py choosing NB 3 for three-step int4 launches) only if
     # the 14B o and qkv rows gain and no row loses
     int4_probe "three buffers" -DSP24_INT4_BUFFERS=3 ablate_int4_nb3_h200.md ;;
-  int4-slot3)  # prepared in the sixtieth session, not yet run: ablate_int4_slot3_h200.md, issue 13's batch-1 int4
+  int4-slot3)  # run in the sixty-first session on an H100 (ablate_int4_slot3_h100.md: not adopted); its report is
+    # named ablate_int4_slot3_h200.md; issue 13's batch-1 int4
     # miss: the early multicast build against SP24_INT4_SLOT3=1 (a warp's third int4 step by cp.async into shared
     # memory before the dependency wait, two register buffers kept: candidate 3 of CUDA_KERNEL_NOTES.md's fifty-eighth
     # section), every slice and split, 8B and 14B shapes, float64-checked. Carry .kcachez with both libraries
@@ -304,8 +306,9 @@ PY
     # .kcachez/k.tgz -C .kcache cuda_build); about 3 minutes. Adopt it (sp24.py choosing the build for int4 launches
     # at batch 1) only if the 14B o and qkv rows gain and no row loses; name the report after the GPU that ran it
     int4_probe "third step in shared" -DSP24_INT4_SLOT3=1 ablate_int4_slot3_h200.md ;;
-  int4-spread)  # prepared in the sixtieth session, not yet run (about 3 minutes, no model; carry .kcachez with sp24,
-    # sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu): tuner_ab_h200_spread_b1.md, issue 13's
+  int4-spread)  # run in the sixty-first session on an H100 (tuner_ab_h100_spread_b1.md: not adopted; under a minute,
+    # no model; carry .kcachez with sp24, sp24-early-trigger and sp24-(early-)multicast2 of the current sp24.cu):
+    # tuner_ab_h200_spread_b1.md (named after the GPU that ran it once committed), issue 13's
     # batch-1 int4 miss: the tuner as it is (`now`) against the same with the grids of one heavy CTA a multiprocessor
     # among its candidates (`spread`, SPARSEDECODING_SP24_MIXED=2, sp24.spread_heavy: the 14B o and the 8B qkv;
     # candidate 2 of CUDA_KERNEL_NOTES.md's fifty-eighth section). Rule, fixed before any run: the default becomes 2
