@@ -271,6 +271,18 @@ PY
     recipes benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b quality-admm2b-qwen2.5-coder-1.5b ;;
   lease-admm2b)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
+  lease-s62)  # prepared in the sixty-first session, not yet run (about 14 minutes in all). The first call, carrying
+    # .kcachez, .whl and .devdata but no piece: on an H200 only (the machine of issue 13's target; both ran on an H100
+    # in the sixty-first session), int4-slot3 and int4-spread again (under a minute together with the libraries
+    # prebuilt); then quality-admm2b waits in the background for the model. Run it as
+    # `END_AT=$(( $(date +%s) + 1200 )) bash benchmarks/h200.sh lease-s62`, then `receive` carrying .xfer/epart000 ...
+    # epart038 one a call, `receive && models` with epart039, then `WAIT=570 ... collect`
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-slot3; bash benchmarks/h200.sh int4-spread
+    else
+      echo "not an H200: int4-slot3 and int4-spread skipped (their H100 reports are committed)"
+    fi
+    END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
   lease-s60)  # its int4-slot3 ran in the sixty-first session (on an H100, int4-spread in a call of its own); its
     # quality-admm2b did not (no device time left). As prepared (about 20 minutes in all): the first call, carrying
     # .kcachez (the libraries of int4-slot3 and int4-spread), .whl and .devdata but no piece (a piece beside .kcachez
