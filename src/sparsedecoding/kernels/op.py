@@ -413,8 +413,9 @@ def sp24_mixed_value() -> str:
     than it could hold (`sp24.mixed_heavy`), with one split, no GLU, slots or dense weight, at batch 1-8; "0" does not.
     The tuner A/B beside the same tuner without them (results/tuner_ab_h200_mixed_b1.md): the Qwen3-14B o in bf16 8.42
     against 9.00 us at batch 1, bf16's geomean 1.96x against 1.94x cuBLAS, int8 and int4 unchanged. "2" (a probe,
-    sixtieth session, not yet timed) also tries the grid of one heavy CTA on every multiprocessor and the rest one row
-    tile a CTA (`sp24.spread_heavy`), which leaves the next programmatic launch's CTAs more room."""
+    sixtieth session) also tries the grid of one heavy CTA on every multiprocessor and the rest one row tile a CTA
+    (`sp24.spread_heavy`), which leaves the next programmatic launch's CTAs more room; int4 at batch 1 on an H100,
+    4.28x against 4.27x cuBLAS (results/tuner_ab_h100_spread_b1.md), so not the default."""
     return _choice(SP24_MIXED_SETTING, SP24_MIXED_CHOICES, "1",
                    "1 (the tuner also tries mixed grids), 2 (those and one heavy CTA a multiprocessor) or 0")
 

@@ -752,18 +752,20 @@ constexpr int kBuffers = 2;
 #ifndef SP24_INT4_BUFFERS
 #define SP24_INT4_BUFFERS kBuffers
 #endif
-// SP24_INT4_BUFFERS 3 (a probe build, fifty-eighth session, not yet timed): three buffers, only for the int4 instances
-// that hold them without spilling (one n-tile, no stream-K, no RMSNorm, groups of at least 128 columns); the others
-// keep kBuffers. Where a warp's share of a tile is three steps (the 14B o and qkv at 4 slices), all three are then
-// requested before the early trigger's dependency wait (benchmarks/CUDA_KERNEL_NOTES.md, fifty-eighth session).
+// SP24_INT4_BUFFERS 3 (a probe, fifty-eighth session; lost on an H100 in the fifty-ninth): three buffers, only for the
+// int4 instances that hold them without spilling (one n-tile, no stream-K, no RMSNorm, groups of at least 128 columns);
+// the others keep kBuffers. Where a warp's share of a tile is three steps (the 14B o and qkv at 4 slices), all three
+// are then requested before the early trigger's dependency wait (benchmarks/CUDA_KERNEL_NOTES.md, fifty-eighth
+// session).
 static_assert(SP24_INT4_BUFFERS >= 1 && SP24_INT4_BUFFERS <= 3, "SP24_INT4_BUFFERS: 1, 2 or 3 register buffers");
-// SP24_INT4_SLOT3 (a probe build, sixtieth session, not yet timed): the int4 instances that keep two register buffers
-// (one n-tile, no slots, stream-K, RMSNorm or dense weights, groups of at least 128 columns) also request a warp's
-// third step before the dependency wait, by cp.async into the warp's slot of shared memory (copy_step), and read it
-// back into the first buffer (read_slot) once that buffer's step is computed; every later step loads as before. Where
-// a warp's share of a tile is three steps (the 14B o and qkv at 4 slices) all of them are then in flight before the
-// wait without the third register buffer, whose 127 registers made ptxas chain a step's MMAs into one dependency
-// (candidate 3 of benchmarks/CUDA_KERNEL_NOTES.md's fifty-eighth section; the third buffer: its fifty-ninth).
+// SP24_INT4_SLOT3 (a probe, sixtieth session; lost on an H100 in the sixty-first): the int4 instances that keep two
+// register buffers (one n-tile, no slots, stream-K, RMSNorm or dense weights, groups of at least 128 columns) also
+// request a warp's third step before the dependency wait, by cp.async into the warp's slot of shared memory
+// (copy_step), and read it back into the first buffer (read_slot) once that buffer's step is computed; every later step
+// loads as before. Where a warp's share of a tile is three steps (the 14B o and qkv at 4 slices) all of them are then
+// in flight before the wait without the third register buffer, whose 127 registers made ptxas chain a step's MMAs into
+// one dependency (candidate 3 of benchmarks/CUDA_KERNEL_NOTES.md's fifty-eighth section; the third buffer: its
+// fifty-ninth).
 #ifndef SP24_INT4_SLOT3
 #define SP24_INT4_SLOT3 0
 #endif
