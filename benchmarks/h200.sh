@@ -261,7 +261,9 @@ PY
     # (recipes-admm2/data/): commit it into the
     # report folder's data/ (':' written '_') so that a later plan's calibration_files can prune from the same tokens
     recipes benchmarks/recipes/plan-admm2.json /root/recipes-admm2 quality-admm2-qwen2.5-coder-1.5b ;;
-  quality-admm2b)  # prepared in the sixtieth session, not yet run: quality-admm2b-qwen2.5-coder-1.5b/, the whole of
+  quality-admm2b)  # prepared in the sixtieth session, run in the sixty-second on an H100 (its background run stopped
+    # at the deadline before q16-tf32r; `stage benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b all` ran the
+    # rest; quality-admm2b-qwen2.5-coder-1.5b/NOTES.md): quality-admm2b-qwen2.5-coder-1.5b/, the whole of
     # benchmarks/recipes/plan-admm2b.json: plan-admm2.json's q16-seq and q16o2 (rules 1 and 3, unchanged) and q16-tf32r
     # (TF32 then 10 float32 refit steps, rule 5) pruned from that round's committed calibration tokens, its results
     # taken as they are; about 9 minutes from the model's arrival (the dense dev row, three prunes, three held-out
@@ -271,7 +273,9 @@ PY
     recipes benchmarks/recipes/plan-admm2b.json /root/recipes-admm2b quality-admm2b-qwen2.5-coder-1.5b ;;
   lease-admm2b)
     bash benchmarks/h200.sh receive && END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
-  lease-s62)  # prepared in the sixty-first session, not yet run (about 14 minutes in all). The first call, carrying
+  lease-s62)  # prepared in the sixty-first session, run in the sixty-second: an H100 came, so the probes were
+    # skipped, and END_AT's 1200 s (counted from the first call, before the 40 pieces and the conversion) ended the
+    # background run one item early; give a repeat 1500. As prepared (about 14 minutes in all): the first call, carrying
     # .kcachez, .whl and .devdata but no piece: on an H200 only (the machine of issue 13's target; both ran on an H100
     # in the sixty-first session), int4-slot3 and int4-spread again (under a minute together with the libraries
     # prebuilt); then quality-admm2b waits in the background for the model. Run it as
@@ -283,6 +287,15 @@ PY
       echo "not an H200: int4-slot3 and int4-spread skipped (their H100 reports are committed)"
     fi
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
+  int4-h200)  # prepared in the sixty-second session, not yet run: lease-s62's two probes alone (issue 13's target is
+    # on the H200; both ran only on an H100 so far), under a minute with .kcachez carried (sp24, sp24-early-trigger,
+    # sp24-multicast2, sp24-early-multicast2 and sp24-early-multicast2-int4-slot3 of the current sp24.cu), no model;
+    # on any other GPU it does nothing
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-slot3; bash benchmarks/h200.sh int4-spread
+    else
+      echo "not an H200: int4-slot3 and int4-spread skipped"
+    fi ;;
   lease-s60)  # its int4-slot3 ran in the sixty-first session (on an H100, int4-spread in a call of its own); its
     # quality-admm2b did not (no device time left). As prepared (about 20 minutes in all): the first call, carrying
     # .kcachez (the libraries of int4-slot3 and int4-spread), .whl and .devdata but no piece (a piece beside .kcachez

@@ -308,7 +308,8 @@ class SolverSettings:
                               "eigenvectors run: float32, or tf32 (both operands rounded to 10 mantissa bits: "
                               "tensor cores, 6-8x faster products on an H100; emulated on a CPU; on SmolLM2's "
                               "layers 0.4-0.7% more layer loss; on Qwen-1.5B's recommended 16:32 recipe dev KL "
-                              "+17% and Lee perplexity +26%, so not the default)", choices=ADMM_PRODUCTS)
+                              "+17% and Lee perplexity +26%, +12% and +24% with --refit-steps 10, so not the default)",
+                              choices=ADMM_PRODUCTS)
     admm_settle: int = knob(0, "--solver admm: stop a layer's ADMM once its mask has come out the same this many "
                             "steps in a row, then move the kept weights by 10 conjugate-gradient steps toward the "
                             "best for that mask (0: run every step). On SmolLM2's layers --admm-iterations 200 "
