@@ -69,8 +69,9 @@ from sparsedecoding.evaluation.metrics import on_policy_scores, perplexity, repe
 from sparsedecoding.evaluation.sandbox import SandboxLimits
 from sparsedecoding.batchgen import generate_many
 from sparsedecoding.generation import tokenize_prompts
-from sparsedecoding.models import load_model, resolve_model
-from sparsedecoding.pipeline import PruneConfig, build_calibration, prune_layers
+from sparsedecoding.errors import SparseDecodingError
+from sparsedecoding.models import load_model, read_config, resolve_model
+from sparsedecoding.pipeline import PruneConfig, build_calibration, check_dense_linears, prune_layers
 from sparsedecoding.runenv import environment, pick_device, write_json
 
 log = logging.getLogger("quality_recipes")
@@ -87,6 +88,7 @@ class Run:
         self.started = time.perf_counter()
         self.device = pick_device(args.device)
         self.folder = resolve_model(args.model)
+        self.check_dense_linears(read_config(self.folder))
         self.dense, self.tokenizer, _ = load_model(self.folder, self.device)
         self.limits = SandboxLimits(args.timeout, 1024)
         self.mine: set[str] = set()
@@ -181,6 +183,17 @@ class Run:
         for parameter in model.parameters():
             parameter.requires_grad_(False)
         return {**report, "sampling_seconds": sampling, "train_tokens": train.tokens, "dev_tokens": dev.tokens}
+
+    def check_dense_linears(self, model_config: dict) -> None:
+        """SystemExit before the model loads if an item's dense_linears names no linear of this model (prune_layers
+        alone would then prune every linear, silently) or every one of them."""
+        for recipe in self.plan["recipes"] + self.plan.get("baselines", []):
+            if recipe.get("dense_linears"):
+                try:
+                    check_dense_linears(PruneConfig(model="", out="", dense_linears=recipe["dense_linears"]),
+                                        model_config)
+                except SparseDecodingError as exc:
+                    raise SystemExit(f"error: {recipe['name']}: {exc}") from exc
 
     def prune_config(self, recipe: dict) -> PruneConfig:
         known = {f.name for f in fields(PruneConfig)}

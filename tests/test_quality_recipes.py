@@ -228,6 +228,7 @@ def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
             assert "start" in recipe and "quantize" not in recipe, recipe["name"]
             continue
         run.prune_config(recipe).check_values()
+    run.check_dense_linears({"num_hidden_layers": 28})  # every committed plan prunes Qwen2.5-Coder-1.5B (28 layers)
     for path in plan.get("calibration_files", {}).values():  # committed sets the plan prunes from
         assert (BENCHMARKS.parent / path).is_file(), path
     known = {recipe["name"] for recipe in plan["recipes"]}
@@ -428,3 +429,15 @@ def test_only_names_the_recipe_a_held_out_pick_or_check_scores(recipes, tmp_path
     assert run.item("final", {**recipe, "name": "check-broad-a", "model": "broad-a"}, "eval", 1.0) is None
     assert run.item("dev", {"name": "dense", "dense": True}, "dev", 1.0) is None
     assert scored == ["eval"] and (tmp_path / "final" / "nm50-fit.json").exists()
+
+
+def test_an_items_dense_linears_must_name_linears_of_the_model_before_it_loads(recipes):
+    """prune_layers leaves dense only what matches: a typo in a plan would prune everything, silently, on the GPU."""
+    run = object.__new__(recipes.Run)
+    qwen = {"num_hidden_layers": 28}
+    run.plan = {"recipes": [{"name": "l0", "pattern": "2:4", "data": "humaneval:fit",
+                             "dense_linears": "model.layers.0.*"}], "baselines": []}
+    run.check_dense_linears(qwen)
+    run.plan["recipes"][0]["dense_linears"] = "model.layers.28.*"
+    with pytest.raises(SystemExit, match="l0: --dense-linears pattern 'model.layers.28.*' matches no linear"):
+        run.check_dense_linears(qwen)

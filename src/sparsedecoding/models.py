@@ -513,6 +513,17 @@ def _layer_dims(config: dict) -> tuple[int, int, int, int, int]:
     return hidden, heads, head_dim, kv_heads, intermediate
 
 
+# The prunable linears of a decoder layer of the supported architectures, by their name inside the layer.
+DECODER_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                   "mlp.up_proj", "mlp.down_proj")
+
+
+def decoder_linear_names(config: dict) -> list[str]:
+    """Full names of every prunable decoder linear (model.layers.0.self_attn.q_proj ...), from config.json."""
+    return [f"model.layers.{index}.{name}" for index in range(int(config["num_hidden_layers"]))
+            for name in DECODER_LINEARS]
+
+
 def linear_input_sizes(config: dict) -> dict[str, int]:
     """in_features of each prunable decoder linear, from config.json: q/k/v and gate/up read the hidden state, o_proj
     the concatenated attention heads, down_proj the MLP's intermediate activations."""

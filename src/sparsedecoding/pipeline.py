@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import fnmatch
 import hashlib
 import itertools
 import json
@@ -48,8 +49,8 @@ from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target,
                       hessians_by_module, input_groups, kept_rows, paired_by_module, prunable_linears)
 from .kernels.quantized import check_dense_quantization, check_packed_quantization
-from .models import (check_pattern_fits, linear_input_sizes, load_model, read_config, resolve_model, sha256_file,
-                     source_dtype)
+from .models import (check_pattern_fits, decoder_linear_names, linear_input_sizes, load_model, read_config,
+                     resolve_model, sha256_file, source_dtype)
 from .outputs import PRUNED_MANIFEST, check_not_source, output_target, partial_path, remove_partial
 from .patterns import SparsityPattern
 from .invocation import command
@@ -476,6 +477,32 @@ class WorkDir:
         return load_file(str(self.path / "layers" / f"{index:03d}.safetensors"))
 
 
+def kept_dense(config: PruneConfig, name: str) -> bool:
+    """Whether --dense-linears leaves the linear `name` (model.layers.I.self_attn.q_proj ...) as it is."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in config.dense_linear_patterns())
+
+
+def solved_linears(config: PruneConfig, layer, index: int) -> dict:
+    """The prunable linears of decoder layer `index` that the solver changes: all but those --dense-linears names."""
+    return {name: linear for name, linear in prunable_linears(layer).items()
+            if not kept_dense(config, f"model.layers.{index}.{name}")}
+
+
+def check_dense_linears(config: PruneConfig, model_config: dict) -> list[str]:
+    """The names of the linears --dense-linears leaves dense, after checking (from config.json, before the model
+    loads) that each of its patterns matches one at least and that something is left to solve."""
+    names = decoder_linear_names(model_config)
+    for pattern in config.dense_linear_patterns():
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            raise SparseDecodingError(f"--dense-linears pattern {pattern!r} matches no linear of this model; names "
+                                      f"look like {names[0]} (shell patterns: model.layers.0.*, *.mlp.down_proj)")
+    dense = [name for name in names if kept_dense(config, name)]
+    if dense and len(dense) == len(names):
+        raise SparseDecodingError(f"--dense-linears {config.dense_linears!r} leaves every linear dense: nothing is "
+                                  f"left to prune; narrow it")
+    return dense
+
+
 @torch.no_grad()
 def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDir | None = None,
                  progress: bool = True) -> dict:
@@ -501,7 +528,7 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                disable=not progress)
     for index in bar:
         layer = layers[index]
-        linears = prunable_linears(layer)
+        linears = solved_linears(config, layer, index)
         if index < start:  # finished before an interruption: replay exactly what the first run did
             saved = work.load_layer(index)
             if dense_stream is not None:
@@ -513,6 +540,14 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                 linear.weight.data.copy_(saved[name])
             if config.propagation == "sequential":
                 outputs = run_layer(layer, batches)
+        elif not linears:  # --dense-linears leaves the whole layer as it is: both streams pass through it
+            layer_stats[index] = {}
+            if dense_stream is not None:
+                dense_stream = run_layer(layer, [(hidden, kwargs, kept) for hidden, (_, kwargs, kept)
+                                                 in zip(dense_stream, batches)])
+            outputs = run_layer(layer, batches)
+            if work:
+                work.save_layer(index, linears, layer_stats[index])
         else:
             if dense_stream is not None:
                 solve_started = time.perf_counter()
@@ -673,6 +708,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     if config.text:
         read_text_file(config.text)
     check_gen_backend(config, read_config(folder))
+    dense_linears = check_dense_linears(config, read_config(folder))  # a pattern that names nothing: one line
     if config.quantize != "none" and config.quantize_head == "none":
         log.info("lm_head stays bf16; --quantize-head int8 runs the 8B preset's 2:4 + int4 step 5.6%% faster (one "
                  "run) and is off by default: its dev check lost two problems of 41 or raised KL by 9%% "
@@ -689,8 +725,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     work = WorkDir(out, config.fingerprint(inputs_digest(config, folder)))
     try:
         if config.keep_mask:  # the model must already be pruned to --pattern: say so before calibration
-            for layer in model.model.layers:
-                for linear in prunable_linears(layer).values():
+            for index, layer in enumerate(model.model.layers):
+                for linear in solved_linears(config, layer, index).values():
                     solvers.check_kept_zeros(linear.weight.data, pattern)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -726,6 +762,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
+            "dense_linears": dense_linears,
             "timing": {"solver_seconds_this_run": result["solver_seconds"],
                        "total_seconds_this_run": round(time.perf_counter() - started, 2),
                        "resumed_from_layer": result["resumed_from_layer"]},

@@ -328,6 +328,11 @@ class SolverSettings:
                               choices=QUANTIZATIONS)
     keep_mask: bool = knob(False, "keep the mask the model already has (its zeros; --model a pruned, possibly "
                            "repaired checkpoint of --pattern) and only quantize its kept weights (needs --quantize)")
+    dense_linears: str | None = knob(None, "decoder linears to leave as they are (neither pruned nor rounded), by "
+                                     "name: comma-separated shell patterns such as 'model.layers.0.*' or "
+                                     "'*.mlp.down_proj', each matching at least one linear. They trade speed for "
+                                     "quality: the engine runs a fused q|k|v or gate|up linear dense when any of its "
+                                     "parts is dense, and `pack` (--pattern auto) keeps them dense", shown="none")
     hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))
     batch_size: int = knob(8, "sequences per replay batch", minimum=1)
 
@@ -416,6 +421,7 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
             raise SparseDecodingError(f"--quantize {self.quantize} runs inside SparseGPT's loop (after ADMM's mask "
                                       f"with --solver admm) and needs its result untouched; use --solver sparsegpt "
                                       f"or admm and --repair-steps 0")
+        self.dense_linear_patterns()
         if self.samples_per_prompt > 1 and not self.do_sample:
             raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
         if self.calibration == "self":
@@ -442,6 +448,16 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
                                    f"earlier prune's output folder (it keeps {CALIBRATION_FILE}) or that .safetensors "
                                    f"file")
         return file
+
+    def dense_linear_patterns(self) -> tuple[str, ...]:
+        """--dense-linears as its shell patterns (none without it); an empty one is one error line."""
+        if self.dense_linears is None:
+            return ()
+        patterns = tuple(part.strip() for part in self.dense_linears.split(","))
+        if not all(patterns):
+            raise SparseDecodingError(f"--dense-linears {self.dense_linears!r} holds an empty pattern; give "
+                                      f"comma-separated names or shell patterns such as 'model.layers.0.*'")
+        return patterns
 
     def sparsity_pattern(self) -> SparsityPattern | None:
         """The parsed --pattern; None for dense (GPTQ alone)."""
