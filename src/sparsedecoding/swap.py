@@ -190,7 +190,8 @@ def _warn_kept_decoder_linears(plan: dict, kept: list[str]) -> None:
     stray = [name for name in kept if name.rsplit(".", 1)[-1] in PRUNABLE_LINEARS]
     if stray:
         log.warning("%d decoder linears are not N:M sparse at half their weights or fewer and stay dense beside the "
-                    "%d swapped (e.g. %s)", len(stray), len(plan), stray[0])
+                    "%d swapped (e.g. %s; `prune --dense-linears` leaves such linears on purpose)", len(stray),
+                    len(plan), stray[0])
 
 
 def _check_model(model, call: str) -> None:
