@@ -203,3 +203,15 @@ def test_the_gen_backend_reaches_selfdata_and_on_policy_repair(tiny_folder, prom
     assert code == 0
     assert used == {("sparsedecoding.selfdata", backend), ("sparsedecoding.repair", backend)}
     assert manifest(tmp_path / "out")["config"]["gen_backend"] == backend
+
+
+def test_repair_trains_the_linears_left_dense_with_the_kept_weights(tiny_folder, prompts_file, tmp_path):
+    """--dense-linears leaves a linear unpruned; repair then trains all of it, as it trains every kept weight."""
+    dense = load_file(str(tiny_folder / "model.safetensors"))
+    out = pipeline.prune(config(tiny_folder, tmp_path / "out", prompts_file, repair_steps=2,
+                                dense_linears="model.layers.0.mlp.down_proj"), progress=False)
+    after = load_file(str(out / "model.safetensors"))
+    name = "model.layers.0.mlp.down_proj.weight"
+    assert bool((after[name] != 0).all()) and not torch.equal(after[name], dense[name])
+    assert manifest(out)["dense_linears"] == ["model.layers.0.mlp.down_proj"]
+    assert manifest(out)["repair"]["best_step"] > 0

@@ -328,7 +328,8 @@ class SolverSettings:
                               choices=QUANTIZATIONS)
     keep_mask: bool = knob(False, "keep the mask the model already has (its zeros; --model a pruned, possibly "
                            "repaired checkpoint of --pattern) and only quantize its kept weights (needs --quantize)")
-    dense_linears: str | None = knob(None, "decoder linears to leave as they are (neither pruned nor rounded), by "
+    dense_linears: str | None = knob(None, "decoder linears to leave dense (neither pruned nor rounded; "
+                                     "--repair-steps trains them with the kept weights), by "
                                      "name: comma-separated shell patterns such as 'model.layers.0.*' or "
                                      "'*.mlp.down_proj', each matching at least one linear. They trade speed for "
                                      "quality: the engine runs a fused q|k|v or gate|up linear dense when any of its "
