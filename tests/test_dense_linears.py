@@ -9,7 +9,9 @@ from safetensors.torch import load_file
 
 from sparsedecoding import pipeline
 from sparsedecoding.errors import SparseDecodingError
+from sparsedecoding.hessian import prunable_linears
 from sparsedecoding.kernels.format import PackedNM
+from sparsedecoding.models import DECODER_LINEARS, decoder_linear_names, load_model, read_config
 from sparsedecoding.packed import load_packed_checkpoint, pack_checkpoint
 from sparsedecoding.pipeline import PruneConfig, prune
 import test_pipeline
@@ -21,12 +23,17 @@ def config(folder, out, prompts, **overrides):
     return test_pipeline.config(folder, out, prompts, **{"solver": "sparsegpt", **overrides})
 
 
-LEAVES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-          "mlp.up_proj", "mlp.down_proj")
-
-
 def linear_names(layers: int = 3) -> list[str]:
-    return [f"model.layers.{index}.{leaf}" for index in range(layers) for leaf in LEAVES]
+    return [f"model.layers.{index}.{leaf}" for index in range(layers) for leaf in DECODER_LINEARS]
+
+
+def test_the_names_read_from_config_json_are_the_loaded_models_prunable_linears(tiny_folder):
+    """check_dense_linears matches patterns against names built from config.json; prune_layers against the loaded
+    model's: they must be the same names, or a pattern could pass the check and then leave nothing dense."""
+    model, _, _ = load_model(tiny_folder, torch.device("cpu"))
+    loaded = [f"model.layers.{index}.{name}" for index, layer in enumerate(model.model.layers)
+              for name in prunable_linears(layer)]
+    assert sorted(loaded) == sorted(decoder_linear_names(read_config(tiny_folder))) == sorted(linear_names())
 
 
 DENSE = "model.layers.1.*, *.mlp.down_proj"
@@ -132,12 +139,12 @@ def test_an_empty_pattern_is_refused_before_anything_is_loaded(tmp_path):
 
 
 def test_the_engine_runs_a_fused_linear_dense_when_a_part_of_it_is_dense(tiny_folder, prompts_file, tmp_path):
-    from sparsedecoding.engine import load_model
+    from sparsedecoding.engine import load_model as load_engine_model
     from sparsedecoding.kernels import PackedLinear
 
     out = prune(config(tiny_folder, tmp_path / "out", prompts_file,
                        dense_linears="*.self_attn.k_proj,model.layers.1.mlp.down_proj"), progress=False)
-    model = load_model(out, sparse="auto", dtype=torch.bfloat16, device="cpu")
+    model = load_engine_model(out, sparse="auto", dtype=torch.bfloat16, device="cpu")
     assert len(model.layers) == 3
     for index, block in enumerate(model.layers):
         assert not isinstance(block.attention.qkv, PackedLinear), index  # k_proj dense: q|k|v dense

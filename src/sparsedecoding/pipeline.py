@@ -707,8 +707,9 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                 read_prompts(name)
     if config.text:
         read_text_file(config.text)
-    check_gen_backend(config, read_config(folder))
-    dense_linears = check_dense_linears(config, read_config(folder))  # a pattern that names nothing: one line
+    model_config = read_config(folder)
+    check_gen_backend(config, model_config)
+    dense_linears = check_dense_linears(config, model_config)  # a pattern that names nothing: one line
     if config.quantize != "none" and config.quantize_head == "none":
         log.info("lm_head stays bf16; --quantize-head int8 runs the 8B preset's 2:4 + int4 step 5.6%% faster (one "
                  "run) and is off by default: its dev check lost two problems of 41 or raised KL by 9%% "
