@@ -287,22 +287,23 @@ PY
       echo "not an H200: int4-slot3 and int4-spread skipped (their H100 reports are committed)"
     fi
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
-  quality-dense0)  # prepared in the sixty-second session, not yet run: quality-dense0-qwen2.5-coder-1.5b/, the whole
+  quality-dense0)  # ran in the sixty-third session (on an H100, whole): quality-dense0-qwen2.5-coder-1.5b/, the whole
     # of benchmarks/recipes/plan-dense0.json (2:4 with layer 0 dense, 2:4 with layers 0 and 1 dense, 16:32 with layer 0
     # dense; ADMM from plan-admm2's committed calibration tokens; rules 1 and 2 fixed before any run); about 10 minutes
     # from the model's arrival (three prunes with their dev rows, three held-out picks)
     recipes benchmarks/recipes/plan-dense0.json /root/recipes-dense0 quality-dense0-qwen2.5-coder-1.5b ;;
-  lease-s63)  # prepared in the sixty-second session, not yet run (about 20 minutes in all): the first call, carrying
+  lease-s63)  # ran in the sixty-third session on an H100 (int4-h200 skipped; quality-dense0 whole, about 15 device
+    # minutes from the first call to the collect's end); as prepared (about 20 minutes in all): the first call, carrying
     # .kcachez, .whl and .devdata but no piece, runs int4-h200 (issue 13's two probes, on an H200 only, under a
     # minute with the libraries prebuilt) and leaves quality-dense0 waiting in the background for the model. Run it as
     # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s63`, then `receive` carrying .xfer/epart000 ...
     # epart038 one a call, `receive && models` with epart039, then `WAIT=570 ... collect`; if the deadline leaves an
     # item, `stage benchmarks/recipes/plan-dense0.json /root/recipes-dense0 all quality-dense0-qwen2.5-coder-1.5b`
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-dense0 ;;
-  int4-h200)  # prepared in the sixty-second session, not yet run: lease-s62's two probes alone (issue 13's target is
-    # on the H200; both ran only on an H100 so far), under a minute with .kcachez carried (sp24, sp24-early-trigger,
-    # sp24-multicast2, sp24-early-multicast2 and sp24-early-multicast2-int4-slot3 of the current sp24.cu), no model;
-    # on any other GPU it does nothing
+  int4-h200)  # prepared in the sixty-second session, not yet run (lease-s63 got an H100): lease-s62's two probes
+    # alone (issue 13's target is on the H200; both ran only on an H100 so far), under a minute with .kcachez carried
+    # (sp24, sp24-early-trigger, sp24-multicast2, sp24-early-multicast2 and sp24-early-multicast2-int4-slot3 of the
+    # current sp24.cu), no model; on any other GPU it does nothing
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       bash benchmarks/h200.sh int4-slot3; bash benchmarks/h200.sh int4-spread
     else
