@@ -68,3 +68,33 @@ def test_correctness_check_passes_on_a_tiny_pruned_model(tmp_path):
     char_tokenizer().save_pretrained(tmp_path)
     report = run(tmp_path, ["hello world", "abc"], 24, torch.device("cuda"), compile=True, checks=["logits", "tokens"])
     assert "| NO |" not in report and report.count("| yes |\n") == 4
+
+
+def test_correctness_check_passes_with_some_linears_left_dense(tmp_path):
+    """A model pruned with some linears left dense (as `prune --dense-linears` leaves them): the engine runs layer
+    0's q|k|v dense (its k_proj is dense) and layer 1's down dense, packs every other linear (for the Triton or the
+    2:4 tensor-core kernel), and its compiled
+    CUDA-graph tokens and logits pass the check against transformers."""
+    from sparsedecoding.engine.config import load_hf_config
+    from sparsedecoding.engine.loading import model_from_hf
+    from sparsedecoding.kernels import PackedLinear
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear
+    from sparsedecoding.models import load_checkpoint
+
+    dense = ["model.layers.0.self_attn.k_proj", "model.layers.1.mlp.down_proj"]
+    model = random_hf_model("qwen2")
+    kept = {name: model.get_submodule(name).weight.clone() for name in dense}
+    prune_in_place(model, "2:4")
+    with torch.no_grad():
+        for name, weight in kept.items():
+            model.get_submodule(name).weight.copy_(weight)
+    model.save_pretrained(tmp_path)
+    char_tokenizer().save_pretrained(tmp_path)
+    weights = load_checkpoint(tmp_path, torch.bfloat16).state_dict()
+    engine = model_from_hf(load_hf_config(tmp_path), weights.__getitem__, "auto", torch.bfloat16, torch.device("cuda"))
+    packed = [[isinstance(module, (PackedLinear, Sp24Linear)) for module in (block.attention.qkv, block.attention.out,
+                                                               block.mlp.gate_up, block.mlp.down)]
+              for block in engine.layers]
+    assert packed == [[False, True, True, True], [True, True, True, False]]
+    report = run(tmp_path, ["hello world", "abc"], 24, torch.device("cuda"), compile=True, checks=["logits", "tokens"])
+    assert "| NO |" not in report and report.count("| yes |\n") == 4
