@@ -1,8 +1,9 @@
 """What the fiftieth session's code extraction (`evaluation.humaneval.build_program`: an indented fence dedented,
 and where the program does not compile, `~~~` fences and the code lines of an unfenced answer) does to the
 committed HumanEval answers (`benchmarks/results/**/*.records.jsonl` and `*.humaneval.jsonl`): how many answers get
-another test program, and how those programs end in the sandbox under the old and the new extraction. Needs root
-(the sandbox). Writes a markdown report:
+another test program, and how those programs end in the sandbox under the old and the new extraction. The new one is
+today's `build_program`; the committed report was made under harness version 3 (`fence_change_cpu.py` measures
+version 4's change). Needs root (the sandbox). Writes a markdown report:
 
     PYTHONPATH=src python benchmarks/extraction_change_cpu.py --out benchmarks/results/extraction_change_cpu.md
 """
@@ -41,26 +42,34 @@ def committed_answers(problems: dict[str, dict]) -> tuple[list[Path], list[tuple
     return files, answers
 
 
+def run_changed(answers: list[tuple[Path, dict]], problems: dict[str, dict], old, new) -> tuple[list, list, list]:
+    """The answers whose test program differs between `old` and `new` (each a function of the problem and the
+    answer), and the sandbox runs of their old and of their new programs: ((file, record) list, old runs, new runs)."""
+    changed = []
+    for file, record in answers:
+        problem = problems[record["task_id"]]
+        before, after = old(problem, record["completion"]), new(problem, record["completion"])
+        if before != after:
+            changed.append((file, record, before, after))
+    limits = SandboxLimits()
+    before_runs = run_many([before for _, _, before, _ in changed], limits)
+    after_runs = run_many([after for _, _, _, after in changed], limits)
+    return [(file, record) for file, record, _, _ in changed], before_runs, after_runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="the markdown report to write")
     args = parser.parse_args()
     problems = {problem["task_id"]: problem for problem in humaneval_problems("all")}
     files, answers = committed_answers(problems)
-    records, changed = len(answers), []
-    for file, record in answers:
-        problem = problems[record["task_id"]]
-        before, after = old_program(problem, record["completion"]), build_program(problem, record["completion"])
-        if before != after:
-            changed.append((file, record, before, after))
-    limits = SandboxLimits()
-    before_runs = run_many([before for _, _, before, _ in changed], limits)
-    after_runs = run_many([after for _, _, _, after in changed], limits)
+    records = len(answers)
+    changed, before_runs, after_runs = run_changed(answers, problems, old_program, build_program)
     flips = Counter((old.passed, new.passed) for old, new in zip(before_runs, after_runs))
-    agrees = sum(old.passed == bool(record.get("passed")) for (_, record, _, _), old in zip(changed, before_runs))
+    agrees = sum(old.passed == bool(record.get("passed")) for (_, record), old in zip(changed, before_runs))
     rows = "".join(f"| {file.relative_to(RESULTS)} | {record['task_id']} | {record.get('wording', '')} | "
                    f"{record.get('passed')} | {old.passed} | {new.passed} |\n"
-                   for (file, record, _, _), old, new in zip(changed, before_runs, after_runs))
+                   for (file, record), old, new in zip(changed, before_runs, after_runs))
     command = "PYTHONPATH=src python " + " ".join(["benchmarks/extraction_change_cpu.py", *sys.argv[1:]])
     args.out.write_text(
         "# Committed HumanEval answers under the fiftieth session's code extraction\n\n"

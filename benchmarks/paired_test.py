@@ -5,7 +5,10 @@ one solves, and the exact two-sided McNemar p-value (binomial test on the discor
     python benchmarks/paired_test.py --wording fenced dev/A.records.jsonl dev/B.records.jsonl
 
 Files are the per-problem records `compare` writes (configs/NAME.humaneval.jsonl) or `quality_recipes.py` writes
-(dev/NAME.records.jsonl, both wordings in one file: `--wording` picks one); arguments pair up in order."""
+(dev/NAME.records.jsonl, both wordings in one file: `--wording` picks one); arguments pair up in order. With
+`--recheck`, every record's answer is checked again in the sandbox under today's harness
+(`evaluation.suite.HARNESS_VERSION`) instead of taking its recorded outcome (needs the records' answers, HumanEval and
+root for the sandbox)."""
 
 from __future__ import annotations
 
@@ -17,14 +20,25 @@ from math import comb
 from pathlib import Path
 
 
-def passed(path: Path, wording: str | None = None) -> dict[str, bool]:
-    """task_id -> passed; with `wording`, only the records of that instruction wording."""
+def passed(path: Path, wording: str | None = None, recheck: bool = False) -> dict[str, bool]:
+    """task_id -> passed; with `wording`, only the records of that instruction wording; with `recheck`, each answer
+    checked again under today's harness."""
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if wording is not None:
         records = [record for record in records if record.get("wording") == wording]
         if not records:
             raise SystemExit(f"error: {path} holds no records of wording {wording!r}")
-    return {record["task_id"]: bool(record["passed"]) for record in records}
+    if not recheck:
+        return {record["task_id"]: bool(record["passed"]) for record in records}
+    if any("completion" not in record for record in records):
+        raise SystemExit(f"error: {path} holds records without their answers; --recheck needs them")
+    from sparsedecoding.data import humaneval_problems
+    from sparsedecoding.evaluation.humaneval import check_completions
+
+    problems = {problem["task_id"]: problem for problem in humaneval_problems("all")}
+    checked = check_completions([problems[record["task_id"]] for record in records],
+                                [record["completion"] for record in records])
+    return {record["task_id"]: item.passed for record, item in zip(records, checked)}
 
 
 def mcnemar(only_a: int, only_b: int) -> float:
@@ -36,8 +50,8 @@ def mcnemar(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def compare(a: Path, b: Path, wording: str | None = None) -> str:
-    first, second = passed(a, wording), passed(b, wording)
+def compare(a: Path, b: Path, wording: str | None = None, recheck: bool = False) -> str:
+    first, second = passed(a, wording, recheck), passed(b, wording, recheck)
     if first.keys() != second.keys():
         raise SystemExit(f"error: {a} and {b} hold different problems")
     only_a = sum(first[task] and not second[task] for task in first)
@@ -49,15 +63,22 @@ def compare(a: Path, b: Path, wording: str | None = None) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--wording", help="only the records of this instruction wording (fenced, plain)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="check every answer again under today's harness instead of reading its recorded outcome")
     parser.add_argument("paths", nargs="+", type=Path, help="record files, paired in order")
     args = parser.parse_args(argv)
     if len(args.paths) % 2:
         parser.error("give pairs of record files")
     command = " ".join(["python benchmarks/paired_test.py", *(sys.argv[1:] if argv is None else argv)])
-    print(f"- date: {datetime.date.today().isoformat()}\n- command: `{command}`\n")
+    harness = ""
+    if args.recheck:
+        from sparsedecoding.evaluation.suite import HARNESS_VERSION
+
+        harness = f"\n- answers checked again under harness version {HARNESS_VERSION}"
+    print(f"- date: {datetime.date.today().isoformat()}\n- command: `{command}`{harness}\n")
     print("| A | B | pass A | pass B | only A | only B | p |\n|---|---|---|---|---|---|---|")
     for a, b in zip(args.paths[::2], args.paths[1::2]):
-        print(compare(a, b, args.wording))
+        print(compare(a, b, args.wording, args.recheck))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ from sparsedecoding.data import chat_format, humaneval_problems, humaneval_promp
 from sparsedecoding.evaluation.humaneval import check_completions
 from sparsedecoding.evaluation.metrics import on_policy_scores, perplexity, repetition_summary
 from sparsedecoding.evaluation.sandbox import SandboxLimits
+from sparsedecoding.evaluation.suite import HARNESS_VERSION, harness_version
 from sparsedecoding.batchgen import generate_many
 from sparsedecoding.generation import tokenize_prompts
 from sparsedecoding.errors import SparseDecodingError
@@ -95,7 +96,7 @@ class Run:
         self.lee_ids = self.tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"]
         self._selfdata = None
         if "earlier" in self.plan:
-            seed_from_earlier(Path(self.plan["earlier"]), self.out)
+            seed_from_earlier(Path(self.plan["earlier"]), self.out, self.limits)
 
     def time_left(self, needed: float) -> bool:
         return time.perf_counter() - self.started + needed < self.args.deadline
@@ -318,7 +319,7 @@ class Run:
             return None
         result = {"name": recipe["name"], "recipe": recipe, "pruning": record, "metrics": metrics,
                   "seconds": round(time.perf_counter() - started, 1), "environment": environment(),
-                  "command": ["python", *sys.argv]}
+                  "command": ["python", *sys.argv], "harness": HARNESS_VERSION}
         (self.out / stage / f"{recipe['name']}.records.jsonl").write_text(
             "".join(json.dumps(row) + "\n" for row in records))
         write_json(result_file, result)
@@ -420,19 +421,57 @@ def head_quantized(record: dict | None) -> bool:
         head_quantized((record.get("start") or {}).get("record"))
 
 
-def seed_from_earlier(earlier: Path, out: Path) -> None:
+def seed_from_earlier(earlier: Path, out: Path, limits: SandboxLimits = SandboxLimits(),
+                      problems: dict[str, dict] | None = None) -> None:
     """Copy an earlier round's dev and held-out results (and their per-problem records) into OUT, leaving out its
-    failures and picks, and never over a result this round already has."""
+    failures and picks, and never over a result this round already has. A result made by an older harness than
+    today's (`HARNESS_VERSION`; results without the field are older) is checked again from its records' answers
+    (`rescored`), so that no pair or pick mixes harness versions; `problems` (task_id -> problem) defaults to
+    HumanEval's."""
     if not earlier.is_dir():
         raise SystemExit(f"the plan's earlier round {earlier} is not a folder")
     for stage in ("dev", "final"):
         for path in sorted((earlier / stage).glob("*.json")):
             if path.stem == "picks":
                 continue
-            for source in (path, path.with_suffix(".records.jsonl")):
-                target = out / stage / source.name
-                if source.exists() and not target.exists():
-                    target.write_bytes(source.read_bytes())
+            target, records_path = out / stage / path.name, path.with_suffix(".records.jsonl")
+            if target.exists():
+                continue
+            result = json.loads(path.read_text())
+            records = ([json.loads(line) for line in records_path.read_text().splitlines()]
+                       if records_path.exists() else None)
+            if harness_version(result) < HARNESS_VERSION:
+                if records is None or any("completion" not in record for record in records):
+                    raise SystemExit(f"error: {path} was scored by harness version {harness_version(result)} and "
+                                     f"its answers are not in {records_path.name}, so it cannot be checked again "
+                                     f"under version {HARNESS_VERSION}; score it again in this round instead")
+                if problems is None:
+                    problems = {problem["task_id"]: problem for problem in humaneval_problems("all")}
+                result, records = rescored(result, records, problems, limits)
+            if records is not None:
+                (out / stage / records_path.name).write_text("".join(json.dumps(row) + "\n" for row in records))
+            write_json(target, result)
+
+
+def rescored(result: dict, records: list[dict], problems: dict[str, dict],
+             limits: SandboxLimits) -> tuple[dict, list[dict]]:
+    """A result and its records with every answer checked again under today's harness: outcomes and pass counts
+    anew, the rest (KL, perplexity, repetition: none of them reads the harness) as they were. The result keeps the
+    counts it had (`rescored`)."""
+    checked = check_completions([problems[record["task_id"]] for record in records],
+                                [record["completion"] for record in records], limits)
+    records = [{**record, **{key: value for key, value in asdict(item).items() if key not in ("task_id", "completion")}}
+               for record, item in zip(records, checked)]
+    metrics = dict(result["metrics"])
+    wordings = metrics.get("wordings", list(WORDINGS))
+    for wording in wordings:
+        rows = [record for record in records if record["wording"] == wording]
+        metrics[f"passed_{wording}"] = sum(record["passed"] for record in rows)
+        metrics[f"pass@1_{wording}"] = metrics[f"passed_{wording}"] / len(rows)
+    metrics["pass@1_mean"] = sum(metrics[f"pass@1_{wording}"] for wording in wordings) / len(wordings)
+    before = {key: result["metrics"][key] for key in (f"passed_{wording}" for wording in wordings)}
+    return {**result, "metrics": metrics, "harness": HARNESS_VERSION,
+            "rescored": {"from_harness": harness_version(result), **before}}, records
 
 
 TARGETS = {"nm50": 0.85, "2of4": 0.60}  # issue 11: share of dense held-out pass@1 (KL <= 0.020, ppl <= 2x for nm50)
@@ -524,6 +563,14 @@ class Report:
             runs = sorted({f"{env['date']}, {env['device']}, {json.dumps(env['versions'])}" for env in environments})
             lines += ["", "Runs (an earlier round's results keep their own):", *[f"- {run}" for run in runs], "",
                       "Commands:", *[f"- `{command}`" for command in commands]]
+        again = [(stage, name, result["rescored"]) for stage, results in (("dev", dev), ("held-out", final))
+                 for name, result in results.items() if "rescored" in result]
+        if again:
+            lines += ["", f"Checked again under harness version {HARNESS_VERSION} from their answers (an earlier "
+                      "round's, scored by an older harness; passed fenced / plain before):",
+                      *[f"- {stage} {name}: from version {info['from_harness']}, "
+                        f"{' / '.join(str(info[f'passed_{w}']) for w in WORDINGS if f'passed_{w}' in info)}"
+                        for stage, name, info in again]]
         (self.out / "report.md").write_text("\n".join(lines) + "\n")
         write_json(self.out / "summary.json", {"dev": dev_rows, "final": final_rows, "picks": picks})
 

@@ -49,6 +49,10 @@ def test_extract_code_prefers_the_block_defining_the_entry_point():
     ("Here is the function:\n\ndef hypot_double(a, b):\n    return double(math.hypot(a, b))\n\n"
      "This doubles the hypotenuse.\n", True),  # no fence, prose around the code
     ("Here is the function:\n\ndef hypot_double(a, b):\n    return a + b\n\nThis adds them.\n", False),
+    # A closing fence short of a backtick (2:4-pruned Qwen under the plain wording): the code before it is read.
+    ("Here it is:\n```python\ndef hypot_double(a, b):\n    return double(math.hypot(a, b))\n``", True),
+    ("```python\ndef hypot_double(a, b):\n    return double(math.hypot(a, b))\n  `\n\n", True),
+    ("```python\ndef hypot_double(a, b):\n    return a + b\n``", False),
     ("I cannot write this function.", False),
 ])
 def test_programs_pass_exactly_when_the_answer_is_right(completion, passes):

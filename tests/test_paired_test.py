@@ -38,3 +38,24 @@ def test_mcnemar_exact_p(paired):
 
     assert paired.mcnemar(0, 0) == 1.0 and isclose(paired.mcnemar(2, 0), 0.5)
     assert isclose(paired.mcnemar(6, 0), 2 / 64) and isclose(paired.mcnemar(3, 3), 1.0)
+
+
+def test_recheck_checks_the_answers_again_under_todays_harness(paired, tmp_path, capsys, monkeypatch):
+    """A recorded failure whose block ends in a fence short of a backtick passes under harness 4's reading; a record
+    without its answer cannot be checked again."""
+    import sparsedecoding.data
+
+    problem = {"task_id": "t1", "prompt": 'def f(x):\n    """A stub."""\n', "entry_point": "f",
+               "test": "def check(candidate):\n    assert candidate(1) == 2\n"}
+    monkeypatch.setattr(sparsedecoding.data, "humaneval_problems", lambda split: [problem])
+    right = "```python\ndef f(x):\n    return x + 1\n``"
+    a = tmp_path / "a.records.jsonl"
+    a.write_text(json.dumps({"task_id": "t1", "wording": "plain", "passed": False, "completion": right}) + "\n")
+    b = write(tmp_path / "b.records.jsonl", [("t1", "plain", False)])
+    paired.main([str(a), str(a)])
+    assert capsys.readouterr().out.splitlines()[-1].endswith("| 0 | 0 | 0 | 0 | 1 |")  # as recorded
+    paired.main(["--recheck", str(a), str(a)])
+    out = capsys.readouterr().out
+    assert "answers checked again under harness version" in out and out.splitlines()[-1].endswith("| 1 | 1 | 0 | 0 | 1 |")
+    with pytest.raises(SystemExit, match="without their answers"):
+        paired.main(["--recheck", str(a), str(b)])

@@ -67,7 +67,9 @@ def test_a_claimed_item_belongs_to_one_worker(recipes, tmp_path):
 def result(name: str, recipe: dict, passed: list[tuple[bool, bool]], kl: float, ppl: float) -> dict:
     fenced, plain = (sum(row[i] for row in passed) for i in (0, 1))
     count = len(passed)
-    return {"name": name, "recipe": recipe, "pruning": None, "seconds": 1.0,
+    from sparsedecoding.evaluation.suite import HARNESS_VERSION
+
+    return {"name": name, "recipe": recipe, "pruning": None, "seconds": 1.0, "harness": HARNESS_VERSION,
             "environment": {"date": "2026-11-30", "device": "cpu", "versions": {}}, "command": ["python", "x"],
             "metrics": {"pass@1_fenced": fenced / count, "pass@1_plain": plain / count,
                         "pass@1_mean": (fenced + plain) / (2 * count), "passed_fenced": fenced,
@@ -138,6 +140,48 @@ def test_a_later_round_takes_the_earlier_results_but_not_its_failures_or_picks(r
     assert json.loads((out / "dev" / "broad-a.json").read_text())["metrics"]["passed_fenced"] == 0
     with pytest.raises(SystemExit, match="not a folder"):
         recipes.seed_from_earlier(tmp_path / "missing", out)
+
+
+def test_an_earlier_result_of_an_older_harness_is_checked_again_from_its_answers(recipes, tmp_path):
+    """Harness 4 reads a block closed by a fence short of a backtick: the earlier round's answer that version 3
+    failed passes once copied, its counts are redone, KL stays, and the report names what was checked again."""
+    from sparsedecoding.evaluation.sandbox import SandboxLimits
+
+    problems = {f"HumanEval/{task}": {"task_id": f"HumanEval/{task}", "prompt": 'def f(x):\n    """A stub."""\n',
+                                      "entry_point": "f",
+                                      "test": f"def check(candidate):\n    assert candidate(1) == {task + 2}\n"}
+                for task in range(2)}
+    right = ["```python\ndef f(x):\n    return x + 1\n```", "```python\ndef f(x):\n    return x + 2\n``"]
+    wrong = "```python\ndef f(x):\n    return 0\n``"
+    earlier, out = tmp_path / "earlier", tmp_path / "out"
+    for folder in (earlier, out):
+        (folder / "dev").mkdir(parents=True)
+        (folder / "final").mkdir()
+    old = result("fit", PLAN["recipes"][0], [(True, False), (False, False)], kl=0.02, ppl=9.0)
+    del old["harness"]  # results before version 3 carry no field
+    (earlier / "dev" / "fit.json").write_text(json.dumps(old))
+    answers = {("fenced", 0): right[0], ("fenced", 1): wrong, ("plain", 0): wrong, ("plain", 1): right[1]}
+    rows = [{"task_id": f"HumanEval/{task}", "wording": wording, "passed": (wording, task) == ("fenced", 0),
+             "outcome": "x", "error": None, "message": "", "completion": answers[wording, task], "new_tokens": 9}
+            for wording in ("fenced", "plain") for task in range(2)]
+    (earlier / "dev" / "fit.records.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    recipes.seed_from_earlier(earlier, out, SandboxLimits(timeout_s=5.0, memory_mb=256), problems)
+    copied = json.loads((out / "dev" / "fit.json").read_text())
+    metrics = copied["metrics"]
+    assert (metrics["passed_fenced"], metrics["passed_plain"], metrics["pass@1_mean"]) == (1, 1, 0.5)
+    assert (metrics["kl"], metrics["ppl"]) == (0.02, 9.0)
+    assert copied["rescored"] == {"from_harness": 0, "passed_fenced": 1, "passed_plain": 0}
+    records = [json.loads(line) for line in (out / "dev" / "fit.records.jsonl").read_text().splitlines()]
+    assert [row["passed"] for row in records] == [True, False, False, True]
+    assert [row["completion"] for row in records] == [row["completion"] for row in rows]
+    recipes.Report(out, PLAN, "plan.json").write()
+    assert "- dev fit: from version 0, 1 / 0" in (out / "report.md").read_text()
+
+    (earlier / "dev" / "fit.records.jsonl").write_text(json.dumps({k: v for k, v in rows[0].items()
+                                                                   if k != "completion"}) + "\n")
+    (out / "dev" / "fit.json").unlink()
+    with pytest.raises(SystemExit, match="cannot be checked again under version"):
+        recipes.seed_from_earlier(earlier, out, problems=problems)
 
 
 def test_a_held_out_check_is_paired_in_the_report_but_never_picked(recipes, tmp_path):

@@ -6,8 +6,8 @@ extracted code, then the problem's tests and `check(entry_point)`. When the code
 prompt's stub (a function whose body is only its docstring); otherwise the code is taken as the body that continues
 the prompt. A block indented as a whole (a fence under a list item) is dedented when that makes it define the entry
 point. Where the program does not even compile, the answer's code is looked for again (`fallback_codes`: the block
-dedented; `~~~` fences; the code lines of an answer with no fence, prose around them left out) and the first that
-compiles is used.
+without a last line of one or two backticks, a closing fence short of a backtick; the block dedented; `~~~` fences;
+the code lines of an answer with no fence, prose around them left out) and the first that compiles is used.
 Compiling runs none of the answer's code. With greedy decoding pass@1 is the share of problems whose program passes.
 """
 
@@ -25,6 +25,9 @@ _TILDE_FENCE = re.compile(r"~~~[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:~~~|\Z)", 
 # A line that starts top-level Python code, and one that starts prose (a capitalised word, then a space).
 _CODE_LINE = re.compile(r"^(?:from\s+\S+\s+import\s|import\s+\w|(?:async\s+)?def\s+\w|class\s+\w|@\w)")
 _PROSE_LINE = re.compile(r"^[A-Z][a-z]+[,:]?\s")
+# A block's last line of one or two backticks: a closing fence short of a backtick, which `_FENCE` does not end on
+# (2:4-pruned Qwen2.5-Coder-1.5B closes many plain-wording answers so, then stops; results/fence_change_cpu.md).
+_SHORT_CLOSING_FENCE = re.compile(r"\n[ \t]*`{1,2}\s*\Z")
 
 
 def code_blocks(text: str) -> list[tuple[str, str]]:
@@ -52,9 +55,15 @@ def defines(code: str, entry_point: str) -> bool:
     return re.search(rf"^(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
 
 
+def short_fence_readings(code: str) -> list[str]:
+    """`code` without a last line of one or two backticks (a closing fence short of a backtick), if it has one."""
+    trimmed = _SHORT_CLOSING_FENCE.sub("\n", code)
+    return [trimmed, textwrap.dedent(trimmed)] if trimmed != code else []
+
+
 def fallback_codes(completion: str, code: str, entry_point: str) -> list[str]:
     """Other readings of an answer whose extracted `code` does not compile (see the module docstring), in order."""
-    found = [textwrap.dedent(code)]
+    found = [*short_fence_readings(code), textwrap.dedent(code)]
     tilde = [block for language, block in ((m.group(1).lower(), m.group(2)) for m in _TILDE_FENCE.finditer(completion))
              if language in ("python", "py", "python3", "")]
     found += sorted(tilde, key=lambda block: not defines(block, entry_point))[:1]
