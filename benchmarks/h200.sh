@@ -287,6 +287,17 @@ PY
       echo "not an H200: int4-slot3 and int4-spread skipped (their H100 reports are committed)"
     fi
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
+  quality-permute)  # prepared in the sixty-third session, not yet run: quality-permute-qwen2.5-coder-1.5b/, the whole
+    # of benchmarks/recipes/plan-permute.json (2:4 and 16:32 with --permute-channels mlp+attention; ADMM from
+    # plan-admm2's committed calibration tokens, the earlier round's rows checked again under harness 4 from their
+    # answers; rules 1 and 2 fixed before any run); about 8 minutes from the model's arrival
+    recipes benchmarks/recipes/plan-permute.json /root/recipes-permute quality-permute-qwen2.5-coder-1.5b ;;
+  lease-s64)  # prepared in the sixty-third session, not yet run (about 17 minutes in all): as lease-s63, with
+    # quality-permute in the background. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh
+    # lease-s64` (carry .kcachez, .whl, .devdata), then `receive` carrying .xfer/epart000 ... epart038 one a call,
+    # `receive && models` with epart039, then `WAIT=570 ... collect`; if the deadline leaves an item, `stage
+    # benchmarks/recipes/plan-permute.json /root/recipes-permute all quality-permute-qwen2.5-coder-1.5b`
+    bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute ;;
   quality-dense0)  # ran in the sixty-third session (on an H100, whole): quality-dense0-qwen2.5-coder-1.5b/, the whole
     # of benchmarks/recipes/plan-dense0.json (2:4 with layer 0 dense, 2:4 with layers 0 and 1 dense, 16:32 with layer 0
     # dense; ADMM from plan-admm2's committed calibration tokens; rules 1 and 2 fixed before any run); about 10 minutes

@@ -183,3 +183,31 @@ def tile_overflow_step(split, glu: bool, step: int, quantize: str):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(f"SPARSEDECODING_SP24_{quantize.upper()}_STEP", str(step))
         return tile_overflow(split, glu)
+
+
+def straight_and_resumed(monkeypatch, run, folder: Path, interrupt_on_call: int):
+    """The weights of `run(folder / "straight")`, and those of `run(folder / "resumed")` first interrupted by
+    `pipeline.solve_layer` raising KeyboardInterrupt on its `interrupt_on_call`-th call (after the layers solved
+    before it) and then run again with the real solver, with the resumed run's record: (straight, resumed, record)."""
+    import json
+
+    import pytest
+    from safetensors.torch import load_file
+
+    from sparsedecoding import pipeline
+
+    straight = load_file(str(run(folder / "straight") / "model.safetensors"))
+    solve, calls = pipeline.solve_layer, []
+
+    def interrupting(*args):
+        calls.append(1)
+        if len(calls) == interrupt_on_call:
+            raise KeyboardInterrupt
+        return solve(*args)
+
+    monkeypatch.setattr(pipeline, "solve_layer", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        run(folder / "resumed")
+    monkeypatch.setattr(pipeline, "solve_layer", solve)
+    out = run(folder / "resumed")
+    return straight, load_file(str(out / "model.safetensors")), json.loads((out / "sparsedecoding.json").read_text())

@@ -7,7 +7,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sparsedecoding import pipeline
 from sparsedecoding.errors import SparseDecodingError
 from sparsedecoding.hessian import prunable_linears
 from sparsedecoding.kernels.format import PackedNM
@@ -15,6 +14,7 @@ from sparsedecoding.models import DECODER_LINEARS, decoder_linear_names, load_mo
 from sparsedecoding.packed import load_packed_checkpoint, pack_checkpoint
 from sparsedecoding.pipeline import PruneConfig, prune
 import test_pipeline
+from helpers import straight_and_resumed
 
 tiny_folder, prompts_file = test_pipeline.tiny_folder, test_pipeline.prompts_file  # the same fixtures
 
@@ -93,24 +93,11 @@ def test_pack_keeps_the_dense_linears_dense(tiny_folder, prompts_file, tmp_path)
 def test_a_run_interrupted_after_a_dense_layer_resumes_to_the_same_weights(tiny_folder, prompts_file, tmp_path,
                                                                            monkeypatch):
     settings = dict(dense_linears="model.layers.1.*", propagation="sequential")
-    straight = load_file(str(prune(config(tiny_folder, tmp_path / "straight", prompts_file, **settings),
-                                   progress=False) / "model.safetensors"))
-    solve, calls = pipeline.solve_layer, []
-
-    def interrupt_at_third_layer(*args):  # layer 1 solves nothing: the second call is layer 2's
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return solve(*args)
-
-    monkeypatch.setattr(pipeline, "solve_layer", interrupt_at_third_layer)
-    out = tmp_path / "resumed"
-    with pytest.raises(KeyboardInterrupt):
-        prune(config(tiny_folder, out, prompts_file, **settings), progress=False)
-    monkeypatch.setattr(pipeline, "solve_layer", solve)
-    prune(config(tiny_folder, out, prompts_file, **settings), progress=False)
-    assert json.loads((out / "sparsedecoding.json").read_text())["timing"]["resumed_from_layer"] == 2
-    resumed = load_file(str(out / "model.safetensors"))
+    # layer 1 solves nothing: solve_layer's second call is layer 2's
+    straight, resumed, record = straight_and_resumed(
+        monkeypatch, lambda out: prune(config(tiny_folder, out, prompts_file, **settings), progress=False), tmp_path,
+        interrupt_on_call=2)
+    assert record["timing"]["resumed_from_layer"] == 2
     assert all(torch.equal(straight[name], resumed[name]) for name in straight)
 
 

@@ -341,6 +341,75 @@ def relative_error(weight: torch.Tensor, pruned: torch.Tensor, hessian: torch.Te
     return float(((delta @ hessian) * delta).sum() / ((W @ hessian) * W).sum().clamp(min=1e-30))
 
 
+def saliency(weight: torch.Tensor, hessian: torch.Tensor) -> torch.Tensor:
+    """W_ij² · H_jj: the loss of dropping one weight alone (the ordering --permute-channels balances)."""
+    return weight.float() ** 2 * hessian.diagonal().float().to(weight.device)[None, :]
+
+
+def reorder_hessian(hessians: dict, name: str, order: torch.Tensor) -> None:
+    hessian = hessians[name]
+    index = order.to(hessian.device)
+    hessians[name] = hessian[index][:, index]
+
+
+@torch.no_grad()
+def permute_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears: dict,
+                  hessians: dict) -> dict[str, float]:
+    """--permute-channels: reorder, in place, channels that the layer lets reorder without changing what it computes,
+    so that the N:M groups of down (and of o) drop less saliency; the Hessians of down and o are reordered with them.
+    A reordering needs every linear it touches among `linears` (none left dense by --dense-linears). Returns, for
+    down and o, the dropped saliency under the new order over that under the old."""
+    ratios = {}
+    if {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"} <= linears.keys():
+        down = linears["mlp.down_proj"]
+        S = saliency(down.weight, hessians["mlp.down_proj"])
+        order = solvers.balanced_column_order(S, pattern, seed=config.seed)
+        ratios["mlp.down_proj"] = order_ratio(S, order, pattern)
+        for name in ("mlp.gate_proj", "mlp.up_proj"):
+            permute_rows(linears[name], order)
+        down.weight.data = down.weight.data[:, order.to(down.weight.device)].contiguous()
+        reorder_hessian(hessians, "mlp.down_proj", order)
+    if config.permute_channels == "mlp+attention" and {"self_attn.v_proj", "self_attn.o_proj"} <= linears.keys():
+        attention = layer.self_attn
+        heads, kv_heads = attention.config.num_attention_heads, attention.config.num_key_value_heads
+        head_dim = attention.head_dim
+        width, _ = solvers.permutation_groups(pattern)
+        if head_dim % width == 0:
+            o_proj = linears["self_attn.o_proj"]
+            S = saliency(o_proj.weight, hessians["self_attn.o_proj"])
+            per_group = heads // kv_heads
+            full = torch.arange(heads * head_dim)
+            value_order = torch.arange(kv_heads * head_dim)
+            for group in range(kv_heads):
+                columns = [torch.arange(h * head_dim, (h + 1) * head_dim)
+                           for h in range(group * per_group, (group + 1) * per_group)]
+                # one order for the group's value channels, chosen on every query head's o columns at once
+                stacked = torch.cat([S[:, c.to(S.device)] for c in columns], 0)
+                order = solvers.balanced_column_order(stacked, pattern, seed=config.seed).cpu()
+                for c in columns:
+                    full[c] = c[order]
+                value_order[group * head_dim:(group + 1) * head_dim] = group * head_dim + order
+            ratios["self_attn.o_proj"] = order_ratio(S, full, pattern)
+            permute_rows(linears["self_attn.v_proj"], value_order)
+            o_proj.weight.data = o_proj.weight.data[:, full.to(o_proj.weight.device)].contiguous()
+            reorder_hessian(hessians, "self_attn.o_proj", full)
+    return ratios
+
+
+def permute_rows(linear, order: torch.Tensor) -> None:
+    index = order.to(linear.weight.device)
+    linear.weight.data = linear.weight.data[index].contiguous()
+    if linear.bias is not None:
+        linear.bias.data = linear.bias.data[index].contiguous()
+
+
+def order_ratio(S: torch.Tensor, order: torch.Tensor, pattern: SparsityPattern) -> float:
+    width, drop = solvers.permutation_groups(pattern)
+    before = solvers.dropped_saliency(S, width, drop).sum()
+    after = solvers.dropped_saliency(S[:, order.to(S.device)], width, drop).sum()
+    return round(float(after / before.clamp(min=1e-30)), 6)
+
+
 def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: dict, hessians: dict,
                 crosses: dict | None = None) -> dict[str, dict]:
     """Prune every linear of one layer in place; returns per-linear sparsity and relative reconstruction error.
@@ -467,7 +536,11 @@ class WorkDir:
 
     def save_layer(self, index: int, linears: dict, stats: dict) -> None:
         file = self.path / "layers" / f"{index:03d}.safetensors"
-        save_file({name: linear.weight.data.contiguous() for name, linear in linears.items()}, str(file) + ".tmp")
+        tensors = {name: linear.weight.data.contiguous() for name, linear in linears.items()}
+        # biases too: --permute-channels reorders v's with its rows
+        tensors.update({f"{name}.bias": linear.bias.data.contiguous() for name, linear in linears.items()
+                        if linear.bias is not None})
+        save_file(tensors, str(file) + ".tmp")
         os.replace(str(file) + ".tmp", file)
         self.state["layers"][str(index)] = stats
         self.state["finished_layers"] = index + 1
@@ -538,6 +611,8 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                 outputs = run_layer(layer, batches)
             for name, linear in linears.items():
                 linear.weight.data.copy_(saved[name])
+                if f"{name}.bias" in saved:  # layers saved before biases were saved have none: unchanged then
+                    linear.bias.data.copy_(saved[f"{name}.bias"])
             if config.propagation == "sequential":
                 outputs = run_layer(layer, batches)
         elif not linears:  # --dense-linears leaves the whole layer as it is: both streams pass through it
@@ -559,7 +634,11 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 solve_started = time.perf_counter()
+                ratios = permute_layer(config, pattern, layer, linears, hessians) \
+                    if config.permute_channels != "none" else {}
                 layer_stats[index] = solve_layer(config, pattern, linears, hessians)
+                for name, ratio in ratios.items():
+                    layer_stats[index][name]["permuted_dropped_saliency"] = ratio
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 solver_seconds += time.perf_counter() - solve_started
@@ -761,7 +840,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                                "admm_products": config.admm_products if solver_name(config) == "admm" else None,
                                "admm_settle": config.admm_settle if solver_name(config) == "admm" else None,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
-                               "group_size": config.group_size, "quantize_head": config.quantize_head},
+                               "group_size": config.group_size, "quantize_head": config.quantize_head,
+                               "permute_channels": config.permute_channels},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
             "dense_linears": dense_linears,
             "timing": {"solver_seconds_this_run": result["solver_seconds"],

@@ -334,6 +334,13 @@ class SolverSettings:
                                      "'*.mlp.down_proj', each matching at least one linear. They trade speed for "
                                      "quality: the engine runs a fused q|k|v or gate|up linear dense when any of its "
                                      "parts is dense, and `pack` (--pattern auto) keeps them dense", shown="none")
+    permute_channels: str = knob("none", "reorder channels the model lets reorder without changing what it "
+                                 "computes, before each layer is pruned, so that the N:M groups of down (mlp: the "
+                                 "MLP's intermediate channels, gate and up rows with down columns) and also of o "
+                                 "(mlp+attention: each KV head's value channels, v rows with the o columns of every "
+                                 "query head reading it) drop less saliency (W² times the Hessian diagonal); free at "
+                                 "run time. A channel permutation as Pool & Yu chose for 2:4",
+                                 choices=("none", "mlp", "mlp+attention"))
     hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))
     batch_size: int = knob(8, "sequences per replay batch", minimum=1)
 
@@ -423,6 +430,11 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
                                       f"with --solver admm) and needs its result untouched; use --solver sparsegpt "
                                       f"or admm and --repair-steps 0")
         self.dense_linear_patterns()
+        if self.permute_channels != "none" and (pattern is None or not pattern.is_nm or self.keep_mask
+                                                or self.target == "dense"):
+            raise SparseDecodingError(f"--permute-channels {self.permute_channels} reorders channels for an N:M "
+                                      f"pattern before the layer is solved: it needs an N:M --pattern, --target self "
+                                      f"and no --keep-mask (whose mask is the model's own, in its own order)")
         if self.samples_per_prompt > 1 and not self.do_sample:
             raise SparseDecodingError("--samples-per-prompt needs --sample (greedy continuations would repeat)")
         if self.calibration == "self":

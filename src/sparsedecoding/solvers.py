@@ -269,6 +269,80 @@ def wanda(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern 
     return weight * keep_mask(score, pattern)
 
 
+def permutation_groups(pattern: SparsityPattern) -> tuple[int, int]:
+    """(group width, weights a group must drop) that a column order for `pattern` is chosen against: N:M's own
+    groups, and for 16:32+K the groups of four its 2:4 part keeps two of."""
+    if not pattern.m:
+        raise SparsityPatternError(f"a column order is chosen for N:M patterns, not {pattern}")
+    if pattern.overflow >= 0:
+        return 4, 2
+    return pattern.m, pattern.m - pattern.n
+
+
+def dropped_saliency(saliency: torch.Tensor, width: int, drop: int) -> torch.Tensor:
+    """Per group of `width` consecutive columns, summed over rows: the `drop` smallest saliencies of each row."""
+    groups = saliency.view(saliency.shape[0], -1, width)
+    return groups.sort(-1).values[..., :drop].sum(-1).sum(0)
+
+
+@torch.no_grad()
+def balanced_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str, *, rounds: int = 60,
+                          options: int = 16, chunk: int = 256, seed: int = 0) -> torch.Tensor:
+    """A permutation of the columns (`order`: column i of the new weight is column order[i] of the old) under which
+    N:M pruning must drop less saliency (the sum, over rows and groups, of each row's smallest saliencies in a
+    group), for an input dimension that the model lets reorder without changing what it computes. Pool & Yu (NeurIPS
+    2021) chose such channel permutations for 2:4; this one starts from an interleaving of the columns by total
+    saliency (group g gets ranks g, g + G, g + 2G, ...: the strong columns spread over the groups) and then, for
+    `rounds`, pairs the groups at random and makes in each pair the best of `options` single-column swaps that lowers
+    the pair's dropped saliency. Where the result would drop more than the columns' own order, that order is kept
+    (the identity is returned). A heuristic: what it does to the solver's layer loss is measured, not promised."""
+    pattern = SparsityPattern.parse(pattern)
+    width, drop = permutation_groups(pattern)
+    rows, cols = saliency.shape
+    if cols % width:
+        raise SparsityPatternError(f"{cols} columns do not split into groups of {width}")
+    S = saliency.float()
+    count = cols // width
+    order = S.sum(0).argsort(descending=True).view(width, count).t().reshape(-1)
+    groups = S[:, order].view(rows, count, width).clone()
+    cost = groups.sort(-1).values[..., :drop].sum(-1).sum(0)
+    gen = torch.Generator().manual_seed(seed)
+    pairs_all = [(i, j) for i in range(width) for j in range(width)]
+    for _ in range(rounds):
+        shuffled = torch.randperm(count, generator=gen).to(S.device)
+        half = count // 2
+        first, second = shuffled[:half], shuffled[half:2 * half]
+        picked = (pairs_all if len(pairs_all) <= options else
+                  [pairs_all[k] for k in torch.randperm(len(pairs_all), generator=gen)[:options].tolist()])
+        ii = torch.tensor([i for i, _ in picked], device=S.device)
+        jj = torch.tensor([j for _, j in picked], device=S.device)
+        for start in range(0, half, chunk):
+            a, b = first[start:start + chunk], second[start:start + chunk]
+            ga, gb = groups[:, a], groups[:, b]  # rows x P x width
+            new_a = ga.unsqueeze(2).repeat(1, 1, len(picked), 1)  # rows x P x K x width
+            new_b = gb.unsqueeze(2).repeat(1, 1, len(picked), 1)
+            k = torch.arange(len(picked), device=S.device)
+            new_a[:, :, k, ii] = gb[:, :, jj]
+            new_b[:, :, k, jj] = ga[:, :, ii]
+            after = (new_a.sort(-1).values[..., :drop].sum(-1) + new_b.sort(-1).values[..., :drop].sum(-1)).sum(0)
+            gain = (cost[a] + cost[b]).unsqueeze(1) - after  # P x K
+            best_gain, best = gain.max(1)
+            take = best_gain > 1e-6 * (cost[a] + cost[b]).clamp(min=1e-30)
+            if not take.any():
+                continue
+            a, b, best = a[take], b[take], best[take]
+            i, j = ii[best], jj[best]
+            column_a, column_b = a * width + i, b * width + j
+            order[column_a], order[column_b] = order[column_b].clone(), order[column_a].clone()
+            groups.view(rows, -1)[:, column_a], groups.view(rows, -1)[:, column_b] = \
+                S[:, order[column_a]], S[:, order[column_b]]
+            cost[a] = dropped_saliency(groups[:, a].reshape(rows, -1), width, drop)
+            cost[b] = dropped_saliency(groups[:, b].reshape(rows, -1), width, drop)
+    if cost.sum() >= dropped_saliency(S, width, drop).sum():
+        return torch.arange(cols, device=S.device)
+    return order
+
+
 def check_percdamp(percdamp: float) -> None:
     """Raise SolverSettingsError unless the damping is a positive finite number: escalation multiplies it by 10,
     which never leaves 0 and never makes NaN or inf usable."""

@@ -1,0 +1,140 @@
+"""`prune --permute-channels`: the column order it chooses drops less saliency than the weight's own, the layer it
+reorders computes what it computed, the Hessians follow the weights, and a run interrupted after a reordered layer
+resumes to the same weights (biases included)."""
+
+import copy
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sparsedecoding import pipeline, solvers
+from sparsedecoding.errors import SparseDecodingError, SparsityPatternError
+from sparsedecoding.hessian import prunable_linears
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.pipeline import prune
+import test_pipeline
+from helpers import char_tokenizer, random_hf_model, straight_and_resumed
+
+prompts_file = test_pipeline.prompts_file  # the same fixture
+
+
+@pytest.fixture(scope="module")
+def qwen_folder(tmp_path_factory):
+    """Qwen2, 3 layers, every parameter random: v's bias is nonzero, so a reordering that left it behind v's rows
+    would show."""
+    folder = tmp_path_factory.mktemp("permute") / "model"
+    model = random_hf_model("qwen2", num_hidden_layers=3)
+    assert model.model.layers[0].self_attn.v_proj.bias.abs().min() > 0
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = [1, 3], 0
+    model.save_pretrained(folder)
+    char_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def config(folder, out, prompts, **overrides):
+    return test_pipeline.config(folder, out, prompts, **{"permute_channels": "mlp+attention", **overrides})
+
+
+def dropped(S, order, width=4, drop=2):
+    return float(solvers.dropped_saliency(S[:, order], width, drop).sum())
+
+
+def test_the_order_is_a_permutation_that_drops_less_than_clustered_columns():
+    g = torch.Generator().manual_seed(0)
+    S = torch.rand(64, 128, generator=g)
+    S[:, :32] *= 50  # the strong columns sit together: 2:4 must drop half of them
+    order = solvers.balanced_column_order(S, "2:4")
+    assert sorted(order.tolist()) == list(range(128))
+    identity = torch.arange(128)
+    assert dropped(S, order) < 0.5 * dropped(S, identity)
+    # 16:32 groups are 32 wide; 16:32+2 is balanced on its groups of four
+    assert solvers.permutation_groups(SparsityPattern.parse("16:32")) == (32, 16)
+    assert solvers.permutation_groups(SparsityPattern.parse("16:32+2")) == (4, 2)
+    wide = solvers.balanced_column_order(S, "16:32")
+    assert dropped(S, wide, 32, 16) <= dropped(S, identity, 32, 16)
+
+
+def test_an_order_that_cannot_help_leaves_the_columns_as_they_are():
+    S = torch.ones(8, 16)  # every order drops the same
+    assert torch.equal(solvers.balanced_column_order(S, "2:4"), torch.arange(16))
+    with pytest.raises(SparsityPatternError, match="N:M patterns"):
+        solvers.balanced_column_order(S, "50%")
+    with pytest.raises(SparsityPatternError, match="groups of 4"):
+        solvers.balanced_column_order(torch.ones(8, 18), "2:4")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_reordered_layer_computes_what_it_did_and_its_hessians_follow(arch):
+    model = random_hf_model(arch)
+    layer = model.model.layers[0]
+    before = copy.deepcopy(layer)
+    linears = prunable_linears(layer)
+    g = torch.Generator().manual_seed(1)
+    hessians = {}
+    for name, linear in linears.items():
+        X = torch.randn(256, linear.in_features, generator=g) * torch.rand(linear.in_features, generator=g) * 3
+        hessians[name] = X.T @ X
+    originals = {name: linear.weight.detach().clone() for name, linear in linears.items()}
+    down_h, o_h = hessians["mlp.down_proj"].clone(), hessians["self_attn.o_proj"].clone()
+    cfg = test_pipeline.config("m", "o", "p", permute_channels="mlp+attention")
+    ratios = pipeline.permute_layer(cfg, SparsityPattern.parse("2:4"), layer, linears, hessians)
+    assert set(ratios) == {"mlp.down_proj", "self_attn.o_proj"} and all(0 < r <= 1 for r in ratios.values())
+    assert not torch.equal(linears["mlp.down_proj"].weight, originals["mlp.down_proj"])
+    for name in ("self_attn.q_proj", "self_attn.k_proj"):  # not reordered
+        assert torch.equal(linears[name].weight, originals[name])
+    # the same layer output on any input
+    hidden = torch.randn(2, 7, model.config.hidden_size, generator=g)
+    position_ids = torch.arange(7)[None].expand(2, -1)
+    rotary = model.model.rotary_emb(hidden, position_ids)
+    expected = before(hidden, position_embeddings=rotary, position_ids=position_ids)
+    got = layer(hidden, position_embeddings=rotary, position_ids=position_ids)
+    expected, got = (x[0] if isinstance(x, tuple) else x for x in (expected, got))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    # each reordered weight's loss form is the old one's: W H Wᵀ is unchanged when W's columns and H move together
+    for name, old_h in (("mlp.down_proj", down_h), ("self_attn.o_proj", o_h)):
+        W, old = linears[name].weight.double(), originals[name].double()
+        torch.testing.assert_close(W @ hessians[name].double() @ W.T, old @ old_h.double() @ old.T)
+
+
+def test_a_pruned_run_records_the_ratios_and_keeps_n_of_m(qwen_folder, prompts_file, tmp_path):
+    out = prune(config(qwen_folder, tmp_path / "out", prompts_file), progress=False)
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert manifest["solver_options"]["permute_channels"] == "mlp+attention"
+    ratios = [item["permuted_dropped_saliency"] for name, item in manifest["layers"].items()
+              if name.endswith(("mlp.down_proj", "self_attn.o_proj"))]
+    assert len(ratios) == 6 and all(0 < r <= 1 for r in ratios)
+    for name, tensor in load_file(str(out / "model.safetensors")).items():
+        if name.endswith(("_proj.weight",)) and ".layers." in name:
+            assert torch.all((tensor != 0).reshape(tensor.shape[0], -1, 4).sum(-1) <= 2), name
+
+
+def test_a_layer_left_dense_is_not_reordered(qwen_folder, prompts_file, tmp_path):
+    out = prune(config(qwen_folder, tmp_path / "out", prompts_file, dense_linears="model.layers.1.mlp.down_proj"),
+                progress=False)
+    source, pruned = load_file(str(qwen_folder / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    name = "model.layers.1.mlp.down_proj.weight"  # left dense: as it was, so its MLP keeps its channel order
+    assert torch.equal(pruned[name], source[name].to(pruned[name].dtype))
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert "permuted_dropped_saliency" not in manifest["layers"]["model.layers.1.mlp.up_proj"]
+    assert "permuted_dropped_saliency" in manifest["layers"]["model.layers.1.self_attn.o_proj"]
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights_and_biases(qwen_folder, prompts_file, tmp_path, monkeypatch):
+    straight, resumed, record = straight_and_resumed(
+        monkeypatch, lambda out: prune(config(qwen_folder, out, prompts_file, propagation="sequential"),
+                                       progress=False), tmp_path, interrupt_on_call=2)
+    assert record["timing"]["resumed_from_layer"] == 1
+    bias = "model.layers.0.self_attn.v_proj.bias"  # reordered with v's rows in layer 0, restored on resumption
+    source = load_file(str(qwen_folder / "model.safetensors"))[bias]
+    assert not torch.equal(resumed[bias], source.to(resumed[bias].dtype))
+    assert all(torch.equal(straight[name], resumed[name]) for name in straight)
+
+
+@pytest.mark.parametrize("overrides", [dict(pattern="50%"), dict(pattern="dense", quantize="int8"),
+                                       dict(target="dense", propagation="sequential")])
+def test_settings_it_cannot_serve_are_one_error(overrides, tmp_path):
+    cfg = test_pipeline.config("m", str(tmp_path / "o"), "p", permute_channels="mlp", **overrides)
+    with pytest.raises(SparseDecodingError, match="--permute-channels mlp reorders channels for an N:M pattern"):
+        cfg.check_values()
