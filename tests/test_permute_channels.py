@@ -115,7 +115,9 @@ def test_a_layer_left_dense_is_not_reordered(qwen_folder, prompts_file, tmp_path
                 progress=False)
     source, pruned = load_file(str(qwen_folder / "model.safetensors")), load_file(str(out / "model.safetensors"))
     name = "model.layers.1.mlp.down_proj.weight"  # left dense: as it was, so its MLP keeps its channel order
-    assert torch.equal(pruned[name], source[name].to(pruned[name].dtype))
+    assert torch.all(pruned[name] != 0)
+    # as it was up to the rounding of the dtype the run loads in (bf16 on a GPU): reordered columns would differ
+    torch.testing.assert_close(pruned[name].float(), source[name].float(), rtol=1e-2, atol=1e-3)
     manifest = json.loads((out / "sparsedecoding.json").read_text())
     assert "permuted_dropped_saliency" not in manifest["layers"]["model.layers.1.mlp.up_proj"]
     assert "permuted_dropped_saliency" in manifest["layers"]["model.layers.1.self_attn.o_proj"]

@@ -1,0 +1,77 @@
+"""What `prune --permute-channels` adds to a prune's time: `solvers.balanced_column_order` on the saliency shapes of
+one layer's down (rows x intermediate) and o (rows x query heads a KV head, stacked, x head_dim), for the
+Qwen2.5-Coder-1.5B and Llama-3.1-8B shapes, at 2:4 and 16:32. The saliency is synthetic (|N(0,1)|² times a per-column
+scale drawn log-uniform over two decades, as real Hessian diagonals spread), so the dropped-saliency ratios say only
+that the search works on that shape, not what it does to a real weight. Writes a markdown report and its JSON:
+
+    PYTHONPATH=src python benchmarks/permute_order_bench.py --out benchmarks/results/permute_order_h100.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from sparsedecoding import solvers
+from sparsedecoding.patterns import SparsityPattern
+from sparsedecoding.runenv import environment_markdown, pick_device
+
+# (model, linear, rows, columns); o: hidden rows times the query heads of one KV head, head_dim columns
+SHAPES = [("qwen2.5-coder-1.5b", "down", 1536, 8960), ("qwen2.5-coder-1.5b", "o (one KV head)", 1536 * 6, 128),
+          ("llama-3.1-8b", "down", 4096, 14336), ("llama-3.1-8b", "o (one KV head)", 4096 * 4, 128)]
+
+
+def synthetic_saliency(rows: int, cols: int, device: torch.device, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scale = 10 ** (2 * torch.rand(cols, generator=g))
+    return ((torch.randn(rows, cols, generator=g) ** 2) * scale).to(device)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    device = pick_device(args.device)
+    rows = []
+    for model, linear, height, width in SHAPES:
+        S = synthetic_saliency(height, width, device)
+        for name in ("2:4", "16:32"):
+            pattern = SparsityPattern.parse(name)
+            group, drop = solvers.permutation_groups(pattern)
+            times = []
+            for _ in range(args.repeats):
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                started = time.perf_counter()
+                order = solvers.balanced_column_order(S, pattern)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times.append(time.perf_counter() - started)
+            before = solvers.dropped_saliency(S, group, drop).sum()
+            after = solvers.dropped_saliency(S[:, order], group, drop).sum()
+            rows.append({"model": model, "linear": linear, "rows": height, "columns": width, "pattern": name,
+                         "seconds": min(times), "dropped_ratio": float(after / before)})
+            print(rows[-1], flush=True)
+    command = "PYTHONPATH=src python " + " ".join(["benchmarks/permute_order_bench.py", *sys.argv[1:]])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+    args.out.write_text(
+        "# `--permute-channels`: the column-order search's time per linear (synthetic saliency)\n\n"
+        f"{environment_markdown(command, device)}\n"
+        f"Least of {args.repeats} runs. One prune calls it once for each layer's down and once for each KV head's "
+        "o columns.\n\n| model | linear | rows x columns | pattern | seconds | dropped saliency, new / old order |\n"
+        "|---|---|---|---|---|---|\n"
+        + "".join(f"| {r['model']} | {r['linear']} | {r['rows']} x {r['columns']} | {r['pattern']} | "
+                  f"{r['seconds']:.3f} | {r['dropped_ratio']:.3f} |\n" for r in rows))
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()
