@@ -374,7 +374,11 @@ def permute_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears:
         heads, kv_heads = attention.config.num_attention_heads, attention.config.num_key_value_heads
         head_dim = attention.head_dim
         width, _ = solvers.permutation_groups(pattern)
-        if head_dim % width == 0:
+        if head_dim % width:  # a group of o's columns would span two heads, whose value channels move apart
+            log.warning("--permute-channels mlp+attention: head_dim %d is not a multiple of %s's groups of %d, so "
+                        "the value channels keep their order (the MLP's are reordered)", head_dim, config.pattern,
+                        width)
+        else:
             o_proj = linears["self_attn.o_proj"]
             S = saliency(o_proj.weight, hessians["self_attn.o_proj"])
             per_group = heads // kv_heads

@@ -305,7 +305,7 @@ def balanced_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str
     count = cols // width
     order = S.sum(0).argsort(descending=True).view(width, count).t().reshape(-1)
     groups = S[:, order].view(rows, count, width).clone()
-    cost = groups.sort(-1).values[..., :drop].sum(-1).sum(0)
+    cost = dropped_saliency(groups.view(rows, -1), width, drop)
     gen = torch.Generator().manual_seed(seed)
     pairs_all = [(i, j) for i in range(width) for j in range(width)]
     for _ in range(rounds):
