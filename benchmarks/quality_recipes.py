@@ -421,6 +421,11 @@ def head_quantized(record: dict | None) -> bool:
         head_quantized((record.get("start") or {}).get("record"))
 
 
+def harness_name(version: int) -> str:
+    """How a report names the harness an earlier result was scored by (0: made before results recorded it)."""
+    return f"harness version {version}" if version else "a harness version not recorded (before 4)"
+
+
 def seed_from_earlier(earlier: Path, out: Path, limits: SandboxLimits = SandboxLimits(),
                       problems: dict[str, dict] | None = None) -> None:
     """Copy an earlier round's dev and held-out results (and their per-problem records) into OUT, leaving out its
@@ -568,7 +573,7 @@ class Report:
         if again:
             lines += ["", f"Checked again under harness version {HARNESS_VERSION} from their answers (an earlier "
                       "round's, scored by an older harness; passed fenced / plain before):",
-                      *[f"- {stage} {name}: from version {info['from_harness']}, "
+                      *[f"- {stage} {name}: from {harness_name(info['from_harness'])}, "
                         f"{' / '.join(str(info[f'passed_{w}']) for w in WORDINGS if f'passed_{w}' in info)}"
                         for stage, name, info in again]]
         (self.out / "report.md").write_text("\n".join(lines) + "\n")
@@ -578,7 +583,7 @@ class Report:
         if "dense" not in final:
             return []
         dense = final["dense"]["metrics"]
-        lines = ["", "## Targets (issue 11)", ""]
+        lines = []
         for family, pick in picks.items():
             if pick["name"] not in final:
                 lines.append(f"- {family}: pick {pick['model']} not scored on the held-out half")
@@ -594,7 +599,7 @@ class Report:
                 lines.append(f"- {family} KL {m['kl']:.4f} vs <= 0.020: "
                              f"{'met' if m['kl'] <= 0.020 else 'missed'}; Lee ppl {m['ppl']:.1f} vs <= "
                              f"{2 * dense['ppl']:.1f}: {'met' if m['ppl'] <= 2 * dense['ppl'] else 'missed'}")
-        return lines
+        return ["", "## Targets (issue 11)", "", *lines] if lines else []
 
     def tests(self, picks: dict, final: dict) -> list[str]:
         lines = ["", "## Paired exact McNemar tests (problems solved only by the first / only by the second)", ""]

@@ -175,7 +175,7 @@ def test_an_earlier_result_of_an_older_harness_is_checked_again_from_its_answers
     assert [row["passed"] for row in records] == [True, False, False, True]
     assert [row["completion"] for row in records] == [row["completion"] for row in rows]
     recipes.Report(out, PLAN, "plan.json").write()
-    assert "- dev fit: from version 0, 1 / 0" in (out / "report.md").read_text()
+    assert "- dev fit: from a harness version not recorded (before 4), 1 / 0" in (out / "report.md").read_text()
 
     (earlier / "dev" / "fit.records.jsonl").write_text(json.dumps({k: v for k, v in rows[0].items()
                                                                    if k != "completion"}) + "\n")
@@ -427,6 +427,22 @@ def test_a_family_without_an_issue_11_target_is_reported_without_one(recipes, tm
     recipes.Report(tmp_path, plan, "plan.json").write()
     report = (tmp_path / "report.md").read_text()
     assert "- o2: broad-a (members: broad-a)" in report and "o2 pass@1" not in report
+
+
+def test_a_plan_whose_families_have_no_target_writes_no_targets_heading(recipes, tmp_path):
+    """plan-permute.json asks its own questions only: its report has no empty issue 11 targets section."""
+    plan = {**PLAN, "families": {"o2": ["broad-a"]}, "baselines": []}
+    run = run_for(recipes, tmp_path, 0)
+    run.plan = plan
+    by_name = {recipe["name"]: recipe for recipe in PLAN["recipes"]}
+    write(tmp_path, "dev", "broad-a", by_name["broad-a"], [(True, False)] * 4)
+    picks = run.picks()
+    (tmp_path / "final" / "picks.json").write_text(json.dumps(picks))
+    write(tmp_path, "final", "dense", {"name": "dense", "dense": True}, [(True, True)] * 2)
+    write(tmp_path, "final", "o2-broad-a", picks["o2"], [(True, False)] * 2)
+    recipes.Report(tmp_path, plan, "plan.json").write()
+    report = (tmp_path / "report.md").read_text()
+    assert "- o2: broad-a (members: broad-a)" in report and "## Targets" not in report
 
 
 def test_a_plan_can_prune_from_an_earlier_rounds_committed_calibration_set(recipes, tmp_path, monkeypatch):
