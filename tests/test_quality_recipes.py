@@ -413,35 +413,31 @@ def test_a_recipe_without_a_solver_runs_sparsegpt_unless_its_plan_names_one(reci
 
 def test_a_family_without_an_issue_11_target_is_reported_without_one(recipes, tmp_path):
     """plan-admm2.json's `o2` family (16:32+2's own question) has no target in TARGETS: the report still writes."""
-    plan = {**PLAN, "families": {**PLAN["families"], "o2": ["broad-a"]}, "baselines": []}
-    run = run_for(recipes, tmp_path, 0)
+    report = o2_report(recipes, tmp_path, {**PLAN["families"], "o2": ["broad-a"]}, ("fit", "broad-a", "broad-b"))
+    assert "- o2: broad-a (members: broad-a)" in report and "o2 pass@1" not in report
+
+
+def o2_report(recipes, out, families: dict, dev_names: tuple) -> str:
+    """The report of a plan with these families, after dev rows for `dev_names` and held-out rows for dense and the
+    `o2` family's pick (broad-a)."""
+    plan = {**PLAN, "families": families, "baselines": []}
+    run = run_for(recipes, out, 0)
     run.plan = plan
     by_name = {recipe["name"]: recipe for recipe in PLAN["recipes"]}
-    for name in ("fit", "broad-a", "broad-b"):
-        write(tmp_path, "dev", name, by_name[name], [(True, False)] * 4)
+    for name in dev_names:
+        write(out, "dev", name, by_name[name], [(True, False)] * 4)
     picks = run.picks()
     assert picks["o2"]["name"] == "o2-broad-a"
-    (tmp_path / "final" / "picks.json").write_text(json.dumps(picks))
-    write(tmp_path, "final", "dense", {"name": "dense", "dense": True}, [(True, True)] * 2)
-    write(tmp_path, "final", "o2-broad-a", picks["o2"], [(True, False)] * 2)
-    recipes.Report(tmp_path, plan, "plan.json").write()
-    report = (tmp_path / "report.md").read_text()
-    assert "- o2: broad-a (members: broad-a)" in report and "o2 pass@1" not in report
+    (out / "final" / "picks.json").write_text(json.dumps(picks))
+    write(out, "final", "dense", {"name": "dense", "dense": True}, [(True, True)] * 2)
+    write(out, "final", "o2-broad-a", picks["o2"], [(True, False)] * 2)
+    recipes.Report(out, plan, "plan.json").write()
+    return (out / "report.md").read_text()
 
 
 def test_a_plan_whose_families_have_no_target_writes_no_targets_heading(recipes, tmp_path):
     """plan-permute.json asks its own questions only: its report has no empty issue 11 targets section."""
-    plan = {**PLAN, "families": {"o2": ["broad-a"]}, "baselines": []}
-    run = run_for(recipes, tmp_path, 0)
-    run.plan = plan
-    by_name = {recipe["name"]: recipe for recipe in PLAN["recipes"]}
-    write(tmp_path, "dev", "broad-a", by_name["broad-a"], [(True, False)] * 4)
-    picks = run.picks()
-    (tmp_path / "final" / "picks.json").write_text(json.dumps(picks))
-    write(tmp_path, "final", "dense", {"name": "dense", "dense": True}, [(True, True)] * 2)
-    write(tmp_path, "final", "o2-broad-a", picks["o2"], [(True, False)] * 2)
-    recipes.Report(tmp_path, plan, "plan.json").write()
-    report = (tmp_path / "report.md").read_text()
+    report = o2_report(recipes, tmp_path, {"o2": ["broad-a"]}, ("broad-a",))
     assert "- o2: broad-a (members: broad-a)" in report and "## Targets" not in report
 
 
