@@ -287,17 +287,30 @@ PY
       echo "not an H200: int4-slot3 and int4-spread skipped (their H100 reports are committed)"
     fi
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-admm2b ;;
-  quality-permute)  # prepared in the sixty-third session, not yet run: quality-permute-qwen2.5-coder-1.5b/, the whole
+  quality-permute)  # prepared in the sixty-third session, run whole in the sixty-fourth on an H100 (rule 1 passed,
+    # rule 2 failed; quality-permute-qwen2.5-coder-1.5b/NOTES.md): quality-permute-qwen2.5-coder-1.5b/, the whole
     # of benchmarks/recipes/plan-permute.json (2:4 and 16:32 with --permute-channels mlp+attention; ADMM from
     # plan-admm2's committed calibration tokens, the earlier round's rows checked again under harness 4 from their
     # answers; rules 1 and 2 fixed before any run); about 8 minutes from the model's arrival
     recipes benchmarks/recipes/plan-permute.json /root/recipes-permute quality-permute-qwen2.5-coder-1.5b ;;
-  lease-s64)  # prepared in the sixty-third session, not yet run (about 17 minutes in all): as lease-s63, with
+  lease-s64)  # prepared in the sixty-third session, run in the sixty-fourth (an H100: int4-h200 skipped; the plan
+    # whole, about 14 device minutes from the first call to the collect's end). As prepared: as lease-s63, with
     # quality-permute in the background. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh
     # lease-s64` (carry .kcachez, .whl, .devdata), then `receive` carrying .xfer/epart000 ... epart038 one a call,
     # `receive && models` with epart039, then `WAIT=570 ... collect`; if the deadline leaves an item, `stage
     # benchmarks/recipes/plan-permute.json /root/recipes-permute all quality-permute-qwen2.5-coder-1.5b`
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute ;;
+  quality-permute2)  # prepared in the sixty-fourth session, not yet run: quality-permute2-qwen2.5-coder-1.5b/, the
+    # whole of benchmarks/recipes/plan-permute2.json (one item, q16o2-perm: ADMM 16:32+2 with --permute-channels
+    # mlp+attention from plan-admm2's committed calibration tokens; its rule fixed before any run; three earlier
+    # rounds seeded, checked again under harness 4); about 6 minutes from the model's arrival (one prune, its dev row,
+    # its held-out pick)
+    recipes benchmarks/recipes/plan-permute2.json /root/recipes-permute2 quality-permute2-qwen2.5-coder-1.5b ;;
+  lease-s64b)  # prepared in the sixty-fourth session, not yet run (about 12 minutes in all): as lease-s64 with
+    # quality-permute2 in the background. Run it as `END_AT=$(( $(date +%s) + 900 )) bash benchmarks/h200.sh
+    # lease-s64b` (carry .kcachez, .whl, .devdata), then `receive` carrying .xfer/epart000 ... epart038 one a call,
+    # `receive && models` with epart039, then `WAIT=570 ... collect`
+    bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute2 ;;
   quality-dense0)  # ran in the sixty-third session (on an H100, whole): quality-dense0-qwen2.5-coder-1.5b/, the whole
     # of benchmarks/recipes/plan-dense0.json (2:4 with layer 0 dense, 2:4 with layers 0 and 1 dense, 16:32 with layer 0
     # dense; ADMM from plan-admm2's committed calibration tokens; rules 1 and 2 fixed before any run); about 10 minutes

@@ -17,9 +17,9 @@ selection rule's families and the final stage's baselines.
   held-out odd half under both wordings; OUT/final/NAME.json, per-problem records beside them, and OUT/report.md with
   counts and exact McNemar tests of each pick against each baseline of its pattern.
 
-A later round (a second plan file) may name the committed folder of an `earlier` round: its dev and held-out results
-are copied into OUT first (never its failures or picks), so the selection rule ranks old and new recipes together
-without running the old ones again. `held_out_checks` names recipes whose held-out score is reported whether or not
+A later round (a second plan file) may name the committed folder of an `earlier` round (or a list of them): its dev
+and held-out results are copied into OUT first (never its failures or picks; the first folder to give a result wins),
+so the selection rule ranks old and new recipes together without running the old ones again. `held_out_checks` names recipes whose held-out score is reported whether or not
 they are picked (a repaired model, say), each with the items it is paired against; a check never feeds the selection.
 A baseline may name items it is paired against (`against`) as well. A recipe or baseline takes any PruneConfig field
 by name: `quantize` and `group_size` give N:M + int8/int4 values, and `"pattern": "dense"` with `quantize` dense GPTQ.
@@ -95,8 +95,8 @@ class Run:
         self.mine: set[str] = set()
         self.lee_ids = self.tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"]
         self._selfdata = None
-        if "earlier" in self.plan:
-            seed_from_earlier(Path(self.plan["earlier"]), self.out, self.limits)
+        for earlier in earlier_rounds(self.plan):
+            seed_from_earlier(earlier, self.out, self.limits)
 
     def time_left(self, needed: float) -> bool:
         return time.perf_counter() - self.started + needed < self.args.deadline
@@ -419,6 +419,13 @@ def head_quantized(record: dict | None) -> bool:
         return False
     return (record.get("config") or {}).get("quantize_head", "none") != "none" or \
         head_quantized((record.get("start") or {}).get("record"))
+
+
+def earlier_rounds(plan: dict) -> list[Path]:
+    """The plan's `earlier` rounds: one committed folder, or a list of them, seeded in that order (a result the first
+    gives is not replaced by a later one's)."""
+    earlier = plan.get("earlier", [])
+    return [Path(folder) for folder in ([earlier] if isinstance(earlier, str) else earlier)]
 
 
 def harness_name(version: int) -> str:

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from sparsedecoding import pipeline, solvers
 from sparsedecoding.errors import SparseDecodingError, SparsityPatternError
 from sparsedecoding.hessian import prunable_linears
+from sparsedecoding.kernels.overflow import words_over_cap
 from sparsedecoding.patterns import SparsityPattern
 from sparsedecoding.pipeline import prune
 import test_pipeline
@@ -108,6 +109,18 @@ def test_a_pruned_run_records_the_ratios_and_keeps_n_of_m(qwen_folder, prompts_f
     for name, tensor in load_file(str(out / "model.safetensors")).items():
         if name.endswith("_proj.weight") and ".layers." in name:  # random weights: no zero of their own
             assert torch.all((tensor != 0).reshape(tensor.shape[0], -1, 4).sum(-1) == 2), name
+
+
+def test_admm_16of32p2_permuted_keeps_its_pattern(qwen_folder, prompts_file, tmp_path):
+    """plan-permute2.json's item: ADMM at 16:32+2 with the channels reordered against its 2:4 part's groups."""
+    out = prune(config(qwen_folder, tmp_path / "out", prompts_file, pattern="16:32+2", solver="admm",
+                       admm_iterations=10), progress=False)
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert manifest["solver_options"]["permute_channels"] == "mlp+attention"
+    for name, tensor in load_file(str(out / "model.safetensors")).items():
+        if name.endswith("_proj.weight") and ".layers." in name:  # random weights: no zero of their own
+            assert torch.all((tensor != 0).reshape(tensor.shape[0], -1, 32).sum(-1) == 16), name
+            assert words_over_cap(tensor, slots=2) == 0, name
 
 
 def test_a_layer_left_dense_is_not_reordered(qwen_folder, prompts_file, tmp_path):

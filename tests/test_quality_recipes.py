@@ -142,6 +142,25 @@ def test_a_later_round_takes_the_earlier_results_but_not_its_failures_or_picks(r
         recipes.seed_from_earlier(tmp_path / "missing", out)
 
 
+def test_a_plan_may_name_several_earlier_rounds_and_the_first_to_give_a_result_wins(recipes, tmp_path):
+    """plan-permute2.json pairs with two rounds (the 16:32+2 row of one, the dense held-out row of the other)."""
+    first, second, out = tmp_path / "first", tmp_path / "second", tmp_path / "out"
+    for folder in (first, second, out):
+        (folder / "dev").mkdir(parents=True)
+        (folder / "final").mkdir()
+    by_name = {recipe["name"]: recipe for recipe in PLAN["recipes"]}
+    write(first, "dev", "fit", by_name["fit"], [(True, True)] * 2)
+    write(second, "dev", "fit", by_name["fit"], [(False, False)] * 2)
+    write(second, "final", "dense", {"name": "dense", "dense": True}, [(True, True)] * 2)
+    assert recipes.earlier_rounds({"earlier": "a"}) == [Path("a")] and recipes.earlier_rounds({}) == []
+    rounds = recipes.earlier_rounds({"earlier": [str(first), str(second)]})
+    assert rounds == [first, second]
+    for earlier in rounds:
+        recipes.seed_from_earlier(earlier, out)
+    assert json.loads((out / "dev" / "fit.json").read_text())["metrics"]["passed_fenced"] == 2
+    assert (out / "final" / "dense.json").exists()
+
+
 def test_an_earlier_result_of_an_older_harness_is_checked_again_from_its_answers(recipes, tmp_path):
     """Harness 4 reads a block closed by a fence short of a backtick: the earlier round's answer that version 3
     failed passes once copied, its counts are redone, KL stays, and the report names what was checked again."""
@@ -276,10 +295,9 @@ def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
     for path in plan.get("calibration_files", {}).values():  # committed sets the plan prunes from
         assert (BENCHMARKS.parent / path).is_file(), path
     known = {recipe["name"] for recipe in plan["recipes"]}
-    if "earlier" in plan:
-        earlier = BENCHMARKS.parent / plan["earlier"]
-        assert earlier.is_dir()
-        known |= {path.stem for path in (earlier / "dev").glob("*.json")}
+    for earlier in recipes.earlier_rounds(plan):
+        assert (BENCHMARKS.parent / earlier).is_dir(), earlier
+        known |= {path.stem for path in (BENCHMARKS.parent / earlier / "dev").glob("*.json")}
     for family, members in plan["families"].items():
         assert set(members) <= known, family
     for check in plan.get("held_out_checks", []):
