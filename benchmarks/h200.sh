@@ -107,9 +107,12 @@ sp24_codes_reports() {  # [LOG]: every sp24 GPU test (their tail in $OUT/LOG; no
 }
 
 case $report in
-  receive)  # once per piece: carry .xfer/epartNNN (Qwen, 40 pieces; the older cpart/dpart no longer fit) or
-    # .xfer/spartNN (SmolLM2)
-    cp -n .xfer/*/* /root/m/ && ls /root/m | wc -l ;;
+  receive)  # once per piece: carry .xfer/fpartNNN (Qwen, 47 pieces of 24 MB since the sixty-fourth session; the 28 MB
+    # epart pieces no longer fit beside the tree) or .xfer/spartNN (SmolLM2). The carried folder is removed once
+    # copied: an ignored folder stays in the machine's tree for later calls, and in the sixty-fourth session a stale
+    # epart039/part039 was copied again in place of fpart039's piece of the same name (`cp -n`), which the sha256
+    # check of `models` caught
+    cp -n .xfer/*/* /root/m/ && rm -rf .xfer/* && ls /root/m | wc -l ;;
   models)  # join and convert the received pieces; marks /root/m/ready for the background steps that wait for it
     models; touch /root/m/ready ;;
   bg)  # `[AFTER=STEP] bg STEP...`: run the steps in order in the background (setsid: it outlives the call), after
@@ -300,13 +303,15 @@ PY
     # `receive && models` with epart039, then `WAIT=570 ... collect`; if the deadline leaves an item, `stage
     # benchmarks/recipes/plan-permute.json /root/recipes-permute all quality-permute-qwen2.5-coder-1.5b`
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute ;;
-  quality-permute2)  # prepared in the sixty-fourth session, not yet run: quality-permute2-qwen2.5-coder-1.5b/, the
+  quality-permute2)  # prepared and run in the sixty-fourth session on an H100, dev only (the held-out pick was cut
+    # off by the device time; quality-permute2-qwen2.5-coder-1.5b/NOTES.md, rule failed): the
     # whole of benchmarks/recipes/plan-permute2.json (one item, q16o2-perm: ADMM 16:32+2 with --permute-channels
     # mlp+attention from plan-admm2's committed calibration tokens; its rule fixed before any run; three earlier
     # rounds seeded, checked again under harness 4); about 6 minutes from the model's arrival (one prune, its dev row,
     # its held-out pick)
     recipes benchmarks/recipes/plan-permute2.json /root/recipes-permute2 quality-permute2-qwen2.5-coder-1.5b ;;
-  lease-s64b)  # prepared in the sixty-fourth session, not yet run (about 12 minutes in all): as lease-s64 with
+  lease-s64b)  # prepared and run in the sixty-fourth session (the pieces had to be cut again, which took the
+    # background run past its deadline; `stage ... all` then ran the dev row). As prepared: as lease-s64 with
     # quality-permute2 in the background. Run it as `END_AT=$(( $(date +%s) + 900 )) bash benchmarks/h200.sh
     # lease-s64b` (carry .kcachez, .whl, .devdata), then `receive` carrying .xfer/epart000 ... epart038 one a call,
     # `receive && models` with epart039, then `WAIT=570 ... collect`
