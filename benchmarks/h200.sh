@@ -146,11 +146,14 @@ case $report in
       2>/dev/null) ;;
   stage)  # PLAN WORK STAGE [REPORT]: one quality_recipes.py stage (dev, final, all or report; ONLY as for `recipes`)
     # in this script's environment (the cache holding the converted model and data), for a plan run by hand in parts;
-    # with REPORT, WORK's results and report copied to $OUT/REPORT (never its pruned models)
-    python3 benchmarks/quality_recipes.py --plan "$2" --out "$3" --stage "$4" ${ONLY:+--only "$ONLY"} \
-      >> "$3-stage.log" 2>&1; echo "rc $?"; tail -5 "$3-stage.log"
-    [ -z "${5:-}" ] || { mkdir -p "$OUT/$5" && cp -r "$3/dev" "$3/final" "$OUT/$5/" \
-      && cp "$3/report.md" "$3/summary.json" "$3-stage.log" "$OUT/$5/" 2>/dev/null; } ;;
+    # with REPORT, WORK's results, report and log packed into $OUT/REPORT.tgz (never its pruned models; one file,
+    # since a call brings back only a few loose ones: in the sixty-fourth session the dev result of a stage cut short
+    # was lost so)
+    # STAGE_S: seconds after which the stage is stopped and what it finished is still packed (default 0: no limit)
+    timeout "${STAGE_S:-0}" python3 benchmarks/quality_recipes.py --plan "$2" --out "$3" --stage "$4" \
+      ${ONLY:+--only "$ONLY"} >> "$3-stage.log" 2>&1; echo "rc $?"; tail -5 "$3-stage.log"
+    [ -z "${5:-}" ] || (cd "$(dirname "$3")" && w=$(basename "$3") && tar czf "$OUT/$5.tgz" --exclude=answers \
+      $(ls -d "$w/dev" "$w/final" "$w/report.md" "$w/summary.json" "$w-stage.log" 2>/dev/null)) ;;
   quality-recipes)  # quality-recipes/: issue 11's search (benchmarks/recipes/plan.json), one worker per GPU
     recipes benchmarks/recipes/plan.json /root/recipes quality-recipes ;;
   quality-repair)  # quality-repair/: issue 11's second round (benchmarks/recipes/plan-repair.json): repair
@@ -303,6 +306,18 @@ PY
     # `receive && models` with epart039, then `WAIT=570 ... collect`; if the deadline leaves an item, `stage
     # benchmarks/recipes/plan-permute.json /root/recipes-permute all quality-permute-qwen2.5-coder-1.5b`
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute ;;
+  quality-permute3)  # prepared in the sixty-fourth session, not yet run: quality-permute3-qwen2.5-coder-1.5b/, the
+    # whole of benchmarks/recipes/plan-permute3.json (2:4 with int4 values, ADMM, with and without --permute-channels
+    # mlp+attention, from plan-admm2's committed calibration tokens; its rule fixed before any run); about 9 minutes
+    # from the model's arrival (two prunes with their dev rows, two held-out picks)
+    recipes benchmarks/recipes/plan-permute3.json /root/recipes-permute3 quality-permute3-qwen2.5-coder-1.5b ;;
+  lease-s65)  # prepared in the sixty-fourth session, not yet run (about 17 minutes in all): int4-h200 (on an H200
+    # only), then quality-permute3 in the background. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash
+    # benchmarks/h200.sh lease-s65` (carry .kcachez, .whl, .devdata), then `receive` carrying .xfer/fpart000 ...
+    # fpart045 one a call, `receive && models` with fpart046, then `WAIT=570 ... collect`; if the deadline leaves an
+    # item, `stage benchmarks/recipes/plan-permute3.json /root/recipes-permute3 all quality-permute3-qwen2.5-coder-1.5b`
+    # with STAGE_S a few seconds short of the device time left (what it finished is packed when it stops)
+    bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute3 ;;
   quality-permute2)  # prepared and run in the sixty-fourth session on an H100, dev only (the held-out pick was cut
     # off by the device time; quality-permute2-qwen2.5-coder-1.5b/NOTES.md, rule failed): the
     # whole of benchmarks/recipes/plan-permute2.json (one item, q16o2-perm: ADMM 16:32+2 with --permute-channels

@@ -123,6 +123,19 @@ def test_admm_16of32p2_permuted_keeps_its_pattern(qwen_folder, prompts_file, tmp
             assert words_over_cap(tensor, slots=2) == 0, name
 
 
+def test_admm_2of4_with_int4_values_permuted_keeps_its_pattern_and_grid(qwen_folder, prompts_file, tmp_path):
+    """plan-permute3.json's item: the channels reordered, ADMM's 2:4 mask, then int4 values rounded on the new order."""
+    out = prune(config(qwen_folder, tmp_path / "out", prompts_file, solver="admm", admm_iterations=10,
+                       quantize="int4", group_size=32), progress=False)
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert manifest["solver_options"]["permute_channels"] == "mlp+attention"
+    weight = load_file(str(out / "model.safetensors"))["model.layers.0.mlp.down_proj.weight"].float()
+    kept = (weight != 0).reshape(weight.shape[0], -1, 4).sum(-1)  # a kept weight may round to a zero code
+    assert torch.all(kept <= 2) and (kept == 2).float().mean() > 0.9
+    groups = weight.reshape(weight.shape[0], -1, 32)  # at most 16 levels a group of 32 columns: int4 codes
+    assert all(len(torch.unique(row)) <= 16 for row in groups.reshape(-1, 32))
+
+
 def test_a_layer_left_dense_is_not_reordered(qwen_folder, prompts_file, tmp_path):
     out = prune(config(qwen_folder, tmp_path / "out", prompts_file, dense_linears="model.layers.1.mlp.down_proj"),
                 progress=False)
