@@ -313,8 +313,9 @@ PY
     recipes benchmarks/recipes/plan-permute3.json /root/recipes-permute3 quality-permute3-qwen2.5-coder-1.5b ;;
   lease-s65)  # prepared in the sixty-fourth session, not yet run (about 17 minutes in all): int4-h200 (on an H200
     # only), then quality-permute3 in the background. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash
-    # benchmarks/h200.sh lease-s65` (carry .kcachez, .whl, .devdata), then `receive` carrying .xfer/fpart000 ...
-    # fpart045 one a call, `receive && models` with fpart046, then `WAIT=570 ... collect`; if the deadline leaves an
+    # benchmarks/h200.sh lease-s65` (carry .kcachez, .whl, .devdata), then `receive` carrying the .xfer/fpartNNN one a
+    # call (47 of 24 MB on hand; `gguf_pieces.py` cuts them again), `receive && models` with the last, then
+    # `WAIT=570 ... collect`; if the deadline leaves an
     # item, `stage benchmarks/recipes/plan-permute3.json /root/recipes-permute3 all quality-permute3-qwen2.5-coder-1.5b`
     # with STAGE_S a few seconds short of the device time left (what it finished is packed when it stops)
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute3 ;;
