@@ -339,7 +339,9 @@ class SolverSettings:
                                  "MLP's intermediate channels, gate and up rows with down columns) and also of o "
                                  "(mlp+attention: each KV head's value channels, v rows with the o columns of every "
                                  "query head reading it) drop less saliency (W² times the Hessian diagonal); free at "
-                                 "run time. A channel permutation as Pool & Yu chose for 2:4",
+                                 "run time. A channel permutation as Pool & Yu chose for 2:4. Recommended with 2:4 "
+                                 "(mlp+attention: on Qwen2.5-Coder-1.5B dev KL -9.8%, pass@1 up); not taken by the "
+                                 "16:32 recipe",
                                  choices=("none", "mlp", "mlp+attention"))
     hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))
     batch_size: int = knob(8, "sequences per replay batch", minimum=1)
