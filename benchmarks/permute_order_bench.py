@@ -5,14 +5,19 @@ scale drawn log-uniform over two decades, as real Hessian diagonals spread), so 
 that the search works on that shape, not what it does to a real weight. Writes a markdown report and its JSON:
 
     PYTHONPATH=src python benchmarks/permute_order_bench.py --out benchmarks/results/permute_order_h100.md
+
+`--before COMMIT` also times the search as that commit wrote it (`solvers.py` read from git), side by side on the
+same saliency, and checks that both choose the same order; `--models` keeps only the shapes of those models.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -32,32 +37,61 @@ def synthetic_saliency(rows: int, cols: int, device: torch.device, seed: int = 0
     return ((torch.randn(rows, cols, generator=g) ** 2) * scale).to(device)
 
 
+def solvers_at(commit: str) -> types.ModuleType:
+    """`sparsedecoding/solvers.py` as it was at `commit`, as a module of the package (its relative imports resolve
+    against today's package; they are settings, errors and patterns)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        source = subprocess.run(["git", "-C", str(root), "show", f"{commit}:src/sparsedecoding/solvers.py"],
+                                check=True, capture_output=True, text=True).stdout
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"error: git cannot show solvers.py at {commit}: {exc.stderr.strip()}")
+    module = types.ModuleType(f"sparsedecoding.solvers_at_{commit}")
+    module.__package__ = "sparsedecoding"
+    exec(compile(source, f"solvers.py@{commit}", "exec"), module.__dict__)
+    return module
+
+
+def timed(search, S: torch.Tensor, pattern, device: torch.device, repeats: int) -> tuple[float, torch.Tensor]:
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        order = search(S, pattern)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - started)
+    return min(times), order
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--before", help="a commit whose search is timed beside today's")
+    parser.add_argument("--models", nargs="+", choices=sorted({shape[0] for shape in SHAPES}),
+                        default=sorted({shape[0] for shape in SHAPES}))
     args = parser.parse_args()
     device = pick_device(args.device)
+    earlier = solvers_at(args.before) if args.before else None
     rows = []
     for model, linear, height, width in SHAPES:
+        if model not in args.models:
+            continue
         S = synthetic_saliency(height, width, device)
         for name in ("2:4", "16:32"):
             pattern = SparsityPattern.parse(name)
             group, drop = solvers.permutation_groups(pattern)
-            times = []
-            for _ in range(args.repeats):
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                started = time.perf_counter()
-                order = solvers.balanced_column_order(S, pattern)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                times.append(time.perf_counter() - started)
+            seconds, order = timed(solvers.balanced_column_order, S, pattern, device, args.repeats)
             before = solvers.dropped_saliency(S, group, drop).sum()
             after = solvers.dropped_saliency(S[:, order], group, drop).sum()
             rows.append({"model": model, "linear": linear, "rows": height, "columns": width, "pattern": name,
-                         "seconds": min(times), "dropped_ratio": float(after / before)})
+                         "seconds": seconds, "dropped_ratio": float(after / before)})
+            if earlier is not None:
+                seconds_before, order_before = timed(earlier.balanced_column_order, S, pattern, device, args.repeats)
+                rows[-1].update(seconds_before=seconds_before, same_order=bool(torch.equal(order, order_before)))
             print(rows[-1], flush=True)
     command = "PYTHONPATH=src python " + " ".join(["benchmarks/permute_order_bench.py", *sys.argv[1:]])
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -66,11 +100,22 @@ def main() -> None:
         "# `--permute-channels`: the column-order search's time per linear (synthetic saliency)\n\n"
         f"{environment_markdown(command, device)}\n"
         f"Least of {args.repeats} runs. One prune calls it once for each layer's down and once for each KV head's "
-        "o columns.\n\n| model | linear | rows x columns | pattern | seconds | dropped saliency, new / old order |\n"
-        "|---|---|---|---|---|---|\n"
-        + "".join(f"| {r['model']} | {r['linear']} | {r['rows']} x {r['columns']} | {r['pattern']} | "
-                  f"{r['seconds']:.3f} | {r['dropped_ratio']:.3f} |\n" for r in rows))
+        "o columns." + (f" `{args.before}`: the search as that commit wrote it, timed right after today's on the "
+                        "same saliency." if earlier else "") + "\n\n"
+        + table(rows, args.before))
     print(args.out.read_text())
+
+
+def table(rows: list[dict], before: str | None) -> str:
+    extra = f" | seconds at `{before}` | x faster | same order |" if before else " |"
+    lines = [f"| model | linear | rows x columns | pattern | seconds | dropped saliency, new / old order{extra}",
+             "|---|---|---|---|---|---|" + ("---|---|---|" if before else "")]
+    for r in rows:
+        cells = (f" {r['seconds_before']:.3f} | {r['seconds_before'] / r['seconds']:.2f} | "
+                 f"{'yes' if r['same_order'] else 'NO'} |" if before else "")
+        lines.append(f"| {r['model']} | {r['linear']} | {r['rows']} x {r['columns']} | {r['pattern']} | "
+                     f"{r['seconds']:.3f} | {r['dropped_ratio']:.3f} |{cells}")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

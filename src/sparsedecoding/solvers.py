@@ -285,6 +285,19 @@ def dropped_saliency(saliency: torch.Tensor, width: int, drop: int) -> torch.Ten
     return groups.sort(-1).values[..., :drop].sum(-1).sum(0)
 
 
+def without_each(groups: torch.Tensor, drop: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each column c of each group (last dimension, width > drop >= 1), two numbers of the group without c: the
+    sum of its drop - 1 smallest values and its drop-th smallest. A value v put in c's place then makes the group
+    drop (the sum of its drop smallest) exactly the first plus min(v, the second): v is among the drop smallest
+    only if it is below the drop-th smallest of the rest. One sort per group instead of one per candidate swap."""
+    values, where = groups.sort(-1)
+    rank = where.argsort(-1)  # each column's place in its group's order
+    head = values[..., :drop].sum(-1, keepdim=True)
+    kept = torch.where(rank < drop - 1, head - groups, head - values[..., drop - 1:drop])
+    edge = torch.where(rank < drop, values[..., drop:drop + 1], values[..., drop - 1:drop])
+    return kept, edge
+
+
 @torch.no_grad()
 def balanced_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str, *, rounds: int = 60,
                           options: int = 16, chunk: int = 256, seed: int = 0) -> torch.Tensor:
@@ -319,13 +332,12 @@ def balanced_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str
         for start in range(0, half, chunk):
             a, b = first[start:start + chunk], second[start:start + chunk]
             ga, gb = groups[:, a], groups[:, b]  # rows x P x width
-            new_a = ga.unsqueeze(2).repeat(1, 1, len(picked), 1)  # rows x P x K x width
-            new_b = gb.unsqueeze(2).repeat(1, 1, len(picked), 1)
-            k = torch.arange(len(picked), device=S.device)
-            new_a[:, :, k, ii] = gb[:, :, jj]
-            new_b[:, :, k, jj] = ga[:, :, ii]
-            after = (new_a.sort(-1).values[..., :drop].sum(-1) + new_b.sort(-1).values[..., :drop].sum(-1)).sum(0)
-            gain = (cost[a] + cost[b]).unsqueeze(1) - after  # P x K
+            kept_a, edge_a = without_each(ga, drop)
+            kept_b, edge_b = without_each(gb, drop)
+            # group a with its column i swapped for b's column j drops kept_a[i] + min(b_j, edge_a[i]); b likewise
+            entering = torch.minimum(gb[..., jj], edge_a[..., ii]) + torch.minimum(ga[..., ii], edge_b[..., jj])
+            after = kept_a.sum(0)[:, ii] + kept_b.sum(0)[:, jj] + entering.sum(0)  # P x K
+            gain = (cost[a] + cost[b]).unsqueeze(1) - after
             best_gain, best = gain.max(1)
             take = best_gain > 1e-6 * (cost[a] + cost[b]).clamp(min=1e-30)
             if not take.any():
