@@ -48,6 +48,7 @@ def solvers_at(commit: str) -> types.ModuleType:
         raise SystemExit(f"error: git cannot show solvers.py at {commit}: {exc.stderr.strip()}")
     module = types.ModuleType(f"sparsedecoding.solvers_at_{commit}")
     module.__package__ = "sparsedecoding"
+    sys.modules[module.__name__] = module  # its dataclasses look their module up there
     exec(compile(source, f"solvers.py@{commit}", "exec"), module.__dict__)
     return module
 
