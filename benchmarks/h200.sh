@@ -306,19 +306,29 @@ PY
     # `receive && models` with epart039, then `WAIT=570 ... collect`; if the deadline leaves an item, `stage
     # benchmarks/recipes/plan-permute.json /root/recipes-permute all quality-permute-qwen2.5-coder-1.5b`
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute ;;
+  permute-order)  # prepared in the sixty-fourth session, not yet run: the column-order search (`prune
+    # --permute-channels`) priced in closed form against commit 4292486's search, side by side on this GPU (same
+    # orders expected; the CPU measured 4.5-6.1x on Qwen's down, permute_order_cpu_closed_form.md); all four shapes,
+    # about 2 minutes; the report is named after the GPU (h100 or h200). The device has no git history: carry
+    # .before, made here by `mkdir -p .before && git show 4292486:src/sparsedecoding/solvers.py >
+    # .before/solvers-4292486.py`
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    timeout 300 python3 benchmarks/permute_order_bench.py --before .before/solvers-4292486.py \
+      --out "$OUT/permute_order_${gpu:-gpu}_closed_form.md" 2>&1 | tail -12 ;;
   quality-permute3)  # prepared in the sixty-fourth session, not yet run: quality-permute3-qwen2.5-coder-1.5b/, the
     # whole of benchmarks/recipes/plan-permute3.json (2:4 with int4 values, ADMM, with and without --permute-channels
     # mlp+attention, from plan-admm2's committed calibration tokens; its rule fixed before any run); about 9 minutes
     # from the model's arrival (two prunes with their dev rows, two held-out picks)
     recipes benchmarks/recipes/plan-permute3.json /root/recipes-permute3 quality-permute3-qwen2.5-coder-1.5b ;;
-  lease-s65)  # prepared in the sixty-fourth session, not yet run (about 17 minutes in all): int4-h200 (on an H200
-    # only), then quality-permute3 in the background. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash
-    # benchmarks/h200.sh lease-s65` (carry .kcachez, .whl, .devdata), then `receive` carrying the .xfer/fpartNNN one a
-    # call (47 of 24 MB on hand; `gguf_pieces.py` cuts them again), `receive && models` with the last, then
-    # `WAIT=570 ... collect`; if the deadline leaves an
-    # item, `stage benchmarks/recipes/plan-permute3.json /root/recipes-permute3 all quality-permute3-qwen2.5-coder-1.5b`
+  lease-s65)  # prepared in the sixty-fourth session, not yet run (about 19 minutes in all): int4-h200 (on an H200
+    # only) and permute-order (about 2 minutes, the GPU otherwise idle), then quality-permute3 in the background.
+    # Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s65` (carry .kcachez, .whl, .devdata,
+    # .before), then `receive` carrying the .xfer/fpartNNN one a call (47 of 24 MB on hand; `gguf_pieces.py` cuts
+    # them again), `receive && models` with the last, then `WAIT=570 ... collect`; if the deadline leaves an item,
+    # `stage benchmarks/recipes/plan-permute3.json /root/recipes-permute3 all quality-permute3-qwen2.5-coder-1.5b`
     # with STAGE_S a few seconds short of the device time left (what it finished is packed when it stops)
-    bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute3 ;;
+    bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh permute-order
+    END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute3 ;;
   quality-permute2)  # prepared and run in the sixty-fourth session on an H100, dev only (the held-out pick was cut
     # off by the device time; quality-permute2-qwen2.5-coder-1.5b/NOTES.md, rule failed): the
     # whole of benchmarks/recipes/plan-permute2.json (one item, q16o2-perm: ADMM 16:32+2 with --permute-channels

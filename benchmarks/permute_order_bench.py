@@ -6,8 +6,9 @@ that the search works on that shape, not what it does to a real weight. Writes a
 
     PYTHONPATH=src python benchmarks/permute_order_bench.py --out benchmarks/results/permute_order_h100.md
 
-`--before COMMIT` also times the search as that commit wrote it (`solvers.py` read from git), side by side on the
-same saliency, and checks that both choose the same order; `--models` keeps only the shapes of those models.
+`--before COMMIT` also times the search as that commit wrote it (`solvers.py` read from git, or from a file of that
+name's copy where the history is not at hand), side by side on the same saliency, and checks that both choose the
+same order; `--models` keeps only the shapes of those models.
 """
 
 from __future__ import annotations
@@ -37,19 +38,24 @@ def synthetic_saliency(rows: int, cols: int, device: torch.device, seed: int = 0
     return ((torch.randn(rows, cols, generator=g) ** 2) * scale).to(device)
 
 
-def solvers_at(commit: str) -> types.ModuleType:
-    """`sparsedecoding/solvers.py` as it was at `commit`, as a module of the package (its relative imports resolve
-    against today's package; they are settings, errors and patterns)."""
+def solvers_at(before: str) -> types.ModuleType:
+    """`sparsedecoding/solvers.py` as it was at commit `before` (or the copy of it in the file `before`, where git
+    history is not at hand, as on the device), as a module of the package (its relative imports resolve against
+    today's package; they are settings, errors and patterns)."""
     root = Path(__file__).resolve().parents[1]
-    try:
-        source = subprocess.run(["git", "-C", str(root), "show", f"{commit}:src/sparsedecoding/solvers.py"],
-                                check=True, capture_output=True, text=True).stdout
-    except subprocess.CalledProcessError as exc:
-        raise SystemExit(f"error: git cannot show solvers.py at {commit}: {exc.stderr.strip()}")
-    module = types.ModuleType(f"sparsedecoding.solvers_at_{commit}")
+    if Path(before).is_file():
+        source = Path(before).read_text()
+    else:
+        try:
+            source = subprocess.run(["git", "-C", str(root), "show", f"{before}:src/sparsedecoding/solvers.py"],
+                                    check=True, capture_output=True, text=True).stdout
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise SystemExit(f"error: git cannot show solvers.py at {before}: "
+                             f"{getattr(exc, 'stderr', '') or exc}".strip())
+    module = types.ModuleType(f"sparsedecoding.solvers_at_{Path(before).stem.replace('-', '_')}")
     module.__package__ = "sparsedecoding"
     sys.modules[module.__name__] = module  # its dataclasses look their module up there
-    exec(compile(source, f"solvers.py@{commit}", "exec"), module.__dict__)
+    exec(compile(source, f"solvers.py@{before}", "exec"), module.__dict__)
     return module
 
 
