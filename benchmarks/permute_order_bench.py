@@ -100,17 +100,23 @@ def main() -> None:
                 seconds_before, order_before = timed(earlier.balanced_column_order, S, pattern, device, args.repeats)
                 rows[-1].update(seconds_before=seconds_before, same_order=bool(torch.equal(order, order_before)))
             print(rows[-1], flush=True)
-    command = "PYTHONPATH=src python " + " ".join(["benchmarks/permute_order_bench.py", *sys.argv[1:]])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
-    args.out.write_text(
-        "# `--permute-channels`: the column-order search's time per linear (synthetic saliency)\n\n"
-        f"{environment_markdown(command, device)}\n"
+    save_report(
+        args.out, "benchmarks/permute_order_bench.py", rows,
+        "`--permute-channels`: the column-order search's time per linear (synthetic saliency)", device,
         f"Least of {args.repeats} runs. One prune calls it once for each layer's down and once for each KV head's "
         "o columns." + (f" `{args.before}`: the search as that commit wrote it, timed right after today's on the "
                         "same saliency." if earlier else "") + "\n\n"
         + table(rows, args.before))
-    print(args.out.read_text())
+
+
+def save_report(out: Path, script: str, rows: list[dict], title: str, device: torch.device, body: str) -> None:
+    """Write OUT (the title, this run's command and environment, then `body`) and its JSON twin (the command and the
+    rows, to reload and plot), and print the report."""
+    command = "PYTHONPATH=src python " + " ".join([script, *sys.argv[1:]])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+    out.write_text(f"# {title}\n\n{environment_markdown(command, device)}\n{body}")
+    print(out.read_text())
 
 
 def table(rows: list[dict], before: str | None) -> str:
