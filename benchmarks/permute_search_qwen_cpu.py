@@ -22,7 +22,7 @@ from sparsedecoding import solvers
 from sparsedecoding.calibration import CalibrationSet
 from sparsedecoding.models import load_model
 from sparsedecoding.patterns import SparsityPattern
-from sparsedecoding.pipeline import saliency
+from sparsedecoding.pipeline import kv_head_columns, saliency
 
 CALIBRATION = "benchmarks/results/quality-admm2-qwen2.5-coder-1.5b/data/humaneval_fit-32768-4.safetensors"
 SEARCHES = {"default": {}, "4x rounds": {"rounds": 240}, "4x candidates": {"options": 64}}
@@ -54,10 +54,9 @@ def input_energy(model, calibration: CalibrationSet, rows: int, layers: list[int
 
 
 def stacked_o(S: torch.Tensor, heads: int, kv_heads: int, head_dim: int) -> list[torch.Tensor]:
-    """o's saliency columns for each KV head's value channels, every query head reading it stacked as rows."""
-    per_group = heads // kv_heads
-    return [torch.cat([S[:, h * head_dim:(h + 1) * head_dim] for h in range(g * per_group, (g + 1) * per_group)], 0)
-            for g in range(kv_heads)]
+    """o's saliency columns for each KV head's value channels, every query head reading it stacked as rows (as
+    `pipeline.permute_layer` stacks them)."""
+    return [torch.cat([S[:, c] for c in columns], 0) for columns in kv_head_columns(heads, kv_heads, head_dim)]
 
 
 def main() -> None:

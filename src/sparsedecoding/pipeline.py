@@ -381,12 +381,9 @@ def permute_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears:
         else:
             o_proj = linears["self_attn.o_proj"]
             S = saliency(o_proj.weight, hessians["self_attn.o_proj"])
-            per_group = heads // kv_heads
             full = torch.arange(heads * head_dim)
             value_order = torch.arange(kv_heads * head_dim)
-            for group in range(kv_heads):
-                columns = [torch.arange(h * head_dim, (h + 1) * head_dim)
-                           for h in range(group * per_group, (group + 1) * per_group)]
+            for group, columns in enumerate(kv_head_columns(heads, kv_heads, head_dim)):
                 # one order for the group's value channels, chosen on every query head's o columns at once
                 stacked = torch.cat([S[:, c.to(S.device)] for c in columns], 0)
                 order = solvers.balanced_column_order(stacked, pattern, seed=config.seed).cpu()
@@ -398,6 +395,13 @@ def permute_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears:
             o_proj.weight.data = o_proj.weight.data[:, full.to(o_proj.weight.device)].contiguous()
             reorder_hessian(hessians, "self_attn.o_proj", full)
     return ratios
+
+
+def kv_head_columns(heads: int, kv_heads: int, head_dim: int) -> list[list[torch.Tensor]]:
+    """For each KV head, the o columns of every query head that reads its values (one index tensor a query head)."""
+    per_group = heads // kv_heads
+    return [[torch.arange(h * head_dim, (h + 1) * head_dim) for h in range(g * per_group, (g + 1) * per_group)]
+            for g in range(kv_heads)]
 
 
 def permute_rows(linear, order: torch.Tensor) -> None:
