@@ -19,8 +19,9 @@ selection rule's families and the final stage's baselines.
 
 A later round (a second plan file) may name the committed folder of an `earlier` round (or a list of them): its dev
 and held-out results are copied into OUT first (never its failures or picks; the first folder to give a result wins),
-so the selection rule ranks old and new recipes together without running the old ones again. `held_out_checks` names recipes whose held-out score is reported whether or not
-they are picked (a repaired model, say), each with the items it is paired against; a check never feeds the selection.
+so the selection rule ranks old and new recipes together without running the old ones again. `held_out_checks`
+names recipes whose held-out score is reported whether or not they are picked (a repaired model, say), each with the
+items it is paired against; a check never feeds the selection.
 A baseline may name items it is paired against (`against`) as well. A recipe or baseline takes any PruneConfig field
 by name: `quantize` and `group_size` give N:M + int8/int4 values, and `"pattern": "dense"` with `quantize` dense GPTQ.
 A recipe without `solver` runs the plan's top-level `solver`, else sparsegpt (the default when the committed plans
