@@ -56,6 +56,7 @@ def test_recheck_checks_the_answers_again_under_todays_harness(paired, tmp_path,
     assert capsys.readouterr().out.splitlines()[-1].endswith("| 0 | 0 | 0 | 0 | 1 |")  # as recorded
     paired.main(["--recheck", str(a), str(a)])
     out = capsys.readouterr().out
-    assert "answers checked again under harness version" in out and out.splitlines()[-1].endswith("| 1 | 1 | 0 | 0 | 1 |")
+    assert "answers checked again under harness version" in out
+    assert out.splitlines()[-1].endswith("| 1 | 1 | 0 | 0 | 1 |")
     with pytest.raises(SystemExit, match="without their answers"):
         paired.main(["--recheck", str(a), str(b)])
