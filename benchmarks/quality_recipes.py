@@ -666,15 +666,18 @@ def main() -> None:
     parser.add_argument("--only", type=lambda text: [name for name in text.split(",") if name], default=[],
                         help="comma-separated item names: run only these (recipes, baselines or dense)")
     args = parser.parse_args()
+    plan = json.loads(Path(args.plan).read_text())
+    missing = [str(folder) for folder in earlier_rounds(plan) if not folder.is_dir()]
+    if missing and args.stage != "report":  # found only after the model has loaded otherwise
+        parser.exit(2, f"error: the plan's earlier round {', '.join(missing)} is not a folder\n")
     if args.only:  # a typo would otherwise run nothing after the model has loaded
-        plan = json.loads(Path(args.plan).read_text())
         known = {"dense", *(item["name"] for item in plan["recipes"] + plan["baselines"])}
         unknown = sorted(set(args.only) - known)
         if unknown:
             parser.exit(2, f"error: --only names {', '.join(unknown)}, not an item of {args.plan}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if args.stage == "report":
-        Report(Path(args.out), json.loads(Path(args.plan).read_text()), args.plan).write()
+        Report(Path(args.out), plan, args.plan).write()
         return
     Run(args).run(args.stage)
 

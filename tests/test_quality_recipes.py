@@ -360,6 +360,19 @@ def test_only_runs_the_named_items_and_rejects_a_name_the_plan_lacks(recipes, tm
     assert exit_info.value.code == 2 and not (tmp_path / "o").exists()
 
 
+def test_an_earlier_round_that_is_not_there_is_one_error_before_any_model_loads(recipes, tmp_path, monkeypatch,
+                                                                                 capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({**PLAN, "earlier": [str(tmp_path), str(tmp_path / "gone")]}))
+    monkeypatch.setattr(recipes, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("sys.argv", ["quality_recipes.py", "--plan", str(plan), "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit) as exit_info:
+        recipes.main()
+    assert exit_info.value.code == 2 and not (tmp_path / "o").exists()
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: the plan's earlier round {tmp_path / 'gone'} "
+                                                           "is not a folder"]
+
+
 def test_an_as_is_row_shows_its_start_and_the_start_recipes_settings(recipes):
     item = {"name": "fit-again", "start": "fit", "as_is": True, "pattern": "16:32"}
     scored = result("fit-again", item, [(True, False)], 0.01, 12.0)
