@@ -329,6 +329,16 @@ PY
     # with STAGE_S a few seconds short of the device time left (what it finished is packed when it stops)
     bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh permute-order
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute3 ;;
+  quality-permute4)  # prepared in the sixty-fifth session: quality-permute4-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-permute4.json (one item, q2-permg-i4: plan-permute3's q2-perm-i4 with each column kept
+    # in its int4 scale group, --permute-scope group; its rule fixed before any run); about 4 minutes from the
+    # model's arrival (one prune, its dev row, its held-out pick)
+    recipes benchmarks/recipes/plan-permute4.json /root/recipes-permute4 quality-permute4-qwen2.5-coder-1.5b ;;
+  lease-s65b)  # prepared in the sixty-fifth session: int4-h200 (on an H200 only), then quality-permute4 in the
+    # background. Run it as `END_AT=$(( $(date +%s) + 900 )) bash benchmarks/h200.sh lease-s65b` (carry .kcachez,
+    # .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive && models` with the last, then `WAIT=...
+    # collect`
+    bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute4 ;;
   quality-permute2)  # prepared and run in the sixty-fourth session on an H100, dev only (the held-out pick was cut
     # off by the device time; quality-permute2-qwen2.5-coder-1.5b/NOTES.md, rule failed): the
     # whole of benchmarks/recipes/plan-permute2.json (one item, q16o2-perm: ADMM 16:32+2 with --permute-channels

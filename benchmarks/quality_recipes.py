@@ -203,6 +203,8 @@ class Run:
         # Every plan before plan-admm.json was fixed while SparseGPT was the default solver: a recipe without
         # "solver" takes the plan's own "solver", else sparsegpt, so committed plans rerun as they were run.
         values.setdefault("solver", self.plan.get("solver", "sparsegpt"))
+        # Plans before plan-permute4.json reordered channels across the whole layer, int4 values or not
+        values.setdefault("permute_scope", self.plan.get("permute_scope", "layer"))
         calibration = "text" if recipe["data"] == "text" else "decode"
         prompts = recipe["data"] if recipe["data"].startswith("humaneval:") else "humaneval:fit"
         if shares_problems(prompts, "eval"):
@@ -677,6 +679,8 @@ def main() -> None:
             parser.exit(2, f"error: --only names {', '.join(unknown)}, not an item of {args.plan}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if args.stage == "report":
+        if not Path(args.out).is_dir():  # the report reads OUT's results; a traceback otherwise
+            parser.exit(2, f"error: --stage report reads the results under --out, and {args.out} is not a folder\n")
         Report(Path(args.out), plan, args.plan).write()
         return
     Run(args).run(args.stage)

@@ -194,3 +194,59 @@ def test_settings_it_cannot_serve_are_one_error(overrides, tmp_path):
     cfg = test_pipeline.config("m", str(tmp_path / "o"), "p", permute_channels="mlp", **overrides)
     with pytest.raises(SparseDecodingError, match="--permute-channels mlp reorders channels for an N:M pattern"):
         cfg.check_values()
+
+
+def test_a_grouped_order_keeps_every_column_in_its_run_and_drops_less_there():
+    g = torch.Generator().manual_seed(2)
+    S = torch.rand(32, 256, generator=g)
+    S[:, :16] *= 50  # strong columns together in the first run of 64
+    order = solvers.grouped_column_order(S, "2:4", 64)
+    assert sorted(order.tolist()) == list(range(256))
+    runs = order.view(4, 64) // 64
+    assert torch.equal(runs, torch.arange(4)[:, None].expand(4, 64))
+    assert dropped(S[:, :64], order[:64]) < 0.8 * dropped(S[:, :64], torch.arange(64))
+    for start in (64, 128, 192):  # each run no worse than its own order
+        part = order[start:start + 64] - start
+        assert dropped(S[:, start:start + 64], part) <= dropped(S[:, start:start + 64], torch.arange(64))
+    for block in (0, 30, 96):  # not groups of four, or not splitting 256 columns
+        with pytest.raises(SparsityPatternError, match="runs of"):
+            solvers.grouped_column_order(S, "2:4", block)
+
+
+def column_moves(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """For each column of `after`, the index of the equal column of `before` (random weights: all columns differ)."""
+    return torch.cdist(after.T.double(), before.T.double()).argmin(1)
+
+
+@pytest.mark.parametrize("scope,quantize,moved_out", [("group", "int4", False), ("layer", "int4", True),
+                                                      ("group", "none", True)])
+def test_the_scope_keeps_columns_in_their_int4_groups(scope, quantize, moved_out):
+    model = random_hf_model("qwen2")
+    layer = model.model.layers[0]
+    linears = prunable_linears(layer)
+    g = torch.Generator().manual_seed(3)
+    hessians = {}
+    for name, linear in linears.items():
+        scale = torch.rand(linear.in_features, generator=g) * 10  # columns of very different strength
+        hessians[name] = torch.diag(scale ** 2)
+    down = linears["mlp.down_proj"].weight.detach().clone()
+    cfg = test_pipeline.config("m", "o", "p", permute_channels="mlp", permute_scope=scope, quantize=quantize,
+                               group_size=16)
+    pipeline.permute_layer(cfg, SparsityPattern.parse("2:4"), layer, linears, hessians)
+    moves = column_moves(down, linears["mlp.down_proj"].weight.detach())
+    own = torch.arange(down.shape[1])
+    assert sorted(moves.tolist()) == own.tolist() and not torch.equal(moves, own)
+    left = bool((moves // 16 != own // 16).any())
+    assert left == moved_out
+
+
+def test_scope_blocks():
+    cfg = test_pipeline.config("m", "o", "p", permute_channels="mlp", quantize="int4", group_size=128)
+    assert pipeline.scope_block(cfg, 8960, 8960) == 128  # down: its scale groups
+    assert pipeline.scope_block(cfg, 1536, 128) is None  # o: a head's 128 columns are one scale group already
+    assert pipeline.scope_block(cfg, 2048, 256) == 128  # a head wider than a group: one run a group
+    small = test_pipeline.config("m", "o", "p", permute_channels="mlp", quantize="int4", group_size=64)
+    assert pipeline.scope_block(small, 1536, 128) == 64
+    for quantize, scope in (("int8", "group"), ("none", "group"), ("int4", "layer")):
+        other = test_pipeline.config("m", "o", "p", permute_channels="mlp", quantize=quantize, permute_scope=scope)
+        assert pipeline.scope_block(other, 8960, 8960) is None

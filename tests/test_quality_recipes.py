@@ -346,31 +346,37 @@ def test_an_as_is_item_scores_its_start_model_without_pruning_again(recipes, tmp
     assert not list((tmp_path / "models").iterdir())
 
 
+def main_refused(recipes, tmp_path, monkeypatch, plan_fields: dict, *arguments) -> None:
+    """Run main on a plan of PLAN with `plan_fields` and OUT tmp_path/o: it must exit 2 and leave no OUT."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({**PLAN, **plan_fields}))
+    monkeypatch.setattr("sys.argv", ["quality_recipes.py", "--plan", str(plan), "--out", str(tmp_path / "o"),
+                                     *arguments])
+    with pytest.raises(SystemExit) as exit_info:
+        recipes.main()
+    assert exit_info.value.code == 2 and not (tmp_path / "o").exists()
+
+
 def test_only_runs_the_named_items_and_rejects_a_name_the_plan_lacks(recipes, tmp_path, monkeypatch):
     run = run_for(recipes, tmp_path, 0)
     run.args.only = ["paper"]
     assert run.item("dev", {"name": "fit"}, "dev", 1.0) is None  # not named: skipped before any claim
     assert not (tmp_path / "claims" / "dev-fit").exists()
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(PLAN))
-    monkeypatch.setattr("sys.argv", ["quality_recipes.py", "--plan", str(plan), "--out", str(tmp_path / "o"),
-                                     "--only", "paper,nope"])
-    with pytest.raises(SystemExit) as exit_info:
-        recipes.main()
-    assert exit_info.value.code == 2 and not (tmp_path / "o").exists()
+    main_refused(recipes, tmp_path, monkeypatch, {}, "--only", "paper,nope")
 
 
 def test_an_earlier_round_that_is_not_there_is_one_error_before_any_model_loads(recipes, tmp_path, monkeypatch,
                                                                                  capsys):
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({**PLAN, "earlier": [str(tmp_path), str(tmp_path / "gone")]}))
     monkeypatch.setattr(recipes, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
-    monkeypatch.setattr("sys.argv", ["quality_recipes.py", "--plan", str(plan), "--out", str(tmp_path / "o")])
-    with pytest.raises(SystemExit) as exit_info:
-        recipes.main()
-    assert exit_info.value.code == 2 and not (tmp_path / "o").exists()
+    main_refused(recipes, tmp_path, monkeypatch, {"earlier": [str(tmp_path), str(tmp_path / "gone")]})
     assert capsys.readouterr().err.strip().splitlines() == [f"error: the plan's earlier round {tmp_path / 'gone'} "
                                                            "is not a folder"]
+
+
+def test_a_report_of_an_out_that_is_not_there_is_one_error(recipes, tmp_path, monkeypatch, capsys):
+    main_refused(recipes, tmp_path, monkeypatch, {}, "--stage", "report")
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --stage report reads the results under --out, and {tmp_path / 'o'} is not a folder"]
 
 
 def test_an_as_is_row_shows_its_start_and_the_start_recipes_settings(recipes):
@@ -440,6 +446,20 @@ def test_a_recipe_without_a_solver_runs_sparsegpt_unless_its_plan_names_one(reci
     run.plan = {"recipes": [recipe], "solver": "admm"}
     assert run.prune_config(recipe).solver == "admm"
     assert run.prune_config({**recipe, "solver": "wanda"}).solver == "wanda"
+
+
+def test_a_recipe_without_a_permute_scope_reorders_across_the_layer_as_plans_before_it_did(recipes):
+    """plan-permute3.json and earlier reordered channels across the whole layer, int4 values or not."""
+    run = object.__new__(recipes.Run)
+    run.folder = Path("not-loaded")
+    recipe = {"name": "r", "pattern": "2:4", "data": "humaneval:fit", "tokens": 1024, "quantize": "int4",
+              "permute_channels": "mlp+attention"}
+    run.plan = {"recipes": [recipe]}
+    assert run.prune_config(recipe).permute_scope == "layer"
+    assert run.prune_config({**recipe, "permute_scope": "group"}).permute_scope == "group"
+    plan = json.loads((BENCHMARKS / "recipes" / "plan-permute4.json").read_text())
+    run.plan = plan
+    assert run.prune_config(plan["recipes"][0]).permute_scope == "group"
 
 
 def test_a_family_without_an_issue_11_target_is_reported_without_one(recipes, tmp_path):

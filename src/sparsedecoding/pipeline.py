@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -363,7 +364,7 @@ def permute_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears:
     if {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"} <= linears.keys():
         down = linears["mlp.down_proj"]
         S = saliency(down.weight, hessians["mlp.down_proj"])
-        order = solvers.balanced_column_order(S, pattern, seed=config.seed)
+        order = column_order(S, pattern, scope_block(config, down.in_features, down.in_features), config.seed)
         ratios["mlp.down_proj"] = order_ratio(S, order, pattern)
         for name in ("mlp.gate_proj", "mlp.up_proj"):
             permute_rows(linears[name], order)
@@ -383,10 +384,11 @@ def permute_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears:
             S = saliency(o_proj.weight, hessians["self_attn.o_proj"])
             full = torch.arange(heads * head_dim)
             value_order = torch.arange(kv_heads * head_dim)
+            block = scope_block(config, o_proj.in_features, head_dim)
             for group, columns in enumerate(kv_head_columns(heads, kv_heads, head_dim)):
                 # one order for the group's value channels, chosen on every query head's o columns at once
                 stacked = torch.cat([S[:, c.to(S.device)] for c in columns], 0)
-                order = solvers.balanced_column_order(stacked, pattern, seed=config.seed).cpu()
+                order = column_order(stacked, pattern, block, config.seed).cpu()
                 for c in columns:
                     full[c] = c[order]
                 value_order[group * head_dim:(group + 1) * head_dim] = group * head_dim + order
@@ -395,6 +397,32 @@ def permute_layer(config: PruneConfig, pattern: SparsityPattern, layer, linears:
             o_proj.weight.data = o_proj.weight.data[:, full.to(o_proj.weight.device)].contiguous()
             reorder_hessian(hessians, "self_attn.o_proj", full)
     return ratios
+
+
+def scope_block(config: PruneConfig, in_features: int, span: int) -> int | None:
+    """--permute-scope group: the runs of columns an order over `span` columns (down's all, or one head's of o) must
+    keep each column in, so that every int4 scale group keeps its columns; None where any order does (layer scope,
+    no int4 values, or scale groups that hold whole spans)."""
+    if config.permute_scope == "layer":
+        return None
+    group = solvers.quantization_group(config.quantize, config.group_size, in_features)
+    if group is None or group == in_features:  # no values rounded, or int8's one scale a row
+        return None
+    block = math.gcd(span, group)
+    return None if block == span else block
+
+
+def column_order(S: torch.Tensor, pattern: SparsityPattern, block: int | None, seed: int) -> torch.Tensor:
+    """The balanced order of S's columns, within runs of `block` columns when one is given; where `block` does not
+    split into the pattern's groups no order keeps both, so the columns keep their own (and a warning says so)."""
+    if block is None:
+        return solvers.balanced_column_order(S, pattern, seed=seed)
+    width, _ = solvers.permutation_groups(pattern)
+    if block % width:
+        log.warning("--permute-scope group: int4 scale groups of %d columns do not split into %s's groups of %d, so "
+                    "these columns keep their order", block, pattern, width)
+        return torch.arange(S.shape[1], device=S.device)
+    return solvers.grouped_column_order(S, pattern, block, seed=seed)
 
 
 def kv_head_columns(heads: int, kv_heads: int, head_dim: int) -> list[list[torch.Tensor]]:
@@ -849,7 +877,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                                "admm_settle": config.admm_settle if solver_name(config) == "admm" else None,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head,
-                               "permute_channels": config.permute_channels},
+                               "permute_channels": config.permute_channels,
+                               "permute_scope": config.permute_scope},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
             "dense_linears": dense_linears,
             "timing": {"solver_seconds_this_run": result["solver_seconds"],

@@ -343,6 +343,10 @@ class SolverSettings:
                                  "(mlp+attention: on Qwen2.5-Coder-1.5B dev KL -9.8%, pass@1 up); not taken by the "
                                  "16:32 recipe",
                                  choices=("none", "mlp", "mlp+attention"))
+    permute_scope: str = knob("group", "where --permute-channels may move a column: group (only within its int4 "
+                              "scale group of --group-size columns with --quantize int4; anywhere otherwise) or "
+                              "layer (anywhere: with int4 values the 2:4 dev KL of Qwen2.5-Coder-1.5B rose 16%, "
+                              "quality-permute3-qwen2.5-coder-1.5b)", choices=("group", "layer"))
     hessian_dtype: str = knob("float32", "Hessian accumulation dtype", choices=("float32", "float64"))
     batch_size: int = knob(8, "sequences per replay batch", minimum=1)
 
