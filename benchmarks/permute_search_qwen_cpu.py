@@ -42,6 +42,13 @@ def input_energy(model, calibration: CalibrationSet, rows: int, layers: list[int
                 x = args[0].float()[0][current["keep"]]
                 sums[key] = sums.get(key, 0) + (x ** 2).sum(0)
             hooks.append(linear.register_forward_pre_hook(hook))
+    replay(model, calibration, rows, hooks, current)
+    return sums
+
+
+def replay(model, calibration: CalibrationSet, rows: int, hooks: list, current: dict) -> None:
+    """Run the first `rows` sequences one at a time, left padding cut off, with current["keep"] set to each one's
+    kept (decode) positions for the hooks to read; the hooks are removed at the end."""
     try:
         for row in range(rows):
             real = calibration.attention_mask[row].bool()
@@ -50,7 +57,6 @@ def input_energy(model, calibration: CalibrationSet, rows: int, layers: list[int
     finally:
         for handle in hooks:
             handle.remove()
-    return sums
 
 
 def stacked_o(S: torch.Tensor, heads: int, kv_heads: int, head_dim: int) -> list[torch.Tensor]:

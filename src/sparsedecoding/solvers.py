@@ -358,9 +358,9 @@ def balanced_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str
 def grouped_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str, block: int,
                          **search) -> torch.Tensor:
     """`balanced_column_order` within each run of `block` columns, so that no column leaves its run: with int4
-    values a run is a scale group (`prune --permute-scope group`), whose set of columns then stays as it was. An
-    order across the whole layer raised the int4 rounding loss of Qwen2.5-Coder-1.5B's down by 30% on one layer
-    (`benchmarks/results/permute_int4_layer_cpu.md`). `search`: `balanced_column_order`'s options."""
+    values a run is a scale group (`prune --permute-scope group`), which then keeps its set of columns and so the
+    range its scale must cover. `search`: `balanced_column_order`'s options. One search a run (a loop: slower than
+    one search over the layer)."""
     pattern = SparsityPattern.parse(pattern)
     width, _ = permutation_groups(pattern)
     cols = saliency.shape[1]
