@@ -43,6 +43,21 @@ def down_hessians(model, calibration: CalibrationSet, rows: int, layers: list[in
     return sums
 
 
+def qwen_down_hessians(tokens: int, layers: list[int]) -> tuple[torch.nn.Module, dict[int, torch.Tensor], str]:
+    """Qwen2.5-Coder-1.5B on the CPU, down's Hessians of `layers` (`down_hessians`) over the first sequences of the
+    calibration set that hold `tokens` decode tokens, and a sentence saying where the Hessians came from."""
+    model, _, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
+    model.eval()
+    calibration = CalibrationSet.load(Path(CALIBRATION))
+    kept = calibration.keep.sum(1).cumsum(0)
+    sequences = min(int((kept < tokens).sum()) + 1, len(calibration))
+    positions = int(calibration.keep[:sequences].sum())
+    started = time.perf_counter()
+    hessians = down_hessians(model, calibration, sequences, layers)
+    return model, hessians, (f"Hessians X·Xᵀ from the {positions} decode positions of the first {sequences} sequences "
+                             f"of `{CALIBRATION}`, teacher-forced ({time.perf_counter() - started:.0f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -52,15 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rows < 1 or args.tokens < 1:
         parser.error("--rows and --tokens must be positive")
-    model, _, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
-    model.eval()
-    calibration = CalibrationSet.load(Path(CALIBRATION))
-    kept = calibration.keep.sum(1).cumsum(0)
-    sequences = min(int((kept < args.tokens).sum()) + 1, len(calibration))
-    positions = int(calibration.keep[:sequences].sum())
-    started = time.perf_counter()
-    hessians = down_hessians(model, calibration, sequences, args.layers)
-    forward_s = time.perf_counter() - started
+    model, hessians, source = qwen_down_hessians(args.tokens, args.layers)
     results = []
     for index in args.layers:
         W = model.model.layers[index].mlp.down_proj.weight.detach().double()
@@ -91,8 +98,7 @@ def main() -> None:
         args.out, "benchmarks/permute_int4_layer_cpu.py", results,
         "`--permute-channels` with and without int4 values: down's layer loss on Qwen2.5-Coder-1.5B (CPU)",
         torch.device("cpu"),
-        f"Hessians X·Xᵀ from the {positions} decode positions of the first {sequences} sequences of "
-        f"`{CALIBRATION}`, teacher-forced ({forward_s:.0f} s); {args.rows} of down's rows a layer. ADMM, 100 "
+        f"{source}; {args.rows} of down's rows a layer. ADMM, 100 "
         "iterations, 1% damping; int4: 128 columns a scale, the kept weights rounded by SparseGPT's loop with ADMM's "
         "mask fixed; int4 unpruned: GPTQ alone. Orders: searched as `--permute-scope layer`, searched in scale "
         "groups as `--permute-scope group`. Loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) (lower is better).\n\n"

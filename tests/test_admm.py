@@ -383,3 +383,21 @@ def test_settle_reaches_the_solver_and_the_record(tiny_folder, prompts_file, tmp
     assert json.loads((out / "sparsedecoding.json").read_text())["solver_options"]["admm_settle"] == 3
     assert "admm_settle" in pipeline.unread_options(config(tiny_folder, tmp_path / "x", prompts_file,
                                                            solver="sparsegpt", admm_settle=3))
+
+
+def test_a_grid_from_the_last_iteration_rounds_admms_result_in_place():
+    """`admm_prune(grid=...)` (benchmarks/admm_grid_layer_cpu.py): from iteration K on the projection also rounds
+    each group of columns to its int4 grid; the result keeps the pattern and at most 16 levels a group, and with
+    K = the last iteration it is exactly the unrounded result put on its grid."""
+    W, H = random_problem(rows=8, cols=256, seed=4)
+    pattern = SparsityPattern.parse("2:4")
+    Hn = solvers.normalized_hessian(H, W.dtype)
+    _, damping = solvers.damped_factor(Hn, 0.01, inverse=False)
+    grid = solvers.group_grid("int4", 128)
+    plain, kept, _ = solvers.admm_prune(W, Hn, damping, pattern, 20)
+    last, last_kept, _ = solvers.admm_prune(W, Hn, damping, pattern, 20, grid=grid, grid_from=20)
+    assert torch.equal(last_kept, kept) and torch.equal(last, grid(plain, kept))
+    early, early_kept, _ = solvers.admm_prune(W, Hn, damping, pattern, 20, grid=grid, grid_from=10)
+    solvers.check_kept_zeros(early, pattern)
+    assert all(len(torch.unique(group)) <= 16 for group in early.reshape(-1, 128))
+    assert bool((early[~early_kept] == 0).all())
