@@ -11,13 +11,11 @@ report and its JSON:
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import torch
 
-from permute_int4_layer_cpu import qwen_down_hessians  # benchmarks/ is on sys.path when this script runs
+from permute_int4_layer_cpu import layer_parser, qwen_down_hessians  # benchmarks/ is on sys.path here
 from permute_order_bench import save_report
 from sparsedecoding import solvers
 from sparsedecoding.patterns import SparsityPattern
@@ -33,11 +31,7 @@ def on_grid_and_pattern(D: torch.Tensor) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--layers", type=int, nargs="+", default=[3, 20])
-    parser.add_argument("--tokens", type=int, default=4096, help="teacher-forced calibration tokens")
-    parser.add_argument("--rows", type=int, default=64, help="down's rows solved a layer (a fixed random sample)")
+    parser = layer_parser(__doc__.split("\n\n")[0], 64)
     parser.add_argument("--grid-from", type=int, nargs="+", default=[80, 95, 100],
                         help="ADMM iterations (of 100) from which its projection rounds")
     args = parser.parse_args()

@@ -339,6 +339,16 @@ PY
     # .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive && models` with the last, then `WAIT=...
     # collect`
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-permute4 ;;
+  quality-rounding)  # prepared in the sixty-sixth session: quality-rounding-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-rounding.json (one item, q2-i4-sc: plan-permute3's q2-i4 with --scale-search and
+    # --rounding-sweeps 3; its rule fixed before any run); about 5 minutes from the model's arrival
+    recipes benchmarks/recipes/plan-rounding.json /root/recipes-rounding quality-rounding-qwen2.5-coder-1.5b ;;
+  lease-s66)  # prepared in the sixty-sixth session: int4-h200 (on an H200 only), then quality-rounding in the
+    # background. Run it as `END_AT=$(( $(date +%s) + 1200 )) bash benchmarks/h200.sh lease-s66` (carry .kcachez,
+    # .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive && models` with the last, then `WAIT=...
+    # collect`, or `stage benchmarks/recipes/plan-rounding.json /root/recipes-rounding all REPORT` under STAGE_S if
+    # the runner's deadline has passed
+    bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-rounding ;;
   quality-permute2)  # prepared and run in the sixty-fourth session on an H100, dev only (the held-out pick was cut
     # off by the device time; quality-permute2-qwen2.5-coder-1.5b/NOTES.md, rule failed): the
     # whole of benchmarks/recipes/plan-permute2.json (one item, q16o2-perm: ADMM 16:32+2 with --permute-channels

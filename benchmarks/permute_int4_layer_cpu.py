@@ -58,12 +58,18 @@ def qwen_down_hessians(tokens: int, layers: list[int]) -> tuple[torch.nn.Module,
                              f"of `{CALIBRATION}`, teacher-forced ({time.perf_counter() - started:.0f} s)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def layer_parser(description: str, rows: int) -> argparse.ArgumentParser:
+    """The arguments the layer scripts on down's Hessians share: --out, --layers, --tokens and --rows."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--layers", type=int, nargs="+", default=[3, 20])
     parser.add_argument("--tokens", type=int, default=4096, help="teacher-forced calibration tokens")
-    parser.add_argument("--rows", type=int, default=128, help="down's rows solved a layer (a fixed random sample)")
+    parser.add_argument("--rows", type=int, default=rows, help="down's rows solved a layer (a fixed random sample)")
+    return parser
+
+
+def main() -> None:
+    parser = layer_parser(__doc__.split("\n\n")[0], 128)
     args = parser.parse_args()
     if args.rows < 1 or args.tokens < 1:
         parser.error("--rows and --tokens must be positive")

@@ -548,3 +548,14 @@ def test_an_items_dense_linears_must_name_linears_of_the_model_before_it_loads(r
     run.plan["recipes"][0]["dense_linears"] = "model.layers.28.*"
     with pytest.raises(SystemExit, match="l0: --dense-linears pattern 'model.layers.28.*' matches no linear"):
         run.check_dense_linears(qwen)
+
+
+def test_plan_rounding_passes_its_rounding_options_to_the_prune(recipes):
+    """plan-rounding.json differs from q2-i4 only in the rounding: scale_search and 3 rounding sweeps reach the
+    prune's settings (a recipe's keys are PruneConfig fields)."""
+    run = object.__new__(recipes.Run)
+    run.folder = Path("not-loaded")
+    run.plan = json.loads((BENCHMARKS / "recipes" / "plan-rounding.json").read_text())
+    config = run.prune_config(run.plan["recipes"][0])
+    assert (config.scale_search, config.rounding_sweeps, config.quantize, config.solver) == (True, 3, "int4", "admm")
+    assert run.prune_config({**run.plan["recipes"][0], "scale_search": False}).scale_search is False

@@ -446,6 +446,14 @@ def order_ratio(S: torch.Tensor, order: torch.Tensor, pattern: SparsityPattern) 
     return round(float(after / before.clamp(min=1e-30)), 6)
 
 
+def rounding_options(config: PruneConfig, quantize: str) -> dict:
+    """The solvers' rounding options (`scale_search`, `rounding_sweeps`) for a solve with `quantize`: none without
+    one (those runs do not read them, `unread_options`)."""
+    if quantize == "none":
+        return {}
+    return {"scale_search": config.scale_search, "rounding_sweeps": config.rounding_sweeps}
+
+
 def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: dict, hessians: dict,
                 crosses: dict | None = None) -> dict[str, dict]:
     """Prune every linear of one layer in place; returns per-linear sparsity and relative reconstruction error.
@@ -453,6 +461,7 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
     With `crosses` (dense-target reconstruction) each solver runs on W·C·H⁻¹ instead of W, and the error is
     relative to that target."""
     stats = {}
+    rounding = rounding_options(config, config.quantize)
     for names in input_groups(list(linears)).values():
         hessian = hessians[names[0]]
         weights = [linears[name].weight.data for name in names]
@@ -461,19 +470,19 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
         if pattern is None:  # --pattern dense: GPTQ, the joint solver's loop without pruning
             pruned = solvers.gptq_shared(weights, hessian, config.quantize, group_size=config.group_size,
                                          blocksize=config.blocksize, percdamp=config.percdamp,
-                                         order=config.solver_order)
+                                         order=config.solver_order, **rounding)
         elif config.solver == "admm" and not config.keep_mask:
             pruned = solvers.admm_shared(weights, hessian, pattern, iterations=config.admm_iterations,
                                          products=config.admm_products, settle=config.admm_settle,
                                          blocksize=config.blocksize, percdamp=config.percdamp,
                                          quantize=config.quantize, group_size=config.group_size,
-                                         order=config.solver_order, refit_steps=config.refit_steps)
+                                         order=config.solver_order, refit_steps=config.refit_steps, **rounding)
         elif config.solver in ("sparsegpt", "admm"):  # admm with --keep-mask: the mask is kept, nothing to search
             pruned = solvers.sparsegpt_shared(weights, hessian, pattern, blocksize=config.blocksize,
                                               percdamp=config.percdamp, quantize=config.quantize,
                                               group_size=config.group_size, keep_zeros=config.keep_mask,
                                               order=config.solver_order,
-                                              refit_steps=0 if config.keep_mask else config.refit_steps)
+                                              refit_steps=0 if config.keep_mask else config.refit_steps, **rounding)
         else:
             pruned = [SOLVERS[config.solver](weight, hessian, pattern) for weight in weights]
             if config.refit_steps:
@@ -500,7 +509,8 @@ def quantize_head(model, batches, config: PruneConfig, dtype: torch.dtype) -> di
     hessian = accumulator.hessian()
     weight = head.weight.detach()
     new, = solvers.gptq_shared([weight], hessian, config.quantize_head, group_size=config.group_size,
-                               blocksize=config.blocksize, percdamp=config.percdamp, order=config.solver_order)
+                               blocksize=config.blocksize, percdamp=config.percdamp, order=config.solver_order,
+                               **rounding_options(config, config.quantize_head))
     stats = {"sparsity": round(float((new == 0).float().mean()), 6),
              "relative_error": relative_error(weight, new, hessian), "quantize": config.quantize_head}
     tied = head.weight is model.get_input_embeddings().weight
@@ -755,6 +765,8 @@ def unread_options(config: PruneConfig) -> list[str]:
         unread += ["admm_iterations", "admm_products", "admm_settle"]
     if config.sparsity_pattern() is None:
         unread += ["refit_steps"]  # GPTQ alone: no mask to refit for
+    if config.quantize == "none" and config.quantize_head == "none":
+        unread += ["scale_search", "rounding_sweeps"]  # nothing is rounded
     if config.keep_mask:
         unread += ["refit_steps"]  # the kept weights are already the best for their own mask (their own target)
     if config.calibration_from is not None:  # the tokens are an earlier run's: nothing draws or reads new ones
@@ -878,7 +890,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head,
                                "permute_channels": config.permute_channels,
-                               "permute_scope": config.permute_scope},
+                               "permute_scope": config.permute_scope, "scale_search": config.scale_search,
+                               "rounding_sweeps": config.rounding_sweeps},
             "seed": config.seed, "config": asdict(config), "layers": result["layers"],
             "dense_linears": dense_linears,
             "timing": {"solver_seconds_this_run": result["solver_seconds"],
