@@ -30,22 +30,25 @@ VALUES = ("2:4 bf16", "2:4 int4", "int4 unpruned")
 
 
 @torch.no_grad()
-def down_hessians(model, calibration: CalibrationSet, rows: int, layers: list[int]) -> dict[int, torch.Tensor]:
-    """Per layer, X·Xᵀ over the kept (decode) positions of the first `rows` sequences at down's input (float64).
-    Each sequence runs alone, its left padding cut off."""
+def down_hessians(model, calibration: CalibrationSet, rows: int, layers: list[int],
+                  start: int = 0) -> dict[int, torch.Tensor]:
+    """Per layer, X·Xᵀ over the kept (decode) positions of sequences `start` to `rows` - 1 (default: the first
+    `rows`) at down's input (float64). Each sequence runs alone, its left padding cut off."""
     sums, hooks, current = {}, [], {}
     for index in layers:
         def hook(_module, args, index=index):
             x = args[0][0][current["keep"]].double()
             sums[index] = sums.get(index, 0) + x.T @ x
         hooks.append(model.model.layers[index].mlp.down_proj.register_forward_pre_hook(hook))
-    replay(model, calibration, rows, hooks, current)
+    replay(model, calibration, rows, hooks, current, start)
     return sums
 
 
-def qwen_down_hessians(tokens: int, layers: list[int]) -> tuple[torch.nn.Module, dict[int, torch.Tensor], str]:
+def qwen_down_hessians(tokens: int, layers: list[int], held_out: int = 0) -> tuple[torch.nn.Module, dict, str]:
     """Qwen2.5-Coder-1.5B on the CPU, down's Hessians of `layers` (`down_hessians`) over the first sequences of the
-    calibration set that hold `tokens` decode tokens, and a sentence saying where the Hessians came from."""
+    calibration set that hold `tokens` decode tokens, and a sentence saying where the Hessians came from. With
+    `held_out` > 0 the dict's values are pairs: that Hessian and a second one over the next sequences, which hold
+    `held_out` more decode tokens (never seen by the first)."""
     model, _, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
     model.eval()
     calibration = CalibrationSet.load(Path(CALIBRATION))
@@ -54,8 +57,18 @@ def qwen_down_hessians(tokens: int, layers: list[int]) -> tuple[torch.nn.Module,
     positions = int(calibration.keep[:sequences].sum())
     started = time.perf_counter()
     hessians = down_hessians(model, calibration, sequences, layers)
-    return model, hessians, (f"Hessians X·Xᵀ from the {positions} decode positions of the first {sequences} sequences "
-                             f"of `{CALIBRATION}`, teacher-forced ({time.perf_counter() - started:.0f} s)")
+    source = (f"Hessians X·Xᵀ from the {positions} decode positions of the first {sequences} sequences of "
+              f"`{CALIBRATION}`, teacher-forced ({time.perf_counter() - started:.0f} s)")
+    if held_out:
+        end = min(int((kept < positions + held_out).sum()) + 1, len(calibration))
+        if end <= sequences:
+            raise SystemExit("error: the calibration set holds no sequences beyond the fitted ones")
+        started = time.perf_counter()
+        test = down_hessians(model, calibration, end, layers, start=sequences)
+        hessians = {index: (hessians[index], test[index]) for index in layers}
+        source += (f"; held-out Hessians from the next {int(calibration.keep[sequences:end].sum())} decode positions "
+                   f"(sequences {sequences}-{end - 1}, {time.perf_counter() - started:.0f} s)")
+    return model, hessians, source
 
 
 def layer_parser(description: str, rows: int) -> argparse.ArgumentParser:

@@ -46,11 +46,12 @@ def input_energy(model, calibration: CalibrationSet, rows: int, layers: list[int
     return sums
 
 
-def replay(model, calibration: CalibrationSet, rows: int, hooks: list, current: dict) -> None:
-    """Run the first `rows` sequences one at a time, left padding cut off, with current["keep"] set to each one's
-    kept (decode) positions for the hooks to read; the hooks are removed at the end."""
+def replay(model, calibration: CalibrationSet, rows: int, hooks: list, current: dict, start: int = 0) -> None:
+    """Run sequences `start` to `rows` - 1 (default: the first `rows`) one at a time, left padding cut off, with
+    current["keep"] set to each one's kept (decode) positions for the hooks to read; the hooks are removed at the
+    end."""
     try:
-        for row in range(rows):
+        for row in range(start, rows):
             real = calibration.attention_mask[row].bool()
             current["keep"] = calibration.keep[row][real]
             model(input_ids=calibration.input_ids[row][real][None])

@@ -321,12 +321,15 @@ class SolverSettings:
     group_size: int = knob(128, "int4: input columns that share a scale (a multiple of 32 packs)", minimum=1)
     scale_search: bool = knob(False, "with --quantize (and --quantize-head): choose each scale (int4 group, int8 row) "
                               "among its largest kept magnitude shrunk by 0-45% in steps of 2.5%, for the least "
-                              "rounding loss the solver charges, instead of the largest magnitude itself (clipping)")
+                              "rounding loss the solver charges, instead of the largest magnitude itself (clipping). "
+                              "Not recommended: with --rounding-sweeps 3 it raised 2:4 + int4's dev KL by 36% on "
+                              "Qwen2.5-Coder-1.5B (it fits the calibration's Hessians closer, other inputs worse)")
     rounding_sweeps: int = knob(0, "with --quantize (and --quantize-head): after the solver has rounded, this many "
                                 "passes of coordinate descent over the kept weights, each moved to the grid point that "
-                                "lowers the layer loss most with the mask and scales held (0: off). On two of "
-                                "Qwen2.5-Coder-1.5B's down layers 3 passes with --scale-search cut 2:4 + int4's layer "
-                                "loss to about 0.4 of the rounding's alone", minimum=0, maximum=1000)
+                                "lowers the layer loss most with the mask and scales held (0: off). Not recommended: "
+                                "3 passes with --scale-search cut 2:4 + int4's layer loss on the calibration tokens to "
+                                "0.40-0.56 of the rounding's alone on two of Qwen2.5-Coder-1.5B's down layers, but "
+                                "raised the model's dev KL by 36% and Lee perplexity by 52%", minimum=0, maximum=1000)
     quantize_head: str = knob("none", "also round lm_head to a grid by GPTQ on the Hessian of its inputs (the final "
                               "normed hidden states at the calibration's kept positions): int8 (one scale per row) or "
                               "int4 (one per --group-size columns); a tied lm_head is untied, the embedding kept. "

@@ -1206,8 +1206,11 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
       unquantized solve they come from);
     - `rounding_sweeps`: after the loop, that many passes of coordinate descent over the kept weights with mask,
       scales and grid held (`rounding_sweeps`). Each pass lowers the layer loss or leaves it.
-    On two of Qwen2.5-Coder-1.5B's down layers with ADMM's 2:4 mask and int4 values the two cut the layer loss to
-    about 0.4 of the loop's alone (benchmarks/results/int4_rounding_layer_cpu.md)."""
+    On two of Qwen2.5-Coder-1.5B's down layers with ADMM's 2:4 mask and int4 values the two cut the layer loss on
+    the calibration tokens to 0.40-0.56 of the loop's alone (benchmarks/results/int4_rounding_layer_cpu.md), yet the
+    whole model pruned so was worse: dev KL +36%, Lee perplexity +52%
+    (benchmarks/results/quality-rounding-qwen2.5-coder-1.5b/NOTES.md). They fit the calibration's Hessians closer
+    than the loop does and generalize worse, as the exact refit did on SmolLM2; both stay off by default."""
     return sparsegpt_shared([weight], hessian, pattern, quantize=quantize, group_size=group_size,
                             blocksize=blocksize, percdamp=percdamp, keep_zeros=keep_zeros, order=order,
                             refit_steps=refit_steps, scale_search=scale_search, rounding_sweeps=rounding_sweeps)[0]
