@@ -349,6 +349,17 @@ PY
     # collect`, or `stage benchmarks/recipes/plan-rounding.json /root/recipes-rounding all REPORT` under STAGE_S if
     # the runner's deadline has passed
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-rounding ;;
+  permute-grouped)  # prepared in the sixty-sixth session: the search within scale groups (`--permute-scope group`)
+    # batched into one search (`solvers._block_orders`) against commit 9229f75's one search a run, and both against the
+    # layer-wide search, side by side on this GPU (same orders expected: tests/test_permute_channels.py checks it on
+    # the CPU); least of 2 runs, all four shapes; carry .before (`git show 9229f75:src/sparsedecoding/solvers.py >
+    # .before/solvers-9229f75.py`); the report is named after the GPU
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    timeout 420 python3 benchmarks/permute_order_bench.py --before .before/solvers-9229f75.py --grouped 128 \
+      --repeats 2 --out "$OUT/permute_grouped_${gpu:-gpu}.md" 2>&1 | tail -12 ;;
+  lease-s66b)  # prepared in the sixty-sixth session: int4-h200 (on an H200 only), then permute-grouped; carry
+    # .kcachez and .before
+    bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh permute-grouped ;;
   quality-permute2)  # prepared and run in the sixty-fourth session on an H100, dev only (the held-out pick was cut
     # off by the device time; quality-permute2-qwen2.5-coder-1.5b/NOTES.md, rule failed): the
     # whole of benchmarks/recipes/plan-permute2.json (one item, q16o2-perm: ADMM 16:32+2 with --permute-channels

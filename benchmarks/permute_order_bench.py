@@ -8,7 +8,9 @@ that the search works on that shape, not what it does to a real weight. Writes a
 
 `--before COMMIT` also times the search as that commit wrote it (`solvers.py` read from git, or from a file of that
 name's copy where the history is not at hand), side by side on the same saliency, and checks that both choose the
-same order; `--models` keeps only the shapes of those models.
+same order; `--models` keeps only the shapes of those models. `--grouped G` also times the search within runs of G
+columns (`solvers.grouped_column_order`, `prune --permute-scope group` with int4 values, G = --group-size) on the
+linears wider than G, beside the layer-wide search in the same run (and, with `--before`, that commit's).
 """
 
 from __future__ import annotations
@@ -80,7 +82,11 @@ def main() -> None:
     parser.add_argument("--before", help="a commit whose search is timed beside today's")
     parser.add_argument("--models", nargs="+", choices=sorted({shape[0] for shape in SHAPES}),
                         default=sorted({shape[0] for shape in SHAPES}))
+    parser.add_argument("--grouped", type=int, default=0, metavar="G",
+                        help="also time the search within runs of G columns (0: off)")
     args = parser.parse_args()
+    if args.grouped < 0 or args.grouped % 32:
+        parser.error("--grouped must be 0 or a multiple of 32 (a group of 16:32 must fit a run)")
     device = pick_device(args.device)
     earlier = solvers_at(args.before) if args.before else None
     rows = []
@@ -99,6 +105,17 @@ def main() -> None:
             if earlier is not None:
                 seconds_before, order_before = timed(earlier.balanced_column_order, S, pattern, device, args.repeats)
                 rows[-1].update(seconds_before=seconds_before, same_order=bool(torch.equal(order, order_before)))
+            if args.grouped and width > args.grouped:
+                def grouped(S, pattern, module=solvers):
+                    return module.grouped_column_order(S, pattern, args.grouped)
+                seconds, order = timed(grouped, S, pattern, device, args.repeats)
+                after = solvers.dropped_saliency(S[:, order], group, drop).sum()
+                rows[-1].update(seconds_grouped=seconds, dropped_ratio_grouped=float(after / before))
+                if earlier is not None:
+                    seconds_before, order_before = timed(lambda S, pattern: grouped(S, pattern, earlier), S, pattern,
+                                                         device, args.repeats)
+                    rows[-1].update(seconds_grouped_before=seconds_before,
+                                    same_grouped_order=bool(torch.equal(order, order_before)))
             print(rows[-1], flush=True)
     save_report(
         args.out, "benchmarks/permute_order_bench.py", rows,
@@ -106,7 +123,7 @@ def main() -> None:
         f"Least of {args.repeats} runs. One prune calls it once for each layer's down and once for each KV head's "
         "o columns." + (f" `{args.before}`: the search as that commit wrote it, timed right after today's on the "
                         "same saliency." if earlier else "") + "\n\n"
-        + table(rows, args.before))
+        + table(rows, args.before) + grouped_table(rows, args.grouped, args.before))
 
 
 def save_report(out: Path, script: str, rows: list[dict], title: str, device: torch.device, body: str) -> None:
@@ -128,6 +145,24 @@ def table(rows: list[dict], before: str | None) -> str:
                  f"{'yes' if r['same_order'] else 'NO'} |" if before else "")
         lines.append(f"| {r['model']} | {r['linear']} | {r['rows']} x {r['columns']} | {r['pattern']} | "
                      f"{r['seconds']:.3f} | {r['dropped_ratio']:.3f} |{cells}")
+    return "\n".join(lines) + "\n"
+
+
+def grouped_table(rows: list[dict], block: int, before: str | None) -> str:
+    """The search within runs of `block` columns beside the layer-wide one (rows that timed it), or nothing."""
+    timed_rows = [r for r in rows if "seconds_grouped" in r]
+    if not timed_rows:
+        return ""
+    extra = f" | seconds at `{before}` | x faster | same order |" if before else " |"
+    lines = [f"\nWithin runs of {block} columns (`grouped_column_order`), in the same run:\n",
+             "| model | linear | pattern | layer-wide seconds | grouped seconds | grouped / layer-wide | dropped "
+             f"saliency, grouped / old order{extra}", "|---|---|---|---|---|---|---|" + ("---|---|---|" if before else "")]
+    for r in timed_rows:
+        cells = (f" {r['seconds_grouped_before']:.3f} | {r['seconds_grouped_before'] / r['seconds_grouped']:.2f} | "
+                 f"{'yes' if r['same_grouped_order'] else 'NO'} |" if before else "")
+        lines.append(f"| {r['model']} | {r['linear']} | {r['pattern']} | {r['seconds']:.3f} | "
+                     f"{r['seconds_grouped']:.3f} | {r['seconds_grouped'] / r['seconds']:.2f} | "
+                     f"{r['dropped_ratio_grouped']:.3f} |{cells}")
     return "\n".join(lines) + "\n"
 
 

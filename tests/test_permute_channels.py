@@ -213,6 +213,22 @@ def test_a_grouped_order_keeps_every_column_in_its_run_and_drops_less_there():
             solvers.grouped_column_order(S, "2:4", block)
 
 
+@pytest.mark.parametrize("pattern,block", [("2:4", 64), ("2:4", 128), ("16:32+2", 128), ("4:8", 256)])
+def test_runs_searched_together_get_the_orders_their_own_searches_give(pattern, block):
+    """grouped_column_order searches every run at once; each run must get exactly what balanced_column_order gives
+    it alone (the same draws, disjoint pairs), including a run that keeps its own order and a chunk smaller than a
+    round's pairs."""
+    g = torch.Generator().manual_seed(block)
+    S = torch.rand(24, 4 * block, generator=g) ** 3
+    S[:, :block // 4] *= 30
+    S[:, 2 * block:3 * block] = 1.0  # every order drops the same here: the run keeps its own
+    for search in ({}, {"chunk": 3, "rounds": 7, "options": 5, "seed": 4}):
+        alone = torch.cat([start + solvers.balanced_column_order(S[:, start:start + block], pattern, **search)
+                           for start in range(0, S.shape[1], block)])
+        assert torch.equal(solvers.grouped_column_order(S, pattern, block, **search), alone)
+    assert torch.equal(alone[2 * block:3 * block], torch.arange(2 * block, 3 * block))
+
+
 def column_moves(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """For each column of `after`, the index of the equal column of `before` (random weights: all columns differ)."""
     return torch.cdist(after.T.double(), before.T.double()).argmin(1)

@@ -310,26 +310,41 @@ def balanced_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str
     the pair's dropped saliency. Where the result would drop more than the columns' own order, that order is kept
     (the identity is returned). A heuristic: what it does to the solver's layer loss is measured, not promised."""
     pattern = SparsityPattern.parse(pattern)
+    width, _ = permutation_groups(pattern)
+    if saliency.shape[1] % width:
+        raise SparsityPatternError(f"{saliency.shape[1]} columns do not split into groups of {width}")
+    return _block_orders(saliency, pattern, saliency.shape[1], rounds, options, chunk, seed)
+
+
+def _block_orders(saliency: torch.Tensor, pattern: SparsityPattern, block: int, rounds: int, options: int,
+                  chunk: int, seed: int) -> torch.Tensor:
+    """`balanced_column_order`'s search run on every run of `block` columns at once, each run on its own: a run's
+    groups are paired only with groups of the same run, and a run whose result would drop more than its own order
+    keeps that order. Every run draws the same pairings and swap options a round (a search of one run seeded with
+    `seed` draws them so), and the pairs of a round are disjoint, so searching the runs together gives each run
+    exactly the order its own search would."""
     width, drop = permutation_groups(pattern)
     rows, cols = saliency.shape
-    if cols % width:
-        raise SparsityPatternError(f"{cols} columns do not split into groups of {width}")
     S = saliency.float()
-    count = cols // width
-    order = S.sum(0).argsort(descending=True).view(width, count).t().reshape(-1)
-    groups = S[:, order].view(rows, count, width).clone()
+    runs, count = cols // block, block // width  # count: groups a run
+    offsets = torch.arange(runs, device=S.device) * block
+    within = S.view(rows, runs, block).sum(0).argsort(1, descending=True)  # each run's columns by total saliency
+    order = (within.view(runs, width, count).transpose(1, 2).reshape(runs, block) + offsets[:, None]).reshape(-1)
+    groups = S[:, order].view(rows, runs * count, width).clone()
     cost = dropped_saliency(groups.view(rows, -1), width, drop)
     gen = torch.Generator().manual_seed(seed)
     pairs_all = [(i, j) for i in range(width) for j in range(width)]
+    group_offsets = (torch.arange(runs, device=S.device) * count)[:, None]
     for _ in range(rounds):
         shuffled = torch.randperm(count, generator=gen).to(S.device)
         half = count // 2
-        first, second = shuffled[:half], shuffled[half:2 * half]
+        first = (shuffled[:half][None] + group_offsets).reshape(-1)
+        second = (shuffled[half:2 * half][None] + group_offsets).reshape(-1)
         picked = (pairs_all if len(pairs_all) <= options else
                   [pairs_all[k] for k in torch.randperm(len(pairs_all), generator=gen)[:options].tolist()])
         ii = torch.tensor([i for i, _ in picked], device=S.device)
         jj = torch.tensor([j for _, j in picked], device=S.device)
-        for start in range(0, half, chunk):
+        for start in range(0, first.numel(), chunk):  # the pairs are disjoint: chunks can go in any order
             a, b = first[start:start + chunk], second[start:start + chunk]
             ga, gb = groups[:, a], groups[:, b]  # rows x P x width
             kept_a, edge_a = without_each(ga, drop)
@@ -350,25 +365,26 @@ def balanced_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str
                 S[:, order[column_a]], S[:, order[column_b]]
             cost[a] = dropped_saliency(groups[:, a].reshape(rows, -1), width, drop)
             cost[b] = dropped_saliency(groups[:, b].reshape(rows, -1), width, drop)
-    if cost.sum() >= dropped_saliency(S, width, drop).sum():
-        return torch.arange(cols, device=S.device)
-    return order
+    own = dropped_saliency(S, width, drop).view(runs, count).sum(1)
+    worse = cost.view(runs, count).sum(1) >= own  # these runs keep their own order
+    identity = torch.arange(cols, device=S.device).view(runs, block)
+    return torch.where(worse[:, None], identity, order.view(runs, block)).reshape(-1)
 
 
 def grouped_column_order(saliency: torch.Tensor, pattern: SparsityPattern | str, block: int,
                          **search) -> torch.Tensor:
     """`balanced_column_order` within each run of `block` columns, so that no column leaves its run: with int4
     values a run is a scale group (`prune --permute-scope group`), which then keeps its set of columns and so the
-    range its scale must cover. `search`: `balanced_column_order`'s options. One search a run (a loop: slower than
-    one search over the layer)."""
+    range its scale must cover. `search`: `balanced_column_order`'s options. The runs are searched together, each
+    getting the order its own search would (`_block_orders`)."""
     pattern = SparsityPattern.parse(pattern)
     width, _ = permutation_groups(pattern)
     cols = saliency.shape[1]
     if block <= 0 or block % width or cols % block:
         raise SparsityPatternError(f"runs of {block} columns must split {cols} columns and split into {pattern}'s "
                                    f"groups of {width}")
-    return torch.cat([start + balanced_column_order(saliency[:, start:start + block], pattern, **search)
-                      for start in range(0, cols, block)])
+    search = {"rounds": 60, "options": 16, "chunk": 256, "seed": 0, **search}
+    return _block_orders(saliency, pattern, block, **search)
 
 
 def check_percdamp(percdamp: float) -> None:
