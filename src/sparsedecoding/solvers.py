@@ -1223,10 +1223,11 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
     - `rounding_sweeps`: after the loop, that many passes of coordinate descent over the kept weights with mask,
       scales and grid held (`rounding_sweeps`). Each pass lowers the layer loss or leaves it.
     On two of Qwen2.5-Coder-1.5B's down layers with ADMM's 2:4 mask and int4 values the two cut the layer loss on
-    the calibration tokens to 0.40-0.56 of the loop's alone (benchmarks/results/int4_rounding_layer_cpu.md), yet the
-    whole model pruned so was worse: dev KL +36%, Lee perplexity +52%
-    (benchmarks/results/quality-rounding-qwen2.5-coder-1.5b/NOTES.md). They fit the calibration's Hessians closer
-    than the loop does and generalize worse, as the exact refit did on SmolLM2; both stay off by default."""
+    the calibration tokens to 0.40-0.56 of the loop's alone (benchmarks/results/int4_rounding_layer_cpu.md), and on
+    held-out tokens to 0.81-0.93 (int4_rounding_heldout_cpu.md), yet the whole decode-calibrated model pruned so was
+    worse: dev KL +36%, Lee perplexity +52% (quality-rounding-qwen2.5-coder-1.5b/NOTES.md). On text-calibrated
+    SmolLM2-135M the whole model gained (Lee perplexity -10%, int4_rounding_model_smollm2_cpu.md). Why the two
+    differ is open; both stay off by default."""
     return sparsegpt_shared([weight], hessian, pattern, quantize=quantize, group_size=group_size,
                             blocksize=blocksize, percdamp=percdamp, keep_zeros=keep_zeros, order=order,
                             refit_steps=refit_steps, scale_search=scale_search, rounding_sweeps=rounding_sweeps)[0]
