@@ -144,7 +144,8 @@ def layer_rows(args) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor, torch.
     later calibration tokens; and where the Hessians came from. From `--cache` when it holds them for these
     settings, else computed (and saved there)."""
     settings = f"tokens {args.tokens}, held-out {args.held_out_tokens}, rows {args.rows}"
-    names = [f"{kind}{index}" for index in args.layers for kind in ("W", "H") + (("T",) if args.held_out_tokens else ())]
+    kinds = ("W", "H") + (("T",) if args.held_out_tokens else ())
+    names = [f"{kind}{index}" for index in args.layers for kind in kinds]
     if args.cache and args.cache.exists():
         tensors = load_file(str(args.cache))
         source, _, cached = args.cache.with_suffix(".txt").read_text().partition("\n")

@@ -156,7 +156,8 @@ def grouped_table(rows: list[dict], block: int, before: str | None) -> str:
     extra = f" | seconds at `{before}` | x faster | same order |" if before else " |"
     lines = [f"\nWithin runs of {block} columns (`grouped_column_order`), in the same run:\n",
              "| model | linear | pattern | layer-wide seconds | grouped seconds | grouped / layer-wide | dropped "
-             f"saliency, grouped / old order{extra}", "|---|---|---|---|---|---|---|" + ("---|---|---|" if before else "")]
+             f"saliency, grouped / old order{extra}",
+             "|---|---|---|---|---|---|---|" + ("---|---|---|" if before else "")]
     for r in timed_rows:
         cells = (f" {r['seconds_grouped_before']:.3f} | {r['seconds_grouped_before'] / r['seconds_grouped']:.2f} | "
                  f"{'yes' if r['same_grouped_order'] else 'NO'} |" if before else "")

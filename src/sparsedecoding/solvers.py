@@ -1255,9 +1255,9 @@ def admm(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern |
     revisited while the weights of the whole row move toward the loss. `refit_steps` then re-solves the kept weights
     for the mask (`refit_kept`; ADMM's own weights are close to that already). With `quantize` the kept weights are
     rounded by SparseGPT's loop with ADMM's mask fixed (GPTQ on ADMM's weights; `blocksize`, `group_size`, `order`,
-    `scale_search` and `rounding_sweeps` as in `sparsegpt`, read only then). Computes in float64 if W is float64, else float32; returns W's
-    dtype. `products` = "tf32" runs the iterations' products with the eigenvectors on TF32 operands (see
-    `ADMM_PRODUCTS`; ignored for float64)."""
+    `scale_search` and `rounding_sweeps` as in `sparsegpt`, read only then). Computes in float64 if W is float64,
+    else float32; returns W's dtype. `products` = "tf32" runs the iterations' products with the eigenvectors on
+    TF32 operands (see `ADMM_PRODUCTS`; ignored for float64)."""
     return admm_shared([weight], hessian, pattern, iterations=iterations, quantize=quantize, group_size=group_size,
                        blocksize=blocksize, percdamp=percdamp, order=order, refit_steps=refit_steps,
                        products=products, settle=settle, scale_search=scale_search,
