@@ -350,7 +350,8 @@ PY
     # the runner's deadline has passed
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-rounding ;;
   permute-grouped)  # prepared in the sixty-sixth session (run there for Qwen's shapes only, least of 2, by hand with
-    # --models qwen2.5-coder-1.5b: permute_grouped_h100.md): the search within scale groups (`--permute-scope group`)
+    # --models qwen2.5-coder-1.5b: permute_grouped_h100.md; all four shapes in the sixty-seventh, on an H100, saved as
+    # permute_grouped_four_h100.md): the search within scale groups (`--permute-scope group`)
     # batched into one search (`solvers._block_orders`) against commit 9229f75's one search a run, and both against the
     # layer-wide search, side by side on this GPU (same orders expected: tests/test_permute_channels.py checks it on
     # the CPU); least of 2 runs, all four shapes; carry .before (`git show 9229f75:src/sparsedecoding/solvers.py >
