@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
+from sparsedecoding.calibration import CalibrationSet
 from sparsedecoding.data import lee_text
+from sparsedecoding.generation import position_ids_from_mask
 from sparsedecoding.models import load_model
 from sparsedecoding.patterns import PRUNABLE_LINEARS
 from sparsedecoding.runenv import environment_markdown
@@ -47,6 +49,25 @@ def text_scores(dense, model, token_ids: list[int], window: int, batch_size: int
         agree += float((log_q.argmax(-1) == log_p.argmax(-1)).sum())
         count += targets.numel()
     return {"ppl": math.exp(nll / count), "kl": kl / count, "top1_agree": agree / count, "tokens": count}
+
+
+@torch.no_grad()
+def decode_scores(dense, model, calibration: CalibrationSet, batch_size: int) -> dict:
+    """KL(dense‖model) and top-1 agreement per position at the kept (decode) positions of a calibration set: the
+    next-token distributions along the dense model's own answers, teacher-forced, where a decode-calibrated Hessian
+    takes its inputs."""
+    device = next(model.parameters()).device
+    kl = agree = 0.0
+    count = 0
+    for ids, mask, keep in calibration.batches(batch_size):
+        ids, mask, keep = ids.to(device), mask.to(device), keep.to(device)
+        positions = position_ids_from_mask(mask)
+        log_q = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[keep].float().log_softmax(-1)
+        log_p = dense(input_ids=ids, attention_mask=mask, position_ids=positions).logits[keep].float().log_softmax(-1)
+        kl += float((log_p.exp() * (log_p - log_q)).sum())
+        agree += float((log_q.argmax(-1) == log_p.argmax(-1)).sum())
+        count += int(keep.sum())
+    return {"decode_kl": kl / count, "decode_top1_agree": agree / count, "decode_tokens": count}
 
 
 def masks(folder: Path) -> dict[str, torch.Tensor]:
@@ -78,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=None, help="only the first N tokens of the Lee test text")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--decode-set", type=Path, default=None,
+                        help="also score KL and top-1 agreement at the decode positions of this calibration set "
+                             "(a .safetensors file from a prune folder's calibration/; use one no model was pruned "
+                             "from)")
     parser.add_argument("--out", required=True, help="the markdown report")
     args = parser.parse_args(argv)
     pairs = [item.partition("=") for item in args.pruned]
@@ -96,11 +121,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-tokens {args.max_tokens} is less than one window of {args.window}")
     if not Path(args.out).resolve().parent.is_dir():
         parser.error(f"--out {args.out}: its folder does not exist")
+    decode_set = None
+    if args.decode_set is not None:
+        try:
+            decode_set = CalibrationSet.load(args.decode_set)
+        except (OSError, SafetensorError, KeyError, TypeError) as error:  # one line, before any model loads
+            parser.error(f"--decode-set {args.decode_set}: not a calibration set ({error!r})")
     started = time.perf_counter()
     dense, tokenizer, _ = load_model(args.dense, args.device, torch.float32)
     dense.eval()
     token_ids = tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"][:args.max_tokens]
-    rows = [{"name": "dense", **text_scores(dense, dense, token_ids, args.window, args.batch_size)}]
+
+    def scores(model) -> dict:
+        found = text_scores(dense, model, token_ids, args.window, args.batch_size)
+        return found if decode_set is None else {**found, **decode_scores(dense, model, decode_set, args.batch_size)}
+
+    rows = [{"name": "dense", **scores(dense)}]
     reference = None
     for name, folder in folders.items():
         manifest = json.loads((folder / "sparsedecoding.json").read_text())
@@ -108,24 +144,33 @@ def main(argv: list[str] | None = None) -> int:
         model.eval()
         found = masks(folder)
         reference = reference or found
-        rows.append({"name": name, **text_scores(dense, model, token_ids, args.window, args.batch_size),
+        rows.append({"name": name, **scores(model),
                      "same_mask": same_share(found, reference),
                      "solver_s": manifest["timing"]["solver_seconds_this_run"],
                      "command": " ".join(manifest["command"])})
         print(f"{name}: ppl {rows[-1]['ppl']:.3f}, KL {rows[-1]['kl']:.5f}", flush=True)
         del model
     base = rows[1]
-    lines = ["| model | Lee ppl | x first | KL(dense‖model) | x first | top-1 agree | masks alike the first's | "
-             "solver s |", "|---|---|---|---|---|---|---|---|"]
+    decode_head = " decode KL | x first | decode top-1 agree |" if decode_set is not None else ""
+    lines = ["| model | Lee ppl | x first | KL(dense‖model) | x first | top-1 agree |" + decode_head
+             + " masks alike the first's | solver s |",
+             "|---|---|---|---|---|---|" + ("---|---|---|" if decode_set is not None else "") + "---|---|"]
     for row in rows:
         pruned = row["name"] != "dense"
+        decode = ""
+        if decode_set is not None:
+            decode = (f" {row['decode_kl']:.5f} | " + (f"{row['decode_kl'] / base['decode_kl']:.3f}" if pruned else "-")
+                      + f" | {row['decode_top1_agree']:.4f} |")
         lines.append(f"| {row['name']} | {row['ppl']:.3f} | {row['ppl'] / base['ppl']:.3f} | {row['kl']:.5f} | "
-                     + (f"{row['kl'] / base['kl']:.3f}" if pruned else "-") + f" | {row['top1_agree']:.4f} | "
-                     + (f"{row['same_mask']:.2%} | {row['solver_s']:.0f}" if pruned else "- | -") + " |")
+                     + (f"{row['kl'] / base['kl']:.3f}" if pruned else "-") + f" | {row['top1_agree']:.4f} |"
+                     + decode + (f" {row['same_mask']:.2%} | {row['solver_s']:.0f}" if pruned else " - | -") + " |")
     report = ("# Pruned checkpoints side by side on held-out text (teacher-forced)\n\n"
               + environment_markdown(" ".join(["python", *sys.argv]), torch.device(args.device))
               + f"- text: the Lee test corpus, {rows[0]['tokens']} predicted tokens in windows of {args.window}; "
               + "KL and agreement against the dense model on the same windows; float32 weights as stored\n"
+              + (f"- decode set: `{args.decode_set}`, {rows[0]['decode_tokens']} decode positions (the dense model's "
+                 "own answers, teacher-forced; KL and top-1 agreement of the next token there)\n"
+                 if decode_set is not None else "")
               + "- pruned with:\n" + "".join(f"  - {row['name']}: `{row['command']}`\n" for row in rows[1:])
               + "\n" + "\n".join(lines) + f"\n\nWhole run: {time.perf_counter() - started:.0f} s\n")
     Path(args.out).write_text(report)

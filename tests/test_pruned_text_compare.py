@@ -43,6 +43,36 @@ def test_scores_equal_a_hand_computation(monkeypatch):
         compare.text_scores(p, q, ids[:3], 4, 1)
 
 
+class Masked(Table):
+    """`Table` called as a transformers model with a mask and positions (which it must be given, and ignores)."""
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        assert attention_mask.shape == input_ids.shape == position_ids.shape
+        return super().forward(input_ids)
+
+
+def test_decode_scores_count_only_the_kept_positions(monkeypatch):
+    compare = benchmark_module(monkeypatch, "pruned_text_compare")
+    from sparsedecoding.calibration import CalibrationSet
+
+    torch.manual_seed(1)
+    p, q = Masked(torch.randn(6, 6)), Masked(torch.randn(6, 6))
+    ids = torch.tensor([[0, 0, 2, 5, 1, 3], [4, 1, 1, 0, 2, 5]])  # row 0 left-padded by two
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    keep = torch.tensor([[0, 0, 0, 1, 1, 0], [0, 0, 1, 0, 1, 1]], dtype=torch.bool)
+    calibration = CalibrationSet(ids, mask, keep, "test")
+    log_p, log_q = p.logits.detach().log_softmax(-1), q.logits.detach().log_softmax(-1)
+    tokens = [int(token) for token in ids[keep]]
+    kl = sum(float((log_p[t].exp() * (log_p[t] - log_q[t])).sum()) for t in tokens) / len(tokens)
+    agree = sum(int(log_p[t].argmax() == log_q[t].argmax()) for t in tokens) / len(tokens)
+    for batch_size in (1, 2):
+        scores = compare.decode_scores(p, q, calibration, batch_size)
+        assert scores["decode_tokens"] == 5
+        assert scores["decode_kl"] == pytest.approx(kl, rel=1e-5)
+        assert scores["decode_top1_agree"] == pytest.approx(agree)
+    assert compare.decode_scores(p, p, calibration, 2)["decode_kl"] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_masks_of_the_prunable_linears_and_their_agreement(monkeypatch, tmp_path):
     compare = benchmark_module(monkeypatch, "pruned_text_compare")
     weight = torch.tensor([[1.0, 0.0, 2.0, 0.0]])
@@ -69,7 +99,9 @@ def test_bad_arguments_are_one_error_before_any_model_loads(monkeypatch, tmp_pat
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "sparsedecoding.json").write_text("{}")
     for extra, message in ((["--out", str(tmp_path / "missing" / "r.md")], "its folder does not exist"),
-                           (["--out", out, "--max-tokens", "100"], "less than one window")):
+                           (["--out", out, "--max-tokens", "100"], "less than one window"),
+                           (["--out", out, "--decode-set", str(tmp_path / "none.safetensors")],
+                            "not a calibration set")):
         with pytest.raises(SystemExit) as stop:
             compare.main(["--dense", "nowhere", "--pruned", f"a={tmp_path / 'p'}", *extra])
         assert stop.value.code == 2 and message in capsys.readouterr().err

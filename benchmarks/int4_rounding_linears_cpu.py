@@ -1,0 +1,205 @@
+"""Which of Qwen2.5-Coder-1.5B's linears do the two rounding options (`--scale-search`, `--rounding-sweeps 3`) help,
+and on which tokens? plan-rounding.json found the whole 2:4 + int4 model worse with both options, while on down alone
+(`int4_rounding_heldout_cpu.md`) they lowered the layer loss on held-out decode tokens. This script asks the same of
+every linear of a block (q, k, v, which share an input; o; gate and up, which share one; down) and on three kinds of
+tokens no solve sees. For each block in --layers the Hessians X·Xᵀ of the four inputs come from a teacher-forced pass
+over the first --tokens decode positions of the committed calibration set (as `permute_int4_layer_cpu.py` takes
+down's); the held-out ones from the next --held-out-tokens decode positions, from the prompt positions of those same
+sequences (a decode-calibrated Hessian leaves them out, yet every decode step attends to their keys and values), and
+from --lee-tokens of the Lee test text. A fixed random sample of --rows rows of each linear is solved by
+`solvers.admm` (100 iterations, 2:4, int4 values, 128 columns a scale) four ways: the plain rounding (`loop`),
+`scale_search`, 3 `rounding_sweeps`, and both, each as `prune` runs it; rows are independent under one H, so a sample
+estimates the layer. Reported: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on each Hessian, and each against the plain rounding's.
+
+    PYTHONPATH=src python benchmarks/int4_rounding_linears_cpu.py --out benchmarks/results/int4_rounding_linears_cpu.md
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from permute_int4_layer_cpu import layer_parser  # benchmarks/ is on sys.path when this script runs
+from permute_order_bench import save_report
+from permute_search_qwen_cpu import CALIBRATION
+from sparsedecoding import solvers
+from sparsedecoding.calibration import CalibrationSet
+from sparsedecoding.data import lee_text
+from sparsedecoding.models import load_model
+from sparsedecoding.pipeline import relative_error
+
+# each linear and the module whose input it reads (q, k and v share one input, gate and up another)
+LINEARS = {"q": "self_attn.q_proj", "k": "self_attn.q_proj", "v": "self_attn.q_proj", "o": "self_attn.o_proj",
+           "gate": "mlp.gate_proj", "up": "mlp.gate_proj", "down": "mlp.down_proj"}
+WEIGHTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+           "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+INPUTS = sorted(set(LINEARS.values()))
+HELD_OUT = ("decode", "prompt", "lee")  # the Hessians no solve sees
+KINDS = ("W", "H") + HELD_OUT  # the cache's tensors a linear
+ROUNDINGS = {"loop": {}, "scale search": {"scale_search": True}, "3 sweeps": {"rounding_sweeps": 3},
+             "both": {"scale_search": True, "rounding_sweeps": 3}}
+
+
+def module(model, layer: int, name: str) -> torch.nn.Module:
+    found = model.model.layers[layer]
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+@torch.no_grad()
+def input_hessians(model, sequences: list[tuple[torch.Tensor, dict[str, torch.Tensor]]], layers: list[int]) -> dict:
+    """X·Xᵀ (float64) at each input of `INPUTS` of `layers`, keyed (layer, input, kind): each sequence's ids [T]
+    run alone, and each of its position masks (a dict kind -> bool [T]) sums its own Hessian."""
+    sums, hooks, current = {}, [], {}
+    for layer in layers:
+        for name in INPUTS:
+            def hook(_module, args, key=(layer, name)):
+                for kind, positions in current.items():
+                    x = args[0][0][positions].double()
+                    sums[key + (kind,)] = sums.get(key + (kind,), 0) + x.T @ x
+            hooks.append(module(model, layer, name).register_forward_pre_hook(hook))
+    try:
+        for ids, positions in sequences:
+            current.clear()
+            current.update(positions)
+            model(input_ids=ids[None])
+    finally:
+        for handle in hooks:
+            handle.remove()
+    return sums
+
+
+def calibration_sequences(calibration: CalibrationSet, start: int, end: int, prompts: bool) -> list:
+    """Sequences start to end - 1 of the set, left padding cut off, with their decode positions ("decode") and, with
+    `prompts`, their prompt positions ("prompt")."""
+    found = []
+    for row in range(start, end):
+        real = calibration.attention_mask[row].bool()
+        keep = calibration.keep[row][real]
+        found.append((calibration.input_ids[row][real], {"decode": keep, **({"prompt": ~keep} if prompts else {})}))
+    return found
+
+
+def sampled_problems(args) -> tuple[dict, str]:
+    """{(layer, linear): (sampled rows, fitted H, and the held-out Hs of `HELD_OUT`)} in float32, and where the
+    Hessians came from; from --cache when it holds these settings."""
+    settings = (f"tokens {args.tokens}, held-out {args.held_out_tokens}, lee {args.lee_tokens}, rows {args.rows}, "
+                f"layers {args.layers}")
+    if args.cache and args.cache.exists():
+        source, _, cached = args.cache.with_suffix(".txt").read_text().partition("\n")
+        if cached == settings:
+            tensors = load_file(str(args.cache))
+            return {(layer, linear): tuple(tensors[f"{kind}.{layer}.{linear}"] for kind in KINDS)
+                    for layer in args.layers for linear in LINEARS}, source
+    model, tokenizer, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
+    model.eval()
+    calibration = CalibrationSet.load(Path(CALIBRATION))
+    kept = calibration.keep.sum(1).cumsum(0)
+    fitted = min(int((kept < args.tokens).sum()) + 1, len(calibration))
+    positions = int(calibration.keep[:fitted].sum())
+    end = min(int((kept < positions + args.held_out_tokens).sum()) + 1, len(calibration))
+    if end <= fitted:
+        raise SystemExit("error: the calibration set holds no sequences beyond the fitted ones")
+    lee = tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"][:args.lee_tokens]
+    windows = [torch.tensor(lee[start:start + 512]) for start in range(0, len(lee) - 511, 512)]
+    began = time.perf_counter()
+    fit = {key: hessian.float() for key, hessian in  # float32 from here on, as the solves read them
+           input_hessians(model, calibration_sequences(calibration, 0, fitted, False), args.layers).items()}
+    middle = time.perf_counter()
+    test = input_hessians(model, calibration_sequences(calibration, fitted, end, True)
+                          + [(ids, {"lee": torch.ones(len(ids), dtype=torch.bool)}) for ids in windows], args.layers)
+    prompt_positions = int((calibration.attention_mask[fitted:end].bool() & ~calibration.keep[fitted:end]).sum())
+    source = (f"Hessians X·Xᵀ from the {positions} decode positions of the first {fitted} sequences of "
+              f"`{CALIBRATION}`, teacher-forced ({middle - began:.0f} s); held-out Hessians from the next "
+              f"{int(calibration.keep[fitted:end].sum())} decode positions (sequences {fitted}-{end - 1}), from "
+              f"those sequences' {prompt_positions} prompt positions, and from {512 * len(windows)} tokens of the "
+              f"Lee test text in windows of 512 ({time.perf_counter() - middle:.0f} s)")
+    problems = {}
+    for layer in args.layers:
+        for number, (linear, name) in enumerate(LINEARS.items()):
+            W = module(model, layer, WEIGHTS[linear]).weight.detach()
+            sample = torch.randperm(W.shape[0], generator=torch.Generator().manual_seed(100 * layer + number))
+            problems[layer, linear] = (W[sample[:args.rows]].float().contiguous(),
+                                       fit[layer, name, "decode"].clone(),
+                                       *(test[layer, name, kind].float().contiguous() for kind in HELD_OUT))
+    if args.cache:
+        save_file({f"{kind}.{layer}.{linear}": tensor for (layer, linear), parts in problems.items()
+                   for kind, tensor in zip(KINDS, parts)}, str(args.cache))
+        args.cache.with_suffix(".txt").write_text(f"{source}\n{settings}")
+    return problems, source
+
+
+def report_table(results: list[dict]) -> str:
+    lines = ["| layer | linear | rows x columns | rounding | fitted | / loop | " + " | ".join(
+        f"held-out {kind} | / loop" for kind in HELD_OUT) + " | seconds |", "|---|---|---|---|---|---|"
+        + "---|---|" * len(HELD_OUT) + "---|"]
+    plain = {(r["layer"], r["linear"]): r for r in results if r["rounding"] == "loop"}
+    for r in results:
+        base = plain[r["layer"], r["linear"]]
+        cells = [f"{r[key]:.4g} | {r[key] / base[key]:.3f}" for key in ("fitted", *HELD_OUT)]
+        lines.append(f"| {r['layer']} | {r['linear']} | {r['rows']} x {r['columns']} | {r['rounding']} | "
+                     + " | ".join(cells) + f" | {r['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_table(results: list[dict]) -> str:
+    """Per rounding and kind of Hessian: the geometric mean over the linears of the loss against the loop's, and how
+    many linears it lowered."""
+    plain = {(r["layer"], r["linear"]): r for r in results if r["rounding"] == "loop"}
+    lines = ["| rounding | " + " | ".join(f"{kind}: geomean / loop, lowered" for kind in ("fitted", *HELD_OUT)) + " |",
+             "|---|" + "---|" * (1 + len(HELD_OUT))]
+    for rounding in list(ROUNDINGS)[1:]:
+        rows = [r for r in results if r["rounding"] == rounding]
+        cells = []
+        for key in ("fitted", *HELD_OUT):
+            ratios = torch.tensor([r[key] / plain[r["layer"], r["linear"]][key] for r in rows], dtype=torch.float64)
+            cells.append(f"{float(ratios.log().mean().exp()):.3f}, {int((ratios < 1).sum())} of {len(rows)}")
+        lines.append(f"| {rounding} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = layer_parser(__doc__.split("\n\n")[0], 64)
+    parser.set_defaults(layers=[1, 14, 27], tokens=8192)
+    parser.add_argument("--held-out-tokens", type=int, default=4096,
+                        help="decode positions after the fitted ones whose Hessians score every solve (default: 4096)")
+    parser.add_argument("--lee-tokens", type=int, default=4096,
+                        help="tokens of the Lee test text for a held-out Hessian of another kind (default: 4096)")
+    parser.add_argument("--cache", type=Path, help="safetensors file for the sampled rows and Hessians")
+    args = parser.parse_args()
+    if args.rows < 1 or args.tokens < 1 or args.held_out_tokens < 1 or args.lee_tokens < 512:
+        parser.error("--rows, --tokens and --held-out-tokens must be positive, --lee-tokens at least 512")
+    if any(not 0 <= layer < 28 for layer in args.layers):
+        parser.error("--layers must lie in 0-27 (Qwen2.5-Coder-1.5B's 28 layers)")
+    began = time.perf_counter()
+    problems, source = sampled_problems(args)
+    results = []
+    for (layer, linear), (W, H, *held_out) in problems.items():
+        for rounding, options in ROUNDINGS.items():
+            started = time.perf_counter()
+            pruned = solvers.admm(W, H, "2:4", quantize="int4", group_size=128, **options)
+            results.append({"layer": layer, "linear": linear, "rows": W.shape[0], "columns": W.shape[1],
+                            "rounding": rounding, "fitted": relative_error(W, pruned, H),
+                            **{kind: relative_error(W, pruned, T) for kind, T in zip(HELD_OUT, held_out)},
+                            "seconds": time.perf_counter() - started})
+            print(results[-1], flush=True)
+    body = (f"{source}. {args.rows} rows of each linear (a fixed random sample), solved in float32 by "
+            "`solvers.admm` (100 iterations, 1% damping, 2:4, int4 values, 128 columns a scale) with each rounding: "
+            "`loop` (today's default), `scale search` (`scale_search=True`), `3 sweeps` (`rounding_sweeps=3`) and "
+            "`both`. Loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on the Hessian the solve fitted (decode positions) and on three "
+            "that no solve saw: later sequences' decode positions, their prompt positions (whose keys and values the "
+            "decode steps attend to), and Lee text; / loop: against the plain rounding of the same rows.\n\n"
+            "Over all linears (geometric mean of / loop, and how many of them the rounding lowered):\n\n"
+            + summary_table(results) + "\nEach linear:\n\n" + report_table(results)
+            + f"\nWhole run: {time.perf_counter() - began:.0f} s\n")
+    save_report(args.out, "benchmarks/int4_rounding_linears_cpu.py", results,
+                "The rounding options on every linear of Qwen2.5-Coder-1.5B's layers, fitted and held-out (CPU)",
+                torch.device("cpu"), body)
+
+
+if __name__ == "__main__":
+    main()
