@@ -1,12 +1,13 @@
 """Which of Qwen2.5-Coder-1.5B's linears do the two rounding options (`--scale-search`, `--rounding-sweeps 3`) help,
 and on which tokens? plan-rounding.json found the whole 2:4 + int4 model worse with both options, while on down alone
 (`int4_rounding_heldout_cpu.md`) they lowered the layer loss on held-out decode tokens. This script asks the same of
-every linear of a block (q, k, v, which share an input; o; gate and up, which share one; down) and on three kinds of
+every linear of a block (q, k, v, which share an input; o; gate and up, which share one; down) and on four kinds of
 tokens no solve sees. For each block in --layers the Hessians X·Xᵀ of the four inputs come from a teacher-forced pass
 over the first --tokens decode positions of the committed calibration set (as `permute_int4_layer_cpu.py` takes
 down's); the held-out ones from the next --held-out-tokens decode positions, from the prompt positions of those same
-sequences (a decode-calibrated Hessian leaves them out, yet every decode step attends to their keys and values), and
-from --lee-tokens of the Lee test text. A fixed random sample of --rows rows of each linear is solved by
+sequences (a decode-calibrated Hessian leaves them out, yet every decode step attends to their keys and values; the
+first position, where the largest activations sit, apart), and from --lee-tokens of the Lee test text (its windows'
+first positions join the first positions). A fixed random sample of --rows rows of each linear is solved by
 `solvers.admm` (100 iterations, 2:4, int4 values, 128 columns a scale) four ways: the plain rounding (`loop`),
 `scale_search`, 3 `rounding_sweeps`, and both, each as `prune` runs it; rows are independent under one H, so a sample
 estimates the layer. Reported: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on each Hessian, and each against the plain rounding's.
@@ -37,7 +38,7 @@ LINEARS = {"q": "self_attn.q_proj", "k": "self_attn.q_proj", "v": "self_attn.q_p
 WEIGHTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
            "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
 INPUTS = sorted(set(LINEARS.values()))
-HELD_OUT = ("decode", "prompt", "lee")  # the Hessians no solve sees
+HELD_OUT = ("decode", "first", "prompt", "lee")  # the Hessians no solve sees
 KINDS = ("W", "H") + HELD_OUT  # the cache's tensors a linear
 ROUNDINGS = {"loop": {}, "scale search": {"scale_search": True}, "3 sweeps": {"rounding_sweeps": 3},
              "both": {"scale_search": True, "rounding_sweeps": 3}}
@@ -73,14 +74,23 @@ def input_hessians(model, sequences: list[tuple[torch.Tensor, dict[str, torch.Te
     return sums
 
 
+def first(length: int) -> torch.Tensor:
+    """A sequence's first position alone, as a bool mask [length]."""
+    return torch.arange(length) == 0
+
+
 def calibration_sequences(calibration: CalibrationSet, start: int, end: int, prompts: bool) -> list:
     """Sequences start to end - 1 of the set, left padding cut off, with their decode positions ("decode") and, with
-    `prompts`, their prompt positions ("prompt")."""
+    `prompts`, their first position ("first": where Qwen's largest activations sit) and their other prompt positions
+    ("prompt")."""
     found = []
     for row in range(start, end):
         real = calibration.attention_mask[row].bool()
         keep = calibration.keep[row][real]
-        found.append((calibration.input_ids[row][real], {"decode": keep, **({"prompt": ~keep} if prompts else {})}))
+        kinds = {"decode": keep}
+        if prompts:
+            kinds.update(first=first(len(keep)), prompt=~keep & ~first(len(keep)))
+        found.append((calibration.input_ids[row][real], kinds))
     return found
 
 
@@ -111,13 +121,16 @@ def sampled_problems(args) -> tuple[dict, str]:
            input_hessians(model, calibration_sequences(calibration, 0, fitted, False), args.layers).items()}
     middle = time.perf_counter()
     test = input_hessians(model, calibration_sequences(calibration, fitted, end, True)
-                          + [(ids, {"lee": torch.ones(len(ids), dtype=torch.bool)}) for ids in windows], args.layers)
+                          + [(ids, {"lee": ~first(len(ids)), "first": first(len(ids))}) for ids in windows],
+                          args.layers)
     prompt_positions = int((calibration.attention_mask[fitted:end].bool() & ~calibration.keep[fitted:end]).sum())
     source = (f"Hessians X·Xᵀ from the {positions} decode positions of the first {fitted} sequences of "
               f"`{CALIBRATION}`, teacher-forced ({middle - began:.0f} s); held-out Hessians from the next "
               f"{int(calibration.keep[fitted:end].sum())} decode positions (sequences {fitted}-{end - 1}), from "
-              f"those sequences' {prompt_positions} prompt positions, and from {512 * len(windows)} tokens of the "
-              f"Lee test text in windows of 512 ({time.perf_counter() - middle:.0f} s)")
+              f"those sequences' {prompt_positions - (end - fitted)} prompt positions after their first, from "
+              f"{512 * len(windows) - len(windows)} tokens of the Lee test text in windows of 512 after their first, "
+              f"and from the first positions of those {end - fitted} sequences and {len(windows)} windows "
+              f"({time.perf_counter() - middle:.0f} s)")
     problems = {}
     for layer in args.layers:
         for number, (linear, name) in enumerate(LINEARS.items()):
@@ -164,7 +177,7 @@ def summary_table(results: list[dict]) -> str:
 
 def main() -> None:
     parser = layer_parser(__doc__.split("\n\n")[0], 64)
-    parser.set_defaults(layers=[1, 14, 27], tokens=8192)
+    parser.set_defaults(layers=[1, 3, 14, 27], tokens=8192)
     parser.add_argument("--held-out-tokens", type=int, default=4096,
                         help="decode positions after the fitted ones whose Hessians score every solve (default: 4096)")
     parser.add_argument("--lee-tokens", type=int, default=4096,
@@ -190,9 +203,11 @@ def main() -> None:
     body = (f"{source}. {args.rows} rows of each linear (a fixed random sample), solved in float32 by "
             "`solvers.admm` (100 iterations, 1% damping, 2:4, int4 values, 128 columns a scale) with each rounding: "
             "`loop` (today's default), `scale search` (`scale_search=True`), `3 sweeps` (`rounding_sweeps=3`) and "
-            "`both`. Loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on the Hessian the solve fitted (decode positions) and on three "
-            "that no solve saw: later sequences' decode positions, their prompt positions (whose keys and values the "
-            "decode steps attend to), and Lee text; / loop: against the plain rounding of the same rows.\n\n"
+            "`both`. Loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on the Hessian the solve fitted (decode positions) and on four "
+            "that no solve saw: later sequences' decode positions; the first positions of those sequences and of the "
+            "Lee windows (a decode-calibrated Hessian never holds a first position, where Qwen's largest activations "
+            "sit); their other prompt positions (whose keys and values the decode steps attend to); the Lee text's "
+            "other positions. / loop: against the plain rounding of the same rows.\n\n"
             "Over all linears (geometric mean of / loop, and how many of them the rounding lowered):\n\n"
             + summary_table(results) + "\nEach linear:\n\n" + report_table(results)
             + f"\nWhole run: {time.perf_counter() - began:.0f} s\n")

@@ -43,7 +43,8 @@ def test_hessians_sum_each_kind_of_position_apart(monkeypatch):
     assert [len(found) for found, _ in sequences] == [4, 5]  # the left padding cut off
     sums = script.input_hessians(model, sequences, [0])
     x = model.embed.weight.detach().double()
-    for kind, chosen in (("decode", keep), ("prompt", mask.bool() & ~keep)):
+    first = torch.tensor([[0, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)  # after the padding
+    for kind, chosen in (("decode", keep), ("first", first), ("prompt", mask.bool() & ~keep & ~first)):
         rows = x[ids[chosen]]
         torch.testing.assert_close(sums[0, "mlp.down_proj", kind], rows.T @ rows)
     without_prompts = script.calibration_sequences(CalibrationSet(ids, mask, keep, "test"), 1, 2, prompts=False)
@@ -58,14 +59,16 @@ def test_tables_compare_each_rounding_with_the_loop(monkeypatch):
         for rounding in script.ROUNDINGS:
             ratio = 1.0 if rounding == "loop" else factor
             results.append({"layer": 3, "linear": linear, "rows": 4, "columns": 8, "rounding": rounding,
-                            "fitted": 0.1 * ratio, "decode": 0.2 * ratio, "prompt": 0.3, "lee": 0.4 / ratio,
-                            "seconds": 1.0})
+                            "fitted": 0.1 * ratio, "decode": 0.2 * ratio, "first": 0.5 * ratio, "prompt": 0.3,
+                            "lee": 0.4 / ratio, "seconds": 1.0})
     summary = script.summary_table(results).splitlines()
     assert len(summary) == 2 + len(script.ROUNDINGS) - 1
     # geomean of 0.5 and 2.0 is 1; one of two linears lowered on fitted, decode and lee; none on prompt
-    assert summary[2] == "| scale search | 1.000, 1 of 2 | 1.000, 1 of 2 | 1.000, 0 of 2 | 1.000, 1 of 2 |"
+    assert summary[2] == ("| scale search | 1.000, 1 of 2 | 1.000, 1 of 2 | 1.000, 1 of 2 | 1.000, 0 of 2 | "
+                          "1.000, 1 of 2 |")
     each = script.report_table(results).splitlines()
     assert len(each) == 2 + len(results)
-    assert "| 3 | down | 4 x 8 | both | 0.2 | 2.000 | 0.4 | 2.000 | 0.3 | 1.000 | 0.2 | 0.500 | 1 |" in each
+    assert ("| 3 | down | 4 x 8 | both | 0.2 | 2.000 | 0.4 | 2.000 | 1 | 2.000 | 0.3 | 1.000 | 0.2 | 0.500 | 1 |"
+            in each)
     with pytest.raises(KeyError):  # a rounding without its loop row cannot be compared
         script.report_table([dict(results[1])])
