@@ -39,7 +39,6 @@ WEIGHTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_p
            "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
 INPUTS = sorted(set(LINEARS.values()))
 HELD_OUT = ("decode", "first", "prompt", "lee")  # the Hessians no solve sees
-KINDS = ("W", "H") + HELD_OUT  # the cache's tensors a linear
 ROUNDINGS = {"loop": {}, "scale search": {"scale_search": True}, "3 sweeps": {"rounding_sweeps": 3},
              "both": {"scale_search": True, "rounding_sweeps": 3}}
 
@@ -94,17 +93,22 @@ def calibration_sequences(calibration: CalibrationSet, start: int, end: int, pro
     return found
 
 
+def by_linear(tensors: dict[str, torch.Tensor], layers: list[int]) -> dict:
+    """The cache's tensors as {(layer, linear): (sampled rows, fitted H, the held-out Hs of `HELD_OUT`)}."""
+    return {(layer, linear): (tensors[f"W.{layer}.{linear}"],
+                              *(tensors[f"{kind}.{layer}.{name}"] for kind in ("fitted", *HELD_OUT)))
+            for layer in layers for linear, name in LINEARS.items()}
+
+
 def sampled_problems(args) -> tuple[dict, str]:
     """{(layer, linear): (sampled rows, fitted H, and the held-out Hs of `HELD_OUT`)} in float32, and where the
-    Hessians came from; from --cache when it holds these settings."""
+    Hessians came from; from --cache when it holds these settings. Linears that share an input share its tensors."""
     settings = (f"tokens {args.tokens}, held-out {args.held_out_tokens}, lee {args.lee_tokens}, rows {args.rows}, "
                 f"layers {args.layers}")
     if args.cache and args.cache.exists():
         source, _, cached = args.cache.with_suffix(".txt").read_text().partition("\n")
         if cached == settings:
-            tensors = load_file(str(args.cache))
-            return {(layer, linear): tuple(tensors[f"{kind}.{layer}.{linear}"] for kind in KINDS)
-                    for layer in args.layers for linear in LINEARS}, source
+            return by_linear(load_file(str(args.cache)), args.layers), source
     model, tokenizer, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
     model.eval()
     calibration = CalibrationSet.load(Path(CALIBRATION))
@@ -116,13 +120,24 @@ def sampled_problems(args) -> tuple[dict, str]:
         raise SystemExit("error: the calibration set holds no sequences beyond the fitted ones")
     lee = tokenizer(lee_text("test"), add_special_tokens=False)["input_ids"][:args.lee_tokens]
     windows = [torch.tensor(lee[start:start + 512]) for start in range(0, len(lee) - 511, 512)]
+    weights = {}
+    for layer in args.layers:
+        for number, linear in enumerate(LINEARS):
+            W = module(model, layer, WEIGHTS[linear]).weight.detach()
+            sample = torch.randperm(W.shape[0], generator=torch.Generator().manual_seed(100 * layer + number))
+            weights[f"W.{layer}.{linear}"] = W[sample[:args.rows]].float().contiguous()
     began = time.perf_counter()
-    fit = {key: hessian.float() for key, hessian in  # float32 from here on, as the solves read them
-           input_hessians(model, calibration_sequences(calibration, 0, fitted, False), args.layers).items()}
+    hessians = {}
+    fit = input_hessians(model, calibration_sequences(calibration, 0, fitted, False), args.layers)
+    for key in list(fit):
+        hessians[key[:2] + ("fitted",)] = fit.pop(key).float()  # float32 from here on, as the solves read them
     middle = time.perf_counter()
     test = input_hessians(model, calibration_sequences(calibration, fitted, end, True)
                           + [(ids, {"lee": ~first(len(ids)), "first": first(len(ids))}) for ids in windows],
                           args.layers)
+    del model
+    for key in list(test):  # one at a time: the float64 sums of four kinds and four layers are most of the memory
+        hessians[key] = test.pop(key).float()
     prompt_positions = int((calibration.attention_mask[fitted:end].bool() & ~calibration.keep[fitted:end]).sum())
     source = (f"Hessians X·Xᵀ from the {positions} decode positions of the first {fitted} sequences of "
               f"`{CALIBRATION}`, teacher-forced ({middle - began:.0f} s); held-out Hessians from the next "
@@ -131,19 +146,11 @@ def sampled_problems(args) -> tuple[dict, str]:
               f"{512 * len(windows) - len(windows)} tokens of the Lee test text in windows of 512 after their first, "
               f"and from the first positions of those {end - fitted} sequences and {len(windows)} windows "
               f"({time.perf_counter() - middle:.0f} s)")
-    problems = {}
-    for layer in args.layers:
-        for number, (linear, name) in enumerate(LINEARS.items()):
-            W = module(model, layer, WEIGHTS[linear]).weight.detach()
-            sample = torch.randperm(W.shape[0], generator=torch.Generator().manual_seed(100 * layer + number))
-            problems[layer, linear] = (W[sample[:args.rows]].float().contiguous(),
-                                       fit[layer, name, "decode"].clone(),
-                                       *(test[layer, name, kind].float().contiguous() for kind in HELD_OUT))
+    tensors = {**weights, **{f"{kind}.{layer}.{name}": hessian for (layer, name, kind), hessian in hessians.items()}}
     if args.cache:
-        save_file({f"{kind}.{layer}.{linear}": tensor for (layer, linear), parts in problems.items()
-                   for kind, tensor in zip(KINDS, parts)}, str(args.cache))
+        save_file(tensors, str(args.cache))
         args.cache.with_suffix(".txt").write_text(f"{source}\n{settings}")
-    return problems, source
+    return by_linear(tensors, args.layers), source
 
 
 def report_table(results: list[dict]) -> str:
