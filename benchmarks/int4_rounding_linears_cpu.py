@@ -105,7 +105,7 @@ def sampled_problems(args) -> tuple[dict, str]:
     Hessians came from; from --cache when it holds these settings. Linears that share an input share its tensors."""
     settings = (f"tokens {args.tokens}, held-out {args.held_out_tokens}, lee {args.lee_tokens}, rows {args.rows}, "
                 f"layers {args.layers}")
-    if args.cache and args.cache.exists():
+    if args.cache and args.cache.exists() and args.cache.with_suffix(".txt").exists():
         source, _, cached = args.cache.with_suffix(".txt").read_text().partition("\n")
         if cached == settings:
             return by_linear(load_file(str(args.cache)), args.layers), source
