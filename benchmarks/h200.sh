@@ -349,6 +349,16 @@ PY
     # collect`, or `stage benchmarks/recipes/plan-rounding.json /root/recipes-rounding all REPORT` under STAGE_S if
     # the runner's deadline has passed
     bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-rounding ;;
+  quality-first)  # prepared in the sixty-eighth session: quality-first-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-first.json (q16-f, q2-f, q2-i4-f, q2-i4-sc-f: plan-admm2's q16 and q2, plan-permute3's
+    # q2-i4 and plan-rounding's q2-i4-sc, each with --first-positions 1; its rules fixed before any run); about 18
+    # minutes from the model's arrival for all four, in that order, with their held-out picks
+    recipes benchmarks/recipes/plan-first.json /root/recipes-first quality-first-qwen2.5-coder-1.5b ;;
+  lease-s68)  # prepared in the sixty-eighth session: int4-h200 (on an H200 only), then quality-first in the
+    # background. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s68` (carry .kcachez,
+    # .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive && models` with the last, then `WAIT=...
+    # collect`
+    bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-first ;;
   permute-grouped)  # prepared in the sixty-sixth session (run there for Qwen's shapes only, least of 2, by hand with
     # --models qwen2.5-coder-1.5b: permute_grouped_h100.md; all four shapes in the sixty-seventh, on an H100, saved as
     # permute_grouped_four_h100.md): the search within scale groups (`--permute-scope group`)

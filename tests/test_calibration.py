@@ -94,3 +94,19 @@ def test_batches_trim_shared_padding():
     (first_ids, _, _), (second_ids, second_mask, second_keep) = calib.batches(1)
     assert first_ids.tolist() == [[1, 2, 3, 4, 5]]
     assert second_ids.tolist() == [[1, 7]] and second_keep.tolist() == [[False, True]]
+
+
+def test_with_first_keeps_each_sequences_opening_positions_as_well():
+    calib = decode_set_from_generations([Generation([5, 6, 7], [10, 11, 12], False), Generation([8], [20, 21], False)],
+                                        PAD)
+    # the final generated token is never read back: rows [5, 6, 7, 10, 11] and, left-padded, [8, 20]
+    assert calib.attention_mask[1].tolist() == [0, 0, 0, 1, 1]
+    one = calib.with_first(1)
+    assert [row[keep].tolist() for row, keep in zip(one.input_ids, one.keep)] == [[5, 10, 11], [8, 20]]
+    assert one.tokens == calib.tokens + 2 and torch.equal(calib.with_first(0).keep, calib.keep)
+    three = calib.with_first(3)  # all of the second sequence's two positions, one of them kept already
+    assert [row[keep].tolist() for row, keep in zip(three.input_ids, three.keep)] == [[5, 6, 7, 10, 11], [8, 20]]
+    assert not (three.keep & (three.attention_mask == 0)).any()  # never a padding column
+    assert torch.equal(three.with_first(3).keep, three.keep)  # a set reused with the option gains nothing more
+    with pytest.raises(CalibrationError, match="0 or more"):
+        calib.with_first(-1)

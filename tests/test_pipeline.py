@@ -647,3 +647,33 @@ def test_the_solver_order_reaches_every_solve_and_the_record(tiny_folder, prompt
         pipeline.warn_ignored_options(config(tiny_folder, tmp_path / "out", prompts_file, solver="wanda",
                                              solver_order="hessian"))
     assert "--solver-order" in caplog.text
+
+
+def test_first_positions_enter_the_hessians_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    """--first-positions 1: every layer's Hessians are those of the calibration set with each sequence's first
+    position kept as well (dense propagation: one pass of the dense model over that set)."""
+    captured = {"hessians": []}
+    build, solve = pipeline.build_calibration, pipeline.solve_layer
+
+    def spy_build(cfg, model, tokenizer, store, *rest):
+        captured["calib"], stats = build(cfg, model, tokenizer, store, *rest)
+        return captured["calib"], stats
+
+    def spy_solve(cfg, pattern, linears, hessians, crosses=None):
+        captured["hessians"].append({name: hessian.clone() for name, hessian in hessians.items()})
+        return solve(cfg, pattern, linears, hessians, crosses)
+
+    monkeypatch.setattr(pipeline, "build_calibration", spy_build)
+    monkeypatch.setattr(pipeline, "solve_layer", spy_solve)
+    out = prune(config(tiny_folder, tmp_path / "first", prompts_file, first_positions=1), progress=False)
+    dense_model, _, _ = load_model(tiny_folder)
+    calib = captured["calib"]
+    with_first = collect_hessians(dense_model, calib.with_first(1), batch_size=2, progress=False)
+    without = collect_hessians(dense_model, calib, batch_size=2, progress=False)
+    for index, layer_hessians in enumerate(captured["hessians"]):
+        for name, hessian in layer_hessians.items():
+            key = f"model.layers.{index}.{name}"
+            assert torch.allclose(hessian, with_first[key], rtol=1e-4, atol=1e-5 * float(hessian.abs().max())), key
+            assert not torch.allclose(hessian, without[key], rtol=1e-3), key
+    manifest = json.loads((out / "sparsedecoding.json").read_text())
+    assert manifest["config"]["first_positions"] == 1

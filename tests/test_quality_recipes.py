@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -559,3 +560,22 @@ def test_plan_rounding_passes_its_rounding_options_to_the_prune(recipes):
     config = run.prune_config(run.plan["recipes"][0])
     assert (config.scale_search, config.rounding_sweeps, config.quantize, config.solver) == (True, 3, "int4", "admm")
     assert run.prune_config({**run.plan["recipes"][0], "scale_search": False}).scale_search is False
+
+
+def test_plan_first_items_are_their_controls_with_first_positions(recipes):
+    """plan-first.json: each item is its control (plan-admm2's q16 and q2, plan-permute3's q2-i4, plan-rounding's
+    q2-i4-sc) with first_positions 1 and nothing else changed, and the option reaches the prune's settings."""
+    run = object.__new__(recipes.Run)
+    run.folder = Path("not-loaded")
+    plans = {name: json.loads((BENCHMARKS / "recipes" / f"plan-{name}.json").read_text())
+             for name in ("first", "admm2", "permute3", "rounding")}
+    run.plan = plans["first"]
+    controls = {recipe["name"]: recipe for plan in ("admm2", "permute3", "rounding") for recipe in plans[plan]["recipes"]}
+    for recipe in plans["first"]["recipes"]:
+        control = controls[recipe["name"].removesuffix("-f")]
+        drop = {"name", "estimate_s", "first_positions"}
+        assert {k: v for k, v in recipe.items() if k not in drop} == {k: v for k, v in control.items() if k not in drop}
+        config, before = run.prune_config(recipe), run.prune_config(control)
+        assert (config.first_positions, before.first_positions) == (1, 0)
+        assert {**asdict(config), "first_positions": 0} == asdict(before)
+    assert plans["first"]["calibration_files"] == plans["rounding"]["calibration_files"]  # plan-admm2's own tokens

@@ -45,6 +45,13 @@ class CalibrationSet:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def with_first(self, count: int) -> CalibrationSet:
+        """This set with each sequence's first `count` real positions kept as well (all of a shorter sequence)."""
+        if count < 0:
+            raise CalibrationError(f"first positions = {count}: give a count of 0 or more")
+        opening = (self.attention_mask.cumsum(1) <= count) & self.attention_mask.bool()
+        return CalibrationSet(self.input_ids, self.attention_mask, self.keep | opening, self.source)
+
     def batches(self, batch_size: int):
         """Yield (input_ids, attention_mask, keep) slices, trimming the columns that are padding in every row."""
         for start in range(0, len(self), batch_size):

@@ -633,6 +633,11 @@ def prune_layers(model, calib: CalibrationSet, config: PruneConfig, work: WorkDi
         raise SparseDecodingError("target dense needs sequential propagation (the two streams are equal otherwise)")
     device = next(model.parameters()).device
     hessian_dtype = getattr(torch, config.hessian_dtype)
+    if config.first_positions:
+        fitted = calib.with_first(config.first_positions)
+        log.info("fitting each sequence's first %d position(s) as well: %d positions in all (%d from the set)",
+                 config.first_positions, fitted.tokens, calib.tokens)
+        calib = fitted
     batches = first_layer_inputs(model, calib, config.batch_size, device)
     # Dense-target reconstruction carries the dense model's hidden states beside the pruned model's.
     dense_stream = [hidden for hidden, _, _ in batches] if config.target == "dense" else None
@@ -776,7 +781,7 @@ def unread_options(config: PruneConfig) -> list[str]:
     if config.calibration == "decode":
         unread += ["text", "text_seq_len", "mix_ratio"]
     if config.calibration == "text":
-        unread += ["gen_batch_size", "do_sample", "mix_ratio", "samples_per_prompt"]
+        unread += ["gen_batch_size", "do_sample", "mix_ratio", "samples_per_prompt", "first_positions"]  # all kept
         if not on_policy_repair:  # on-policy repair samples the task prompts' answers with these
             unread += ["prompts", "n_prompts", "max_new_tokens", "temperature", "top_p"]
     if config.calibration == "self":

@@ -252,6 +252,10 @@ class CalibrationSettings:
     self_meta: int = knob(4096, "--calibration self: meta-prompts asking the model for a task prompt", minimum=1)
     self_answers: int = knob(4096, "--calibration self: prompts answered, mixed from --self-sources", minimum=1)
     self_batch_size: int = knob(256, "--calibration self and on-policy repair: generator rows", minimum=1)
+    first_positions: int = knob(0, "also fit each calibration sequence's first N positions (prompt positions, which "
+                                "every decode step attends to; the first holds the attention sink, where Qwen's "
+                                "largest activations sit and which decode steps alone never show the solver)",
+                                minimum=0)
     calibration_from: str | None = knob(None, "reuse an earlier run's calibration tokens instead of drawing new ones: "
                                         "its output folder (which keeps them in calibration/) or that .safetensors "
                                         "file; the prompt, budget and sampling options are then not read (and "
