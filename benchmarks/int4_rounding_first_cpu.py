@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-from int4_rounding_linears_cpu import INPUTS, LINEARS, module, sampled_problems
-from permute_int4_layer_cpu import layer_parser  # benchmarks/ is on sys.path when this script runs
+from int4_rounding_linears_cpu import INPUTS, LINEARS, module, parsed_arguments, sampled_problems  # on sys.path
 from permute_order_bench import save_report
 from permute_search_qwen_cpu import CALIBRATION
 from sparsedecoding import solvers
@@ -106,17 +105,7 @@ def report_table(results: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = layer_parser(__doc__.split("\n\n")[0], 64)
-    parser.set_defaults(layers=[1, 3, 14, 27], tokens=8192)
-    parser.add_argument("--held-out-tokens", type=int, default=4096, help="as int4_rounding_linears_cpu.py's")
-    parser.add_argument("--lee-tokens", type=int, default=4096, help="as int4_rounding_linears_cpu.py's")
-    parser.add_argument("--cache", type=Path, required=True,
-                        help="int4_rounding_linears_cpu.py's --cache (written there when missing)")
-    args = parser.parse_args()
-    if args.rows < 1 or args.tokens < 1 or args.held_out_tokens < 1 or args.lee_tokens < 512:
-        parser.error("--rows, --tokens and --held-out-tokens must be positive, --lee-tokens at least 512")
-    if any(not 0 <= layer < 28 for layer in args.layers):
-        parser.error("--layers must lie in 0-27 (Qwen2.5-Coder-1.5B's 28 layers)")
+    args = parsed_arguments(__doc__.split("\n\n")[0], cache_required=True)
     began = time.perf_counter()
     x0, lee_first, chat, windows = first_positions(args.layers, args.lee_tokens)
     count = fitted_sequences(args.tokens)

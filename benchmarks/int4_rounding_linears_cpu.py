@@ -182,19 +182,26 @@ def summary_table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = layer_parser(__doc__.split("\n\n")[0], 64)
+def parsed_arguments(description: str, cache_required: bool = False):
+    """The arguments of this script (and of int4_rounding_first_cpu.py, which reads its cache), checked."""
+    parser = layer_parser(description, 64)
     parser.set_defaults(layers=[1, 3, 14, 27], tokens=8192)
     parser.add_argument("--held-out-tokens", type=int, default=4096,
                         help="decode positions after the fitted ones whose Hessians score every solve (default: 4096)")
     parser.add_argument("--lee-tokens", type=int, default=4096,
                         help="tokens of the Lee test text for a held-out Hessian of another kind (default: 4096)")
-    parser.add_argument("--cache", type=Path, help="safetensors file for the sampled rows and Hessians")
+    parser.add_argument("--cache", type=Path, required=cache_required,
+                        help="safetensors file for the sampled rows and Hessians (written when missing)")
     args = parser.parse_args()
     if args.rows < 1 or args.tokens < 1 or args.held_out_tokens < 1 or args.lee_tokens < 512:
         parser.error("--rows, --tokens and --held-out-tokens must be positive, --lee-tokens at least 512")
     if any(not 0 <= layer < 28 for layer in args.layers):
         parser.error("--layers must lie in 0-27 (Qwen2.5-Coder-1.5B's 28 layers)")
+    return args
+
+
+def main() -> None:
+    args = parsed_arguments(__doc__.split("\n\n")[0])
     began = time.perf_counter()
     problems, source = sampled_problems(args)
     results = []

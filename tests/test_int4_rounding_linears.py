@@ -72,3 +72,23 @@ def test_tables_compare_each_rounding_with_the_loop(monkeypatch):
             in each)
     with pytest.raises(KeyError):  # a rounding without its loop row cannot be compared
         script.report_table([dict(results[1])])
+
+
+def test_first_position_tables_compare_each_solve_with_the_chosen_control(monkeypatch):
+    """int4_rounding_first_cpu.py: a summary row per (rounding, fit) other than the control, each score's geomean
+    against the control's and how many linears it lowered."""
+    script = benchmark_module(monkeypatch, "int4_rounding_first_cpu")
+    results = []
+    for linear, factor in (("q", 0.5), ("down", 4.0)):
+        for rounding in script.ROUNDINGS:
+            for fit in script.FITS:
+                ratio = factor if fit != "decode" else 1.0
+                results.append({"layer": 1, "linear": linear, "rounding": rounding, "fit": fit, "seconds": 2.0,
+                                **{kind: (0.1 if rounding == "loop" else 0.05) * ratio for kind in script.SCORED}})
+    summary = script.summary_table(results, ("loop", "decode")).splitlines()
+    assert len(summary) == 2 + 3
+    assert summary[2].startswith("| loop | decode + first | 1.414, 1 of 2 |")  # geomean of 0.5 and 4
+    assert summary[3].startswith("| both | decode | 0.500, 2 of 2 |")
+    against_first = script.summary_table(results, ("loop", "decode + first")).splitlines()
+    assert against_first[2].startswith("| loop | decode | 0.707, 1 of 2 |")
+    assert len(script.report_table(results).splitlines()) == 2 + len(results)

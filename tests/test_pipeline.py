@@ -72,10 +72,8 @@ def test_prune_writes_a_valid_sparse_checkpoint(tiny_folder, prompts_file, tmp_p
     assert model.config.num_hidden_layers == 3
 
 
-@pytest.mark.slow
-def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, tmp_path, monkeypatch):
-    """With dense propagation every layer's Hessians equal those of one pass of the dense model; with sequential
-    propagation the later layers' differ (their inputs come from pruned layers)."""
+def spy_calibration_and_hessians(monkeypatch) -> dict:
+    """Record, as prune runs, its calibration set (key "calib") and every solve's Hessians (key "hessians")."""
     captured = {"hessians": []}
     build, solve = pipeline.build_calibration, pipeline.solve_layer
 
@@ -89,6 +87,14 @@ def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, 
 
     monkeypatch.setattr(pipeline, "build_calibration", spy_build)
     monkeypatch.setattr(pipeline, "solve_layer", spy_solve)
+    return captured
+
+
+@pytest.mark.slow
+def test_dense_propagation_uses_dense_model_hessians(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    """With dense propagation every layer's Hessians equal those of one pass of the dense model; with sequential
+    propagation the later layers' differ (their inputs come from pruned layers)."""
+    captured = spy_calibration_and_hessians(monkeypatch)
     dense_model, _, _ = load_model(tiny_folder)
     for propagation in ("dense", "sequential"):
         captured["hessians"].clear()
@@ -652,19 +658,7 @@ def test_the_solver_order_reaches_every_solve_and_the_record(tiny_folder, prompt
 def test_first_positions_enter_the_hessians_and_the_record(tiny_folder, prompts_file, tmp_path, monkeypatch):
     """--first-positions 1: every layer's Hessians are those of the calibration set with each sequence's first
     position kept as well (dense propagation: one pass of the dense model over that set)."""
-    captured = {"hessians": []}
-    build, solve = pipeline.build_calibration, pipeline.solve_layer
-
-    def spy_build(cfg, model, tokenizer, store, *rest):
-        captured["calib"], stats = build(cfg, model, tokenizer, store, *rest)
-        return captured["calib"], stats
-
-    def spy_solve(cfg, pattern, linears, hessians, crosses=None):
-        captured["hessians"].append({name: hessian.clone() for name, hessian in hessians.items()})
-        return solve(cfg, pattern, linears, hessians, crosses)
-
-    monkeypatch.setattr(pipeline, "build_calibration", spy_build)
-    monkeypatch.setattr(pipeline, "solve_layer", spy_solve)
+    captured = spy_calibration_and_hessians(monkeypatch)
     out = prune(config(tiny_folder, tmp_path / "first", prompts_file, first_positions=1), progress=False)
     dense_model, _, _ = load_model(tiny_folder)
     calib = captured["calib"]
