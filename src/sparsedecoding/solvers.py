@@ -1228,8 +1228,9 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPatt
     worse: dev KL +36%, Lee perplexity +52% (quality-rounding-qwen2.5-coder-1.5b/NOTES.md). On text-calibrated
     SmolLM2-135M the whole model gained (Lee perplexity -10%, int4_rounding_model_smollm2_cpu.md), and so it did
     decode-calibrated (int4_rounding_decode_smollm2_cpu.md). On 28 of Qwen's linears they raised the layer loss only
-    at each sequence's first position, which decode-calibrated Hessians never hold (int4_rounding_linears_cpu.md): a
-    candidate cause, untested on the whole model. Both stay off by default."""
+    at each sequence's first position, which decode-calibrated Hessians never hold (int4_rounding_linears_cpu.md);
+    with that position fitted too (--first-positions 1) the whole model was still worse with them: dev KL +6.9%, 10
+    dev problem-wordings fewer (quality-first-qwen2.5-coder-1.5b/NOTES.md). Both stay off by default."""
     return sparsegpt_shared([weight], hessian, pattern, quantize=quantize, group_size=group_size,
                             blocksize=blocksize, percdamp=percdamp, keep_zeros=keep_zeros, order=order,
                             refit_steps=refit_steps, scale_search=scale_search, rounding_sweeps=rounding_sweeps)[0]
