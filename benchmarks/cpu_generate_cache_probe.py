@@ -1,14 +1,20 @@
 """How long does transformers' `generate` take on the CPU for the default model, with its default (growing) KV cache
 against `cache_implementation="static"`? A decode calibration on a 2-core CPU showed about 7 tok/s on its progress
 bar at batch 32 (SmolLM2-135M, 512 new tokens, sampled), with most CPU time in the kernel. This times one greedy
-batch each way, same prompts (random token ids), same number of steps, side by side in one run.
+batch each way, same prompts (random token ids), same number of steps, side by side in one run. `--padded` adds
+the default cache on the same prompts left-padded (each row's first 0-80% of positions masked, as a calibration
+batch of prompts of unequal length is), and `--rows` picks the rows; each row also gives the process's user and
+system CPU seconds.
 
     PYTHONPATH=src python benchmarks/cpu_generate_cache_probe.py --out benchmarks/results/cpu_generate_cache_probe.md
+    PYTHONPATH=src python benchmarks/cpu_generate_cache_probe.py --rows default padded --prompt-tokens 300 \
+        --out benchmarks/results/cpu_generate_padding_probe.md
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +32,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--prompt-tokens", type=int, default=150)
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--rows", nargs="+", choices=("default", "static", "padded"), default=["default", "static"],
+                        help="default and static: the two caches on unpadded prompts; padded: the default cache on "
+                        "the same prompts left-padded (default: default static)")
     args = parser.parse_args()
     if min(args.batch, args.prompt_tokens, args.new_tokens) < 1:
         parser.error("--batch, --prompt-tokens and --new-tokens must be positive")
@@ -33,25 +42,34 @@ def main() -> None:
         parser.error(f"--out {args.out}: its folder does not exist")
     model, _, _ = load_model("smollm2-135m", "cpu", torch.float32)
     model.eval()
-    ids = torch.randint(100, 1000, (args.batch, args.prompt_tokens), generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 1000, (args.batch, args.prompt_tokens), generator=generator)
+    padded = torch.ones_like(ids)
+    for row in range(args.batch):  # 0-80% of each row's positions masked, the same draw every run
+        padded[row, :int(torch.randint(0, int(0.8 * args.prompt_tokens) + 1, (1,), generator=generator))] = 0
     rows = []
-    for cache in ("default", "static"):
+    for name in args.rows:
+        cache = "static" if name == "static" else "default"
+        mask = padded if name == "padded" else torch.ones_like(ids)
         config = GenerationConfig(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
                                   pad_token_id=0, **({"cache_implementation": cache} if cache != "default" else {}))
         model.generation_config = GenerationConfig()
-        began = time.perf_counter()
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
-        seconds = time.perf_counter() - began
+        began, times = time.perf_counter(), os.times()
+        out = model.generate(input_ids=ids.masked_fill(mask == 0, 0), attention_mask=mask, generation_config=config)
+        seconds, spent = time.perf_counter() - began, os.times()
         tokens = args.batch * (out.shape[1] - args.prompt_tokens)
-        rows.append(f"| {cache} | {seconds:.1f} | {tokens / seconds:.0f} |")
+        rows.append(f"| {cache} | {'left-padded, ' + str(int((mask == 0).sum())) + ' pad' if name == 'padded' else 'no'}"
+                    f" | {seconds:.1f} | {tokens / seconds:.0f} | {spent.user - times.user:.1f} | "
+                    f"{spent.system - times.system:.1f} |")
         print(rows[-1], flush=True)
     command = "PYTHONPATH=src python " + " ".join(["benchmarks/cpu_generate_cache_probe.py", *sys.argv[1:]])
     args.out.write_text(
-        "# transformers' generate on the CPU: default KV cache against a static one\n\n"
+        "# transformers' generate on the CPU: " + ", ".join(args.rows) + "\n\n"
         + environment_markdown(command, torch.device("cpu"))
         + f"\nSmolLM2-135M (float32), one greedy batch of {args.batch} prompts of {args.prompt_tokens} random token "
-        f"ids, {args.new_tokens} new tokens each, both caches in this run.\n\n"
-        "| cache | seconds | new tok/s |\n|---|---|---|\n"
+        f"ids, {args.new_tokens} new tokens each, every row in this run (padded: the same ids, each row's first "
+        "positions masked).\n\n| cache | padding | seconds | new tok/s | user CPU s | system CPU s |\n"
+        "|---|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n")
     print(args.out.read_text())
 
