@@ -1,4 +1,5 @@
 import logging
+from contextlib import nullcontext
 
 import pytest
 
@@ -102,3 +103,55 @@ def test_greedy_is_the_argmax_whatever_the_folders_generation_config_adds(tiny):
                     break
         assert generation.new_ids == ids[len(prompt):]
     assert any(len(generation.new_ids) == 6 for generation in generations)
+
+
+def test_gqa_attention_matches_sdpa_on_repeated_heads_with_a_padding_mask():
+    import torch
+
+    from sparsedecoding.generation import _gqa_sdpa
+
+    torch.manual_seed(0)
+    query, key, value = torch.randn(3, 6, 1, 16), torch.randn(3, 2, 9, 16), torch.randn(3, 2, 9, 16)
+    mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+    mask[0, ..., :4] = False  # left padding of the first row
+    module = torch.nn.Module()
+    out, _ = _gqa_sdpa(module, query, key, value, mask, scaling=0.3)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query.double(), key.double().repeat_interleave(3, 1), value.double().repeat_interleave(3, 1),
+        attn_mask=mask, scale=0.3).transpose(1, 2)
+    assert out.shape == (3, 1, 6, 16)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_cpu_generation_shares_key_value_heads_and_gives_the_same_tokens(tiny, monkeypatch):
+    """A left-padded CPU batch generates through `_gqa_sdpa` (grouped heads, mask or not), token for token as through
+    transformers' own SDPA, and the model's implementation is restored after."""
+    from sparsedecoding import generation
+
+    model, tokenizer = tiny
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]  # unequal lengths: a padded batch
+    assert model.config._attn_implementation == "sdpa" and model.config.num_key_value_heads == 2
+    calls = []
+    original = generation._gqa_sdpa
+    monkeypatch.setattr(generation, "_gqa_sdpa", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    grouped = generate(model, tokenizer, prompts, max_new_tokens=12, batch_size=3, progress=False)
+    assert calls and model.config._attn_implementation == "sdpa"
+    calls.clear()
+    monkeypatch.setattr(generation, "cpu_gqa_attention", lambda *args: nullcontext())
+    plain = generate(model, tokenizer, prompts, max_new_tokens=12, batch_size=3, progress=False)
+    assert not calls
+    assert [g.new_ids for g in grouped] == [g.new_ids for g in plain]
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "mistral"])
+def test_grouped_head_attention_gives_the_same_tokens_in_every_supported_family(arch, tmp_path, monkeypatch):
+    from sparsedecoding import generation
+
+    model, tokenizer, _ = load_model(make_tiny_model(tmp_path / arch, arch=arch))
+    model.generation_config.eos_token_id = [1]
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
+    grouped = generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=3, progress=False)
+    monkeypatch.setattr(generation, "cpu_gqa_attention", lambda *args: nullcontext())
+    plain = generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=3, progress=False)
+    assert [g.new_ids for g in grouped] == [g.new_ids for g in plain]
+    assert model.config._attn_implementation == "sdpa"
