@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from int4_rounding_linears_cpu import INPUTS, LINEARS, module, parsed_arguments, sampled_problems  # on sys.path
+from int4_rounding_linears_cpu import (INPUTS, LINEARS, fitted_sequences, module, parsed_arguments,  # on sys.path
+                                       sampled_problems)
 from permute_order_bench import save_report
 from permute_search_qwen_cpu import CALIBRATION
 from sparsedecoding import solvers
@@ -68,13 +69,6 @@ def first_positions(layers: list[int], lee_tokens: int) -> tuple[dict, dict, int
     return x0, lee_first, chat, len(lee_firsts)
 
 
-def fitted_sequences(tokens: int) -> int:
-    """How many sequences the linears script's fitted Hessian read (its rule: whole sequences until --tokens)."""
-    calibration = CalibrationSet.load(Path(CALIBRATION))
-    kept = calibration.keep.sum(1).cumsum(0)
-    return min(int((kept < tokens).sum()) + 1, len(calibration))
-
-
 def summary_table(results: list[dict], against: tuple[str, str]) -> str:
     """Per (rounding, fit): geometric mean over the linears of each score against `against`'s, and how many it
     lowered."""
@@ -108,7 +102,7 @@ def main() -> None:
     args = parsed_arguments(__doc__.split("\n\n")[0], cache_required=True)
     began = time.perf_counter()
     x0, lee_first, chat, windows = first_positions(args.layers, args.lee_tokens)
-    count = fitted_sequences(args.tokens)
+    count = fitted_sequences(CalibrationSet.load(Path(CALIBRATION)), args.tokens)
     problems, source = sampled_problems(args)
     results = []
     for (layer, linear), (W, H, decode, _first, prompt, lee) in problems.items():

@@ -93,6 +93,13 @@ def calibration_sequences(calibration: CalibrationSet, start: int, end: int, pro
     return found
 
 
+def fitted_sequences(calibration: CalibrationSet, tokens: int) -> int:
+    """How many of the set's sequences the fitted Hessian reads: whole sequences until they hold `tokens` decode
+    positions."""
+    kept = calibration.keep.sum(1).cumsum(0)
+    return min(int((kept < tokens).sum()) + 1, len(calibration))
+
+
 def by_linear(tensors: dict[str, torch.Tensor], layers: list[int]) -> dict:
     """The cache's tensors as {(layer, linear): (sampled rows, fitted H, the held-out Hs of `HELD_OUT`)}."""
     return {(layer, linear): (tensors[f"W.{layer}.{linear}"],
@@ -113,7 +120,7 @@ def sampled_problems(args) -> tuple[dict, str]:
     model.eval()
     calibration = CalibrationSet.load(Path(CALIBRATION))
     kept = calibration.keep.sum(1).cumsum(0)
-    fitted = min(int((kept < args.tokens).sum()) + 1, len(calibration))
+    fitted = fitted_sequences(calibration, args.tokens)
     positions = int(calibration.keep[:fitted].sum())
     end = min(int((kept < positions + args.held_out_tokens).sum()) + 1, len(calibration))
     if end <= fitted:

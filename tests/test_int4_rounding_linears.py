@@ -92,3 +92,14 @@ def test_first_position_tables_compare_each_solve_with_the_chosen_control(monkey
     against_first = script.summary_table(results, ("loop", "decode + first")).splitlines()
     assert against_first[2].startswith("| loop | decode | 0.707, 1 of 2 |")
     assert len(script.report_table(results).splitlines()) == 2 + len(results)
+
+
+def test_fitted_sequences_are_whole_sequences_until_the_token_count(monkeypatch):
+    script = benchmark_module(monkeypatch, "int4_rounding_linears_cpu")
+    from sparsedecoding.calibration import CalibrationSet
+
+    keep = torch.zeros(3, 6, dtype=torch.bool)
+    for row, count in enumerate((3, 4, 5)):  # 3, 7 and 12 decode positions by the end of each sequence
+        keep[row, :count] = True
+    calibration = CalibrationSet(torch.zeros(3, 6, dtype=torch.long), torch.ones(3, 6, dtype=torch.long), keep, "t")
+    assert [script.fitted_sequences(calibration, tokens) for tokens in (1, 3, 4, 7, 8, 100)] == [1, 1, 2, 2, 3, 3]
