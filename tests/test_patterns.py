@@ -45,15 +45,16 @@ def test_capped_patterns_parse_and_print_back(text, overflow):
     assert SparsityPattern.parse("16:32").overflow == -1 and str(SparsityPattern.parse("16:32")) == "16:32"
 
 
-@pytest.mark.parametrize("text,placement", [("16:32+2l", "lanes"), (" 16:32 + 4 q ", "quads"), ("16:32+2", "")])
+@pytest.mark.parametrize("text,placement", [("16:32+2l", "lanes"), (" 16:32 + 4 q ", "quads"), ("16:32+2", ""),
+                                            (" 16 : 32 g", "groups")])
 def test_placed_patterns_parse_and_print_back(text, placement):
     pattern = SparsityPattern.parse(text)
     assert pattern.placement == placement and SparsityPattern.parse(str(pattern)) == pattern
-    assert str(pattern).endswith({"lanes": "+2l", "quads": "+4q", "": "+2"}[placement])
+    assert str(pattern).endswith({"lanes": "+2l", "quads": "+4q", "": "+2", "groups": "16:32g"}[placement])
 
 
 @pytest.mark.parametrize("text", ["2:4+1", "16:32+9", "12:32+2", "8:12+1", "16:32+", "16:32+1l", "16:32+2q",
-                                  "8:16+2l", "16:32l", "16:32+2x"])
+                                  "8:16+2l", "16:32l", "16:32+2x", "8:16g", "16:32g2", "16:32+2g", "2:4g"])
 def test_bad_capped_patterns_raise_one_line(text):
     with pytest.raises(SparsityPatternError) as info:
         SparsityPattern.parse(text)
@@ -64,6 +65,8 @@ def test_bad_capped_patterns_raise_one_line(text):
                                     dict(n=2, m=4, overflow=3), dict(n=16, m=32, overflow=9),
                                     dict(n=16, m=32, overflow=2, placement="bogus"),
                                     dict(n=16, m=32, overflow=4, placement="lanes"),
+                                    dict(n=16, m=32, overflow=2, placement="groups"),
+                                    dict(n=8, m=16, placement="groups"),
                                     dict(sparsity=0.5, overflow=2)])
 def test_a_pattern_built_directly_is_checked_as_parse_checks_it(fields):
     with pytest.raises(SparsityPatternError, match="SparsityPattern"):
@@ -71,6 +74,7 @@ def test_a_pattern_built_directly_is_checked_as_parse_checks_it(fields):
 
 
 def test_every_parsed_pattern_passes_the_direct_check():
-    for text in ("2:4", "1:4", "3:8", "16:32", "16:32+0", "16:32+2", "8:16+4", "16:32+2l", "16:32+4q", "50%", "0.5%"):
+    for text in ("2:4", "1:4", "3:8", "16:32", "16:32+0", "16:32+2", "8:16+4", "16:32+2l", "16:32+4q", "16:32g", "50%",
+                 "0.5%"):
         pattern = SparsityPattern.parse(text)
         assert SparsityPattern(pattern.n, pattern.m, pattern.sparsity, pattern.overflow, pattern.placement) == pattern

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from .errors import SparsityPatternError
 
-_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*([lq])?\s*)?$", re.ASCII)  # ASCII digits only
+_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*([lq])?\s*|(g)\s*)?$", re.ASCII)  # ASCII digits only
 # Placements of the weights beyond two in a group of four (`SparsityPattern.placement`), by suffix: each pattern they
 # apply to, as (n, m, overflow)
 PLACEMENTS = {"l": ("lanes", (16, 32, 2)), "q": ("quads", (16, 32, 4))}
+GROUPED = ("groups", (16, 32, -1))  # "16:32g": the placement and the one pattern it applies to
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 # The N:M patterns the packed format and its kernels are built and tuned for, densest first.
 KERNEL_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
@@ -36,7 +37,9 @@ class SparsityPattern:
     tile (h = 1 for rows 8-15) keep its two in one group of {h, h + 4} and one of {h + 2, h + 6}; `"16:32+4q"`
     (quads) lets the two rows g and g + 8 of a tile share four, one a group class (group index mod 4). Both are
     16:32 masks (at most three kept in a group of four) that also fit 16:32+2 or 16:32+4; weights need a multiple of
-    16 rows. "": none."""
+    16 rows. `"16:32g"` (groups): the 16 rows of each tile share a split of each 32-column word into eight groups of
+    four (any columns), and each row keeps two of every group; the sparse tensor-core kernel runs it as 2:4 in that
+    order (`kernels.sp24.tile_grouped`). "": none."""
 
     n: int = 0
     m: int = 0
@@ -53,9 +56,9 @@ class SparsityPattern:
             elif self.overflow != -1 and (self.overflow < 0 or 2 * self.n != self.m or self.m % 8
                                           or self.overflow > self.m // 4):
                 wrong = "an overflow K needs a 50% pattern whose M is a multiple of 8 and 0 ≤ K ≤ M / 4"
-            elif self.placement and PLACEMENTS.get(self.placement[0], ("", None)) != \
-                    (self.placement, (self.n, self.m, self.overflow)):
-                wrong = "placements are lanes (16:32+2l) and quads (16:32+4q)"
+            elif self.placement and (self.placement, (self.n, self.m, self.overflow)) not in \
+                    (*PLACEMENTS.values(), GROUPED):
+                wrong = "placements are lanes (16:32+2l), quads (16:32+4q) and groups (16:32g)"
             if wrong:
                 raise SparsityPatternError(f"SparsityPattern(n={self.n!r}, m={self.m!r}, overflow={self.overflow!r}, "
                                            f"placement={self.placement!r}): {wrong}; try SparsityPattern.parse('2:4')")
@@ -69,7 +72,7 @@ class SparsityPattern:
     def parse(cls, text: str | SparsityPattern) -> SparsityPattern:
         """`"2:4"`, `"4:8"`, `"16:32"`, any `"N:M"` with 0 < N < M, `"N:M+K"` (a 50% N:M with M a multiple of 8 and
         at most K ≤ M / 4 kept weights beyond 2 in a group of 4: `overflow`), `"16:32+2l"` / `"16:32+4q"` (those weights
-        placed by lanes or quads: `placement`), or `"50%"` (0 < p < 100)."""
+        placed by lanes or quads: `placement`), `"16:32g"` (grouped columns: `placement`), or `"50%"` (0 < p < 100)."""
         if isinstance(text, SparsityPattern):
             return text
         if not isinstance(text, str):
@@ -79,6 +82,10 @@ class SparsityPattern:
             n, m = int(match.group(1)), int(match.group(2))
             if not 0 < n < m:
                 raise SparsityPatternError(f"{text!r} — N must satisfy 0 < N < M; try 2:4")
+            if match.group(5):
+                if (n, m) != GROUPED[1][:2]:
+                    raise SparsityPatternError(f"{text!r} — grouped columns are defined for 16:32g only")
+                return cls(n=n, m=m, sparsity=0.5, placement=GROUPED[0])
             if match.group(3) is None:
                 return cls(n=n, m=m, sparsity=1.0 - n / m)
             overflow = int(match.group(3))
@@ -106,6 +113,8 @@ class SparsityPattern:
 
     def __str__(self) -> str:
         if self.is_nm:
+            if self.placement == GROUPED[0]:
+                return f"{self.n}:{self.m}g"
             suffix = next((key for key, (name, _) in PLACEMENTS.items() if name == self.placement), "")
             return f"{self.n}:{self.m}" + (f"+{self.overflow}{suffix}" if self.overflow >= 0 else "")
         return f"{self.sparsity * 100:g}%"

@@ -74,6 +74,10 @@ def placement_breaks(kept: torch.Tensor, pattern: SparsityPattern) -> int:
     fours = kept.reshape(rows, cols // 32, PLACED_GROUPS, 4).sum(-1)
     extra = (fours - 2).clamp(min=0)  # [rows, words, 8]
     full = fours.max(-1).values > 3
+    if pattern.placement == "groups":  # (tile, word) pairs whose mask no split into groups of four fits
+        rows_per = PLACED_TILE_ROWS
+        words = kept.reshape(rows // rows_per, rows_per, cols // 32, 32).transpose(1, 2).reshape(-1, rows_per, 32)
+        return int((~grouped_order_of(words)[1]).sum())
     if pattern.placement == "lanes":
         half = (torch.arange(rows, device=kept.device) % PLACED_TILE_ROWS // (PLACED_TILE_ROWS // 2)).view(rows, 1)
         bad = full
@@ -145,8 +149,10 @@ def projection(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
 def keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
     """Boolean mask of kept entries: the N largest scores in each group of M consecutive columns of a row, or the
     (1 − sparsity) largest of each row for unstructured patterns; with an `overflow` limit, `capped_keep_mask`; with
-    a `placement`, `lane_placed_keep_mask` or `quad_placed_keep_mask`."""
+    a `placement`, `lane_placed_keep_mask`, `quad_placed_keep_mask` or `grouped_keep_mask`."""
     rows, cols = score.shape
+    if pattern.placement == "groups":
+        return grouped_keep_mask(score, pattern)
     if pattern.placement:
         return (lane_placed_keep_mask if pattern.placement == "lanes" else quad_placed_keep_mask)(score, pattern)
     if pattern.is_nm and pattern.overflow >= 0:
@@ -249,6 +255,140 @@ def quad_placed_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torc
         per_class.scatter_add_(1, cls.unsqueeze(1), (takes & overflow).long().unsqueeze(1))
         total.scatter_add_(1, half.unsqueeze(1), takes.long().unsqueeze(1))
     return kept.reshape(tile, half_rows, words, 2, m).permute(0, 3, 1, 2, 4).reshape(rows, cols)
+
+
+GROUP_SWAPS = [(i, j) for i in range(32) for j in range(i + 1, 32) if i // 4 != j // 4]  # 448 swaps across groups
+GROUP_SEARCH_ROUNDS = 64  # best-improvement swaps a word at most (a random 16x32 word settles in about 15-25)
+_GROUP_CHUNK = 512  # words searched at once: 512 x 448 swaps x 16 rows x 8 scores in float32 is about 117 MB
+
+
+def _top_two(x: torch.Tensor) -> torch.Tensor:
+    """The sum of the two largest of the last dimension (of four)."""
+    return x.topk(2, dim=-1).values.sum(-1)
+
+
+def grouped_fit(words: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Σ over rows and groups of the two largest scores of each group: what a 16:32g mask in `order` keeps of
+    `words` [W, rows, 32] (order [W, 32]: positions 4q..4q + 3 hold group q)."""
+    grouped = words.gather(2, order.unsqueeze(1).expand(-1, words.shape[1], -1))
+    return _top_two(grouped.view(*words.shape[:2], 8, 4)).sum((1, 2))
+
+
+def grouped_partition(words: torch.Tensor, rounds: int = GROUP_SEARCH_ROUNDS) -> torch.Tensor:
+    """A split of each word's 32 columns into eight groups of four that keeps much of its scores under a 16:32g mask:
+    `words` [W, rows, 32] (non-negative scores, the rows sharing the split) -> order [W, 32] (positions 4q..4q + 3
+    hold group q). Local search from the plain 2:4 groups: each round takes, in every word, the swap of two columns
+    of different groups that raises `grouped_fit` most, until none does (or `rounds`). Never worse than 2:4's groups;
+    not always the optimum (the split is a combinatorial choice)."""
+    count, rows, _ = words.shape
+    swap_i = torch.tensor([i for i, _ in GROUP_SWAPS], device=words.device)
+    swap_j = torch.tensor([j for _, j in GROUP_SWAPS], device=words.device)
+    column = torch.arange(len(GROUP_SWAPS), device=words.device)
+    order = torch.arange(32, device=words.device).repeat(count, 1)
+    for start in range(0, count, _GROUP_CHUNK):
+        part, sub = words[start:start + _GROUP_CHUNK], order[start:start + _GROUP_CHUNK]
+        live = torch.arange(part.shape[0], device=words.device)
+        for _ in range(rounds):
+            scores = part[live]
+            grouped = scores.gather(2, sub[live].unsqueeze(1).expand(-1, rows, -1)).view(-1, rows, 8, 4)
+            base = _top_two(grouped).sum(1)  # [L, 8]
+            gi, gj = swap_i // 4, swap_j // 4
+            a, b = grouped[:, :, gi].clone(), grouped[:, :, gj].clone()  # [L, rows, 448, 4]
+            a[:, :, column, swap_i % 4] = grouped[:, :, gj, swap_j % 4]
+            b[:, :, column, swap_j % 4] = grouped[:, :, gi, swap_i % 4]
+            gain = (_top_two(a) + _top_two(b)).sum(1) - base[:, gi] - base[:, gj]  # [L, 448]
+            best, pick = gain.max(1)
+            moves = best > 1e-6 * base.sum(1).clamp_min(1e-30)
+            if not bool(moves.any()):
+                break
+            live, pick = live[moves], pick[moves]
+            i, j = swap_i[pick], swap_j[pick]
+            at_i, at_j = sub[live, i], sub[live, j]
+            sub[live, i], sub[live, j] = at_j, at_i
+    return order
+
+
+_TRIPLES: torch.Tensor | None = None  # the 4960 sets of three of 32 columns, [4960, 3]
+
+
+def _triples(device: torch.device) -> torch.Tensor:
+    global _TRIPLES
+    if _TRIPLES is None:
+        _TRIPLES = torch.combinations(torch.arange(32), 3)
+    return _TRIPLES.to(device)
+
+
+def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A split of each word's columns under which its mask is 16:32g, read off the mask: `kept` [W, rows, 32] (bool,
+    the rows sharing the split) -> (order [W, 32], positions 4q..4q + 3 holding group q; found [W], whether every row
+    keeps exactly two of every group). Group by group, the lowest column not yet placed joins the first three others
+    whose kept rows add up with its own to two in every row; where that first choice leads nowhere (never seen on
+    masks from `grouped_keep_mask`, whose groups such sums single out), the word is searched again with backtracking.
+    Words with no such split come back with found False."""
+    count, rows, _ = kept.shape
+    device = kept.device
+    triples = _triples(device)
+    counts = kept.to(torch.int8)
+    order = torch.zeros(count, 32, dtype=torch.int64, device=device)
+    found = torch.ones(count, dtype=torch.bool, device=device)
+    placed = torch.zeros(count, 32, dtype=torch.bool, device=device)
+    for start in range(0, count, _GROUP_CHUNK):
+        part = slice(start, start + _GROUP_CHUNK)
+        sums = counts[part].transpose(1, 2)[:, triples].sum(2)  # [w, 4960, rows]: each triple's kept per row
+        for group in range(8):
+            first = (~placed[part]).to(torch.int8).argmax(1)  # lowest column not yet placed
+            need = 2 - counts[part].gather(2, first.view(-1, 1, 1).expand(-1, rows, 1)).squeeze(2)  # [w, rows]
+            free = ~placed[part][:, triples].any(2) & (triples.unsqueeze(0) != first.view(-1, 1, 1)).all(2)
+            fits = free & (sums == need.unsqueeze(1)).all(2)
+            ok = fits.any(1)
+            pick = triples[fits.to(torch.int8).argmax(1)]  # [w, 3]
+            members = torch.cat([first.view(-1, 1), pick], 1)
+            order[part, 4 * group:4 * group + 4] = members
+            placed[part] = placed[part].scatter(1, members, True)
+            found[part] &= ok
+    for word in (~found).nonzero().flatten().tolist():
+        searched = _order_by_search(kept[word])
+        if searched is not None:
+            order[word], found[word] = searched, True
+    return order, found
+
+
+def _order_by_search(kept: torch.Tensor) -> torch.Tensor | None:
+    """`grouped_order_of` for one word [rows, 32] by depth-first search over every fitting group; None if none."""
+    counts = kept.to(torch.int8).T  # [32, rows]
+    triples = _triples(kept.device)
+    sums = counts[triples].sum(1)  # [4960, rows]
+
+    def extend(placed: torch.Tensor, chosen: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        if bool(placed.all()):
+            return chosen
+        first = int((~placed).to(torch.int8).argmax())
+        fits = (~placed[triples].any(1)) & (triples != first).all(1) & (sums == 2 - counts[first]).all(1)
+        for pick in triples[fits]:
+            members = torch.cat([torch.tensor([first], device=kept.device), pick])
+            result = extend(placed.index_fill(0, members, True), chosen + [members])
+            if result is not None:
+                return result
+        return None
+
+    groups = extend(torch.zeros(32, dtype=torch.bool, device=kept.device), [])
+    return None if groups is None else torch.cat(groups)
+
+
+def grouped_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
+    """The mask for 16:32g: each 16-row tile's 32-column word split into groups of four by `grouped_partition` on
+    its scores, and each row keeping the two largest of every group. Needs a multiple of 16 rows."""
+    rows, cols = score.shape
+    words = score.reshape(rows // PLACED_TILE_ROWS, PLACED_TILE_ROWS, cols // pattern.m, pattern.m).transpose(1, 2)
+    words = words.reshape(-1, PLACED_TILE_ROWS, pattern.m).float()
+    order = grouped_partition(words)
+    grouped = words.gather(2, order.unsqueeze(1).expand(-1, PLACED_TILE_ROWS, -1)).view(-1, PLACED_TILE_ROWS, 8, 4)
+    kept_grouped = torch.zeros_like(grouped, dtype=torch.bool)
+    kept_grouped.scatter_(3, grouped.topk(2, dim=3).indices, True)
+    kept = torch.zeros_like(words, dtype=torch.bool)
+    kept.scatter_(2, order.unsqueeze(1).expand(-1, PLACED_TILE_ROWS, -1), kept_grouped.view(-1, PLACED_TILE_ROWS, 32))
+    return kept.view(rows // PLACED_TILE_ROWS, cols // pattern.m, PLACED_TILE_ROWS, pattern.m).transpose(1, 2) \
+        .reshape(rows, cols)
 
 
 def magnitude(weight: torch.Tensor, hessian: torch.Tensor | None, pattern: SparsityPattern | str) -> torch.Tensor:

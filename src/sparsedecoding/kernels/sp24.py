@@ -61,8 +61,8 @@ _INT4_SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)
 _PAD_META = 0x44444444  # metadata of a padded k-tile: positions 0 and 1 in every group
 _lock = threading.Lock()
 # by (with SP24_COLUMNS, with SP24_HALF_META, SP24_INT8_KS, SP24_INT4_KS, with SP24_EARLY_TRIGGER, SP24_OVER_MMA_CTAS,
-# with SP24_QUADS, SP24_MULTICAST)
-_libraries: dict[tuple[bool, bool, int, int, bool, int, bool, int], ctypes.CDLL] = {}
+# with SP24_QUADS, SP24_MULTICAST, with SP24_GROUPED)
+_libraries: dict[tuple[bool, bool, int, int, bool, int, bool, int, bool], ctypes.CDLL] = {}
 _counters: dict[int, torch.Tensor] = {}
 _COUNTER_SLOTS = 1 << 16
 # by device index: the handoff's partial-sum and Σs² slots of split-K and stream-K launches
@@ -84,7 +84,9 @@ class Sp24Weight:
     (`tile_dense`) of `shape` [out, in], tiled as the 2:4 [out, 2·in] weight that keeps positions 0 and 1 of every
     group; its metadata is one constant word, not stored (`meta` None). `quads`: `over_v` / `over_o` hold
     quad-placed slots (`tile_quads`: each lane's value and placement byte a k-tile, kernels/quad_slots.py), which
-    run in sp24.cu's OVER 5 (a build with SP24_QUADS) at every batch."""
+    run in sp24.cu's OVER 5 (a build with SP24_QUADS) at every batch. `grouped`: the 2:4 weight of each 16-row tile's
+    32-column words, each with its columns in its own order (`tile_grouped`, a 16:32g weight), the order's places of
+    x in `over_o` (one byte a lane and k-tile), which runs in sp24.cu's OVER 6 (a build with SP24_GROUPED)."""
 
     a: torch.Tensor
     meta: torch.Tensor | None
@@ -101,6 +103,7 @@ class Sp24Weight:
     over_o: torch.Tensor | None = None
     dense: bool = False
     quads: bool = False
+    grouped: bool = False
 
     @cached_property
     def ks(self) -> int:
@@ -149,7 +152,7 @@ class Sp24Weight:
             return None if t is None else fn(t)
         return Sp24Weight(fn(self.a), apply(self.meta), apply(self.scales), apply(self.row_scales), self.shape,
                           self.code, self.dtype, self.steps, self.gk_shift, self.groups, self.glu,
-                          apply(self.over_v), apply(self.over_o), self.dense, self.quads)
+                          apply(self.over_v), apply(self.over_o), self.dense, self.quads, self.grouped)
 
 
 def meta_codes(bitmask: torch.Tensor) -> torch.Tensor:
@@ -359,6 +362,7 @@ COLUMNS = 3  # the CUDA-core over_loop on a column copy of x, built only into th
 MMA = 4  # the tensor-core over_loop (16-bit values), on the same copy and in the same library
 COPIES = (COLUMNS, MMA)  # the over_loops that stage the column copy
 QUADS = 5  # quad-placed slots (16:32+4q, `tile_quads`), built only into the library with SP24_QUADS
+GROUPED = 6  # grouped columns (16:32g, `tile_grouped`), built only into the library with SP24_GROUPED
 
 
 def over_loop(w: Sp24Weight, batch: int) -> int:
@@ -371,6 +375,8 @@ def over_loop(w: Sp24Weight, batch: int) -> int:
     side by side, 1.033 / 1.038 / 1.129x at batch 5 / 8 / 16 (and lost at 1-2 and 12, tied at 4:
     results/overflow_h200_mma.md); codes, which MMA does not take, the columns order. "mma" forces MMA for 16-bit
     values, and a weight of codes takes auto's order under it."""
+    if w.grouped:  # one loop: B's rows gathered from the column copy of x in the weight's order
+        return GROUPED
     if w.over_v is None:
         return 1
     if w.quads:  # quad-placed slots have one loop, on the tensor cores with the 2:4 part's own B fragments
@@ -397,7 +403,7 @@ def early_trigger(w: Sp24Weight, batch: int) -> bool:
     setting = sp24_early_trigger_setting()
     if setting is not None:
         return setting
-    if w.dense or w.code == 4 or w.quads:  # quad-placed slots: not measured under the early build
+    if w.dense or w.code == 4 or w.quads or w.grouped:  # quad-placed slots, grouped columns: not measured under it
         return False
     if w.over_v is not None:
         return w.code == 0 and batch <= 4
@@ -412,7 +418,7 @@ def times_both_builds(w: Sp24Weight, batch: int) -> bool:
     and 1.4% of the 8B preset's 16:32+2 step at batch 8 in two runs, one in each order
     (results/timed_trigger_h200_8b_16of32p2_builds*.md). Quad-placed slots (`tile_quads`) keep the default build.
     """
-    return sp24_early_trigger_timed() and not (w.over_v is not None and (batch > 4 or w.quads))
+    return sp24_early_trigger_timed() and not w.grouped and not (w.over_v is not None and (batch > 4 or w.quads))
 
 
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
@@ -487,6 +493,116 @@ def tile_quads(weight: torch.Tensor) -> Sp24Weight:
         raise KernelInputError(f"{slots.values.shape[1]} slot steps for {steps} tiled ones")
     return replace(base, over_v=slots.values.contiguous().view(torch.uint8).view(-1),
                    over_o=slots.info.contiguous().view(-1), quads=True)
+
+
+GROUP_TILE_ROWS = 16  # a grouped weight's column order is shared by the 16 rows of an mma.sp tile
+_PAIRINGS: torch.Tensor | None = None  # the 105 ways to pair 8 groups, [105, 4, 2]
+
+
+def place_of(columns: torch.Tensor) -> torch.Tensor:
+    """The place of column c (0-31) of a k-tile in sp24.cu's column-major copy of the staged x: its staged byte / 2,
+    8·((c % 8) / 2) + 2·(c / 8) + c % 2 (`staged_offset`). Place q's 16 bytes sit in shared-memory bank group q % 8."""
+    return (staged_offset(columns) // 2).long()
+
+
+def _pairings() -> torch.Tensor:
+    global _PAIRINGS
+    if _PAIRINGS is None:
+        def pairs(items: tuple[int, ...]) -> list[list[tuple[int, int]]]:
+            if not items:
+                return [[]]
+            first, rest = items[0], items[1:]
+            return [[(first, other)] + tail for i, other in enumerate(rest)
+                    for tail in pairs(rest[:i] + rest[i + 1:])]
+        _PAIRINGS = torch.tensor(pairs(tuple(range(8))), dtype=torch.int64)
+    return _PAIRINGS
+
+
+def arrange_groups(order: torch.Tensor) -> torch.Tensor:
+    """The same partition as `order` [..., 32] (each word's columns in groups of four: positions 4q..4q + 3 hold
+    group q) with its groups paired so that the ldmatrix of B reads with the fewest shared-memory wavefronts: positions
+    8i..8i + 7 (groups 2i, 2i + 1) are one 8x8 matrix, whose 8 rows cost as many wavefronts as the most of them in one
+    bank group (`place_of`). Of the 105 pairings, the one of least total cost (the first on ties); each group's columns
+    ascending."""
+    groups = order.reshape(*order.shape[:-1], 8, 4).sort(dim=-1).values
+    bank = place_of(groups) % 8  # [..., 8, 4]
+    counts = torch.nn.functional.one_hot(bank, 8).sum(-2)  # [..., 8 groups, 8 banks]
+    pair_cost = (counts.unsqueeze(-2) + counts.unsqueeze(-3)).amax(-1)  # [..., 8, 8]
+    pairings = _pairings().to(order.device)  # [105, 4, 2]
+    cost = pair_cost[..., pairings[..., 0], pairings[..., 1]].sum(-1)  # [..., 105]
+    best = pairings[cost.argmin(-1)].reshape(*order.shape[:-1], 8)  # group at each physical group slot
+    return groups.gather(-2, best.unsqueeze(-1).expand(*best.shape, 4)).reshape(order.shape)
+
+
+def ungroup_columns(dense: torch.Tensor, order: torch.Tensor, r0: int) -> torch.Tensor:
+    """Rows r0.. of a weight in the tiled column order back in the weight's own: column 32w + order[tile, w, l] gets
+    column 32w + l of its row (tile = row / 16)."""
+    rows, cols = dense.shape
+    tiles = torch.arange(r0, r0 + rows, device=dense.device) // GROUP_TILE_ROWS
+    words = cols // 32
+    index = (order[tiles, :words] + 32 * torch.arange(words, device=dense.device).view(1, -1, 1)).reshape(rows, cols)
+    return torch.zeros_like(dense).scatter_(1, index, dense)
+
+
+def tile_grouped(weight: torch.Tensor, order: torch.Tensor, arrange: bool = True) -> Sp24Weight:
+    """The tiled layout of a 16:32g weight [out, in] of 16-bit values: `order` [row tiles, in / 32, 32] (int64) is
+    each 16-row tile's word's columns as eight groups of four (positions 4q..4q + 3: group q), and
+    every row keeps at most two weights in each group. The word's columns are tiled in that order (paired for the
+    fewest bank conflicts first, `arrange_groups`, unless `arrange` is False), so each tile is a 2:4 weight that
+    sp24.cu's OVER 6 multiplies with B's rows gathered from x in the same order; `over_o` holds each lane's place of
+    x (`place_of`) a k-tile. No GLU tiling yet. KernelInputError for codes, a wrong order, or a row that keeps three
+    or more of a group."""
+    if weight.dtype not in (torch.bfloat16, torch.float16):
+        raise KernelInputError(f"grouped columns take 16-bit values; got {weight.dtype}")
+    out, in_features = weight.shape
+    row_tiles, words = -(-out // GROUP_TILE_ROWS), in_features // 32
+    if in_features % 32 or tuple(order.shape) != (row_tiles, words, 32):
+        raise KernelInputError(f"a [{out}, {in_features}] weight needs in a multiple of 32 and an order of shape "
+                               f"[{row_tiles}, {words}, 32]; got {tuple(order.shape)}")
+    order = order.to(weight.device, torch.int64)
+    if not torch.equal(order.sort(-1).values, torch.arange(32, device=order.device).expand_as(order)):
+        raise KernelInputError("each word's order must be a permutation of its 32 columns")
+    if arrange:
+        order = arrange_groups(order)
+    rows = torch.arange(out, device=weight.device) // GROUP_TILE_ROWS
+    index = (order[rows] + 32 * torch.arange(words, device=order.device).view(1, -1, 1)).reshape(out, in_features)
+    tiled_order = weight.gather(1, index)
+    kept = (tiled_order != 0).view(out, -1, 4).sum(-1)
+    if (kept > 2).any():
+        row, group = divmod(int((kept > 2).flatten().nonzero()[0]), kept.shape[1])
+        raise KernelInputError(f"row {row} keeps {int(kept[row, group])} weights in group {group % 8} of word "
+                               f"{group // 8}'s order; a 16:32g weight keeps at most two a group")
+    base = tile(pack_nm(tiled_order, 2, 4))
+    tiles = base.steps * base.ks
+    places = place_of(order)
+    if tiles > words:  # padded k-tiles: any order (their weights are zeros)
+        places = torch.cat([places, place_of(torch.arange(32, device=order.device)).expand(row_tiles, tiles - words,
+                                                                                           32)], dim=1)
+    lanes = places.view(row_tiles, base.steps, base.ks, 32).transpose(2, 3)  # tile step lane k
+    return replace(base, over_o=lanes.to(torch.uint8).contiguous().view(-1), grouped=True)
+
+
+def random_grouped(out: int, in_features: int, generator: torch.Generator,
+                   dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random 16:32g weight [out, in] and its order (`tile_grouped`) on the generator's device, for tests and
+    benches: each 16-row tile's words in a random order, each row keeping two random columns of every group of four,
+    standard normal values."""
+    device = generator.device
+    row_tiles, words = -(-out // GROUP_TILE_ROWS), in_features // 32
+    order = torch.rand(row_tiles, words, 32, generator=generator, device=device).argsort(-1)
+    rank = torch.rand(out, words, 8, 4, generator=generator, device=device).argsort(-1).argsort(-1)
+    values = torch.randn(out, words, 8, 4, generator=generator, device=device) * (rank < 2)
+    rows = torch.arange(out, device=device) // GROUP_TILE_ROWS
+    weight = torch.zeros(out, words, 32, device=device).scatter_(2, order[rows], values.reshape(out, words, 32))
+    return weight.reshape(out, in_features).to(dtype), order
+
+
+def grouped_order(w: Sp24Weight) -> torch.Tensor:
+    """The column order [row tiles, in / 32, 32] of a `tile_grouped` weight (as arranged), read from its places."""
+    row_tiles, words = -(-w.shape[0] // GROUP_TILE_ROWS), w.shape[1] // 32
+    places = w.over_o.view(row_tiles, w.steps, 32, w.ks).transpose(2, 3).reshape(row_tiles, -1, 32)[:, :words]
+    column_at = torch.argsort(place_of(torch.arange(32, device=places.device)))  # place -> column
+    return column_at[places.long()]
 
 
 def _quad_slots_of(w: Sp24Weight, device: torch.device) -> quad_slots.QuadSlots:
@@ -572,6 +688,9 @@ def untile(w: Sp24Weight) -> PackedNM | PackedNMQ:
     (its 2:4 part alone is `untile(replace(w, over_v=None, over_o=None))`, its slots `untile_slots`)."""
     if w.over_v is not None:
         raise KernelInputError("this tiled weight has overflow slots, which a packed 2:4 weight cannot hold")
+    if w.grouped:
+        raise KernelInputError("this tiled weight has grouped columns (tile_grouped); its 2:4 form in the tiled "
+                               "order is untile(replace(w, over_o=None, grouped=False)), the weight tiled_to_dense(w)")
     if w.glu:
         order = glu_order(w.shape[0], w.a.device)
         return _rows(untile(replace(w, glu=False)), torch.argsort(order))
@@ -612,6 +731,8 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     positions its metadata names) — independent of `tile`, for tests. A GLU weight's rows come back in their
     original order. Overflow slots are added as `untile_slots` reads them, quad-placed ones as
     `quad_slots.emulate` does."""
+    if w.grouped:
+        return ungroup_columns(tiled_to_dense(replace(w, over_o=None, grouped=False)), grouped_order(w), 0)
     if w.quads:
         plain = tiled_to_dense(replace(w, over_v=None, over_o=None, quads=False))
         return plain + quad_slots.emulate(_quad_slots_of(w, torch.device("cpu")))
@@ -682,7 +803,7 @@ class Sp24Call(ctypes.Structure):
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
           int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2,
-          quads: bool = False, multicast: int = 0) -> ctypes.CDLL:
+          quads: bool = False, multicast: int = 0, grouped: bool = False) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' loops on a column-major
     copy of x (over_loop 3 and 4), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
@@ -692,12 +813,12 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
     `columns`) builds it with SP24_OVER_MMA_CTAS=1 (SPARSEDECODING_SP24_MMA_CTAS, for launches of the mma order);
     `quads` the build with SP24_QUADS (quad-placed slots, over_loop 5); `multicast` 2 or 4 the build with
     SP24_MULTICAST (`multicast_of`: SPARSEDECODING_SP24_MULTICAST, for launches without the RMSNorm in front, slots or
-    dense weights)."""
+    dense weights); `grouped` the build with SP24_GROUPED (grouped columns, over_loop 6)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
         early_trigger = bool(sp24_early_trigger_setting())
-    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads, multicast)
+    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads, multicast, grouped)
     with _lock:
         library = _libraries.get(key)
         if library is None:
@@ -707,7 +828,8 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
                 + (("-DSP24_EARLY_TRIGGER=1",) if early_trigger else ()) \
                 + (() if mma_ctas == 2 else (f"-DSP24_OVER_MMA_CTAS={mma_ctas}",)) \
                 + (("-DSP24_QUADS",) if quads else ()) \
-                + ((f"-DSP24_MULTICAST={multicast}",) if multicast else ())
+                + ((f"-DSP24_MULTICAST={multicast}",) if multicast else ()) \
+                + (("-DSP24_GROUPED",) if grouped else ())
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_call.restype = ctypes.c_int
             library.sp24_call.argtypes = [ctypes.POINTER(Sp24Call)]
@@ -741,7 +863,7 @@ def min_splits(w: Sp24Weight, batch: int) -> int:
     overflow slots in an order that reads it, columns or mma, see over_loop)."""
     columns = w.ks * 32  # of x a step
     step_bytes = 2 * columns * batch
-    if over_loop(w, batch) in COPIES:
+    if over_loop(w, batch) in COPIES + (GROUPED,):
         step_bytes += columns * 16 * (1 if batch <= 8 else 2)  # 8 rows a column, 16 with two n-tiles
     most_steps = (MAX_SMEM - 64 * batch) // step_bytes
     if most_steps < 1:
@@ -772,7 +894,7 @@ def stream_staged_steps(w: Sp24Weight, ctas: int) -> int:
 def stream_fits(w: Sp24Weight, batch: int, ctas: int, norm: bool = False) -> bool:
     """Whether a stream-K launch of w over `ctas` CTAs can run at `batch`: a weight without overflow slots, dense
     values or GLU, no RMSNorm in front, at most one CTA per unit, and its staged x within the shared memory."""
-    if norm or w.over_v is not None or w.dense or w.glu or not 1 <= ctas <= stream_units(w):
+    if norm or w.over_v is not None or w.grouped or w.dense or w.glu or not 1 <= ctas <= stream_units(w):
         return False
     return batch * (2 * stream_staged_steps(w, ctas) * w.ks * 32 + 64) <= MAX_SMEM
 
@@ -864,6 +986,7 @@ class Sp24Launch:
         if ctas and (slices != 1 or splits not in (None, 1)):
             raise KernelInputError(f"a stream-K launch ({ctas} CTAs) takes one slice and no split-K")
         if heavy and (ctas or splits not in (None, 1) or slices == max(SLICES) or w.glu or w.over_v is not None
+                      or w.grouped
                       or (1 if x.dim() == 1 else x.shape[0]) > MIXED_MAX_BATCH
                       or not 0 < heavy * (max(SLICES) // slices) <= -(-w.shape[0] // 16)):
             raise KernelInputError(f"a mixed grid ({heavy} CTAs at {slices} slices, then one row tile a CTA) takes "
@@ -879,7 +1002,7 @@ class Sp24Launch:
         self.multicast = multicast_of(w, norm)
         self.library = _load(self.over_loop in COPIES, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
                              self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2,
-                             self.over_loop == QUADS, self.multicast)
+                             self.over_loop == QUADS, self.multicast, self.over_loop == GROUPED)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -989,6 +1112,8 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
     """The [out, in] weight in w's activation dtype (codes times scales, rounded once, as `PackedNMQ.to_dense`),
     expanded by one kernel launch on w's CUDA device (prefill); elsewhere through `untile`. A GLU weight's rows
     come in their original order (gate, then up)."""
+    if w.grouped:  # the 2:4 form in the tiled order, its columns put back
+        return ungroup_columns(to_dense(replace(w, over_o=None, grouped=False)), grouped_order(w).to(w.a.device), 0)
     if w.a.device.type != "cuda":
         if w.over_v is not None:
             return tiled_to_dense(w).to(w.dtype)
@@ -1059,8 +1184,8 @@ def clusters_on(device: torch.device) -> bool:
 def multicast_of(w: Sp24Weight, norm: bool) -> int:
     """The cluster size a launch of w stages x with (SPARSEDECODING_SP24_MULTICAST): 0 where the setting is 0, below
     compute capability 9.0 (`clusters_on`), and for launches the multicast build leaves as they are (the RMSNorm in
-    front, overflow slots, dense weights)."""
-    if norm or w.over_v is not None or w.dense or not clusters_on(w.a.device):
+    front, overflow slots, grouped columns, dense weights)."""
+    if norm or w.over_v is not None or w.grouped or w.dense or not clusters_on(w.a.device):
         return 0
     return sp24_multicast_setting()
 
@@ -1099,9 +1224,14 @@ def _reference(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None):
     x's device; `NormReference` with the RMSNorm in front; for a GLU weight, `GluReference` over either."""
     from .autotune import Float64Reference
 
-    packed = untile(replace(w, over_v=None, over_o=None))
+    packed = untile(replace(w, over_v=None, over_o=None, grouped=False))
     x2 = x.view(1, -1) if x.dim() == 1 else x
-    if w.dense:
+    if w.grouped:  # the 2:4 form in the tiled order, each row's columns put back
+        order = grouped_order(w).to(x.device)
+
+        def weight_rows(r0: int, r1: int) -> torch.Tensor:
+            return ungroup_columns(_dense_rows(packed, r0, r1), order, r0)
+    elif w.dense:
         def weight_rows(r0: int, r1: int) -> torch.Tensor:
             return compact(_dense_rows(packed, r0, r1))
     elif w.over_v is None:
@@ -1373,7 +1503,7 @@ def _mixed_candidates(w: Sp24Weight, batch: int, sms: int) -> list[tuple[int, in
     """(slices, heavy CTAs) of the mixed grids the tuner tries: one split (where the staged x fits), no GLU or slots
     (the launcher refuses them) and no dense weights (the kernel would run them; no test covers them yet). A light
     CTA's warps beyond the weight's steps have none to read, as in a uniform launch at 8 slices."""
-    if (not sp24_mixed_setting() or batch > MIXED_MAX_BATCH or w.glu or w.over_v is not None or w.dense
+    if (not sp24_mixed_setting() or batch > MIXED_MAX_BATCH or w.glu or w.over_v is not None or w.grouped or w.dense
             or min_splits(w, batch) > 1):
         return []
     row_tiles = -(-w.shape[0] // 16)

@@ -270,7 +270,7 @@ struct StepRegs {
 };
 
 // SPS (CODE 4): scale loads per step; group k-tiles 2^gk_shift.
-template <int CODE, int SPS, bool OVER, bool DENSE>
+template <int CODE, int SPS, bool OVER, bool DENSE, bool VALUES = true>
 __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a, const char* meta,
                                           const char* scales, const char* ov, const char* oc, int step, int lane,
                                           int t, int g, int gk_shift, int groups) {
@@ -299,10 +299,13 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 #pragma unroll
     for (int h = 0; h < S::ks / 8; ++h) {
       const size_t slot_step = static_cast<size_t>(step) * (S::ks / 8) + h;
-      if constexpr (CODE == 0)
+      if constexpr (!VALUES) {
+        // OVER 6 (grouped columns): the places of B's rows only, no slot values
+      } else if constexpr (CODE == 0) {
         r.ov[h] = ld_stream(ov + slot_step * 512 + 16 * lane);
-      else
+      } else {
         r.ov[h] = ld_stream8(ov + slot_step * 256 + 8 * lane);
+      }
       r.oc[h] = ld_stream8(oc + slot_step * 256 + 8 * lane);
     }
   }
@@ -609,7 +612,8 @@ __device__ __forceinline__ uint32_t quad_meta_bits(uint32_t nib, int c, int t) {
   return ((nib >> 1) & 1u) == static_cast<uint32_t>(t & 1) && p != 3u ? p << at : 0u;
 }
 
-template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false>
+template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false,
+          bool GROUPED = false>
 __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, int k,
                                              const char* xs, int xstride, int local_step, int g, int t, int batch,
                                              uint2 nb = make_uint2(0u, 0u)) {
@@ -647,7 +651,16 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     // rows of x past the batch read the last row: their sums are never written, and no zeroing or predicate
     // is spent on them
     uint4 b;
-    if constexpr (RAW) {  // x unpermuted (SP24_MULTICAST): lane 8m + r gives row r of matrix m (columns 8m..8m + 7)
+    if constexpr (GROUPED) {
+      // OVER 6: B row l (the k-tile's position l, as A's metadata counts it) is the column whose place (see
+      // stage_columns) lane l's byte k names, read by ldmatrix from the column-major copy after the staged rows
+      static_assert(CODE == 0 && S::ks == 8, "grouped columns: 16-bit values, one byte a lane and k-tile a step");
+      const uint32_t word = k < 4 ? r.oc[0].x : r.oc[0].y;
+      const uint32_t place = (word >> (8 * (k & 3))) & 0x1Fu;
+      const uint32_t xt = shared_address(xs + batch * xstride) + (32 * tile + place) * 16;
+      b = ldmatrix_x4<true>(xt + j * 8 * (xstride - 64));
+    } else if constexpr (RAW) {
+      // x unpermuted (SP24_MULTICAST): lane 8m + r gives row r of matrix m (columns 8m..8m + 7)
       const int lane = 4 * g + t;
       const int row = min(8 * j + (lane & 7), batch - 1);
       b = ldmatrix_x4<false>(shared_address(xs + row * xstride + 64 * tile + 16 * (lane >> 3)));
@@ -677,7 +690,8 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   }
 }
 
-template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false>
+template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false,
+          bool GROUPED = false>
 __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
                                              int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
@@ -689,7 +703,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
   } else if constexpr (CODE != 4) {
 #pragma unroll
     for (int k = 0; k < S::ks; ++k)
-      compute_tile<T, NT, CODE, SPS, DENSE, false, RAW>(acc, r, k, xs, xstride, local_step, g, t, batch);
+      compute_tile<T, NT, CODE, SPS, DENSE, false, RAW, GROUPED>(acc, r, k, xs, xstride, local_step, g, t, batch);
   } else {
     // int4: each scale group's MMAs sum into `part`, which its rows' scales (fp32) then add into acc
 #pragma unroll
@@ -741,7 +755,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #define SP24_INT4_CTAS 2
 #endif
 template <int NT, int CODE, int OVER, bool DENSE>
-constexpr int kMinCtas = OVER == 5 ? 2 : OVER == 4 ? SP24_OVER_MMA_CTAS
+constexpr int kMinCtas = OVER == 5 || OVER == 6 ? 2 : OVER == 4 ? SP24_OVER_MMA_CTAS
                          : OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 && SP24_OVER_INT8_ONE_CTA)) ? 1
                          : CODE == 4 && OVER == 0 && !DENSE ? SP24_INT4_CTAS
                                                             : 2;
@@ -987,7 +1001,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* m_tile = DENSE ? nullptr : meta + tile_row * m_stride;
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
   const size_t slot_steps = static_cast<size_t>(steps) * (S::ks / 8);  // per row tile
-  const char* ov_tile = OVER != 0 ? over_v + tile_row * slot_steps * (CODE == 0 ? 512 : 256) : nullptr;
+  const char* ov_tile = OVER != 0 && OVER != 6 ? over_v + tile_row * slot_steps * (CODE == 0 ? 512 : 256) : nullptr;
   const char* oc_tile = OVER != 0 ? over_o + tile_row * slot_steps * 256 : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
@@ -1033,8 +1047,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
     for (int b = 0; b < NB; ++b)
       if (active && wstep0 + b < wstep1)
-        load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b, lane, t,
-                                               g, gk_shift, groups);
+        load_step<CODE, SPS, OVER != 0, DENSE, OVER != 6>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, wstep0 + b,
+                                                          lane, t, g, gk_shift, groups);
   }
   if constexpr (kHybrid)
     copy_step<CODE, SPS>(slot, active && wstep0 + 1 < wstep1, a_tile, m_tile, s_tile, wstep0 + 1, lane, t, g,
@@ -1157,7 +1171,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     }
   }
   __syncthreads();
-  if constexpr (OVER == 3 || OVER == 4) {  // the column-major copy of the staged x (see over_step, over_mma_step)
+  if constexpr (OVER == 3 || OVER == 4 || OVER == 6) {  // the column-major copy of the staged x (see over_step,
+    // over_mma_step, compute_tile's GROUPED)
     stage_columns<NT>(xs, xstride, units, batch, tid);
     __syncthreads();
   }
@@ -1353,9 +1368,9 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
-        compute_step<T, NT, CODE, SPS, DENSE, OVER == 5, kRawX>(acc, r[b], xs, xstride, step + b - step0, g, t,
-                                                                batch);
-        if constexpr (OVER == 5) {
+        compute_step<T, NT, CODE, SPS, DENSE, OVER == 5, kRawX, OVER == 6>(acc, r[b], xs, xstride, step + b - step0,
+                                                                             g, t, batch);
+        if constexpr (OVER == 5 || OVER == 6) {
           // the quad-placed slots were added inside compute_step, k-tile by k-tile
         } else if constexpr (OVER == 4) {
           static_assert(CODE == 0, "slots on the tensor cores: 16-bit values");
@@ -1383,12 +1398,12 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             }
           }
           if (!from_slot)
-            load_step<CODE, SPS, OVER != 0, DENSE>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile, step + b + NB,
-                                                   lane, t, g, gk_shift, groups);
+            load_step<CODE, SPS, OVER != 0, DENSE, OVER != 6>(r[b], a_tile, m_tile, s_tile, ov_tile, oc_tile,
+                                                              step + b + NB, lane, t, g, gk_shift, groups);
         }
       }
     }
-    if constexpr (OVER != 0 && OVER != 4 && OVER != 5) {
+    if constexpr (OVER != 0 && OVER != 4 && OVER != 5 && OVER != 6) {
       // the quad's four lanes hold partials of the same two rows: sum them (every lane of the warp takes part),
       // then each lane adds the entries of its own accumulators (row of x 8j + 2t + (e & 1), row g + 8·(e / 2))
 #pragma unroll
@@ -1697,7 +1712,8 @@ cudaError_t launch(const Problem& p) {
                                                    (units + p.stream_ctas - 1) / p.stream_ctas))
                             : per_split;
   const int columns = staged * Steps<CODE>::ks * 32;
-  const int smem = p.batch * (2 * columns + 64) + (OVER == 3 || OVER == 4 ? columns * 16 * NT : 0);  // the column copy
+  // with the column copy
+  const int smem = p.batch * (2 * columns + 64) + (OVER == 3 || OVER == 4 || OVER == 6 ? columns * 16 * NT : 0);
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
@@ -1879,6 +1895,23 @@ cudaError_t quads(const Problem& p) {
 #endif
 }
 
+// OVER 6 only in a library built with -DSP24_GROUPED (sp24.py loads it for grouped-column weights, `tile_grouped`),
+// for the same reason; 16-bit values only: a 2:4 weight whose 32-column words are each permuted per row tile, the
+// permutation's places in `over_o` (one byte a lane and k-tile), no slot values.
+template <typename T, int CODE, int SPS, bool NORM>
+cudaError_t grouped(const Problem& p) {
+#ifdef SP24_GROUPED
+  if constexpr (CODE != 0) {
+    return cudaErrorInvalidValue;
+  } else {
+    return p.batch <= 8 ? launch<T, 1, CODE, SPS, NORM, 6>(p) : launch<T, 2, CODE, SPS, NORM, 6>(p);
+  }
+#else
+  (void)p;
+  return cudaErrorNotSupported;
+#endif
+}
+
 template <typename T, int CODE, int SPS, bool NORM>
 cudaError_t with_slots(const Problem& p) {
   if (p.over_loop == 5) return quads<T, CODE, SPS, NORM>(p);
@@ -1890,6 +1923,11 @@ cudaError_t with_slots(const Problem& p) {
 
 template <typename T, int CODE, int SPS>
 cudaError_t by_batch(const Problem& p) {
+  if (p.over_loop == 6) {
+    if (p.over_o == nullptr || p.over_v != nullptr || p.dense || p.stream_ctas > 0 || p.heavy != 0)
+      return cudaErrorInvalidValue;
+    return p.norm_w != nullptr ? grouped<T, CODE, SPS, true>(p) : grouped<T, CODE, SPS, false>(p);
+  }
   if (p.stream_ctas > 0) {
     if (p.over_v != nullptr || p.dense || p.norm_w != nullptr) return cudaErrorInvalidValue;
     return p.batch <= 8 ? launch<T, 1, CODE, SPS, false, 0, false, true>(p)
@@ -1952,7 +1990,7 @@ int sp24_launch(const void* x, const void* a, const void* meta, const void* scal
                 const void* over_o, int over_loop, int dense, int stream_ctas, float* handoff_slots, int heavy) {
   if (batch < 1 || batch > 16 || out < 1 || in < 32 || in % 32 || steps < 1 || splits < 1 || gk_shift < 0 ||
       slices < 1 || slices > kWarps || kWarps % slices || (glu && (out % 32 || slices > kWarps / 2)) ||
-      over_loop < 0 || over_loop > 5 || (dense && (glu || code_bits == 0)) || stream_ctas < 0)
+      over_loop < 0 || over_loop > 6 || (dense && (glu || code_bits == 0)) || stream_ctas < 0)
     return cudaErrorInvalidValue;
   const int row_tiles = (out + 15) / 16;
   Problem p{x, a, meta, scales, row_scales, y, partials, counters, batch, out, in, row_tiles, steps, splits,
