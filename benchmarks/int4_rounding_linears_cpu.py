@@ -189,9 +189,12 @@ def summary_table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parsed_arguments(description: str, cache_required: bool = False):
-    """The arguments of this script (and of int4_rounding_first_cpu.py, which reads its cache), checked."""
+def parsed_arguments(description: str, cache_required: bool = False, extra=None):
+    """The arguments of this script (and of int4_rounding_first_cpu.py and grouped_quality_cpu.py, which read its
+    cache), checked; `extra(parser)` adds a caller's own before parsing."""
     parser = layer_parser(description, 64)
+    if extra is not None:
+        extra(parser)
     parser.set_defaults(layers=[1, 3, 14, 27], tokens=8192)
     parser.add_argument("--held-out-tokens", type=int, default=4096,
                         help="decode positions after the fitted ones whose Hessians score every solve (default: 4096)")

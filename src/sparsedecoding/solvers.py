@@ -321,31 +321,42 @@ def _triples(device: torch.device) -> torch.Tensor:
 def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A split of each word's columns under which its mask is 16:32g, read off the mask: `kept` [W, rows, 32] (bool,
     the rows sharing the split) -> (order [W, 32], positions 4q..4q + 3 holding group q; found [W], whether every row
-    keeps exactly two of every group). Group by group, the lowest column not yet placed joins the first three others
-    whose kept rows add up with its own to two in every row; where that first choice leads nowhere (never seen on
-    masks from `grouped_keep_mask`, whose groups such sums single out), the word is searched again with backtracking.
-    Words with no such split come back with found False."""
+    keeps exactly two of every group). Each column's kept rows are one base-3 number (digit r: row r), so a group of
+    four is a pair of pairs whose numbers add up to all twos. Group by group, the lowest column f not yet placed
+    joins the first other column x for which some pair of columns not yet placed completes (f, x), found by binary
+    search among the word's sorted pair numbers. Where that first choice leads nowhere or two pairs share a number
+    (never seen on masks from `grouped_keep_mask`), the word is searched again with backtracking
+    (`_order_by_search`). Words with no such split come back with found False."""
     count, rows, _ = kept.shape
     device = kept.device
-    triples = _triples(device)
-    counts = kept.to(torch.int8)
+    digits = 3 ** torch.arange(rows, dtype=torch.int64, device=device)
+    codes = (kept.to(torch.int64) * digits.view(1, -1, 1)).sum(1)  # [W, 32]
+    twos = 2 * digits.sum()
+    pairs = torch.combinations(torch.arange(32, device=device), 2)  # [496, 2]
+    pair_at = torch.zeros(32, 32, dtype=torch.int64, device=device)
+    pair_at[pairs[:, 0], pairs[:, 1]] = pair_at[pairs[:, 1], pairs[:, 0]] = torch.arange(len(pairs), device=device)
+    column = torch.arange(32, device=device)
     order = torch.zeros(count, 32, dtype=torch.int64, device=device)
     found = torch.ones(count, dtype=torch.bool, device=device)
-    placed = torch.zeros(count, 32, dtype=torch.bool, device=device)
-    for start in range(0, count, _GROUP_CHUNK):
-        part = slice(start, start + _GROUP_CHUNK)
-        sums = counts[part].transpose(1, 2)[:, triples].sum(2)  # [w, 4960, rows]: each triple's kept per row
+    for start in range(0, count, 64 * _GROUP_CHUNK):
+        part = slice(start, start + 64 * _GROUP_CHUNK)
+        numbers = codes[part][:, pairs].sum(2)  # [w, 496]
+        sorted_numbers, at = numbers.sort(1)
+        placed = torch.zeros(numbers.shape[0], 32, dtype=torch.bool, device=device)
         for group in range(8):
-            first = (~placed[part]).to(torch.int8).argmax(1)  # lowest column not yet placed
-            need = 2 - counts[part].gather(2, first.view(-1, 1, 1).expand(-1, rows, 1)).squeeze(2)  # [w, rows]
-            free = ~placed[part][:, triples].any(2) & (triples.unsqueeze(0) != first.view(-1, 1, 1)).all(2)
-            fits = free & (sums == need.unsqueeze(1)).all(2)
-            ok = fits.any(1)
-            pick = triples[fits.to(torch.int8).argmax(1)]  # [w, 3]
-            members = torch.cat([first.view(-1, 1), pick], 1)
+            first = (~placed).to(torch.int8).argmax(1, keepdim=True)  # [w, 1]: the lowest column not yet placed
+            need = twos - numbers.gather(1, pair_at[first.squeeze(1)])  # [w, 32]: what completes (first, x)
+            where = torch.searchsorted(sorted_numbers, need).clamp(max=len(pairs) - 1)
+            rest = pairs[at.gather(1, where)]  # [w, 32, 2]
+            ok = (sorted_numbers.gather(1, where) == need) & (column != first) & ~placed \
+                & ~placed.gather(1, rest.flatten(1)).view_as(rest).any(2) \
+                & (rest != first.unsqueeze(2)).all(2) & (rest != column.view(1, -1, 1)).all(2)
+            x = ok.to(torch.int8).argmax(1, keepdim=True)  # [w, 1]
+            members = torch.cat([first, x, rest.gather(1, x.unsqueeze(2).expand(-1, 1, 2)).squeeze(1)], 1)
             order[part, 4 * group:4 * group + 4] = members
-            placed[part] = placed[part].scatter(1, members, True)
-            found[part] &= ok
+            placed = placed.scatter(1, members, True)
+            found[part] &= ok.any(1)
+    found &= (order.sort(1).values == column).all(1)  # every column placed once
     for word in (~found).nonzero().flatten().tolist():
         searched = _order_by_search(kept[word])
         if searched is not None:
@@ -355,15 +366,17 @@ def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _order_by_search(kept: torch.Tensor) -> torch.Tensor | None:
     """`grouped_order_of` for one word [rows, 32] by depth-first search over every fitting group; None if none."""
-    counts = kept.to(torch.int8).T  # [32, rows]
+    digits = 3 ** torch.arange(kept.shape[0], dtype=torch.int64, device=kept.device)
+    codes = (kept.to(torch.int64) * digits.view(-1, 1)).sum(0)  # [32]: as grouped_order_of codes them
     triples = _triples(kept.device)
-    sums = counts[triples].sum(1)  # [4960, rows]
+    sums = codes[triples].sum(1)  # [4960]
+    twos = int(2 * digits.sum())
 
     def extend(placed: torch.Tensor, chosen: list[torch.Tensor]) -> list[torch.Tensor] | None:
         if bool(placed.all()):
             return chosen
         first = int((~placed).to(torch.int8).argmax())
-        fits = (~placed[triples].any(1)) & (triples != first).all(1) & (sums == 2 - counts[first]).all(1)
+        fits = (~placed[triples].any(1)) & (triples != first).all(1) & (sums == twos - codes[first])
         for pick in triples[fits]:
             members = torch.cat([torch.tensor([first], device=kept.device), pick])
             result = extend(placed.index_fill(0, members, True), chosen + [members])

@@ -1,0 +1,100 @@
+"""What the 16:32g mask costs in quality, by the solver's own loss on Qwen2.5-Coder-1.5B's linears (CPU, no GPU).
+
+16:32g keeps 16 of every 32 columns of a row, as 16:32 does, with one more rule: the 16 rows of each mma.sp tile share
+a split of every 32-column word into eight groups of four (any columns), and each row keeps two of every group
+(`solvers.grouped_keep_mask`; the sparse tensor-core kernel runs it as 2:4 in that order, `kernels.sp24.tile_grouped`).
+Between 2:4 (fixed groups) and 16:32 (no groups), where does it fall, and against 16:32+2, the constrained 16:32 the
+2:4 kernel runs today? Each linear of --layers is pruned by `solvers.sparsegpt` (its defaults) under 2:4, 16:32g,
+16:32+2 and 16:32, on the decode-calibrated Hessians that `int4_rounding_linears_cpu.py --cache` saved (the
+committed calibration set's decode positions), and scored by tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on the fitted Hessian and on
+two no solve saw (later decode positions, Lee text). Rows: --blocks blocks of 128 contiguous rows of each linear at
+fixed random offsets (a tile's rows are contiguous in the kernel). Position: log(P / 2:4) / log(16:32+2 / 2:4) on
+the fitted loss, 0 = as bad as 2:4, 1 = as good as 16:32+2. A layer-loss proxy: no pass@1 is measured here.
+
+    PYTHONPATH=src python benchmarks/grouped_quality_cpu.py --cache /tmp/sd/linears_cache.safetensors \\
+        --out benchmarks/results/grouped_quality_cpu.md
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from int4_rounding_linears_cpu import WEIGHTS, module, parsed_arguments, sampled_problems  # on sys.path
+from permute_order_bench import save_report
+from sparsedecoding import solvers
+from sparsedecoding.models import load_model
+from sparsedecoding.pipeline import relative_error
+
+PATTERNS = ("2:4", "16:32g", "16:32+2", "16:32")
+SCORED = ("fitted", "decode", "lee")  # the cache's held-out kinds used here, after the fitted one
+ROW_BLOCK = 128
+
+
+def rows_of(weight: torch.Tensor, blocks: int, seed: int) -> torch.Tensor:
+    """`blocks` blocks of ROW_BLOCK contiguous rows at fixed random block offsets (all rows if it has fewer)."""
+    count = weight.shape[0] // ROW_BLOCK
+    picked = torch.randperm(count, generator=torch.Generator().manual_seed(seed))[:blocks].sort().values
+    return torch.cat([weight[ROW_BLOCK * int(b):ROW_BLOCK * (int(b) + 1)] for b in picked]).float().contiguous()
+
+
+def position(loss: float, low: float, high: float) -> float:
+    return math.log(loss / low) / math.log(high / low)
+
+
+def main() -> None:
+    args = parsed_arguments(__doc__.split("\n\n")[0], cache_required=True, extra=lambda parser: parser.add_argument(
+        "--blocks", type=int, default=2, choices=range(1, 13), help="blocks of 128 contiguous rows a linear (default 2)"))
+    began = time.perf_counter()
+    problems, source = sampled_problems(args)
+    model, _, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
+    results = []
+    for number, ((layer, linear), (_, H, decode, _first, _prompt, lee)) in enumerate(problems.items()):
+        W = rows_of(module(model, layer, WEIGHTS[linear]).weight.detach(), args.blocks, 100 * layer + number)
+        row = {"layer": layer, "linear": linear, "rows": W.shape[0], "columns": W.shape[1]}
+        for pattern in PATTERNS:
+            started = time.perf_counter()
+            pruned = solvers.sparsegpt(W, H, pattern)
+            for kind, hessian in zip(SCORED, (H, decode, lee)):
+                row[f"{pattern} {kind}"] = relative_error(W, pruned, hessian)
+            row[f"{pattern} seconds"] = time.perf_counter() - started
+        for pattern in PATTERNS[1:]:
+            row[f"{pattern} position"] = position(row[f"{pattern} fitted"], row["2:4 fitted"], row["16:32+2 fitted"])
+        results.append(row)
+        print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    del model
+    lines = ["| layer | linear | rows x columns | " + " | ".join(f"{p} fitted / decode / lee" for p in PATTERNS)
+             + " | position 16:32g | position 16:32 | 16:32g s |", "|---|---|---|" + "---|" * (len(PATTERNS) + 3)]
+    for r in results:
+        lines.append(f"| {r['layer']} | {r['linear']} | {r['rows']} x {r['columns']} | "
+                     + " | ".join(" / ".join(f"{r[f'{p} {k}']:.4g}" for k in SCORED) for p in PATTERNS)
+                     + f" | {r['16:32g position']:.2f} | {r['16:32 position']:.2f} | {r['16:32g seconds']:.0f} |")
+
+    def mean(key: str) -> float:
+        return sum(r[key] for r in results) / len(results)
+
+    def ratio(pattern: str, kind: str) -> float:  # geometric mean of the loss against 16:32+2's
+        return math.exp(sum(math.log(r[f"{pattern} {kind}"] / r[f"16:32+2 {kind}"]) for r in results) / len(results))
+
+    summary = ["| pattern | mean position (fitted) | " + " | ".join(f"{k}: geomean / 16:32+2" for k in SCORED) + " |",
+               "|---|---|" + "---|" * len(SCORED)]
+    for pattern in PATTERNS:
+        where = "0 (by definition)" if pattern == "2:4" else "1 (by definition)" if pattern == "16:32+2" \
+            else f"{mean(f'{pattern} position'):.2f}"
+        summary.append(f"| {pattern} | {where} | " + " | ".join(f"{ratio(pattern, k):.3f}" for k in SCORED) + " |")
+    body = (f"{source}. {args.blocks} blocks of {ROW_BLOCK} contiguous rows of each linear (all rows where it has "
+            f"fewer), pruned in float32 by `solvers.sparsegpt` (1% damping, blocks of 128 columns, mask from the "
+            "updated weights as the loop reaches each group) under each pattern. Loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on "
+            "the fitted Hessian and on later decode positions and Lee text (held out). Position: where the fitted "
+            "loss falls between 2:4 (0) and 16:32+2 (1) on a log scale. A layer-loss proxy: no pass@1 was measured."
+            "\n\n" + "\n".join(summary) + "\n\nEach linear (losses fitted / decode / lee):\n\n" + "\n".join(lines)
+            + f"\n\nWhole run: {time.perf_counter() - began:.0f} s\n")
+    save_report(args.out, "benchmarks/grouped_quality_cpu.py", results,
+                "The 16:32g mask against 2:4, 16:32+2 and 16:32: SparseGPT's layer loss on Qwen's linears (CPU)",
+                torch.device("cpu"), body)
+
+
+if __name__ == "__main__":
+    main()
