@@ -90,10 +90,17 @@ def test_a_grouped_launch_keys_its_own_build_and_loop(monkeypatch):
     assert not sp24.times_both_builds(w, 1) and not sp24.early_trigger(w, 1)
     assert not sp24.stream_fits(w, 1, 1) and sp24._mixed_candidates(w, 1, 132) == []
     assert sp24.multicast_of(w, norm=False) == 0  # x staged as the column copy needs it, never by multicast
-    # the column copy counts against the staged x's shared memory, as for the slots' copy: more splits at batch 16
+    # a plain 2:4 weight of the same shape is another problem: its launch runs another loop
+    plain_same = sp24.tile(sp24.pack_nm(random_nm_weight(48, 544, 2, 4), 2, 4))
+    x = torch.zeros(1, 544, dtype=torch.bfloat16)
+    assert sp24.problem_key(x, w) != sp24.problem_key(x, plain_same)
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, w)))["layout"] == "grouped"
+    # x staged as its column copy alone takes as much shared memory as the rows alone (16 bytes a column and 8 rows);
+    # with the RMSNorm in front the rows are staged too, then copied: twice the splits at batch 16
     wide, wide_order = grouped(16, 4096, seed=2)
+    wide = sp24.tile_grouped(wide, wide_order)
     plain = sp24.tile(sp24.pack_nm(random_nm_weight(16, 4096, 2, 4), 2, 4))
-    assert (sp24.min_splits(sp24.tile_grouped(wide, wide_order), 16), sp24.min_splits(plain, 16)) == (4, 2)
+    assert (sp24.min_splits(wide, 16), sp24.min_splits(wide, 16, norm=True), sp24.min_splits(plain, 16)) == (2, 4, 2)
     built = fake_sp24_libraries(monkeypatch)
     sp24._load(grouped=True)
     assert built == [("-DSP24_GROUPED",)]

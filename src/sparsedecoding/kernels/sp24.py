@@ -858,25 +858,27 @@ def load() -> None:
     _load()  # without nvcc, only a library prebuilt into the cache (`cuda_mma.prebuilt`)
 
 
-def min_splits(w: Sp24Weight, batch: int) -> int:
+def min_splits(w: Sp24Weight, batch: int, norm: bool = False) -> int:
     """Fewest step ranges whose staged x fits the CTA's shared memory (with its column-major copy, for a weight with
-    overflow slots in an order that reads it, columns or mma, see over_loop)."""
+    overflow slots in an order that reads it, columns or mma, see over_loop; a grouped weight's launches without the
+    RMSNorm in front (`norm`) stage that copy alone)."""
     columns = w.ks * 32  # of x a step
-    step_bytes = 2 * columns * batch
+    rows = not (w.grouped and not norm)
+    step_bytes = 2 * columns * batch if rows else 0
     if over_loop(w, batch) in COPIES + (GROUPED,):
         step_bytes += columns * 16 * (1 if batch <= 8 else 2)  # 8 rows a column, 16 with two n-tiles
-    most_steps = (MAX_SMEM - 64 * batch) // step_bytes
+    most_steps = (MAX_SMEM - (64 * batch if rows else 0)) // step_bytes
     if most_steps < 1:
         raise KernelInputError(f"batch {batch} does not fit the kernel's shared memory")
     return -(-w.steps // most_steps)
 
 
-def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1) -> int:
+def default_splits(w: Sp24Weight, batch: int, sms: int, slices: int = 1, norm: bool = False) -> int:
     """Step ranges per row block (of ROWS_PER_BLOCK / `slices` rows): enough CTAs for about two per
     multiprocessor, each with at least two steps, and no fewer than the staged x needs."""
     row_blocks = -(-w.shape[0] // (ROWS_PER_BLOCK // slices))
     wanted = max(1, min(-(-2 * sms // row_blocks), w.steps // 2))
-    return max(wanted, min_splits(w, batch))
+    return max(wanted, min_splits(w, batch, norm))
 
 
 def stream_units(w: Sp24Weight) -> int:
@@ -1014,10 +1016,11 @@ class Sp24Launch:
         self.heavy = heavy
         self.pdl = sp24_pdl_setting() and torch.cuda.get_device_capability(self.device)[0] >= 9
         self.ctas = ctas
-        self.splits = 1 if ctas or heavy else default_splits(w, self.batch, sms, slices) if splits is None else splits
-        if not ctas and self.splits < min_splits(w, self.batch):
+        self.splits = 1 if ctas or heavy else default_splits(w, self.batch, sms, slices, norm) if splits is None \
+            else splits
+        if not ctas and self.splits < min_splits(w, self.batch, norm):
             raise KernelInputError(f"splits = {self.splits}: batch {self.batch} needs at least "
-                                   f"{min_splits(w, self.batch)} for its x to fit shared memory")
+                                   f"{min_splits(w, self.batch, norm)} for its x to fit shared memory")
         per_split = -(-w.steps // self.splits)
         self.used_splits = -(-w.steps // per_split)
         self.norm = norm
@@ -1172,7 +1175,7 @@ _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recordin
 # the fields of a `problem_key`, in order (`problem_text` reads them by name)
 PROBLEM_KEY_FIELDS = ("x_device", "x_shape", "x_dtype", "weight_device", "weight_shape", "code", "ks", "gk_shift",
                       "steps", "glu", "dense", "norm", "pdl", "half_meta", "early_trigger", "over_loop", "mma_ctas",
-                      "multicast", "stream_k", "handoff", "mixed")
+                      "multicast", "stream_k", "handoff", "mixed", "layout")
 
 
 def clusters_on(device: torch.device) -> bool:
@@ -1196,11 +1199,11 @@ _keys: dict[tuple, tuple] = {}  # problem_key's memo: (the settings' raw fingerp
 def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     """What a tuned launch is kept for: the problem, and SPARSEDECODING_SP24_PDL, _HALF_META and _EARLY_TRIGGER (a
     launch tuned under one value is not reused under another); for a weight with overflow slots, _OVER_LOOP and
-    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); _STREAM_K, _HANDOFF and _MIXED (fields:
+    _MMA_CTAS too; _MULTICAST where it applies (`multicast_of`); _STREAM_K, _HANDOFF and _MIXED; the `layout` (fields:
     PROBLEM_KEY_FIELDS). Memoised on the settings' raw values (`op.settings_fingerprint`) and the problem, so that
     an eager call does not parse every setting again (a bad value still raises, and is never memoised)."""
     fast = (settings_fingerprint(), x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift,
-            w.steps, w.glu, w.dense, norm, w.over_v is not None)
+            w.steps, w.glu, w.dense, norm, w.over_v is not None, w.quads, w.grouped)
     key = _keys.get(fast)
     if key is None:
         key = _keys[fast] = _problem_key(x, w, norm)
@@ -1212,7 +1215,13 @@ def _problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool) -> tuple:
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,
             sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting(),
-            sp24_handoff_setting(), sp24_mixed_value())
+            sp24_handoff_setting(), sp24_mixed_value(), layout(w))
+
+
+def layout(w: Sp24Weight) -> str:
+    """Which tiled layout w is beyond its code and slots: "grouped" (`tile_grouped`), "quads" (`tile_quads`) or ""
+    (its launches are tuned apart: the same shape in another layout runs another loop)."""
+    return "grouped" if w.grouped else "quads" if w.quads else ""
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -1342,7 +1351,7 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
                                "capturing a CUDA graph")
     batch = 1 if x.dim() == 1 else x.shape[0]
     check_inputs(x, w)
-    low = min_splits(w, batch)
+    low = min_splits(w, batch, norm is not None)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     if norm is not None:
         check_norm_inputs(x, w, norm[0], norm[1])

@@ -597,6 +597,38 @@ __device__ __forceinline__ void stage_columns(char* xs, int xstride, int units, 
   }
 }
 
+// OVER 6 without the RMSNorm in front: stage_columns' copy made straight from x in global memory (rows `batch` and
+// on, and columns from `in` on, zeros), at the start of shared memory, with no row-major staging: half the shared
+// memory of both at batch 9-16, so fewer splits are needed for x to fit.
+template <typename T, int NT>
+__device__ __forceinline__ void stage_columns_direct(char* xs, const T* __restrict__ x, int col0, int in, int units,
+                                                     int batch, int tid) {
+  for (int u = tid; u < units; u += kThreads) {
+    const int col = col0 + 8 * u;
+#pragma unroll
+    for (int part = 0; part < NT; ++part) {
+      uint32_t w[8][4];  // word i (columns 8u + 2i, 2i + 1) of rows 8·part + r
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const int row = 8 * part + r;
+        const uint4 v = row < batch && col < in ? *reinterpret_cast<const uint4*>(x + static_cast<size_t>(row) * in +
+                                                                                   col)
+                                                : make_uint4(0u, 0u, 0u, 0u);
+        w[r][0] = v.x; w[r][1] = v.y; w[r][2] = v.z; w[r][3] = v.w;
+      }
+      char* c = xs + part * (128 * units) + (32 * (u >> 2) + 2 * (u & 3)) * 16;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t sel = (e & 1) ? 0x7632u : 0x5410u;  // the high or the low halves of two words
+        const int i = e >> 1;
+        *reinterpret_cast<uint4*>(c + (8 * i + (e & 1)) * 16) =
+            make_uint4(__byte_perm(w[0][i], w[1][i], sel), __byte_perm(w[2][i], w[3][i], sel),
+                       __byte_perm(w[4][i], w[5][i], sel), __byte_perm(w[6][i], w[7][i], sel));
+      }
+    }
+  }
+}
+
 // One k-tile of a step: A from the step's registers (dequantized to exact codes for CODE 8 and 4), one mma.sp per
 // 8 rows of x into `acc`.
 // OVER 5 (a build with SP24_QUADS; 16-bit values): quad-placed slots (16:32+4q, kernels/quad_slots.py). Lane t of a
@@ -612,8 +644,9 @@ __device__ __forceinline__ uint32_t quad_meta_bits(uint32_t nib, int c, int t) {
   return ((nib >> 1) & 1u) == static_cast<uint32_t>(t & 1) && p != 3u ? p << at : 0u;
 }
 
-template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false,
-          bool GROUPED = false>
+// GROUPED (OVER 6): 0 no; 1 B gathered from the column copy after the staged rows (with the RMSNorm in front);
+// 2 from the column copy alone, staged from global memory at the start of shared memory (stage_columns_direct)
+template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false, int GROUPED = 0>
 __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, int k,
                                              const char* xs, int xstride, int local_step, int g, int t, int batch,
                                              uint2 nb = make_uint2(0u, 0u)) {
@@ -651,14 +684,14 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     // rows of x past the batch read the last row: their sums are never written, and no zeroing or predicate
     // is spent on them
     uint4 b;
-    if constexpr (GROUPED) {
+    if constexpr (GROUPED != 0) {
       // OVER 6: B row l (the k-tile's position l, as A's metadata counts it) is the column whose place (see
       // stage_columns) lane l's byte k names, read by ldmatrix from the column-major copy after the staged rows
       static_assert(CODE == 0 && S::ks == 8, "grouped columns: 16-bit values, one byte a lane and k-tile a step");
       const uint32_t word = k < 4 ? r.oc[0].x : r.oc[0].y;
       const uint32_t place = (word >> (8 * (k & 3))) & 0x1Fu;
-      const uint32_t xt = shared_address(xs + batch * xstride) + (32 * tile + place) * 16;
-      b = ldmatrix_x4<true>(xt + j * 8 * (xstride - 64));
+      const uint32_t xt = shared_address(GROUPED == 2 ? xs : xs + batch * xstride) + (32 * tile + place) * 16;
+      b = ldmatrix_x4<true>(xt + j * 8 * (xstride - 64));  // each part's copy: 16 bytes a staged column
     } else if constexpr (RAW) {
       // x unpermuted (SP24_MULTICAST): lane 8m + r gives row r of matrix m (columns 8m..8m + 7)
       const int lane = 4 * g + t;
@@ -690,8 +723,7 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
   }
 }
 
-template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false,
-          bool GROUPED = false>
+template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false, int GROUPED = 0>
 __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
                                              int xstride, int local_step, int g, int t, int batch) {
   using S = Steps<CODE>;
@@ -1007,6 +1039,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   // SP24_MULTICAST: x staged unpermuted by multicast bulk copies in clusters (see SP24_MULTICAST)
   constexpr bool kRawX = SP24_MULTICAST > 0 && !NORM && !DENSE && OVER == 0 && !STREAM;
+  // OVER 6: x only as its column copy, staged straight from global memory (2), or after the rows with the RMSNorm (1)
+  constexpr int kGrouped = OVER == 6 ? (NORM ? 1 : 2) : 0;
   __shared__ __align__(8) uint64_t x_landed;  // kRawX: the mbarrier that counts x's bytes in this CTA
   // SP24_INT4_HYBRID: one register buffer and the warp's slot of shared memory (see copy_step)
   // (not for 32-column scale groups: their slots, 40 KB a CTA, would pass the 48 KB of static shared memory)
@@ -1152,6 +1186,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
         "@!landed bra wait_x;\n"
         "}\n" ::"r"(bar)
         : "memory");
+  } else if constexpr (kGrouped == 2) {
+    stage_columns_direct<T, NT>(xs, x, col0, in, units, batch, tid);
   } else {
     for (int idx = tid; idx < (SP24_ABLATE == 9 ? 0 : batch * units); idx += kThreads) {
       const int n = idx / units, u = idx % units;
@@ -1171,7 +1207,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
     }
   }
   __syncthreads();
-  if constexpr (OVER == 3 || OVER == 4 || OVER == 6) {  // the column-major copy of the staged x (see over_step,
+  if constexpr (OVER == 3 || OVER == 4 || kGrouped == 1) {  // the column-major copy of the staged x (see over_step,
     // over_mma_step, compute_tile's GROUPED)
     stage_columns<NT>(xs, xstride, units, batch, tid);
     __syncthreads();
@@ -1368,8 +1404,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
-        compute_step<T, NT, CODE, SPS, DENSE, OVER == 5, kRawX, OVER == 6>(acc, r[b], xs, xstride, step + b - step0,
-                                                                             g, t, batch);
+        compute_step<T, NT, CODE, SPS, DENSE, OVER == 5, kRawX, kGrouped>(acc, r[b], xs, xstride, step + b - step0,
+                                                                            g, t, batch);
         if constexpr (OVER == 5 || OVER == 6) {
           // the quad-placed slots were added inside compute_step, k-tile by k-tile
         } else if constexpr (OVER == 4) {
@@ -1713,7 +1749,8 @@ cudaError_t launch(const Problem& p) {
                             : per_split;
   const int columns = staged * Steps<CODE>::ks * 32;
   // with the column copy
-  const int smem = p.batch * (2 * columns + 64) + (OVER == 3 || OVER == 4 || OVER == 6 ? columns * 16 * NT : 0);
+  const int smem = (OVER == 6 && !NORM ? 0 : p.batch * (2 * columns + 64)) +
+                   (OVER == 3 || OVER == 4 || OVER == 6 ? columns * 16 * NT : 0);
   if (smem > kMaxSmem) return cudaErrorInvalidValue;
   if (used > 1 && (p.partials == nullptr || p.counters == nullptr || (NORM && p.ss_slots == nullptr)))
     return cudaErrorInvalidValue;
