@@ -1353,14 +1353,16 @@ PY
   grouped)  # prepared in the sixty-ninth session (no model; carry .kcachez with sp24, sp24-columns and sp24-grouped of
     # the current sp24.cu): grouped columns (16:32g, OVER 6), their GPU tests, then grouped_bench.py (16:32g against
     # cuBLAS, plain 2:4 and 16:32+2, 8B + 14B, batch 1-16; the default build only, no early trigger or multicast, so
-    # that no other library is built here); about 5 minutes
+    # that no other library is built here); about a minute. SUFFIX (e.g. _direct) names the reports apart. Run in
+    # the sixty-ninth session twice: grouped_h200.md with x staged as rows and then copied (commit d03d90b's parent
+    # code), grouped_h200_direct.md with the copy staged straight from global memory (stage_columns_direct)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0
     timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -p no:cacheprovider -x 2>&1 | tail -15 \
-      | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped.log" || true
+      | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped${SUFFIX:-}.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 360 python3 grouped_bench.py \
-      --out "$OUT/grouped_${gpu:-gpu}.md" 2>&1 | grep -E "^\||rror" | tail -50) || true ;;
+      --out "$OUT/grouped_${gpu:-gpu}${SUFFIX:-}.md" 2>&1 | grep -E "^\||rror" | tail -50) || true ;;
   lease59)  # thirty-eighth session (no model; carry .kcachez with sp24, sp24-columns and sp24-quads of the current
     # sp24.cu): the quad-placed slot loop's GPU tests, then quad_slots_bench.py (quads against 16:32+2 on mma and
     # cuBLAS, 8B + 14B, batch 1-16; the default build only, SPARSEDECODING_SP24_EARLY_TRIGGER=0, so that no other
