@@ -187,3 +187,76 @@ def test_sparsegpt_prunes_to_16_32g():
 
     assert loss(solvers.sparsegpt(weight, hessian, "16:32")) < loss(pruned) < loss(solvers.sparsegpt(weight, hessian,
                                                                                                         "2:4"))
+
+
+def test_a_glu_weight_tiles_in_pairs_and_reads_back():
+    weight, order = grouped(64, 256, seed=8)
+    w = sp24.tile_grouped(weight, order, glu=True)
+    assert w.glu and w.out_features == 32
+    assert torch.equal(sp24.tiled_to_dense(w), weight.double())
+    assert torch.equal(partition(sp24.grouped_order(w)), partition(order))
+    with pytest.raises(KernelInputError, match="multiple of 32 rows"):
+        sp24.tile_grouped(*grouped(48, 256, seed=9), glu=True)
+
+
+def test_the_split_is_found_from_a_weight_or_turned_down():
+    from sparsedecoding.solvers import keep_mask
+    from sparsedecoding.patterns import SparsityPattern
+
+    weight, order = grouped(64, 256, seed=10)
+    found = sp24.grouped_split(weight)
+    assert found is not None and torch.equal(sp24.tiled_to_dense(sp24.tile_grouped(weight, found)), weight.double())
+    dense = torch.randn(64, 256, generator=torch.Generator().manual_seed(11))
+    plain = dense * keep_mask(dense.abs(), SparsityPattern.parse("16:32"))
+    assert sp24.grouped_split(plain) is None and sp24.grouped_split(weight[:40]) is None
+
+
+def test_a_16_32g_packed_linear_becomes_a_grouped_sp24_linear_and_saves_as_16_32():
+    """CPU: `tileable` takes a 16:32g linear (its mask beyond 16:32+2), `Sp24Linear.from_module` tiles it in grouped
+    columns, its forward (densified on the CPU) and its packed form are the weight's, and the state dict loads back
+    into a fresh layer in the same layout."""
+    from sparsedecoding.kernels.format import pack_nm
+    from sparsedecoding.kernels.linear import PackedLinear
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear, tileable
+
+    weight, _ = grouped(64, 256, seed=12)
+    module = PackedLinear(pack_nm(weight, 16, 32))
+    assert tileable(module, require_cuda=False, slots=True) is None
+    assert "16:32" in tileable(module, require_cuda=False, slots=False)
+    layer = Sp24Linear.from_module(module)
+    assert layer.grouped and not layer.slotted and (layer.n, layer.m) == (16, 32)
+    assert "16:32g" in repr(layer)
+    x = torch.randn(3, 256).bfloat16()
+    assert torch.equal(layer(x), torch.nn.functional.linear(x, weight))
+    assert torch.equal(layer.packed.to_dense(), weight)
+    fresh = Sp24Linear.from_module(module)
+    fresh.load_state_dict(layer.state_dict())
+    assert fresh.grouped and torch.equal(sp24.tiled_to_dense(fresh.weight), weight.double())
+    glu = Sp24Linear.from_module(module, glu=True)
+    assert glu.grouped and glu.glu and glu.out_features == 32
+
+
+@pytest.mark.gpu
+def test_a_grouped_sp24_linear_runs_eager_compiled_and_with_the_norm_in_front():
+    """On CUDA: the layer's eager and torch.compile'd calls (the custom ops) and `normed` against float64 products
+    of the weight, within the tuner's bound (the tuner checks each launch too)."""
+    from sparsedecoding.kernels.format import pack_nm
+    from sparsedecoding.kernels.linear import PackedLinear
+    from sparsedecoding.kernels.reference import rms_norm
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear
+
+    weight, _ = grouped(512, 1024, seed=13, device="cuda")
+    layer = Sp24Linear.from_module(PackedLinear(pack_nm(weight, 16, 32)))
+    assert layer.grouped
+    compiled = torch.compile(lambda t: layer(t), fullgraph=True)
+    for batch in (1, 8, 16):
+        x = torch.randn(batch, 1024, device="cuda").bfloat16()
+        exact = x.double() @ weight.double().T
+        scale = (x.double().abs() @ weight.double().abs().T).max()
+        for y in (layer(x), compiled(x)):
+            assert float((y.double() - exact).abs().max() / scale) < 2e-2
+        res, norm = torch.randn_like(x), torch.rand(1024, device="cuda").bfloat16() + 0.5
+        y, total = layer.normed(x, res, norm, 1e-6)
+        assert torch.equal(total, x + res)
+        expected = rms_norm(total, norm, 1e-6).double() @ weight.double().T
+        assert float((y.double() - expected).abs().max() / expected.abs().max()) < 2e-2

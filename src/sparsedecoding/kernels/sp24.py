@@ -544,14 +544,14 @@ def ungroup_columns(dense: torch.Tensor, order: torch.Tensor, r0: int) -> torch.
     return torch.zeros_like(dense).scatter_(1, index, dense)
 
 
-def tile_grouped(weight: torch.Tensor, order: torch.Tensor, arrange: bool = True) -> Sp24Weight:
+def tile_grouped(weight: torch.Tensor, order: torch.Tensor, arrange: bool = True, glu: bool = False) -> Sp24Weight:
     """The tiled layout of a 16:32g weight [out, in] of 16-bit values: `order` [row tiles, in / 32, 32] (int64) is
     each 16-row tile's word's columns as eight groups of four (positions 4q..4q + 3: group q), and
     every row keeps at most two weights in each group. The word's columns are tiled in that order (paired for the
     fewest bank conflicts first, `arrange_groups`, unless `arrange` is False), so each tile is a 2:4 weight that
     sp24.cu's OVER 6 multiplies with B's rows gathered from x in the same order; `over_o` holds each lane's place of
-    x (`place_of`) a k-tile. No GLU tiling yet. KernelInputError for codes, a wrong order, or a row that keeps three
-    or more of a group."""
+    x (`place_of`) a k-tile. With `glu`, a gate|up weight whose rows (and their tiles' orders) go in `glu_order`, as
+    for `tile`. KernelInputError for codes, a wrong order, or a row that keeps three or more of a group."""
     if weight.dtype not in (torch.bfloat16, torch.float16):
         raise KernelInputError(f"grouped columns take 16-bit values; got {weight.dtype}")
     out, in_features = weight.shape
@@ -562,6 +562,13 @@ def tile_grouped(weight: torch.Tensor, order: torch.Tensor, arrange: bool = True
     order = order.to(weight.device, torch.int64)
     if not torch.equal(order.sort(-1).values, torch.arange(32, device=order.device).expand_as(order)):
         raise KernelInputError("each word's order must be a permutation of its 32 columns")
+    if glu:
+        if out % 32:
+            raise KernelInputError(f"a GLU weight needs a multiple of 32 rows (gate and up halves of whole tiles); "
+                                   f"got {out}")
+        rows_in_order = glu_order(out, weight.device)
+        weight, order = weight[rows_in_order], order[rows_in_order[::GROUP_TILE_ROWS] // GROUP_TILE_ROWS]
+        return replace(tile_grouped(weight, order, arrange), glu=True)
     if arrange:
         order = arrange_groups(order)
     rows = torch.arange(out, device=weight.device) // GROUP_TILE_ROWS
@@ -597,12 +604,33 @@ def random_grouped(out: int, in_features: int, generator: torch.Generator,
     return weight.reshape(out, in_features).to(dtype), order
 
 
+def grouped_split(weight: torch.Tensor, first_words: int = 256) -> torch.Tensor | None:
+    """An order (`tile_grouped`) under which the 16:32 weight [out, in] (out a multiple of 16) is 16:32g, read off its
+    nonzeros (`solvers.grouped_order_of`), or None where some 16-row tile's word has none. The first `first_words`
+    words are tried alone first, so that a plain 16:32 weight (nearly every word breaks) is turned down cheaply."""
+    from ..solvers import grouped_order_of
+
+    out, in_features = weight.shape
+    if out % GROUP_TILE_ROWS or in_features % 32:
+        return None
+    words = (weight != 0).view(out // GROUP_TILE_ROWS, GROUP_TILE_ROWS, in_features // 32, 32).transpose(1, 2)
+    words = words.reshape(-1, GROUP_TILE_ROWS, 32)
+    if not bool(grouped_order_of(words[:first_words])[1].all()):
+        return None
+    order, found = grouped_order_of(words)
+    return order.view(out // GROUP_TILE_ROWS, in_features // 32, 32) if bool(found.all()) else None
+
+
 def grouped_order(w: Sp24Weight) -> torch.Tensor:
-    """The column order [row tiles, in / 32, 32] of a `tile_grouped` weight (as arranged), read from its places."""
+    """The column order [row tiles, in / 32, 32] of a `tile_grouped` weight (as arranged), read from its places; a
+    GLU weight's tiles in their original order (gate, then up)."""
     row_tiles, words = -(-w.shape[0] // GROUP_TILE_ROWS), w.shape[1] // 32
     places = w.over_o.view(row_tiles, w.steps, 32, w.ks).transpose(2, 3).reshape(row_tiles, -1, 32)[:, :words]
     column_at = torch.argsort(place_of(torch.arange(32, device=places.device)))  # place -> column
-    return column_at[places.long()]
+    order = column_at[places.long()]
+    if w.glu:  # tiled tile k holds original tile glu_order(...)[16k] / 16
+        order = order[torch.argsort(glu_order(w.shape[0], order.device)[::GROUP_TILE_ROWS])]
+    return order
 
 
 def _quad_slots_of(w: Sp24Weight, device: torch.device) -> quad_slots.QuadSlots:
@@ -731,7 +759,7 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     positions its metadata names) — independent of `tile`, for tests. A GLU weight's rows come back in their
     original order. Overflow slots are added as `untile_slots` reads them, quad-placed ones as
     `quad_slots.emulate` does."""
-    if w.grouped:
+    if w.grouped:  # (a GLU weight's rows come back in their original order first)
         return ungroup_columns(tiled_to_dense(replace(w, over_o=None, grouped=False)), grouped_order(w), 0)
     if w.quads:
         plain = tiled_to_dense(replace(w, over_v=None, over_o=None, quads=False))
@@ -1602,23 +1630,24 @@ def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
 def _sp24_op(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor | None, scales: torch.Tensor | None,
              row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
              gk_shift: int, groups: int, glu: bool, over_v: torch.Tensor | None = None,
-             over_o: torch.Tensor | None = None, dense: bool = False) -> torch.Tensor:
+             over_o: torch.Tensor | None = None, dense: bool = False, grouped: bool = False) -> torch.Tensor:
     """`sp24_linear` for torch.compile; `out_features` is the weight's rows (twice y's columns with `glu`);
-    `over_v` / `over_o`: a 16:32+K weight's overflow slots, or None; `dense`: a `tile_dense` weight (meta None)."""
+    `over_v` / `over_o`: a 16:32+K weight's overflow slots, or None; `dense`: a `tile_dense` weight (meta None);
+    `grouped`: a `tile_grouped` weight (its places in `over_o`)."""
     dtype = x.dtype
     return sp24_linear(x, Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, dtype, steps,
-                                     gk_shift, groups, glu, over_v, over_o, dense))
+                                     gk_shift, groups, glu, over_v, over_o, dense, grouped=grouped))
 
 
 @torch.library.custom_op("sparsedecoding::sp24_norm_mm", mutates_args=())
 def _sp24_norm_op(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor, eps: float, a: torch.Tensor,
                   meta: torch.Tensor, scales: torch.Tensor | None, row_scales: torch.Tensor | None, out_features: int,
                   in_features: int, code: int, steps: int, gk_shift: int, groups: int, glu: bool,
-                  over_v: torch.Tensor | None = None,
-                  over_o: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  over_v: torch.Tensor | None = None, over_o: torch.Tensor | None = None,
+                  grouped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """`sp24_norm_linear` for torch.compile: (W·rmsnorm(x + res), x + res)."""
     w = Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, x.dtype, steps, gk_shift, groups,
-                   glu, over_v, over_o)
+                   glu, over_v, over_o, grouped=grouped)
     return sp24_norm_linear(x, w, res, norm_weight, eps)
 
 
@@ -1626,8 +1655,8 @@ def _sp24_norm_op(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor,
 def _sp24_norm_fake(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor, eps: float, a: torch.Tensor,
                     meta: torch.Tensor, scales: torch.Tensor | None, row_scales: torch.Tensor | None,
                     out_features: int, in_features: int, code: int, steps: int, gk_shift: int, groups: int,
-                    glu: bool, over_v: torch.Tensor | None = None,
-                    over_o: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    glu: bool, over_v: torch.Tensor | None = None, over_o: torch.Tensor | None = None,
+                    grouped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features)), torch.empty_like(x))
 
 
@@ -1635,5 +1664,5 @@ def _sp24_norm_fake(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tenso
 def _sp24_fake(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor | None, scales: torch.Tensor | None,
                row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
                gk_shift: int, groups: int, glu: bool, over_v: torch.Tensor | None = None,
-               over_o: torch.Tensor | None = None, dense: bool = False) -> torch.Tensor:
+               over_o: torch.Tensor | None = None, dense: bool = False, grouped: bool = False) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features))

@@ -3,7 +3,10 @@
 one whose mask fits 16:32+2 (at most two kept weights beyond two in the groups of four of a 32-column word) becomes
 one too: its 2:4 part plus two overflow slots a row and word (`sp24.tile_overflow`), 1.31 bytes a weight at bf16
 against the packed format's 1.125 (int8 codes: 0.81 against 0.625), saved and loaded as the 16:32 packed format.
-Quantized ones take int8 codes, or int4 codes with `sp24.OVER_INT4_GROUP` columns a scale.
+Quantized ones take int8 codes, or int4 codes with `sp24.OVER_INT4_GROUP` columns a scale. A 16:32 one of 16-bit values
+whose mask is 16:32g (each 16-row tile's words split into groups of four, two kept a row and group: `--pattern
+16:32g`) becomes one as well, as 2:4 in each tile's own column order (`sp24.tile_grouped`, 1.19 bytes a weight),
+which comes first where a mask fits both.
 
 The tiled layout holds the same bytes as the packed format (kept values or codes, 4 bits of positions per 4
 columns, the scales), so the swap costs no memory; `packed` and `state_dict` give back the packed format exactly
@@ -27,8 +30,8 @@ from .overflow import merge_overflow_quantized, split_overflow, split_overflow_q
 from .quantized import PackedNMQ
 from .quantized_linear import QuantizedPackedLinear
 from .reference import rms_norm
-from .sp24 import OVER_INT4_GROUP, OVER_SLOTS, Sp24Weight, sp24_linear, sp24_norm_linear, step_tiles, \
-    tile, tile_overflow, to_dense, untile, untile_slots
+from .sp24 import OVER_INT4_GROUP, OVER_SLOTS, Sp24Weight, grouped_split, sp24_linear, sp24_norm_linear, \
+    step_tiles, tile, tile_grouped, tile_overflow, to_dense, untile, untile_slots
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +39,9 @@ log = logging.getLogger(__name__)
 class Sp24Linear(torch.nn.Module):
     """y = x·Wᵀ + bias for x [..., in], W [out, in] 2:4, held as the tiled buffers `a`, `meta` (and `scales` for
     int4, `row_scales` for int8) of an `Sp24Weight`; for a 16:32+2 weight (`slotted`), W's 2:4 part plus the
-    overflow slots `over_v`, `over_o`. With `glu` (a gate|up weight tiled for it, no bias), y = silu(gate)·up,
-    `out_features` = `rows` / 2 columns."""
+    overflow slots `over_v`, `over_o`; for a 16:32g weight (`grouped`), W as 2:4 in each tile's column order and the
+    order's places `over_o`. With `glu` (a gate|up weight tiled for it, no bias), y = silu(gate)·up, `out_features`
+    = `rows` / 2 columns."""
 
     def __init__(self, weight: Sp24Weight, bias: torch.Tensor | None = None):
         super().__init__()
@@ -45,8 +49,8 @@ class Sp24Linear(torch.nn.Module):
             raise KernelInputError("a GLU-tiled weight takes no bias (the kernel applies the activation to its sums)")
         self.rows, self.in_features = weight.shape
         self.out_features, self.glu = weight.out_features, weight.glu
-        self.slotted = weight.over_v is not None
-        self.n, self.m = (16, 32) if self.slotted else (2, 4)  # the pattern it is saved in
+        self.slotted, self.grouped = weight.over_v is not None, weight.grouped
+        self.n, self.m = (16, 32) if self.slotted or self.grouped else (2, 4)  # the pattern it is saved in
         self.quantize = {0: None, 8: "int8", 4: "int4"}[weight.code]
         self.group_size = {0: None, 8: self.in_features, 4: 32 << weight.gk_shift}[weight.code]
         self.code, self.value_dtype, self.steps = weight.code, weight.dtype, weight.steps
@@ -90,8 +94,9 @@ class Sp24Linear(torch.nn.Module):
 
     @classmethod
     def from_module(cls, module: PackedLinear | QuantizedPackedLinear, glu: bool = False) -> Sp24Linear:
-        """`module`'s weight tiled (a 16:32 one as its 2:4 part plus overflow slots: PackingError, in one line, if
-        its mask does not fit 16:32+2); with `glu`, as a gate|up weight whose output is silu(gate)·up."""
+        """`module`'s weight tiled (a 16:32 one in grouped columns where its mask is 16:32g, else as its 2:4 part plus
+        overflow slots: PackingError, in one line, if its mask fits neither); with `glu`, as a gate|up weight whose
+        output is silu(gate)·up."""
         return cls(_tiled(module.packed, glu), module.bias)
 
     @property
@@ -104,7 +109,8 @@ class Sp24Linear(torch.nn.Module):
                 or cached.over_v is not buffers["over_v"] or cached.over_o is not buffers["over_o"]:
             cached = Sp24Weight(buffers["a"], buffers["meta"], buffers["scales"], buffers["row_scales"],
                                 (self.rows, self.in_features), self.code, self.value_dtype, self.steps,
-                                self.gk_shift, self.groups, self.glu, buffers["over_v"], buffers["over_o"])
+                                self.gk_shift, self.groups, self.glu, buffers["over_v"], buffers["over_o"],
+                                grouped=self.grouped)
             self.__dict__["_weight"] = cached
         return cached
 
@@ -113,7 +119,7 @@ class Sp24Linear(torch.nn.Module):
         """The packed weight (`PackedNM` or `PackedNMQ`) this layer holds, rebuilt exactly from the tiles; for a
         16:32+2 weight, the 16:32 packed weight of its nonzeros (`pack_nm`: a kept weight of value zero, which the
         tiles do not record, may come back in another position of its word)."""
-        if not self.slotted:
+        if not self.slotted and not self.grouped:
             return untile(self.weight)
         if self.code == 0:
             return pack_nm(to_dense(self.weight), 16, 32)
@@ -152,7 +158,7 @@ class Sp24Linear(torch.nn.Module):
             y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), buffers["a"], buffers["meta"], buffers["scales"],
                                                  buffers["row_scales"], self.rows, self.in_features, self.code,
                                                  self.steps, self.gk_shift, self.groups, self.glu, buffers["over_v"],
-                                                 buffers["over_o"])
+                                                 buffers["over_o"], False, self.grouped)
         else:
             y = sp24_linear(x2.contiguous(), self.weight)
         bias = buffers["bias"]
@@ -178,7 +184,7 @@ class Sp24Linear(torch.nn.Module):
             y, total = torch.ops.sparsedecoding.sp24_norm_mm(
                 x2.contiguous(), res2.contiguous(), norm_weight, eps, self.a, self.meta, self.scales,
                 self.row_scales, self.rows, self.in_features, self.code, self.steps, self.gk_shift, self.groups,
-                self.glu, self.over_v, self.over_o)
+                self.glu, self.over_v, self.over_o, self.grouped)
         else:
             y, total = sp24_norm_linear(x2.contiguous(), self.weight, res2.contiguous(), norm_weight, eps)
         if self.bias is not None:
@@ -226,6 +232,7 @@ class Sp24Linear(torch.nn.Module):
             return
         for name in _TILED:
             self._buffers[name] = getattr(weight, name)
+        self.slotted, self.grouped = weight.over_v is not None, weight.grouped  # the loaded mask's layout
         if self.bias is not None:
             self.bias.copy_(state_dict[prefix + "bias"])
         if self._buffers["dense"] is not None:  # the copy follows the loaded weight
@@ -235,7 +242,8 @@ class Sp24Linear(torch.nn.Module):
         values = {0: str(self.value_dtype).replace("torch.", ""), 8: "int8",
                   4: f"int4, group_size={32 << self.gk_shift}"}
         glu = f", silu(gate)·up of {self.rows} rows" if self.glu else ""
-        pattern = f"16:32+{OVER_SLOTS} (2:4 tiles + {OVER_SLOTS} overflow slots a word)" if self.slotted else "2:4"
+        pattern = f"16:32+{OVER_SLOTS} (2:4 tiles + {OVER_SLOTS} overflow slots a word)" if self.slotted else \
+            "16:32g (2:4 in each tile's column order)" if self.grouped else "2:4"
         copy = f", dense copy from {self.dense_from_rows} rows" if self._buffers["dense"] is not None else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, pattern={pattern}, "
                 f"{values[self.code]}{glu}, tiled for sparse tensor cores{copy}")
@@ -245,12 +253,17 @@ _TILED = ("a", "meta", "scales", "row_scales", "over_v", "over_o")  # an Sp24Wei
 
 
 def _tiled(packed: PackedNM | PackedNMQ, glu: bool) -> Sp24Weight:
-    """`packed` in the kernel's layout: a 2:4 weight by `sp24.tile`, a 16:32 one as its 2:4 part plus overflow
-    slots (`sp24.tile_overflow`; PackingError if its nonzeros do not fit 16:32+2)."""
+    """`packed` in the kernel's layout: a 2:4 weight by `sp24.tile`, a 16:32 one of 16-bit values whose mask is
+    16:32g in grouped columns (`sp24.tile_grouped`), any other 16:32 one as its 2:4 part plus overflow slots
+    (`sp24.tile_overflow`; PackingError if its nonzeros do not fit 16:32+2)."""
     if (packed.n, packed.m) == (16, 32):
         if isinstance(packed, PackedNMQ):
             return tile_overflow(split_overflow_quantized(packed, OVER_SLOTS), glu)
-        return tile_overflow(split_overflow(packed.to_dense(), OVER_SLOTS), glu)
+        dense = packed.to_dense()
+        order = grouped_split(dense)
+        if order is not None:
+            return tile_grouped(dense, order, glu=glu)
+        return tile_overflow(split_overflow(dense, OVER_SLOTS), glu)
     return tile(packed, glu)
 
 
@@ -277,10 +290,11 @@ def tileable(module: torch.nn.Module, require_cuda: bool = True, slots: bool = F
                 and module.group_size != OVER_INT4_GROUP:
             return (f"pattern 16:32 with int4 group size {module.group_size} (overflow slots with int4 codes run "
                     f"{OVER_INT4_GROUP} columns a scale)")
-        over = words_over_cap(module.packed.to_dense(), OVER_SLOTS)
-        if over:
+        dense = module.packed.to_dense()
+        over = words_over_cap(dense, OVER_SLOTS)
+        if over and not (isinstance(module, PackedLinear) and grouped_split(dense) is not None):
             return (f"pattern 16:32 with {over} mask words beyond 16:32+{OVER_SLOTS} (prune with --pattern "
-                    f"16:32+{OVER_SLOTS} to run it on sparse tensor cores)")
+                    f"16:32+{OVER_SLOTS} or 16:32g to run it on sparse tensor cores)")
     elif (module.n, module.m) != (2, 4):
         return f"pattern {module.n}:{module.m} (sparse tensor cores run 2:4, and 16:32 masks that fit 16:32+2)"
     if isinstance(module, QuantizedPackedLinear) and module.quantize == "int4":
@@ -384,9 +398,27 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
                  tiled, OVER_SLOTS)
         _load_columns_build({(module.weight.build_ks, module.weight.build_int4_ks) for module in model.modules()
                              if isinstance(module, Sp24Linear) and module.slotted})
+    grouped = sum(isinstance(module, Sp24Linear) and module.grouped for module in model.modules())
+    if grouped:
+        log.info("%d of the %d linears on sparse tensor cores are 16:32g (2:4 in each tile's column order)", grouped,
+                 tiled)
+        _load_grouped_build()
     if norms:
         fuse_norms(model)
     return tiled
+
+
+def _load_grouped_build() -> None:
+    """Build (or load) now, not at the first launch of a decode, the kernel library with grouped columns (OVER 6);
+    EngineError, in one line, if it cannot be built."""
+    from . import cuda_mma
+    from .sp24 import _load
+
+    try:
+        _load(grouped=True)
+    except cuda_mma.CudaKernelUnavailableError as exc:
+        raise EngineError(f"the sparse tensor-core kernel's build with grouped columns failed ({exc}); set "
+                          "SPARSEDECODING_SP24_SLOTS=0 to keep 16:32 linears on the packed kernels") from exc
 
 
 def _on_cuda(module: QuantizedPackedLinear) -> bool:
