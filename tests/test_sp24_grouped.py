@@ -260,3 +260,16 @@ def test_a_grouped_sp24_linear_runs_eager_compiled_and_with_the_norm_in_front():
         assert torch.equal(total, x + res)
         expected = rms_norm(total, norm, 1e-6).double() @ weight.double().T
         assert float((y.double() - expected).abs().max() / expected.abs().max()) < 2e-2
+
+
+def test_random_16_32g_weights_for_the_presets_have_a_split_in_every_tile_word():
+    from sparsedecoding.engine.loading import random_packed
+    from sparsedecoding.patterns import SparsityPattern
+
+    generator = torch.Generator().manual_seed(14)
+    packed = random_packed(64, 256, SparsityPattern.parse("16:32g"), torch.bfloat16, "cpu", generator)
+    dense = packed.to_dense()
+    assert (packed.n, packed.m) == (16, 32) and bool(((dense != 0).view(64, 8, 32).sum(-1) == 16).all())
+    assert sp24.grouped_split(dense) is not None
+    plain = random_packed(64, 256, SparsityPattern.parse("16:32"), torch.bfloat16, "cpu", generator)
+    assert sp24.grouped_split(plain.to_dense()) is None
