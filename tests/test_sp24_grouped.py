@@ -273,3 +273,16 @@ def test_random_16_32g_weights_for_the_presets_have_a_split_in_every_tile_word()
     assert sp24.grouped_split(dense) is not None
     plain = random_packed(64, 256, SparsityPattern.parse("16:32"), torch.bfloat16, "cpu", generator)
     assert sp24.grouped_split(plain.to_dense()) is None
+
+
+@pytest.mark.gpu
+def test_sparsegpt_prunes_to_16_32g_on_the_gpu_without_a_graph():
+    """The split's search decides on the host when to stop, so the column loop runs uncaptured for 16:32g."""
+    from sparsedecoding import solvers
+    from sparsedecoding.patterns import SparsityPattern
+
+    generator = torch.Generator(device="cuda").manual_seed(15)
+    weight = torch.randn(64, 256, device="cuda", generator=generator)
+    x = torch.randn(1024, 256, device="cuda", generator=generator)
+    pruned = solvers.sparsegpt(weight, x.T @ x / 1024, "16:32g")
+    assert solvers.placement_breaks(pruned != 0, SparsityPattern.parse("16:32g")) == 0

@@ -1252,7 +1252,9 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     fixed = W == 0 if keep_zeros else None
     segments = tuple(weight.shape[0] for weight in weights)
     H = normalized_hessian(hessian.to(W.device), compute)
-    use_graph = W.is_cuda if cuda_graph is None else cuda_graph
+    # 16:32g's split is a search whose rounds stop when no swap helps (a host decision): no CUDA graph for it
+    use_graph = (W.is_cuda if cuda_graph is None else cuda_graph) and not (pattern is not None
+                                                                             and pattern.placement == "groups")
     float16 = any(weight.dtype == torch.float16 for weight in weights)
 
     dead = H.diagonal() == 0  # inputs that were always zero: any weight there is free to prune
