@@ -1364,12 +1364,12 @@ PY
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 360 python3 grouped_bench.py \
       --out "$OUT/grouped_${gpu:-gpu}${SUFFIX:-}.md" 2>&1 | grep -E "^\||rror" | tail -50) || true ;;
   grouped-e2e)  # prepared in the sixty-ninth session (carry .kcachez as for grouped): the Llama-3.1-8B preset's
-    # decode in the engine, dense against 2:4, 16:32+2 and 16:32g (random masks; the 16:32 ones on the 2:4 kernel,
+    # decode in the engine, dense against 16:32+2 and 16:32g (random masks; the 16:32 ones on the 2:4 kernel,
     # 16:32g in grouped columns) at batch 1, 8 and 16, the default build only; about 5 minutes
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0 timeout 560 python3 -m sparsedecoding bench \
-      --preset llama-3.1-8b --pattern 2:4 16:32+2 16:32g --batch 1 8 16 --repeats 2 \
+      --preset llama-3.1-8b --pattern 16:32+2 16:32g --batch 1 8 16 --repeats 2 --new-tokens 128 \
       --out "$OUT/e2e_grouped_${gpu:-gpu}_8b.md" 2>&1 | grep -E "^\||rror" | tail -30 || true ;;
   lease59)  # thirty-eighth session (no model; carry .kcachez with sp24, sp24-columns and sp24-quads of the current
     # sp24.cu): the quad-placed slot loop's GPU tests, then quad_slots_bench.py (quads against 16:32+2 on mma and
