@@ -286,3 +286,25 @@ def test_sparsegpt_prunes_to_16_32g_on_the_gpu_without_a_graph():
     x = torch.randn(1024, 256, device="cuda", generator=generator)
     pruned = solvers.sparsegpt(weight, x.T @ x / 1024, "16:32g")
     assert solvers.placement_breaks(pruned != 0, SparsityPattern.parse("16:32g")) == 0
+
+
+def test_admm_prunes_to_16_32g_with_each_split_search_starting_from_the_last():
+    from sparsedecoding import solvers
+    from sparsedecoding.patterns import SparsityPattern
+
+    generator = torch.Generator().manual_seed(16)
+    weight = torch.randn(32, 128, generator=generator)
+    x = torch.randn(512, 128, generator=generator)
+    hessian = x.T @ x / 512
+    pruned = solvers.admm(weight, hessian, "16:32g", iterations=20)
+    assert solvers.placement_breaks(pruned != 0, SparsityPattern.parse("16:32g")) == 0
+    score = torch.rand(32, 128, generator=generator)
+    _, split = solvers.grouped_mask_and_split(score, SparsityPattern.parse("16:32g"))
+    again, same = solvers.grouped_mask_and_split(score, SparsityPattern.parse("16:32g"), split)
+    assert torch.equal(same, split)  # a split no swap improves stays as it is
+
+    def loss(p):
+        delta = weight - p
+        return float(((delta @ hessian) * delta).sum())
+
+    assert loss(pruned) < loss(solvers.admm(weight, hessian, "2:4", iterations=20))

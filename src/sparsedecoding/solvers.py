@@ -260,6 +260,7 @@ def quad_placed_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torc
 GROUP_SWAPS = [(i, j) for i in range(32) for j in range(i + 1, 32) if i // 4 != j // 4]  # 448 swaps across groups
 GROUP_SEARCH_ROUNDS = 64  # best-improvement swaps a word at most (a random 16x32 word settles in about 15-25)
 _GROUP_CHUNK = 512  # words searched at once: 512 x 448 swaps x 16 rows x 8 scores in float32 is about 117 MB
+_GROUP_CHUNK_CUDA = 8192  # on a GPU (about 1.9 GB), where fewer, larger launches are what saves time
 
 
 def _top_two(x: torch.Tensor) -> torch.Tensor:
@@ -274,19 +275,21 @@ def grouped_fit(words: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     return _top_two(grouped.view(*words.shape[:2], 8, 4)).sum((1, 2))
 
 
-def grouped_partition(words: torch.Tensor, rounds: int = GROUP_SEARCH_ROUNDS) -> torch.Tensor:
+def grouped_partition(words: torch.Tensor, rounds: int = GROUP_SEARCH_ROUNDS,
+                      start: torch.Tensor | None = None) -> torch.Tensor:
     """A split of each word's 32 columns into eight groups of four that keeps much of its scores under a 16:32g mask:
     `words` [W, rows, 32] (non-negative scores, the rows sharing the split) -> order [W, 32] (positions 4q..4q + 3
-    hold group q). Local search from the plain 2:4 groups: each round takes, in every word, the swap of two columns
-    of different groups that raises `grouped_fit` most, until none does (or `rounds`). Never worse than 2:4's groups;
-    not always the optimum (the split is a combinatorial choice)."""
+    hold group q). Local search from the plain 2:4 groups (or from `start` [W, 32], an earlier split): each round
+    takes, in every word, the swap of two columns of different groups that raises `grouped_fit` most, until none does
+    (or `rounds`). Never worse than where it starts; not always the optimum (the split is a combinatorial choice)."""
     count, rows, _ = words.shape
     swap_i = torch.tensor([i for i, _ in GROUP_SWAPS], device=words.device)
     swap_j = torch.tensor([j for _, j in GROUP_SWAPS], device=words.device)
     column = torch.arange(len(GROUP_SWAPS), device=words.device)
-    order = torch.arange(32, device=words.device).repeat(count, 1)
-    for start in range(0, count, _GROUP_CHUNK):
-        part, sub = words[start:start + _GROUP_CHUNK], order[start:start + _GROUP_CHUNK]
+    order = torch.arange(32, device=words.device).repeat(count, 1) if start is None else start.clone()
+    chunk = _GROUP_CHUNK_CUDA if words.is_cuda else _GROUP_CHUNK
+    for first in range(0, count, chunk):
+        part, sub = words[first:first + chunk], order[first:first + chunk]
         live = torch.arange(part.shape[0], device=words.device)
         for _ in range(rounds):
             scores = part[live]
@@ -391,17 +394,24 @@ def _order_by_search(kept: torch.Tensor) -> torch.Tensor | None:
 def grouped_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Tensor:
     """The mask for 16:32g: each 16-row tile's 32-column word split into groups of four by `grouped_partition` on
     its scores, and each row keeping the two largest of every group. Needs a multiple of 16 rows."""
+    return grouped_mask_and_split(score, pattern)[0]
+
+
+def grouped_mask_and_split(score: torch.Tensor, pattern: SparsityPattern,
+                           start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`grouped_keep_mask`'s mask and the split it keeps in (order [words, 32], words tile by tile), the search
+    starting from `start` (an earlier call's split, as ADMM's projections pass theirs on) where given."""
     rows, cols = score.shape
     words = score.reshape(rows // PLACED_TILE_ROWS, PLACED_TILE_ROWS, cols // pattern.m, pattern.m).transpose(1, 2)
     words = words.reshape(-1, PLACED_TILE_ROWS, pattern.m).float()
-    order = grouped_partition(words)
+    order = grouped_partition(words, start=start)
     grouped = words.gather(2, order.unsqueeze(1).expand(-1, PLACED_TILE_ROWS, -1)).view(-1, PLACED_TILE_ROWS, 8, 4)
     kept_grouped = torch.zeros_like(grouped, dtype=torch.bool)
     kept_grouped.scatter_(3, grouped.topk(2, dim=3).indices, True)
     kept = torch.zeros_like(words, dtype=torch.bool)
     kept.scatter_(2, order.unsqueeze(1).expand(-1, PLACED_TILE_ROWS, -1), kept_grouped.view(-1, PLACED_TILE_ROWS, 32))
     return kept.view(rows // PLACED_TILE_ROWS, cols // pattern.m, PLACED_TILE_ROWS, pattern.m).transpose(1, 2) \
-        .reshape(rows, cols)
+        .reshape(rows, cols), order
 
 
 def magnitude(weight: torch.Tensor, hessian: torch.Tensor | None, pattern: SparsityPattern | str) -> torch.Tensor:
@@ -781,7 +791,12 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     eigenvalues = eigenvalues.clamp_min(damping)  # H + λI ≥ λ; rounding can put the smallest a hair below
     solve = EigenProducts(Q, products)
     G = W @ A
-    kept = keep_mask(W.abs(), pattern)
+    # 16:32g: each projection's split search starts from the last one's (the scores move little between steps)
+    split = None
+    if pattern.placement == "groups":
+        kept, split = grouped_mask_and_split(W.abs(), pattern)
+    else:
+        kept = keep_mask(W.abs(), pattern)
     D = W * kept
     V = torch.zeros_like(W)
     first, last = ADMM_RHO
@@ -791,7 +806,11 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     for step in range(1, iterations + 1):
         X = solve(G + rho * (D - V), eigenvalues + rho)
         X += V
-        previous, kept = kept, projection(X.abs(), pattern)
+        previous = kept
+        if split is not None:
+            kept, split = grouped_mask_and_split(X.abs(), pattern, split)
+        else:
+            kept = projection(X.abs(), pattern)
         D = X * kept if grid is None or step < grid_from else grid(X * kept, kept)
         V = X.sub_(D)
         rho *= growth
