@@ -1371,6 +1371,16 @@ PY
     SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0 timeout 560 python3 -m sparsedecoding bench \
       --preset llama-3.1-8b --pattern 16:32+2 16:32g --batch 1 8 16 --repeats 2 --new-tokens 128 \
       --out "$OUT/e2e_grouped_${gpu:-gpu}_8b.md" 2>&1 | grep -E "^\||rror" | tail -30 || true ;;
+  quality-grouped)  # prepared in the sixty-ninth session: quality-grouped-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-grouped.json (one item, q16g: plan-admm2b's q16o2 with --pattern 16:32g; its rule fixed
+    # before any run); about 10 minutes from the model's arrival (one prune, its dev row, its held-out pick)
+    recipes benchmarks/recipes/plan-grouped.json /root/recipes-grouped quality-grouped-qwen2.5-coder-1.5b ;;
+  lease-s69)  # prepared in the sixty-ninth session: the second grouped build's kernel bench and GPU tests
+    # (SUFFIX=_direct grouped, about a minute), then quality-grouped in the background. Run it as
+    # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s69` (carry .kcachez with sp24, sp24-columns and
+    # sp24-grouped of the current sp24.cu, .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive &&
+    # models` with the last, then `WAIT=... collect`
+    SUFFIX=_direct bash benchmarks/h200.sh grouped; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped ;;
   lease59)  # thirty-eighth session (no model; carry .kcachez with sp24, sp24-columns and sp24-quads of the current
     # sp24.cu): the quad-placed slot loop's GPU tests, then quad_slots_bench.py (quads against 16:32+2 on mma and
     # cuBLAS, 8B + 14B, batch 1-16; the default build only, SPARSEDECODING_SP24_EARLY_TRIGGER=0, so that no other
