@@ -264,8 +264,27 @@ _GROUP_CHUNK_CUDA = 8192  # on a GPU (about 1.9 GB), where fewer, larger launche
 
 
 def _top_two(x: torch.Tensor) -> torch.Tensor:
-    """The sum of the two largest of the last dimension (of four)."""
-    return x.topk(2, dim=-1).values.sum(-1)
+    """The sum of the two largest of the last dimension (of four), by elementwise max and min (`topk` along a
+    dimension of four is slow, on the CPU most of all): the largest is the larger pair maximum, the second the larger
+    of the smaller pair maximum and the larger pair minimum."""
+    a, b, c, d = x.unbind(-1)
+    high1, high2 = torch.maximum(a, b), torch.maximum(c, d)
+    low = torch.maximum(torch.minimum(a, b), torch.minimum(c, d))
+    return torch.maximum(high1, high2) + torch.maximum(torch.minimum(high1, high2), low)
+
+
+_OTHERS = ((1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2))  # each entry of a group of four: the other three
+
+
+def _others_top_two(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each entry of each group of four (`grouped` [..., 8, 4]): the sum of the two largest of the group's other
+    three entries, and the second largest of them; both flattened to [..., 32] by position."""
+    others = grouped[..., torch.tensor(_OTHERS, device=grouped.device)]  # [..., 8, 4, 3]
+    a, b, c = others.unbind(-1)
+    high, low = torch.maximum(a, b), torch.minimum(a, b)
+    largest = torch.maximum(high, c)
+    second = torch.maximum(low, torch.minimum(high, c))
+    return (largest + second).flatten(-2), second.flatten(-2)
 
 
 def grouped_fit(words: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
@@ -285,7 +304,6 @@ def grouped_partition(words: torch.Tensor, rounds: int = GROUP_SEARCH_ROUNDS,
     count, rows, _ = words.shape
     swap_i = torch.tensor([i for i, _ in GROUP_SWAPS], device=words.device)
     swap_j = torch.tensor([j for _, j in GROUP_SWAPS], device=words.device)
-    column = torch.arange(len(GROUP_SWAPS), device=words.device)
     order = torch.arange(32, device=words.device).repeat(count, 1) if start is None else start.clone()
     chunk = _GROUP_CHUNK_CUDA if words.is_cuda else _GROUP_CHUNK
     for first in range(0, count, chunk):
@@ -293,13 +311,15 @@ def grouped_partition(words: torch.Tensor, rounds: int = GROUP_SEARCH_ROUNDS,
         live = torch.arange(part.shape[0], device=words.device)
         for _ in range(rounds):
             scores = part[live]
-            grouped = scores.gather(2, sub[live].unsqueeze(1).expand(-1, rows, -1)).view(-1, rows, 8, 4)
+            placed = scores.gather(2, sub[live].unsqueeze(1).expand(-1, rows, -1))  # [L, rows, 32], in order
+            grouped = placed.view(-1, rows, 8, 4)
             base = _top_two(grouped).sum(1)  # [L, 8]
-            gi, gj = swap_i // 4, swap_j // 4
-            a, b = grouped[:, :, gi].clone(), grouped[:, :, gj].clone()  # [L, rows, 448, 4]
-            a[:, :, column, swap_i % 4] = grouped[:, :, gj, swap_j % 4]
-            b[:, :, column, swap_j % 4] = grouped[:, :, gi, swap_i % 4]
-            gain = (_top_two(a) + _top_two(b)).sum(1) - base[:, gi] - base[:, gj]  # [L, 448]
+            # swapping the columns at positions i and j: group i / 4 loses its entry i and gains j's value v, and its
+            # new top two is (the top two of its other three) + relu(v - the second of those three); so for j's too
+            top, second = _others_top_two(grouped)  # [L, rows, 32] each, by position
+            gain = (top[:, :, swap_i] + (placed[:, :, swap_j] - second[:, :, swap_i]).clamp_min(0)
+                    + top[:, :, swap_j] + (placed[:, :, swap_i] - second[:, :, swap_j]).clamp_min(0)).sum(1) \
+                - base[:, swap_i // 4] - base[:, swap_j // 4]  # [L, 448]
             best, pick = gain.max(1)
             moves = best > 1e-6 * base.sum(1).clamp_min(1e-30)
             if not bool(moves.any()):
