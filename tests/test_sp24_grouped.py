@@ -308,3 +308,14 @@ def test_admm_prunes_to_16_32g_with_each_split_search_starting_from_the_last():
         return float(((delta @ hessian) * delta).sum())
 
     assert loss(pruned) < loss(solvers.admm(weight, hessian, "2:4", iterations=20))
+
+
+def test_a_kept_weight_of_value_zero_still_finds_its_split():
+    """A weight pruned to 16:32g whose kept value rounded to zero reads as a row keeping 15: the split is still found
+    (at most two in that row's groups) and the weight tiles."""
+    weight, _ = grouped(32, 64, seed=17)
+    kept_at = (weight[3] != 0).nonzero().flatten()
+    weight[3, kept_at[:2]] = 0  # two kept weights of row 3 become zeros
+    order = sp24.grouped_split(weight)
+    assert order is not None
+    assert torch.equal(sp24.tiled_to_dense(sp24.tile_grouped(weight, order)), weight.double())

@@ -331,6 +331,7 @@ def grouped_partition(words: torch.Tensor, rounds: int = GROUP_SEARCH_ROUNDS,
     return order
 
 
+SEARCH_NODES = 10_000  # `_order_by_search`'s groups tried a word before it gives up
 _TRIPLES: torch.Tensor | None = None  # the 4960 sets of three of 32 columns, [4960, 3]
 
 
@@ -344,8 +345,9 @@ def _triples(device: torch.device) -> torch.Tensor:
 def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A split of each word's columns under which its mask is 16:32g, read off the mask: `kept` [W, rows, 32] (bool,
     the rows sharing the split) -> (order [W, 32], positions 4q..4q + 3 holding group q; found [W], whether every row
-    keeps exactly two of every group). Each column's kept rows are one base-3 number (digit r: row r), so a group of
-    four is a pair of pairs whose numbers add up to all twos. Group by group, the lowest column f not yet placed
+    keeps exactly two of every group; at most two in a row that keeps fewer than 16, see `_order_by_search`). Each
+    column's kept rows are one base-3 number (digit r: row r), so a group of four is a pair of pairs whose numbers
+    add up to all twos. Group by group, the lowest column f not yet placed
     joins the first other column x for which some pair of columns not yet placed completes (f, x), found by binary
     search among the word's sorted pair numbers. Where that first choice leads nowhere or two pairs share a number
     (never seen on masks from `grouped_keep_mask`), the word is searched again with backtracking
@@ -388,18 +390,27 @@ def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _order_by_search(kept: torch.Tensor) -> torch.Tensor | None:
-    """`grouped_order_of` for one word [rows, 32] by depth-first search over every fitting group; None if none."""
-    digits = 3 ** torch.arange(kept.shape[0], dtype=torch.int64, device=kept.device)
-    codes = (kept.to(torch.int64) * digits.view(-1, 1)).sum(0)  # [32]: as grouped_order_of codes them
+    """`grouped_order_of` for one word [rows, 32] by depth-first search over every fitting group; None if none. A row
+    that keeps fewer than 16 (a kept weight whose value is zero, which a mask read off the weights cannot tell from a
+    pruned one) needs at most two in each group, the others exactly two. Gives up (None) after SEARCH_NODES groups
+    tried, so that a mask with much slack cannot make it run for long."""
+    counts = kept.to(torch.int8).T  # [32, rows]
+    tried = 0
+    full = kept.sum(1) == 16  # [rows]
     triples = _triples(kept.device)
-    sums = codes[triples].sum(1)  # [4960]
-    twos = int(2 * digits.sum())
+    sums = counts[triples].sum(1)  # [4960, rows]
 
     def extend(placed: torch.Tensor, chosen: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        nonlocal tried
         if bool(placed.all()):
             return chosen
+        tried += 1
+        if tried > SEARCH_NODES:
+            return None
         first = int((~placed).to(torch.int8).argmax())
-        fits = (~placed[triples].any(1)) & (triples != first).all(1) & (sums == twos - codes[first])
+        need = 2 - counts[first]
+        fits = (~placed[triples].any(1)) & (triples != first).all(1) \
+            & ((sums == need) | (~full & (sums <= need))).all(1)
         for pick in triples[fits]:
             members = torch.cat([torch.tensor([first], device=kept.device), pick])
             result = extend(placed.index_fill(0, members, True), chosen + [members])
