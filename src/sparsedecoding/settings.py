@@ -283,7 +283,9 @@ class SolverSettings:
                         "of four: the engine runs it on the 2:4 sparse tensor-core kernel with overflow slots; "
                         "repaired, 0.482 held-out pass@1 against 0.463 for 16:32), 16:32+4q / 16:32+2l (those weights "
                         "placed per tensor-core lane, for an experimental slot loop; the engine runs them as "
-                        "16:32), 4:8, 8:16, any N:M, 50%, or dense "
+                        "16:32), 16:32g (each 16-row tile's words split into groups of four, two kept a row and "
+                        "group: the engine runs it on the 2:4 kernel in each tile's column order, no slots; the "
+                        "split's search slows the solvers), 4:8, 8:16, any N:M, 50%, or dense "
                         "(nothing pruned: with --quantize, GPTQ rounds every weight on the same Hessians)")
     solver: str = knob("admm", "pruning solver: admm (default: every group's mask revisited by ADMM on the whole "
                        "layer loss, --admm-iterations steps; on Qwen2.5-Coder-1.5B's dev quarter pass@1 0.512 vs "
