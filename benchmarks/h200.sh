@@ -1381,6 +1381,11 @@ PY
     # sp24-grouped of the current sp24.cu, .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive &&
     # models` with the last, then `WAIT=... collect`
     SUFFIX=_direct bash benchmarks/h200.sh grouped; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped ;;
+  lease-s70)  # prepared in the seventieth session, its second call (the first: int4-h200 carrying .kcachez with every
+    # library both need, .whl and .devdata): lease-s69, then grouped-e2e in the background once quality-grouped ends
+    # (the GPU idle for its timings). Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s70`,
+    # then `receive` with each .xfer/fpartNNN, `receive && models` with the last, then `WAIT=... collect`
+    bash benchmarks/h200.sh lease-s69; AFTER=quality-grouped bash benchmarks/h200.sh bg grouped-e2e ;;
   lease59)  # thirty-eighth session (no model; carry .kcachez with sp24, sp24-columns and sp24-quads of the current
     # sp24.cu): the quad-placed slot loop's GPU tests, then quad_slots_bench.py (quads against 16:32+2 on mma and
     # cuBLAS, 8B + 14B, batch 1-16; the default build only, SPARSEDECODING_SP24_EARLY_TRIGGER=0, so that no other
