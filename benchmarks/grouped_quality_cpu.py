@@ -13,6 +13,11 @@ the fitted loss, 0 = as bad as 2:4, 1 = as good as 16:32+2. A layer-loss proxy: 
 
     PYTHONPATH=src python benchmarks/grouped_quality_cpu.py --cache /tmp/sd/linears_cache.safetensors \\
         --out benchmarks/results/grouped_quality_cpu.md
+    PYTHONPATH=src python benchmarks/grouped_quality_cpu.py --cache /tmp/sd/linears_cache.safetensors \\
+        --solver admm --out benchmarks/results/grouped_quality_admm_cpu.md
+
+`--solver admm` prunes by `solvers.admm` instead, and adds 16:32g with its split searched on |x| (the projection
+`plan-grouped.json`'s q16g was pruned with) beside x² (`solvers.ADMM_SPLIT_SCORE`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from sparsedecoding.models import load_model
 from sparsedecoding.pipeline import relative_error
 
 PATTERNS = ("2:4", "16:32g", "16:32+2", "16:32")
+# with --solver admm also 16:32g with the split searched on |x| (ADMM_SPLIT_SCORE "magnitude", the sixty-ninth
+# session's projection) beside x² (the default); SparseGPT's split scores are its own saliencies, w² / [H⁻¹]²_qq
+MAGNITUDE = "16:32g|x|"
 SCORED = ("fitted", "decode", "lee")  # the cache's held-out kinds used here, after the fitted one
 ROW_BLOCK = 128
 
@@ -45,8 +53,14 @@ def position(loss: float, low: float, high: float) -> float:
 
 
 def main() -> None:
-    args = parsed_arguments(__doc__.split("\n\n")[0], cache_required=True, extra=lambda parser: parser.add_argument(
-        "--blocks", type=int, default=2, choices=range(1, 13), help="blocks of 128 contiguous rows a linear (default 2)"))
+    def extra(parser) -> None:
+        parser.add_argument("--blocks", type=int, default=2, choices=range(1, 13),
+                            help="blocks of 128 contiguous rows a linear (default 2)")
+        parser.add_argument("--solver", choices=("sparsegpt", "admm"), default="sparsegpt",
+                            help="sparsegpt (its defaults) or admm (100 iterations; 16:32g also with the split "
+                                 "searched on |x|, the earlier projection)")
+    args = parsed_arguments(__doc__.split("\n\n")[0], cache_required=True, extra=extra)
+    patterns = PATTERNS if args.solver == "sparsegpt" else ("2:4", "16:32g", MAGNITUDE, "16:32+2", "16:32")
     began = time.perf_counter()
     problems, source = sampled_problems(args)
     model, _, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
@@ -54,22 +68,29 @@ def main() -> None:
     for number, ((layer, linear), (_, H, decode, _first, _prompt, lee)) in enumerate(problems.items()):
         W = rows_of(module(model, layer, WEIGHTS[linear]).weight.detach(), args.blocks, 100 * layer + number)
         row = {"layer": layer, "linear": linear, "rows": W.shape[0], "columns": W.shape[1]}
-        for pattern in PATTERNS:
+        for pattern in patterns:
             started = time.perf_counter()
-            pruned = solvers.sparsegpt(W, H, pattern)
+            if args.solver == "sparsegpt":
+                pruned = solvers.sparsegpt(W, H, pattern)
+            else:
+                solvers.ADMM_SPLIT_SCORE = "magnitude" if pattern == MAGNITUDE else "squared"
+                try:
+                    pruned = solvers.admm(W, H, "16:32g" if pattern == MAGNITUDE else pattern)
+                finally:
+                    solvers.ADMM_SPLIT_SCORE = "squared"
             for kind, hessian in zip(SCORED, (H, decode, lee)):
                 row[f"{pattern} {kind}"] = relative_error(W, pruned, hessian)
             row[f"{pattern} seconds"] = time.perf_counter() - started
-        for pattern in PATTERNS[1:]:
+        for pattern in patterns[1:]:
             row[f"{pattern} position"] = position(row[f"{pattern} fitted"], row["2:4 fitted"], row["16:32+2 fitted"])
         results.append(row)
         print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     del model
-    lines = ["| layer | linear | rows x columns | " + " | ".join(f"{p} fitted / decode / lee" for p in PATTERNS)
-             + " | position 16:32g | position 16:32 | 16:32g s |", "|---|---|---|" + "---|" * (len(PATTERNS) + 3)]
+    lines = ["| layer | linear | rows x columns | " + " | ".join(f"{p} fitted / decode / lee" for p in patterns)
+             + " | position 16:32g | position 16:32 | 16:32g s |", "|---|---|---|" + "---|" * (len(patterns) + 3)]
     for r in results:
         lines.append(f"| {r['layer']} | {r['linear']} | {r['rows']} x {r['columns']} | "
-                     + " | ".join(" / ".join(f"{r[f'{p} {k}']:.4g}" for k in SCORED) for p in PATTERNS)
+                     + " | ".join(" / ".join(f"{r[f'{p} {k}']:.4g}" for k in SCORED) for p in patterns)
                      + f" | {r['16:32g position']:.2f} | {r['16:32 position']:.2f} | {r['16:32g seconds']:.0f} |")
 
     def mean(key: str) -> float:
@@ -80,19 +101,23 @@ def main() -> None:
 
     summary = ["| pattern | mean position (fitted) | " + " | ".join(f"{k}: geomean / 16:32+2" for k in SCORED) + " |",
                "|---|---|" + "---|" * len(SCORED)]
-    for pattern in PATTERNS:
+    for pattern in patterns:
         where = "0 (by definition)" if pattern == "2:4" else "1 (by definition)" if pattern == "16:32+2" \
             else f"{mean(f'{pattern} position'):.2f}"
         summary.append(f"| {pattern} | {where} | " + " | ".join(f"{ratio(pattern, k):.3f}" for k in SCORED) + " |")
+    how = ("`solvers.sparsegpt` (1% damping, blocks of 128 columns, mask from the updated weights as the loop "
+           "reaches each group)") if args.solver == "sparsegpt" else (
+           "`solvers.admm` (100 iterations, 1% damping, float32 products; 16:32g's split searched on x², the "
+           f"Euclidean projection, and as `{MAGNITUDE}` on |x|, the earlier projection)")
     body = (f"{source}. {args.blocks} blocks of {ROW_BLOCK} contiguous rows of each linear (all rows where it has "
-            f"fewer), pruned in float32 by `solvers.sparsegpt` (1% damping, blocks of 128 columns, mask from the "
-            "updated weights as the loop reaches each group) under each pattern. Loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on "
+            f"fewer), pruned in float32 by {how} under each pattern. Loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on "
             "the fitted Hessian and on later decode positions and Lee text (held out). Position: where the fitted "
             "loss falls between 2:4 (0) and 16:32+2 (1) on a log scale. A layer-loss proxy: no pass@1 was measured."
             "\n\n" + "\n".join(summary) + "\n\nEach linear (losses fitted / decode / lee):\n\n" + "\n".join(lines)
             + f"\n\nWhole run: {time.perf_counter() - began:.0f} s\n")
     save_report(args.out, "benchmarks/grouped_quality_cpu.py", results,
-                "The 16:32g mask against 2:4, 16:32+2 and 16:32: SparseGPT's layer loss on Qwen's linears (CPU)",
+                "The 16:32g mask against 2:4, 16:32+2 and 16:32: "
+                f"{'SparseGPT' if args.solver == 'sparsegpt' else 'ADMM'}'s layer loss on Qwen's linears (CPU)",
                 torch.device("cpu"), body)
 
 

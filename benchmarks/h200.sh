@@ -1381,6 +1381,16 @@ PY
     # sp24-grouped of the current sp24.cu, .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive &&
     # models` with the last, then `WAIT=... collect`
     SUFFIX=_direct bash benchmarks/h200.sh grouped; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped ;;
+  quality-grouped2)  # prepared in the seventieth session: quality-grouped2-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-grouped2.json (one item, q16g2: q16g with the split searched on x², ADMM_SPLIT_SCORE's
+    # default since then; its rule fixed before any run); about 10 minutes from the model's arrival
+    recipes benchmarks/recipes/plan-grouped2.json /root/recipes-grouped2 quality-grouped2-qwen2.5-coder-1.5b ;;
+  lease-s71)  # prepared in the seventieth session, its second call (the first: int4-h200 carrying .kcachez with every
+    # library both need, .whl and .devdata): today's grouped build on this GPU (SUFFIX=_direct grouped: on an H200
+    # its first report of this build), then quality-grouped2 in the background. Run it as `END_AT=$(( $(date +%s) +
+    # 1500 )) bash benchmarks/h200.sh lease-s71`, then `receive` with each .xfer/fpartNNN, `receive && models` with
+    # the last, then `WAIT=... collect`
+    SUFFIX=_direct bash benchmarks/h200.sh grouped; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped2 ;;
   lease-s70)  # prepared in the seventieth session, its second call (the first: int4-h200 carrying .kcachez with every
     # library both need, .whl and .devdata): lease-s69, then grouped-e2e in the background once quality-grouped ends
     # (the GPU idle for its timings). Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s70`,

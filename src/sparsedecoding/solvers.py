@@ -717,6 +717,13 @@ ADMM_RHO = (0.1, 1000.0)
 # 53 and 52 iterations on average; with the schedule spread over 200, at 0.980x and 0.974x after 84 and 98 (200 full
 # iterations: 0.981x and 0.977x). Geometric means.
 ADMM_SETTLED_REFIT = 10
+# What ADMM's 16:32g projection keeps most of when it searches a tile word's split: "squared" (x², the Euclidean
+# projection: the kept set that leaves the least of ‖X − D‖²) or "magnitude" (|x|, which the sixty-ninth session's
+# code used, and plan-grouped.json's q16g was pruned with). Within a group of four both keep the same two; only the
+# split between groups differs. A module setting so that benchmarks/grouped_quality_cpu.py can set the two side by
+# side; every other pattern's projection keeps the largest |x| as before (the same mask either way).
+ADMM_SPLIT_SCORES = ("squared", "magnitude")
+ADMM_SPLIT_SCORE = "squared"
 # ADMM_PRODUCTS (settings): how ADMM's two products an iteration with the eigenvectors run (`admm_prune(products=)`):
 # float32, or with both operands rounded to TF32 (10 mantissa bits, float32 accumulation): the GPU's tensor cores
 # then take them, 6-8x faster on the H100 for Llama-3.1-8B's largest problems (benchmarks/results/admm_parts_h100*.md).
@@ -824,8 +831,11 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     G = W @ A
     # 16:32g: each projection's split search starts from the last one's (the scores move little between steps)
     split = None
+    if ADMM_SPLIT_SCORE not in ADMM_SPLIT_SCORES:
+        raise SolverSettingsError(f"ADMM_SPLIT_SCORE = {ADMM_SPLIT_SCORE!r}; use one of {', '.join(ADMM_SPLIT_SCORES)}")
+    power = 2 if ADMM_SPLIT_SCORE == "squared" else 1
     if pattern.placement == "groups":
-        kept, split = grouped_mask_and_split(W.abs(), pattern)
+        kept, split = grouped_mask_and_split(W.abs() ** power, pattern)
     else:
         kept = keep_mask(W.abs(), pattern)
     D = W * kept
@@ -839,7 +849,7 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
         X += V
         previous = kept
         if split is not None:
-            kept, split = grouped_mask_and_split(X.abs(), pattern, split)
+            kept, split = grouped_mask_and_split(X.abs() ** power, pattern, split)
         else:
             kept = projection(X.abs(), pattern)
         D = X * kept if grid is None or step < grid_from else grid(X * kept, kept)
