@@ -36,7 +36,11 @@ from sparsedecoding.pipeline import relative_error
 PATTERNS = ("2:4", "16:32g", "16:32+2", "16:32")
 # with --solver admm also 16:32g with the split searched on |x| (ADMM_SPLIT_SCORE "magnitude", the sixty-ninth
 # session's projection) beside x² (the default); SparseGPT's split scores are its own saliencies, w² / [H⁻¹]²_qq
-MAGNITUDE = "16:32g|x|"
+MAGNITUDE = "16:32g|x|"  # a key of the printed rows; `shown` writes it without pipes in the report's tables
+
+
+def shown(pattern: str) -> str:
+    return pattern.replace("|x|", " abs(x)")
 SCORED = ("fitted", "decode", "lee")  # the cache's held-out kinds used here, after the fitted one
 ROW_BLOCK = 128
 
@@ -86,7 +90,7 @@ def main() -> None:
         results.append(row)
         print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     del model
-    lines = ["| layer | linear | rows x columns | " + " | ".join(f"{p} fitted / decode / lee" for p in patterns)
+    lines = ["| layer | linear | rows x columns | " + " | ".join(f"{shown(p)} fitted / decode / lee" for p in patterns)
              + " | position 16:32g | position 16:32 | 16:32g s |", "|---|---|---|" + "---|" * (len(patterns) + 3)]
     for r in results:
         lines.append(f"| {r['layer']} | {r['linear']} | {r['rows']} x {r['columns']} | "
@@ -104,7 +108,8 @@ def main() -> None:
     for pattern in patterns:
         where = "0 (by definition)" if pattern == "2:4" else "1 (by definition)" if pattern == "16:32+2" \
             else f"{mean(f'{pattern} position'):.2f}"
-        summary.append(f"| {pattern} | {where} | " + " | ".join(f"{ratio(pattern, k):.3f}" for k in SCORED) + " |")
+        summary.append(f"| {shown(pattern)} | {where} | "
+                       + " | ".join(f"{ratio(pattern, k):.3f}" for k in SCORED) + " |")
     how = ("`solvers.sparsegpt` (1% damping, blocks of 128 columns, mask from the updated weights as the loop "
            "reaches each group)") if args.solver == "sparsegpt" else (
            "`solvers.admm` (100 iterations, 1% damping, float32 products; 16:32g's split searched on x², the "

@@ -718,10 +718,10 @@ ADMM_RHO = (0.1, 1000.0)
 # iterations: 0.981x and 0.977x). Geometric means.
 ADMM_SETTLED_REFIT = 10
 # What ADMM's 16:32g projection keeps most of when it searches a tile word's split: "squared" (x², the Euclidean
-# projection: the kept set that leaves the least of ‖X − D‖²) or "magnitude" (|x|, which the sixty-ninth session's
-# code used, and plan-grouped.json's q16g was pruned with). Within a group of four both keep the same two; only the
-# split between groups differs. A module setting so that benchmarks/grouped_quality_cpu.py can set the two side by
-# side; every other pattern's projection keeps the largest |x| as before (the same mask either way).
+# projection: the kept set that leaves the least of ‖X − D‖²) or "magnitude" (|x|, which the sixty-ninth
+# session's code used, and plan-grouped.json's q16g was pruned with). Within a group of four both keep the same
+# two; only the split between groups differs. A module setting so that benchmarks/grouped_quality_cpu.py can set
+# the two side by side; every other pattern's projection keeps the largest |x| as before (the same mask either way).
 ADMM_SPLIT_SCORES = ("squared", "magnitude")
 ADMM_SPLIT_SCORE = "squared"
 # ADMM_PRODUCTS (settings): how ADMM's two products an iteration with the eigenvectors run (`admm_prune(products=)`):
@@ -823,6 +823,10 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     pattern-feasible and rounded. An experiment that failed (`benchmarks/results/admm_grid_layer_cpu.md`): on two of
     Qwen2.5-Coder-1.5B's down layers it ended at 2.6-90x the loss of rounding by SparseGPT's loop with ADMM's mask
     fixed, which `admm(quantize=...)` does."""
+    if ADMM_SPLIT_SCORE not in ADMM_SPLIT_SCORES:  # before the eigendecomposition, the long part
+        raise SolverSettingsError(f"ADMM_SPLIT_SCORE = {ADMM_SPLIT_SCORE!r}; use one of "
+                                  f"{', '.join(ADMM_SPLIT_SCORES)}")
+    power = 2 if ADMM_SPLIT_SCORE == "squared" else 1
     A = H.clone()
     A.diagonal().add_(damping)
     eigenvalues, Q = symmetric_eigh(A)
@@ -831,9 +835,6 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     G = W @ A
     # 16:32g: each projection's split search starts from the last one's (the scores move little between steps)
     split = None
-    if ADMM_SPLIT_SCORE not in ADMM_SPLIT_SCORES:
-        raise SolverSettingsError(f"ADMM_SPLIT_SCORE = {ADMM_SPLIT_SCORE!r}; use one of {', '.join(ADMM_SPLIT_SCORES)}")
-    power = 2 if ADMM_SPLIT_SCORE == "squared" else 1
     if pattern.placement == "groups":
         kept, split = grouped_mask_and_split(W.abs() ** power, pattern)
     else:
