@@ -1363,6 +1363,15 @@ PY
       | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped${SUFFIX:-}.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 360 python3 grouped_bench.py \
       --out "$OUT/grouped_${gpu:-gpu}${SUFFIX:-}.md" 2>&1 | grep -E "^\||rror" | tail -50) || true ;;
+  grouped-early)  # prepared in the seventy-first session (carry .kcachez as for grouped, plus sp24-early-grouped):
+    # grouped_bench.py under SPARSEDECODING_SP24_EARLY_TRIGGER=1 (every side, 16:32g included, in the early-trigger
+    # build; the library grouped columns have not been measured in), to be read against `grouped`'s report from the
+    # same warm machine (grouped_<gpu>_early.md); about a minute
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src SPARSEDECODING_SP24_EARLY_TRIGGER=1 \
+      SPARSEDECODING_SP24_MULTICAST=0 timeout 360 python3 grouped_bench.py --out "$OUT/grouped_${gpu:-gpu}_early.md" \
+      2>&1 | grep -E "^\||rror" | tail -50) || true ;;
   grouped-e2e)  # prepared in the sixty-ninth session (carry .kcachez as for grouped): the Llama-3.1-8B preset's
     # decode in the engine, dense against 16:32+2 and 16:32g (random masks; the 16:32 ones on the 2:4 kernel,
     # 16:32g in grouped columns) at batch 1, 8 and 16, the default build only; about 5 minutes
@@ -1389,6 +1398,10 @@ PY
     # plan-grouped2.json, was written and withdrawn the same session: on the layer loss it changed 16:32g by 0.1%,
     # grouped_quality_admm_cpu_partial.log, too little to spend a quality run on.)
     bash benchmarks/h200.sh int4-h200; SUFFIX=_direct bash benchmarks/h200.sh grouped ;;
+  lease-s72)  # prepared in the seventy-first session, the second call after `int4-h200` on the same warm H200 (carry
+    # .kcachez with lease-s71's libraries and sp24-early-grouped, and .whl): today's grouped build's bench and GPU tests
+    # (SUFFIX=_direct grouped), then the same bench under the early trigger (grouped-early); about 4 minutes
+    SUFFIX=_direct bash benchmarks/h200.sh grouped; bash benchmarks/h200.sh grouped-early ;;
   lease-s70)  # prepared in the seventieth session, its second call (the first: int4-h200 carrying .kcachez with every
     # library both need, .whl and .devdata): lease-s69, then grouped-e2e in the background once quality-grouped ends
     # (the GPU idle for its timings). Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s70`,
