@@ -1,5 +1,8 @@
 """Grouped columns (16:32g, sp24.cu's OVER 6) against cuBLAS, plain 2:4 and 16:32+2, side by side in one process.
 
+`--halves` adds 16:32g/8, a weight whose tiles' 8-row halves each have their own order (the pattern's quality
+nears 16:32's, results/grouped_rows_quality_cpu.md), at two gathers and two mma.sp a k-tile.
+
 A 16:32g weight keeps 16 of every 32 columns of a row, like 16:32, with one more rule: the 16 rows of an mma.sp tile
 share a split of each 32-column word into eight groups of four, and every row keeps two of each group. Tiled in that
 order the weight is 2:4, and the kernel gathers x's rows in the same order by ldmatrix from a column-major copy of the
@@ -37,6 +40,7 @@ from sparsedecoding.runenv import environment_markdown
 
 ROUNDS = 4
 SIDES = ("16:32g", "2:4", "16:32+2", "cuBLAS")
+HALVES = "16:32g/8"  # --halves
 
 
 def plain_24(out: int, in_features: int, generator: torch.Generator) -> torch.Tensor:
@@ -51,6 +55,9 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", choices=MODELS, default=MODELS)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 2, 4, 8, 16], choices=range(1, 17))
     parser.add_argument("--no-overflow", action="store_true", help="leave out the 16:32+2 side")
+    parser.add_argument("--halves", action="store_true",
+                        help="add 16:32g/8: each 8-row half of a tile in its own order (split_rows 8, a build with "
+                             "SP24_GROUPED_HALVES: two gathers and two mma.sp a k-tile)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -60,6 +67,8 @@ def main() -> int:
         print(f"error: {args.out.parent} is not a folder", file=sys.stderr)
         return 2
     sides = [s for s in SIDES if not (args.no_overflow and s == "16:32+2")]
+    if args.halves:
+        sides.insert(1, HALVES)
     timed = sides[:-1]
     started = time.time()
     rows, speeds = [], {(b, s): [] for b in args.batches for s in timed}
@@ -69,6 +78,8 @@ def main() -> int:
             weight, order = sp24.random_grouped(out, inf, generator)
             tiled = {"16:32g": sp24.tile_grouped(weight, order), "2:4": sp24.tile(pack_nm(plain_24(out, inf,
                                                                                                    generator), 2, 4))}
+            if HALVES in sides:
+                tiled[HALVES] = sp24.tile_grouped(*sp24.random_grouped(out, inf, generator, split_rows=8), split_rows=8)
             if "16:32+2" in sides:
                 tiled["16:32+2"] = sp24.tile_overflow(split_overflow(capped_weight(out, inf, generator)))
             copies = {side: sp24._copies(w) for side, w in tiled.items()}
@@ -104,7 +115,8 @@ def main() -> int:
         "", f"Each kernel at its tuned launch (float64-checked); least of {ROUNDS} alternated rounds of graph replays "
         "over weight copies past the L2, us a launch. cuBLAS: `F.linear` on the 16:32g weight's dense form. "
         "Weights: random 16:32g (random orders, two random columns of each group), a random 2:4 weight of the same "
-        "shape, 16:32+2 masked by magnitude.", "",
+        "shape, 16:32+2 masked by magnitude" + (f"; {HALVES}: random orders for each 8-row half of a tile "
+                                                "(`tile_grouped(..., split_rows=8)`)" if args.halves else "") + ".", "",
         op.settings_line(), "",
         *summary, "", f"Whole run: {time.time() - started:.0f} s.", "",
         "| model | linear | out x in | batch | " + " | ".join(f"{s} us (x cuBLAS; launch)" for s in timed)

@@ -16,7 +16,9 @@ the fitted loss, 0 = as bad as 2:4, 1 = as good as 16:32+2. A layer-loss proxy: 
     PYTHONPATH=src python benchmarks/grouped_quality_cpu.py --cache /tmp/sd/linears_cache.safetensors \\
         --solver admm --out benchmarks/results/grouped_quality_admm_cpu.md
 
-`--solver admm` prunes by `solvers.admm` instead, and adds 16:32g with its split searched on |x| (the projection
+`--split-rows 8 4` adds 16:32g with each word's split shared by 8 or 4 rows (`solvers.GROUPED_SPLIT_ROWS`): what
+a kernel giving each half or quarter of an mma.sp tile its own split would keep. `--solver admm` prunes by
+`solvers.admm` instead, and adds 16:32g with its split searched on |x| (the projection
 `plan-grouped.json`'s q16g was pruned with) beside x² (`solvers.ADMM_SPLIT_SCORE`).
 """
 
@@ -63,8 +65,12 @@ def main() -> None:
         parser.add_argument("--solver", choices=("sparsegpt", "admm"), default="sparsegpt",
                             help="sparsegpt (its defaults) or admm (100 iterations; 16:32g also with the split "
                                  "searched on |x|, the earlier projection)")
+        parser.add_argument("--split-rows", type=int, nargs="+", choices=(4, 8), default=[],
+                            help="also 16:32g with each word's split shared by this many rows instead of the "
+                                 "tile's 16 (patterns 16:32g/8, 16:32g/4; a mask the kernel does not run)")
     args = parsed_arguments(__doc__.split("\n\n")[0], cache_required=True, extra=extra)
     patterns = PATTERNS if args.solver == "sparsegpt" else ("2:4", "16:32g", MAGNITUDE, "16:32+2", "16:32")
+    patterns += tuple(f"16:32g/{rows}" for rows in args.split_rows)
     began = time.perf_counter()
     problems, source = sampled_problems(args)
     model, _, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
@@ -74,7 +80,13 @@ def main() -> None:
         row = {"layer": layer, "linear": linear, "rows": W.shape[0], "columns": W.shape[1]}
         for pattern in patterns:
             started = time.perf_counter()
-            if args.solver == "sparsegpt":
+            if "/" in pattern:  # 16:32g/R: the split shared by R rows
+                solvers.GROUPED_SPLIT_ROWS = int(pattern.split("/")[1])
+                try:
+                    pruned = (solvers.sparsegpt if args.solver == "sparsegpt" else solvers.admm)(W, H, "16:32g")
+                finally:
+                    solvers.GROUPED_SPLIT_ROWS = solvers.PLACED_TILE_ROWS
+            elif args.solver == "sparsegpt":
                 pruned = solvers.sparsegpt(W, H, pattern)
             else:
                 solvers.ADMM_SPLIT_SCORE = "magnitude" if pattern == MAGNITUDE else "squared"

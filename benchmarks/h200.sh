@@ -1363,6 +1363,17 @@ PY
       | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped${SUFFIX:-}.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 360 python3 grouped_bench.py \
       --out "$OUT/grouped_${gpu:-gpu}${SUFFIX:-}.md" 2>&1 | grep -E "^\||rror" | tail -50) || true ;;
+  grouped-halves)  # prepared in the seventy-first session (carry .kcachez with sp24, sp24-columns, sp24-grouped and
+    # sp24-grouped-halves of the current sp24.cu): 16:32g/8, each 8-row half of a tile in its own order (two gathers and
+    # two mma.sp a k-tile, SP24_GROUPED_HALVES), its float64 GPU tests, then grouped_bench.py --halves (16:32g/8 beside
+    # 16:32g, 2:4, 16:32+2 and cuBLAS in one run, 8B + 14B, batch 1-16; default build, no early trigger or multicast)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -k "halves or grouped_kernel_matches" \
+      -p no:cacheprovider -x 2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_halves.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 420 python3 grouped_bench.py --halves \
+      --out "$OUT/grouped_halves_${gpu:-gpu}.md" 2>&1 | grep -E "^\||rror" | tail -60) || true ;;
   grouped-early)  # prepared in the seventy-first session (carry .kcachez as for grouped, plus sp24-early-grouped):
     # grouped_bench.py under SPARSEDECODING_SP24_EARLY_TRIGGER=1 (every side, 16:32g included, in the early-trigger
     # build; the library grouped columns have not been measured in), to be read against `grouped`'s report from the

@@ -49,6 +49,8 @@ LIBRARIES = {
     "sp24-grouped": ("sp24.cu", ("-DSP24_GROUPED",)),  # grouped columns (16:32g), sp24.tile_grouped
     # SPARSEDECODING_SP24_EARLY_TRIGGER=1 on grouped columns (h200.sh grouped-early)
     "sp24-early-grouped": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_GROUPED")),
+    # grouped columns whose 8-row halves have their own order (tile_grouped(..., split_rows=8)), grouped_bench.py
+    "sp24-grouped-halves": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")),
     # ablate_probe.py --builds (int4 CTAs a multiprocessor): the early build with 3 CTAs, and 3 or 4 with one buffer
     "sp24-early-int4-3ctas": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_CTAS=3")),
     # x staged by multicast bulk copies in clusters of 2 or 4 CTAs (SP24_MULTICAST): SPARSEDECODING_SP24_MULTICAST's

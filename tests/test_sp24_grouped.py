@@ -346,3 +346,98 @@ def test_a_kept_weight_of_value_zero_still_finds_its_split():
     order = sp24.grouped_split(weight)
     assert order is not None
     assert torch.equal(sp24.tiled_to_dense(sp24.tile_grouped(weight, order)), weight.double())
+
+
+# --- 8-row halves with their own order (split_rows 8, SP24_GROUPED_HALVES) -----------------------------------------
+
+@pytest.mark.parametrize("out,in_features", [(48, 96), (40, 64), (33, 320), (128, 512)])
+def test_halves_tile_and_read_back_each_half_in_its_own_order(out, in_features):
+    weight, order = sp24.random_grouped(out, in_features, torch.Generator().manual_seed(out), split_rows=8)
+    row_tiles = -(-out // 16)
+    assert order.shape == (2 * row_tiles, in_features // 32, 32)
+    # the halves' orders differ, so a 16-row order does not fit this weight
+    assert not torch.equal(partition(order[0::2]), partition(order[1::2]))
+    for arrange in (True, False):
+        w = sp24.tile_grouped(weight, order, arrange=arrange, split_rows=8)
+        assert w.grouped and w.split_rows == 8 and w.over_o.numel() == row_tiles * w.steps * 32 * 16
+        assert torch.equal(sp24.tiled_to_dense(w), weight.double())
+        assert torch.equal(partition(sp24.grouped_order(w)), partition(order))
+        if not arrange:
+            assert torch.equal(sp24.grouped_order(w), order)
+    # each lane's 16 bytes a step: the first half's places for k-tiles 0-7, then the second half's
+    w = sp24.tile_grouped(weight, order, arrange=False, split_rows=8)
+    lanes = w.over_o.view(row_tiles, w.steps, 32, 2, w.ks)
+    assert torch.equal(lanes[0, 0, :, 1, 0].long(), sp24.place_of(order[1, 0]))
+    assert torch.equal(lanes[0, 0, :, 0, 1].long(), sp24.place_of(order[0, 1]))
+    glu_weight, glu_order = sp24.random_grouped(64, 256, torch.Generator().manual_seed(3), split_rows=8)
+    glu = sp24.tile_grouped(glu_weight, glu_order, glu=True, split_rows=8)
+    assert torch.equal(sp24.tiled_to_dense(glu), glu_weight.double())
+    assert torch.equal(partition(sp24.grouped_order(glu)), partition(glu_order))
+
+
+def test_halves_refuse_bad_settings_and_key_their_own_build(monkeypatch):
+    from helpers import fake_sp24_libraries
+
+    weight, order = sp24.random_grouped(32, 64, torch.Generator().manual_seed(4), split_rows=8)
+    with pytest.raises(KernelInputError, match="split_rows = 4"):
+        sp24.tile_grouped(weight, order, split_rows=4)
+    with pytest.raises(KernelInputError, match="shape"):
+        sp24.tile_grouped(weight, order[:2], split_rows=8)  # a 16-row order's shape
+    w = sp24.tile_grouped(weight, order, split_rows=8)
+    sixteen = sp24.tile_grouped(*grouped(32, 64, seed=4))
+    x = torch.zeros(1, 64, dtype=torch.bfloat16)
+    assert sp24.layout(w) == "grouped8" and sp24.layout(sixteen) == "grouped"
+    assert sp24.problem_key(x, w) != sp24.problem_key(x, sixteen)
+    assert sp24.over_loop(w, 1) == sp24.GROUPED
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear
+    with pytest.raises(KernelInputError, match="8-row orders"):
+        Sp24Linear(w)
+    built = fake_sp24_libraries(monkeypatch)
+    sp24._load(grouped=True, halves=True)
+    assert built == [("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")]
+
+
+def test_the_solver_split_rows_setting_shares_splits_by_fewer_rows():
+    from sparsedecoding import solvers
+    from sparsedecoding.errors import SparsityPatternError
+    from sparsedecoding.patterns import SparsityPattern
+
+    pattern = SparsityPattern.parse("16:32g")
+    score = torch.rand(64, 256, generator=torch.Generator().manual_seed(5))
+    totals = {}
+    for rows in (16, 8, 4):
+        solvers.GROUPED_SPLIT_ROWS = rows
+        try:
+            kept = solvers.keep_mask(score, pattern)
+            # every block of `rows` rows shares one split (read back by search, which gives up on some 4-row words:
+            # with so few rows many splits fit, `_order_by_search`)
+            assert rows == 4 or solvers.placement_breaks(kept, pattern) == 0
+            assert bool((kept.view(64, -1, 32).sum(-1) == 16).all())
+        finally:
+            solvers.GROUPED_SPLIT_ROWS = solvers.PLACED_TILE_ROWS
+        totals[rows] = float((score * kept).sum())
+        if rows == 8:  # the halves' masks fit their own splits, not (as a rule) a split shared by all 16
+            assert solvers.placement_breaks(kept, pattern) > 0
+    free = float((score * solvers.keep_mask(score, SparsityPattern.parse("16:32"))).sum())
+    assert totals[16] < totals[8] < totals[4] <= free
+    solvers.GROUPED_SPLIT_ROWS = 5
+    try:
+        with pytest.raises(SparsityPatternError, match="4, 8 or 16 rows"):
+            solvers.keep_mask(score, pattern)
+    finally:
+        solvers.GROUPED_SPLIT_ROWS = solvers.PLACED_TILE_ROWS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out,in_features", [(128, 256), (48, 96), (4096, 4096), (1008, 14336)])
+def test_halves_kernel_matches_float64(out, in_features):
+    from helpers import sp24_outputs
+
+    weight, order = sp24.random_grouped(out, in_features, torch.Generator().manual_seed(out), split_rows=8)
+    w = sp24.tile_grouped(weight.cuda(), order.cuda(), split_rows=8)
+    for batch, splits, slices, x, y in sp24_outputs(w, in_features, torch.bfloat16):
+        x64, w64 = x.double().cpu(), weight.double()
+        exact = x64 @ w64.T
+        bound = (torch.finfo(torch.bfloat16).eps * exact.abs()
+                 + 2 * in_features * 2.0**-24 * (x64.abs() @ w64.abs().T) + 1e-300)
+        assert float(((y.double().cpu() - exact).abs() / bound).max()) <= 1, (out, in_features, batch, splits, slices)

@@ -75,7 +75,7 @@ def placement_breaks(kept: torch.Tensor, pattern: SparsityPattern) -> int:
     extra = (fours - 2).clamp(min=0)  # [rows, words, 8]
     full = fours.max(-1).values > 3
     if pattern.placement == "groups":  # (tile, word) pairs whose mask no split into groups of four fits
-        rows_per = PLACED_TILE_ROWS
+        rows_per = GROUPED_SPLIT_ROWS
         words = kept.reshape(rows // rows_per, rows_per, cols // 32, 32).transpose(1, 2).reshape(-1, rows_per, 32)
         return int((~grouped_order_of(words)[1]).sum())
     if pattern.placement == "lanes":
@@ -428,21 +428,30 @@ def grouped_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Te
     return grouped_mask_and_split(score, pattern)[0]
 
 
+# Rows that share a word's split under 16:32g: the kernel's mma.sp tile, 16. A module setting so that
+# benchmarks/grouped_quality_cpu.py --split-rows can measure what fewer rows a split (8 or 4: a tile's halves or
+# quarters, each with its own split, which the kernel does not run) would keep; every caller here reads it.
+GROUPED_SPLIT_ROWS = PLACED_TILE_ROWS
+
+
 def grouped_mask_and_split(score: torch.Tensor, pattern: SparsityPattern,
                            start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`grouped_keep_mask`'s mask and the split it keeps in (order [words, 32], words tile by tile), the search
     starting from `start` (an earlier call's split, as ADMM's projections pass theirs on) where given."""
     rows, cols = score.shape
-    words = score.reshape(rows // PLACED_TILE_ROWS, PLACED_TILE_ROWS, cols // pattern.m, pattern.m).transpose(1, 2)
-    words = words.reshape(-1, PLACED_TILE_ROWS, pattern.m).float()
+    tile = GROUPED_SPLIT_ROWS
+    if tile not in (4, 8, 16) or rows % tile:
+        raise SparsityPatternError(f"16:32g splits are shared by 4, 8 or 16 rows (GROUPED_SPLIT_ROWS = {tile!r}); "
+                                   f"this weight has {rows} rows")
+    words = score.reshape(rows // tile, tile, cols // pattern.m, pattern.m).transpose(1, 2)
+    words = words.reshape(-1, tile, pattern.m).float()
     order = grouped_partition(words, start=start)
-    grouped = words.gather(2, order.unsqueeze(1).expand(-1, PLACED_TILE_ROWS, -1)).view(-1, PLACED_TILE_ROWS, 8, 4)
+    grouped = words.gather(2, order.unsqueeze(1).expand(-1, tile, -1)).view(-1, tile, 8, 4)
     kept_grouped = torch.zeros_like(grouped, dtype=torch.bool)
     kept_grouped.scatter_(3, grouped.topk(2, dim=3).indices, True)
     kept = torch.zeros_like(words, dtype=torch.bool)
-    kept.scatter_(2, order.unsqueeze(1).expand(-1, PLACED_TILE_ROWS, -1), kept_grouped.view(-1, PLACED_TILE_ROWS, 32))
-    return kept.view(rows // PLACED_TILE_ROWS, cols // pattern.m, PLACED_TILE_ROWS, pattern.m).transpose(1, 2) \
-        .reshape(rows, cols), order
+    kept.scatter_(2, order.unsqueeze(1).expand(-1, tile, -1), kept_grouped.view(-1, tile, 32))
+    return kept.view(rows // tile, cols // pattern.m, tile, pattern.m).transpose(1, 2).reshape(rows, cols), order
 
 
 def magnitude(weight: torch.Tensor, hessian: torch.Tensor | None, pattern: SparsityPattern | str) -> torch.Tensor:

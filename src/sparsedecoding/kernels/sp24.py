@@ -86,7 +86,9 @@ class Sp24Weight:
     quad-placed slots (`tile_quads`: each lane's value and placement byte a k-tile, kernels/quad_slots.py), which
     run in sp24.cu's OVER 5 (a build with SP24_QUADS) at every batch. `grouped`: the 2:4 weight of each 16-row tile's
     32-column words, each with its columns in its own order (`tile_grouped`, a 16:32g weight), the order's places of
-    x in `over_o` (one byte a lane and k-tile), which runs in sp24.cu's OVER 6 (a build with SP24_GROUPED)."""
+    x in `over_o` (one byte a lane and k-tile), which runs in sp24.cu's OVER 6 (a build with SP24_GROUPED).
+    `split_rows` (grouped only): the rows that share an order, the tile's 16, or 8 (each half of the tile its own
+    order: two bytes a lane and k-tile, two gathers and two mma.sp a k-tile, a build with SP24_GROUPED_HALVES too)."""
 
     a: torch.Tensor
     meta: torch.Tensor | None
@@ -104,6 +106,7 @@ class Sp24Weight:
     dense: bool = False
     quads: bool = False
     grouped: bool = False
+    split_rows: int = 16
 
     @cached_property
     def ks(self) -> int:
@@ -152,7 +155,8 @@ class Sp24Weight:
             return None if t is None else fn(t)
         return Sp24Weight(fn(self.a), apply(self.meta), apply(self.scales), apply(self.row_scales), self.shape,
                           self.code, self.dtype, self.steps, self.gk_shift, self.groups, self.glu,
-                          apply(self.over_v), apply(self.over_o), self.dense, self.quads, self.grouped)
+                          apply(self.over_v), apply(self.over_o), self.dense, self.quads, self.grouped,
+                          self.split_rows)
 
 
 def meta_codes(bitmask: torch.Tensor) -> torch.Tensor:
@@ -534,31 +538,39 @@ def arrange_groups(order: torch.Tensor) -> torch.Tensor:
     return groups.gather(-2, best.unsqueeze(-1).expand(*best.shape, 4)).reshape(order.shape)
 
 
-def ungroup_columns(dense: torch.Tensor, order: torch.Tensor, r0: int) -> torch.Tensor:
+def ungroup_columns(dense: torch.Tensor, order: torch.Tensor, r0: int, split_rows: int = GROUP_TILE_ROWS
+                    ) -> torch.Tensor:
     """Rows r0.. of a weight in the tiled column order back in the weight's own: column 32w + order[tile, w, l] gets
-    column 32w + l of its row (tile = row / 16)."""
+    column 32w + l of its row (tile = row / split_rows)."""
     rows, cols = dense.shape
-    tiles = torch.arange(r0, r0 + rows, device=dense.device) // GROUP_TILE_ROWS
+    tiles = torch.arange(r0, r0 + rows, device=dense.device) // split_rows
     words = cols // 32
     index = (order[tiles, :words] + 32 * torch.arange(words, device=dense.device).view(1, -1, 1)).reshape(rows, cols)
     return torch.zeros_like(dense).scatter_(1, index, dense)
 
 
-def tile_grouped(weight: torch.Tensor, order: torch.Tensor, arrange: bool = True, glu: bool = False) -> Sp24Weight:
+def tile_grouped(weight: torch.Tensor, order: torch.Tensor, arrange: bool = True, glu: bool = False,
+                 split_rows: int = GROUP_TILE_ROWS) -> Sp24Weight:
     """The tiled layout of a 16:32g weight [out, in] of 16-bit values: `order` [row tiles, in / 32, 32] (int64) is
     each 16-row tile's word's columns as eight groups of four (positions 4q..4q + 3: group q), and
     every row keeps at most two weights in each group. The word's columns are tiled in that order (paired for the
     fewest bank conflicts first, `arrange_groups`, unless `arrange` is False), so each tile is a 2:4 weight that
     sp24.cu's OVER 6 multiplies with B's rows gathered from x in the same order; `over_o` holds each lane's place of
     x (`place_of`) a k-tile. With `glu`, a gate|up weight whose rows (and their tiles' orders) go in `glu_order`, as
-    for `tile`. KernelInputError for codes, a wrong order, or a row that keeps three or more of a group."""
+    for `tile`. `split_rows` 8: each 8-row half of a tile has its own order (`order` [2 · row tiles, in / 32, 32]),
+    `over_o` a lane's places for the first half, then for the second, a step (SP24_GROUPED_HALVES; a kernel probe
+    that `Sp24Linear` and `prune` do not make yet). KernelInputError for codes, a wrong order, or a row that keeps
+    three or more of a group."""
     if weight.dtype not in (torch.bfloat16, torch.float16):
         raise KernelInputError(f"grouped columns take 16-bit values; got {weight.dtype}")
+    if split_rows not in (8, GROUP_TILE_ROWS):
+        raise KernelInputError(f"a grouped weight's order is shared by 16 rows or 8; got split_rows = {split_rows!r}")
     out, in_features = weight.shape
     row_tiles, words = -(-out // GROUP_TILE_ROWS), in_features // 32
-    if in_features % 32 or tuple(order.shape) != (row_tiles, words, 32):
+    orders = row_tiles * GROUP_TILE_ROWS // split_rows
+    if in_features % 32 or tuple(order.shape) != (orders, words, 32):
         raise KernelInputError(f"a [{out}, {in_features}] weight needs in a multiple of 32 and an order of shape "
-                               f"[{row_tiles}, {words}, 32]; got {tuple(order.shape)}")
+                               f"[{orders}, {words}, 32]; got {tuple(order.shape)}")
     order = order.to(weight.device, torch.int64)
     if not torch.equal(order.sort(-1).values, torch.arange(32, device=order.device).expand_as(order)):
         raise KernelInputError("each word's order must be a permutation of its 32 columns")
@@ -567,11 +579,11 @@ def tile_grouped(weight: torch.Tensor, order: torch.Tensor, arrange: bool = True
             raise KernelInputError(f"a GLU weight needs a multiple of 32 rows (gate and up halves of whole tiles); "
                                    f"got {out}")
         rows_in_order = glu_order(out, weight.device)
-        weight, order = weight[rows_in_order], order[rows_in_order[::GROUP_TILE_ROWS] // GROUP_TILE_ROWS]
-        return replace(tile_grouped(weight, order, arrange), glu=True)
+        weight, order = weight[rows_in_order], order[rows_in_order[::split_rows] // split_rows]
+        return replace(tile_grouped(weight, order, arrange, split_rows=split_rows), glu=True)
     if arrange:
         order = arrange_groups(order)
-    rows = torch.arange(out, device=weight.device) // GROUP_TILE_ROWS
+    rows = torch.arange(out, device=weight.device) // split_rows
     index = (order[rows] + 32 * torch.arange(words, device=order.device).view(1, -1, 1)).reshape(out, in_features)
     tiled_order = weight.gather(1, index)
     kept = (tiled_order != 0).view(out, -1, 4).sum(-1)
@@ -583,23 +595,26 @@ def tile_grouped(weight: torch.Tensor, order: torch.Tensor, arrange: bool = True
     tiles = base.steps * base.ks
     places = place_of(order)
     if tiles > words:  # padded k-tiles: any order (their weights are zeros)
-        places = torch.cat([places, place_of(torch.arange(32, device=order.device)).expand(row_tiles, tiles - words,
+        places = torch.cat([places, place_of(torch.arange(32, device=order.device)).expand(orders, tiles - words,
                                                                                            32)], dim=1)
-    lanes = places.view(row_tiles, base.steps, base.ks, 32).transpose(2, 3)  # tile step lane k
-    return replace(base, over_o=lanes.to(torch.uint8).contiguous().view(-1), grouped=True)
+    halves = GROUP_TILE_ROWS // split_rows
+    lanes = places.view(row_tiles, halves, base.steps, base.ks, 32).permute(0, 2, 4, 1, 3)  # tile step lane half k
+    return replace(base, over_o=lanes.to(torch.uint8).contiguous().view(-1), grouped=True, split_rows=split_rows)
 
 
 def random_grouped(out: int, in_features: int, generator: torch.Generator,
-                   dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+                   dtype: torch.dtype = torch.bfloat16, split_rows: int = GROUP_TILE_ROWS
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """A random 16:32g weight [out, in] and its order (`tile_grouped`) on the generator's device, for tests and
-    benches: each 16-row tile's words in a random order, each row keeping two random columns of every group of four,
-    standard normal values."""
+    benches: each 16-row tile's (or with `split_rows` 8, each 8-row half's) words in a random order, each row keeping
+    two random columns of every group of four, standard normal values."""
     device = generator.device
     row_tiles, words = -(-out // GROUP_TILE_ROWS), in_features // 32
-    order = torch.rand(row_tiles, words, 32, generator=generator, device=device).argsort(-1)
+    order = torch.rand(row_tiles * GROUP_TILE_ROWS // split_rows, words, 32, generator=generator,
+                       device=device).argsort(-1)
     rank = torch.rand(out, words, 8, 4, generator=generator, device=device).argsort(-1).argsort(-1)
     values = torch.randn(out, words, 8, 4, generator=generator, device=device) * (rank < 2)
-    rows = torch.arange(out, device=device) // GROUP_TILE_ROWS
+    rows = torch.arange(out, device=device) // split_rows
     weight = torch.zeros(out, words, 32, device=device).scatter_(2, order[rows], values.reshape(out, words, 32))
     return weight.reshape(out, in_features).to(dtype), order
 
@@ -623,13 +638,16 @@ def grouped_split(weight: torch.Tensor, first_words: int = 256) -> torch.Tensor 
 
 def grouped_order(w: Sp24Weight) -> torch.Tensor:
     """The column order [row tiles, in / 32, 32] of a `tile_grouped` weight (as arranged), read from its places; a
-    GLU weight's tiles in their original order (gate, then up)."""
+    GLU weight's tiles in their original order (gate, then up). With `split_rows` 8, [2 · row tiles, in / 32, 32]:
+    the halves' orders."""
     row_tiles, words = -(-w.shape[0] // GROUP_TILE_ROWS), w.shape[1] // 32
-    places = w.over_o.view(row_tiles, w.steps, 32, w.ks).transpose(2, 3).reshape(row_tiles, -1, 32)[:, :words]
+    halves = GROUP_TILE_ROWS // w.split_rows
+    places = w.over_o.view(row_tiles, w.steps, 32, halves, w.ks).permute(0, 3, 1, 4, 2)  # tile half step k lane
+    places = places.reshape(row_tiles * halves, -1, 32)[:, :words]
     column_at = torch.argsort(place_of(torch.arange(32, device=places.device)))  # place -> column
     order = column_at[places.long()]
-    if w.glu:  # tiled tile k holds original tile glu_order(...)[16k] / 16
-        order = order[torch.argsort(glu_order(w.shape[0], order.device)[::GROUP_TILE_ROWS])]
+    if w.glu:  # tiled block k (of split_rows rows) holds original block glu_order(...)[k · split_rows] / split_rows
+        order = order[torch.argsort(glu_order(w.shape[0], order.device)[::w.split_rows])]
     return order
 
 
@@ -760,7 +778,8 @@ def tiled_to_dense(w: Sp24Weight) -> torch.Tensor:
     original order. Overflow slots are added as `untile_slots` reads them, quad-placed ones as
     `quad_slots.emulate` does."""
     if w.grouped:  # (a GLU weight's rows come back in their original order first)
-        return ungroup_columns(tiled_to_dense(replace(w, over_o=None, grouped=False)), grouped_order(w), 0)
+        return ungroup_columns(tiled_to_dense(replace(w, over_o=None, grouped=False)), grouped_order(w), 0,
+                               w.split_rows)
     if w.quads:
         plain = tiled_to_dense(replace(w, over_v=None, over_o=None, quads=False))
         return plain + quad_slots.emulate(_quad_slots_of(w, torch.device("cpu")))
@@ -831,7 +850,7 @@ class Sp24Call(ctypes.Structure):
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
           int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2,
-          quads: bool = False, multicast: int = 0, grouped: bool = False) -> ctypes.CDLL:
+          quads: bool = False, multicast: int = 0, grouped: bool = False, halves: bool = False) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' loops on a column-major
     copy of x (over_loop 3 and 4), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
@@ -841,12 +860,13 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
     `columns`) builds it with SP24_OVER_MMA_CTAS=1 (SPARSEDECODING_SP24_MMA_CTAS, for launches of the mma order);
     `quads` the build with SP24_QUADS (quad-placed slots, over_loop 5); `multicast` 2 or 4 the build with
     SP24_MULTICAST (`multicast_of`: SPARSEDECODING_SP24_MULTICAST, for launches without the RMSNorm in front, slots or
-    dense weights); `grouped` the build with SP24_GROUPED (grouped columns, over_loop 6)."""
+    dense weights); `grouped` the build with SP24_GROUPED (grouped columns, over_loop 6), `halves` with
+    SP24_GROUPED_HALVES too (grouped columns whose tiles' 8-row halves have their own order, `split_rows` 8)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
         early_trigger = bool(sp24_early_trigger_setting())
-    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads, multicast, grouped)
+    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads, multicast, grouped, halves)
     with _lock:
         library = _libraries.get(key)
         if library is None:
@@ -857,7 +877,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
                 + (() if mma_ctas == 2 else (f"-DSP24_OVER_MMA_CTAS={mma_ctas}",)) \
                 + (("-DSP24_QUADS",) if quads else ()) \
                 + ((f"-DSP24_MULTICAST={multicast}",) if multicast else ()) \
-                + (("-DSP24_GROUPED",) if grouped else ())
+                + (("-DSP24_GROUPED",) if grouped else ()) + (("-DSP24_GROUPED_HALVES=1",) if halves else ())
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_call.restype = ctypes.c_int
             library.sp24_call.argtypes = [ctypes.POINTER(Sp24Call)]
@@ -1032,7 +1052,8 @@ class Sp24Launch:
         self.multicast = multicast_of(w, norm)
         self.library = _load(self.over_loop in COPIES, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
                              self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2,
-                             self.over_loop == QUADS, self.multicast, self.over_loop == GROUPED)
+                             self.over_loop == QUADS, self.multicast, self.over_loop == GROUPED,
+                             self.over_loop == GROUPED and w.split_rows != GROUP_TILE_ROWS)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -1144,7 +1165,8 @@ def to_dense(w: Sp24Weight) -> torch.Tensor:
     expanded by one kernel launch on w's CUDA device (prefill); elsewhere through `untile`. A GLU weight's rows
     come in their original order (gate, then up)."""
     if w.grouped:  # the 2:4 form in the tiled order, its columns put back
-        return ungroup_columns(to_dense(replace(w, over_o=None, grouped=False)), grouped_order(w).to(w.a.device), 0)
+        return ungroup_columns(to_dense(replace(w, over_o=None, grouped=False)), grouped_order(w).to(w.a.device), 0,
+                               w.split_rows)
     if w.a.device.type != "cuda":
         if w.over_v is not None:
             return tiled_to_dense(w).to(w.dtype)
@@ -1231,7 +1253,7 @@ def problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool = False) -> tuple:
     PROBLEM_KEY_FIELDS). Memoised on the settings' raw values (`op.settings_fingerprint`) and the problem, so that
     an eager call does not parse every setting again (a bad value still raises, and is never memoised)."""
     fast = (settings_fingerprint(), x.device, x.shape, x.dtype, w.a.device, w.shape, w.code, w.ks, w.gk_shift,
-            w.steps, w.glu, w.dense, norm, w.over_v is not None, w.quads, w.grouped)
+            w.steps, w.glu, w.dense, norm, w.over_v is not None, w.quads, w.grouped, w.split_rows)
     key = _keys.get(fast)
     if key is None:
         key = _keys[fast] = _problem_key(x, w, norm)
@@ -1247,9 +1269,11 @@ def _problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool) -> tuple:
 
 
 def layout(w: Sp24Weight) -> str:
-    """Which tiled layout w is beyond its code and slots: "grouped" (`tile_grouped`), "quads" (`tile_quads`) or ""
-    (its launches are tuned apart: the same shape in another layout runs another loop)."""
-    return "grouped" if w.grouped else "quads" if w.quads else ""
+    """Which tiled layout w is beyond its code and slots: "grouped" (`tile_grouped`; "grouped8" with 8-row halves),
+    "quads" (`tile_quads`) or "" (its launches are tuned apart: the same shape in another layout runs another
+    loop)."""
+    return ("grouped" if w.split_rows == GROUP_TILE_ROWS else f"grouped{w.split_rows}") if w.grouped \
+        else "quads" if w.quads else ""
 
 
 # (res or None, norm weight, eps): the RMSNorm in front of a launch (`Sp24Launch(..., norm=True)`)
@@ -1267,7 +1291,7 @@ def _reference(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None):
         order = grouped_order(w).to(x.device)
 
         def weight_rows(r0: int, r1: int) -> torch.Tensor:
-            return ungroup_columns(_dense_rows(packed, r0, r1), order, r0)
+            return ungroup_columns(_dense_rows(packed, r0, r1), order, r0, w.split_rows)
     elif w.dense:
         def weight_rows(r0: int, r1: int) -> torch.Tensor:
             return compact(_dense_rows(packed, r0, r1))

@@ -47,6 +47,9 @@ class Sp24Linear(torch.nn.Module):
         super().__init__()
         if weight.glu and bias is not None:
             raise KernelInputError("a GLU-tiled weight takes no bias (the kernel applies the activation to its sums)")
+        if weight.grouped and weight.split_rows != 16:
+            raise KernelInputError(f"grouped columns with {weight.split_rows}-row orders run through sp24.sp24_linear "
+                                   "only (a kernel probe); the module takes 16-row ones")
         self.rows, self.in_features = weight.shape
         self.out_features, self.glu = weight.out_features, weight.glu
         self.slotted, self.grouped = weight.over_v is not None, weight.grouped

@@ -258,6 +258,14 @@ __device__ __forceinline__ void norm_unit(const uint4& xv, const uint4& rv, cons
   }
 }
 
+// SP24_GROUPED_HALVES (with SP24_GROUPED; default 0): OVER 6 for weights whose 8-row halves of each 16-row tile have
+// their own column order (split rows 8, `tile_grouped(..., split_rows=8)`): `over_o` holds 16 bytes a lane and step,
+// the first half's places (rows g) then the second half's (rows g + 8), and each k-tile takes two ldmatrix gathers and
+// two mma.sp, rows g's A registers (a0, a2) against the first gather with rows g + 8's zero, then the other way round.
+#ifndef SP24_GROUPED_HALVES
+#define SP24_GROUPED_HALVES 0
+#endif
+
 template <int CODE, int SPS>
 struct StepRegs {
   uint4 a[Steps<CODE>::a_loads];
@@ -266,7 +274,7 @@ struct StepRegs {
   // OVER: this lane's 8 slot values (16-bit values, or int8 codes) and their staged-x offsets per slot step (never
   // set, and so dropped, otherwise)
   std::conditional_t<CODE == 0, uint4, uint2> ov[Steps<CODE>::ks / 8];
-  uint2 oc[Steps<CODE>::ks / 8];
+  uint2 oc[Steps<CODE>::ks / 8 * (SP24_GROUPED_HALVES ? 2 : 1)];
 };
 
 // SPS (CODE 4): scale loads per step; group k-tiles 2^gk_shift.
@@ -299,7 +307,14 @@ __device__ __forceinline__ void load_step(StepRegs<CODE, SPS>& r, const char* a,
 #pragma unroll
     for (int h = 0; h < S::ks / 8; ++h) {
       const size_t slot_step = static_cast<size_t>(step) * (S::ks / 8) + h;
-      if constexpr (!VALUES) {
+      if constexpr (!VALUES && SP24_GROUPED_HALVES) {
+        // OVER 6 (grouped columns) with 8-row halves: both halves' places of B's rows, no slot values
+        static_assert(S::ks == 8, "grouped columns: one slot step a step");
+        const uint4 both = ld_stream(oc + slot_step * 512 + 16 * lane);
+        r.oc[0] = make_uint2(both.x, both.y);
+        r.oc[1] = make_uint2(both.z, both.w);
+        continue;
+      } else if constexpr (!VALUES) {
         // OVER 6 (grouped columns): the places of B's rows only, no slot values
       } else if constexpr (CODE == 0) {
         r.ov[h] = ld_stream(ov + slot_step * 512 + 16 * lane);
@@ -684,14 +699,20 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     // rows of x past the batch read the last row: their sums are never written, and no zeroing or predicate
     // is spent on them
     uint4 b;
+    [[maybe_unused]] uint4 b8;  // SP24_GROUPED_HALVES: the second gather (rows g + 8)
     if constexpr (GROUPED != 0) {
       // OVER 6: B row l (the k-tile's position l, as A's metadata counts it) is the column whose place (see
       // stage_columns) lane l's byte k names, read by ldmatrix from the column-major copy after the staged rows
       static_assert(CODE == 0 && S::ks == 8, "grouped columns: 16-bit values, one byte a lane and k-tile a step");
       const uint32_t word = k < 4 ? r.oc[0].x : r.oc[0].y;
       const uint32_t place = (word >> (8 * (k & 3))) & 0x1Fu;
-      const uint32_t xt = shared_address(GROUPED == 2 ? xs : xs + batch * xstride) + (32 * tile + place) * 16;
-      b = ldmatrix_x4<true>(xt + j * 8 * (xstride - 64));  // each part's copy: 16 bytes a staged column
+      const uint32_t copy = shared_address(GROUPED == 2 ? xs : xs + batch * xstride) + 32 * tile * 16 +
+                            j * 8 * (xstride - 64);  // each part's copy: 16 bytes a staged column
+      b = ldmatrix_x4<true>(copy + place * 16);
+      if constexpr (SP24_GROUPED_HALVES) {
+        const uint32_t word8 = k < 4 ? r.oc[1].x : r.oc[1].y;
+        b8 = ldmatrix_x4<true>(copy + ((word8 >> (8 * (k & 3))) & 0x1Fu) * 16);
+      }
     } else if constexpr (RAW) {
       // x unpermuted (SP24_MULTICAST): lane 8m + r gives row r of matrix m (columns 8m..8m + 7)
       const int lane = 4 * g + t;
@@ -703,6 +724,16 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
     }
     if constexpr (SP24_ABLATE == 3) {
       acc[j][0] += __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b.x ^ b.y ^ b.z ^ b.w ^ e) & 0x3FFFFFFFu);
+    } else if constexpr (GROUPED != 0 && SP24_GROUPED_HALVES) {
+      // rows g (a0, a2) in the first half's order, rows g + 8 (a1, a3) in the second's: each product adds zeros to
+      // the other half's accumulators
+      if (k < S::meta_words) {
+        mma_sp<kBf16, 0>(acc[j], a0, 0u, a2, 0u, b, e);
+        mma_sp<kBf16, 0>(acc[j], 0u, a1, 0u, a3, b8, e);
+      } else {
+        mma_sp<kBf16, 1>(acc[j], a0, 0u, a2, 0u, b, e);
+        mma_sp<kBf16, 1>(acc[j], 0u, a1, 0u, a3, b8, e);
+      }
     } else {
       if (k < S::meta_words) mma_sp<kBf16, 0>(acc[j], a0, a1, a2, a3, b, e);
       else mma_sp<kBf16, 1>(acc[j], a0, a1, a2, a3, b, e);
@@ -1034,7 +1065,8 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   const char* s_tile = CODE == 4 ? scales + static_cast<size_t>(tile_row) * groups * 32 : nullptr;
   const size_t slot_steps = static_cast<size_t>(steps) * (S::ks / 8);  // per row tile
   const char* ov_tile = OVER != 0 && OVER != 6 ? over_v + tile_row * slot_steps * (CODE == 0 ? 512 : 256) : nullptr;
-  const char* oc_tile = OVER != 0 ? over_o + tile_row * slot_steps * 256 : nullptr;
+  const char* oc_tile =
+      OVER != 0 ? over_o + tile_row * slot_steps * (OVER == 6 && SP24_GROUPED_HALVES ? 512 : 256) : nullptr;
 
   // The first steps' weights are requested before x is staged, so that the staging's latency hides under theirs.
   // SP24_MULTICAST: x staged unpermuted by multicast bulk copies in clusters (see SP24_MULTICAST)
