@@ -46,15 +46,18 @@ def test_capped_patterns_parse_and_print_back(text, overflow):
 
 
 @pytest.mark.parametrize("text,placement", [("16:32+2l", "lanes"), (" 16:32 + 4 q ", "quads"), ("16:32+2", ""),
-                                            (" 16 : 32 g", "groups")])
+                                            (" 16 : 32 g", "groups"), ("16:32g8 ", "groups")])
 def test_placed_patterns_parse_and_print_back(text, placement):
     pattern = SparsityPattern.parse(text)
     assert pattern.placement == placement and SparsityPattern.parse(str(pattern)) == pattern
-    assert str(pattern).endswith({"lanes": "+2l", "quads": "+4q", "": "+2", "groups": "16:32g"}[placement])
+    assert str(pattern).endswith({"lanes": "+2l", "quads": "+4q", "": "+2", "groups": "16:32g"}[placement]
+                                 + ("8" if "8 " in text else ""))
+    assert pattern.split_rows == (8 if "g8" in text else 0)
 
 
 @pytest.mark.parametrize("text", ["2:4+1", "16:32+9", "12:32+2", "8:12+1", "16:32+", "16:32+1l", "16:32+2q",
-                                  "8:16+2l", "16:32l", "16:32+2x", "8:16g", "16:32g2", "16:32+2g", "2:4g"])
+                                  "8:16+2l", "16:32l", "16:32+2x", "8:16g", "16:32g2", "16:32+2g", "2:4g",
+                                  "16:32g16", "16:32g4", "8:16g8", "16:32 g 8"])
 def test_bad_capped_patterns_raise_one_line(text):
     with pytest.raises(SparsityPatternError) as info:
         SparsityPattern.parse(text)
@@ -67,6 +70,8 @@ def test_bad_capped_patterns_raise_one_line(text):
                                     dict(n=16, m=32, overflow=4, placement="lanes"),
                                     dict(n=16, m=32, overflow=2, placement="groups"),
                                     dict(n=8, m=16, placement="groups"),
+                                    dict(n=16, m=32, placement="groups", split_rows=4),
+                                    dict(n=16, m=32, split_rows=8), dict(sparsity=0.5, split_rows=8),
                                     dict(sparsity=0.5, overflow=2)])
 def test_a_pattern_built_directly_is_checked_as_parse_checks_it(fields):
     with pytest.raises(SparsityPatternError, match="SparsityPattern"):
@@ -75,6 +80,7 @@ def test_a_pattern_built_directly_is_checked_as_parse_checks_it(fields):
 
 def test_every_parsed_pattern_passes_the_direct_check():
     for text in ("2:4", "1:4", "3:8", "16:32", "16:32+0", "16:32+2", "8:16+4", "16:32+2l", "16:32+4q", "16:32g", "50%",
-                 "0.5%"):
+                 "0.5%", "16:32g8"):
         pattern = SparsityPattern.parse(text)
-        assert SparsityPattern(pattern.n, pattern.m, pattern.sparsity, pattern.overflow, pattern.placement) == pattern
+        assert SparsityPattern(pattern.n, pattern.m, pattern.sparsity, pattern.overflow, pattern.placement,
+                               pattern.split_rows) == pattern

@@ -441,3 +441,31 @@ def test_halves_kernel_matches_float64(out, in_features):
         bound = (torch.finfo(torch.bfloat16).eps * exact.abs()
                  + 2 * in_features * 2.0**-24 * (x64.abs() @ w64.abs().T) + 1e-300)
         assert float(((y.double().cpu() - exact).abs() / bound).max()) <= 1, (out, in_features, batch, splits, slices)
+
+
+@pytest.mark.parametrize("solver", ["sparsegpt", "admm"])
+def test_the_solvers_prune_to_16_32g8_and_it_tiles_in_halves(solver):
+    """16:32g8 (a split for every 8 rows): both solvers' masks fit it, its loss lies between 16:32's and 16:32g's
+    (on this problem), and the pruned weight's halves' orders are found and tiled exactly."""
+    from sparsedecoding import solvers
+    from sparsedecoding.patterns import SparsityPattern
+
+    generator = torch.Generator().manual_seed(21)
+    weight = torch.randn(64, 256, generator=generator)
+    x = torch.randn(1024, 256, generator=generator)
+    hessian = x.T @ x / 1024
+    prune = {"sparsegpt": solvers.sparsegpt, "admm": lambda w, h, p: solvers.admm(w, h, p, iterations=20)}[solver]
+    pruned = prune(weight, hessian, "16:32g8")
+    assert solvers.placement_breaks(pruned != 0, SparsityPattern.parse("16:32g8")) == 0
+    assert bool(((pruned != 0).view(64, -1, 32).sum(-1) == 16).all())
+
+    def loss(p):
+        delta = weight - p
+        return float(((delta @ hessian) * delta).sum())
+
+    assert loss(prune(weight, hessian, "16:32")) < loss(pruned) < loss(prune(weight, hessian, "16:32g"))
+    bf16 = pruned.bfloat16()
+    assert sp24.grouped_split(bf16) is None  # no split shared by whole tiles
+    order = sp24.grouped_split(bf16, split_rows=8)
+    assert order is not None and order.shape == (8, 8, 32)
+    assert torch.equal(sp24.tiled_to_dense(sp24.tile_grouped(bf16, order, split_rows=8)), bf16.double())

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 from .errors import SparsityPatternError
 
-_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*([lq])?\s*|(g)\s*)?$", re.ASCII)  # ASCII digits only
+_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:\+\s*(\d+)\s*([lq])?\s*|(g)(\d+)?\s*)?$", re.ASCII)  # ASCII digits only
 # Placements of the weights beyond two in a group of four (`SparsityPattern.placement`), by suffix: each pattern they
 # apply to, as (n, m, overflow)
 PLACEMENTS = {"l": ("lanes", (16, 32, 2)), "q": ("quads", (16, 32, 4))}
 GROUPED = ("groups", (16, 32, -1))  # "16:32g": the placement and the one pattern it applies to
+GROUPED_SPLIT_ROWS = (8,)  # "16:32g8": rows sharing a split other than the tile's 16 (SparsityPattern.split_rows)
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 # The N:M patterns the packed format and its kernels are built and tuned for, densest first.
 KERNEL_PATTERNS = ((2, 4), (4, 8), (8, 16), (16, 32))
@@ -39,13 +40,17 @@ class SparsityPattern:
     16:32 masks (at most three kept in a group of four) that also fit 16:32+2 or 16:32+4; weights need a multiple of
     16 rows. `"16:32g"` (groups): the 16 rows of each tile share a split of each 32-column word into eight groups of
     four (any columns), and each row keeps two of every group; the sparse tensor-core kernel runs it as 2:4 in that
-    order (`kernels.sp24.tile_grouped`). "": none."""
+    order (`kernels.sp24.tile_grouped`). "": none.
+
+    `split_rows` (groups only; `"16:32g8"`): the rows that share a split, 8 (each half of a tile its own split; the
+    kernel takes two gathers and two mma.sp a k-tile, `tile_grouped(..., split_rows=8)`); 0 is the tile's 16."""
 
     n: int = 0
     m: int = 0
     sparsity: float = 0.0
     overflow: int = -1
     placement: str = ""
+    split_rows: int = 0
 
     def __post_init__(self) -> None:
         """The fields must form one of the patterns `parse` reads, so that one built directly is checked too."""
@@ -59,11 +64,14 @@ class SparsityPattern:
             elif self.placement and (self.placement, (self.n, self.m, self.overflow)) not in \
                     (*PLACEMENTS.values(), GROUPED):
                 wrong = "placements are lanes (16:32+2l), quads (16:32+4q) and groups (16:32g)"
+            elif self.split_rows and (self.placement != GROUPED[0] or self.split_rows not in GROUPED_SPLIT_ROWS):
+                wrong = "split_rows is 0 (16:32g) or 8 (16:32g8), for grouped columns only"
             if wrong:
                 raise SparsityPatternError(f"SparsityPattern(n={self.n!r}, m={self.m!r}, overflow={self.overflow!r}, "
-                                           f"placement={self.placement!r}): {wrong}; try SparsityPattern.parse('2:4')")
+                                           f"placement={self.placement!r}, split_rows={self.split_rows!r}): {wrong}; "
+                                           f"try SparsityPattern.parse('2:4')")
         elif not (isinstance(self.sparsity, (int, float)) and 0.0 < self.sparsity < 1.0) or self.overflow != -1 \
-                or self.placement:
+                or self.placement or self.split_rows:
             raise SparsityPatternError(f"SparsityPattern(sparsity={self.sparsity!r}) is not a pattern: an unstructured "
                                        f"sparsity is strictly between 0 and 1 (0.5 = 50%); try "
                                        f"SparsityPattern.parse('50%')")
@@ -72,7 +80,8 @@ class SparsityPattern:
     def parse(cls, text: str | SparsityPattern) -> SparsityPattern:
         """`"2:4"`, `"4:8"`, `"16:32"`, any `"N:M"` with 0 < N < M, `"N:M+K"` (a 50% N:M with M a multiple of 8 and
         at most K ≤ M / 4 kept weights beyond 2 in a group of 4: `overflow`), `"16:32+2l"` / `"16:32+4q"` (those weights
-        placed by lanes or quads: `placement`), `"16:32g"` (grouped columns: `placement`), or `"50%"` (0 < p < 100)."""
+        placed by lanes or quads: `placement`), `"16:32g"` (grouped columns: `placement`), `"16:32g8"` (the same with a
+        split for every 8 rows: `split_rows`), or `"50%"` (0 < p < 100)."""
         if isinstance(text, SparsityPattern):
             return text
         if not isinstance(text, str):
@@ -85,7 +94,11 @@ class SparsityPattern:
             if match.group(5):
                 if (n, m) != GROUPED[1][:2]:
                     raise SparsityPatternError(f"{text!r} — grouped columns are defined for 16:32g only")
-                return cls(n=n, m=m, sparsity=0.5, placement=GROUPED[0])
+                rows = int(match.group(6)) if match.group(6) else 0
+                if rows and rows not in GROUPED_SPLIT_ROWS:
+                    raise SparsityPatternError(f"{text!r} — a split is shared by a tile's 16 rows (16:32g) or by 8 "
+                                               f"(16:32g8)")
+                return cls(n=n, m=m, sparsity=0.5, placement=GROUPED[0], split_rows=rows)
             if match.group(3) is None:
                 return cls(n=n, m=m, sparsity=1.0 - n / m)
             overflow = int(match.group(3))
@@ -114,7 +127,7 @@ class SparsityPattern:
     def __str__(self) -> str:
         if self.is_nm:
             if self.placement == GROUPED[0]:
-                return f"{self.n}:{self.m}g"
+                return f"{self.n}:{self.m}g" + (str(self.split_rows) if self.split_rows else "")
             suffix = next((key for key, (name, _) in PLACEMENTS.items() if name == self.placement), "")
             return f"{self.n}:{self.m}" + (f"+{self.overflow}{suffix}" if self.overflow >= 0 else "")
         return f"{self.sparsity * 100:g}%"

@@ -75,7 +75,7 @@ def placement_breaks(kept: torch.Tensor, pattern: SparsityPattern) -> int:
     extra = (fours - 2).clamp(min=0)  # [rows, words, 8]
     full = fours.max(-1).values > 3
     if pattern.placement == "groups":  # (tile, word) pairs whose mask no split into groups of four fits
-        rows_per = GROUPED_SPLIT_ROWS
+        rows_per = split_rows_of(pattern)
         words = kept.reshape(rows // rows_per, rows_per, cols // 32, 32).transpose(1, 2).reshape(-1, rows_per, 32)
         return int((~grouped_order_of(words)[1]).sum())
     if pattern.placement == "lanes":
@@ -428,10 +428,15 @@ def grouped_keep_mask(score: torch.Tensor, pattern: SparsityPattern) -> torch.Te
     return grouped_mask_and_split(score, pattern)[0]
 
 
-# Rows that share a word's split under 16:32g: the kernel's mma.sp tile, 16. A module setting so that
-# benchmarks/grouped_quality_cpu.py --split-rows can measure what fewer rows a split (8 or 4: a tile's halves or
-# quarters, each with its own split, which the kernel does not run) would keep; every caller here reads it.
+# Rows that share a word's split under 16:32g: the kernel's mma.sp tile, 16 (16:32g8: 8, its pattern's
+# `split_rows`). A module setting so that benchmarks/grouped_quality_cpu.py --split-rows can measure what fewer rows a
+# split would keep under 16:32g (4: a tile's quarters, which no kernel runs); every caller here reads it.
 GROUPED_SPLIT_ROWS = PLACED_TILE_ROWS
+
+
+def split_rows_of(pattern: SparsityPattern) -> int:
+    """The rows that share a split under a grouped pattern: its `split_rows`, else `GROUPED_SPLIT_ROWS`."""
+    return pattern.split_rows or GROUPED_SPLIT_ROWS
 
 
 def grouped_mask_and_split(score: torch.Tensor, pattern: SparsityPattern,
@@ -439,7 +444,7 @@ def grouped_mask_and_split(score: torch.Tensor, pattern: SparsityPattern,
     """`grouped_keep_mask`'s mask and the split it keeps in (order [words, 32], words tile by tile), the search
     starting from `start` (an earlier call's split, as ADMM's projections pass theirs on) where given."""
     rows, cols = score.shape
-    tile = GROUPED_SPLIT_ROWS
+    tile = split_rows_of(pattern)
     if tile not in (4, 8, 16) or rows % tile:
         raise SparsityPatternError(f"16:32g splits are shared by 4, 8 or 16 rows (GROUPED_SPLIT_ROWS = {tile!r}); "
                                    f"this weight has {rows} rows")

@@ -619,21 +619,23 @@ def random_grouped(out: int, in_features: int, generator: torch.Generator,
     return weight.reshape(out, in_features).to(dtype), order
 
 
-def grouped_split(weight: torch.Tensor, first_words: int = 256) -> torch.Tensor | None:
+def grouped_split(weight: torch.Tensor, first_words: int = 256, split_rows: int = GROUP_TILE_ROWS
+                  ) -> torch.Tensor | None:
     """An order (`tile_grouped`) under which the 16:32 weight [out, in] (out a multiple of 16) is 16:32g, read off its
     nonzeros (`solvers.grouped_order_of`), or None where some 16-row tile's word has none. The first `first_words`
-    words are tried alone first, so that a plain 16:32 weight (nearly every word breaks) is turned down cheaply."""
+    words are tried alone first, so that a plain 16:32 weight (nearly every word breaks) is turned down cheaply.
+    `split_rows` 8: an order for each 8-row half (16:32g8, [out / 8, in / 32, 32])."""
     from ..solvers import grouped_order_of
 
     out, in_features = weight.shape
     if out % GROUP_TILE_ROWS or in_features % 32:
         return None
-    words = (weight != 0).view(out // GROUP_TILE_ROWS, GROUP_TILE_ROWS, in_features // 32, 32).transpose(1, 2)
-    words = words.reshape(-1, GROUP_TILE_ROWS, 32)
+    words = (weight != 0).view(out // split_rows, split_rows, in_features // 32, 32).transpose(1, 2)
+    words = words.reshape(-1, split_rows, 32)
     if not bool(grouped_order_of(words[:first_words])[1].all()):
         return None
     order, found = grouped_order_of(words)
-    return order.view(out // GROUP_TILE_ROWS, in_features // 32, 32) if bool(found.all()) else None
+    return order.view(out // split_rows, in_features // 32, 32) if bool(found.all()) else None
 
 
 def grouped_order(w: Sp24Weight) -> torch.Tensor:
