@@ -1413,6 +1413,16 @@ PY
     # .kcachez with lease-s71's libraries and sp24-early-grouped, and .whl): today's grouped build's bench and GPU tests
     # (SUFFIX=_direct grouped), then the same bench under the early trigger (grouped-early); about 4 minutes
     SUFFIX=_direct bash benchmarks/h200.sh grouped; bash benchmarks/h200.sh grouped-early ;;
+  quality-grouped8)  # prepared in the seventy-first session: quality-grouped8-qwen2.5-coder-1.5b/, the whole of
+    # benchmarks/recipes/plan-grouped8.json (one item, q16g8: plan-grouped's q16g with --pattern 16:32g8; its rule fixed
+    # before any run); about 10 minutes from the model's arrival (one prune, its dev row, its held-out pick)
+    recipes benchmarks/recipes/plan-grouped8.json /root/recipes-grouped8 quality-grouped8-qwen2.5-coder-1.5b ;;
+  lease-s71b)  # prepared in the seventy-first session, on any GPU: grouped-halves (16:32g8's kernel: its float64 GPU
+    # tests and grouped_bench.py --halves, about 3 minutes), then quality-grouped8 in the background. Run it as
+    # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s71b` (carry .kcachez with sp24, sp24-columns,
+    # sp24-grouped and sp24-grouped-halves of the current sp24.cu, .whl, .devdata), then `receive` with each
+    # .xfer/fpartNNN, `receive && models` with the last, then `WAIT=... collect`
+    bash benchmarks/h200.sh grouped-halves; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped8 ;;
   lease-s70)  # prepared in the seventieth session, its second call (the first: int4-h200 carrying .kcachez with every
     # library both need, .whl and .devdata): lease-s69, then grouped-e2e in the background once quality-grouped ends
     # (the GPU idle for its timings). Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s70`,
