@@ -671,3 +671,19 @@ def test_first_positions_enter_the_hessians_and_the_record(tiny_folder, prompts_
             assert not torch.allclose(hessian, without[key], rtol=1e-3), key
     manifest = json.loads((out / "sparsedecoding.json").read_text())
     assert manifest["config"]["first_positions"] == 1
+
+
+def test_prune_to_16_32g8_writes_masks_with_a_split_every_8_rows(tiny_folder, prompts_file, tmp_path):
+    """`--pattern 16:32g8` through the pipeline (ADMM, the default solver): every prunable weight keeps 16 of each 32
+    columns in a split shared by each 8 rows (`solvers.placement_breaks`), and the manifest records the pattern."""
+    from sparsedecoding.patterns import SparsityPattern
+    from sparsedecoding.solvers import placement_breaks
+
+    out = prune(config(tiny_folder, tmp_path / "out", prompts_file, pattern="16:32g8", solver="admm",
+                       admm_iterations=10), progress=False)
+    pattern = SparsityPattern.parse("16:32g8")
+    for name, tensor in weights(out).items():
+        if name.endswith(tuple(f"{leaf}.weight" for leaf in PRUNABLE)):
+            assert bool(((tensor != 0).reshape(tensor.shape[0], -1, 32).sum(-1) == 16).all()), name
+            assert placement_breaks(tensor != 0, pattern) == 0, name
+    assert json.loads((out / "sparsedecoding.json").read_text())["pattern"] == "16:32g8"
