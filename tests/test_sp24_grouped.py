@@ -389,9 +389,6 @@ def test_halves_refuse_bad_settings_and_key_their_own_build(monkeypatch):
     assert sp24.layout(w) == "grouped8" and sp24.layout(sixteen) == "grouped"
     assert sp24.problem_key(x, w) != sp24.problem_key(x, sixteen)
     assert sp24.over_loop(w, 1) == sp24.GROUPED
-    from sparsedecoding.kernels.sp24_linear import Sp24Linear
-    with pytest.raises(KernelInputError, match="8-row orders"):
-        Sp24Linear(w)
     built = fake_sp24_libraries(monkeypatch)
     sp24._load(grouped=True, halves=True)
     assert built == [("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")]
@@ -469,3 +466,49 @@ def test_the_solvers_prune_to_16_32g8_and_it_tiles_in_halves(solver):
     order = sp24.grouped_split(bf16, split_rows=8)
     assert order is not None and order.shape == (8, 8, 32)
     assert torch.equal(sp24.tiled_to_dense(sp24.tile_grouped(bf16, order, split_rows=8)), bf16.double())
+
+
+def test_a_16_32g8_packed_linear_becomes_a_halves_sp24_linear_and_reloads_so():
+    """CPU: a 16:32 linear whose mask is 16:32g8 (not 16:32g) tiles in 8-row orders, runs (densified on the CPU) as
+    its weight, saves as 16:32 and loads back into the same layout."""
+    from sparsedecoding.kernels.format import pack_nm
+    from sparsedecoding.kernels.linear import PackedLinear
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear, tileable
+
+    weight, _ = sp24.random_grouped(64, 256, torch.Generator().manual_seed(22), split_rows=8)
+    module = PackedLinear(pack_nm(weight, 16, 32))
+    assert sp24.grouped_split(weight) is None and tileable(module, require_cuda=False, slots=True) is None
+    layer = Sp24Linear.from_module(module)
+    assert layer.grouped and layer.split_rows == 8 and layer.weight.split_rows == 8
+    assert "16:32g8" in repr(layer)
+    x = torch.randn(3, 256).bfloat16()
+    assert torch.equal(layer(x), torch.nn.functional.linear(x, weight))
+    assert torch.equal(layer.packed.to_dense(), weight)
+    plain_weight, _ = grouped(64, 256, seed=23)
+    fresh = Sp24Linear.from_module(PackedLinear(pack_nm(plain_weight, 16, 32)))
+    assert fresh.split_rows == 16
+    fresh.load_state_dict(layer.state_dict())
+    assert fresh.split_rows == 8 and torch.equal(sp24.tiled_to_dense(fresh.weight), weight.double())
+    glu = Sp24Linear.from_module(module, glu=True)
+    assert glu.grouped and glu.glu and glu.split_rows == 8
+
+
+@pytest.mark.gpu
+def test_a_16_32g8_sp24_linear_runs_eager_compiled_and_with_the_norm_in_front():
+    from sparsedecoding.kernels.format import pack_nm
+    from sparsedecoding.kernels.linear import PackedLinear
+    from sparsedecoding.kernels.sp24_linear import Sp24Linear
+
+    weight, _ = sp24.random_grouped(512, 1024, torch.Generator(device="cuda").manual_seed(24), split_rows=8)
+    layer = Sp24Linear.from_module(PackedLinear(pack_nm(weight, 16, 32)))
+    assert layer.grouped and layer.split_rows == 8
+    compiled = torch.compile(lambda t: layer(t), fullgraph=True)
+    for batch in (1, 8, 16):
+        x = torch.randn(batch, 1024, device="cuda").bfloat16()
+        exact = x.double() @ weight.double().T
+        scale = (x.double().abs() @ weight.double().abs().T).max()
+        for y in (layer(x), compiled(x)):
+            assert float((y.double() - exact).abs().max() / scale) < 2e-2
+        res, norm = torch.randn_like(x), torch.rand(1024, device="cuda").bfloat16() + 0.5
+        y, total = layer.normed(x, res, norm, 1e-6)
+        assert torch.equal(total, x + res)

@@ -1656,13 +1656,15 @@ def sp24_linear(x: torch.Tensor, w: Sp24Weight) -> torch.Tensor:
 def _sp24_op(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor | None, scales: torch.Tensor | None,
              row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
              gk_shift: int, groups: int, glu: bool, over_v: torch.Tensor | None = None,
-             over_o: torch.Tensor | None = None, dense: bool = False, grouped: bool = False) -> torch.Tensor:
+             over_o: torch.Tensor | None = None, dense: bool = False, grouped: bool = False,
+             split_rows: int = GROUP_TILE_ROWS) -> torch.Tensor:
     """`sp24_linear` for torch.compile; `out_features` is the weight's rows (twice y's columns with `glu`);
     `over_v` / `over_o`: a 16:32+K weight's overflow slots, or None; `dense`: a `tile_dense` weight (meta None);
-    `grouped`: a `tile_grouped` weight (its places in `over_o`)."""
+    `grouped`: a `tile_grouped` weight (its places in `over_o`), `split_rows` its rows an order."""
     dtype = x.dtype
     return sp24_linear(x, Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, dtype, steps,
-                                     gk_shift, groups, glu, over_v, over_o, dense, grouped=grouped))
+                                     gk_shift, groups, glu, over_v, over_o, dense, grouped=grouped,
+                                     split_rows=split_rows))
 
 
 @torch.library.custom_op("sparsedecoding::sp24_norm_mm", mutates_args=())
@@ -1670,10 +1672,10 @@ def _sp24_norm_op(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tensor,
                   meta: torch.Tensor, scales: torch.Tensor | None, row_scales: torch.Tensor | None, out_features: int,
                   in_features: int, code: int, steps: int, gk_shift: int, groups: int, glu: bool,
                   over_v: torch.Tensor | None = None, over_o: torch.Tensor | None = None,
-                  grouped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                  grouped: bool = False, split_rows: int = GROUP_TILE_ROWS) -> tuple[torch.Tensor, torch.Tensor]:
     """`sp24_norm_linear` for torch.compile: (W·rmsnorm(x + res), x + res)."""
     w = Sp24Weight(a, meta, scales, row_scales, (out_features, in_features), code, x.dtype, steps, gk_shift, groups,
-                   glu, over_v, over_o, grouped=grouped)
+                   glu, over_v, over_o, grouped=grouped, split_rows=split_rows)
     return sp24_norm_linear(x, w, res, norm_weight, eps)
 
 
@@ -1682,7 +1684,7 @@ def _sp24_norm_fake(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tenso
                     meta: torch.Tensor, scales: torch.Tensor | None, row_scales: torch.Tensor | None,
                     out_features: int, in_features: int, code: int, steps: int, gk_shift: int, groups: int,
                     glu: bool, over_v: torch.Tensor | None = None, over_o: torch.Tensor | None = None,
-                    grouped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                    grouped: bool = False, split_rows: int = GROUP_TILE_ROWS) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features)), torch.empty_like(x))
 
 
@@ -1690,5 +1692,6 @@ def _sp24_norm_fake(x: torch.Tensor, res: torch.Tensor, norm_weight: torch.Tenso
 def _sp24_fake(x: torch.Tensor, a: torch.Tensor, meta: torch.Tensor | None, scales: torch.Tensor | None,
                row_scales: torch.Tensor | None, out_features: int, in_features: int, code: int, steps: int,
                gk_shift: int, groups: int, glu: bool, over_v: torch.Tensor | None = None,
-               over_o: torch.Tensor | None = None, dense: bool = False, grouped: bool = False) -> torch.Tensor:
+               over_o: torch.Tensor | None = None, dense: bool = False, grouped: bool = False,
+               split_rows: int = GROUP_TILE_ROWS) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], out_features // 2 if glu else out_features))

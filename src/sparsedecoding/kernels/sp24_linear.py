@@ -47,12 +47,10 @@ class Sp24Linear(torch.nn.Module):
         super().__init__()
         if weight.glu and bias is not None:
             raise KernelInputError("a GLU-tiled weight takes no bias (the kernel applies the activation to its sums)")
-        if weight.grouped and weight.split_rows != 16:
-            raise KernelInputError(f"grouped columns with {weight.split_rows}-row orders run through sp24.sp24_linear "
-                                   "only (a kernel probe); the module takes 16-row ones")
         self.rows, self.in_features = weight.shape
         self.out_features, self.glu = weight.out_features, weight.glu
         self.slotted, self.grouped = weight.over_v is not None, weight.grouped
+        self.split_rows = weight.split_rows  # grouped: the rows that share a column order (16:32g 16, 16:32g8 8)
         self.n, self.m = (16, 32) if self.slotted or self.grouped else (2, 4)  # the pattern it is saved in
         self.quantize = {0: None, 8: "int8", 4: "int4"}[weight.code]
         self.group_size = {0: None, 8: self.in_features, 4: 32 << weight.gk_shift}[weight.code]
@@ -113,7 +111,7 @@ class Sp24Linear(torch.nn.Module):
             cached = Sp24Weight(buffers["a"], buffers["meta"], buffers["scales"], buffers["row_scales"],
                                 (self.rows, self.in_features), self.code, self.value_dtype, self.steps,
                                 self.gk_shift, self.groups, self.glu, buffers["over_v"], buffers["over_o"],
-                                grouped=self.grouped)
+                                grouped=self.grouped, split_rows=self.split_rows)
             self.__dict__["_weight"] = cached
         return cached
 
@@ -161,7 +159,7 @@ class Sp24Linear(torch.nn.Module):
             y = torch.ops.sparsedecoding.sp24_mm(x2.contiguous(), buffers["a"], buffers["meta"], buffers["scales"],
                                                  buffers["row_scales"], self.rows, self.in_features, self.code,
                                                  self.steps, self.gk_shift, self.groups, self.glu, buffers["over_v"],
-                                                 buffers["over_o"], False, self.grouped)
+                                                 buffers["over_o"], False, self.grouped, self.split_rows)
         else:
             y = sp24_linear(x2.contiguous(), self.weight)
         bias = buffers["bias"]
@@ -187,7 +185,7 @@ class Sp24Linear(torch.nn.Module):
             y, total = torch.ops.sparsedecoding.sp24_norm_mm(
                 x2.contiguous(), res2.contiguous(), norm_weight, eps, self.a, self.meta, self.scales,
                 self.row_scales, self.rows, self.in_features, self.code, self.steps, self.gk_shift, self.groups,
-                self.glu, self.over_v, self.over_o, self.grouped)
+                self.glu, self.over_v, self.over_o, self.grouped, self.split_rows)
         else:
             y, total = sp24_norm_linear(x2.contiguous(), self.weight, res2.contiguous(), norm_weight, eps)
         if self.bias is not None:
@@ -236,6 +234,7 @@ class Sp24Linear(torch.nn.Module):
         for name in _TILED:
             self._buffers[name] = getattr(weight, name)
         self.slotted, self.grouped = weight.over_v is not None, weight.grouped  # the loaded mask's layout
+        self.split_rows = weight.split_rows
         if self.bias is not None:
             self.bias.copy_(state_dict[prefix + "bias"])
         if self._buffers["dense"] is not None:  # the copy follows the loaded weight
@@ -246,7 +245,9 @@ class Sp24Linear(torch.nn.Module):
                   4: f"int4, group_size={32 << self.gk_shift}"}
         glu = f", silu(gate)·up of {self.rows} rows" if self.glu else ""
         pattern = f"16:32+{OVER_SLOTS} (2:4 tiles + {OVER_SLOTS} overflow slots a word)" if self.slotted else \
-            "16:32g (2:4 in each tile's column order)" if self.grouped else "2:4"
+            ("16:32g (2:4 in each tile's column order)" if self.split_rows == 16 else
+             f"16:32g{self.split_rows} (2:4 in the column order of each {self.split_rows} rows)") if self.grouped \
+            else "2:4"
         copy = f", dense copy from {self.dense_from_rows} rows" if self._buffers["dense"] is not None else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, pattern={pattern}, "
                 f"{values[self.code]}{glu}, tiled for sparse tensor cores{copy}")
@@ -257,15 +258,16 @@ _TILED = ("a", "meta", "scales", "row_scales", "over_v", "over_o")  # an Sp24Wei
 
 def _tiled(packed: PackedNM | PackedNMQ, glu: bool) -> Sp24Weight:
     """`packed` in the kernel's layout: a 2:4 weight by `sp24.tile`, a 16:32 one of 16-bit values whose mask is
-    16:32g in grouped columns (`sp24.tile_grouped`), any other 16:32 one as its 2:4 part plus overflow slots
-    (`sp24.tile_overflow`; PackingError if its nonzeros do not fit 16:32+2)."""
+    16:32g (or else 16:32g8) in grouped columns (`sp24.tile_grouped`), any other 16:32 one as its 2:4 part plus
+    overflow slots (`sp24.tile_overflow`; PackingError if its nonzeros do not fit 16:32+2)."""
     if (packed.n, packed.m) == (16, 32):
         if isinstance(packed, PackedNMQ):
             return tile_overflow(split_overflow_quantized(packed, OVER_SLOTS), glu)
         dense = packed.to_dense()
-        order = grouped_split(dense)
-        if order is not None:
-            return tile_grouped(dense, order, glu=glu)
+        for split_rows in (16, 8):
+            order = grouped_split(dense, split_rows=split_rows)
+            if order is not None:
+                return tile_grouped(dense, order, glu=glu, split_rows=split_rows)
         return tile_overflow(split_overflow(dense, OVER_SLOTS), glu)
     return tile(packed, glu)
 
@@ -295,9 +297,10 @@ def tileable(module: torch.nn.Module, require_cuda: bool = True, slots: bool = F
                     f"{OVER_INT4_GROUP} columns a scale)")
         dense = module.packed.to_dense()
         over = words_over_cap(dense, OVER_SLOTS)
-        if over and not (isinstance(module, PackedLinear) and grouped_split(dense) is not None):
+        if over and not (isinstance(module, PackedLinear) and any(grouped_split(dense, split_rows=rows) is not None
+                                                                  for rows in (16, 8))):
             return (f"pattern 16:32 with {over} mask words beyond 16:32+{OVER_SLOTS} (prune with --pattern "
-                    f"16:32+{OVER_SLOTS} or 16:32g to run it on sparse tensor cores)")
+                    f"16:32+{OVER_SLOTS}, 16:32g or 16:32g8 to run it on sparse tensor cores)")
     elif (module.n, module.m) != (2, 4):
         return f"pattern {module.n}:{module.m} (sparse tensor cores run 2:4, and 16:32 masks that fit 16:32+2)"
     if isinstance(module, QuantizedPackedLinear) and module.quantize == "int4":
@@ -401,24 +404,26 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
                  tiled, OVER_SLOTS)
         _load_columns_build({(module.weight.build_ks, module.weight.build_int4_ks) for module in model.modules()
                              if isinstance(module, Sp24Linear) and module.slotted})
-    grouped = sum(isinstance(module, Sp24Linear) and module.grouped for module in model.modules())
+    grouped = [module.split_rows for module in model.modules() if isinstance(module, Sp24Linear) and module.grouped]
     if grouped:
-        log.info("%d of the %d linears on sparse tensor cores are 16:32g (2:4 in each tile's column order)", grouped,
-                 tiled)
-        _load_grouped_build()
+        log.info("%d of the %d linears on sparse tensor cores are 16:32g (2:4 in each tile's column order; %d of them "
+                 "16:32g8, in each 8 rows' order)", len(grouped), tiled, grouped.count(8))
+        _load_grouped_build(tuple(sorted(set(grouped))))
     if norms:
         fuse_norms(model)
     return tiled
 
 
-def _load_grouped_build() -> None:
-    """Build (or load) now, not at the first launch of a decode, the kernel library with grouped columns (OVER 6);
-    EngineError, in one line, if it cannot be built."""
+def _load_grouped_build(split_rows: tuple[int, ...] = (16,)) -> None:
+    """Build (or load) now, not at the first launch of a decode, the kernel library with grouped columns (OVER 6),
+    for each of the orders' row counts in use (8: the build with SP24_GROUPED_HALVES too); EngineError, in one line,
+    if one cannot be built."""
     from . import cuda_mma
     from .sp24 import _load
 
     try:
-        _load(grouped=True)
+        for rows in split_rows:
+            _load(grouped=True, halves=rows != 16)
     except cuda_mma.CudaKernelUnavailableError as exc:
         raise EngineError(f"the sparse tensor-core kernel's build with grouped columns failed ({exc}); set "
                           "SPARSEDECODING_SP24_SLOTS=0 to keep 16:32 linears on the packed kernels") from exc
