@@ -1370,7 +1370,7 @@ PY
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0
-    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -k "halves or 16_32g8 or grouped_kernel_matches" \
+    timeout 240 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -k "halves or grouped_sp24_linear or grouped_kernel_matches" \
       -p no:cacheprovider -x 2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_halves.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 grouped_bench.py --halves \
       --out "$OUT/grouped_halves_${gpu:-gpu}.md" 2>&1 | grep -E "^\||rror" | tail -60) || true ;;
