@@ -1423,6 +1423,10 @@ PY
     # sp24-grouped and sp24-grouped-halves of the current sp24.cu, .whl, .devdata), then `receive` with each
     # .xfer/fpartNNN, `receive && models` with the last, then `WAIT=... collect`
     bash benchmarks/h200.sh grouped-halves; END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped8 ;;
+  lease-s71c)  # lease-s71b with the kernel bench in the background too, so that the model's pieces arrive while it
+    # runs (quality-grouped8 waits for them, so the GPU is the bench's alone): `END_AT=$(( $(date +%s) + 1500 )) bash
+    # benchmarks/h200.sh lease-s71c` (carry as for lease-s71b), then the pieces, then `WAIT=... collect`
+    END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-halves quality-grouped8 ;;
   lease-s70)  # prepared in the seventieth session, its second call (the first: int4-h200 carrying .kcachez with every
     # library both need, .whl and .devdata): lease-s69, then grouped-e2e in the background once quality-grouped ends
     # (the GPU idle for its timings). Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s70`,
