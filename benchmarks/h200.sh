@@ -1391,6 +1391,14 @@ PY
     SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0 timeout 560 python3 -m sparsedecoding bench \
       --preset llama-3.1-8b --pattern 16:32+2 16:32g --batch 1 8 16 --repeats 2 --new-tokens 128 \
       --out "$OUT/e2e_grouped_${gpu:-gpu}_8b.md" 2>&1 | grep -E "^\||rror" | tail -30 || true ;;
+  grouped8-e2e)  # prepared in the seventy-first session (carry .kcachez with sp24, sp24-columns, sp24-grouped and
+    # sp24-grouped-halves): grouped-e2e with 16:32g8 beside 16:32g and 16:32+2 (random masks; 16:32g8 in 8-row orders)
+    # at batch 1, 8 and 16, the default build only; about 6 minutes
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0 timeout 560 python3 -m sparsedecoding bench \
+      --preset llama-3.1-8b --pattern 16:32+2 16:32g 16:32g8 --batch 1 8 16 --repeats 2 --new-tokens 128 \
+      --out "$OUT/e2e_grouped8_${gpu:-gpu}_8b.md" 2>&1 | grep -E "^\||rror" | tail -40 || true ;;
   quality-grouped)  # prepared in the sixty-ninth session: quality-grouped-qwen2.5-coder-1.5b/, the whole of
     # benchmarks/recipes/plan-grouped.json (one item, q16g: plan-admm2b's q16o2 with --pattern 16:32g; its rule fixed
     # before any run); about 10 minutes from the model's arrival (one prune, its dev row, its held-out pick)

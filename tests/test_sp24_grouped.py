@@ -274,6 +274,9 @@ def test_random_16_32g_weights_for_the_presets_have_a_split_in_every_tile_word()
     assert sp24.grouped_split(dense) is not None
     plain = random_packed(64, 256, SparsityPattern.parse("16:32"), torch.bfloat16, "cpu", generator)
     assert sp24.grouped_split(plain.to_dense()) is None
+    # 16:32g8: a split for each 8 rows, not (as a rule) one for the whole tile
+    halves = random_packed(64, 256, SparsityPattern.parse("16:32g8"), torch.bfloat16, "cpu", generator).to_dense()
+    assert sp24.grouped_split(halves, split_rows=8) is not None and sp24.grouped_split(halves) is None
 
 
 @pytest.mark.gpu

@@ -221,22 +221,23 @@ def random_packed(rows: int, columns: int, pattern: SparsityPattern, dtype: torc
     """A random packed N:M weight [rows, columns]. Mask words are drawn from a pool of 4096 random valid words
     (N of every M bits set), which costs little even for a 70B model and gives the kernel no regular pattern."""
     n, m = require_kernel_pattern(pattern)
-    bitmask = random_bitmask(rows, columns, n, m, device, generator, pattern.overflow, pattern.placement)
+    bitmask = random_bitmask(rows, columns, n, m, device, generator, pattern.overflow, pattern.placement,
+                             pattern.split_rows)
     kept = columns * n // m
     values = torch.randn(rows, kept, dtype=dtype, device=device, generator=generator) * kept**-0.5
     return PackedNM(values=values, bitmask=bitmask, n=n, m=m, shape=(rows, columns))
 
 
 def random_bitmask(rows: int, columns: int, n: int, m: int, device: str | torch.device,
-                   generator: torch.Generator, overflow: int = -1, placement: str = "") -> Tensor:
+                   generator: torch.Generator, overflow: int = -1, placement: str = "", split_rows: int = 0) -> Tensor:
     """int32 [rows, columns/32] mask words, each drawn from a pool of 4096 random valid words (N of every M bits
     set): cheap even for a 70B model, and no regular pattern for the kernel. With `overflow` K ≥ 0 (an N:M+K
     pattern), only words whose groups of four keep at most K weights beyond two a group of M (random valid words
     that fit, drawn until the pool is full). With `placement` "groups" (16:32g, rows a multiple of 16), each 16-row
     tile's word takes one of 4096 random splits into groups of four and each row one of 4096 random picks of two
-    columns a group."""
+    columns a group; with `split_rows` 8 (16:32g8), each 8 rows' word its own split."""
     if placement == "groups":
-        return _random_grouped_bitmask(rows, columns, device, generator)
+        return _random_grouped_bitmask(rows, columns, device, generator, split_rows or 16)
     pool = torch.rand(4096, 32 // m, m, device=device, generator=generator).argsort(-1)[..., :n]
     if overflow >= 0:
         fitting = []
@@ -253,15 +254,15 @@ def random_bitmask(rows: int, columns: int, n: int, m: int, device: str | torch.
 
 
 def _random_grouped_bitmask(rows: int, columns: int, device: str | torch.device,
-                            generator: torch.Generator) -> Tensor:
+                            generator: torch.Generator, split_rows: int = 16) -> Tensor:
     words = columns // 32
     splits = torch.rand(4096, 32, device=device, generator=generator).argsort(-1)
     picks = (torch.rand(4096, 8, 4, device=device, generator=generator).argsort(-1) < 2).view(4096, 32)
-    split = torch.randint(4096, (-(-rows // 16), words), device=device, generator=generator)
+    split = torch.randint(4096, (-(-rows // split_rows), words), device=device, generator=generator)
     out = torch.empty(rows, words, dtype=torch.int32, device=device)
     for r0 in range(0, rows, 2048):  # [2048, words, 32] a chunk
         r1 = min(rows, r0 + 2048)
-        columns_at = splits[split[torch.arange(r0, r1, device=device) // 16]]  # each position's column
+        columns_at = splits[split[torch.arange(r0, r1, device=device) // split_rows]]  # each position's column
         pick = picks[torch.randint(4096, (r1 - r0, words), device=device, generator=generator)]
         word = ((torch.ones_like(columns_at) << columns_at) * pick).sum(-1)
         out[r0:r1] = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
@@ -283,7 +284,8 @@ def random_quantized(rows: int, columns: int, pattern: SparsityPattern | None, q
         codes = torch.randint(low, high + 1, (rows, columns), device=device, generator=generator).to(torch.int8)
         return DenseQuantized.from_codes(QuantizedCodes(codes, scales, quantize, group), dtype)
     n, m = require_kernel_pattern(pattern)
-    bitmask = random_bitmask(rows, columns, n, m, device, generator, pattern.overflow, pattern.placement)
+    bitmask = random_bitmask(rows, columns, n, m, device, generator, pattern.overflow, pattern.placement,
+                             pattern.split_rows)
     if quantize == "int8":
         codes = torch.randint(low, high + 1, (rows, kept), device=device, generator=generator).to(torch.int8)
     else:  # two codes a byte, and any byte is a valid pair
