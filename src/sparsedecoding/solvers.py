@@ -305,7 +305,8 @@ def grouped_partition(words: torch.Tensor, rounds: int = GROUP_SEARCH_ROUNDS,
     swap_i = torch.tensor([i for i, _ in GROUP_SWAPS], device=words.device)
     swap_j = torch.tensor([j for _, j in GROUP_SWAPS], device=words.device)
     order = torch.arange(32, device=words.device).repeat(count, 1) if start is None else start.clone()
-    chunk = _GROUP_CHUNK_CUDA if words.is_cuda else _GROUP_CHUNK
+    # words a chunk: as many as fit the memory of the chunk sizes' 16-row words (twice as many with 8 rows a split)
+    chunk = (_GROUP_CHUNK_CUDA if words.is_cuda else _GROUP_CHUNK) * 16 // max(rows, 1)
     for first in range(0, count, chunk):
         part, sub = words[first:first + chunk], order[first:first + chunk]
         live = torch.arange(part.shape[0], device=words.device)
