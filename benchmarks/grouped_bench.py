@@ -1,7 +1,8 @@
 """Grouped columns (16:32g, sp24.cu's OVER 6) against cuBLAS, plain 2:4 and 16:32+2, side by side in one process.
 
 `--halves` adds 16:32g/8, a weight whose tiles' 8-row halves each have their own order (the pattern's quality
-nears 16:32's, results/grouped_rows_quality_cpu.md), at two gathers and two mma.sp a k-tile.
+nears 16:32's, results/grouped_rows_quality_cpu.md), at two gathers and two mma.sp a k-tile; `--halves-acc 1 2`
+times it under both values of SPARSEDECODING_SP24_HALVES_ACC side by side (one accumulator, or one a half).
 
 A 16:32g weight keeps 16 of every 32 columns of a row, like 16:32, with one more rule: the 16 rows of an mma.sp tile
 share a split of each 32-column word into eight groups of four, and every row keeps two of each group. Tiled in that
@@ -20,6 +21,8 @@ The bytes a weight: 2:4's 1.125 plus one byte a lane and k-tile for the order (1
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shlex
 import sys
 import time
@@ -43,6 +46,21 @@ SIDES = ("16:32g", "2:4", "16:32+2", "cuBLAS")
 HALVES = "16:32g/8"  # --halves
 
 
+@contextlib.contextmanager
+def halves_acc(value: int | None):
+    """SPARSEDECODING_SP24_HALVES_ACC set to `value` inside (left as it is for None), restored after."""
+    before = os.environ.get(op.SP24_HALVES_ACC_SETTING)
+    if value is not None:
+        os.environ[op.SP24_HALVES_ACC_SETTING] = str(value)
+    try:
+        yield
+    finally:
+        if value is not None:
+            os.environ.pop(op.SP24_HALVES_ACC_SETTING, None)
+            if before is not None:
+                os.environ[op.SP24_HALVES_ACC_SETTING] = before
+
+
 def plain_24(out: int, in_features: int, generator: torch.Generator) -> torch.Tensor:
     """bf16 [out, in]: standard normal, the two largest |w| of every group of four kept."""
     values = torch.randn(out, in_features // 4, 4, device="cuda", generator=generator)
@@ -58,6 +76,9 @@ def main() -> int:
     parser.add_argument("--halves", action="store_true",
                         help="add 16:32g/8: each 8-row half of a tile in its own order (split_rows 8, a build with "
                              "SP24_GROUPED_HALVES: two gathers and two mma.sp a k-tile)")
+    parser.add_argument("--halves-acc", type=int, nargs="+", choices=(1, 2), default=[1],
+                        help="with --halves: the SPARSEDECODING_SP24_HALVES_ACC values timed side by side (1: one "
+                             "accumulator, the default; 2: one for each half), each its own side")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -67,8 +88,9 @@ def main() -> int:
         print(f"error: {args.out.parent} is not a folder", file=sys.stderr)
         return 2
     sides = [s for s in SIDES if not (args.no_overflow and s == "16:32+2")]
-    if args.halves:
-        sides.insert(1, HALVES)
+    halves = {} if not args.halves else {HALVES: 1} if args.halves_acc == [1] else {
+        f"{HALVES} acc{value}": value for value in args.halves_acc}  # side -> SPARSEDECODING_SP24_HALVES_ACC
+    sides[1:1] = list(halves)
     timed = sides[:-1]
     started = time.time()
     rows, speeds = [], {(b, s): [] for b in args.batches for s in timed}
@@ -78,15 +100,19 @@ def main() -> int:
             weight, order = sp24.random_grouped(out, inf, generator)
             tiled = {"16:32g": sp24.tile_grouped(weight, order), "2:4": sp24.tile(pack_nm(plain_24(out, inf,
                                                                                                    generator), 2, 4))}
-            if HALVES in sides:
-                tiled[HALVES] = sp24.tile_grouped(*sp24.random_grouped(out, inf, generator, split_rows=8), split_rows=8)
+            if halves:
+                eight = sp24.tile_grouped(*sp24.random_grouped(out, inf, generator, split_rows=8), split_rows=8)
+                tiled.update({side: eight if n == 0 else eight.clone() for n, side in enumerate(halves)})
             if "16:32+2" in sides:
                 tiled["16:32+2"] = sp24.tile_overflow(split_overflow(capped_weight(out, inf, generator)))
             copies = {side: sp24._copies(w) for side, w in tiled.items()}
             copies["cuBLAS"] = rotation(weight.clone, weight.numel() * 2)
             for batch in args.batches:
                 x = torch.randn(batch, inf, device="cuda", generator=generator).bfloat16()
-                launches = {side: sp24.tuned_launch(x, w) for side, w in tiled.items()}
+                launches = {}
+                for side, w in tiled.items():  # each 16:32g/8 side tuned (and its build loaded) under its setting
+                    with halves_acc(halves.get(side)):
+                        launches[side] = sp24.tuned_launch(x, w)
                 calls = {side: (lambda w, launch=launch: launch(x, w)) for side, launch in launches.items()}
                 calls["cuBLAS"] = lambda d: F.linear(x, d)
                 rounds = {side: [] for side in sides}

@@ -51,6 +51,7 @@ LIBRARIES = {
     "sp24-early-grouped": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_GROUPED")),
     # grouped columns whose 8-row halves have their own order (tile_grouped(..., split_rows=8)), grouped_bench.py
     "sp24-grouped-halves": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")),
+    "sp24-grouped-halves2": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=2")),  # SP24_HALVES_ACC=2
     # ablate_probe.py --builds (int4 CTAs a multiprocessor): the early build with 3 CTAs, and 3 or 4 with one buffer
     "sp24-early-int4-3ctas": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_CTAS=3")),
     # x staged by multicast bulk copies in clusters of 2 or 4 CTAs (SP24_MULTICAST): SPARSEDECODING_SP24_MULTICAST's

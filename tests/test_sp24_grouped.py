@@ -393,9 +393,14 @@ def test_halves_refuse_bad_settings_and_key_their_own_build(monkeypatch):
     assert sp24.layout(w) == "grouped8" and sp24.layout(sixteen) == "grouped"
     assert sp24.problem_key(x, w) != sp24.problem_key(x, sixteen)
     assert sp24.over_loop(w, 1) == sp24.GROUPED
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, w)))["layout"] == "grouped8-acc1"
+    monkeypatch.setenv("SPARSEDECODING_SP24_HALVES_ACC", "2")  # the second half's own accumulator: another build
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, w)))["layout"] == "grouped8-acc2"
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, sixteen)))["layout"] == "grouped"
     built = fake_sp24_libraries(monkeypatch)
-    sp24._load(grouped=True, halves=True)
-    assert built == [("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")]
+    sp24._load(grouped=True, halves=1)
+    sp24._load(grouped=True, halves=2)
+    assert built == [("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1"), ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=2")]
 
 
 def test_the_solver_split_rows_setting_shares_splits_by_fewer_rows():

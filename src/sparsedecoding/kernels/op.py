@@ -67,6 +67,8 @@ SP24_MMA_CTAS_CHOICES = ("2", "1")
 SP24_MULTICAST_SETTING = "SPARSEDECODING_SP24_MULTICAST"
 SP24_MULTICAST_CHOICES = ("0", "2", "4")
 SP24_STREAM_K_SETTING = "SPARSEDECODING_SP24_STREAM_K"
+SP24_HALVES_ACC_SETTING = "SPARSEDECODING_SP24_HALVES_ACC"
+SP24_HALVES_ACC_CHOICES = ("1", "2")
 SP24_HANDOFF_SETTING = "SPARSEDECODING_SP24_HANDOFF"
 SP24_MIXED_SETTING = "SPARSEDECODING_SP24_MIXED"
 SP24_MIXED_CHOICES = ("1", "0", "2")
@@ -397,6 +399,15 @@ def sp24_multicast_setting() -> int:
                        "2 (clusters of two that stage x once by multicast, the default), 4 or 0 (every CTA stages x)"))
 
 
+def sp24_halves_acc_setting() -> int:
+    """SPARSEDECODING_SP24_HALVES_ACC: the accumulators of 16:32g8 launches (grouped columns with an order for each 8
+    rows, sp24.cu's SP24_GROUPED_HALVES, a build of its own for each value): "1" or unset (the default, measured in
+    results/grouped_halves_h100.md), both halves' products into one accumulator, so each k-tile's second mma.sp waits
+    for its first; "2", the second half's into an accumulator of its own, added in after the loop (not yet timed)."""
+    return int(_choice(SP24_HALVES_ACC_SETTING, SP24_HALVES_ACC_CHOICES, "1",
+                       "1 (one accumulator for both halves' products, the default) or 2 (one for each half)"))
+
+
 def sp24_stream_k_setting() -> bool:
     """SPARSEDECODING_SP24_STREAM_K: "1" or unset makes the sp24 tuner also try stream-K launches (a grid of one or
     two CTAs a multiprocessor sharing the row blocks' steps evenly, sp24.cu's StreamUnits) for the problems they can
@@ -534,6 +545,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value, SP24_MMA_CTAS_SETTING: sp24_mma_ctas_setting,
             SP24_MULTICAST_SETTING: sp24_multicast_setting, SP24_STREAM_K_SETTING: sp24_stream_k_setting,
+            SP24_HALVES_ACC_SETTING: sp24_halves_acc_setting,
             SP24_HANDOFF_SETTING: sp24_handoff_setting, SP24_MIXED_SETTING: sp24_mixed_value,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, STEP_TUNE_PAIRS_SETTING: step_tune_pairs_setting,

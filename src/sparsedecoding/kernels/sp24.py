@@ -39,7 +39,8 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_handoff_setting, sp24_mixed_setting, sp24_mixed_value, sp24_mma_ctas_setting,
+                 sp24_halves_acc_setting, sp24_handoff_setting, sp24_mixed_setting, sp24_mixed_value,
+                 sp24_mma_ctas_setting,
                  sp24_multicast_setting, settings_fingerprint, sp24_over_loop_setting, sp24_pdl_setting,
                  sp24_stream_k_setting)
 from .quantized import PackedNMQ
@@ -852,7 +853,7 @@ class Sp24Call(ctypes.Structure):
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
           int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2,
-          quads: bool = False, multicast: int = 0, grouped: bool = False, halves: bool = False) -> ctypes.CDLL:
+          quads: bool = False, multicast: int = 0, grouped: bool = False, halves: int = 0) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' loops on a column-major
     copy of x (over_loop 3 and 4), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
@@ -862,8 +863,9 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
     `columns`) builds it with SP24_OVER_MMA_CTAS=1 (SPARSEDECODING_SP24_MMA_CTAS, for launches of the mma order);
     `quads` the build with SP24_QUADS (quad-placed slots, over_loop 5); `multicast` 2 or 4 the build with
     SP24_MULTICAST (`multicast_of`: SPARSEDECODING_SP24_MULTICAST, for launches without the RMSNorm in front, slots or
-    dense weights); `grouped` the build with SP24_GROUPED (grouped columns, over_loop 6), `halves` with
-    SP24_GROUPED_HALVES too (grouped columns whose tiles' 8-row halves have their own order, `split_rows` 8)."""
+    dense weights); `grouped` the build with SP24_GROUPED (grouped columns, over_loop 6), `halves` 1 or 2 with
+    SP24_GROUPED_HALVES=`halves` too (grouped columns whose tiles' 8-row halves have their own order, `split_rows` 8;
+    the value SPARSEDECODING_SP24_HALVES_ACC's)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
@@ -879,7 +881,7 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
                 + (() if mma_ctas == 2 else (f"-DSP24_OVER_MMA_CTAS={mma_ctas}",)) \
                 + (("-DSP24_QUADS",) if quads else ()) \
                 + ((f"-DSP24_MULTICAST={multicast}",) if multicast else ()) \
-                + (("-DSP24_GROUPED",) if grouped else ()) + (("-DSP24_GROUPED_HALVES=1",) if halves else ())
+                + (("-DSP24_GROUPED",) if grouped else ()) + ((f"-DSP24_GROUPED_HALVES={halves}",) if halves else ())
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_call.restype = ctypes.c_int
             library.sp24_call.argtypes = [ctypes.POINTER(Sp24Call)]
@@ -1055,7 +1057,8 @@ class Sp24Launch:
         self.library = _load(self.over_loop in COPIES, sp24_half_meta_setting(), w.build_ks, w.build_int4_ks,
                              self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2,
                              self.over_loop == QUADS, self.multicast, self.over_loop == GROUPED,
-                             self.over_loop == GROUPED and w.split_rows != GROUP_TILE_ROWS)
+                             sp24_halves_acc_setting() if self.over_loop == GROUPED and w.split_rows != GROUP_TILE_ROWS
+                             else 0)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -1267,7 +1270,8 @@ def _problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool) -> tuple:
             sp24_pdl_setting(), sp24_half_meta_setting(), sp24_early_trigger_value(),
             sp24_over_loop_setting() if w.over_v is not None else None,
             sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting(),
-            sp24_handoff_setting(), sp24_mixed_value(), layout(w))
+            sp24_handoff_setting(), sp24_mixed_value(),
+            layout(w) + (f"-acc{sp24_halves_acc_setting()}" if w.grouped and w.split_rows != GROUP_TILE_ROWS else ""))
 
 
 def layout(w: Sp24Weight) -> str:

@@ -262,9 +262,12 @@ __device__ __forceinline__ void norm_unit(const uint4& xv, const uint4& rv, cons
 // their own column order (split rows 8, `tile_grouped(..., split_rows=8)`): `over_o` holds 16 bytes a lane and step,
 // the first half's places (rows g) then the second half's (rows g + 8), and each k-tile takes two ldmatrix gathers and
 // two mma.sp, rows g's A registers (a0, a2) against the first gather with rows g + 8's zero, then the other way round.
+// 1: both products into the warp's one accumulator (each k-tile's second mma.sp waits for its first); 2: the second
+// half's into an accumulator of its own (`acc8`, added in after the loop), so that the two do not wait on each other.
 #ifndef SP24_GROUPED_HALVES
 #define SP24_GROUPED_HALVES 0
 #endif
+static_assert(SP24_GROUPED_HALVES >= 0 && SP24_GROUPED_HALVES <= 2, "SP24_GROUPED_HALVES: 0, 1 or 2");
 
 template <int CODE, int SPS>
 struct StepRegs {
@@ -664,7 +667,7 @@ __device__ __forceinline__ uint32_t quad_meta_bits(uint32_t nib, int c, int t) {
 template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false, int GROUPED = 0>
 __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, int k,
                                              const char* xs, int xstride, int local_step, int g, int t, int batch,
-                                             uint2 nb = make_uint2(0u, 0u)) {
+                                             uint2 nb = make_uint2(0u, 0u), float (*acc8)[4] = nullptr) {
   using S = Steps<CODE>;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   uint32_t a0, a1, a2, a3;
@@ -726,13 +729,15 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
       acc[j][0] += __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b.x ^ b.y ^ b.z ^ b.w ^ e) & 0x3FFFFFFFu);
     } else if constexpr (GROUPED != 0 && SP24_GROUPED_HALVES) {
       // rows g (a0, a2) in the first half's order, rows g + 8 (a1, a3) in the second's: each product adds zeros to
-      // the other half's accumulators
+      // the other half's accumulators (2: the second half's products into acc8)
+      float* second = acc[j];
+      if constexpr (SP24_GROUPED_HALVES == 2) second = acc8[j];
       if (k < S::meta_words) {
         mma_sp<kBf16, 0>(acc[j], a0, 0u, a2, 0u, b, e);
-        mma_sp<kBf16, 0>(acc[j], 0u, a1, 0u, a3, b8, e);
+        mma_sp<kBf16, 0>(second, 0u, a1, 0u, a3, b8, e);
       } else {
         mma_sp<kBf16, 1>(acc[j], a0, 0u, a2, 0u, b, e);
-        mma_sp<kBf16, 1>(acc[j], 0u, a1, 0u, a3, b8, e);
+        mma_sp<kBf16, 1>(second, 0u, a1, 0u, a3, b8, e);
       }
     } else {
       if (k < S::meta_words) mma_sp<kBf16, 0>(acc[j], a0, a1, a2, a3, b, e);
@@ -756,7 +761,8 @@ __device__ __forceinline__ void compute_tile(float (&acc)[NT][4], const StepRegs
 
 template <typename T, int NT, int CODE, int SPS, bool DENSE, bool QUADS = false, bool RAW = false, int GROUPED = 0>
 __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs<CODE, SPS>& r, const char* xs,
-                                             int xstride, int local_step, int g, int t, int batch) {
+                                             int xstride, int local_step, int g, int t, int batch,
+                                             float (*acc8)[4] = nullptr) {
   using S = Steps<CODE>;
   if constexpr (QUADS) {  // the neighbour's info bytes: the places of classes t ^ 1 and t ^ 3
     const uint2 nb = make_uint2(__shfl_xor_sync(0xFFFFFFFFu, r.oc[0].x, 1), __shfl_xor_sync(0xFFFFFFFFu, r.oc[0].y, 1));
@@ -766,7 +772,8 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
   } else if constexpr (CODE != 4) {
 #pragma unroll
     for (int k = 0; k < S::ks; ++k)
-      compute_tile<T, NT, CODE, SPS, DENSE, false, RAW, GROUPED>(acc, r, k, xs, xstride, local_step, g, t, batch);
+      compute_tile<T, NT, CODE, SPS, DENSE, false, RAW, GROUPED>(acc, r, k, xs, xstride, local_step, g, t, batch,
+                                                                 make_uint2(0u, 0u), acc8);
   } else {
     // int4: each scale group's MMAs sum into `part`, which its rows' scales (fp32) then add into acc
 #pragma unroll
@@ -1255,6 +1262,10 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  // SP24_GROUPED_HALVES 2: the second half's products (rows g + 8: entries 2 and 3), added into acc after the loop
+  [[maybe_unused]] float acc8[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc8[j][0] = acc8[j][1] = acc8[j][2] = acc8[j][3] = 0.f;
   float p[2][8 * NT];  // OVER 1-3: the slots' partial products (see the top)
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -1437,7 +1448,7 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
       for (int b = 0; b < NB; ++b) {
         if (step + b >= wstep1) break;
         compute_step<T, NT, CODE, SPS, DENSE, OVER == 5, kRawX, kGrouped>(acc, r[b], xs, xstride, step + b - step0,
-                                                                            g, t, batch);
+                                                                            g, t, batch, acc8);
         if constexpr (OVER == 5 || OVER == 6) {
           // the quad-placed slots were added inside compute_step, k-tile by k-tile
         } else if constexpr (OVER == 4) {
@@ -1491,6 +1502,13 @@ sp24_kernel(const T* __restrict__ x, const char* __restrict__ a,
             if (t == q) add = p[e >> 1][8 * j + 2 * q + (e & 1)];
           acc[j][e] += add;
         }
+    }
+  }
+  if constexpr (OVER == 6 && SP24_GROUPED_HALVES == 2) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      acc[j][2] += acc8[j][2];
+      acc[j][3] += acc8[j][3];
     }
   }
   // This CTA's weight stream is done: the next kernel on the stream, if launched programmatically, may start its
