@@ -47,18 +47,33 @@ HALVES = "16:32g/8"  # --halves
 
 
 @contextlib.contextmanager
-def halves_acc(value: int | None):
-    """SPARSEDECODING_SP24_HALVES_ACC set to `value` inside (left as it is for None), restored after."""
-    before = os.environ.get(op.SP24_HALVES_ACC_SETTING)
-    if value is not None:
-        os.environ[op.SP24_HALVES_ACC_SETTING] = str(value)
+def environment(settings: dict[str, str]):
+    """The environment variables `settings` set inside, each restored (or unset) after."""
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if value is not None:
-            os.environ.pop(op.SP24_HALVES_ACC_SETTING, None)
-            if before is not None:
-                os.environ[op.SP24_HALVES_ACC_SETTING] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def grouped_sides(halves: bool, accs: list[int], ctas: list[int]) -> dict[str, tuple[int, dict[str, str]]]:
+    """The grouped-columns sides, name -> (rows an order, the settings its launches are tuned and built under): 16:32g
+    under each --grouped-ctas value, and with --halves 16:32g/8 under each pair of --halves-acc and --grouped-ctas
+    values; a name carries a value's suffix only where more than one value or a value other than the default is
+    asked for."""
+    def suffix(label: str, values: list[int], value: int, default: int) -> str:
+        return f" {label}{value}" if values != [default] else ""
+
+    sides = {f"16:32g{suffix('ctas', ctas, c, 2)}": (16, {op.SP24_GROUPED_CTAS_SETTING: str(c)}) for c in ctas}
+    if halves:
+        sides.update({f"{HALVES}{suffix('acc', accs, a, 1)}{suffix('ctas', ctas, c, 2)}": (
+            8, {op.SP24_HALVES_ACC_SETTING: str(a), op.SP24_GROUPED_CTAS_SETTING: str(c)}) for a in accs for c in ctas})
+    return sides
 
 
 def plain_24(out: int, in_features: int, generator: torch.Generator) -> torch.Tensor:
@@ -79,6 +94,9 @@ def main() -> int:
     parser.add_argument("--halves-acc", type=int, nargs="+", choices=(1, 2), default=[1],
                         help="with --halves: the SPARSEDECODING_SP24_HALVES_ACC values timed side by side (1: one "
                              "accumulator, the default; 2: one for each half), each its own side")
+    parser.add_argument("--grouped-ctas", type=int, nargs="+", choices=(2, 1), default=[2],
+                        help="the SPARSEDECODING_SP24_GROUPED_CTAS values each grouped side is timed under, side by "
+                             "side (2: the two-CTA launch bound, the default; 1: one CTA, up to 255 registers)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -87,10 +105,9 @@ def main() -> int:
     if args.out and not args.out.parent.is_dir():
         print(f"error: {args.out.parent} is not a folder", file=sys.stderr)
         return 2
-    sides = [s for s in SIDES if not (args.no_overflow and s == "16:32+2")]
-    halves = {} if not args.halves else {HALVES: 1} if args.halves_acc == [1] else {
-        f"{HALVES} acc{value}": value for value in args.halves_acc}  # side -> SPARSEDECODING_SP24_HALVES_ACC
-    sides[1:1] = list(halves)
+    grouped = grouped_sides(args.halves, args.halves_acc, args.grouped_ctas)
+    sides = list(grouped) + [s for s in SIDES[1:] if not (args.no_overflow and s == "16:32+2")]
+    first = sides[0]  # the first 16:32g side, against which 2:4's speed is read
     timed = sides[:-1]
     started = time.time()
     rows, speeds = [], {(b, s): [] for b in args.batches for s in timed}
@@ -98,11 +115,11 @@ def main() -> int:
         for name, (out, inf) in linear_shapes(model, False).items():
             generator = torch.Generator(device="cuda").manual_seed(out + inf)
             weight, order = sp24.random_grouped(out, inf, generator)
-            tiled = {"16:32g": sp24.tile_grouped(weight, order), "2:4": sp24.tile(pack_nm(plain_24(out, inf,
-                                                                                                   generator), 2, 4))}
-            if halves:
-                eight = sp24.tile_grouped(*sp24.random_grouped(out, inf, generator, split_rows=8), split_rows=8)
-                tiled.update({side: eight if n == 0 else eight.clone() for n, side in enumerate(halves)})
+            sixteen = sp24.tile_grouped(weight, order)
+            eight = sp24.tile_grouped(*sp24.random_grouped(out, inf, generator, split_rows=8), split_rows=8) \
+                if args.halves else None
+            tiled = {side: (sixteen if rows == 16 else eight).clone() for side, (rows, _) in grouped.items()}
+            tiled["2:4"] = sp24.tile(pack_nm(plain_24(out, inf, generator), 2, 4))
             if "16:32+2" in sides:
                 tiled["16:32+2"] = sp24.tile_overflow(split_overflow(capped_weight(out, inf, generator)))
             copies = {side: sp24._copies(w) for side, w in tiled.items()}
@@ -110,8 +127,8 @@ def main() -> int:
             for batch in args.batches:
                 x = torch.randn(batch, inf, device="cuda", generator=generator).bfloat16()
                 launches = {}
-                for side, w in tiled.items():  # each 16:32g/8 side tuned (and its build loaded) under its setting
-                    with halves_acc(halves.get(side)):
+                for side, w in tiled.items():  # each grouped side tuned (and its build loaded) under its settings
+                    with environment(grouped[side][1] if side in grouped else {}):
                         launches[side] = sp24.tuned_launch(x, w)
                 calls = {side: (lambda w, launch=launch: launch(x, w)) for side, launch in launches.items()}
                 calls["cuBLAS"] = lambda d: F.linear(x, d)
@@ -125,13 +142,13 @@ def main() -> int:
                 rows.append(f"| {model} | {name} | {out}x{inf} | {batch} | "
                             + " | ".join(f"{times[s]:.1f} (x{times['cuBLAS'] / times[s]:.2f}; "
                                          f"{sp24.launch_label(launches[s])})" for s in timed)
-                            + f" | {times['cuBLAS']:.1f} | {times['2:4'] / times['16:32g']:.3f} |")
+                            + f" | {times['cuBLAS']:.1f} | {times['2:4'] / times[first]:.3f} |")
                 print(rows[-1], flush=True)
-            del copies, tiled, weight, order
-    summary = ["| batch | " + " | ".join(f"{s} vs cuBLAS (least shape)" for s in timed) + " | 16:32g / 2:4 speed | "
+            del copies, tiled, weight, order, sixteen, eight
+    summary = ["| batch | " + " | ".join(f"{s} vs cuBLAS (least shape)" for s in timed) + f" | {first} / 2:4 speed | "
                "issue 12 target |", "|---" * (len(timed) + 3) + "|"]
     for batch in args.batches:
-        ratio = [a / b for a, b in zip(speeds[(batch, "16:32g")], speeds[(batch, "2:4")])]
+        ratio = [a / b for a, b in zip(speeds[(batch, first)], speeds[(batch, "2:4")])]
         summary.append(f"| {batch} | " + " | ".join(f"{geomean(speeds[(batch, s)]):.3f}x "
                                                      f"({min(speeds[(batch, s)]):.2f}x)" for s in timed)
                        + f" | {geomean(ratio):.3f} | {TARGETS_12.get(batch, float('nan')):.2f}x |")

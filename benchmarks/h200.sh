@@ -1374,18 +1374,20 @@ PY
       -p no:cacheprovider -x 2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_halves.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 grouped_bench.py --halves \
       --out "$OUT/grouped_halves_${gpu:-gpu}.md" 2>&1 | grep -E "^\||rror" | tail -60) || true ;;
-  grouped-halves-acc)  # prepared in the seventy-first session (carry .kcachez with sp24, sp24-columns, sp24-grouped,
-    # sp24-grouped-halves and sp24-grouped-halves2 of the current sp24.cu): 16:32g8's float64 GPU tests under
-    # SPARSEDECODING_SP24_HALVES_ACC=2 (the second half's own accumulator), then grouped_bench.py --halves --halves-acc
-    # 1 2 (both accumulators side by side with 16:32g, 2:4, 16:32+2 and cuBLAS, one run); about 3 minutes
+  grouped-variants)  # prepared in the seventy-first session (carry .kcachez with sp24, sp24-columns, sp24-grouped,
+    # sp24-grouped-halves, sp24-grouped-halves2, sp24-grouped-1cta, sp24-grouped-halves-1cta and
+    # sp24-grouped-halves2-1cta of the current sp24.cu): the float64 GPU tests of the grouped kernels under
+    # SPARSEDECODING_SP24_HALVES_ACC=2 with SPARSEDECODING_SP24_GROUPED_CTAS=1, then grouped_bench.py --halves
+    # --halves-acc 1 2 --grouped-ctas 2 1 (16:32g under both launch bounds, 16:32g8 under each accumulator and bound,
+    # beside 2:4, 16:32+2 and cuBLAS, one run); about 4 minutes
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0
-    SPARSEDECODING_SP24_HALVES_ACC=2 timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py \
-      -k "halves or grouped_sp24_linear" -p no:cacheprovider -x 2>&1 | tail -15 \
-      | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_halves_acc2.log" || true
+    SPARSEDECODING_SP24_HALVES_ACC=2 SPARSEDECODING_SP24_GROUPED_CTAS=1 timeout 240 python3 -m pytest -q -m gpu \
+      tests/test_sp24_grouped.py -k "halves or grouped_sp24_linear or grouped_kernel_matches" -p no:cacheprovider -x \
+      2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_variants.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 360 python3 grouped_bench.py --halves --halves-acc 1 2 \
-      --out "$OUT/grouped_halves_acc_${gpu:-gpu}.md" 2>&1 | grep -E "^\||rror" | tail -60) || true ;;
+      --grouped-ctas 2 1 --out "$OUT/grouped_variants_${gpu:-gpu}.md" 2>&1 | grep -E "^\||rror" | tail -60) || true ;;
   grouped-early)  # prepared in the seventy-first session (carry .kcachez as for grouped, plus sp24-early-grouped):
     # grouped_bench.py under SPARSEDECODING_SP24_EARLY_TRIGGER=1 (every side, 16:32g included, in the early-trigger
     # build; the library grouped columns have not been measured in), to be read against `grouped`'s report from the
@@ -1447,14 +1449,15 @@ PY
     # runs (quality-grouped8 waits for them, so the GPU is the bench's alone): `END_AT=$(( $(date +%s) + 1500 )) bash
     # benchmarks/h200.sh lease-s71c` (carry as for lease-s71b), then the pieces, then `WAIT=... collect`
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-halves quality-grouped8 ;;
-  lease-s72b)  # prepared in the seventy-first session, on any GPU, the next session's first call: grouped-halves-acc
-    # (16:32g8 with one accumulator against one a half, about 3 minutes), then quality-grouped8 (plan-grouped8.json,
-    # whose prune alone took more than 8 minutes on an H100 in lease-s71c), both in the background. Run it as
+  lease-s72b)  # prepared in the seventy-first session, on any GPU, the next session's first call: grouped-variants
+    # (the grouped kernels' accumulator and launch-bound variants, about 4 minutes), then quality-grouped8
+    # (plan-grouped8.json, whose prune alone took more than 8 minutes on an H100 in lease-s71c), both in the
+    # background. Run it as
     # `END_AT=$(( $(date +%s) + 1680 )) bash benchmarks/h200.sh lease-s72b` (carry .kcachez with the libraries
-    # grouped-halves-acc names, .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive && models` with the
+    # grouped-variants names, .whl, .devdata), then `receive` with each .xfer/fpartNNN, `receive && models` with the
     # last, `WAIT=0 collect` once the bench is done, then `WAIT=540 collect` until quality-grouped8 ends (about 21
     # device minutes in all)
-    END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-halves-acc quality-grouped8 ;;
+    END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-variants quality-grouped8 ;;
   lease-s70)  # prepared in the seventieth session, its second call (the first: int4-h200 carrying .kcachez with every
     # library both need, .whl and .devdata): lease-s69, then grouped-e2e in the background once quality-grouped ends
     # (the GPU idle for its timings). Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s70`,

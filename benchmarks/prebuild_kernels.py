@@ -52,6 +52,11 @@ LIBRARIES = {
     # grouped columns whose 8-row halves have their own order (tile_grouped(..., split_rows=8)), grouped_bench.py
     "sp24-grouped-halves": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")),
     "sp24-grouped-halves2": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=2")),  # SP24_HALVES_ACC=2
+    # SPARSEDECODING_SP24_GROUPED_CTAS=1: the grouped kernels' one-CTA bound, 16-row orders and halves (h200.sh
+    # grouped-variants)
+    "sp24-grouped-1cta": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_CTAS=1")),
+    **{f"sp24-grouped-halves{'' if a == 1 else a}-1cta": ("sp24.cu", ("-DSP24_GROUPED", f"-DSP24_GROUPED_HALVES={a}",
+                                                                     "-DSP24_GROUPED_CTAS=1")) for a in (1, 2)},
     # ablate_probe.py --builds (int4 CTAs a multiprocessor): the early build with 3 CTAs, and 3 or 4 with one buffer
     "sp24-early-int4-3ctas": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_INT4_CTAS=3")),
     # x staged by multicast bulk copies in clusters of 2 or 4 CTAs (SP24_MULTICAST): SPARSEDECODING_SP24_MULTICAST's

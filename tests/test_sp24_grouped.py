@@ -397,10 +397,15 @@ def test_halves_refuse_bad_settings_and_key_their_own_build(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_SP24_HALVES_ACC", "2")  # the second half's own accumulator: another build
     assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, w)))["layout"] == "grouped8-acc2"
     assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, sixteen)))["layout"] == "grouped"
+    monkeypatch.setenv("SPARSEDECODING_SP24_GROUPED_CTAS", "1")  # the one-CTA bound: another build for both layouts
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, w)))["layout"] == "grouped8-acc2-ctas1"
+    assert dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, sixteen)))["layout"] == "grouped-ctas1"
     built = fake_sp24_libraries(monkeypatch)
     sp24._load(grouped=True, halves=1)
     sp24._load(grouped=True, halves=2)
-    assert built == [("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1"), ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=2")]
+    sp24._load(grouped=True, grouped_ctas=1)
+    assert built == [("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1"), ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=2"),
+                     ("-DSP24_GROUPED", "-DSP24_GROUPED_CTAS=1")]
 
 
 def test_the_solver_split_rows_setting_shares_splits_by_fewer_rows():

@@ -185,6 +185,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_SP24_MULTICAST", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_STREAM_K", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_HALVES_ACC", raising=False)
+    monkeypatch.delenv("SPARSEDECODING_SP24_GROUPED_CTAS", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_HANDOFF", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_MIXED", raising=False)
     monkeypatch.delenv("SPARSEDECODING_SP24_INT8_STEP", raising=False)
@@ -205,6 +206,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_EARLY_TRIGGER=timed, "
                                "SPARSEDECODING_SP24_MMA_CTAS=2, SPARSEDECODING_SP24_MULTICAST=2, "
                                "SPARSEDECODING_SP24_STREAM_K=1, SPARSEDECODING_SP24_HALVES_ACC=1, "
+                               "SPARSEDECODING_SP24_GROUPED_CTAS=2, "
                                "SPARSEDECODING_SP24_HANDOFF=1, "
                                "SPARSEDECODING_SP24_MIXED=1, SPARSEDECODING_SP24_INT8_STEP=auto, "
                                "SPARSEDECODING_SP24_INT4_STEP=auto, "
@@ -218,6 +220,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.setenv("SPARSEDECODING_SP24_EARLY_TRIGGER", "1")
     monkeypatch.setenv("SPARSEDECODING_SP24_STREAM_K", "0")
     monkeypatch.setenv("SPARSEDECODING_SP24_HALVES_ACC", "2")
+    monkeypatch.setenv("SPARSEDECODING_SP24_GROUPED_CTAS", "1")
     monkeypatch.setenv("SPARSEDECODING_SP24_HANDOFF", "0")
     monkeypatch.setenv("SPARSEDECODING_SP24_MIXED", "0")
     monkeypatch.setenv("SPARSEDECODING_SP24_INT8_STEP", "8")
@@ -234,6 +237,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                     "SPARSEDECODING_SP24_HALF_META=0, SPARSEDECODING_SP24_EARLY_TRIGGER=1, "
                                     "SPARSEDECODING_SP24_MMA_CTAS=2, SPARSEDECODING_SP24_MULTICAST=2, "
                                     "SPARSEDECODING_SP24_STREAM_K=0, SPARSEDECODING_SP24_HALVES_ACC=2, "
+                                    "SPARSEDECODING_SP24_GROUPED_CTAS=1, "
                                     "SPARSEDECODING_SP24_HANDOFF=0, "
                                     "SPARSEDECODING_SP24_MIXED=0, SPARSEDECODING_SP24_INT8_STEP=8, "
                                     "SPARSEDECODING_SP24_INT4_STEP=16, "

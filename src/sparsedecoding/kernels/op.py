@@ -69,6 +69,7 @@ SP24_MULTICAST_CHOICES = ("0", "2", "4")
 SP24_STREAM_K_SETTING = "SPARSEDECODING_SP24_STREAM_K"
 SP24_HALVES_ACC_SETTING = "SPARSEDECODING_SP24_HALVES_ACC"
 SP24_HALVES_ACC_CHOICES = ("1", "2")
+SP24_GROUPED_CTAS_SETTING = "SPARSEDECODING_SP24_GROUPED_CTAS"
 SP24_HANDOFF_SETTING = "SPARSEDECODING_SP24_HANDOFF"
 SP24_MIXED_SETTING = "SPARSEDECODING_SP24_MIXED"
 SP24_MIXED_CHOICES = ("1", "0", "2")
@@ -408,6 +409,16 @@ def sp24_halves_acc_setting() -> int:
                        "1 (one accumulator for both halves' products, the default) or 2 (one for each half)"))
 
 
+def sp24_grouped_ctas_setting() -> int:
+    """SPARSEDECODING_SP24_GROUPED_CTAS: the CTAs a multiprocessor the launch bound of grouped-columns launches (16:32g,
+    16:32g8; sp24.cu's SP24_GROUPED_CTAS, a build of its own) asks for: "2" or unset (the default, as measured in
+    results/grouped_h100_direct.md and grouped_halves_h100.md), 128 registers a thread, under which the kernels
+    without the RMSNorm in front spill (results/ptxas_grouped_halves_sm90.md); "1", up to 255 and one CTA (not yet
+    timed)."""
+    return int(_choice(SP24_GROUPED_CTAS_SETTING, SP24_MMA_CTAS_CHOICES, "2",
+                       "2 (two CTAs a multiprocessor, the default) or 1 (one, up to 255 registers)"))
+
+
 def sp24_stream_k_setting() -> bool:
     """SPARSEDECODING_SP24_STREAM_K: "1" or unset makes the sp24 tuner also try stream-K launches (a grid of one or
     two CTAs a multiprocessor sharing the row blocks' steps evenly, sp24.cu's StreamUnits) for the problems they can
@@ -545,7 +556,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value, SP24_MMA_CTAS_SETTING: sp24_mma_ctas_setting,
             SP24_MULTICAST_SETTING: sp24_multicast_setting, SP24_STREAM_K_SETTING: sp24_stream_k_setting,
-            SP24_HALVES_ACC_SETTING: sp24_halves_acc_setting,
+            SP24_HALVES_ACC_SETTING: sp24_halves_acc_setting, SP24_GROUPED_CTAS_SETTING: sp24_grouped_ctas_setting,
             SP24_HANDOFF_SETTING: sp24_handoff_setting, SP24_MIXED_SETTING: sp24_mixed_value,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, STEP_TUNE_PAIRS_SETTING: step_tune_pairs_setting,

@@ -39,10 +39,9 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_halves_acc_setting, sp24_handoff_setting, sp24_mixed_setting, sp24_mixed_value,
-                 sp24_mma_ctas_setting,
-                 sp24_multicast_setting, settings_fingerprint, sp24_over_loop_setting, sp24_pdl_setting,
-                 sp24_stream_k_setting)
+                 sp24_grouped_ctas_setting, sp24_halves_acc_setting, sp24_handoff_setting, sp24_mixed_setting,
+                 sp24_mixed_value, sp24_mma_ctas_setting, sp24_multicast_setting, settings_fingerprint,
+                 sp24_over_loop_setting, sp24_pdl_setting, sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -853,7 +852,8 @@ class Sp24Call(ctypes.Structure):
 
 def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = STEP_TILES[8],
           int4_ks: int = STEP_TILES[4], early_trigger: bool | None = None, mma_ctas: int = 2,
-          quads: bool = False, multicast: int = 0, grouped: bool = False, halves: int = 0) -> ctypes.CDLL:
+          quads: bool = False, multicast: int = 0, grouped: bool = False, halves: int = 0,
+          grouped_ctas: int = 2) -> ctypes.CDLL:
     """The library (built or loaded once); with `columns`, the build that also holds the slots' loops on a column-major
     copy of x (over_loop 3 and 4), which the default build leaves out so that its other kernels compile as measured;
     `half_meta` (default: SPARSEDECODING_SP24_HALF_META) False builds it with SP24_HALF_META=0; `int8_ks` 8 with
@@ -865,12 +865,14 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
     SP24_MULTICAST (`multicast_of`: SPARSEDECODING_SP24_MULTICAST, for launches without the RMSNorm in front, slots or
     dense weights); `grouped` the build with SP24_GROUPED (grouped columns, over_loop 6), `halves` 1 or 2 with
     SP24_GROUPED_HALVES=`halves` too (grouped columns whose tiles' 8-row halves have their own order, `split_rows` 8;
-    the value SPARSEDECODING_SP24_HALVES_ACC's)."""
+    the value SPARSEDECODING_SP24_HALVES_ACC's); `grouped_ctas` 1 with SP24_GROUPED_CTAS=1 (grouped launches' one-CTA
+    bound, SPARSEDECODING_SP24_GROUPED_CTAS)."""
     if half_meta is None:
         half_meta = sp24_half_meta_setting()
     if early_trigger is None:
         early_trigger = bool(sp24_early_trigger_setting())
-    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads, multicast, grouped, halves)
+    key = (columns, half_meta, int8_ks, int4_ks, early_trigger, mma_ctas, quads, multicast, grouped, halves,
+           grouped_ctas)
     with _lock:
         library = _libraries.get(key)
         if library is None:
@@ -881,7 +883,8 @@ def _load(columns: bool = False, half_meta: bool | None = None, int8_ks: int = S
                 + (() if mma_ctas == 2 else (f"-DSP24_OVER_MMA_CTAS={mma_ctas}",)) \
                 + (("-DSP24_QUADS",) if quads else ()) \
                 + ((f"-DSP24_MULTICAST={multicast}",) if multicast else ()) \
-                + (("-DSP24_GROUPED",) if grouped else ()) + ((f"-DSP24_GROUPED_HALVES={halves}",) if halves else ())
+                + (("-DSP24_GROUPED",) if grouped else ()) + ((f"-DSP24_GROUPED_HALVES={halves}",) if halves else ()) \
+                + (() if grouped_ctas == 2 else (f"-DSP24_GROUPED_CTAS={grouped_ctas}",))
             library = cuda_mma.open_library(SOURCE, min_major=8, defines=defines)
             library.sp24_call.restype = ctypes.c_int
             library.sp24_call.argtypes = [ctypes.POINTER(Sp24Call)]
@@ -1058,7 +1061,7 @@ class Sp24Launch:
                              self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2,
                              self.over_loop == QUADS, self.multicast, self.over_loop == GROUPED,
                              sp24_halves_acc_setting() if self.over_loop == GROUPED and w.split_rows != GROUP_TILE_ROWS
-                             else 0)
+                             else 0, sp24_grouped_ctas_setting() if self.over_loop == GROUPED else 2)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -1271,7 +1274,8 @@ def _problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool) -> tuple:
             sp24_over_loop_setting() if w.over_v is not None else None,
             sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting(),
             sp24_handoff_setting(), sp24_mixed_value(),
-            layout(w) + (f"-acc{sp24_halves_acc_setting()}" if w.grouped and w.split_rows != GROUP_TILE_ROWS else ""))
+            layout(w) + (f"-acc{sp24_halves_acc_setting()}" if w.grouped and w.split_rows != GROUP_TILE_ROWS else "")
+            + ("-ctas1" if w.grouped and sp24_grouped_ctas_setting() == 1 else ""))
 
 
 def layout(w: Sp24Weight) -> str:

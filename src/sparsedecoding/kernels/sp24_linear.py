@@ -419,12 +419,13 @@ def _load_grouped_build(split_rows: tuple[int, ...] = (16,)) -> None:
     for each of the orders' row counts in use (8: the build with SP24_GROUPED_HALVES too); EngineError, in one line,
     if one cannot be built."""
     from . import cuda_mma
-    from .op import sp24_halves_acc_setting
+    from .op import sp24_grouped_ctas_setting, sp24_halves_acc_setting
     from .sp24 import _load
 
     try:
         for rows in split_rows:
-            _load(grouped=True, halves=sp24_halves_acc_setting() if rows != 16 else 0)
+            _load(grouped=True, halves=sp24_halves_acc_setting() if rows != 16 else 0,
+                  grouped_ctas=sp24_grouped_ctas_setting())
     except cuda_mma.CudaKernelUnavailableError as exc:
         raise EngineError(f"the sparse tensor-core kernel's build with grouped columns failed ({exc}); set "
                           "SPARSEDECODING_SP24_SLOTS=0 to keep 16:32 linears on the packed kernels") from exc

@@ -814,6 +814,12 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #endif
 // Slots on the tensor cores (OVER 4) keep no partials of their own and take the two-CTA bound at both n-tiles
 // (SP24_OVER_MMA_CTAS, default 2).
+// SP24_GROUPED_CTAS (a build of its own; default 2): the same bound for grouped columns (OVER 6), whose kernels spill
+// under 128 registers (results/ptxas_grouped_halves_sm90.md); 1 lets them take up to 255 at one CTA a multiprocessor.
+#ifndef SP24_GROUPED_CTAS
+#define SP24_GROUPED_CTAS 2
+#endif
+static_assert(SP24_GROUPED_CTAS == 1 || SP24_GROUPED_CTAS == 2, "SP24_GROUPED_CTAS: 1 or 2");
 #ifndef SP24_OVER_MMA_CTAS
 #define SP24_OVER_MMA_CTAS 2
 #endif
@@ -825,7 +831,7 @@ __device__ __forceinline__ void compute_step(float (&acc)[NT][4], const StepRegs
 #define SP24_INT4_CTAS 2
 #endif
 template <int NT, int CODE, int OVER, bool DENSE>
-constexpr int kMinCtas = OVER == 5 || OVER == 6 ? 2 : OVER == 4 ? SP24_OVER_MMA_CTAS
+constexpr int kMinCtas = OVER == 5 ? 2 : OVER == 6 ? SP24_GROUPED_CTAS : OVER == 4 ? SP24_OVER_MMA_CTAS
                          : OVER != 0 && (NT >= SP24_OVER_ONE_CTA_NT || (CODE == 8 && SP24_OVER_INT8_ONE_CTA)) ? 1
                          : CODE == 4 && OVER == 0 && !DENSE ? SP24_INT4_CTAS
                                                             : 2;
