@@ -21,8 +21,6 @@ The bytes a weight: 2:4's 1.125 plus one byte a lane and k-tile for the order (1
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shlex
 import sys
 import time
@@ -33,7 +31,7 @@ import torch.nn.functional as F
 
 from kernel_bench import geomean, linear_shapes
 from overflow_bench import capped_weight, rotation
-from sp24_bench import MODELS, TARGETS_12
+from sp24_bench import MODELS, TARGETS_12, environment_set
 
 from sparsedecoding.kernels import op, sp24
 from sparsedecoding.kernels.autotune import replay_ms
@@ -44,21 +42,6 @@ from sparsedecoding.runenv import environment_markdown
 ROUNDS = 4
 SIDES = ("16:32g", "2:4", "16:32+2", "cuBLAS")
 HALVES = "16:32g/8"  # --halves
-
-
-@contextlib.contextmanager
-def environment(settings: dict[str, str]):
-    """The environment variables `settings` set inside, each restored (or unset) after."""
-    before = {name: os.environ.get(name) for name in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def grouped_sides(halves: bool, accs: list[int], ctas: list[int]) -> dict[str, tuple[int, dict[str, str]]]:
@@ -128,7 +111,7 @@ def main() -> int:
                 x = torch.randn(batch, inf, device="cuda", generator=generator).bfloat16()
                 launches = {}
                 for side, w in tiled.items():  # each grouped side tuned (and its build loaded) under its settings
-                    with environment(grouped[side][1] if side in grouped else {}):
+                    with environment_set(grouped[side][1] if side in grouped else {}):
                         launches[side] = sp24.tuned_launch(x, w)
                 calls = {side: (lambda w, launch=launch: launch(x, w)) for side, launch in launches.items()}
                 calls["cuBLAS"] = lambda d: F.linear(x, d)
