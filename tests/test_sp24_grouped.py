@@ -433,7 +433,7 @@ def test_the_solver_split_rows_setting_shares_splits_by_fewer_rows():
     assert totals[16] < totals[8] < totals[4] <= free
     solvers.GROUPED_SPLIT_ROWS = 5
     try:
-        with pytest.raises(SparsityPatternError, match="4, 8 or 16 rows"):
+        with pytest.raises(SparsityPatternError, match=r"by 5 rows \(4, 8 or 16"):
             solvers.keep_mask(score, pattern)
     finally:
         solvers.GROUPED_SPLIT_ROWS = solvers.PLACED_TILE_ROWS
@@ -506,3 +506,19 @@ def test_a_16_32g8_packed_linear_becomes_a_halves_sp24_linear_and_reloads_so():
     glu = Sp24Linear.from_module(module, glu=True)
     assert glu.grouped and glu.glu and glu.split_rows == 8
 
+
+
+def test_grouped_bench_times_each_variant_under_its_own_settings(monkeypatch):
+    """benchmarks/grouped_bench.py's grouped sides (no GPU): one 16:32g side by default, suffixes only where more than
+    the default value is asked for, and each side's launches built under exactly its settings."""
+    from helpers import benchmark_module
+
+    from sparsedecoding.kernels import op
+
+    bench = benchmark_module(monkeypatch, "grouped_bench")
+    assert bench.grouped_sides(False, [1], [2]) == {"16:32g": (16, {op.SP24_GROUPED_CTAS_SETTING: "2"})}
+    assert list(bench.grouped_sides(True, [1], [2])) == ["16:32g", "16:32g/8"]
+    sides = bench.grouped_sides(True, [1, 2], [2, 1])
+    assert list(sides) == ["16:32g ctas2", "16:32g ctas1", "16:32g/8 acc1 ctas2", "16:32g/8 acc1 ctas1",
+                           "16:32g/8 acc2 ctas2", "16:32g/8 acc2 ctas1"]
+    assert sides["16:32g/8 acc2 ctas1"] == (8, {op.SP24_HALVES_ACC_SETTING: "2", op.SP24_GROUPED_CTAS_SETTING: "1"})

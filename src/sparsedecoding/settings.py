@@ -286,8 +286,9 @@ class SolverSettings:
                         "16:32), 16:32g (each 16-row tile's words split into groups of four, two kept a row and "
                         "group: the engine runs it on the 2:4 kernel in each tile's column order, no slots; the "
                         "split's search slows the solvers), 16:32g8 (the same with a split for every 8 rows: on "
-                        "the layer loss between 16:32+2 and 16:32; the kernel probe runs it, the engine as 16:32 for "
-                        "now), 4:8, 8:16, any N:M, 50%, or dense "
+                        "the layer loss between 16:32+2 and 16:32; the engine runs it on the 2:4 kernel in each 8 "
+                        "rows' column order, two gathers a k-tile; whole-model quality not yet measured), 4:8, "
+                        "8:16, any N:M, 50%, or dense "
                         "(nothing pruned: with --quantize, GPTQ rounds every weight on the same Hessians)")
     solver: str = knob("admm", "pruning solver: admm (default: every group's mask revisited by ADMM on the whole "
                        "layer loss, --admm-iterations steps; on Qwen2.5-Coder-1.5B's dev quarter pass@1 0.512 vs "

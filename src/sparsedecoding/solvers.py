@@ -447,7 +447,7 @@ def grouped_mask_and_split(score: torch.Tensor, pattern: SparsityPattern,
     rows, cols = score.shape
     tile = split_rows_of(pattern)
     if tile not in (4, 8, 16) or rows % tile:
-        raise SparsityPatternError(f"16:32g splits are shared by 4, 8 or 16 rows (GROUPED_SPLIT_ROWS = {tile!r}); "
+        raise SparsityPatternError(f"{pattern} shares each split by {tile!r} rows (4, 8 or 16, dividing the rows); "
                                    f"this weight has {rows} rows")
     words = score.reshape(rows // tile, tile, cols // pattern.m, pattern.m).transpose(1, 2)
     words = words.reshape(-1, tile, pattern.m).float()
