@@ -2122,10 +2122,13 @@ PY
         2>&1 &
     done; wait; tail -qn1 "$OUT"/prebuild_*.log ;;
   kcache)  # the libraries benchmarks/prebuild_kernels.py built offline (carried in .kcache/, same nvcc release, or
-    # packed as .kcachez/k.tgz when they pass the carry's 64 MiB: tar czf .kcachez/k.tgz -C .kcache cuda_build) into
+    # packed as .kcachez/k.tgz or, smaller, k.txz when they pass the carry's 64 MiB: tar cJf .kcachez/k.txz -C .kcache
+    # cuda_build) into
     # the kernel cache, each kept only if it loads here
     mkdir -p /root/cache/cuda_build .kcache
     if [ -f .kcachez/k.tgz ]; then tar xzf .kcachez/k.tgz -C .kcache; fi
+    # xz packs them about six times smaller (eight libraries: 22.5 MB as k.tgz, 3.9 MB as k.txz; seventy-second session)
+    if [ -f .kcachez/k.txz ]; then tar xJf .kcachez/k.txz -C .kcache; fi
     for lib in .kcache/cuda_build/*.so; do
       [ -f "$lib" ] || continue
       dest=/root/cache/cuda_build/$(basename "$lib")  # copied under a temporary name, then renamed: never half there
