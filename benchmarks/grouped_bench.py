@@ -44,17 +44,17 @@ SIDES = ("16:32g", "2:4", "16:32+2", "cuBLAS")
 HALVES = "16:32g/8"  # --halves
 
 
-def grouped_sides(halves: bool, accs: list[int], ctas: list[int]) -> dict[str, tuple[int, dict[str, str]]]:
+def grouped_sides(halves: bool, accs: list[int], ctas: list[str]) -> dict[str, tuple[int, dict[str, str]]]:
     """The grouped-columns sides, name -> (rows an order, the settings its launches are tuned and built under): 16:32g
     under each --grouped-ctas value, and with --halves 16:32g/8 under each pair of --halves-acc and --grouped-ctas
     values; a name carries a value's suffix only where more than one value or a value other than the default is
     asked for."""
-    def suffix(label: str, values: list[int], value: int, default: int) -> str:
+    def suffix(label: str, values: list, value, default) -> str:
         return f" {label}{value}" if values != [default] else ""
 
-    sides = {f"16:32g{suffix('ctas', ctas, c, 2)}": (16, {op.SP24_GROUPED_CTAS_SETTING: str(c)}) for c in ctas}
+    sides = {f"16:32g{suffix('ctas', ctas, c, '2')}": (16, {op.SP24_GROUPED_CTAS_SETTING: str(c)}) for c in ctas}
     if halves:
-        sides.update({f"{HALVES}{suffix('acc', accs, a, 1)}{suffix('ctas', ctas, c, 2)}": (
+        sides.update({f"{HALVES}{suffix('acc', accs, a, 1)}{suffix('ctas', ctas, c, '2')}": (
             8, {op.SP24_HALVES_ACC_SETTING: str(a), op.SP24_GROUPED_CTAS_SETTING: str(c)}) for a in accs for c in ctas})
     return sides
 
@@ -77,9 +77,10 @@ def main() -> int:
     parser.add_argument("--halves-acc", type=int, nargs="+", choices=(1, 2), default=[1],
                         help="with --halves: the SPARSEDECODING_SP24_HALVES_ACC values timed side by side (1: one "
                              "accumulator, the default; 2: one for each half), each its own side")
-    parser.add_argument("--grouped-ctas", type=int, nargs="+", choices=(2, 1), default=[2],
+    parser.add_argument("--grouped-ctas", nargs="+", choices=op.SP24_GROUPED_CTAS_CHOICES, default=["2"],
                         help="the SPARSEDECODING_SP24_GROUPED_CTAS values each grouped side is timed under, side by "
-                             "side (2: the two-CTA launch bound, the default; 1: one CTA, up to 255 registers)")
+                             "side (2: the two-CTA launch bound, the default; 1: one CTA, up to 255 registers; "
+                             "timed: the tuner keeps the faster of the two for each shape and batch)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():

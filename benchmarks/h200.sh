@@ -1407,12 +1407,29 @@ PY
       --out "$OUT/e2e_grouped_${gpu:-gpu}_8b.md" 2>&1 | grep -E "^\||rror" | tail -30 || true ;;
   grouped8-e2e)  # prepared in the seventy-first session (carry .kcachez with sp24, sp24-columns, sp24-grouped and
     # sp24-grouped-halves): grouped-e2e with 16:32g8 beside 16:32g and 16:32+2 (random masks; 16:32g8 in 8-row orders)
-    # at batch 1, 8 and 16, the default build only; about 6 minutes
+    # at batch 1, 8 and 16, the default build only; about 6 minutes. Its whole log goes to $OUT too: in the
+    # seventy-second session a call of it with 16:32g8 alone was stopped after 420 s with nothing to show where it was
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0 timeout 560 python3 -m sparsedecoding bench \
       --preset llama-3.1-8b --pattern 16:32+2 16:32g 16:32g8 --batch 1 8 16 --repeats 2 --new-tokens 128 \
-      --out "$OUT/e2e_grouped8_${gpu:-gpu}_8b.md" 2>&1 | grep -E "^\||rror" | tail -40 || true ;;
+      --out "$OUT/e2e_grouped8_${gpu:-gpu}_8b.md" 2>&1 | tee "$OUT/e2e_grouped8_${gpu:-gpu}_8b.log" \
+      | grep -E "^\||rror" | tail -40 || true ;;
+  grouped-ctas-ab)  # prepared in the seventy-second session (carry .kcachez with sp24, sp24-columns, sp24-grouped,
+    # sp24-grouped-1cta, sp24-grouped-halves and sp24-grouped-halves-1cta): the GPU test of the timed bounds (under a
+    # minute), grouped_bench.py --halves --grouped-ctas 2 1 timed (the tuner keeping the faster bound for each shape
+    # and batch, against each bound alone; about 2 minutes), then the Llama-3.1-8B preset's 16:32g decode under
+    # SPARSEDECODING_SP24_GROUPED_CTAS=2 (the default) and timed side by side with dense (setting_ab_bench.py) at
+    # batch 1, 8 and 16 (about 5 minutes)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -k "bounds" -p no:cacheprovider -x 2>&1 \
+      | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_bounds.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 grouped_bench.py --halves \
+      --grouped-ctas 2 1 timed --out "$OUT/grouped_bounds_${gpu:-gpu}.md" 2>&1 | grep -E "^\| [0-9]|rror" \
+      | tail -12) || true
+    ab 560 SPARSEDECODING_SP24_GROUPED_CTAS "2 timed" 16:32g bf16 "1 8 16" "grouped_ctas_ab_${gpu:-gpu}_8b.md" ;;
   quality-grouped)  # prepared in the sixty-ninth session: quality-grouped-qwen2.5-coder-1.5b/, the whole of
     # benchmarks/recipes/plan-grouped.json (one item, q16g: plan-admm2b's q16o2 with --pattern 16:32g; its rule fixed
     # before any run); about 10 minutes from the model's arrival (one prune, its dev row, its held-out pick)
@@ -1458,6 +1475,14 @@ PY
     # last, `WAIT=0 collect` once the bench is done, then `WAIT=540 collect` until quality-grouped8 ends (about 21
     # device minutes in all)
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-variants quality-grouped8 ;;
+  lease-s73)  # prepared in the seventy-second session, no model, the next session's first call (carry .kcachez with
+    # sp24, sp24-columns, sp24-grouped, sp24-grouped-1cta, sp24-grouped-halves, sp24-grouped-halves-1cta,
+    # sp24-early-trigger, sp24-multicast2, sp24-early-multicast2, sp24-early-multicast2-int4-slot3 and
+    # sp24-early-grouped of the current sp24.cu, packed as k.txz, and .whl): on an H200, issue 13's two int4 probes
+    # (int4-h200, under a minute; elsewhere skipped), then in the background grouped-ctas-ab and grouped8-e2e (about
+    # 13 minutes); then `WAIT=540 collect` until both end (about 15 device minutes in all). Run it as
+    # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s73`
+    bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-ctas-ab grouped8-e2e ;;
   lease-s70)  # prepared in the seventieth session, its second call (the first: int4-h200 carrying .kcachez with every
     # library both need, .whl and .devdata): lease-s69, then grouped-e2e in the background once quality-grouped ends
     # (the GPU idle for its timings). Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s70`,

@@ -134,6 +134,63 @@ def test_grouped_kernel_tunes_with_the_rmsnorm_in_front():
         sp24.tuned_launch(x, w, norm)
 
 
+def test_the_grouped_launch_bound_setting_reads_keys_and_labels(monkeypatch):
+    """SPARSEDECODING_SP24_GROUPED_CTAS: 2 (default), 1 or timed; each keys its own tuned launches; a bad value is one
+    error naming the choices; the label marks a one-CTA candidate; timed loads both builds before a decode."""
+    from helpers import fake_sp24_libraries
+
+    from sparsedecoding.kernels import op, sp24_linear
+    from sparsedecoding.kernels.op import KernelChoiceError
+
+    weight, order = grouped(32, 64, seed=6)
+    w = sp24.tile_grouped(weight, order)
+    x = torch.zeros(1, 64, dtype=torch.bfloat16)
+    layouts = {}
+    for value in ("", "2", "1", "timed"):
+        monkeypatch.setenv(op.SP24_GROUPED_CTAS_SETTING, value)
+        layouts[value] = dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, w)))["layout"]
+        assert op.sp24_grouped_ctas_setting() == (1 if value == "1" else 2)
+        assert op.sp24_grouped_ctas_timed() == (value == "timed")
+        assert op.settings()[op.SP24_GROUPED_CTAS_SETTING] == (value or "2")
+    assert layouts == {"": "grouped", "2": "grouped", "1": "grouped-ctas1", "timed": "grouped-ctastimed"}
+    monkeypatch.setenv(op.SP24_GROUPED_CTAS_SETTING, "3")
+    with pytest.raises(KernelChoiceError, match="SP24_GROUPED_CTAS='3'; use 2 .* or timed"):
+        op.sp24_grouped_ctas_setting()
+    assert sp24.choice_label((1, 4, False, 0, 1)) == "1/4s+1c"
+    assert sp24.choice_label((2, 1, False, 0, 2)) == sp24.choice_label((2, 1, False, 0)) == "2"
+    monkeypatch.setenv(op.SP24_GROUPED_CTAS_SETTING, "timed")
+    built = fake_sp24_libraries(monkeypatch)
+    sp24_linear._load_grouped_build((8, 16))
+    assert built == [("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1"),
+                     ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1", "-DSP24_GROUPED_CTAS=1"),
+                     ("-DSP24_GROUPED",), ("-DSP24_GROUPED", "-DSP24_GROUPED_CTAS=1")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_rows", [16, 8])
+def test_under_timed_bounds_the_tuner_keeps_the_fastest_of_both(monkeypatch, split_rows):
+    """SPARSEDECODING_SP24_GROUPED_CTAS=timed: every candidate is checked against float64 under both launch bounds
+    (the tuner raises on a mismatch) and the kept launch is the fastest of all; a plain 2:4 weight gets none of it."""
+    from helpers import random_nm_weight
+
+    from sparsedecoding.kernels import op
+
+    monkeypatch.setenv(op.SP24_GROUPED_CTAS_SETTING, "timed")
+    weight, order = sp24.random_grouped(1024, 4096, torch.Generator().manual_seed(7), split_rows=split_rows)
+    w = sp24.tile_grouped(weight.cuda(), order.cuda(), split_rows=split_rows)
+    plain = sp24.tile(sp24.pack_nm(random_nm_weight(1024, 4096, 2, 4), 2, 4).to("cuda"))
+    for batch in (1, 16):
+        x = torch.randn(batch, 4096, device="cuda").bfloat16()
+        launch = sp24.tuned_launch(x, w)
+        timings = sp24.launch_timings(sp24.problem_key(x, w))
+        assert {choice[4] for choice in timings} == {1, 2}
+        assert {choice[:4] for choice in timings if choice[4] == 1} == {choice[:4] for choice in timings
+                                                                         if choice[4] == 2}
+        assert sp24.choice_of(launch) == next(iter(timings)) and launch.bound == next(iter(timings))[4]
+        sp24.tuned_launch(x, plain)
+        assert {choice[4] for choice in sp24.launch_timings(sp24.problem_key(x, plain))} == {2}
+
+
 # --- the 16:32g pattern in the solvers -----------------------------------------------------------------------------
 
 def test_the_16_32g_mask_keeps_half_in_a_split_of_every_tile_word():
@@ -516,9 +573,10 @@ def test_grouped_bench_times_each_variant_under_its_own_settings(monkeypatch):
     from sparsedecoding.kernels import op
 
     bench = benchmark_module(monkeypatch, "grouped_bench")
-    assert bench.grouped_sides(False, [1], [2]) == {"16:32g": (16, {op.SP24_GROUPED_CTAS_SETTING: "2"})}
-    assert list(bench.grouped_sides(True, [1], [2])) == ["16:32g", "16:32g/8"]
-    sides = bench.grouped_sides(True, [1, 2], [2, 1])
+    assert bench.grouped_sides(False, [1], ["2"]) == {"16:32g": (16, {op.SP24_GROUPED_CTAS_SETTING: "2"})}
+    assert list(bench.grouped_sides(True, [1], ["2"])) == ["16:32g", "16:32g/8"]
+    assert list(bench.grouped_sides(False, [1], ["2", "timed"])) == ["16:32g ctas2", "16:32g ctastimed"]
+    sides = bench.grouped_sides(True, [1, 2], ["2", "1"])
     assert list(sides) == ["16:32g ctas2", "16:32g ctas1", "16:32g/8 acc1 ctas2", "16:32g/8 acc1 ctas1",
                            "16:32g/8 acc2 ctas2", "16:32g/8 acc2 ctas1"]
     assert sides["16:32g/8 acc2 ctas1"] == (8, {op.SP24_HALVES_ACC_SETTING: "2", op.SP24_GROUPED_CTAS_SETTING: "1"})

@@ -274,3 +274,19 @@ def test_a_step_tuned_engine_launches_checked_candidates_and_decodes_the_packed_
         assert launch in sp24.launch_timings(key)
     del engine
     _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)
+
+
+def test_under_timed_bounds_the_fastest_launch_of_each_bound_is_tried_in_steps(monkeypatch):
+    """SPARSEDECODING_SP24_GROUPED_CTAS=timed: a grouped problem's launches under the one-CTA bound (the choice's
+    fifth field) count as a build of their own, so the fastest of them is tried in whole steps though it sits outside
+    `top` and `within`, and kept where its step is faster; no whole-build move (one early-trigger build)."""
+    key = "gate_up"
+    timings = {key: {(1, 1, False, 0, 2): 0.010, (2, 1, False, 0, 2): 0.0105, (1, 2, False, 0, 2): 0.011,
+                     (1, 1, False, 0, 1): 0.016, (2, 1, False, 0, 1): 0.017}}
+    step_cost = {key: {(1, 1, False, 0, 2): 1.00, (2, 1, False, 0, 2): 1.02, (1, 2, False, 0, 2): 1.01,
+                       (1, 1, False, 0, 1): 0.95, (2, 1, False, 0, 1): 0.97}}
+    current, timed = fake_kernel(monkeypatch, timings, {key: 32}, step_cost)
+    (outcome,) = step_tune.tune_step(FakeEngine(current), top=2, within=1.5, rounds=1)
+    assert list(outcome.step_ms) == [(1, 1, False, 0, 2), (2, 1, False, 0, 2), (1, 1, False, 0, 1)]
+    assert outcome.before == (1, 1, False, 0, 2) and outcome.chosen == (1, 1, False, 0, 1)
+    assert current == {key: (1, 1, False, 0, 1)} and outcome.line().endswith("kept 1+1c")

@@ -28,7 +28,12 @@ The choice is kept for the process, like the tuner's (every later engine with th
 reported as `StepChoice`s (after the `BuildChoice`; then the `PairChoice`s).
 
 Replays write the KV cache at positions from the middle of the cache on and change the engine's token; tuning
-runs when the engine is built, before any generation, whose prefill overwrites what it reads."""
+runs when the engine is built, before any generation, whose prefill overwrites what it reads.
+
+Under SPARSEDECODING_SP24_GROUPED_CTAS=timed a grouped-columns problem's launches under the one-CTA and the two-CTA
+bound count as builds of their own in the one-at-a-time and pair passes (`_build_of`): the fastest under each is
+always tried. The whole-build move stays the early trigger's.
+"""
 
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-Choice = tuple[int, int, bool, int]  # (splits, slices, early build, stream-K CTAs) of an sp24 launch (`sp24.Choice`)
+Choice = tuple  # (splits, slices, early build, grid, grouped launch bound) of an sp24 launch (`sp24.Choice`)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,12 @@ def _label(choice: Choice) -> str:
     return choice_label(choice)
 
 
+def _build_of(choice: Choice) -> tuple:
+    """The build a candidate runs in: its early trigger, and its grouped launch bound where the choice names one
+    (`sp24.Choice`'s fifth field)."""
+    return tuple(choice[2:3]) + tuple(choice[4:5])
+
+
 def _step_ms(engine, graph: torch.cuda.CUDAGraph, replays: int) -> float:
     """Milliseconds per decode step over `replays` replays of `graph` from the middle of the cache."""
     length = engine.max_seq_len
@@ -159,8 +170,8 @@ def _pair_pool(key: tuple, timings: dict[Choice, float], within: float, size: in
 
     best = min(timings.values())
     pool = [sp24.chosen_launch(key)]
-    for early in sorted({choice[2] for choice in timings}):  # timings are fastest first
-        pool.append(next(choice for choice in timings if choice[2] == early))
+    for build in sorted({_build_of(choice) for choice in timings}):  # timings are fastest first
+        pool.append(next(choice for choice in timings if _build_of(choice) == build))
     pool += [choice for choice, ms in timings.items() if ms <= within * best]
     return list(dict.fromkeys(pool))[:size]
 
@@ -222,8 +233,8 @@ def tune_step(engine, top: int = 4, within: float = 1.5, replays: int = 32, roun
     for key in order:
         best = min(timings[key].values())
         candidates = [choice for choice, ms in timings[key].items() if ms <= within * best][:top]
-        for early in {choice[2] for choice in timings[key]}:  # timings are fastest first
-            fastest = next(choice for choice in timings[key] if choice[2] == early)
+        for build in {_build_of(choice) for choice in timings[key]}:  # timings are fastest first
+            fastest = next(choice for choice in timings[key] if _build_of(choice) == build)
             if fastest not in candidates:
                 candidates.append(fastest)
         current = sp24.chosen_launch(key)

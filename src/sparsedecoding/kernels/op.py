@@ -70,6 +70,7 @@ SP24_STREAM_K_SETTING = "SPARSEDECODING_SP24_STREAM_K"
 SP24_HALVES_ACC_SETTING = "SPARSEDECODING_SP24_HALVES_ACC"
 SP24_HALVES_ACC_CHOICES = ("1", "2")
 SP24_GROUPED_CTAS_SETTING = "SPARSEDECODING_SP24_GROUPED_CTAS"
+SP24_GROUPED_CTAS_CHOICES = ("2", "1", "timed")
 SP24_HANDOFF_SETTING = "SPARSEDECODING_SP24_HANDOFF"
 SP24_MIXED_SETTING = "SPARSEDECODING_SP24_MIXED"
 SP24_MIXED_CHOICES = ("1", "0", "2")
@@ -409,14 +410,29 @@ def sp24_halves_acc_setting() -> int:
                        "1 (one accumulator for both halves' products, the default) or 2 (one for each half)"))
 
 
-def sp24_grouped_ctas_setting() -> int:
+def sp24_grouped_ctas_value() -> str:
     """SPARSEDECODING_SP24_GROUPED_CTAS: the CTAs a multiprocessor the launch bound of grouped-columns launches (16:32g,
-    16:32g8; sp24.cu's SP24_GROUPED_CTAS, a build of its own) asks for: "2" or unset (the default, as measured in
-    results/grouped_h100_direct.md and grouped_halves_h100.md), 128 registers a thread, under which the kernels
-    without the RMSNorm in front spill (results/ptxas_grouped_halves_sm90.md); "1", up to 255 and one CTA (not yet
-    timed)."""
-    return int(_choice(SP24_GROUPED_CTAS_SETTING, SP24_MMA_CTAS_CHOICES, "2",
-                       "2 (two CTAs a multiprocessor, the default) or 1 (one, up to 255 registers)"))
+    16:32g8; sp24.cu's SP24_GROUPED_CTAS, a build of its own for each bound) asks for: "2" or unset (the default, as
+    measured in results/grouped_h100_direct.md and grouped_halves_h100.md), 128 registers a thread, under which the
+    kernels without the RMSNorm in front spill (results/ptxas_grouped_halves_sm90.md); "1", one CTA and up to 255
+    registers: faster on the kernel bench's geomean at every batch, slower on the 14B gate_up and at batch 16 on its
+    least shape (results/grouped_variants_h100.md); "timed", the tuner times every candidate launch under both bounds
+    and keeps the fastest for each problem (`sp24.tuned_launch`; not yet timed in the engine)."""
+    return _choice(SP24_GROUPED_CTAS_SETTING, SP24_GROUPED_CTAS_CHOICES, "2",
+                   "2 (two CTAs a multiprocessor, the default), 1 (one, up to 255 registers) or timed (the tuner "
+                   "times both for each problem)")
+
+
+def sp24_grouped_ctas_setting() -> int:
+    """The launch bound (CTAs a multiprocessor) of grouped-columns launches that are not timed under both: 1 under
+    SPARSEDECODING_SP24_GROUPED_CTAS=1, else 2 (under timed, the first bound the tuner tries; `sp24_grouped_ctas_value`
+    says what each value does)."""
+    return 1 if sp24_grouped_ctas_value() == "1" else 2
+
+
+def sp24_grouped_ctas_timed() -> bool:
+    """Whether SPARSEDECODING_SP24_GROUPED_CTAS=timed: the tuner times grouped-columns launches under both bounds."""
+    return sp24_grouped_ctas_value() == "timed"
 
 
 def sp24_stream_k_setting() -> bool:
@@ -556,7 +572,7 @@ _READERS = {KERNEL_SETTING: _checked_kernel_setting, SPARSE_MMA_SETTING: sparse_
             SP24_SLOTS_SETTING: sp24_slots_setting, SP24_HALF_META_SETTING: sp24_half_meta_setting,
             SP24_EARLY_TRIGGER_SETTING: sp24_early_trigger_value, SP24_MMA_CTAS_SETTING: sp24_mma_ctas_setting,
             SP24_MULTICAST_SETTING: sp24_multicast_setting, SP24_STREAM_K_SETTING: sp24_stream_k_setting,
-            SP24_HALVES_ACC_SETTING: sp24_halves_acc_setting, SP24_GROUPED_CTAS_SETTING: sp24_grouped_ctas_setting,
+            SP24_HALVES_ACC_SETTING: sp24_halves_acc_setting, SP24_GROUPED_CTAS_SETTING: sp24_grouped_ctas_value,
             SP24_HANDOFF_SETTING: sp24_handoff_setting, SP24_MIXED_SETTING: sp24_mixed_value,
             SP24_INT8_STEP_SETTING: _int8_step_text, SP24_INT4_STEP_SETTING: _int4_step_text,
             STEP_TUNE_SETTING: step_tune_setting, STEP_TUNE_PAIRS_SETTING: step_tune_pairs_setting,

@@ -39,9 +39,10 @@ from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
 from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
                  sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_grouped_ctas_setting, sp24_halves_acc_setting, sp24_handoff_setting, sp24_mixed_setting,
-                 sp24_mixed_value, sp24_mma_ctas_setting, sp24_multicast_setting, settings_fingerprint,
-                 sp24_over_loop_setting, sp24_pdl_setting, sp24_stream_k_setting)
+                 sp24_grouped_ctas_setting, sp24_grouped_ctas_timed, sp24_grouped_ctas_value, sp24_halves_acc_setting,
+                 sp24_handoff_setting, sp24_mixed_setting, sp24_mixed_value, sp24_mma_ctas_setting,
+                 sp24_multicast_setting, settings_fingerprint, sp24_over_loop_setting, sp24_pdl_setting,
+                 sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -1028,10 +1029,13 @@ class Sp24Launch:
     y = W·rmsnorm(s) for the residual sum s = x + res (see sp24.cu). Under SPARSEDECODING_SP24_PDL=1 (read at
     construction) the launches are programmatic on compute capability 9.0; SPARSEDECODING_SP24_HANDOFF (read at
     construction) says how split-K and stream-K sums are added.
-    `ctas` > 0: a stream-K launch over that many CTAs instead (one slice, no split-K; `stream_fits` says where)."""
+    `ctas` > 0: a stream-K launch over that many CTAs instead (one slice, no split-K; `stream_fits` says where).
+    `bound`: for a grouped-columns weight, the launch bound's CTAs a multiprocessor, 2 or 1 (the build of
+    sp24.cu's SP24_GROUPED_CTAS; default `op.sp24_grouped_ctas_setting`); 2 for every other weight."""
 
     def __init__(self, x: torch.Tensor, w: Sp24Weight, splits: int | None = None, slices: int = 1,
-                 norm: bool = False, early: bool | None = None, ctas: int = 0, heavy: int = 0):
+                 norm: bool = False, early: bool | None = None, ctas: int = 0, heavy: int = 0,
+                 bound: int | None = None):
         if slices not in SLICES:
             raise KernelInputError(f"slices = {slices}; use one of {SLICES}")
         if w.glu and slices > max(SLICES) // 2:
@@ -1054,6 +1058,10 @@ class Sp24Launch:
                                    "in front, slots, dense weight or GLU, at most one CTA per step of a row block, "
                                    "and its staged x within the shared memory)")
         self.over_loop = over_loop(w, 1 if x.dim() == 1 else x.shape[0])
+        if bound not in (None, 1, 2) or (bound == 1 and self.over_loop != GROUPED):
+            raise KernelInputError(f"bound = {bound!r}: the one-CTA bound (1) is for grouped-columns weights; use 2 "
+                                   "or None")
+        self.bound = (sp24_grouped_ctas_setting() if bound is None else bound) if self.over_loop == GROUPED else 2
         load()
         self.early_trigger = early_trigger(w, 1 if x.dim() == 1 else x.shape[0]) if early is None else early
         self.multicast = multicast_of(w, norm)
@@ -1061,7 +1069,7 @@ class Sp24Launch:
                              self.early_trigger, sp24_mma_ctas_setting() if self.over_loop == MMA else 2,
                              self.over_loop == QUADS, self.multicast, self.over_loop == GROUPED,
                              sp24_halves_acc_setting() if self.over_loop == GROUPED and w.split_rows != GROUP_TILE_ROWS
-                             else 0, sp24_grouped_ctas_setting() if self.over_loop == GROUPED else 2)
+                             else 0, self.bound)
         self.vector = x.dim() == 1
         self.batch = 1 if self.vector else x.shape[0]
         self.out, self.in_features = w.shape[0], w.tiled_in
@@ -1222,9 +1230,10 @@ TIMED_OTHER_BUILD: int | None = None
 # (`replay_ms`, as until the forty-fifth session); benchmarks/tuner_ab.py compares the two
 TUNE_INTERLEAVED = True
 _launches: dict[tuple, Sp24Launch] = {}
-# a candidate launch of a problem: (splits, slices, whether it runs the early-trigger build, grid), the grid being the
-# stream-K CTAs (> 0), minus the heavy CTAs of a mixed grid (< 0, `mixed_heavy`), or 0 (split-K and slices)
-Choice = tuple[int, int, bool, int]
+# a candidate launch of a problem: (splits, slices, whether it runs the early-trigger build, grid, grouped launch
+# bound), the grid being the stream-K CTAs (> 0), minus the heavy CTAs of a mixed grid (< 0, `mixed_heavy`), or 0
+# (split-K and slices); the bound 1 or 2 CTAs a multiprocessor (`Sp24Launch`'s `bound`; 2 without grouped columns)
+Choice = tuple[int, int, bool, int, int]
 _timings: dict[tuple, dict[Choice, float]] = {}  # problem -> candidate -> ms per launch
 _choices: dict[tuple, dict[Choice, Sp24Launch]] = {}  # problem -> every correct candidate's launch
 _recorded: dict[tuple, int] | None = None  # problem -> lookups, while `recording_problems` runs
@@ -1275,7 +1284,14 @@ def _problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool) -> tuple:
             sp24_mma_ctas_setting() if w.over_v is not None else None, multicast_of(w, norm), sp24_stream_k_setting(),
             sp24_handoff_setting(), sp24_mixed_value(),
             layout(w) + (f"-acc{sp24_halves_acc_setting()}" if w.grouped and w.split_rows != GROUP_TILE_ROWS else "")
-            + ("-ctas1" if w.grouped and sp24_grouped_ctas_setting() == 1 else ""))
+            + (_bound_suffix() if w.grouped else ""))
+
+
+def _bound_suffix() -> str:
+    """A grouped layout's `problem_key` suffix for SPARSEDECODING_SP24_GROUPED_CTAS: "" under 2 (the default),
+    "-ctas1" under 1, "-ctastimed" under timed (launches tuned under one are not reused under another)."""
+    value = sp24_grouped_ctas_value()
+    return "" if value == "2" else f"-ctas{value}"
 
 
 def layout(w: Sp24Weight) -> str:
@@ -1422,7 +1438,8 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
     def checked(launch: Sp24Launch) -> Sp24Launch:
         y = launch(x, w, *(norm or ()))
         where = f"{key} with {launch.splits} splits, {launch.slices} slices" + (
-            " (early-trigger build)" if launch.early_trigger else "")
+            " (early-trigger build)" if launch.early_trigger else "") + (
+            " (one-CTA bound)" if launch.bound == 1 else "")
         if norm is not None:
             y, total = y
             expected = (reference.reference if w.glu else reference).sum
@@ -1440,19 +1457,23 @@ def tuned_launch(x: torch.Tensor, w: Sp24Weight, norm: NormInputs | None = None)
         launch = Sp24Launch(x, w, splits, slices, norm is not None)
         if (launch.used_splits, slices) in {(c.used_splits, c.slices) for c in launches.values() if not c.ctas}:
             continue  # the same grid as a candidate already kept
-        launches[(splits, slices, launch.early_trigger, 0)] = checked(launch)
+        launches[(splits, slices, launch.early_trigger, 0, launch.bound)] = checked(launch)
     for ctas in _stream_candidates(w, batch, sms, norm is not None):
         launch = Sp24Launch(x, w, norm=norm is not None, ctas=ctas)
-        launches[(1, 1, launch.early_trigger, ctas)] = checked(launch)
+        launches[(1, 1, launch.early_trigger, ctas, launch.bound)] = checked(launch)
     for slices, heavy in _mixed_candidates(w, batch, sms):
         launch = Sp24Launch(x, w, 1, slices, norm is not None, heavy=heavy)
-        launches[(1, slices, launch.early_trigger, -heavy)] = checked(launch)
+        launches[(1, slices, launch.early_trigger, -heavy, launch.bound)] = checked(launch)
+    if w.grouped and sp24_grouped_ctas_timed():  # every candidate under the one-CTA bound too
+        for choice in list(launches):
+            other = choice[:4] + (1,)
+            launches[other] = checked(_launch_of(x, w, other, norm is not None))
     # the trigger's place only matters to a programmatic launch
     both = times_both_builds(w, batch) and next(iter(launches.values())).pdl
 
     def add_other_build(choices: list[Choice]) -> None:
-        for splits, slices, early, grid in choices:
-            other = (splits, slices, not early, grid)
+        for splits, slices, early, grid, bound in choices:
+            other = (splits, slices, not early, grid, bound)
             launches[other] = checked(_launch_of(x, w, other, norm is not None))
 
     if both and TIMED_OTHER_BUILD is None:
@@ -1509,9 +1530,13 @@ def problem_text(key: tuple) -> str:
 
 
 def chosen_launch(key: tuple) -> Choice:
-    """The (splits, slices, early build, grid) a tuned problem launches with now (`Choice`)."""
-    launch = _launches[key]
-    return launch.splits, launch.slices, launch.early_trigger, launch.ctas or -launch.heavy
+    """The (splits, slices, early build, grid, bound) a tuned problem launches with now (`Choice`)."""
+    return choice_of(_launches[key])
+
+
+def choice_of(launch: Sp24Launch) -> Choice:
+    """The `Choice` that names `launch`."""
+    return launch.splits, launch.slices, launch.early_trigger, launch.ctas or -launch.heavy, launch.bound
 
 
 def forget_tuning(key: tuple) -> None:
@@ -1531,8 +1556,8 @@ def choose_launch(key: tuple, choice: Choice) -> None:
 
 def _launch_of(x: torch.Tensor, w: Sp24Weight, choice: Choice, norm: bool) -> Sp24Launch:
     """The launch a `Choice` names."""
-    splits, slices, early, grid = choice
-    return Sp24Launch(x, w, splits, slices, norm, early=early, ctas=max(grid, 0), heavy=max(-grid, 0))
+    splits, slices, early, grid, bound = choice
+    return Sp24Launch(x, w, splits, slices, norm, early=early, ctas=max(grid, 0), heavy=max(-grid, 0), bound=bound)
 
 
 def mixed_heavy(row_tiles: int, slices: int, sms: int, ctas_per_sm: int = 2) -> int | None:
@@ -1617,16 +1642,17 @@ def tuning_results() -> dict[tuple, tuple[Choice, dict[Choice, float]]]:
 def choice_label(choice: Choice) -> str:
     """A candidate launch as reports show it: splits, then `/Ns` for N slices (or `skN` for a stream-K launch over N
     CTAs), `-mH` after a mixed grid's slices for its H heavy CTAs, then `+e` on the early-trigger build under
-    SPARSEDECODING_SP24_EARLY_TRIGGER=timed (under the other values the setting says which build runs)."""
-    splits, slices, early, ctas = choice
+    SPARSEDECODING_SP24_EARLY_TRIGGER=timed (under the other values the setting says which build runs) and `+1c` under
+    a grouped launch's one-CTA bound. A choice without its fifth field (the bound) reads as bound 2."""
+    splits, slices, early, ctas = choice[:4]
     grid = f"sk{ctas}" if ctas > 0 else f"{splits}" + (f"/{slices}s" if slices > 1 else "") + (
         f"-m{-ctas}" if ctas < 0 else "")
-    return grid + ("+e" if early and sp24_early_trigger_timed() else "")
+    return grid + ("+e" if early and sp24_early_trigger_timed() else "") + ("+1c" if choice[4:5] == (1,) else "")
 
 
 def launch_label(launch: Sp24Launch) -> str:
     """A launch as reports show it (`choice_label`)."""
-    return choice_label((launch.splits, launch.slices, launch.early_trigger, launch.ctas or -launch.heavy))
+    return choice_label(choice_of(launch))
 
 
 def sp24_norm_linear(x: torch.Tensor, w: Sp24Weight, res: torch.Tensor | None, norm_weight: torch.Tensor,

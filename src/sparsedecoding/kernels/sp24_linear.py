@@ -416,16 +416,18 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
 
 def _load_grouped_build(split_rows: tuple[int, ...] = (16,)) -> None:
     """Build (or load) now, not at the first launch of a decode, the kernel library with grouped columns (OVER 6),
-    for each of the orders' row counts in use (8: the build with SP24_GROUPED_HALVES too); EngineError, in one line,
-    if one cannot be built."""
+    for each of the orders' row counts in use (8: the build with SP24_GROUPED_HALVES too) and each launch bound the
+    tuner will try (SPARSEDECODING_SP24_GROUPED_CTAS; both under timed); EngineError, in one line, if one cannot be
+    built."""
     from . import cuda_mma
-    from .op import sp24_grouped_ctas_setting, sp24_halves_acc_setting
+    from .op import sp24_grouped_ctas_setting, sp24_grouped_ctas_timed, sp24_halves_acc_setting
     from .sp24 import _load
 
+    bounds = (2, 1) if sp24_grouped_ctas_timed() else (sp24_grouped_ctas_setting(),)  # timed: the tuner tries both
     try:
         for rows in split_rows:
-            _load(grouped=True, halves=sp24_halves_acc_setting() if rows != 16 else 0,
-                  grouped_ctas=sp24_grouped_ctas_setting())
+            for bound in bounds:
+                _load(grouped=True, halves=sp24_halves_acc_setting() if rows != 16 else 0, grouped_ctas=bound)
     except cuda_mma.CudaKernelUnavailableError as exc:
         raise EngineError(f"the sparse tensor-core kernel's build with grouped columns failed ({exc}); set "
                           "SPARSEDECODING_SP24_SLOTS=0 to keep 16:32 linears on the packed kernels") from exc
