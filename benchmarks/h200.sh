@@ -1429,7 +1429,10 @@ PY
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 grouped_bench.py --halves \
       --grouped-ctas 2 1 timed --out "$OUT/grouped_bounds_${gpu:-gpu}.md" 2>&1 | grep -E "^\| [0-9]|rror" \
       | tail -12) || true
-    ab 560 SPARSEDECODING_SP24_GROUPED_CTAS "2 timed" 16:32g bf16 "1 8 16" "grouped_ctas_ab_${gpu:-gpu}_8b.md" ;;
+    timeout 560 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_SP24_GROUPED_CTAS --values 2 timed \
+      --preset llama-3.1-8b --pattern 16:32g --batch 1 8 16 --repeats 2 --new-tokens 128 \
+      --out "$OUT/grouped_ctas_ab_${gpu:-gpu}_8b.md" 2>&1 | tee "$OUT/grouped_ctas_ab_${gpu:-gpu}_8b.log" \
+      | grep -E "^\| llama|rror" || true ;;
   quality-grouped)  # prepared in the sixty-ninth session: quality-grouped-qwen2.5-coder-1.5b/, the whole of
     # benchmarks/recipes/plan-grouped.json (one item, q16g: plan-admm2b's q16o2 with --pattern 16:32g; its rule fixed
     # before any run); about 10 minutes from the model's arrival (one prune, its dev row, its held-out pick)
