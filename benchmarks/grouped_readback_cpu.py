@@ -1,0 +1,98 @@
+"""How long reading a 16:32g / 16:32g8 split back off a mask takes (CPU), with and without the exact cover.
+
+The engine tiles a grouped linear by reading each tile word's split off its nonzeros (`kernels.sp24.grouped_split`,
+`solvers.grouped_order_of`). Its first, greedy pass dead-ends on most words of a split shared by 8 rows (many
+groups fit them), and until the seventy-second session each such word was searched one by one
+(`solvers._order_by_search`, tens of milliseconds a word), the likely reason why an 8B preset's 16:32g8 decode ran
+into its 420 s limit on an H100 with nothing printed (no log was kept). Each side reads back random masks of the
+presets' kind (`engine.loading.random_bitmask`, split shared by 16 rows and by 8, one seed for each): "cover" as the
+library does now (greedy, then `_orders_by_cover`, then the search for what is left), "search" with the cover left
+out (what it did before) on fewer rows (--search-rows), so that it ends. Every split found is checked: each row
+keeps two of every group of four.
+
+    PYTHONPATH=src python benchmarks/grouped_readback_cpu.py --out benchmarks/results/grouped_readback_cpu.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from sparsedecoding import solvers
+from sparsedecoding.engine.loading import random_bitmask
+from sparsedecoding.runenv import environment_markdown, write_report
+
+
+def tile_words(rows: int, columns: int, split_rows: int, seed: int) -> torch.Tensor:
+    """A random grouped mask's words [rows / split_rows · columns / 32, split_rows, 32] (bool), as the kernel's
+    tiling reads them."""
+    words = random_bitmask(rows, columns, 16, 32, "cpu", torch.Generator().manual_seed(seed), placement="groups",
+                           split_rows=split_rows)
+    kept = ((words.unsqueeze(-1) >> torch.arange(32)) & 1).bool().view(rows, columns)
+    return kept.view(rows // split_rows, split_rows, columns // 32, 32).transpose(1, 2).reshape(-1, split_rows, 32)
+
+
+def read_back(kept: torch.Tensor, cover: bool) -> dict:
+    """Seconds, words searched one by one and words solved, reading `kept`'s splits back (`cover` False: with
+    `_orders_by_cover` finding nothing, as before it existed)."""
+    searched = []
+    search, covering = solvers._order_by_search, solvers._orders_by_cover
+    solvers._order_by_search = lambda word: searched.append(1) or search(word)
+    if not cover:
+        solvers._orders_by_cover = lambda words: (torch.zeros(len(words), 32, dtype=torch.int64),
+                                                  torch.zeros(len(words), dtype=torch.bool))
+    try:
+        start = time.perf_counter()
+        order, found = solvers.grouped_order_of(kept)
+        seconds = time.perf_counter() - start
+    finally:
+        solvers._order_by_search, solvers._orders_by_cover = search, covering
+    rows = kept.shape[1]
+    grouped = kept[found].gather(2, order[found].unsqueeze(1).expand(-1, rows, -1)).view(-1, rows, 8, 4).sum(-1)
+    if not bool((grouped == 2).all()):
+        raise RuntimeError("a split read back does not keep two of every group in every row")
+    return {"seconds": seconds, "searched": len(searched), "found": int(found.sum()), "words": len(kept)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=4096, help="the mask's rows (default: %(default)s)")
+    parser.add_argument("--columns", type=int, default=4096, help="its columns (default: %(default)s)")
+    parser.add_argument("--search-rows", type=int, default=256,
+                        help="rows of the masks the 'search' side reads, so that it ends (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    for name in ("rows", "search_rows"):
+        if getattr(args, name) <= 0 or getattr(args, name) % 16:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: a positive multiple of 16")
+    if args.columns <= 0 or args.columns % 32:
+        parser.error(f"--columns {args.columns}: a positive multiple of 32")
+    if args.out and not args.out.parent.is_dir():
+        parser.error(f"--out {args.out}: {args.out.parent} is not a folder")
+    torch.set_num_threads(args.threads)
+    lines = ["| split shared by | side | mask | words | searched one by one | solved | s | us a word |",
+             "|---|---|---|---|---|---|---|---|"]
+    for split_rows in (16, 8):
+        for side, rows in (("cover", args.rows), ("search", args.search_rows)):
+            result = read_back(tile_words(rows, args.columns, split_rows, seed=split_rows), cover=side == "cover")
+            line = (f"| {split_rows} rows | {side} | {rows}x{args.columns} | {result['words']} | {result['searched']} "
+                    f"| {result['found']} | {result['seconds']:.2f} | "
+                    f"{1e6 * result['seconds'] / result['words']:.0f} |")
+            print(line, flush=True)
+            lines.append(line)
+    command = "python benchmarks/grouped_readback_cpu.py " + " ".join(sys.argv[1:])
+    text = "\n".join(["# Reading 16:32g / 16:32g8 splits back off masks (CPU)", "",
+                      environment_markdown(command, torch.device("cpu")), "", __doc__.split("\n\n")[1], "",
+                      *lines, ""])
+    if args.out:
+        write_report(args.out, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
