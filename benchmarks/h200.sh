@@ -1416,16 +1416,16 @@ PY
       --out "$OUT/e2e_grouped8_${gpu:-gpu}_8b.md" 2>&1 | tee "$OUT/e2e_grouped8_${gpu:-gpu}_8b.log" \
       | grep -E "^\||rror" | tail -40 || true ;;
   grouped-ctas-ab)  # prepared in the seventy-second session (carry .kcachez with sp24, sp24-columns, sp24-grouped,
-    # sp24-grouped-1cta, sp24-grouped-halves and sp24-grouped-halves-1cta): the GPU test of the timed bounds (under a
-    # minute), grouped_bench.py --halves --grouped-ctas 2 1 timed (the tuner keeping the faster bound for each shape
-    # and batch, against each bound alone; about 2 minutes), then the Llama-3.1-8B preset's 16:32g decode under
+    # sp24-grouped-1cta, sp24-grouped-halves and sp24-grouped-halves-1cta): the GPU tests of the timed bounds and of
+    # 16:32g8's split read back on the GPU (under a minute), grouped_bench.py --halves --grouped-ctas 2 1 timed (the
+    # tuner keeping the faster bound for each shape and batch, against each bound alone; about 2 minutes), then the Llama-3.1-8B preset's 16:32g decode under
     # SPARSEDECODING_SP24_GROUPED_CTAS=2 (the default) and timed side by side with dense (setting_ab_bench.py) at
     # batch 1, 8 and 16 (about 5 minutes)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     export SPARSEDECODING_SP24_EARLY_TRIGGER=0 SPARSEDECODING_SP24_MULTICAST=0
-    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -k "bounds" -p no:cacheprovider -x 2>&1 \
-      | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_bounds.log" || true
+    timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -k "bounds or read_back" -p no:cacheprovider \
+      -x 2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_bounds.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 grouped_bench.py --halves \
       --grouped-ctas 2 1 timed --out "$OUT/grouped_bounds_${gpu:-gpu}.md" 2>&1 | grep -E "^\| [0-9]|rror" \
       | tail -12) || true

@@ -252,6 +252,22 @@ def test_splits_shared_by_8_rows_are_read_back_without_the_slow_search(monkeypat
         assert torch.equal(again, order)  # seeded: the same mask, the same split
 
 
+@pytest.mark.gpu
+def test_splits_shared_by_8_rows_are_read_back_on_the_gpu():
+    """The same read-back on a CUDA mask (the engine tiles on the weight's device, in larger chunks there): every
+    word of a random 16:32g8 mask of an 8B o's shape gets a valid split."""
+    from sparsedecoding import solvers
+    from sparsedecoding.engine.loading import _random_grouped_bitmask
+
+    rows, columns = 4096, 4096
+    words = _random_grouped_bitmask(rows, columns, "cuda", torch.Generator("cuda").manual_seed(3), 8)
+    kept = ((words.unsqueeze(-1) >> torch.arange(32, device="cuda")) & 1).bool().view(rows, columns)
+    kept = kept.view(rows // 8, 8, columns // 32, 32).transpose(1, 2).reshape(-1, 8, 32)
+    order, found = solvers.grouped_order_of(kept)
+    assert bool(found.all())
+    assert bool((kept.gather(2, order.unsqueeze(1).expand(-1, 8, -1)).view(-1, 8, 8, 4).sum(-1) == 2).all())
+
+
 def test_sparsegpt_prunes_to_16_32g():
     from sparsedecoding import solvers
     from sparsedecoding.patterns import SparsityPattern
