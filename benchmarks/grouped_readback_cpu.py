@@ -8,7 +8,9 @@ into its 420 s limit on an H100 with nothing printed (no log was kept). Each sid
 presets' kind (`engine.loading.random_bitmask`, split shared by 16 rows and by 8, one seed for each): "cover" as the
 library does now (greedy, then `_orders_by_cover`, then the search for what is left), "search" with the cover left
 out (what it did before) on fewer rows (--search-rows), so that it ends. Every split found is checked: each row
-keeps two of every group of four.
+keeps two of every group of four. Then the cost of turning down a 16:32+2 and a plain 16:32 weight, which the engine
+tries as 16:32g and 16:32g8 first (`grouped_split`): its quick look now, against the first 256 words read back
+with the one-by-one search, as before.
 
     PYTHONPATH=src python benchmarks/grouped_readback_cpu.py --out benchmarks/results/grouped_readback_cpu.md
 """
@@ -43,8 +45,8 @@ def read_back(kept: torch.Tensor, cover: bool) -> dict:
     search, covering = solvers._order_by_search, solvers._orders_by_cover
     solvers._order_by_search = lambda word: searched.append(1) or search(word)
     if not cover:
-        solvers._orders_by_cover = lambda words: (torch.zeros(len(words), 32, dtype=torch.int64),
-                                                  torch.zeros(len(words), dtype=torch.bool))
+        solvers._orders_by_cover = lambda words, passes: (torch.zeros(len(words), 32, dtype=torch.int64),
+                                                          torch.zeros(len(words), dtype=torch.bool))
     try:
         start = time.perf_counter()
         order, found = solvers.grouped_order_of(kept)
@@ -56,6 +58,24 @@ def read_back(kept: torch.Tensor, cover: bool) -> dict:
     if not bool((grouped == 2).all()):
         raise RuntimeError("a split read back does not keep two of every group in every row")
     return {"seconds": seconds, "searched": len(searched), "found": int(found.sum()), "words": len(kept)}
+
+
+def turn_down(weight: torch.Tensor, split_rows: int, quick: bool) -> tuple[float, bool]:
+    """Seconds `sp24.grouped_split` takes on `weight`, and whether it found a split: `quick` as the library does now
+    (the first words looked at without the one-by-one search), else as before (the first words read back with it,
+    every one of them to be solved)."""
+    from sparsedecoding.kernels import sp24
+
+    share, reader = sp24.QUICK_LOOK_SHARE, solvers.grouped_order_of
+    if not quick:
+        sp24.QUICK_LOOK_SHARE = 1.0
+        solvers.grouped_order_of = lambda kept, search=True: reader(kept)
+    try:
+        start = time.perf_counter()
+        order = sp24.grouped_split(weight, split_rows=split_rows)
+        return time.perf_counter() - start, order is not None
+    finally:
+        sp24.QUICK_LOOK_SHARE, solvers.grouped_order_of = share, reader
 
 
 def main() -> int:
@@ -83,6 +103,20 @@ def main() -> int:
             line = (f"| {split_rows} rows | {side} | {rows}x{args.columns} | {result['words']} | {result['searched']} "
                     f"| {result['found']} | {result['seconds']:.2f} | "
                     f"{1e6 * result['seconds'] / result['words']:.0f} |")
+            print(line, flush=True)
+            lines.append(line)
+    lines += ["", "Turning down weights that are not grouped (the engine tries every 16:32 linear as 16:32g, then as "
+              "16:32g8, before its overflow slots), one weight of --rows x --columns each:", "",
+              "| mask | split shared by | quick look (now): s | first words with the search (as before, the cover "
+              "now in front of it): s | found (now / before) |",
+              "|---|---|---|---|---|"]
+    for name, pattern in (("16:32+2", {"overflow": 2}), ("16:32", {})):
+        words = random_bitmask(args.rows, args.columns, 16, 32, "cpu", torch.Generator().manual_seed(5), **pattern)
+        weight = ((words.unsqueeze(-1) >> torch.arange(32)) & 1).view(args.rows, args.columns).to(torch.bfloat16)
+        for split_rows in (16, 8):
+            (now, found_now), (before, found_before) = (turn_down(weight, split_rows, quick) for quick in (True, False))
+            line = (f"| {name} | {split_rows} rows | {now:.2f} | {before:.2f} | "
+                    f"{'yes' if found_now else 'no'} / {'yes' if found_before else 'no'} |")
             print(line, flush=True)
             lines.append(line)
     command = "python benchmarks/grouped_readback_cpu.py " + " ".join(sys.argv[1:])

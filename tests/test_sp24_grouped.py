@@ -252,6 +252,29 @@ def test_splits_shared_by_8_rows_are_read_back_without_the_slow_search(monkeypat
         assert torch.equal(again, order)  # seeded: the same mask, the same split
 
 
+def test_16_32_and_16_32_plus_2_weights_are_turned_down_without_the_slow_search(monkeypatch):
+    """The engine tries every 16:32 linear as 16:32g and 16:32g8 before its overflow slots; a 16:32+2 or plain 16:32
+    weight must be turned down by the quick look alone (one-by-one searches of its first words took 25 s a 1024 x
+    4096 weight at 8 rows), while a 16:32g8 weight still reads back."""
+    from sparsedecoding import solvers
+    from sparsedecoding.engine.loading import random_bitmask
+
+    searched = []
+    search = solvers._order_by_search
+    monkeypatch.setattr(solvers, "_order_by_search", lambda kept: searched.append(1) or search(kept))
+
+    def weight(**pattern) -> torch.Tensor:
+        words = random_bitmask(256, 1024, 16, 32, "cpu", torch.Generator().manual_seed(9), **pattern)
+        return ((words.unsqueeze(-1) >> torch.arange(32)) & 1).view(256, 1024).to(torch.bfloat16)
+
+    for pattern in ({"overflow": 2}, {}):
+        for split_rows in (16, 8):
+            assert sp24.grouped_split(weight(**pattern), split_rows=split_rows) is None, (pattern, split_rows)
+    assert searched == []
+    halves = weight(placement="groups", split_rows=8)
+    assert sp24.grouped_split(halves) is None and sp24.grouped_split(halves, split_rows=8) is not None
+
+
 @pytest.mark.gpu
 def test_splits_shared_by_8_rows_are_read_back_on_the_gpu():
     """The same read-back on a CUDA mask (the engine tiles on the weight's device, in larger chunks there): every

@@ -343,7 +343,7 @@ def _triples(device: torch.device) -> torch.Tensor:
     return _TRIPLES.to(device)
 
 
-def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def grouped_order_of(kept: torch.Tensor, search: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """A split of each word's columns under which its mask is 16:32g, read off the mask: `kept` [W, rows, 32] (bool,
     the rows sharing the split) -> (order [W, 32], positions 4q..4q + 3 holding group q; found [W], whether every row
     keeps exactly two of every group; at most two in a row that keeps fewer than 16, see `_order_by_search`). Each
@@ -353,8 +353,8 @@ def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     search among the word's sorted pair numbers. Where that first choice leads nowhere or two pairs share a number,
     the word goes to `_orders_by_cover` (the words of a split shared by 8 rows, which many more groups fit, nearly
     all do: the first choice dead-ended on 81% of random 16:32g8 words), and what that leaves is searched again
-    with backtracking (`_order_by_search`, about 25 ms a word on a CPU). Words with no such split come back with
-    found False."""
+    with backtracking (`_order_by_search`, about 25 ms a word on a CPU; `search` False leaves that out and gives
+    the cover QUICK_COVER_PASSES passes, for a quick look). Words with no such split come back with found False."""
     count, rows, _ = kept.shape
     device = kept.device
     digits = 3 ** torch.arange(rows, dtype=torch.int64, device=device)
@@ -387,9 +387,9 @@ def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     found &= (order.sort(1).values == column).all(1)  # every column placed once
     left = (~found).nonzero().flatten()
     if len(left):
-        covered, solved = _orders_by_cover(kept[left])
+        covered, solved = _orders_by_cover(kept[left], COVER_PASSES if search else QUICK_COVER_PASSES)
         order[left[solved]], found[left[solved]] = covered[solved], True
-    for word in (~found).nonzero().flatten().tolist():
+    for word in (~found).nonzero().flatten().tolist() if search else ():
         searched = _order_by_search(kept[word])
         if searched is not None:
             order[word], found[word] = searched, True
@@ -397,18 +397,19 @@ def grouped_order_of(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 COVER_PASSES = 32  # `_orders_by_cover`'s passes over the words still unsolved (the later ones choosing at random)
+QUICK_COVER_PASSES = 4  # its passes in a quick look (`grouped_order_of(..., search=False)`)
 _COVER_TIES = 8  # pairs of columns of one number `_orders_by_cover` looks at for each pair that it completes
 _COVER_CHUNK = 1024  # words at once: [1024, 496 pairs, 8] candidates of two int64 columns are about 65 MB
 _COVER_CHUNK_CUDA = 8192  # on a GPU (about 0.5 GB a tensor of that size), where fewer launches are what saves time
 
 
-def _orders_by_cover(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _orders_by_cover(kept: torch.Tensor, passes: int = COVER_PASSES) -> tuple[torch.Tensor, torch.Tensor]:
     """`grouped_order_of` for words [W, rows, 32] whose masks fit many groups, as an exact cover: every group of four
     columns that keeps two in each row is a candidate, found once as its two lowest columns' pair and the pair of the
     two highest whose base-3 numbers complete it to all twos (the first `_COVER_TIES` pairs of that number); then
     eight times the column in the fewest candidates left is placed with the first of them (on later passes a random
     one), dropping the candidates that overlap it. A word ends solved when all 32 columns are placed; those that
-    dead-end are tried again, at most COVER_PASSES passes (seeded: the same mask gives the same order). Rows must
+    dead-end are tried again, at most `passes` passes (seeded: the same mask gives the same order). Rows must
     keep exactly two of every group, as `grouped_order_of`'s first pass asks. Returns (order [W, 32], found [W])."""
     count, rows, _ = kept.shape
     device = kept.device
@@ -437,7 +438,7 @@ def _orders_by_cover(kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                                 other.view(w, -1, 2).gather(1, kept_at.unsqueeze(2).expand(-1, -1, 2))], 2)
         holds = torch.zeros(w, most, 32, device=device).scatter_(2, candidates, 1.0)  # float: counted by bmm
         todo = torch.arange(w, device=device)
-        for attempt in range(COVER_PASSES):
+        for attempt in range(passes):
             live, members, n = live_at_start[todo].clone(), holds[todo], len(todo)
             placed = torch.zeros(n, 32, dtype=torch.bool, device=device)
             solved = torch.ones(n, dtype=torch.bool, device=device)

@@ -620,12 +620,21 @@ def random_grouped(out: int, in_features: int, generator: torch.Generator,
     return weight.reshape(out, in_features).to(dtype), order
 
 
+# `grouped_split`'s quick look: the share of the first words (of those whose rows all keep 16) whose split the greedy
+# pass and the exact cover must find (no one-by-one search) before the whole weight is read; a 16:32g or 16:32g8
+# mask's words nearly all pass (the cover leaves about 1 in 10,000 words of random 16:32g8 masks,
+# results/grouped_readback_cpu.md), a plain 16:32 or 16:32+2 mask's nearly none
+QUICK_LOOK_SHARE = 0.9
+
+
 def grouped_split(weight: torch.Tensor, first_words: int = 256, split_rows: int = GROUP_TILE_ROWS
                   ) -> torch.Tensor | None:
     """An order (`tile_grouped`) under which the 16:32 weight [out, in] (out a multiple of 16) is 16:32g, read off its
     nonzeros (`solvers.grouped_order_of`), or None where some 16-row tile's word has none. The first `first_words`
-    words are tried alone first, so that a plain 16:32 weight (nearly every word breaks) is turned down cheaply.
-    `split_rows` 8: an order for each 8-row half (16:32g8, [out / 8, in / 32, 32])."""
+    words are looked at first without the one-by-one search (QUICK_LOOK_SHARE of them must be solved), so that a
+    16:32 or 16:32+2 weight (nearly every word breaks) is turned down cheaply: with the search, turning down a random
+    16:32+2 weight of 1024 x 4096 took 25 s on a CPU for 8-row splits (seventy-second session), every 16:32 linear
+    the engine tiles trying both. `split_rows` 8: an order for each 8-row half (16:32g8, [out / 8, in / 32, 32])."""
     from ..solvers import grouped_order_of
 
     out, in_features = weight.shape
@@ -633,7 +642,9 @@ def grouped_split(weight: torch.Tensor, first_words: int = 256, split_rows: int 
         return None
     words = (weight != 0).view(out // split_rows, split_rows, in_features // 32, 32).transpose(1, 2)
     words = words.reshape(-1, split_rows, 32)
-    if not bool(grouped_order_of(words[:first_words])[1].all()):
+    first = words[:first_words]
+    full = (first.sum(2) == 16).all(1)  # words whose rows all keep 16: those the look can solve without the search
+    if bool(full.any()) and float(grouped_order_of(first[full], search=False)[1].float().mean()) < QUICK_LOOK_SHARE:
         return None
     order, found = grouped_order_of(words)
     return order.view(out // split_rows, in_features // 32, 32) if bool(found.all()) else None
