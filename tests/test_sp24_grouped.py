@@ -645,3 +645,24 @@ def test_grouped_bench_times_each_variant_under_its_own_settings(monkeypatch):
     assert list(sides) == ["16:32g ctas2", "16:32g ctas1", "16:32g/8 acc1 ctas2", "16:32g/8 acc1 ctas1",
                            "16:32g/8 acc2 ctas2", "16:32g/8 acc2 ctas1"]
     assert sides["16:32g/8 acc2 ctas1"] == (8, {op.SP24_HALVES_ACC_SETTING: "2", op.SP24_GROUPED_CTAS_SETTING: "1"})
+
+
+def test_grouped_readback_bench_compares_with_and_without_the_cover(monkeypatch):
+    """benchmarks/grouped_readback_cpu.py's two sides on a small 16:32g8 mask: without the cover most words go to the
+    one-by-one search, with it nearly none; both solve every word; the library's functions are put back after each,
+    and so is the quick look after a turn-down timed as before."""
+    from helpers import benchmark_module
+
+    from sparsedecoding import solvers
+
+    bench = benchmark_module(monkeypatch, "grouped_readback_cpu")
+    cover, reader, share = solvers._orders_by_cover, solvers.grouped_order_of, sp24.QUICK_LOOK_SHARE
+    kept = bench.tile_words(32, 512, 8, seed=8)
+    with_cover, without = bench.read_back(kept, cover=True), bench.read_back(kept, cover=False)
+    assert with_cover["found"] == without["found"] == with_cover["words"] == 64
+    assert with_cover["searched"] <= 1 and without["searched"] >= 32
+    assert solvers._orders_by_cover is cover
+    weight = kept.view(4, 16, 8, 32).transpose(1, 2).reshape(32, 512).to(torch.bfloat16)  # the mask's rows again
+    seconds, found = bench.turn_down(weight, 8, quick=False)
+    assert found and seconds > 0
+    assert (solvers.grouped_order_of, sp24.QUICK_LOOK_SHARE) == (reader, share)
