@@ -390,9 +390,9 @@ def grouped_order_of(kept: torch.Tensor, search: bool = True) -> tuple[torch.Ten
         covered, solved = _orders_by_cover(kept[left], COVER_PASSES if search else QUICK_COVER_PASSES)
         order[left[solved]], found[left[solved]] = covered[solved], True
     for word in (~found).nonzero().flatten().tolist() if search else ():
-        searched = _order_by_search(kept[word])
+        searched = _order_by_search(kept[word].cpu())  # one small step at a time: a GPU's launches cost more
         if searched is not None:
-            order[word], found[word] = searched, True
+            order[word], found[word] = searched.to(order.device), True
     return order, found
 
 
