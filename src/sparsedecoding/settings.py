@@ -287,7 +287,8 @@ class SolverSettings:
                         "group: the engine runs it on the 2:4 kernel in each tile's column order, no slots; the "
                         "split's search slows the solvers), 16:32g8 (the same with a split for every 8 rows: on "
                         "the layer loss between 16:32+2 and 16:32; the engine runs it on the 2:4 kernel in each 8 "
-                        "rows' column order, two gathers a k-tile; whole-model quality not yet measured), 4:8, "
+                        "rows' column order, two gathers a k-tile; failed its dev quality rule against 16:32+2, "
+                        "level with it held out, benchmarks/results/quality-grouped8-qwen2.5-coder-1.5b), 4:8, "
                         "8:16, any N:M, 50%, or dense "
                         "(nothing pruned: with --quantize, GPTQ rounds every weight on the same Hessians)")
     solver: str = knob("admm", "pruning solver: admm (default: every group's mask revisited by ADMM on the whole "

@@ -405,7 +405,8 @@ def sp24_halves_acc_setting() -> int:
     """SPARSEDECODING_SP24_HALVES_ACC: the accumulators of 16:32g8 launches (grouped columns with an order for each 8
     rows, sp24.cu's SP24_GROUPED_HALVES, a build of its own for each value): "1" or unset (the default, measured in
     results/grouped_halves_h100.md), both halves' products into one accumulator, so each k-tile's second mma.sp waits
-    for its first; "2", the second half's into an accumulator of its own, added in after the loop (not yet timed)."""
+    for its first; "2", the second half's into an accumulator of its own, added in after the loop (no faster:
+    results/grouped_variants_h100.md)."""
     return int(_choice(SP24_HALVES_ACC_SETTING, SP24_HALVES_ACC_CHOICES, "1",
                        "1 (one accumulator for both halves' products, the default) or 2 (one for each half)"))
 
