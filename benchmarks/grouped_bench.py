@@ -52,9 +52,9 @@ def grouped_sides(halves: bool, accs: list[int], ctas: list[str]) -> dict[str, t
     def suffix(label: str, values: list, value, default) -> str:
         return f" {label}{value}" if values != [default] else ""
 
-    sides = {f"16:32g{suffix('ctas', ctas, c, '2')}": (16, {op.SP24_GROUPED_CTAS_SETTING: str(c)}) for c in ctas}
+    sides = {f"16:32g{suffix('ctas', ctas, c, op.GROUPED_CTAS_DEFAULT)}": (16, {op.SP24_GROUPED_CTAS_SETTING: str(c)}) for c in ctas}
     if halves:
-        sides.update({f"{HALVES}{suffix('acc', accs, a, 1)}{suffix('ctas', ctas, c, '2')}": (
+        sides.update({f"{HALVES}{suffix('acc', accs, a, 1)}{suffix('ctas', ctas, c, op.GROUPED_CTAS_DEFAULT)}": (
             8, {op.SP24_HALVES_ACC_SETTING: str(a), op.SP24_GROUPED_CTAS_SETTING: str(c)}) for a in accs for c in ctas})
     return sides
 
@@ -77,10 +77,11 @@ def main() -> int:
     parser.add_argument("--halves-acc", type=int, nargs="+", choices=(1, 2), default=[1],
                         help="with --halves: the SPARSEDECODING_SP24_HALVES_ACC values timed side by side (1: one "
                              "accumulator, the default; 2: one for each half), each its own side")
-    parser.add_argument("--grouped-ctas", nargs="+", choices=op.SP24_GROUPED_CTAS_CHOICES, default=["2"],
+    parser.add_argument("--grouped-ctas", nargs="+", choices=op.SP24_GROUPED_CTAS_CHOICES,
+                        default=[op.GROUPED_CTAS_DEFAULT],
                         help="the SPARSEDECODING_SP24_GROUPED_CTAS values each grouped side is timed under, side by "
-                             "side (2: the two-CTA launch bound, the default; 1: one CTA, up to 255 registers; "
-                             "timed: the tuner keeps the faster of the two for each shape and batch)")
+                             "side (timed: the tuner keeps the faster of the two bounds for each shape and batch, the "
+                             "default; 2: the two-CTA launch bound; 1: one CTA, up to 255 registers)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if not torch.cuda.is_available():

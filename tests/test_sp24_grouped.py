@@ -135,7 +135,7 @@ def test_grouped_kernel_tunes_with_the_rmsnorm_in_front():
 
 
 def test_the_grouped_launch_bound_setting_reads_keys_and_labels(monkeypatch):
-    """SPARSEDECODING_SP24_GROUPED_CTAS: 2 (default), 1 or timed; each keys its own tuned launches; a bad value is one
+    """SPARSEDECODING_SP24_GROUPED_CTAS: timed (default), 2 or 1; each keys its own tuned launches; a bad value is one
     error naming the choices; the label marks a one-CTA candidate; timed loads both builds before a decode."""
     from helpers import fake_sp24_libraries
 
@@ -150,11 +150,11 @@ def test_the_grouped_launch_bound_setting_reads_keys_and_labels(monkeypatch):
         monkeypatch.setenv(op.SP24_GROUPED_CTAS_SETTING, value)
         layouts[value] = dict(zip(sp24.PROBLEM_KEY_FIELDS, sp24.problem_key(x, w)))["layout"]
         assert op.sp24_grouped_ctas_setting() == (1 if value == "1" else 2)
-        assert op.sp24_grouped_ctas_timed() == (value == "timed")
-        assert op.settings()[op.SP24_GROUPED_CTAS_SETTING] == (value or "2")
-    assert layouts == {"": "grouped", "2": "grouped", "1": "grouped-ctas1", "timed": "grouped-ctastimed"}
+        assert op.sp24_grouped_ctas_timed() == (value in ("", "timed"))
+        assert op.settings()[op.SP24_GROUPED_CTAS_SETTING] == (value or "timed")
+    assert layouts == {"": "grouped", "timed": "grouped", "2": "grouped-ctas2", "1": "grouped-ctas1"}
     monkeypatch.setenv(op.SP24_GROUPED_CTAS_SETTING, "3")
-    with pytest.raises(KernelChoiceError, match="SP24_GROUPED_CTAS='3'; use 2 .* or timed"):
+    with pytest.raises(KernelChoiceError, match="SP24_GROUPED_CTAS='3'; use timed .*, 2 .* or 1"):
         op.sp24_grouped_ctas_setting()
     assert sp24.choice_label((1, 4, False, 0, 1)) == "1/4s+1c"
     assert sp24.choice_label((2, 1, False, 0, 2)) == sp24.choice_label((2, 1, False, 0)) == "2"
@@ -638,8 +638,9 @@ def test_grouped_bench_times_each_variant_under_its_own_settings(monkeypatch):
     from sparsedecoding.kernels import op
 
     bench = benchmark_module(monkeypatch, "grouped_bench")
-    assert bench.grouped_sides(False, [1], ["2"]) == {"16:32g": (16, {op.SP24_GROUPED_CTAS_SETTING: "2"})}
-    assert list(bench.grouped_sides(True, [1], ["2"])) == ["16:32g", "16:32g/8"]
+    assert bench.grouped_sides(False, [1], ["timed"]) == {"16:32g": (16, {op.SP24_GROUPED_CTAS_SETTING: "timed"})}
+    assert list(bench.grouped_sides(True, [1], ["timed"])) == ["16:32g", "16:32g/8"]
+    assert list(bench.grouped_sides(False, [1], ["2"])) == ["16:32g ctas2"]
     assert list(bench.grouped_sides(False, [1], ["2", "timed"])) == ["16:32g ctas2", "16:32g ctastimed"]
     sides = bench.grouped_sides(True, [1, 2], ["2", "1"])
     assert list(sides) == ["16:32g ctas2", "16:32g ctas1", "16:32g/8 acc1 ctas2", "16:32g/8 acc1 ctas1",

@@ -206,7 +206,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
                                "SPARSEDECODING_SP24_HALF_META=1, SPARSEDECODING_SP24_EARLY_TRIGGER=timed, "
                                "SPARSEDECODING_SP24_MMA_CTAS=2, SPARSEDECODING_SP24_MULTICAST=2, "
                                "SPARSEDECODING_SP24_STREAM_K=1, SPARSEDECODING_SP24_HALVES_ACC=1, "
-                               "SPARSEDECODING_SP24_GROUPED_CTAS=2, "
+                               "SPARSEDECODING_SP24_GROUPED_CTAS=timed, "
                                "SPARSEDECODING_SP24_HANDOFF=1, "
                                "SPARSEDECODING_SP24_MIXED=1, SPARSEDECODING_SP24_INT8_STEP=auto, "
                                "SPARSEDECODING_SP24_INT4_STEP=auto, "

@@ -30,9 +30,9 @@ reported as `StepChoice`s (after the `BuildChoice`; then the `PairChoice`s).
 Replays write the KV cache at positions from the middle of the cache on and change the engine's token; tuning
 runs when the engine is built, before any generation, whose prefill overwrites what it reads.
 
-Under SPARSEDECODING_SP24_GROUPED_CTAS=timed a grouped-columns problem's launches under the one-CTA and the two-CTA
-bound count as builds of their own in the one-at-a-time and pair passes (`_build_of`): the fastest under each is
-always tried. The whole-build move stays the early trigger's.
+Under SPARSEDECODING_SP24_GROUPED_CTAS=timed (the default) a grouped-columns problem's launches under the one-CTA and
+the two-CTA bound count as builds of their own in the one-at-a-time and pair passes (`_build_of`): the fastest under
+each is always tried. The whole-build move stays the early trigger's.
 """
 
 from __future__ import annotations

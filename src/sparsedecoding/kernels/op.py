@@ -70,7 +70,8 @@ SP24_STREAM_K_SETTING = "SPARSEDECODING_SP24_STREAM_K"
 SP24_HALVES_ACC_SETTING = "SPARSEDECODING_SP24_HALVES_ACC"
 SP24_HALVES_ACC_CHOICES = ("1", "2")
 SP24_GROUPED_CTAS_SETTING = "SPARSEDECODING_SP24_GROUPED_CTAS"
-SP24_GROUPED_CTAS_CHOICES = ("2", "1", "timed")
+SP24_GROUPED_CTAS_CHOICES = ("timed", "2", "1")
+GROUPED_CTAS_DEFAULT = "timed"
 SP24_HANDOFF_SETTING = "SPARSEDECODING_SP24_HANDOFF"
 SP24_MIXED_SETTING = "SPARSEDECODING_SP24_MIXED"
 SP24_MIXED_CHOICES = ("1", "0", "2")
@@ -413,15 +414,18 @@ def sp24_halves_acc_setting() -> int:
 
 def sp24_grouped_ctas_value() -> str:
     """SPARSEDECODING_SP24_GROUPED_CTAS: the CTAs a multiprocessor the launch bound of grouped-columns launches (16:32g,
-    16:32g8; sp24.cu's SP24_GROUPED_CTAS, a build of its own for each bound) asks for: "2" or unset (the default, as
-    measured in results/grouped_h100_direct.md and grouped_halves_h100.md), 128 registers a thread, under which the
-    kernels without the RMSNorm in front spill (results/ptxas_grouped_halves_sm90.md); "1", one CTA and up to 255
-    registers: faster on the kernel bench's geomean at every batch, slower on the 14B gate_up and at batch 16 on its
-    least shape (results/grouped_variants_h100.md); "timed", the tuner times every candidate launch under both bounds
-    and keeps the fastest for each problem (`sp24.tuned_launch`; not yet timed in the engine)."""
-    return _choice(SP24_GROUPED_CTAS_SETTING, SP24_GROUPED_CTAS_CHOICES, "2",
-                   "2 (two CTAs a multiprocessor, the default), 1 (one, up to 255 registers) or timed (the tuner "
-                   "times both for each problem)")
+    16:32g8; sp24.cu's SP24_GROUPED_CTAS, a build of its own for each bound) asks for: "timed" or unset (the
+    default), the tuner times every candidate launch under both bounds and keeps the fastest for each problem
+    (`sp24.tuned_launch`; both builds are loaded); "2", two CTAs and 128 registers a thread, under which the kernels
+    without the RMSNorm in front spill (results/ptxas_grouped_halves_sm90.md); "1", one CTA and up to 255 registers:
+    faster on the kernel bench's geomean at every batch, slower on the 14B gate_up and at batch 16 on its least shape
+    (results/grouped_variants_h100.md). Side by side on an H100 (results/grouped_bounds_h100.md), timed 1.676 / 1.361x
+    cuBLAS at batch 1 / 16 for 16:32g against 1.646 / 1.296x under 2 and 1.669 / 1.323x under 1; the 8B preset's
+    16:32g decode 1.560 / 1.444 / 1.081x dense at batch 1 / 8 / 16 against 1.546 / 1.424 / 1.057x under 2
+    (results/grouped_ctas_ab_h100_8b.md)."""
+    return _choice(SP24_GROUPED_CTAS_SETTING, SP24_GROUPED_CTAS_CHOICES, GROUPED_CTAS_DEFAULT,
+                   "timed (the tuner times both bounds for each problem, the default), 2 (two CTAs a "
+                   "multiprocessor) or 1 (one, up to 255 registers)")
 
 
 def sp24_grouped_ctas_setting() -> int:

@@ -37,12 +37,12 @@ from ..errors import KernelInputError
 from . import cuda_mma, quad_slots
 from .format import PackedNM, pack_nm
 from .overflow import OverflowNM
-from .op import (MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting, sp24_early_trigger_timed,
-                 sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting, sp24_int8_step_setting,
-                 sp24_grouped_ctas_setting, sp24_grouped_ctas_timed, sp24_grouped_ctas_value, sp24_halves_acc_setting,
-                 sp24_handoff_setting, sp24_mixed_setting, sp24_mixed_value, sp24_mma_ctas_setting,
-                 sp24_multicast_setting, settings_fingerprint, sp24_over_loop_setting, sp24_pdl_setting,
-                 sp24_stream_k_setting)
+from .op import (GROUPED_CTAS_DEFAULT, MAX_BATCH, SP24_OVER_LOOP_CHOICES, sp24_early_trigger_setting,
+                 sp24_early_trigger_timed, sp24_early_trigger_value, sp24_half_meta_setting, sp24_int4_step_setting,
+                 sp24_int8_step_setting, sp24_grouped_ctas_setting, sp24_grouped_ctas_timed, sp24_grouped_ctas_value,
+                 sp24_halves_acc_setting, sp24_handoff_setting, sp24_mixed_setting, sp24_mixed_value,
+                 sp24_mma_ctas_setting, sp24_multicast_setting, settings_fingerprint, sp24_over_loop_setting,
+                 sp24_pdl_setting, sp24_stream_k_setting)
 from .quantized import PackedNMQ
 
 SOURCE = Path(__file__).parent / "csrc" / "sp24.cu"
@@ -1299,10 +1299,10 @@ def _problem_key(x: torch.Tensor, w: Sp24Weight, norm: bool) -> tuple:
 
 
 def _bound_suffix() -> str:
-    """A grouped layout's `problem_key` suffix for SPARSEDECODING_SP24_GROUPED_CTAS: "" under 2 (the default),
-    "-ctas1" under 1, "-ctastimed" under timed (launches tuned under one are not reused under another)."""
+    """A grouped layout's `problem_key` suffix for SPARSEDECODING_SP24_GROUPED_CTAS: "" under timed (the default),
+    "-ctas2" under 2, "-ctas1" under 1 (launches tuned under one are not reused under another)."""
     value = sp24_grouped_ctas_value()
-    return "" if value == "2" else f"-ctas{value}"
+    return "" if value == GROUPED_CTAS_DEFAULT else f"-ctas{value}"
 
 
 def layout(w: Sp24Weight) -> str:
