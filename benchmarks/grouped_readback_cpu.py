@@ -6,8 +6,9 @@ groups fit them), and until the seventy-second session each such word was search
 (`solvers._order_by_search`, tens of milliseconds a word), the likely reason why an 8B preset's 16:32g8 decode ran
 into its 420 s limit on an H100 with nothing printed (no log was kept). Each side reads back random masks of the
 presets' kind (`engine.loading.random_bitmask`, split shared by 16 rows and by 8, one seed for each): "cover" as the
-library does now (greedy, then `_orders_by_cover`, then the search for what is left), "search" with the cover left
-out (what it did before) on fewer rows (--search-rows), so that it ends. Every split found is checked: each row
+library does now (greedy, then `_orders_by_cover`, again with more pairs a number for the few words it leaves since
+the seventy-third session, then the search for what is left), "search" with the cover left out (what it did before)
+on fewer rows (--search-rows), so that it ends. Every split found is checked: each row
 keeps two of every group of four. Then the cost of turning down a 16:32+2 and a plain 16:32 weight, which the engine
 tries as 16:32g and 16:32g8 first (`grouped_split`): its quick look now, against the first 256 words read back
 with the one-by-one search, as before.
@@ -45,8 +46,8 @@ def read_back(kept: torch.Tensor, cover: bool) -> dict:
     search, covering = solvers._order_by_search, solvers._orders_by_cover
     solvers._order_by_search = lambda word: searched.append(1) or search(word)
     if not cover:
-        solvers._orders_by_cover = lambda words, passes: (torch.zeros(len(words), 32, dtype=torch.int64),
-                                                          torch.zeros(len(words), dtype=torch.bool))
+        solvers._orders_by_cover = lambda words, *_: (torch.zeros(len(words), 32, dtype=torch.int64),
+                                                      torch.zeros(len(words), dtype=torch.bool))
     try:
         start = time.perf_counter()
         order, found = solvers.grouped_order_of(kept)

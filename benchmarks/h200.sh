@@ -1415,6 +1415,20 @@ PY
       --preset llama-3.1-8b --pattern 16:32+2 16:32g 16:32g8 --batch 1 8 16 --repeats 2 --new-tokens 128 \
       --out "$OUT/e2e_grouped8_${gpu:-gpu}_8b.md" 2>&1 | tee "$OUT/e2e_grouped8_${gpu:-gpu}_8b.log" \
       | grep -E "^\||rror" | tail -40 || true ;;
+  readback-gpu)  # prepared in the seventy-third session (carry .kcachez, no model): the GPU test of reading 16:32g8
+    # splits back on the GPU, then grouped_readback_gpu.py: grouped_split timed on a random 16:32g and 16:32g8 mask of
+    # each of the 8B preset's linear shapes (under a minute after the fixes; before them the 8B preset's 16:32g8 model
+    # did not finish tiling in 5.8 minutes)
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    timeout 120 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -k "read_back" -p no:cacheprovider \
+      -x 2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_readback.log" || true
+    timeout 300 python3 benchmarks/grouped_readback_gpu.py --out "$OUT/grouped_readback_${gpu:-gpu}.md" 2>&1 \
+      | tee "$OUT/grouped_readback_${gpu:-gpu}.log" | grep -E "^\||rror" || true ;;
+  lease-s73b)  # prepared in the seventy-third session, no model (carry .kcachez and .whl): in the background
+    # readback-gpu, then grouped8-e2e (the 8B preset's 16:32+2, 16:32g and 16:32g8 decode, the grouped launch bounds
+    # timed, the default since this session); then `WAIT=540 collect` until both end (about 9 device minutes).
+    # Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s73b`
+    END_AT=${END_AT:?} bash benchmarks/h200.sh bg readback-gpu grouped8-e2e ;;
   grouped-ctas-ab)  # prepared in the seventy-second session (carry .kcachez with sp24, sp24-columns, sp24-grouped,
     # sp24-grouped-1cta, sp24-grouped-halves and sp24-grouped-halves-1cta): the GPU tests of the timed bounds and of
     # 16:32g8's split read back on the GPU (under a minute), grouped_bench.py --halves --grouped-ctas 2 1 timed (the

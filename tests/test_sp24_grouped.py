@@ -275,6 +275,93 @@ def test_16_32_and_16_32_plus_2_weights_are_turned_down_without_the_slow_search(
     assert sp24.grouped_split(halves) is None and sp24.grouped_split(halves, split_rows=8) is not None
 
 
+# Words of random 16:32g8 masks (engine.loading.random_bitmask, seed 0, 4096 x 4096) on which the cover with the first
+# 8 pairs of each number found nothing in 32 passes: their columns repeat so often that the completing pair is not
+# among the first 8 of its number (seventy-third session)
+TIED_WORDS = [[650941278, 1995969444, 1449275631, 1401290528, 448278488, 105893951, 3500785504, 3789574845],
+              [3141703251, 936805451, 3686974987, 2755466589, 3034015884, 3688530963, 1253877193, 1423250747],
+              [1558222235, 2712358293, 532878769, 2389751563, 1385659436, 1009302349, 887189869, 2900400011]]
+
+
+def test_words_whose_pairs_tie_are_read_back_by_the_wider_cover_not_the_search(monkeypatch):
+    """Each of TIED_WORDS has a split (every row keeps two of each group) that the first cover misses; the second,
+    wider one finds it, so none is left to the one-by-one search (about 0.1 s a word on a CPU; some 2,700 words of
+    the 8B preset's 16:32g8 model, each read twice, stalled its decode past 560 s on an H100)."""
+    from sparsedecoding import solvers
+
+    kept = ((torch.tensor(TIED_WORDS).unsqueeze(-1) >> torch.arange(32)) & 1).bool()  # [3, 8 rows, 32]
+    assert not bool(solvers._orders_by_cover(kept)[1].any())
+    searched = []
+    search = solvers._order_by_search
+    monkeypatch.setattr(solvers, "_order_by_search", lambda word: searched.append(1) or search(word))
+    order, found = solvers.grouped_order_of(kept)
+    assert bool(found.all()) and searched == []
+    assert torch.equal(order.sort(-1).values, torch.arange(32).expand_as(order))
+    assert bool((kept.gather(2, order.unsqueeze(1).expand(-1, 8, -1)).view(3, 8, 8, 4).sum(-1) == 2).all())
+
+
+def test_the_cover_passes_what_chunks_leave_on_together(monkeypatch):
+    """`_orders_by_cover` gives each chunk _CHUNK_PASSES passes, then gathers every chunk's unsolved words for the
+    rest: with chunks of 16 words the same words are solved as in one chunk, each split valid."""
+    from sparsedecoding import solvers
+    from sparsedecoding.engine.loading import _random_grouped_bitmask
+
+    words = _random_grouped_bitmask(256, 1024, "cpu", torch.Generator().manual_seed(31), 8)
+    kept = ((words.unsqueeze(-1) >> torch.arange(32)) & 1).bool().view(32, 8, 32, 32).transpose(1, 2)
+    kept = kept.reshape(-1, 8, 32)
+    whole, found = solvers._orders_by_cover(kept)
+    calls = []
+    chunk = solvers._cover_chunk
+    monkeypatch.setattr(solvers, "_cover_chunk", lambda words, passes, ties: calls.append((len(words), passes))
+                        or chunk(words, passes, ties))
+    monkeypatch.setattr(solvers, "_COVER_CHUNK", 16)
+    small, small_found = solvers._orders_by_cover(kept)
+    assert bool(found.all()) and bool(small_found.all())
+    assert calls[:64] == [(16, solvers._CHUNK_PASSES)] * 64 and all(p < solvers._CHUNK_PASSES * 8 for _, p in calls)
+    assert len(calls) > 64  # some words were left after 4 passes and were gathered for the rest
+    for order in (whole, small):
+        assert bool((kept.gather(2, order.unsqueeze(1).expand(-1, 8, -1)).view(-1, 8, 8, 4).sum(-1) == 2).all())
+
+
+def test_a_model_tiles_each_16_32g8_linear_reading_its_split_once_and_keeps_a_broken_one_packed(caplog):
+    """`tile_model` on 16:32 linears: `tileable` looks at the first words only, so a 16:32g8 mask's split is read
+    whole once a linear (it was read twice: on the 8B preset, 27 million words each time); one whose later word
+    has no split (and is beyond 16:32+2) stays packed, named in a warning, and the rest are still tiled."""
+    import logging
+
+    from sparsedecoding import solvers
+    from sparsedecoding.kernels import sp24_linear
+    from sparsedecoding.kernels.format import pack_nm
+    from sparsedecoding.kernels.linear import PackedLinear
+
+    good, _ = sp24.random_grouped(64, 256, torch.Generator().manual_seed(41), split_rows=8)
+    broken, _ = sp24.random_grouped(64, 256, torch.Generator().manual_seed(42), split_rows=8)
+    picks = torch.rand(8, 32, generator=torch.Generator().manual_seed(43)).argsort(1)[:, :16]
+    broken[-8:, :32] = torch.zeros(8, 32).scatter_(1, picks, 1.0)  # the last 8-row word: 16 random columns a row
+    assert not bool(solvers.grouped_order_of(broken[-8:, :32].bool().unsqueeze(0))[1].any())  # which no split fits
+    model = torch.nn.Sequential(PackedLinear(pack_nm(good, 16, 32)), PackedLinear(pack_nm(broken, 16, 32)))
+    reads = []
+    reader = solvers.grouped_order_of
+
+    def counting(kept, search=True):
+        reads.append((len(kept), search))
+        return reader(kept, search)
+
+    solvers.grouped_order_of = counting
+    try:
+        with caplog.at_level(logging.WARNING, logger=sp24_linear.__name__):
+            tiled = sp24_linear.tile_model(model, require_cuda=False, slots=True)
+    finally:
+        solvers.grouped_order_of = reader
+    assert tiled == 1 and isinstance(model[0], sp24_linear.Sp24Linear) and model[0].split_rows == 8
+    assert isinstance(model[1], PackedLinear)
+    assert [n for n, search in reads if search] == [64, 64]  # the whole split once a linear: 8 row blocks x 8 words
+    assert [record.message for record in caplog.records if "stays on the packed kernels" in record.message] == [
+        "1 stays on the packed kernels: its mask is not 16:32g or 16:32g8 (some word has no split into groups of four "
+        "keeping two in each row), and 321 words keep more than 2 weights beyond two in their groups of four: not a "
+        "16:32+2 weight (prune with --pattern 16:32+2)"]
+
+
 @pytest.mark.gpu
 def test_splits_shared_by_8_rows_are_read_back_on_the_gpu():
     """The same read-back on a CUDA mask (the engine tiles on the weight's device, in larger chunks there): every

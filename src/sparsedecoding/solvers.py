@@ -352,9 +352,10 @@ def grouped_order_of(kept: torch.Tensor, search: bool = True) -> tuple[torch.Ten
     joins the first other column x for which some pair of columns not yet placed completes (f, x), found by binary
     search among the word's sorted pair numbers. Where that first choice leads nowhere or two pairs share a number,
     the word goes to `_orders_by_cover` (the words of a split shared by 8 rows, which many more groups fit, nearly
-    all do: the first choice dead-ended on 81% of random 16:32g8 words), and what that leaves is searched again
-    with backtracking (`_order_by_search`, about 25 ms a word on a CPU; `search` False leaves that out and gives
-    the cover QUICK_COVER_PASSES passes, for a quick look). Words with no such split come back with found False."""
+    all do: the first choice dead-ended on 81% of random 16:32g8 words), what that leaves to the cover again with
+    more pairs a number (`_COVER_TIES_WIDE`), and what that leaves is searched with backtracking (`_order_by_search`,
+    about 0.1 s a word on a CPU; `search` False leaves both out and gives the cover QUICK_COVER_PASSES passes, for a
+    quick look). Words with no such split come back with found False."""
     count, rows, _ = kept.shape
     device = kept.device
     digits = 3 ** torch.arange(rows, dtype=torch.int64, device=device)
@@ -385,10 +386,11 @@ def grouped_order_of(kept: torch.Tensor, search: bool = True) -> tuple[torch.Ten
             placed = placed.scatter(1, members, True)
             found[part] &= ok.any(1)
     found &= (order.sort(1).values == column).all(1)  # every column placed once
-    left = (~found).nonzero().flatten()
-    if len(left):
-        covered, solved = _orders_by_cover(kept[left], COVER_PASSES if search else QUICK_COVER_PASSES)
-        order[left[solved]], found[left[solved]] = covered[solved], True
+    for ties in (_COVER_TIES, _COVER_TIES_WIDE) if search else (_COVER_TIES,):
+        left = (~found).nonzero().flatten()
+        if len(left):
+            covered, solved = _orders_by_cover(kept[left], COVER_PASSES if search else QUICK_COVER_PASSES, ties)
+            order[left[solved]], found[left[solved]] = covered[solved], True
     for word in (~found).nonzero().flatten().tolist() if search else ():
         searched = _order_by_search(kept[word].cpu())  # one small step at a time: a GPU's launches cost more
         if searched is not None:
@@ -398,68 +400,90 @@ def grouped_order_of(kept: torch.Tensor, search: bool = True) -> tuple[torch.Ten
 
 COVER_PASSES = 32  # `_orders_by_cover`'s passes over the words still unsolved (the later ones choosing at random)
 QUICK_COVER_PASSES = 4  # its passes in a quick look (`grouped_order_of(..., search=False)`)
+_CHUNK_PASSES = 4  # passes a chunk of words gets before what it leaves is gathered with other chunks' for the rest
 _COVER_TIES = 8  # pairs of columns of one number `_orders_by_cover` looks at for each pair that it completes
+_COVER_TIES_WIDE = 64  # the same for the few words the first cover leaves (8-row splits: about 1 in 10,000 words
+# whose columns repeat so often that the right completing pair is not among the first 8 of its number)
 _COVER_CHUNK = 1024  # words at once: [1024, 496 pairs, 8] candidates of two int64 columns are about 65 MB
 _COVER_CHUNK_CUDA = 8192  # on a GPU (about 0.5 GB a tensor of that size), where fewer launches are what saves time
 
 
-def _orders_by_cover(kept: torch.Tensor, passes: int = COVER_PASSES) -> tuple[torch.Tensor, torch.Tensor]:
+def _orders_by_cover(kept: torch.Tensor, passes: int = COVER_PASSES, ties: int = _COVER_TIES
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """`grouped_order_of` for words [W, rows, 32] whose masks fit many groups, as an exact cover: every group of four
     columns that keeps two in each row is a candidate, found once as its two lowest columns' pair and the pair of the
-    two highest whose base-3 numbers complete it to all twos (the first `_COVER_TIES` pairs of that number); then
-    eight times the column in the fewest candidates left is placed with the first of them (on later passes a random
-    one), dropping the candidates that overlap it. A word ends solved when all 32 columns are placed; those that
-    dead-end are tried again, at most `passes` passes (seeded: the same mask gives the same order). Rows must
-    keep exactly two of every group, as `grouped_order_of`'s first pass asks. Returns (order [W, 32], found [W])."""
+    two highest whose base-3 numbers complete it to all twos (the first `ties` pairs of that number); then eight
+    times the column in the fewest candidates left is placed with the first of them (on later passes a random one),
+    dropping the candidates that overlap it. A word ends solved when all 32 columns are placed; those that dead-end
+    are tried again, at most `passes` passes (seeded: the same mask gives the same order): _CHUNK_PASSES in each
+    chunk of words, then the rest over what all chunks left, gathered (on a GPU, a chunk's passes over its last few
+    words cost launches, not work). Rows must keep exactly two of every group, as `grouped_order_of`'s first pass
+    asks. Returns (order [W, 32], found [W])."""
+    count = kept.shape[0]
+    chunk = _COVER_CHUNK_CUDA if kept.device.type == "cuda" else _COVER_CHUNK
+    chunk = chunk * _COVER_TIES // max(ties, _COVER_TIES)  # the same memory with more ties a pair
+    order = torch.zeros(count, 32, dtype=torch.int64, device=kept.device)
+    found = torch.zeros(count, dtype=torch.bool, device=kept.device)
+    first = min(passes, _CHUNK_PASSES)
+    for start in range(0, count, chunk):
+        part = slice(start, start + chunk)
+        order[part], found[part] = _cover_chunk(kept[part], first, ties)
+    left = (~found).nonzero().flatten()
+    if len(left) and passes > first:
+        covered, solved = _orders_by_cover(kept[left], passes - first, ties)
+        order[left[solved]], found[left[solved]] = covered[solved], True
+    return order, found
+
+
+def _cover_chunk(kept: torch.Tensor, passes: int, ties: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_orders_by_cover`'s passes over one chunk of words, all candidates of all its words held at once."""
     count, rows, _ = kept.shape
     device = kept.device
     digits = 3 ** torch.arange(rows, dtype=torch.int64, device=device)
     codes = (kept.to(torch.int64) * digits.view(1, -1, 1)).sum(1)  # [W, 32]
     twos = 2 * digits.sum()
     pairs = torch.combinations(torch.arange(32, device=device), 2)  # [496, 2], a < b
-    ties = torch.arange(_COVER_TIES, device=device)
+    tie = torch.arange(ties, device=device)
     order = torch.zeros(count, 32, dtype=torch.int64, device=device)
     found = torch.zeros(count, dtype=torch.bool, device=device)
-    generator = torch.Generator(device=device).manual_seed(0)
-    chunk = _COVER_CHUNK_CUDA if device.type == "cuda" else _COVER_CHUNK
-    for start in range(0, count, chunk):
-        numbers = codes[start:start + chunk][:, pairs].sum(2)  # [w, 496]
-        w = numbers.shape[0]
-        sorted_numbers, at = numbers.sort(1)
-        need = twos - numbers
-        where = (torch.searchsorted(sorted_numbers, need).unsqueeze(2) + ties).clamp(max=len(pairs) - 1)
-        match = sorted_numbers.gather(1, where.flatten(1)).view_as(where) == need.unsqueeze(2)  # [w, 496, ties]
-        other = pairs[at.gather(1, where.flatten(1))].view(w, len(pairs), _COVER_TIES, 2)  # (c, d)
-        valid = (match & (pairs[:, 1].view(1, -1, 1) < other[..., 0])).view(w, -1)  # b < c: each group once
-        most = max(int(valid.sum(1).max()), 1)
-        kept_at = valid.to(torch.int8).topk(most, 1).indices  # [w, most]: every word's candidates first
-        live_at_start = valid.gather(1, kept_at)
-        candidates = torch.cat([pairs[kept_at // _COVER_TIES],  # (a, b), then (c, d): [w, most, 4]
-                                other.view(w, -1, 2).gather(1, kept_at.unsqueeze(2).expand(-1, -1, 2))], 2)
-        holds = torch.zeros(w, most, 32, device=device).scatter_(2, candidates, 1.0)  # float: counted by bmm
-        todo = torch.arange(w, device=device)
-        for attempt in range(passes):
-            live, members, n = live_at_start[todo].clone(), holds[todo], len(todo)
-            placed = torch.zeros(n, 32, dtype=torch.bool, device=device)
-            solved = torch.ones(n, dtype=torch.bool, device=device)
-            chosen = torch.zeros(n, 8, dtype=torch.int64, device=device)
-            for step in range(8):
-                counts = torch.bmm(live.unsqueeze(1).float(), members).squeeze(1).masked_fill(placed, most + 1)
-                column = counts.argmin(1)  # the most constrained column
-                solved &= counts.gather(1, column.unsqueeze(1)).squeeze(1) > 0
-                fits = (members.gather(2, column.view(-1, 1, 1).expand(-1, most, 1)).squeeze(2) > 0) & live
-                score = fits.float() + (0.5 * torch.rand(fits.shape, generator=generator, device=device)
-                                        if attempt else 0.0)
-                chosen[:, step] = score.argmax(1)
-                placed |= members[torch.arange(n, device=device), chosen[:, step]] > 0
-                live &= torch.bmm(members, placed.unsqueeze(2).float()).squeeze(2) == 0
-            solved &= placed.all(1)
-            done = todo[solved]
-            order[start + done] = candidates[done.unsqueeze(1), chosen[solved]].view(-1, 32)
-            found[start + done] = True
-            todo = todo[~solved]
-            if not len(todo):
-                break
+    generator = torch.Generator(device=device).manual_seed(count)
+    numbers = codes[:, pairs].sum(2)  # [w, 496]
+    w = numbers.shape[0]
+    sorted_numbers, at = numbers.sort(1)
+    need = twos - numbers
+    where = (torch.searchsorted(sorted_numbers, need).unsqueeze(2) + tie).clamp(max=len(pairs) - 1)
+    match = sorted_numbers.gather(1, where.flatten(1)).view_as(where) == need.unsqueeze(2)  # [w, 496, ties]
+    other = pairs[at.gather(1, where.flatten(1))].view(w, len(pairs), ties, 2)  # (c, d)
+    valid = (match & (pairs[:, 1].view(1, -1, 1) < other[..., 0])).view(w, -1)  # b < c: each group once
+    most = max(int(valid.sum(1).max()), 1)
+    kept_at = valid.to(torch.int8).topk(most, 1).indices  # [w, most]: every word's candidates first
+    live_at_start = valid.gather(1, kept_at)
+    candidates = torch.cat([pairs[kept_at // ties],  # (a, b), then (c, d): [w, most, 4]
+                            other.view(w, -1, 2).gather(1, kept_at.unsqueeze(2).expand(-1, -1, 2))], 2)
+    holds = torch.zeros(w, most, 32, device=device).scatter_(2, candidates, 1.0)  # float: counted by bmm
+    todo = torch.arange(w, device=device)
+    for attempt in range(passes):
+        live, members, n = live_at_start[todo].clone(), holds[todo], len(todo)
+        placed = torch.zeros(n, 32, dtype=torch.bool, device=device)
+        solved = torch.ones(n, dtype=torch.bool, device=device)
+        chosen = torch.zeros(n, 8, dtype=torch.int64, device=device)
+        for step in range(8):
+            counts = torch.bmm(live.unsqueeze(1).float(), members).squeeze(1).masked_fill(placed, most + 1)
+            column = counts.argmin(1)  # the most constrained column
+            solved &= counts.gather(1, column.unsqueeze(1)).squeeze(1) > 0
+            fits = (members.gather(2, column.view(-1, 1, 1).expand(-1, most, 1)).squeeze(2) > 0) & live
+            score = fits.float() + (0.5 * torch.rand(fits.shape, generator=generator, device=device)
+                                    if attempt else 0.0)
+            chosen[:, step] = score.argmax(1)
+            placed |= members[torch.arange(n, device=device), chosen[:, step]] > 0
+            live &= torch.bmm(members, placed.unsqueeze(2).float()).squeeze(2) == 0
+        solved &= placed.all(1)
+        done = todo[solved]
+        order[done] = candidates[done.unsqueeze(1), chosen[solved]].view(-1, 32)
+        found[done] = True
+        todo = todo[~solved]
+        if not len(todo):
+            break
     return order, found
 
 

@@ -631,23 +631,40 @@ def grouped_split(weight: torch.Tensor, first_words: int = 256, split_rows: int 
                   ) -> torch.Tensor | None:
     """An order (`tile_grouped`) under which the 16:32 weight [out, in] (out a multiple of 16) is 16:32g, read off its
     nonzeros (`solvers.grouped_order_of`), or None where some 16-row tile's word has none. The first `first_words`
-    words are looked at first without the one-by-one search (QUICK_LOOK_SHARE of them must be solved), so that a
-    16:32 or 16:32+2 weight (nearly every word breaks) is turned down cheaply: with the search, turning down a random
-    16:32+2 weight of 1024 x 4096 took 25 s on a CPU for 8-row splits (seventy-second session), every 16:32 linear
-    the engine tiles trying both. `split_rows` 8: an order for each 8-row half (16:32g8, [out / 8, in / 32, 32])."""
+    words are looked at first (`looks_grouped`), so that a 16:32 or 16:32+2 weight (nearly every word breaks) is
+    turned down cheaply: with the search, turning down a random 16:32+2 weight of 1024 x 4096 took 25 s on a CPU for
+    8-row splits (seventy-second session), every 16:32 linear the engine tiles trying both. `split_rows` 8: an order
+    for each 8-row half (16:32g8, [out / 8, in / 32, 32])."""
+    from ..solvers import grouped_order_of
+
+    if not looks_grouped(weight, first_words, split_rows):
+        return None
+    out, in_features = weight.shape
+    order, found = grouped_order_of(_split_words(weight, split_rows))
+    return order.view(out // split_rows, in_features // 32, 32) if bool(found.all()) else None
+
+
+def looks_grouped(weight: torch.Tensor, first_words: int = 256, split_rows: int = GROUP_TILE_ROWS) -> bool:
+    """`grouped_split`'s quick look: whether the 16:32 weight [out, in] may be 16:32g (`split_rows` 8: 16:32g8), from
+    its first `first_words` words (their split found for QUICK_LOOK_SHARE of those whose rows all keep 16, without
+    the one-by-one search). False settles it (no split for some word); True leaves the rest to `grouped_split`."""
     from ..solvers import grouped_order_of
 
     out, in_features = weight.shape
     if out % GROUP_TILE_ROWS or in_features % 32:
-        return None
-    words = (weight != 0).view(out // split_rows, split_rows, in_features // 32, 32).transpose(1, 2)
-    words = words.reshape(-1, split_rows, 32)
-    first = words[:first_words]
+        return False
+    first = _split_words(weight[:-(-first_words // (in_features // 32)) * split_rows], split_rows)[:first_words]
     full = (first.sum(2) == 16).all(1)  # words whose rows all keep 16: those the look can solve without the search
-    if bool(full.any()) and float(grouped_order_of(first[full], search=False)[1].float().mean()) < QUICK_LOOK_SHARE:
-        return None
-    order, found = grouped_order_of(words)
-    return order.view(out // split_rows, in_features // 32, 32) if bool(found.all()) else None
+    return not bool(full.any()) or float(grouped_order_of(first[full], search=False)[1].float().mean()) \
+        >= QUICK_LOOK_SHARE
+
+
+def _split_words(weight: torch.Tensor, split_rows: int) -> torch.Tensor:
+    """The kept masks of the words [out / split_rows · in / 32, split_rows, 32] of `weight` [out, in] whose rows share a
+    split, row block by row block."""
+    out, in_features = weight.shape
+    words = (weight != 0).view(out // split_rows, split_rows, in_features // 32, 32).transpose(1, 2)
+    return words.reshape(-1, split_rows, 32)
 
 
 def grouped_order(w: Sp24Weight) -> torch.Tensor:

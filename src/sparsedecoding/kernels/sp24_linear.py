@@ -30,8 +30,8 @@ from .overflow import merge_overflow_quantized, split_overflow, split_overflow_q
 from .quantized import PackedNMQ
 from .quantized_linear import QuantizedPackedLinear
 from .reference import rms_norm
-from .sp24 import OVER_INT4_GROUP, OVER_SLOTS, Sp24Weight, grouped_split, sp24_linear, sp24_norm_linear, \
-    step_tiles, tile, tile_grouped, tile_overflow, to_dense, untile, untile_slots
+from .sp24 import OVER_INT4_GROUP, OVER_SLOTS, Sp24Weight, grouped_split, looks_grouped, sp24_linear, \
+    sp24_norm_linear, step_tiles, tile, tile_grouped, tile_overflow, to_dense, untile, untile_slots
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,11 @@ def _tiled(packed: PackedNM | PackedNMQ, glu: bool) -> Sp24Weight:
             order = grouped_split(dense, split_rows=split_rows)
             if order is not None:
                 return tile_grouped(dense, order, glu=glu, split_rows=split_rows)
-        return tile_overflow(split_overflow(dense, OVER_SLOTS), glu)
+        try:
+            return tile_overflow(split_overflow(dense, OVER_SLOTS), glu)
+        except PackingError as exc:
+            raise PackingError(f"its mask is not 16:32g or 16:32g8 (some word has no split into groups of four "
+                               f"keeping two in each row), and {exc}") from exc
     return tile(packed, glu)
 
 
@@ -283,7 +287,9 @@ def padding_overhead(out: int, in_features: int, quantize: str | None) -> float:
 
 def tileable(module: torch.nn.Module, require_cuda: bool = True, slots: bool = False) -> str | None:
     """None when `module` can become an `Sp24Linear`, else why not (`require_cuda`: only on a CUDA device, where
-    the kernel runs; `slots`: a 16:32 linear whose mask fits 16:32+2 may, as its 2:4 part plus overflow slots)."""
+    the kernel runs; `slots`: a 16:32 linear whose mask fits 16:32+2 may, as its 2:4 part plus overflow slots). A
+    16:32 mask beyond 16:32+2 is taken here on `sp24.looks_grouped`, its first words only: the whole split is read
+    once, when it is tiled (`tile_model` leaves it packed, with a warning, if some later word has none)."""
     if not isinstance(module, (PackedLinear, QuantizedPackedLinear)):
         return "not a packed linear"
     if isinstance(module, PackedLinear) and module.dense is not None:
@@ -297,7 +303,7 @@ def tileable(module: torch.nn.Module, require_cuda: bool = True, slots: bool = F
                     f"{OVER_INT4_GROUP} columns a scale)")
         dense = module.packed.to_dense()
         over = words_over_cap(dense, OVER_SLOTS)
-        if over and not (isinstance(module, PackedLinear) and any(grouped_split(dense, split_rows=rows) is not None
+        if over and not (isinstance(module, PackedLinear) and any(looks_grouped(dense, split_rows=rows)
                                                                   for rows in (16, 8))):
             return (f"pattern 16:32 with {over} mask words beyond 16:32+{OVER_SLOTS} (prune with --pattern "
                     f"16:32+{OVER_SLOTS}, 16:32g or 16:32g8 to run it on sparse tensor cores)")
@@ -329,11 +335,17 @@ def tile_model(model: torch.nn.Module, require_cuda: bool = True, glu: bool = Fa
     With `glu`, each linear named GLU_NAME without a bias (rows a multiple of 32) is tiled to give silu(gate)·up
     itself, which the engine's MLP then skips. Returns how many were swapped."""
     names = [name for name, module in model.named_modules() if tileable(module, require_cuda, slots) is None]
+    tiled = 0
     for name in names:
         module = model.get_submodule(name)
         fuse = glu and name.rsplit(".", 1)[-1] == GLU_NAME and module.bias is None and module.out_features % 32 == 0
-        model.set_submodule(name, Sp24Linear.from_module(module, fuse))
-    return len(names)
+        try:
+            model.set_submodule(name, Sp24Linear.from_module(module, fuse))
+        except PackingError as exc:  # a 16:32 mask whose first words looked grouped (`tileable`) and later ones not
+            log.warning("%s stays on the packed kernels: %s", name, exc)
+            continue
+        tiled += 1
+    return tiled
 
 
 _unavailable: str | None = None  # why the kernel cannot run in this process, once known
