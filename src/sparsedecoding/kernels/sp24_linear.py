@@ -331,12 +331,17 @@ def tile_model(model: torch.nn.Module, require_cuda: bool = True, glu: bool = Fa
     """Swap, in place, every 2:4 `PackedLinear` / `QuantizedPackedLinear` on CUDA that `tileable` takes (padding to
     the kernel's tiles adds at most MAX_PADDING, so not those of tiny models) for an `Sp24Linear` holding the same
     weight tiled (the packed tensors are released as each is replaced, so peak memory grows by one layer); with
-    `slots`, also every 16:32 `PackedLinear` whose mask fits 16:32+2, as its 2:4 part plus overflow slots.
-    With `glu`, each linear named GLU_NAME without a bias (rows a multiple of 32) is tiled to give silu(gate)·up
-    itself, which the engine's MLP then skips. Returns how many were swapped."""
+    `slots`, also every 16:32 `PackedLinear` whose mask is 16:32g or 16:32g8 (in grouped columns) or fits 16:32+2
+    (as its 2:4 part plus overflow slots). With `glu`, each linear named GLU_NAME without a bias (rows a multiple of 32) is tiled to give silu(gate)·up
+    itself, which the engine's MLP then skips. A linear whose 16:32 mask `tileable` took on its first words but whose
+    split breaks later stays packed, named in a warning. Progress shows as a bar on a terminal. Returns how many
+    were swapped."""
+    from tqdm.auto import tqdm
+
     names = [name for name, module in model.named_modules() if tileable(module, require_cuda, slots) is None]
     tiled = 0
-    for name in names:
+    # a bar where it may take a while: reading 16:32g8 splits back took 133 s for an 8B model on an H100
+    for name in tqdm(names, desc="tiling", unit="linear", disable=None, leave=False):
         module = model.get_submodule(name)
         fuse = glu and name.rsplit(".", 1)[-1] == GLU_NAME and module.bias is None and module.out_features % 32 == 0
         try:
