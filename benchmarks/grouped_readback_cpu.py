@@ -70,7 +70,7 @@ def turn_down(weight: torch.Tensor, split_rows: int, quick: bool) -> tuple[float
     share, reader = sp24.QUICK_LOOK_SHARE, solvers.grouped_order_of
     if not quick:
         sp24.QUICK_LOOK_SHARE = 1.0
-        solvers.grouped_order_of = lambda kept, search=True: reader(kept)
+        solvers.grouped_order_of = lambda kept, search=True, **options: reader(kept, **options)
     try:
         start = time.perf_counter()
         order = sp24.grouped_split(weight, split_rows=split_rows)

@@ -1350,6 +1350,9 @@ PY
       "early, 3 CTAs, 1 buffer=-DSP24_EARLY_TRIGGER=1,-DSP24_INT4_CTAS=3,-DSP24_INT4_BUFFERS=1" \
       "early, 4 CTAs, 1 buffer=-DSP24_EARLY_TRIGGER=1,-DSP24_INT4_CTAS=4,-DSP24_INT4_BUFFERS=1" \
       --out "$OUT/ablate_int4_ctas_h200.md" 2>&1 | grep -E "^\||rror|skipped" || true ;;
+  # The grouped steps below: since the seventy-third session SPARSEDECODING_SP24_GROUPED_CTAS defaults to timed, so
+  # they also load the one-CTA builds (carry sp24-grouped-1cta and sp24-grouped-halves-1cta too, as k.txz does; with
+  # the early trigger, sp24-early-grouped-1cta), where their comments say the default build only
   grouped)  # prepared in the sixty-ninth session (no model; carry .kcachez with sp24, sp24-columns and sp24-grouped of
     # the current sp24.cu): grouped columns (16:32g, OVER 6), their GPU tests, then grouped_bench.py (16:32g against
     # cuBLAS, plain 2:4 and 16:32+2, 8B + 14B, batch 1-16; the default build only, no early trigger or multicast, so
@@ -1433,7 +1436,7 @@ PY
     # sp24-grouped-1cta, sp24-grouped-halves and sp24-grouped-halves-1cta): the GPU tests of the timed bounds and of
     # 16:32g8's split read back on the GPU (under a minute), grouped_bench.py --halves --grouped-ctas 2 1 timed (the
     # tuner keeping the faster bound for each shape and batch, against each bound alone; about 2 minutes), then the Llama-3.1-8B preset's 16:32g decode under
-    # SPARSEDECODING_SP24_GROUPED_CTAS=2 (the default) and timed side by side with dense (setting_ab_bench.py) at
+    # SPARSEDECODING_SP24_GROUPED_CTAS=2 (the default then) and timed side by side with dense (setting_ab_bench.py) at
     # batch 1, 8 and 16 (about 5 minutes)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')

@@ -47,13 +47,15 @@ LIBRARIES = {
     "sp24-columns-mma-one-cta": ("sp24.cu", ("-DSP24_COLUMNS", "-DSP24_OVER_MMA_CTAS=1")),
     "sp24-quads": ("sp24.cu", ("-DSP24_QUADS",)),  # quad-placed slots (16:32+4q), sp24.tile_quads
     "sp24-grouped": ("sp24.cu", ("-DSP24_GROUPED",)),  # grouped columns (16:32g), sp24.tile_grouped
-    # SPARSEDECODING_SP24_EARLY_TRIGGER=1 on grouped columns (h200.sh grouped-early)
+    # SPARSEDECODING_SP24_EARLY_TRIGGER=1 on grouped columns (h200.sh grouped-early), under each launch bound (both
+    # loaded under SPARSEDECODING_SP24_GROUPED_CTAS=timed, the default)
     "sp24-early-grouped": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_GROUPED")),
+    "sp24-early-grouped-1cta": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_GROUPED", "-DSP24_GROUPED_CTAS=1")),
     # grouped columns whose 8-row halves have their own order (tile_grouped(..., split_rows=8)), grouped_bench.py
     "sp24-grouped-halves": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")),
     "sp24-grouped-halves2": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=2")),  # SP24_HALVES_ACC=2
-    # SPARSEDECODING_SP24_GROUPED_CTAS=1: the grouped kernels' one-CTA bound, 16-row orders and halves (h200.sh
-    # grouped-variants)
+    # the grouped kernels' one-CTA bound, 16-row orders and halves: loaded beside the two-CTA builds under
+    # SPARSEDECODING_SP24_GROUPED_CTAS=timed (the default since the seventy-third session), alone under =1
     "sp24-grouped-1cta": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_CTAS=1")),
     **{f"sp24-grouped-halves{'' if a == 1 else a}-1cta": ("sp24.cu", ("-DSP24_GROUPED", f"-DSP24_GROUPED_HALVES={a}",
                                                                      "-DSP24_GROUPED_CTAS=1")) for a in (1, 2)},

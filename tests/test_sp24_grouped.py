@@ -285,8 +285,9 @@ TIED_WORDS = [[650941278, 1995969444, 1449275631, 1401290528, 448278488, 1058939
 
 def test_words_whose_pairs_tie_are_read_back_by_the_wider_cover_not_the_search(monkeypatch):
     """Each of TIED_WORDS has a split (every row keeps two of each group) that the first cover misses; the second,
-    wider one finds it, so none is left to the one-by-one search (about 0.1 s a word on a CPU; some 2,700 words of
-    the 8B preset's 16:32g8 model, each read twice, stalled its decode past 560 s on an H100)."""
+    wider one finds it, so none is left to the one-by-one search (tens of milliseconds a word on a CPU; with such
+    words searched and every linear read twice, the 8B preset's 16:32g8 model did not finish tiling in 5.8 minutes
+    on an H100, results/e2e_grouped8_h100_8b_stalled.log)."""
     from sparsedecoding import solvers
 
     kept = ((torch.tensor(TIED_WORDS).unsqueeze(-1) >> torch.arange(32)) & 1).bool()  # [3, 8 rows, 32]
@@ -300,9 +301,25 @@ def test_words_whose_pairs_tie_are_read_back_by_the_wider_cover_not_the_search(m
     assert bool((kept.gather(2, order.unsqueeze(1).expand(-1, 8, -1)).view(3, 8, 8, 4).sum(-1) == 2).all())
 
 
+def test_all_or_none_stops_searching_at_the_first_word_without_a_split(monkeypatch):
+    """`grouped_split` needs every word's split, so its read-back (`all_or_none`) stops the one-by-one search at the
+    first word that has none, where a plain read-back searches every word left."""
+    from sparsedecoding import solvers
+
+    picks = torch.rand(3, 8, 32, generator=torch.Generator().manual_seed(44)).argsort(-1)[..., :16]
+    kept = torch.zeros(3, 8, 32).scatter_(2, picks, 1.0).bool()  # 16 random columns a row: no split fits
+    searched = []
+    search = solvers._order_by_search
+    monkeypatch.setattr(solvers, "_order_by_search", lambda word: searched.append(1) or search(word))
+    assert not bool(solvers.grouped_order_of(kept)[1].any()) and len(searched) == 3
+    searched.clear()
+    assert not bool(solvers.grouped_order_of(kept, all_or_none=True)[1].any()) and len(searched) == 1
+
+
 def test_the_cover_passes_what_chunks_leave_on_together(monkeypatch):
     """`_orders_by_cover` gives each chunk _CHUNK_PASSES passes, then gathers every chunk's unsolved words for the
-    rest: with chunks of 16 words the same words are solved as in one chunk, each split valid."""
+    rest, numbering the passes on (only the very first pass takes no random choice, and no two calls share a seed):
+    with chunks of 16 words every word is solved as in one chunk, each split valid."""
     from sparsedecoding import solvers
     from sparsedecoding.engine.loading import _random_grouped_bitmask
 
@@ -317,13 +334,15 @@ def test_the_cover_passes_what_chunks_leave_on_together(monkeypatch):
     monkeypatch.setattr(solvers, "_COVER_CHUNK", 16)
     small, small_found = solvers._orders_by_cover(kept)
     assert bool(found.all()) and bool(small_found.all())
-    assert calls[:64] == [(16, solvers._CHUNK_PASSES)] * 64 and all(p < solvers._CHUNK_PASSES * 8 for _, p in calls)
-    assert len(calls) > 64  # some words were left after 4 passes and were gathered for the rest
+    first = range(solvers._CHUNK_PASSES)
+    assert calls[:64] == [(16, first)] * 64
+    later = [passes for _, passes in calls[64:]]
+    assert later and later == [range(4 * i, 4 * i + 4) for i in range(1, len(later) + 1)]  # numbered on, one call each
     for order in (whole, small):
         assert bool((kept.gather(2, order.unsqueeze(1).expand(-1, 8, -1)).view(-1, 8, 8, 4).sum(-1) == 2).all())
 
 
-def test_a_model_tiles_each_16_32g8_linear_reading_its_split_once_and_keeps_a_broken_one_packed(caplog):
+def test_tile_model_reads_a_16_32g8_split_once_and_keeps_a_broken_linear_packed(caplog, monkeypatch):
     """`tile_model` on 16:32 linears: `tileable` looks at the first words only, so a 16:32g8 mask's split is read
     whole once a linear (it was read twice: on the 8B preset, 27 million words each time); one whose later word
     has no split (and is beyond 16:32+2) stays packed, named in a warning, and the rest are still tiled."""
@@ -343,23 +362,19 @@ def test_a_model_tiles_each_16_32g8_linear_reading_its_split_once_and_keeps_a_br
     reads = []
     reader = solvers.grouped_order_of
 
-    def counting(kept, search=True):
+    def counting(kept, search=True, **options):
         reads.append((len(kept), search))
-        return reader(kept, search)
+        return reader(kept, search, **options)
 
-    solvers.grouped_order_of = counting
-    try:
-        with caplog.at_level(logging.WARNING, logger=sp24_linear.__name__):
-            tiled = sp24_linear.tile_model(model, require_cuda=False, slots=True)
-    finally:
-        solvers.grouped_order_of = reader
+    monkeypatch.setattr(solvers, "grouped_order_of", counting)
+    with caplog.at_level(logging.WARNING, logger=sp24_linear.__name__):
+        tiled = sp24_linear.tile_model(model, require_cuda=False, slots=True)
     assert tiled == 1 and isinstance(model[0], sp24_linear.Sp24Linear) and model[0].split_rows == 8
     assert isinstance(model[1], PackedLinear)
     assert [n for n, search in reads if search] == [64, 64]  # the whole split once a linear: 8 row blocks x 8 words
     assert [record.message for record in caplog.records if "stays on the packed kernels" in record.message] == [
-        "1 stays on the packed kernels: its mask is not 16:32g or 16:32g8 (some word has no split into groups of four "
-        "keeping two in each row), and 321 words keep more than 2 weights beyond two in their groups of four: not a "
-        "16:32+2 weight (prune with --pattern 16:32+2)"]
+        "1 stays on the packed kernels: its mask is not 16:32g or 16:32g8, and 321 words keep more than 2 weights "
+        "beyond two in their groups of four: not a 16:32+2 weight (prune with --pattern 16:32+2)"]
 
 
 @pytest.mark.gpu

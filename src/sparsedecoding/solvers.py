@@ -343,7 +343,8 @@ def _triples(device: torch.device) -> torch.Tensor:
     return _TRIPLES.to(device)
 
 
-def grouped_order_of(kept: torch.Tensor, search: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def grouped_order_of(kept: torch.Tensor, search: bool = True, all_or_none: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """A split of each word's columns under which its mask is 16:32g, read off the mask: `kept` [W, rows, 32] (bool,
     the rows sharing the split) -> (order [W, 32], positions 4q..4q + 3 holding group q; found [W], whether every row
     keeps exactly two of every group; at most two in a row that keeps fewer than 16, see `_order_by_search`). Each
@@ -354,8 +355,9 @@ def grouped_order_of(kept: torch.Tensor, search: bool = True) -> tuple[torch.Ten
     the word goes to `_orders_by_cover` (the words of a split shared by 8 rows, which many more groups fit, nearly
     all do: the first choice dead-ended on 81% of random 16:32g8 words), what that leaves to the cover again with
     more pairs a number (`_COVER_TIES_WIDE`), and what that leaves is searched with backtracking (`_order_by_search`,
-    about 0.1 s a word on a CPU; `search` False leaves both out and gives the cover QUICK_COVER_PASSES passes, for a
-    quick look). Words with no such split come back with found False."""
+    tens of milliseconds a word on a CPU, results/grouped_readback_cpu.md; `search` False leaves both out and gives
+    the cover QUICK_COVER_PASSES passes, for a quick look; `all_or_none` stops searching at the first word with no
+    split, for a caller that needs every word's). Words with no such split come back with found False."""
     count, rows, _ = kept.shape
     device = kept.device
     digits = 3 ** torch.arange(rows, dtype=torch.int64, device=device)
@@ -395,6 +397,8 @@ def grouped_order_of(kept: torch.Tensor, search: bool = True) -> tuple[torch.Ten
         searched = _order_by_search(kept[word].cpu())  # one small step at a time: a GPU's launches cost more
         if searched is not None:
             order[word], found[word] = searched.to(order.device), True
+        elif all_or_none:
+            break
     return order, found
 
 
@@ -402,23 +406,25 @@ COVER_PASSES = 32  # `_orders_by_cover`'s passes over the words still unsolved (
 QUICK_COVER_PASSES = 4  # its passes in a quick look (`grouped_order_of(..., search=False)`)
 _CHUNK_PASSES = 4  # passes a chunk of words gets before what it leaves is gathered with other chunks' for the rest
 _COVER_TIES = 8  # pairs of columns of one number `_orders_by_cover` looks at for each pair that it completes
-_COVER_TIES_WIDE = 64  # the same for the few words the first cover leaves (8-row splits: about 1 in 10,000 words
-# whose columns repeat so often that the right completing pair is not among the first 8 of its number)
+_COVER_TIES_WIDE = 64  # the same for the few words the first cover leaves (8-row splits: 8 of 131,072 random words in
+# the seventy-third session, whose columns repeat so often that the completing pair is not among the first 8 of its
+# number; tests' TIED_WORDS)
 _COVER_CHUNK = 1024  # words at once: [1024, 496 pairs, 8] candidates of two int64 columns are about 65 MB
 _COVER_CHUNK_CUDA = 8192  # on a GPU (about 0.5 GB a tensor of that size), where fewer launches are what saves time
 
 
-def _orders_by_cover(kept: torch.Tensor, passes: int = COVER_PASSES, ties: int = _COVER_TIES
+def _orders_by_cover(kept: torch.Tensor, passes: int = COVER_PASSES, ties: int = _COVER_TIES, done: int = 0
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """`grouped_order_of` for words [W, rows, 32] whose masks fit many groups, as an exact cover: every group of four
     columns that keeps two in each row is a candidate, found once as its two lowest columns' pair and the pair of the
     two highest whose base-3 numbers complete it to all twos (the first `ties` pairs of that number); then eight
-    times the column in the fewest candidates left is placed with the first of them (on later passes a random one),
-    dropping the candidates that overlap it. A word ends solved when all 32 columns are placed; those that dead-end
-    are tried again, at most `passes` passes (seeded: the same mask gives the same order): _CHUNK_PASSES in each
-    chunk of words, then the rest over what all chunks left, gathered (on a GPU, a chunk's passes over its last few
-    words cost launches, not work). Rows must keep exactly two of every group, as `grouped_order_of`'s first pass
-    asks. Returns (order [W, 32], found [W])."""
+    times the column in the fewest candidates left is placed with the first of them (on every pass after the first a
+    random one), dropping the candidates that overlap it. A word ends solved when all 32 columns are placed; those
+    that dead-end are tried again, at most `passes` passes (seeded: the same mask gives the same order):
+    _CHUNK_PASSES in each chunk of words, then the rest over what all chunks left, gathered (on a GPU, a chunk's
+    passes over its last few words cost launches, not work); `done`, the passes made before (the gathered words'
+    call). Rows must keep exactly two of every group, as `grouped_order_of`'s first pass asks. Returns (order [W, 32],
+    found [W])."""
     count = kept.shape[0]
     chunk = _COVER_CHUNK_CUDA if kept.device.type == "cuda" else _COVER_CHUNK
     chunk = chunk * _COVER_TIES // max(ties, _COVER_TIES)  # the same memory with more ties a pair
@@ -427,16 +433,19 @@ def _orders_by_cover(kept: torch.Tensor, passes: int = COVER_PASSES, ties: int =
     first = min(passes, _CHUNK_PASSES)
     for start in range(0, count, chunk):
         part = slice(start, start + chunk)
-        order[part], found[part] = _cover_chunk(kept[part], first, ties)
+        order[part], found[part] = _cover_chunk(kept[part], range(done, done + first), ties)
     left = (~found).nonzero().flatten()
     if len(left) and passes > first:
-        covered, solved = _orders_by_cover(kept[left], passes - first, ties)
+        covered, solved = _orders_by_cover(kept[left], passes - first, ties, done + first)
         order[left[solved]], found[left[solved]] = covered[solved], True
     return order, found
 
 
-def _cover_chunk(kept: torch.Tensor, passes: int, ties: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`_orders_by_cover`'s passes over one chunk of words, all candidates of all its words held at once."""
+def _cover_chunk(kept: torch.Tensor, passes: range, ties: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_orders_by_cover`'s `passes` (by number: the first of all, 0, takes no random choice) over one chunk of words:
+    every candidate group of every word found at once, then the words with at most _COVER_MOST candidates (nearly
+    all) and the others apart (`_cover_passes`), so that the many do not carry the few's padding (random 8-row words:
+    37 candidates on average, 72 at the 99th percentile, up to 156)."""
     count, rows, _ = kept.shape
     device = kept.device
     digits = 3 ** torch.arange(rows, dtype=torch.int64, device=device)
@@ -444,9 +453,6 @@ def _cover_chunk(kept: torch.Tensor, passes: int, ties: int) -> tuple[torch.Tens
     twos = 2 * digits.sum()
     pairs = torch.combinations(torch.arange(32, device=device), 2)  # [496, 2], a < b
     tie = torch.arange(ties, device=device)
-    order = torch.zeros(count, 32, dtype=torch.int64, device=device)
-    found = torch.zeros(count, dtype=torch.bool, device=device)
-    generator = torch.Generator(device=device).manual_seed(count)
     numbers = codes[:, pairs].sum(2)  # [w, 496]
     w = numbers.shape[0]
     sorted_numbers, at = numbers.sort(1)
@@ -455,15 +461,40 @@ def _cover_chunk(kept: torch.Tensor, passes: int, ties: int) -> tuple[torch.Tens
     match = sorted_numbers.gather(1, where.flatten(1)).view_as(where) == need.unsqueeze(2)  # [w, 496, ties]
     other = pairs[at.gather(1, where.flatten(1))].view(w, len(pairs), ties, 2)  # (c, d)
     valid = (match & (pairs[:, 1].view(1, -1, 1) < other[..., 0])).view(w, -1)  # b < c: each group once
-    most = max(int(valid.sum(1).max()), 1)
-    kept_at = valid.to(torch.int8).topk(most, 1).indices  # [w, most]: every word's candidates first
-    live_at_start = valid.gather(1, kept_at)
-    candidates = torch.cat([pairs[kept_at // ties],  # (a, b), then (c, d): [w, most, 4]
-                            other.view(w, -1, 2).gather(1, kept_at.unsqueeze(2).expand(-1, -1, 2))], 2)
-    holds = torch.zeros(w, most, 32, device=device).scatter_(2, candidates, 1.0)  # float: counted by bmm
-    todo = torch.arange(w, device=device)
-    for attempt in range(passes):
-        live, members, n = live_at_start[todo].clone(), holds[todo], len(todo)
+    order = torch.zeros(count, 32, dtype=torch.int64, device=device)
+    found = torch.zeros(count, dtype=torch.bool, device=device)
+    generator = torch.Generator(device=device).manual_seed(count * COVER_PASSES + passes.start)  # no two calls alike
+    many = valid.sum(1) > _COVER_MOST
+    for words in ((~many).nonzero().flatten(), many.nonzero().flatten()):
+        if not len(words):
+            continue
+        sub = valid[words]
+        most = max(int(sub.sum(1).max()), 1)
+        kept_at = sub.to(torch.int8).topk(most, 1).indices  # [n, most]: every word's candidates first
+        candidates = torch.cat([pairs[kept_at // ties],  # (a, b), then (c, d): [n, most, 4]
+                                other.view(w, -1, 2)[words.unsqueeze(1), kept_at]], 2)
+        order[words], found[words] = _cover_passes(candidates, sub.gather(1, kept_at), passes, generator)
+    return order, found
+
+
+_COVER_MOST = 64  # candidates a word at most in `_cover_chunk`'s main group (the rest go apart)
+
+
+def _cover_passes(candidates: torch.Tensor, live_at_start: torch.Tensor, passes: range,
+                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_orders_by_cover`'s passes over words of `candidates` [n, most, 4] (the groups that fit, `live_at_start`
+    [n, most] marking the real ones): each time the column in the fewest candidates left is placed with the first of
+    them (on passes after the first, number 0, a random one), eight times; the words that dead-end go round again."""
+    n_words, most, _ = candidates.shape
+    device = candidates.device
+    order = torch.zeros(n_words, 32, dtype=torch.int64, device=device)
+    found = torch.zeros(n_words, dtype=torch.bool, device=device)
+    holds = torch.zeros(n_words, most, 32, device=device).scatter_(2, candidates, 1.0)  # float: counted by bmm
+    todo = torch.arange(n_words, device=device)
+    for attempt in passes:
+        every = len(todo) == n_words  # the first pass: no copy of the candidates
+        live = live_at_start.clone() if every else live_at_start[todo]
+        members, n = holds if every else holds[todo], len(todo)
         placed = torch.zeros(n, 32, dtype=torch.bool, device=device)
         solved = torch.ones(n, dtype=torch.bool, device=device)
         chosen = torch.zeros(n, 8, dtype=torch.int64, device=device)

@@ -640,7 +640,7 @@ def grouped_split(weight: torch.Tensor, first_words: int = 256, split_rows: int 
     if not looks_grouped(weight, first_words, split_rows):
         return None
     out, in_features = weight.shape
-    order, found = grouped_order_of(_split_words(weight, split_rows))
+    order, found = grouped_order_of(_split_words(weight, split_rows), all_or_none=True)
     return order.view(out // split_rows, in_features // 32, 32) if bool(found.all()) else None
 
 

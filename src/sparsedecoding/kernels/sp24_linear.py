@@ -271,8 +271,7 @@ def _tiled(packed: PackedNM | PackedNMQ, glu: bool) -> Sp24Weight:
         try:
             return tile_overflow(split_overflow(dense, OVER_SLOTS), glu)
         except PackingError as exc:
-            raise PackingError(f"its mask is not 16:32g or 16:32g8 (some word has no split into groups of four "
-                               f"keeping two in each row), and {exc}") from exc
+            raise PackingError(f"its mask is not 16:32g or 16:32g8, and {exc}") from exc
     return tile(packed, glu)
 
 
@@ -332,10 +331,10 @@ def tile_model(model: torch.nn.Module, require_cuda: bool = True, glu: bool = Fa
     the kernel's tiles adds at most MAX_PADDING, so not those of tiny models) for an `Sp24Linear` holding the same
     weight tiled (the packed tensors are released as each is replaced, so peak memory grows by one layer); with
     `slots`, also every 16:32 `PackedLinear` whose mask is 16:32g or 16:32g8 (in grouped columns) or fits 16:32+2
-    (as its 2:4 part plus overflow slots). With `glu`, each linear named GLU_NAME without a bias (rows a multiple of 32) is tiled to give silu(gate)·up
-    itself, which the engine's MLP then skips. A linear whose 16:32 mask `tileable` took on its first words but whose
-    split breaks later stays packed, named in a warning. Progress shows as a bar on a terminal. Returns how many
-    were swapped."""
+    (as its 2:4 part plus overflow slots). With `glu`, each linear named GLU_NAME without a bias (rows a multiple of
+    32) is tiled to give silu(gate)·up itself, which the engine's MLP then skips. A 16:32 linear whose mask
+    `tileable` took on its first words but whose split breaks later stays packed, named in a warning. Progress shows
+    as a bar on a terminal. Returns how many were swapped."""
     from tqdm.auto import tqdm
 
     names = [name for name, module in model.named_modules() if tileable(module, require_cuda, slots) is None]
@@ -346,7 +345,10 @@ def tile_model(model: torch.nn.Module, require_cuda: bool = True, glu: bool = Fa
         fuse = glu and name.rsplit(".", 1)[-1] == GLU_NAME and module.bias is None and module.out_features % 32 == 0
         try:
             model.set_submodule(name, Sp24Linear.from_module(module, fuse))
-        except PackingError as exc:  # a 16:32 mask whose first words looked grouped (`tileable`) and later ones not
+        except PackingError as exc:
+            if (module.n, module.m) != (16, 32):
+                raise
+            # a 16:32 mask whose first words looked grouped (`tileable`) and a later one not
             log.warning("%s stays on the packed kernels: %s", name, exc)
             continue
         tiled += 1
