@@ -442,10 +442,11 @@ def _orders_by_cover(kept: torch.Tensor, passes: int = COVER_PASSES, ties: int =
 
 
 def _cover_chunk(kept: torch.Tensor, passes: range, ties: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`_orders_by_cover`'s `passes` (by number: the first of all, 0, takes no random choice) over one chunk of words:
-    every candidate group of every word found at once, then the words with at most _COVER_MOST candidates (nearly
-    all) and the others apart (`_cover_passes`), so that the many do not carry the few's padding (random 8-row words:
-    37 candidates on average, 72 at the 99th percentile, up to 156)."""
+    """`_orders_by_cover`'s `passes` (by number: the first of all, 0, takes no random choice) over one chunk of words,
+    every candidate group of every word found at once (`_cover_passes`). Padding the words with more than 64
+    candidates (1% of random 8-row words) apart from the rest ran slower on an H100, its passes twice the launches:
+    5.8-8.7 us a word against 4.3-6.8 without it (results/grouped_readback_h100_bucketed.md against
+    grouped_readback_h100.md)."""
     count, rows, _ = kept.shape
     device = kept.device
     digits = 3 ** torch.arange(rows, dtype=torch.int64, device=device)
@@ -461,23 +462,12 @@ def _cover_chunk(kept: torch.Tensor, passes: range, ties: int) -> tuple[torch.Te
     match = sorted_numbers.gather(1, where.flatten(1)).view_as(where) == need.unsqueeze(2)  # [w, 496, ties]
     other = pairs[at.gather(1, where.flatten(1))].view(w, len(pairs), ties, 2)  # (c, d)
     valid = (match & (pairs[:, 1].view(1, -1, 1) < other[..., 0])).view(w, -1)  # b < c: each group once
-    order = torch.zeros(count, 32, dtype=torch.int64, device=device)
-    found = torch.zeros(count, dtype=torch.bool, device=device)
     generator = torch.Generator(device=device).manual_seed(count * COVER_PASSES + passes.start)  # no two calls alike
-    many = valid.sum(1) > _COVER_MOST
-    for words in ((~many).nonzero().flatten(), many.nonzero().flatten()):
-        if not len(words):
-            continue
-        sub = valid[words]
-        most = max(int(sub.sum(1).max()), 1)
-        kept_at = sub.to(torch.int8).topk(most, 1).indices  # [n, most]: every word's candidates first
-        candidates = torch.cat([pairs[kept_at // ties],  # (a, b), then (c, d): [n, most, 4]
-                                other.view(w, -1, 2)[words.unsqueeze(1), kept_at]], 2)
-        order[words], found[words] = _cover_passes(candidates, sub.gather(1, kept_at), passes, generator)
-    return order, found
-
-
-_COVER_MOST = 64  # candidates a word at most in `_cover_chunk`'s main group (the rest go apart)
+    most = max(int(valid.sum(1).max()), 1)
+    kept_at = valid.to(torch.int8).topk(most, 1).indices  # [w, most]: every word's candidates first
+    candidates = torch.cat([pairs[kept_at // ties],  # (a, b), then (c, d): [w, most, 4]
+                            other.view(w, -1, 2).gather(1, kept_at.unsqueeze(2).expand(-1, -1, 2))], 2)
+    return _cover_passes(candidates, valid.gather(1, kept_at), passes, generator)
 
 
 def _cover_passes(candidates: torch.Tensor, live_at_start: torch.Tensor, passes: range,
