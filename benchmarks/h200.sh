@@ -1495,6 +1495,19 @@ PY
     # last, `WAIT=0 collect` once the bench is done, then `WAIT=540 collect` until quality-grouped8 ends (about 21
     # device minutes in all)
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-variants quality-grouped8 ;;
+  lease-s74)  # prepared in the seventy-third session, no model (carry .kcachez, k.txz's 14 libraries, and .whl):
+    # readback-gpu first (the cover as committed after grouped_readback_h100_bucketed.md has not run on a GPU; about
+    # 30 s). On an H200 then issue 13's int4 probes (int4-h200, under a minute) and in the background grouped-ctas-ab
+    # (today's grouped build's first H200 numbers, under both bounds and timed, then the 8B preset's 16:32g decode
+    # under 2 and timed; about 8 minutes); elsewhere in the background `SUFFIX=_s74 grouped` then grouped-early (the
+    # early-trigger build on grouped columns, against the default from the same machine; about 3 minutes). Then
+    # `WAIT=540 collect`. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s74`
+    bash benchmarks/h200.sh readback-gpu
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-ctas-ab
+    else
+      SUFFIX=_s74 END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped grouped-early
+    fi ;;
   lease-s73)  # prepared in the seventy-second session, no model, the next session's first call (carry .kcachez with
     # sp24, sp24-columns, sp24-grouped, sp24-grouped-1cta, sp24-grouped-halves, sp24-grouped-halves-1cta,
     # sp24-early-trigger, sp24-multicast2, sp24-early-multicast2, sp24-early-multicast2-int4-slot3 and
