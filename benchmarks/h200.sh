@@ -1391,6 +1391,19 @@ PY
       2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_variants.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 360 python3 grouped_bench.py --halves --halves-acc 1 2 \
       --grouped-ctas 2 1 --out "$OUT/grouped_variants_${gpu:-gpu}.md" 2>&1 | grep -E "^\||rror" | tail -60) || true ;;
+  grouped-halves-s74|grouped-halves-early)  # prepared in the seventy-third session (carry .kcachez: k.txz has every
+    # library both need): grouped_bench.py --halves --no-overflow (16:32g and 16:32g8 under the timed launch bound,
+    # beside 2:4 and cuBLAS), the first without the early trigger (grouped_halves_<gpu>_s74.md), the second under
+    # SPARSEDECODING_SP24_EARLY_TRIGGER=1 (grouped_halves_<gpu>_early.md; grouped columns have never run in that
+    # build): whether the early trigger lifts 16:32g8 at batch 1, where it misses issue 12's 1.60x by 4%. About two
+    # minutes each; run them back to back on one machine and read them side by side
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    if [ "$report" = grouped-halves-early ]; then early=1; name=early; else early=0; name=s74; fi
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src SPARSEDECODING_SP24_EARLY_TRIGGER=$early \
+      SPARSEDECODING_SP24_MULTICAST=0 timeout 400 python3 grouped_bench.py --halves --no-overflow \
+      --out "$OUT/grouped_halves_${gpu:-gpu}_$name.md" 2>&1 | tee "$OUT/grouped_halves_${gpu:-gpu}_$name.log" \
+      | grep -E "^\| [0-9]|rror" | tail -12) || true ;;
   grouped-early)  # prepared in the seventy-first session (carry .kcachez as for grouped, plus sp24-early-grouped):
     # grouped_bench.py under SPARSEDECODING_SP24_EARLY_TRIGGER=1 (every side, 16:32g included, in the early-trigger
     # build; the library grouped columns have not been measured in), to be read against `grouped`'s report from the
@@ -1499,14 +1512,14 @@ PY
     # readback-gpu first (the cover as committed after grouped_readback_h100_bucketed.md has not run on a GPU; about
     # 30 s). On an H200 then issue 13's int4 probes (int4-h200, under a minute) and in the background grouped-ctas-ab
     # (today's grouped build's first H200 numbers, under both bounds and timed, then the 8B preset's 16:32g decode
-    # under 2 and timed; about 8 minutes); elsewhere in the background `SUFFIX=_s74 grouped` then grouped-early (the
-    # early-trigger build on grouped columns, against the default from the same machine; about 3 minutes). Then
-    # `WAIT=540 collect`. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s74`
+    # under 2 and timed; about 8 minutes); elsewhere in the background grouped-halves-s74 then grouped-halves-early
+    # (the early-trigger build on 16:32g and 16:32g8, against the default from the same machine; about 4 minutes).
+    # Then `WAIT=540 collect`. Run it as `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s74`
     bash benchmarks/h200.sh readback-gpu
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       bash benchmarks/h200.sh int4-h200; END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-ctas-ab
     else
-      SUFFIX=_s74 END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped grouped-early
+      END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-halves-s74 grouped-halves-early
     fi ;;
   lease-s73)  # prepared in the seventy-second session, no model, the next session's first call (carry .kcachez with
     # sp24, sp24-columns, sp24-grouped, sp24-grouped-1cta, sp24-grouped-halves, sp24-grouped-halves-1cta,

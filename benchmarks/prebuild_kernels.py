@@ -51,6 +51,10 @@ LIBRARIES = {
     # loaded under SPARSEDECODING_SP24_GROUPED_CTAS=timed, the default)
     "sp24-early-grouped": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_GROUPED")),
     "sp24-early-grouped-1cta": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_GROUPED", "-DSP24_GROUPED_CTAS=1")),
+    # the same for 8-row halves (h200.sh grouped-halves-early)
+    "sp24-early-grouped-halves": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")),
+    "sp24-early-grouped-halves-1cta": ("sp24.cu", ("-DSP24_EARLY_TRIGGER=1", "-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1",
+                                                   "-DSP24_GROUPED_CTAS=1")),
     # grouped columns whose 8-row halves have their own order (tile_grouped(..., split_rows=8)), grouped_bench.py
     "sp24-grouped-halves": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=1")),
     "sp24-grouped-halves2": ("sp24.cu", ("-DSP24_GROUPED", "-DSP24_GROUPED_HALVES=2")),  # SP24_HALVES_ACC=2
