@@ -61,15 +61,15 @@ def read_back(weight: torch.Tensor, split_rows: int) -> dict:
     return {"seconds": seconds, "searched": len(searched), "words": len(kept)}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("error: grouped_readback_gpu needs a CUDA GPU", file=sys.stderr)
-        return 2
+    args = parser.parse_args(argv)
     if args.out and not args.out.parent.is_dir():
         print(f"error: {args.out.parent} is not a folder", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("error: grouped_readback_gpu needs a CUDA GPU", file=sys.stderr)
         return 2
     read_back(mask_weight(64, 256, 8, seed=0), 8)  # first launches and allocations, not timed
     lines = ["| split shared by | linear | out x in | words | searched one by one | s | us a word |",
@@ -86,7 +86,7 @@ def main() -> int:
     lines += ["", "A whole 8B model's tiling, each shape's seconds times its 32 layers: "
               + ", ".join(f"{'16:32g' if rows == 16 else '16:32g8'} {seconds:.0f} s" for rows, seconds in model.items())
               + ".", ""]
-    command = "python benchmarks/grouped_readback_gpu.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/grouped_readback_gpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
     title = f"# Reading 16:32g / 16:32g8 splits back off the 8B preset's masks ({torch.cuda.get_device_name()})"
     text = "\n".join([title, "", environment_markdown(command, torch.device("cuda")), "", __doc__.split("\n\n")[1], "",
                       *lines])

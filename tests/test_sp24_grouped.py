@@ -769,3 +769,17 @@ def test_grouped_readback_bench_compares_with_and_without_the_cover(monkeypatch)
     seconds, found = bench.turn_down(weight, 8, quick=False)
     assert found and seconds > 0
     assert (solvers.grouped_order_of, sp24.QUICK_LOOK_SHARE) == (reader, share)
+
+
+def test_grouped_readback_gpu_bench_refuses_before_any_work(monkeypatch, capsys, tmp_path):
+    """benchmarks/grouped_readback_gpu.py: an --out in a missing folder, then no CUDA GPU, each one error line and
+    exit 2, no report written."""
+    from helpers import benchmark_module
+
+    bench = benchmark_module(monkeypatch, "grouped_readback_gpu")
+    assert bench.main(["--out", str(tmp_path / "missing" / "r.md")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'missing'} is not a folder"
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    assert bench.main(["--out", str(tmp_path / "r.md")]) == 2
+    assert capsys.readouterr().err.strip() == "error: grouped_readback_gpu needs a CUDA GPU"
+    assert list(tmp_path.iterdir()) == []

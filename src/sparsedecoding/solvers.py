@@ -443,10 +443,11 @@ def _orders_by_cover(kept: torch.Tensor, passes: int = COVER_PASSES, ties: int =
 
 def _cover_chunk(kept: torch.Tensor, passes: range, ties: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`_orders_by_cover`'s `passes` (by number: the first of all, 0, takes no random choice) over one chunk of words,
-    every candidate group of every word found at once (`_cover_passes`). Padding the words with more than 64
-    candidates (1% of random 8-row words) apart from the rest ran slower on an H100, its passes twice the launches:
-    5.8-8.7 us a word against 4.3-6.8 without it (results/grouped_readback_h100_bucketed.md against
-    grouped_readback_h100.md)."""
+    every candidate group of every word found at once (`_cover_passes`). A version that padded the words with more
+    than 64 candidates (1% of random 8-row words) apart from the rest, twice the passes' launches, read back slower on
+    an H100: 5.8-8.7 us a word against 4.3-6.8 (results/grouped_readback_h100_bucketed.md against
+    grouped_readback_h100.md; that commit also numbered the passes across calls, which this one keeps, so the
+    padding is the likely but not the measured cause)."""
     count, rows, _ = kept.shape
     device = kept.device
     digits = 3 ** torch.arange(rows, dtype=torch.int64, device=device)

@@ -622,7 +622,7 @@ def random_grouped(out: int, in_features: int, generator: torch.Generator,
 
 # `grouped_split`'s quick look: the share of the first words (of those whose rows all keep 16) whose split the greedy
 # pass and the exact cover must find (no one-by-one search) before the whole weight is read; a 16:32g or 16:32g8
-# mask's words nearly all pass (the cover leaves about 1 in 10,000 words of random 16:32g8 masks,
+# mask's words nearly all pass (after both covers 2 of 65,536 random 16:32g8 words were left to the search,
 # results/grouped_readback_cpu.md), a plain 16:32 or 16:32+2 mask's nearly none
 QUICK_LOOK_SHARE = 0.9
 
