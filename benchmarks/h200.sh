@@ -1431,6 +1431,23 @@ PY
       --preset llama-3.1-8b --pattern 16:32+2 16:32g 16:32g8 --batch 1 8 16 --repeats 2 --new-tokens 128 \
       --out "$OUT/e2e_grouped8_${gpu:-gpu}_8b.md" 2>&1 | tee "$OUT/e2e_grouped8_${gpu:-gpu}_8b.log" \
       | grep -E "^\||rror" | tail -40 || true ;;
+  grouped-trigger-ab-g|grouped-trigger-ab-g8)  # prepared in the seventy-fourth session (carry .kcachez: k.txz has the
+    # early-trigger grouped builds): the 8B preset's 16:32g (or 16:32g8) decode, SPARSEDECODING_SP24_EARLY_TRIGGER 0
+    # (grouped launches in the default build, as before this session) against timed (the tuner now times grouped
+    # launches in both builds) side by side with dense at batch 1, 8 and 16 (setting_ab_bench.py): whether the early
+    # build's kernel gain (grouped_halves_h100_early.md) holds in whole steps. About 6 (16:32g) and 9 (16:32g8) minutes
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    pattern=16:32${report#grouped-trigger-ab-}; name=${report#grouped-trigger-ab-}
+    SPARSEDECODING_SP24_MULTICAST=0 timeout 900 python3 benchmarks/setting_ab_bench.py \
+      --setting SPARSEDECODING_SP24_EARLY_TRIGGER --values 0 timed --preset llama-3.1-8b --pattern "$pattern" \
+      --batch 1 8 16 --repeats 2 --new-tokens 128 --out "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.md" 2>&1 \
+      | tee "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
+  lease-s74b)  # prepared in the seventy-fourth session, no model (carry .kcachez): in the background
+    # grouped-trigger-ab-g then grouped-trigger-ab-g8 (on an H200 after issue 13's int4 probes, int4-h200, under a
+    # minute), then `WAIT=540 collect` until both end (about 16 device minutes)
+    bash benchmarks/h200.sh int4-h200
+    END_AT=${END_AT:?} bash benchmarks/h200.sh bg grouped-trigger-ab-g grouped-trigger-ab-g8 ;;
   readback-gpu)  # prepared in the seventy-third session (carry .kcachez, no model): the GPU test of reading 16:32g8
     # splits back on the GPU, then grouped_readback_gpu.py: grouped_split timed on a random 16:32g and 16:32g8 mask of
     # each of the 8B preset's linear shapes (under a minute after the fixes; before them the 8B preset's 16:32g8 model

@@ -422,8 +422,10 @@ def times_both_builds(w: Sp24Weight, batch: int) -> bool:
     results/early_trigger_h200_8b_16of32p2.md) though a launch alone can be faster in it, and timing both lost 1.6%
     and 1.4% of the 8B preset's 16:32+2 step at batch 8 in two runs, one in each order
     (results/timed_trigger_h200_8b_16of32p2_builds*.md). Quad-placed slots (`tile_quads`) keep the default build.
-    """
-    return sp24_early_trigger_timed() and not w.grouped and not (w.over_v is not None and (batch > 4 or w.quads))
+    Grouped columns (16:32g, 16:32g8) are timed in both since the seventy-fourth session: alone, the early build ran
+    16:32g at 1.769 against 1.669x cuBLAS and 16:32g8 at 1.651 against 1.527x at batch 1, faster at every batch 1-16
+    (results/grouped_halves_h100_early.md against _s74.md, one warm H100)."""
+    return sp24_early_trigger_timed() and not (w.over_v is not None and (batch > 4 or w.quads))
 
 
 def staged_offset(columns: torch.Tensor) -> torch.Tensor:
