@@ -172,12 +172,14 @@ def test_the_grouped_launch_bound_setting_reads_keys_and_labels(monkeypatch):
 @pytest.mark.parametrize("split_rows", [16, 8])
 def test_under_timed_bounds_the_tuner_keeps_the_fastest_of_both(monkeypatch, split_rows):
     """SPARSEDECODING_SP24_GROUPED_CTAS=timed: every candidate is checked against float64 under both launch bounds
-    (the tuner raises on a mismatch) and the kept launch is the fastest of all; a plain 2:4 weight gets none of it."""
+    (the tuner raises on a mismatch) and the kept launch is the fastest of all; a plain 2:4 weight gets none of it.
+    Under SPARSEDECODING_SP24_EARLY_TRIGGER=timed every grouped candidate runs in both builds too."""
     from helpers import random_nm_weight
 
     from sparsedecoding.kernels import op
 
     monkeypatch.setenv(op.SP24_GROUPED_CTAS_SETTING, "timed")
+    monkeypatch.setenv(op.SP24_EARLY_TRIGGER_SETTING, "timed")
     weight, order = sp24.random_grouped(1024, 4096, torch.Generator().manual_seed(7), split_rows=split_rows)
     w = sp24.tile_grouped(weight.cuda(), order.cuda(), split_rows=split_rows)
     plain = sp24.tile(sp24.pack_nm(random_nm_weight(1024, 4096, 2, 4), 2, 4).to("cuda"))
@@ -185,9 +187,11 @@ def test_under_timed_bounds_the_tuner_keeps_the_fastest_of_both(monkeypatch, spl
         x = torch.randn(batch, 4096, device="cuda").bfloat16()
         launch = sp24.tuned_launch(x, w)
         timings = sp24.launch_timings(sp24.problem_key(x, w))
-        assert {choice[4] for choice in timings} == {1, 2}
+        assert {choice[4] for choice in timings} == {1, 2} and {choice[2] for choice in timings} == {False, True}
         assert {choice[:4] for choice in timings if choice[4] == 1} == {choice[:4] for choice in timings
                                                                          if choice[4] == 2}
+        assert {choice[:2] + choice[3:] for choice in timings if choice[2]} == {
+            choice[:2] + choice[3:] for choice in timings if not choice[2]}
         assert sp24.choice_of(launch) == next(iter(timings)) and launch.bound == next(iter(timings))[4]
         sp24.tuned_launch(x, plain)
         assert {choice[4] for choice in sp24.launch_timings(sp24.problem_key(x, plain))} == {2}
