@@ -1435,17 +1435,23 @@ PY
     # early-trigger grouped builds): the 8B preset's 16:32g (or 16:32g8) decode, SPARSEDECODING_SP24_EARLY_TRIGGER 0
     # (grouped launches in the default build, as before this session) against timed (the tuner now times grouped
     # launches in both builds) side by side with dense at batch 1, 8 and 16 (setting_ab_bench.py): whether the early
-    # build's kernel gain (grouped_halves_h100_early.md) holds in whole steps; the 16:32g step first runs the GPU test
-    # of timed bounds and builds (under a minute). About 6 (16:32g) and 9 (16:32g8) minutes
+    # build's kernel gain (grouped_halves_h100_early.md) holds in whole steps; the first of the two to run first runs
+    # the GPU test of timed bounds and builds (under a minute). About 6 (16:32g) and 9 (16:32g8) minutes
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     pattern=16:32${report#grouped-trigger-ab-}; name=${report#grouped-trigger-ab-}
-    [ "$name" = g8 ] || timeout 200 python3 -m pytest -q -m gpu tests/test_sp24_grouped.py -k "bounds" \
+    [ -f "$OUT/gpu_tests_${gpu:-gpu}_grouped_trigger.log" ] || timeout 200 python3 -m pytest -q -m gpu \
+      tests/test_sp24_grouped.py -k "bounds" \
       -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_trigger.log" || true
     SPARSEDECODING_SP24_MULTICAST=0 timeout 900 python3 benchmarks/setting_ab_bench.py \
       --setting SPARSEDECODING_SP24_EARLY_TRIGGER --values 0 timed --preset llama-3.1-8b --pattern "$pattern" \
       --batch 1 8 16 --repeats 2 --new-tokens 128 --out "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.md" 2>&1 \
       | tee "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
+  lease-s75)  # prepared in the seventy-fifth session (carry .kcachez; no model), which had 828 device seconds left:
+    # int4-h200 (issue 13's probes, under a minute, an H200 only), then in the background grouped-trigger-ab-g8
+    # (16:32g8 gained most from the early build alone) and then grouped-trigger-ab-g; `WAIT=540 collect` after each
+    bash benchmarks/h200.sh int4-h200
+    bash benchmarks/h200.sh bg grouped-trigger-ab-g8 grouped-trigger-ab-g ;;
   lease-s74b)  # prepared in the seventy-fourth session, no model (carry .kcachez): in the background
     # grouped-trigger-ab-g then grouped-trigger-ab-g8 (on an H200 after issue 13's int4 probes, int4-h200, under a
     # minute), then `WAIT=540 collect` until both end (about 16 device minutes)
