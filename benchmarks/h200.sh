@@ -1447,11 +1447,11 @@ PY
       --setting SPARSEDECODING_SP24_EARLY_TRIGGER --values 0 timed --preset llama-3.1-8b --pattern "$pattern" \
       --batch 1 8 16 --repeats 2 --new-tokens 128 --out "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.md" 2>&1 \
       | tee "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
-  lease-s75)  # prepared in the seventy-fifth session (carry .kcachez; no model), which had 828 device seconds left:
-    # int4-h200 (issue 13's probes, under a minute, an H200 only), then in the background grouped-trigger-ab-g8
-    # (16:32g8 gained most from the early build alone) and then grouped-trigger-ab-g; `WAIT=540 collect` after each
+  lease-s75)  # prepared in the seventy-fifth session (carry .kcachez; no model), which had 828 device seconds left
+    # (648 after a failed start): int4-h200 (issue 13's probes, under a minute, an H200 only), then in the background
+    # grouped-trigger-ab-g (about 6 minutes, the one that fits) and then grouped-trigger-ab-g8; `WAIT=540 collect`
     bash benchmarks/h200.sh int4-h200
-    bash benchmarks/h200.sh bg grouped-trigger-ab-g8 grouped-trigger-ab-g ;;
+    bash benchmarks/h200.sh bg grouped-trigger-ab-g grouped-trigger-ab-g8 ;;
   lease-s74b)  # prepared in the seventy-fourth session, no model (carry .kcachez): in the background
     # grouped-trigger-ab-g then grouped-trigger-ab-g8 (on an H200 after issue 13's int4 probes, int4-h200, under a
     # minute), then `WAIT=540 collect` until both end (about 16 device minutes)
