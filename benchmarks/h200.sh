@@ -1445,12 +1445,14 @@ PY
       -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_trigger.log" || true
     SPARSEDECODING_SP24_MULTICAST=0 timeout 900 python3 benchmarks/setting_ab_bench.py \
       --setting SPARSEDECODING_SP24_EARLY_TRIGGER --values 0 timed --preset llama-3.1-8b --pattern "$pattern" \
-      --batch 1 8 16 --repeats 2 --new-tokens 128 --out "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.md" 2>&1 \
+      --batch ${AB_BATCH:-1 8 16} --repeats 2 --new-tokens 128 --out "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.md" \
+      2>&1 \
       | tee "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
   lease-s75)  # prepared in the seventy-fifth session (carry .kcachez; no model), which had 828 device seconds left
     # (648 after a failed start): int4-h200 (issue 13's probes, under a minute, an H200 only), then in the background
     # grouped-trigger-ab-g (about 6 minutes, the one that fits) and then grouped-trigger-ab-g8; `WAIT=540 collect`
     bash benchmarks/h200.sh int4-h200
+    # (AB_BATCH="1 16": fewer batches where less time is left)
     bash benchmarks/h200.sh bg grouped-trigger-ab-g grouped-trigger-ab-g8 ;;
   lease-s74b)  # prepared in the seventy-fourth session, no model (carry .kcachez): in the background
     # grouped-trigger-ab-g then grouped-trigger-ab-g8 (on an H200 after issue 13's int4 probes, int4-h200, under a
