@@ -424,7 +424,9 @@ def times_both_builds(w: Sp24Weight, batch: int) -> bool:
     (results/timed_trigger_h200_8b_16of32p2_builds*.md). Quad-placed slots (`tile_quads`) keep the default build.
     Grouped columns (16:32g, 16:32g8) are timed in both since the seventy-fourth session: alone, the early build ran
     16:32g at 1.769 against 1.669x cuBLAS and 16:32g8 at 1.651 against 1.527x at batch 1, faster at every batch 1-16
-    (results/grouped_halves_h100_early.md against _s74.md, one warm H100)."""
+    (results/grouped_halves_h100_early.md against _s74.md, one warm H100); in whole steps the 8B preset's 16:32g
+    decode ran 1.604 / 1.443 / 1.095x dense at batch 1 / 8 / 16 so timed against 1.563 / 1.442 / 1.084x in the
+    default build (results/grouped_trigger_ab_h100_8b_g.md, side by side; 16:32g8's A/B has not run)."""
     return sp24_early_trigger_timed() and not (w.over_v is not None and (batch > 4 or w.quads))
 
 
