@@ -1448,6 +1448,16 @@ PY
       --batch ${AB_BATCH:-1 8 16} --repeats 2 --new-tokens 128 --out "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.md" \
       2>&1 \
       | tee "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
+  lease-s76)  # prepared in the seventy-fifth session for the next (no model): int4-h200 (issue 13's probes, an H200
+    # only), then in the background grouped-trigger-ab-g8 (16:32g's ran in lease-s75); `WAIT=540 collect`. Carry
+    # .kcachez/k.txz built offline first (about 15 minutes on two cores, two at a time): `PATH=/usr/local/bin:$PATH
+    # PYTHONPATH=src python benchmarks/prebuild_kernels.py --arch 90 --cache DIR --only sp24 sp24-early-trigger
+    # sp24-multicast2 sp24-early-multicast2 sp24-early-multicast2-int4-slot3 sp24-grouped sp24-grouped-1cta
+    # sp24-grouped-halves sp24-grouped-halves-1cta sp24-early-grouped sp24-early-grouped-1cta sp24-early-grouped-halves
+    # sp24-early-grouped-halves-1cta`, then `cd DIR && tar cf - cuda_build/*.so cuda_build/*.json | xz -9 -T2 >
+    # .kcachez/k.txz` (2.5 MB)
+    bash benchmarks/h200.sh int4-h200
+    bash benchmarks/h200.sh bg grouped-trigger-ab-g8 ;;
   lease-s75)  # prepared in the seventy-fifth session (carry .kcachez; no model), which had 828 device seconds left
     # (648 after a failed start): int4-h200 (issue 13's probes, under a minute, an H200 only), then in the background
     # grouped-trigger-ab-g (about 6 minutes, the one that fits) and then grouped-trigger-ab-g8; `WAIT=540 collect`
