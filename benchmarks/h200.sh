@@ -1391,7 +1391,7 @@ PY
       2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_variants.log" || true
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 360 python3 grouped_bench.py --halves --halves-acc 1 2 \
       --grouped-ctas 2 1 --out "$OUT/grouped_variants_${gpu:-gpu}.md" 2>&1 | grep -E "^\||rror" | tail -60) || true ;;
-  grouped-halves-s74|grouped-halves-early)  # prepared in the seventy-third session (carry .kcachez: k.txz has every
+  grouped-halves-s74|grouped-halves-early|grouped-halves-timed)  # prepared in the seventy-third session (carry .kcachez: k.txz has every
     # library both need): grouped_bench.py --halves --no-overflow (16:32g and 16:32g8 under the timed launch bound,
     # beside 2:4 and cuBLAS), the first without the early trigger (grouped_halves_<gpu>_s74.md), the second under
     # SPARSEDECODING_SP24_EARLY_TRIGGER=1 (grouped_halves_<gpu>_early.md; grouped columns have never run in that
@@ -1399,7 +1399,10 @@ PY
     # minutes each; run them back to back on one machine and read them side by side
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
-    if [ "$report" = grouped-halves-early ]; then early=1; name=early; else early=0; name=s74; fi
+    # grouped-halves-timed (seventy-fifth session): under the default trigger setting, timed, the tuner keeping each
+    # launch's faster build (grouped_halves_<gpu>_timed.md)
+    case $report in grouped-halves-early) early=1; name=early ;; grouped-halves-timed) early=timed; name=timed ;;
+      *) early=0; name=s74 ;; esac
     (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src SPARSEDECODING_SP24_EARLY_TRIGGER=$early \
       SPARSEDECODING_SP24_MULTICAST=0 timeout 400 python3 grouped_bench.py --halves --no-overflow \
       --out "$OUT/grouped_halves_${gpu:-gpu}_$name.md" 2>&1 | tee "$OUT/grouped_halves_${gpu:-gpu}_$name.log" \
@@ -1456,8 +1459,12 @@ PY
     # sp24-grouped-halves sp24-grouped-halves-1cta sp24-early-grouped sp24-early-grouped-1cta sp24-early-grouped-halves
     # sp24-early-grouped-halves-1cta`, then `cd DIR && tar cf - cuda_build/*.so cuda_build/*.json | xz -9 -T2 >
     # .kcachez/k.txz` (2.5 MB)
+    # On an H200 grouped-halves-timed runs first too (about 2 minutes): issue 12's 16:32 kernel numbers for
+    # grouped columns have come from H100s only
     bash benchmarks/h200.sh int4-h200
-    bash benchmarks/h200.sh bg grouped-trigger-ab-g8 ;;
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh bg grouped-halves-timed grouped-trigger-ab-g8
+    else bash benchmarks/h200.sh bg grouped-trigger-ab-g8; fi ;;
   lease-s75)  # prepared in the seventy-fifth session (carry .kcachez; no model), which had 828 device seconds left
     # (648 after a failed start): int4-h200 (issue 13's probes, under a minute, an H200 only), then in the background
     # grouped-trigger-ab-g (about 6 minutes, the one that fits) and then grouped-trigger-ab-g8; `WAIT=540 collect`
