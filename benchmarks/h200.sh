@@ -1453,7 +1453,7 @@ PY
       | tee "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
   lease-s76)  # prepared in the seventy-fifth session for the next (no model): int4-h200 (issue 13's probes, an H200
     # only), then in the background grouped-trigger-ab-g8 (16:32g's ran in lease-s75); `WAIT=540 collect`. Carry
-    # .kcachez/k.txz built offline first (about 15 minutes on two cores, two at a time): `PATH=/usr/local/bin:$PATH
+    # .kcachez/k.txz built offline first (about 18 minutes on two cores, two at a time): `PATH=/usr/local/bin:$PATH
     # PYTHONPATH=src python benchmarks/prebuild_kernels.py --arch 90 --cache DIR --only sp24 sp24-early-trigger
     # sp24-multicast2 sp24-early-multicast2 sp24-early-multicast2-int4-slot3 sp24-grouped sp24-grouped-1cta
     # sp24-grouped-halves sp24-grouped-halves-1cta sp24-early-grouped sp24-early-grouped-1cta sp24-early-grouped-halves
