@@ -1451,6 +1451,11 @@ PY
       --batch ${AB_BATCH:-1 8 16} --repeats 2 --new-tokens 128 --out "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.md" \
       2>&1 \
       | tee "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
+  lease-s77)  # seventy-sixth session, after lease-s76 ran 16:32g8's A/B on an H100 (carry .kcachez, no model): on an
+    # H200 only, issue 13's probes (int4-h200), then grouped-halves-timed in the background (`WAIT=300 collect`)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg grouped-halves-timed
+    else echo "not an H200: lease-s77 has nothing to run here"; fi ;;
   lease-s76)  # prepared in the seventy-fifth session for the next (no model): int4-h200 (issue 13's probes, an H200
     # only), then in the background grouped-trigger-ab-g8 (16:32g's ran in lease-s75); `WAIT=540 collect`. Carry
     # .kcachez/k.txz built offline first (about 18 minutes on two cores, two at a time): `PATH=/usr/local/bin:$PATH

@@ -426,7 +426,8 @@ def times_both_builds(w: Sp24Weight, batch: int) -> bool:
     16:32g at 1.769 against 1.669x cuBLAS and 16:32g8 at 1.651 against 1.527x at batch 1, faster at every batch 1-16
     (results/grouped_halves_h100_early.md against _s74.md, one warm H100); in whole steps the 8B preset's 16:32g
     decode ran 1.604 / 1.443 / 1.095x dense at batch 1 / 8 / 16 so timed against 1.563 / 1.442 / 1.084x in the
-    default build (results/grouped_trigger_ab_h100_8b_g.md, side by side; 16:32g8's A/B has not run)."""
+    default build (results/grouped_trigger_ab_h100_8b_g.md, side by side), and 16:32g8's 1.498 / 1.369 / 0.944x
+    against 1.472 / 1.329 / 0.926x (results/grouped_trigger_ab_h100_8b_g8.md)."""
     return sp24_early_trigger_timed() and not (w.over_v is not None and (batch > 4 or w.quads))
 
 
