@@ -1451,11 +1451,24 @@ PY
       --batch ${AB_BATCH:-1 8 16} --repeats 2 --new-tokens 128 --out "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.md" \
       2>&1 \
       | tee "$OUT/grouped_trigger_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
+  fuse-ab-norm|fuse-ab-glu)  # seventy-sixth session (carry .kcachez; no model): the 8B preset's 16:32g decode (FUSE_PATTERN
+    # picks another) at batch 8 and 16 with SPARSEDECODING_FUSE_NORM (or _GLU) 1, the default, against 0, side by side
+    # with dense: both fusions were measured at batch 1 and 4 only (README), and at batch 16 16:32g8's whole step is
+    # slower than dense on an H100 though its kernels beat cuBLAS (grouped_trigger_ab_h100_8b_g8.md). About 4 minutes each
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    fused=${report#fuse-ab-}; setting=SPARSEDECODING_FUSE_$(echo "$fused" | tr a-z A-Z)
+    pattern=${FUSE_PATTERN:-16:32g}; name=$(echo "$pattern" | tr -d ':' | sed 's/^16/16of/')
+    timeout 500 python3 benchmarks/setting_ab_bench.py --setting "$setting" --values 1 0 --preset llama-3.1-8b \
+      --pattern "$pattern" --batch ${AB_BATCH:-8 16} --repeats 2 --new-tokens 128 \
+      --out "$OUT/fuse_${fused}_ab_${gpu:-gpu}_8b_$name.md" 2>&1 \
+      | tee "$OUT/fuse_${fused}_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
   lease-s77)  # seventy-sixth session, after lease-s76 ran 16:32g8's A/B on an H100 (carry .kcachez, no model): on an
-    # H200 only, issue 13's probes (int4-h200), then grouped-halves-timed in the background (`WAIT=300 collect`)
+    # H200, issue 13's probes (int4-h200), then grouped-halves-timed in the background; on any GPU then fuse-ab-norm
+    # and fuse-ab-glu in the background (`WAIT=540 collect`)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg grouped-halves-timed
-    else echo "not an H200: lease-s77 has nothing to run here"; fi ;;
+      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg grouped-halves-timed fuse-ab-norm fuse-ab-glu
+    else bash benchmarks/h200.sh bg fuse-ab-norm fuse-ab-glu; fi ;;
   lease-s76)  # prepared in the seventy-fifth session for the next (no model): int4-h200 (issue 13's probes, an H200
     # only), then in the background grouped-trigger-ab-g8 (16:32g's ran in lease-s75); `WAIT=540 collect`. Carry
     # .kcachez/k.txz built offline first (about 18 minutes on two cores, two at a time): `PATH=/usr/local/bin:$PATH
