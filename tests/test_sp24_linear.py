@@ -105,7 +105,7 @@ def test_glu_tiled_model_loads_a_packed_state_dict():
 @pytest.mark.parametrize("variable,bad,count", [
     ("SPARSEDECODING_FUSE_GLU", "yes", lambda model: sum(isinstance(m, Sp24Linear) and m.glu
                                                           for m in model.modules())),
-    ("SPARSEDECODING_FUSE_NORM", "on", lambda model: sum(block.fuse_norms for block in model.layers))])
+    ("SPARSEDECODING_FUSE_NORM", "on", lambda model: sum(bool(block.fuse_norms) for block in model.layers))])
 def test_fusion_settings_decide_whether_the_engine_fuses(variable, bad, count, monkeypatch):
     """Unset and "1" fuse (both fusions are on by default), "0" does not, anything else is refused by name."""
     import sparsedecoding.kernels.sp24_linear as sl
@@ -121,6 +121,55 @@ def test_fusion_settings_decide_whether_the_engine_fuses(variable, bad, count, m
     monkeypatch.setenv(variable, bad)
     with pytest.raises(KernelChoiceError, match=f"{variable}='{bad}'"):
         tile_for_kernel(_model(None, 128))
+
+
+def test_fuse_norm_setting_sets_how_many_rows_the_kernels_norm(monkeypatch):
+    """Unset and "auto" fuse the RMSNorm in calls of up to two rows (decode steps at batch 1 and 2), "1" up to 16,
+    "0" never; a bad value is refused before any block is touched."""
+    import sparsedecoding.kernels.sp24_linear as sl
+    from sparsedecoding.kernels.op import FUSE_NORM_AUTO_ROWS, MAX_BATCH, KernelChoiceError
+
+    monkeypatch.setattr(sl, "sp24_problem", lambda: None)
+    original = sl.tileable
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
+    assert FUSE_NORM_AUTO_ROWS == 2
+    for setting, rows in (("", 2), ("auto", 2), ("AUTO", 2), ("1", MAX_BATCH), ("0", 0)):
+        monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", setting)
+        assert [block.fuse_norms for block in tile_model_for_engine(_model(None, 128))] == [rows, rows]
+    monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", "2")
+    with pytest.raises(KernelChoiceError, match="auto .*, 1 .* or 0"):
+        tile_for_kernel(_model(None, 128))
+    monkeypatch.delenv("SPARSEDECODING_FUSE_NORM")
+    with pytest.raises(ValueError, match="1..16 rows"):
+        sl.fuse_norms(_model(None, 128), 17)
+
+
+def tile_model_for_engine(model):
+    tile_for_kernel(model)
+    return model.layers
+
+
+@pytest.mark.parametrize("rows,fused_calls", [(2, 2 * 2), (1, 0)])
+def test_blocks_hand_the_norm_to_the_kernels_only_up_to_their_rows(rows, fused_calls, monkeypatch):
+    """A block whose `fuse_norms` is `rows` routes calls of at most that many tokens through `Sp24Linear.normed`
+    (qkv and gate_up, each layer) and larger ones through the plain add, RMSNorm and linear; the logits are the
+    plain model's bit for bit either way (off the GPU `normed` computes exactly what the plain block does)."""
+    from sparsedecoding.kernels.sp24_linear import fuse_norms
+
+    plain, fused = _model(None, 128), _model(None, 128)
+    tile_model(plain, require_cuda=False)
+    tile_model(fused, require_cuda=False)
+    assert fuse_norms(fused, rows) == 2
+    calls = []
+    original = Sp24Linear.normed
+    monkeypatch.setattr(Sp24Linear, "normed", lambda self, *a: calls.append(a[0].shape) or original(self, *a))
+    for model in (plain, fused):
+        model.setup_caches(2, 16)
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 1))  # one decode step of batch 2: two rows a call
+    positions = torch.arange(1)
+    assert torch.equal(fused(tokens, positions), plain(tokens, positions))
+    assert len(calls) == fused_calls
 
 
 @pytest.mark.parametrize("quantize,group_size", KINDS)
@@ -197,7 +246,7 @@ def test_reports_name_every_kernel_setting(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_ATTENTION_EARLY_READS", raising=False)
     monkeypatch.delenv("SPARSEDECODING_FUSED_GREEDY", raising=False)
     assert settings_line() == ("Kernel settings: SPARSEDECODING_KERNEL=auto, SPARSEDECODING_SPARSE_MMA=0, "
-                               "SPARSEDECODING_FUSE_GLU=0, SPARSEDECODING_FUSE_NORM=1, SPARSEDECODING_SP24_PDL=0, "
+                               "SPARSEDECODING_FUSE_GLU=0, SPARSEDECODING_FUSE_NORM=auto, SPARSEDECODING_SP24_PDL=0, "
                                "SPARSEDECODING_COMBO_KERNELS=1, SPARSEDECODING_INDUCTOR_PDL=1, "
                                "SPARSEDECODING_INDUCTOR_ATTENTION=1, SPARSEDECODING_FUSED_ATTENTION=1, "
                                "SPARSEDECODING_ATTENTION_MIN_SPAN=64, SPARSEDECODING_ATTENTION_EARLY_READS=1, "
@@ -455,7 +504,7 @@ def test_engine_runs_16of32_plus_2_with_slots_and_decodes_the_packed_models_toke
     args, packed, tiled = _packed_and_tiled(None, 128, monkeypatch, pattern="16:32+2", SPARSEDECODING_FUSE_GLU="1",
                                             SPARSEDECODING_FUSE_NORM=norm)
     assert sum(isinstance(m, Sp24Linear) and m.slotted for m in tiled.modules()) == 4 * 4
-    assert all(block.fuse_norms == (norm == "1") for block in tiled.layers)
+    assert all(bool(block.fuse_norms) == (norm == "1") for block in tiled.layers)
     _assert_compiled_decode_gives_the_eager_tokens(args, packed, tiled)
 
 

@@ -191,8 +191,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One decoder layer. It takes the previous layer's MLP output separately and adds it to the residual stream
     itself, so that a compiled block fuses that addition with its first RMSNorm instead of a kernel of its own.
-    With `fuse_norms` (set by `kernels.sp24_linear.tile_for_kernel` when qkv and gate_up are `Sp24Linear`), those
-    two linears take each residual addition and RMSNorm into their kernel (`Sp24Linear.normed`)."""
+    With `fuse_norms` (rows, set by `kernels.sp24_linear.tile_for_kernel` when qkv and gate_up are `Sp24Linear`;
+    0 off), those two linears take each residual addition and RMSNorm into their kernel (`Sp24Linear.normed`) in
+    calls of up to that many rows (tokens): SPARSEDECODING_FUSE_NORM, two under auto."""
 
     def __init__(self, args: ModelArgs, tp: ProcessGroup | None = None) -> None:
         super().__init__()
@@ -200,11 +201,11 @@ class Block(nn.Module):
         self.attention = Attention(args, tp)
         self.mlp_norm = RMSNorm(args.dim, args.norm_eps)
         self.mlp = MLP(args, tp)
-        self.fuse_norms = False
+        self.fuse_norms = 0
 
     def forward(self, x: Tensor, mlp_out: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
                 input_pos: Tensor) -> tuple[Tensor, Tensor]:
-        if self.fuse_norms:
+        if self.fuse_norms and x.numel() <= self.fuse_norms * x.shape[-1]:
             norm = self.attention_norm
             qkv, x = self.attention.qkv.normed(x, mlp_out, norm.weight, norm.eps)
             attended = self.attention.attend(qkv, cos, sin, mask, input_pos)

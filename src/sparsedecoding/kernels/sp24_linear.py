@@ -399,9 +399,10 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
     kernels. SPARSEDECODING_SP24_SLOTS (1, the default) tiles the 16:32 linears whose masks fit 16:32+2 as well
     (`tile_model`'s `slots`). SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply
-    silu(gate)·up in the kernel; SPARSEDECODING_FUSE_NORM (1, the default) lets each block's qkv and gate_up kernels
-    take its residual additions and RMSNorms (`fuse_norms`). Quantized 16:32 linears left on the packed scan kernel
-    (masks beyond 16:32+2, or slots off) are named in one warning: that kernel is slower than dense from batch 4.
+    silu(gate)·up in the kernel; SPARSEDECODING_FUSE_NORM (auto, the default: in calls of up to two rows) lets each
+    block's qkv and gate_up kernels take its residual additions and RMSNorms (`fuse_norms`). Quantized 16:32 linears
+    left on the packed scan kernel (masks beyond 16:32+2, or slots off) are named in one warning: that kernel is
+    slower than dense from batch 4.
     Returns how many linears were tiled."""
     tiled = _tile_for_kernel(model)
     _warn_packed_16of32_codes(model)
@@ -409,10 +410,10 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
 
 
 def _tile_for_kernel(model: torch.nn.Module) -> int:
-    from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING, settings
+    from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING, fuse_norm_rows, settings
 
     values = settings()  # all of them, so that a bad one fails here, before any launch reads it
-    setting, glu, norms = values[KERNEL_SETTING], values[FUSE_GLU_SETTING], values[FUSE_NORM_SETTING]
+    setting, glu, norms = values[KERNEL_SETTING], values[FUSE_GLU_SETTING], fuse_norm_rows(values[FUSE_NORM_SETTING])
     slots = values[SP24_SLOTS_SETTING]
     tiled = tile_where_kernel_runs(model, slots, glu) if setting == "auto" else 0
     if not tiled:
@@ -429,7 +430,7 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
                  "16:32g8, in each 8 rows' order)", len(grouped), tiled, grouped.count(8))
         _load_grouped_build(tuple(sorted(set(grouped))))
     if norms:
-        fuse_norms(model)
+        fuse_norms(model, norms)
     return tiled
 
 
@@ -488,14 +489,17 @@ def _load_columns_build(builds: set[tuple[int, int]]) -> None:
                           "set SPARSEDECODING_SP24_OVER_LOOP=rows or SPARSEDECODING_SP24_SLOTS=0") from exc
 
 
-def fuse_norms(model: torch.nn.Module) -> int:
-    """Set `fuse_norms` on every engine block (`engine.model.Block`) whose qkv and gate_up are `Sp24Linear`, so that
-    their kernels take the block's residual additions and RMSNorms. Returns how many blocks."""
+def fuse_norms(model: torch.nn.Module, rows: int = MAX_BATCH) -> int:
+    """Set `fuse_norms` to `rows` on every engine block (`engine.model.Block`) whose qkv and gate_up are `Sp24Linear`,
+    so that their kernels take the block's residual additions and RMSNorms in calls of up to `rows` rows (tokens).
+    Returns how many blocks."""
+    if not 0 < rows <= MAX_BATCH:
+        raise ValueError(f"rows {rows}: the 2:4 kernels take the RMSNorm of 1..{MAX_BATCH} rows")
     count = 0
     for module in model.modules():
         if hasattr(module, "fuse_norms") and isinstance(module.attention.qkv, Sp24Linear) \
                 and isinstance(module.mlp.gate_up, Sp24Linear):
-            module.fuse_norms = True
+            module.fuse_norms = rows
             count += 1
     return count
 
@@ -505,7 +509,7 @@ def untile_model(model: torch.nn.Module) -> int:
     copy it kept: `keep_dense_copies` again if wanted). Returns how many."""
     for module in model.modules():
         if hasattr(module, "fuse_norms"):
-            module.fuse_norms = False
+            module.fuse_norms = 0
     names = [name for name, module in model.named_modules() if isinstance(module, Sp24Linear)]
     for name in names:
         model.set_submodule(name, model.get_submodule(name).to_packed_module())
