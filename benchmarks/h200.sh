@@ -1463,6 +1463,15 @@ PY
       --pattern "$pattern" --batch ${AB_BATCH:-8 16} --repeats 2 --new-tokens 128 \
       --out "$OUT/fuse_${fused}_ab_${gpu:-gpu}_8b_$name.md" 2>&1 \
       | tee "$OUT/fuse_${fused}_ab_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true ;;
+  fuse-norm-auto)  # seventy-sixth session (carry .kcachez; no model): the 8B preset's 2:4 decode under
+    # SPARSEDECODING_FUSE_NORM 1 (fused up to 16 rows, the old default) against auto (the new: up to 2) at batch 1, 4
+    # and 16, side by side with dense (about 100 s)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    timeout 300 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 1 auto \
+      --preset llama-3.1-8b --pattern 2:4 --batch ${AB_BATCH:-1 4 16} --repeats 2 --new-tokens 128 \
+      --out "$OUT/fuse_norm_auto_${gpu:-gpu}_8b_24.md" 2>&1 \
+      | tee "$OUT/fuse_norm_auto_${gpu:-gpu}_8b_24.log" | grep -E "^\| llama|rror" || true ;;
   lease-s77)  # seventy-sixth session, after lease-s76 ran 16:32g8's A/B on an H100 (carry .kcachez, no model): on an
     # H200, issue 13's probes (int4-h200), then grouped-halves-timed in the background; on any GPU then fuse-ab-norm
     # and fuse-ab-glu in the background (`WAIT=540 collect`)
