@@ -1472,6 +1472,12 @@ PY
       --preset llama-3.1-8b --pattern 2:4 --batch ${AB_BATCH:-1 4 16} --repeats 2 --new-tokens 128 \
       --out "$OUT/fuse_norm_auto_${gpu:-gpu}_8b_24.md" 2>&1 \
       | tee "$OUT/fuse_norm_auto_${gpu:-gpu}_8b_24.log" | grep -E "^\| llama|rror" || true ;;
+  lease-s78)  # prepared in the seventy-sixth session for the next (carry .kcachez as built for lease-s76; no model):
+    # fuse-norm-auto (the new FUSE_NORM default against the old, about 100 s), on an H200 first issue 13's probes
+    # (int4-h200) and then grouped-halves-timed in the background with it; `WAIT=300 collect`
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg fuse-norm-auto grouped-halves-timed
+    else bash benchmarks/h200.sh bg fuse-norm-auto; fi ;;
   lease-s77)  # seventy-sixth session, after lease-s76 ran 16:32g8's A/B on an H100 (carry .kcachez, no model): on an
     # H200, issue 13's probes (int4-h200), then grouped-halves-timed in the background; on any GPU then fuse-ab-norm
     # and fuse-ab-glu in the background (`WAIT=540 collect`)
