@@ -1472,12 +1472,25 @@ PY
       --preset llama-3.1-8b --pattern 2:4 --batch ${AB_BATCH:-1 4 16} --repeats 2 --new-tokens 128 \
       --out "$OUT/fuse_norm_auto_${gpu:-gpu}_8b_24.md" 2>&1 \
       | tee "$OUT/fuse_norm_auto_${gpu:-gpu}_8b_24.log" | grep -E "^\| llama|rror" || true ;;
+  wide-batch-ab)  # prepared in the seventy-sixth session (carry .kcachez; no model): the on/off settings whose default
+    # was measured at batch 1 and 4 only (README), each 1 against 0 on the 8B preset's 2:4 decode at batch 8 and 16,
+    # side by side with dense (setting_ab_bench.py, about 70 s each): the RMSNorm fusion, measured so only until this
+    # session, turned out to cost 13% at batch 16 (fuse_norm_ab_h100_8b_24.md)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    for name in ${WIDE_SETTINGS:-COMBO_KERNELS INDUCTOR_PDL FUSED_GREEDY ATTENTION_EARLY_READS}; do
+      low=$(echo "$name" | tr A-Z a-z)
+      timeout 240 python3 benchmarks/setting_ab_bench.py --setting "SPARSEDECODING_$name" --values 1 0 \
+        --preset llama-3.1-8b --pattern 2:4 --batch ${AB_BATCH:-8 16} --repeats 2 --new-tokens 128 \
+        --out "$OUT/wide_ab_${gpu:-gpu}_8b_24_$low.md" 2>&1 \
+        | tee "$OUT/wide_ab_${gpu:-gpu}_8b_24_$low.log" | grep -E "^\| llama|rror" || true
+    done ;;
   lease-s78)  # prepared in the seventy-sixth session for the next (carry .kcachez as built for lease-s76; no model):
-    # fuse-norm-auto (the new FUSE_NORM default against the old, about 100 s), on an H200 first issue 13's probes
-    # (int4-h200) and then grouped-halves-timed in the background with it; `WAIT=300 collect`
+    # fuse-norm-auto (the new FUSE_NORM default against the old, about 100 s) and wide-batch-ab (about 5 minutes) in
+    # the background, on an H200 after issue 13's probes (int4-h200) and grouped-halves-timed; `WAIT=540 collect`
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg fuse-norm-auto grouped-halves-timed
-    else bash benchmarks/h200.sh bg fuse-norm-auto; fi ;;
+      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg grouped-halves-timed fuse-norm-auto wide-batch-ab
+    else bash benchmarks/h200.sh bg fuse-norm-auto wide-batch-ab; fi ;;
   lease-s77)  # seventy-sixth session, after lease-s76 ran 16:32g8's A/B on an H100 (carry .kcachez, no model): on an
     # H200, issue 13's probes (int4-h200), then grouped-halves-timed in the background; on any GPU then fuse-ab-norm
     # and fuse-ab-glu in the background (`WAIT=540 collect`)
