@@ -136,18 +136,14 @@ def test_fuse_norm_setting_sets_how_many_rows_the_kernels_norm(monkeypatch):
     assert FUSE_NORM_AUTO_ROWS == 2
     for setting, rows in (("", 2), ("auto", 2), ("AUTO", 2), ("1", MAX_BATCH), ("0", 0)):
         monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", setting)
-        assert [block.fuse_norms for block in tile_model_for_engine(_model(None, 128))] == [rows, rows]
+        model = _model(None, 128)
+        assert tile_for_kernel(model) > 0 and [block.fuse_norms for block in model.layers] == [rows, rows]
     monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", "2")
     with pytest.raises(KernelChoiceError, match="auto .*, 1 .* or 0"):
         tile_for_kernel(_model(None, 128))
     monkeypatch.delenv("SPARSEDECODING_FUSE_NORM")
     with pytest.raises(ValueError, match="1..16 rows"):
         sl.fuse_norms(_model(None, 128), 17)
-
-
-def tile_model_for_engine(model):
-    tile_for_kernel(model)
-    return model.layers
 
 
 @pytest.mark.parametrize("rows,fused_calls", [(2, 2 * 2), (1, 0)])
