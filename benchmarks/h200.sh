@@ -1472,6 +1472,16 @@ PY
       --preset llama-3.1-8b --pattern 2:4 --batch ${AB_BATCH:-1 4 16} --repeats 2 --new-tokens 128 \
       --out "$OUT/fuse_norm_auto_${gpu:-gpu}_8b_24.md" 2>&1 \
       | tee "$OUT/fuse_norm_auto_${gpu:-gpu}_8b_24.log" | grep -E "^\| llama|rror" || true ;;
+  fuse-norm-auto-qwen)  # seventy-seventh session (carry .kcachez; no model): the qwen2.5-coder-1.5b preset's 2:4 decode
+    # (random weights of the real shapes) under SPARSEDECODING_FUSE_NORM 1 against auto at batch 3, 4 and 8, side by
+    # side with dense: on an H200 the 1.5B Qwen's shapes fused faster up to batch 4 (fuse_norm_h200_*.md, older code),
+    # so auto may cost it at 3-4 (about 90 s)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    timeout 300 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 1 auto \
+      --preset qwen2.5-coder-1.5b --pattern 2:4 --batch ${AB_BATCH:-3 4 8} --repeats 2 --new-tokens 128 \
+      --out "$OUT/fuse_norm_auto_${gpu:-gpu}_qwen15_24.md" 2>&1 \
+      | tee "$OUT/fuse_norm_auto_${gpu:-gpu}_qwen15_24.log" | grep -E "^\| qwen|rror" || true ;;
   wide-batch-ab)  # prepared in the seventy-sixth session (carry .kcachez; no model): the on/off settings whose default
     # was measured at batch 1 and 4 only (README), each 1 against 0 on the 8B preset's 2:4 decode at batch 8 and 16,
     # side by side with dense (setting_ab_bench.py, about 70 s each): the RMSNorm fusion, measured so only until this
@@ -1485,6 +1495,12 @@ PY
         --out "$OUT/wide_ab_${gpu:-gpu}_8b_24_$low.md" 2>&1 \
         | tee "$OUT/wide_ab_${gpu:-gpu}_8b_24_$low.log" | grep -E "^\| llama|rror" || true
     done ;;
+  lease-s79)  # prepared in the seventy-seventh session (carry .kcachez as built for lease-s76; no model): on an H200
+    # issue 13's probes (int4-h200) and then grouped-halves-timed in the background; on any GPU fuse-norm-auto-qwen
+    # in the background after them; `WAIT=... collect`
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg fuse-norm-auto-qwen grouped-halves-timed
+    else bash benchmarks/h200.sh bg fuse-norm-auto-qwen; fi ;;
   lease-s78)  # prepared in the seventy-sixth session for the next (carry .kcachez as built for lease-s76; no model):
     # fuse-norm-auto (the new FUSE_NORM default against the old, about 100 s) and wide-batch-ab (about 5 minutes) in
     # the background, on an H200 after issue 13's probes (int4-h200) and grouped-halves-timed; `WAIT=540 collect`
