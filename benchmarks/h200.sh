@@ -1495,6 +1495,25 @@ PY
         --out "$OUT/wide_ab_${gpu:-gpu}_8b_24_$low.md" 2>&1 \
         | tee "$OUT/wide_ab_${gpu:-gpu}_8b_24_$low.log" | grep -E "^\| llama|rror" || true
     done ;;
+  fuse-norm-edges)  # seventy-seventh session (carry .kcachez; no model): SPARSEDECODING_FUSE_NORM 1 against 0 where
+    # auto's element bound (8192 rows x hidden size, op.fuse_norm_rows) decides without a measurement: the
+    # qwen2.5-coder-1.5b preset's 2:4 decode at batch 5 and 6 (auto fuses 5, not 6) and the qwen3-14b preset's at
+    # batch 2 (auto does not fuse it), each side by side with dense (about 4 minutes)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    for run in "qwen2.5-coder-1.5b 5 6 qwen15" "qwen3-14b 2 14b"; do
+      set -- $run; model=$1; name=${!#}; shift; batches=$(echo "$@" | sed 's/ [^ ]*$//')
+      timeout 300 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 1 0 \
+        --preset "$model" --pattern 2:4 --batch $batches --repeats 2 --new-tokens 128 \
+        --out "$OUT/fuse_norm_edges_${gpu:-gpu}_${name}_24.md" 2>&1 \
+        | tee "$OUT/fuse_norm_edges_${gpu:-gpu}_${name}_24.log" | grep -E "^\| qwen|rror" || true
+    done ;;
+  lease-s80)  # prepared in the seventy-seventh session for the next (carry .kcachez as built for lease-s76; no
+    # model): on an H200 issue 13's probes (int4-h200), then in the background fuse-norm-edges and, on an H200,
+    # grouped-halves-timed; `WAIT=... collect`
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg fuse-norm-edges grouped-halves-timed
+    else bash benchmarks/h200.sh bg fuse-norm-edges; fi ;;
   lease-s79)  # prepared in the seventy-seventh session (carry .kcachez as built for lease-s76; no model): on an H200
     # issue 13's probes (int4-h200) and then grouped-halves-timed in the background; on any GPU fuse-norm-auto-qwen
     # in the background after them; `WAIT=... collect`

@@ -5,6 +5,8 @@ int4) decodes the same logits as its packed twin within the kernels' rounding.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -124,19 +126,19 @@ def test_fusion_settings_decide_whether_the_engine_fuses(variable, bad, count, m
 
 
 def test_fuse_norm_setting_sets_how_many_rows_the_kernels_norm(monkeypatch):
-    """Unset and "auto" fuse the RMSNorm in calls of up to two rows (decode steps at batch 1 and 2), "1" up to 16,
-    "0" never; a bad value is refused before any block is touched."""
+    """Unset and "auto" fuse the RMSNorm in calls of up to 8192 // hidden size rows (4 for this model's 2048), "1" up
+    to 16, "0" never; a bad value is refused before any block is touched."""
     import sparsedecoding.kernels.sp24_linear as sl
-    from sparsedecoding.kernels.op import FUSE_NORM_AUTO_ROWS, MAX_BATCH, KernelChoiceError
+    from sparsedecoding.kernels.op import MAX_BATCH, KernelChoiceError
 
     monkeypatch.setattr(sl, "sp24_problem", lambda: None)
     original = sl.tileable
     monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))
     monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
-    assert FUSE_NORM_AUTO_ROWS == 2
-    for setting, rows in (("", 2), ("auto", 2), ("AUTO", 2), ("1", MAX_BATCH), ("0", 0)):
+    wide = dataclasses.replace(SMALL, dim=2048, n_heads=32)
+    for setting, rows in (("", 4), ("auto", 4), ("AUTO", 4), ("1", MAX_BATCH), ("0", 0)):
         monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", setting)
-        model = _model(None, 128)  # build_model tiles it as the engine does (tile_for_kernel)
+        model = _model(None, 128, args=wide)  # build_model tiles it as the engine does (tile_for_kernel)
         assert all(isinstance(block.attention.qkv, Sp24Linear) for block in model.layers)
         assert [block.fuse_norms for block in model.layers] == [rows, rows]
     monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", "2")
@@ -145,6 +147,16 @@ def test_fuse_norm_setting_sets_how_many_rows_the_kernels_norm(monkeypatch):
     monkeypatch.delenv("SPARSEDECODING_FUSE_NORM")
     with pytest.raises(ValueError, match="1..16 rows"):
         sl.fuse_norms(_model(None, 128), 17)
+
+
+@pytest.mark.parametrize("dim,rows", [(512, 16), (1536, 5), (2048, 4), (4096, 2), (5120, 1), (8192, 1)])
+def test_auto_norm_fusion_rows_fall_with_the_hidden_size(dim, rows):
+    """Under auto the fusion spans at most 8192 rows x hidden size (the norm each CTA repeats grows with both), never
+    fewer than one row nor more than 16; "1" and "0" ignore the size."""
+    from sparsedecoding.kernels.op import fuse_norm_rows
+
+    assert fuse_norm_rows("auto", dim) == rows
+    assert (fuse_norm_rows("1", dim), fuse_norm_rows("0", dim)) == (16, 0)
 
 
 @pytest.mark.parametrize("rows,fused_calls", [(2, 2 * 2), (1, 0)])

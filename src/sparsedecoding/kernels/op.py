@@ -152,28 +152,31 @@ def sp24_slots_setting() -> bool:
 
 
 FUSE_NORM_CHOICES = ("auto", "1", "0")
-FUSE_NORM_AUTO_ROWS = 2  # under auto, the most rows (tokens a call) whose RMSNorm the 2:4 kernels take
+FUSE_NORM_AUTO_ELEMENTS = 8192  # under auto, the most rows x hidden size of a call whose RMSNorm the 2:4 kernels take
 
 
 def fuse_norm_setting() -> str:
     """SPARSEDECODING_FUSE_NORM: "auto" or unset makes the engine's blocks hand each residual addition and RMSNorm to
-    the 2:4 qkv and gate_up kernels in calls of up to FUSE_NORM_AUTO_ROWS rows (decode steps at batch 1 and 2), and
-    leave them to the compiled block beyond; "1" fuses them up to 16 rows, "0" never (`engine.model.Block.fuse_norms`,
-    `fuse_norm_rows`). Each of the kernel's CTAs norms every row it reads, so the fusion pays at batch 1 and costs
-    from batch 4: on the 8B preset's 2:4 decode, side by side on one H100, fused against not 1.808 / 1.729 / 1.677 /
-    1.600 / 1.337x dense at batch 1 / 2 / 4 / 8 / 16 against 1.741 / 1.732 / 1.714 / 1.713 / 1.542x
+    the 2:4 qkv and gate_up kernels in calls of up to FUSE_NORM_AUTO_ELEMENTS // hidden size rows (at least one: 2
+    for the 8B's 4096, 5 for the 1.5B Qwen's 1536, 1 for the 14B's 5120), and leave them to the compiled block beyond;
+    "1" fuses them up to 16 rows, "0" never (`engine.model.Block.fuse_norms`, `fuse_norm_rows`). Each of the kernel's
+    CTAs norms every row it reads, a cost that grows with rows x hidden size, against a few launches saved a layer:
+    side by side on one H100, the 8B preset's 2:4 decode fused against not 1.808 / 1.729 / 1.677 / 1.600 / 1.337x
+    dense at batch 1 / 2 / 4 / 8 / 16 against 1.741 / 1.732 / 1.714 / 1.713 / 1.542x
     (results/fuse_norm_ab_h100_8b_24*.md), 16:32g 1.461 / 1.122x at batch 8 / 16 against 1.593 / 1.372x
-    (results/fuse_norm_ab_h100_8b_16of32g.md); earlier, on an H200, the 8B preset 1.503 against 1.491x at batch 1,
-    the Qwen shapes fused faster at batch 1 / 2 / 4 (results/fuse_norm_h200_*.md)."""
+    (results/fuse_norm_ab_h100_8b_16of32g.md); the qwen2.5-coder-1.5b preset's 1.607 / 1.601 / 1.459x at batch 3 / 4
+    / 8 against 1.553 / 1.512 / 1.482x (results/fuse_norm_auto_h100_qwen15_24.md, under a row limit of 2 then)."""
     return _choice(FUSE_NORM_SETTING, FUSE_NORM_CHOICES, "auto",
-                   f"auto (the RMSNorm in the 2:4 kernels up to {FUSE_NORM_AUTO_ROWS} rows), 1 (up to "
-                   f"{MAX_BATCH} rows) or 0 (never)")
+                   f"auto (the RMSNorm in the 2:4 kernels up to {FUSE_NORM_AUTO_ELEMENTS} rows x hidden size), 1 (up "
+                   f"to {MAX_BATCH} rows) or 0 (never)")
 
 
-def fuse_norm_rows(value: str) -> int:
+def fuse_norm_rows(value: str, dim: int) -> int:
     """The most rows a call of a block's qkv and gate_up may have for them to take its RMSNorm, under a
-    SPARSEDECODING_FUSE_NORM `value` (`fuse_norm_setting`): 0 never."""
-    return {"auto": FUSE_NORM_AUTO_ROWS, "1": MAX_BATCH, "0": 0}[value]
+    SPARSEDECODING_FUSE_NORM `value` (`fuse_norm_setting`) and a hidden size `dim`: 0 never."""
+    if value == "auto":
+        return max(1, min(MAX_BATCH, FUSE_NORM_AUTO_ELEMENTS // dim))
+    return {"1": MAX_BATCH, "0": 0}[value]
 
 
 def sp24_pdl_setting() -> bool:

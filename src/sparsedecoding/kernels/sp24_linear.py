@@ -399,10 +399,10 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
     stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
     kernels. SPARSEDECODING_SP24_SLOTS (1, the default) tiles the 16:32 linears whose masks fit 16:32+2 as well
     (`tile_model`'s `slots`). SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply
-    silu(gate)·up in the kernel; SPARSEDECODING_FUSE_NORM (auto, the default: in calls of up to two rows) lets each
-    block's qkv and gate_up kernels take its residual additions and RMSNorms (`fuse_norms`). Quantized 16:32 linears
-    left on the packed scan kernel (masks beyond 16:32+2, or slots off) are named in one warning: that kernel is
-    slower than dense from batch 4.
+    silu(gate)·up in the kernel; SPARSEDECODING_FUSE_NORM (auto, the default: in calls of up to 8192 // hidden size
+    rows, `op.fuse_norm_rows`) lets each block's qkv and gate_up kernels take its residual additions and RMSNorms
+    (`fuse_norms`). Quantized 16:32 linears left on the packed scan kernel (masks beyond 16:32+2, or slots off) are
+    named in one warning: that kernel is slower than dense from batch 4.
     Returns how many linears were tiled."""
     tiled = _tile_for_kernel(model)
     _warn_packed_16of32_codes(model)
@@ -413,7 +413,7 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
     from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING, fuse_norm_rows, settings
 
     values = settings()  # all of them, so that a bad one fails here, before any launch reads it
-    setting, glu, norms = values[KERNEL_SETTING], values[FUSE_GLU_SETTING], fuse_norm_rows(values[FUSE_NORM_SETTING])
+    setting, glu, norm = values[KERNEL_SETTING], values[FUSE_GLU_SETTING], values[FUSE_NORM_SETTING]
     slots = values[SP24_SLOTS_SETTING]
     tiled = tile_where_kernel_runs(model, slots, glu) if setting == "auto" else 0
     if not tiled:
@@ -429,8 +429,10 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
         log.info("%d of the %d linears on sparse tensor cores are 16:32g (2:4 in each tile's column order; %d of them "
                  "16:32g8, in each 8 rows' order)", len(grouped), tiled, grouped.count(8))
         _load_grouped_build(tuple(sorted(set(grouped))))
-    if norms:
-        fuse_norms(model, norms)
+    blocks = [module for module in model.modules() if hasattr(module, "fuse_norms")]
+    rows = fuse_norm_rows(norm, blocks[0].attention_norm.weight.numel()) if blocks else 0
+    if rows:
+        fuse_norms(model, rows)
     return tiled
 
 
