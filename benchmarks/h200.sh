@@ -1475,7 +1475,8 @@ PY
   fuse-norm-auto-qwen)  # seventy-seventh session (carry .kcachez; no model): the qwen2.5-coder-1.5b preset's 2:4 decode
     # (random weights of the real shapes) under SPARSEDECODING_FUSE_NORM 1 against auto at batch 3, 4 and 8, side by
     # side with dense: on an H200 the 1.5B Qwen's shapes fused faster up to batch 4 (fuse_norm_h200_*.md, older code),
-    # so auto may cost it at 3-4 (about 90 s)
+    # so auto may cost it at 3-4 (about 90 s). Ran in lease-s79 (fuse_norm_auto_h100_qwen15_24.md): it did, and auto's
+    # bound became 8192 rows x hidden size, so on this model auto is now 1 at batch 3-4
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     timeout 300 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 1 auto \
