@@ -1511,6 +1511,21 @@ PY
         --out "$OUT/fuse_norm_edges_${gpu:-gpu}_${name}_24.md" 2>&1 \
         | tee "$OUT/fuse_norm_edges_${gpu:-gpu}_${name}_24.log" | grep -E "^\| qwen|rror" || true
     done ;;
+  fuse-norm-14b)  # seventy-eighth session (carry .kcachez; no model): SPARSEDECODING_FUSE_NORM 1 against 0 for the
+    # qwen3-14b preset's 2:4 decode at batch 1, the one batch auto (now 1 row on its 5120-wide hidden state) still
+    # fuses there without a measurement, side by side with dense (about 2 minutes)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    timeout 300 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 1 0 \
+      --preset qwen3-14b --pattern 2:4 --batch 1 --repeats 2 --new-tokens 128 \
+      --out "$OUT/fuse_norm_14b_b1_${gpu:-gpu}_24.md" 2>&1 \
+      | tee "$OUT/fuse_norm_14b_b1_${gpu:-gpu}_24.log" | grep -E "^\| qwen|rror" || true ;;
+  lease-s81)  # prepared in the seventy-eighth session (carry .kcachez as built for lease-s76; no model): on an H200
+    # issue 13's probes (int4-h200), then in the background fuse-norm-14b and grouped-halves-timed; elsewhere
+    # fuse-norm-14b alone in the background; `WAIT=... collect`
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-h200; bash benchmarks/h200.sh bg fuse-norm-14b grouped-halves-timed
+    else bash benchmarks/h200.sh bg fuse-norm-14b; fi ;;
   lease-s80)  # prepared in the seventy-seventh session for the next (carry .kcachez as built for lease-s76; no
     # model): on an H200 issue 13's probes (int4-h200), then in the background fuse-norm-edges and, on an H200,
     # grouped-halves-timed; `WAIT=... collect`
