@@ -193,7 +193,8 @@ class Block(nn.Module):
     itself, so that a compiled block fuses that addition with its first RMSNorm instead of a kernel of its own.
     With `fuse_norms` (rows, set by `kernels.sp24_linear.tile_for_kernel` when qkv and gate_up are `Sp24Linear`;
     0 off), those two linears take each residual addition and RMSNorm into their kernel (`Sp24Linear.normed`) in
-    calls of up to that many rows (tokens): SPARSEDECODING_FUSE_NORM (under auto, 8192 // hidden size)."""
+    calls of up to that many rows (tokens): SPARSEDECODING_FUSE_NORM (under auto, 8192 // hidden size, none
+    beyond 4096 wide)."""
 
     def __init__(self, args: ModelArgs, tp: ProcessGroup | None = None) -> None:
         super().__init__()

@@ -153,30 +153,32 @@ def sp24_slots_setting() -> bool:
 
 FUSE_NORM_CHOICES = ("auto", "1", "0")
 FUSE_NORM_AUTO_ELEMENTS = 8192  # under auto, the most rows x hidden size of a call whose RMSNorm the 2:4 kernels take
+FUSE_NORM_AUTO_MAX_DIM = 4096  # under auto, the widest hidden state fused (the 14B's 5120 ran slower fused at 1-2 rows)
 
 
 def fuse_norm_setting() -> str:
     """SPARSEDECODING_FUSE_NORM: "auto" or unset makes the engine's blocks hand each residual addition and RMSNorm to
-    the 2:4 qkv and gate_up kernels in calls of up to FUSE_NORM_AUTO_ELEMENTS // hidden size rows (at least 1: 2 for the
-    8B's 4096, 5 for the 1.5B Qwen's 1536, 1 for the 14B's 5120), and leave them to the compiled block beyond; "1" fuses
-    them up to 16 rows, "0" never (`engine.model.Block.fuse_norms`, `fuse_norm_rows`). Each of the kernel's CTAs norms
-    every row it reads, a cost that grows with rows x hidden size, against a few launches saved a layer: side by side on
-    one H100, the 8B preset's 2:4 decode fused against not 1.808 / 1.729 / 1.677 / 1.600 / 1.337x dense at batch 1 / 2 /
-    4 / 8 / 16 against 1.741 / 1.732 / 1.714 / 1.713 / 1.542x (results/fuse_norm_ab_h100_8b_24*.md), 16:32g 1.461 /
-    1.122x at batch 8 / 16 against 1.593 / 1.372x (results/fuse_norm_ab_h100_8b_16of32g.md); the qwen2.5-coder-1.5b
-    preset's 1.607 / 1.601 / 1.459x at batch 3 / 4 / 8 against 1.553 / 1.512 / 1.482x
-    (results/fuse_norm_auto_h100_qwen15_24.md, under a row limit of 2 then), 1.635 / 1.494x at batch 5 / 6 against 1.618
-    / 1.499x; the qwen3-14b preset's 1.744x at batch 2 against 1.773x (results/fuse_norm_edges_h100_*.md)."""
+    the 2:4 qkv and gate_up kernels in calls of up to FUSE_NORM_AUTO_ELEMENTS // hidden size rows on models up to
+    FUSE_NORM_AUTO_MAX_DIM wide (2 rows for the 8B's 4096, 5 for the 1.5B Qwen's 1536, none for the 14B's 5120), and
+    leave them to the compiled block beyond; "1" fuses them up to 16 rows, "0" never (`engine.model.Block.fuse_norms`,
+    `fuse_norm_rows`). Each of the kernel's CTAs norms every row it reads, a cost that grows with rows x hidden size,
+    against a few launches saved a layer: side by side on one H100, the 8B preset's 2:4 decode fused against not 1.808 /
+    1.729 / 1.677 / 1.600 / 1.337x dense at batch 1 / 2 / 4 / 8 / 16 against 1.741 / 1.732 / 1.714 / 1.713 / 1.542x
+    (results/fuse_norm_ab_h100_8b_24*.md), 16:32g 1.461 / 1.122x at batch 8 / 16 against 1.593 / 1.372x
+    (results/fuse_norm_ab_h100_8b_16of32g.md); the qwen2.5-coder-1.5b preset's 1.607 / 1.601 / 1.459x at batch 3 / 4 / 8
+    against 1.553 / 1.512 / 1.482x (results/fuse_norm_auto_h100_qwen15_24.md, under a row limit of 2 then), 1.635 /
+    1.494x at batch 5 / 6 against 1.618 / 1.499x; the qwen3-14b preset's 1.738 / 1.744x at batch 1 / 2 against 1.767 /
+    1.773x (results/fuse_norm_edges_h100_*.md, results/fuse_norm_14b_b1_h100_24.md)."""
     return _choice(FUSE_NORM_SETTING, FUSE_NORM_CHOICES, "auto",
-                   f"auto (the RMSNorm in the 2:4 kernels up to {FUSE_NORM_AUTO_ELEMENTS} rows x hidden size), 1 (up "
-                   f"to {MAX_BATCH} rows) or 0 (never)")
+                   f"auto (the RMSNorm in the 2:4 kernels up to {FUSE_NORM_AUTO_ELEMENTS} rows x hidden size, hidden "
+                   f"sizes up to {FUSE_NORM_AUTO_MAX_DIM}), 1 (up to {MAX_BATCH} rows) or 0 (never)")
 
 
 def fuse_norm_rows(value: str, dim: int) -> int:
     """The most rows a call of a block's qkv and gate_up may have for them to take its RMSNorm, under a
     SPARSEDECODING_FUSE_NORM `value` (`fuse_norm_setting`) and a hidden size `dim`: 0 never."""
     if value == "auto":
-        return max(1, min(MAX_BATCH, FUSE_NORM_AUTO_ELEMENTS // dim))
+        return min(MAX_BATCH, FUSE_NORM_AUTO_ELEMENTS // dim) if dim <= FUSE_NORM_AUTO_MAX_DIM else 0
     return {"1": MAX_BATCH, "0": 0}[value]
 
 

@@ -395,12 +395,12 @@ def tile_where_kernel_runs(model: torch.nn.Module, slots: bool, glu: bool = Fals
 
 def tile_for_kernel(model: torch.nn.Module) -> int:
     """What the engine does with a freshly built model: under SPARSEDECODING_KERNEL=auto (the default) every 2:4
-    packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules
-    stay, and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their
-    kernels. SPARSEDECODING_SP24_SLOTS (1, the default) tiles the 16:32 linears whose masks fit 16:32+2 as well
-    (`tile_model`'s `slots`). SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply
-    silu(gate)·up in the kernel; SPARSEDECODING_FUSE_NORM (auto, the default: in calls of up to 8192 // hidden size
-    rows, `op.fuse_norm_rows`) lets each block's qkv and gate_up kernels take its residual additions and RMSNorms
+    packed linear on CUDA becomes an `Sp24Linear` when the kernel can run here (if it cannot, the packed modules stay,
+    and the reason is logged once as a warning); `triton` and `cuda` keep the packed modules and their kernels.
+    SPARSEDECODING_SP24_SLOTS (1, the default) tiles the 16:32 linears whose masks fit 16:32+2 as well (`tile_model`'s
+    `slots`). SPARSEDECODING_FUSE_GLU (1, the default) tiles the MLPs' gate|up linears to apply silu(gate)·up in the
+    kernel; SPARSEDECODING_FUSE_NORM (auto, the default: in calls of up to 8192 // hidden size rows, none beyond 4096
+    wide, `op.fuse_norm_rows`) lets each block's qkv and gate_up kernels take its residual additions and RMSNorms
     (`fuse_norms`). Quantized 16:32 linears left on the packed scan kernel (masks beyond 16:32+2, or slots off) are
     named in one warning: that kernel is slower than dense from batch 4.
     Returns how many linears were tiled."""
