@@ -1530,17 +1530,26 @@ PY
   fuse-norm-low)  # seventy-eighth session (carry .kcachez; no model): SPARSEDECODING_FUSE_NORM 1 against 0 at batch 1
     # and 2, where auto fuses on the 8B, for the kinds never A/B'd there: the 8B preset's 2:4 + int4 and 2:4 + int8
     # (issue 13's engine targets run fused under auto; the int8 / int4 norm variants spill a few registers), 16:32g
-    # and 16:32+2, each side by side with dense (about 2 minutes each; FUSE_LOW picks some)
+    # and 16:32+2, each side by side with dense (about 2 minutes each; FUSE_LOW picks some). Ran in the
+    # seventy-eighth session on one H100: fused faster at batch 1 for each, level at 2; 16:32+2 (its build and tiling
+    # are slowest) ran out of its 280 s after the fused half, so it now has 420
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     for run in ${FUSE_LOW:-2:4,int4 2:4,int8 16:32g 16:32+2}; do
       pattern=${run%,*}; quant=; [ "$pattern" = "$run" ] || quant=${run#*,}
       name=$(echo "$pattern" | tr -d ':' | tr '+' 'p' | sed 's/^16/16of/')${quant:+_$quant}
-      timeout 280 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values 1 0 \
-        --preset llama-3.1-8b --pattern "$pattern" ${quant:+--quantize $quant} --batch 1 2 --repeats 2 \
-        --new-tokens 128 --out "$OUT/fuse_norm_low_${gpu:-gpu}_8b_$name.md" 2>&1 \
+      timeout $([ "$pattern" = 16:32+2 ] && echo 420 || echo 280) python3 benchmarks/setting_ab_bench.py \
+        --setting SPARSEDECODING_FUSE_NORM --values 1 0 --preset llama-3.1-8b --pattern "$pattern" \
+        ${quant:+--quantize $quant} --batch 1 2 --repeats 2 --new-tokens 128 \
+        --out "$OUT/fuse_norm_low_${gpu:-gpu}_8b_$name.md" 2>&1 \
         | tee "$OUT/fuse_norm_low_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true
     done ;;
+  lease-s83)  # prepared in the seventy-eighth session for the next (carry .kcachez as built for lease-s76; no
+    # model): on an H200 issue 13's probes (int4-h200), then in the background grouped-halves-timed; on any GPU then
+    # fuse-norm-low for 16:32+2 alone (its run in lease-s82 timed out after the fused half); `WAIT=... collect`
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      bash benchmarks/h200.sh int4-h200; FUSE_LOW=16:32+2 bash benchmarks/h200.sh bg grouped-halves-timed fuse-norm-low
+    else FUSE_LOW=16:32+2 bash benchmarks/h200.sh bg fuse-norm-low; fi ;;
   lease-s82)  # prepared in the seventy-eighth session (carry .kcachez as built for lease-s76; no model): on an H200
     # issue 13's probes (int4-h200), then in the background fuse-norm-low and grouped-halves-timed; elsewhere
     # fuse-norm-low alone in the background; `WAIT=... collect`
