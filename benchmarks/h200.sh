@@ -1545,11 +1545,9 @@ PY
         | tee "$OUT/fuse_norm_low_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true
     done ;;
   lease-s83)  # prepared in the seventy-eighth session for the next (carry .kcachez as built for lease-s76; no
-    # model): on an H200 issue 13's probes (int4-h200), then in the background grouped-halves-timed; on any GPU then
-    # fuse-norm-low for 16:32+2 alone (its run in lease-s82 timed out after the fused half); `WAIT=... collect`
-    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      bash benchmarks/h200.sh int4-h200; FUSE_LOW=16:32+2 bash benchmarks/h200.sh bg grouped-halves-timed fuse-norm-low
-    else FUSE_LOW=16:32+2 bash benchmarks/h200.sh bg fuse-norm-low; fi ;;
+    # model): fuse-norm-low for 16:32+2 alone (its run in lease-s82 timed out after the fused half) in the background,
+    # about 6 minutes; `WAIT=420 collect`. (int4-h200 and grouped-halves-timed ran on an H200 in that session.)
+    FUSE_LOW=16:32+2 bash benchmarks/h200.sh bg fuse-norm-low ;;
   lease-s82)  # prepared in the seventy-eighth session (carry .kcachez as built for lease-s76; no model): on an H200
     # issue 13's probes (int4-h200), then in the background fuse-norm-low and grouped-halves-timed; elsewhere
     # fuse-norm-low alone in the background; `WAIT=... collect`
