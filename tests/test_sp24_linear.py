@@ -149,6 +149,32 @@ def test_fuse_norm_setting_sets_how_many_rows_the_kernels_norm(monkeypatch):
         sl.fuse_norms(_model(None, 128), 17)
 
 
+def test_tiling_says_where_the_norms_run(monkeypatch, caplog):
+    """`tile_for_kernel` logs the rows up to which the kernels take the RMSNorm, or, under auto on a model wider than
+    its bound, that the norms stay in the compiled blocks."""
+    import logging
+
+    import sparsedecoding.kernels.op as op
+    import sparsedecoding.kernels.sp24_linear as sl
+
+    monkeypatch.setattr(sl, "sp24_problem", lambda: None)
+    original = sl.tileable
+    monkeypatch.setattr(sl, "tileable", lambda module, require_cuda=True, slots=False: original(module, False, slots))
+    monkeypatch.setenv("SPARSEDECODING_KERNEL", "auto")
+    monkeypatch.setenv("SPARSEDECODING_FUSE_NORM", "auto")
+    wide = dataclasses.replace(SMALL, dim=2048, n_heads=32)
+    with caplog.at_level(logging.INFO, logger=sl.log.name):
+        _model(None, 128, args=wide)
+    assert "in calls of up to 4 rows (SPARSEDECODING_FUSE_NORM=auto, hidden size 2048)" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(op, "FUSE_NORM_AUTO_MAX_DIM", 1024)
+    with caplog.at_level(logging.INFO, logger=sl.log.name):
+        model = _model(None, 128, args=wide)
+    assert [block.fuse_norms for block in model.layers] == [0, 0]
+    assert "the RMSNorms stay in the compiled blocks" in caplog.text and "up to 1024 only (this model's: 2048" in \
+        caplog.text
+
+
 @pytest.mark.parametrize("dim,rows", [(512, 16), (1536, 5), (2048, 4), (3584, 2), (4096, 2), (5120, 0), (8192, 0)])
 def test_auto_norm_fusion_rows_fall_with_the_hidden_size(dim, rows):
     """Under auto the fusion spans at most 8192 rows x hidden size (the norm each CTA repeats grows with both) and

@@ -410,6 +410,7 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
 
 
 def _tile_for_kernel(model: torch.nn.Module) -> int:
+    from . import op
     from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING, fuse_norm_rows, settings
 
     values = settings()  # all of them, so that a bad one fails here, before any launch reads it
@@ -430,9 +431,15 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
                  "16:32g8, in each 8 rows' order)", len(grouped), tiled, grouped.count(8))
         _load_grouped_build(tuple(sorted(set(grouped))))
     blocks = [module for module in model.modules() if hasattr(module, "fuse_norms")]
-    rows = fuse_norm_rows(norm, blocks[0].attention_norm.weight.numel()) if blocks else 0
+    dim = blocks[0].attention_norm.weight.numel() if blocks else 0
+    rows = fuse_norm_rows(norm, dim) if blocks else 0
     if rows:
-        fuse_norms(model, rows)
+        fused = fuse_norms(model, rows)
+        log.info("%d blocks hand their residual additions and RMSNorms to the 2:4 qkv and gate_up kernels in calls of "
+                 "up to %d rows (SPARSEDECODING_FUSE_NORM=%s, hidden size %d)", fused, rows, norm, dim)
+    elif blocks and norm == "auto":
+        log.info("the RMSNorms stay in the compiled blocks: SPARSEDECODING_FUSE_NORM=auto fuses them for hidden sizes "
+                 "up to %d only (this model's: %d; the 14B's 5120 ran slower fused)", op.FUSE_NORM_AUTO_MAX_DIM, dim)
     return tiled
 
 
