@@ -1544,10 +1544,21 @@ PY
         --out "$OUT/fuse_norm_low_${gpu:-gpu}_8b_$name.md" 2>&1 \
         | tee "$OUT/fuse_norm_low_${gpu:-gpu}_8b_$name.log" | grep -E "^\| llama|rror" || true
     done ;;
+  engine-today)  # seventy-eighth session (carry .kcachez; no model): the 8B preset's decode under today's defaults
+    # (FUSE_NORM=auto, the timed trigger and launch bound), dense against 2:4 and 16:32g (random masks) at batch 1, 4,
+    # 8 and 16: issue 12's engine rows on an H200 come from older code (multicast_h200_8b.md); about 5 minutes
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    timeout 560 python3 -m sparsedecoding bench --preset llama-3.1-8b --pattern 2:4 16:32g --batch 1 4 8 16 \
+      --repeats 2 --new-tokens 128 --out "$OUT/e2e_today_${gpu:-gpu}_8b.md" 2>&1 \
+      | tee "$OUT/e2e_today_${gpu:-gpu}_8b.log" | grep -E "^\| llama|rror" || true ;;
   lease-s83)  # prepared in the seventy-eighth session for the next (carry .kcachez as built for lease-s76; no
-    # model): fuse-norm-low for 16:32+2 alone (its run in lease-s82 timed out after the fused half) in the background,
-    # about 6 minutes; `WAIT=420 collect`. (int4-h200 and grouped-halves-timed ran on an H200 in that session.)
-    FUSE_LOW=16:32+2 bash benchmarks/h200.sh bg fuse-norm-low ;;
+    # model): in the background, on an H200 engine-today first (about 5 minutes), then on any GPU fuse-norm-low for
+    # 16:32+2 alone (its run in lease-s82 timed out after the fused half; about 6 minutes); `WAIT=540 collect`, and
+    # on an H200 a second collect at once. (int4-h200 and grouped-halves-timed ran on an H200 in that session.)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      FUSE_LOW=16:32+2 bash benchmarks/h200.sh bg engine-today fuse-norm-low
+    else FUSE_LOW=16:32+2 bash benchmarks/h200.sh bg fuse-norm-low; fi ;;
   lease-s82)  # prepared in the seventy-eighth session (carry .kcachez as built for lease-s76; no model): on an H200
     # issue 13's probes (int4-h200), then in the background fuse-norm-low and grouped-halves-timed; elsewhere
     # fuse-norm-low alone in the background; `WAIT=... collect`
