@@ -1650,6 +1650,17 @@ PY
     # benchmarks/recipes/plan-grouped.json (one item, q16g: plan-admm2b's q16o2 with --pattern 16:32g; its rule fixed
     # before any run); about 10 minutes from the model's arrival (one prune, its dev row, its held-out pick)
     recipes benchmarks/recipes/plan-grouped.json /root/recipes-grouped quality-grouped-qwen2.5-coder-1.5b ;;
+  quality-grouped-repair)  # prepared in the seventy-eighth session: quality-grouped-repair-qwen2.5-coder-1.5b/, the
+    # whole of benchmarks/recipes/plan-grouped-repair.json (one item, q16gr: plan-grouped's q16g, then fixed-mask
+    # repair with plan-repair's settings; its rule fixed before any run); about 20 minutes on an H100 from the model's
+    # arrival (the self-written prompts, the 16:32g prune of about 400 s, 300 s of repair, its dev row, its held-out
+    # pick). Pair it afterwards here with paired_test.py as the plan's about says
+    recipes benchmarks/recipes/plan-grouped-repair.json /root/recipes-grouped-repair \
+      quality-grouped-repair-qwen2.5-coder-1.5b ;;
+  lease-grouped-repair)  # prepared in the seventy-eighth session: `END_AT=$(( $(date +%s) + 1650 )) bash
+    # benchmarks/h200.sh lease-grouped-repair` (carry .whl and .devdata; any GPU), then `receive` with each
+    # .xfer/fpartNNN (benchmarks/gguf_pieces.py), `receive && models` with the last, then `WAIT=... collect`
+    END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped-repair ;;
   lease-s69)  # prepared in the sixty-ninth session: the second grouped build's kernel bench and GPU tests
     # (SUFFIX=_direct grouped, about a minute), then quality-grouped in the background. Run it as
     # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s69` (carry .kcachez with sp24, sp24-columns and
