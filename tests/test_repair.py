@@ -85,6 +85,27 @@ def test_masks_stay_fixed_and_train_kl_falls(teacher_folder, data, tmp_path):
         assert torch.equal(before[name], parameters[name])
 
 
+def test_repair_keeps_a_grouped_mask_tileable(teacher_folder, data, tmp_path):
+    """A 16:32g student (plan-grouped-repair.json repairs one) comes out of repair still 16:32g: every 16-row tile's
+    32-column word keeps a split under which each row keeps two of every group of four."""
+    from sparsedecoding.solvers import grouped_order_of
+
+    teacher = load_model(teacher_folder)[0]
+    student = load_model(teacher_folder)[0]
+    with torch.no_grad():
+        prune_in_place(student, SparsityPattern.parse("16:32g"))
+    train, dev = data
+    masks = pruned_masks(student)
+    repair(teacher, student, train, dev, tmp_path / "work", config(max_steps=6))
+    parameters = dict(student.named_parameters())
+    for name, mask in masks.items():
+        kept = parameters[name] != 0
+        assert torch.equal(kept, mask), name
+        rows, cols = kept.shape
+        words = kept.reshape(rows // 16, 16, cols // 32, 32).permute(0, 2, 1, 3).reshape(-1, 16, 32)
+        assert bool(grouped_order_of(words)[1].all()), name
+
+
 def test_chunked_kl_and_its_gradient_match_the_whole_vocabulary_reference():
     torch.manual_seed(0)
     head_s, head_t = torch.nn.Linear(8, 50, bias=False), torch.nn.Linear(8, 50, bias=False)
