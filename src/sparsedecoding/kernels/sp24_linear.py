@@ -410,8 +410,8 @@ def tile_for_kernel(model: torch.nn.Module) -> int:
 
 
 def _tile_for_kernel(model: torch.nn.Module) -> int:
-    from . import op
-    from .op import FUSE_GLU_SETTING, FUSE_NORM_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING, fuse_norm_rows, settings
+    from .op import (FUSE_GLU_SETTING, FUSE_NORM_AUTO_MAX_DIM, FUSE_NORM_SETTING, KERNEL_SETTING, SP24_SLOTS_SETTING,
+                     fuse_norm_rows, settings)
 
     values = settings()  # all of them, so that a bad one fails here, before any launch reads it
     setting, glu, norm = values[KERNEL_SETTING], values[FUSE_GLU_SETTING], values[FUSE_NORM_SETTING]
@@ -439,7 +439,7 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
                  "up to %d rows (SPARSEDECODING_FUSE_NORM=%s, hidden size %d)", fused, rows, norm, dim)
     elif blocks and norm == "auto":
         log.info("the RMSNorms stay in the compiled blocks: SPARSEDECODING_FUSE_NORM=auto fuses them for hidden sizes "
-                 "up to %d only (this model's: %d; the 14B's 5120 ran slower fused)", op.FUSE_NORM_AUTO_MAX_DIM, dim)
+                 "up to %d only (this model's: %d; the 14B's 5120 ran slower fused)", FUSE_NORM_AUTO_MAX_DIM, dim)
     return tiled
 
 
