@@ -8,6 +8,9 @@ size is what is left of 64 MiB after those files (counted in whole 4 KiB blocks,
 measured when the pieces are cut (the 45 MiB of earlier sessions stopped fitting in the seventeenth, once the
 repository passed 19 MiB); `--piece-mib` sets it. A change that grows the repository by more than the margin means
 cutting the pieces again.
+Before cutting pieces for a plan's lease, `benchmarks/thin_tree.py --plan PLAN` takes the committed results that
+plan does not read out of the working tree (47 MiB down to 9.3 in the seventy-eighth session: 21 pieces instead of
+78); `--restore` afterwards.
 
 Then, on the device, `bash benchmarks/h200.sh receive` once per piece (carry `.xfer/fpartNNN`; the first call of a
 lease also carries `.whl` with the gguf wheel and `.devdata` with HumanEval and both Lee files, which this script

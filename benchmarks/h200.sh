@@ -1660,6 +1660,9 @@ PY
   lease-grouped-repair)  # prepared in the seventy-eighth session: `END_AT=$(( $(date +%s) + 1650 )) bash
     # benchmarks/h200.sh lease-grouped-repair` (carry .whl and .devdata; any GPU), then `receive` with each
     # .xfer/fpartNNN (benchmarks/gguf_pieces.py), `receive && models` with the last, then `WAIT=... collect`
+    # (thin the tree first: `python benchmarks/thin_tree.py --plan benchmarks/recipes/plan-grouped-repair.json`, then
+    # gguf_pieces.py cuts 21 pieces; `thin_tree.py --restore` after the last call. The seventy-ninth session's four
+    # tries to start a machine for it failed, 466 s of device time, which left too little for its ~1350 s)
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped-repair ;;
   lease-s69)  # prepared in the sixty-ninth session: the second grouped build's kernel bench and GPU tests
     # (SUFFIX=_direct grouped, about a minute), then quality-grouped in the background. Run it as
