@@ -78,6 +78,7 @@ from sparsedecoding.runenv import environment, pick_device, write_json
 
 log = logging.getLogger("quality_recipes")
 WORDINGS = ("fenced", "plain")
+REPAIR_DATA_KEYS = ("tokens", "dev_tokens", "samples_per_prompt")  # a plan's repair settings that choose its data
 
 
 class Run:
@@ -424,6 +425,22 @@ def head_quantized(record: dict | None) -> bool:
         head_quantized((record.get("start") or {}).get("record"))
 
 
+def repair_problem(plan: dict) -> str | None:
+    """What is wrong with the first item whose repair settings (the plan's, overridden by the item's) repair does not
+    take, else None. Read before the model loads: otherwise only after that item's prune (a CPU rehearsal in the
+    seventy-ninth session stopped so after 6.5 minutes of pruning)."""
+    for recipe in plan.get("recipes", []) + plan.get("baselines", []):
+        if "repair" not in recipe:
+            continue
+        settings = {key: value for key, value in {**plan.get("repair", {}), **recipe["repair"]}.items()
+                    if key not in REPAIR_DATA_KEYS}
+        try:
+            repair.RepairConfig(**settings).validate()
+        except (TypeError, SparseDecodingError) as exc:
+            return f"{recipe['name']}: repair settings: {exc}"
+    return None
+
+
 def earlier_rounds(plan: dict) -> list[Path]:
     """The plan's `earlier` rounds: one committed folder, or a list of them, seeded in that order (a result the first
     gives is not replaced by a later one's)."""
@@ -672,6 +689,9 @@ def main() -> None:
     missing = [str(folder) for folder in earlier_rounds(plan) if not folder.is_dir()]
     if missing and args.stage != "report":  # found only after the model has loaded otherwise
         parser.exit(2, f"error: the plan's earlier round {', '.join(missing)} is not a folder\n")
+    problem = repair_problem(plan)
+    if problem and args.stage != "report":
+        parser.exit(2, f"error: {problem}\n")
     if args.only:  # a typo would otherwise run nothing after the model has loaded
         known = {"dense", *(item["name"] for item in plan["recipes"] + plan["baselines"])}
         unknown = sorted(set(args.only) - known)

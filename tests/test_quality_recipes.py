@@ -307,12 +307,12 @@ def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
     for item in plan["recipes"] + plan["baselines"]:
         if "start" in item:
             assert run.recipe_named(item["start"])["name"] == item["start"]
-    repair_keys = {field.name for field in fields(RepairConfig)} | {"tokens", "dev_tokens", "samples_per_prompt"}
+    repair_keys = {field.name for field in fields(RepairConfig)} | set(recipes.REPAIR_DATA_KEYS)
     assert set(plan.get("repair", {})) <= repair_keys
     if "repair" in plan:
-        settings = {key: value for key, value in plan["repair"].items()
-                    if key not in ("tokens", "dev_tokens", "samples_per_prompt")}
+        settings = {key: value for key, value in plan["repair"].items() if key not in recipes.REPAIR_DATA_KEYS}
         RepairConfig(**settings).validate()
+    assert recipes.repair_problem(plan) is None
 
 
 def test_a_start_names_a_recipe_or_baseline_of_the_plan(recipes):
@@ -372,6 +372,20 @@ def test_an_earlier_round_that_is_not_there_is_one_error_before_any_model_loads(
     main_refused(recipes, tmp_path, monkeypatch, {"earlier": [str(tmp_path), str(tmp_path / "gone")]})
     assert capsys.readouterr().err.strip().splitlines() == [f"error: the plan's earlier round {tmp_path / 'gone'} "
                                                            "is not a folder"]
+
+
+@pytest.mark.parametrize("stage", ["dev", "final", "all"])
+def test_repair_settings_repair_refuses_are_one_error_before_any_model_loads(recipes, tmp_path, monkeypatch, capsys,
+                                                                             stage):
+    monkeypatch.setattr(recipes, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    repaired = {**PLAN["recipes"][0], "name": "fit-r", "repair": {"max_steps": 6}}
+    main_refused(recipes, tmp_path, monkeypatch, {"recipes": PLAN["recipes"] + [repaired],
+                                                  "repair": {"tokens": 1000, "dev_tokens": 100, "lr": 1e-5}},
+                 "--stage", stage)
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: fit-r: repair settings: repair warmup_steps must be in [0, max_steps), got 20"]
+    main_refused(recipes, tmp_path, monkeypatch, {"recipes": [{**repaired, "repair": {"warmup": 2}}]})
+    assert "fit-r: repair settings: " in capsys.readouterr().err
 
 
 def test_a_report_of_an_out_that_is_not_there_is_one_error(recipes, tmp_path, monkeypatch, capsys):
