@@ -1661,8 +1661,8 @@ PY
     # benchmarks/h200.sh lease-grouped-repair` (carry .whl and .devdata; any GPU), then `receive` with each
     # .xfer/fpartNNN (benchmarks/gguf_pieces.py), `receive && models` with the last, then `WAIT=... collect`
     # (thin the tree first: `python benchmarks/thin_tree.py --plan benchmarks/recipes/plan-grouped-repair.json`, then
-    # gguf_pieces.py cuts 21 pieces; `thin_tree.py --restore` after the last call. The seventy-ninth session's four
-    # tries to start a machine for it failed, 466 s of device time, which left too little for its ~1350 s)
+    # gguf_pieces.py cuts 21 pieces; `thin_tree.py --restore` after the last call. In the seventy-ninth session
+    # every start of a machine failed, fourteen tries and 1,486 s of device time, so it did not run)
     END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped-repair ;;
   lease-s69)  # prepared in the sixty-ninth session: the second grouped build's kernel bench and GPU tests
     # (SUFFIX=_direct grouped, about a minute), then quality-grouped in the background. Run it as

@@ -243,7 +243,7 @@ class Run:
         if start is not None:
             record["start"] = {"recipe": recipe["start"], "record": start}
         if "repair" in recipe:
-            record["repair"] = self.repair(model, {**self.plan["repair"], **recipe["repair"]},
+            record["repair"] = self.repair(model, {**self.plan.get("repair", {}), **recipe["repair"]},
                                            self.out / "data" / f"repair-{recipe['name']}")
         keep_head = head_quantized(record)  # this item's or its start's quantize_head
         trained = {name: tensor for name, tensor in model.state_dict().items()
@@ -432,10 +432,16 @@ def repair_problem(plan: dict) -> str | None:
     for recipe in plan.get("recipes", []) + plan.get("baselines", []):
         if "repair" not in recipe:
             continue
-        settings = {key: value for key, value in {**plan.get("repair", {}), **recipe["repair"]}.items()
-                    if key not in REPAIR_DATA_KEYS}
+        merged = {**plan.get("repair", {}), **recipe["repair"]}
+        missing = [key for key in ("tokens", "dev_tokens") if key not in merged]
+        if missing:
+            return f"{recipe['name']}: repair settings: no {' or '.join(missing)} (the plan's repair or the item's)"
+        if "broad" not in plan:
+            return f"{recipe['name']}: repair trains on the self-written prompts, which the plan's \"broad\" sets"
         try:
-            repair.RepairConfig(**settings).validate()
+            repair.RepairConfig(**{key: value for key, value in merged.items()
+                                   if key not in REPAIR_DATA_KEYS}).validate()
+            selfdata.SelfDataConfig(**plan["broad"]).validate()
         except (TypeError, SparseDecodingError) as exc:
             return f"{recipe['name']}: repair settings: {exc}"
     return None

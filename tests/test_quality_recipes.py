@@ -378,14 +378,30 @@ def test_an_earlier_round_that_is_not_there_is_one_error_before_any_model_loads(
 def test_repair_settings_repair_refuses_are_one_error_before_any_model_loads(recipes, tmp_path, monkeypatch, capsys,
                                                                              stage):
     monkeypatch.setattr(recipes, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    broad = json.loads((BENCHMARKS / "recipes" / "plan-grouped-repair.json").read_text())["broad"]
     repaired = {**PLAN["recipes"][0], "name": "fit-r", "repair": {"max_steps": 6}}
-    main_refused(recipes, tmp_path, monkeypatch, {"recipes": PLAN["recipes"] + [repaired],
-                                                  "repair": {"tokens": 1000, "dev_tokens": 100, "lr": 1e-5}},
-                 "--stage", stage)
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "error: fit-r: repair settings: repair warmup_steps must be in [0, max_steps), got 20"]
-    main_refused(recipes, tmp_path, monkeypatch, {"recipes": [{**repaired, "repair": {"warmup": 2}}]})
-    assert "fit-r: repair settings: " in capsys.readouterr().err
+    data = {"tokens": 1000, "dev_tokens": 100}
+
+    def refused(plan_fields: dict) -> str:
+        main_refused(recipes, tmp_path, monkeypatch, {"recipes": PLAN["recipes"] + [repaired], **plan_fields},
+                     "--stage", stage)
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1
+        return lines[0]
+
+    assert refused({"repair": {**data, "lr": 1e-5}, "broad": broad}) == \
+        "error: fit-r: repair settings: repair warmup_steps must be in [0, max_steps), got 20"
+    repaired["repair"] = {"warmup": 2}
+    assert refused({"repair": data, "broad": broad}).startswith("error: fit-r: repair settings: ")
+    assert "warmup" in refused({"repair": data, "broad": broad})
+    repaired["repair"] = {}
+    assert refused({"repair": {"tokens": 1000}, "broad": broad}) == \
+        "error: fit-r: repair settings: no dev_tokens (the plan's repair or the item's)"
+    assert refused({"repair": data}) == \
+        "error: fit-r: repair trains on the self-written prompts, which the plan's \"broad\" sets"
+    assert "fit-r: repair settings: " in refused({"repair": data, "broad": {**broad, "n_meta": -1}})
+    # and with all of them right the plan passes
+    assert recipes.repair_problem({"recipes": [repaired], "repair": data, "broad": broad}) is None
 
 
 def test_a_report_of_an_out_that_is_not_there_is_one_error(recipes, tmp_path, monkeypatch, capsys):
