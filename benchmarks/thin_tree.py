@@ -104,7 +104,10 @@ def main() -> None:
     for plan in args.plan:
         if not plan.is_file():
             fail(f"no plan file {plan}")
-    keep = [path for plan in args.plan for path in plan_paths(plan)] + args.keep
+    try:
+        keep = [path for plan in args.plan for path in plan_paths(plan)] + args.keep
+    except (json.JSONDecodeError, AttributeError, TypeError) as exc:
+        fail(f"a plan is not a recipes plan's JSON ({exc}); nothing was deleted")
     outside = [path for path in keep if not kept(path, [RESULTS])]
     if outside:
         fail(f"{outside[0]} is not under {RESULTS}; nothing was deleted")

@@ -92,3 +92,14 @@ def test_a_plan_keeps_its_earlier_rounds_and_calibration_files(tmp_path):
     plan.write_text(json.dumps({"earlier": ["benchmarks/results/a", "benchmarks/results/c"]}))
     assert thin_tree.plan_paths(plan) == ["benchmarks/results/a", "benchmarks/results/c"]
 
+
+
+def test_a_plan_that_is_not_json_is_one_error(tmp_path, monkeypatch, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text("{not json")
+    monkeypatch.setattr("sys.argv", ["thin_tree.py", "--plan", str(plan)])
+    monkeypatch.setattr(thin_tree, "thin", lambda *args: pytest.fail("thinned"))
+    with pytest.raises(SystemExit) as exit_info:
+        thin_tree.main()
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: a plan is not a recipes plan's JSON")
