@@ -385,6 +385,24 @@ def test_settle_reaches_the_solver_and_the_record(tiny_folder, prompts_file, tmp
                                                            solver="sparsegpt", admm_settle=3))
 
 
+def test_split_reaches_the_solver_and_the_record_and_is_read_only_for_grouped_patterns(tiny_folder, prompts_file,
+                                                                                        tmp_path, monkeypatch):
+    seen = []
+    admm_shared = pipeline.solvers.admm_shared
+    monkeypatch.setattr(pipeline.solvers, "admm_shared",
+                        lambda *a, **k: seen.append(k["split"]) or admm_shared(*a, **k))
+    out = prune(config(tiny_folder, tmp_path / "split", prompts_file, pattern="16:32g", admm_iterations=5,
+                       admm_split="magnitude"), progress=False)
+    assert seen == ["magnitude"] * 12
+    assert json.loads((out / "sparsedecoding.json").read_text())["solver_options"]["admm_split"] == "magnitude"
+    for pattern, read in (("16:32g", True), ("16:32g8", True), ("2:4", False), ("16:32", False)):
+        unread = pipeline.unread_options(config(tiny_folder, tmp_path / "x", prompts_file, pattern=pattern,
+                                                admm_split="magnitude"))
+        assert ("admm_split" not in unread) == read
+    with pytest.raises(SparseDecodingError, match="--admm-split"):
+        check(PruneConfig(model="m", out="o", admm_split="cubed"))
+
+
 def test_a_grid_from_the_last_iteration_rounds_admms_result_in_place():
     """`admm_prune(grid=...)` (benchmarks/admm_grid_layer_cpu.py): from iteration K on the projection also rounds
     each group of columns to its int4 grid; the result keeps the pattern and at most 16 levels a group, and with

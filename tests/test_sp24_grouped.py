@@ -544,9 +544,9 @@ def test_admm_prunes_to_16_32g_with_each_split_search_starting_from_the_last():
     assert loss(pruned) < loss(solvers.admm(weight, hessian, "2:4", iterations=20))
 
 
-def test_admm_searches_the_split_on_squares_by_default_and_on_magnitudes_when_set(monkeypatch):
-    """ADMM_SPLIT_SCORE picks what the 16:32g projection's split keeps most of; either mask is 16:32g, the plain
-    patterns' masks do not depend on it, and a value it does not know is refused."""
+def test_admm_searches_the_split_on_squares_by_default_and_on_magnitudes_when_asked():
+    """admm's `split` picks what the 16:32g projection's split keeps most of; either mask is 16:32g, the plain
+    patterns' masks do not depend on it, and a value it does not know is refused before any work."""
     import pytest
 
     from sparsedecoding import solvers
@@ -557,18 +557,16 @@ def test_admm_searches_the_split_on_squares_by_default_and_on_magnitudes_when_se
     weight = torch.randn(32, 128, generator=generator) * torch.rand(1, 128, generator=generator).add(0.2)
     x = torch.randn(512, 128, generator=generator)
     hessian = x.T @ x / 512
-    assert solvers.ADMM_SPLIT_SCORE == "squared"
     squared = solvers.admm(weight, hessian, "16:32g", iterations=20)
+    assert torch.equal(solvers.admm(weight, hessian, "16:32g", iterations=20, split="squared"), squared)
     plain = solvers.admm(weight, hessian, "2:4", iterations=20)
-    monkeypatch.setattr(solvers, "ADMM_SPLIT_SCORE", "magnitude")
-    magnitude = solvers.admm(weight, hessian, "16:32g", iterations=20)
-    assert torch.equal(solvers.admm(weight, hessian, "2:4", iterations=20), plain)
+    magnitude = solvers.admm(weight, hessian, "16:32g", iterations=20, split="magnitude")
+    assert torch.equal(solvers.admm(weight, hessian, "2:4", iterations=20, split="magnitude"), plain)
     for pruned in (squared, magnitude):
         assert solvers.placement_breaks(pruned != 0, SparsityPattern.parse("16:32g")) == 0
     assert not torch.equal(squared, magnitude)  # the two searches end in different splits on this weight
-    monkeypatch.setattr(solvers, "ADMM_SPLIT_SCORE", "cubed")
-    with pytest.raises(SolverSettingsError, match="ADMM_SPLIT_SCORE"):
-        solvers.admm(weight, hessian, "16:32g", iterations=2)
+    with pytest.raises(SolverSettingsError, match="admm split = 'cubed'"):
+        solvers.admm(weight, hessian, "16:32g", iterations=2, split="cubed")
 
 
 def test_a_kept_weight_of_value_zero_still_finds_its_split():

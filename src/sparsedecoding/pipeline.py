@@ -474,7 +474,7 @@ def solve_layer(config: PruneConfig, pattern: SparsityPattern | None, linears: d
         elif config.solver == "admm" and not config.keep_mask:
             pruned = solvers.admm_shared(weights, hessian, pattern, iterations=config.admm_iterations,
                                          products=config.admm_products, settle=config.admm_settle,
-                                         blocksize=config.blocksize, percdamp=config.percdamp,
+                                         split=config.admm_split, blocksize=config.blocksize, percdamp=config.percdamp,
                                          quantize=config.quantize, group_size=config.group_size,
                                          order=config.solver_order, refit_steps=config.refit_steps, **rounding)
         elif config.solver in ("sparsegpt", "admm"):  # admm with --keep-mask: the mask is kept, nothing to search
@@ -767,7 +767,9 @@ def unread_options(config: PruneConfig) -> list[str]:
     if config.solver == "admm" and config.quantize == "none" and config.sparsity_pattern() is not None:
         unread += ["solver_order"]  # only the rounding loop after ADMM reads it
     if config.solver != "admm" or config.keep_mask or config.sparsity_pattern() is None:
-        unread += ["admm_iterations", "admm_products", "admm_settle"]
+        unread += ["admm_iterations", "admm_products", "admm_settle", "admm_split"]
+    elif config.sparsity_pattern().placement != "groups":
+        unread += ["admm_split"]  # only a grouped pattern's projection searches a split
     if config.sparsity_pattern() is None:
         unread += ["refit_steps"]  # GPTQ alone: no mask to refit for
     if config.quantize == "none" and config.quantize_head == "none":
@@ -892,6 +894,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                                "admm_iterations": config.admm_iterations if solver_name(config) == "admm" else None,
                                "admm_products": config.admm_products if solver_name(config) == "admm" else None,
                                "admm_settle": config.admm_settle if solver_name(config) == "admm" else None,
+                               "admm_split": config.admm_split if solver_name(config) == "admm" else None,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head,
                                "permute_channels": config.permute_channels,

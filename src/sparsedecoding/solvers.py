@@ -19,7 +19,7 @@ import torch
 
 from .errors import CalibrationError, QuantizationError, SolverSettingsError, SparsityPatternError
 from .patterns import SparsityPattern
-from .settings import ADMM_PRODUCTS, SOLVER_ORDERS
+from .settings import ADMM_PRODUCTS, ADMM_SPLITS, SOLVER_ORDERS
 
 log = logging.getLogger(__name__)
 
@@ -851,13 +851,11 @@ ADMM_RHO = (0.1, 1000.0)
 # 53 and 52 iterations on average; with the schedule spread over 200, at 0.980x and 0.974x after 84 and 98 (200 full
 # iterations: 0.981x and 0.977x). Geometric means.
 ADMM_SETTLED_REFIT = 10
-# What ADMM's 16:32g projection keeps most of when it searches a tile word's split: "squared" (x², the Euclidean
-# projection: the kept set that leaves the least of ‖X − D‖²) or "magnitude" (|x|, which the sixty-ninth
-# session's code used, and plan-grouped.json's q16g was pruned with). Within a group of four both keep the same
-# two; only the split between groups differs. A module setting so that benchmarks/grouped_quality_cpu.py can set
-# the two side by side; every other pattern's projection keeps the largest |x| as before (the same mask either way).
-ADMM_SPLIT_SCORES = ("squared", "magnitude")
-ADMM_SPLIT_SCORE = "squared"
+# ADMM_SPLITS (settings): what ADMM's 16:32g projection keeps most of when it searches a tile word's split
+# (`admm_prune(split=)`, `prune --admm-split`): "squared" (x², the Euclidean projection: the kept set that
+# leaves the least of ‖X − D‖²) or "magnitude" (|x|, which the sixty-ninth session's code used, and
+# plan-grouped.json's q16g was pruned with). Within a group of four both keep the same two; only the split
+# between groups differs. Every other pattern's projection keeps the largest |x| either way (the same mask).
 # ADMM_PRODUCTS (settings): how ADMM's two products an iteration with the eigenvectors run (`admm_prune(products=)`):
 # float32, or with both operands rounded to TF32 (10 mantissa bits, float32 accumulation): the GPU's tensor cores
 # then take them, 6-8x faster on the H100 for Llama-3.1-8B's largest problems (benchmarks/results/admm_parts_h100*.md).
@@ -869,6 +867,11 @@ def tf32_round(x: torch.Tensor) -> torch.Tensor:
     what a tensor core reads of a float32 operand. Infinities and NaNs are not expected here (checked inputs)."""
     bits = x.contiguous().view(torch.int32)
     return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def check_admm_split(split: str) -> None:
+    if split not in ADMM_SPLITS:
+        raise SolverSettingsError(f"admm split = {split!r}: choose one of {', '.join(ADMM_SPLITS)}")
 
 
 def check_admm_products(products: str) -> None:
@@ -931,7 +934,7 @@ def symmetric_eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @torch.no_grad()
 def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: SparsityPattern,
                iterations: int, products: str = "float32", settle: int = 0, grid=None,
-               grid_from: int = 1) -> tuple[torch.Tensor, torch.Tensor, int]:
+               grid_from: int = 1, split: str = "squared") -> tuple[torch.Tensor, torch.Tensor, int]:
     """A mask and weights for it by ADMM on the layer loss: minimise (w − t)·(H + λI)·(w − t)ᵀ for every row w of
     W [rows, cols] (t the row itself), subject to the pattern, with λ = `damping`. The problem is split into a free
     copy X and a pattern-feasible copy D, held together by a scaled dual V and the penalty ρ:
@@ -956,11 +959,10 @@ def admm_prune(W: torch.Tensor, H: torch.Tensor, damping: float, pattern: Sparsi
     as `group_grid`): from iteration `grid_from` on, D is also put on that grid, so that the result is both
     pattern-feasible and rounded. An experiment that failed (`benchmarks/results/admm_grid_layer_cpu.md`): on two of
     Qwen2.5-Coder-1.5B's down layers it ended at 2.6-90x the loss of rounding by SparseGPT's loop with ADMM's mask
-    fixed, which `admm(quantize=...)` does."""
-    if ADMM_SPLIT_SCORE not in ADMM_SPLIT_SCORES:  # before the eigendecomposition, the long part
-        raise SolverSettingsError(f"ADMM_SPLIT_SCORE = {ADMM_SPLIT_SCORE!r}; use one of "
-                                  f"{', '.join(ADMM_SPLIT_SCORES)}")
-    power = 2 if ADMM_SPLIT_SCORE == "squared" else 1
+    fixed, which `admm(quantize=...)` does. `split`: what 16:32g's projection searches each word's split on
+    (`ADMM_SPLITS`)."""
+    check_admm_split(split)  # before the eigendecomposition, the long part
+    power = 2 if split == "squared" else 1
     A = H.clone()
     A.diagonal().add_(damping)
     eigenvalues, Q = symmetric_eigh(A)
@@ -1410,7 +1412,7 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
            quantize: str | None, group_size: int, blocksize: int, percdamp: float, cuda_graph: bool | None,
            keep_zeros: bool = False, order: str = "columns", refit_steps: int = 0,
            admm_iterations: int = 0, admm_products: str = "float32", admm_settle: int = 0,
-           scale_search: bool = False, sweeps: int = 0) -> list[torch.Tensor]:
+           scale_search: bool = False, sweeps: int = 0, admm_split: str = "squared") -> list[torch.Tensor]:
     """SparseGPT (pattern set) or GPTQ (pattern None) on weights stacked by rows, all against one factorisation;
     `keep_zeros`: the mask is the weights' zeros (checked against the N:M pattern), not chosen; `order` and
     `refit_steps`: see `sparsegpt`; `admm_iterations` (with a pattern): the mask and its weights from `admm_prune`
@@ -1424,6 +1426,7 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
         check_admm_iterations(admm_iterations)
         check_admm_products(admm_products)
         check_admm_settle(admm_settle)
+        check_admm_split(admm_split)
         if pattern is None or keep_zeros:
             raise SolverSettingsError("ADMM chooses a mask: it needs a sparsity pattern and a mask not kept")
     for weight in weights:
@@ -1468,7 +1471,8 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     if admm_iterations:
         # The mask and its weights from ADMM on the whole loss (`admm_prune`); then as for the refit: optionally
         # re-solved for the mask, and with `quantize` rounded by the loop below with the mask fixed.
-        solved, kept, _ = admm_prune(W, H, damping, pattern, admm_iterations, admm_products, admm_settle)
+        solved, kept, _ = admm_prune(W, H, damping, pattern, admm_iterations, admm_products, admm_settle,
+                                     split=admm_split)
         pruned = ~kept
         if refit_steps:
             solved = refit_kept(solved, W, H, damping, kept, refit_steps)
@@ -1590,19 +1594,20 @@ def admm_shared(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Spa
                 iterations: int = 100, quantize: str | None = None, group_size: int = 128, blocksize: int = 128,
                 percdamp: float = 0.01, cuda_graph: bool | None = None, order: str = "columns",
                 refit_steps: int = 0, products: str = "float32", settle: int = 0, scale_search: bool = False,
-                rounding_sweeps: int = 0) -> list[torch.Tensor]:
+                rounding_sweeps: int = 0, split: str = "squared") -> list[torch.Tensor]:
     """`admm` for several weights that read the same input, their rows stacked against one eigendecomposition (each
     weight's result is the one it gets alone: rows are independent)."""
     check_admm_iterations(iterations)  # here: _solve reads 0 as "no ADMM" and would run SparseGPT
     return _solve(weights, hessian, SparsityPattern.parse(pattern), quantize, group_size, blocksize, percdamp,
                   cuda_graph, order=order, refit_steps=refit_steps, admm_iterations=iterations,
-                  admm_products=products, admm_settle=settle, scale_search=scale_search, sweeps=rounding_sweeps)
+                  admm_products=products, admm_settle=settle, scale_search=scale_search, sweeps=rounding_sweeps,
+                  admm_split=split)
 
 
 def admm(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern | str, *, iterations: int = 100,
          quantize: str | None = None, group_size: int = 128, blocksize: int = 128, percdamp: float = 0.01,
          order: str = "columns", refit_steps: int = 0, products: str = "float32", settle: int = 0,
-         scale_search: bool = False, rounding_sweeps: int = 0) -> torch.Tensor:
+         scale_search: bool = False, rounding_sweeps: int = 0, split: str = "squared") -> torch.Tensor:
     """Prune by ADMM on the whole layer loss (`admm_prune`, `iterations` steps, default 100) instead of SparseGPT's
     one pass over the columns: the same damped, normalized Hessian and the same patterns, but every group's mask is
     revisited while the weights of the whole row move toward the loss. `refit_steps` then re-solves the kept weights
@@ -1610,11 +1615,12 @@ def admm(weight: torch.Tensor, hessian: torch.Tensor, pattern: SparsityPattern |
     rounded by SparseGPT's loop with ADMM's mask fixed (GPTQ on ADMM's weights; `blocksize`, `group_size`, `order`,
     `scale_search` and `rounding_sweeps` as in `sparsegpt`, read only then). Computes in float64 if W is float64,
     else float32; returns W's dtype. `products` = "tf32" runs the iterations' products with the eigenvectors on
-    TF32 operands (see `ADMM_PRODUCTS`; ignored for float64)."""
+    TF32 operands (see `ADMM_PRODUCTS`; ignored for float64). `split`: what a 16:32g projection searches each
+    word's split on, "squared" or "magnitude" (`ADMM_SPLITS`)."""
     return admm_shared([weight], hessian, pattern, iterations=iterations, quantize=quantize, group_size=group_size,
                        blocksize=blocksize, percdamp=percdamp, order=order, refit_steps=refit_steps,
                        products=products, settle=settle, scale_search=scale_search,
-                       rounding_sweeps=rounding_sweeps)[0]
+                       rounding_sweeps=rounding_sweeps, split=split)[0]
 
 
 def gptq_shared(weights: list[torch.Tensor], hessian: torch.Tensor, quantize: str = "int8", *,
