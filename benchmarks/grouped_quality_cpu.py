@@ -19,7 +19,11 @@ the fitted loss, 0 = as bad as 2:4, 1 = as good as 16:32+2. A layer-loss proxy: 
 `--split-rows 8 4` adds 16:32g with each word's split shared by 8 or 4 rows (`solvers.GROUPED_SPLIT_ROWS`): what
 a kernel giving each half or quarter of an mma.sp tile its own split would keep. `--solver admm` prunes by
 `solvers.admm` instead, and adds 16:32g with its split searched on |x| (the projection
-`plan-grouped.json`'s q16g was pruned with) beside x² (`solvers.ADMM_SPLIT_SCORE`).
+`plan-grouped.json`'s q16g was pruned with) beside x² (`solvers.admm(split=)`, `prune --admm-split`).
+`--solver admm --restarts R` replaces the |x| row by two that ask whether a better split search helps ADMM: the
+first projection's split also searched from R random splits (the best kept word by word;
+`grouped_split_limits_cpu.best_split`), and with `--every` every projection's so; `--linears` prunes only those of
+each layer.
 """
 
 from __future__ import annotations
@@ -29,16 +33,41 @@ import time
 
 import torch
 
-from int4_rounding_linears_cpu import WEIGHTS, module, parsed_arguments, sampled_problems  # on sys.path
+from grouped_split_limits_cpu import best_split, words  # on sys.path
+from int4_rounding_linears_cpu import WEIGHTS, module, parsed_arguments, sampled_problems
 from permute_order_bench import save_report
 from sparsedecoding import solvers
 from sparsedecoding.models import load_model
 from sparsedecoding.pipeline import relative_error
 
 PATTERNS = ("2:4", "16:32g", "16:32+2", "16:32")
-# with --solver admm also 16:32g with the split searched on |x| (ADMM_SPLIT_SCORE "magnitude", the sixty-ninth
+# with --solver admm also 16:32g with the split searched on |x| (admm's split "magnitude", the sixty-ninth
 # session's projection) beside x² (the default); SparseGPT's split scores are its own saliencies, w² / [H⁻¹]²_qq
 MAGNITUDE = "16:32g|x|"  # a key of the printed rows; `shown` writes it without pipes in the report's tables
+# with --restarts R (admm): 16:32g with the first projection's split searched from the 2:4 groups and from R random
+# splits, the best kept word by word (later ones start from the last, as always), and with every projection's so
+RESTART_FIRST, RESTART_EVERY = "16:32g restarts first", "16:32g restarts every"
+
+
+class Restarts:
+    """While open, ADMM's 16:32g projections (`solvers.grouped_mask_and_split`) also search from `restarts` random
+    splits, the best kept word by word: the first projection only (`every` False) or every one."""
+
+    def __init__(self, restarts: int, every: bool, seed: int):
+        self.restarts, self.every, self.generator = restarts, every, torch.Generator().manual_seed(seed)
+        self.original = solvers.grouped_mask_and_split
+
+    def split(self, score, pattern, start=None):
+        if start is None or self.every:
+            start = best_split(words(score.float(), solvers.split_rows_of(pattern)), self.restarts, self.generator,
+                               start)
+        return self.original(score, pattern, start)  # from a split no swap improves: the same split, its mask
+
+    def __enter__(self):
+        solvers.grouped_mask_and_split = self.split
+
+    def __exit__(self, *_):
+        solvers.grouped_mask_and_split = self.original
 
 
 def shown(pattern: str) -> str:
@@ -68,14 +97,27 @@ def main() -> None:
         parser.add_argument("--split-rows", type=int, nargs="+", choices=(4, 8), default=[],
                             help="also 16:32g with each word's split shared by this many rows instead of the "
                                  "tile's 16 (patterns 16:32g/8, 16:32g/4; a mask the kernel does not run)")
+        parser.add_argument("--restarts", type=int, default=0, choices=range(0, 65), metavar="R",
+                            help="with --solver admm: instead of the |x| split, 16:32g with the first projection's "
+                                 "split also searched from R random splits, and with every projection's (default 0)")
+        parser.add_argument("--every", action="store_true",
+                            help="with --restarts: also every projection's split restarted (about 40x the search "
+                                 "time: 417 s against 11 s on one 256 x 1536 block)")
+        parser.add_argument("--linears", nargs="+", choices=tuple(WEIGHTS), default=list(WEIGHTS),
+                            help="the linears of each layer to prune (default: all seven)")
     args = parsed_arguments(__doc__.split("\n\n")[0], cache_required=True, extra=extra)
-    patterns = PATTERNS if args.solver == "sparsegpt" else ("2:4", "16:32g", MAGNITUDE, "16:32+2", "16:32")
+    if args.restarts and args.solver != "admm":
+        raise SystemExit("error: --restarts is for --solver admm")
+    grouped = ((RESTART_FIRST, RESTART_EVERY) if args.every else (RESTART_FIRST,)) if args.restarts else (MAGNITUDE,)
+    patterns = PATTERNS if args.solver == "sparsegpt" else ("2:4", "16:32g", *grouped, "16:32+2", "16:32")
     patterns += tuple(f"16:32g/{rows}" for rows in args.split_rows)
     began = time.perf_counter()
     problems, source = sampled_problems(args)
     model, _, _ = load_model("qwen2.5-coder-1.5b", "cpu", torch.float32)
     results = []
     for number, ((layer, linear), (_, H, decode, _first, _prompt, lee)) in enumerate(problems.items()):
+        if linear not in args.linears:
+            continue
         W = rows_of(module(model, layer, WEIGHTS[linear]).weight.detach(), args.blocks, 100 * layer + number)
         row = {"layer": layer, "linear": linear, "rows": W.shape[0], "columns": W.shape[1]}
         for pattern in patterns:
@@ -88,12 +130,12 @@ def main() -> None:
                     solvers.GROUPED_SPLIT_ROWS = solvers.PLACED_TILE_ROWS
             elif args.solver == "sparsegpt":
                 pruned = solvers.sparsegpt(W, H, pattern)
+            elif pattern in (RESTART_FIRST, RESTART_EVERY):
+                with Restarts(args.restarts, pattern == RESTART_EVERY, 100 * layer + number):
+                    pruned = solvers.admm(W, H, "16:32g")
             else:
-                solvers.ADMM_SPLIT_SCORE = "magnitude" if pattern == MAGNITUDE else "squared"
-                try:
-                    pruned = solvers.admm(W, H, "16:32g" if pattern == MAGNITUDE else pattern)
-                finally:
-                    solvers.ADMM_SPLIT_SCORE = "squared"
+                pruned = solvers.admm(W, H, "16:32g" if pattern == MAGNITUDE else pattern,
+                                      split="magnitude" if pattern == MAGNITUDE else "squared")
             for kind, hessian in zip(SCORED, (H, decode, lee)):
                 row[f"{pattern} {kind}"] = relative_error(W, pruned, hessian)
             row[f"{pattern} seconds"] = time.perf_counter() - started
@@ -125,7 +167,10 @@ def main() -> None:
     how = ("`solvers.sparsegpt` (1% damping, blocks of 128 columns, mask from the updated weights as the loop "
            "reaches each group)") if args.solver == "sparsegpt" else (
            "`solvers.admm` (100 iterations, 1% damping, float32 products; 16:32g's split searched on x², the "
-           f"Euclidean projection, and as `{MAGNITUDE}` on |x|, the earlier projection)")
+           + (f"Euclidean projection; `{RESTART_FIRST}`: the first projection's split also searched from "
+              f"{args.restarts} random splits, the best kept word by word, later ones from the last as always"
+              + (f"; `{RESTART_EVERY}`: every projection's so)" if args.every else ")") if args.restarts else
+              f"Euclidean projection, and as `{MAGNITUDE}` on |x|, the earlier projection)"))
     body = (f"{source}. {args.blocks} blocks of {ROW_BLOCK} contiguous rows of each linear (all rows where it has "
             f"fewer), pruned in float32 by {how} under each pattern. Loss: tr(ΔW·H·ΔWᵀ) / tr(W·H·Wᵀ) on "
             "the fitted Hessian and on later decode positions and Lee text (held out). Position: where the fitted "
