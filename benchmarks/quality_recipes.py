@@ -660,15 +660,32 @@ class Report:
 REPO = Path(__file__).resolve().parents[1]
 
 
+def missing_calibration_file(path: Path) -> str | None:
+    """What is wrong with a committed calibration set's files (`committed_calibration`), or None."""
+    for needed in (path, path.with_suffix(".json")):
+        if not needed.is_file():
+            return (f"the plan's calibration file {needed} does not exist (calibration_files names a set an earlier "
+                    f"round brought back, relative to the repository root)")
+    return None
+
+
+def calibration_problem(plan: dict) -> str | None:
+    """The first of the plan's calibration_files whose tensors or statistics are missing, checked before the model
+    loads (the eightieth session's lease found one missing only when its item began)."""
+    for committed in plan.get("calibration_files", {}).values():
+        problem = missing_calibration_file(REPO / committed)
+        if problem:
+            return problem
+    return None
+
+
 def committed_calibration(path: Path) -> tuple[CalibrationSet, dict]:
     """A calibration set a round brought back (`h200.sh recipes` copies OUT/data/KEY.safetensors and its .json into
     the report folder's data/, ':' written '_'), loaded with its statistics; a missing file is one error line."""
-    stats_path = path.with_suffix(".json")
-    for needed in (path, stats_path):
-        if not needed.is_file():
-            raise SystemExit(f"error: the plan's calibration file {needed} does not exist (calibration_files names a "
-                             f"set an earlier round brought back, relative to the repository root)")
-    return CalibrationSet.load(path), json.loads(stats_path.read_text())
+    problem = missing_calibration_file(path)
+    if problem:
+        raise SystemExit(f"error: {problem}")
+    return CalibrationSet.load(path), json.loads(path.with_suffix(".json").read_text())
 
 
 def main() -> None:
@@ -695,7 +712,7 @@ def main() -> None:
     missing = [str(folder) for folder in earlier_rounds(plan) if not folder.is_dir()]
     if missing and args.stage != "report":  # found only after the model has loaded otherwise
         parser.exit(2, f"error: the plan's earlier round {', '.join(missing)} is not a folder\n")
-    problem = repair_problem(plan)
+    problem = repair_problem(plan) or calibration_problem(plan)
     if problem and args.stage != "report":
         parser.exit(2, f"error: {problem}\n")
     if args.only:  # a typo would otherwise run nothing after the model has loaded

@@ -45,10 +45,14 @@ def git(root: Path, command: str, *args: str) -> list[str]:
 
 
 def plan_paths(plan_file: Path) -> list[str]:
-    """What a recipes plan reads from benchmarks/results: its earlier rounds and its calibration files."""
+    """What a recipes plan reads from benchmarks/results: its earlier rounds and its calibration files, each set's
+    tensors with the statistics beside them (SET.json, which `quality_recipes.committed_calibration` reads too: the
+    eightieth session's lease stopped on it missing)."""
     plan = json.loads(plan_file.read_text())
     earlier = plan.get("earlier", [])
-    return ([earlier] if isinstance(earlier, str) else list(earlier)) + list(plan.get("calibration_files", {}).values())
+    sets = [path for tensors in plan.get("calibration_files", {}).values()
+            for path in (tensors, str(Path(tensors).with_suffix(".json")))]
+    return ([earlier] if isinstance(earlier, str) else list(earlier)) + sets
 
 
 def kept(name: str, keep: list[str]) -> bool:

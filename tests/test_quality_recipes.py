@@ -313,6 +313,7 @@ def test_every_committed_plan_names_only_recipes_it_can_run(recipes, plan_file):
         settings = {key: value for key, value in plan["repair"].items() if key not in recipes.REPAIR_DATA_KEYS}
         RepairConfig(**settings).validate()
     assert recipes.repair_problem(plan) is None
+    assert recipes.calibration_problem(plan) is None  # each committed set's tensors and statistics are there
 
 
 def test_a_start_names_a_recipe_or_baseline_of_the_plan(recipes):
@@ -372,6 +373,23 @@ def test_an_earlier_round_that_is_not_there_is_one_error_before_any_model_loads(
     main_refused(recipes, tmp_path, monkeypatch, {"earlier": [str(tmp_path), str(tmp_path / "gone")]})
     assert capsys.readouterr().err.strip().splitlines() == [f"error: the plan's earlier round {tmp_path / 'gone'} "
                                                            "is not a folder"]
+
+
+def test_a_calibration_set_without_its_statistics_is_one_error_before_any_model_loads(recipes, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """The eightieth session's lease: the set's tensors were there, its SET.json was not, and the run found out only
+    when its item began, after the model's pieces and load."""
+    monkeypatch.setattr(recipes, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(recipes, "REPO", tmp_path)
+    data = tmp_path / "benchmarks" / "results" / "round" / "data"
+    data.mkdir(parents=True)
+    (data / "set.safetensors").write_bytes(b"")
+    main_refused(recipes, tmp_path, monkeypatch,
+                 {"calibration_files": {"humaneval:fit-64-4": "benchmarks/results/round/data/set.safetensors"}})
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: the plan's calibration file {data / 'set.json'} "
+                                                           "does not exist (calibration_files names a set an earlier "
+                                                           "round brought back, relative to the repository root)"]
+    assert recipes.calibration_problem({"calibration_files": {}}) is None
 
 
 @pytest.mark.parametrize("stage", ["dev", "final", "all"])

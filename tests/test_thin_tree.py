@@ -88,7 +88,8 @@ def test_a_plan_keeps_its_earlier_rounds_and_calibration_files(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"earlier": "benchmarks/results/a",
                                 "calibration_files": {"humaneval:fit-1-1": "benchmarks/results/b/data/x.safetensors"}}))
-    assert thin_tree.plan_paths(plan) == ["benchmarks/results/a", "benchmarks/results/b/data/x.safetensors"]
+    assert thin_tree.plan_paths(plan) == ["benchmarks/results/a", "benchmarks/results/b/data/x.safetensors",
+                                          "benchmarks/results/b/data/x.json"]
     plan.write_text(json.dumps({"earlier": ["benchmarks/results/a", "benchmarks/results/c"]}))
     assert thin_tree.plan_paths(plan) == ["benchmarks/results/a", "benchmarks/results/c"]
 
@@ -103,3 +104,27 @@ def test_a_plan_that_is_not_json_is_one_error(tmp_path, monkeypatch, capsys):
         thin_tree.main()
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith("error: a plan is not a recipes plan's JSON")
+
+
+def test_a_thinned_tree_still_holds_what_the_plans_run_reads_of_its_calibration_set(repo, tmp_path):
+    """The eightieth session's lease: thinned for its plan, the tree lacked the calibration set's statistics, and
+    quality_recipes.py stopped before its one item. Thinned now, the set loads as the run loads it."""
+    import torch
+
+    import quality_recipes
+    from sparsedecoding.calibration import CalibrationSet
+
+    root, _ = repo
+    data = root / "benchmarks/results/round2/data"
+    CalibrationSet(torch.tensor([[5, 6, 7]]), torch.ones(1, 3, dtype=torch.long), torch.tensor([[False, True, True]]),
+                   "test").save(data / "set.safetensors")
+    (data / "set.json").write_text(json.dumps({"tokens": 2}))
+    run_git(root, "add", ".")
+    run_git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "set")
+    plan = tmp_path / "plan.json"
+    tensors = "benchmarks/results/round2/data/set.safetensors"
+    plan.write_text(json.dumps({"calibration_files": {"humaneval:fit-2-1": tensors}}))
+    thin_tree.thin(root, thin_tree.plan_paths(plan))
+    assert not (root / "benchmarks/results/round2/notes.md").exists()
+    calibration, stats = quality_recipes.committed_calibration(data / "set.safetensors")
+    assert stats == {"tokens": 2} and calibration.keep.sum() == 2

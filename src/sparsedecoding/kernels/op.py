@@ -159,8 +159,9 @@ FUSE_NORM_AUTO_MAX_DIM = 4096  # under auto, the widest hidden state fused (the 
 def fuse_norm_setting() -> str:
     """SPARSEDECODING_FUSE_NORM: "auto" or unset makes the engine's blocks hand each residual addition and RMSNorm to
     the 2:4 qkv and gate_up kernels in calls of up to FUSE_NORM_AUTO_ELEMENTS // hidden size rows on models up to
-    FUSE_NORM_AUTO_MAX_DIM wide (2 rows for the 8B's 4096, 5 for the 1.5B Qwen's 1536, none for the 14B's 5120), and
-    leave them to the compiled block beyond; "1" fuses them up to 16 rows, "0" never (`engine.model.Block.fuse_norms`,
+    FUSE_NORM_AUTO_MAX_DIM wide (2 rows for the 8B's 4096, 5 for the 1.5B Qwen's 1536, none for the 14B's 5120) and
+    whose tiled linears carry no overflow slots (none for 16:32+2), and leave them to the compiled block beyond; "1"
+    fuses them up to 16 rows, "0" never (`engine.model.Block.fuse_norms`,
     `fuse_norm_rows`). Each of the kernel's CTAs norms every row it reads, a cost that grows with rows x hidden size,
     against a few launches saved a layer: side by side on one H100, the 8B preset's 2:4 decode fused against not 1.808 /
     1.729 / 1.677 / 1.600 / 1.337x dense at batch 1 / 2 / 4 / 8 / 16 against 1.741 / 1.732 / 1.714 / 1.713 / 1.542x
@@ -168,17 +169,23 @@ def fuse_norm_setting() -> str:
     (results/fuse_norm_ab_h100_8b_16of32g.md); the qwen2.5-coder-1.5b preset's 1.607 / 1.601 / 1.459x at batch 3 / 4 / 8
     against 1.553 / 1.512 / 1.482x (results/fuse_norm_auto_h100_qwen15_24.md, under a row limit of 2 then), 1.635 /
     1.494x at batch 5 / 6 against 1.618 / 1.499x; the qwen3-14b preset's 1.738 / 1.744x at batch 1 / 2 against 1.767 /
-    1.773x (results/fuse_norm_edges_h100_*.md, results/fuse_norm_14b_b1_h100_24.md)."""
+    1.773x (results/fuse_norm_edges_h100_*.md, results/fuse_norm_14b_b1_h100_24.md); the 8B preset's 16:32+2 1.441 /
+    1.411x at batch 1 / 2 against 1.505 / 1.475x (results/fuse_norm_low_h100_8b_16of32p2.md), with int4 slot codes
+    2.555 / 2.406x against 2.582 / 2.462x under auto (results/fuse_norm_slots_h100_8b_16of32p2_int4.md; int8 slot
+    codes not measured, left unfused alike), where its 2:4 + int4, 2:4 + int8 and 16:32g gained at batch 1
+    (results/fuse_norm_low_h100_8b_*.md)."""
     return _choice(FUSE_NORM_SETTING, FUSE_NORM_CHOICES, "auto",
                    f"auto (the RMSNorm in the 2:4 kernels up to {FUSE_NORM_AUTO_ELEMENTS} rows x hidden size, hidden "
-                   f"sizes up to {FUSE_NORM_AUTO_MAX_DIM}), 1 (up to {MAX_BATCH} rows) or 0 (never)")
+                   f"sizes up to {FUSE_NORM_AUTO_MAX_DIM}, no overflow slots), 1 (up to {MAX_BATCH} rows) or 0 (never)")
 
 
-def fuse_norm_rows(value: str, dim: int) -> int:
+def fuse_norm_rows(value: str, dim: int, slotted: bool = False) -> int:
     """The most rows a call of a block's qkv and gate_up may have for them to take its RMSNorm, under a
-    SPARSEDECODING_FUSE_NORM `value` (`fuse_norm_setting`) and a hidden size `dim`: 0 never."""
+    SPARSEDECODING_FUSE_NORM `value` (`fuse_norm_setting`), a hidden size `dim` and whether the model's tiled
+    linears carry overflow slots (`slotted`: 16:32+2, which auto leaves unfused): 0 never."""
     if value == "auto":
-        return min(MAX_BATCH, FUSE_NORM_AUTO_ELEMENTS // dim) if dim <= FUSE_NORM_AUTO_MAX_DIM else 0
+        fits = dim <= FUSE_NORM_AUTO_MAX_DIM and not slotted
+        return min(MAX_BATCH, FUSE_NORM_AUTO_ELEMENTS // dim) if fits else 0
     return {"1": MAX_BATCH, "0": 0}[value]
 
 

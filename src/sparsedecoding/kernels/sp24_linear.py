@@ -432,11 +432,14 @@ def _tile_for_kernel(model: torch.nn.Module) -> int:
         _load_grouped_build(tuple(sorted(set(grouped))))
     blocks = [module for module in model.modules() if hasattr(module, "fuse_norms")]
     dim = blocks[0].attention_norm.weight.numel() if blocks else 0
-    rows = fuse_norm_rows(norm, dim) if blocks else 0
+    rows = fuse_norm_rows(norm, dim, bool(slotted)) if blocks else 0
     if rows:
         fused = fuse_norms(model, rows)
         log.info("%d blocks hand their residual additions and RMSNorms to the 2:4 qkv and gate_up kernels in calls of "
                  "up to %d rows (SPARSEDECODING_FUSE_NORM=%s, hidden size %d)", fused, rows, norm, dim)
+    elif blocks and norm == "auto" and slotted:
+        log.info("the RMSNorms stay in the compiled blocks: SPARSEDECODING_FUSE_NORM=auto does not fuse them in front "
+                 "of linears with overflow slots (16:32+2 ran slower fused at batch 1 and 2)")
     elif blocks and norm == "auto":
         log.info("the RMSNorms stay in the compiled blocks: SPARSEDECODING_FUSE_NORM=auto fuses them for hidden sizes "
                  "up to %d only (this model's: %d; the 14B's 5120 ran slower fused)", FUSE_NORM_AUTO_MAX_DIM, dim)
