@@ -1673,7 +1673,7 @@ PY
     # (thin the tree first: `python benchmarks/thin_tree.py --plan benchmarks/recipes/plan-grouped-repair.json`, then
     # gguf_pieces.py cuts 21 pieces; `thin_tree.py --restore` after the last call. In the seventy-ninth session
     # every start of a machine failed, fourteen tries and 1,486 s of device time, so it did not run. In the
-    # eightieth an H100 came after four failed starts with 1,149 s left: END_AT, cut to 1150 s for that budget, left
+    # eightieth an H100 came after five failed starts with 1,149 s left: END_AT, cut to 1150 s for that budget, left
     # less than the item's estimate_s (1000) + 360 s after the pieces, so quality_recipes.py left q16gr for the next
     # call; restarted, it stopped on the calibration set's statistics (SET.json), which thin_tree.py then deleted
     # (it keeps them now, and quality_recipes.py checks them before the model loads). Keep END_AT at 1650 s and
