@@ -1677,8 +1677,12 @@ PY
     # less than the item's estimate_s (1000) + 360 s after the pieces, so quality_recipes.py left q16gr for the next
     # call; restarted, it stopped on the calibration set's statistics (SET.json), which thin_tree.py then deleted
     # (it keeps them now, and quality_recipes.py checks them before the model loads). Keep END_AT at 1650 s and
-    # start only with at least 1,400 s of device time left)
-    END_AT=${END_AT:?} bash benchmarks/h200.sh bg quality-grouped-repair ;;
+    # start only with at least 1,400 s of device time left; an END_AT too close for the item is refused at once)
+    left=$(( ${END_AT:?} - $(date +%s) ))
+    # the pieces (about 3 minutes), then the item's estimate_s (1000) and the 360 s recipes() keeps before END_AT
+    [ "$left" -ge 1500 ] || { echo "error: END_AT is $left s away; q16gr needs about 1500 (pieces, its 1000 s" \
+      "estimate, 360 s for the picks), so quality_recipes.py would leave it for a later call"; exit 2; }
+    END_AT=$END_AT bash benchmarks/h200.sh bg quality-grouped-repair ;;
   lease-s69)  # prepared in the sixty-ninth session: the second grouped build's kernel bench and GPU tests
     # (SUFFIX=_direct grouped, about a minute), then quality-grouped in the background. Run it as
     # `END_AT=$(( $(date +%s) + 1500 )) bash benchmarks/h200.sh lease-s69` (carry .kcachez with sp24, sp24-columns and
