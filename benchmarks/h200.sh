@@ -1537,6 +1537,15 @@ PY
       --preset llama-3.1-8b --pattern 16:32+2 --quantize int4 --batch 1 2 --repeats 2 --new-tokens 128 \
       --out "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int4.md" 2>&1 \
       | tee "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int4.log" | grep -E "^\| llama|rror" || true ;;
+  grouped-search)  # eighty-first session (no carry, no model; about 2 minutes): 16:32g's split search as one Triton
+    # kernel (SPARSEDECODING_GROUPED_SEARCH=triton): its tests on the GPU, then ADMM 16:32g under both searches side by
+    # side on Qwen2.5-Coder-1.5B's shapes (grouped_search_bench.py), the case that made q16g's prune take 396 s
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    PYTHONPATH=/tmp/site:src:tests timeout 240 python3 -m pytest -q tests/test_triton_grouped_search.py -p no:cacheprovider \
+      2>&1 | tail -15 | tee "$OUT/gpu_tests_${gpu:-gpu}_grouped_search.log" || true
+    (cd benchmarks && PYTHONPATH=/tmp/site:$PWD/../src timeout 300 python3 grouped_search_bench.py \
+      --out "$OUT/grouped_search_${gpu:-gpu}.md" 2>&1 | tee "$OUT/grouped_search_${gpu:-gpu}.log" | grep -E "^\||rror") \
+      || true ;;
   fuse-norm-low)  # seventy-eighth session (carry .kcachez; no model): SPARSEDECODING_FUSE_NORM 1 against 0 at batch 1
     # and 2, where auto fuses on the 8B, for the kinds never A/B'd there: the 8B preset's 2:4 + int4 and 2:4 + int8
     # (issue 13's engine targets run fused under auto; the int8 / int4 norm variants spill a few registers), 16:32g

@@ -814,6 +814,9 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     check_not_source(out, config.model, folder, config.prompts, config.text)
     if pattern is not None:
         check_pattern_fits(folder, pattern, config.solver, config.blocksize)
+    grouped = pattern is not None and pattern.placement == "groups"
+    if grouped and not config.keep_mask:  # SPARSEDECODING_GROUPED_SEARCH: checked before the model loads
+        solvers.grouped_search_setting(device)
     if config.quantize == "int4":  # every linear's rows must hold whole scale groups
         for size in linear_input_sizes(read_config(folder)).values():
             solvers.quantization_group(config.quantize, config.group_size, size)
@@ -895,6 +898,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
                                "admm_products": config.admm_products if solver_name(config) == "admm" else None,
                                "admm_settle": config.admm_settle if solver_name(config) == "admm" else None,
                                "admm_split": config.admm_split if solver_name(config) == "admm" else None,
+                               "grouped_search": solvers.grouped_search_setting(device)
+                               if grouped and not config.keep_mask else None,
                                "hessian_dtype": config.hessian_dtype, "quantize": config.quantize,
                                "group_size": config.group_size, "quantize_head": config.quantize_head,
                                "permute_channels": config.permute_channels,

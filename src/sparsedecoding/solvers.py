@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -261,6 +262,27 @@ GROUP_SWAPS = [(i, j) for i in range(32) for j in range(i + 1, 32) if i // 4 != 
 GROUP_SEARCH_ROUNDS = 64  # best-improvement swaps a word at most (a random 16x32 word settles in about 15-25)
 _GROUP_CHUNK = 512  # words searched at once: 512 x 448 swaps x 16 rows x 8 scores in float32 is about 117 MB
 _GROUP_CHUNK_CUDA = 8192  # on a GPU (about 1.9 GB), where fewer, larger launches are what saves time
+# SPARSEDECODING_GROUPED_SEARCH: how `grouped_partition` runs its rounds. "torch" (unset): all words' rounds in
+# torch, chunk by chunk; "triton": one launch of `kernels.triton_grouped_search` for every word's every round (CUDA,
+# or the Triton interpreter), the same swaps and sums but for the order of the sums over rows and groups (tested
+# equal on random words under the interpreter; not yet timed on a GPU, so not the default).
+GROUPED_SEARCH_SETTING = "SPARSEDECODING_GROUPED_SEARCH"
+GROUPED_SEARCH_CHOICES = ("torch", "triton")
+
+
+def grouped_search_setting(device: torch.device) -> str:
+    """SPARSEDECODING_GROUPED_SEARCH, checked: "torch" when unset or empty; SolverSettingsError for another value,
+    or for "triton" on a device where the kernel cannot run (a CPU outside the Triton interpreter)."""
+    value = os.environ.get(GROUPED_SEARCH_SETTING, "").strip().lower() or "torch"
+    if value not in GROUPED_SEARCH_CHOICES:
+        raise SolverSettingsError(f"{GROUPED_SEARCH_SETTING}={value!r}; use torch (the split search in torch) or "
+                                  "triton (one Triton kernel, CUDA or TRITON_INTERPRET=1)")
+    if value == "triton":
+        from .kernels import triton_grouped_search
+        if not triton_grouped_search.available(device):
+            raise SolverSettingsError(f"{GROUPED_SEARCH_SETTING}=triton runs on CUDA or under TRITON_INTERPRET=1; "
+                                      f"these scores are on {device}")
+    return value
 
 
 def _top_two(x: torch.Tensor) -> torch.Tensor:
@@ -302,6 +324,12 @@ def grouped_partition(words: torch.Tensor, rounds: int = GROUP_SEARCH_ROUNDS,
     takes, in every word, the swap of two columns of different groups that raises `grouped_fit` most, until none does
     (or `rounds`). Never worse than where it starts; not always the optimum (the split is a combinatorial choice)."""
     count, rows, _ = words.shape
+    if grouped_search_setting(words.device) == "triton":
+        from .kernels import triton_grouped_search
+        order = (torch.arange(32, device=words.device).repeat(count, 1) if start is None
+                 else start.to(torch.int64).contiguous().clone())
+        triton_grouped_search.grouped_search(words.float().contiguous(), order, rounds, GROUP_SWAPS)
+        return order
     swap_i = torch.tensor([i for i, _ in GROUP_SWAPS], device=words.device)
     swap_j = torch.tensor([j for _, j in GROUP_SWAPS], device=words.device)
     order = torch.arange(32, device=words.device).repeat(count, 1) if start is None else start.clone()
