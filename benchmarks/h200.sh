@@ -1537,6 +1537,14 @@ PY
       --preset llama-3.1-8b --pattern 16:32+2 --quantize int4 --batch 1 2 --repeats 2 --new-tokens 128 \
       --out "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int4.md" 2>&1 \
       | tee "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int4.log" | grep -E "^\| llama|rror" || true ;;
+  fuse-norm-slots-int8)  # eighty-first session (carry .kcachez; no model): fuse-norm-slots' A/B with int8 slot codes,
+    # the case the eightieth session left unfused without a measurement (about 5 minutes)
+    bash benchmarks/h200.sh kcache > /dev/null 2>&1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    timeout 420 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values auto 1 \
+      --preset llama-3.1-8b --pattern 16:32+2 --quantize int8 --batch 1 2 --repeats 2 --new-tokens 128 \
+      --out "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int8.md" 2>&1 \
+      | tee "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int8.log" | grep -E "^\| llama|rror" || true ;;
   grouped-search)  # eighty-first session (no carry, no model; about 2 minutes): 16:32g's split search as one Triton
     # kernel (SPARSEDECODING_GROUPED_SEARCH=triton): its tests on the GPU, then ADMM 16:32g under both searches side by
     # side on Qwen2.5-Coder-1.5B's shapes (grouped_search_bench.py), the case that made q16g's prune take 396 s
@@ -1685,8 +1693,10 @@ PY
     # eightieth an H100 came after five failed starts with 1,149 s left: END_AT, cut to 1150 s for that budget, left
     # less than the item's estimate_s (1000) + 360 s after the pieces, so quality_recipes.py left q16gr for the next
     # call; restarted, it stopped on the calibration set's statistics (SET.json), which thin_tree.py then deleted
-    # (it keeps them now, and quality_recipes.py checks them before the model loads). Keep END_AT at 1650 s and
-    # start only with at least 1,400 s of device time left; an END_AT too close for the item is refused at once)
+    # (it keeps them now, and quality_recipes.py checks them before the model loads). Keep END_AT at 1650 s; an END_AT
+    # too close for the item is refused at once. In the eighty-first session four starts failed and it did not run;
+    # since then a GPU runs 16:32g's split search as one kernel (grouped_search_h100.md: ADMM 2.80x faster on these
+    # shapes), which should take the 396 s prune to about 270 s: start with at least about 1,250 s of device time)
     left=$(( ${END_AT:?} - $(date +%s) ))
     # the pieces (about 3 minutes), then the item's estimate_s (1000) and the 360 s recipes() keeps before END_AT
     [ "$left" -ge 1500 ] || { echo "error: END_AT is $left s away; q16gr needs about 1500 (pieces, its 1000 s" \

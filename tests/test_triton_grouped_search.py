@@ -1,5 +1,5 @@
-"""16:32g's split search as one Triton kernel (`kernels.triton_grouped_search`, SPARSEDECODING_GROUPED_SEARCH=triton):
-the torch search's orders exactly where every sum is exact (integer scores: ties and all), from the 2:4 groups and
+"""16:32g's split search as one Triton kernel (`kernels.triton_grouped_search`; SPARSEDECODING_GROUPED_SEARCH, auto
+on CUDA): the torch search's orders exactly where every sum is exact (integer scores: ties and all), from the 2:4 groups and
 from a given split, with a round limit, for 4, 8 and 16 rows a split; the same ADMM 16:32g mask on a small layer;
 the setting checked, recorded by a prune and refused before the model loads; one clear error per bad input. Under
 the Triton interpreter on CPU (TRITON_INTERPRET=1 set before the kernel module is imported) and on the GPU."""
@@ -25,6 +25,13 @@ from test_pipeline import config  # noqa: E402
 # the pipeline tests' tiny model and prompts
 tiny_folder, prompts_file = test_pipeline.tiny_folder, test_pipeline.prompts_file
 SETTING = solvers.GROUPED_SEARCH_SETTING
+
+
+@pytest.fixture(autouse=True)
+def torch_search_unless_set(monkeypatch):
+    """`solvers.grouped_partition` is the torch search here (auto would run the kernel on a GPU) unless a test sets
+    the kernel."""
+    monkeypatch.setenv(SETTING, "torch")
 
 
 def integer_words(count: int, rows: int, seed: int, high: int = 12) -> torch.Tensor:
@@ -92,8 +99,11 @@ def test_the_setting_is_checked(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(SolverSettingsError, match="runs on CUDA or under TRITON_INTERPRET=1"):
         solvers.grouped_search_setting(torch.device("cpu"))
-    monkeypatch.delenv(SETTING)
+    monkeypatch.delenv(SETTING)  # auto: the kernel on CUDA only (the interpreter is far slower than torch)
     assert solvers.grouped_search_setting(torch.device("cpu")) == "torch"
+    assert solvers.grouped_search_setting(torch.device("cuda")) == "triton"
+    monkeypatch.setenv(SETTING, "torch")
+    assert solvers.grouped_search_setting(torch.device("cuda")) == "torch"
 
 
 def test_a_prune_records_the_search_and_refuses_a_bad_one_before_loading(tiny_folder, prompts_file, tmp_path,
