@@ -1530,21 +1530,16 @@ PY
   fuse-norm-slots)  # eightieth session (carry .kcachez; no model): SPARSEDECODING_FUSE_NORM auto (since that session
     # not fused in front of overflow slots, after 16:32+2 in bf16 ran 4% slower fused: fuse_norm_low_h100_8b_16of32p2.md)
     # against 1 for 16:32+2 with int4 slot codes, the quantized case left unmeasured, on the 8B preset at batch 1 / 2,
-    # side by side with dense (about 5 minutes)
+    # side by side with dense (about 5 minutes; QUANT=int8 for int8 slot codes)
     bash benchmarks/h200.sh kcache > /dev/null 2>&1
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
     timeout 420 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values auto 1 \
-      --preset llama-3.1-8b --pattern 16:32+2 --quantize int4 --batch 1 2 --repeats 2 --new-tokens 128 \
-      --out "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int4.md" 2>&1 \
-      | tee "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int4.log" | grep -E "^\| llama|rror" || true ;;
-  fuse-norm-slots-int8)  # eighty-first session (carry .kcachez; no model): fuse-norm-slots' A/B with int8 slot codes,
-    # the case the eightieth session left unfused without a measurement (about 5 minutes)
-    bash benchmarks/h200.sh kcache > /dev/null 2>&1
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
-    timeout 420 python3 benchmarks/setting_ab_bench.py --setting SPARSEDECODING_FUSE_NORM --values auto 1 \
-      --preset llama-3.1-8b --pattern 16:32+2 --quantize int8 --batch 1 2 --repeats 2 --new-tokens 128 \
-      --out "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int8.md" 2>&1 \
-      | tee "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_int8.log" | grep -E "^\| llama|rror" || true ;;
+      --preset llama-3.1-8b --pattern 16:32+2 --quantize "${QUANT:-int4}" --batch 1 2 --repeats 2 --new-tokens 128 \
+      --out "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_${QUANT:-int4}.md" 2>&1 \
+      | tee "$OUT/fuse_norm_slots_${gpu:-gpu}_8b_16of32p2_${QUANT:-int4}.log" | grep -E "^\| llama|rror" || true ;;
+  fuse-norm-slots-int8)  # eighty-first session (carry .kcachez; no model): fuse-norm-slots with int8 slot codes, the
+    # case the eightieth session left unfused without a measurement (about 5 minutes)
+    QUANT=int8 bash benchmarks/h200.sh fuse-norm-slots ;;
   grouped-search)  # eighty-first session (no carry, no model; about 2 minutes): 16:32g's split search as one Triton
     # kernel (SPARSEDECODING_GROUPED_SEARCH=triton): its tests on the GPU, then ADMM 16:32g under both searches side by
     # side on Qwen2.5-Coder-1.5B's shapes (grouped_search_bench.py), the case that made q16g's prune take 396 s
