@@ -266,7 +266,7 @@ _GROUP_CHUNK_CUDA = 8192  # on a GPU (about 1.9 GB), where fewer, larger launche
 # `kernels.triton_grouped_search` for every word's every round (CUDA, or the Triton interpreter), the torch search's
 # swaps and sums but for the order of the sums over rows and groups; "torch": all words' rounds in torch, chunk by
 # chunk; "auto" (unset): triton on CUDA, torch elsewhere. Measured side by side on an H100
-# (results/grouped_search_h100.md, ADMM 16:32g, 100 iterations, Qwen2.5-Coder-1.5B's shapes): 2.0-7.6x faster a
+# (results/grouped_search_h100.md, ADMM 16:32g, 100 iterations, Qwen2.5-Coder-1.5B's shapes): 1.99-7.64x faster a
 # linear, 2.80x over the model's 28 layers (556 s -> 199 s of ADMM), masks agreeing in 99.3-99.8% of entries with
 # layer losses 0.998-1.002x the torch search's.
 GROUPED_SEARCH_SETTING = "SPARSEDECODING_GROUPED_SEARCH"
