@@ -68,6 +68,18 @@ def test_the_torch_search_exactly_from_a_given_split_and_with_few_rounds():
     assert torch.equal(kernel_order(words, settled), settled)  # a settled split does not move again
 
 
+def test_each_swap_list_keeps_its_own_table():
+    """The kernel's padded swap tables are kept per device and swap list: a shorter list after the full one moves
+    only by its own swaps (one swap here: columns 1 and 9), and the full list after it searches all of them again."""
+    words = integer_words(6, 8, seed=6, high=40)
+    full = kernel_order(words)
+    only = torch.arange(32, device=DEVICE).repeat(6, 1)
+    grouped_search(words.contiguous(), only, 8, [(1, 9)])
+    moved = only != torch.arange(32, device=DEVICE)
+    assert bool(moved[:, [1, 9]].any()) and not bool(moved[:, [i for i in range(32) if i not in (1, 9)]].any())
+    assert torch.equal(kernel_order(words), full)
+
+
 def test_float_scores_reach_the_torch_fit(monkeypatch):
     """Float scores: the order of the sums over rows may differ, so the orders may too, where two gains are within
     rounding; the kept score must not differ beyond that."""

@@ -96,15 +96,17 @@ def _search_kernel(words, order, swap_i, swap_j, scratch, count, rounds, program
         w += programs
 
 
-_SWAP_TABLES: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+# the padded swap tables on each device, by the swaps they hold (one list in practice: `solvers.GROUP_SWAPS`)
+_SWAP_TABLES: dict[tuple[torch.device, tuple[tuple[int, int], ...]], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _swap_tables(device: torch.device, swaps: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    if device not in _SWAP_TABLES:
+    key = (device, tuple((int(i), int(j)) for i, j in swaps))
+    if key not in _SWAP_TABLES:
         pad = [(0, 0)] * (SWAP_SLOTS - len(swaps))
-        table = torch.tensor(swaps + pad, dtype=torch.int32)
-        _SWAP_TABLES[device] = (table[:, 0].contiguous().to(device), table[:, 1].contiguous().to(device))
-    return _SWAP_TABLES[device]
+        table = torch.tensor(list(key[1]) + pad, dtype=torch.int32)
+        _SWAP_TABLES[key] = (table[:, 0].contiguous().to(device), table[:, 1].contiguous().to(device))
+    return _SWAP_TABLES[key]
 
 
 def available(device: torch.device) -> bool:
