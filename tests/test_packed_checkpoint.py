@@ -150,6 +150,21 @@ def damage(folder, how: str) -> None:
         shard.unlink()
     elif how == "a truncated shard":
         shard.write_bytes(shard.read_bytes()[:-100])
+    elif how == "a pattern of non-ASCII digits":
+        q_proj["pattern"] = "\u00b2:4"  # "²" passes str.isdigit, but int() refuses it
+        manifest_path.write_text(json.dumps(manifest))
+    elif how == "a packed weight listed as float64":
+        q_proj["dtype"] = "float64"
+        manifest_path.write_text(json.dumps(manifest))
+    elif how == "a shard name too long to exist":
+        q_proj["file"] = "x" * 300 + ".safetensors"
+        manifest_path.write_text(json.dumps(manifest))
+    elif how in ("values relabelled as int16", "a dense tensor relabelled as int16"):
+        tensors = load_file(str(shard))
+        name = ("model.layers.0.self_attn.q_proj.weight.values" if how.startswith("values")
+                else "model.layers.0.input_layernorm.weight")
+        tensors[name] = tensors[name].view(torch.int16)  # the very bytes, read as integers
+        save_file(tensors, str(shard), metadata={"format": "sparsedecoding-packed-nm"})
 
 
 @pytest.mark.parametrize("how, match", [
@@ -157,13 +172,32 @@ def damage(folder, how: str) -> None:
     ("no tensors", "damaged.*no \"tensors\""), ("a bad pattern", "damaged.*pattern '2-4'"),
     ("a dtype torch has not", "damaged.*dtype 'int7'"),
     ("a version that is a bool", "manifest version True"), ("a missing shard", "is missing, though"),
-    ("a truncated shard", "not a readable safetensors file")])
+    ("a truncated shard", "not a readable safetensors file"),
+    ("a pattern of non-ASCII digits", "damaged.*pattern '\u00b2:4'"),
+    ("a packed weight listed as float64", "damaged.*dtype 'float64'; packed weights are"),
+    ("a shard name too long to exist", "lists a file that cannot exist"),
+    ("values relabelled as int16", "stores .*q_proj.weight.values as int16, but .* lists bfloat16"),
+    ("a dense tensor relabelled as int16", "stores .*input_layernorm.weight as int16, but .* lists bfloat16")])
 def test_a_damaged_packed_folder_is_one_packing_error(tmp_path, capsys, how, match):
     write_model(tmp_path / "hf")
     pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern="2:4")
     damage(tmp_path / "packed", how)
     with pytest.raises(PackingError, match=match):
         load_packed_checkpoint(tmp_path / "packed")
+
+
+@pytest.mark.parametrize("pattern", ["auto", "2:4"])
+def test_a_float8_decoder_linear_is_one_packing_error(tmp_path, pattern):
+    """float8 has no isfinite kernel: the finiteness check must not be what fails first."""
+    write_model(tmp_path / "hf")
+    shard = tmp_path / "hf" / "model-00001-of-00002.safetensors"
+    tensors = load_file(str(shard))
+    name = "model.layers.0.self_attn.q_proj.weight"
+    tensors[name] = tensors[name].to(torch.float8_e4m3fn)
+    save_file(tensors, str(shard))
+    with pytest.raises(PackingError, match=f"{name}: .*float8_e4m3fn"):
+        pack_checkpoint(tmp_path / "hf", tmp_path / "packed", pattern=pattern)
+    assert not (tmp_path / "packed").exists()
 
 
 def test_an_hf_folder_with_another_manifest_json_is_not_taken_for_a_packed_one(tmp_path):

@@ -1,5 +1,7 @@
 """Packed N:M format: exact round trips, exact popcounts, file and compressed-tensors layouts, bad inputs."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +10,7 @@ from hypothesis import strategies as st
 
 from sparsedecoding.errors import PackingError
 from sparsedecoding.kernels import PackedNM, pack_nm
-from sparsedecoding.kernels.format import popcount32
+from sparsedecoding.kernels.format import nm_pattern, popcount32
 from helpers import PATTERNS, random_nm_weight
 
 
@@ -45,6 +47,47 @@ def test_bit_31_is_a_negative_int32_word_and_round_trips():
     assert (packed.bitmask < 0).all()  # bit 31 is the sign bit
     assert torch.equal(packed.to_dense(), weight)
     assert packed.values[:, -2:].tolist() == [[1.5, -2.0], [3.0, 4.0]]
+
+
+def test_load_gives_one_packing_error_for_a_damaged_file_and_save_is_whole_or_absent(tmp_path, monkeypatch):
+    from safetensors.torch import load_file, save_file
+
+    import sparsedecoding.kernels.format as format_module
+
+    packed = pack_nm(random_nm_weight(3, 64, 2, 4), 2, 4)
+    path = tmp_path / "w.safetensors"
+    packed.save(path)
+    whole = path.read_bytes()
+    tensors = load_file(str(path))
+    metadata = {"format": "sparsedecoding-nm", "n": "2", "m": "4", "shape": "[3, 64]"}
+    cases = {"truncated": lambda: path.write_bytes(whole[:-40]),
+             "missing": lambda: path.unlink(),
+             "text": lambda: path.write_text("not safetensors"),
+             "no shape": lambda: save_file(tensors, str(path), {k: v for k, v in metadata.items() if k != "shape"}),
+             "no bitmask": lambda: save_file({"values": tensors["values"]}, str(path), metadata),
+             "n not a number": lambda: save_file(tensors, str(path), {**metadata, "n": "two"}),
+             "int16 values": lambda: save_file({**tensors, "values": tensors["values"].view(torch.int16)}, str(path),
+                                               metadata)}
+    for how, damage in cases.items():
+        path.write_bytes(whole)
+        damage()
+        with pytest.raises(PackingError, match="int16" if how == "int16 values" else "not a whole packed"):
+            PackedNM.load(path)
+    # a save that fails part-way leaves the earlier file as it was and no temporary beside it
+    path.write_bytes(whole)
+
+    def failing_save(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(format_module, "save_file", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        pack_nm(random_nm_weight(3, 64, 2, 4, seed=1), 2, 4).save(path)
+    assert path.read_bytes() == whole and sorted(p.name for p in tmp_path.iterdir()) == ["w.safetensors"]
+
+
+def test_nm_pattern_of_an_empty_weight_is_none():
+    assert nm_pattern(torch.zeros(0, 64)) is None and nm_pattern(torch.zeros(8, 0)) is None
 
 
 @pytest.mark.parametrize("n,m", PATTERNS)

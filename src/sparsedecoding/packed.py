@@ -43,6 +43,7 @@ MANIFEST_VERSION = 2  # 2: quantized packed weights; 1 (no version field): value
 # the dtypes a safetensors file holds, as the manifest names them
 STORED_DTYPES = ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float8_e4m3fn",
                  "float8_e5m2", "float16", "bfloat16", "float32", "float64")
+_PACKED_DTYPES = ("bfloat16", "float16", "float32")  # kernels.format.PACKABLE_DTYPES by name
 PRUNABLE = re.compile(rf"^model\.layers\.\d+\.(self_attn|mlp)\.({'|'.join(PRUNABLE_LINEARS)})\.weight$")
 
 
@@ -91,12 +92,18 @@ def recorded_head_quantization(folder: str | Path) -> tuple[str | None, int]:
     return _recorded(folder, "quantize_head")
 
 
+_ISFINITE_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
 def _pack_if_sparse(name: str, weight: torch.Tensor, patterns, quantize: str | None = None,
                     group_size: int = 128) -> tuple[PackedNM | PackedNMQ | None, str]:
     """(the packed weight, ""), or in auto mode (`patterns` None: the pattern `nm_pattern` finds) (None, why it is
     kept dense). A non-finite weight is an error in either mode: auto must not quietly keep it dense; so is, with
     `quantize`, a sparse weight off the quantization grid."""
-    if not bool(torch.isfinite(weight).all()):
+    # isfinite has no float8 kernels: those (which pack_nm then refuses by dtype) are checked through float32
+    finite = torch.isfinite(weight if weight.dtype in _ISFINITE_DTYPES or not weight.is_floating_point()
+                            else weight.float())
+    if not bool(finite.all()):
         raise PackingError(f"{name} holds NaN or inf; the checkpoint is corrupt: prune again from a finite model")
     if patterns is None:
         found = nm_pattern(weight) if weight.dim() == 2 else None
@@ -114,6 +121,8 @@ def _pack_if_sparse(name: str, weight: torch.Tensor, patterns, quantize: str | N
 
 def _why_dense(weight: torch.Tensor) -> str:
     """Why `nm_pattern` found no pattern for a prunable weight, for the error when nothing at all is packable."""
+    if weight.dim() == 2 and weight.numel() == 0:
+        return f"its shape {tuple(weight.shape)} has no rows or no columns"
     if weight.dim() != 2 or weight.shape[1] % 32:
         return f"in_features {tuple(weight.shape)[1:]} is not a multiple of 32, which the packed format needs"
     most = int((weight != 0).view(weight.shape[0], -1, 32).sum(-1).max())
@@ -331,10 +340,13 @@ def _read_manifest(path: Path) -> dict:
         if "pattern" in info:
             pattern = info["pattern"]
             parts = pattern.split(":") if isinstance(pattern, str) else []
-            if len(shape) != 2 or len(parts) != 2 or not all(part.isdigit() for part in parts):
+            if len(shape) != 2 or len(parts) != 2 or not all(part.isascii() and part.isdigit() for part in parts):
                 raise broken(f"packed tensor {name!r} has pattern {pattern!r} and shape {shape!r}")
             if "quantize" in info and type(info.get("group_size")) is not int:
                 raise broken(f"packed tensor {name!r} is quantized with group size {info.get('group_size')!r}")
+            if info["dtype"] not in _PACKED_DTYPES:  # the dtype its values (or, quantized, its dequantization) take
+                raise broken(f"packed tensor {name!r} has dtype {info['dtype']!r}; packed weights are "
+                             f"{', '.join(_PACKED_DTYPES)}")
     return manifest
 
 
@@ -362,16 +374,30 @@ def load_packed_checkpoint(checkpoint_dir: str | Path, device: str | torch.devic
                                                             info["quantize"], int(info["group_size"]))
                 else:
                     state[name] = PackedNM.from_state_dict(tensors, name, n, m, tuple(info["shape"]))
+                    _check_stored_dtype(folder / file, f"{name}.values", state[name].values, info["dtype"])
             elif name in tensors and list(tensors[name].shape) == info["shape"]:
-                state[name] = tensors[name]
+                state[name] = _check_stored_dtype(folder / file, name, tensors[name], info["dtype"])
             else:
                 raise PackingError(f"{folder / file} lacks {name} of shape {info['shape']} listed in the manifest")
     return state, manifest
 
 
+def _check_stored_dtype(path: Path, name: str, tensor: torch.Tensor, dtype: str) -> torch.Tensor:
+    """`tensor`, if it has the dtype the manifest lists for it; else PackingError (a tensor whose bytes were
+    re-labelled would otherwise load as garbage that no finiteness check sees, integers having no NaN)."""
+    if str(tensor.dtype).removeprefix("torch.") != dtype:
+        raise PackingError(f"{path} stores {name} as {str(tensor.dtype).removeprefix('torch.')}, but "
+                           f"{path.parent / PACKED_MANIFEST} lists {dtype}; the folder is corrupt: pack it again")
+    return tensor
+
+
 def _load_shard(path: Path, device: str | torch.device) -> dict[str, torch.Tensor]:
     """The tensors of one packed shard; PackingError when it is missing or not a whole safetensors file."""
-    if not path.is_file():
+    try:
+        present = path.is_file()
+    except OSError as exc:  # a name the file system cannot hold (too long, say)
+        raise PackingError(f"{path.parent / PACKED_MANIFEST} lists a file that cannot exist ({exc})") from None
+    if not present:
         raise PackingError(f"{path} is missing, though {path.parent / PACKED_MANIFEST} lists tensors in it; copy the "
                            f"whole folder")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():

@@ -9,6 +9,7 @@ the kernel can walk each word in K fixed steps."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def nm_pattern(weight: torch.Tensor) -> tuple[int, int] | None:
     slower than dense beyond batch 1, so it stays dense. The one rule by which `pack --pattern auto`, `sparsify`
     and the engine's `--sparse auto` choose."""
     rows, columns = weight.shape
-    if columns % 32:
+    if columns % 32 or weight.numel() == 0:
         return None
     nonzero = weight != 0
     best = None
@@ -190,20 +191,34 @@ class PackedNM:
         """One safetensors file with `values`, `bitmask` and the pattern and shape as metadata."""
         metadata = {"format": "sparsedecoding-nm", "n": str(self.n), "m": str(self.m),
                     "shape": json.dumps(list(self.shape))}
-        save_file({"values": self.values.contiguous(), "bitmask": self.bitmask.contiguous()}, str(path),
-                  metadata=metadata)
+        path = Path(path)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # whole or absent: never a truncated file
+        try:
+            save_file({"values": self.values.contiguous(), "bitmask": self.bitmask.contiguous()}, str(temporary),
+                      metadata=metadata)
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> PackedNM:
-        from safetensors import safe_open
+        """The weight `save` wrote to `path`; PackingError for a file that is missing, damaged or not one of those."""
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-        if metadata.get("format") != "sparsedecoding-nm":
-            raise PackingError(f"{path} is not a packed N:M file written by PackedNM.save")
-        tensors = load_file(str(path), device=str(device))
-        shape = tuple(json.loads(metadata["shape"]))
-        packed = cls(tensors["values"], tensors["bitmask"], int(metadata["n"]), int(metadata["m"]), shape)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                metadata = f.metadata() or {}
+            if metadata.get("format") != "sparsedecoding-nm":
+                raise PackingError(f"{path} is not a packed N:M file written by PackedNM.save")
+            tensors = load_file(str(path), device=str(device))
+            shape = tuple(json.loads(metadata["shape"]))
+            packed = cls(tensors["values"], tensors["bitmask"], int(metadata["n"]), int(metadata["m"]), shape)
+        except (SafetensorError, OSError, KeyError, ValueError, TypeError) as exc:
+            raise PackingError(f"{path} is not a whole packed N:M file written by PackedNM.save "
+                               f"({type(exc).__name__}: {exc})") from None
+        if packed.values.dtype not in PACKABLE_DTYPES:
+            raise PackingError(f"{path} stores its values as {packed.values.dtype}; PackedNM.save writes "
+                               f"{', '.join(str(d) for d in PACKABLE_DTYPES)}")
         packed.check_popcounts()
         return packed
 
