@@ -574,3 +574,32 @@ def test_codes_pushed_to_the_ends_of_the_range_are_warned_about(caplog):
         assert "codes sit at the ends of the range" not in caplog.text
         solvers.gptq(W, H, "int4", percdamp=1e-6)
     assert "int4 codes sit at the ends of the range" in caplog.text and "a larger --percdamp" in caplog.text
+
+
+def test_the_saturation_count_takes_each_visited_columns_own_scale_under_the_hessian_order(caplog):
+    """order="hessian" runs the loop on permuted columns: each column's code is its value over its own group's
+    scale, not the scale of the group its position falls in. Two groups of weights 10^4 apart, the small one's
+    inputs heavier (so visited first): their codes stay in range in either order, and neither order warns."""
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(16, 256, generator=g)
+    W[:, :128] *= 100.0
+    W[:, 128:] *= 0.01
+    X = torch.randn(256, 4096, generator=g)
+    X[128:] *= 10.0
+    H = 2 * X @ X.T / X.shape[1]
+    assert solvers.hessian_order(solvers.normalized_hessian(H, torch.float32), 1)[0] >= 128  # permuted
+    for order in ("columns", "hessian"):
+        with caplog.at_level("WARNING", logger="sparsedecoding.solvers"):
+            out = solvers.gptq(W, H, "int4", group_size=128, order=order)
+        codes = solvers.quantization_codes(out, "int4", 128).codes.float()
+        assert float(((codes <= -8) | (codes >= 7)).float().mean()) < solvers.SATURATED_SHARE
+        assert "codes sit at the ends of the range" not in caplog.text, order
+
+
+def test_a_cuda_graph_asked_for_cpu_weights_is_one_settings_error():
+    W, H = random_problem(rows=8, cols=64, seed=2, dtype=torch.float32)
+    for solve in (lambda: solvers.sparsegpt_shared([W], H, "2:4", cuda_graph=True),
+                  lambda: solvers.gptq_shared([W], H, "int8", cuda_graph=True),
+                  lambda: solvers.admm_shared([W], H, "2:4", iterations=2, cuda_graph=True)):
+        with pytest.raises(SolverSettingsError, match="must be on a CUDA device"):
+            solve()

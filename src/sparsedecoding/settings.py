@@ -327,7 +327,8 @@ class SolverSettings:
                            "that leaves the least of each step's distance) or magnitude (|x|, what 16:32g was first "
                            "pruned with; on 20 of Qwen-1.5B's linears the two differ by under 1% of layer loss); other "
                            "patterns keep the same mask either way", choices=ADMM_SPLITS)
-    admm_settle: int = knob(0, "--solver admm: stop a layer's ADMM once its mask has come out the same this many "
+    admm_settle: int = knob(0, "--solver admm: stop ADMM on a layer's linears that share an input (q/k/v, gate/up "
+                            "stacked; o, down alone) once their mask has come out the same this many "
                             "steps in a row, then move the kept weights by 10 conjugate-gradient steps toward the "
                             "best for that mask (0: run every step). On SmolLM2's layers --admm-iterations 200 "
                             "--admm-settle 5 reached 200 full steps' layer loss after 84-98 steps on average; on "

@@ -1382,25 +1382,31 @@ def _column_loop(W: torch.Tensor, U: torch.Tensor, pattern: SparsityPattern | No
         W[:, i2:].addmm_(ErrT.T, U[i1:i2, i2:], alpha=-1)
     W[pruned] = 0  # the in-block update leaves rounding-level residue on pruned entries
     if quantize is not None:
-        warn_saturated(W, scales, pruned, quantize)
+        warn_saturated(W, scales, pruned, quantize, column_groups)
     return pruned, scales
 
 
 SATURATED_SHARE = 0.1  # of the kept weights' codes at the ends of the range, above which the solve warns
 
 
-def warn_saturated(W: torch.Tensor, scales: torch.Tensor, pruned: torch.Tensor, quantize: str) -> None:
+def warn_saturated(W: torch.Tensor, scales: torch.Tensor, pruned: torch.Tensor, quantize: str,
+                   column_groups: torch.Tensor | None = None) -> None:
     """One warning when more than SATURATED_SHARE of the kept weights' codes sit at the ends of the code range: the
     error compensation then outgrew the scales (seen with a very small damping and outlier inputs, where GPTQ ended
     several times worse than round-to-nearest), and clipping fed back into the solve. `scales` [rows, groups];
-    counted in blocks of rows, so the extra memory stays a small part of W's."""
+    `column_groups` [cols]: each column's scale group where W's columns are not in their own order (the hessian
+    order), else column // group. Counted in blocks of rows, so the extra memory stays a small part of W's."""
     low, high = CODE_RANGES[quantize]
     rows, cols = W.shape
     groups = scales.shape[1]
     ends = kept = 0
     for start in range(0, rows, 1024):
-        block = W[start:start + 1024].view(-1, groups, cols // groups)
-        codes = torch.round(block / scales[start:start + 1024, :, None]).view(-1, cols)
+        block = W[start:start + 1024]
+        if column_groups is None:
+            codes = torch.round(block.view(-1, groups, cols // groups)
+                                / scales[start:start + 1024, :, None]).view(-1, cols)
+        else:
+            codes = torch.round(block / scales[start:start + 1024][:, column_groups])
         live = ~pruned[start:start + 1024]
         ends += int((((codes <= low) | (codes >= high)) & live).sum())
         kept += int(live.sum())
@@ -1480,6 +1486,9 @@ def _solve(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Sparsity
     if quantize is None and (scale_search or sweeps):
         raise SolverSettingsError("scale_search and rounding sweeps shape a quantization: they need quantize "
                                   "int8 or int4")
+    if cuda_graph and not weights[0].is_cuda:
+        raise SolverSettingsError(f"cuda_graph=True captures the column loop as a CUDA graph: the weights must be on "
+                                  f"a CUDA device, not {weights[0].device} (None picks it by device)")
     compute = torch.float64 if weights[0].dtype == torch.float64 else torch.float32
     W = torch.cat([weight.to(compute) for weight in weights])
     fixed = W == 0 if keep_zeros else None
@@ -1631,7 +1640,9 @@ def admm_shared(weights: list[torch.Tensor], hessian: torch.Tensor, pattern: Spa
                 refit_steps: int = 0, products: str = "float32", settle: int = 0, scale_search: bool = False,
                 rounding_sweeps: int = 0, split: str = "squared") -> list[torch.Tensor]:
     """`admm` for several weights that read the same input, their rows stacked against one eigendecomposition (each
-    weight's result is the one it gets alone: rows are independent)."""
+    weight's result is the one it gets alone, rows being independent, except with `settle` > 0: the stack stops
+    when its whole mask has come out the same `settle` times in a row, so a weight whose own mask settled earlier
+    runs on with the others and may end with another mask than alone)."""
     check_admm_iterations(iterations)  # here: _solve reads 0 as "no ADMM" and would run SparseGPT
     return _solve(weights, hessian, SparsityPattern.parse(pattern), quantize, group_size, blocksize, percdamp,
                   cuda_graph, order=order, refit_steps=refit_steps, admm_iterations=iterations,
