@@ -1540,6 +1540,16 @@ PY
   fuse-norm-slots-int8)  # eighty-first session (carry .kcachez; no model): fuse-norm-slots with int8 slot codes, the
     # case the eightieth session left unfused without a measurement (about 5 minutes)
     QUANT=int8 bash benchmarks/h200.sh fuse-norm-slots ;;
+  review-tests)  # eighty-second session (no carry, no model; about 2 minutes): the GPU tests of the files that
+    # session's review changed: the grouped split search kernel (its swap tables now keyed by swap list), the solvers'
+    # CUDA-graph and quantized loops (cuda_graph checked against the weights' device), ADMM; tails in
+    # gpu_tests_GPU_review.log
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]00' | tr 'H' 'h')
+    PYTHONPATH=/tmp/site:src:tests timeout 300 python3 -m pytest -q tests/test_solvers.py tests/test_admm.py -m gpu \
+      -p no:cacheprovider 2>&1 | tail -8 \
+      | tee "$OUT/gpu_tests_${gpu:-gpu}_review.log" || true
+    PYTHONPATH=/tmp/site:src:tests timeout 200 python3 -m pytest -q tests/test_triton_grouped_search.py \
+      -p no:cacheprovider 2>&1 | tail -4 | tee -a "$OUT/gpu_tests_${gpu:-gpu}_review.log" || true ;;
   grouped-search)  # eighty-first session (no carry, no model; about 2 minutes): 16:32g's split search as one Triton
     # kernel (SPARSEDECODING_GROUPED_SEARCH=triton): its tests on the GPU, then ADMM 16:32g under both searches side by
     # side on Qwen2.5-Coder-1.5B's shapes (grouped_search_bench.py), the case that made q16g's prune take 396 s

@@ -133,6 +133,9 @@ def test_eval_and_drift_refuse_generations_longer_than_the_context_before_loadin
     one_line_error(capsys, ["eval", "--model", str(tiny), "--out", str(tmp_path / "eval"), "--metrics",
                             "repetition", "--prompts", str(prompts), "--max-new-tokens", "100000", "--device", "cpu"],
                    "--max-new-tokens 100000 passes the model's context of 512 positions")
+    one_line_error(capsys, ["eval", "--model", str(tiny), "--out", str(tmp_path / "eval"), "--metrics", "ppl",
+                            "--ppl-window", "2048", "--device", "cpu"],
+                   "--ppl-window 2048 passes the model's context of 512 positions")
     copy = shutil.copytree(tiny, tmp_path / "copy")  # drift refuses a model against itself
     one_line_error(capsys, ["analyze", "drift", "--dense", str(tiny), "--pruned", str(copy), "--prompts",
                             str(prompts), "--steps", "99999999999", "--out", str(tmp_path / "drift"), "--no-plot"],

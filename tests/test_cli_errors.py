@@ -74,6 +74,49 @@ def test_an_architecture_the_engine_refuses_names_gen_backend_hf(capsys, tmp_pat
         check_gen_backend(PruneConfig(model="m", out="o", **passes), gelu)
 
 
+@pytest.mark.parametrize("flags", [["--calibration", "self"], ["--repair-steps", "1"]])
+@pytest.mark.parametrize("setting", ["SPARSEDECODING_FUSED_ATTENTION", "SPARSEDECODING_INDUCTOR_ATTENTION"])
+def test_a_bad_engine_setting_is_refused_before_the_model_loads(capsys, tmp_path, tiny_folder, prompts, monkeypatch,
+                                                                flags, setting):
+    """Where the engine generates (self-written data, on-policy repair), its environment settings are checked with
+    the other inputs, not when it is first built, after the calibration and the solve."""
+    import sparsedecoding.pipeline as pipeline
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model loaded before the bad setting was refused")
+
+    monkeypatch.setattr(pipeline, "load_model", never)
+    monkeypatch.setenv(setting, "bogus")
+    prompts.write_text("".join(f"write function {index}\n" for index in range(40)))
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", tiny_folder, "--prompts", prompts, "--out", out, *flags)
+    assert_clean_failure(code, errors, out, f"KernelChoiceError: {setting}='bogus'")
+
+
+@pytest.mark.parametrize("flags, flag", [
+    (["--max-new-tokens", "513"], "--max-new-tokens 513"),  # decode calibration
+    (["--calibration", "text", "--text", "TEXT", "--text-seq-len", "600", "--tokens", "1200"], "--text-seq-len 600"),
+    (["--calibration", "mix", "--text", "TEXT", "--max-new-tokens", "1000"], "--max-new-tokens 1000"),
+    (["--calibration", "self", "--max-new-tokens", "700"], "--max-new-tokens 700"),  # self-written answers
+])
+def test_lengths_past_the_models_context_are_refused_before_it_loads(capsys, tmp_path, tiny_folder, prompts,
+                                                                     monkeypatch, flags, flag):
+    """The tiny model has 512 positions: calibrating past them would measure positions it was never trained for."""
+    import sparsedecoding.pipeline as pipeline
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model loaded before the lengths were checked")
+
+    monkeypatch.setattr(pipeline, "load_model", never)
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    prompts.write_text("".join(f"write function {index}\n" for index in range(40)))
+    out = tmp_path / "out"
+    code, errors = run_prune(capsys, "--model", tiny_folder, "--prompts", prompts, "--out", out,
+                             *[str(text) if flag_ == "TEXT" else flag_ for flag_ in flags])
+    assert_clean_failure(code, errors, out, f"{flag} passes the model's context of 512 positions")
+
+
 @pytest.mark.parametrize("content", ["", "\n  \n", '{"prompt": ""}\n'])
 def test_empty_prompt_file(capsys, tmp_path, tiny_folder, content):
     path = tmp_path / ("prompts.jsonl" if content.startswith("{") else "prompts.txt")

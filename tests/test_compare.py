@@ -196,6 +196,19 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(sett
     assert sorted(tmp_path.rglob("*")) == before
 
 
+@pytest.mark.parametrize("which", ["model", "small_model"])
+def test_a_report_folder_that_is_a_model_folder_is_refused_before_any_work(settings, monkeypatch, which):
+    """The report folder gains settings.json, configs/ and calibration/: never in a model's own folder, nor in a
+    folder that holds one."""
+    monkeypatch.setattr(compare, "load_model", no_model_loading)
+    for out in (getattr(settings, which), str(Path(getattr(settings, which)).parent)):
+        before = sorted(Path(out).rglob("*"))
+        settings.out = out
+        with pytest.raises(OutputNotWritableError, match="would overwrite the input"):
+            run_compare(settings, ["dense", "small-dense"])
+        assert sorted(Path(out).rglob("*")) == before
+
+
 @pytest.mark.parametrize("file,text", [
     ("settings.json", ""), ("settings.json", "[]"), ("settings.json", "{"),
     ("configs/dense.json", "{}"), ("configs/dense.json", "[]"), ("calibration/main-decode.json", ""),

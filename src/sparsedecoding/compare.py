@@ -36,7 +36,7 @@ import torch
 from .calibration import CalibrationSet, decode_set_from_generations, describe
 from .data import chat_format, read_prompts, read_text_file
 from .errors import OutputNotWritableError, SparseDecodingError
-from .outputs import check_writable, markdown_table, path_exists, write_jsonl
+from .outputs import check_not_source, check_writable, markdown_table, path_exists, write_jsonl
 from .evaluation.suite import HARNESS_VERSION, check_settings, evaluate, harness_version
 from .generation import Generation, generate, tokenize_prompts
 from .models import check_pattern_fits, load_model, resolve_model
@@ -316,6 +316,7 @@ def check_inputs(settings: CompareSettings, todo: list[GridConfig], needs_cross:
     roles = {config.role for config in todo} | ({"main"} if needs_cross else set())
     folders = {role: resolve_model(spec) for role, spec in (("main", settings.model), ("small", settings.small_model))
                if role in roles}
+    check_not_source(Path(settings.out), *folders.values())  # an offline model's name, resolved to its folder
     pruned = [config for config in todo if config.calibration is not None]
     for config in pruned:
         prune_settings = prune_config(settings, config, folders[config.role])
@@ -339,6 +340,8 @@ def run_compare(settings: CompareSettings, patterns: list[str] | None = None) ->
     settings.validate()
     device = pick_device(settings.device)
     report = Report(settings)
+    # the report folder gains settings.json, configs/ and calibration/: never a model folder (or one holding it)
+    check_not_source(report.root, settings.model, settings.small_model)
     report.check()
     todo = [config for config in chosen if not report.done(config.name)]
     older = older_harness(report.results())

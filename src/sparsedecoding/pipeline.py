@@ -50,8 +50,8 @@ from .generation import BatchStore, position_ids_from_mask, tokenize_prompts
 from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulate_paired_inputs, dense_target,
                       hessians_by_module, input_groups, kept_rows, paired_by_module, prunable_linears)
 from .kernels.quantized import check_dense_quantization, check_packed_quantization
-from .models import (check_pattern_fits, decoder_linear_names, linear_input_sizes, load_model, read_config,
-                     resolve_model, sha256_file, source_dtype)
+from .models import (check_fits_context, check_pattern_fits, decoder_linear_names, linear_input_sizes, load_model,
+                     read_config, resolve_model, sha256_file, source_dtype)
 from .outputs import PRUNED_MANIFEST, check_not_source, output_target, partial_path, remove_partial
 from .patterns import SparsityPattern
 from .invocation import command
@@ -74,17 +74,33 @@ def selfdata_config(config: PruneConfig) -> selfdata.SelfDataConfig:
 def check_gen_backend(config: PruneConfig, model_config: dict) -> None:
     """With --gen-backend engine, the model must be one the engine runs, where the large-batch generator is used
     (--calibration self, on-policy repair): checked from its config.json before any work, so that a refusal does not
-    come after the layers are solved, and it names the way out instead of falling back to hf unasked."""
+    come after the layers are solved, and it names the way out instead of falling back to hf unasked. So are the
+    engine's environment settings (`kernels.op.settings`), which it would otherwise read only when it is built."""
     uses_generator = config.calibration == "self" or (config.repair_steps and config.repair_on_policy)
     if config.gen_backend != "engine" or not uses_generator:
         return
     from .engine.config import from_hf_config
+    from .kernels.op import settings as kernel_settings
+
+    kernel_settings()
 
     try:
         from_hf_config(model_config)
     except UnsupportedArchitectureError as error:
         raise UnsupportedArchitectureError(f"{error}; pass --gen-backend hf to generate with the model's own "
                                            f"forward") from None
+
+
+def check_context(config: PruneConfig, folder: Path) -> None:
+    """--max-new-tokens (decode steps of calibration or of on-policy repair's samples) and --text-seq-len (text
+    windows), where this run reads them, within the model's context: refused before the model loads, as eval and
+    generate refuse theirs, instead of calibrating on positions the model was never trained for."""
+    on_policy_repair = bool(config.repair_steps) and config.repair_on_policy
+    drawing = config.calibration_from is None  # a reused set draws nothing
+    if on_policy_repair or (drawing and config.calibration != "text"):
+        check_fits_context(folder, config.max_new_tokens, "--max-new-tokens")
+    if drawing and config.calibration in ("text", "mix"):
+        check_fits_context(folder, config.text_seq_len, "--text-seq-len")
 
 
 def build_calibration(config: PruneConfig, model, tokenizer, store: BatchStore | None = None,
@@ -845,6 +861,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     if config.text:
         read_text_file(config.text)
     model_config = read_config(folder)
+    check_context(config, folder)
     check_gen_backend(config, model_config)
     dense_linears = check_dense_linears(config, model_config)  # a pattern that names nothing: one line
     if config.quantize != "none" and config.quantize_head == "none":

@@ -31,7 +31,7 @@ from ..hessian import collect_hessians
 from ..models import load_model
 from ..invocation import command
 from ..runenv import environment, environment_lines, pick_device, versions, write_json
-from ..settings import CALIBRATION_TOKENS
+from ..settings import CALIBRATION_TOKENS, SEED_MAX
 from .plots import plot_discrepancy, require_matplotlib
 
 RHOS = (0.01, 0.02, 0.05, 0.10, 0.20, 0.50)
@@ -160,6 +160,8 @@ def run_discrepancy(model: str, out: str | Path, *, heldout: str = "humaneval:ev
     for option, value in counts.items():
         if value < 1:
             raise DiscrepancySettingsError(f"{option} must be at least 1, got {value}")
+    if not 0 <= seed <= SEED_MAX:  # the text windows' order comes from a torch generator
+        raise DiscrepancySettingsError(f"--seed must be in [0, {SEED_MAX}], got {seed}")
     if not rhos or not all(0.0 < rho <= 1.0 for rho in rhos):
         raise DiscrepancySettingsError(f"--rhos must be fractions in (0, 1], got {', '.join(map(str, rhos)) or 'none'}")
     if hessian_dtype not in ("float32", "float64"):

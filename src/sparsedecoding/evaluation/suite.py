@@ -157,6 +157,8 @@ def run_eval(model: str, out: str | Path, settings: EvalSettings, reference: str
     reference_folder = resolve_model(reference) if reference else None
     if {"pass@1", "kl", "repetition"} & set(settings.metrics):  # they generate
         check_fits_context(folder, settings.max_new_tokens, "--max-new-tokens")
+    if "ppl" in settings.metrics:  # each window is one forward pass over that many positions
+        check_fits_context(folder, settings.ppl_window, "--ppl-window")
     pruning = model_manifest(folder)
     if settings.prompts and {"kl", "repetition"} & set(settings.metrics):  # a bad file fails before any loading
         read_prompts(settings.prompts)
