@@ -213,24 +213,13 @@ def one_error_line(capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("seed", ["-1", str(2**63)])
-def test_discrepancy_refuses_a_seed_out_of_range_before_loading(tiny_pair, tmp_path, monkeypatch, capsys, seed):
-    import sparsedecoding.analysis.discrepancy as module
-    from sparsedecoding.cli import main
-
-    no_model_loading(monkeypatch, module)
-    calib = tmp_path / "calib.txt"
-    calib.write_text("write a function\n")
-    out = tmp_path / "disc"
-    assert main(["analyze", "discrepancy", "--model", str(tiny_pair / "dense"), "--calib-prompts", str(calib),
-                 "--heldout", str(prompts_file(tmp_path)), f"--seed={seed}", "--no-plot", "--out", str(out)]) == 2
-    assert f"DiscrepancySettingsError: --seed must be in [0, {2**63 - 1}], got {seed}" in one_error_line(capsys)
-    assert not out.exists() and not out.with_name("disc.partial").exists()
-
-
-@pytest.mark.parametrize("option, value", [("--tokens", "0"), ("--tokens", "-1"), ("--max-new-tokens", "0"),
-                                           ("--gen-batch-size", "0"), ("--batch-size", "0")])
-def test_discrepancy_refuses_counts_below_one_before_loading(tiny_pair, tmp_path, monkeypatch, capsys, option, value):
+@pytest.mark.parametrize("option, value, message", [
+    ("--tokens", "0", "must be at least 1"), ("--tokens", "-1", "must be at least 1"),
+    ("--max-new-tokens", "0", "must be at least 1"), ("--gen-batch-size", "0", "must be at least 1"),
+    ("--batch-size", "0", "must be at least 1"),
+    ("--seed", "-1", f"must be in [0, {2**63 - 1}]"), ("--seed", str(2**63), f"must be in [0, {2**63 - 1}]")])
+def test_discrepancy_refuses_bad_counts_and_seeds_before_loading(tiny_pair, tmp_path, monkeypatch, capsys, option,
+                                                                 value, message):
     import sparsedecoding.analysis.discrepancy as module
     from sparsedecoding.cli import main
 
@@ -240,7 +229,7 @@ def test_discrepancy_refuses_counts_below_one_before_loading(tiny_pair, tmp_path
     out = tmp_path / "disc"
     assert main(["analyze", "discrepancy", "--model", str(tiny_pair / "dense"), "--calib-prompts", str(calib),
                  "--heldout", str(prompts_file(tmp_path)), f"{option}={value}", "--no-plot", "--out", str(out)]) == 2
-    assert f"DiscrepancySettingsError: {option} must be at least 1, got {value}" in one_error_line(capsys)
+    assert f"DiscrepancySettingsError: {option} {message}, got {value}" in one_error_line(capsys)
     assert not out.exists() and not out.with_name("disc.partial").exists()
 
 
