@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from sparsedecoding import pipeline, repair, selfdata
-from sparsedecoding.calibration import CalibrationSet
+from sparsedecoding.calibration import CalibrationSet, from_segments
 from sparsedecoding.cli import main
 from sparsedecoding.patterns import PRUNABLE_LINEARS
 from sparsedecoding.settings import PruneConfig
@@ -185,6 +185,24 @@ def test_the_hash_split_of_calibration_rows_is_disjoint_complete_and_stable():
     assert 5 <= len(dev) <= 40
     shuffled = CalibrationSet(calib.input_ids.flip(0), calib.attention_mask.flip(0), calib.keep.flip(0), "decode")
     assert rows(pipeline.split_by_hash(shuffled)[1]) == rows(dev)  # a row's side depends on its tokens only
+
+
+def test_every_sample_of_a_prompt_lands_on_one_side_of_the_hash_split():
+    """Rows of decode calibration with several samples a prompt: the side comes from the prompt (the real tokens
+    before the first kept position), not from the sampled answer, so no dev prompt is also trained on."""
+    generator = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(4, 100, (5,), generator=generator).tolist() for _ in range(60)]
+    rows = [(prompt, torch.randint(4, 100, (4,), generator=generator).tolist()) for prompt in prompts
+            for _ in range(4)]  # four different answers to each prompt
+    calib = from_segments([prompt + answer for prompt, answer in rows], [5] * len(rows), [4] * len(rows), 0,
+                          "decode")
+    train, dev = pipeline.split_by_hash(calib)
+
+    def prompt_parts(part: CalibrationSet) -> set[tuple[int, ...]]:
+        return {tuple(row[:5].tolist()) for row in part.input_ids}
+
+    assert len(dev) and not prompt_parts(train) & prompt_parts(dev)
+    assert len(dev) % 4 == 0  # whole prompts
 
 
 @pytest.mark.parametrize("flags, backend", [([], "engine"), (["--gen-backend", "hf"], "hf")])

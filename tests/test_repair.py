@@ -166,6 +166,40 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(teacher_folder, 
         [(r["step"], r["tokens"], r["dev_kl"]) for r in expected["curve"]]
 
 
+@pytest.mark.parametrize("dies_after", ["masters", "optimizer", "best"])
+def test_a_crash_inside_a_checkpoint_resumes_from_the_last_whole_one(teacher_folder, data, tmp_path, monkeypatch,
+                                                                     dies_after):
+    """The process dies after one of step 10's tensor files is written (before its progress file): the resume must
+    take step 5's files, which progress.json still names, and end where an uninterrupted run ends."""
+    from sparsedecoding import repair as repair_module
+
+    teacher = load_model(teacher_folder)[0]
+    train, dev = data
+    whole = pruned_student(teacher_folder)
+    expected = repair(teacher, whole, train, dev, tmp_path / "whole", config())
+    written = repair_module.save_file
+
+    class Died(Exception):
+        pass
+
+    def dying(tensors, filename, *args, **kwargs):
+        written(tensors, filename, *args, **kwargs)
+        if filename.endswith(f"{dies_after}-10.safetensors"):
+            raise Died
+
+    monkeypatch.setattr(repair_module, "save_file", dying)
+    with pytest.raises(Died):
+        repair(teacher, pruned_student(teacher_folder), train, dev, tmp_path / "cut", config())
+    monkeypatch.setattr(repair_module, "save_file", written)
+    resumed_model = pruned_student(teacher_folder)
+    resumed = repair(teacher, resumed_model, train, dev, tmp_path / "cut", config())
+    for (name, a), b in zip(whole.state_dict().items(), resumed_model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert [(r["step"], r["dev_kl"]) for r in resumed["curve"]] == [(r["step"], r["dev_kl"]) for r in expected["curve"]]
+    assert sorted(path.name for path in (tmp_path / "cut").glob("*.safetensors")) == \
+        ["best-20.safetensors", "masters-20.safetensors", "optimizer-20.safetensors"]  # only the last step's
+
+
 @pytest.mark.parametrize("overrides, words", [
     ({"lr": 0.0}, "lr"), ({"schedule": "linear"}, "schedule"), ({"eval_every": 5, "checkpoint_every": 7}, "multiple"),
     ({"batch_size": 0}, "batch_size"), ({"warmup_steps": 20, "max_steps": 20}, "warmup"),

@@ -169,9 +169,17 @@ def repair_config(config: PruneConfig) -> repair.RepairConfig:
 
 
 def split_by_hash(calib: CalibrationSet, dev_share: float = 0.1) -> tuple[CalibrationSet, CalibrationSet]:
-    """(train, dev) rows of `calib`, each row's side fixed by a hash of its tokens (as selfdata splits prompts)."""
-    dev_rows = [selfdata.is_dev(" ".join(map(str, ids[mask.bool()].tolist())), dev_share)
-                for ids, mask in zip(calib.input_ids, calib.attention_mask)]
+    """(train, dev) rows of `calib`, each row's side fixed by a hash of its prompt, the real tokens before its first
+    kept position (as selfdata splits prompts), so that every sample of one prompt lands on the same side; a row
+    kept from its first token (a text window) by a hash of all its tokens."""
+    dev_rows = []
+    for ids, mask, keep in zip(calib.input_ids, calib.attention_mask, calib.keep):
+        real = mask.bool()
+        kept = keep & real
+        first = int(kept.nonzero()[0, 0]) if bool(kept.any()) else len(ids)
+        prompt = ids[:first][real[:first]]
+        dev_rows.append(selfdata.is_dev(" ".join(map(str, (prompt if len(prompt) else ids[real]).tolist())),
+                                        dev_share))
     sides = []
     for want in (False, True):
         index = torch.tensor([row for row, dev in enumerate(dev_rows) if dev == want], dtype=torch.long)

@@ -261,7 +261,12 @@ def data_fingerprint(calib: CalibrationSet) -> str:
 
 
 class Checkpoint:
-    """The work folder: progress.json, masters.safetensors, optimizer.safetensors, best.safetensors."""
+    """The work folder: progress.json and the tensor files it names (masters, optimizer state and best state of
+    the step it records, `masters-STEP.safetensors` and so on). Each save writes a new step's files in full, then
+    replaces progress.json atomically, then deletes the files no progress names: a crash at any point leaves a
+    progress file whose tensors are all of its own step."""
+
+    KINDS = ("masters", "optimizer", "best")
 
     def __init__(self, folder: Path, fingerprint: dict):
         self.folder = folder
@@ -281,29 +286,33 @@ class Checkpoint:
         return progress
 
     def save(self, progress: dict, masters: dict, optimizer: torch.optim.Optimizer, names: list[str],
-             best: dict | None) -> None:
-        """Tensors first, progress last (atomically): a progress file always names complete tensor files."""
+             best: dict) -> None:
+        """This step's tensor files first, then progress.json naming them (atomically), then the older files."""
+        files = {kind: f"{kind}-{progress['step']}.safetensors" for kind in self.KINDS}
         save_file({name: tensor.detach().cpu().contiguous() for name, tensor in masters.items()},
-                  str(self.folder / "masters.safetensors"))
+                  str(self.folder / files["masters"]))
         state = optimizer.state_dict()["state"]
         tensors = {}
         for index, values in state.items():
             for key, value in values.items():
                 tensors[f"{names[index]}::{key}"] = torch.as_tensor(value).detach().cpu().reshape(-1).contiguous()
-        save_file(tensors, str(self.folder / "optimizer.safetensors"))
-        if best is not None:
-            save_file({name: tensor.detach().cpu().contiguous() for name, tensor in best.items()},
-                      str(self.folder / "best.safetensors"))
+        save_file(tensors, str(self.folder / files["optimizer"]))
+        save_file({name: tensor.detach().cpu().contiguous() for name, tensor in best.items()},
+                  str(self.folder / files["best"]))
         temporary = self.folder / "progress.json.tmp"
-        temporary.write_text(json.dumps({**progress, "fingerprint": self.fingerprint}, indent=2))
+        temporary.write_text(json.dumps({**progress, "files": files, "fingerprint": self.fingerprint}, indent=2))
         temporary.replace(self.folder / "progress.json")
+        for path in self.folder.glob("*.safetensors"):
+            if path.name not in files.values():
+                path.unlink()
 
-    def restore(self, masters: dict, optimizer: torch.optim.Optimizer, names: list[str]) -> dict:
-        """Load masters and optimizer state in place; returns the best state."""
-        saved = load_file(str(self.folder / "masters.safetensors"))
+    def restore(self, masters: dict, optimizer: torch.optim.Optimizer, names: list[str], progress: dict) -> dict:
+        """Load masters and optimizer state in place from the files `progress` names; returns the best state."""
+        files = progress.get("files") or {kind: f"{kind}.safetensors" for kind in self.KINDS}  # before the step names
+        saved = load_file(str(self.folder / files["masters"]))
         for name, master in masters.items():
             master.data.copy_(saved[name])
-        tensors = load_file(str(self.folder / "optimizer.safetensors"))
+        tensors = load_file(str(self.folder / files["optimizer"]))
         state = {}
         for index, name in enumerate(names):
             entries = {key.split("::", 1)[1]: value for key, value in tensors.items() if key.split("::", 1)[0] == name}
@@ -311,7 +320,7 @@ class Checkpoint:
                 state[index] = {key: (value.reshape(masters[name].shape) if key != "step" else value.reshape(()))
                                 for key, value in entries.items()}
         optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
-        return load_file(str(self.folder / "best.safetensors"))
+        return load_file(str(self.folder / files["best"]))
 
 
 # --- the loop -------------------------------------------------------------------------------------------------------
@@ -367,7 +376,7 @@ def repair(teacher, student, train: CalibrationSet, dev: CalibrationSet, work_di
                         "curve": [{"step": 0, "tokens": 0, "seconds": 0.0, "train_kl": None, "dev_kl": initial}]}
             best = snapshot()
         else:
-            best = store.restore(masters, optimizer, names)
+            best = store.restore(masters, optimizer, names, progress)
             best = {name: tensor.to(device) for name, tensor in best.items()}
             with torch.no_grad():
                 for name, parameter in params.items():
