@@ -80,6 +80,9 @@ class PackedLinear(torch.nn.Module):
         rows = x2.shape[0]
         dense = buffers["dense"]
         if dense is not None and rows >= self.dense_from_rows:
+            if x2.dtype != dense.dtype or x2.device != dense.device:  # the kernel's own errors, for the copy too
+                raise KernelInputError(f"x is {x2.dtype} on {x2.device} but this PackedLinear's weights are "
+                                       f"{dense.dtype} on {dense.device}; cast or move x to match")
             y = F.linear(x2, dense)
         elif 0 < rows <= MAX_BATCH:  # no rows: the dense product below returns the empty result
             y = spmv(x2.contiguous(), buffers["values"], buffers["bitmask"], self.n, self.m)

@@ -52,6 +52,14 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return (pairs - ((pairs & 0x8) << 1)).to(torch.int8).reshape(packed.shape[0], -1)
 
 
+def check_int4_count(quantize: str, n: int, m: int, in_features: int) -> None:
+    """PackingError where int4 codes of an N:M row cannot fill whole bytes (two codes a byte)."""
+    count = code_count(n, m, in_features)
+    if quantize == "int4" and count % 2:
+        raise PackingError(f"int4 packs two codes a byte: a {n}:{m} row of {in_features} columns keeps {count} "
+                           "values, an odd count; use a pattern that keeps an even number")
+
+
 @dataclass(frozen=True)
 class PackedNMQ:
     """An N:M sparse weight of `shape` [out, in] with `quantize` ("int8" or "int4") codes of its kept values, their
@@ -82,6 +90,7 @@ class PackedNMQ:
             raise PackingError(f"bitmask {self.bitmask.dtype} {tuple(self.bitmask.shape)} does not fit weight shape "
                                f"{self.shape} (expected int32 ({out}, {in_features // _BITS}))")
         count = code_count(self.n, self.m, in_features)
+        check_int4_count(self.quantize, self.n, self.m, in_features)
         expected = (torch.int8, (out, count)) if self.quantize == "int8" else (torch.uint8, (out, count // 2))
         if (self.codes.dtype, tuple(self.codes.shape)) != expected:
             raise PackingError(f"codes {self.codes.dtype} {tuple(self.codes.shape)} do not fit a {self.pattern} "
@@ -175,6 +184,7 @@ def pack_nm_quantized(weight: torch.Tensor, n: int, m: int, quantize: str, group
     not a multiple of 32, QuantizationError for a weight off the grid."""
     check_packed_quantization(quantize, group_size)
     packed = pack_nm(weight, n, m)
+    check_int4_count(quantize, n, m, weight.shape[1])
     grid = quantization_codes(weight, quantize, group_size)
     keep = bitmask_to_bits(packed.bitmask)
     codes = grid.codes[keep].view(weight.shape[0], -1)
@@ -207,6 +217,9 @@ def nmq_spmv(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
                                f"{packed.shape[1]}] with batch 1..{MAX_BATCH}")
     if x.device.type != "cuda":
         return nmq_spmv_reference(x, packed)
+    if not (packed.codes.is_contiguous() and packed.scales.is_contiguous() and packed.bitmask.is_contiguous()):
+        raise KernelInputError("nmq_spmv's kernels read the packed codes, scales and bitmask row-major: pass "
+                               "contiguous parts (PackedNMQ(codes.contiguous(), ...))")
     setting = kernel_setting()
     check_kernel_setting(setting)
     if setting == "cuda":
@@ -225,7 +238,8 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
     from .cuda_mma import CodesLaunch
     from .op import KERNEL_SETTING, sparse_mma_setting
 
-    key = (str(x.device), packed.shape, tuple(x.shape), packed.quantize, packed.group_size, str(x.dtype))
+    key = (str(x.device), packed.shape, packed.n, packed.m, tuple(x.shape), packed.quantize, packed.group_size,
+           str(x.dtype))
     launch = _cuda_launches.get(key)
     if launch is None:
         from .autotune import output_error
@@ -249,6 +263,17 @@ def _nmq_cuda(x: torch.Tensor, packed: PackedNMQ) -> torch.Tensor:
                                f"dtype); unset {KERNEL_SETTING} to use the Triton kernel")
         _cuda_launches[key] = launch
     return launch(x, packed.codes, packed.scales, packed.bitmask)
+
+
+def tinygemm_refusal(out: int, in_features: int, device: torch.device, inner_k_tiles: int = 8) -> str | None:
+    """Why tinygemm's int4 layout cannot hold an [out, in_features] weight on `device`, or None: out_features must be
+    a multiple of 16 (`_convert_weight_to_int4pack_for_cpu` and the CUDA layout), and on CUDA in_features one of
+    16 x inner_k_tiles."""
+    if out % 16:
+        return f"out_features a multiple of 16, not {out}"
+    if device.type == "cuda" and in_features % (16 * inner_k_tiles):
+        return f"in_features a multiple of {16 * inner_k_tiles} on CUDA, not {in_features}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -297,6 +322,10 @@ class DenseQuantized:
 
             weight, scales = pack_w4(grid.codes, grid.scales, dtype)
             return cls(weight, scales, "int4", grid.group_size, (out, in_features))
+        refusal = tinygemm_refusal(out, in_features, grid.codes.device, inner_k_tiles)
+        if refusal is not None:
+            raise PackingError(f"tinygemm's int4 layout takes {refusal}: set SPARSEDECODING_DENSE_INT4=triton (or "
+                               "auto, which picks it for such shapes)")
         unsigned = grid.codes.to(torch.int32) + 8
         if grid.codes.device.type == "cuda":  # tinygemm takes uint8 pairs with the first value in the high nibble
             pairs = (unsigned[:, 0::2] << 4 | unsigned[:, 1::2]).to(torch.uint8)
@@ -395,7 +424,8 @@ def dense_kernel(grid: QuantizedCodes, dtype: torch.dtype) -> str:
                 _said.add(str(exc))
                 log.warning("dense int8 / int4 weights (DENSE_INT8 / DENSE_INT4 = auto) use triton_w8 / tinygemm: "
                             "the sparse tensor-core kernel is unavailable here (%s)", exc)
-    chosen = "sp24" if fits else ("triton" if int8 else "tinygemm")
+    tinygemm = tinygemm_refusal(out, in_features, grid.codes.device) is None
+    chosen = "sp24" if fits else ("triton" if int8 or not tinygemm else "tinygemm")
     said = f"{grid.quantize} {chosen}"
     if said not in _said:
         _said.add(said)

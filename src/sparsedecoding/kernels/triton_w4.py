@@ -195,7 +195,7 @@ def launch_w4(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, confi
     else:
         out = torch.empty(config.split_k, batch, out_features, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(out_features, config.block_rows), config.split_k)
-    words = batch == 1 and config.x_words
+    words = batch == 1 and config.x_words and x.data_ptr() % 4 == 0 and x.stride(0) % 2 == 0  # as int32 words
     w4_kernel[grid](x.view(torch.int32) if words else x, weight, scales, out, out_features, in_features, batch,
                     GROUP=group, BATCH_BLOCK=1 if batch == 1 else DOT_ROWS, BLOCK_ROWS=config.block_rows,
                     GROUPS=config.groups if batch == 1 else 1, SPLIT_K=config.split_k, X_WORDS=words,
@@ -267,5 +267,7 @@ def w4_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
     """y = x·Wᵀ for x [batch ≤ 16, in] bf16/fp16 and W as `pack_w4`'s bytes [out, in/2] and scales [out, groups]
     in x's dtype."""
     check_w4_inputs(x, weight, scales)
-    x = x.contiguous()
-    return launch_w4(x, weight.contiguous(), scales.contiguous(), config or tuned_config(x, weight, scales))
+    x, weight, scales = x.contiguous(), weight.contiguous(), scales.contiguous()  # the tuner runs what launches
+    if x.data_ptr() % 4 or x.stride(0) % 2:  # x_words reads x as int32 words: an odd element offset (or row
+        x = x.reshape(-1).clone().view(x.shape)  # stride) is copied to fresh, aligned storage
+    return launch_w4(x, weight, scales, config or tuned_config(x, weight, scales))

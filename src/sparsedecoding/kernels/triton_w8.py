@@ -177,5 +177,5 @@ def w8_mm(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor,
           config: W8Config | None = None) -> torch.Tensor:
     """y = x·(scale·W)ᵀ for x [batch ≤ 16, in] bf16/fp16, W int8 [out, in], scales [out] in x's dtype."""
     check_w8_inputs(x, weight, scales)
-    x = x.contiguous()
-    return launch_w8(x, weight.contiguous(), scales.contiguous(), config or tuned_config(x, weight, scales))
+    x, weight, scales = x.contiguous(), weight.contiguous(), scales.contiguous()  # the tuner runs what launches
+    return launch_w8(x, weight, scales, config or tuned_config(x, weight, scales))
