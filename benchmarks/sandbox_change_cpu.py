@@ -1,11 +1,10 @@
-"""What the fifty-third session's sandbox hardening (`evaluation/sandbox.py`: the work folder a size- and
-inode-capped tmpfs, every top-level folder but the system's covered, a seccomp filter against memory files and
-System V shared memory, 256 open files) does to real answers: every distinct test program of the committed HumanEval
-answers (`benchmarks/results/**/*.records.jsonl` and `*.humaneval.jsonl`, built by today's `build_program`) runs in
-the sandbox before the change (the module at git revision `--before`) and after it (the working tree's), with the
-evaluation's default limits, and the outcomes are compared; a program whose outcome differs runs RECHECKS more
-times in each, to tell a sandbox's effect from a test's own randomness. Needs root (the sandbox). Writes a markdown
-report:
+"""What a sandbox change does to real answers (written for the fifty-third session's hardening of
+`evaluation/sandbox.py`, used again for the eighty-second's seccomp additions): every distinct test program of the
+committed HumanEval answers (`benchmarks/results/**/*.records.jsonl` and `*.humaneval.jsonl`, built by today's
+`build_program`) runs in the sandbox before the change (the module at git revision `--before`) and after it (the
+working tree's), with the evaluation's default limits, and the outcomes are compared; a program whose outcome
+differs runs RECHECKS more times in each, to tell a sandbox's effect from a test's own randomness. Needs root (the
+sandbox). Writes a markdown report:
 
     PYTHONPATH=src python benchmarks/sandbox_change_cpu.py --before 1d72b6f \
         --out benchmarks/results/sandbox_change_cpu.md
@@ -76,7 +75,7 @@ def main() -> None:
                    f"{again[1]} |\n" for (source, old, new), again in zip(differ, seen))
     command = "PYTHONPATH=src python " + " ".join(["benchmarks/sandbox_change_cpu.py", *sys.argv[1:]])
     report = (
-        "# Committed HumanEval answers in the sandbox before and after the fifty-third session's hardening\n\n"
+        f"# Committed HumanEval answers in the sandbox at {args.before} and in the working tree's\n\n"
         f"{environment_markdown(command)}\n"
         f"{answers} committed answers ({len(files)} files) make {len(sources)} distinct test programs; each ran once "
         f"in the sandbox at {args.before} and once in today's, with the evaluation's default limits "

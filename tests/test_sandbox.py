@@ -172,6 +172,40 @@ def test_memory_outside_the_address_space_limit_is_refused(program):
     assert result.outcome == "failed" and "Operation not permitted" in result.message, result
 
 
+@pytest.mark.parametrize("call", [
+    "libc.msgget(0, 0o1600)",  # IPC_PRIVATE message queue
+    "libc.semget(0, 1, 0o1600)",
+    "libc.unshare(0x10000000 | 0x08000000)",  # a user and an IPC namespace of its own
+    "libc.syscall(56 if os.uname().machine == 'x86_64' else 220, 0x10000000 | 17, 0, 0, 0, 0)",  # clone NEWUSER
+], ids=["msgget", "semget", "unshare", "clone-newuser"])
+def test_queues_semaphores_and_new_namespaces_are_refused(call):
+    """System V queues hold kernel memory no limit of the run counts, and a user namespace would let the program
+    make IPC namespaces with more of them: the seccomp filter refuses each way."""
+    program = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+               f"if {call} == -1:\n    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))\n")
+    result = run_sandboxed(program, FAST)
+    assert result.outcome == "failed" and "Operation not permitted" in result.message, result
+
+
+def test_threads_still_start_under_the_filter():
+    """clone3 gets ENOSYS (its flags are out of the filter's reach); the C library then starts threads by clone."""
+    program = ("import threading\nresults = []\n"
+               "threads = [threading.Thread(target=results.append, args=(i,)) for i in range(4)]\n"
+               "for thread in threads:\n    thread.start()\nfor thread in threads:\n    thread.join()\n"
+               "assert sorted(results) == [0, 1, 2, 3]\n")
+    assert run_sandboxed(program, FAST).passed
+
+
+@pytest.mark.parametrize("program, error", [
+    ("import signal\nsignal.raise_signal(40)\n", "signal 40"),  # a real-time signal: no name in signal.Signals
+    ("import os\nos._exit(170)\n", "signal 42"),  # an exit code the supervisor's encoding reads as a signal
+    ("x = '\\ud800'\n".encode().decode("unicode_escape"), "UnicodeEncodeError"),  # a lone surrogate in the text
+])
+def test_odd_endings_are_one_failed_result_not_an_aborted_evaluation(program, error):
+    results = run_many(["assert True\n", program], FAST, workers=2)
+    assert results[0].passed and results[1].outcome == "failed" and results[1].error == error, results
+
+
 def test_open_files_are_few():
     program = ("import resource\nassert resource.getrlimit(resource.RLIMIT_NOFILE) == "
                f"({sandbox.OPEN_FILES}, {sandbox.OPEN_FILES})\n")

@@ -14,8 +14,11 @@ Each program gets:
 - an unprivileged user id of its own (no capabilities, `no_new_privs`, no supplementary groups), so it cannot undo
   the read-only mounts, and limits on address space, CPU seconds, file size, open files, process count (for that
   user id, so parallel sandboxes do not share it) and core dumps; a seccomp filter refuses the calls that would
-  hold memory outside the address-space limit (memfd_create, memfd_secret, shmget). Address space is per process:
-  a run may hold up to `processes` x `memory_mb`, plus `disk_mb` in its folder;
+  hold memory outside the address-space limit (memfd_create, memfd_secret, System V shared memory, queues and
+  semaphores) and new namespaces (unshare, setns, clone with a namespace flag; clone3 gets ENOSYS, on which the C
+  library falls back to clone). Address space is per process: a run may hold up to `processes` x `memory_mb`, plus
+  `disk_mb` in its folder, plus the kernel's buffers of its pipes and Unix sockets, which no limit here counts
+  (`OPEN_FILES` of them a process; a cgroup's memory.max would, where the host lets the sandbox make one);
 - its output files kept outside that folder, in one only root may enter: it can write them, not replace them. Whether
   the walls stood comes back on a pipe closed before the program starts, so nothing it writes or erases turns a
   failed run into a setup error;
@@ -63,10 +66,14 @@ READY = "sandbox-ready"  # what the supervisor writes on its status pipe once ev
 # covered by an empty read-only tmpfs; the interpreter's own folders are moved back in where a cover hides them.
 VISIBLE = ("bin", "dev", "etc", "gnu", "lib", "lib32", "lib64", "libx32", "nix", "proc", "sbin", "sys", "usr")
 WORK_INODES = 8192  # files and folders a program may make in its work folder
-OPEN_FILES = 256  # file descriptors each of its processes may hold
-# machine: (its audit architecture, whether x32 numbers share its table, the numbers of memfd_create, memfd_secret
-# and shmget), for the seccomp filter
-SECCOMP_TABLES = {"x86_64": (0xC000003E, True, (319, 447, 29)), "aarch64": (0xC00000B7, False, (279, 447, 194))}
+OPEN_FILES = 64  # file descriptors each of its processes may hold (each socket's buffers are kernel memory)
+# machine: (its audit architecture, whether x32 numbers share its table, the numbers the seccomp filter refuses
+# (memfd_create, memfd_secret, shmget, msgget, semget, unshare, setns), clone's number, clone3's), for that filter
+SECCOMP_TABLES = {"x86_64": (0xC000003E, True, (319, 447, 29, 68, 64, 272, 308), 56, 435),
+                  "aarch64": (0xC00000B7, False, (279, 447, 194, 186, 190, 97, 268), 220, 435)}
+# clone's flags that make new namespaces (NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET): refused, for a
+# user namespace would let the program make IPC namespaces whose message queues no limit of the run counts
+CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 SETUP_PREFIX = "sandbox-setup-failed: "
 SETUP_EXIT = 125
 
@@ -158,10 +165,14 @@ def _sandbox():
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         failed("set no_new_privs")
     # A seccomp filter refuses (EPERM) the system calls that hold memory outside the address-space limit: memory
-    # files (memfd_create, memfd_secret) and System V shared memory (shmget); x32's numbers get EPERM too and calls
-    # through another table (i386's int 0x80) ENOSYS, so these numbers are the only way to those calls. Installed
-    # here, before the fork, it binds the program and everything it starts; no_new_privs first, as seccomp needs.
-    arch, x32, refused = ''' + repr(SECCOMP_TABLES) + r'''.get(os.uname().machine, (None, False, ()))
+    # files (memfd_create, memfd_secret), System V shared memory, message queues and semaphores (shmget, msgget,
+    # semget), and new namespaces (unshare, setns, clone with a namespace flag), in which a user namespace's own IPC
+    # namespaces would hold more queues. clone3, whose flags a filter cannot read, gets ENOSYS, on which the C
+    # library falls back to clone (threads still start). x32's numbers get EPERM too and calls through another
+    # table (i386's int 0x80) ENOSYS, so these numbers are the only way to those calls. Installed here, before the
+    # fork, it binds the program and everything it starts; no_new_privs first, as seccomp needs.
+    arch, x32, refused, clone, clone3 = ''' + repr(SECCOMP_TABLES) + r'''.get(
+        os.uname().machine, (None, False, (), 0, 0))
     if arch is None:
         failed("no seccomp filter for the " + os.uname().machine + " architecture (x86_64 and aarch64 have one)",
                known=True)
@@ -172,12 +183,22 @@ def _sandbox():
     class Filter(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
 
-    LOAD, EQUAL, AT_LEAST, RETURN, ALLOW, ERRNO = 0x20, 0x15, 0x35, 0x06, 0x7FFF0000, 0x00050000
-    checks = ([(AT_LEAST, 0x40000000)] if x32 else []) + [(EQUAL, number) for number in refused]
-    # load arch; another table -> ENOSYS; load nr; each check -> EPERM; ALLOW; EPERM; ENOSYS
-    code = [(LOAD, 0, 0, 4), (EQUAL, 0, len(checks) + 3, arch), (LOAD, 0, 0, 0)]
-    code += [(kind, len(checks) - index, 0, value) for index, (kind, value) in enumerate(checks)]
-    code += [(RETURN, 0, 0, ALLOW), (RETURN, 0, 0, ERRNO | 1), (RETURN, 0, 0, ERRNO | 38)]
+    LOAD, EQUAL, AT_LEAST, ANY_BIT, RETURN = 0x20, 0x15, 0x35, 0x45, 0x06
+    ALLOW, ERRNO = 0x7FFF0000, 0x00050000
+    # (opcode, where to go if true, where to go if false, k): a place is a label or None (the next instruction)
+    lines = [(LOAD, None, None, 4), (EQUAL, None, "nosys", arch), (LOAD, None, None, 0)]
+    lines += [(AT_LEAST, "perm", None, 0x40000000)] if x32 else []
+    lines += [(EQUAL, "perm", None, number) for number in refused]
+    lines += [(EQUAL, "nosys", None, clone3), (EQUAL, "clone", None, clone), (RETURN, None, None, ALLOW)]
+    labels = {"clone": len(lines)}  # clone: its flags (the low word of its first argument) must make no namespace
+    lines += [(LOAD, None, None, 16), (ANY_BIT, "perm", None, ''' + str(CLONE_NAMESPACES) + r'''),
+              (RETURN, None, None, ALLOW)]
+    labels["perm"] = len(lines)
+    lines += [(RETURN, None, None, ERRNO | 1)]
+    labels["nosys"] = len(lines)
+    lines += [(RETURN, None, None, ERRNO | 38)]
+    code = [(kind, 0 if yes is None else labels[yes] - index - 1, 0 if no is None else labels[no] - index - 1, k)
+            for index, (kind, yes, no, k) in enumerate(lines)]
     program = Filter(len(code), (Instruction * len(code))(*[Instruction(*line) for line in code]))
     if libc.prctl(22, 2, ctypes.byref(program), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         failed("install the seccomp filter")
@@ -328,7 +349,10 @@ def classify(returncode: int, stdout: str, stderr: str, token: str) -> tuple[str
     if signum == signal.SIGXCPU:  # the CPU-seconds limit: a timeout that the kernel enforced first
         return "timeout", "SIGXCPU"
     if signum in signal.valid_signals():
-        return "failed", signal.Signals(signum).name
+        try:
+            return "failed", signal.Signals(signum).name
+        except ValueError:  # a real-time signal (SIGRTMIN..SIGRTMAX) has no name in the enum
+            return "failed", f"signal {signum}"
     return "failed", f"exit code {returncode}"
 
 
@@ -342,6 +366,10 @@ def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits()) -> Sand
     program works in a fresh folder of its own, a tmpfs that ends with the run: what it wrote there is gone."""
     limits.check()
     prefix = isolation_command()
+    try:
+        program.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 file holds it, so no interpreter could run it
+        return SandboxResult("failed", "UnicodeEncodeError", str(exc)[:300], 0.0)
     with tempfile.TemporaryDirectory(prefix="sparsedecoding-sandbox-") as scratch:
         return _run_in(Path(scratch), program, limits, prefix)
 
@@ -399,7 +427,8 @@ def _run_in(home: Path, program: str, limits: SandboxLimits, prefix: tuple[str, 
             timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
-        kill_group(process)
+            # only here: once `unshare` has been reaped, its number (so its group's) may belong to a new process
+            kill_group(process)
         returncode = process.wait()
         status = _drain(status_read)  # every writer is gone with the namespace
         out, err = _tail(stdout), _tail(stderr)
