@@ -20,6 +20,30 @@ from test_pipeline import config, weights
 tiny_folder, prompts_file = test_pipeline.tiny_folder, test_pipeline.prompts_file
 
 
+def test_a_run_killed_while_copying_the_reused_set_resumes(tiny_folder, prompts_file, tmp_path, monkeypatch):
+    """The reused set is written to the work folder whole or not at all: a run killed half-way through that write
+    leaves nothing a resume would stop on."""
+    first = prune(config(tiny_folder, tmp_path / "first", prompts_file, solver="sparsegpt"), progress=False)
+    save = CalibrationSet.save
+
+    def killed_half_way(self, path):
+        save(self, path)
+        path = str(path)
+        with open(path, "r+b") as handle:
+            handle.truncate(len(open(path, "rb").read()) // 2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CalibrationSet, "save", killed_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        prune(config(tiny_folder, tmp_path / "second", prompts_file, solver="sparsegpt", calibration_from=str(first)),
+              progress=False)
+    monkeypatch.setattr(CalibrationSet, "save", save)
+    second = prune(config(tiny_folder, tmp_path / "second", prompts_file, solver="sparsegpt",
+                          calibration_from=str(first)), progress=False)
+    a, b = CalibrationSet.load(first / CALIBRATION_FILE), CalibrationSet.load(second / CALIBRATION_FILE)
+    assert torch.equal(a.input_ids, b.input_ids)
+
+
 def test_a_second_run_prunes_from_the_first_runs_tokens(tiny_folder, prompts_file, tmp_path, monkeypatch):
     first = prune(config(tiny_folder, tmp_path / "first", prompts_file, solver="sparsegpt"), progress=False)
     kept = first / CALIBRATION_FILE

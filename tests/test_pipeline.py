@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from sparsedecoding import pipeline
+from sparsedecoding.errors import OutputNotWritableError
 from sparsedecoding.hessian import collect_hessians
 from sparsedecoding.models import load_model
 from sparsedecoding.patterns import PRUNABLE_LINEARS as PRUNABLE
@@ -504,6 +505,55 @@ def test_a_run_stopped_in_generation_is_not_resumed_by_other_settings_or_edited_
                          seed=1 if change == "settings" else 0), progress=False)
         assert "from a run with other settings" in caplog.text and "resuming generation" not in caplog.text
         shutil.rmtree(out)
+
+
+def test_the_same_run_spelled_otherwise_resumes_and_an_edited_chat_template_starts_over(tiny_folder, prompts_file,
+                                                                                         tmp_path, monkeypatch,
+                                                                                         caplog):
+    """The fingerprint takes the model and files as resolved paths and the device as picked, so a trailing slash or
+    an absolute path resumes the stopped run; the digest reads the tokenizer and generation config, so an edited
+    chat template (which changes the calibration tokens) starts over."""
+    from sparsedecoding import generation
+
+    model = shutil.copytree(tiny_folder, tmp_path / "model")
+    out = tmp_path / "out"
+    for respelled, edited in ((str(model) + "/", False), (str(model.resolve()), False), (str(model), True)):
+        batches = []
+
+        def stop_at_second_batch(*args, original=generation._generate_batch):
+            batches.append(1)
+            if len(batches) == 2:
+                raise KeyboardInterrupt
+            return original(*args)
+
+        monkeypatch.setattr(generation, "_generate_batch", stop_at_second_batch)
+        with pytest.raises(KeyboardInterrupt):
+            prune(config(model, out, prompts_file, gen_batch_size=1, device="auto"), progress=False)
+        monkeypatch.undo()
+        if edited:
+            template = model / "tokenizer_config.json"
+            record = json.loads(template.read_text())
+            record["chat_template"] = (record.get("chat_template") or "") + " "
+            template.write_text(json.dumps(record))
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            prune(config(respelled, out, prompts_file, gen_batch_size=1, device="cpu"), progress=False)
+        if edited:
+            assert "from a run with other settings" in caplog.text and "resuming generation" not in caplog.text
+        else:
+            assert "from a run with other settings" not in caplog.text and "resuming generation" in caplog.text
+        shutil.rmtree(out)
+
+
+def test_overwrite_never_deletes_a_self_sources_prompt_file_kept_in_out(tiny_folder, prompts_file, tmp_path):
+    out = tmp_path / "runs"
+    out.mkdir()
+    mine = out / "mine.txt"
+    mine.write_text("".join(f"write function {index}\n" for index in range(20)))
+    with pytest.raises(OutputNotWritableError, match="would overwrite the input"):
+        prune(config(tiny_folder, out, prompts_file, calibration="self", self_sources=f"self=0.5,{mine}=0.5",
+                     overwrite=True, gen_backend="hf"), progress=False)
+    assert mine.exists()
 
 
 def test_repair_split_of_too_few_sequences_is_refused_before_any_layer_is_solved(tiny_folder, prompts_file, tmp_path,

@@ -52,7 +52,8 @@ from .hessian import (HessianAccumulator, KeepMask, accumulate_inputs, accumulat
 from .kernels.quantized import check_dense_quantization, check_packed_quantization
 from .models import (check_fits_context, check_pattern_fits, decoder_linear_names, linear_input_sizes, load_model,
                      read_config, resolve_model, sha256_file, source_dtype)
-from .outputs import PRUNED_MANIFEST, check_not_source, output_target, partial_path, remove_partial
+from .outputs import (PRUNED_MANIFEST, check_not_source, is_tokenizer_file, output_target, partial_path,
+                      remove_partial)
 from .patterns import SparsityPattern
 from .invocation import command
 from .runenv import peak_memory_gb, pick_device, versions, write_json
@@ -760,10 +761,23 @@ def reused_calibration(config: PruneConfig, model, calib: CalibrationSet) -> tup
     return calib, record
 
 
+def resume_fingerprint(config: PruneConfig, folder: Path, device: torch.device) -> str:
+    """The work folder's fingerprint (`PruneConfig.fingerprint`) with the model as its resolved folder, the files
+    it names as absolute paths and the device as picked: "m", "m/" and /abs/m, or auto and the device it picks,
+    are one run, whose finished layers a resume keeps (a differing fingerprint discards them)."""
+    def absolute(name: str | None) -> str | None:
+        return str(Path(name).resolve()) if name and Path(name).exists() else name
+
+    return config.fingerprint(inputs_digest(config, folder), model=str(folder.resolve()),
+                              prompts=absolute(config.prompts), text=absolute(config.text),
+                              calibration_from=absolute(config.calibration_from), device=str(device))
+
+
 def inputs_digest(config: PruneConfig, folder: Path) -> str:
     """A digest of what the run reads besides its settings: the prompt, text and selfdata source files' contents and
-    the model folder's config and weight files (name, size, modification time), so that a resumed run never goes on
-    with calibration or layers built from inputs that have changed since."""
+    the model folder's config, generation config, tokenizer and weight files (name, size, modification time), so
+    that a resumed run never goes on with calibration or layers built from inputs that have changed since (the
+    chat template and the stop tokens shape the calibration tokens)."""
     digest = hashlib.sha256()
     named = [config.prompts, config.text, *(name for name, _ in selfdata_config(config).mix())] \
         if config.calibration == "self" else [config.prompts, config.text]
@@ -771,7 +785,9 @@ def inputs_digest(config: PruneConfig, folder: Path) -> str:
     for name in named:
         if name and Path(name).is_file():
             digest.update(f"{name}:".encode() + sha256_file(Path(name)).encode())
-    for file in sorted([folder / "config.json", *folder.glob("*.safetensors")]):
+    read = [folder / "config.json", folder / "generation_config.json", *folder.glob("*.safetensors"),
+            *(file for file in folder.iterdir() if is_tokenizer_file(file.name))]
+    for file in sorted(set(read)):
         if file.is_file():
             stat = file.stat()
             digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
@@ -835,7 +851,8 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     out = output_target(config.out)
     device = pick_device(config.device)
     folder = resolve_model(config.model)
-    check_not_source(out, config.model, folder, config.prompts, config.text)
+    self_sources = [name for name, _ in selfdata_config(config).mix()] if config.calibration == "self" else []
+    check_not_source(out, config.model, folder, config.prompts, config.text, config.calibration_from, *self_sources)
     if pattern is not None:
         check_pattern_fits(folder, pattern, config.solver, config.blocksize)
     grouped = pattern is not None and pattern.placement == "groups"
@@ -885,7 +902,7 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
     # loaded before the work folder exists: a model that cannot load leaves nothing, and an interrupted run's folder
     # is kept for resuming
     model, tokenizer, _ = load_model(folder, device)
-    work = WorkDir(out, config.fingerprint(inputs_digest(config, folder)))
+    work = WorkDir(out, resume_fingerprint(config, folder, device))
     try:
         if config.keep_mask:  # the model must already be pruned to --pattern: say so before calibration
             for index, layer in enumerate(model.model.layers):
@@ -898,7 +915,9 @@ def prune(config: PruneConfig, progress: bool = True) -> Path:
         elif config.calibration_from is not None:
             calib, work.state["calibration"] = reused_calibration(config, model, reused)
             work.save_state()
-            calib.save(work.calibration_file)
+            temporary = work.calibration_file.with_name(work.calibration_file.name + ".tmp")
+            calib.save(temporary)  # whole or absent, as below: a truncated set would stop every resume
+            os.replace(temporary, work.calibration_file)
         else:
             torch.manual_seed(config.seed)
             calib, work.state["calibration"] = build_calibration(config, model, tokenizer, work.generation_store,

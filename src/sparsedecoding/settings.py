@@ -513,10 +513,14 @@ class PruneConfig(RunSettings, CalibrationSettings, SolverSettings, RepairSettin
         """The parsed --pattern; None for dense (GPTQ alone)."""
         return None if self.pattern.strip() == DENSE_PATTERN else SparsityPattern.parse(self.pattern)
 
-    def fingerprint(self, inputs: str = "") -> str:
-        """What must match for a partial run to be resumed: every setting but output handling, and `inputs`, a
-        digest of the files the run reads (`pipeline.inputs_digest`)."""
-        relevant = {key: value for key, value in asdict(self).items() if key not in ("out", "overwrite", "command")}
+    def fingerprint(self, inputs: str = "", **resolved) -> str:
+        """What must match for a partial run to be resumed: every setting but output handling and the recipe's name
+        (its values are in the fields), and `inputs`, a digest of the files the run reads (`pipeline.inputs_digest`).
+        `resolved`: fields as the run resolved them (`pipeline.resume_fingerprint`: paths made absolute, the device
+        that "auto" picked), so that another spelling of the same run resumes it."""
+        relevant = {key: value for key, value in asdict(self).items()
+                    if key not in ("out", "overwrite", "command", "recipe")}
+        relevant.update(resolved)
         relevant["inputs"] = inputs
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
