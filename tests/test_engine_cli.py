@@ -224,6 +224,20 @@ def test_prompt_without_tokens_is_refused_before_loading(tmp_path, capsys, no_lo
                    "EngineError: --prompt '  ' encodes to no tokens")
 
 
+def test_generate_stops_at_config_json_eos_when_the_generation_config_names_none(tmp_path):
+    """A generation_config.json without eos_token_id: the stop ids come from config.json (then the tokenizer), as
+    the hf path's `models.stop_token_ids` takes them, instead of none at all."""
+    from transformers import GenerationConfig
+
+    from helpers import make_tiny_model
+    from sparsedecoding.cli.engine import _stop_ids
+    from sparsedecoding.models import load_tokenizer
+
+    folder = make_tiny_model(tmp_path / "m")
+    GenerationConfig(pad_token_id=0).save_pretrained(folder)  # no eos_token_id
+    assert _stop_ids(folder, load_tokenizer(folder)) == {1, 3}
+
+
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -1.0])
 def test_sampling_refuses_a_temperature_that_is_not_finite_and_non_negative(temperature):
     from sparsedecoding.engine import Sampling

@@ -110,6 +110,19 @@ def test_unsupported_configs_fail_with_one_clear_error(change, message):
         from_hf_config(config)
 
 
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "qwen3"])
+def test_a_config_without_kv_heads_is_refused_where_transformers_would_not_take_the_head_count(family):
+    """transformers' default for a missing num_key_value_heads is 8 for Mistral and 32 for Qwen, not the head count
+    that Llama's is: the engine says so instead of building other shapes than the checkpoint's."""
+    config = tiny_config(family).to_dict()
+    config.pop("num_key_value_heads")
+    with pytest.raises(UnsupportedArchitectureError, match="lacks num_key_value_heads"):
+        from_hf_config(config)
+    llama = tiny_config("llama").to_dict()
+    llama.pop("num_key_value_heads")
+    assert from_hf_config(llama).n_kv_heads == llama["num_attention_heads"]
+
+
 def test_missing_config_json(tmp_path):
     with pytest.raises(ModelNotFoundError, match="config.json"):
         load_hf_config(tmp_path)

@@ -105,12 +105,20 @@ def test_idle_slots_never_step_past_the_cache(models):
     (dict(backend="vllm"), "backend 'vllm' is unknown"),
     (dict(backend="engine", do_sample=True, top_p=1.5), "0 < top_p <= 1"),
     (dict(backend="engine", do_sample=True, temperature=0.0), "temperature > 0"),
+    (dict(backend="engine", do_sample=True, temperature=float("nan")), "temperature > 0"),
+    (dict(backend="hf", do_sample=True, temperature=float("inf")), "temperature > 0"),
     (dict(backend="engine", kv_budget_bytes=1000), "raise the budget"),
 ])
 def test_bad_settings_give_one_line(models, settings, words):
     with pytest.raises(SparseDecodingError, match=words) as caught:
         generate(models["llama"], **settings)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -0.5])
+def test_row_sampling_refuses_a_temperature_that_is_not_finite_and_non_negative(temperature):
+    with pytest.raises(EngineError, match="temperature >= 0"):
+        RowSampling(temperature)
 
 
 def test_empty_prompts_and_refused_architectures_give_one_line(models):

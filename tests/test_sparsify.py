@@ -210,6 +210,9 @@ def test_sparsify_says_why_nothing_is_swapped():
     model, _ = sparsify(pruned_tiny("llama"), tile=False)
     with pytest.raises(PackingError, match="already sparsified"):
         sparsify(model, tile=False)
+    quantized, _ = sparsify(quantized_tiny("int8"), quantize="int8", group_size=32, tile=False)
+    with pytest.raises(PackingError, match="already sparsified"):  # QuantizedPackedLinear modules
+        sparsify(quantized, quantize="int8", group_size=32, tile=False)
     narrow = pruned_tiny("llama", overrides={"hidden_size": 80, "intermediate_size": 80, "head_dim": 20})
     with pytest.raises(PackingError, match=r"in_features not a multiple of 32"):
         sparsify(narrow, tile=False)

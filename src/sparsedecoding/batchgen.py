@@ -35,6 +35,7 @@ draws from its own hashed stream of (seed, prompt index), so its sample does not
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import contextmanager
 
 import torch
@@ -133,7 +134,7 @@ def check_settings(batch_size: int, max_new_tokens: int, do_sample: bool, temper
     if batch_size < 1 or max_new_tokens < 1 or check_every < 1:
         raise SparseDecodingError(f"batch size, new tokens and check interval must be at least 1, got {batch_size}, "
                                   f"{max_new_tokens} and {check_every}")
-    if do_sample and (temperature <= 0 or not 0 < top_p <= 1):
+    if do_sample and (not math.isfinite(temperature) or temperature <= 0 or not 0 < top_p <= 1):
         raise SparseDecodingError(f"sampling needs temperature > 0 and 0 < top_p <= 1, got {temperature} and "
                                   f"{top_p}; for greedy decoding turn sampling off")
 

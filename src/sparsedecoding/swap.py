@@ -175,7 +175,8 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
 def _nothing_sparse(model: nn.Module, kept: list[str]) -> PackingError:
     """sparsify's error for a model with no linear to swap, saying which of the reasons applies."""
     kind = type(model).__name__
-    if any(isinstance(module, (PackedLinear, Sp24Linear)) for module in model.modules()):
+    swapped = (PackedLinear, Sp24Linear, QuantizedPackedLinear, DenseQuantizedLinear)
+    if any(isinstance(module, swapped) for module in model.modules()):
         return PackingError(f"this {kind} is already sparsified: its N:M linears are packed modules")
     narrow = [name for name in kept if model.get_submodule(name).in_features % 32]
     why = (f"; {len(narrow)} of them, e.g. {narrow[0]}, have in_features not a multiple of 32, which the packed "

@@ -174,8 +174,15 @@ def _generate_on(args: argparse.Namespace, device, tp) -> int:
 def _stop_ids(folder: Path, tokenizer) -> set[int]:
     from transformers import GenerationConfig
 
+    from ..models import read_config
+
+    # as models.stop_token_ids: the generation config's, else config.json's, else the tokenizer's
     eos = GenerationConfig.from_pretrained(folder).eos_token_id if (folder / "generation_config.json").exists() \
-        else tokenizer.eos_token_id
+        else None
+    if eos is None:
+        eos = read_config(folder).get("eos_token_id")
+    if eos is None:
+        eos = tokenizer.eos_token_id
     return {eos} if isinstance(eos, int) else set(eos or [])
 
 

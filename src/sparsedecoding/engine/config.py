@@ -114,6 +114,10 @@ def from_hf_config(config: dict[str, Any]) -> ModelArgs:
             f"model_type {model_type!r} is not supported by the engine; supported: {', '.join(_ARCHITECTURES)}")
     _refuse_unsupported_features(config)
     n_heads = config["num_attention_heads"]
+    if config.get("num_key_value_heads") is None and model_type != "llama":
+        # transformers' default differs by family (Mistral 8, Qwen 32, Llama the head count): not guessed here
+        raise UnsupportedArchitectureError(f"config.json of this {model_type} model lacks num_key_value_heads; add "
+                                           "it (the checkpoint's k_proj rows / head_dim)")
     return ModelArgs(
         architecture=model_type,
         vocab_size=config["vocab_size"],

@@ -16,6 +16,7 @@ only the attention over per-slot positions is written here, `Block.forward` is n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ class RowSampling:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0) or not 0 < self.top_p <= 1:
             raise EngineError(f"sampling needs temperature >= 0 (0 is greedy) and 0 < top_p <= 1, got "
                               f"{self.temperature} and {self.top_p}")
 
