@@ -28,6 +28,10 @@ def passed(path: Path, wording: str | None = None, recheck: bool = False) -> dic
         records = [record for record in records if record.get("wording") == wording]
         if not records:
             raise SystemExit(f"error: {path} holds no records of wording {wording!r}")
+    tasks = [record["task_id"] for record in records]
+    if len(set(tasks)) < len(tasks):  # both wordings in one file: a dict would keep whichever came last
+        raise SystemExit(f"error: {path} holds several records of one problem (both instruction wordings?); pick "
+                         f"one with --wording fenced or --wording plain")
     if not recheck:
         return {record["task_id"]: bool(record["passed"]) for record in records}
     if any("completion" not in record for record in records):

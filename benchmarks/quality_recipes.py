@@ -211,6 +211,10 @@ class Run:
         if shares_problems(prompts, "eval"):
             raise SystemExit(f"error: {recipe['name']} calibrates on {prompts}, which holds the held-out half "
                              f"(humaneval:eval) that every plan is scored on; calibrate on humaneval:fit or calib")
+        ranked = recipe["name"] in {item["name"] for item in self.plan["recipes"]}  # scored on dev to be chosen
+        if ranked and shares_problems(prompts, "dev"):
+            raise SystemExit(f"error: {recipe['name']} calibrates on {prompts}, which holds the dev quarter "
+                             f"(humaneval:dev) its dev row ranks it on; calibrate on humaneval:fit")
         return PruneConfig(model=str(self.folder), out="", calibration=calibration, prompts=prompts,
                            do_sample=recipe.get("samples_per_prompt", 1) > 1, **values)
 

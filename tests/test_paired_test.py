@@ -31,6 +31,8 @@ def test_each_wording_is_paired_on_its_own(paired, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1].endswith("| 1 | 2 | 0 | 1 | 1 |")
     with pytest.raises(SystemExit, match="no records of wording 'other'"):
         paired.main(["--wording", "other", str(a), str(b)])
+    with pytest.raises(SystemExit, match="several records of one problem .* --wording"):  # both wordings at once
+        paired.main([str(a), str(b)])
 
 
 def test_mcnemar_exact_p(paired):

@@ -497,6 +497,22 @@ def test_a_recipe_without_a_solver_runs_sparsegpt_unless_its_plan_names_one(reci
     assert run.prune_config({**recipe, "solver": "wanda"}).solver == "wanda"
 
 
+def test_a_recipe_ranked_on_dev_may_not_calibrate_on_the_dev_quarter(recipes):
+    """Recipes are chosen by their dev rows (humaneval:dev, a quarter of calib): one calibrated on calib or dev would
+    be ranked on problems it saw; a baseline, scored on the held-out half only, may take calib."""
+    run = object.__new__(recipes.Run)
+    run.folder = Path("not-loaded")
+    baseline = {"name": "b", "pattern": "2:4", "data": "humaneval:calib", "tokens": 1024}
+    for data in ("humaneval:calib", "humaneval:dev"):
+        recipe = {"name": "r", "pattern": "2:4", "data": data, "tokens": 1024}
+        run.plan = {"recipes": [recipe], "baselines": [baseline]}
+        with pytest.raises(SystemExit, match="holds the dev quarter"):
+            run.prune_config(recipe)
+    run.plan = {"recipes": [{**recipe, "data": "humaneval:fit"}], "baselines": [baseline]}
+    assert run.prune_config(baseline).prompts == "humaneval:calib"
+    assert run.prune_config(run.plan["recipes"][0]).prompts == "humaneval:fit"
+
+
 def test_a_recipe_without_a_permute_scope_reorders_across_the_layer_as_plans_before_it_did(recipes):
     """plan-permute3.json and earlier reordered channels across the whole layer, int4 values or not."""
     run = object.__new__(recipes.Run)
