@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from sparsedecoding import SparsifySummary, load_packed, sparsify
+from sparsedecoding import SparsifySummary, load_packed, save_packed, sparsify
 from sparsedecoding.errors import KernelInputError, ModelNotFoundError, PackingError, QuantizationError
 from sparsedecoding.kernels import PackedLinear
 from sparsedecoding.packed import pack_checkpoint
@@ -204,6 +204,21 @@ def test_a_non_finite_weight_is_refused_by_name_before_any_swap():
     with pytest.raises(PackingError, match=r"model\.layers\.1\.mlp\.up_proj holds NaN or inf"):
         sparsify(model, tile=False)
     assert not any(isinstance(m, PackedLinear) for m in model.modules())
+
+
+def test_save_pretrained_of_a_sparsified_or_loaded_packed_model_raises_naming_save_packed(tmp_path):
+    """transformers would write the packed buffers, and from_pretrained would load that folder with those linears
+    random (a warning only): the model refuses, and save_packed then load_packed round-trips it."""
+    model, _ = sparsify(pruned_tiny("llama"), tile=False)
+    with pytest.raises(PackingError, match="save_packed"):
+        model.save_pretrained(tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    save_packed(model, tmp_path / "packed")
+    loaded = load_packed(tmp_path / "packed", tile=False)
+    with pytest.raises(PackingError, match="save_packed"):
+        loaded.save_pretrained(tmp_path / "hf")
+    x = torch.tensor([[5, 6, 7]])
+    assert torch.equal(model(x).logits, loaded(x).logits)
 
 
 def test_sparsify_says_why_nothing_is_swapped():

@@ -91,8 +91,8 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
     half the weights kept, detected from the zeros) with a `PackedLinear` holding the same weight packed, the same
     bias, dtype and device. The output embedding (lm_head, often tied to the input embedding) and linears that are
     not N:M sparse stay as they were (a warning names decoder linears left dense beside swapped ones). Save the
-    result with `save_packed` (a packed checkpoint that `load_packed` reads back): `save_pretrained` would write
-    packed buffers that `from_pretrained` does not read.
+    result with `save_packed` (a packed checkpoint that `load_packed` reads back): the model's `save_pretrained`
+    raises PackingError, for it would write packed buffers that `from_pretrained` does not read.
     Returns the model and a `SparsifySummary`.
 
     A model that `prune --quantize` made holds its kept weights on an int8 / int4 grid: with `quantize` (and, for
@@ -169,7 +169,19 @@ def sparsify(model: nn.Module, *, quantize: str | None = "auto", group_size: int
         _set_head(model, head_module)
         kept = [name for name in kept if model.get_submodule(name) is not head_module]
     tiled = tile_packed(model, tile)
+    _refuse_save_pretrained(model)
     return model, SparsifySummary(swapped, kept, dense_bytes, packed_bytes, quantize, head, tiled)
+
+
+def _refuse_save_pretrained(model: nn.Module) -> None:
+    """transformers' `save_pretrained` on a model holding packed modules writes their buffers (values, bitmask,
+    codes), which `from_pretrained` does not read: it would load that folder with those linears randomly
+    initialised, with a warning only. On such a model it raises instead, naming `save_packed`."""
+    def refused(*args, **kwargs):
+        raise PackingError(f"this {type(model).__name__} holds packed linears (sparsify / load_packed): "
+                           "save_pretrained would write a folder that from_pretrained loads with those linears "
+                           "random; save it with sparsedecoding.save_packed(model, folder), which load_packed reads")
+    model.save_pretrained = refused
 
 
 def _nothing_sparse(model: nn.Module, kept: list[str]) -> PackingError:
@@ -310,8 +322,8 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
     sparse tensor-core kernel runs are then tiled as `sparsify` tiles them (`tile`, see `tile_packed`; with True, a
     device or build the kernel cannot run on is an error before loading).
 
-    Save such a model with `save_packed` (`save_pretrained` writes the packed modules' buffers, which
-    `from_pretrained` does not read back)."""
+    Save such a model with `save_packed` (its `save_pretrained` raises PackingError: it would write the packed
+    modules' buffers, which `from_pretrained` does not read back)."""
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as exc:
@@ -355,6 +367,7 @@ def load_packed(folder: str | Path, device: str | torch.device = "cpu", tile: bo
         _set_head(model, _quantized_head_module(model, output, head, group_size))
     model = model.to(device).eval().requires_grad_(False)
     tile_packed(model, tile)
+    _refuse_save_pretrained(model)
     return model
 
 
@@ -367,7 +380,8 @@ _WRITTEN_FILES = {"config.json", "generation_config.json", PACKED_MANIFEST, PRUN
 def save_packed(model: nn.Module, out: str | Path, *, tokenizer=None, overwrite: bool = False) -> Path:
     """Write a sparsified (`sparsify`) or `load_packed` transformers model as a packed checkpoint folder, the form
     `load_packed`, the engine and the CLI read (what `sparsedecoding pack` writes from a pruned folder), and
-    return its path. (`save_pretrained` on such a model writes packed buffers that `from_pretrained` cannot read.)
+    return its path. (Such a model's `save_pretrained` raises: it would write packed buffers that `from_pretrained`
+    cannot read.)
     A `torch.compile` wrapper is saved as the model it wraps.
 
     Packed linears (`PackedLinear`, `QuantizedPackedLinear`, and `Sp24Linear`s, untiled exactly, one at a time) are
